@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what duet needs to build and test on Debian 12, then configures and builds it.
+# Usage: scripts/setup.sh [build-dir]   (default: build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir=${1:-build}
+
+packages=(build-essential cmake ninja-build pkg-config git curl ca-certificates
+  nlohmann-json3-dev libcpp-httplib-dev libcli11-dev libfmt-dev libpcre2-dev libutf8proc-dev libssl-dev
+  libgtest-dev libgmock-dev libbenchmark-dev nodejs npm)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# A node and npm installed outside Debian's packages (nodesource, nvm) do as well.
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  filtered=(); for p in "${missing[@]}"; do [[ $p == nodejs || $p == npm ]] || filtered+=("$p"); done
+  missing=("${filtered[@]+"${filtered[@]}"}")
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+fi
+
+jobs=$(nproc)
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release ${DUET_CMAKE_ARGS:-}
+cmake --build "$build_dir" -j "$jobs"

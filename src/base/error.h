@@ -1,0 +1,22 @@
+#pragma once
+// Errors that name the thing that failed. Thrown by loaders and parsers, caught at the route or the CLI and
+// turned into a status code or an exit code with the message intact.
+#include <stdexcept>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace duet {
+
+// A refusal: the input (file, request, flag) is not what we support. The message names it.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+template <typename... Args>
+[[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
+  throw Error(fmt::format(format, std::forward<Args>(args)...));
+}
+
+}  // namespace duet
