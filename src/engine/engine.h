@@ -1,0 +1,60 @@
+#pragma once
+// The engine: one thread runs steps of pieces over the model (continuous batching, chunked prefill); requests
+// come in from any thread through submit() and get their events back through a RequestHandle.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/request.h"
+
+namespace duet::model {
+class Model;
+}
+namespace duet::tokenizer {
+class Tokenizer;
+}
+
+namespace duet::engine {
+
+struct EngineOptions {
+  int32_t parallel = 4;         // sequences decoded together (state pool slots)
+  int32_t context = 4096;       // positions per sequence (prompt + completion)
+  int32_t prefill_chunk = 256;  // prompt tokens per piece; a multiple of 64 (row invariance across cuts)
+  int32_t queue_limit = 64;     // requests waiting for a slot before submit() refuses with QueueFull
+  int32_t step_token_budget = 1024;  // tokens per step (decode tokens first, then prefill chunks)
+};
+
+struct EngineStats {
+  int64_t requests_total = 0, requests_finished = 0, requests_cancelled = 0, requests_refused = 0;
+  int64_t prompt_tokens_total = 0, generated_tokens_total = 0;
+  int32_t running = 0, waiting = 0, slots_total = 0, slots_free = 0;
+  int64_t steps_total = 0;
+  double step_seconds_total = 0;
+  size_t weight_bytes = 0, state_pool_bytes = 0;
+};
+
+class Engine {
+ public:
+  // The tokenizer (may be null) is used for stop strings and token text. Refuses (duet::Error) a plan that
+  // does not fit: parallel * sequence state bytes is allocated up front.
+  Engine(model::Model& model, const tokenizer::Tokenizer* tokenizer, EngineOptions options);
+  ~Engine();  // stops the engine thread; pending requests finish with FinishReason::cancelled
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Thread-safe. Throws QueueFull when queue_limit requests already wait, and duet::Error (RequestInvalid)
+  // for a prompt that is empty, has ids out of range, or does not fit the context with max_tokens.
+  std::shared_ptr<RequestHandle> submit(Request request);
+
+  EngineStats stats() const;
+  const EngineOptions& options() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace duet::engine

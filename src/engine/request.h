@@ -1,0 +1,102 @@
+#pragma once
+// A request as the engine takes it, and the events it sends back.
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "base/error.h"
+
+namespace duet::engine {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0: greedy
+  int32_t top_k = 0;         // 0: off
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  uint64_t seed = 0;  // draws are keyed by (seed, position); the server picks a random seed when none is given
+  int32_t max_tokens = 256;
+  std::vector<std::string> stop;        // stop strings (matched on detokenized text; needs a tokenizer)
+  std::vector<int32_t> stop_token_ids;  // in addition to the tokenizer's eos unless ignore_eos
+  bool ignore_eos = false;
+  int32_t top_logprobs = -1;  // -1: no logprobs; 0: the sampled token's; N: also the N most likely
+};
+
+enum class FinishReason { stop, length, cancelled, error };
+const char* to_string(FinishReason reason);
+
+struct Request {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+};
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0;
+};
+
+// One generated token; `text` is what the stream decoder released with it (may be empty mid-character).
+struct TokenEvent {
+  int32_t id = 0;
+  std::string text;
+  std::optional<float> logprob;
+  std::vector<TokenLogprob> top_logprobs;
+};
+
+struct FinishedEvent {
+  FinishReason reason = FinishReason::stop;
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  std::string text_tail;  // text released at the end (incomplete UTF-8 flushed), if any
+  std::string error;      // for FinishReason::error
+  double time_to_first_token_s = 0;
+};
+
+using Event = std::variant<TokenEvent, FinishedEvent>;
+
+// Thrown by Engine::submit when the waiting queue is full: the server answers 429 with Retry-After.
+class QueueFull : public Error {
+ public:
+  using Error::Error;
+};
+
+// Thrown by Engine::submit for a request the engine cannot run (the server answers 400; context overflow is
+// `context_length_exceeded`).
+class RequestInvalid : public Error {
+ public:
+  RequestInvalid(std::string message, std::string code) : Error(std::move(message)), code_(std::move(code)) {}
+  const std::string& code() const { return code_; }
+
+ private:
+  std::string code_;
+};
+
+// The consumer side of a request: events in order, ending with exactly one FinishedEvent.
+class RequestHandle {
+ public:
+  // Blocks until an event is ready or the timeout passes (nullopt).
+  std::optional<Event> next(std::chrono::milliseconds timeout);
+  // Asks the engine to stop this request; it frees its slot at the next step and sends FinishedEvent
+  // (cancelled). Safe to call from any thread, any number of times.
+  void cancel();
+  bool cancelled() const;
+
+  // Engine side.
+  void push(Event event);
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<Event> events_;
+  bool cancelled_ = false;
+};
+
+}  // namespace duet::engine
