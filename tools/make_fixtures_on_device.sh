@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The one command run on the GPU machine to regenerate every committed fixture (see tools/README.md).
+# Usage: tools/make_fixtures_on_device.sh OUT [QWEN3_TOKENIZER_JSON]
+set -euo pipefail
+out=$1; qwen3=${2:-}
+export PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=""
+python3 tools/make_tokenizer_fixtures.py --out "$out" ${qwen3:+--qwen3 "$qwen3"}
+python3 tools/make_model_fixtures.py --out "$out" --demo-tokenizer "$out/demo-tokenizer"
