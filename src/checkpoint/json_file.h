@@ -1,0 +1,11 @@
+#pragma once
+// Reads a JSON file (config.json, index files) with errors that name the file.
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace duet::checkpoint {
+
+nlohmann::json read_json_file(const std::string& path);
+
+}  // namespace duet::checkpoint
