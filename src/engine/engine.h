@@ -25,15 +25,21 @@ struct EngineOptions {
   int32_t prefill_chunk = 256;  // prompt tokens per piece; a multiple of 64 (row invariance across cuts)
   int32_t queue_limit = 64;     // requests waiting for a slot before submit() refuses with QueueFull
   int32_t step_token_budget = 1024;  // tokens per step (decode tokens first, then prefill chunks)
+  size_t memory_limit_bytes = 0;     // the memory plan must fit in this; 0: physical RAM
 };
 
+// Counters since start, for /metrics. requests_total counts accepted submits; every accepted request ends in
+// exactly one of finished (stop or length), cancelled or failed (error). requests_refused counts QueueFull.
 struct EngineStats {
   int64_t requests_total = 0, requests_finished = 0, requests_cancelled = 0, requests_refused = 0;
-  int64_t prompt_tokens_total = 0, generated_tokens_total = 0;
+  int64_t requests_failed = 0;
+  int64_t prompt_tokens_total = 0, generated_tokens_total = 0;  // tokens run through prefill / sampled
   int32_t running = 0, waiting = 0, slots_total = 0, slots_free = 0;
   int64_t steps_total = 0;
   double step_seconds_total = 0;
-  size_t weight_bytes = 0, state_pool_bytes = 0;
+  double step_seconds_last = 0;
+  double time_to_first_token_seconds_total = 0;  // over requests that produced a token
+  size_t weight_bytes = 0, state_pool_bytes = 0, workspace_bytes = 0, memory_limit_bytes = 0;
 };
 
 class Engine {

@@ -28,6 +28,7 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;  // in addition to the tokenizer's eos unless ignore_eos
   bool ignore_eos = false;
   int32_t top_logprobs = -1;  // -1: no logprobs; 0: the sampled token's; N: also the N most likely
+  bool skip_special_tokens = true;  // leave special tokens out of the streamed text (their ids still come)
 };
 
 enum class FinishReason { stop, length, cancelled, error };
@@ -58,6 +59,10 @@ struct FinishedEvent {
   std::string text_tail;  // text released at the end (incomplete UTF-8 flushed), if any
   std::string error;      // for FinishReason::error
   double time_to_first_token_s = 0;
+  // Why it stopped, for FinishReason::stop: the stop token id (eos or one of stop_token_ids; it counts in
+  // completion_tokens but gets no TokenEvent) or the stop string (its text and what follows are not sent).
+  std::optional<int32_t> matched_stop_token;
+  std::optional<std::string> matched_stop_string;
 };
 
 using Event = std::variant<TokenEvent, FinishedEvent>;

@@ -1,0 +1,271 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_set>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "engine/memory_plan.h"
+#include "engine/request_validation.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "engine/state_pool.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace duet::engine {
+
+namespace {
+
+void check_options(const EngineOptions& options) {
+  if (options.parallel < 1) fail("engine: parallel must be at least 1, got {}", options.parallel);
+  if (options.context < 1) fail("engine: context must be at least 1, got {}", options.context);
+  if (options.prefill_chunk < 64 || options.prefill_chunk % 64 != 0) {
+    fail("engine: prefill_chunk must be a positive multiple of 64 (row invariance across cuts), got {}",
+         options.prefill_chunk);
+  }
+  if (options.queue_limit < 0) fail("engine: queue_limit must not be negative, got {}", options.queue_limit);
+  if (options.step_token_budget < 1) {
+    fail("engine: step_token_budget must be at least 1, got {}", options.step_token_budget);
+  }
+}
+
+// Checked before anything is allocated, so a plan that does not fit is refused with its numbers.
+MemoryPlan checked_plan(const model::Model& model, const EngineOptions& options) {
+  check_options(options);
+  MemoryPlan plan = plan_memory(model, options);
+  check_memory_plan(plan);
+  log_info("engine: memory plan {}", plan.describe());
+  return plan;
+}
+
+// eos from the tokenizer (tokenizer_config.json) and from the model's config.json.
+std::vector<int32_t> eos_ids(const model::Model& model, const tokenizer::Tokenizer* tokenizer) {
+  std::vector<int32_t> ids;
+  if (tokenizer != nullptr && tokenizer->eos_id()) ids.push_back(*tokenizer->eos_id());
+  for (int64_t id : model.config().eos_token_ids) ids.push_back(static_cast<int32_t>(id));
+  return ids;
+}
+
+}  // namespace
+
+struct Engine::Impl {
+  Impl(model::Model& model, const tokenizer::Tokenizer* tokenizer, EngineOptions options)
+      : model(model),
+        tokenizer(tokenizer),
+        options(options),
+        plan(checked_plan(model, options)),
+        limits{.vocab_size = static_cast<int32_t>(model.config().vocab_size),
+               .context = options.context,
+               .has_tokenizer = tokenizer != nullptr},
+        eos(eos_ids(model, tokenizer)),
+        pool(model, options.parallel, options.context),
+        scheduler(pool, options.prefill_chunk, options.step_token_budget) {
+    stats.slots_total = stats.slots_free = pool.size();
+    stats.weight_bytes = plan.weight_bytes;
+    stats.state_pool_bytes = pool.bytes();
+    stats.workspace_bytes = plan.workspace_bytes;
+    stats.memory_limit_bytes = plan.limit_bytes;
+    thread = std::thread([this] { run(); });
+  }
+
+  ~Impl() {
+    {
+      std::lock_guard lock(mutex);
+      stopping = true;
+    }
+    wake.notify_all();
+    thread.join();
+  }
+
+  std::shared_ptr<RequestHandle> submit(Request request) {
+    validate_request(request, limits);
+    auto handle = std::make_shared<RequestHandle>();
+    {
+      std::lock_guard lock(mutex);
+      if (stopping) fail("engine: stopping, not taking requests");
+      // Free slots not yet claimed by the engine thread count as room too: a request for a free slot never
+      // waits in the queue, so queue_limit bounds only the requests that really wait.
+      if (static_cast<int32_t>(waiting.size()) >= options.queue_limit + stats.slots_free) {
+        ++stats.requests_refused;
+        throw QueueFull(fmt::format("engine: {} requests already wait for a slot (queue_limit {}, parallel {})",
+                                    waiting.size(), options.queue_limit, options.parallel));
+      }
+      ++stats.requests_total;
+      waiting.push_back(std::make_unique<Sequence>(next_id++, std::move(request), handle, tokenizer));
+    }
+    wake.notify_all();
+    return handle;
+  }
+
+  void run() {
+    for (;;) {
+      {
+        std::unique_lock lock(mutex);
+        // Sleeps when there is nothing to run; a submit or the destructor wakes it.
+        wake.wait(lock, [this] { return stopping || !waiting.empty() || !scheduler.idle(); });
+        if (stopping) break;
+        admit_waiting();
+      }
+      try {
+        step();
+      } catch (const std::exception& e) {
+        // Never let the engine thread die: whatever was running fails with the message, the rest goes on.
+        log_warn("engine: step failed: {}", e.what());
+        for (const auto& sequence : scheduler.running()) end(*sequence, FinishReason::error, e.what());
+        release_finished();
+      }
+    }
+    shut_down();
+  }
+
+  // Under the lock: drop cancelled waiters, then admit FIFO while slots are free.
+  void admit_waiting() {
+    std::erase_if(waiting, [this](const std::unique_ptr<Sequence>& sequence) {
+      if (!sequence->abandoned()) return false;
+      end_locked(*sequence, FinishReason::cancelled, {});
+      return true;
+    });
+    while (!waiting.empty() && scheduler.has_free_slot()) {
+      scheduler.admit(std::move(waiting.front()));
+      waiting.pop_front();
+    }
+    stats.slots_free = pool.free_count();
+    stats.running = static_cast<int32_t>(scheduler.running().size());
+  }
+
+  void step() {
+    for (const auto& sequence : scheduler.running()) {
+      if (sequence->abandoned()) end(*sequence, FinishReason::cancelled, {});
+    }
+    release_finished();
+    const std::vector<ScheduledPiece> planned = scheduler.plan_step();
+    if (planned.empty()) return;
+
+    std::vector<model::Piece> pieces;
+    pieces.reserve(planned.size());
+    int64_t prompt_tokens = 0;
+    for (const ScheduledPiece& piece : planned) {
+      pieces.push_back({.state = &scheduler.state_of(*piece.sequence),
+                        .tokens = piece.tokens,
+                        .wants = piece.samples ? model::RowOutput::last_logits : model::RowOutput::none});
+      if (piece.is_prefill) prompt_tokens += static_cast<int64_t>(piece.tokens.size());
+    }
+    const auto started = Clock::now();
+    std::vector<model::PieceResult> results = model.forward(pieces);
+    if (results.size() != planned.size()) {
+      fail("engine: model returned {} results for {} pieces", results.size(), planned.size());
+    }
+
+    int64_t generated = 0;
+    const auto vocab = static_cast<size_t>(limits.vocab_size);
+    for (size_t i = 0; i < planned.size(); ++i) {
+      Sequence& sequence = *planned[i].sequence;
+      if (planned[i].is_prefill) sequence.advance_prefill(static_cast<int32_t>(planned[i].tokens.size()));
+      if (!planned[i].samples) continue;
+      const std::vector<float>& logits = results[i].logits;
+      if (logits.size() < vocab) fail("engine: model returned {} logits, expected {}", logits.size(), vocab);
+      const std::span<const float> row(logits.data() + (logits.size() - vocab), vocab);  // the last row
+      const SampledToken token = sample_token(row, sequence.sampling(), sequence.counts(), sequence.next_position());
+      ++generated;
+      const std::optional<FinishReason> reason = sequence.accept(token, is_stop_token(sequence, token.id));
+      if (reason) end(sequence, *reason, {});
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    release_finished();
+    std::lock_guard lock(mutex);
+    ++stats.steps_total;
+    stats.step_seconds_total += seconds;
+    stats.step_seconds_last = seconds;
+    stats.prompt_tokens_total += prompt_tokens;
+    stats.generated_tokens_total += generated;
+  }
+
+  bool is_stop_token(const Sequence& sequence, int32_t id) const {
+    const SamplingParams& sampling = sequence.sampling();
+    if (!sampling.ignore_eos && std::find(eos.begin(), eos.end(), id) != eos.end()) return true;
+    return std::find(sampling.stop_token_ids.begin(), sampling.stop_token_ids.end(), id) !=
+           sampling.stop_token_ids.end();
+  }
+
+  void release_finished() {
+    scheduler.release_finished();
+    std::lock_guard lock(mutex);
+    stats.slots_free = pool.free_count();
+    stats.running = static_cast<int32_t>(scheduler.running().size());
+  }
+
+  // Sends the sequence's FinishedEvent and counts it; its slot is freed by the next release_finished().
+  void end(Sequence& sequence, FinishReason reason, const std::string& error) {
+    std::lock_guard lock(mutex);
+    end_locked(sequence, reason, error);
+  }
+
+  void end_locked(Sequence& sequence, FinishReason reason, const std::string& error) {
+    if (sequence.finished()) return;
+    sequence.finish(reason, error);
+    switch (reason) {
+      case FinishReason::stop:
+      case FinishReason::length:
+        ++stats.requests_finished;
+        break;
+      case FinishReason::cancelled:
+        ++stats.requests_cancelled;
+        break;
+      case FinishReason::error:
+        ++stats.requests_failed;
+        break;
+    }
+    if (!sequence.generated().empty()) stats.time_to_first_token_seconds_total += sequence.time_to_first_token_s();
+  }
+
+  // The destructor's end: everything still running or waiting finishes as cancelled.
+  void shut_down() {
+    for (const auto& sequence : scheduler.running()) end(*sequence, FinishReason::cancelled, {});
+    release_finished();
+    std::lock_guard lock(mutex);
+    for (const auto& sequence : waiting) end_locked(*sequence, FinishReason::cancelled, {});
+    waiting.clear();
+  }
+
+  model::Model& model;
+  const tokenizer::Tokenizer* tokenizer;
+  const EngineOptions options;
+  const MemoryPlan plan;
+  const RequestLimits limits;
+  const std::vector<int32_t> eos;
+  StatePool pool;          // engine thread only
+  Scheduler scheduler;     // engine thread only
+
+  mutable std::mutex mutex;  // guards everything below
+  std::condition_variable wake;
+  std::deque<std::unique_ptr<Sequence>> waiting;
+  EngineStats stats;
+  uint64_t next_id = 0;
+  bool stopping = false;
+
+  std::thread thread;  // last: started once everything above exists
+};
+
+Engine::Engine(model::Model& model, const tokenizer::Tokenizer* tokenizer, EngineOptions options)
+    : impl_(std::make_unique<Impl>(model, tokenizer, options)) {}
+
+Engine::~Engine() = default;
+
+std::shared_ptr<RequestHandle> Engine::submit(Request request) { return impl_->submit(std::move(request)); }
+
+EngineStats Engine::stats() const {
+  std::lock_guard lock(impl_->mutex);
+  EngineStats out = impl_->stats;
+  out.waiting = static_cast<int32_t>(impl_->waiting.size());
+  return out;
+}
+
+const EngineOptions& Engine::options() const { return impl_->options; }
+
+}  // namespace duet::engine

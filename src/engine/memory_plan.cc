@@ -1,0 +1,55 @@
+#include "engine/memory_plan.h"
+
+#include <unistd.h>
+
+#include "base/error.h"
+#include "engine/engine.h"
+#include "model/model.h"
+
+namespace duet::engine {
+
+namespace {
+std::string mib(size_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0)); }
+}  // namespace
+
+size_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_size <= 0) return 0;
+  return static_cast<size_t>(pages) * static_cast<size_t>(page_size);
+}
+
+MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options) {
+  const model::Qwen35Config& config = model.config();
+  MemoryPlan plan;
+  plan.weight_bytes = model.weight_bytes();
+  plan.state_bytes_per_sequence = model.sequence_state_bytes(options.context);
+  plan.state_pool_bytes = static_cast<size_t>(options.parallel) * plan.state_bytes_per_sequence;
+  // One step's fp32 activations: each row carries a handful of hidden-width vectors, the MLP's gate/up/act and
+  // the GDN's projections; plus a logits row per sampling piece (and the sampler's copy of it).
+  const auto rows = static_cast<size_t>(options.step_token_budget) + static_cast<size_t>(options.prefill_chunk) +
+                    static_cast<size_t>(options.parallel);
+  const auto row_floats = static_cast<size_t>(8 * config.hidden_size + 3 * config.intermediate_size +
+                                              2 * config.gdn_conv_dim());
+  const auto sampling_rows = static_cast<size_t>(options.parallel) + 1;
+  plan.workspace_bytes =
+      rows * row_floats * sizeof(float) + 2 * sampling_rows * static_cast<size_t>(config.vocab_size) * sizeof(float);
+  plan.total_bytes = plan.weight_bytes + plan.state_pool_bytes + plan.workspace_bytes;
+  plan.limit_bytes = options.memory_limit_bytes != 0 ? options.memory_limit_bytes : physical_memory_bytes();
+  return plan;
+}
+
+std::string MemoryPlan::describe() const {
+  const size_t sequences = state_bytes_per_sequence == 0 ? 0 : state_pool_bytes / state_bytes_per_sequence;
+  return fmt::format("weights {} + state pool {} ({} sequences x {}) + workspace ~{} = {} (limit {})",
+                     mib(weight_bytes), mib(state_pool_bytes), sequences, mib(state_bytes_per_sequence),
+                     mib(workspace_bytes), mib(total_bytes), mib(limit_bytes));
+}
+
+void check_memory_plan(const MemoryPlan& plan) {
+  if (plan.limit_bytes != 0 && plan.total_bytes > plan.limit_bytes) {
+    fail("memory plan does not fit: {}; lower --parallel or --context", plan.describe());
+  }
+}
+
+}  // namespace duet::engine

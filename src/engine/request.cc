@@ -1,0 +1,45 @@
+#include "engine/request.h"
+
+namespace duet::engine {
+
+const char* to_string(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::stop:
+      return "stop";
+    case FinishReason::length:
+      return "length";
+    case FinishReason::cancelled:
+      return "cancelled";
+    case FinishReason::error:
+      return "error";
+  }
+  return "unknown";
+}
+
+std::optional<Event> RequestHandle::next(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  if (!ready_.wait_for(lock, timeout, [this] { return !events_.empty(); })) return std::nullopt;
+  Event event = std::move(events_.front());
+  events_.pop_front();
+  return event;
+}
+
+void RequestHandle::cancel() {
+  std::lock_guard lock(mutex_);
+  cancelled_ = true;
+}
+
+bool RequestHandle::cancelled() const {
+  std::lock_guard lock(mutex_);
+  return cancelled_;
+}
+
+void RequestHandle::push(Event event) {
+  {
+    std::lock_guard lock(mutex_);
+    events_.push_back(std::move(event));
+  }
+  ready_.notify_all();
+}
+
+}  // namespace duet::engine

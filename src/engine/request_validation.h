@@ -1,0 +1,21 @@
+#pragma once
+// The checks submit() makes before a request may wait for a slot. The server validates its JSON first; these
+// protect the engine's own invariants (ids in range, room in the context, sane sampling numbers) for any caller.
+#include <cstdint>
+
+#include "engine/request.h"
+
+namespace duet::engine {
+
+struct RequestLimits {
+  int32_t vocab_size = 0;
+  int32_t context = 0;
+  bool has_tokenizer = false;  // stop strings need one
+};
+
+// Throws RequestInvalid with code "invalid_prompt" (empty, or an id outside [0, vocab)),
+// "context_length_exceeded" (prompt + max_tokens > context), or "invalid_sampling" (a number out of range,
+// or stop strings without a tokenizer).
+void validate_request(const Request& request, const RequestLimits& limits);
+
+}  // namespace duet::engine

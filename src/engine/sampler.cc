@@ -1,0 +1,173 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "engine/seeded_draw.h"
+
+namespace duet::engine {
+
+void TokenCounts::add_prompt(std::span<const int32_t> ids) { seen_.insert(ids.begin(), ids.end()); }
+
+void TokenCounts::add_generated(int32_t id) {
+  seen_.insert(id);
+  ++generated_[id];
+}
+
+namespace {
+
+constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
+
+// NaN would break the strict weak ordering the sorts rely on; a NaN logit is treated as impossible.
+float sane(float logit) { return std::isnan(logit) ? kNegativeInfinity : logit; }
+
+struct Scored {
+  int32_t id;
+  float logit;
+};
+
+// Most likely first, ties to the lowest id: a total order, so every sort gives one answer.
+bool more_likely(const Scored& a, const Scored& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); }
+
+int32_t argmax(std::span<const float> logits) {
+  int32_t best = 0;
+  float best_logit = kNegativeInfinity;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float logit = sane(logits[i]);
+    if (logit > best_logit) {  // strict: the first (lowest) id wins ties
+      best_logit = logit;
+      best = static_cast<int32_t>(i);
+    }
+  }
+  return best;
+}
+
+double log_sum_exp(std::span<const float> logits) {
+  float max_logit = kNegativeInfinity;
+  for (float logit : logits) max_logit = std::max(max_logit, sane(logit));
+  if (max_logit == kNegativeInfinity) return kNegativeInfinity;
+  double sum = 0;
+  for (float logit : logits) sum += std::exp(static_cast<double>(sane(logit)) - max_logit);
+  return max_logit + std::log(sum);
+}
+
+}  // namespace
+
+std::vector<float> penalized_logits(std::span<const float> logits, const SamplingParams& params,
+                                    const TokenCounts& counts) {
+  std::vector<float> out(logits.begin(), logits.end());
+  const auto vocab = static_cast<int32_t>(out.size());
+  if (params.repetition_penalty != 1.0f) {
+    for (int32_t id : counts.seen()) {
+      if (id < 0 || id >= vocab) continue;
+      float& logit = out[id];
+      logit = logit > 0 ? logit / params.repetition_penalty : logit * params.repetition_penalty;
+    }
+  }
+  if (params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f) {
+    for (const auto& [id, count] : counts.generated()) {
+      if (id < 0 || id >= vocab) continue;
+      out[id] -= params.frequency_penalty * static_cast<float>(count) + params.presence_penalty;
+    }
+  }
+  return out;
+}
+
+std::vector<Candidate> sampling_candidates(std::span<const float> logits, const SamplingParams& params,
+                                           const TokenCounts& counts) {
+  const std::vector<float> penalized = penalized_logits(logits, params, counts);
+  if (params.temperature <= 0.0f) return {{argmax(penalized), 1.0}};
+
+  std::vector<Scored> scored(penalized.size());
+  for (size_t i = 0; i < penalized.size(); ++i) {
+    scored[i] = {static_cast<int32_t>(i), sane(penalized[i]) / params.temperature};
+  }
+  // Only top-k and top-p need an order; without them candidates stay in id order (also deterministic).
+  const bool use_top_k = params.top_k > 0 && static_cast<size_t>(params.top_k) < scored.size();
+  const bool use_top_p = params.top_p < 1.0f;
+  if (use_top_k) {
+    std::partial_sort(scored.begin(), scored.begin() + params.top_k, scored.end(), more_likely);
+    scored.resize(params.top_k);
+  } else if (use_top_p) {
+    std::sort(scored.begin(), scored.end(), more_likely);
+  }
+
+  float max_logit = kNegativeInfinity;
+  for (const Scored& s : scored) max_logit = std::max(max_logit, s.logit);
+  if (max_logit == kNegativeInfinity) return {{argmax(penalized), 1.0}};  // nothing possible: fall back
+
+  // Weights relative to the most likely candidate (which has weight 1), in double for a stable cumulative sum.
+  std::vector<Candidate> candidates;
+  candidates.reserve(scored.size());
+  double total = 0;
+  for (const Scored& s : scored) {
+    const double weight = std::exp(static_cast<double>(s.logit) - max_logit);
+    candidates.push_back({s.id, weight});
+    total += weight;
+  }
+  if (use_top_p) {  // candidates are sorted here (top-k's prefix or the full sort)
+    const double target = static_cast<double>(params.top_p) * total;
+    double cumulative = 0;
+    size_t keep = 0;
+    while (keep < candidates.size()) {
+      cumulative += candidates[keep].probability;
+      ++keep;
+      if (cumulative >= target) break;
+    }
+    candidates.resize(std::max<size_t>(keep, 1));
+  }
+  if (params.min_p > 0.0f) {  // the most likely candidate has weight 1, so the threshold is min_p itself
+    std::erase_if(candidates, [&](const Candidate& c) { return c.probability < params.min_p; });
+  }
+  // Impossible tokens (logit -inf) stay out, so the walk below can only land on a possible one.
+  std::erase_if(candidates, [](const Candidate& c) { return c.probability <= 0; });
+  total = 0;
+  for (const Candidate& c : candidates) total += c.probability;
+  for (Candidate& c : candidates) c.probability /= total;
+  return candidates;
+}
+
+float raw_logprob(std::span<const float> logits, int32_t id) {
+  return static_cast<float>(static_cast<double>(sane(logits[id])) - log_sum_exp(logits));
+}
+
+std::vector<TokenLogprob> raw_top_logprobs(std::span<const float> logits, int32_t n) {
+  const size_t count = std::min<size_t>(std::max(n, 0), logits.size());
+  if (count == 0) return {};
+  std::vector<Scored> scored(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) scored[i] = {static_cast<int32_t>(i), sane(logits[i])};
+  std::partial_sort(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(count), scored.end(),
+                    more_likely);
+  const double normalizer = log_sum_exp(logits);
+  std::vector<TokenLogprob> top(count);
+  for (size_t i = 0; i < count; ++i) {
+    top[i] = {scored[i].id, static_cast<float>(static_cast<double>(scored[i].logit) - normalizer)};
+  }
+  return top;
+}
+
+SampledToken sample_token(std::span<const float> logits, const SamplingParams& params, const TokenCounts& counts,
+                          int64_t position) {
+  const std::vector<Candidate> candidates = sampling_candidates(logits, params, counts);
+  SampledToken out;
+  out.id = candidates.back().id;  // if rounding leaves the walk short, the last candidate takes the rest
+  if (candidates.size() > 1) {
+    const double target = seeded_uniform(params.seed, position);
+    double cumulative = 0;
+    for (const Candidate& c : candidates) {
+      cumulative += c.probability;
+      if (target < cumulative) {
+        out.id = c.id;
+        break;
+      }
+    }
+  }
+  if (params.top_logprobs >= 0) {
+    out.logprob = raw_logprob(logits, out.id);
+    out.top_logprobs = raw_top_logprobs(logits, params.top_logprobs);
+  }
+  return out;
+}
+
+}  // namespace duet::engine

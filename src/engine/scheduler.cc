@@ -1,0 +1,56 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+
+namespace duet::engine {
+
+Scheduler::Scheduler(StatePool& pool, int32_t prefill_chunk, int32_t step_token_budget)
+    : pool_(pool), prefill_chunk_(prefill_chunk), step_token_budget_(step_token_budget) {}
+
+void Scheduler::admit(std::unique_ptr<Sequence> sequence) {
+  const std::optional<int32_t> slot = pool_.acquire();
+  if (!slot) fail("scheduler: admit called with no free state slot");
+  sequence->set_slot(slot);
+  running_.push_back(std::move(sequence));
+}
+
+std::vector<ScheduledPiece> Scheduler::plan_step() {
+  std::vector<ScheduledPiece> pieces;
+  int32_t tokens = 0;
+  for (const auto& sequence : running_) {
+    if (sequence->finished() || !sequence->prefill_done()) continue;
+    pieces.push_back({.sequence = sequence.get(),
+                      .tokens = std::span(sequence->generated()).last(1),
+                      .is_prefill = false,
+                      .samples = true});
+    ++tokens;
+  }
+  bool any_prefill = false;
+  for (const auto& sequence : running_) {
+    if (sequence->finished() || sequence->prefill_done()) continue;
+    // prefilled() is always a multiple of the chunk, so this cut lands on one too.
+    const int32_t length = std::min(prefill_chunk_, sequence->prompt_length() - sequence->prefilled());
+    if (any_prefill && tokens + length > step_token_budget_) break;  // oldest first: later ones wait their turn
+    const bool last_chunk = sequence->prefilled() + length == sequence->prompt_length();
+    pieces.push_back({.sequence = sequence.get(),
+                      .tokens = std::span(sequence->request().prompt).subspan(sequence->prefilled(), length),
+                      .is_prefill = true,
+                      .samples = last_chunk});
+    tokens += length;
+    any_prefill = true;
+  }
+  return pieces;
+}
+
+void Scheduler::release_finished() {
+  std::erase_if(running_, [this](const std::unique_ptr<Sequence>& sequence) {
+    if (!sequence->finished()) return false;
+    if (sequence->slot()) pool_.release(*sequence->slot());
+    sequence->set_slot(std::nullopt);
+    return true;
+  });
+}
+
+}  // namespace duet::engine

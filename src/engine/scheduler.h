@@ -1,0 +1,46 @@
+#pragma once
+// Decides what each step runs. Every running sequence that has finished its prompt decodes one token every
+// step (decode never waits behind prefill); then prompts are prefilled a chunk at a time, oldest sequence
+// first, while the step's token budget lasts. One piece per sequence per step, and a prompt is always cut at
+// multiples of prefill_chunk, so where a prompt is cut never depends on what else is running (row invariance).
+// At least one prefill chunk runs every step that has a prompt waiting, so prompts always progress.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/sequence.h"
+#include "engine/state_pool.h"
+
+namespace duet::engine {
+
+struct ScheduledPiece {
+  Sequence* sequence = nullptr;
+  std::span<const int32_t> tokens;  // a prompt chunk or the last generated token
+  bool is_prefill = false;
+  bool samples = false;  // its last row's logits pick the next token (decode, or a prompt's last chunk)
+};
+
+class Scheduler {
+ public:
+  Scheduler(StatePool& pool, int32_t prefill_chunk, int32_t step_token_budget);
+
+  bool has_free_slot() const { return pool_.free_count() > 0; }
+  // Gives the sequence a state slot; requires has_free_slot().
+  void admit(std::unique_ptr<Sequence> sequence);
+  std::vector<ScheduledPiece> plan_step();
+  // Frees the slots of finished sequences at once and drops them.
+  void release_finished();
+
+  bool idle() const { return running_.empty(); }
+  std::span<const std::unique_ptr<Sequence>> running() const { return running_; }
+  model::SequenceState& state_of(const Sequence& sequence) { return pool_.state(*sequence.slot()); }
+
+ private:
+  StatePool& pool_;
+  int32_t prefill_chunk_;
+  int32_t step_token_budget_;
+  std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
+};
+
+}  // namespace duet::engine

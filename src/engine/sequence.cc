@@ -1,0 +1,73 @@
+#include "engine/sequence.h"
+
+namespace duet::engine {
+
+Sequence::Sequence(uint64_t id, Request request, std::shared_ptr<RequestHandle> handle,
+                   const tokenizer::Tokenizer* tokenizer)
+    : id_(id),
+      request_(std::move(request)),
+      handle_(std::move(handle)),
+      tokenizer_(tokenizer),
+      stop_matcher_(request_.sampling.stop) {
+  if (tokenizer_ != nullptr) decoder_.emplace(*tokenizer_, request_.sampling.skip_special_tokens);
+  counts_.add_prompt(request_.prompt);
+}
+
+std::string Sequence::text_for(int32_t id) {
+  // The model's vocabulary may be padded past the tokenizer's; such an id has no text.
+  if (!decoder_ || id >= tokenizer_->vocab_size()) return {};
+  return decoder_->push(id);
+}
+
+std::optional<FinishReason> Sequence::accept(const SampledToken& token, bool is_stop_token) {
+  generated_.push_back(token.id);
+  counts_.add_generated(token.id);
+  if (!first_token_at_) first_token_at_ = Clock::now();
+  if (is_stop_token) {
+    matched_stop_token_ = token.id;
+    return FinishReason::stop;
+  }
+  TokenEvent event{.id = token.id, .text = {}, .logprob = token.logprob, .top_logprobs = token.top_logprobs};
+  StopMatcher::Result text = stop_matcher_.push(text_for(token.id));
+  event.text = std::move(text.released);
+  handle_->push(std::move(event));
+  if (text.matched) {
+    matched_stop_string_ = std::move(text.matched);
+    return FinishReason::stop;
+  }
+  if (static_cast<int32_t>(generated_.size()) >= request_.sampling.max_tokens) return FinishReason::length;
+  return std::nullopt;
+}
+
+double Sequence::time_to_first_token_s() const {
+  if (!first_token_at_) return 0;
+  return std::chrono::duration<double>(*first_token_at_ - submitted_at_).count();
+}
+
+void Sequence::finish(FinishReason reason, std::string error) {
+  if (finished_) return;
+  finished_ = true;
+  FinishedEvent event;
+  event.reason = reason;
+  event.prompt_tokens = prompt_length();
+  event.completion_tokens = static_cast<int32_t>(generated_.size());
+  event.error = std::move(error);
+  event.time_to_first_token_s = time_to_first_token_s();
+  event.matched_stop_token = matched_stop_token_;
+  event.matched_stop_string = matched_stop_string_;
+  if (!matched_stop_string_) {
+    // Bytes of an unfinished character, then whatever the stop matcher still held back.
+    std::string rest = decoder_ ? decoder_->finish() : std::string();
+    StopMatcher::Result tail = stop_matcher_.push(rest);
+    event.text_tail = std::move(tail.released);
+    if (tail.matched) {
+      event.matched_stop_string = std::move(tail.matched);
+      if (reason == FinishReason::length) event.reason = FinishReason::stop;
+    } else {
+      event.text_tail += stop_matcher_.flush();
+    }
+  }
+  handle_->push(std::move(event));
+}
+
+}  // namespace duet::engine

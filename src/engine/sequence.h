@@ -1,0 +1,75 @@
+#pragma once
+// One admitted or waiting request as the engine tracks it: its prompt, how far the prompt has been prefilled,
+// the tokens generated so far, its state slot, and the text pipeline (stream decoder, stop strings) that turns
+// tokens into events.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/sampler.h"
+#include "engine/stop_matcher.h"
+#include "tokenizer/tokenizer.h"
+
+namespace duet::engine {
+
+using Clock = std::chrono::steady_clock;
+
+class Sequence {
+ public:
+  Sequence(uint64_t id, Request request, std::shared_ptr<RequestHandle> handle,
+           const tokenizer::Tokenizer* tokenizer);
+
+  uint64_t id() const { return id_; }
+  const Request& request() const { return request_; }
+  const SamplingParams& sampling() const { return request_.sampling; }
+  RequestHandle& handle() { return *handle_; }
+  // The consumer asked to stop, or dropped its handle (the engine holds the only reference: nobody reads).
+  bool abandoned() const { return handle_->cancelled() || handle_.use_count() == 1; }
+
+  int32_t prompt_length() const { return static_cast<int32_t>(request_.prompt.size()); }
+  int32_t prefilled() const { return prefilled_; }
+  bool prefill_done() const { return prefilled_ == prompt_length(); }
+  const std::vector<int32_t>& generated() const { return generated_; }
+  // Absolute position of the next token to sample (its seeded draw is keyed by it).
+  int64_t next_position() const { return prompt_length() + static_cast<int64_t>(generated_.size()); }
+  const TokenCounts& counts() const { return counts_; }
+
+  std::optional<int32_t> slot() const { return slot_; }
+  void set_slot(std::optional<int32_t> slot) { slot_ = slot; }
+  void advance_prefill(int32_t tokens) { prefilled_ += tokens; }
+
+  // Records a sampled token and sends what it produced; returns the reason if the sequence ends with it. A stop
+  // token (eos unless ignore_eos, or one of stop_token_ids) is counted but sends no TokenEvent.
+  std::optional<FinishReason> accept(const SampledToken& token, bool is_stop_token);
+  // Sends the FinishedEvent (once; later calls do nothing).
+  void finish(FinishReason reason, std::string error = {});
+  bool finished() const { return finished_; }
+
+  Clock::time_point submitted_at() const { return submitted_at_; }
+  double time_to_first_token_s() const;  // 0 before the first token
+
+ private:
+  std::string text_for(int32_t id);
+
+  uint64_t id_;
+  Request request_;
+  std::shared_ptr<RequestHandle> handle_;
+  const tokenizer::Tokenizer* tokenizer_;
+  std::optional<tokenizer::StreamDecoder> decoder_;
+  StopMatcher stop_matcher_;
+  TokenCounts counts_;
+  std::optional<int32_t> slot_;
+  int32_t prefilled_ = 0;
+  std::vector<int32_t> generated_;
+  std::optional<int32_t> matched_stop_token_;
+  std::optional<std::string> matched_stop_string_;
+  Clock::time_point submitted_at_ = Clock::now();
+  std::optional<Clock::time_point> first_token_at_;
+  bool finished_ = false;
+};
+
+}  // namespace duet::engine
