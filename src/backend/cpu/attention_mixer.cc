@@ -1,0 +1,110 @@
+// Gated softmax attention on the CPU: q_proj gives per head [query | gate]; q_norm and k_norm (1 + w); partial
+// RoPE; causal attention over the sequence's KV cache (GQA); output times sigmoid(gate); o_proj. All fp32.
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/mixers.h"
+#include "backend/cpu/norms.h"
+#include "backend/cpu/scalar_math.h"
+#include "base/thread_pool.h"
+
+namespace duet::backend::cpu {
+
+namespace {
+
+// Rotates dims [0, rotary_dim) of one head in place, pairing i with i + rotary_dim / 2 (rotate_half), at angle
+// position * inv_freq[i]; inv_freq[i] = theta^(-2i / rotary_dim) computed in fp32 as transformers does.
+void apply_rope(float* head, int64_t rotary_dim, int64_t position, double theta) {
+  const int64_t half = rotary_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(rotary_dim);
+    const float base_power = static_cast<float>(std::pow(static_cast<double>(static_cast<float>(theta)), exponent));
+    const float inv_freq = 1.0f / base_power;
+    const float angle = inv_freq * static_cast<float>(position);
+    const float c = static_cast<float>(std::cos(static_cast<double>(angle)));
+    const float s = static_cast<float>(std::sin(static_cast<double>(angle)));
+    const float x1 = head[i], x2 = head[i + half];
+    head[i] = x1 * c - x2 * s;
+    head[i + half] = x2 * c + x1 * s;
+  }
+}
+
+}  // namespace
+
+void attention_mixer(const AttentionWeights& w, const AttentionShape& shape, const CpuActivations& x,
+                     std::span<const PieceRows> pieces, std::span<CpuKvCache* const> caches, CpuActivations& out) {
+  const int64_t rows = x.rows();
+  const int64_t hd = shape.head_dim, qh = shape.q_heads, kvh = shape.kv_heads;
+  std::vector<float> q_gate(static_cast<size_t>(rows * qh * 2 * hd));  // [rows, q_heads, query | gate]
+  std::vector<float> k(static_cast<size_t>(rows * kvh * hd));           // [rows, kv_heads, head_dim]
+  std::vector<float> v(static_cast<size_t>(rows * kvh * hd));           // [rows, kv_heads, head_dim]
+  matmul(x.values.data(), rows, w.q_proj, q_gate.data());
+  matmul(x.values.data(), rows, w.k_proj, k.data());
+  matmul(x.values.data(), rows, w.v_proj, v.data());
+
+  // Per row: norms, RoPE at the row's absolute position, then K and V go into the sequence's cache.
+  const float eps = static_cast<float>(shape.norm_eps);
+  std::vector<int64_t> row_piece(static_cast<size_t>(rows));
+  for (size_t p = 0; p < pieces.size(); ++p)
+    for (int64_t t = 0; t < pieces[p].rows; ++t) row_piece[pieces[p].first_row + t] = static_cast<int64_t>(p);
+  global_thread_pool().parallel_for(static_cast<size_t>(rows), [&](size_t begin, size_t end) {
+    for (size_t r = begin; r < end; ++r) {
+      const auto& piece = pieces[row_piece[r]];
+      const int64_t position = piece.start_position + (static_cast<int64_t>(r) - piece.first_row);
+      for (int64_t h = 0; h < qh; ++h) {
+        float* query = q_gate.data() + (r * qh + h) * 2 * hd;
+        rms_norm_one_plus(query, hd, w.q_norm, eps, query);
+        apply_rope(query, shape.rotary_dim, position, shape.rope_theta);
+      }
+      CpuKvCache& cache = *caches[row_piece[r]];
+      for (int64_t h = 0; h < kvh; ++h) {
+        float* key = k.data() + (r * kvh + h) * hd;
+        rms_norm_one_plus(key, hd, w.k_norm, eps, key);
+        apply_rope(key, shape.rotary_dim, position, shape.rope_theta);
+        std::copy(key, key + hd, cache.key(position, h));
+        const float* value = v.data() + (r * kvh + h) * hd;
+        std::copy(value, value + hd, cache.value(position, h));
+      }
+    }
+  });
+
+  // Causal softmax attention, one task per (row, query head): scores over positions [0, position].
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  const int64_t group = qh / kvh;
+  std::vector<float> attended(static_cast<size_t>(rows * qh * hd));  // [rows, q_heads * head_dim]
+  global_thread_pool().parallel_for(static_cast<size_t>(rows * qh), [&](size_t begin, size_t end) {
+    std::vector<float> weights;
+    for (size_t task = begin; task < end; ++task) {
+      const int64_t r = static_cast<int64_t>(task) / qh, h = static_cast<int64_t>(task) % qh, kv = h / group;
+      const auto& piece = pieces[row_piece[r]];
+      CpuKvCache& cache = *caches[row_piece[r]];
+      const int64_t position = piece.start_position + (r - piece.first_row);
+      const float* query = q_gate.data() + (r * qh + h) * 2 * hd;
+      weights.resize(static_cast<size_t>(position + 1));
+      float max_score = -INFINITY;
+      for (int64_t j = 0; j <= position; ++j) {
+        weights[j] = dot(query, cache.key(j, kv), hd) * scale;
+        max_score = std::max(max_score, weights[j]);
+      }
+      float sum = 0.0f;
+      for (int64_t j = 0; j <= position; ++j) {
+        weights[j] = std::exp(weights[j] - max_score);
+        sum += weights[j];
+      }
+      float* o = attended.data() + (r * qh + h) * hd;
+      std::fill(o, o + hd, 0.0f);
+      for (int64_t j = 0; j <= position; ++j) {
+        const float p = weights[j] / sum;
+        const float* value = cache.value(j, kv);
+        for (int64_t i = 0; i < hd; ++i) o[i] += p * value[i];
+      }
+      const float* gate = query + hd;
+      for (int64_t i = 0; i < hd; ++i) o[i] *= sigmoid(gate[i]);
+    }
+  });
+  for (size_t p = 0; p < pieces.size(); ++p) caches[p]->position = pieces[p].start_position + pieces[p].rows;
+  matmul(attended.data(), rows, w.o_proj, out.values.data());
+}
+
+}  // namespace duet::backend::cpu

@@ -1,0 +1,45 @@
+#include "backend/cpu/cpu_state.h"
+
+#include <algorithm>
+
+namespace duet::backend::cpu {
+
+CpuGdnState::CpuGdnState(const GdnShape& s)
+    : shape(s),
+      conv_history(static_cast<size_t>((s.conv_kernel - 1) * s.conv_channels())),
+      boundary_states(static_cast<size_t>(s.value_heads * s.key_dim * s.value_dim)),
+      chunk_keys(static_cast<size_t>(s.value_heads * kDeltaRuleChunk * s.key_dim)),
+      chunk_cum_decay(static_cast<size_t>(s.value_heads * kDeltaRuleChunk)),
+      chunk_values(static_cast<size_t>(s.value_heads * kDeltaRuleChunk * s.value_dim)) {}
+
+size_t CpuGdnState::bytes_for(const GdnShape& s) {
+  const int64_t floats = (s.conv_kernel - 1) * s.conv_channels() + s.value_heads * s.key_dim * s.value_dim +
+                         s.value_heads * kDeltaRuleChunk * (s.key_dim + 1 + s.value_dim);
+  return static_cast<size_t>(floats) * sizeof(float);
+}
+
+void CpuGdnState::reset() {
+  // Chunk rows beyond `position % 64` are never read, so only the history and the boundary state need zeroing.
+  std::fill(conv_history.begin(), conv_history.end(), 0.0f);
+  std::fill(boundary_states.begin(), boundary_states.end(), 0.0f);
+  position = 0;
+}
+
+DeltaRuleHead CpuGdnState::head(int64_t h) {
+  return DeltaRuleHead{boundary_states.data() + h * shape.key_dim * shape.value_dim,
+                       chunk_keys.data() + h * kDeltaRuleChunk * shape.key_dim,
+                       chunk_cum_decay.data() + h * kDeltaRuleChunk,
+                       chunk_values.data() + h * kDeltaRuleChunk * shape.value_dim};
+}
+
+CpuKvCache::CpuKvCache(const AttentionShape& s, int64_t max_pos)
+    : shape(s),
+      max_positions(max_pos),
+      keys(static_cast<size_t>(max_pos * s.kv_heads * s.head_dim)),
+      values(static_cast<size_t>(max_pos * s.kv_heads * s.head_dim)) {}
+
+size_t CpuKvCache::bytes_for(const AttentionShape& s, int64_t max_pos) {
+  return static_cast<size_t>(2 * max_pos * s.kv_heads * s.head_dim) * sizeof(float);
+}
+
+}  // namespace duet::backend::cpu

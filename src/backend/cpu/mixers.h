@@ -1,0 +1,18 @@
+#pragma once
+// The CPU backend's sublayers over a step's rows (see backend/backend.h for the contracts).
+#include <span>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_state.h"
+
+namespace duet::backend::cpu {
+
+void gdn_mixer(const GdnWeights& w, const GdnShape& shape, const CpuActivations& x, std::span<const PieceRows> pieces,
+               std::span<CpuGdnState* const> states, CpuActivations& out);
+
+void attention_mixer(const AttentionWeights& w, const AttentionShape& shape, const CpuActivations& x,
+                     std::span<const PieceRows> pieces, std::span<CpuKvCache* const> caches, CpuActivations& out);
+
+void mlp(const MlpWeights& w, const CpuActivations& x, CpuActivations& out);
+
+}  // namespace duet::backend::cpu

@@ -1,0 +1,125 @@
+// The Qwen3.5 forward pass, written once against backend/backend.h. Shapes: R rows in the step (the pieces'
+// tokens, concatenated), h hidden, V vocab. Per layer:
+//
+//   x = x + mixer(input_layernorm(x))      mixer: Gated DeltaNet (linear_attention) or gated attention (full)
+//   x = x + mlp(post_attention_layernorm(x))
+//
+// then the final (1 + w) norm, whose rows the decision head reads, and lm_head for the rows that want logits.
+#include <set>
+
+#include "base/error.h"
+#include "model/qwen35_model.h"
+
+namespace duet::model {
+
+namespace {
+
+// Checks every piece before any state moves, so a refused step leaves all sequences as they were.
+std::vector<Qwen35SequenceState*> checked_states(std::span<const Piece> pieces, const Qwen35Config& config) {
+  std::vector<Qwen35SequenceState*> states;
+  std::set<const SequenceState*> seen;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& piece = pieces[i];
+    auto* state = dynamic_cast<Qwen35SequenceState*>(piece.state);
+    if (state == nullptr) fail("forward: piece {} has no sequence state of this model", i);
+    if (!seen.insert(state).second) fail("forward: piece {} repeats a sequence already in this step", i);
+    if (piece.tokens.empty()) fail("forward: piece {} has no tokens", i);
+    if (static_cast<int64_t>(state->position()) + static_cast<int64_t>(piece.tokens.size()) > state->max_positions())
+      fail("forward: piece {} needs positions up to {}, its state holds {}", i,
+           static_cast<int64_t>(state->position()) + static_cast<int64_t>(piece.tokens.size()),
+           state->max_positions());
+    for (int32_t id : piece.tokens)
+      if (id < 0 || id >= config.vocab_size)
+        fail("forward: piece {} has token id {} outside the vocabulary [0, {})", i, id, config.vocab_size);
+    states.push_back(state);
+  }
+  return states;
+}
+
+}  // namespace
+
+std::vector<PieceResult> Qwen35Model::forward(std::span<const Piece> pieces) {
+  std::vector<Qwen35SequenceState*> states = checked_states(pieces, config_);
+  backend::Backend& be = *backend_;
+
+  // The step's layout: piece i owns rows [first_row, first_row + rows), its next positions.
+  std::vector<backend::PieceRows> rows_of;
+  std::vector<int32_t> ids;  // [R]
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    rows_of.push_back({static_cast<int64_t>(ids.size()), static_cast<int64_t>(pieces[i].tokens.size()),
+                       states[i]->position()});
+    ids.insert(ids.end(), pieces[i].tokens.begin(), pieces[i].tokens.end());
+  }
+  const auto R = static_cast<int64_t>(ids.size());
+  const int64_t h = config_.hidden_size;
+  if (dump_.enabled()) {
+    std::vector<int32_t> positions;
+    for (const auto& p : rows_of)
+      for (int64_t t = 0; t < p.rows; ++t) positions.push_back(static_cast<int32_t>(p.start_position + t));
+    dump_.begin_step(ids, positions);
+  }
+
+  auto x = be.new_activations(R, h);       // [R, h] the residual stream
+  auto normed = be.new_activations(R, h);  // [R, h] a norm's output, the sublayers' input
+  auto delta = be.new_activations(R, h);   // [R, h] a sublayer's output, added to the residual
+  be.embed(weights_.embed_tokens, ids, *x);
+  if (dump_.enabled()) dump_.add(be, "hidden.0", *x);
+
+  std::vector<backend::LayerState*> layer_states(pieces.size());
+  for (size_t l = 0; l < weights_.layers.size(); ++l) {
+    const Qwen35LayerWeights& layer = weights_.layers[l];
+    for (size_t i = 0; i < states.size(); ++i) layer_states[i] = states[i]->layer(l);
+
+    be.rms_norm(*x, layer.input_layernorm, config_.rms_norm_eps, *normed);
+    if (layer.type == LayerType::linear_attention) {
+      be.gdn_mixer(layer.gdn, gdn_shape_, *normed, rows_of, layer_states, *delta);
+    } else {
+      be.attention_mixer(layer.attention, attention_shape_, *normed, rows_of, layer_states, *delta);
+    }
+    be.add(*x, *delta);
+
+    be.rms_norm(*x, layer.post_attention_layernorm, config_.rms_norm_eps, *normed);
+    be.mlp(layer.mlp, *normed, *delta);
+    be.add(*x, *delta);
+    if (dump_.enabled()) dump_.add(be, "hidden." + std::to_string(l + 1), *x);
+  }
+
+  be.rms_norm(*x, weights_.final_norm, config_.rms_norm_eps, *normed);  // [R, h] the final-norm rows
+  if (dump_.enabled()) {
+    dump_.add(be, "final_norm", *normed);
+    dump_.end_step();
+  }
+
+  // Outputs: final-norm rows and logits (lm_head: [V, h]) of the rows each piece asked for.
+  std::vector<int64_t> logit_rows;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const auto& p = rows_of[i];
+    if (has(pieces[i].wants, RowOutput::all_logits)) {
+      for (int64_t t = 0; t < p.rows; ++t) logit_rows.push_back(p.first_row + t);
+    } else if (has(pieces[i].wants, RowOutput::last_logits)) {
+      logit_rows.push_back(p.first_row + p.rows - 1);
+    }
+  }
+  const int64_t V = config_.vocab_size;
+  std::vector<float> logits(logit_rows.size() * static_cast<size_t>(V));  // [logit rows, V]
+  if (!logit_rows.empty()) be.lm_head(weights_.lm_head, *normed, logit_rows, logits.data());
+
+  std::vector<PieceResult> results(pieces.size());
+  size_t next_logit_row = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const auto& p = rows_of[i];
+    const RowOutput wants = pieces[i].wants;
+    const int64_t count = has(wants, RowOutput::all_logits) ? p.rows : has(wants, RowOutput::last_logits) ? 1 : 0;
+    results[i].logits.assign(logits.begin() + static_cast<int64_t>(next_logit_row) * V,
+                             logits.begin() + static_cast<int64_t>(next_logit_row + count) * V);
+    next_logit_row += static_cast<size_t>(count);
+    if (has(wants, RowOutput::norm_rows)) {
+      results[i].norm_rows.resize(static_cast<size_t>(p.rows * h));
+      be.read_rows(*normed, p.first_row, p.rows, results[i].norm_rows.data());
+    }
+    states[i]->advance(static_cast<int32_t>(p.rows));
+  }
+  return results;
+}
+
+}  // namespace duet::model
