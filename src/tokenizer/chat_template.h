@@ -9,9 +9,12 @@
 
 namespace duet::tokenizer {
 
+// Tool schemas and arguments keep the key order the client sent, because the template writes them back in
+// that order (Python dicts do): parse request bodies with nlohmann::ordered_json, not nlohmann::json (which
+// sorts keys). A nlohmann::json converts implicitly, but its keys are already sorted by then.
 struct ToolCall {
   std::string name;
-  nlohmann::json arguments;  // an object; a JSON string is parsed first
+  nlohmann::ordered_json arguments;  // an object (or null: no parameters); a JSON string is parsed first
 };
 
 struct ChatMessage {
@@ -22,12 +25,13 @@ struct ChatMessage {
 };
 
 struct ChatOptions {
-  nlohmann::json tools = nlohmann::json::array();  // OpenAI tool objects, passed to the template
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();  // OpenAI tool objects, as the template gets them
   bool add_generation_prompt = true;
   bool enable_thinking = true;
 };
 
-// Throws duet::Error naming the message index and field for input the format cannot express.
+// Renders exactly what tools/qwen35_chat_template.jinja renders under transformers (Jinja2) for the same
+// input. Throws duet::Error naming the message index and field for input the format cannot express.
 std::string render_chat(const std::vector<ChatMessage>& messages, const ChatOptions& options);
 
 }  // namespace duet::tokenizer

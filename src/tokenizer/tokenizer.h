@@ -15,6 +15,9 @@ class Tokenizer {
   // Reads `dir`/tokenizer.json and, when present, `dir`/tokenizer_config.json. Throws duet::Error naming the
   // file and the unsupported or malformed part.
   static std::unique_ptr<Tokenizer> load_dir(const std::string& dir);
+  // The same from the files' text (`tokenizer_config_json` may be empty); `origin` names them in errors.
+  static std::unique_ptr<Tokenizer> load_json(std::string_view tokenizer_json, std::string_view tokenizer_config_json = {},
+                                              const std::string& origin = "tokenizer.json");
   virtual ~Tokenizer() = default;
 
   // Added/special tokens are matched inside the text first; the rest goes through NFC, split, BPE.
@@ -28,6 +31,9 @@ class Tokenizer {
   virtual std::optional<int32_t> eos_id() const = 0;  // from tokenizer_config.json's eos_token
   virtual std::optional<int32_t> pad_id() const = 0;
   virtual const std::string& chat_template() const = 0;  // tokenizer_config.json's, or empty
+  // The raw bytes `id` stands for (before any UTF-8 repair), or nullptr for an id the tokenizer does not
+  // have. StreamDecoder uses it; an implementation without it (a test double) streams decode({id}) instead.
+  virtual const std::string* token_bytes(int32_t id) const { return nullptr; }
 };
 
 // Streaming decode: returns the text that is complete after each id; never splits a UTF-8 character and

