@@ -1,0 +1,177 @@
+#include "server/chat_request.h"
+
+#include <fmt/format.h>
+
+#include "server/errors.h"
+
+namespace duet::server {
+namespace {
+
+constexpr size_t kMaxTools = 256;
+
+// content: a string, null, or an array of {"type": "text", "text": ...} parts (joined).
+std::string message_content(const Json& message, const std::string& name) {
+  auto it = message.find("content");
+  if (it == message.end() || it->is_null()) return {};
+  if (it->is_string()) return it->get<std::string>();
+  if (!it->is_array()) refuse_field(name + ".content", "expected a string or an array of text parts");
+  std::string text;
+  for (size_t j = 0; j < it->size(); ++j) {
+    const Json& part = (*it)[j];
+    std::string part_name = fmt::format("{}.content[{}]", name, j);
+    if (!part.is_object()) refuse_field(part_name, "expected a content part object");
+    auto type = read_string(part, "type", part_name + ".type");
+    if (!type) refuse_field(part_name + ".type", "missing");
+    if (*type != "text")
+      refuse_field(part_name + ".type", fmt::format("`{}` parts are not supported; only text", *type));
+    for (const auto& [key, value] : part.items())
+      if (key != "type" && key != "text") refuse_field(part_name + "." + key, "not supported");
+    auto part_text = read_string(part, "text", part_name + ".text");
+    if (!part_text) refuse_field(part_name + ".text", "missing");
+    text += *part_text;
+  }
+  return text;
+}
+
+std::vector<tokenizer::ToolCall> message_tool_calls(const Json& message, const std::string& name) {
+  std::vector<tokenizer::ToolCall> calls;
+  auto it = message.find("tool_calls");
+  if (it == message.end() || it->is_null()) return calls;
+  if (!it->is_array()) refuse_field(name + ".tool_calls", "expected an array");
+  for (size_t j = 0; j < it->size(); ++j) {
+    const Json& call = (*it)[j];
+    std::string call_name = fmt::format("{}.tool_calls[{}]", name, j);
+    if (!call.is_object()) refuse_field(call_name, "expected an object");
+    if (auto type = read_string(call, "type", call_name + ".type"); type && *type != "function")
+      refuse_field(call_name + ".type", "only function tool calls are supported");
+    auto function = call.find("function");
+    if (function == call.end() || !function->is_object()) refuse_field(call_name + ".function", "expected an object");
+    auto function_name = read_string(*function, "name", call_name + ".function.name");
+    if (!function_name || function_name->empty()) refuse_field(call_name + ".function.name", "missing");
+    tokenizer::ToolCall parsed{*function_name, Json::object()};
+    auto arguments = function->find("arguments");
+    if (arguments != function->end() && !arguments->is_null()) {
+      // OpenAI sends arguments as a JSON string; accept an object too.
+      Json value = *arguments;
+      if (arguments->is_string()) {
+        const std::string& text = arguments->get_ref<const std::string&>();
+        value = text.empty() ? Json::object() : Json::parse(text, nullptr, false);
+      }
+      if (!value.is_object()) refuse_field(call_name + ".function.arguments", "expected a JSON object (as a string)");
+      parsed.arguments = std::move(value);
+    }
+    calls.push_back(std::move(parsed));
+  }
+  return calls;
+}
+
+}  // namespace
+
+std::vector<tokenizer::ChatMessage> parse_chat_messages(const Json& body) {
+  auto it = body.find("messages");
+  if (it == body.end() || it->is_null()) refuse_field("messages", "missing");
+  if (!it->is_array()) refuse_field("messages", "expected an array of messages");
+  if (it->empty()) refuse_field("messages", "must contain at least one message");
+  std::vector<tokenizer::ChatMessage> messages;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const Json& message = (*it)[i];
+    std::string name = fmt::format("messages[{}]", i);
+    if (!message.is_object()) refuse_field(name, "expected an object");
+    for (const auto& [key, value] : message.items()) {
+      // name, tool_call_id, refusal and annotations carry nothing the template uses (clients echo them back).
+      static const char* const kKnown[] = {"role", "content", "tool_calls", "reasoning_content", "name",
+                                           "tool_call_id", "refusal", "annotations"};
+      bool known = false;
+      for (const char* k : kKnown) known = known || key == k;
+      if (!known) refuse_field(name + "." + key, "not supported");
+    }
+    auto role = read_string(message, "role", name + ".role");
+    if (!role) refuse_field(name + ".role", "missing");
+    tokenizer::ChatMessage parsed;
+    if (*role == "developer") parsed.role = "system";  // OpenAI's newer name for the system role
+    else if (*role == "system" || *role == "user" || *role == "assistant" || *role == "tool") parsed.role = *role;
+    else refuse_field(name + ".role", fmt::format("`{}` is not one of system, developer, user, assistant, tool", *role));
+    parsed.content = message_content(message, name);
+    if (parsed.role == "assistant") {
+      parsed.reasoning_content = read_string(message, "reasoning_content", name + ".reasoning_content");
+      parsed.tool_calls = message_tool_calls(message, name);
+    } else {
+      if (message.contains("tool_calls") && !message["tool_calls"].is_null())
+        refuse_field(name + ".tool_calls", "only assistant messages carry tool calls");
+      if (message.contains("reasoning_content") && !message["reasoning_content"].is_null())
+        refuse_field(name + ".reasoning_content", "only assistant messages carry reasoning");
+    }
+    messages.push_back(std::move(parsed));
+  }
+  return messages;
+}
+
+Json parse_tools(const Json& body) {
+  Json tools = Json::array();
+  if (auto it = body.find("tools"); it != body.end() && !it->is_null()) {
+    if (!it->is_array()) refuse_field("tools", "expected an array of tools");
+    if (it->size() > kMaxTools) refuse_field("tools", fmt::format("at most {} tools", kMaxTools));
+    for (size_t i = 0; i < it->size(); ++i) {
+      const Json& tool = (*it)[i];
+      std::string name = fmt::format("tools[{}]", i);
+      if (!tool.is_object()) refuse_field(name, "expected an object");
+      auto type = read_string(tool, "type", name + ".type");
+      if (!type || *type != "function") refuse_field(name + ".type", "only `function` tools are supported");
+      auto function = tool.find("function");
+      if (function == tool.end() || !function->is_object()) refuse_field(name + ".function", "expected an object");
+      auto function_name = read_string(*function, "name", name + ".function.name");
+      if (!function_name || function_name->empty()) refuse_field(name + ".function.name", "missing");
+      if (auto params = function->find("parameters"); params != function->end() && !params->is_null() &&
+                                                       !params->is_object())
+        refuse_field(name + ".function.parameters", "expected a JSON schema object");
+      read_string(*function, "description", name + ".function.description");
+    }
+    tools = *it;
+  }
+  if (auto it = body.find("tool_choice"); it != body.end() && !it->is_null()) {
+    if (!it->is_string() || (*it != "auto" && *it != "none"))
+      refuse_field("tool_choice", "only \"auto\" and \"none\" are supported");
+    if (*it == "none") tools = Json::array();  // the model is not told about tools it may not call
+  }
+  return tools;
+}
+
+bool parse_enable_thinking(const Json& body, bool default_value) {
+  auto it = body.find("chat_template_kwargs");
+  if (it == body.end() || it->is_null()) return default_value;
+  if (!it->is_object()) refuse_field("chat_template_kwargs", "expected an object");
+  for (const auto& [key, value] : it->items())
+    if (key != "enable_thinking")
+      refuse_field("chat_template_kwargs." + key, "not supported; only enable_thinking is");
+  return read_bool(*it, "enable_thinking", "chat_template_kwargs.enable_thinking").value_or(default_value);
+}
+
+ChatRequest parse_chat_request(const Json& body, const ServerOptions& options) {
+  check_known_fields(body,
+                     {"model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens",
+                      "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
+                      "repetition_penalty", "seed", "stop", "stop_token_ids", "ignore_eos", "n", "logprobs",
+                      "top_logprobs", "tools", "tool_choice", "chat_template_kwargs", "return_token_ids",
+                      "logit_bias", "response_format"},
+                     {"user", "metadata", "store", "service_tier", "parallel_tool_calls"});
+  check_model(body, options.served_model_name);
+  ChatRequest request;
+  request.messages = parse_chat_messages(body);
+  request.tools = parse_tools(body);
+  request.enable_thinking = parse_enable_thinking(body, options.enable_thinking);
+  request.sampling = parse_sampling(body);
+  request.stream = parse_stream(body);
+  if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
+    if (!it->is_object() || it->value("type", Json()) != "text" || it->size() != 1)
+      refuse_field("response_format", "only {\"type\": \"text\"} is supported (no JSON mode)");
+  }
+  request.logprobs = read_bool(body, "logprobs", "logprobs").value_or(false);
+  if (auto top = read_integer(body, "top_logprobs", "top_logprobs", 0, 20)) {
+    if (!request.logprobs) refuse_field("top_logprobs", "needs logprobs: true");
+    request.top_logprobs = static_cast<int32_t>(*top);
+  }
+  request.sampling.params.top_logprobs = request.logprobs ? request.top_logprobs : -1;
+  return request;
+}
+
+}  // namespace duet::server

@@ -1,0 +1,34 @@
+#pragma once
+// A POST /v1/chat/completions body read into what the template and the engine take: messages, tools,
+// thinking, sampling, streaming and logprobs, each field checked and refused by name.
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/request_parsing.h"
+#include "server/server_context.h"
+#include "tokenizer/chat_template.h"
+
+namespace duet::server {
+
+struct ChatRequest {
+  std::vector<tokenizer::ChatMessage> messages;
+  nlohmann::json tools = nlohmann::json::array();  // empty when none were offered or tool_choice is "none"
+  bool enable_thinking = true;
+  SamplingRequest sampling;
+  StreamRequest stream;
+  bool logprobs = false;
+  int32_t top_logprobs = 0;
+};
+
+// messages[] (also used by POST /tokenize).
+std::vector<tokenizer::ChatMessage> parse_chat_messages(const nlohmann::json& body);
+// tools[] and tool_choice: the tools to hand the template.
+nlohmann::json parse_tools(const nlohmann::json& body);
+// chat_template_kwargs: only enable_thinking is understood.
+bool parse_enable_thinking(const nlohmann::json& body, bool default_value);
+
+ChatRequest parse_chat_request(const nlohmann::json& body, const ServerOptions& options);
+
+}  // namespace duet::server

@@ -1,0 +1,130 @@
+#include "server/metrics.h"
+
+#include <unistd.h>
+
+#include <fstream>
+
+#include <fmt/format.h>
+
+namespace duet::server {
+namespace {
+
+// Resident set size of this process; 0 where /proc is not there.
+int64_t resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size_pages = 0, resident_pages = 0;
+  if (!(statm >> size_pages >> resident_pages)) return 0;
+  return resident_pages * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
+void metric(std::string& out, std::string_view name, std::string_view type, std::string_view help) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+template <typename T>
+void sample(std::string& out, std::string_view name, T value, std::string_view labels = {}) {
+  if (labels.empty()) out += fmt::format("{} {}\n", name, value);
+  else out += fmt::format("{}{{{}}} {}\n", name, labels, value);
+}
+
+// Prometheus label values escape backslash, quote and newline.
+std::string escape_label(std::string_view value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+const char* finish_reason_label(engine::FinishReason reason) {
+  switch (reason) {
+    case engine::FinishReason::stop: return "stop";
+    case engine::FinishReason::length: return "length";
+    case engine::FinishReason::cancelled: return "cancelled";
+    case engine::FinishReason::error: return "error";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+void ServerMetrics::count_response(std::string_view route, int status) {
+  std::lock_guard lock(mutex_);
+  ++responses_[{std::string(route), status}];
+}
+
+void ServerMetrics::record_finished(const engine::FinishedEvent& finished, double request_seconds) {
+  std::lock_guard lock(mutex_);
+  ++finish_reasons_[finish_reason_label(finished.reason)];
+  if (finished.completion_tokens > 0) {
+    ttft_seconds_sum_ += finished.time_to_first_token_s;
+    ++ttft_count_;
+  }
+  request_seconds_sum_ += request_seconds;
+  ++request_count_;
+}
+
+std::string ServerMetrics::render(const engine::EngineStats& engine, const std::string& model_name) const {
+  std::string out;
+  std::string model = fmt::format("model=\"{}\"", escape_label(model_name));
+  metric(out, "duet_requests_total", "counter", "Requests submitted to the engine.");
+  sample(out, "duet_requests_total", engine.requests_total, model);
+  metric(out, "duet_requests_finished_total", "counter", "Requests that finished (stop or length).");
+  sample(out, "duet_requests_finished_total", engine.requests_finished, model);
+  metric(out, "duet_requests_cancelled_total", "counter", "Requests cancelled (client gone or shutdown).");
+  sample(out, "duet_requests_cancelled_total", engine.requests_cancelled, model);
+  metric(out, "duet_requests_refused_total", "counter", "Requests refused because the queue was full.");
+  sample(out, "duet_requests_refused_total", engine.requests_refused, model);
+  metric(out, "duet_requests_failed_total", "counter", "Requests that ended in an engine error.");
+  sample(out, "duet_requests_failed_total", engine.requests_failed, model);
+  metric(out, "duet_prompt_tokens_total", "counter", "Prompt tokens prefilled.");
+  sample(out, "duet_prompt_tokens_total", engine.prompt_tokens_total, model);
+  metric(out, "duet_generated_tokens_total", "counter", "Tokens generated.");
+  sample(out, "duet_generated_tokens_total", engine.generated_tokens_total, model);
+  metric(out, "duet_requests_running", "gauge", "Sequences holding a slot.");
+  sample(out, "duet_requests_running", engine.running, model);
+  metric(out, "duet_requests_waiting", "gauge", "Requests queued for a slot.");
+  sample(out, "duet_requests_waiting", engine.waiting, model);
+  metric(out, "duet_slots_total", "gauge", "Sequence slots in the state pool (--parallel).");
+  sample(out, "duet_slots_total", engine.slots_total, model);
+  metric(out, "duet_slots_free", "gauge", "Free sequence slots.");
+  sample(out, "duet_slots_free", engine.slots_free, model);
+  metric(out, "duet_engine_steps_total", "counter", "Engine steps run.");
+  sample(out, "duet_engine_steps_total", engine.steps_total, model);
+  metric(out, "duet_engine_step_seconds_total", "counter", "Time spent in engine steps.");
+  sample(out, "duet_engine_step_seconds_total", engine.step_seconds_total, model);
+  metric(out, "duet_engine_step_seconds_last", "gauge", "Duration of the latest engine step.");
+  sample(out, "duet_engine_step_seconds_last", engine.step_seconds_last, model);
+  metric(out, "duet_engine_time_to_first_token_seconds_total", "counter",
+         "Time to first token summed over requests that produced a token.");
+  sample(out, "duet_engine_time_to_first_token_seconds_total", engine.time_to_first_token_seconds_total, model);
+  metric(out, "duet_weight_bytes", "gauge", "Bytes of model weights.");
+  sample(out, "duet_weight_bytes", engine.weight_bytes, model);
+  metric(out, "duet_state_pool_bytes", "gauge", "Bytes of the sequence state pool (KV pages, GDN state).");
+  sample(out, "duet_state_pool_bytes", engine.state_pool_bytes, model);
+  metric(out, "duet_workspace_bytes", "gauge", "Bytes of step workspace in the memory plan.");
+  sample(out, "duet_workspace_bytes", engine.workspace_bytes, model);
+  metric(out, "duet_memory_limit_bytes", "gauge", "The memory the plan had to fit in.");
+  sample(out, "duet_memory_limit_bytes", engine.memory_limit_bytes, model);
+  metric(out, "duet_process_resident_bytes", "gauge", "Resident memory of the server process.");
+  sample(out, "duet_process_resident_bytes", resident_bytes());
+
+  std::lock_guard lock(mutex_);
+  metric(out, "duet_http_responses_total", "counter", "HTTP responses by route and status.");
+  for (const auto& [key, count] : responses_)
+    sample(out, "duet_http_responses_total", count, fmt::format("route=\"{}\",status=\"{}\"", key.first, key.second));
+  metric(out, "duet_request_finish_total", "counter", "Generation requests by finish reason.");
+  for (const auto& [reason, count] : finish_reasons_)
+    sample(out, "duet_request_finish_total", count, fmt::format("reason=\"{}\"", reason));
+  metric(out, "duet_time_to_first_token_seconds", "summary", "Time from submit to the first token.");
+  sample(out, "duet_time_to_first_token_seconds_sum", ttft_seconds_sum_);
+  sample(out, "duet_time_to_first_token_seconds_count", ttft_count_);
+  metric(out, "duet_request_seconds", "summary", "Time from submit to the last event.");
+  sample(out, "duet_request_seconds_sum", request_seconds_sum_);
+  sample(out, "duet_request_seconds_count", request_count_);
+  return out;
+}
+
+}  // namespace duet::server

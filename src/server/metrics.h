@@ -1,0 +1,33 @@
+#pragma once
+// Server-side counters for GET /metrics (HTTP responses by route and status, finish reasons, latency), rendered
+// together with the engine's own stats in Prometheus' text format.
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "engine/engine.h"
+#include "engine/request.h"
+
+namespace duet::server {
+
+class ServerMetrics {
+ public:
+  // `route` is one of the server's own route names (never a client's path), so labels stay bounded.
+  void count_response(std::string_view route, int status);
+  void record_finished(const engine::FinishedEvent& finished, double request_seconds);
+  std::string render(const engine::EngineStats& engine, const std::string& model_name) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::pair<std::string, int>, int64_t> responses_;
+  std::map<std::string, int64_t> finish_reasons_;
+  double ttft_seconds_sum_ = 0;
+  int64_t ttft_count_ = 0;
+  double request_seconds_sum_ = 0;
+  int64_t request_count_ = 0;
+};
+
+}  // namespace duet::server

@@ -1,0 +1,233 @@
+// POST /v1/chat/completions: render the chat template, generate, and answer as OpenAI does (a whole
+// chat.completion, or chat.completion.chunk events), with reasoning and tool calls split out of the text.
+#include <httplib.h>
+
+#include "base/error.h"
+#include "server/chat_request.h"
+#include "server/errors.h"
+#include "server/generation.h"
+#include "server/http_server.h"
+#include "server/sse.h"
+#include "server/tool_call_parser.h"
+
+namespace duet::server {
+namespace {
+
+struct ChatReply {
+  std::string id = random_id("chatcmpl-");
+  int64_t created = unix_now();
+  std::string model;
+  bool starts_in_reasoning = false;
+  int32_t prompt_tokens = 0;
+};
+
+nlohmann::json logprob_entry(const ServerContext& context, const engine::TokenEvent& token) {
+  std::string text = token_text(context.tokenizer, token.id);
+  nlohmann::json entry = {{"token", text}, {"logprob", token.logprob.value_or(0.0f)}, {"bytes", token_bytes(text)}};
+  auto top = nlohmann::json::array();
+  for (const auto& candidate : token.top_logprobs) {
+    std::string candidate_text = token_text(context.tokenizer, candidate.id);
+    top.push_back({{"token", candidate_text}, {"logprob", candidate.logprob}, {"bytes", token_bytes(candidate_text)}});
+  }
+  entry["top_logprobs"] = std::move(top);
+  return entry;
+}
+
+nlohmann::json tool_call_json(const ParsedToolCall& call, std::optional<size_t> index) {
+  nlohmann::json json = {{"id", random_id("call_")},
+                         {"type", "function"},
+                         {"function", {{"name", call.name}, {"arguments", json_text(call.arguments)}}}};
+  if (index) json["index"] = *index;
+  return json;
+}
+
+nlohmann::json usage_json(int32_t prompt_tokens, int32_t completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+// The tokens that end a chat turn, besides the tokenizer's eos (a base model's eos is <|endoftext|>).
+std::vector<int32_t> end_of_turn_ids(const tokenizer::Tokenizer& tokenizer) {
+  std::vector<int32_t> ids;
+  for (const char* token : {"<|im_end|>", "<|endoftext|>"})
+    if (auto id = tokenizer.token_to_id(token)) ids.push_back(*id);
+  return ids;
+}
+
+class ChatStreamFormatter final : public StreamFormatter {
+ public:
+  ChatStreamFormatter(const ServerContext& context, ChatReply reply, const ChatRequest& request)
+      : context_(context),
+        reply_(std::move(reply)),
+        request_(request),
+        parser_(reply_.starts_in_reasoning, !request.tools.empty(), request.tools) {}
+
+  std::string start() override { return chunk({{"role", "assistant"}, {"content", ""}}); }
+
+  std::string tokens(std::span<const engine::TokenEvent> tokens) override {
+    std::string text;
+    auto logprobs = nlohmann::json::array();
+    auto ids = nlohmann::json::array();
+    for (const auto& token : tokens) {
+      text += token.text;
+      ids.push_back(token.id);
+      if (request_.logprobs) logprobs.push_back(logprob_entry(context_, token));
+    }
+    // Without logprobs or ids to carry, text the parser holds back sends nothing yet.
+    if (!request_.logprobs && !request_.sampling.return_token_ids) return pieces(parser_.push(text), {}, {});
+    return pieces(parser_.push(text), std::move(logprobs), std::move(ids));
+  }
+
+  std::string finish(const engine::FinishedEvent& finished) override {
+    if (finished.reason == engine::FinishReason::error)
+      return sse_event(error_json(500, "generation failed: " + finished.error, "", "engine_error"));
+    std::string out = pieces(parser_.push(finished.text_tail), {}, {});
+    out += pieces(parser_.finish(), {}, {});
+    std::string reason = finish_reason_name(finished.reason);
+    if (tool_calls_ > 0 && finished.reason == engine::FinishReason::stop) reason = "tool_calls";
+    nlohmann::json last = base();
+    last["choices"] = {{{"index", 0}, {"delta", nlohmann::json::object()}, {"logprobs", nullptr},
+                        {"finish_reason", reason}}};
+    out += sse_event(last);
+    if (request_.stream.include_usage) {
+      nlohmann::json usage = base();
+      usage["choices"] = nlohmann::json::array();
+      usage["usage"] = usage_json(finished.prompt_tokens, finished.completion_tokens);
+      out += sse_event(usage);
+    }
+    return out;
+  }
+
+ private:
+  nlohmann::json base() const {
+    nlohmann::json json = {{"id", reply_.id},
+                           {"object", "chat.completion.chunk"},
+                           {"created", reply_.created},
+                           {"model", reply_.model}};
+    if (request_.stream.include_usage) json["usage"] = nullptr;
+    return json;
+  }
+
+  std::string chunk(nlohmann::json delta, nlohmann::json logprobs = nullptr, nlohmann::json ids = nullptr) const {
+    nlohmann::json choice = {{"index", 0}, {"delta", std::move(delta)}, {"logprobs", std::move(logprobs)},
+                             {"finish_reason", nullptr}};
+    if (request_.sampling.return_token_ids && !ids.is_null()) choice["token_ids"] = std::move(ids);
+    nlohmann::json json = base();
+    json["choices"] = nlohmann::json::array({std::move(choice)});
+    return sse_event(json);
+  }
+
+  // One chunk per parsed piece; the tokens' logprobs and ids ride on the first (or on an empty delta when
+  // the parser is holding the text back).
+  std::string pieces(std::vector<OutputPiece> parsed, nlohmann::json logprobs, nlohmann::json ids) {
+    std::string out;
+    bool carried = logprobs.empty() && ids.empty();
+    auto extras = [&](nlohmann::json& lp, nlohmann::json& id) {
+      if (carried) return;
+      if (request_.logprobs) lp = {{"content", std::move(logprobs)}};
+      id = std::move(ids);
+      carried = true;
+    };
+    for (auto& piece : parsed) {
+      nlohmann::json delta;
+      if (piece.kind == OutputPiece::Kind::reasoning) delta = {{"reasoning_content", piece.text}};
+      else if (piece.kind == OutputPiece::Kind::content) delta = {{"content", piece.text}};
+      else delta = {{"tool_calls", {tool_call_json(piece.call, tool_calls_++)}}};
+      nlohmann::json lp = nullptr, id = nullptr;
+      extras(lp, id);
+      out += chunk(std::move(delta), std::move(lp), std::move(id));
+    }
+    if (!carried) {
+      nlohmann::json lp = nullptr, id = nullptr;
+      extras(lp, id);
+      out += chunk(nlohmann::json::object(), std::move(lp), std::move(id));
+    }
+    return out;
+  }
+
+  const ServerContext& context_;
+  ChatReply reply_;
+  ChatRequest request_;
+  ChatOutputParser parser_;
+  size_t tool_calls_ = 0;
+};
+
+nlohmann::json chat_completion_json(const ServerContext& context, const ChatReply& reply,
+                                    const ChatRequest& request, const CollectedGeneration& generation) {
+  ParsedChatOutput output =
+      parse_chat_output(generation.text, reply.starts_in_reasoning, !request.tools.empty(), request.tools);
+  nlohmann::json message = {{"role", "assistant"}};
+  message["content"] = output.content.empty() && !output.tool_calls.empty() ? nlohmann::json(nullptr)
+                                                                            : nlohmann::json(output.content);
+  if (reply.starts_in_reasoning || !output.reasoning.empty()) message["reasoning_content"] = output.reasoning;
+  if (!output.tool_calls.empty()) {
+    message["tool_calls"] = nlohmann::json::array();
+    for (const auto& call : output.tool_calls) message["tool_calls"].push_back(tool_call_json(call, std::nullopt));
+  }
+  std::string reason = finish_reason_name(generation.finished.reason);
+  if (!output.tool_calls.empty() && generation.finished.reason == engine::FinishReason::stop) reason = "tool_calls";
+
+  nlohmann::json choice = {{"index", 0}, {"message", std::move(message)}, {"logprobs", nullptr},
+                           {"finish_reason", reason}};
+  if (request.logprobs) {
+    auto content = nlohmann::json::array();
+    for (const auto& token : generation.tokens) content.push_back(logprob_entry(context, token));
+    choice["logprobs"] = {{"content", std::move(content)}};
+  }
+  if (request.sampling.return_token_ids) {
+    auto ids = nlohmann::json::array();
+    for (const auto& token : generation.tokens) ids.push_back(token.id);
+    choice["token_ids"] = std::move(ids);
+  }
+  return {{"id", reply.id},
+          {"object", "chat.completion"},
+          {"created", reply.created},
+          {"model", reply.model},
+          {"choices", nlohmann::json::array({std::move(choice)})},
+          {"usage", usage_json(generation.finished.prompt_tokens, generation.finished.completion_tokens)}};
+}
+
+}  // namespace
+
+void add_chat_route(RouteTable& table, ServerContext& context) {
+  table.add(RouteTable::Method::post, "/v1/chat/completions",
+            [&context](const httplib::Request& req, httplib::Response& res) {
+              ChatRequest request = parse_chat_request(request_json(req), context.options);
+              std::string prompt;
+              try {
+                tokenizer::ChatOptions chat_options;
+                chat_options.tools = request.tools;
+                chat_options.enable_thinking = request.enable_thinking;
+                prompt = context.render_chat(request.messages, chat_options);
+              } catch (const duet::Error& error) {
+                throw ApiError(400, error.what(), "messages", "invalid_messages");
+              }
+              engine::Request engine_request;
+              engine_request.prompt = context.tokenizer.encode(prompt);
+              engine_request.sampling = request.sampling.params;
+              if (!engine_request.sampling.ignore_eos)
+                for (int32_t id : end_of_turn_ids(context.tokenizer))
+                  engine_request.sampling.stop_token_ids.push_back(id);
+              engine_request.sampling.max_tokens = resolve_max_tokens(
+                  request.sampling.max_tokens, static_cast<int32_t>(engine_request.prompt.size()),
+                  context.options.max_tokens, context.options.context, "messages");
+
+              ChatReply reply;
+              reply.model = context.options.served_model_name;
+              // The template's generation prompt opens <think> when thinking is on: the reply starts inside it.
+              reply.starts_in_reasoning = prompt.ends_with("<think>\n") || prompt.ends_with("<think>");
+              reply.prompt_tokens = static_cast<int32_t>(engine_request.prompt.size());
+
+              auto handle = submit_request(context, std::move(engine_request), "messages");
+              if (request.stream.stream) {
+                stream_generation(context, res, std::move(handle),
+                                  std::make_unique<ChatStreamFormatter>(context, std::move(reply), request));
+                return;
+              }
+              CollectedGeneration generation = collect_generation(context, *handle);
+              send_json(res, chat_completion_json(context, reply, request, generation));
+            });
+}
+
+}  // namespace duet::server

@@ -1,0 +1,219 @@
+// POST /v1/completions: a text or token-id prompt continued as is (no template), answered as OpenAI's
+// text_completion, whole or as a stream.
+#include <httplib.h>
+
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "server/errors.h"
+#include "server/generation.h"
+#include "server/http_server.h"
+#include "server/request_parsing.h"
+#include "server/sse.h"
+
+namespace duet::server {
+namespace {
+
+struct CompletionRequest {
+  std::vector<int32_t> prompt;
+  SamplingRequest sampling;
+  StreamRequest stream;
+  std::optional<int32_t> logprobs;  // the legacy integer: how many alternatives per token
+};
+
+std::vector<int32_t> parse_token_ids(const Json& ids, const std::string& name) {
+  std::vector<int32_t> prompt;
+  prompt.reserve(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const Json& id = ids[i];
+    std::string id_name = fmt::format("{}[{}]", name, i);
+    if (!id.is_number_integer()) refuse_field(id_name, "expected a token id (an integer)");
+    if (id.is_number_unsigned() ? id.get<uint64_t>() > uint64_t{std::numeric_limits<int32_t>::max()}
+                                : id.get<int64_t>() < 0)
+      refuse_field(id_name, "not a token id");
+    prompt.push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  return prompt;
+}
+
+// prompt: a string, an array of token ids, or a batch of exactly one of those.
+std::vector<int32_t> parse_prompt(const Json& body, const tokenizer::Tokenizer& tokenizer) {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) refuse_field("prompt", "missing");
+  std::vector<int32_t> prompt;
+  if (it->is_string()) {
+    prompt = tokenizer.encode(it->get<std::string>());
+  } else if (it->is_array()) {
+    if (it->empty()) refuse_field("prompt", "must not be empty");
+    const Json& first = it->front();
+    if (first.is_number()) {
+      prompt = parse_token_ids(*it, "prompt");
+    } else if (it->size() != 1) {
+      refuse_field("prompt", "one prompt per request; batched prompts are not supported");
+    } else if (first.is_string()) {
+      prompt = tokenizer.encode(first.get<std::string>());
+    } else if (first.is_array()) {
+      prompt = parse_token_ids(first, "prompt[0]");
+    } else {
+      refuse_field("prompt[0]", "expected a string or an array of token ids");
+    }
+  } else {
+    refuse_field("prompt", "expected a string or an array of token ids");
+  }
+  if (prompt.empty()) refuse_field("prompt", "the prompt has no tokens");
+  return prompt;
+}
+
+CompletionRequest parse_completion_request(const Json& body, const ServerContext& context) {
+  check_known_fields(body,
+                     {"model", "prompt", "stream", "stream_options", "max_tokens", "temperature", "top_p", "top_k",
+                      "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "seed", "stop",
+                      "stop_token_ids", "ignore_eos", "n", "best_of", "echo", "suffix", "logprobs", "logit_bias",
+                      "return_token_ids"},
+                     {"user"});
+  check_model(body, context.options.served_model_name);
+  if (read_bool(body, "echo", "echo").value_or(false)) refuse_field("echo", "echo is not supported");
+  if (auto suffix = read_string(body, "suffix", "suffix"); suffix && !suffix->empty())
+    refuse_field("suffix", "suffix (insertion) is not supported");
+  CompletionRequest request;
+  request.sampling = parse_sampling(body);
+  request.stream = parse_stream(body);
+  if (auto logprobs = read_integer(body, "logprobs", "logprobs", 0, 20)) {
+    request.logprobs = static_cast<int32_t>(*logprobs);
+    request.sampling.params.top_logprobs = *request.logprobs;
+  }
+  request.prompt = parse_prompt(body, context.tokenizer);
+  return request;
+}
+
+// The legacy logprobs object for a run of tokens; `offset` is where their text starts in the completion.
+nlohmann::json legacy_logprobs(const ServerContext& context, std::span<const engine::TokenEvent> tokens,
+                               size_t& offset) {
+  nlohmann::json json = {{"tokens", nlohmann::json::array()},
+                         {"token_logprobs", nlohmann::json::array()},
+                         {"top_logprobs", nlohmann::json::array()},
+                         {"text_offset", nlohmann::json::array()}};
+  for (const auto& token : tokens) {
+    json["tokens"].push_back(token_text(context.tokenizer, token.id));
+    json["token_logprobs"].push_back(token.logprob.value_or(0.0f));
+    auto top = nlohmann::json::object();
+    for (const auto& candidate : token.top_logprobs) top[token_text(context.tokenizer, candidate.id)] = candidate.logprob;
+    json["top_logprobs"].push_back(std::move(top));
+    json["text_offset"].push_back(offset);
+    offset += token.text.size();
+  }
+  return json;
+}
+
+nlohmann::json usage_json(int32_t prompt_tokens, int32_t completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+struct CompletionReply {
+  std::string id = random_id("cmpl-");
+  int64_t created = unix_now();
+  std::string model;
+};
+
+class CompletionStreamFormatter final : public StreamFormatter {
+ public:
+  CompletionStreamFormatter(const ServerContext& context, CompletionReply reply, CompletionRequest request)
+      : context_(context), reply_(std::move(reply)), request_(std::move(request)) {}
+
+  std::string tokens(std::span<const engine::TokenEvent> tokens) override {
+    std::string text;
+    auto ids = nlohmann::json::array();
+    for (const auto& token : tokens) {
+      text += token.text;
+      ids.push_back(token.id);
+    }
+    nlohmann::json logprobs = nullptr;
+    if (request_.logprobs) logprobs = legacy_logprobs(context_, tokens, offset_);
+    return chunk(text, std::move(logprobs), nullptr, std::move(ids));
+  }
+
+  std::string finish(const engine::FinishedEvent& finished) override {
+    if (finished.reason == engine::FinishReason::error)
+      return sse_event(error_json(500, "generation failed: " + finished.error, "", "engine_error"));
+    std::string out = chunk(finished.text_tail, nullptr, finish_reason_name(finished.reason), nlohmann::json::array());
+    if (request_.stream.include_usage) {
+      nlohmann::json usage = base();
+      usage["choices"] = nlohmann::json::array();
+      usage["usage"] = usage_json(finished.prompt_tokens, finished.completion_tokens);
+      out += sse_event(usage);
+    }
+    return out;
+  }
+
+ private:
+  nlohmann::json base() const {
+    nlohmann::json json = {
+        {"id", reply_.id}, {"object", "text_completion"}, {"created", reply_.created}, {"model", reply_.model}};
+    if (request_.stream.include_usage) json["usage"] = nullptr;
+    return json;
+  }
+
+  std::string chunk(const std::string& text, nlohmann::json logprobs, nlohmann::json finish_reason,
+                    nlohmann::json ids) const {
+    nlohmann::json choice = {
+        {"index", 0}, {"text", text}, {"logprobs", std::move(logprobs)}, {"finish_reason", std::move(finish_reason)}};
+    if (request_.sampling.return_token_ids) choice["token_ids"] = std::move(ids);
+    nlohmann::json json = base();
+    json["choices"] = nlohmann::json::array({std::move(choice)});
+    return sse_event(json);
+  }
+
+  const ServerContext& context_;
+  CompletionReply reply_;
+  CompletionRequest request_;
+  size_t offset_ = 0;
+};
+
+}  // namespace
+
+void add_completions_route(RouteTable& table, ServerContext& context) {
+  table.add(RouteTable::Method::post, "/v1/completions",
+            [&context](const httplib::Request& req, httplib::Response& res) {
+              CompletionRequest request = parse_completion_request(request_json(req), context);
+              engine::Request engine_request;
+              engine_request.prompt = request.prompt;
+              engine_request.sampling = request.sampling.params;
+              engine_request.sampling.max_tokens =
+                  resolve_max_tokens(request.sampling.max_tokens, static_cast<int32_t>(request.prompt.size()),
+                                     context.options.max_tokens, context.options.context, "prompt");
+              CompletionReply reply;
+              reply.model = context.options.served_model_name;
+              auto handle = submit_request(context, std::move(engine_request), "prompt");
+              if (request.stream.stream) {
+                stream_generation(context, res, std::move(handle),
+                                  std::make_unique<CompletionStreamFormatter>(context, std::move(reply), request));
+                return;
+              }
+              CollectedGeneration generation = collect_generation(context, *handle);
+              nlohmann::json choice = {{"index", 0},
+                                       {"text", generation.text},
+                                       {"logprobs", nullptr},
+                                       {"finish_reason", finish_reason_name(generation.finished.reason)}};
+              if (request.logprobs) {
+                size_t offset = 0;
+                choice["logprobs"] = legacy_logprobs(context, generation.tokens, offset);
+              }
+              if (request.sampling.return_token_ids) {
+                auto ids = nlohmann::json::array();
+                for (const auto& token : generation.tokens) ids.push_back(token.id);
+                choice["token_ids"] = std::move(ids);
+              }
+              send_json(res, {{"id", reply.id},
+                              {"object", "text_completion"},
+                              {"created", reply.created},
+                              {"model", reply.model},
+                              {"choices", nlohmann::json::array({std::move(choice)})},
+                              {"usage", usage_json(generation.finished.prompt_tokens,
+                                                   generation.finished.completion_tokens)}});
+            });
+}
+
+}  // namespace duet::server

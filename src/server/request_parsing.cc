@@ -1,0 +1,238 @@
+#include "server/request_parsing.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "server/errors.h"
+
+namespace duet::server {
+namespace {
+
+// Bracket depth outside strings; run before parsing so the parser never sees a hostile depth.
+bool nesting_within(std::string_view text, int limit) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '[' || c == '{') {
+      if (++depth > limit) return false;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return true;
+}
+
+const char* type_name(const Json& value) {
+  if (value.is_number_integer()) return "integer";
+  if (value.is_number_float()) return "number";
+  return value.type_name();  // null, boolean, string, array, object
+}
+
+[[noreturn]] void refuse_type(const std::string& name, const Json& value, const char* expected) {
+  refuse_field(name, fmt::format("expected {}, got {}", expected, type_name(value)));
+}
+
+const Json* field(const Json& object, const std::string& key) {
+  auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+uint64_t random_seed() {
+  std::random_device device;
+  return (static_cast<uint64_t>(device()) << 32) ^ device();
+}
+
+}  // namespace
+
+Json parse_json_body(std::string_view body) {
+  if (body.empty()) throw ApiError(400, "the request body is empty; expected a JSON object", "", "invalid_json");
+  if (!nesting_within(body, kMaxJsonDepth))
+    throw ApiError(400, fmt::format("the request body nests deeper than {} levels", kMaxJsonDepth), "",
+                   "invalid_json");
+  Json parsed;
+  try {
+    parsed = Json::parse(body);
+  } catch (const Json::parse_error& e) {
+    // nlohmann's message names the byte offset and what it expected there.
+    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what(), "", "invalid_json");
+  }
+  if (!parsed.is_object())
+    throw ApiError(400, fmt::format("the request body must be a JSON object, got {}", type_name(parsed)), "",
+                   "invalid_json");
+  return parsed;
+}
+
+void check_known_fields(const Json& body, std::initializer_list<std::string_view> supported,
+                        std::initializer_list<std::string_view> ignored) {
+  for (const auto& [key, value] : body.items()) {
+    bool known = false;
+    for (auto name : supported) known = known || key == name;
+    for (auto name : ignored) known = known || key == name;
+    if (!known) refuse_field(key, "this field is not supported by duet (see docs/api.md)");
+  }
+}
+
+std::optional<bool> read_bool(const Json& object, const std::string& key, const std::string& name) {
+  const Json* value = field(object, key);
+  if (!value) return std::nullopt;
+  if (!value->is_boolean()) refuse_type(name, *value, "a boolean");
+  return value->get<bool>();
+}
+
+std::optional<double> read_number(const Json& object, const std::string& key, const std::string& name,
+                                  double min, double max) {
+  const Json* value = field(object, key);
+  if (!value) return std::nullopt;
+  if (!value->is_number()) refuse_type(name, *value, "a number");
+  double number = value->get<double>();
+  if (!std::isfinite(number) || number < min || number > max)
+    refuse_field(name, fmt::format("must be between {} and {}", min, max));
+  return number;
+}
+
+std::optional<int64_t> read_integer(const Json& object, const std::string& key, const std::string& name,
+                                    int64_t min, int64_t max) {
+  const Json* value = field(object, key);
+  if (!value) return std::nullopt;
+  if (!value->is_number_integer()) refuse_type(name, *value, "an integer");
+  if (value->is_number_unsigned() && value->get<uint64_t>() > static_cast<uint64_t>(max))
+    refuse_field(name, fmt::format("must be between {} and {}", min, max));
+  int64_t number = value->get<int64_t>();
+  if (number < min || number > max) refuse_field(name, fmt::format("must be between {} and {}", min, max));
+  return number;
+}
+
+std::optional<std::string> read_string(const Json& object, const std::string& key, const std::string& name) {
+  const Json* value = field(object, key);
+  if (!value) return std::nullopt;
+  if (!value->is_string()) refuse_type(name, *value, "a string");
+  return value->get<std::string>();
+}
+
+SamplingRequest parse_sampling(const Json& body) {
+  SamplingRequest request;
+  auto& params = request.params;
+  if (auto n = read_integer(body, "n", "n", std::numeric_limits<int64_t>::min(),
+                            std::numeric_limits<int64_t>::max());
+      n && *n != 1)
+    refuse_field("n", "only n=1 is supported; send one request per completion");
+  if (auto best_of = read_integer(body, "best_of", "best_of", std::numeric_limits<int64_t>::min(),
+                                  std::numeric_limits<int64_t>::max());
+      best_of && *best_of != 1)
+    refuse_field("best_of", "only best_of=1 is supported");
+  if (const Json* bias = field(body, "logit_bias"); bias && !(bias->is_object() && bias->empty()))
+    refuse_field("logit_bias", "logit_bias is not supported");
+
+  if (auto v = read_number(body, "temperature", "temperature", 0, 2)) params.temperature = static_cast<float>(*v);
+  if (auto v = read_number(body, "top_p", "top_p", 0, 1)) {
+    if (*v <= 0) refuse_field("top_p", "must be greater than 0 and at most 1");
+    params.top_p = static_cast<float>(*v);
+  }
+  // -1 is vLLM's spelling of "off", 0 is ours.
+  if (auto v = read_integer(body, "top_k", "top_k", -1, 1 << 30)) params.top_k = static_cast<int32_t>(*v < 0 ? 0 : *v);
+  if (auto v = read_number(body, "min_p", "min_p", 0, 1)) params.min_p = static_cast<float>(*v);
+  if (auto v = read_number(body, "presence_penalty", "presence_penalty", -2, 2))
+    params.presence_penalty = static_cast<float>(*v);
+  if (auto v = read_number(body, "frequency_penalty", "frequency_penalty", -2, 2))
+    params.frequency_penalty = static_cast<float>(*v);
+  if (auto v = read_number(body, "repetition_penalty", "repetition_penalty", 0, 10)) {
+    if (*v <= 0) refuse_field("repetition_penalty", "must be greater than 0");
+    params.repetition_penalty = static_cast<float>(*v);
+  }
+
+  if (const Json* seed = field(body, "seed")) {
+    if (!seed->is_number_integer()) refuse_type("seed", *seed, "an integer");
+    // Negative seeds are valid OpenAI input; they map onto the same 64 bits.
+    params.seed = seed->is_number_unsigned() ? seed->get<uint64_t>() : static_cast<uint64_t>(seed->get<int64_t>());
+  } else {
+    params.seed = random_seed();
+  }
+
+  if (const Json* stop = field(body, "stop")) {
+    if (stop->is_string()) {
+      params.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      if (stop->size() > kMaxStopStrings) refuse_field("stop", fmt::format("at most {} stop strings", kMaxStopStrings));
+      for (size_t i = 0; i < stop->size(); ++i) {
+        const Json& item = (*stop)[i];
+        if (!item.is_string()) refuse_type(fmt::format("stop[{}]", i), item, "a string");
+        params.stop.push_back(item.get<std::string>());
+      }
+    } else {
+      refuse_type("stop", *stop, "a string or an array of strings");
+    }
+    for (size_t i = 0; i < params.stop.size(); ++i)
+      if (params.stop[i].empty()) refuse_field(fmt::format("stop[{}]", i), "a stop string must not be empty");
+  }
+  if (const Json* ids = field(body, "stop_token_ids")) {
+    if (!ids->is_array()) refuse_type("stop_token_ids", *ids, "an array of token ids");
+    if (ids->size() > 256) refuse_field("stop_token_ids", "at most 256 stop token ids");
+    for (size_t i = 0; i < ids->size(); ++i) {
+      const Json& id = (*ids)[i];
+      std::string name = fmt::format("stop_token_ids[{}]", i);
+      if (!id.is_number_integer()) refuse_type(name, id, "a token id");
+      if (id.is_number_unsigned() ? id.get<uint64_t>() > uint64_t{std::numeric_limits<int32_t>::max()}
+                                  : id.get<int64_t>() < 0)
+        refuse_field(name, "not a token id");
+      params.stop_token_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
+  }
+  if (auto v = read_bool(body, "ignore_eos", "ignore_eos")) params.ignore_eos = *v;
+  if (auto v = read_bool(body, "return_token_ids", "return_token_ids")) request.return_token_ids = *v;
+
+  auto max_tokens = read_integer(body, "max_tokens", "max_tokens", 1, std::numeric_limits<int32_t>::max());
+  auto max_completion_tokens = read_integer(body, "max_completion_tokens", "max_completion_tokens", 1,
+                                            std::numeric_limits<int32_t>::max());
+  if (max_tokens && max_completion_tokens && *max_tokens != *max_completion_tokens)
+    refuse_field("max_completion_tokens", "max_tokens and max_completion_tokens disagree; send one");
+  request.max_tokens = max_completion_tokens ? max_completion_tokens : max_tokens;
+  return request;
+}
+
+int32_t resolve_max_tokens(std::optional<int64_t> asked, int32_t prompt_tokens, int32_t cap, int32_t context,
+                           const std::string& prompt_param) {
+  if (asked && *asked > cap)
+    refuse_field("max_tokens", fmt::format("at most {} tokens per request (the server's --max-tokens)", cap));
+  int32_t room = context - prompt_tokens;
+  if (room <= 0 || (asked && *asked > room))
+    throw ApiError(400,
+                   fmt::format("this model's context is {} tokens; the prompt has {} and {} completion tokens "
+                               "were asked",
+                               context, prompt_tokens, asked ? *asked : 1),
+                   prompt_param, "context_length_exceeded");
+  return asked ? static_cast<int32_t>(*asked) : std::min(cap, room);
+}
+
+StreamRequest parse_stream(const Json& body) {
+  StreamRequest request;
+  if (auto v = read_bool(body, "stream", "stream")) request.stream = *v;
+  if (const Json* options = field(body, "stream_options")) {
+    if (!options->is_object()) refuse_type("stream_options", *options, "an object");
+    if (!request.stream) refuse_field("stream_options", "only allowed when stream is true");
+    for (const auto& [key, value] : options->items())
+      if (key != "include_usage") refuse_field("stream_options." + key, "not supported");
+    if (auto v = read_bool(*options, "include_usage", "stream_options.include_usage")) request.include_usage = *v;
+  }
+  return request;
+}
+
+void check_model(const Json& body, const std::string& served_model_name) {
+  auto model = read_string(body, "model", "model");
+  if (model && *model != served_model_name)
+    throw ApiError(404, fmt::format("the model `{}` does not exist; this server serves `{}`", *model,
+                                    served_model_name),
+                   "model", "model_not_found");
+}
+
+}  // namespace duet::server

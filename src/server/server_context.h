@@ -1,0 +1,64 @@
+#pragma once
+// What every route needs: the server's options, the engine (behind a narrow interface so the HTTP layer can
+// be tested with a scripted stand-in), the tokenizer, the chat renderer and the metrics.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/request.h"
+#include "server/metrics.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace duet::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::vector<std::string> api_keys;  // empty: no key needed
+  std::string served_model_name = "duet";
+  size_t max_body_bytes = 8u << 20;
+  int32_t max_tokens = 2048;  // the cap per request, and the default when a request names none
+  int32_t context = 4096;     // positions per sequence (prompt + completion), as the engine was sized
+  bool enable_thinking = true;  // the chat template's default; a request may override it
+  int http_threads = 16;        // worker threads: --parallel + --queue-limit streams + a few for status routes
+};
+
+// The engine as the routes use it.
+class GenerationBackend {
+ public:
+  virtual ~GenerationBackend() = default;
+  // Throws engine::QueueFull or engine::RequestInvalid like Engine::submit.
+  virtual std::shared_ptr<engine::RequestHandle> submit(engine::Request request) = 0;
+  virtual engine::EngineStats stats() const = 0;
+};
+
+// The real thing.
+class EngineBackend final : public GenerationBackend {
+ public:
+  explicit EngineBackend(engine::Engine& engine) : engine_(engine) {}
+  std::shared_ptr<engine::RequestHandle> submit(engine::Request request) override {
+    return engine_.submit(std::move(request));
+  }
+  engine::EngineStats stats() const override { return engine_.stats(); }
+
+ private:
+  engine::Engine& engine_;
+};
+
+using ChatRenderer =
+    std::function<std::string(const std::vector<tokenizer::ChatMessage>&, const tokenizer::ChatOptions&)>;
+
+struct ServerContext {
+  ServerOptions options;
+  GenerationBackend& backend;
+  const tokenizer::Tokenizer& tokenizer;
+  ChatRenderer render_chat;  // tokenizer::render_chat in `duet serve`
+  ServerMetrics metrics;
+  int64_t started_at = 0;  // unix seconds, reported as the model's `created`
+};
+
+}  // namespace duet::server

@@ -1,0 +1,14 @@
+#pragma once
+// Server-sent events framing for OpenAI streams: one `data: <json>` event per chunk, `data: [DONE]` last.
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace duet::server {
+
+std::string sse_event(const nlohmann::json& data);
+std::string sse_done();
+// A comment line: clients ignore it; writing it tells us whether the client is still there.
+std::string sse_keepalive();
+
+}  // namespace duet::server

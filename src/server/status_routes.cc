@@ -1,0 +1,45 @@
+// GET /health, GET /v1/models (and /v1/models/{id}), GET /metrics.
+#include <httplib.h>
+
+#include <fmt/format.h>
+
+#include "server/errors.h"
+#include "server/generation.h"
+#include "server/http_server.h"
+
+namespace duet::server {
+namespace {
+
+nlohmann::json model_json(const ServerContext& context) {
+  return {{"id", context.options.served_model_name},
+          {"object", "model"},
+          {"created", context.started_at},
+          {"owned_by", "duet"},
+          {"max_model_len", context.options.context}};
+}
+
+}  // namespace
+
+void add_status_routes(RouteTable& table, ServerContext& context) {
+  // Open without a key: load balancers and orchestrators probe it.
+  table.add(
+      RouteTable::Method::get, "/health",
+      [](const httplib::Request&, httplib::Response& res) { send_json(res, {{"status", "ok"}}); },
+      /*needs_key=*/false);
+
+  table.add(RouteTable::Method::get, "/v1/models", [&context](const httplib::Request&, httplib::Response& res) {
+    send_json(res, {{"object", "list"}, {"data", nlohmann::json::array({model_json(context)})}});
+  });
+
+  // The one model by name; the id is compared, never used for anything else.
+  table.add(RouteTable::Method::get, "/v1/models/" + context.options.served_model_name,
+            [&context](const httplib::Request&, httplib::Response& res) { send_json(res, model_json(context)); });
+
+  table.add(RouteTable::Method::get, "/metrics", [&context](const httplib::Request&, httplib::Response& res) {
+    res.status = 200;
+    res.set_content(context.metrics.render(context.backend.stats(), context.options.served_model_name),
+                    "text/plain; version=0.0.4");
+  });
+}
+
+}  // namespace duet::server

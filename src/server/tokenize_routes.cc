@@ -1,0 +1,73 @@
+// POST /tokenize (text, or chat messages through the template) and POST /detokenize: the server's own
+// tokenizer, so clients can count and build token-id prompts exactly as the server will.
+#include <httplib.h>
+
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+#include "server/chat_request.h"
+#include "server/errors.h"
+#include "server/http_server.h"
+#include "server/request_parsing.h"
+
+namespace duet::server {
+
+void add_tokenize_routes(RouteTable& table, ServerContext& context) {
+  table.add(RouteTable::Method::post, "/tokenize", [&context](const httplib::Request& req, httplib::Response& res) {
+    Json body = request_json(req);
+    check_known_fields(body, {"model", "prompt", "messages", "tools", "chat_template_kwargs", "add_generation_prompt"},
+                       {});
+    check_model(body, context.options.served_model_name);
+    bool has_prompt = body.contains("prompt") && !body["prompt"].is_null();
+    bool has_messages = body.contains("messages") && !body["messages"].is_null();
+    if (has_prompt == has_messages) refuse_field("prompt", "send exactly one of prompt and messages");
+    std::string text;
+    if (has_prompt) {
+      for (const char* chat_only : {"tools", "chat_template_kwargs", "add_generation_prompt"})
+        if (body.contains(chat_only)) refuse_field(chat_only, "only with messages");
+      text = *read_string(body, "prompt", "prompt");
+    } else {
+      auto messages = parse_chat_messages(body);
+      tokenizer::ChatOptions options;
+      options.tools = parse_tools(body);
+      options.enable_thinking = parse_enable_thinking(body, context.options.enable_thinking);
+      options.add_generation_prompt = read_bool(body, "add_generation_prompt", "add_generation_prompt").value_or(true);
+      try {
+        text = context.render_chat(messages, options);
+      } catch (const duet::Error& error) {
+        throw ApiError(400, error.what(), "messages", "invalid_messages");
+      }
+    }
+    std::vector<int32_t> ids = context.tokenizer.encode(text);
+    send_json(res, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", context.options.context}});
+  });
+
+  table.add(RouteTable::Method::post, "/detokenize", [&context](const httplib::Request& req, httplib::Response& res) {
+    Json body = request_json(req);
+    check_known_fields(body, {"model", "tokens"}, {});
+    check_model(body, context.options.served_model_name);
+    auto it = body.find("tokens");
+    if (it == body.end() || !it->is_array()) refuse_field("tokens", "expected an array of token ids");
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < it->size(); ++i) {
+      const Json& id = (*it)[i];
+      std::string name = fmt::format("tokens[{}]", i);
+      if (!id.is_number_integer()) refuse_field(name, "expected a token id (an integer)");
+      if (id.is_number_unsigned() ? id.get<uint64_t>() >= uint64_t(context.tokenizer.vocab_size())
+                                  : id.get<int64_t>() < 0)
+        refuse_field(name, fmt::format("not a token id of this tokenizer (0 to {})", context.tokenizer.vocab_size() - 1));
+      ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
+    std::string text;
+    try {
+      text = context.tokenizer.decode(ids, false);
+    } catch (const duet::Error& error) {
+      throw ApiError(400, error.what(), "tokens", "invalid_value");
+    }
+    send_json(res, {{"prompt", text}});
+  });
+}
+
+}  // namespace duet::server
