@@ -1,0 +1,376 @@
+// The engine over a fake model (logits a deterministic function of each sequence's tokens): scheduling,
+// admission, the queue, cancellation, refusals, stop rules, and exactness under concurrency.
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <thread>
+
+#include "base/error.h"
+#include "engine/sampler.h"
+#include "engine/sequence.h"
+#include "engine_harness.h"
+#include "fake_model.h"
+#include "fake_tokenizer.h"
+
+namespace duet::engine {
+namespace {
+
+using testing::drain;
+using testing::FakeModel;
+using testing::FakeTokenizer;
+using testing::Outcome;
+
+constexpr int32_t kVocab = 97;
+constexpr int32_t kChunk = 64;
+
+EngineOptions small_options(int32_t parallel) {
+  EngineOptions options;
+  options.parallel = parallel;
+  options.context = 512;
+  options.prefill_chunk = kChunk;
+  options.queue_limit = 64;
+  options.step_token_budget = 160;  // two chunks and some decode rows: prompts share steps
+  return options;
+}
+
+Request greedy_request(std::vector<int32_t> prompt, int32_t max_tokens) {
+  Request request;
+  request.prompt = std::move(prompt);
+  request.sampling.temperature = 0;
+  request.sampling.max_tokens = max_tokens;
+  request.sampling.ignore_eos = true;
+  return request;
+}
+
+TEST(Engine, GreedyFollowsTheModelsArgmax) {
+  FakeModel model(kVocab);
+  Engine engine(model, nullptr, small_options(2));
+  const Request request = greedy_request({5, 6, 7}, 12);
+  const Outcome outcome = drain(*engine.submit(request));
+  ASSERT_EQ(outcome.finished_events, 1);
+  EXPECT_EQ(outcome.finished.reason, FinishReason::length);
+  EXPECT_EQ(outcome.finished.prompt_tokens, 3);
+  EXPECT_EQ(outcome.finished.completion_tokens, 12);
+
+  std::vector<int32_t> sequence = request.prompt, expected;
+  for (int i = 0; i < 12; ++i) {
+    const std::vector<float> logits = model.logits_after(sequence);
+    const auto id = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    expected.push_back(id);
+    sequence.push_back(id);
+  }
+  EXPECT_EQ(outcome.tokens, expected);
+}
+
+// Every request's tokens, run N at a time, equal the same request alone and all of them one after another.
+void check_exactness(bool seeded) {
+  FakeModel model(kVocab);
+  const auto requests = testing::mixed_requests(16, kVocab, kChunk, 24, seeded);
+  const auto alone = testing::run_each_alone(
+      [&] { return std::make_unique<Engine>(model, nullptr, small_options(1)); }, requests);
+  Engine serial_engine(model, nullptr, small_options(4));
+  testing::expect_same_tokens(testing::run_serially(serial_engine, requests), alone, "serial");
+  for (int32_t parallel : {1, 4, 16}) {
+    Engine engine(model, nullptr, small_options(parallel));
+    testing::expect_same_tokens(testing::run_concurrently(engine, requests), alone,
+                                "parallel " + std::to_string(parallel));
+  }
+}
+
+TEST(Engine, ConcurrentGreedyEqualsAloneAndSerial) { check_exactness(false); }
+TEST(Engine, ConcurrentSeededEqualsAloneAndSerial) { check_exactness(true); }
+
+TEST(Engine, StepsCutPromptsAtChunkMultiplesAndKeepTheBudget) {
+  FakeModel model(kVocab);
+  EngineOptions options = small_options(8);
+  {
+    Engine engine(model, nullptr, options);
+    testing::run_concurrently(engine, testing::mixed_requests(12, kVocab, kChunk, 10, false));
+  }
+  const auto steps = model.steps();
+  ASSERT_FALSE(steps.empty());
+  for (const auto& step : steps) {
+    std::set<const model::SequenceState*> states;
+    int32_t tokens = 0, prefill_pieces = 0, prefill_tokens = 0;
+    for (const auto& piece : step) {
+      EXPECT_TRUE(states.insert(piece.state).second) << "two pieces of one sequence in a step";
+      tokens += piece.length;
+      if (piece.length > 1 || piece.wants == model::RowOutput::none) {
+        EXPECT_EQ(piece.start_position % kChunk, 0) << "prefill cut off a chunk boundary";
+        EXPECT_LE(piece.length, kChunk);
+        ++prefill_pieces;
+        prefill_tokens += piece.length;
+      }
+    }
+    // The budget may only be exceeded by the one prefill chunk that guarantees progress.
+    if (prefill_pieces > 1) {
+      EXPECT_LE(tokens, options.step_token_budget);
+    }
+    EXPECT_LE(tokens - prefill_tokens, options.parallel);
+  }
+}
+
+TEST(Engine, ThirtyTwoConcurrentRequestsAllFinish) {
+  FakeModel model(kVocab);
+  Engine engine(model, nullptr, small_options(8));
+  const auto requests = testing::mixed_requests(32, kVocab, kChunk, 16, true, 9);
+  const auto outcomes = testing::run_concurrently(engine, requests);
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    EXPECT_EQ(outcomes[i].finished_events, 1) << i;
+    EXPECT_EQ(outcomes[i].finished.reason, FinishReason::length) << i;
+    EXPECT_EQ(static_cast<int32_t>(outcomes[i].tokens.size()), requests[i].sampling.max_tokens) << i;
+  }
+  const EngineStats stats = engine.stats();
+  EXPECT_EQ(stats.requests_total, 32);
+  EXPECT_EQ(stats.requests_finished, 32);
+  EXPECT_EQ(stats.running, 0);
+  EXPECT_EQ(stats.waiting, 0);
+  EXPECT_EQ(stats.slots_free, 8);
+  EXPECT_GT(stats.steps_total, 0);
+}
+
+TEST(Engine, CancelledRequestFreesItsSlotForTheNext) {
+  FakeModel model(kVocab);
+  model.set_step_delay(std::chrono::milliseconds(2));
+  Engine engine(model, nullptr, small_options(1));
+  auto long_one = engine.submit(greedy_request({1, 2, 3}, 400));
+  auto next = engine.submit(greedy_request({4, 5}, 3));
+  // Wait until the long one is producing tokens, so it really holds the only slot.
+  std::optional<Event> first = long_one->next(std::chrono::seconds(10));
+  ASSERT_TRUE(first && std::holds_alternative<TokenEvent>(*first));
+  EXPECT_EQ(engine.stats().waiting, 1);
+  long_one->cancel();
+  long_one->cancel();  // twice is fine
+  const Outcome cancelled = drain(*long_one);
+  EXPECT_EQ(cancelled.finished.reason, FinishReason::cancelled);
+  EXPECT_EQ(cancelled.finished_events, 1);
+  EXPECT_LT(cancelled.finished.completion_tokens, 400);
+  const Outcome admitted = drain(*next);
+  EXPECT_EQ(admitted.finished.reason, FinishReason::length);
+  EXPECT_EQ(admitted.tokens.size(), 3u);
+  EXPECT_EQ(engine.stats().requests_cancelled, 1);
+}
+
+TEST(Engine, CancelWhileWaitingNeverRuns) {
+  FakeModel model(kVocab);
+  model.set_step_delay(std::chrono::milliseconds(2));
+  Engine engine(model, nullptr, small_options(1));
+  auto running = engine.submit(greedy_request({1}, 50));
+  auto waiting = engine.submit(greedy_request({2}, 5));
+  waiting->cancel();
+  const Outcome outcome = drain(*waiting);
+  EXPECT_EQ(outcome.finished.reason, FinishReason::cancelled);
+  EXPECT_TRUE(outcome.tokens.empty());
+  EXPECT_EQ(drain(*running).finished.reason, FinishReason::length);
+}
+
+TEST(Engine, DroppedHandleIsCancelled) {
+  FakeModel model(kVocab);
+  model.set_step_delay(std::chrono::milliseconds(2));
+  Engine engine(model, nullptr, small_options(1));
+  engine.submit(greedy_request({1}, 400)).reset();  // nobody will ever read it
+  const Outcome next = drain(*engine.submit(greedy_request({2}, 2)));
+  EXPECT_EQ(next.finished.reason, FinishReason::length);
+  EXPECT_EQ(engine.stats().requests_cancelled, 1);
+}
+
+TEST(Engine, FullQueueRefusesWithQueueFull) {
+  FakeModel model(kVocab);
+  model.set_step_delay(std::chrono::milliseconds(2));
+  EngineOptions options = small_options(1);
+  options.queue_limit = 2;
+  Engine engine(model, nullptr, options);
+  std::vector<std::shared_ptr<RequestHandle>> accepted;
+  for (int i = 0; i < 3; ++i) accepted.push_back(engine.submit(greedy_request({1, 2}, 200)));  // 1 runs, 2 wait
+  EXPECT_THROW(engine.submit(greedy_request({3}, 1)), QueueFull);
+  EXPECT_EQ(engine.stats().requests_refused, 1);
+  for (auto& handle : accepted) handle->cancel();
+  for (auto& handle : accepted) EXPECT_EQ(drain(*handle).finished_events, 1);
+  // Room again once they are gone.
+  EXPECT_EQ(drain(*engine.submit(greedy_request({3}, 1))).finished.reason, FinishReason::length);
+}
+
+std::string refusal_code(Engine& engine, const Request& request) {
+  try {
+    engine.submit(request);
+  } catch (const RequestInvalid& e) {
+    return e.code();
+  }
+  return "accepted";
+}
+
+TEST(Engine, InvalidRequestsAreRefusedWithACode) {
+  FakeModel model(kVocab);
+  Engine engine(model, nullptr, small_options(1));
+  EXPECT_EQ(refusal_code(engine, greedy_request({}, 4)), "invalid_prompt");
+  EXPECT_EQ(refusal_code(engine, greedy_request({1, kVocab}, 4)), "invalid_prompt");
+  EXPECT_EQ(refusal_code(engine, greedy_request({-1}, 4)), "invalid_prompt");
+  EXPECT_EQ(refusal_code(engine, greedy_request(std::vector<int32_t>(500, 1), 13)), "context_length_exceeded");
+  EXPECT_EQ(refusal_code(engine, greedy_request(std::vector<int32_t>(500, 1), 12)), "accepted");  // exactly fits
+  Request bad = greedy_request({1}, 4);
+  bad.sampling.top_p = 0;
+  EXPECT_EQ(refusal_code(engine, bad), "invalid_sampling");
+  bad = greedy_request({1}, 0);
+  EXPECT_EQ(refusal_code(engine, bad), "invalid_sampling");
+  bad = greedy_request({1}, 4);
+  bad.sampling.stop = {"x"};  // no tokenizer to match text against
+  EXPECT_EQ(refusal_code(engine, bad), "invalid_sampling");
+}
+
+TEST(Engine, MemoryPlanThatDoesNotFitIsRefused) {
+  FakeModel model(kVocab);
+  EngineOptions options = small_options(4);
+  options.memory_limit_bytes = 1000;
+  try {
+    Engine engine(model, nullptr, options);
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("memory plan does not fit"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(model.states_created(), 0) << "nothing is allocated before the plan is checked";
+}
+
+TEST(Engine, BadOptionsAreRefused) {
+  FakeModel model(kVocab);
+  EngineOptions options = small_options(1);
+  options.prefill_chunk = 100;
+  EXPECT_THROW(Engine(model, nullptr, options), Error);
+  options = small_options(0);
+  EXPECT_THROW(Engine(model, nullptr, options), Error);
+}
+
+TEST(Engine, DestructorCancelsRunningAndWaiting) {
+  FakeModel model(kVocab);
+  model.set_step_delay(std::chrono::milliseconds(2));
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  {
+    Engine engine(model, nullptr, small_options(2));
+    for (int i = 0; i < 5; ++i) handles.push_back(engine.submit(greedy_request({1, 2, 3}, 400)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (auto& handle : handles) {
+    const Outcome outcome = drain(*handle, std::chrono::seconds(1));
+    EXPECT_EQ(outcome.finished_events, 1);
+    EXPECT_EQ(outcome.finished.reason, FinishReason::cancelled);
+  }
+}
+
+TEST(Engine, StopTokenIdsAndEos) {
+  FakeModel model(kVocab, /*eos_ids=*/{});
+  Engine probe(model, nullptr, small_options(1));
+  const Outcome free_run = drain(*probe.submit(greedy_request({10, 11}, 8)));
+  ASSERT_EQ(free_run.tokens.size(), 8u);
+
+  // Stop on the 4th token: it ends the request, counts as completion, but is not sent as a token.
+  Request stop = greedy_request({10, 11}, 8);
+  stop.sampling.stop_token_ids = {free_run.tokens[3]};
+  const Outcome stopped = drain(*probe.submit(stop));
+  const auto first = std::find(free_run.tokens.begin(), free_run.tokens.end(), free_run.tokens[3]);
+  const auto sent = static_cast<size_t>(first - free_run.tokens.begin());
+  EXPECT_EQ(stopped.finished.reason, FinishReason::stop);
+  EXPECT_EQ(stopped.tokens, std::vector<int32_t>(free_run.tokens.begin(), first));
+  EXPECT_EQ(stopped.finished.completion_tokens, static_cast<int32_t>(sent + 1));
+  EXPECT_EQ(stopped.finished.matched_stop_token, free_run.tokens[3]);
+
+  // The model's eos stops it unless ignore_eos.
+  FakeModel eos_model(kVocab, {free_run.tokens[3]});
+  Engine engine(eos_model, nullptr, small_options(1));
+  Request with_eos = greedy_request({10, 11}, 8);
+  with_eos.sampling.ignore_eos = false;
+  EXPECT_EQ(drain(*engine.submit(with_eos)).tokens, stopped.tokens);
+  with_eos.sampling.ignore_eos = true;
+  EXPECT_EQ(drain(*engine.submit(with_eos)).tokens, free_run.tokens);
+}
+
+TEST(Engine, StopStringsCutTheTextAndEndTheRequest) {
+  FakeModel model(kVocab);
+  FakeTokenizer tokenizer(kVocab);
+  Engine engine(model, &tokenizer, small_options(2));
+  const Outcome free_run = drain(*engine.submit(greedy_request({10, 11}, 30)));
+  std::string full;
+  for (int32_t id : free_run.tokens) full += FakeTokenizer::piece(id);
+  EXPECT_EQ(free_run.text, full);
+
+  // A stop string made of the last bit of token 4's text and the first bit of token 5's: it spans tokens.
+  const std::string fourth = FakeTokenizer::piece(free_run.tokens[4]);
+  const std::string fifth = FakeTokenizer::piece(free_run.tokens[5]);
+  const std::string stop_string = fourth.substr(fourth.size() - 1) + fifth.substr(0, 1);
+  Request request = greedy_request({10, 11}, 30);
+  request.sampling.stop = {stop_string, "never-appears"};
+  const Outcome stopped = drain(*engine.submit(request));
+  EXPECT_EQ(stopped.finished.reason, FinishReason::stop);
+  EXPECT_EQ(stopped.finished.matched_stop_string, stop_string);
+  const size_t at = full.find(stop_string);
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_EQ(stopped.text, full.substr(0, at));
+  EXPECT_LE(stopped.tokens.size(), 6u);
+}
+
+SampledToken token(int32_t id) {
+  SampledToken out;
+  out.id = id;
+  return out;
+}
+
+TEST(Sequence, SplitCharacterIsReleasedWhole) {
+  FakeTokenizer tokenizer(kVocab);
+  Request request = greedy_request({1}, 10);
+  auto handle = std::make_shared<RequestHandle>();
+  Sequence sequence(0, request, handle, &tokenizer);
+  EXPECT_FALSE(sequence.accept(token(90), false));  // the first byte of "\xC3\xA9" alone is not text yet
+  EXPECT_FALSE(sequence.accept(token(91), false));
+  EXPECT_FALSE(sequence.accept(token(90), false));  // dangling at the end: flushed as a replacement character
+  sequence.finish(FinishReason::length);
+  const Outcome outcome = drain(*handle);
+  EXPECT_EQ(outcome.tokens, (std::vector<int32_t>{90, 91, 90}));
+  EXPECT_EQ(outcome.text, "\xC3\xA9\xEF\xBF\xBD");
+  EXPECT_EQ(outcome.finished.text_tail, "\xEF\xBF\xBD");
+}
+
+TEST(Engine, LogprobsComeWithTokensWhenAsked) {
+  FakeModel model(kVocab);
+  Engine engine(model, nullptr, small_options(1));
+  Request request = greedy_request({1, 2}, 3);
+  request.sampling.top_logprobs = 2;
+  std::shared_ptr<RequestHandle> handle = engine.submit(request);
+  std::optional<Event> event = handle->next(std::chrono::seconds(10));
+  ASSERT_TRUE(event && std::holds_alternative<TokenEvent>(*event));
+  const TokenEvent& token = std::get<TokenEvent>(*event);
+  const std::vector<float> logits = model.logits_after(std::vector<int32_t>{1, 2});
+  ASSERT_TRUE(token.logprob.has_value());
+  EXPECT_FLOAT_EQ(*token.logprob, raw_logprob(logits, token.id));
+  ASSERT_EQ(token.top_logprobs.size(), 2u);
+  EXPECT_EQ(token.top_logprobs[0].id, token.id);  // greedy picks the most likely
+  drain(*handle);
+}
+
+TEST(Engine, ModelFailureEndsTheStepsRequestsWithAnErrorAndTheEngineGoesOn) {
+  FakeModel model(kVocab);
+  model.set_poison_token(66);
+  Engine engine(model, nullptr, small_options(2));
+  const Outcome failed = drain(*engine.submit(greedy_request({1, 66, 2}, 4)));
+  EXPECT_EQ(failed.finished.reason, FinishReason::error);
+  EXPECT_NE(failed.finished.error.find("poisoned"), std::string::npos) << failed.finished.error;
+  model.set_poison_token(-1);
+  EXPECT_EQ(drain(*engine.submit(greedy_request({1, 2}, 4))).finished.reason, FinishReason::length);
+  EXPECT_EQ(engine.stats().requests_failed, 1);
+  EXPECT_EQ(engine.stats().slots_free, 2);
+}
+
+TEST(Engine, IdleEngineSleeps) {
+  FakeModel model(kVocab);
+  Engine engine(model, nullptr, small_options(1));
+  drain(*engine.submit(greedy_request({1}, 2)));
+  const int64_t steps = engine.stats().steps_total;
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(engine.stats().steps_total, steps) << "steps ran with nothing to do";
+  const std::clock_t cpu_before = std::clock();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_LT(static_cast<double>(std::clock() - cpu_before) / CLOCKS_PER_SEC, 0.05) << "busy-spinning";
+}
+
+}  // namespace
+}  // namespace duet::engine

@@ -1,0 +1,140 @@
+// Row invariance through the engine on the real tiny model (tests/fixtures/models/tiny-text, random weights,
+// vocab 512): N concurrent requests of mixed prompt lengths give exactly the tokens of the same requests run
+// alone and serially, greedy and seeded; plus admission, queue and refusals with the real forward pass.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "engine/engine.h"
+#include "engine_harness.h"
+#include "model/model.h"
+
+namespace duet::engine {
+namespace {
+
+using testing::drain;
+using testing::Outcome;
+
+const std::string kModelDir = std::string(DUET_TESTS_DIR) + "/fixtures/models/tiny-text";
+
+class RealModel : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (std::filesystem::exists(kModelDir + "/config.json")) model_ = model::Model::load(kModelDir).release();
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    model_ = nullptr;
+  }
+  void SetUp() override {
+    if (model_ == nullptr) GTEST_SKIP() << "fixture model missing: " << kModelDir;
+  }
+
+  static EngineOptions options(int32_t parallel, int32_t chunk = 64) {
+    EngineOptions o;
+    o.parallel = parallel;
+    o.context = 640;
+    o.prefill_chunk = chunk;
+    o.queue_limit = 64;
+    o.step_token_budget = 256;
+    return o;
+  }
+  static int32_t vocab() { return static_cast<int32_t>(model_->config().vocab_size); }
+
+  void check_exactness(bool seeded) {
+    const auto requests = testing::mixed_requests(16, vocab(), 64, 16, seeded);
+    const auto alone =
+        testing::run_each_alone([] { return std::make_unique<Engine>(*model_, nullptr, options(1)); }, requests);
+    for (const Outcome& outcome : alone) ASSERT_EQ(outcome.finished.reason, FinishReason::length);
+    Engine serial(*model_, nullptr, options(4));
+    testing::expect_same_tokens(testing::run_serially(serial, requests), alone, "serial");
+    for (int32_t parallel : {1, 4, 16}) {
+      Engine engine(*model_, nullptr, options(parallel));
+      testing::expect_same_tokens(testing::run_concurrently(engine, requests), alone,
+                                  "parallel " + std::to_string(parallel));
+    }
+  }
+
+  static inline model::Model* model_ = nullptr;
+};
+
+Request greedy(std::vector<int32_t> prompt, int32_t max_tokens) {
+  Request request;
+  request.prompt = std::move(prompt);
+  request.sampling.temperature = 0;
+  request.sampling.max_tokens = max_tokens;
+  request.sampling.ignore_eos = true;
+  return request;
+}
+
+TEST_F(RealModel, ConcurrentGreedyEqualsAloneAndSerial) { check_exactness(false); }
+TEST_F(RealModel, ConcurrentSeededEqualsAloneAndSerial) { check_exactness(true); }
+
+// Cuts at any multiple of 64 give the same rows (the contract the chunked prefill keeps).
+TEST_F(RealModel, PrefillChunkSizeDoesNotChangeTokens) {
+  const auto requests = testing::mixed_requests(8, vocab(), 64, 12, false, 5);
+  Engine by_64(*model_, nullptr, options(4, 64));
+  Engine by_256(*model_, nullptr, options(4, 256));
+  testing::expect_same_tokens(testing::run_concurrently(by_256, requests),
+                              testing::run_concurrently(by_64, requests), "chunk 256 vs 64");
+}
+
+TEST_F(RealModel, CancelledRequestFreesItsSlot) {
+  Engine engine(*model_, nullptr, options(1));
+  auto long_one = engine.submit(greedy({1, 2, 3}, 500));
+  auto next = engine.submit(greedy({4, 5, 6}, 4));
+  std::optional<Event> first = long_one->next(std::chrono::seconds(60));
+  ASSERT_TRUE(first && std::holds_alternative<TokenEvent>(*first));
+  long_one->cancel();
+  EXPECT_EQ(drain(*long_one).finished.reason, FinishReason::cancelled);
+  const Outcome admitted = drain(*next);
+  EXPECT_EQ(admitted.finished.reason, FinishReason::length);
+  EXPECT_EQ(admitted.tokens.size(), 4u);
+  // And it is the same answer as on a fresh engine: the reused slot was reset.
+  Engine fresh(*model_, nullptr, options(1));
+  EXPECT_EQ(drain(*fresh.submit(greedy({4, 5, 6}, 4))).tokens, admitted.tokens);
+}
+
+TEST_F(RealModel, FullQueueRefuses) {
+  EngineOptions o = options(1);
+  o.queue_limit = 1;
+  Engine engine(*model_, nullptr, o);
+  auto running = engine.submit(greedy({1, 2}, 500));
+  auto waiting = engine.submit(greedy({1, 2}, 500));
+  EXPECT_THROW(engine.submit(greedy({3}, 1)), QueueFull);
+  running->cancel();
+  waiting->cancel();
+  EXPECT_EQ(drain(*running).finished_events, 1);
+  EXPECT_EQ(drain(*waiting).finished_events, 1);
+}
+
+TEST_F(RealModel, ContextOverflowIsRefused) {
+  Engine engine(*model_, nullptr, options(1));
+  try {
+    engine.submit(greedy(std::vector<int32_t>(600, 7), 41));
+    FAIL() << "accepted a request past the context";
+  } catch (const RequestInvalid& e) {
+    EXPECT_EQ(e.code(), "context_length_exceeded");
+  }
+  try {
+    engine.submit(greedy({vocab()}, 1));
+    FAIL() << "accepted an id outside the vocabulary";
+  } catch (const RequestInvalid& e) {
+    EXPECT_EQ(e.code(), "invalid_prompt");
+  }
+}
+
+TEST_F(RealModel, ThirtyTwoConcurrentRequestsAllFinish) {
+  Engine engine(*model_, nullptr, options(8));
+  const auto requests = testing::mixed_requests(32, vocab(), 64, 8, true, 3);
+  const auto outcomes = testing::run_concurrently(engine, requests);
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    EXPECT_EQ(outcomes[i].finished_events, 1) << i;
+    EXPECT_EQ(outcomes[i].finished.reason, FinishReason::length) << i;
+    EXPECT_EQ(static_cast<int32_t>(outcomes[i].tokens.size()), requests[i].sampling.max_tokens) << i;
+  }
+  EXPECT_EQ(engine.stats().requests_finished, 32);
+}
+
+}  // namespace
+}  // namespace duet::engine

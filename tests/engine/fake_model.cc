@@ -1,0 +1,96 @@
+#include "fake_model.h"
+
+#include <thread>
+
+#include "base/error.h"
+#include "engine/seeded_draw.h"
+
+namespace duet::engine::testing {
+
+namespace {
+
+class FakeState : public model::SequenceState {
+ public:
+  explicit FakeState(int32_t max_positions) : max_positions_(max_positions) {}
+  int32_t position() const override { return static_cast<int32_t>(tokens.size()); }
+  int32_t max_positions() const override { return max_positions_; }
+  void reset() override { tokens.clear(); }
+
+  std::vector<int32_t> tokens;
+
+ private:
+  int32_t max_positions_;
+};
+
+}  // namespace
+
+FakeModel::FakeModel(int32_t vocab_size, std::vector<int64_t> eos_ids) {
+  config_.model_type = "fake";
+  config_.vocab_size = vocab_size;
+  config_.hidden_size = 16;
+  config_.intermediate_size = 32;
+  config_.num_hidden_layers = 1;
+  config_.eos_token_ids = std::move(eos_ids);
+}
+
+size_t FakeModel::sequence_state_bytes(int32_t max_positions) const {
+  return static_cast<size_t>(max_positions) * sizeof(int32_t);
+}
+
+std::unique_ptr<model::SequenceState> FakeModel::new_sequence_state(int32_t max_positions) const {
+  std::lock_guard lock(mutex_);
+  ++states_created_;
+  return std::make_unique<FakeState>(max_positions);
+}
+
+std::vector<float> FakeModel::logits_after(std::span<const int32_t> tokens) const {
+  // Mixes the position and the last three ids: enough context that greedy outputs do not loop at once.
+  uint64_t key = mix64(tokens.size());
+  for (size_t i = tokens.size() >= 3 ? tokens.size() - 3 : 0; i < tokens.size(); ++i) {
+    key = mix64(key ^ static_cast<uint64_t>(tokens[i]));
+  }
+  std::vector<float> logits(static_cast<size_t>(config_.vocab_size));
+  for (size_t v = 0; v < logits.size(); ++v) {
+    logits[v] = static_cast<float>(seeded_uniform(key, static_cast<int64_t>(v)) * 8.0 - 4.0);
+  }
+  return logits;
+}
+
+std::vector<model::PieceResult> FakeModel::forward(std::span<const model::Piece> pieces) {
+  if (step_delay_.count() > 0) std::this_thread::sleep_for(step_delay_);
+  std::vector<RecordedPiece> recorded;
+  std::vector<model::PieceResult> results(pieces.size());
+  for (const model::Piece& piece : pieces) {
+    for (int32_t id : piece.tokens) {
+      if (id == poison_token_) fail("fake model: poisoned token {}", id);
+    }
+  }
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    auto& state = dynamic_cast<FakeState&>(*pieces[i].state);
+    recorded.push_back({&state, state.position(), static_cast<int32_t>(pieces[i].tokens.size()), pieces[i].wants});
+    if (state.position() + static_cast<int32_t>(pieces[i].tokens.size()) > state.max_positions()) {
+      fail("fake model: piece overflows its state ({} + {} > {})", state.position(), pieces[i].tokens.size(),
+           state.max_positions());
+    }
+    for (int32_t id : pieces[i].tokens) {
+      if (id < 0 || id >= config_.vocab_size) fail("fake model: id {} out of range", id);
+      state.tokens.push_back(id);
+    }
+    if (model::has(pieces[i].wants, model::RowOutput::last_logits)) results[i].logits = logits_after(state.tokens);
+  }
+  std::lock_guard lock(mutex_);
+  steps_.push_back(std::move(recorded));
+  return results;
+}
+
+std::vector<std::vector<RecordedPiece>> FakeModel::steps() const {
+  std::lock_guard lock(mutex_);
+  return steps_;
+}
+
+int32_t FakeModel::states_created() const {
+  std::lock_guard lock(mutex_);
+  return states_created_;
+}
+
+}  // namespace duet::engine::testing

@@ -1,0 +1,49 @@
+#pragma once
+// A stand-in Model for engine unit tests: its logits are a deterministic function of the sequence's tokens
+// (a hash of the position and the last few ids), so a sequence's output cannot depend on batching unless the
+// engine breaks it. It records every step's pieces so tests can check what the scheduler planned.
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "model/model.h"
+
+namespace duet::engine::testing {
+
+struct RecordedPiece {
+  const model::SequenceState* state = nullptr;
+  int32_t start_position = 0;  // the state's position before the piece
+  int32_t length = 0;
+  model::RowOutput wants = model::RowOutput::none;
+};
+
+class FakeModel : public model::Model {
+ public:
+  explicit FakeModel(int32_t vocab_size = 97, std::vector<int64_t> eos_ids = {});
+
+  const model::Qwen35Config& config() const override { return config_; }
+  size_t weight_bytes() const override { return 1 << 20; }
+  size_t sequence_state_bytes(int32_t max_positions) const override;
+  std::unique_ptr<model::SequenceState> new_sequence_state(int32_t max_positions) const override;
+  std::vector<model::PieceResult> forward(std::span<const model::Piece> pieces) override;
+
+  // The logits the fake gives after `tokens` (the whole sequence so far).
+  std::vector<float> logits_after(std::span<const int32_t> tokens) const;
+
+  void set_step_delay(std::chrono::milliseconds delay) { step_delay_ = delay; }
+  // forward() throws when any piece carries this id (a model failure mid-step).
+  void set_poison_token(int32_t id) { poison_token_ = id; }
+  std::vector<std::vector<RecordedPiece>> steps() const;
+  int32_t states_created() const;
+
+ private:
+  model::Qwen35Config config_;
+  std::chrono::milliseconds step_delay_{0};
+  int32_t poison_token_ = -1;
+  mutable std::mutex mutex_;
+  std::vector<std::vector<RecordedPiece>> steps_;
+  mutable int32_t states_created_ = 0;
+};
+
+}  // namespace duet::engine::testing
