@@ -84,13 +84,17 @@ void read_rope(const std::string& source, const Fields& text, Qwen35Config& c) {
   if (!scaling.is_object()) fail("{}: rope_scaling must be an object", source);
   const Fields p(params, source, "rope_parameters."), s(scaling, source, "rope_scaling.");
 
+  // Any unsupported type named anywhere is refused, even if another place says "default".
   std::string type = "default";
   for (const Fields* f : {&s, &p})
-    for (const char* key : {"type", "rope_type"})
-      if (f->has(key)) type = f->text(key, type);
-  if (type != "default" && type != "mrope")
-    fail("{}: rope type \"{}\" is not supported (only \"default\", and \"mrope\" which is 1-D RoPE for text)", source,
-         type);
+    for (const char* key : {"type", "rope_type"}) {
+      if (!f->has(key)) continue;
+      const auto named = f->text(key, type);
+      if (named != "default" && named != "mrope")
+        fail("{}: rope type \"{}\" ({}) is not supported (only \"default\", and \"mrope\" which is 1-D RoPE for text)",
+             source, named, f->path(key));
+      if (type == "default") type = named;
+    }
   c.rope_type = type;
   c.rope_theta = p.number("rope_theta", s.number("rope_theta", text.number("rope_theta", 10000.0)));
   c.partial_rotary_factor =

@@ -1,0 +1,128 @@
+// The CPU backend's math pieces against straightforward reference loops: the chunked delta rule against the
+// per-token one (and its own invariance to how rows arrive), the matmul against a double-precision loop.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/delta_rule.h"
+#include "backend/cpu/matmul.h"
+#include "base/bf16.h"
+
+namespace duet::backend::cpu {
+namespace {
+
+struct Inputs {
+  int64_t rows, kd, vd;
+  std::vector<float> q, k, v, g, beta;
+};
+
+void normalize(float* x, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += x[i] * x[i];
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(x[i] / std::sqrt(s + 1e-6));
+}
+
+Inputs random_inputs(int64_t rows, int64_t kd, int64_t vd, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  Inputs in{rows, kd, vd, {}, {}, {}, {}, {}};
+  in.q.resize(rows * kd), in.k.resize(rows * kd), in.v.resize(rows * vd), in.g.resize(rows), in.beta.resize(rows);
+  for (auto& x : in.q) x = normal(rng);
+  for (auto& x : in.k) x = normal(rng);
+  for (auto& x : in.v) x = normal(rng);
+  for (int64_t r = 0; r < rows; ++r) {
+    normalize(&in.q[r * kd], kd);
+    for (int64_t i = 0; i < kd; ++i) in.q[r * kd + i] /= std::sqrt(static_cast<float>(kd));
+    normalize(&in.k[r * kd], kd);
+    in.g[r] = -2.0f * unit(rng);  // decays between exp(-2) and 1
+    in.beta[r] = unit(rng);
+  }
+  return in;
+}
+
+struct ChunkedState {
+  ChunkedState(int64_t kd, int64_t vd)
+      : s(kd * vd), keys(kDeltaRuleChunk * kd), cum(kDeltaRuleChunk), values(kDeltaRuleChunk * vd) {}
+  DeltaRuleHead head() { return {s.data(), keys.data(), cum.data(), values.data()}; }
+  std::vector<float> s, keys, cum, values;
+};
+
+// Runs the chunked form with the rows arriving in pieces of `piece` rows; returns the outputs.
+std::vector<float> run_chunked(const Inputs& in, int64_t piece, std::vector<float>* final_state = nullptr) {
+  ChunkedState st(in.kd, in.vd);
+  std::vector<float> out(in.rows * in.vd);
+  for (int64_t r = 0; r < in.rows; r += piece) {
+    const int64_t n = std::min(piece, in.rows - r);
+    delta_rule_chunked(st.head(), in.kd, in.vd, r % kDeltaRuleChunk, n, &in.q[r * in.kd], &in.k[r * in.kd],
+                       &in.v[r * in.vd], &in.g[r], &in.beta[r], &out[r * in.vd]);
+  }
+  if (final_state) {
+    final_state->resize(in.kd * in.vd);
+    delta_rule_current_state(st.head(), in.kd, in.vd, in.rows % kDeltaRuleChunk, final_state->data());
+  }
+  return out;
+}
+
+double max_relative(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - want[i]));
+    ref = std::max(ref, std::fabs(static_cast<double>(want[i])));
+  }
+  return diff / ref;
+}
+
+TEST(DeltaRule, ChunkedAgreesWithPerToken) {
+  for (int64_t rows : {1, 5, 63, 64, 65, 200}) {
+    const Inputs in = random_inputs(rows, 16, 32, static_cast<uint32_t>(rows));
+    std::vector<float> chunked_state, recurrent_state(16 * 32, 0.0f), recurrent(rows * 32);
+    const auto chunked = run_chunked(in, rows, &chunked_state);
+    delta_rule_recurrent(recurrent_state.data(), 16, 32, rows, in.q.data(), in.k.data(), in.v.data(), in.g.data(),
+                         in.beta.data(), recurrent.data());
+    const double out_error = max_relative(chunked, recurrent), state_error = max_relative(chunked_state,
+                                                                                         recurrent_state);
+    std::printf("delta rule, %3lld rows: outputs %.3g, final state %.3g\n", static_cast<long long>(rows), out_error,
+                state_error);
+    EXPECT_LE(out_error, 1e-5) << rows;
+    EXPECT_LE(state_error, 1e-5) << rows;
+  }
+}
+
+TEST(DeltaRule, ChunkedRowsDoNotDependOnHowTheyArrive) {
+  const Inputs in = random_inputs(150, 16, 32, 7);
+  const auto whole = run_chunked(in, 150);
+  for (int64_t piece : {1, 3, 7, 64, 100}) {
+    const auto cut = run_chunked(in, piece);
+    EXPECT_EQ(std::memcmp(cut.data(), whole.data(), whole.size() * sizeof(float)), 0) << piece;
+  }
+}
+
+TEST(Matmul, MatchesAReferenceLoopForEveryShape) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  for (auto [m, n, k] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {3, 5, 7}, {17, 33, 64}, {2, 100, 129}}) {
+    std::vector<float> x(m * k), y(m * n);
+    std::vector<uint16_t> w(n * k);
+    for (auto& v : x) v = normal(rng);
+    for (auto& v : w) v = float_to_bf16(normal(rng));
+    Weight weight{WeightType::bf16, w.data(), n, k};
+    matmul(x.data(), m, weight, y.data());
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double want = 0;
+        for (int64_t t = 0; t < k; ++t) want += static_cast<double>(x[i * k + t]) * bf16_to_float(w[j * k + t]);
+        EXPECT_NEAR(y[i * n + j], want, 1e-5 * (1 + std::fabs(want))) << m << "x" << n << "x" << k;
+      }
+    // A row's result does not depend on the other rows: row 0 alone gives the same bytes.
+    std::vector<float> alone(n);
+    matmul(x.data(), 1, weight, alone.data());
+    EXPECT_EQ(std::memcmp(alone.data(), y.data(), n * sizeof(float)), 0);
+  }
+}
+
+}  // namespace
+}  // namespace duet::backend::cpu
