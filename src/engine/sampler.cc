@@ -74,55 +74,63 @@ std::vector<float> penalized_logits(std::span<const float> logits, const Samplin
   return out;
 }
 
+// Sorts scored[done, end) far enough that its first `want` entries are the most likely, in order. Growing the
+// sorted prefix only as far as top-p needs it avoids sorting a 150k vocabulary for every token; the prefix
+// of a total order is unique, so the answer is the one a full sort gives.
+size_t extend_sorted_prefix(std::vector<Scored>& scored, size_t done, size_t want) {
+  want = std::min(want, scored.size());
+  if (want <= done) return done;
+  const auto begin = scored.begin() + static_cast<std::ptrdiff_t>(done);
+  const auto middle = scored.begin() + static_cast<std::ptrdiff_t>(want);
+  std::nth_element(begin, middle, scored.end(), more_likely);
+  std::sort(begin, middle, more_likely);
+  return want;
+}
+
 std::vector<Candidate> sampling_candidates(std::span<const float> logits, const SamplingParams& params,
                                            const TokenCounts& counts) {
   const std::vector<float> penalized = penalized_logits(logits, params, counts);
   if (params.temperature <= 0.0f) return {{argmax(penalized), 1.0}};
 
   std::vector<Scored> scored(penalized.size());
+  float max_logit = kNegativeInfinity;
   for (size_t i = 0; i < penalized.size(); ++i) {
     scored[i] = {static_cast<int32_t>(i), sane(penalized[i]) / params.temperature};
+    max_logit = std::max(max_logit, scored[i].logit);
   }
-  // Only top-k and top-p need an order; without them candidates stay in id order (also deterministic).
-  const bool use_top_k = params.top_k > 0 && static_cast<size_t>(params.top_k) < scored.size();
-  const bool use_top_p = params.top_p < 1.0f;
-  if (use_top_k) {
-    std::partial_sort(scored.begin(), scored.begin() + params.top_k, scored.end(), more_likely);
-    scored.resize(params.top_k);
-  } else if (use_top_p) {
-    std::sort(scored.begin(), scored.end(), more_likely);
-  }
-
-  float max_logit = kNegativeInfinity;
-  for (const Scored& s : scored) max_logit = std::max(max_logit, s.logit);
   if (max_logit == kNegativeInfinity) return {{argmax(penalized), 1.0}};  // nothing possible: fall back
+  // Weights relative to the most likely token (weight 1), in double for a stable cumulative sum.
+  const auto weight = [max_logit](const Scored& s) { return std::exp(static_cast<double>(s.logit) - max_logit); };
 
-  // Weights relative to the most likely candidate (which has weight 1), in double for a stable cumulative sum.
-  std::vector<Candidate> candidates;
-  candidates.reserve(scored.size());
-  double total = 0;
-  for (const Scored& s : scored) {
-    const double weight = std::exp(static_cast<double>(s.logit) - max_logit);
-    candidates.push_back({s.id, weight});
-    total += weight;
+  // Only top-k and top-p need an order; without them candidates stay in id order (also deterministic).
+  size_t sorted = 0;  // scored[0, sorted) holds the most likely tokens, in order
+  if (params.top_k > 0 && static_cast<size_t>(params.top_k) < scored.size()) {
+    sorted = extend_sorted_prefix(scored, 0, static_cast<size_t>(params.top_k));
+    scored.resize(sorted);
   }
-  if (use_top_p) {  // candidates are sorted here (top-k's prefix or the full sort)
+  size_t keep = scored.size();
+  if (params.top_p < 1.0f) {
+    double total = 0;
+    for (const Scored& s : scored) total += weight(s);  // in a fixed order: id order, or top-k's sorted order
     const double target = static_cast<double>(params.top_p) * total;
     double cumulative = 0;
-    size_t keep = 0;
-    while (keep < candidates.size()) {
-      cumulative += candidates[keep].probability;
+    keep = 0;
+    while (keep < scored.size() && (keep == 0 || cumulative < target)) {
+      if (keep == sorted) sorted = extend_sorted_prefix(scored, sorted, std::max<size_t>(256, 4 * sorted));
+      cumulative += weight(scored[keep]);
       ++keep;
-      if (cumulative >= target) break;
     }
-    candidates.resize(std::max<size_t>(keep, 1));
   }
-  if (params.min_p > 0.0f) {  // the most likely candidate has weight 1, so the threshold is min_p itself
-    std::erase_if(candidates, [&](const Candidate& c) { return c.probability < params.min_p; });
+
+  std::vector<Candidate> candidates;
+  candidates.reserve(keep);
+  for (size_t i = 0; i < keep; ++i) {
+    const double w = weight(scored[i]);
+    // min-p: the most likely token has weight 1, so the threshold is min_p itself. Impossible tokens (weight
+    // 0) stay out too, so a draw can only land on a possible one.
+    if (w > 0 && w >= params.min_p) candidates.push_back({scored[i].id, w});
   }
-  // Impossible tokens (logit -inf) stay out, so the walk below can only land on a possible one.
-  std::erase_if(candidates, [](const Candidate& c) { return c.probability <= 0; });
-  total = 0;
+  double total = 0;
   for (const Candidate& c : candidates) total += c.probability;
   for (Candidate& c : candidates) c.probability /= total;
   return candidates;

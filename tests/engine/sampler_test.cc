@@ -154,6 +154,29 @@ TEST(Sampler, CandidatesMatchTheReferenceDistribution) {
   }
 }
 
+// The sorted prefix grows in steps (256, 1024, ...): a flat distribution over a large vocabulary makes top-p
+// reach deep into it, and the result must still be the full sort's.
+TEST(Sampler, LargeVocabularyTopPMatchesTheReference) {
+  std::mt19937 rng(21);
+  const size_t vocab = 50000;
+  for (float scale : {0.3f, 1.0f, 4.0f}) {
+    const std::vector<float> logits = random_logits(rng, vocab, scale);
+    for (float top_p : {0.05f, 0.5f, 0.9f, 0.999f}) {
+      SamplingParams p;
+      p.top_p = top_p;
+      const std::vector<double> expected = reference_distribution(logits, p, {}, {});
+      const std::vector<double> got = dense(sampling_candidates(logits, p, {}), vocab);
+      size_t support_expected = 0, support_got = 0;
+      for (size_t id = 0; id < vocab; ++id) {
+        support_expected += expected[id] > 0;
+        support_got += got[id] > 0;
+        ASSERT_NEAR(got[id], expected[id], 1e-9) << "scale " << scale << " top_p " << top_p << " id " << id;
+      }
+      EXPECT_EQ(support_got, support_expected) << "scale " << scale << " top_p " << top_p;
+    }
+  }
+}
+
 // Frequencies of the seeded draws over many positions against the reference probabilities.
 void expect_draws_follow(const std::vector<float>& logits, const SamplingParams& p, int draws) {
   const std::vector<double> expected = reference_distribution(logits, p, {}, {});
