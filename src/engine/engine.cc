@@ -38,6 +38,10 @@ void check_options(const EngineOptions& options) {
 // Checked before anything is allocated, so a plan that does not fit is refused with its numbers.
 MemoryPlan checked_plan(const model::Model& model, const EngineOptions& options) {
   check_options(options);
+  const int64_t model_positions = model.config().max_position_embeddings;
+  if (model_positions > 0 && options.context > model_positions) {
+    fail("engine: context {} exceeds the model's max_position_embeddings {}", options.context, model_positions);
+  }
   MemoryPlan plan = plan_memory(model, options);
   check_memory_plan(plan);
   log_info("engine: memory plan {}", plan.describe());

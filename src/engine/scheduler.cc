@@ -30,10 +30,16 @@ std::vector<ScheduledPiece> Scheduler::plan_step() {
   bool any_prefill = false;
   for (const auto& sequence : running_) {
     if (sequence->finished() || sequence->prefill_done()) continue;
-    // prefilled() is always a multiple of the chunk, so this cut lands on one too.
-    const int32_t length = std::min(prefill_chunk_, sequence->prompt_length() - sequence->prefilled());
-    if (any_prefill && tokens + length > step_token_budget_) break;  // oldest first: later ones wait their turn
-    const bool last_chunk = sequence->prefilled() + length == sequence->prompt_length();
+    const int32_t remaining = sequence->prompt_length() - sequence->prefilled();
+    const int32_t room = std::max(step_token_budget_ - tokens, 0);
+    // The rest of the prompt if it fits, else as many whole chunks as fit: prefilled() is always a multiple of
+    // the chunk, so every cut lands on one.
+    int32_t length = remaining <= room ? remaining : room / prefill_chunk_ * prefill_chunk_;
+    if (length == 0) {
+      if (any_prefill) continue;  // a shorter prompt further on may still fit
+      length = std::min(prefill_chunk_, remaining);  // the oldest prompt always progresses
+    }
+    const bool last_chunk = length == remaining;
     pieces.push_back({.sequence = sequence.get(),
                       .tokens = std::span(sequence->request().prompt).subspan(sequence->prefilled(), length),
                       .is_prefill = true,

@@ -1,9 +1,10 @@
 #pragma once
 // Decides what each step runs. Every running sequence that has finished its prompt decodes one token every
-// step (decode never waits behind prefill); then prompts are prefilled a chunk at a time, oldest sequence
-// first, while the step's token budget lasts. One piece per sequence per step, and a prompt is always cut at
-// multiples of prefill_chunk, so where a prompt is cut never depends on what else is running (row invariance).
-// At least one prefill chunk runs every step that has a prompt waiting, so prompts always progress.
+// step (decode never waits behind prefill); then prompts are prefilled, oldest first, each taking as much of
+// the step's token budget as is left in whole multiples of prefill_chunk (or the rest of its prompt). One piece
+// per sequence per step, and a prompt is only ever cut at multiples of prefill_chunk, which the model's row
+// invariance makes invisible in the results. The oldest waiting prompt gets at least one chunk every step, even
+// past the budget, so prompts always progress.
 #include <cstdint>
 #include <memory>
 #include <span>

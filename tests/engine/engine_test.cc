@@ -100,7 +100,10 @@ TEST(Engine, StepsCutPromptsAtChunkMultiplesAndKeepTheBudget) {
       tokens += piece.length;
       if (piece.length > 1 || piece.wants == model::RowOutput::none) {
         EXPECT_EQ(piece.start_position % kChunk, 0) << "prefill cut off a chunk boundary";
-        EXPECT_LE(piece.length, kChunk);
+        // Only a prompt's last piece (the one that samples) may end off a chunk boundary.
+        if (piece.wants == model::RowOutput::none) {
+          EXPECT_EQ(piece.length % kChunk, 0);
+        }
         ++prefill_pieces;
         prefill_tokens += piece.length;
       }
@@ -111,6 +114,20 @@ TEST(Engine, StepsCutPromptsAtChunkMultiplesAndKeepTheBudget) {
     }
     EXPECT_LE(tokens - prefill_tokens, options.parallel);
   }
+}
+
+TEST(Engine, ALongPromptAloneFillsTheBudgetInWholeChunks) {
+  FakeModel model(kVocab);
+  {
+    Engine engine(model, nullptr, small_options(1));  // budget 160: two chunks of 64
+    drain(*engine.submit(greedy_request(std::vector<int32_t>(300, 3), 2)));
+  }
+  std::vector<std::pair<int32_t, int32_t>> pieces;
+  for (const auto& step : model.steps()) {
+    for (const auto& piece : step) pieces.emplace_back(piece.start_position, piece.length);
+  }
+  const std::vector<std::pair<int32_t, int32_t>> expected = {{0, 128}, {128, 128}, {256, 44}, {300, 1}};
+  EXPECT_EQ(pieces, expected);
 }
 
 TEST(Engine, ThirtyTwoConcurrentRequestsAllFinish) {
