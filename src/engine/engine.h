@@ -22,9 +22,11 @@ namespace duet::engine {
 struct EngineOptions {
   int32_t parallel = 4;         // sequences decoded together (state pool slots)
   int32_t context = 4096;       // positions per sequence (prompt + completion)
-  int32_t prefill_chunk = 256;  // prompt tokens per piece; a multiple of 64 (row invariance across cuts)
+  int32_t prefill_chunk = 256;  // prompts are cut only at multiples of this; a multiple of 64
   int32_t queue_limit = 64;     // requests waiting for a slot before submit() refuses with QueueFull
-  int32_t step_token_budget = 1024;  // tokens per step (decode tokens first, then prefill chunks)
+  // Tokens per step: every running sequence's decode token first, then prompt pieces in whole chunks (the
+  // oldest prompt always gets at least one chunk, so it may be exceeded by that one chunk).
+  int32_t step_token_budget = 1024;
   size_t memory_limit_bytes = 0;     // the memory plan must fit in this; 0: physical RAM
 };
 
@@ -44,15 +46,19 @@ struct EngineStats {
 
 class Engine {
  public:
-  // The tokenizer (may be null) is used for stop strings and token text. Refuses (duet::Error) a plan that
-  // does not fit: parallel * sequence state bytes is allocated up front.
+  // The tokenizer (may be null) is used for stop strings and token text; eos ids come from it and from the
+  // model's config.json. Refuses (duet::Error) bad options and a memory plan (weights + parallel * sequence
+  // state + workspace estimate) that exceeds memory_limit_bytes, before allocating the state pool up front.
   Engine(model::Model& model, const tokenizer::Tokenizer* tokenizer, EngineOptions options);
   ~Engine();  // stops the engine thread; pending requests finish with FinishReason::cancelled
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Thread-safe. Throws QueueFull when queue_limit requests already wait, and duet::Error (RequestInvalid)
-  // for a prompt that is empty, has ids out of range, or does not fit the context with max_tokens.
+  // Thread-safe. Throws QueueFull when queue_limit requests already wait for a slot, and RequestInvalid with
+  // code "invalid_prompt" (empty, ids out of range), "context_length_exceeded" (prompt + max_tokens >
+  // context) or "invalid_sampling" (a number out of range, stop strings without a tokenizer). Every request
+  // it accepts gets exactly one FinishedEvent. A handle nobody holds any more (the consumer dropped it) is
+  // cancelled at the next step.
   std::shared_ptr<RequestHandle> submit(Request request);
 
   EngineStats stats() const;
