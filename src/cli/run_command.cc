@@ -1,12 +1,123 @@
+// `duet run [MODEL] --prompt-ids 1,2,3 --max-tokens N [--chunk C]`: greedy continuation of a prompt given as token
+// ids, on the CPU backend, with timings. The continuation goes to stdout (one line of ids), timings to stderr.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "base/error.h"
 #include "cli/commands.h"
+#include "model/model.h"
 
 namespace duet::cli {
 
-// Placeholder until the forward pass lands: refuses by name instead of pretending to run.
+namespace {
+
+struct RunOptions {
+  std::string model_dir;
+  std::string prompt_ids = "1,2,3";
+  int max_tokens = 16;
+  int chunk = 0;  // prefill piece size; 0: the whole prompt in one piece
+  bool ignore_eos = false;
+};
+
+std::vector<int32_t> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::string token;
+  auto flush = [&] {
+    if (token.empty()) return;
+    size_t used = 0;
+    long long value = -1;
+    try {
+      value = std::stoll(token, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != token.size() || value < 0 || value > INT32_MAX)
+      fail("--prompt-ids: \"{}\" is not a token id (expected non-negative integers separated by commas)", token);
+    ids.push_back(static_cast<int32_t>(value));
+    token.clear();
+  };
+  for (char c : text) {
+    if (c == ',' || c == ' ') {
+      flush();
+    } else {
+      token.push_back(c);
+    }
+  }
+  flush();
+  if (ids.empty()) fail("--prompt-ids: no token ids given");
+  return ids;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+int32_t argmax(const std::vector<float>& logits) {
+  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+void run(const RunOptions& options) {
+  const std::vector<int32_t> prompt = parse_ids(options.prompt_ids);
+  if (options.max_tokens < 1) fail("--max-tokens: {} must be at least 1", options.max_tokens);
+  if (options.chunk < 0) fail("--chunk: {} must be positive (or 0 for the whole prompt)", options.chunk);
+  const std::string model_dir = options.model_dir.empty() ? default_model_dir() : options.model_dir;
+
+  auto start = std::chrono::steady_clock::now();
+  auto model = model::Model::load(model_dir);
+  const double load_s = seconds_since(start);
+  const auto& config = model->config();
+  const auto& eos = config.eos_token_ids;
+
+  auto state = model->new_sequence_state(static_cast<int32_t>(prompt.size()) + options.max_tokens);
+  start = std::chrono::steady_clock::now();
+  const size_t chunk = options.chunk == 0 ? prompt.size() : static_cast<size_t>(options.chunk);
+  std::vector<float> last_logits;
+  for (size_t done = 0; done < prompt.size(); done += chunk) {
+    const size_t n = std::min(chunk, prompt.size() - done);
+    model::Piece piece{state.get(), std::span<const int32_t>(prompt).subspan(done, n), model::RowOutput::last_logits};
+    last_logits = std::move(model->forward({&piece, 1})[0].logits);
+  }
+  const double prefill_s = seconds_since(start);
+
+  std::vector<int32_t> generated{argmax(last_logits)};
+  start = std::chrono::steady_clock::now();
+  while (static_cast<int>(generated.size()) < options.max_tokens) {
+    if (!options.ignore_eos && std::find(eos.begin(), eos.end(), generated.back()) != eos.end()) break;
+    model::Piece piece{state.get(), {&generated.back(), 1}, model::RowOutput::last_logits};
+    generated.push_back(argmax(model->forward({&piece, 1})[0].logits));
+  }
+  const double decode_s = seconds_since(start);
+  const size_t decoded = generated.size() - 1;  // the first token came from the prefill
+
+  std::printf("%s\n", fmt::format("{}", fmt::join(generated, ",")).c_str());
+  std::fflush(stdout);
+  std::fprintf(stderr, "%s\n",
+               fmt::format("model {}: load {:.1f} ms | prefill {} tokens in {:.1f} ms ({:.0f} tok/s, chunk {}) | "
+                           "decode {} tokens in {:.1f} ms ({:.0f} tok/s)",
+                           model_dir, load_s * 1e3, prompt.size(), prefill_s * 1e3, prompt.size() / prefill_s,
+                           chunk, decoded, decode_s * 1e3, decoded > 0 ? decoded / decode_s : 0.0)
+                   .c_str());
+}
+
+}  // namespace
+
 void add_run_command(CLI::App& app) {
-  auto* run = app.add_subcommand("run", "Greedy continuation of a prompt (token ids) on a model");
-  run->callback([] { fail("duet run: the forward pass is not built yet"); });
+  auto options = std::make_shared<RunOptions>();
+  auto* run_cmd = app.add_subcommand("run", "Greedy continuation of a prompt (token ids) on a model, with timings");
+  run_cmd->add_option("model", options->model_dir, "Model folder (config.json + safetensors); default: the demo model");
+  run_cmd->add_option("--prompt-ids", options->prompt_ids, "Prompt token ids, comma-separated")
+      ->capture_default_str();
+  run_cmd->add_option("--max-tokens", options->max_tokens, "Tokens to generate")->capture_default_str();
+  run_cmd->add_option("--chunk", options->chunk, "Prefill piece size in tokens (0: the whole prompt at once)")
+      ->capture_default_str();
+  run_cmd->add_flag("--ignore-eos", options->ignore_eos, "Keep generating past the end-of-sequence token");
+  run_cmd->callback([options] { run(*options); });
 }
 
 }  // namespace duet::cli

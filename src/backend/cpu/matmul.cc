@@ -10,27 +10,33 @@ namespace duet::backend::cpu {
 
 namespace {
 
-constexpr int kLanes = 8;         // independent partial sums per dot product (vectorizes without reassociation)
+constexpr int kLanes = 8;             // independent partial sums per dot product, in one 8-float vector
 constexpr int64_t kColumnBlock = 16;  // weight rows converted to fp32 together and reused across all x rows
 
-inline float reduce_lanes(const float* acc) {
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+// Eight floats as one value: AVX2 code in the x86-64-v3 clone, two SSE halves in the default one, with the same
+// per-lane arithmetic in both.
+typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float))));
+
+inline float reduce_lanes(const Lanes& a) {
+  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
 // y[j] = dot(x, w[j]) for four weight rows at once (x is loaded once); each element's arithmetic is exactly dot()'s.
 [[gnu::target_clones("arch=x86-64-v3", "default")]] void dot4(const float* x, const float* w0, const float* w1,
                                                                const float* w2, const float* w3, int64_t k,
                                                                float* y) {
-  float a0[kLanes] = {}, a1[kLanes] = {}, a2[kLanes] = {}, a3[kLanes] = {};
+  Lanes a0 = {}, a1 = {}, a2 = {}, a3 = {}, xv, wv;
   const int64_t body = k / kLanes * kLanes;
   for (int64_t i = 0; i < body; i += kLanes) {
-    for (int l = 0; l < kLanes; ++l) {
-      const float xv = x[i + l];
-      a0[l] += xv * w0[i + l];
-      a1[l] += xv * w1[i + l];
-      a2[l] += xv * w2[i + l];
-      a3[l] += xv * w3[i + l];
-    }
+    __builtin_memcpy(&xv, x + i, sizeof xv);
+    __builtin_memcpy(&wv, w0 + i, sizeof wv);
+    a0 += xv * wv;
+    __builtin_memcpy(&wv, w1 + i, sizeof wv);
+    a1 += xv * wv;
+    __builtin_memcpy(&wv, w2 + i, sizeof wv);
+    a2 += xv * wv;
+    __builtin_memcpy(&wv, w3 + i, sizeof wv);
+    a3 += xv * wv;
   }
   for (int64_t i = body; i < k; ++i) {
     const int l = static_cast<int>(i - body);
@@ -48,10 +54,13 @@ inline float reduce_lanes(const float* acc) {
 }  // namespace
 
 [[gnu::target_clones("arch=x86-64-v3", "default")]] float dot(const float* a, const float* b, int64_t k) {
-  float acc[kLanes] = {};
+  Lanes acc = {}, av, bv;
   const int64_t body = k / kLanes * kLanes;
-  for (int64_t i = 0; i < body; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] += a[i + l] * b[i + l];
+  for (int64_t i = 0; i < body; i += kLanes) {
+    __builtin_memcpy(&av, a + i, sizeof av);
+    __builtin_memcpy(&bv, b + i, sizeof bv);
+    acc += av * bv;
+  }
   for (int64_t i = body; i < k; ++i) acc[i - body] += a[i] * b[i];
   return reduce_lanes(acc);
 }
