@@ -1,5 +1,7 @@
 #include "model/qwen35_weights.h"
 
+#include <set>
+
 #include <fmt/format.h>
 
 #include "base/error.h"
@@ -30,12 +32,25 @@ class Binder {
     w.rows = shape.size() == 1 ? 1 : shape[0];
     w.cols = t.element_count() / w.rows;
     bytes_ += t.bytes.size();
+    bound_.insert(name);
     return w;
   }
 
+ public:
+  bool bound(const std::string& name) const { return bound_.count(name) != 0; }
+
+ private:
+
   const checkpoint::Checkpoint& checkpoint_;
   size_t& bytes_;
+  std::set<std::string> bound_;
 };
+
+std::string layer_types_text(const Qwen35Config& c) {
+  std::string text;
+  for (auto t : c.layer_types) text += t == LayerType::full_attention ? 'F' : 'L';
+  return text;
+}
 
 }  // namespace
 
@@ -102,6 +117,14 @@ Qwen35Weights bind_qwen35_weights(const checkpoint::Checkpoint& checkpoint, cons
     layer.mlp.up_proj = bind.bf16(l + "mlp.up_proj.weight", {F, h});
     layer.mlp.down_proj = bind.bf16(l + "mlp.down_proj.weight", {h, F});
     w.layers.push_back(layer);
+  }
+
+  // A text-model tensor nobody bound means the config and the checkpoint disagree (say, more layers stored than
+  // configured): refuse rather than silently run part of the model. Vision and MTP tensors are not ours.
+  for (const auto& name : checkpoint.names()) {
+    if (name.rfind(p, 0) != 0 || name.rfind("model.visual.", 0) == 0 || bind.bound(name)) continue;
+    fail("{}: {}: not used by this config ({} layers, layer_types {}): config and checkpoint disagree",
+         *checkpoint.find(name)->file, name, c.num_hidden_layers, layer_types_text(c));
   }
   return w;
 }

@@ -199,6 +199,16 @@ TEST(LoaderRefusal, NestedConfigFieldsAreNamedWithTheirPath) {
   expect_refusal(copy.folder(), {"config.json", "text_config.head_dim must be an integer"});
 }
 
+TEST(LoaderRefusal, TensorsTheConfigDoesNotUse) {
+  // Fewer layers configured than stored: the extra layer's tensors are refused by name, not silently skipped.
+  DamagedCopy copy("tiny-text");
+  copy.edit_json("config.json", [](nlohmann::json& c) {
+    c["num_hidden_layers"] = 5;
+    c["layer_types"].erase(5);
+  });
+  expect_refusal(copy.folder(), {"model.safetensors", "model.layers.5.", "not used by this config"});
+}
+
 TEST(LoaderRefusal, ShapeFollowsTheConfig) {
   // A config that disagrees with the stored tensors is refused at the first tensor that does not fit.
   DamagedCopy copy("tiny-text");
