@@ -118,8 +118,7 @@ class Backend {
   virtual void add(Activations& x, const Activations& y) = 0;
   // out = GDN(x) for each piece's rows, advancing states[i] (the state of pieces[i])
   virtual void gdn_mixer(const GdnWeights& w, const GdnShape& shape, const Activations& x,
-                         std::span<const PieceRows> pieces, std::span<LayerState* const> states,
-                         Activations& out) = 0;
+                         std::span<const PieceRows> pieces, std::span<LayerState* const> states, Activations& out) = 0;
   // out = gated causal attention(x) for each piece's rows, appending to states[i] (the KV cache of pieces[i])
   virtual void attention_mixer(const AttentionWeights& w, const AttentionShape& shape, const Activations& x,
                                std::span<const PieceRows> pieces, std::span<LayerState* const> states,

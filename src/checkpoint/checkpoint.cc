@@ -2,9 +2,8 @@
 
 #include <filesystem>
 #include <map>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "base/error.h"
 #include "checkpoint/json_file.h"

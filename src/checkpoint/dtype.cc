@@ -1,9 +1,9 @@
 #include "checkpoint/dtype.h"
 
-#include <array>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <array>
 
 namespace duet::checkpoint {
 
@@ -15,11 +15,20 @@ struct DTypeInfo {
   size_t size;
 };
 constexpr std::array<DTypeInfo, 15> kTypes{{
-    {DType::bool8, "BOOL", "bool", 1},   {DType::u8, "U8", "u8", 1},        {DType::i8, "I8", "i8", 1},
-    {DType::i16, "I16", "i16", 2},       {DType::u16, "U16", "u16", 2},     {DType::i32, "I32", "i32", 4},
-    {DType::u32, "U32", "u32", 4},       {DType::i64, "I64", "i64", 8},     {DType::u64, "U64", "u64", 8},
-    {DType::f8_e4m3, "F8_E4M3", "f8_e4m3", 1}, {DType::f8_e5m2, "F8_E5M2", "f8_e5m2", 1},
-    {DType::f16, "F16", "f16", 2},       {DType::bf16, "BF16", "bf16", 2}, {DType::f32, "F32", "f32", 4},
+    {DType::bool8, "BOOL", "bool", 1},
+    {DType::u8, "U8", "u8", 1},
+    {DType::i8, "I8", "i8", 1},
+    {DType::i16, "I16", "i16", 2},
+    {DType::u16, "U16", "u16", 2},
+    {DType::i32, "I32", "i32", 4},
+    {DType::u32, "U32", "u32", 4},
+    {DType::i64, "I64", "i64", 8},
+    {DType::u64, "U64", "u64", 8},
+    {DType::f8_e4m3, "F8_E4M3", "f8_e4m3", 1},
+    {DType::f8_e5m2, "F8_E5M2", "f8_e5m2", 1},
+    {DType::f16, "F16", "f16", 2},
+    {DType::bf16, "BF16", "bf16", 2},
+    {DType::f32, "F32", "f32", 4},
     {DType::f64, "F64", "f64", 8},
 }};
 

@@ -1,8 +1,7 @@
 #pragma once
 // Reads a JSON file (config.json, index files) with errors that name the file.
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace duet::checkpoint {
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
@@ -81,8 +80,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
     const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
     if (begin > end) fail("{}: {}: data_offsets [{}, {}] run backwards", path, name, begin, end);
     if (end > data_size)
-      fail("{}: {}: data_offsets [{}, {}] reach past the data section ({} bytes): truncated file or lying header",
-           path, name, begin, end, data_size);
+      fail("{}: {}: data_offsets [{}, {}] reach past the data section ({} bytes): truncated file or lying header", path,
+           name, begin, end, data_size);
     // Sizes are checked in 128-bit-free arithmetic: shape entries are capped at 2^40 and so is the product.
     uint64_t expected = dtype_size(*dtype);
     for (int64_t d : view.shape) {

@@ -1,7 +1,6 @@
 #include "checkpoint/safetensors_writer.h"
 
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"

@@ -1,13 +1,13 @@
 // `duet run [MODEL] --prompt-ids 1,2,3 --max-tokens N [--chunk C]`: greedy continuation of a prompt given as token
 // ids, on the CPU backend, with timings. The continuation goes to stdout (one line of ids), timings to stderr.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "base/error.h"
 #include "cli/commands.h"
@@ -100,8 +100,8 @@ void run(const RunOptions& options) {
   std::fprintf(stderr, "%s\n",
                fmt::format("model {}: load {:.1f} ms | prefill {} tokens in {:.1f} ms ({:.0f} tok/s, chunk {}) | "
                            "decode {} tokens in {:.1f} ms ({:.0f} tok/s)",
-                           model_dir, load_s * 1e3, prompt.size(), prefill_s * 1e3, prompt.size() / prefill_s,
-                           chunk, decoded, decode_s * 1e3, decoded > 0 ? decoded / decode_s : 0.0)
+                           model_dir, load_s * 1e3, prompt.size(), prefill_s * 1e3, prompt.size() / prefill_s, chunk,
+                           decoded, decode_s * 1e3, decoded > 0 ? decoded / decode_s : 0.0)
                    .c_str());
 }
 
@@ -111,8 +111,7 @@ void add_run_command(CLI::App& app) {
   auto options = std::make_shared<RunOptions>();
   auto* run_cmd = app.add_subcommand("run", "Greedy continuation of a prompt (token ids) on a model, with timings");
   run_cmd->add_option("model", options->model_dir, "Model folder (config.json + safetensors); default: the demo model");
-  run_cmd->add_option("--prompt-ids", options->prompt_ids, "Prompt token ids, comma-separated")
-      ->capture_default_str();
+  run_cmd->add_option("--prompt-ids", options->prompt_ids, "Prompt token ids, comma-separated")->capture_default_str();
   run_cmd->add_option("--max-tokens", options->max_tokens, "Tokens to generate")->capture_default_str();
   run_cmd->add_option("--chunk", options->chunk, "Prefill piece size in tokens (0: the whole prompt at once)")
       ->capture_default_str();

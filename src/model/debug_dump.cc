@@ -1,9 +1,9 @@
 #include "model/debug_dump.h"
 
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <filesystem>
-
-#include <fmt/format.h>
 
 #include "checkpoint/safetensors_writer.h"
 
@@ -35,7 +35,8 @@ void DebugDump::end_step() {
   const auto n = static_cast<int64_t>(ids_.size());
   out.push_back({"ids", DType::i32, {n}, checkpoint::as_bytes_of(ids_)});
   out.push_back({"positions", DType::i32, {n}, checkpoint::as_bytes_of(positions_)});
-  for (const auto& [name, values] : tensors_) out.push_back({name, DType::f32, {n, width_}, checkpoint::as_bytes_of(values)});
+  for (const auto& [name, values] : tensors_)
+    out.push_back({name, DType::f32, {n, width_}, checkpoint::as_bytes_of(values)});
   checkpoint::write_safetensors(fmt::format("{}/step{}.safetensors", folder_, step_++), out);
   tensors_.clear();
 }

@@ -1,9 +1,8 @@
 #include "model/qwen35_config.h"
 
 #include <cmath>
-#include <optional>
-
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "base/error.h"
 #include "checkpoint/json_file.h"
@@ -109,8 +108,8 @@ void read_rope(const std::string& source, const Fields& text, Qwen35Config& c) {
     }
     c.mrope_interleaved = f->boolean("mrope_interleaved", c.mrope_interleaved);
   }
-  if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta)) fail("{}: rope_theta = {} must be positive", source,
-                                                                  c.rope_theta);
+  if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta))
+    fail("{}: rope_theta = {} must be positive", source, c.rope_theta);
   if (!(c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1))
     fail("{}: partial_rotary_factor = {} must be in (0, 1]", source, c.partial_rotary_factor);
 }
@@ -144,8 +143,8 @@ void check(const std::string& source, const Qwen35Config& c) {
   if (static_cast<int64_t>(c.layer_types.size()) != c.num_hidden_layers)
     fail("{}: layer_types has {} entries, num_hidden_layers is {}", source, c.layer_types.size(), c.num_hidden_layers);
   for (int64_t id : c.eos_token_ids)
-    if (id < 0 || id >= c.vocab_size) fail("{}: eos_token_id {} is outside the vocabulary ({})", source, id,
-                                           c.vocab_size);
+    if (id < 0 || id >= c.vocab_size)
+      fail("{}: eos_token_id {} is outside the vocabulary ({})", source, id, c.vocab_size);
 }
 
 }  // namespace

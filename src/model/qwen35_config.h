@@ -47,9 +47,9 @@ struct Qwen35Config {
 
   // Derived sizes.
   int64_t rotary_dim() const { return static_cast<int64_t>(static_cast<double>(head_dim) * partial_rotary_factor); }
-  int64_t gdn_key_dim() const { return linear_num_key_heads * linear_key_head_dim; }       // q and k widths
+  int64_t gdn_key_dim() const { return linear_num_key_heads * linear_key_head_dim; }        // q and k widths
   int64_t gdn_value_dim() const { return linear_num_value_heads * linear_value_head_dim; }  // v and z widths
-  int64_t gdn_conv_dim() const { return 2 * gdn_key_dim() + gdn_value_dim(); }            // [q | k | v]
+  int64_t gdn_conv_dim() const { return 2 * gdn_key_dim() + gdn_value_dim(); }              // [q | k | v]
   int64_t layer_count(LayerType type) const;
 
   // Parses and checks config.json text; `source` names the file in messages. Throws duet::Error.

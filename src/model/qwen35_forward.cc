@@ -26,8 +26,7 @@ std::vector<Qwen35SequenceState*> checked_states(std::span<const Piece> pieces, 
     if (piece.tokens.empty()) fail("forward: piece {} has no tokens", i);
     if (static_cast<int64_t>(state->position()) + static_cast<int64_t>(piece.tokens.size()) > state->max_positions())
       fail("forward: piece {} needs positions up to {}, its state holds {}", i,
-           static_cast<int64_t>(state->position()) + static_cast<int64_t>(piece.tokens.size()),
-           state->max_positions());
+           static_cast<int64_t>(state->position()) + static_cast<int64_t>(piece.tokens.size()), state->max_positions());
     for (int32_t id : piece.tokens)
       if (id < 0 || id >= config.vocab_size)
         fail("forward: piece {} has token id {} outside the vocabulary [0, {})", i, id, config.vocab_size);
@@ -46,8 +45,8 @@ std::vector<PieceResult> Qwen35Model::forward(std::span<const Piece> pieces) {
   std::vector<backend::PieceRows> rows_of;
   std::vector<int32_t> ids;  // [R]
   for (size_t i = 0; i < pieces.size(); ++i) {
-    rows_of.push_back({static_cast<int64_t>(ids.size()), static_cast<int64_t>(pieces[i].tokens.size()),
-                       states[i]->position()});
+    rows_of.push_back(
+        {static_cast<int64_t>(ids.size()), static_cast<int64_t>(pieces[i].tokens.size()), states[i]->position()});
     ids.insert(ids.end(), pieces[i].tokens.begin(), pieces[i].tokens.end());
   }
   const auto R = static_cast<int64_t>(ids.size());

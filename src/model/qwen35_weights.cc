@@ -1,8 +1,8 @@
 #include "model/qwen35_weights.h"
 
-#include <set>
-
 #include <fmt/format.h>
+
+#include <set>
 
 #include "base/error.h"
 
@@ -40,7 +40,6 @@ class Binder {
   bool bound(const std::string& name) const { return bound_.count(name) != 0; }
 
  private:
-
   const checkpoint::Checkpoint& checkpoint_;
   size_t& bytes_;
   std::set<std::string> bound_;
@@ -55,14 +54,14 @@ std::string layer_types_text(const Qwen35Config& c) {
 }  // namespace
 
 backend::GdnShape gdn_shape(const Qwen35Config& c) {
-  return backend::GdnShape{c.hidden_size,         c.linear_num_key_heads,   c.linear_num_value_heads,
+  return backend::GdnShape{c.hidden_size,         c.linear_num_key_heads,  c.linear_num_value_heads,
                            c.linear_key_head_dim, c.linear_value_head_dim, c.linear_conv_kernel_dim,
                            c.rms_norm_eps};
 }
 
 backend::AttentionShape attention_shape(const Qwen35Config& c) {
-  return backend::AttentionShape{c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
-                                 c.rotary_dim(), c.rope_theta,         c.rms_norm_eps};
+  return backend::AttentionShape{c.hidden_size,  c.num_attention_heads, c.num_key_value_heads, c.head_dim,
+                                 c.rotary_dim(), c.rope_theta,          c.rms_norm_eps};
 }
 
 Qwen35Weights bind_qwen35_weights(const checkpoint::Checkpoint& checkpoint, const Qwen35Config& c) {
@@ -72,9 +71,10 @@ Qwen35Weights bind_qwen35_weights(const checkpoint::Checkpoint& checkpoint, cons
   } else if (checkpoint.contains("model.embed_tokens.weight")) {
     w.prefix = "model.";
   } else {
-    fail("{}: missing tensor model.language_model.embed_tokens.weight (multimodal layout) or "
-         "model.embed_tokens.weight (text-only layout)",
-         checkpoint.source());
+    fail(
+        "{}: missing tensor model.language_model.embed_tokens.weight (multimodal layout) or "
+        "model.embed_tokens.weight (text-only layout)",
+        checkpoint.source());
   }
   Binder bind(checkpoint, w.bytes);
   const int64_t h = c.hidden_size, V = c.vocab_size, F = c.intermediate_size;

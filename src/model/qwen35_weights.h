@@ -21,12 +21,12 @@ struct Qwen35LayerWeights {
 };
 
 struct Qwen35Weights {
-  std::string prefix;             // "model.language_model." (multimodal layout) or "model." (text-only)
-  backend::Weight embed_tokens;   // [V, h]
-  backend::Weight final_norm;     // [h] (1 + w)
-  backend::Weight lm_head;        // [V, h]; embed_tokens when tied
+  std::string prefix;            // "model.language_model." (multimodal layout) or "model." (text-only)
+  backend::Weight embed_tokens;  // [V, h]
+  backend::Weight final_norm;    // [h] (1 + w)
+  backend::Weight lm_head;       // [V, h]; embed_tokens when tied
   std::vector<Qwen35LayerWeights> layers;
-  size_t bytes = 0;               // stored bytes of every bound tensor (a tied head counted once)
+  size_t bytes = 0;  // stored bytes of every bound tensor (a tied head counted once)
 };
 
 // Binds every tensor the model uses. Refuses a missing tensor, a wrong dtype or a wrong shape with the file and

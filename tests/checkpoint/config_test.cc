@@ -73,7 +73,9 @@ TEST(Qwen35Config, RopeSettingsFromAnyPlace) {
   EXPECT_DOUBLE_EQ(parse_with(R"(, "rope_theta": 1e7)").rope_theta, 1e7);
   EXPECT_DOUBLE_EQ(parse_with(R"(, "rope_parameters": {"rope_theta": 5e6, "rope_type": "default"})").rope_theta, 5e6);
   EXPECT_DOUBLE_EQ(parse_with(R"(, "rope_scaling": {"type": "mrope", "mrope_section": [11, 11, 10]},
-      "rope_theta": 2e6)").rope_theta, 2e6);
+      "rope_theta": 2e6)")
+                       .rope_theta,
+                   2e6);
   EXPECT_EQ(parse_with(R"(, "rope_scaling": {"type": "mrope", "mrope_section": [11, 11, 10]})").mrope_section.size(),
             3u);
   EXPECT_DOUBLE_EQ(parse_with(R"(, "partial_rotary_factor": 0.5)").partial_rotary_factor, 0.5);

@@ -174,9 +174,14 @@ TEST(LoaderRefusal, ConfigOutOfRange) {
       {"zero hidden", [](auto& c) { c["hidden_size"] = 0; }, "hidden_size = 0 is out of range"},
       {"negative vocab", [](auto& c) { c["vocab_size"] = -5; }, "vocab_size = -5 is out of range"},
       {"layer count", [](auto& c) { c["num_hidden_layers"] = 5; }, "layer_types has 6 entries, num_hidden_layers is 5"},
-      {"layer type", [](auto& c) { c["layer_types"][2] = "sliding_attention"; }, "layer_types[2] = \"sliding_attention\""},
-      {"rope type", [](auto& c) { c["rope_parameters"]["rope_type"] = "yarn"; }, "rope type \"yarn\" (rope_parameters.rope_type) is not supported"},
-      {"rope scaling", [](auto& c) { c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}}; },
+      {"layer type", [](auto& c) { c["layer_types"][2] = "sliding_attention"; },
+       "layer_types[2] = \"sliding_attention\""},
+      {"rope type", [](auto& c) { c["rope_parameters"]["rope_type"] = "yarn"; },
+       "rope type \"yarn\" (rope_parameters.rope_type) is not supported"},
+      {"rope scaling",
+       [](auto& c) {
+         c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+       },
        "rope type \"linear\" (rope_scaling.type) is not supported"},
       {"rotary", [](auto& c) { c["rope_parameters"]["partial_rotary_factor"] = 0.01; }, "rotary dims"},
       {"eps", [](auto& c) { c["rms_norm_eps"] = 0; }, "rms_norm_eps = 0 must be positive"},

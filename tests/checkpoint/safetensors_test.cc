@@ -84,8 +84,10 @@ TEST(Safetensors, RefusesLyingHeaders) {
   EXPECT_NE(refusal(path).find("needs 12 bytes"), std::string::npos) << refusal(path);
   write_raw(path, R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 16);
   EXPECT_NE(refusal(path).find("backwards"), std::string::npos) << refusal(path);
-  write_raw(path, R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"u":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
-            16);
+  write_raw(
+      path,
+      R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"u":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+      16);
   EXPECT_NE(refusal(path).find("overlaps"), std::string::npos) << refusal(path);
   write_raw(path, R"({"t":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 16);
   EXPECT_NE(refusal(path).find("non-negative"), std::string::npos) << refusal(path);

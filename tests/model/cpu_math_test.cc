@@ -83,8 +83,8 @@ TEST(DeltaRule, ChunkedAgreesWithPerToken) {
     const auto chunked = run_chunked(in, rows, &chunked_state);
     delta_rule_recurrent(recurrent_state.data(), 16, 32, rows, in.q.data(), in.k.data(), in.v.data(), in.g.data(),
                          in.beta.data(), recurrent.data());
-    const double out_error = max_relative(chunked, recurrent), state_error = max_relative(chunked_state,
-                                                                                         recurrent_state);
+    const double out_error = max_relative(chunked, recurrent),
+                 state_error = max_relative(chunked_state, recurrent_state);
     std::printf("delta rule, %3lld rows: outputs %.3g, final state %.3g\n", static_cast<long long>(rows), out_error,
                 state_error);
     EXPECT_LE(out_error, 1e-5) << rows;

@@ -44,8 +44,7 @@ TEST_P(GoldenTest, WholePromptMatchesTransformersFp32) {
       logits.insert(logits.end(), result[0].logits.begin() + r * V, result[0].logits.begin() + (r + 1) * V);
     const double norm_error = relative_error(result[0].norm_rows, goldens_->f32(key + ".norm_rows"));
     const double logit_error = relative_error(logits, goldens_->f32(key + ".logits"));
-    std::printf("%s fp32 len %3d: norm_rows %.3g, logits %.3g\n", GetParam().c_str(), length, norm_error,
-                logit_error);
+    std::printf("%s fp32 len %3d: norm_rows %.3g, logits %.3g\n", GetParam().c_str(), length, norm_error, logit_error);
     EXPECT_LE(norm_error, kTolerance) << key;
     EXPECT_LE(logit_error, kTolerance) << key;
   }

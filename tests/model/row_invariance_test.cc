@@ -6,8 +6,8 @@
 
 #include <cstring>
 
-#include "golden_fixtures.h"
 #include "base/error.h"
+#include "golden_fixtures.h"
 #include "model/model.h"
 
 namespace duet::model {

@@ -37,8 +37,8 @@ void attention_mixer(const AttentionWeights& w, const AttentionShape& shape, con
   const int64_t rows = x.rows();
   const int64_t hd = shape.head_dim, qh = shape.q_heads, kvh = shape.kv_heads;
   std::vector<float> q_gate(static_cast<size_t>(rows * qh * 2 * hd));  // [rows, q_heads, query | gate]
-  std::vector<float> k(static_cast<size_t>(rows * kvh * hd));           // [rows, kv_heads, head_dim]
-  std::vector<float> v(static_cast<size_t>(rows * kvh * hd));           // [rows, kv_heads, head_dim]
+  std::vector<float> k(static_cast<size_t>(rows * kvh * hd));          // [rows, kv_heads, head_dim]
+  std::vector<float> v(static_cast<size_t>(rows * kvh * hd));          // [rows, kv_heads, head_dim]
   matmul(x.values.data(), rows, w.q_proj, q_gate.data());
   matmul(x.values.data(), rows, w.k_proj, k.data());
   matmul(x.values.data(), rows, w.v_proj, v.data());

@@ -41,8 +41,7 @@ void fold_chunk(const DeltaRuleHead& head, int64_t key_dim, int64_t value_dim, i
 }  // namespace
 
 void delta_rule_chunked(const DeltaRuleHead& head, int64_t key_dim, int64_t value_dim, int64_t filled, int64_t rows,
-                        const float* q, const float* k, const float* v, const float* g, const float* beta,
-                        float* out) {
+                        const float* q, const float* k, const float* v, const float* g, const float* beta, float* out) {
   std::vector<float> k_beta(static_cast<size_t>(key_dim));
   std::vector<float> read(static_cast<size_t>(value_dim));
   for (int64_t r = 0; r < rows; ++r) {
@@ -60,8 +59,8 @@ void delta_rule_chunked(const DeltaRuleHead& head, int64_t key_dim, int64_t valu
     read_state(head.boundary_state, key_dim, value_dim, k_beta.data(), read.data());
     for (int64_t b = 0; b < value_dim; ++b) value[b] = vt[b] * beta[r] - read[b] * decay_from_start;
     for (int64_t j = 0; j < t; ++j) {
-      const float weight = dot(k_beta.data(), head.chunk_keys + j * key_dim, key_dim) *
-                           std::exp(cum - head.chunk_cum_decay[j]);
+      const float weight =
+          dot(k_beta.data(), head.chunk_keys + j * key_dim, key_dim) * std::exp(cum - head.chunk_cum_decay[j]);
       const float* earlier = head.chunk_values + j * value_dim;
       for (int64_t b = 0; b < value_dim; ++b) value[b] -= weight * earlier[b];
     }

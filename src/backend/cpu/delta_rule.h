@@ -16,18 +16,17 @@ constexpr int64_t kDeltaRuleChunk = 64;
 
 // One value head's chunked state (views into a sequence's GDN state).
 struct DeltaRuleHead {
-  float* boundary_state;  // [key_dim, value_dim]: S at the start of the current chunk
-  float* chunk_keys;      // [64, key_dim]: l2-normalized keys of the chunk's rows so far
+  float* boundary_state;   // [key_dim, value_dim]: S at the start of the current chunk
+  float* chunk_keys;       // [64, key_dim]: l2-normalized keys of the chunk's rows so far
   float* chunk_cum_decay;  // [64]: sum of g from the chunk start to each row (log space)
-  float* chunk_values;    // [64, value_dim]: corrected values (beta * (v - what the state predicted))
+  float* chunk_values;     // [64, value_dim]: corrected values (beta * (v - what the state predicted))
 };
 
 // Runs `rows` tokens whose first sits `filled` rows into the current chunk (filled = position % 64). q is already
 // l2-normalized and scaled by key_dim^-0.5, k is l2-normalized. q, k: [rows, key_dim]; v, out: [rows, value_dim];
 // g (log decay, <= 0), beta: [rows]. When a chunk completes, its rows are folded into the boundary state.
 void delta_rule_chunked(const DeltaRuleHead& head, int64_t key_dim, int64_t value_dim, int64_t filled, int64_t rows,
-                        const float* q, const float* k, const float* v, const float* g, const float* beta,
-                        float* out);
+                        const float* q, const float* k, const float* v, const float* g, const float* beta, float* out);
 
 // The per-token form on a full state S [key_dim, value_dim], as transformers' torch_recurrent_gated_delta_rule.
 void delta_rule_recurrent(float* state, int64_t key_dim, int64_t value_dim, int64_t rows, const float* q,

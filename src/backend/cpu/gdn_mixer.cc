@@ -52,7 +52,7 @@ void gdn_mixer(const GdnWeights& w, const GdnShape& shape, const CpuActivations&
   const int64_t kd = shape.key_dim, vd = shape.value_dim, kh = shape.key_heads, vh = shape.value_heads;
   const int64_t key_width = kh * kd, value_width = vh * vd;
 
-  std::vector<float> qkv(static_cast<size_t>(rows * channels));  // [rows, q | k | v]
+  std::vector<float> qkv(static_cast<size_t>(rows * channels));   // [rows, q | k | v]
   std::vector<float> z(static_cast<size_t>(rows * value_width));  // [rows, value_heads * value_dim]
   std::vector<float> b(static_cast<size_t>(rows * vh));           // [rows, value_heads]
   std::vector<float> a(static_cast<size_t>(rows * vh));           // [rows, value_heads]
@@ -104,8 +104,8 @@ void gdn_mixer(const GdnWeights& w, const GdnShape& shape, const CpuActivations&
         bt[t] = beta[(piece.first_row + t) * vh + h];
       }
       CpuGdnState& state = *states[p];
-      delta_rule_chunked(state.head(h), kd, vd, piece.start_position % kDeltaRuleChunk, n, q.data(), k.data(),
-                         v.data(), gt.data(), bt.data(), o.data());
+      delta_rule_chunked(state.head(h), kd, vd, piece.start_position % kDeltaRuleChunk, n, q.data(), k.data(), v.data(),
+                         gt.data(), bt.data(), o.data());
       for (int64_t t = 0; t < n; ++t)
         for (int64_t i = 0; i < vd; ++i) core[(piece.first_row + t) * value_width + h * vd + i] = o[t * vd + i];
     }

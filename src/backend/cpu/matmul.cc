@@ -17,14 +17,11 @@ constexpr int64_t kColumnBlock = 16;  // weight rows converted to fp32 together 
 // per-lane arithmetic in both.
 typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float))));
 
-inline float reduce_lanes(const Lanes& a) {
-  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-}
+inline float reduce_lanes(const Lanes& a) { return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])); }
 
 // y[j] = dot(x, w[j]) for four weight rows at once (x is loaded once); each element's arithmetic is exactly dot()'s.
 [[gnu::target_clones("arch=x86-64-v3", "default")]] void dot4(const float* x, const float* w0, const float* w1,
-                                                               const float* w2, const float* w3, int64_t k,
-                                                               float* y) {
+                                                              const float* w2, const float* w3, int64_t k, float* y) {
   Lanes a0 = {}, a1 = {}, a2 = {}, a3 = {}, xv, wv;
   const int64_t body = k / kLanes * kLanes;
   for (int64_t i = 0; i < body; i += kLanes) {
