@@ -100,7 +100,7 @@ void utf8_lossy_append(std::string& out, std::string_view bytes) {
     }
     size_t need = 0;
     const size_t n = valid_prefix(bytes, i, need);
-    if (n == need) {
+    if (need != 0 && n == need) {
       i += n;
       continue;
     }
