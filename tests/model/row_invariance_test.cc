@@ -123,6 +123,19 @@ TEST_P(RowInvarianceTest, RefusesBadPiecesWithoutMovingState) {
   EXPECT_EQ(state->position(), 0);
 }
 
+TEST_P(RowInvarianceTest, StateBytesFollowTheConfig) {
+  // The engine's memory plan relies on this: fp32 GDN state (conv history, boundary state, one chunk of rows) per
+  // linear_attention layer, fp32 K and V per position per full_attention layer.
+  const auto& c = model_->config();
+  const int64_t gdn = (c.linear_conv_kernel_dim - 1) * c.gdn_conv_dim() +
+                      c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim +
+                      c.linear_num_value_heads * 64 * (c.linear_key_head_dim + 1 + c.linear_value_head_dim);
+  const int64_t kv_per_position = 2 * c.num_key_value_heads * c.head_dim;
+  const int64_t expected = 4 * (c.layer_count(LayerType::linear_attention) * gdn +
+                                c.layer_count(LayerType::full_attention) * kv_per_position * 100);
+  EXPECT_EQ(model_->sequence_state_bytes(100), static_cast<size_t>(expected));
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, RowInvarianceTest, ::testing::Values("tiny-mm", "tiny-text"),
                          [](const auto& info) { return info.param == "tiny-mm" ? "tiny_mm" : "tiny_text"; });
 
