@@ -92,7 +92,7 @@ RegexSplitter::~RegexSplitter() = default;
 RegexSplitter::RegexSplitter(RegexSplitter&&) noexcept = default;
 RegexSplitter& RegexSplitter::operator=(RegexSplitter&&) noexcept = default;
 
-void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& out) const {
+void RegexSplitter::split_raw(std::string_view text, void (*emit)(void*, std::string_view), void* context) const {
   ThreadState& state = thread_state();
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t pos = 0;   // where the next search starts
@@ -112,17 +112,17 @@ void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& 
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(state.data);
     const size_t start = ov[0], end = ov[1];
     if (end == start) {  // an empty match cuts the text there (tokenizers drops the empty piece itself)
-      if (start > last) out.push_back(text.substr(last, start - last));
+      if (start > last) emit(context, text.substr(last, start - last));
       last = start;
       pos = start + 1;
       while (pos < text.size() && (static_cast<uint8_t>(text[pos]) & 0xC0) == 0x80) ++pos;
       continue;
     }
-    if (start > last) out.push_back(text.substr(last, start - last));
-    if (behavior_ == Behavior::kIsolated) out.push_back(text.substr(start, end - start));
+    if (start > last) emit(context, text.substr(last, start - last));
+    if (behavior_ == Behavior::kIsolated) emit(context, text.substr(start, end - start));
     last = pos = end;
   }
-  if (last < text.size()) out.push_back(text.substr(last));
+  if (last < text.size()) emit(context, text.substr(last));
 }
 
 }  // namespace duet::tokenizer

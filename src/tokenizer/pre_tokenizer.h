@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace duet::tokenizer {
@@ -22,11 +23,21 @@ class RegexSplitter {
 
   // Appends the pieces of `text` (valid UTF-8) to `out`: matches and the gaps between them for Isolated,
   // only the gaps for Removed. Empty pieces are dropped, as tokenizers drops them.
-  void split(std::string_view text, std::vector<std::string_view>& out) const;
+  void split(std::string_view text, std::vector<std::string_view>& out) const {
+    split_each(text, [&](std::string_view piece) { out.push_back(piece); });
+  }
+  // The same, handing each piece to `piece(std::string_view)` as it is found (no list of pieces).
+  template <typename F>
+  void split_each(std::string_view text, F&& piece) const {
+    using Fn = std::remove_reference_t<F>;
+    split_raw(text, [](void* f, std::string_view p) { (*static_cast<Fn*>(f))(p); }, &piece);
+  }
 
   const std::string& pattern() const { return pattern_; }
 
  private:
+  void split_raw(std::string_view text, void (*emit)(void*, std::string_view), void* context) const;
+
   std::string pattern_;
   Behavior behavior_;
   struct Compiled;
@@ -50,6 +61,10 @@ class PreTokenizer {
            F&& word) const {
     if (steps_.empty()) {
       if (!text.empty()) word(text);
+      return;
+    }
+    if (steps_.size() == 1) {  // the usual case: words go straight to BPE, no list of millions of pieces
+      steps_[0].split_each(text, word);
       return;
     }
     a.clear();
