@@ -20,7 +20,9 @@ class DamagedCopy {
  public:
   explicit DamagedCopy(const std::string& fixture) {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    folder_ = fs::temp_directory_path() / (std::string("duet_damaged_") + info->test_suite_name() + "_" + info->name());
+    static int copies = 0;  // several copies in one test get their own folders
+    folder_ = fs::temp_directory_path() / (std::string("duet_damaged_") + info->test_suite_name() + "_" + info->name() +
+                                           "_" + std::to_string(copies++));
     fs::remove_all(folder_);
     fs::copy(fs::path(DUET_TESTS_DIR) / "fixtures" / "models" / fixture, folder_);
   }
@@ -40,6 +42,17 @@ class DamagedCopy {
     std::string out(8, '\0');
     for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
     write(file(name), out + text + bytes.substr(8 + len));
+  }
+  // Edits one tensor's stored bytes in place (header unchanged).
+  void edit_tensor_bytes(const std::string& name, const std::string& tensor,
+                         const std::function<void(char* data, size_t size)>& edit) const {
+    std::string bytes = read(file(name));
+    uint64_t len = 0;
+    for (int i = 7; i >= 0; --i) len = (len << 8) | static_cast<uint8_t>(bytes[i]);
+    const auto header = nlohmann::json::parse(bytes.substr(8, len));
+    const uint64_t begin = header[tensor]["data_offsets"][0], end = header[tensor]["data_offsets"][1];
+    edit(bytes.data() + 8 + len + begin, end - begin);
+    write(file(name), bytes);
   }
   void edit_json(const std::string& name, const std::function<void(nlohmann::json&)>& edit) const {
     auto json = nlohmann::json::parse(read(file(name)));
