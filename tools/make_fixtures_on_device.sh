@@ -4,5 +4,5 @@
 set -euo pipefail
 out=$1; qwen3=${2:-}
 export PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=""
-python3 tools/make_tokenizer_fixtures.py --out "$out" ${qwen3:+--qwen3 "$qwen3"}
+python3 tools/make_tokenizer_fixtures.py --out "$out" ${qwen3:+--qwen3 "$qwen3"} --chat-template tools/qwen35_chat_template.jinja
 python3 tools/make_model_fixtures.py --out "$out" --demo-tokenizer "$out/demo-tokenizer"

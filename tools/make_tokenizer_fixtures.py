@@ -173,6 +173,11 @@ def golden_strings(rng, english, code, count):
 
 def tokenizer_json(base, first_added_id):
     data = json.loads(base.to_str())
+    # HF renumbers added tokens that sit past a gap, so the vocabulary must reach the first added id, as Qwen3.5's
+    # does (248044 entries). Fillers are tokens no merge produces: they are never emitted by encoding.
+    vocab = data["model"]["vocab"]
+    for i in range(len(vocab), first_added_id):
+        vocab[f"\u0100filler{i}"] = i
     data["added_tokens"] = [
         {"id": first_added_id + i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
          "normalized": False, "special": t.startswith("<|")}
