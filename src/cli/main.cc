@@ -9,6 +9,8 @@ int main(int argc, char** argv) {
   CLI::App app{"duet: an inference server for Qwen3.5-architecture models"};
   app.require_subcommand(1);
   duet::cli::add_run_command(app);
+  duet::cli::add_serve_command(app);
+  duet::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

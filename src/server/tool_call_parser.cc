@@ -162,7 +162,8 @@ void ChatOutputParser::drain(std::vector<OutputPiece>& out, bool final) {
         emit(out, OutputPiece::Kind::reasoning, pending_.substr(0, close));
         pending_.erase(0, close + kThinkClose.size());
         mode_ = Mode::content;
-        at_content_start_ = true;
+        at_content_start_ = false;
+        after_tag_ = true;
         continue;
       }
       size_t keep = final ? 0 : partial_tag_suffix(pending_, kThinkClose);
@@ -172,9 +173,13 @@ void ChatOutputParser::drain(std::vector<OutputPiece>& out, bool final) {
     }
 
     if (mode_ == Mode::content) {
-      if (at_content_start_) {
+      if (after_tag_) {
         size_t blank = pending_.find_first_not_of('\n');
         pending_.erase(0, blank == std::string::npos ? pending_.size() : blank);
+        if (pending_.empty()) return;
+        after_tag_ = false;
+      }
+      if (at_content_start_) {
         if (pending_.empty()) return;
         if (pending_.starts_with(kThinkOpen)) {  // a model that opens its own reasoning
           pending_.erase(0, kThinkOpen.size());
@@ -216,7 +221,7 @@ void ChatOutputParser::drain(std::vector<OutputPiece>& out, bool final) {
     }
     pending_.erase(0, close == std::string::npos ? pending_.size() : close + kToolCallClose.size());
     mode_ = Mode::content;
-    at_content_start_ = true;  // the newline between calls is layout, not content
+    after_tag_ = true;  // the newline between calls is layout, not content
     if (final && pending_.empty()) return;
   }
 }

@@ -47,7 +47,8 @@ class ChatOutputParser {
   Mode mode_;
   bool parse_tools_;
   nlohmann::json tools_;
-  bool at_content_start_ = true;  // drops the blank lines after </think>, and spots a leading <think>
+  bool at_content_start_ = true;  // where a model may open its own <think>
+  bool after_tag_ = false;        // right after </think> or a tool call: blank lines there are layout
   std::string pending_;
 };
 

@@ -1,0 +1,157 @@
+// `duet serve`: load a model and its tokenizer, start the engine, and answer the OpenAI-compatible HTTP API.
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "cli/commands.h"
+#include "engine/engine.h"
+#include "model/model.h"
+#include "server/http_server.h"
+#include "server/server_context.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace duet::cli {
+namespace {
+
+struct ServeFlags {
+  std::string model_dir;
+  server::ServerOptions server;
+  engine::EngineOptions engine;
+  std::vector<std::string> api_keys;
+  std::string api_key_file;
+  bool no_thinking = false;
+  int threads = 0;
+};
+
+// One key per line; blank lines and surrounding whitespace are ignored.
+std::vector<std::string> read_key_file(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) fail("--api-key-file {}: cannot read it", path);
+  std::vector<std::string> keys;
+  std::string line;
+  while (std::getline(file, line)) {
+    auto begin = line.find_first_not_of(" \t\r");
+    auto end = line.find_last_not_of(" \t\r");
+    if (begin != std::string::npos) keys.push_back(line.substr(begin, end - begin + 1));
+  }
+  if (keys.empty()) fail("--api-key-file {}: holds no key", path);
+  return keys;
+}
+
+void check_flags(const ServeFlags& flags) {
+  if (flags.engine.parallel < 1) fail("--parallel {}: must be at least 1", flags.engine.parallel);
+  if (flags.engine.context < 2) fail("--context {}: must be at least 2", flags.engine.context);
+  if (flags.engine.queue_limit < 0) fail("--queue-limit {}: must be 0 or more", flags.engine.queue_limit);
+  if (flags.engine.prefill_chunk < 64 || flags.engine.prefill_chunk % 64 != 0)
+    fail("--prefill-chunk {}: must be a positive multiple of 64 (prompts cut at multiples of 64 keep rows exact)",
+         flags.engine.prefill_chunk);
+  if (flags.server.max_tokens < 1 || flags.server.max_tokens >= flags.engine.context)
+    fail("--max-tokens {}: must be between 1 and --context - 1 ({})", flags.server.max_tokens,
+         flags.engine.context - 1);
+  if (flags.server.max_body_bytes < 1024) fail("--max-body-bytes {}: must be at least 1024", flags.server.max_body_bytes);
+  if (flags.server.port < 0 || flags.server.port > 65535) fail("--port {}: not a port", flags.server.port);
+  if (flags.threads < 0) fail("--threads {}: must be 0 (all cores) or more", flags.threads);
+  for (const auto& key : flags.api_keys)
+    if (key.empty()) fail("--api-key: an empty key would accept anyone; leave the flag out instead");
+}
+
+// SIGINT/SIGTERM are taken by a thread (sigwait) that stops the server, so shutdown runs outside a handler.
+sigset_t stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
+
+void serve(ServeFlags& flags) {
+  check_flags(flags);
+  // A client that disconnects makes a write fail; it must not kill the process.
+  std::signal(SIGPIPE, SIG_IGN);
+  sigset_t signals = stop_signals();
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // inherited by every thread started below
+  if (flags.threads > 0) setenv("DUET_THREADS", std::to_string(flags.threads).c_str(), 1);
+
+  auto& options = flags.server;
+  options.api_keys = flags.api_keys;
+  if (!flags.api_key_file.empty())
+    for (auto& key : read_key_file(flags.api_key_file)) options.api_keys.push_back(std::move(key));
+  if (options.served_model_name.empty())
+    options.served_model_name = std::filesystem::path(flags.model_dir).lexically_normal().filename().string();
+  if (options.served_model_name.empty()) options.served_model_name = "duet";
+  options.context = flags.engine.context;
+  options.enable_thinking = !flags.no_thinking;
+  options.http_threads = flags.engine.parallel + flags.engine.queue_limit + 8;
+
+  log_info("loading {}", flags.model_dir);
+  auto tokenizer = tokenizer::Tokenizer::load_dir(flags.model_dir);
+  auto model = model::Model::load(flags.model_dir);
+  engine::Engine engine(*model, tokenizer.get(), flags.engine);
+  server::EngineBackend backend(engine);
+  server::ServerContext context{options, backend, *tokenizer, tokenizer::render_chat, {}, 0};
+  context.started_at = std::time(nullptr);
+
+  server::HttpServer http(context);
+  int port = http.bind();
+  std::atomic<bool> stopping = false;
+  std::thread stopper([&http, &stopping, signals] {
+    int signal = 0;
+    sigwait(&signals, &signal);
+    if (!stopping.exchange(true)) log_info("signal {}: stopping", signal);
+    http.stop();
+  });
+  // Scripts and tests read this line to learn the port (--port 0 picks a free one).
+  std::printf("duet serve: %s as `%s` on http://%s:%d (parallel %d, context %d)\n", flags.model_dir.c_str(),
+              options.served_model_name.c_str(), options.host.c_str(), port, flags.engine.parallel,
+              flags.engine.context);
+  std::fflush(stdout);
+  http.listen();
+  // listen() also returns if the socket fails; wake the stopper so it can be joined.
+  if (!stopping.exchange(true)) pthread_kill(stopper.native_handle(), SIGTERM);
+  stopper.join();
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto flags = std::make_shared<ServeFlags>();
+  flags->model_dir = default_model_dir();
+  auto* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+  cmd->add_option("model", flags->model_dir, "Model folder (config.json, safetensors, tokenizer.json)")
+      ->capture_default_str();
+  cmd->add_option("--host", flags->server.host, "Address to listen on (keep 127.0.0.1 unless behind a proxy)")
+      ->capture_default_str();
+  cmd->add_option("--port", flags->server.port, "Port to listen on (0: a free one, printed at start)")
+      ->capture_default_str();
+  cmd->add_option("--parallel", flags->engine.parallel, "Sequences decoded together (state pool slots)")
+      ->capture_default_str();
+  cmd->add_option("--context", flags->engine.context, "Positions per sequence: prompt + completion")
+      ->capture_default_str();
+  cmd->add_option("--max-tokens", flags->server.max_tokens,
+                  "Most completion tokens a request may ask for; the default when it asks none")
+      ->capture_default_str();
+  cmd->add_option("--api-key", flags->api_keys, "Require `Authorization: Bearer KEY` (repeatable)");
+  cmd->add_option("--api-key-file", flags->api_key_file, "Read accepted keys from a file, one per line");
+  cmd->add_flag("--no-thinking", flags->no_thinking,
+                "Chat template without reasoning by default (requests may still set chat_template_kwargs)");
+  cmd->add_option("--served-model-name", flags->server.served_model_name,
+                  "The model id clients send and /v1/models lists (default: the model folder's name)");
+  cmd->add_option("--max-body-bytes", flags->server.max_body_bytes, "Largest request body accepted (413 above)")
+      ->capture_default_str();
+  cmd->add_option("--queue-limit", flags->engine.queue_limit,
+                  "Requests that may wait for a slot; more are refused with 429")
+      ->capture_default_str();
+  cmd->add_option("--prefill-chunk", flags->engine.prefill_chunk, "Prompt tokens per prefill piece (multiple of 64)")
+      ->capture_default_str();
+  cmd->add_option("--threads", flags->threads, "CPU threads for the model (0: one per core)")->capture_default_str();
+  cmd->callback([flags] { serve(*flags); });
+}
+
+}  // namespace duet::cli

@@ -1,0 +1,165 @@
+#include "server/request_parsing.h"
+
+#include <gtest/gtest.h>
+
+#include "server/chat_request.h"
+#include "server/errors.h"
+#include "server/sse.h"
+
+namespace duet::server {
+namespace {
+
+// The ApiError a call throws (status, param, code), or a failure when it throws nothing.
+template <typename F>
+ApiError error_of(F&& f) {
+  try {
+    f();
+  } catch (const ApiError& error) {
+    return error;
+  }
+  ADD_FAILURE() << "no error thrown";
+  return ApiError(0, "");
+}
+
+ServerOptions options() {
+  ServerOptions o;
+  o.served_model_name = "demo";
+  return o;
+}
+
+TEST(ParseJsonBody, RefusesWhatIsNotAJsonObject) {
+  EXPECT_EQ(error_of([] { parse_json_body(""); }).status(), 400);
+  EXPECT_EQ(error_of([] { parse_json_body("{"); }).code(), "invalid_json");
+  EXPECT_EQ(error_of([] { parse_json_body("[1]"); }).code(), "invalid_json");
+  EXPECT_EQ(error_of([] { parse_json_body("\"\xff\""); }).code(), "invalid_json");
+  EXPECT_EQ(error_of([] { parse_json_body(std::string(100, '[') + std::string(100, ']')); }).code(),
+            "invalid_json");
+  EXPECT_NO_THROW(parse_json_body(R"({"a": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["})"));
+}
+
+TEST(ParseSampling, ReadsEveryField) {
+  auto body = Json::parse(R"({"temperature": 0.5, "top_p": 0.9, "top_k": 40, "min_p": 0.05, "presence_penalty": 1,
+    "frequency_penalty": -1, "repetition_penalty": 1.1, "seed": 7, "stop": ["a", "b"], "stop_token_ids": [3],
+    "ignore_eos": true, "max_tokens": 12, "n": 1, "logit_bias": {}, "return_token_ids": true})");
+  auto sampling = parse_sampling(body);
+  EXPECT_FLOAT_EQ(sampling.params.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(sampling.params.top_p, 0.9f);
+  EXPECT_EQ(sampling.params.top_k, 40);
+  EXPECT_EQ(sampling.params.seed, 7u);
+  EXPECT_EQ(sampling.params.stop, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(sampling.params.stop_token_ids, (std::vector<int32_t>{3}));
+  EXPECT_TRUE(sampling.params.ignore_eos);
+  EXPECT_EQ(sampling.max_tokens, 12);
+  EXPECT_TRUE(sampling.return_token_ids);
+}
+
+TEST(ParseSampling, NamesTheBadField) {
+  auto param = [](const char* body) { return error_of([&] { parse_sampling(Json::parse(body)); }).param(); };
+  EXPECT_EQ(param(R"({"temperature": "hot"})"), "temperature");
+  EXPECT_EQ(param(R"({"temperature": 3})"), "temperature");
+  EXPECT_EQ(param(R"({"top_p": 0})"), "top_p");
+  EXPECT_EQ(param(R"({"top_k": 1.5})"), "top_k");
+  EXPECT_EQ(param(R"({"n": 2})"), "n");
+  EXPECT_EQ(param(R"({"seed": "x"})"), "seed");
+  EXPECT_EQ(param(R"({"stop": ["a", 1]})"), "stop[1]");
+  EXPECT_EQ(param(R"({"stop": [""]})"), "stop[0]");
+  EXPECT_EQ(param(R"({"stop_token_ids": [-1]})"), "stop_token_ids[0]");
+  EXPECT_EQ(param(R"({"max_tokens": 0})"), "max_tokens");
+  EXPECT_EQ(param(R"({"max_tokens": 99999999999999999999})"), "max_tokens");
+  EXPECT_EQ(param(R"({"logit_bias": {"1": 5}})"), "logit_bias");
+  EXPECT_EQ(param(R"({"max_tokens": 3, "max_completion_tokens": 4})"), "max_completion_tokens");
+}
+
+TEST(ParseSampling, NullsAreAbsentAndSeedIsPickedWhenMissing) {
+  auto sampling = parse_sampling(Json::parse(R"({"temperature": null, "stop": null})"));
+  EXPECT_FLOAT_EQ(sampling.params.temperature, 1.0f);
+  EXPECT_TRUE(sampling.params.stop.empty());
+  EXPECT_NE(parse_sampling(Json::object()).params.seed, parse_sampling(Json::object()).params.seed);
+}
+
+TEST(ResolveMaxTokens, DefaultsToTheRoomLeftAndRefusesOverflow) {
+  EXPECT_EQ(resolve_max_tokens(std::nullopt, 10, 100, 50, "prompt"), 40);
+  EXPECT_EQ(resolve_max_tokens(std::nullopt, 10, 20, 50, "prompt"), 20);
+  EXPECT_EQ(resolve_max_tokens(5, 10, 20, 50, "prompt"), 5);
+  EXPECT_EQ(error_of([] { resolve_max_tokens(30, 10, 20, 50, "prompt"); }).param(), "max_tokens");
+  EXPECT_EQ(error_of([] { resolve_max_tokens(20, 40, 20, 50, "prompt"); }).code(), "context_length_exceeded");
+  EXPECT_EQ(error_of([] { resolve_max_tokens(std::nullopt, 50, 20, 50, "messages"); }).param(), "messages");
+}
+
+TEST(ParseStream, IncludeUsageNeedsStream) {
+  EXPECT_TRUE(parse_stream(Json::parse(R"({"stream": true, "stream_options": {"include_usage": true}})")).include_usage);
+  EXPECT_EQ(error_of([] { parse_stream(Json::parse(R"({"stream_options": {"include_usage": true}})")); }).param(),
+            "stream_options");
+  EXPECT_EQ(error_of([] { parse_stream(Json::parse(R"({"stream": true, "stream_options": {"x": 1}})")); }).param(),
+            "stream_options.x");
+}
+
+TEST(ParseChat, ReadsMessagesToolsAndThinking) {
+  auto body = Json::parse(R"({"model": "demo", "messages": [
+      {"role": "developer", "content": "be brief"},
+      {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+        "function": {"name": "f", "arguments": "{\"x\": 1}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "42"}],
+    "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+    "chat_template_kwargs": {"enable_thinking": false}, "logprobs": true, "top_logprobs": 3})");
+  auto request = parse_chat_request(body, options());
+  ASSERT_EQ(request.messages.size(), 4u);
+  EXPECT_EQ(request.messages[0].role, "system");
+  EXPECT_EQ(request.messages[1].content, "ab");
+  ASSERT_EQ(request.messages[2].tool_calls.size(), 1u);
+  EXPECT_EQ(request.messages[2].tool_calls[0].arguments["x"], 1);
+  EXPECT_EQ(request.tools.size(), 1u);
+  EXPECT_FALSE(request.enable_thinking);
+  EXPECT_EQ(request.sampling.params.top_logprobs, 3);
+}
+
+TEST(ParseChat, NamesTheBadField) {
+  auto param = [](const char* body) {
+    return error_of([&] { parse_chat_request(Json::parse(body), options()); }).param();
+  };
+  EXPECT_EQ(param(R"({})"), "messages");
+  EXPECT_EQ(param(R"({"messages": []})"), "messages");
+  EXPECT_EQ(param(R"({"messages": [{"role": "king", "content": "x"}]})"), "messages[0].role");
+  EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": 5}]})"), "messages[0].content");
+  EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})"),
+            "messages[0].content[0].type");
+  EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "x", "audio": {}}]})"), "messages[0].audio");
+  EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web"}]})"), "tools[0].type");
+  EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})"), "tool_choice");
+  EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})"), "top_logprobs");
+  EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "x"}], "functions": []})"), "functions");
+  EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"foo": 1}})"),
+            "chat_template_kwargs.foo");
+  EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})"),
+            "response_format");
+  EXPECT_EQ(error_of([] { parse_chat_request(Json::parse(R"({"model": "gpt-4", "messages": []})"), options()); })
+                .status(),
+            404);
+}
+
+TEST(ParseChat, IgnoresHarmlessFields) {
+  auto body = Json::parse(R"({"messages": [{"role": "user", "content": "x", "name": "bob"}], "user": "u1",
+    "parallel_tool_calls": true, "store": false, "metadata": {"a": "b"}})");
+  EXPECT_NO_THROW(parse_chat_request(body, options()));
+}
+
+TEST(ErrorShape, IsOpenAis) {
+  auto json = error_json(ApiError(400, "temperature: bad", "temperature", "invalid_value"));
+  EXPECT_EQ(json["error"]["message"], "temperature: bad");
+  EXPECT_EQ(json["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(json["error"]["param"], "temperature");
+  EXPECT_EQ(json["error"]["code"], "invalid_value");
+  EXPECT_TRUE(error_json(401, "no key")["error"]["param"].is_null());
+  EXPECT_EQ(error_json(401, "no key")["error"]["type"], "authentication_error");
+}
+
+TEST(Sse, FramesEvents) {
+  EXPECT_EQ(sse_event(Json{{"a", "x\ny"}}), "data: {\"a\":\"x\\ny\"}\n\n");
+  EXPECT_EQ(sse_done(), "data: [DONE]\n\n");
+  // Invalid UTF-8 from a token cut mid-character is replaced, never thrown.
+  EXPECT_EQ(sse_event(Json{{"a", std::string("\xe4\xb8")}}), "data: {\"a\":\"\xEF\xBF\xBD\"}\n\n");
+}
+
+}  // namespace
+}  // namespace duet::server
