@@ -243,8 +243,8 @@ struct Engine::Impl {
   const MemoryPlan plan;
   const RequestLimits limits;
   const std::vector<int32_t> eos;
-  StatePool pool;          // engine thread only
-  Scheduler scheduler;     // engine thread only
+  StatePool pool;       // engine thread only
+  Scheduler scheduler;  // engine thread only
 
   mutable std::mutex mutex;  // guards everything below
   std::condition_variable wake;

@@ -29,8 +29,8 @@ MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options) 
   // the GDN's projections; plus a logits row per sampling piece (and the sampler's copy of it).
   const auto rows = static_cast<size_t>(options.step_token_budget) + static_cast<size_t>(options.prefill_chunk) +
                     static_cast<size_t>(options.parallel);
-  const auto row_floats = static_cast<size_t>(8 * config.hidden_size + 3 * config.intermediate_size +
-                                              2 * config.gdn_conv_dim());
+  const auto row_floats =
+      static_cast<size_t>(8 * config.hidden_size + 3 * config.intermediate_size + 2 * config.gdn_conv_dim());
   const auto sampling_rows = static_cast<size_t>(options.parallel) + 1;
   plan.workspace_bytes =
       rows * row_floats * sizeof(float) + 2 * sampling_rows * static_cast<size_t>(config.vocab_size) * sizeof(float);

@@ -27,7 +27,7 @@ struct SamplingParams {
   std::vector<std::string> stop;        // stop strings (matched on detokenized text; needs a tokenizer)
   std::vector<int32_t> stop_token_ids;  // in addition to the tokenizer's eos unless ignore_eos
   bool ignore_eos = false;
-  int32_t top_logprobs = -1;  // -1: no logprobs; 0: the sampled token's; N: also the N most likely
+  int32_t top_logprobs = -1;        // -1: no logprobs; 0: the sampled token's; N: also the N most likely
   bool skip_special_tokens = true;  // leave special tokens out of the streamed text (their ids still come)
 };
 

@@ -1,8 +1,8 @@
 #include "engine/request_validation.h"
 
-#include <cmath>
-
 #include <fmt/format.h>
+
+#include <cmath>
 
 namespace duet::engine {
 
@@ -13,7 +13,8 @@ namespace {
 
 void check_sampling(const SamplingParams& s, const RequestLimits& limits) {
   const auto bad = [](std::string message) { refuse("invalid_sampling", std::move(message)); };
-  if (!(s.temperature >= 0) || !std::isfinite(s.temperature)) bad(fmt::format("temperature {} is not >= 0", s.temperature));
+  if (!(s.temperature >= 0) || !std::isfinite(s.temperature))
+    bad(fmt::format("temperature {} is not >= 0", s.temperature));
   if (s.top_k < 0) bad(fmt::format("top_k {} is negative (0 turns it off)", s.top_k));
   if (!(s.top_p > 0 && s.top_p <= 1)) bad(fmt::format("top_p {} is not in (0, 1]", s.top_p));
   if (!(s.min_p >= 0 && s.min_p <= 1)) bad(fmt::format("min_p {} is not in [0, 1]", s.min_p));
@@ -36,8 +37,8 @@ void validate_request(const Request& request, const RequestLimits& limits) {
   for (size_t i = 0; i < request.prompt.size(); ++i) {
     const int32_t id = request.prompt[i];
     if (id < 0 || id >= limits.vocab_size) {
-      refuse("invalid_prompt", fmt::format("prompt token {} (at index {}) is outside the vocabulary [0, {})", id,
-                                           i, limits.vocab_size));
+      refuse("invalid_prompt",
+             fmt::format("prompt token {} (at index {}) is outside the vocabulary [0, {})", id, i, limits.vocab_size));
     }
   }
   check_sampling(request.sampling, limits);

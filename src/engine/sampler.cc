@@ -145,8 +145,7 @@ std::vector<TokenLogprob> raw_top_logprobs(std::span<const float> logits, int32_
   if (count == 0) return {};
   std::vector<Scored> scored(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) scored[i] = {static_cast<int32_t>(i), sane(logits[i])};
-  std::partial_sort(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(count), scored.end(),
-                    more_likely);
+  std::partial_sort(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(count), scored.end(), more_likely);
   const double normalizer = log_sum_exp(logits);
   std::vector<TokenLogprob> top(count);
   for (size_t i = 0; i < count; ++i) {

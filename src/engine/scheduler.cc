@@ -36,7 +36,7 @@ std::vector<ScheduledPiece> Scheduler::plan_step() {
     // the chunk, so every cut lands on one.
     int32_t length = remaining <= room ? remaining : room / prefill_chunk_ * prefill_chunk_;
     if (length == 0) {
-      if (any_prefill) continue;  // a shorter prompt further on may still fit
+      if (any_prefill) continue;                     // a shorter prompt further on may still fit
       length = std::min(prefill_chunk_, remaining);  // the oldest prompt always progresses
     }
     const bool last_chunk = length == remaining;

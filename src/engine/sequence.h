@@ -20,8 +20,7 @@ using Clock = std::chrono::steady_clock;
 
 class Sequence {
  public:
-  Sequence(uint64_t id, Request request, std::shared_ptr<RequestHandle> handle,
-           const tokenizer::Tokenizer* tokenizer);
+  Sequence(uint64_t id, Request request, std::shared_ptr<RequestHandle> handle, const tokenizer::Tokenizer* tokenizer);
 
   uint64_t id() const { return id_; }
   const Request& request() const { return request_; }

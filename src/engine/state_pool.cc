@@ -7,7 +7,8 @@
 namespace duet::engine {
 
 StatePool::StatePool(const model::Model& model, int32_t slots, int32_t max_positions)
-    : lent_(static_cast<size_t>(slots), false), bytes_(static_cast<size_t>(slots) * model.sequence_state_bytes(max_positions)) {
+    : lent_(static_cast<size_t>(slots), false),
+      bytes_(static_cast<size_t>(slots) * model.sequence_state_bytes(max_positions)) {
   states_.reserve(static_cast<size_t>(slots));
   for (int32_t i = 0; i < slots; ++i) states_.push_back(model.new_sequence_state(max_positions));
 }
@@ -26,8 +27,6 @@ void StatePool::release(int32_t slot) {
   lent_[index] = false;
 }
 
-int32_t StatePool::free_count() const {
-  return static_cast<int32_t>(std::count(lent_.begin(), lent_.end(), false));
-}
+int32_t StatePool::free_count() const { return static_cast<int32_t>(std::count(lent_.begin(), lent_.end(), false)); }
 
 }  // namespace duet::engine

@@ -94,8 +94,9 @@ TEST_F(DemoModel, StopStringEndsTheTextWhereItStarts) {
 }
 
 TEST_F(DemoModel, TextAndStopsAreTheSameUnderConcurrency) {
-  const std::vector<std::string> prompts = {"One", "Two words", "A somewhat longer prompt about the sea and ships",
-                                            "4", "Numbers: 1 2 3 4 5 6 7 8 9", "Hi", "Quiet", "Loud!!"};
+  const std::vector<std::string> prompts = {
+      "One",   "Two words", "A somewhat longer prompt about the sea and ships", "4", "Numbers: 1 2 3 4 5 6 7 8 9", "Hi",
+      "Quiet", "Loud!!"};
   std::vector<Request> requests;
   for (size_t i = 0; i < prompts.size(); ++i) {
     Request r = request(prompts[i], 32);

@@ -49,8 +49,8 @@ inline Outcome drain(RequestHandle& handle, std::chrono::milliseconds limit = st
 }
 
 // Prompts of mixed lengths (single tokens, around chunk boundaries, several chunks), greedy and seeded.
-inline std::vector<Request> mixed_requests(int count, int32_t vocab, int32_t chunk, int32_t max_tokens,
-                                           bool seeded, uint32_t salt = 0) {
+inline std::vector<Request> mixed_requests(int count, int32_t vocab, int32_t chunk, int32_t max_tokens, bool seeded,
+                                           uint32_t salt = 0) {
   std::mt19937 rng(1234 + salt);
   const std::vector<int32_t> lengths = {1, 3, chunk - 1, chunk, chunk + 1, 2 * chunk + 7, 17, 5 * chunk / 2};
   std::vector<Request> requests;

@@ -71,8 +71,8 @@ TEST(Engine, GreedyFollowsTheModelsArgmax) {
 void check_exactness(bool seeded) {
   FakeModel model(kVocab);
   const auto requests = testing::mixed_requests(16, kVocab, kChunk, 24, seeded);
-  const auto alone = testing::run_each_alone(
-      [&] { return std::make_unique<Engine>(model, nullptr, small_options(1)); }, requests);
+  const auto alone =
+      testing::run_each_alone([&] { return std::make_unique<Engine>(model, nullptr, small_options(1)); }, requests);
   Engine serial_engine(model, nullptr, small_options(4));
   testing::expect_same_tokens(testing::run_serially(serial_engine, requests), alone, "serial");
   for (int32_t parallel : {1, 4, 16}) {
@@ -164,7 +164,8 @@ TEST(Engine, ManyThreadsSubmitCancelAndDrop) {
     threads.emplace_back([&, t] {
       std::mt19937 rng(static_cast<uint32_t>(t));
       for (int i = 0; i < 25; ++i) {
-        Request request = greedy_request(std::vector<int32_t>(1 + rng() % 150, 1 + t), 1 + static_cast<int32_t>(rng() % 20));
+        Request request =
+            greedy_request(std::vector<int32_t>(1 + rng() % 150, 1 + t), 1 + static_cast<int32_t>(rng() % 20));
         std::shared_ptr<RequestHandle> handle;
         try {
           handle = engine.submit(request);

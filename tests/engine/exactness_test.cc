@@ -75,8 +75,8 @@ TEST_F(RealModel, PrefillChunkSizeDoesNotChangeTokens) {
   const auto requests = testing::mixed_requests(8, vocab(), 64, 12, false, 5);
   Engine by_64(*model_, nullptr, options(4, 64));
   Engine by_256(*model_, nullptr, options(4, 256));
-  testing::expect_same_tokens(testing::run_concurrently(by_256, requests),
-                              testing::run_concurrently(by_64, requests), "chunk 256 vs 64");
+  testing::expect_same_tokens(testing::run_concurrently(by_256, requests), testing::run_concurrently(by_64, requests),
+                              "chunk 256 vs 64");
 }
 
 TEST_F(RealModel, CancelledRequestFreesItsSlot) {

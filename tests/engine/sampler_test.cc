@@ -25,8 +25,7 @@ TokenCounts counts_of(const std::vector<int32_t>& prompt, const std::vector<int3
 
 // The reference: the full-vocabulary probability of each id after every transform, written the slow way.
 std::vector<double> reference_distribution(std::vector<float> logits, const SamplingParams& p,
-                                           const std::vector<int32_t>& prompt,
-                                           const std::vector<int32_t>& generated) {
+                                           const std::vector<int32_t>& prompt, const std::vector<int32_t>& generated) {
   const size_t vocab = logits.size();
   std::vector<bool> seen(vocab, false);
   std::vector<int> count(vocab, 0);
@@ -126,11 +125,11 @@ TEST(Sampler, CandidatesMatchTheReferenceDistribution) {
     int32_t top_k;
   };
   const std::vector<Case> cases = {
-      {1.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0},   {0.7f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0},
-      {1.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 5},   {1.0f, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 0},
-      {1.3f, 0.5f, 0.0f, 1.0f, 0.0f, 0.0f, 10},  {1.0f, 1.0f, 0.1f, 1.0f, 0.0f, 0.0f, 0},
+      {1.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0},    {0.7f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0},
+      {1.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 5},    {1.0f, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 0},
+      {1.3f, 0.5f, 0.0f, 1.0f, 0.0f, 0.0f, 10},   {1.0f, 1.0f, 0.1f, 1.0f, 0.0f, 0.0f, 0},
       {0.8f, 0.95f, 0.05f, 1.2f, 0.3f, 0.2f, 20}, {2.0f, 0.3f, 0.0f, 1.0f, 0.0f, 0.0f, 0},
-      {1.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1},   {0.5f, 0.8f, 0.2f, 1.5f, -0.5f, 0.4f, 0},
+      {1.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1},    {0.5f, 0.8f, 0.2f, 1.5f, -0.5f, 0.4f, 0},
   };
   const std::vector<int32_t> prompt = {3, 4, 5, 40};
   const std::vector<int32_t> generated = {5, 6, 6, 7, 41};
@@ -243,7 +242,8 @@ TEST(Sampler, DrawIsAFunctionOfSeedAndPositionOnly) {
   }
   p.seed = 100;
   int differing = 0;
-  for (int position = 0; position < 100; ++position) differing += sample_token(logits, p, {}, position).id != first[position];
+  for (int position = 0; position < 100; ++position)
+    differing += sample_token(logits, p, {}, position).id != first[position];
   EXPECT_GT(differing, 50);
   EXPECT_EQ(seeded_uniform(99, 5), seeded_uniform(99, 5));
   EXPECT_NE(seeded_uniform(99, 5), seeded_uniform(99, 6));
