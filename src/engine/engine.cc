@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <unordered_set>
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/thread_pool.h"
 #include "engine/memory_plan.h"
 #include "engine/request_validation.h"
 #include "engine/sampler.h"
@@ -56,6 +58,14 @@ std::vector<int32_t> eos_ids(const model::Model& model, const tokenizer::Tokeniz
   return ids;
 }
 
+// Below this vocabulary a row samples in microseconds and waking threads would cost more than it saves.
+constexpr size_t kParallelSamplingVocab = 4096;
+
+size_t sampling_threads(const EngineOptions& options) {
+  const size_t hardware = std::max(1u, std::thread::hardware_concurrency());
+  return std::min({static_cast<size_t>(options.parallel), hardware, size_t{8}});
+}
+
 }  // namespace
 
 struct Engine::Impl {
@@ -69,7 +79,8 @@ struct Engine::Impl {
                .has_tokenizer = tokenizer != nullptr},
         eos(eos_ids(model, tokenizer)),
         pool(model, options.parallel, options.context),
-        scheduler(pool, options.prefill_chunk, options.step_token_budget) {
+        scheduler(pool, options.prefill_chunk, options.step_token_budget),
+        sampling_pool(sampling_threads(options)) {
     stats.slots_total = stats.slots_free = pool.size();
     stats.weight_bytes = plan.weight_bytes;
     stats.state_pool_bytes = pool.bytes();
@@ -166,20 +177,20 @@ struct Engine::Impl {
       fail("engine: model returned {} results for {} pieces", results.size(), planned.size());
     }
 
-    int64_t generated = 0;
-    const auto vocab = static_cast<size_t>(limits.vocab_size);
     for (size_t i = 0; i < planned.size(); ++i) {
-      Sequence& sequence = *planned[i].sequence;
-      if (planned[i].is_prefill) sequence.advance_prefill(static_cast<int32_t>(planned[i].tokens.size()));
-      if (!planned[i].samples) continue;
-      const std::vector<float>& logits = results[i].logits;
-      if (logits.size() < vocab) fail("engine: model returned {} logits, expected {}", logits.size(), vocab);
-      const std::span<const float> row(logits.data() + (logits.size() - vocab), vocab);  // the last row
-      const SampledToken token = sample_token(row, sequence.sampling(), sequence.counts(), sequence.next_position());
-      ++generated;
-      const std::optional<FinishReason> reason = sequence.accept(token, is_stop_token(sequence, token.id));
+      if (planned[i].is_prefill) planned[i].sequence->advance_prefill(static_cast<int32_t>(planned[i].tokens.size()));
+    }
+    std::vector<size_t> sampling;  // indices of the pieces whose last row picks a token
+    for (size_t i = 0; i < planned.size(); ++i) {
+      if (planned[i].samples) sampling.push_back(i);
+    }
+    const std::vector<SampledToken> tokens = sample_all(planned, results, sampling);
+    for (size_t k = 0; k < sampling.size(); ++k) {
+      Sequence& sequence = *planned[sampling[k]].sequence;
+      const std::optional<FinishReason> reason = sequence.accept(tokens[k], is_stop_token(sequence, tokens[k].id));
       if (reason) end(sequence, *reason, {});
     }
+    const auto generated = static_cast<int64_t>(sampling.size());
     const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
     release_finished();
     std::lock_guard lock(mutex);
@@ -188,6 +199,42 @@ struct Engine::Impl {
     stats.step_seconds_last = seconds;
     stats.prompt_tokens_total += prompt_tokens;
     stats.generated_tokens_total += generated;
+  }
+
+  // Samples every sampling piece's token. Each is a pure function of its own row and sequence, so they run side by
+  // side on the sampling pool (a 150k vocabulary takes milliseconds per token) with the same results as in turn.
+  std::vector<SampledToken> sample_all(const std::vector<ScheduledPiece>& planned,
+                                       const std::vector<model::PieceResult>& results,
+                                       const std::vector<size_t>& sampling) {
+    const auto vocab = static_cast<size_t>(limits.vocab_size);
+    for (size_t index : sampling) {
+      const size_t size = results[index].logits.size();
+      if (size < vocab) fail("engine: model returned {} logits, expected {}", size, vocab);
+    }
+    std::vector<SampledToken> tokens(sampling.size());
+    std::vector<std::exception_ptr> errors(sampling.size());
+    const auto sample_range = [&](size_t begin, size_t end) {
+      for (size_t k = begin; k < end; ++k) {
+        try {
+          const ScheduledPiece& piece = planned[sampling[k]];
+          const std::vector<float>& logits = results[sampling[k]].logits;
+          const std::span<const float> last_row(logits.data() + (logits.size() - vocab), vocab);
+          tokens[k] = sample_token(last_row, piece.sequence->sampling(), piece.sequence->counts(),
+                                   piece.sequence->next_position());
+        } catch (...) {
+          errors[k] = std::current_exception();  // a pool worker must not throw
+        }
+      }
+    };
+    if (sampling.size() >= 2 && vocab >= kParallelSamplingVocab) {
+      sampling_pool.parallel_for(sampling.size(), sample_range);
+    } else {
+      sample_range(0, sampling.size());
+    }
+    for (const std::exception_ptr& error : errors) {
+      if (error) std::rethrow_exception(error);
+    }
+    return tokens;
   }
 
   bool is_stop_token(const Sequence& sequence, int32_t id) const {
@@ -243,8 +290,9 @@ struct Engine::Impl {
   const MemoryPlan plan;
   const RequestLimits limits;
   const std::vector<int32_t> eos;
-  StatePool pool;       // engine thread only
-  Scheduler scheduler;  // engine thread only
+  StatePool pool;            // engine thread only
+  Scheduler scheduler;       // engine thread only
+  ThreadPool sampling_pool;  // engine thread only; its own, so it never races the backend's pool
 
   mutable std::mutex mutex;  // guards everything below
   std::condition_variable wake;

@@ -1,5 +1,7 @@
 #include "engine/sequence.h"
 
+#include "base/error.h"
+
 namespace duet::engine {
 
 Sequence::Sequence(uint64_t id, Request request, std::shared_ptr<RequestHandle> handle,
@@ -16,7 +18,11 @@ Sequence::Sequence(uint64_t id, Request request, std::shared_ptr<RequestHandle> 
 std::string Sequence::text_for(int32_t id) {
   // The model's vocabulary may be padded past the tokenizer's; such an id has no text.
   if (!decoder_ || id >= tokenizer_->vocab_size()) return {};
-  return decoder_->push(id);
+  try {
+    return decoder_->push(id);
+  } catch (const Error&) {
+    return {};  // an id inside the range the tokenizer has no text for: it still counts as a token
+  }
 }
 
 std::optional<FinishReason> Sequence::accept(const SampledToken& token, bool is_stop_token) {

@@ -68,9 +68,9 @@ TEST(Engine, GreedyFollowsTheModelsArgmax) {
 }
 
 // Every request's tokens, run N at a time, equal the same request alone and all of them one after another.
-void check_exactness(bool seeded) {
-  FakeModel model(kVocab);
-  const auto requests = testing::mixed_requests(16, kVocab, kChunk, 24, seeded);
+void check_exactness(bool seeded, int32_t vocab = kVocab) {
+  FakeModel model(vocab);
+  const auto requests = testing::mixed_requests(16, vocab, kChunk, 24, seeded);
   const auto alone =
       testing::run_each_alone([&] { return std::make_unique<Engine>(model, nullptr, small_options(1)); }, requests);
   Engine serial_engine(model, nullptr, small_options(4));
@@ -84,6 +84,8 @@ void check_exactness(bool seeded) {
 
 TEST(Engine, ConcurrentGreedyEqualsAloneAndSerial) { check_exactness(false); }
 TEST(Engine, ConcurrentSeededEqualsAloneAndSerial) { check_exactness(true); }
+// A vocabulary large enough that the engine samples a step's rows on several threads.
+TEST(Engine, ConcurrentSeededEqualsAloneWithALargeVocabulary) { check_exactness(true, 8192); }
 
 TEST(Engine, StepsCutPromptsAtChunkMultiplesAndKeepTheBudget) {
   FakeModel model(kVocab);
