@@ -1,0 +1,141 @@
+#pragma once
+// Starts `duet serve` (the built binary) on the demo model on a free loopback port for end-to-end tests, and
+// stops it at the end. The port comes from the server's first stdout line (--port 0).
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <regex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <httplib.h>
+
+extern char** environ;
+
+namespace duet::testing {
+
+inline std::string demo_model_dir() { return std::string(DUET_TESTS_DIR) + "/../models/demo"; }
+
+inline bool demo_model_available() {
+  return std::filesystem::exists(demo_model_dir() + "/config.json") &&
+         std::filesystem::exists(demo_model_dir() + "/tokenizer.json");
+}
+
+// Why a test that needs the demo model is skipped (empty when it can run).
+inline std::string demo_model_missing_reason() {
+  return demo_model_available() ? "" : "the demo model (models/demo) is not in this checkout";
+}
+
+class ServerProcess {
+ public:
+  explicit ServerProcess(std::vector<std::string> flags) {
+    signal(SIGPIPE, SIG_IGN);
+    std::vector<std::string> args = {DUET_BINARY, "serve", demo_model_dir(), "--port", "0"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    int out[2];
+    if (pipe(out) != 0) throw std::runtime_error("pipe");
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&actions, out[0]);
+    log_path_ = std::filesystem::temp_directory_path() / ("duet-serve-" + std::to_string(getpid()) + "-" +
+                                                          std::to_string(counter()++) + ".log");
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    std::vector<char*> argv;
+    for (auto& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0)
+      throw std::runtime_error("cannot start " + args[0]);
+    posix_spawn_file_actions_destroy(&actions);
+    close(out[1]);
+    std::string line = read_line(out[0], std::chrono::seconds(60));
+    close(out[0]);
+    std::smatch match;
+    if (!std::regex_search(line, match, std::regex(R"(http://[0-9.]+:([0-9]+))")))
+      throw std::runtime_error("duet serve did not print its address; log: " + log_path_.string());
+    port_ = std::stoi(match[1]);
+    for (int i = 0; i < 200; ++i) {
+      if (auto res = client().Get("/health"); res && res->status == 200) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    throw std::runtime_error("duet serve did not answer /health");
+  }
+
+  ~ServerProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      int status = 0;
+      for (int i = 0; i < 100 && waitpid(pid_, &status, WNOHANG) == 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (waitpid(pid_, &status, WNOHANG) == 0) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, &status, 0);
+      }
+    }
+  }
+
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+
+  int port() const { return port_; }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  httplib::Client client() const {
+    httplib::Client client("127.0.0.1", port_);
+    client.set_read_timeout(120);
+    client.set_connection_timeout(10);
+    return client;
+  }
+  bool alive() const { return pid_ > 0 && kill(pid_, 0) == 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
+  const std::filesystem::path& log_path() const { return log_path_; }
+
+ private:
+  static int& counter() {
+    static int value = 0;
+    return value;
+  }
+
+  static std::string read_line(int fd, std::chrono::seconds timeout) {
+    std::string line;
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      char c;
+      if (read(fd, &c, 1) != 1) break;
+      if (c == '\n') break;
+      line += c;
+    }
+    return line;
+  }
+
+  pid_t pid_ = -1;
+  int port_ = 0;
+  std::filesystem::path log_path_;
+};
+
+// Runs a shell command and returns its stdout and exit status.
+struct CommandResult {
+  std::string output;
+  int status = -1;
+};
+inline CommandResult run_command(const std::string& command) {
+  CommandResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return result;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) result.output.append(buffer, n);
+  int status = pclose(pipe);
+  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+}  // namespace duet::testing
