@@ -106,6 +106,7 @@ class BenchClient {
     client->set_connection_timeout(10);
     client->set_read_timeout(static_cast<time_t>(flags_.timeout_s));
     client->set_keep_alive(true);
+    client->set_tcp_nodelay(true);  // a request's headers and body are separate writes: no Nagle delay
     return client;
   }
 

@@ -63,8 +63,8 @@ Json parse_json_body(std::string_view body) {
   Json parsed;
   try {
     parsed = Json::parse(body);
-  } catch (const Json::parse_error& e) {
-    // nlohmann's message names the byte offset and what it expected there.
+  } catch (const Json::exception& e) {
+    // A syntax error (nlohmann names the byte offset and what it expected) or a number beyond a double.
     throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what(), "", "invalid_json");
   }
   if (!parsed.is_object())

@@ -30,6 +30,7 @@ ServerOptions options() {
 TEST(ParseJsonBody, RefusesWhatIsNotAJsonObject) {
   EXPECT_EQ(error_of([] { parse_json_body(""); }).status(), 400);
   EXPECT_EQ(error_of([] { parse_json_body("{"); }).code(), "invalid_json");
+  EXPECT_EQ(error_of([] { parse_json_body(R"({"max_tokens": 1e999})"); }).code(), "invalid_json");
   EXPECT_EQ(error_of([] { parse_json_body("[1]"); }).code(), "invalid_json");
   EXPECT_EQ(error_of([] { parse_json_body("\"\xff\""); }).code(), "invalid_json");
   EXPECT_EQ(error_of([] { parse_json_body(std::string(100, '[') + std::string(100, ']')); }).code(),

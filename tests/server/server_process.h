@@ -91,6 +91,7 @@ class ServerProcess {
     httplib::Client client("127.0.0.1", port_);
     client.set_read_timeout(120);
     client.set_connection_timeout(10);
+    client.set_tcp_nodelay(true);
     return client;
   }
   bool alive() const { return pid_ > 0 && kill(pid_, 0) == 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }

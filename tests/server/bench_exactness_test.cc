@@ -1,0 +1,33 @@
+// Exactness over HTTP: `duet bench --alone --serial` at 1, 4 and 16 streams, greedy and seeded, against
+// `duet serve` on the demo model: every request's tokens equal the same request alone and serially.
+#include <gtest/gtest.h>
+
+#include "server_process.h"
+
+namespace duet::testing {
+namespace {
+
+TEST(ServeBench, ConcurrentEqualsAloneAndSerial) {
+  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  ServerProcess server({"--parallel", "16", "--context", "1024", "--max-tokens", "64"});
+  auto result = run_command(std::string(DUET_BINARY) + " bench --url " + server.url() +
+                            " --levels 1,4,16 --tokens 12 --reps 2 --sampling both --alone --serial 2>&1");
+  EXPECT_EQ(result.status, 0) << result.output;
+  EXPECT_NE(result.output.find("exactness: 84 equal, 0 unequal, 0 failed"), std::string::npos) << result.output;
+  for (const char* level : {"level 1 (greedy)", "level 4 (greedy)", "level 16 (greedy)", "level 16 (seeded)"})
+    EXPECT_NE(result.output.find(level), std::string::npos) << level;
+  EXPECT_TRUE(server.alive());
+}
+
+// A request that cannot succeed makes bench fail: the exit code is the signal CI reads.
+TEST(ServeBench, FailuresGiveANonZeroExit) {
+  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  ServerProcess server({"--max-tokens", "4"});
+  auto result = run_command(std::string(DUET_BINARY) + " bench --url " + server.url() +
+                            " --levels 1 --tokens 8 --reps 1 --sampling greedy 2>&1");
+  EXPECT_NE(result.status, 0) << result.output;
+  EXPECT_NE(result.output.find("failed: 1"), std::string::npos) << result.output;
+}
+
+}  // namespace
+}  // namespace duet::testing
