@@ -140,7 +140,9 @@ def make_demo(out, generator, tokenizer_dir):
     tok = json.load(open(os.path.join(tokenizer_dir, "tokenizer.json")))
     ids = list(tok["model"]["vocab"].values()) + [t["id"] for t in tok["added_tokens"]]
     vocab = (max(ids) + 1 + 63) // 64 * 64
-    config = Qwen3_5TextConfig(**text_config_dict(vocab=vocab, layers=4, hidden=128, ffn=256, tie=True))
+    # Untied: with tied embeddings a random model mostly predicts its input token again (the residual carries the
+    # embedding), so the demo would repeat itself; a separate random head gives varied (random) text.
+    config = Qwen3_5TextConfig(**text_config_dict(vocab=vocab, layers=4, hidden=128, ffn=256, tie=False))
     end = next(t["id"] for t in tok["added_tokens"] if t["content"] == "<|im_end|>")
     pad = next(t["id"] for t in tok["added_tokens"] if t["content"] == "<|endoftext|>")
     config.eos_token_id = end
