@@ -97,6 +97,9 @@ void HttpServer::install_routes() {
     allowed_methods[route.path].insert(method_name(route.method));
     if (route.method == RouteTable::Method::get) allowed_methods[route.path].insert("HEAD");
     RouteHandler wrapped = [this, route](const httplib::Request& req, httplib::Response& res) {
+      // httplib would cut the answer to a client's Range header; a JSON answer or an event stream is
+      // only meaningful whole, so Range is ignored (httplib hands routes the request as const).
+      const_cast<httplib::Request&>(req).ranges.clear();
       try {
         if (route.needs_key && !key_accepted(req))
           throw ApiError(401, "missing or invalid API key; send `Authorization: Bearer <key>`", "",

@@ -243,6 +243,10 @@ TEST_F(ServeTest, ErrorsHaveOpenAisShapeAndStatus) {
   // Larger than --max-body-bytes: refused from Content-Length, before the body is read.
   auto big = post("/v1/completions", R"({"prompt": ")" + std::string(70000, 'a') + R"("})");
   EXPECT_EQ(expect_error(big, 413)["code"], "request_too_large");
+  // A Range header does not cut a JSON answer.
+  auto ranged = client.Get("/health", {{"Range", "bytes=0-3"}});
+  ASSERT_TRUE(ranged);
+  EXPECT_EQ(ranged->body, R"({"status":"ok"})");
   // No request path reaches the filesystem.
   expect_error(client.Get("/../../etc/passwd"), 404);
   expect_error(client.Get("/v1/models/../../../etc/passwd"), 404);
