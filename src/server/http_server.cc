@@ -1,6 +1,10 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <map>
 #include <set>
@@ -84,6 +88,10 @@ void HttpServer::install_routes() {
   // add ~40 ms to every answer and to every streamed token.
   server.set_tcp_nodelay(true);
   server.set_read_timeout(30);
+  server.set_socket_options([this](int sock) {
+    httplib::default_socket_options(sock);
+    listen_socket_ = sock;
+  });
   server.set_write_timeout(30);
 
   RouteTable table;
@@ -163,11 +171,20 @@ int HttpServer::bind() {
   if (options.port == 0) {
     int port = server_->bind_to_any_port(options.host);
     if (port <= 0) fail("cannot bind {}: no free port", options.host);
+    widen_backlog();
     return port;
   }
   if (!server_->bind_to_port(options.host, options.port))
     fail("cannot bind {}:{} (in use, or not an address of this machine)", options.host, options.port);
+  widen_backlog();
   return options.port;
+}
+
+// Debian's compiled httplib listens with a backlog of 5: a burst of new connections (16 clients starting at once)
+// overflows it and some are dropped. Calling listen() again on the bound socket raises the backlog.
+void HttpServer::widen_backlog() {
+  if (listen_socket_ >= 0 && ::listen(listen_socket_, SOMAXCONN) != 0)
+    log_warn("listen backlog stays at httplib's default: {}", std::strerror(errno));
 }
 
 void HttpServer::listen() { server_->listen_after_bind(); }

@@ -65,11 +65,13 @@ class HttpServer {
   void stop();
 
  private:
+  void widen_backlog();
   void install_routes();
   bool key_accepted(const httplib::Request& req) const;
 
   ServerContext& context_;
   std::unique_ptr<httplib::Server> server_;
+  int listen_socket_ = -1;  // recorded when httplib creates it, to widen its backlog after bind
   std::vector<std::string> key_digests_;  // sha256 of each accepted key
 };
 
