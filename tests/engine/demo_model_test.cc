@@ -32,7 +32,7 @@ class DemoModel : public ::testing::Test {
     tokenizer_ = nullptr;
   }
   void SetUp() override {
-    if (model_ == nullptr) GTEST_SKIP() << "demo model missing: " << kDemoDir;
+    if (model_ == nullptr) FAIL() << "demo model missing: " << kDemoDir;
   }
 
   static EngineOptions options(int32_t parallel) {

@@ -27,7 +27,7 @@ class RealModel : public ::testing::Test {
     model_ = nullptr;
   }
   void SetUp() override {
-    if (model_ == nullptr) GTEST_SKIP() << "fixture model missing: " << kModelDir;
+    if (model_ == nullptr) FAIL() << "fixture model missing: " << kModelDir;
   }
 
   static EngineOptions options(int32_t parallel, int32_t chunk = 64) {

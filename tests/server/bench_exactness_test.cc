@@ -8,7 +8,7 @@ namespace duet::testing {
 namespace {
 
 TEST(ServeBench, ConcurrentEqualsAloneAndSerial) {
-  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  if (!demo_model_available()) FAIL() << demo_model_missing_reason();
   ServerProcess server({"--parallel", "16", "--context", "1024", "--max-tokens", "64"});
   auto result = run_command(std::string(DUET_BINARY) + " bench --url " + server.url() +
                             " --levels 1,4,16 --tokens 12 --reps 2 --sampling both --alone --serial 2>&1");
@@ -21,7 +21,7 @@ TEST(ServeBench, ConcurrentEqualsAloneAndSerial) {
 
 // A request that cannot succeed makes bench fail: the exit code is the signal CI reads.
 TEST(ServeBench, FailuresGiveANonZeroExit) {
-  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  if (!demo_model_available()) FAIL() << demo_model_missing_reason();
   ServerProcess server({"--max-tokens", "4"});
   auto result = run_command(std::string(DUET_BINARY) + " bench --url " + server.url() +
                             " --levels 1 --tokens 8 --reps 1 --sampling greedy 2>&1");

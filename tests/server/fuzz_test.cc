@@ -46,7 +46,7 @@ std::vector<RouteCase> routes() {
 }
 
 TEST(ServeFuzz, HostileBodiesGet4xxJsonAndTheServerStaysUp) {
-  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  if (!demo_model_available()) FAIL() << demo_model_missing_reason();
   ServerProcess server({"--max-tokens", "2", "--context", "512", "--max-body-bytes", "65536"});
   uint64_t route_seed = 0;
   for (const auto& route : routes()) {
