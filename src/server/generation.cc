@@ -147,6 +147,25 @@ int64_t unix_now() {
       .count();
 }
 
+nlohmann::json usage_json(int32_t prompt_tokens, int32_t completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+nlohmann::json chunk_header(const std::string& id, std::string_view object, int64_t created, const std::string& model,
+                            bool include_usage) {
+  nlohmann::json json = {{"id", id}, {"object", object}, {"created", created}, {"model", model}};
+  if (include_usage) json["usage"] = nullptr;
+  return json;
+}
+
+std::string usage_chunk(nlohmann::json header, const engine::FinishedEvent& finished) {
+  header["choices"] = nlohmann::json::array();
+  header["usage"] = usage_json(finished.prompt_tokens, finished.completion_tokens);
+  return sse_event(header);
+}
+
 std::string token_text(const tokenizer::Tokenizer& tokenizer, int32_t id) {
   try {
     return tokenizer.decode(std::span<const int32_t>(&id, 1), false);

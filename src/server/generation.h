@@ -3,9 +3,11 @@
 // either collecting the whole answer or streaming it as server-sent events. A stream whose client goes away
 // cancels its request, so the slot frees at the engine's next step.
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/request.h"
@@ -49,6 +51,16 @@ std::string finish_reason_name(engine::FinishReason reason);
 // A fresh id with a prefix ("chatcmpl-", "cmpl-", "call_").
 std::string random_id(std::string_view prefix);
 int64_t unix_now();
+
+// OpenAI's usage object.
+nlohmann::json usage_json(int32_t prompt_tokens, int32_t completion_tokens);
+
+// What every chunk of a stream repeats (id, object, created, model), with "usage": null when the client asked
+// for usage (stream_options.include_usage): it then comes in a last chunk of its own, usage_chunk.
+nlohmann::json chunk_header(const std::string& id, std::string_view object, int64_t created, const std::string& model,
+                            bool include_usage);
+// That last chunk, as an SSE event: `header` with no choices and the finished request's usage.
+std::string usage_chunk(nlohmann::json header, const engine::FinishedEvent& finished);
 
 // The text of one token for logprobs output, and its bytes (the token may be part of a UTF-8 character).
 std::string token_text(const tokenizer::Tokenizer& tokenizer, int32_t id);

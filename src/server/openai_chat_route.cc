@@ -41,12 +41,6 @@ nlohmann::json tool_call_json(const ParsedToolCall& call, std::optional<size_t> 
   return json;
 }
 
-nlohmann::json usage_json(int32_t prompt_tokens, int32_t completion_tokens) {
-  return {{"prompt_tokens", prompt_tokens},
-          {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
-}
-
 // The tokens that end a chat turn, besides the tokenizer's eos (a base model's eos is <|endoftext|>).
 std::vector<int32_t> end_of_turn_ids(const tokenizer::Tokenizer& tokenizer) {
   std::vector<int32_t> ids;
@@ -90,23 +84,14 @@ class ChatStreamFormatter final : public StreamFormatter {
     last["choices"] = {{{"index", 0}, {"delta", nlohmann::json::object()}, {"logprobs", nullptr},
                         {"finish_reason", reason}}};
     out += sse_event(last);
-    if (request_.stream.include_usage) {
-      nlohmann::json usage = base();
-      usage["choices"] = nlohmann::json::array();
-      usage["usage"] = usage_json(finished.prompt_tokens, finished.completion_tokens);
-      out += sse_event(usage);
-    }
+    if (request_.stream.include_usage) out += usage_chunk(base(), finished);
     return out;
   }
 
  private:
   nlohmann::json base() const {
-    nlohmann::json json = {{"id", reply_.id},
-                           {"object", "chat.completion.chunk"},
-                           {"created", reply_.created},
-                           {"model", reply_.model}};
-    if (request_.stream.include_usage) json["usage"] = nullptr;
-    return json;
+    return chunk_header(reply_.id, "chat.completion.chunk", reply_.created, reply_.model,
+                        request_.stream.include_usage);
   }
 
   std::string chunk(nlohmann::json delta, nlohmann::json logprobs = nullptr, nlohmann::json ids = nullptr) const {

@@ -106,12 +106,6 @@ nlohmann::json legacy_logprobs(const ServerContext& context, std::span<const eng
   return json;
 }
 
-nlohmann::json usage_json(int32_t prompt_tokens, int32_t completion_tokens) {
-  return {{"prompt_tokens", prompt_tokens},
-          {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
-}
-
 struct CompletionReply {
   std::string id = random_id("cmpl-");
   int64_t created = unix_now();
@@ -139,21 +133,13 @@ class CompletionStreamFormatter final : public StreamFormatter {
     if (finished.reason == engine::FinishReason::error)
       return sse_event(error_json(500, "generation failed: " + finished.error, "", "engine_error"));
     std::string out = chunk(finished.text_tail, nullptr, finish_reason_name(finished.reason), nlohmann::json::array());
-    if (request_.stream.include_usage) {
-      nlohmann::json usage = base();
-      usage["choices"] = nlohmann::json::array();
-      usage["usage"] = usage_json(finished.prompt_tokens, finished.completion_tokens);
-      out += sse_event(usage);
-    }
+    if (request_.stream.include_usage) out += usage_chunk(base(), finished);
     return out;
   }
 
  private:
   nlohmann::json base() const {
-    nlohmann::json json = {
-        {"id", reply_.id}, {"object", "text_completion"}, {"created", reply_.created}, {"model", reply_.model}};
-    if (request_.stream.include_usage) json["usage"] = nullptr;
-    return json;
+    return chunk_header(reply_.id, "text_completion", reply_.created, reply_.model, request_.stream.include_usage);
   }
 
   std::string chunk(const std::string& text, nlohmann::json logprobs, nlohmann::json finish_reason,
