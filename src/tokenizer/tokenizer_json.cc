@@ -117,6 +117,21 @@ void read_model(const json& model, TokenizerParts& parts, std::vector<std::array
   }
 }
 
+// An added token from its entry `t` in tokenizer.json's added_tokens or tokenizer_config.json's added_tokens_decoder:
+// the caller has checked id and content; the flags take HF's defaults (normalized unless special).
+AddedToken added_token(int32_t id, std::string content, const json& t, const std::string& where,
+                       const std::string& origin) {
+  AddedToken a;
+  a.id = id;
+  a.content = std::move(content);
+  a.special = flag(t, "special", false, where, origin);
+  a.normalized = flag(t, "normalized", !a.special, where, origin);
+  a.lstrip = flag(t, "lstrip", false, where, origin);
+  a.rstrip = flag(t, "rstrip", false, where, origin);
+  a.single_word = flag(t, "single_word", false, where, origin);
+  return a;
+}
+
 void read_added_tokens(const json& root, TokenizerParts& parts, const std::string& origin) {
   auto it = root.find("added_tokens");
   if (it == root.end() || it->is_null()) return;
@@ -128,17 +143,9 @@ void read_added_tokens(const json& root, TokenizerParts& parts, const std::strin
         !t["content"].is_string()) {
       fail("{}: {} needs an integer \"id\" and a string \"content\"", origin, where);
     }
-    AddedToken a;
     const int64_t id = t["id"].get<int64_t>();
     if (id < 0 || id > 0x7FFFFFF0) fail("{}: {}.id {} is out of range", origin, where, id);
-    a.id = int32_t(id);
-    a.content = t["content"].get<std::string>();
-    a.special = flag(t, "special", false, where, origin);
-    a.normalized = flag(t, "normalized", !a.special, where, origin);
-    a.lstrip = flag(t, "lstrip", false, where, origin);
-    a.rstrip = flag(t, "rstrip", false, where, origin);
-    a.single_word = flag(t, "single_word", false, where, origin);
-    parts.added.push_back(std::move(a));
+    parts.added.push_back(added_token(int32_t(id), t["content"].get<std::string>(), t, where, origin));
   }
 }
 
@@ -246,16 +253,7 @@ void merge_config_added_tokens(const json& config, TokenizerParts& parts, const 
       known = true;
     }
     if (known) continue;
-    AddedToken a;
-    a.id = int32_t(id);
-    a.content = content;
-    const std::string where = "added_tokens_decoder[" + key + "]";
-    a.special = flag(t, "special", false, where, origin);
-    a.normalized = flag(t, "normalized", !a.special, where, origin);
-    a.lstrip = flag(t, "lstrip", false, where, origin);
-    a.rstrip = flag(t, "rstrip", false, where, origin);
-    a.single_word = flag(t, "single_word", false, where, origin);
-    parts.added.push_back(std::move(a));
+    parts.added.push_back(added_token(int32_t(id), content, t, "added_tokens_decoder[" + key + "]", origin));
   }
 }
 
