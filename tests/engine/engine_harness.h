@@ -1,6 +1,6 @@
 #pragma once
-// Helpers shared by the engine tests: drain a handle into an Outcome, make mixed-length requests, and run a
-// set of requests concurrently, each alone on a fresh engine, and all serially on one engine.
+// Helpers shared by the engine tests: drain a handle into an Outcome, make greedy and mixed-length requests, and
+// run a set of requests concurrently, each alone on a fresh engine, and all serially on one engine.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -46,6 +46,16 @@ inline Outcome drain(RequestHandle& handle, std::chrono::milliseconds limit = st
   }
   if (handle.next(std::chrono::milliseconds(20))) ++out.finished_events;  // anything after the end is a bug
   return out;
+}
+
+// Temperature 0 for exactly `max_tokens` tokens (eos ignored).
+inline Request greedy_request(std::vector<int32_t> prompt, int32_t max_tokens) {
+  Request request;
+  request.prompt = std::move(prompt);
+  request.sampling.temperature = 0;
+  request.sampling.max_tokens = max_tokens;
+  request.sampling.ignore_eos = true;
+  return request;
 }
 
 // Prompts of mixed lengths (single tokens, around chunk boundaries, several chunks), greedy and seeded.

@@ -23,6 +23,7 @@ namespace {
 using testing::drain;
 using testing::FakeModel;
 using testing::FakeTokenizer;
+using testing::greedy_request;
 using testing::Outcome;
 
 constexpr int32_t kVocab = 97;
@@ -36,15 +37,6 @@ EngineOptions small_options(int32_t parallel) {
   options.queue_limit = 64;
   options.step_token_budget = 160;  // two chunks and some decode rows: prompts share steps
   return options;
-}
-
-Request greedy_request(std::vector<int32_t> prompt, int32_t max_tokens) {
-  Request request;
-  request.prompt = std::move(prompt);
-  request.sampling.temperature = 0;
-  request.sampling.max_tokens = max_tokens;
-  request.sampling.ignore_eos = true;
-  return request;
 }
 
 TEST(Engine, GreedyFollowsTheModelsArgmax) {

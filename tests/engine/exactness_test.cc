@@ -13,6 +13,7 @@ namespace duet::engine {
 namespace {
 
 using testing::drain;
+using testing::greedy_request;
 using testing::Outcome;
 
 const std::string kModelDir = std::string(DUET_TESTS_DIR) + "/fixtures/models/tiny-text";
@@ -58,15 +59,6 @@ class RealModel : public ::testing::Test {
   static inline model::Model* model_ = nullptr;
 };
 
-Request greedy(std::vector<int32_t> prompt, int32_t max_tokens) {
-  Request request;
-  request.prompt = std::move(prompt);
-  request.sampling.temperature = 0;
-  request.sampling.max_tokens = max_tokens;
-  request.sampling.ignore_eos = true;
-  return request;
-}
-
 TEST_F(RealModel, ConcurrentGreedyEqualsAloneAndSerial) { check_exactness(false); }
 TEST_F(RealModel, ConcurrentSeededEqualsAloneAndSerial) { check_exactness(true); }
 
@@ -81,8 +73,8 @@ TEST_F(RealModel, PrefillChunkSizeDoesNotChangeTokens) {
 
 TEST_F(RealModel, CancelledRequestFreesItsSlot) {
   Engine engine(*model_, nullptr, options(1));
-  auto long_one = engine.submit(greedy({1, 2, 3}, 500));
-  auto next = engine.submit(greedy({4, 5, 6}, 4));
+  auto long_one = engine.submit(greedy_request({1, 2, 3}, 500));
+  auto next = engine.submit(greedy_request({4, 5, 6}, 4));
   std::optional<Event> first = long_one->next(std::chrono::seconds(60));
   ASSERT_TRUE(first && std::holds_alternative<TokenEvent>(*first));
   long_one->cancel();
@@ -92,16 +84,16 @@ TEST_F(RealModel, CancelledRequestFreesItsSlot) {
   EXPECT_EQ(admitted.tokens.size(), 4u);
   // And it is the same answer as on a fresh engine: the reused slot was reset.
   Engine fresh(*model_, nullptr, options(1));
-  EXPECT_EQ(drain(*fresh.submit(greedy({4, 5, 6}, 4))).tokens, admitted.tokens);
+  EXPECT_EQ(drain(*fresh.submit(greedy_request({4, 5, 6}, 4))).tokens, admitted.tokens);
 }
 
 TEST_F(RealModel, FullQueueRefuses) {
   EngineOptions o = options(1);
   o.queue_limit = 1;
   Engine engine(*model_, nullptr, o);
-  auto running = engine.submit(greedy({1, 2}, 500));
-  auto waiting = engine.submit(greedy({1, 2}, 500));
-  EXPECT_THROW(engine.submit(greedy({3}, 1)), QueueFull);
+  auto running = engine.submit(greedy_request({1, 2}, 500));
+  auto waiting = engine.submit(greedy_request({1, 2}, 500));
+  EXPECT_THROW(engine.submit(greedy_request({3}, 1)), QueueFull);
   running->cancel();
   waiting->cancel();
   EXPECT_EQ(drain(*running).finished_events, 1);
@@ -111,13 +103,13 @@ TEST_F(RealModel, FullQueueRefuses) {
 TEST_F(RealModel, ContextOverflowIsRefused) {
   Engine engine(*model_, nullptr, options(1));
   try {
-    engine.submit(greedy(std::vector<int32_t>(600, 7), 41));
+    engine.submit(greedy_request(std::vector<int32_t>(600, 7), 41));
     FAIL() << "accepted a request past the context";
   } catch (const RequestInvalid& e) {
     EXPECT_EQ(e.code(), "context_length_exceeded");
   }
   try {
-    engine.submit(greedy({vocab()}, 1));
+    engine.submit(greedy_request({vocab()}, 1));
     FAIL() << "accepted an id outside the vocabulary";
   } catch (const RequestInvalid& e) {
     EXPECT_EQ(e.code(), "invalid_prompt");
