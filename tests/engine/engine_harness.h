@@ -119,4 +119,19 @@ inline void expect_same_tokens(const std::vector<Outcome>& got, const std::vecto
   }
 }
 
+// Row invariance: every request's tokens, run 1, 4 and 16 at a time and all one after another (on 4 slots), equal
+// the same request alone on a fresh engine of 1 slot. `make_engine(parallel)` builds an engine with that many
+// slots. The requests ignore eos (mixed_requests), so each alone run must end at its max_tokens.
+inline void expect_row_invariance(const std::function<std::unique_ptr<Engine>(int32_t parallel)>& make_engine,
+                                  const std::vector<Request>& requests) {
+  const auto alone = run_each_alone([&] { return make_engine(1); }, requests);
+  for (const Outcome& outcome : alone) ASSERT_EQ(outcome.finished.reason, FinishReason::length);
+  const std::unique_ptr<Engine> serial = make_engine(4);
+  expect_same_tokens(run_serially(*serial, requests), alone, "serial");
+  for (int32_t parallel : {1, 4, 16}) {
+    const std::unique_ptr<Engine> engine = make_engine(parallel);
+    expect_same_tokens(run_concurrently(*engine, requests), alone, "parallel " + std::to_string(parallel));
+  }
+}
+
 }  // namespace duet::engine::testing

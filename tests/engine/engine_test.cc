@@ -62,16 +62,9 @@ TEST(Engine, GreedyFollowsTheModelsArgmax) {
 // Every request's tokens, run N at a time, equal the same request alone and all of them one after another.
 void check_exactness(bool seeded, int32_t vocab = kVocab) {
   FakeModel model(vocab);
-  const auto requests = testing::mixed_requests(16, vocab, kChunk, 24, seeded);
-  const auto alone =
-      testing::run_each_alone([&] { return std::make_unique<Engine>(model, nullptr, small_options(1)); }, requests);
-  Engine serial_engine(model, nullptr, small_options(4));
-  testing::expect_same_tokens(testing::run_serially(serial_engine, requests), alone, "serial");
-  for (int32_t parallel : {1, 4, 16}) {
-    Engine engine(model, nullptr, small_options(parallel));
-    testing::expect_same_tokens(testing::run_concurrently(engine, requests), alone,
-                                "parallel " + std::to_string(parallel));
-  }
+  testing::expect_row_invariance(
+      [&](int32_t parallel) { return std::make_unique<Engine>(model, nullptr, small_options(parallel)); },
+      testing::mixed_requests(16, vocab, kChunk, 24, seeded));
 }
 
 TEST(Engine, ConcurrentGreedyEqualsAloneAndSerial) { check_exactness(false); }

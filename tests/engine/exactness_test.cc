@@ -43,17 +43,9 @@ class RealModel : public ::testing::Test {
   static int32_t vocab() { return static_cast<int32_t>(model_->config().vocab_size); }
 
   void check_exactness(bool seeded) {
-    const auto requests = testing::mixed_requests(16, vocab(), 64, 16, seeded);
-    const auto alone =
-        testing::run_each_alone([] { return std::make_unique<Engine>(*model_, nullptr, options(1)); }, requests);
-    for (const Outcome& outcome : alone) ASSERT_EQ(outcome.finished.reason, FinishReason::length);
-    Engine serial(*model_, nullptr, options(4));
-    testing::expect_same_tokens(testing::run_serially(serial, requests), alone, "serial");
-    for (int32_t parallel : {1, 4, 16}) {
-      Engine engine(*model_, nullptr, options(parallel));
-      testing::expect_same_tokens(testing::run_concurrently(engine, requests), alone,
-                                  "parallel " + std::to_string(parallel));
-    }
+    testing::expect_row_invariance(
+        [](int32_t parallel) { return std::make_unique<Engine>(*model_, nullptr, options(parallel)); },
+        testing::mixed_requests(16, vocab(), 64, 16, seeded));
   }
 
   static inline model::Model* model_ = nullptr;
