@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <vector>
 
 namespace duet::backend {
 
@@ -78,12 +79,23 @@ struct PieceRows {
 };
 
 // One sequence's state for one layer, kept by the backend between steps: GDN conv history and delta-rule state, or
-// a KV cache.
+// a view of its K/V pages.
 class LayerState {
  public:
   virtual ~LayerState() = default;
-  virtual size_t bytes() const = 0;
   virtual void reset() = 0;  // an empty sequence
+};
+
+// Attention K/V lives in pages: a page holds kKvPagePositions consecutive positions of one sequence, and one page
+// id names the same block in every attention layer's storage, so a sequence keeps one page table (its page ids in
+// position order) for all its attention layers. Which pages are free is the model's business; this is storage.
+constexpr int64_t kKvPagePositions = 64;
+
+class KvPages {
+ public:
+  virtual ~KvPages() = default;
+  virtual int64_t count() const = 0;  // pages
+  virtual size_t bytes() const = 0;
 };
 
 // [rows, width] activations in the backend's memory and element type.
@@ -106,9 +118,14 @@ class Backend {
 
   virtual std::unique_ptr<Activations> new_activations(int64_t rows, int64_t width) = 0;
   virtual std::unique_ptr<LayerState> new_gdn_state(const GdnShape& shape) = 0;
-  virtual std::unique_ptr<LayerState> new_kv_cache(const AttentionShape& shape, int64_t max_positions) = 0;
   virtual size_t gdn_state_bytes(const GdnShape& shape) const = 0;
-  virtual size_t kv_cache_bytes(const AttentionShape& shape, int64_t max_positions) const = 0;
+  // Storage for `pages` pages of `layers` attention layers, allocated once.
+  virtual std::unique_ptr<KvPages> new_kv_pages(const AttentionShape& shape, int64_t layers, int64_t pages) = 0;
+  virtual size_t kv_page_bytes(const AttentionShape& shape) const = 0;  // one page of one attention layer (K and V)
+  // Attention layer `layer`'s view of one sequence's K/V in `pages`, read and written through `page_table`, which
+  // the sequence owns and must keep covering every position attention_mixer is asked to write.
+  virtual std::unique_ptr<LayerState> new_kv_cache(KvPages& pages, int64_t layer,
+                                                   const std::vector<int32_t>& page_table) = 0;
 
   // out[r] = table[ids[r]]
   virtual void embed(const Weight& table, std::span<const int32_t> ids, Activations& out) = 0;
@@ -119,7 +136,8 @@ class Backend {
   // out = GDN(x) for each piece's rows, advancing states[i] (the state of pieces[i])
   virtual void gdn_mixer(const GdnWeights& w, const GdnShape& shape, const Activations& x,
                          std::span<const PieceRows> pieces, std::span<LayerState* const> states, Activations& out) = 0;
-  // out = gated causal attention(x) for each piece's rows, appending to states[i] (the KV cache of pieces[i])
+  // out = gated causal attention(x) for each piece's rows, appending to states[i] (the KV cache of pieces[i]); reads
+  // positions through the page table in position order, so results do not depend on which pages a sequence got
   virtual void attention_mixer(const AttentionWeights& w, const AttentionShape& shape, const Activations& x,
                                std::span<const PieceRows> pieces, std::span<LayerState* const> states,
                                Activations& out) = 0;

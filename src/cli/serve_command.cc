@@ -49,6 +49,8 @@ void check_flags(const ServeFlags& flags) {
   if (flags.engine.parallel < 1) fail("--parallel {}: must be at least 1", flags.engine.parallel);
   if (flags.engine.context < 2) fail("--context {}: must be at least 2", flags.engine.context);
   if (flags.engine.queue_limit < 0) fail("--queue-limit {}: must be 0 or more", flags.engine.queue_limit);
+  if (flags.engine.kv_cache_tokens < 0)
+    fail("--kv-cache-tokens {}: must be 0 (--parallel x --context) or more", flags.engine.kv_cache_tokens);
   if (flags.engine.prefill_chunk < 64 || flags.engine.prefill_chunk % 64 != 0)
     fail("--prefill-chunk {}: must be a positive multiple of 64 (prompts cut at multiples of 64 keep rows exact)",
          flags.engine.prefill_chunk);
@@ -133,6 +135,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--parallel", flags->engine.parallel, "Sequences decoded together (state pool slots)")
       ->capture_default_str();
   cmd->add_option("--context", flags->engine.context, "Positions per sequence: prompt + completion")
+      ->capture_default_str();
+  cmd->add_option("--kv-cache-tokens", flags->engine.kv_cache_tokens,
+                  "Positions of KV cache all sequences share, in pages of 64 (0: --parallel x --context); requests "
+                  "wait until the pages for their prompt + max_tokens are free")
       ->capture_default_str();
   cmd->add_option("--max-tokens", flags->server.max_tokens,
                   "Most completion tokens a request may ask for; the default when it asks none")

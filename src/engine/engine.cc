@@ -32,6 +32,8 @@ void check_options(const EngineOptions& options) {
          options.prefill_chunk);
   }
   if (options.queue_limit < 0) fail("engine: queue_limit must not be negative, got {}", options.queue_limit);
+  if (options.kv_cache_tokens < 0)
+    fail("engine: kv_cache_tokens must not be negative, got {}", options.kv_cache_tokens);
   if (options.step_token_budget < 1) {
     fail("engine: step_token_budget must be at least 1, got {}", options.step_token_budget);
   }
@@ -76,12 +78,16 @@ struct Engine::Impl {
         plan(checked_plan(model, options)),
         limits{.vocab_size = static_cast<int32_t>(model.config().vocab_size),
                .context = options.context,
+               .kv_pages = plan.kv_pages,
+               .kv_page_positions = plan.kv_page_positions,
                .has_tokenizer = tokenizer != nullptr},
         eos(eos_ids(model, tokenizer)),
-        pool(model, options.parallel, options.context),
+        pool(model, options.parallel, options.context, plan.kv_pages),
         scheduler(pool, options.prefill_chunk, options.step_token_budget),
         sampling_pool(sampling_threads(options)) {
     stats.slots_total = stats.slots_free = pool.size();
+    stats.kv_pages_total = pool.kv_pages_total();
+    refresh_pool_stats_locked();
     stats.weight_bytes = plan.weight_bytes;
     stats.state_pool_bytes = pool.bytes();
     stats.workspace_bytes = plan.workspace_bytes;
@@ -139,19 +145,23 @@ struct Engine::Impl {
     shut_down();
   }
 
-  // Under the lock: drop cancelled waiters, then admit FIFO while slots are free.
+  // Under the lock: drop cancelled waiters, then admit FIFO while a slot is free and the oldest waiter's pages can
+  // be reserved. The oldest is never passed over for a shorter one behind it, so a long request cannot starve.
   void admit_waiting() {
     std::erase_if(waiting, [this](const std::unique_ptr<Sequence>& sequence) {
       if (!sequence->abandoned()) return false;
       end_locked(*sequence, FinishReason::cancelled, {});
       return true;
     });
-    while (!waiting.empty() && scheduler.has_free_slot()) {
-      scheduler.admit(std::move(waiting.front()));
-      waiting.pop_front();
-    }
+    while (!waiting.empty() && scheduler.try_admit(waiting.front())) waiting.pop_front();
+    refresh_pool_stats_locked();
+  }
+
+  void refresh_pool_stats_locked() {
     stats.slots_free = pool.free_count();
     stats.running = static_cast<int32_t>(scheduler.running().size());
+    stats.kv_pages_free = pool.kv_pages_free();
+    stats.kv_pages_reserved = pool.kv_pages_reserved();
   }
 
   void step() {
@@ -194,6 +204,7 @@ struct Engine::Impl {
     const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
     release_finished();
     std::lock_guard lock(mutex);
+    refresh_pool_stats_locked();
     ++stats.steps_total;
     stats.step_seconds_total += seconds;
     stats.step_seconds_last = seconds;
@@ -247,8 +258,7 @@ struct Engine::Impl {
   void release_finished() {
     scheduler.release_finished();
     std::lock_guard lock(mutex);
-    stats.slots_free = pool.free_count();
-    stats.running = static_cast<int32_t>(scheduler.running().size());
+    refresh_pool_stats_locked();
   }
 
   // Sends the sequence's FinishedEvent and counts it; its slot is freed by the next release_finished().

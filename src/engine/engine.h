@@ -20,8 +20,12 @@ class Tokenizer;
 namespace duet::engine {
 
 struct EngineOptions {
-  int32_t parallel = 4;         // sequences decoded together (state pool slots)
-  int32_t context = 4096;       // positions per sequence (prompt + completion)
+  int32_t parallel = 4;    // sequences decoded together (state pool slots)
+  int32_t context = 4096;  // positions per sequence (prompt + completion)
+  // Positions of K/V all sequences share, in pages of the model's kv_page_positions(); 0: parallel * context
+  // (every slot can always hold a whole context). Less lets many short requests share what a few long ones need:
+  // a request is admitted only when the pages it can ever need are free to reserve.
+  int64_t kv_cache_tokens = 0;
   int32_t prefill_chunk = 256;  // prompts are cut only at multiples of this; a multiple of 64
   int32_t queue_limit = 64;     // requests waiting for a slot before submit() refuses with QueueFull
   // Tokens per step: every running sequence's decode token first, then prompt pieces in whole chunks (the
@@ -37,6 +41,8 @@ struct EngineStats {
   int64_t requests_failed = 0;
   int64_t prompt_tokens_total = 0, generated_tokens_total = 0;  // tokens run through prefill / sampled
   int32_t running = 0, waiting = 0, slots_total = 0, slots_free = 0;
+  // KV pages: held by sequences now (total - free), and reserved for admitted requests' whole lengths.
+  int64_t kv_pages_total = 0, kv_pages_free = 0, kv_pages_reserved = 0;
   int64_t steps_total = 0;
   double step_seconds_total = 0;
   double step_seconds_last = 0;
@@ -47,8 +53,9 @@ struct EngineStats {
 class Engine {
  public:
   // The tokenizer (may be null) is used for stop strings and token text; eos ids come from it and from the
-  // model's config.json. Refuses (duet::Error) bad options and a memory plan (weights + parallel * sequence
-  // state + workspace estimate) that exceeds memory_limit_bytes, before allocating the state pool up front.
+  // model's config.json. Refuses (duet::Error) bad options and a memory plan (weights + parallel * fixed sequence
+  // state + KV pages + workspace estimate) that exceeds memory_limit_bytes, before allocating the state pool up
+  // front.
   Engine(model::Model& model, const tokenizer::Tokenizer* tokenizer, EngineOptions options);
   ~Engine();  // stops the engine thread; pending requests finish with FinishReason::cancelled
   Engine(const Engine&) = delete;
@@ -56,7 +63,9 @@ class Engine {
 
   // Thread-safe. Throws QueueFull when queue_limit requests already wait for a slot, and RequestInvalid with
   // code "invalid_prompt" (empty, ids out of range), "context_length_exceeded" (prompt + max_tokens >
-  // context) or "invalid_sampling" (a number out of range, stop strings without a tokenizer). Every request
+  // context, or needs more KV pages than the whole cache) or "invalid_sampling" (a number out of range, stop
+  // strings without a tokenizer). Admission is FIFO: the oldest waiting request goes first once a slot is free
+  // and its pages can be reserved. Every request
   // it accepts gets exactly one FinishedEvent. A handle nobody holds any more (the consumer dropped it) is
   // cancelled at the next step.
   std::shared_ptr<RequestHandle> submit(Request request);

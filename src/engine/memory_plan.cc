@@ -19,12 +19,23 @@ size_t physical_memory_bytes() {
   return static_cast<size_t>(pages) * static_cast<size_t>(page_size);
 }
 
+int64_t planned_kv_pages(const model::Model& model, const EngineOptions& options) {
+  const int64_t page = model.kv_page_positions();
+  if (options.kv_cache_tokens > 0) return (options.kv_cache_tokens + page - 1) / page;
+  return static_cast<int64_t>(options.parallel) * ((options.context + page - 1) / page);
+}
+
 MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options) {
   const model::Qwen35Config& config = model.config();
   MemoryPlan plan;
   plan.weight_bytes = model.weight_bytes();
-  plan.state_bytes_per_sequence = model.sequence_state_bytes(options.context);
-  plan.state_pool_bytes = static_cast<size_t>(options.parallel) * plan.state_bytes_per_sequence;
+  plan.sequences = options.parallel;
+  plan.state_bytes_per_sequence = model.sequence_fixed_bytes();
+  plan.kv_pages = planned_kv_pages(model, options);
+  plan.kv_page_positions = model.kv_page_positions();
+  plan.kv_page_bytes = model.kv_page_bytes();
+  plan.state_pool_bytes = static_cast<size_t>(options.parallel) * plan.state_bytes_per_sequence +
+                          static_cast<size_t>(plan.kv_pages) * plan.kv_page_bytes;
   // One step's fp32 activations: each row carries a handful of hidden-width vectors, the MLP's gate/up/act and
   // the GDN's projections; plus a logits row per sampling piece (and the sampler's copy of it).
   const auto rows = static_cast<size_t>(options.step_token_budget) + static_cast<size_t>(options.prefill_chunk) +
@@ -40,15 +51,16 @@ MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options) 
 }
 
 std::string MemoryPlan::describe() const {
-  const size_t sequences = state_bytes_per_sequence == 0 ? 0 : state_pool_bytes / state_bytes_per_sequence;
-  return fmt::format("weights {} + state pool {} ({} sequences x {}) + workspace ~{} = {} (limit {})",
-                     mib(weight_bytes), mib(state_pool_bytes), sequences, mib(state_bytes_per_sequence),
-                     mib(workspace_bytes), mib(total_bytes), mib(limit_bytes));
+  return fmt::format(
+      "weights {} + state pool {} ({} sequences x {} GDN state + {} KV pages x {} = {} tokens) + workspace ~{} = {} "
+      "(limit {})",
+      mib(weight_bytes), mib(state_pool_bytes), sequences, mib(state_bytes_per_sequence), kv_pages, mib(kv_page_bytes),
+      kv_pages * kv_page_positions, mib(workspace_bytes), mib(total_bytes), mib(limit_bytes));
 }
 
 void check_memory_plan(const MemoryPlan& plan) {
   if (plan.limit_bytes != 0 && plan.total_bytes > plan.limit_bytes) {
-    fail("memory plan does not fit: {}; lower --parallel or --context", plan.describe());
+    fail("memory plan does not fit: {}; lower --parallel, --context or --kv-cache-tokens", plan.describe());
   }
 }
 

@@ -15,8 +15,12 @@ struct EngineOptions;
 
 struct MemoryPlan {
   size_t weight_bytes = 0;
-  size_t state_bytes_per_sequence = 0;
-  size_t state_pool_bytes = 0;  // parallel * state_bytes_per_sequence
+  int32_t sequences = 0;                // parallel
+  size_t state_bytes_per_sequence = 0;  // fixed per slot: GDN conv + delta-rule state
+  int64_t kv_pages = 0;                 // the shared KV page pool
+  int32_t kv_page_positions = 0;
+  size_t kv_page_bytes = 0;
+  size_t state_pool_bytes = 0;  // sequences * state_bytes_per_sequence + kv_pages * kv_page_bytes
   size_t workspace_bytes = 0;   // an estimate of one step's activations and logits
   size_t total_bytes = 0;
   size_t limit_bytes = 0;
@@ -27,6 +31,8 @@ struct MemoryPlan {
 // Physical RAM (sysconf), the default limit.
 size_t physical_memory_bytes();
 
+// KV pages the options ask for: kv_cache_tokens rounded up to whole pages, or parallel * context's worth.
+int64_t planned_kv_pages(const model::Model& model, const EngineOptions& options);
 MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options);
 // Throws duet::Error naming the numbers when total_bytes exceeds limit_bytes.
 void check_memory_plan(const MemoryPlan& plan);

@@ -48,6 +48,15 @@ void validate_request(const Request& request, const RequestLimits& limits) {
            fmt::format("this model's context is {} tokens; the request needs {} ({} in the prompt + {} max_tokens)",
                        limits.context, needed, request.prompt.size(), request.sampling.max_tokens));
   }
+  // Admission reserves a request's whole length in KV pages; one that could never get them would wait forever.
+  const int64_t pages = (needed + limits.kv_page_positions - 1) / limits.kv_page_positions;
+  if (limits.kv_pages > 0 && pages > limits.kv_pages) {
+    refuse("context_length_exceeded",
+           fmt::format("the KV cache holds {} tokens ({} pages of {}); the request needs {} pages for {} tokens ({} "
+                       "in the prompt + {} max_tokens)",
+                       limits.kv_pages * limits.kv_page_positions, limits.kv_pages, limits.kv_page_positions, pages,
+                       needed, request.prompt.size(), request.sampling.max_tokens));
+  }
 }
 
 }  // namespace duet::engine

@@ -10,12 +10,14 @@ namespace duet::engine {
 struct RequestLimits {
   int32_t vocab_size = 0;
   int32_t context = 0;
+  int64_t kv_pages = 0;  // the whole KV cache; 0: not checked
+  int32_t kv_page_positions = 64;
   bool has_tokenizer = false;  // stop strings need one
 };
 
 // Throws RequestInvalid with code "invalid_prompt" (empty, or an id outside [0, vocab)),
-// "context_length_exceeded" (prompt + max_tokens > context), or "invalid_sampling" (a number out of range,
-// or stop strings without a tokenizer).
+// "context_length_exceeded" (prompt + max_tokens > context, or more KV pages than the whole cache holds), or
+// "invalid_sampling" (a number out of range, or stop strings without a tokenizer).
 void validate_request(const Request& request, const RequestLimits& limits);
 
 }  // namespace duet::engine

@@ -9,11 +9,16 @@ namespace duet::engine {
 Scheduler::Scheduler(StatePool& pool, int32_t prefill_chunk, int32_t step_token_budget)
     : pool_(pool), prefill_chunk_(prefill_chunk), step_token_budget_(step_token_budget) {}
 
-void Scheduler::admit(std::unique_ptr<Sequence> sequence) {
-  const std::optional<int32_t> slot = pool_.acquire();
-  if (!slot) fail("scheduler: admit called with no free state slot");
+int64_t Scheduler::pages_needed(const Sequence& sequence) const {
+  return pool_.pages_for(static_cast<int64_t>(sequence.prompt_length()) + sequence.sampling().max_tokens);
+}
+
+bool Scheduler::try_admit(std::unique_ptr<Sequence>& sequence) {
+  const std::optional<int32_t> slot = pool_.acquire(pages_needed(*sequence));
+  if (!slot) return false;
   sequence->set_slot(slot);
   running_.push_back(std::move(sequence));
+  return true;
 }
 
 std::vector<ScheduledPiece> Scheduler::plan_step() {

@@ -26,9 +26,11 @@ class Scheduler {
  public:
   Scheduler(StatePool& pool, int32_t prefill_chunk, int32_t step_token_budget);
 
-  bool has_free_slot() const { return pool_.free_count() > 0; }
-  // Gives the sequence a state slot; requires has_free_slot().
-  void admit(std::unique_ptr<Sequence> sequence);
+  // KV pages the sequence can ever hold: its prompt and every token it may generate.
+  int64_t pages_needed(const Sequence& sequence) const;
+  // Gives the sequence a state slot and reserves its pages; false (and the sequence stays with the caller) when
+  // no slot is free or its pages cannot be reserved yet.
+  bool try_admit(std::unique_ptr<Sequence>& sequence);
   std::vector<ScheduledPiece> plan_step();
   // Frees the slots of finished sequences at once and drops them.
   void release_finished();

@@ -12,14 +12,16 @@
 namespace duet::model {
 
 // Everything one sequence carries between steps: per GDN layer the conv history and the fp32 delta-rule
-// state, per attention layer the K/V cache, and how many positions have been consumed. Owned by the engine's
-// StatePool; created by Model::new_sequence_state.
+// state (a fixed allocation), the table of KV pages its attention layers write (taken from a page pool as it
+// grows), and how many positions have been consumed. Owned by the engine's StatePool; created by
+// Model::new_sequence_state. Destroying it returns its KV pages.
 class SequenceState {
  public:
   virtual ~SequenceState() = default;
   virtual int32_t position() const = 0;       // tokens consumed so far
-  virtual int32_t max_positions() const = 0;  // capacity of the KV cache
-  virtual void reset() = 0;                   // back to an empty sequence, keeping the memory
+  virtual int32_t max_positions() const = 0;  // the most positions it may ever hold
+  virtual int64_t kv_pages() const = 0;       // KV pages it holds now
+  virtual void reset() = 0;                   // back to an empty sequence; its KV pages go back to the pool
 };
 
 // What a piece wants back. Rows are in the piece's token order.
@@ -56,12 +58,26 @@ class Model {
 
   virtual const Qwen35Config& config() const = 0;
   virtual size_t weight_bytes() const = 0;
-  // Bytes one sequence's state takes with room for max_positions tokens (for the engine's memory plan).
+
+  // KV memory comes in pages of kv_page_positions() consecutive positions of one sequence, across all attention
+  // layers. The engine plans: weights + parallel * sequence_fixed_bytes() + pages * kv_page_bytes().
+  virtual int32_t kv_page_positions() const = 0;
+  virtual size_t kv_page_bytes() const = 0;         // one page, K and V of every attention layer
+  virtual size_t sequence_fixed_bytes() const = 0;  // one sequence's GDN state (conv history, delta rule)
+  // Bytes of one sequence's fixed state plus the K/V of max_positions positions.
   virtual size_t sequence_state_bytes(int32_t max_positions) const = 0;
+
+  // Allocates a shared pool of KV pages; every state made after takes its pages from it. A state holds on to its
+  // pool, so a later reserve (the next engine on the same model) leaves older states working, and an old pool's
+  // memory goes with its last state. Before any reserve, each state gets a private pool with room for its own
+  // max_positions (tools, tests).
+  virtual void reserve_kv_pages(int64_t pages) = 0;
+  virtual int64_t free_kv_pages() const = 0;  // in the latest shared pool; 0 when none was reserved
   virtual std::unique_ptr<SequenceState> new_sequence_state(int32_t max_positions) const = 0;
 
   // Runs one step. Each piece's rows depend only on its own sequence (row invariance): results do not change
-  // with which other pieces share the step. Throws duet::Error if a piece would overflow its state.
+  // with which other pieces share the step, nor with which KV pages they got. Throws duet::Error, with no state
+  // moved, if a piece would pass its state's max_positions or the step needs more KV pages than are free.
   virtual std::vector<PieceResult> forward(std::span<const Piece> pieces) = 0;
 };
 

@@ -5,6 +5,7 @@
 //   x = x + mlp(post_attention_layernorm(x))
 //
 // then the final (1 + w) norm, whose rows the decision head reads, and lm_head for the rows that want logits.
+#include <map>
 #include <set>
 
 #include "base/error.h"
@@ -14,7 +15,8 @@ namespace duet::model {
 
 namespace {
 
-// Checks every piece before any state moves, so a refused step leaves all sequences as they were.
+// Checks every piece before any state moves, so a refused step leaves all sequences as they were; then gives each
+// sequence the KV pages its piece will write.
 std::vector<Qwen35SequenceState*> checked_states(std::span<const Piece> pieces, const Qwen35Config& config) {
   std::vector<Qwen35SequenceState*> states;
   std::set<const SequenceState*> seen;
@@ -32,6 +34,15 @@ std::vector<Qwen35SequenceState*> checked_states(std::span<const Piece> pieces, 
         fail("forward: piece {} has token id {} outside the vocabulary [0, {})", i, id, config.vocab_size);
     states.push_back(state);
   }
+  // KV pages, per pool (states without a shared pool have their own): all checked, then all taken.
+  std::map<KvPagePool*, int64_t> needed;
+  for (size_t i = 0; i < pieces.size(); ++i)
+    needed[&states[i]->pool()] += states[i]->pages_needed(static_cast<int64_t>(pieces[i].tokens.size()));
+  for (const auto& [pool, pages] : needed)
+    if (pages > pool->free_count())
+      fail("forward: the step needs {} more KV pages, {} of {} are free", pages, pool->free_count(), pool->total());
+  for (size_t i = 0; i < pieces.size(); ++i)
+    states[i]->take_pages(states[i]->pages_needed(static_cast<int64_t>(pieces[i].tokens.size())));
   return states;
 }
 

@@ -91,6 +91,12 @@ std::string ServerMetrics::render(const engine::EngineStats& engine, const std::
   sample(out, "duet_slots_total", engine.slots_total, model);
   metric(out, "duet_slots_free", "gauge", "Free sequence slots.");
   sample(out, "duet_slots_free", engine.slots_free, model);
+  metric(out, "duet_kv_pages_total", "gauge", "KV cache pages (64 positions of one sequence, every attention layer).");
+  sample(out, "duet_kv_pages_total", engine.kv_pages_total, model);
+  metric(out, "duet_kv_pages_free", "gauge", "KV cache pages no sequence holds now.");
+  sample(out, "duet_kv_pages_free", engine.kv_pages_free, model);
+  metric(out, "duet_kv_pages_reserved", "gauge", "KV cache pages reserved for the whole length of running requests.");
+  sample(out, "duet_kv_pages_reserved", engine.kv_pages_reserved, model);
   metric(out, "duet_engine_steps_total", "counter", "Engine steps run.");
   sample(out, "duet_engine_steps_total", engine.steps_total, model);
   metric(out, "duet_engine_step_seconds_total", "counter", "Time spent in engine steps.");

@@ -1,5 +1,7 @@
 #include "fake_model.h"
 
+#include <climits>
+#include <cstdint>
 #include <thread>
 
 #include "base/error.h"
@@ -11,15 +13,35 @@ namespace {
 
 class FakeState : public model::SequenceState {
  public:
-  explicit FakeState(int32_t max_positions) : max_positions_(max_positions) {}
+  FakeState(int32_t max_positions, std::shared_ptr<int64_t> free_pages)
+      : max_positions_(max_positions), free_pages_(std::move(free_pages)) {}
+  ~FakeState() override { give_back(); }
+  FakeState(const FakeState&) = delete;
+  FakeState& operator=(const FakeState&) = delete;
   int32_t position() const override { return static_cast<int32_t>(tokens.size()); }
   int32_t max_positions() const override { return max_positions_; }
-  void reset() override { tokens.clear(); }
+  int64_t kv_pages() const override { return pages; }
+  void reset() override {
+    tokens.clear();
+    give_back();
+  }
+  int64_t pages_needed(int64_t more) const { return (position() + more + 63) / 64 - pages; }
+  int64_t free_pages() const { return free_pages_ ? *free_pages_ : INT64_MAX; }
+  void take(int64_t count) {
+    pages += count;
+    if (free_pages_) *free_pages_ -= count;
+  }
 
   std::vector<int32_t> tokens;
+  int64_t pages = 0;
 
  private:
+  void give_back() {
+    if (free_pages_) *free_pages_ += pages;
+    pages = 0;
+  }
   int32_t max_positions_;
+  std::shared_ptr<int64_t> free_pages_;  // null: no shared pool
 };
 
 }  // namespace
@@ -37,10 +59,14 @@ size_t FakeModel::sequence_state_bytes(int32_t max_positions) const {
   return static_cast<size_t>(max_positions) * sizeof(int32_t);
 }
 
+void FakeModel::reserve_kv_pages(int64_t pages) { free_pages_ = std::make_shared<int64_t>(pages); }
+
+int64_t FakeModel::free_kv_pages() const { return free_pages_ ? *free_pages_ : 0; }
+
 std::unique_ptr<model::SequenceState> FakeModel::new_sequence_state(int32_t max_positions) const {
   std::lock_guard lock(mutex_);
   ++states_created_;
-  return std::make_unique<FakeState>(max_positions);
+  return std::make_unique<FakeState>(max_positions, free_pages_);
 }
 
 std::vector<float> FakeModel::logits_after(std::span<const int32_t> tokens) const {
@@ -65,8 +91,17 @@ std::vector<model::PieceResult> FakeModel::forward(std::span<const model::Piece>
       if (id == poison_token_) fail("fake model: poisoned token {}", id);
     }
   }
+  // Like the real model: every piece's pages are checked before any state moves, then taken.
+  int64_t pages_needed = 0;
+  for (const model::Piece& piece : pieces) {
+    pages_needed += dynamic_cast<FakeState&>(*piece.state).pages_needed(static_cast<int64_t>(piece.tokens.size()));
+  }
+  if (!pieces.empty() && pages_needed > dynamic_cast<FakeState&>(*pieces[0].state).free_pages()) {
+    fail("fake model: the step needs {} more KV pages, {} are free", pages_needed, free_kv_pages());
+  }
   for (size_t i = 0; i < pieces.size(); ++i) {
     auto& state = dynamic_cast<FakeState&>(*pieces[i].state);
+    state.take(state.pages_needed(static_cast<int64_t>(pieces[i].tokens.size())));
     recorded.push_back({&state, state.position(), static_cast<int32_t>(pieces[i].tokens.size()), pieces[i].wants});
     if (state.position() + static_cast<int32_t>(pieces[i].tokens.size()) > state.max_positions()) {
       fail("fake model: piece overflows its state ({} + {} > {})", state.position(), pieces[i].tokens.size(),

@@ -4,6 +4,7 @@
 // engine breaks it. It records every step's pieces so tests can check what the scheduler planned.
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -24,7 +25,13 @@ class FakeModel : public model::Model {
 
   const model::Qwen35Config& config() const override { return config_; }
   size_t weight_bytes() const override { return 1 << 20; }
+  // Pages of 64 positions, counted like the real model's: taken as a sequence grows, returned on reset.
+  int32_t kv_page_positions() const override { return 64; }
+  size_t kv_page_bytes() const override { return 64 * sizeof(int32_t); }
+  size_t sequence_fixed_bytes() const override { return 0; }
   size_t sequence_state_bytes(int32_t max_positions) const override;
+  void reserve_kv_pages(int64_t pages) override;
+  int64_t free_kv_pages() const override;
   std::unique_ptr<model::SequenceState> new_sequence_state(int32_t max_positions) const override;
   std::vector<model::PieceResult> forward(std::span<const model::Piece> pieces) override;
 
@@ -44,6 +51,7 @@ class FakeModel : public model::Model {
   mutable std::mutex mutex_;
   std::vector<std::vector<RecordedPiece>> steps_;
   mutable int32_t states_created_ = 0;
+  std::shared_ptr<int64_t> free_pages_;  // shared with the states, which give their pages back to it
 };
 
 }  // namespace duet::engine::testing

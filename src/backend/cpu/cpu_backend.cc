@@ -41,12 +41,18 @@ class CpuBackend final : public Backend {
   std::unique_ptr<LayerState> new_gdn_state(const GdnShape& shape) override {
     return std::make_unique<cpu::CpuGdnState>(shape);
   }
-  std::unique_ptr<LayerState> new_kv_cache(const AttentionShape& shape, int64_t max_positions) override {
-    return std::make_unique<cpu::CpuKvCache>(shape, max_positions);
-  }
   size_t gdn_state_bytes(const GdnShape& shape) const override { return cpu::CpuGdnState::bytes_for(shape); }
-  size_t kv_cache_bytes(const AttentionShape& shape, int64_t max_positions) const override {
-    return cpu::CpuKvCache::bytes_for(shape, max_positions);
+  std::unique_ptr<KvPages> new_kv_pages(const AttentionShape& shape, int64_t layers, int64_t pages) override {
+    return std::make_unique<cpu::CpuKvPages>(shape, layers, pages);
+  }
+  size_t kv_page_bytes(const AttentionShape& shape) const override { return cpu::CpuKvPages::page_bytes(shape); }
+  std::unique_ptr<LayerState> new_kv_cache(KvPages& pages, int64_t layer,
+                                           const std::vector<int32_t>& page_table) override {
+    auto* cpu_pages = dynamic_cast<cpu::CpuKvPages*>(&pages);
+    if (cpu_pages == nullptr) fail("cpu backend: KV pages of another backend were passed");
+    if (layer < 0 || layer >= static_cast<int64_t>(cpu_pages->keys.size()))
+      fail("cpu backend: attention layer {} of KV pages for {} layers", layer, cpu_pages->keys.size());
+    return std::make_unique<cpu::CpuKvCache>(*cpu_pages, layer, page_table);
   }
 
   void embed(const Weight& table, std::span<const int32_t> ids, Activations& out) override {
@@ -80,8 +86,8 @@ class CpuBackend final : public Backend {
                        Activations& out) override {
     const auto typed = states_of<cpu::CpuKvCache>(states);
     for (size_t p = 0; p < pieces.size(); ++p)
-      if (pieces[p].start_position + pieces[p].rows > typed[p]->max_positions)
-        fail("cpu backend: KV cache of {} positions cannot take positions up to {}", typed[p]->max_positions,
+      if (pieces[p].start_position + pieces[p].rows > typed[p]->capacity())
+        fail("cpu backend: KV pages for {} positions cannot take positions up to {}", typed[p]->capacity(),
              pieces[p].start_position + pieces[p].rows);
     cpu::attention_mixer(w, shape, cpu_of(x), pieces, typed, cpu_of(out));
   }

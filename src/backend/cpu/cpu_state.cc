@@ -32,14 +32,15 @@ DeltaRuleHead CpuGdnState::head(int64_t h) {
                        chunk_values.data() + h * kDeltaRuleChunk * shape.value_dim};
 }
 
-CpuKvCache::CpuKvCache(const AttentionShape& s, int64_t max_pos)
+CpuKvPages::CpuKvPages(const AttentionShape& s, int64_t layers, int64_t pages)
     : shape(s),
-      max_positions(max_pos),
-      keys(static_cast<size_t>(max_pos * s.kv_heads * s.head_dim)),
-      values(static_cast<size_t>(max_pos * s.kv_heads * s.head_dim)) {}
+      keys(static_cast<size_t>(layers),
+           std::vector<float>(static_cast<size_t>(pages * kKvPagePositions * s.kv_heads * s.head_dim))),
+      values(keys),
+      pages_(pages) {}
 
-size_t CpuKvCache::bytes_for(const AttentionShape& s, int64_t max_pos) {
-  return static_cast<size_t>(2 * max_pos * s.kv_heads * s.head_dim) * sizeof(float);
+size_t CpuKvPages::page_bytes(const AttentionShape& s) {
+  return static_cast<size_t>(2 * kKvPagePositions * s.kv_heads * s.head_dim) * sizeof(float);
 }
 
 }  // namespace duet::backend::cpu

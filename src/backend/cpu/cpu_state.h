@@ -21,7 +21,6 @@ class CpuGdnState final : public LayerState {
  public:
   explicit CpuGdnState(const GdnShape& shape);
   static size_t bytes_for(const GdnShape& shape);
-  size_t bytes() const override { return bytes_for(shape); }
   void reset() override;
   DeltaRuleHead head(int64_t value_head);
 
@@ -34,23 +33,47 @@ class CpuGdnState final : public LayerState {
   int64_t position = 0;                // tokens consumed; position % 64 rows of the current chunk are filled
 };
 
-// An attention layer's KV cache: post-norm, post-RoPE keys and values.
-class CpuKvCache final : public LayerState {
+// The K/V pages of every attention layer: post-norm, post-RoPE keys and values, fp32.
+class CpuKvPages final : public KvPages {
  public:
-  CpuKvCache(const AttentionShape& shape, int64_t max_positions);
-  static size_t bytes_for(const AttentionShape& shape, int64_t max_positions);
-  size_t bytes() const override { return bytes_for(shape, max_positions); }
-  void reset() override { position = 0; }
-  float* key(int64_t pos, int64_t kv_head) { return keys.data() + (pos * shape.kv_heads + kv_head) * shape.head_dim; }
-  float* value(int64_t pos, int64_t kv_head) {
-    return values.data() + (pos * shape.kv_heads + kv_head) * shape.head_dim;
+  CpuKvPages(const AttentionShape& shape, int64_t layers, int64_t pages);
+  static size_t page_bytes(const AttentionShape& shape);  // one page of one layer
+  int64_t count() const override { return pages_; }
+  size_t bytes() const override { return static_cast<size_t>(pages_) * keys.size() * page_bytes(shape); }
+  // Row `offset` of page `page` for one KV head of one layer: [head_dim] floats.
+  float* key(int64_t layer, int32_t page, int64_t offset, int64_t kv_head) {
+    return keys[layer].data() + ((page * kKvPagePositions + offset) * shape.kv_heads + kv_head) * shape.head_dim;
+  }
+  float* value(int64_t layer, int32_t page, int64_t offset, int64_t kv_head) {
+    return values[layer].data() + ((page * kKvPagePositions + offset) * shape.kv_heads + kv_head) * shape.head_dim;
   }
 
   AttentionShape shape;
-  int64_t max_positions;
-  std::vector<float> keys;    // [max_positions, kv_heads, head_dim]
-  std::vector<float> values;  // [max_positions, kv_heads, head_dim]
-  int64_t position = 0;       // positions written
+  std::vector<std::vector<float>> keys;    // per layer [pages, 64, kv_heads, head_dim]
+  std::vector<std::vector<float>> values;  // per layer [pages, 64, kv_heads, head_dim]
+
+ private:
+  int64_t pages_;
+};
+
+// One attention layer's view of one sequence's K/V: position p lives at row p % 64 of page page_table[p / 64].
+class CpuKvCache final : public LayerState {
+ public:
+  CpuKvCache(CpuKvPages& pages, int64_t layer, const std::vector<int32_t>& page_table)
+      : pages(pages), layer(layer), page_table(page_table) {}
+  void reset() override { position = 0; }  // the pages themselves go back through the sequence
+  int64_t capacity() const { return static_cast<int64_t>(page_table.size()) * kKvPagePositions; }
+  float* key(int64_t pos, int64_t kv_head) {
+    return pages.key(layer, page_table[pos / kKvPagePositions], pos % kKvPagePositions, kv_head);
+  }
+  float* value(int64_t pos, int64_t kv_head) {
+    return pages.value(layer, page_table[pos / kKvPagePositions], pos % kKvPagePositions, kv_head);
+  }
+
+  CpuKvPages& pages;
+  int64_t layer;
+  const std::vector<int32_t>& page_table;
+  int64_t position = 0;  // positions written
 };
 
 }  // namespace duet::backend::cpu
