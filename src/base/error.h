@@ -1,10 +1,10 @@
 #pragma once
 // Errors that name the thing that failed. Thrown by loaders and parsers, caught at the route or the CLI and
 // turned into a status code or an exit code with the message intact.
+#include <fmt/format.h>
+
 #include <stdexcept>
 #include <string>
-
-#include <fmt/format.h>
 
 namespace duet {
 

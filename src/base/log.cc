@@ -30,8 +30,8 @@ void log_line(LogLevel level, std::string_view message) {
   static constexpr const char* kNames[] = {"debug", "info", "warn", "error"};
   auto now = std::chrono::system_clock::now();
   std::time_t seconds = std::chrono::system_clock::to_time_t(now);
-  int millis = static_cast<int>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
+  int millis =
+      static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
   std::tm utc{};
   gmtime_r(&seconds, &utc);
   char stamp[32];

@@ -1,8 +1,8 @@
 #pragma once
 // One-line logs to stderr with a timestamp; the level comes from DUET_LOG (debug, info, warn, error).
-#include <string_view>
-
 #include <fmt/format.h>
+
+#include <string_view>
 
 namespace duet {
 

@@ -29,7 +29,8 @@ std::string sha256_of_ids(std::span<const int32_t> ids) {
   std::vector<uint8_t> bytes;
   bytes.reserve(ids.size() * 4);
   for (int32_t id : ids)
-    for (int shift = 0; shift < 32; shift += 8) bytes.push_back(static_cast<uint8_t>(static_cast<uint32_t>(id) >> shift));
+    for (int shift = 0; shift < 32; shift += 8)
+      bytes.push_back(static_cast<uint8_t>(static_cast<uint32_t>(id) >> shift));
   return sha256_hex(bytes);
 }
 

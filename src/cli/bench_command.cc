@@ -2,6 +2,7 @@
 // concurrency levels and reports speed, time to first token, failures and, for every request, the sha256 of
 // its token ids. With --alone and --serial it also runs every request by itself and all of them one after
 // another, and counts the requests whose tokens are equal across the three (the exactness check).
+#include <fmt/format.h>
 #include <httplib.h>
 
 #include <algorithm>
@@ -11,12 +12,10 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
 #include <thread>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "base/error.h"
 #include "base/sha256.h"
@@ -139,10 +138,15 @@ class BenchClient {
 
   // One streamed completion; token ids come back in each chunk's `token_ids` (return_token_ids).
   RequestResult complete(httplib::Client& client, const Prompt& prompt, bool seeded, uint64_t seed) const {
-    Json body = {{"max_tokens", flags_.tokens}, {"stream", true},           {"return_token_ids", true},
-                 {"ignore_eos", true},          {"temperature", seeded ? 0.8 : 0.0}};
-    if (flags_.text_prompts) body["prompt"] = prompt.text;
-    else body["prompt"] = prompt.ids;
+    Json body = {{"max_tokens", flags_.tokens},
+                 {"stream", true},
+                 {"return_token_ids", true},
+                 {"ignore_eos", true},
+                 {"temperature", seeded ? 0.8 : 0.0}};
+    if (flags_.text_prompts)
+      body["prompt"] = prompt.text;
+    else
+      body["prompt"] = prompt.ids;
     if (seeded) {
       body["seed"] = seed;
       body["top_p"] = 0.95;
@@ -260,8 +264,9 @@ void report_level(const LevelRun& run, int reps, const char* sampling) {
     tokens += stream_tokens;
     if (stream_seconds > 0) per_stream.push_back(static_cast<double>(stream_tokens) / stream_seconds);
   }
-  double mean_stream = per_stream.empty() ? 0 : std::accumulate(per_stream.begin(), per_stream.end(), 0.0) /
-                                                    static_cast<double>(per_stream.size());
+  double mean_stream = per_stream.empty() ? 0
+                                          : std::accumulate(per_stream.begin(), per_stream.end(), 0.0) /
+                                                static_cast<double>(per_stream.size());
   std::printf(
       "level %d (%s): %zu requests, %lld tokens in %.2f s: aggregate %.1f tok/s, per stream %.1f tok/s, "
       "ttft p50 %.1f ms, failed %lld\n",
@@ -331,9 +336,12 @@ int bench(const BenchFlags& flags) {
         bool same = (!flags.alone || alone[p].ids == result.ids) && (!flags.serial || serial[p].ids == result.ids);
         if (flags.alone || flags.serial) {
           verdict = any_failed ? " failed" : same ? " equal" : " UNEQUAL";
-          if (any_failed) ++failed;
-          else if (same) ++equal;
-          else ++unequal;
+          if (any_failed)
+            ++failed;
+          else if (same)
+            ++equal;
+          else
+            ++unequal;
         } else if (!result.ok) {
           ++failed;
         }

@@ -57,7 +57,8 @@ void check_flags(const ServeFlags& flags) {
   if (flags.server.max_tokens < 1 || flags.server.max_tokens >= flags.engine.context)
     fail("--max-tokens {}: must be between 1 and --context - 1 ({})", flags.server.max_tokens,
          flags.engine.context - 1);
-  if (flags.server.max_body_bytes < 1024) fail("--max-body-bytes {}: must be at least 1024", flags.server.max_body_bytes);
+  if (flags.server.max_body_bytes < 1024)
+    fail("--max-body-bytes {}: must be at least 1024", flags.server.max_body_bytes);
   if (flags.server.port < 0 || flags.server.port > 65535) fail("--port {}: not a port", flags.server.port);
   if (flags.threads < 0) fail("--threads {}: must be 0 (all cores) or more", flags.threads);
   for (const auto& key : flags.api_keys)

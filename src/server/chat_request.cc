@@ -79,8 +79,8 @@ std::vector<tokenizer::ChatMessage> parse_chat_messages(const Json& body) {
     if (!message.is_object()) refuse_field(name, "expected an object");
     for (const auto& [key, value] : message.items()) {
       // name, tool_call_id, refusal and annotations carry nothing the template uses (clients echo them back).
-      static const char* const kKnown[] = {"role", "content", "tool_calls", "reasoning_content", "name",
-                                           "tool_call_id", "refusal", "annotations"};
+      static const char* const kKnown[] = {"role", "content",      "tool_calls", "reasoning_content",
+                                           "name", "tool_call_id", "refusal",    "annotations"};
       bool known = false;
       for (const char* k : kKnown) known = known || key == k;
       if (!known) refuse_field(name + "." + key, "not supported");
@@ -88,9 +88,12 @@ std::vector<tokenizer::ChatMessage> parse_chat_messages(const Json& body) {
     auto role = read_string(message, "role", name + ".role");
     if (!role) refuse_field(name + ".role", "missing");
     tokenizer::ChatMessage parsed;
-    if (*role == "developer") parsed.role = "system";  // OpenAI's newer name for the system role
-    else if (*role == "system" || *role == "user" || *role == "assistant" || *role == "tool") parsed.role = *role;
-    else refuse_field(name + ".role", fmt::format("`{}` is not one of system, developer, user, assistant, tool", *role));
+    if (*role == "developer")
+      parsed.role = "system";  // OpenAI's newer name for the system role
+    else if (*role == "system" || *role == "user" || *role == "assistant" || *role == "tool")
+      parsed.role = *role;
+    else
+      refuse_field(name + ".role", fmt::format("`{}` is not one of system, developer, user, assistant, tool", *role));
     parsed.content = message_content(message, name);
     if (parsed.role == "assistant") {
       parsed.reasoning_content = read_string(message, "reasoning_content", name + ".reasoning_content");
@@ -121,8 +124,8 @@ Json parse_tools(const Json& body) {
       if (function == tool.end() || !function->is_object()) refuse_field(name + ".function", "expected an object");
       auto function_name = read_string(*function, "name", name + ".function.name");
       if (!function_name || function_name->empty()) refuse_field(name + ".function.name", "missing");
-      if (auto params = function->find("parameters"); params != function->end() && !params->is_null() &&
-                                                       !params->is_object())
+      if (auto params = function->find("parameters");
+          params != function->end() && !params->is_null() && !params->is_object())
         refuse_field(name + ".function.parameters", "expected a JSON schema object");
       read_string(*function, "description", name + ".function.description");
     }
@@ -141,18 +144,38 @@ bool parse_enable_thinking(const Json& body, bool default_value) {
   if (it == body.end() || it->is_null()) return default_value;
   if (!it->is_object()) refuse_field("chat_template_kwargs", "expected an object");
   for (const auto& [key, value] : it->items())
-    if (key != "enable_thinking")
-      refuse_field("chat_template_kwargs." + key, "not supported; only enable_thinking is");
+    if (key != "enable_thinking") refuse_field("chat_template_kwargs." + key, "not supported; only enable_thinking is");
   return read_bool(*it, "enable_thinking", "chat_template_kwargs.enable_thinking").value_or(default_value);
 }
 
 ChatRequest parse_chat_request(const Json& body, const ServerOptions& options) {
   check_known_fields(body,
-                     {"model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens",
-                      "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
-                      "repetition_penalty", "seed", "stop", "stop_token_ids", "ignore_eos", "n", "logprobs",
-                      "top_logprobs", "tools", "tool_choice", "chat_template_kwargs", "return_token_ids",
-                      "logit_bias", "response_format"},
+                     {"model",
+                      "messages",
+                      "stream",
+                      "stream_options",
+                      "max_tokens",
+                      "max_completion_tokens",
+                      "temperature",
+                      "top_p",
+                      "top_k",
+                      "min_p",
+                      "presence_penalty",
+                      "frequency_penalty",
+                      "repetition_penalty",
+                      "seed",
+                      "stop",
+                      "stop_token_ids",
+                      "ignore_eos",
+                      "n",
+                      "logprobs",
+                      "top_logprobs",
+                      "tools",
+                      "tool_choice",
+                      "chat_template_kwargs",
+                      "return_token_ids",
+                      "logit_bias",
+                      "response_format"},
                      {"user", "metadata", "store", "service_tier", "parallel_tool_calls"});
   check_model(body, options.served_model_name);
   ChatRequest request;

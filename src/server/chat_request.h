@@ -1,10 +1,9 @@
 #pragma once
 // A POST /v1/chat/completions body read into what the template and the engine take: messages, tools,
 // thinking, sampling, streaming and logprobs, each field checked and refused by name.
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "server/request_parsing.h"
 #include "server/server_context.h"

@@ -13,16 +13,20 @@ void refuse_field(const std::string& field, const std::string& message) {
 
 std::string error_type_for_status(int status) {
   switch (status) {
-    case 401: return "authentication_error";
-    case 404: return "not_found_error";
-    case 429: return "rate_limit_error";
-    case 503: return "service_unavailable_error";
-    default: return status >= 500 ? "server_error" : "invalid_request_error";
+    case 401:
+      return "authentication_error";
+    case 404:
+      return "not_found_error";
+    case 429:
+      return "rate_limit_error";
+    case 503:
+      return "service_unavailable_error";
+    default:
+      return status >= 500 ? "server_error" : "invalid_request_error";
   }
 }
 
-nlohmann::json error_json(int status, const std::string& message, const std::string& param,
-                          const std::string& code) {
+nlohmann::json error_json(int status, const std::string& message, const std::string& param, const std::string& code) {
   nlohmann::json error = {{"message", message},
                           {"type", error_type_for_status(status)},
                           {"param", param.empty() ? nlohmann::json(nullptr) : nlohmann::json(param)},

@@ -1,11 +1,10 @@
 #pragma once
 // Errors in OpenAI's shape: {"error": {"message", "type", "param", "code"}}. Routes throw ApiError; the HTTP
 // layer turns it into the status and body (and Retry-After when the engine is full).
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 namespace duet::server {
 

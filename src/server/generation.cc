@@ -1,10 +1,9 @@
 #include "server/generation.h"
 
+#include <fmt/format.h>
 #include <httplib.h>
 
 #include <random>
-
-#include <fmt/format.h>
 
 #include "base/log.h"
 #include "server/errors.h"
@@ -19,9 +18,7 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kKeepAliveAfter = std::chrono::seconds(1);
 constexpr auto kPollInterval = std::chrono::milliseconds(250);
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 }  // namespace
 
@@ -30,8 +27,7 @@ std::shared_ptr<engine::RequestHandle> submit_request(ServerContext& context, en
   try {
     return context.backend.submit(std::move(request));
   } catch (const engine::QueueFull& full) {
-    ApiError error(429, std::string("the server is busy: ") + full.what() + "; retry later", "",
-                   "rate_limit_exceeded");
+    ApiError error(429, std::string("the server is busy: ") + full.what() + "; retry later", "", "rate_limit_exceeded");
     error.retry_after_s = 1;
     throw error;
   } catch (const engine::RequestInvalid& invalid) {
@@ -59,8 +55,8 @@ CollectedGeneration collect_generation(ServerContext& context, engine::RequestHa
   }
 }
 
-void stream_generation(ServerContext& context, httplib::Response& res,
-                       std::shared_ptr<engine::RequestHandle> handle, std::unique_ptr<StreamFormatter> formatter) {
+void stream_generation(ServerContext& context, httplib::Response& res, std::shared_ptr<engine::RequestHandle> handle,
+                       std::unique_ptr<StreamFormatter> formatter) {
   struct StreamState {
     std::shared_ptr<engine::RequestHandle> handle;
     std::unique_ptr<StreamFormatter> formatter;
@@ -129,10 +125,14 @@ void stream_generation(ServerContext& context, httplib::Response& res,
 
 std::string finish_reason_name(engine::FinishReason reason) {
   switch (reason) {
-    case engine::FinishReason::stop: return "stop";
-    case engine::FinishReason::length: return "length";
-    case engine::FinishReason::cancelled: return "cancelled";
-    case engine::FinishReason::error: return "error";
+    case engine::FinishReason::stop:
+      return "stop";
+    case engine::FinishReason::length:
+      return "length";
+    case engine::FinishReason::cancelled:
+      return "cancelled";
+    case engine::FinishReason::error:
+      return "error";
   }
   return "error";
 }
@@ -143,8 +143,7 @@ std::string random_id(std::string_view prefix) {
 }
 
 int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 nlohmann::json usage_json(int32_t prompt_tokens, int32_t completion_tokens) {

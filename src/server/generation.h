@@ -42,8 +42,8 @@ class StreamFormatter {
   virtual std::string finish(const engine::FinishedEvent& finished) = 0;
 };
 
-void stream_generation(ServerContext& context, httplib::Response& res,
-                       std::shared_ptr<engine::RequestHandle> handle, std::unique_ptr<StreamFormatter> formatter);
+void stream_generation(ServerContext& context, httplib::Response& res, std::shared_ptr<engine::RequestHandle> handle,
+                       std::unique_ptr<StreamFormatter> formatter);
 
 // OpenAI's finish_reason for an engine finish ("stop", "length"; "cancelled" and "error" are ours).
 std::string finish_reason_name(engine::FinishReason reason);

@@ -1,15 +1,13 @@
 #include "server/http_server.h"
 
+#include <fmt/format.h>
 #include <httplib.h>
 #include <sys/socket.h>
 
 #include <cerrno>
 #include <cstring>
-
 #include <map>
 #include <set>
-
-#include <fmt/format.h>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -19,9 +17,7 @@
 namespace duet::server {
 namespace {
 
-const char* method_name(RouteTable::Method method) {
-  return method == RouteTable::Method::get ? "GET" : "POST";
-}
+const char* method_name(RouteTable::Method method) { return method == RouteTable::Method::get ? "GET" : "POST"; }
 
 // Equal-length digests compared without an early exit, so the time taken says nothing about the key.
 bool digests_equal(const std::string& a, const std::string& b) {
@@ -110,8 +106,7 @@ void HttpServer::install_routes() {
       const_cast<httplib::Request&>(req).ranges.clear();
       try {
         if (route.needs_key && !key_accepted(req))
-          throw ApiError(401, "missing or invalid API key; send `Authorization: Bearer <key>`", "",
-                         "invalid_api_key");
+          throw ApiError(401, "missing or invalid API key; send `Authorization: Bearer <key>`", "", "invalid_api_key");
         route.handler(req, res);
       } catch (const ApiError& error) {
         send_error(res, error);
@@ -127,16 +122,20 @@ void HttpServer::install_routes() {
     // '.', which must not match anything but a dot).
     std::string pattern;
     for (char c : route.path) {
-      if (c == '.') pattern += "\\.";
-      else pattern += c;
+      if (c == '.')
+        pattern += "\\.";
+      else
+        pattern += c;
     }
-    if (route.method == RouteTable::Method::get) server.Get(pattern, wrapped);
-    else server.Post(pattern, wrapped);
+    if (route.method == RouteTable::Method::get)
+      server.Get(pattern, wrapped);
+    else
+      server.Post(pattern, wrapped);
   }
 
   // Everything httplib answers itself (no route, wrong method, 413, bad request line) gets the same JSON shape.
   server.set_error_handler(httplib::Server::HandlerWithResponse([this, allowed_methods](const httplib::Request& req,
-                                                                                         httplib::Response& res) {
+                                                                                        httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // a route's own error body
     auto known = allowed_methods.find(req.path);
     std::string route = known == allowed_methods.end() ? "unmatched" : req.path;
@@ -149,12 +148,13 @@ void HttpServer::install_routes() {
     } else if (res.status == 404) {
       error = ApiError(404, "no such route; see docs/api.md for the routes duet serves", "", "not_found");
     } else if (res.status == 413) {
-      error = ApiError(413, fmt::format("the request body is larger than {} bytes (--max-body-bytes)",
-                                        context_.options.max_body_bytes),
-                       "", "request_too_large");
+      error = ApiError(
+          413,
+          fmt::format("the request body is larger than {} bytes (--max-body-bytes)", context_.options.max_body_bytes),
+          "", "request_too_large");
     } else {
-      error = ApiError(res.status, fmt::format("the request could not be read (HTTP {})", res.status), "",
-                       "bad_request");
+      error =
+          ApiError(res.status, fmt::format("the request could not be read (HTTP {})", res.status), "", "bad_request");
     }
     send_error(res, error);
     context_.metrics.count_response(route, res.status);

@@ -71,7 +71,7 @@ class HttpServer {
 
   ServerContext& context_;
   std::unique_ptr<httplib::Server> server_;
-  int listen_socket_ = -1;  // recorded when httplib creates it, to widen its backlog after bind
+  int listen_socket_ = -1;                // recorded when httplib creates it, to widen its backlog after bind
   std::vector<std::string> key_digests_;  // sha256 of each accepted key
 };
 

@@ -1,10 +1,9 @@
 #include "server/metrics.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <fstream>
-
-#include <fmt/format.h>
 
 namespace duet::server {
 namespace {
@@ -23,8 +22,10 @@ void metric(std::string& out, std::string_view name, std::string_view type, std:
 
 template <typename T>
 void sample(std::string& out, std::string_view name, T value, std::string_view labels = {}) {
-  if (labels.empty()) out += fmt::format("{} {}\n", name, value);
-  else out += fmt::format("{}{{{}}} {}\n", name, labels, value);
+  if (labels.empty())
+    out += fmt::format("{} {}\n", name, value);
+  else
+    out += fmt::format("{}{{{}}} {}\n", name, labels, value);
 }
 
 // Prometheus label values escape backslash, quote and newline.
@@ -32,18 +33,24 @@ std::string escape_label(std::string_view value) {
   std::string out;
   for (char c : value) {
     if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
 
 const char* finish_reason_label(engine::FinishReason reason) {
   switch (reason) {
-    case engine::FinishReason::stop: return "stop";
-    case engine::FinishReason::length: return "length";
-    case engine::FinishReason::cancelled: return "cancelled";
-    case engine::FinishReason::error: return "error";
+    case engine::FinishReason::stop:
+      return "stop";
+    case engine::FinishReason::length:
+      return "length";
+    case engine::FinishReason::cancelled:
+      return "cancelled";
+    case engine::FinishReason::error:
+      return "error";
   }
   return "unknown";
 }

@@ -81,8 +81,8 @@ class ChatStreamFormatter final : public StreamFormatter {
     std::string reason = finish_reason_name(finished.reason);
     if (tool_calls_ > 0 && finished.reason == engine::FinishReason::stop) reason = "tool_calls";
     nlohmann::json last = base();
-    last["choices"] = {{{"index", 0}, {"delta", nlohmann::json::object()}, {"logprobs", nullptr},
-                        {"finish_reason", reason}}};
+    last["choices"] = {
+        {{"index", 0}, {"delta", nlohmann::json::object()}, {"logprobs", nullptr}, {"finish_reason", reason}}};
     out += sse_event(last);
     if (request_.stream.include_usage) out += usage_chunk(base(), finished);
     return out;
@@ -95,8 +95,8 @@ class ChatStreamFormatter final : public StreamFormatter {
   }
 
   std::string chunk(nlohmann::json delta, nlohmann::json logprobs = nullptr, nlohmann::json ids = nullptr) const {
-    nlohmann::json choice = {{"index", 0}, {"delta", std::move(delta)}, {"logprobs", std::move(logprobs)},
-                             {"finish_reason", nullptr}};
+    nlohmann::json choice = {
+        {"index", 0}, {"delta", std::move(delta)}, {"logprobs", std::move(logprobs)}, {"finish_reason", nullptr}};
     if (request_.sampling.return_token_ids && !ids.is_null()) choice["token_ids"] = std::move(ids);
     nlohmann::json json = base();
     json["choices"] = nlohmann::json::array({std::move(choice)});
@@ -116,9 +116,12 @@ class ChatStreamFormatter final : public StreamFormatter {
     };
     for (auto& piece : parsed) {
       nlohmann::json delta;
-      if (piece.kind == OutputPiece::Kind::reasoning) delta = {{"reasoning_content", piece.text}};
-      else if (piece.kind == OutputPiece::Kind::content) delta = {{"content", piece.text}};
-      else delta = {{"tool_calls", {tool_call_json(piece.call, tool_calls_++)}}};
+      if (piece.kind == OutputPiece::Kind::reasoning)
+        delta = {{"reasoning_content", piece.text}};
+      else if (piece.kind == OutputPiece::Kind::content)
+        delta = {{"content", piece.text}};
+      else
+        delta = {{"tool_calls", {tool_call_json(piece.call, tool_calls_++)}}};
       nlohmann::json lp = nullptr, id = nullptr;
       extras(lp, id);
       out += chunk(std::move(delta), std::move(lp), std::move(id));
@@ -138,13 +141,13 @@ class ChatStreamFormatter final : public StreamFormatter {
   size_t tool_calls_ = 0;
 };
 
-nlohmann::json chat_completion_json(const ServerContext& context, const ChatReply& reply,
-                                    const ChatRequest& request, const CollectedGeneration& generation) {
+nlohmann::json chat_completion_json(const ServerContext& context, const ChatReply& reply, const ChatRequest& request,
+                                    const CollectedGeneration& generation) {
   ParsedChatOutput output =
       parse_chat_output(generation.text, reply.starts_in_reasoning, !request.tools.empty(), request.tools);
   nlohmann::json message = {{"role", "assistant"}};
-  message["content"] = output.content.empty() && !output.tool_calls.empty() ? nlohmann::json(nullptr)
-                                                                            : nlohmann::json(output.content);
+  message["content"] =
+      output.content.empty() && !output.tool_calls.empty() ? nlohmann::json(nullptr) : nlohmann::json(output.content);
   if (reply.starts_in_reasoning || !output.reasoning.empty()) message["reasoning_content"] = output.reasoning;
   if (!output.tool_calls.empty()) {
     message["tool_calls"] = nlohmann::json::array();
@@ -153,8 +156,8 @@ nlohmann::json chat_completion_json(const ServerContext& context, const ChatRepl
   std::string reason = finish_reason_name(generation.finished.reason);
   if (!output.tool_calls.empty() && generation.finished.reason == engine::FinishReason::stop) reason = "tool_calls";
 
-  nlohmann::json choice = {{"index", 0}, {"message", std::move(message)}, {"logprobs", nullptr},
-                           {"finish_reason", reason}};
+  nlohmann::json choice = {
+      {"index", 0}, {"message", std::move(message)}, {"logprobs", nullptr}, {"finish_reason", reason}};
   if (request.logprobs) {
     auto content = nlohmann::json::array();
     for (const auto& token : generation.tokens) content.push_back(logprob_entry(context, token));
@@ -194,9 +197,9 @@ void add_chat_route(RouteTable& table, ServerContext& context) {
               if (!engine_request.sampling.ignore_eos)
                 for (int32_t id : end_of_turn_ids(context.tokenizer))
                   engine_request.sampling.stop_token_ids.push_back(id);
-              engine_request.sampling.max_tokens = resolve_max_tokens(
-                  request.sampling.max_tokens, static_cast<int32_t>(engine_request.prompt.size()),
-                  context.options.max_tokens, context.options.context, "messages");
+              engine_request.sampling.max_tokens =
+                  resolve_max_tokens(request.sampling.max_tokens, static_cast<int32_t>(engine_request.prompt.size()),
+                                     context.options.max_tokens, context.options.context, "messages");
 
               ChatReply reply;
               reply.model = context.options.served_model_name;

@@ -1,10 +1,9 @@
 // POST /v1/completions: a text or token-id prompt continued as is (no template), answered as OpenAI's
 // text_completion, whole or as a stream.
+#include <fmt/format.h>
 #include <httplib.h>
 
 #include <limits>
-
-#include <fmt/format.h>
 
 #include "server/errors.h"
 #include "server/generation.h"
@@ -67,9 +66,28 @@ std::vector<int32_t> parse_prompt(const Json& body, const tokenizer::Tokenizer& 
 
 CompletionRequest parse_completion_request(const Json& body, const ServerContext& context) {
   check_known_fields(body,
-                     {"model", "prompt", "stream", "stream_options", "max_tokens", "temperature", "top_p", "top_k",
-                      "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "seed", "stop",
-                      "stop_token_ids", "ignore_eos", "n", "best_of", "echo", "suffix", "logprobs", "logit_bias",
+                     {"model",
+                      "prompt",
+                      "stream",
+                      "stream_options",
+                      "max_tokens",
+                      "temperature",
+                      "top_p",
+                      "top_k",
+                      "min_p",
+                      "presence_penalty",
+                      "frequency_penalty",
+                      "repetition_penalty",
+                      "seed",
+                      "stop",
+                      "stop_token_ids",
+                      "ignore_eos",
+                      "n",
+                      "best_of",
+                      "echo",
+                      "suffix",
+                      "logprobs",
+                      "logit_bias",
                       "return_token_ids"},
                      {"user"});
   check_model(body, context.options.served_model_name);
@@ -98,7 +116,8 @@ nlohmann::json legacy_logprobs(const ServerContext& context, std::span<const eng
     json["tokens"].push_back(token_text(context.tokenizer, token.id));
     json["token_logprobs"].push_back(token.logprob.value_or(0.0f));
     auto top = nlohmann::json::object();
-    for (const auto& candidate : token.top_logprobs) top[token_text(context.tokenizer, candidate.id)] = candidate.logprob;
+    for (const auto& candidate : token.top_logprobs)
+      top[token_text(context.tokenizer, candidate.id)] = candidate.logprob;
     json["top_logprobs"].push_back(std::move(top));
     json["text_offset"].push_back(offset);
     offset += token.text.size();
@@ -161,45 +180,45 @@ class CompletionStreamFormatter final : public StreamFormatter {
 }  // namespace
 
 void add_completions_route(RouteTable& table, ServerContext& context) {
-  table.add(RouteTable::Method::post, "/v1/completions",
-            [&context](const httplib::Request& req, httplib::Response& res) {
-              CompletionRequest request = parse_completion_request(request_json(req), context);
-              engine::Request engine_request;
-              engine_request.prompt = request.prompt;
-              engine_request.sampling = request.sampling.params;
-              engine_request.sampling.max_tokens =
-                  resolve_max_tokens(request.sampling.max_tokens, static_cast<int32_t>(request.prompt.size()),
-                                     context.options.max_tokens, context.options.context, "prompt");
-              CompletionReply reply;
-              reply.model = context.options.served_model_name;
-              auto handle = submit_request(context, std::move(engine_request), "prompt");
-              if (request.stream.stream) {
-                stream_generation(context, res, std::move(handle),
-                                  std::make_unique<CompletionStreamFormatter>(context, std::move(reply), request));
-                return;
-              }
-              CollectedGeneration generation = collect_generation(context, *handle);
-              nlohmann::json choice = {{"index", 0},
-                                       {"text", generation.text},
-                                       {"logprobs", nullptr},
-                                       {"finish_reason", finish_reason_name(generation.finished.reason)}};
-              if (request.logprobs) {
-                size_t offset = 0;
-                choice["logprobs"] = legacy_logprobs(context, generation.tokens, offset);
-              }
-              if (request.sampling.return_token_ids) {
-                auto ids = nlohmann::json::array();
-                for (const auto& token : generation.tokens) ids.push_back(token.id);
-                choice["token_ids"] = std::move(ids);
-              }
-              send_json(res, {{"id", reply.id},
-                              {"object", "text_completion"},
-                              {"created", reply.created},
-                              {"model", reply.model},
-                              {"choices", nlohmann::json::array({std::move(choice)})},
-                              {"usage", usage_json(generation.finished.prompt_tokens,
-                                                   generation.finished.completion_tokens)}});
-            });
+  table.add(
+      RouteTable::Method::post, "/v1/completions", [&context](const httplib::Request& req, httplib::Response& res) {
+        CompletionRequest request = parse_completion_request(request_json(req), context);
+        engine::Request engine_request;
+        engine_request.prompt = request.prompt;
+        engine_request.sampling = request.sampling.params;
+        engine_request.sampling.max_tokens =
+            resolve_max_tokens(request.sampling.max_tokens, static_cast<int32_t>(request.prompt.size()),
+                               context.options.max_tokens, context.options.context, "prompt");
+        CompletionReply reply;
+        reply.model = context.options.served_model_name;
+        auto handle = submit_request(context, std::move(engine_request), "prompt");
+        if (request.stream.stream) {
+          stream_generation(context, res, std::move(handle),
+                            std::make_unique<CompletionStreamFormatter>(context, std::move(reply), request));
+          return;
+        }
+        CollectedGeneration generation = collect_generation(context, *handle);
+        nlohmann::json choice = {{"index", 0},
+                                 {"text", generation.text},
+                                 {"logprobs", nullptr},
+                                 {"finish_reason", finish_reason_name(generation.finished.reason)}};
+        if (request.logprobs) {
+          size_t offset = 0;
+          choice["logprobs"] = legacy_logprobs(context, generation.tokens, offset);
+        }
+        if (request.sampling.return_token_ids) {
+          auto ids = nlohmann::json::array();
+          for (const auto& token : generation.tokens) ids.push_back(token.id);
+          choice["token_ids"] = std::move(ids);
+        }
+        send_json(res,
+                  {{"id", reply.id},
+                   {"object", "text_completion"},
+                   {"created", reply.created},
+                   {"model", reply.model},
+                   {"choices", nlohmann::json::array({std::move(choice)})},
+                   {"usage", usage_json(generation.finished.prompt_tokens, generation.finished.completion_tokens)}});
+      });
 }
 
 }  // namespace duet::server

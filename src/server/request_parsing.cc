@@ -1,10 +1,10 @@
 #include "server/request_parsing.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <limits>
 #include <random>
-
-#include <fmt/format.h>
 
 #include "server/errors.h"
 
@@ -17,12 +17,16 @@ bool nesting_within(std::string_view text, int limit) {
   bool in_string = false, escaped = false;
   for (char c : text) {
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
       continue;
     }
-    if (c == '"') in_string = true;
+    if (c == '"')
+      in_string = true;
     else if (c == '[' || c == '{') {
       if (++depth > limit) return false;
     } else if (c == ']' || c == '}') {
@@ -58,8 +62,7 @@ uint64_t random_seed() {
 Json parse_json_body(std::string_view body) {
   if (body.empty()) throw ApiError(400, "the request body is empty; expected a JSON object", "", "invalid_json");
   if (!nesting_within(body, kMaxJsonDepth))
-    throw ApiError(400, fmt::format("the request body nests deeper than {} levels", kMaxJsonDepth), "",
-                   "invalid_json");
+    throw ApiError(400, fmt::format("the request body nests deeper than {} levels", kMaxJsonDepth), "", "invalid_json");
   Json parsed;
   try {
     parsed = Json::parse(body);
@@ -90,8 +93,8 @@ std::optional<bool> read_bool(const Json& object, const std::string& key, const 
   return value->get<bool>();
 }
 
-std::optional<double> read_number(const Json& object, const std::string& key, const std::string& name,
-                                  double min, double max) {
+std::optional<double> read_number(const Json& object, const std::string& key, const std::string& name, double min,
+                                  double max) {
   const Json* value = field(object, key);
   if (!value) return std::nullopt;
   if (!value->is_number()) refuse_type(name, *value, "a number");
@@ -101,8 +104,8 @@ std::optional<double> read_number(const Json& object, const std::string& key, co
   return number;
 }
 
-std::optional<int64_t> read_integer(const Json& object, const std::string& key, const std::string& name,
-                                    int64_t min, int64_t max) {
+std::optional<int64_t> read_integer(const Json& object, const std::string& key, const std::string& name, int64_t min,
+                                    int64_t max) {
   const Json* value = field(object, key);
   if (!value) return std::nullopt;
   if (!value->is_number_integer()) refuse_type(name, *value, "an integer");
@@ -123,8 +126,7 @@ std::optional<std::string> read_string(const Json& object, const std::string& ke
 SamplingRequest parse_sampling(const Json& body) {
   SamplingRequest request;
   auto& params = request.params;
-  if (auto n = read_integer(body, "n", "n", std::numeric_limits<int64_t>::min(),
-                            std::numeric_limits<int64_t>::max());
+  if (auto n = read_integer(body, "n", "n", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
       n && *n != 1)
     refuse_field("n", "only n=1 is supported; send one request per completion");
   if (auto best_of = read_integer(body, "best_of", "best_of", std::numeric_limits<int64_t>::min(),
@@ -192,8 +194,8 @@ SamplingRequest parse_sampling(const Json& body) {
   if (auto v = read_bool(body, "return_token_ids", "return_token_ids")) request.return_token_ids = *v;
 
   auto max_tokens = read_integer(body, "max_tokens", "max_tokens", 1, std::numeric_limits<int32_t>::max());
-  auto max_completion_tokens = read_integer(body, "max_completion_tokens", "max_completion_tokens", 1,
-                                            std::numeric_limits<int32_t>::max());
+  auto max_completion_tokens =
+      read_integer(body, "max_completion_tokens", "max_completion_tokens", 1, std::numeric_limits<int32_t>::max());
   if (max_tokens && max_completion_tokens && *max_tokens != *max_completion_tokens)
     refuse_field("max_completion_tokens", "max_tokens and max_completion_tokens disagree; send one");
   request.max_tokens = max_completion_tokens ? max_completion_tokens : max_tokens;
@@ -230,8 +232,8 @@ StreamRequest parse_stream(const Json& body) {
 void check_model(const Json& body, const std::string& served_model_name) {
   auto model = read_string(body, "model", "model");
   if (model && *model != served_model_name)
-    throw ApiError(404, fmt::format("the model `{}` does not exist; this server serves `{}`", *model,
-                                    served_model_name),
+    throw ApiError(404,
+                   fmt::format("the model `{}` does not exist; this server serves `{}`", *model, served_model_name),
                    "model", "model_not_found");
 }
 

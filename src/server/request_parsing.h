@@ -3,12 +3,11 @@
 // name) and the sampling fields both OpenAI routes share, each checked for type and range.
 #include <cstdint>
 #include <initializer_list>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/request.h"
 
@@ -31,10 +30,10 @@ void check_known_fields(const Json& body, std::initializer_list<std::string_view
 // Typed readers. A missing field and an explicit null both give nullopt (OpenAI clients send nulls);
 // anything of the wrong type or out of range is refused naming `name` (the path shown to the client).
 std::optional<bool> read_bool(const Json& object, const std::string& key, const std::string& name);
-std::optional<double> read_number(const Json& object, const std::string& key, const std::string& name,
-                                  double min, double max);
-std::optional<int64_t> read_integer(const Json& object, const std::string& key, const std::string& name,
-                                    int64_t min, int64_t max);
+std::optional<double> read_number(const Json& object, const std::string& key, const std::string& name, double min,
+                                  double max);
+std::optional<int64_t> read_integer(const Json& object, const std::string& key, const std::string& name, int64_t min,
+                                    int64_t max);
 std::optional<std::string> read_string(const Json& object, const std::string& key, const std::string& name);
 
 // What both OpenAI routes read the same way. max_tokens stays optional here: its default depends on the

@@ -19,10 +19,10 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
   std::vector<std::string> api_keys;  // empty: no key needed
-  std::string served_model_name;  // `duet serve` fills it (flag, or the model folder's name)
+  std::string served_model_name;      // `duet serve` fills it (flag, or the model folder's name)
   size_t max_body_bytes = 8u << 20;
-  int32_t max_tokens = 2048;  // the cap per request, and the default when a request names none
-  int32_t context = 4096;     // positions per sequence (prompt + completion), as the engine was sized
+  int32_t max_tokens = 2048;    // the cap per request, and the default when a request names none
+  int32_t context = 4096;       // positions per sequence (prompt + completion), as the engine was sized
   bool enable_thinking = true;  // the chat template's default; a request may override it
   int http_threads = 16;        // worker threads: --parallel + --queue-limit streams + a few for status routes
 };

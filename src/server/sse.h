@@ -1,8 +1,7 @@
 #pragma once
 // Server-sent events framing for OpenAI streams: one `data: <json>` event per chunk, `data: [DONE]` last.
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace duet::server {
 

@@ -1,7 +1,6 @@
 // GET /health, GET /v1/models (and /v1/models/{id}), GET /metrics.
-#include <httplib.h>
-
 #include <fmt/format.h>
+#include <httplib.h>
 
 #include "server/errors.h"
 #include "server/generation.h"
@@ -24,7 +23,9 @@ void add_status_routes(RouteTable& table, ServerContext& context) {
   // Open without a key: load balancers and orchestrators probe it.
   table.add(
       RouteTable::Method::get, "/health",
-      [](const httplib::Request&, httplib::Response& res) { send_json(res, {{"status", "ok"}}); },
+      [](const httplib::Request&, httplib::Response& res) {
+        send_json(res, {{"status", "ok"}});
+      },
       /*needs_key=*/false);
 
   table.add(RouteTable::Method::get, "/v1/models", [&context](const httplib::Request&, httplib::Response& res) {

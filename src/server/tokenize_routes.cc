@@ -1,10 +1,9 @@
 // POST /tokenize (text, or chat messages through the template) and POST /detokenize: the server's own
 // tokenizer, so clients can count and build token-id prompts exactly as the server will.
+#include <fmt/format.h>
 #include <httplib.h>
 
 #include <limits>
-
-#include <fmt/format.h>
 
 #include "base/error.h"
 #include "server/chat_request.h"
@@ -57,7 +56,8 @@ void add_tokenize_routes(RouteTable& table, ServerContext& context) {
       if (!id.is_number_integer()) refuse_field(name, "expected a token id (an integer)");
       if (id.is_number_unsigned() ? id.get<uint64_t>() >= uint64_t(context.tokenizer.vocab_size())
                                   : id.get<int64_t>() < 0)
-        refuse_field(name, fmt::format("not a token id of this tokenizer (0 to {})", context.tokenizer.vocab_size() - 1));
+        refuse_field(name,
+                     fmt::format("not a token id of this tokenizer (0 to {})", context.tokenizer.vocab_size() - 1));
       ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
     }
     std::string text;

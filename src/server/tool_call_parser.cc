@@ -232,9 +232,12 @@ ParsedChatOutput parse_chat_output(std::string_view text, bool starts_in_reasoni
   ParsedChatOutput result;
   auto take = [&](std::vector<OutputPiece> pieces) {
     for (auto& piece : pieces) {
-      if (piece.kind == OutputPiece::Kind::reasoning) result.reasoning += piece.text;
-      else if (piece.kind == OutputPiece::Kind::content) result.content += piece.text;
-      else result.tool_calls.push_back(std::move(piece.call));
+      if (piece.kind == OutputPiece::Kind::reasoning)
+        result.reasoning += piece.text;
+      else if (piece.kind == OutputPiece::Kind::content)
+        result.content += piece.text;
+      else
+        result.tool_calls.push_back(std::move(piece.call));
     }
   };
   take(parser.push(text));

@@ -3,12 +3,11 @@
 // non-streaming answers come from the same code. The model writes
 //   [reasoning]</think>\n\ncontent<tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n</function>\n</tool_call>
 // Text that might be the start of a tag is held back until the next push shows what it is.
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace duet::server {
 

@@ -1,8 +1,8 @@
 #include "tokenizer/added_tokens.h"
 
-#include <algorithm>
-
 #include <utf8proc.h>
+
+#include <algorithm>
 
 #include "tokenizer/utf8.h"
 
@@ -14,9 +14,17 @@ bool is_word_char(char32_t cp) {
   if (cp < 0x80) return (cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || cp == '_';
   if (cp == 0x200C || cp == 0x200D) return true;
   switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
-    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT: case UTF8PROC_CATEGORY_LM:
-    case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME:
-    case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_PC:
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_PC:
       return true;
     default:
       return false;
@@ -34,8 +42,7 @@ char32_t last_char(std::string_view s) {
 
 bool is_white_space(char32_t cp) {
   return (cp >= 0x9 && cp <= 0xD) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
-         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
-         cp == 0x3000;
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
 void AddedTokenMatcher::add(const AddedToken& token, std::string content) {
@@ -44,9 +51,8 @@ void AddedTokenMatcher::add(const AddedToken& token, std::string content) {
   const auto k = static_cast<uint16_t>(patterns_.size() - 1);
   auto& list = by_first_byte_[static_cast<uint8_t>(patterns_[k].content[0])];
   list.push_back(k);
-  std::stable_sort(list.begin(), list.end(), [&](uint16_t a, uint16_t b) {
-    return patterns_[a].content.size() > patterns_[b].content.size();
-  });
+  std::stable_sort(list.begin(), list.end(),
+                   [&](uint16_t a, uint16_t b) { return patterns_[a].content.size() > patterns_[b].content.size(); });
 }
 
 bool AddedTokenMatcher::ends_with_word(std::string_view before) {

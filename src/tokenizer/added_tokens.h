@@ -52,9 +52,8 @@ class AddedTokenMatcher {
       }
       size_t start = i, stop = i + hit->content.size();
       i = stop;  // the scan resumes after the match even when the match is discarded
-      if (hit->token.single_word &&
-          ((start > 0 && ends_with_word(text.substr(0, start))) ||
-           (stop < text.size() && starts_with_word(text.substr(stop))))) {
+      if (hit->token.single_word && ((start > 0 && ends_with_word(text.substr(0, start))) ||
+                                     (stop < text.size() && starts_with_word(text.substr(stop))))) {
         continue;
       }
       if (hit->token.lstrip) start = std::max(trailing_space_start(text.substr(0, start)), emitted);

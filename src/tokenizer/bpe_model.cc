@@ -107,8 +107,10 @@ void BpeModel::merge(std::string_view word, std::vector<int32_t>& out) const {
     symbols.erase(symbols.begin() + std::ptrdiff_t(best) + 1);
     ranks.erase(ranks.begin() + std::ptrdiff_t(best) + 1);
     merged.erase(merged.begin() + std::ptrdiff_t(best) + 1);
-    if (best + 1 < symbols.size()) look(best);
-    else ranks[best] = kNone;
+    if (best + 1 < symbols.size())
+      look(best);
+    else
+      ranks[best] = kNone;
     if (best > 0) look(best - 1);
   }
   out.insert(out.end(), symbols.begin(), symbols.end());

@@ -92,8 +92,10 @@ void render_tool_calls(std::string& out, const ChatMessage& m, std::string_view 
   for (size_t k = 0; k < m.tool_calls.size(); ++k) {
     const ToolCall& call = m.tool_calls[k];
     if (call.name.empty()) fail("messages[{}].tool_calls[{}].function.name: empty", index, k);
-    if (k == 0) out += trim(content).empty() ? "<tool_call>\n<function=" : "\n\n<tool_call>\n<function=";
-    else out += "\n<tool_call>\n<function=";
+    if (k == 0)
+      out += trim(content).empty() ? "<tool_call>\n<function=" : "\n\n<tool_call>\n<function=";
+    else
+      out += "\n<tool_call>\n<function=";
     out += call.name;
     out += ">\n";
     const nlohmann::ordered_json args = arguments_of(call, index, k);
@@ -103,8 +105,10 @@ void render_tool_calls(std::string& out, const ChatMessage& m, std::string_view 
         out += it.key();
         out += ">\n";
         // Mappings and lists as JSON, everything else (strings, numbers, booleans) as Python's str().
-        if (it->is_object() || it->is_array()) python_json_append(out, *it);
-        else out += python_str(*it);
+        if (it->is_object() || it->is_array())
+          python_json_append(out, *it);
+        else
+          out += python_str(*it);
         out += "\n</parameter>\n";
       }
     }
@@ -122,8 +126,10 @@ std::string render_chat(const std::vector<ChatMessage>& messages, const ChatOpti
       fail("messages[{}].role: {:?} is not one of system, user, assistant, tool", i, m.role);
     }
     if (m.role == "system" && i != 0) fail("messages[{}]: a system message must be the first message", i);
-    if (m.role != "assistant" && m.reasoning_content) fail("messages[{}].reasoning_content: only assistant messages have reasoning", i);
-    if (m.role != "assistant" && !m.tool_calls.empty()) fail("messages[{}].tool_calls: only assistant messages call tools", i);
+    if (m.role != "assistant" && m.reasoning_content)
+      fail("messages[{}].reasoning_content: only assistant messages have reasoning", i);
+    if (m.role != "assistant" && !m.tool_calls.empty())
+      fail("messages[{}].tool_calls: only assistant messages call tools", i);
     if (utf8_invalid_at(m.content) != m.content.size()) fail("messages[{}].content: not valid UTF-8", i);
   }
   const nlohmann::ordered_json& tools = options.tools;
@@ -200,7 +206,8 @@ std::string render_chat(const std::vector<ChatMessage>& messages, const ChatOpti
     }
   }
   if (options.add_generation_prompt) {
-    out += options.enable_thinking ? "<|im_start|>assistant\n<think>\n" : "<|im_start|>assistant\n<think>\n\n</think>\n\n";
+    out +=
+        options.enable_thinking ? "<|im_start|>assistant\n<think>\n" : "<|im_start|>assistant\n<think>\n\n</think>\n\n";
   }
   return out;
 }

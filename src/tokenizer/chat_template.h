@@ -1,11 +1,10 @@
 #pragma once
 // Qwen3.5's chat format (ChatML with <think> and XML tool calls), rendered natively; checked byte for byte
 // against a real Jinja engine running the template in tests.
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace duet::tokenizer {
 

@@ -1,10 +1,10 @@
 #include "tokenizer/normalizer.h"
 
+#include <utf8proc.h>
+
 #include <cstdlib>
 #include <memory>
 #include <vector>
-
-#include <utf8proc.h>
 
 #include "base/error.h"
 #include "tokenizer/utf8.h"
@@ -43,9 +43,9 @@ namespace {
 
 void nfc_append(std::string_view in, std::string& out) {
   utf8proc_uint8_t* mapped = nullptr;
-  const auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(in.data()),
-                              static_cast<utf8proc_ssize_t>(in.size()), &mapped,
-                              static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  const auto n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(in.data()), static_cast<utf8proc_ssize_t>(in.size()),
+                   &mapped, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
   if (n < 0) fail("tokenizer: NFC normalisation failed: {}", utf8proc_errmsg(n));
   std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(mapped, &std::free);
   out.append(reinterpret_cast<const char*>(mapped), static_cast<size_t>(n));

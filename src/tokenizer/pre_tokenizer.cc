@@ -99,10 +99,10 @@ void RegexSplitter::split_raw(std::string_view text, void (*emit)(void*, std::st
   size_t last = 0;  // end of the last piece emitted
   while (pos < text.size()) {
     // The text was validated once by the caller: NO_UTF_CHECK keeps every match call O(match), not O(text).
-    const int rc = compiled_->jit
-                       ? pcre2_jit_match(compiled_->code, subject, text.size(), pos, 0, state.data, state.context)
-                       : pcre2_match(compiled_->code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, state.data,
-                                     state.context);
+    const int rc =
+        compiled_->jit
+            ? pcre2_jit_match(compiled_->code, subject, text.size(), pos, 0, state.data, state.context)
+            : pcre2_match(compiled_->code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, state.data, state.context);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       PCRE2_UCHAR message[256];

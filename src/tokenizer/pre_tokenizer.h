@@ -30,7 +30,8 @@ class RegexSplitter {
   template <typename F>
   void split_each(std::string_view text, F&& piece) const {
     using Fn = std::remove_reference_t<F>;
-    split_raw(text, [](void* f, std::string_view p) { (*static_cast<Fn*>(f))(p); }, &piece);
+    split_raw(
+        text, [](void* f, std::string_view p) { (*static_cast<Fn*>(f))(p); }, &piece);
   }
 
   const std::string& pattern() const { return pattern_; }
@@ -57,8 +58,7 @@ class PreTokenizer {
 
   // Calls `word` for every piece of `text` after all steps.
   template <typename F>
-  void run(std::string_view text, std::vector<std::string_view>& a, std::vector<std::string_view>& b,
-           F&& word) const {
+  void run(std::string_view text, std::vector<std::string_view>& a, std::vector<std::string_view>& b, F&& word) const {
     if (steps_.empty()) {
       if (!text.empty()) word(text);
       return;

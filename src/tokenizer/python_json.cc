@@ -10,13 +10,27 @@ void append_string(std::string& out, const std::string& s) {
   out += '"';
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {  // other controls as \u00XX, lowercase like Python
           out += "\\u00";
@@ -59,10 +73,18 @@ void python_json_append(std::string& out, const nlohmann::ordered_json& v) {
       out += ']';
       break;
     }
-    case nlohmann::ordered_json::value_t::string: append_string(out, v.get_ref<const std::string&>()); break;
-    case nlohmann::ordered_json::value_t::boolean: out += v.get<bool>() ? "true" : "false"; break;
-    case nlohmann::ordered_json::value_t::null: out += "null"; break;
-    default: out += number(v); break;
+    case nlohmann::ordered_json::value_t::string:
+      append_string(out, v.get_ref<const std::string&>());
+      break;
+    case nlohmann::ordered_json::value_t::boolean:
+      out += v.get<bool>() ? "true" : "false";
+      break;
+    case nlohmann::ordered_json::value_t::null:
+      out += "null";
+      break;
+    default:
+      out += number(v);
+      break;
   }
 }
 
@@ -74,12 +96,17 @@ std::string python_json(const nlohmann::ordered_json& value) {
 
 std::string python_str(const nlohmann::ordered_json& v) {
   switch (v.type()) {
-    case nlohmann::ordered_json::value_t::string: return v.get<std::string>();
-    case nlohmann::ordered_json::value_t::boolean: return v.get<bool>() ? "True" : "False";
-    case nlohmann::ordered_json::value_t::null: return "None";
+    case nlohmann::ordered_json::value_t::string:
+      return v.get<std::string>();
+    case nlohmann::ordered_json::value_t::boolean:
+      return v.get<bool>() ? "True" : "False";
+    case nlohmann::ordered_json::value_t::null:
+      return "None";
     case nlohmann::ordered_json::value_t::object:
-    case nlohmann::ordered_json::value_t::array: fail("python_str: lists and objects are written as JSON instead");
-    default: return number(v);
+    case nlohmann::ordered_json::value_t::array:
+      fail("python_str: lists and objects are written as JSON instead");
+    default:
+      return number(v);
   }
 }
 

@@ -2,9 +2,8 @@
 // JSON written the way the chat template's `tojson` writes it under transformers: Python's
 // json.dumps(value, ensure_ascii=False) with the default separators ", " and ": ", keys in their given order.
 // Also Python's str() of a scalar, which is Jinja's `| string`.
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace duet::tokenizer {
 

@@ -16,7 +16,8 @@ class Tokenizer {
   // file and the unsupported or malformed part.
   static std::unique_ptr<Tokenizer> load_dir(const std::string& dir);
   // The same from the files' text (`tokenizer_config_json` may be empty); `origin` names them in errors.
-  static std::unique_ptr<Tokenizer> load_json(std::string_view tokenizer_json, std::string_view tokenizer_config_json = {},
+  static std::unique_ptr<Tokenizer> load_json(std::string_view tokenizer_json,
+                                              std::string_view tokenizer_config_json = {},
                                               const std::string& origin = "tokenizer.json");
   virtual ~Tokenizer() = default;
 

@@ -2,9 +2,8 @@
 // tokenized is either implemented exactly or refused here, by name; nothing is silently ignored.
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "base/error.h"
 #include "tokenizer/bpe_tokenizer.h"
@@ -183,9 +182,12 @@ void read_pre_tokenizer(const json& p, TokenizerParts& parts, bool& byte_level, 
     }
     const std::string behavior = p.value("behavior", std::string("Isolated"));
     RegexSplitter::Behavior b;
-    if (behavior == "Isolated") b = RegexSplitter::Behavior::kIsolated;
-    else if (behavior == "Removed") b = RegexSplitter::Behavior::kRemoved;
-    else fail("{}: pre_tokenizer Split behavior {:?} is not supported (Isolated, Removed)", origin, behavior);
+    if (behavior == "Isolated")
+      b = RegexSplitter::Behavior::kIsolated;
+    else if (behavior == "Removed")
+      b = RegexSplitter::Behavior::kRemoved;
+    else
+      fail("{}: pre_tokenizer Split behavior {:?} is not supported (Isolated, Removed)", origin, behavior);
     if (flag(p, "invert", false, "pre_tokenizer Split", origin)) {
       fail("{}: pre_tokenizer Split invert = true is not supported", origin);
     }
@@ -219,9 +221,12 @@ std::optional<int32_t> config_token(const json& config, const char* key, const B
   auto it = config.find(key);
   if (it == config.end() || it->is_null()) return std::nullopt;
   std::string content;
-  if (it->is_string()) content = it->get<std::string>();
-  else if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) content = (*it)["content"];
-  else fail("{}: {} must be a string or {{\"content\": ...}}", origin, key);
+  if (it->is_string())
+    content = it->get<std::string>();
+  else if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
+    content = (*it)["content"];
+  else
+    fail("{}: {} must be a string or {{\"content\": ...}}", origin, key);
   auto id = tok.token_to_id(content);
   if (!id) fail("{}: {} {:?} is not a token of tokenizer.json", origin, key, content);
   return id;

@@ -33,8 +33,7 @@ TEST(ParseJsonBody, RefusesWhatIsNotAJsonObject) {
   EXPECT_EQ(error_of([] { parse_json_body(R"({"max_tokens": 1e999})"); }).code(), "invalid_json");
   EXPECT_EQ(error_of([] { parse_json_body("[1]"); }).code(), "invalid_json");
   EXPECT_EQ(error_of([] { parse_json_body("\"\xff\""); }).code(), "invalid_json");
-  EXPECT_EQ(error_of([] { parse_json_body(std::string(100, '[') + std::string(100, ']')); }).code(),
-            "invalid_json");
+  EXPECT_EQ(error_of([] { parse_json_body(std::string(100, '[') + std::string(100, ']')); }).code(), "invalid_json");
   EXPECT_NO_THROW(parse_json_body(R"({"a": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["})"));
 }
 
@@ -88,7 +87,8 @@ TEST(ResolveMaxTokens, DefaultsToTheRoomLeftAndRefusesOverflow) {
 }
 
 TEST(ParseStream, IncludeUsageNeedsStream) {
-  EXPECT_TRUE(parse_stream(Json::parse(R"({"stream": true, "stream_options": {"include_usage": true}})")).include_usage);
+  EXPECT_TRUE(
+      parse_stream(Json::parse(R"({"stream": true, "stream_options": {"include_usage": true}})")).include_usage);
   EXPECT_EQ(error_of([] { parse_stream(Json::parse(R"({"stream_options": {"include_usage": true}})")); }).param(),
             "stream_options");
   EXPECT_EQ(error_of([] { parse_stream(Json::parse(R"({"stream": true, "stream_options": {"x": 1}})")); }).param(),
@@ -134,9 +134,9 @@ TEST(ParseChat, NamesTheBadField) {
             "chat_template_kwargs.foo");
   EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})"),
             "response_format");
-  EXPECT_EQ(error_of([] { parse_chat_request(Json::parse(R"({"model": "gpt-4", "messages": []})"), options()); })
-                .status(),
-            404);
+  EXPECT_EQ(
+      error_of([] { parse_chat_request(Json::parse(R"({"model": "gpt-4", "messages": []})"), options()); }).status(),
+      404);
 }
 
 TEST(ParseChat, IgnoresHarmlessFields) {

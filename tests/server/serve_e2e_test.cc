@@ -5,9 +5,8 @@
 #include <atomic>
 #include <fstream>
 #include <memory>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "server_process.h"
 
@@ -26,8 +25,8 @@ std::string body_file(const std::string& name, const std::string& body) {
 std::string curl_post(const ServerProcess& server, const std::string& route, const std::string& body,
                       const std::string& extra = "") {
   auto file = body_file("curl.json", body);
-  return run_command("curl -sS -N --max-time 60 -H 'Content-Type: application/json' " + extra + " -d @" + file +
-                     " " + server.url() + route)
+  return run_command("curl -sS -N --max-time 60 -H 'Content-Type: application/json' " + extra + " -d @" + file + " " +
+                     server.url() + route)
       .output;
 }
 
@@ -58,12 +57,13 @@ std::optional<double> metric(const ServerProcess& server, const std::string& nam
   if (!res) return std::nullopt;
   std::stringstream lines(res->body);
   for (std::string line; std::getline(lines, line);)
-    if (line.starts_with(name + "{") || line.starts_with(name + " ")) return std::stod(line.substr(line.rfind(' ') + 1));
+    if (line.starts_with(name + "{") || line.starts_with(name + " "))
+      return std::stod(line.substr(line.rfind(' ') + 1));
   return std::nullopt;
 }
 
-const Json kChat = {{"messages", {{{"role", "user"}, {"content", "Hello there"}}}}, {"max_tokens", 8},
-                    {"temperature", 0}};
+const Json kChat = {
+    {"messages", {{{"role", "user"}, {"content", "Hello there"}}}}, {"max_tokens", 8}, {"temperature", 0}};
 
 class ServeTest : public ::testing::Test {
  protected:
@@ -122,8 +122,8 @@ TEST_F(ServeTest, CurlChatStream) {
 }
 
 TEST_F(ServeTest, CurlCompletionsWithTokenIdsSeedAndLogprobs) {
-  Json body = {{"prompt", {1, 2, 3, 4, 5}}, {"max_tokens", 6}, {"temperature", 0.9}, {"seed", 42},
-               {"ignore_eos", true}, {"logprobs", 2}, {"return_token_ids", true}};
+  Json body = {{"prompt", {1, 2, 3, 4, 5}}, {"max_tokens", 6}, {"temperature", 0.9},      {"seed", 42},
+               {"ignore_eos", true},        {"logprobs", 2},   {"return_token_ids", true}};
   Json first = Json::parse(curl_post(*server_, "/v1/completions", body.dump()));
   Json second = Json::parse(curl_post(*server_, "/v1/completions", body.dump()));
   EXPECT_EQ(first["object"], "text_completion");
@@ -145,7 +145,10 @@ TEST_F(ServeTest, CurlErrors) {
 }
 
 TEST_F(ServeTest, StopStringsCutTheText) {
-  Json body = {{"prompt", "The weather today is"}, {"max_tokens", 16}, {"temperature", 0}, {"ignore_eos", true},
+  Json body = {{"prompt", "The weather today is"},
+               {"max_tokens", 16},
+               {"temperature", 0},
+               {"ignore_eos", true},
                {"logprobs", 0}};
   Json full = post_json(*server_, "/v1/completions", body, 200);
   std::string text = full["choices"][0]["text"];
@@ -192,9 +195,9 @@ TEST_F(ServeTest, StatusRoutes) {
   expect_error(client.Get("/v1/models/other"), 404);
   auto metrics = client.Get("/metrics");
   ASSERT_TRUE(metrics);
-  for (const char* name : {"duet_requests_total", "duet_generated_tokens_total", "duet_requests_waiting",
-                           "duet_engine_step_seconds_total", "duet_state_pool_bytes", "duet_process_resident_bytes",
-                           "duet_http_responses_total"})
+  for (const char* name :
+       {"duet_requests_total", "duet_generated_tokens_total", "duet_requests_waiting", "duet_engine_step_seconds_total",
+        "duet_state_pool_bytes", "duet_process_resident_bytes", "duet_http_responses_total"})
     EXPECT_NE(metrics->body.find(name), std::string::npos) << name;
 }
 
@@ -224,10 +227,10 @@ TEST_F(ServeTest, ErrorsHaveOpenAisShapeAndStatus) {
   EXPECT_EQ(expect_error(post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "n": 3})"),
                          400)["param"],
             "n");
-  EXPECT_EQ(expect_error(post("/v1/chat/completions",
-                              R"({"messages": [{"role": "user", "content": "x"}], "frobnicate": 1})"),
-                         400)["param"],
-            "frobnicate");
+  EXPECT_EQ(
+      expect_error(post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "frobnicate": 1})"),
+                   400)["param"],
+      "frobnicate");
   EXPECT_EQ(expect_error(post("/v1/completions", R"({"prompt": "x", "max_tokens": 100000})"), 400)["param"],
             "max_tokens");
   EXPECT_EQ(expect_error(post("/v1/completions", R"({"prompt": [1, "a"]})"), 400)["param"], "prompt[1]");
@@ -271,12 +274,16 @@ TEST_F(ServeTest, ThirtyTwoConcurrentRequestsOfMixedLengthsAllFinish) {
     threads.emplace_back([&, i] {
       int max_tokens = 1 + (i * 7) % 24;
       Json body = {{"prompt", std::vector<int>(static_cast<size_t>(1 + (i * 37) % 300), 100 + i)},
-                   {"max_tokens", max_tokens}, {"ignore_eos", true}, {"temperature", i % 2 ? 0.7 : 0.0},
-                   {"seed", i}, {"stream", i % 3 == 0}};
+                   {"max_tokens", max_tokens},
+                   {"ignore_eos", true},
+                   {"temperature", i % 2 ? 0.7 : 0.0},
+                   {"seed", i},
+                   {"stream", i % 3 == 0}};
       auto res = server_->client().Post("/v1/completions", body.dump(), "application/json");
       if (!res || res->status != 200) return;
       if (i % 3 == 0) {
-        if (res->body.ends_with("data: [DONE]\n\n") && res->body.find("\"finish_reason\":\"length\"") != std::string::npos)
+        if (res->body.ends_with("data: [DONE]\n\n") &&
+            res->body.find("\"finish_reason\":\"length\"") != std::string::npos)
           ++ok;
         return;
       }
@@ -289,9 +296,10 @@ TEST_F(ServeTest, ThirtyTwoConcurrentRequestsOfMixedLengthsAllFinish) {
 
 TEST_F(ServeTest, OfficialOpenAiClient) {
   std::string node_modules = std::string(DUET_TESTS_DIR) + "/node_modules/openai";
-  if (!std::filesystem::exists(node_modules)) FAIL() << "the openai npm package is not installed: run scripts/test-deps.sh";
-  auto result = run_command("node " + std::string(DUET_TESTS_DIR) + "/server/openai_client.mjs " + server_->url() +
-                            " 2>&1");
+  if (!std::filesystem::exists(node_modules))
+    FAIL() << "the openai npm package is not installed: run scripts/test-deps.sh";
+  auto result =
+      run_command("node " + std::string(DUET_TESTS_DIR) + "/server/openai_client.mjs " + server_->url() + " 2>&1");
   EXPECT_EQ(result.status, 0) << result.output;
   EXPECT_NE(result.output.find("openai client: ok"), std::string::npos) << result.output;
 }

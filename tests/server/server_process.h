@@ -2,6 +2,7 @@
 // Starts `duet serve` (the built binary) on the demo model on a free loopback port for end-to-end tests, and
 // stops it at the end. The port comes from the server's first stdout line (--port 0).
 #include <fcntl.h>
+#include <httplib.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -15,8 +16,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <httplib.h>
 
 extern char** environ;
 
@@ -46,8 +45,8 @@ class ServerProcess {
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
     posix_spawn_file_actions_addclose(&actions, out[0]);
-    log_path_ = std::filesystem::temp_directory_path() / ("duet-serve-" + std::to_string(getpid()) + "-" +
-                                                          std::to_string(counter()++) + ".log");
+    log_path_ = std::filesystem::temp_directory_path() /
+                ("duet-serve-" + std::to_string(getpid()) + "-" + std::to_string(counter()++) + ".log");
     posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     std::vector<char*> argv;
     for (auto& arg : args) argv.push_back(arg.data());

@@ -22,9 +22,10 @@ TEST(ToolCallParser, ParsesXmlCallWithSchemaTypes) {
 }
 
 TEST(ToolCallParser, KeepsMultilineValuesAndUnknownParametersAsStrings) {
-  auto call = parse_tool_call_block("<function=f>\n<parameter=code>\nline 1\nline 2\n</parameter>\n"
-                                    "<parameter=n>\n12\n</parameter>\n</function>",
-                                    kTools);
+  auto call = parse_tool_call_block(
+      "<function=f>\n<parameter=code>\nline 1\nline 2\n</parameter>\n"
+      "<parameter=n>\n12\n</parameter>\n</function>",
+      kTools);
   ASSERT_TRUE(call);
   EXPECT_EQ(call->arguments["code"], "line 1\nline 2");
   EXPECT_EQ(call->arguments["n"], "12");  // no schema: the model's text as is
@@ -79,9 +80,10 @@ TEST(ChatOutput, MalformedCallIsReturnedAsContent) {
 }
 
 TEST(ChatOutput, UnclosedCallAtTheEndStillParses) {
-  auto output = parse_chat_output("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
-                                  "</function>",
-                                  false, true, kTools);
+  auto output = parse_chat_output(
+      "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+      "</function>",
+      false, true, kTools);
   ASSERT_EQ(output.tool_calls.size(), 1u);
   EXPECT_EQ(output.tool_calls[0].arguments["city"], "Paris");
 }
@@ -96,9 +98,12 @@ TEST(ChatOutput, ByteByByteEqualsWhole) {
   ParsedChatOutput streamed;
   auto take = [&](std::vector<OutputPiece> pieces) {
     for (auto& piece : pieces) {
-      if (piece.kind == OutputPiece::Kind::reasoning) streamed.reasoning += piece.text;
-      else if (piece.kind == OutputPiece::Kind::content) streamed.content += piece.text;
-      else streamed.tool_calls.push_back(piece.call);
+      if (piece.kind == OutputPiece::Kind::reasoning)
+        streamed.reasoning += piece.text;
+      else if (piece.kind == OutputPiece::Kind::content)
+        streamed.content += piece.text;
+      else
+        streamed.tool_calls.push_back(piece.call);
     }
   };
   for (char c : text) take(parser.push(std::string(1, c)));

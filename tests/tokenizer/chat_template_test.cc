@@ -1,18 +1,19 @@
 // render_chat must equal, byte for byte, tools/qwen35_chat_template.jinja rendered by real Jinja engines:
 // Jinja2 set up as transformers sets it up (the reference the model was trained with) and @huggingface/jinja
 // (independent; it differs from Python on a few scalars, so cases marked python_only skip it).
+#include "tokenizer/chat_template.h"
+
+#include <gtest/gtest.h>
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 #include "base/error.h"
-#include "tokenizer/chat_template.h"
 
 namespace duet::tokenizer {
 namespace {
@@ -101,7 +102,8 @@ void compare(const std::string& engine, const std::string& command, bool skip_py
 }
 
 TEST(ChatTemplate, EqualsJinja2AsTransformersRunsIt) {
-  compare("Jinja2", "/usr/bin/python3 '" + kTests + "/tokenizer/render_chat_jinja2.py' '" + kTemplate + "' '" + kCases + "'",
+  compare("Jinja2",
+          "/usr/bin/python3 '" + kTests + "/tokenizer/render_chat_jinja2.py' '" + kTemplate + "' '" + kCases + "'",
           false);
 }
 
@@ -109,8 +111,8 @@ TEST(ChatTemplate, EqualsHuggingFaceJinja) {
   if (!std::filesystem::exists(kTests + "/node_modules/@huggingface/jinja")) {
     FAIL() << "@huggingface/jinja is missing: run scripts/test-deps.sh";
   }
-  compare("@huggingface/jinja", "node '" + kTests + "/tokenizer/render_chat_jinja.mjs' '" + kTemplate + "' '" + kCases + "'",
-          true);
+  compare("@huggingface/jinja",
+          "node '" + kTests + "/tokenizer/render_chat_jinja.mjs' '" + kTemplate + "' '" + kCases + "'", true);
 }
 
 TEST(ChatTemplate, GenerationPrompts) {

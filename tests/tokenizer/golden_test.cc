@@ -1,14 +1,14 @@
 // Every golden string (ids and decoded text from Hugging Face tokenizers) must encode to exactly HF's ids,
 // decode to HF's text, and stream-decode to the same text, for both tokenizers.
+#include <gtest/gtest.h>
+
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
-#include <sstream>
-#include <fstream>
-#include <string>
-
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
 
 #include "tokenizer/tokenizer.h"
 
@@ -30,8 +30,8 @@ std::vector<Golden> read_goldens(const std::string& path) {
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     const auto j = nlohmann::json::parse(line);
-    out.push_back({j.at("text").get<std::string>(), j.at("ids").get<std::vector<int32_t>>(),
-                   j.at("decoded").get<std::string>()});
+    out.push_back(
+        {j.at("text").get<std::string>(), j.at("ids").get<std::vector<int32_t>>(), j.at("decoded").get<std::string>()});
   }
   return out;
 }
@@ -62,18 +62,22 @@ void check_goldens(const Tokenizer& tok, std::vector<Golden> goldens, const std:
     } else if (reported++ < 10) {
       size_t at = 0;
       while (at < ids.size() && at < g.ids.size() && ids[at] == g.ids[at]) ++at;
-      ADD_FAILURE() << "golden " << k << " " << nlohmann::json(g.text.substr(0, 120)).dump() << ": ids differ at "
-                    << at << "\n  duet: " << show(ids, at) << "\n  hf:   " << show(g.ids, at);
+      ADD_FAILURE() << "golden " << k << " " << nlohmann::json(g.text.substr(0, 120)).dump() << ": ids differ at " << at
+                    << "\n  duet: " << show(ids, at) << "\n  hf:   " << show(g.ids, at);
     }
     const std::string decoded = tok.decode(g.ids);
-    if (decoded == g.decoded) ++decode_ok;
-    else if (reported++ < 10) ADD_FAILURE() << "golden " << k << ": decode differs: " << nlohmann::json(decoded).dump();
+    if (decoded == g.decoded)
+      ++decode_ok;
+    else if (reported++ < 10)
+      ADD_FAILURE() << "golden " << k << ": decode differs: " << nlohmann::json(decoded).dump();
     StreamDecoder stream(tok);
     std::string streamed;
     for (int32_t id : g.ids) streamed += stream.push(id);
     streamed += stream.finish();
-    if (streamed == g.decoded) ++stream_ok;
-    else if (reported++ < 10) ADD_FAILURE() << "golden " << k << ": stream decode differs";
+    if (streamed == g.decoded)
+      ++stream_ok;
+    else if (reported++ < 10)
+      ADD_FAILURE() << "golden " << k << ": stream decode differs";
   }
   std::cout << goldens_path << ": encode " << encode_ok << "/" << goldens.size() << ", decode " << decode_ok << "/"
             << goldens.size() << ", stream " << stream_ok << "/" << goldens.size() << "\n";

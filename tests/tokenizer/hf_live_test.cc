@@ -2,6 +2,8 @@
 // the 10 MB benchmark text: every line (split after each '\n') and the whole text must encode to HF's ids, and the
 // whole text's ids must decode to HF's text, for both tokenizers. Needs node and tests/node_modules
 // (scripts/test-deps.sh); fails when either is missing.
+#include <gtest/gtest.h>
+
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -9,13 +11,11 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "bench_text.h"
 #include "tokenizer/tokenizer.h"

@@ -1,6 +1,7 @@
 // Bad input is refused with a duet::Error that names what is wrong, never a crash: malformed or unsupported
 // tokenizer.json, bad tokenizer_config.json, ids that are not tokens, text that is not UTF-8.
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
@@ -73,7 +74,9 @@ TEST(TokenizerLoad, RefusesUnsupportedModels) {
   expect_refused(j, "\"model\"");
   for (const char* key : {"byte_fallback", "unk_token", "dropout", "continuing_subword_prefix", "end_of_word_suffix"}) {
     j = tiny();
-    j["model"][key] = std::string(key) == "byte_fallback" ? ojson(true) : std::string(key) == "dropout" ? ojson(0.1) : ojson("x");
+    j["model"][key] = std::string(key) == "byte_fallback" ? ojson(true)
+                      : std::string(key) == "dropout"     ? ojson(0.1)
+                                                          : ojson("x");
     expect_refused(j, std::string("model.") + key);
   }
 }
@@ -147,7 +150,8 @@ TEST(TokenizerLoad, RefusesBadConfig) {
 
 TEST(TokenizerLoad, NamedTemplatesPickDefault) {
   const auto tok = Tokenizer::load_json(
-      tiny().dump(), R"({"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]})");
+      tiny().dump(),
+      R"({"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]})");
   EXPECT_EQ(tok->chat_template(), "D");
 }
 

@@ -2,14 +2,14 @@
 // whitespace runs), single thread. The text is generated deterministically so HF tokenizers can be timed on
 // the same bytes: `tokenizer_bench --write_text=PATH` writes it and exits.
 //   tokenizer_bench [--tokenizer_dir=DIR] [--write_text=PATH] [benchmark flags]
+#include <benchmark/benchmark.h>
+
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
-
-#include <benchmark/benchmark.h>
 
 #include "bench_text.h"
 #include "tokenizer/tokenizer.h"

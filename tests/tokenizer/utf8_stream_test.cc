@@ -21,7 +21,7 @@ std::string lossy(std::string_view s) {
 
 TEST(Utf8, LossyMatchesMaximalSubparts) {
   EXPECT_EQ(lossy("abc"), "abc");
-  EXPECT_EQ(lossy("\x80\xBFx"), kFffd + kFffd + "x");  // stray continuation bytes, one each
+  EXPECT_EQ(lossy("\x80\xBFx"), kFffd + kFffd + "x");       // stray continuation bytes, one each
   EXPECT_EQ(lossy("\xF0\x9F\x98"), kFffd);                  // a truncated 4-byte character: one subpart
   EXPECT_EQ(lossy("\xE0\x80"), kFffd + kFffd);              // E0 needs A0..BF next: two subparts
   EXPECT_EQ(lossy("\xC0\xAF"), kFffd + kFffd);              // overlong lead byte
@@ -79,7 +79,9 @@ std::vector<std::string> stream(const std::string& bytes, bool skip = false) {
 
 TEST(StreamDecoder, HoldsBackUnfinishedCharacters) {
   EXPECT_EQ(stream("\xF0\x9F\x99\x82!"), (std::vector<std::string>{"", "", "", "\xF0\x9F\x99\x82", "!", ""}));
-  EXPECT_EQ(stream("\xF0" "a"), (std::vector<std::string>{"", kFffd + "a", ""}));
+  EXPECT_EQ(stream("\xF0"
+                   "a"),
+            (std::vector<std::string>{"", kFffd + "a", ""}));
   EXPECT_EQ(stream("a\xE2\x82"), (std::vector<std::string>{"a", "", "", kFffd}));  // finish() flushes the rest
   EXPECT_EQ(stream(std::string("a\0b", 3), /*skip=*/true), (std::vector<std::string>{"a", "", "b", ""}));
 }
@@ -104,8 +106,8 @@ TEST(Normalizer, InertTableAgreesWithUtf8proc) {
     if (cp >= 0xD800 && cp <= 0xDFFF) continue;
     utf8proc_int32_t decomposed[4];
     int last_boundclass = 0;
-    const auto n = utf8proc_decompose_char(static_cast<utf8proc_int32_t>(cp), decomposed, 4, UTF8PROC_DECOMPOSE,
-                                           &last_boundclass);
+    const auto n =
+        utf8proc_decompose_char(static_cast<utf8proc_int32_t>(cp), decomposed, 4, UTF8PROC_DECOMPOSE, &last_boundclass);
     if (n == 2) {
       // cp = first + second canonically; if NFC recomposes them, `second` composes with what precedes it.
       std::string pair;
@@ -133,7 +135,7 @@ TEST(Normalizer, InertTableAgreesWithUtf8proc) {
 TEST(Normalizer, ComposesAcrossTheFastPath) {
   std::string scratch;
   const Normalizer nfc(Normalizer::Kind::kNfc);
-  EXPECT_EQ(nfc.apply("e\xCC\x81", scratch), "\xC3\xA9");                  // e + combining acute -> é
+  EXPECT_EQ(nfc.apply("e\xCC\x81", scratch), "\xC3\xA9");                     // e + combining acute -> é
   EXPECT_EQ(nfc.apply("\xE1\x84\x80\xE1\x85\xA1", scratch), "\xEA\xB0\x80");  // Hangul L + V -> 가
   EXPECT_EQ(nfc.apply("plain ascii", scratch), "plain ascii");
 }
