@@ -9,7 +9,11 @@
 namespace duet::engine {
 
 namespace {
-std::string mib(size_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0)); }
+// MiB for the big items, KiB where MiB would print 0.0 (a tiny model's KV page).
+std::string mib(size_t bytes) {
+  if (bytes < 1024 * 1024) return fmt::format("{:.1f} KiB", static_cast<double>(bytes) / 1024.0);
+  return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+}
 }  // namespace
 
 size_t physical_memory_bytes() {
