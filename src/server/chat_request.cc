@@ -149,34 +149,10 @@ bool parse_enable_thinking(const Json& body, bool default_value) {
 }
 
 ChatRequest parse_chat_request(const Json& body, const ServerOptions& options) {
-  check_known_fields(body,
-                     {"model",
-                      "messages",
-                      "stream",
-                      "stream_options",
-                      "max_tokens",
-                      "max_completion_tokens",
-                      "temperature",
-                      "top_p",
-                      "top_k",
-                      "min_p",
-                      "presence_penalty",
-                      "frequency_penalty",
-                      "repetition_penalty",
-                      "seed",
-                      "stop",
-                      "stop_token_ids",
-                      "ignore_eos",
-                      "n",
-                      "logprobs",
-                      "top_logprobs",
-                      "tools",
-                      "tool_choice",
-                      "chat_template_kwargs",
-                      "return_token_ids",
-                      "logit_bias",
-                      "response_format"},
-                     {"user", "metadata", "store", "service_tier", "parallel_tool_calls"});
+  check_generation_fields(body,
+                          {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
+                           "chat_template_kwargs", "response_format"},
+                          {"user", "metadata", "store", "service_tier", "parallel_tool_calls"});
   check_model(body, options.served_model_name);
   ChatRequest request;
   request.messages = parse_chat_messages(body);

@@ -123,20 +123,6 @@ void stream_generation(ServerContext& context, httplib::Response& res, std::shar
       });
 }
 
-std::string finish_reason_name(engine::FinishReason reason) {
-  switch (reason) {
-    case engine::FinishReason::stop:
-      return "stop";
-    case engine::FinishReason::length:
-      return "length";
-    case engine::FinishReason::cancelled:
-      return "cancelled";
-    case engine::FinishReason::error:
-      return "error";
-  }
-  return "error";
-}
-
 std::string random_id(std::string_view prefix) {
   thread_local std::mt19937_64 generator{std::random_device{}()};
   return fmt::format("{}{:016x}{:08x}", prefix, generator(), static_cast<uint32_t>(generator()));

@@ -45,9 +45,6 @@ class StreamFormatter {
 void stream_generation(ServerContext& context, httplib::Response& res, std::shared_ptr<engine::RequestHandle> handle,
                        std::unique_ptr<StreamFormatter> formatter);
 
-// OpenAI's finish_reason for an engine finish ("stop", "length"; "cancelled" and "error" are ours).
-std::string finish_reason_name(engine::FinishReason reason);
-
 // A fresh id with a prefix ("chatcmpl-", "cmpl-", "call_").
 std::string random_id(std::string_view prefix);
 int64_t unix_now();

@@ -41,20 +41,6 @@ std::string escape_label(std::string_view value) {
   return out;
 }
 
-const char* finish_reason_label(engine::FinishReason reason) {
-  switch (reason) {
-    case engine::FinishReason::stop:
-      return "stop";
-    case engine::FinishReason::length:
-      return "length";
-    case engine::FinishReason::cancelled:
-      return "cancelled";
-    case engine::FinishReason::error:
-      return "error";
-  }
-  return "unknown";
-}
-
 }  // namespace
 
 void ServerMetrics::count_response(std::string_view route, int status) {
@@ -64,7 +50,7 @@ void ServerMetrics::count_response(std::string_view route, int status) {
 
 void ServerMetrics::record_finished(const engine::FinishedEvent& finished, double request_seconds) {
   std::lock_guard lock(mutex_);
-  ++finish_reasons_[finish_reason_label(finished.reason)];
+  ++finish_reasons_[engine::to_string(finished.reason)];
   if (finished.completion_tokens > 0) {
     ttft_seconds_sum_ += finished.time_to_first_token_s;
     ++ttft_count_;

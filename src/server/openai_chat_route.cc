@@ -78,7 +78,7 @@ class ChatStreamFormatter final : public StreamFormatter {
       return sse_event(error_json(500, "generation failed: " + finished.error, "", "engine_error"));
     std::string out = pieces(parser_.push(finished.text_tail), {}, {});
     out += pieces(parser_.finish(), {}, {});
-    std::string reason = finish_reason_name(finished.reason);
+    std::string reason = engine::to_string(finished.reason);
     if (tool_calls_ > 0 && finished.reason == engine::FinishReason::stop) reason = "tool_calls";
     nlohmann::json last = base();
     last["choices"] = {
@@ -153,7 +153,7 @@ nlohmann::json chat_completion_json(const ServerContext& context, const ChatRepl
     message["tool_calls"] = nlohmann::json::array();
     for (const auto& call : output.tool_calls) message["tool_calls"].push_back(tool_call_json(call, std::nullopt));
   }
-  std::string reason = finish_reason_name(generation.finished.reason);
+  std::string reason = engine::to_string(generation.finished.reason);
   if (!output.tool_calls.empty() && generation.finished.reason == engine::FinishReason::stop) reason = "tool_calls";
 
   nlohmann::json choice = {

@@ -65,31 +65,7 @@ std::vector<int32_t> parse_prompt(const Json& body, const tokenizer::Tokenizer& 
 }
 
 CompletionRequest parse_completion_request(const Json& body, const ServerContext& context) {
-  check_known_fields(body,
-                     {"model",
-                      "prompt",
-                      "stream",
-                      "stream_options",
-                      "max_tokens",
-                      "temperature",
-                      "top_p",
-                      "top_k",
-                      "min_p",
-                      "presence_penalty",
-                      "frequency_penalty",
-                      "repetition_penalty",
-                      "seed",
-                      "stop",
-                      "stop_token_ids",
-                      "ignore_eos",
-                      "n",
-                      "best_of",
-                      "echo",
-                      "suffix",
-                      "logprobs",
-                      "logit_bias",
-                      "return_token_ids"},
-                     {"user"});
+  check_generation_fields(body, {"prompt", "best_of", "echo", "suffix"}, {"user"});
   check_model(body, context.options.served_model_name);
   if (read_bool(body, "echo", "echo").value_or(false)) refuse_field("echo", "echo is not supported");
   if (auto suffix = read_string(body, "suffix", "suffix"); suffix && !suffix->empty())
@@ -151,7 +127,7 @@ class CompletionStreamFormatter final : public StreamFormatter {
   std::string finish(const engine::FinishedEvent& finished) override {
     if (finished.reason == engine::FinishReason::error)
       return sse_event(error_json(500, "generation failed: " + finished.error, "", "engine_error"));
-    std::string out = chunk(finished.text_tail, nullptr, finish_reason_name(finished.reason), nlohmann::json::array());
+    std::string out = chunk(finished.text_tail, nullptr, engine::to_string(finished.reason), nlohmann::json::array());
     if (request_.stream.include_usage) out += usage_chunk(base(), finished);
     return out;
   }
@@ -201,7 +177,7 @@ void add_completions_route(RouteTable& table, ServerContext& context) {
         nlohmann::json choice = {{"index", 0},
                                  {"text", generation.text},
                                  {"logprobs", nullptr},
-                                 {"finish_reason", finish_reason_name(generation.finished.reason)}};
+                                 {"finish_reason", engine::to_string(generation.finished.reason)}};
         if (request.logprobs) {
           size_t offset = 0;
           choice["logprobs"] = legacy_logprobs(context, generation.tokens, offset);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <span>
 
 #include "server/errors.h"
 
@@ -76,14 +77,27 @@ Json parse_json_body(std::string_view body) {
   return parsed;
 }
 
-void check_known_fields(const Json& body, std::initializer_list<std::string_view> supported,
-                        std::initializer_list<std::string_view> ignored) {
+namespace {
+void check_fields_in(const Json& body, std::initializer_list<std::span<const std::string_view>> lists) {
   for (const auto& [key, value] : body.items()) {
     bool known = false;
-    for (auto name : supported) known = known || key == name;
-    for (auto name : ignored) known = known || key == name;
+    for (auto list : lists)
+      for (auto name : list) known = known || key == name;
     if (!known) refuse_field(key, "this field is not supported by duet (see docs/api.md)");
   }
+}
+}  // namespace
+
+void check_known_fields(const Json& body, std::initializer_list<std::string_view> supported,
+                        std::initializer_list<std::string_view> ignored) {
+  check_fields_in(body, {std::span(supported.begin(), supported.size()), std::span(ignored.begin(), ignored.size())});
+}
+
+void check_generation_fields(const Json& body, std::initializer_list<std::string_view> route_fields,
+                             std::initializer_list<std::string_view> ignored) {
+  check_fields_in(
+      body, {std::span<const std::string_view>(kGenerationFields), std::span(route_fields.begin(), route_fields.size()),
+             std::span(ignored.begin(), ignored.size())});
 }
 
 std::optional<bool> read_bool(const Json& object, const std::string& key, const std::string& name) {

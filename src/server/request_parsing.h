@@ -27,6 +27,32 @@ Json parse_json_body(std::string_view body);
 void check_known_fields(const Json& body, std::initializer_list<std::string_view> supported,
                         std::initializer_list<std::string_view> ignored);
 
+// The fields both generation routes (chat and completions) accept: the model, streaming, and the sampling and
+// stop fields; each route reads `logprobs` its own way.
+inline constexpr std::string_view kGenerationFields[] = {"model",
+                                                         "stream",
+                                                         "stream_options",
+                                                         "max_tokens",
+                                                         "temperature",
+                                                         "top_p",
+                                                         "top_k",
+                                                         "min_p",
+                                                         "presence_penalty",
+                                                         "frequency_penalty",
+                                                         "repetition_penalty",
+                                                         "seed",
+                                                         "stop",
+                                                         "stop_token_ids",
+                                                         "ignore_eos",
+                                                         "n",
+                                                         "logprobs",
+                                                         "logit_bias",
+                                                         "return_token_ids"};
+
+// check_known_fields for a generation route: kGenerationFields plus the route's own.
+void check_generation_fields(const Json& body, std::initializer_list<std::string_view> route_fields,
+                             std::initializer_list<std::string_view> ignored);
+
 // Typed readers. A missing field and an explicit null both give nullopt (OpenAI clients send nulls);
 // anything of the wrong type or out of range is refused naming `name` (the path shown to the client).
 std::optional<bool> read_bool(const Json& object, const std::string& key, const std::string& name);
