@@ -48,7 +48,6 @@ class Sequence {
   void finish(FinishReason reason, std::string error = {});
   bool finished() const { return finished_; }
 
-  Clock::time_point submitted_at() const { return submitted_at_; }
   double time_to_first_token_s() const;  // 0 before the first token
 
  private:

@@ -56,7 +56,6 @@ class BpeModel {
   // are dropped, as tokenizers does for a BPE without unk_token.
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
 
-  size_t merge_count() const { return merges_.size(); }
 
  private:
   void merge(std::string_view word, std::vector<int32_t>& out) const;
