@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "base/json_depth.h"
 #include "server/errors.h"
 
 namespace duet::server {
@@ -55,6 +56,8 @@ std::vector<tokenizer::ToolCall> message_tool_calls(const Json& message, const s
       Json value = *arguments;
       if (arguments->is_string()) {
         const std::string& text = arguments->get_ref<const std::string&>();
+        if (!json_nesting_within(text))
+          refuse_field(call_name + ".function.arguments", fmt::format("nests deeper than {} levels", kMaxJsonDepth));
         value = text.empty() ? Json::object() : Json::parse(text, nullptr, false);
       }
       if (!value.is_object()) refuse_field(call_name + ".function.arguments", "expected a JSON object (as a string)");

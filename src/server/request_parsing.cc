@@ -7,35 +7,11 @@
 #include <random>
 #include <span>
 
+#include "base/json_depth.h"
 #include "server/errors.h"
 
 namespace duet::server {
 namespace {
-
-// Bracket depth outside strings; run before parsing so the parser never sees a hostile depth.
-bool nesting_within(std::string_view text, int limit) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        in_string = false;
-      continue;
-    }
-    if (c == '"')
-      in_string = true;
-    else if (c == '[' || c == '{') {
-      if (++depth > limit) return false;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return true;
-}
 
 const char* type_name(const Json& value) {
   if (value.is_number_integer()) return "integer";
@@ -62,7 +38,7 @@ uint64_t random_seed() {
 
 Json parse_json_body(std::string_view body) {
   if (body.empty()) throw ApiError(400, "the request body is empty; expected a JSON object", "", "invalid_json");
-  if (!nesting_within(body, kMaxJsonDepth))
+  if (!json_nesting_within(body))
     throw ApiError(400, fmt::format("the request body nests deeper than {} levels", kMaxJsonDepth), "", "invalid_json");
   Json parsed;
   try {

@@ -15,10 +15,6 @@ namespace duet::server {
 
 using Json = nlohmann::json;
 
-// Deeper bodies are refused before parsing: no OpenAI request nests anywhere near this, and a hostile one
-// should cost neither stack nor time.
-constexpr int kMaxJsonDepth = 64;
-
 // Parses a request body that must be a JSON object (valid UTF-8, nesting <= kMaxJsonDepth). ApiError 400.
 Json parse_json_body(std::string_view body);
 

@@ -1,5 +1,7 @@
 #include "server/tool_call_parser.h"
 
+#include "base/json_depth.h"
+
 #include <algorithm>
 
 namespace duet::server {
@@ -61,13 +63,14 @@ std::vector<std::string> declared_types(const Json& tools, const std::string& fu
 // The model writes every value as text; the schema says what the client expects back.
 Json typed_value(const std::string& value, const std::vector<std::string>& types) {
   bool wants_string = types.empty() || std::find(types.begin(), types.end(), "string") != types.end();
-  if (wants_string) return value;
+  if (wants_string || !json_nesting_within(value)) return value;
   Json parsed = Json::parse(value, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) return value;
   return parsed;
 }
 
 std::optional<ParsedToolCall> parse_json_call(std::string_view block) {
+  if (!json_nesting_within(block)) return std::nullopt;  // the arguments string inside counts too
   Json parsed = Json::parse(block, nullptr, /*allow_exceptions=*/false);
   if (!parsed.is_object()) return std::nullopt;
   auto name = parsed.find("name");

@@ -5,6 +5,7 @@
 #include "tokenizer/chat_template.h"
 
 #include "base/error.h"
+#include "base/json_depth.h"
 #include "tokenizer/python_json.h"
 #include "tokenizer/utf8.h"
 
@@ -76,6 +77,8 @@ nlohmann::ordered_json arguments_of(const ToolCall& call, size_t index, size_t k
   const nlohmann::ordered_json& a = call.arguments;
   if (a.is_object() || a.is_null()) return a;
   if (a.is_string()) {  // OpenAI clients send arguments as a JSON string
+    if (!json_nesting_within(a.get_ref<const std::string&>()))
+      fail("messages[{}].tool_calls[{}].function.arguments: nests deeper than {} levels", index, k, kMaxJsonDepth);
     nlohmann::ordered_json parsed;
     try {
       parsed = nlohmann::ordered_json::parse(a.get_ref<const std::string&>());

@@ -1,0 +1,65 @@
+// The reproductions of the HTTP hardening issue that the current transport answers, each against its own
+// `duet serve` on the demo model: a small request must never crash the server or blow up its memory.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "server_process.h"
+
+namespace duet::testing {
+namespace {
+
+using Json = nlohmann::json;
+
+std::string temp_file(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("duet-hostile-" + std::to_string(getpid()) + "-" + name)).string();
+}
+
+// curl's status line and body for a POST of the file at `body_path` with extra headers.
+struct CurlAnswer {
+  int status = 0;
+  Json body;
+};
+CurlAnswer curl_post_file(const ServerProcess& server, const std::string& route, const std::string& body_path,
+                          const std::string& headers) {
+  std::string out = temp_file("answer.json");
+  auto result = run_command("curl -sS --max-time 60 -o " + out + " -w '%{http_code}' -H 'Content-Type: application/json' " +
+                            headers + " --data-binary @" + body_path + " " + server.url() + route);
+  CurlAnswer answer;
+  answer.status = std::atoi(result.output.c_str());
+  std::ifstream in(out);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  answer.body = Json::parse(text, nullptr, false);
+  return answer;
+}
+
+// Tool-call arguments are a JSON document inside a string: 100,000 levels of it once overflowed the stack of
+// the thread that converted it (SIGSEGV). Now it is refused by name, through chat and through /tokenize.
+TEST(HostileHttp, DeepJsonInsideAStringIsRefusedNotACrash) {
+  if (!demo_model_available()) FAIL() << demo_model_missing_reason();
+  ServerProcess server({"--max-body-bytes", "1048576"});
+  const int depth = 100000;
+  std::string arguments = "{\"a\":" + std::string(depth, '[') + std::string(depth, ']') + "}";
+  Json messages = {{{"role", "assistant"},
+                    {"content", ""},
+                    {"tool_calls", {{{"type", "function"}, {"function", {{"name", "f"}, {"arguments", arguments}}}}}}},
+                   {{"role", "user"}, {"content", "hi"}}};
+  std::string path = temp_file("deep.json");
+  for (const char* route : {"/v1/chat/completions", "/tokenize"}) {
+    Json body = {{"messages", messages}};
+    if (std::string(route) != "/tokenize") body["max_tokens"] = 8;
+    std::ofstream(path) << body.dump();
+    CurlAnswer answer = curl_post_file(server, route, path, "");
+    EXPECT_EQ(answer.status, 400) << route;
+    EXPECT_EQ(answer.body["error"]["param"], "messages[0].tool_calls[0].function.arguments") << route << answer.body;
+    ASSERT_TRUE(server.alive()) << route << "; log: " << server.log_path();
+  }
+  // The same arguments at a legal depth still render.
+  messages[0]["tool_calls"][0]["function"]["arguments"] = R"({"a": [[1]]})";
+  std::ofstream(path) << Json{{"messages", messages}}.dump();
+  EXPECT_EQ(curl_post_file(server, "/tokenize", path, "").status, 200);
+}
+
+}  // namespace
+}  // namespace duet::testing
