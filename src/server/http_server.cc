@@ -96,6 +96,30 @@ void HttpServer::install_routes() {
   add_status_routes(table, context_);
   add_tokenize_routes(table, context_);
 
+  std::set<std::string> keyless_paths;
+  for (const auto& route : table.routes())
+    if (!route.needs_key) keyless_paths.insert(route.path);
+  // httplib calls this after the headers and before it reads (and would inflate) a body. A compressed body is
+  // refused unread, so no small request can inflate into gigabytes; and with keys configured, a request without
+  // one gets 401 on every path, known or not, before its body is read.
+  server.set_pre_routing_handler([this, keyless_paths](const httplib::Request& req, httplib::Response& res) {
+    auto refuse = [&](const ApiError& error) {
+      res.set_header("Connection", "close");  // the unread body must not be taken for the next request
+      send_error(res, error);
+      context_.metrics.count_response("unmatched", error.status());
+      return httplib::Server::HandlerResponse::Handled;
+    };
+    if (!keyless_paths.contains(req.path) && !key_accepted(req))
+      return refuse(
+          ApiError(401, "missing or invalid API key; send `Authorization: Bearer <key>`", "", "invalid_api_key"));
+    if (std::string encoding = req.get_header_value("Content-Encoding"); !encoding.empty() && encoding != "identity")
+      return refuse(ApiError(415,
+                             fmt::format("Content-Encoding `{}` is not accepted: send the request body uncompressed",
+                                         encoding.substr(0, 64)),
+                             "", "unsupported_content_encoding"));
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+
   std::map<std::string, std::set<std::string>> allowed_methods;
   for (const auto& route : table.routes()) {
     allowed_methods[route.path].insert(method_name(route.method));
@@ -105,9 +129,7 @@ void HttpServer::install_routes() {
       // only meaningful whole, so Range is ignored (httplib hands routes the request as const).
       const_cast<httplib::Request&>(req).ranges.clear();
       try {
-        if (route.needs_key && !key_accepted(req))
-          throw ApiError(401, "missing or invalid API key; send `Authorization: Bearer <key>`", "", "invalid_api_key");
-        route.handler(req, res);
+        route.handler(req, res);  // the key was checked before routing
       } catch (const ApiError& error) {
         send_error(res, error);
       } catch (const duet::Error& error) {

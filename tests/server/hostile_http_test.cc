@@ -34,6 +34,15 @@ CurlAnswer curl_post_file(const ServerProcess& server, const std::string& route,
   return answer;
 }
 
+double resident_mb(const ServerProcess& server, const std::string& key) {
+  auto res = server.client().Get("/metrics", {{"Authorization", "Bearer " + key}});
+  if (!res) return -1;
+  std::stringstream lines(res->body);
+  for (std::string line; std::getline(lines, line);)
+    if (line.starts_with("duet_process_resident_bytes")) return std::stod(line.substr(line.rfind(' ') + 1)) / 1e6;
+  return -1;
+}
+
 // Tool-call arguments are a JSON document inside a string: 100,000 levels of it once overflowed the stack of
 // the thread that converted it (SIGSEGV). Now it is refused by name, through chat and through /tokenize.
 TEST(HostileHttp, DeepJsonInsideAStringIsRefusedNotACrash) {
@@ -59,6 +68,39 @@ TEST(HostileHttp, DeepJsonInsideAStringIsRefusedNotACrash) {
   messages[0]["tool_calls"][0]["function"]["arguments"] = R"({"a": [[1]]})";
   std::ofstream(path) << Json{{"messages", messages}}.dump();
   EXPECT_EQ(curl_post_file(server, "/tokenize", path, "").status, 200);
+}
+
+// 100 MB of zeros gzip to about 100 KB. The body is refused unread (415), with or without a key, and when keys
+// are set a request without one is 401 before anything else: memory stays where it was.
+TEST(HostileHttp, CompressedBodiesAreRefusedUnread) {
+  if (!demo_model_available()) FAIL() << demo_model_missing_reason();
+  ServerProcess server({"--api-key", "k"});
+  std::string bomb = temp_file("bomb.gz");
+  ASSERT_EQ(run_command("head -c 100000000 /dev/zero | gzip -c > " + bomb).status, 0);
+  const double before = resident_mb(server, "k");
+  ASSERT_GT(before, 0);
+  CurlAnswer with_key =
+      curl_post_file(server, "/v1/chat/completions", bomb, "-H 'Authorization: Bearer k' -H 'Content-Encoding: gzip'");
+  EXPECT_EQ(with_key.status, 415);
+  EXPECT_EQ(with_key.body["error"]["code"], "unsupported_content_encoding");
+  CurlAnswer without_key = curl_post_file(server, "/v1/chat/completions", bomb, "-H 'Content-Encoding: gzip'");
+  EXPECT_EQ(without_key.status, 401);
+  EXPECT_EQ(without_key.body["error"]["code"], "invalid_api_key");
+  ASSERT_TRUE(server.alive()) << server.log_path();
+  const double after = resident_mb(server, "k");
+  EXPECT_LT(after - before, 20.0) << "resident memory grew from " << before << " MB to " << after << " MB";
+}
+
+// With keys set, a request without one learns nothing about which routes exist.
+TEST(HostileHttp, UnknownRoutesAndMethodsNeedTheKeyToo) {
+  if (!demo_model_available()) FAIL() << demo_model_missing_reason();
+  ServerProcess server({"--api-key", "k"});
+  auto client = server.client();
+  EXPECT_EQ(client.Get("/no-such-route")->status, 401);
+  EXPECT_EQ(client.Get("/v1/chat/completions")->status, 401);
+  EXPECT_EQ(client.Get("/no-such-route", {{"Authorization", "Bearer k"}})->status, 404);
+  EXPECT_EQ(client.Get("/v1/chat/completions", {{"Authorization", "Bearer k"}})->status, 405);
+  EXPECT_EQ(client.Get("/health")->status, 200);
 }
 
 }  // namespace
