@@ -1,7 +1,9 @@
 #pragma once
 // The Backend interface: the forward pass (model/qwen35_forward.cc) drives it a sublayer at a time over all rows of
 // a step, so a backend can fuse inside a sublayer. A step's rows are the concatenated tokens of its pieces; each
-// piece is one sequence's next positions and carries that sequence's per-layer state.
+// piece is one sequence's next positions. The backend owns what a GPU needs in its own memory: the weights (made
+// resident once), every sequence's state (GDN slots and KV pages in a StateStorage), and a workspace; a step is
+// described to it once, as a plan, before its sublayers run.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -70,32 +72,47 @@ struct AttentionShape {
   double norm_eps = 1e-6;
 };
 
-// The rows [first_row, first_row + rows) of a step are positions [start_position, start_position + rows) of one
-// sequence.
-struct PieceRows {
+// Attention K/V lives in pages: a page holds kKvPagePositions consecutive positions of one sequence, and one page
+// id names the same block in every attention layer's storage, so a sequence keeps one page table (its page ids in
+// position order) for all its attention layers.
+constexpr int64_t kKvPagePositions = 64;
+
+// Per-sequence state in the backend's memory, allocated once: `slots` GDN states (the conv history and delta-rule
+// state of every GDN layer) and `pages` KV pages (K and V of every attention layer). Which slots and pages are
+// free is the model's business (model/state_store.h); this is storage.
+class StateStorage {
+ public:
+  virtual ~StateStorage() = default;
+  virtual int64_t slots() const = 0;
+  virtual int64_t pages() const = 0;
+  virtual size_t bytes() const = 0;
+  virtual void reset_slot(int32_t slot) = 0;  // the GDN state of an empty sequence
+};
+
+// What a piece's rows are for. It may choose kernels (decode rows: a skinny batch-invariant GEMM), never a row's
+// dependence on other rows. A token computed as a prefill row may differ in its last bits from the same token
+// computed as a decode row; nothing may depend on them being equal.
+enum class RowRole : uint8_t { prefill, decode };
+
+// The rows [first_row, first_row + rows) of a step are positions [start_position, start_position + rows) of the
+// sequence whose GDN state is `slot` of `storage` and whose KV pages are `page_table` (position order, covering
+// every position up to start_position + rows).
+struct StepPiece {
   int64_t first_row = 0;
   int64_t rows = 0;
   int64_t start_position = 0;
+  RowRole role = RowRole::prefill;
+  StateStorage* storage = nullptr;
+  int32_t slot = 0;
+  std::span<const int32_t> page_table;
 };
 
-// One sequence's state for one layer, kept by the backend between steps: GDN conv history and delta-rule state, or
-// a view of its K/V pages.
-class LayerState {
- public:
-  virtual ~LayerState() = default;
-  virtual void reset() = 0;  // an empty sequence
-};
-
-// Attention K/V lives in pages: a page holds kKvPagePositions consecutive positions of one sequence, and one page
-// id names the same block in every attention layer's storage, so a sequence keeps one page table (its page ids in
-// position order) for all its attention layers. Which pages are free is the model's business; this is storage.
-constexpr int64_t kKvPagePositions = 64;
-
-class KvPages {
- public:
-  virtual ~KvPages() = default;
-  virtual int64_t count() const = 0;  // pages
-  virtual size_t bytes() const = 0;
+// One step, handed to the backend once (begin_step) before its sublayers run; the spans must stay valid until the
+// step ends. Pieces are in row order.
+struct StepPlan {
+  std::span<const int32_t> ids;  // [rows] token ids
+  std::span<const StepPiece> pieces;
+  std::span<const int64_t> logit_rows;  // the rows lm_head computes logits for, ascending
 };
 
 // [rows, width] activations in the backend's memory and element type.
@@ -116,40 +133,54 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
 
-  virtual std::unique_ptr<Activations> new_activations(int64_t rows, int64_t width) = 0;
-  virtual std::unique_ptr<LayerState> new_gdn_state(const GdnShape& shape) = 0;
-  virtual size_t gdn_state_bytes(const GdnShape& shape) const = 0;
-  // Storage for `pages` pages of `layers` attention layers, allocated once.
-  virtual std::unique_ptr<KvPages> new_kv_pages(const AttentionShape& shape, int64_t layers, int64_t pages) = 0;
-  virtual size_t kv_page_bytes(const AttentionShape& shape) const = 0;  // one page of one attention layer (K and V)
-  // Attention layer `layer`'s view of one sequence's K/V in `pages`, read and written through `page_table`, which
-  // the sequence owns and must keep covering every position attention_mixer is asked to write.
-  virtual std::unique_ptr<LayerState> new_kv_cache(KvPages& pages, int64_t layer,
-                                                   const std::vector<int32_t>& page_table) = 0;
+  // The copy of `w` the backend's kernels read, made once at load and kept as long as the backend: the CPU reads
+  // the mapped checkpoint as is; a GPU copies it to device memory in the dtype the checkpoint stores.
+  virtual Weight resident(const Weight& w) = 0;
 
-  // out[r] = table[ids[r]]
-  virtual void embed(const Weight& table, std::span<const int32_t> ids, Activations& out) = 0;
+  virtual std::unique_ptr<StateStorage> new_state_storage(const GdnShape& gdn, int64_t gdn_layers, int64_t slots,
+                                                          const AttentionShape& attention, int64_t attention_layers,
+                                                          int64_t pages) = 0;
+  virtual size_t gdn_state_bytes(const GdnShape& shape) const = 0;      // one slot of one GDN layer
+  virtual size_t kv_page_bytes(const AttentionShape& shape) const = 0;  // one page of one attention layer (K and V)
+
+  // Room for the activations of steps whose scratch needs up to `bytes` (the model sizes it from its widths and
+  // the most rows a step will have): reserved before serving, so steps allocate nothing.
+  virtual void reserve_workspace(size_t bytes) = 0;
+  virtual size_t workspace_bytes() const = 0;
+
+  // Starts a step: the backend takes the plan (one copy to the device for a GPU) and recycles the previous step's
+  // activations. Every call below, until the next begin_step, belongs to this step.
+  virtual void begin_step(const StepPlan& plan) = 0;
+  // Activations of this step (valid until the next begin_step).
+  virtual std::unique_ptr<Activations> new_activations(int64_t rows, int64_t width) = 0;
+
+  // out[r] = table[ids[r]] for the step's ids
+  virtual void embed(const Weight& table, Activations& out) = 0;
   // out = x * rsqrt(mean(x^2) + eps) * (1 + w), per row
   virtual void rms_norm(const Activations& x, const Weight& w, double eps, Activations& out) = 0;
   // x += y
   virtual void add(Activations& x, const Activations& y) = 0;
-  // out = GDN(x) for each piece's rows, advancing states[i] (the state of pieces[i])
-  virtual void gdn_mixer(const GdnWeights& w, const GdnShape& shape, const Activations& x,
-                         std::span<const PieceRows> pieces, std::span<LayerState* const> states, Activations& out) = 0;
-  // out = gated causal attention(x) for each piece's rows, appending to states[i] (the KV cache of pieces[i]); reads
-  // positions through the page table in position order, so results do not depend on which pages a sequence got
-  virtual void attention_mixer(const AttentionWeights& w, const AttentionShape& shape, const Activations& x,
-                               std::span<const PieceRows> pieces, std::span<LayerState* const> states,
-                               Activations& out) = 0;
+  // out = GDN(x) over the step's pieces, advancing GDN layer `gdn_layer` of each piece's state
+  virtual void gdn_mixer(const GdnWeights& w, const GdnShape& shape, int64_t gdn_layer, const Activations& x,
+                         Activations& out) = 0;
+  // out = gated causal attention(x) over the step's pieces, writing each row's K/V into attention layer
+  // `attention_layer` of its sequence's pages and reading positions through the page table in position order, so
+  // results do not depend on which pages a sequence got
+  virtual void attention_mixer(const AttentionWeights& w, const AttentionShape& shape, int64_t attention_layer,
+                               const Activations& x, Activations& out) = 0;
   // out = down(silu(gate(x)) * up(x))
   virtual void mlp(const MlpWeights& w, const Activations& x, Activations& out) = 0;
-  // logits[i, :] = head · x[rows[i]], written to host memory [rows.size(), head.rows]
-  virtual void lm_head(const Weight& head, const Activations& x, std::span<const int64_t> rows, float* logits) = 0;
+  // logits[i, :] = head · x[plan.logit_rows[i]], written to host memory [logit_rows.size(), head.rows]
+  virtual void lm_head(const Weight& head, const Activations& x, float* logits) = 0;
   // Copies rows [first, first + count) to host memory as fp32.
   virtual void read_rows(const Activations& x, int64_t first, int64_t count, float* out) = 0;
 };
 
 // The reference backend: fp32 arithmetic on the CPU, multithreaded over the global thread pool.
 std::unique_ptr<Backend> make_cpu_backend();
+// The CUDA backend (sm_90a) on device `device`; throws duet::Error when this build has none or no GPU answers.
+std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+// True when this build has the CUDA backend and a CUDA device is present.
+bool cuda_backend_available();
 
 }  // namespace duet::backend

@@ -85,6 +85,7 @@ struct Engine::Impl {
         pool(model, options.parallel, options.context, plan.kv_pages),
         scheduler(pool, options.prefill_chunk, options.step_token_budget),
         sampling_pool(sampling_threads(options)) {
+    model.reserve_workspace(max_step_rows(options));  // steps allocate nothing
     stats.slots_total = stats.slots_free = pool.size();
     stats.kv_pages_total = pool.kv_pages_total();
     refresh_pool_stats_locked();
@@ -178,7 +179,8 @@ struct Engine::Impl {
     for (const ScheduledPiece& piece : planned) {
       pieces.push_back({.state = &scheduler.state_of(*piece.sequence),
                         .tokens = piece.tokens,
-                        .wants = piece.samples ? model::RowOutput::last_logits : model::RowOutput::none});
+                        .wants = piece.samples ? model::RowOutput::last_logits : model::RowOutput::none,
+                        .role = piece.is_prefill ? backend::RowRole::prefill : backend::RowRole::decode});
       if (piece.is_prefill) prompt_tokens += static_cast<int64_t>(piece.tokens.size());
     }
     const auto started = Clock::now();

@@ -29,6 +29,10 @@ int64_t planned_kv_pages(const model::Model& model, const EngineOptions& options
   return static_cast<int64_t>(options.parallel) * ((options.context + page - 1) / page);
 }
 
+int64_t max_step_rows(const EngineOptions& options) {
+  return static_cast<int64_t>(options.step_token_budget) + options.prefill_chunk + options.parallel;
+}
+
 MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options) {
   const model::Qwen35Config& config = model.config();
   MemoryPlan plan;
@@ -40,15 +44,10 @@ MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options) 
   plan.kv_page_bytes = model.kv_page_bytes();
   plan.state_pool_bytes = static_cast<size_t>(options.parallel) * plan.state_bytes_per_sequence +
                           static_cast<size_t>(plan.kv_pages) * plan.kv_page_bytes;
-  // One step's fp32 activations: each row carries a handful of hidden-width vectors, the MLP's gate/up/act and
-  // the GDN's projections; plus a logits row per sampling piece (and the sampler's copy of it).
-  const auto rows = static_cast<size_t>(options.step_token_budget) + static_cast<size_t>(options.prefill_chunk) +
-                    static_cast<size_t>(options.parallel);
-  const auto row_floats =
-      static_cast<size_t>(8 * config.hidden_size + 3 * config.intermediate_size + 2 * config.gdn_conv_dim());
-  const auto sampling_rows = static_cast<size_t>(options.parallel) + 1;
-  plan.workspace_bytes =
-      rows * row_floats * sizeof(float) + 2 * sampling_rows * static_cast<size_t>(config.vocab_size) * sizeof(float);
+  // One step's activations and logits, as the model counts them for its backend, plus the sampler's host copy of a
+  // logits row per sampling piece.
+  plan.workspace_bytes = model.workspace_bytes(max_step_rows(options)) +
+                         (static_cast<size_t>(options.parallel) + 1) * static_cast<size_t>(config.vocab_size) * sizeof(float);
   plan.total_bytes = plan.weight_bytes + plan.state_pool_bytes + plan.workspace_bytes;
   plan.limit_bytes = options.memory_limit_bytes != 0 ? options.memory_limit_bytes : physical_memory_bytes();
   return plan;

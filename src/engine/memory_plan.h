@@ -33,6 +33,8 @@ size_t physical_memory_bytes();
 
 // KV pages the options ask for: kv_cache_tokens rounded up to whole pages, or parallel * context's worth.
 int64_t planned_kv_pages(const model::Model& model, const EngineOptions& options);
+// The most rows one step can have (the scheduler's budget plus a chunk and a decode row per sequence of slack).
+int64_t max_step_rows(const EngineOptions& options);
 MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options);
 // Throws duet::Error naming the numbers when total_bytes exceeds limit_bytes.
 void check_memory_plan(const MemoryPlan& plan);

@@ -13,7 +13,7 @@ StatePool::StatePool(model::Model& model, int32_t slots, int32_t max_positions, 
       kv_pages_total_(kv_pages),
       bytes_(static_cast<size_t>(slots) * model.sequence_fixed_bytes() +
              static_cast<size_t>(kv_pages) * model.kv_page_bytes()) {
-  model.reserve_kv_pages(kv_pages);  // before any state, so every state takes its pages from the shared pool
+  model.reserve_state(slots, kv_pages);  // before any state, so every state takes its slot and pages from the store
   states_.reserve(static_cast<size_t>(slots));
   for (int32_t i = 0; i < slots; ++i) states_.push_back(model.new_sequence_state(max_positions));
 }

@@ -5,16 +5,18 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "backend/backend.h"
 #include "model/qwen35_config.h"
 
 namespace duet::model {
 
-// Everything one sequence carries between steps: per GDN layer the conv history and the fp32 delta-rule
-// state (a fixed allocation), the table of KV pages its attention layers write (taken from a page pool as it
-// grows), and how many positions have been consumed. Owned by the engine's StatePool; created by
-// Model::new_sequence_state. Destroying it returns its KV pages.
+// Everything one sequence carries between steps: a slot of GDN state (per GDN layer the conv history and the fp32
+// delta-rule state, a fixed allocation in the backend's memory), the table of KV pages its attention layers write
+// (taken from the model's state store as it grows), and how many positions have been consumed. Owned by the
+// engine's StatePool; created by Model::new_sequence_state. Destroying it returns its slot and KV pages.
 class SequenceState {
  public:
   virtual ~SequenceState() = default;
@@ -43,6 +45,9 @@ struct Piece {
   SequenceState* state = nullptr;   // advanced by tokens.size() positions
   std::span<const int32_t> tokens;  // ids in [0, vocab_size)
   RowOutput wants = RowOutput::last_logits;
+  // decode: one generated token (a GPU computes its rows with decode kernels); prefill: prompt rows, whose bytes
+  // do not depend on where the prompt was cut at multiples of 64.
+  backend::RowRole role = backend::RowRole::prefill;
 };
 
 struct PieceResult {
@@ -52,32 +57,41 @@ struct PieceResult {
 
 class Model {
  public:
-  // Loads config.json and the safetensors of `model_dir`, checking every tensor before building anything.
-  static std::unique_ptr<Model> load(const std::string& model_dir);
+  // Loads config.json and the safetensors of `model_dir`, checking every tensor before building anything, onto the
+  // backend named: cpu, cuda, or auto (cuda when this build has it and a GPU is present, else cpu).
+  static std::unique_ptr<Model> load(const std::string& model_dir, std::string_view backend = "cpu");
   virtual ~Model() = default;
 
   virtual const Qwen35Config& config() const = 0;
   virtual size_t weight_bytes() const = 0;
 
   // KV memory comes in pages of kv_page_positions() consecutive positions of one sequence, across all attention
-  // layers. The engine plans: weights + parallel * sequence_fixed_bytes() + pages * kv_page_bytes().
+  // layers. The engine plans: weights + parallel * sequence_fixed_bytes() + pages * kv_page_bytes()
+  // + workspace_bytes(the most rows of a step).
   virtual int32_t kv_page_positions() const = 0;
   virtual size_t kv_page_bytes() const = 0;         // one page, K and V of every attention layer
   virtual size_t sequence_fixed_bytes() const = 0;  // one sequence's GDN state (conv history, delta rule)
   // Bytes of one sequence's fixed state plus the K/V of max_positions positions.
   virtual size_t sequence_state_bytes(int32_t max_positions) const = 0;
 
-  // Allocates a shared pool of KV pages; every state made after takes its pages from it. A state holds on to its
-  // pool, so a later reserve (the next engine on the same model) leaves older states working, and an old pool's
-  // memory goes with its last state. Before any reserve, each state gets a private pool with room for its own
-  // max_positions (tools, tests).
-  virtual void reserve_kv_pages(int64_t pages) = 0;
-  virtual int64_t free_kv_pages() const = 0;  // in the latest shared pool; 0 when none was reserved
+  // Scratch memory of a step of `rows` rows (activations, logits), in the backend's memory.
+  virtual size_t workspace_bytes(int64_t rows) const = 0;
+  // Reserves that scratch for steps of up to `rows` rows before serving, so steps allocate nothing. A larger step
+  // still runs (the workspace grows first), but the engine never sends one.
+  virtual void reserve_workspace(int64_t rows) = 0;
+
+  // Allocates a shared state store: `sequences` GDN slots and `kv_pages` KV pages; every state made after takes its
+  // slot and pages from it. A state holds on to its store, so a later reserve (the next engine on the same model)
+  // leaves older states working, and an old store's memory goes with its last state. Before any reserve, each
+  // state gets a private store with one slot and room for its own max_positions (tools, tests).
+  virtual void reserve_state(int32_t sequences, int64_t kv_pages) = 0;
+  virtual int64_t free_kv_pages() const = 0;  // in the latest shared store; 0 when none was reserved
   virtual std::unique_ptr<SequenceState> new_sequence_state(int32_t max_positions) const = 0;
 
   // Runs one step. Each piece's rows depend only on its own sequence (row invariance): results do not change
   // with which other pieces share the step, nor with which KV pages they got. Throws duet::Error, with no state
   // moved, if a piece would pass its state's max_positions or the step needs more KV pages than are free.
+  // Pieces of either role may come in any order.
   virtual std::vector<PieceResult> forward(std::span<const Piece> pieces) = 0;
 };
 

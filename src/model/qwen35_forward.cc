@@ -34,13 +34,14 @@ std::vector<Qwen35SequenceState*> checked_states(std::span<const Piece> pieces, 
         fail("forward: piece {} has token id {} outside the vocabulary [0, {})", i, id, config.vocab_size);
     states.push_back(state);
   }
-  // KV pages, per pool (states without a shared pool have their own): all checked, then all taken.
-  std::map<KvPagePool*, int64_t> needed;
+  // KV pages, per store (states without a shared store have their own): all checked, then all taken.
+  std::map<StateStore*, int64_t> needed;
   for (size_t i = 0; i < pieces.size(); ++i)
-    needed[&states[i]->pool()] += states[i]->pages_needed(static_cast<int64_t>(pieces[i].tokens.size()));
-  for (const auto& [pool, pages] : needed)
-    if (pages > pool->free_count())
-      fail("forward: the step needs {} more KV pages, {} of {} are free", pages, pool->free_count(), pool->total());
+    needed[&states[i]->store()] += states[i]->pages_needed(static_cast<int64_t>(pieces[i].tokens.size()));
+  for (const auto& [store, pages] : needed)
+    if (pages > store->free_pages())
+      fail("forward: the step needs {} more KV pages, {} of {} are free", pages, store->free_pages(),
+           store->total_pages());
   for (size_t i = 0; i < pieces.size(); ++i)
     states[i]->take_pages(states[i]->pages_needed(static_cast<int64_t>(pieces[i].tokens.size())));
   return states;
@@ -52,39 +53,66 @@ std::vector<PieceResult> Qwen35Model::forward(std::span<const Piece> pieces) {
   std::vector<Qwen35SequenceState*> states = checked_states(pieces, config_);
   backend::Backend& be = *backend_;
 
-  // The step's layout: piece i owns rows [first_row, first_row + rows), its next positions.
-  std::vector<backend::PieceRows> rows_of;
-  std::vector<int32_t> ids;  // [R]
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    rows_of.push_back(
-        {static_cast<int64_t>(ids.size()), static_cast<int64_t>(pieces[i].tokens.size()), states[i]->position()});
+  // The step's layout: decode pieces first, then prefill pieces (each in the order given), so a backend sees each
+  // role's rows as one block. Piece i owns rows [first_row, first_row + rows), its next positions.
+  std::vector<size_t> order;
+  for (auto role : {backend::RowRole::decode, backend::RowRole::prefill})
+    for (size_t i = 0; i < pieces.size(); ++i)
+      if (pieces[i].role == role) order.push_back(i);
+  std::vector<backend::StepPiece> rows_of(pieces.size());  // indexed like `pieces`
+  std::vector<backend::StepPiece> plan_pieces;             // in row order
+  std::vector<int32_t> ids;                                // [R]
+  for (size_t i : order) {
+    Qwen35SequenceState& state = *states[i];
+    rows_of[i] = backend::StepPiece{.first_row = static_cast<int64_t>(ids.size()),
+                                    .rows = static_cast<int64_t>(pieces[i].tokens.size()),
+                                    .start_position = state.position(),
+                                    .role = pieces[i].role,
+                                    .storage = &state.store().storage(),
+                                    .slot = state.slot(),
+                                    .page_table = state.page_table()};
+    plan_pieces.push_back(rows_of[i]);
     ids.insert(ids.end(), pieces[i].tokens.begin(), pieces[i].tokens.end());
   }
   const auto R = static_cast<int64_t>(ids.size());
   const int64_t h = config_.hidden_size;
   if (dump_.enabled()) {
     std::vector<int32_t> positions;
-    for (const auto& p : rows_of)
+    for (const auto& p : plan_pieces)
       for (int64_t t = 0; t < p.rows; ++t) positions.push_back(static_cast<int32_t>(p.start_position + t));
     dump_.begin_step(ids, positions);
   }
 
+  // The rows whose logits come back (lm_head: [V, h]), in row order; piece i's start at logit_first[i].
+  std::vector<int64_t> logit_rows;
+  std::vector<size_t> logit_first(pieces.size());
+  for (size_t i : order) {
+    const auto& p = rows_of[i];
+    logit_first[i] = logit_rows.size();
+    if (has(pieces[i].wants, RowOutput::all_logits)) {
+      for (int64_t t = 0; t < p.rows; ++t) logit_rows.push_back(p.first_row + t);
+    } else if (has(pieces[i].wants, RowOutput::last_logits)) {
+      logit_rows.push_back(p.first_row + p.rows - 1);
+    }
+  }
+  // Never in serving (the engine reserves for its largest step): tools and tests grow the workspace as they go.
+  if (const size_t bytes = step_bytes(R, static_cast<int64_t>(logit_rows.size())); bytes > be.workspace_bytes())
+    be.reserve_workspace(bytes);
+  be.begin_step(backend::StepPlan{ids, plan_pieces, logit_rows});
   auto x = be.new_activations(R, h);       // [R, h] the residual stream
   auto normed = be.new_activations(R, h);  // [R, h] a norm's output, the sublayers' input
   auto delta = be.new_activations(R, h);   // [R, h] a sublayer's output, added to the residual
-  be.embed(weights_.embed_tokens, ids, *x);
+  be.embed(weights_.embed_tokens, *x);
   if (dump_.enabled()) dump_.add(be, "hidden.0", *x);
 
-  std::vector<backend::LayerState*> layer_states(pieces.size());
+  int64_t gdn_layer = 0, attention_layer = 0;
   for (size_t l = 0; l < weights_.layers.size(); ++l) {
     const Qwen35LayerWeights& layer = weights_.layers[l];
-    for (size_t i = 0; i < states.size(); ++i) layer_states[i] = states[i]->layer(l);
-
     be.rms_norm(*x, layer.input_layernorm, config_.rms_norm_eps, *normed);
     if (layer.type == LayerType::linear_attention) {
-      be.gdn_mixer(layer.gdn, gdn_shape_, *normed, rows_of, layer_states, *delta);
+      be.gdn_mixer(layer.gdn, gdn_shape_, gdn_layer++, *normed, *delta);
     } else {
-      be.attention_mixer(layer.attention, attention_shape_, *normed, rows_of, layer_states, *delta);
+      be.attention_mixer(layer.attention, attention_shape_, attention_layer++, *normed, *delta);
     }
     be.add(*x, *delta);
 
@@ -100,29 +128,18 @@ std::vector<PieceResult> Qwen35Model::forward(std::span<const Piece> pieces) {
     dump_.end_step();
   }
 
-  // Outputs: final-norm rows and logits (lm_head: [V, h]) of the rows each piece asked for.
-  std::vector<int64_t> logit_rows;
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    const auto& p = rows_of[i];
-    if (has(pieces[i].wants, RowOutput::all_logits)) {
-      for (int64_t t = 0; t < p.rows; ++t) logit_rows.push_back(p.first_row + t);
-    } else if (has(pieces[i].wants, RowOutput::last_logits)) {
-      logit_rows.push_back(p.first_row + p.rows - 1);
-    }
-  }
+  // Outputs: logits and final-norm rows of the rows each piece asked for.
   const int64_t V = config_.vocab_size;
   std::vector<float> logits(logit_rows.size() * static_cast<size_t>(V));  // [logit rows, V]
-  if (!logit_rows.empty()) be.lm_head(weights_.lm_head, *normed, logit_rows, logits.data());
+  if (!logit_rows.empty()) be.lm_head(weights_.lm_head, *normed, logits.data());
 
   std::vector<PieceResult> results(pieces.size());
-  size_t next_logit_row = 0;
   for (size_t i = 0; i < pieces.size(); ++i) {
     const auto& p = rows_of[i];
     const RowOutput wants = pieces[i].wants;
     const int64_t count = has(wants, RowOutput::all_logits) ? p.rows : has(wants, RowOutput::last_logits) ? 1 : 0;
-    results[i].logits.assign(logits.begin() + static_cast<int64_t>(next_logit_row) * V,
-                             logits.begin() + static_cast<int64_t>(next_logit_row + count) * V);
-    next_logit_row += static_cast<size_t>(count);
+    const auto first = static_cast<int64_t>(logit_first[i]);
+    results[i].logits.assign(logits.begin() + first * V, logits.begin() + (first + count) * V);
     if (has(wants, RowOutput::norm_rows)) {
       results[i].norm_rows.resize(static_cast<size_t>(p.rows * h));
       be.read_rows(*normed, p.first_row, p.rows, results[i].norm_rows.data());

@@ -1,6 +1,7 @@
 #include "model/qwen35_model.h"
 
 #include <chrono>
+#include <algorithm>
 #include <filesystem>
 
 #include "base/error.h"
@@ -9,65 +10,114 @@
 namespace duet::model {
 
 void Qwen35SequenceState::reset() {
-  for (auto& layer : layers_) layer->reset();
-  pool_->give_back(*page_table_);
+  store_->storage().reset_slot(slot_);
+  store_->give_back_pages(page_table_);
   position_ = 0;
 }
+
+namespace {
+
+// The weights as `backend` reads them: each tensor made resident once (a GPU copies it to its memory as stored).
+Qwen35Weights resident_weights(const Qwen35Weights& bound, backend::Backend& be) {
+  Qwen35Weights w = bound;
+  for (backend::Weight* t : {&w.embed_tokens, &w.final_norm, &w.lm_head}) *t = be.resident(*t);
+  for (Qwen35LayerWeights& layer : w.layers) {
+    for (backend::Weight* t : {&layer.input_layernorm, &layer.post_attention_layernorm, &layer.mlp.gate_proj,
+                               &layer.mlp.up_proj, &layer.mlp.down_proj})
+      *t = be.resident(*t);
+    if (layer.type == LayerType::linear_attention) {
+      backend::GdnWeights& g = layer.gdn;
+      for (backend::Weight* t : {&g.in_proj_qkv, &g.in_proj_z, &g.in_proj_b, &g.in_proj_a, &g.conv1d, &g.A_log,
+                                 &g.dt_bias, &g.norm, &g.out_proj})
+        *t = be.resident(*t);
+    } else {
+      backend::AttentionWeights& a = layer.attention;
+      for (backend::Weight* t : {&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj, &a.q_norm, &a.k_norm})
+        *t = be.resident(*t);
+    }
+  }
+  return w;
+}
+
+// Logit rows a step's workspace holds without growing: every piece's last row of a full engine step. Steps that
+// ask for more (all_logits, in tests and tools) grow it first.
+constexpr int64_t kWorkspaceLogitRows = 256;
+
+}  // namespace
 
 Qwen35Model::Qwen35Model(Qwen35Config config, checkpoint::Checkpoint checkpoint,
                          std::unique_ptr<backend::Backend> backend)
     : config_(std::move(config)),
       checkpoint_(std::move(checkpoint)),
-      weights_(bind_qwen35_weights(checkpoint_, config_)),
       backend_(std::move(backend)),
+      // Binding checks every tensor before the backend sees any of them.
+      weights_(resident_weights(bind_qwen35_weights(checkpoint_, config_), *backend_)),
       gdn_shape_(gdn_shape(config_)),
       attention_shape_(attention_shape(config_)),
-      attention_layers_(config_.layer_count(LayerType::full_attention)) {}
+      attention_layers_(config_.layer_count(LayerType::full_attention)),
+      gdn_layers_(config_.layer_count(LayerType::linear_attention)) {}
 
 size_t Qwen35Model::kv_page_bytes() const {
   return static_cast<size_t>(attention_layers_) * backend_->kv_page_bytes(attention_shape_);
 }
 
 size_t Qwen35Model::sequence_fixed_bytes() const {
-  return static_cast<size_t>(config_.layer_count(LayerType::linear_attention)) * backend_->gdn_state_bytes(gdn_shape_);
+  return static_cast<size_t>(gdn_layers_) * backend_->gdn_state_bytes(gdn_shape_);
 }
 
 size_t Qwen35Model::sequence_state_bytes(int32_t max_positions) const {
   return sequence_fixed_bytes() + kv_page_bytes() / backend::kKvPagePositions * static_cast<size_t>(max_positions);
 }
 
-void Qwen35Model::reserve_kv_pages(int64_t pages) {
-  kv_pages_ = std::make_shared<KvPagePool>(*backend_, attention_shape_, attention_layers_, pages);
+size_t Qwen35Model::workspace_bytes(int64_t rows) const { return step_bytes(rows, std::min(rows, kWorkspaceLogitRows)); }
+
+// Counted at 4 bytes an element (fp32 on the CPU; a GPU's BF16 activations take less): the residual stream, a norm's
+// output and a sublayer's output, the largest sublayer's scratch, and the logits of the rows that want them.
+size_t Qwen35Model::step_bytes(int64_t rows, int64_t logit_rows) const {
+  const Qwen35Config& c = config_;
+  const int64_t value_width = c.linear_num_value_heads * c.linear_value_head_dim;
+  const int64_t gdn = 2 * gdn_shape_.conv_channels() + 3 * value_width + 2 * c.linear_num_value_heads;
+  const int64_t attention = c.num_attention_heads * c.head_dim * 3 + 2 * c.num_key_value_heads * c.head_dim;
+  const int64_t mlp = 2 * c.intermediate_size;
+  const int64_t per_row = 3 * c.hidden_size + std::max({gdn, attention, mlp});
+  return static_cast<size_t>(4 * (rows * per_row + logit_rows * (c.vocab_size + c.hidden_size))) + (1 << 20);
+}
+
+void Qwen35Model::reserve_workspace(int64_t rows) { backend_->reserve_workspace(workspace_bytes(rows)); }
+
+void Qwen35Model::reserve_state(int32_t sequences, int64_t kv_pages) {
+  store_ = std::make_shared<StateStore>(*backend_, gdn_shape_, gdn_layers_, sequences, attention_shape_,
+                                        attention_layers_, kv_pages);
 }
 
 std::unique_ptr<SequenceState> Qwen35Model::new_sequence_state(int32_t max_positions) const {
   if (max_positions <= 0) fail("sequence state: max_positions = {} must be positive", max_positions);
-  // Without a shared pool the state brings its own, with room for exactly its max_positions (as many pages).
-  std::shared_ptr<KvPagePool> pool =
-      kv_pages_
-          ? kv_pages_
-          : std::make_shared<KvPagePool>(*backend_, attention_shape_, attention_layers_, kv_pages_for(max_positions));
-  auto page_table = std::make_unique<std::vector<int32_t>>();
-  std::vector<std::unique_ptr<backend::LayerState>> layers;
-  int64_t attention_layer = 0;
-  for (auto type : config_.layer_types)
-    layers.push_back(type == LayerType::linear_attention
-                         ? backend_->new_gdn_state(gdn_shape_)
-                         : backend_->new_kv_cache(pool->storage(), attention_layer++, *page_table));
-  return std::make_unique<Qwen35SequenceState>(std::move(layers), std::move(pool), std::move(page_table),
-                                               max_positions);
+  // Without a shared store the state brings its own: one slot, and as many pages as its max_positions need.
+  std::shared_ptr<StateStore> store =
+      store_ ? store_
+             : std::make_shared<StateStore>(*backend_, gdn_shape_, gdn_layers_, 1, attention_shape_, attention_layers_,
+                                            kv_pages_for(max_positions));
+  return std::make_unique<Qwen35SequenceState>(std::move(store), max_positions);
 }
 
-std::unique_ptr<Model> Model::load(const std::string& model_dir) {
+std::unique_ptr<backend::Backend> make_backend(std::string_view name) {
+  if (name == "cpu") return backend::make_cpu_backend();
+  if (name == "cuda") return backend::make_cuda_backend();
+  if (name == "auto") return backend::cuda_backend_available() ? backend::make_cuda_backend() : backend::make_cpu_backend();
+  fail("backend `{}`: expected cpu, cuda or auto", name);
+}
+
+std::unique_ptr<Model> Model::load(const std::string& model_dir, std::string_view backend_name) {
   const auto start = std::chrono::steady_clock::now();
   if (!std::filesystem::is_directory(model_dir)) fail("{}: not a model folder", model_dir);
   auto config = Qwen35Config::load((std::filesystem::path(model_dir) / "config.json").string());
   auto checkpoint = checkpoint::Checkpoint::open(model_dir);
   // The constructor binds (and so checks) every tensor before the backend sees any of them.
-  auto model = std::make_unique<Qwen35Model>(std::move(config), std::move(checkpoint), backend::make_cpu_backend());
+  auto model = std::make_unique<Qwen35Model>(std::move(config), std::move(checkpoint), make_backend(backend_name));
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  log_info("loaded {} ({} layers, {:.1f} MB of weights) in {:.0f} ms", model_dir, model->config().num_hidden_layers,
-           static_cast<double>(model->weight_bytes()) / 1e6, ms);
+  log_info("loaded {} ({} layers, {:.1f} MB of weights) on the {} backend in {:.0f} ms", model_dir,
+           model->config().num_hidden_layers, static_cast<double>(model->weight_bytes()) / 1e6,
+           model->backend().name(), ms);
   return model;
 }
 

@@ -59,7 +59,7 @@ size_t FakeModel::sequence_state_bytes(int32_t max_positions) const {
   return static_cast<size_t>(max_positions) * sizeof(int32_t);
 }
 
-void FakeModel::reserve_kv_pages(int64_t pages) { free_pages_ = std::make_shared<int64_t>(pages); }
+void FakeModel::reserve_state(int32_t, int64_t pages) { free_pages_ = std::make_shared<int64_t>(pages); }
 
 int64_t FakeModel::free_kv_pages() const { return free_pages_ ? *free_pages_ : 0; }
 

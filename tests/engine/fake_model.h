@@ -30,7 +30,9 @@ class FakeModel : public model::Model {
   size_t kv_page_bytes() const override { return 64 * sizeof(int32_t); }
   size_t sequence_fixed_bytes() const override { return 0; }
   size_t sequence_state_bytes(int32_t max_positions) const override;
-  void reserve_kv_pages(int64_t pages) override;
+  size_t workspace_bytes(int64_t rows) const override { return static_cast<size_t>(rows) * 64; }
+  void reserve_workspace(int64_t) override {}
+  void reserve_state(int32_t sequences, int64_t kv_pages) override;
   int64_t free_kv_pages() const override;
   std::unique_ptr<model::SequenceState> new_sequence_state(int32_t max_positions) const override;
   std::vector<model::PieceResult> forward(std::span<const model::Piece> pieces) override;

@@ -56,7 +56,7 @@ class RowInvarianceKvPages : public ::testing::TestWithParam<std::string> {
 
 TEST_P(RowInvarianceKvPages, PagesAreTakenAsASequenceGrowsAndAllReturned) {
   EXPECT_EQ(model_->kv_page_positions(), 64);
-  model_->reserve_kv_pages(8);
+  model_->reserve_state(4, 8);
   EXPECT_EQ(model_->free_kv_pages(), 8);
   {
     auto state = model_->new_sequence_state(300);
@@ -83,7 +83,7 @@ TEST_P(RowInvarianceKvPages, PagesAreTakenAsASequenceGrowsAndAllReturned) {
 TEST_P(RowInvarianceKvPages, AStepNeedingMorePagesThanFreeIsRefusedWithoutMovingState) {
   const auto ids = goldens_->i32("len130.ids");
   const Rows alone = run_alone(*model_, ids);
-  model_->reserve_kv_pages(3);
+  model_->reserve_state(4, 3);
   auto first = model_->new_sequence_state(300), second = model_->new_sequence_state(300);
   Piece start{first.get(), std::span(ids).first(10), kAll};
   Rows rows;
@@ -106,7 +106,7 @@ TEST_P(RowInvarianceKvPages, AStepNeedingMorePagesThanFreeIsRefusedWithoutMoving
 TEST_P(RowInvarianceKvPages, InterleavedPagesGiveTheRowsOfASequenceAlone) {
   const auto long_ids = goldens_->i32("len300.ids"), short_ids = goldens_->i32("len130.ids");
   const Rows long_alone = run_alone(*model_, long_ids), short_alone = run_alone(*model_, short_ids);
-  model_->reserve_kv_pages(16);
+  model_->reserve_state(4, 16);
   auto a = model_->new_sequence_state(300), b = model_->new_sequence_state(300);
   auto filler = model_->new_sequence_state(300);
   feed(*model_, *filler, 64);  // holds page 0 and gives it back midway, so `a` gets pages out of order

@@ -33,7 +33,7 @@ void apply_rope(float* head, int64_t rotary_dim, int64_t position, double theta)
 }  // namespace
 
 void attention_mixer(const AttentionWeights& w, const AttentionShape& shape, const CpuActivations& x,
-                     std::span<const PieceRows> pieces, std::span<CpuKvCache* const> caches, CpuActivations& out) {
+                     std::span<const StepPiece> pieces, std::span<const CpuKvCache> caches, CpuActivations& out) {
   const int64_t rows = x.rows();
   const int64_t hd = shape.head_dim, qh = shape.q_heads, kvh = shape.kv_heads;
   std::vector<float> q_gate(static_cast<size_t>(rows * qh * 2 * hd));  // [rows, q_heads, query | gate]
@@ -57,7 +57,7 @@ void attention_mixer(const AttentionWeights& w, const AttentionShape& shape, con
         rms_norm_one_plus(query, hd, w.q_norm, eps, query);
         apply_rope(query, shape.rotary_dim, position, shape.rope_theta);
       }
-      CpuKvCache& cache = *caches[row_piece[r]];
+      const CpuKvCache& cache = caches[row_piece[r]];
       for (int64_t h = 0; h < kvh; ++h) {
         float* key = k.data() + (r * kvh + h) * hd;
         rms_norm_one_plus(key, hd, w.k_norm, eps, key);
@@ -78,7 +78,7 @@ void attention_mixer(const AttentionWeights& w, const AttentionShape& shape, con
     for (size_t task = begin; task < end; ++task) {
       const int64_t r = static_cast<int64_t>(task) / qh, h = static_cast<int64_t>(task) % qh, kv = h / group;
       const auto& piece = pieces[row_piece[r]];
-      CpuKvCache& cache = *caches[row_piece[r]];
+      const CpuKvCache& cache = caches[row_piece[r]];
       const int64_t position = piece.start_position + (r - piece.first_row);
       const float* query = q_gate.data() + (r * qh + h) * 2 * hd;
       weights.resize(static_cast<size_t>(position + 1));
@@ -103,7 +103,6 @@ void attention_mixer(const AttentionWeights& w, const AttentionShape& shape, con
       for (int64_t i = 0; i < hd; ++i) o[i] *= sigmoid(gate[i]);
     }
   });
-  for (size_t p = 0; p < pieces.size(); ++p) caches[p]->position = pieces[p].start_position + pieces[p].rows;
   matmul(attended.data(), rows, w.o_proj, out.values.data());
 }
 

@@ -1,4 +1,5 @@
 // The reference backend: fp32 on the CPU. Sublayers live in their own files; this one wires them to the interface.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -20,44 +21,47 @@ using cpu::CpuActivations;
 const CpuActivations& cpu_of(const Activations& a) { return static_cast<const CpuActivations&>(a); }
 CpuActivations& cpu_of(Activations& a) { return static_cast<CpuActivations&>(a); }
 
-template <typename State>
-std::vector<State*> states_of(std::span<LayerState* const> states) {
-  std::vector<State*> typed;
-  for (LayerState* s : states) {
-    auto* t = dynamic_cast<State*>(s);
-    if (t == nullptr) fail("cpu backend: a layer state of the wrong kind was passed");
-    typed.push_back(t);
-  }
-  return typed;
-}
-
 class CpuBackend final : public Backend {
  public:
   std::string_view name() const override { return "cpu"; }
 
+  Weight resident(const Weight& w) override { return w; }  // the mapped checkpoint, read in place
+
+  std::unique_ptr<StateStorage> new_state_storage(const GdnShape& gdn, int64_t gdn_layers, int64_t slots,
+                                                  const AttentionShape& attention, int64_t attention_layers,
+                                                  int64_t pages) override {
+    return std::make_unique<cpu::CpuStateStorage>(gdn, gdn_layers, slots, attention, attention_layers, pages);
+  }
+  size_t gdn_state_bytes(const GdnShape& shape) const override { return cpu::CpuGdnState::bytes_for(shape); }
+  size_t kv_page_bytes(const AttentionShape& shape) const override { return cpu::CpuKvPages::page_bytes(shape); }
+
+  // The CPU's sublayers keep their scratch in vectors of their own; only the step's activations are counted.
+  void reserve_workspace(size_t bytes) override { workspace_bytes_ = std::max(workspace_bytes_, bytes); }
+  size_t workspace_bytes() const override { return workspace_bytes_; }
+
+  void begin_step(const StepPlan& plan) override {
+    plan_ = plan;
+    storages_.clear();
+    for (const StepPiece& piece : plan.pieces) {
+      auto* storage = dynamic_cast<cpu::CpuStateStorage*>(piece.storage);  // once per piece and step
+      if (storage == nullptr) fail("cpu backend: a piece's state storage belongs to another backend");
+      if (piece.slot < 0 || piece.slot >= storage->slots())
+        fail("cpu backend: slot {} of a storage with {} slots", piece.slot, storage->slots());
+      if (piece.start_position + piece.rows > static_cast<int64_t>(piece.page_table.size()) * kKvPagePositions)
+        fail("cpu backend: KV pages for {} positions cannot take positions up to {}",
+             piece.page_table.size() * kKvPagePositions, piece.start_position + piece.rows);
+      storages_.push_back(storage);
+    }
+  }
+
   std::unique_ptr<Activations> new_activations(int64_t rows, int64_t width) override {
     return std::make_unique<CpuActivations>(rows, width);
   }
-  std::unique_ptr<LayerState> new_gdn_state(const GdnShape& shape) override {
-    return std::make_unique<cpu::CpuGdnState>(shape);
-  }
-  size_t gdn_state_bytes(const GdnShape& shape) const override { return cpu::CpuGdnState::bytes_for(shape); }
-  std::unique_ptr<KvPages> new_kv_pages(const AttentionShape& shape, int64_t layers, int64_t pages) override {
-    return std::make_unique<cpu::CpuKvPages>(shape, layers, pages);
-  }
-  size_t kv_page_bytes(const AttentionShape& shape) const override { return cpu::CpuKvPages::page_bytes(shape); }
-  std::unique_ptr<LayerState> new_kv_cache(KvPages& pages, int64_t layer,
-                                           const std::vector<int32_t>& page_table) override {
-    auto* cpu_pages = dynamic_cast<cpu::CpuKvPages*>(&pages);
-    if (cpu_pages == nullptr) fail("cpu backend: KV pages of another backend were passed");
-    if (layer < 0 || layer >= static_cast<int64_t>(cpu_pages->keys.size()))
-      fail("cpu backend: attention layer {} of KV pages for {} layers", layer, cpu_pages->keys.size());
-    return std::make_unique<cpu::CpuKvCache>(*cpu_pages, layer, page_table);
-  }
 
-  void embed(const Weight& table, std::span<const int32_t> ids, Activations& out) override {
+  void embed(const Weight& table, Activations& out) override {
     auto& o = cpu_of(out);
-    for (size_t r = 0; r < ids.size(); ++r) cpu::weight_to_float(table, ids[r] * table.cols, table.cols, o.row(r));
+    for (size_t r = 0; r < plan_.ids.size(); ++r)
+      cpu::weight_to_float(table, plan_.ids[r] * table.cols, table.cols, o.row(r));
   }
 
   void rms_norm(const Activations& x, const Weight& w, double eps, Activations& out) override {
@@ -75,29 +79,29 @@ class CpuBackend final : public Backend {
     for (size_t i = 0; i < a.size(); ++i) a[i] += b[i];
   }
 
-  void gdn_mixer(const GdnWeights& w, const GdnShape& shape, const Activations& x, std::span<const PieceRows> pieces,
-                 std::span<LayerState* const> states, Activations& out) override {
-    const auto typed = states_of<cpu::CpuGdnState>(states);
-    cpu::gdn_mixer(w, shape, cpu_of(x), pieces, typed, cpu_of(out));
+  void gdn_mixer(const GdnWeights& w, const GdnShape& shape, int64_t gdn_layer, const Activations& x,
+                 Activations& out) override {
+    std::vector<cpu::CpuGdnState*> states;
+    for (size_t i = 0; i < plan_.pieces.size(); ++i)
+      states.push_back(&storages_[i]->gdn(plan_.pieces[i].slot, gdn_layer));
+    cpu::gdn_mixer(w, shape, cpu_of(x), plan_.pieces, states, cpu_of(out));
   }
 
-  void attention_mixer(const AttentionWeights& w, const AttentionShape& shape, const Activations& x,
-                       std::span<const PieceRows> pieces, std::span<LayerState* const> states,
-                       Activations& out) override {
-    const auto typed = states_of<cpu::CpuKvCache>(states);
-    for (size_t p = 0; p < pieces.size(); ++p)
-      if (pieces[p].start_position + pieces[p].rows > typed[p]->capacity())
-        fail("cpu backend: KV pages for {} positions cannot take positions up to {}", typed[p]->capacity(),
-             pieces[p].start_position + pieces[p].rows);
-    cpu::attention_mixer(w, shape, cpu_of(x), pieces, typed, cpu_of(out));
+  void attention_mixer(const AttentionWeights& w, const AttentionShape& shape, int64_t attention_layer,
+                       const Activations& x, Activations& out) override {
+    std::vector<cpu::CpuKvCache> caches;
+    for (size_t i = 0; i < plan_.pieces.size(); ++i)
+      caches.push_back(cpu::CpuKvCache{&storages_[i]->kv, attention_layer, plan_.pieces[i].page_table});
+    cpu::attention_mixer(w, shape, cpu_of(x), plan_.pieces, caches, cpu_of(out));
   }
 
   void mlp(const MlpWeights& w, const Activations& x, Activations& out) override {
     cpu::mlp(w, cpu_of(x), cpu_of(out));
   }
 
-  void lm_head(const Weight& head, const Activations& x, std::span<const int64_t> rows, float* logits) override {
+  void lm_head(const Weight& head, const Activations& x, float* logits) override {
     const auto& in = cpu_of(x);
+    const std::span<const int64_t> rows = plan_.logit_rows;
     std::vector<float> selected(rows.size() * static_cast<size_t>(in.width()));
     for (size_t i = 0; i < rows.size(); ++i)
       std::memcpy(selected.data() + i * in.width(), in.row(rows[i]), sizeof(float) * in.width());
@@ -108,6 +112,11 @@ class CpuBackend final : public Backend {
     const auto& in = cpu_of(x);
     std::memcpy(out, in.row(first), sizeof(float) * static_cast<size_t>(count * in.width()));
   }
+
+ private:
+  StepPlan plan_;
+  std::vector<cpu::CpuStateStorage*> storages_;  // of plan_.pieces
+  size_t workspace_bytes_ = 0;
 };
 
 }  // namespace

@@ -39,6 +39,21 @@ CpuKvPages::CpuKvPages(const AttentionShape& s, int64_t layers, int64_t pages)
       values(keys),
       pages_(pages) {}
 
+CpuStateStorage::CpuStateStorage(const GdnShape& gdn, int64_t gdn_layers, int64_t slots,
+                                 const AttentionShape& attention, int64_t attention_layers, int64_t pages)
+    : kv(attention, attention_layers, pages), gdn_layers_(gdn_layers), slots_(slots) {
+  gdn_.reserve(static_cast<size_t>(slots * gdn_layers));
+  for (int64_t i = 0; i < slots * gdn_layers; ++i) gdn_.emplace_back(gdn);
+}
+
+size_t CpuStateStorage::bytes() const {
+  return kv.bytes() + (gdn_.empty() ? 0 : gdn_.size() * CpuGdnState::bytes_for(gdn_.front().shape));
+}
+
+void CpuStateStorage::reset_slot(int32_t slot) {
+  for (int64_t l = 0; l < gdn_layers_; ++l) gdn(slot, l).reset();
+}
+
 size_t CpuKvPages::page_bytes(const AttentionShape& s) {
   return static_cast<size_t>(2 * kKvPagePositions * s.kv_heads * s.head_dim) * sizeof(float);
 }

@@ -1,5 +1,6 @@
 #pragma once
 // The CPU backend's per-sequence, per-layer state and activations, all fp32.
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -17,11 +18,11 @@ class CpuActivations final : public Activations {
 };
 
 // A GDN layer's state: conv history and the chunked delta-rule state of every value head.
-class CpuGdnState final : public LayerState {
+class CpuGdnState {
  public:
   explicit CpuGdnState(const GdnShape& shape);
   static size_t bytes_for(const GdnShape& shape);
-  void reset() override;
+  void reset();
   DeltaRuleHead head(int64_t value_head);
 
   GdnShape shape;
@@ -34,12 +35,12 @@ class CpuGdnState final : public LayerState {
 };
 
 // The K/V pages of every attention layer: post-norm, post-RoPE keys and values, fp32.
-class CpuKvPages final : public KvPages {
+class CpuKvPages {
  public:
   CpuKvPages(const AttentionShape& shape, int64_t layers, int64_t pages);
   static size_t page_bytes(const AttentionShape& shape);  // one page of one layer
-  int64_t count() const override { return pages_; }
-  size_t bytes() const override { return static_cast<size_t>(pages_) * keys.size() * page_bytes(shape); }
+  int64_t count() const { return pages_; }
+  size_t bytes() const { return static_cast<size_t>(pages_) * keys.size() * page_bytes(shape); }
   // Row `offset` of page `page` for one KV head of one layer: [head_dim] floats.
   float* key(int64_t layer, int32_t page, int64_t offset, int64_t kv_head) {
     return keys[layer].data() + ((page * kKvPagePositions + offset) * shape.kv_heads + kv_head) * shape.head_dim;
@@ -57,23 +58,37 @@ class CpuKvPages final : public KvPages {
 };
 
 // One attention layer's view of one sequence's K/V: position p lives at row p % 64 of page page_table[p / 64].
-class CpuKvCache final : public LayerState {
- public:
-  CpuKvCache(CpuKvPages& pages, int64_t layer, const std::vector<int32_t>& page_table)
-      : pages(pages), layer(layer), page_table(page_table) {}
-  void reset() override { position = 0; }  // the pages themselves go back through the sequence
+struct CpuKvCache {
   int64_t capacity() const { return static_cast<int64_t>(page_table.size()) * kKvPagePositions; }
-  float* key(int64_t pos, int64_t kv_head) {
-    return pages.key(layer, page_table[pos / kKvPagePositions], pos % kKvPagePositions, kv_head);
+  float* key(int64_t pos, int64_t kv_head) const {
+    return pages->key(layer, page_table[pos / kKvPagePositions], pos % kKvPagePositions, kv_head);
   }
-  float* value(int64_t pos, int64_t kv_head) {
-    return pages.value(layer, page_table[pos / kKvPagePositions], pos % kKvPagePositions, kv_head);
+  float* value(int64_t pos, int64_t kv_head) const {
+    return pages->value(layer, page_table[pos / kKvPagePositions], pos % kKvPagePositions, kv_head);
   }
 
-  CpuKvPages& pages;
-  int64_t layer;
-  const std::vector<int32_t>& page_table;
-  int64_t position = 0;  // positions written
+  CpuKvPages* pages = nullptr;
+  int64_t layer = 0;
+  std::span<const int32_t> page_table;
+};
+
+// Every sequence state of a model: `slots` x gdn_layers GDN states, slot-major, and the KV pages.
+class CpuStateStorage final : public StateStorage {
+ public:
+  CpuStateStorage(const GdnShape& gdn, int64_t gdn_layers, int64_t slots, const AttentionShape& attention,
+                  int64_t attention_layers, int64_t pages);
+  int64_t slots() const override { return slots_; }
+  int64_t pages() const override { return kv.count(); }
+  size_t bytes() const override;
+  void reset_slot(int32_t slot) override;
+  CpuGdnState& gdn(int32_t slot, int64_t layer) { return gdn_[static_cast<size_t>(slot * gdn_layers_ + layer)]; }
+
+  CpuKvPages kv;
+
+ private:
+  int64_t gdn_layers_;
+  int64_t slots_;
+  std::vector<CpuGdnState> gdn_;
 };
 
 }  // namespace duet::backend::cpu

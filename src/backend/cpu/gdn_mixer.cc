@@ -17,7 +17,7 @@ namespace {
 
 // u[r, c] = silu(sum_j w[c, j] * in[c, t - (K-1) + j]) per piece, where inputs before the piece come from the
 // sequence's conv history (zeros at the start); then the history keeps the last K-1 inputs. In place on qkv.
-void causal_conv_silu(const Weight& conv, const GdnShape& shape, std::span<const PieceRows> pieces,
+void causal_conv_silu(const Weight& conv, const GdnShape& shape, std::span<const StepPiece> pieces,
                       std::span<CpuGdnState* const> states, std::vector<float>& qkv) {
   const int64_t channels = shape.conv_channels(), kernel = shape.conv_kernel, history = kernel - 1;
   global_thread_pool().parallel_for(static_cast<size_t>(channels), [&](size_t begin, size_t end) {
@@ -45,7 +45,7 @@ void causal_conv_silu(const Weight& conv, const GdnShape& shape, std::span<const
 
 }  // namespace
 
-void gdn_mixer(const GdnWeights& w, const GdnShape& shape, const CpuActivations& x, std::span<const PieceRows> pieces,
+void gdn_mixer(const GdnWeights& w, const GdnShape& shape, const CpuActivations& x, std::span<const StepPiece> pieces,
                std::span<CpuGdnState* const> states, CpuActivations& out) {
   const int64_t rows = x.rows();
   const int64_t channels = shape.conv_channels();

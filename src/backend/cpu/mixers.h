@@ -7,11 +7,11 @@
 
 namespace duet::backend::cpu {
 
-void gdn_mixer(const GdnWeights& w, const GdnShape& shape, const CpuActivations& x, std::span<const PieceRows> pieces,
+void gdn_mixer(const GdnWeights& w, const GdnShape& shape, const CpuActivations& x, std::span<const StepPiece> pieces,
                std::span<CpuGdnState* const> states, CpuActivations& out);
 
 void attention_mixer(const AttentionWeights& w, const AttentionShape& shape, const CpuActivations& x,
-                     std::span<const PieceRows> pieces, std::span<CpuKvCache* const> caches, CpuActivations& out);
+                     std::span<const StepPiece> pieces, std::span<const CpuKvCache> caches, CpuActivations& out);
 
 void mlp(const MlpWeights& w, const CpuActivations& x, CpuActivations& out);
 
