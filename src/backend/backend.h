@@ -137,6 +137,10 @@ class Backend {
   // the mapped checkpoint as is; a GPU copies it to device memory in the dtype the checkpoint stores.
   virtual Weight resident(const Weight& w) = 0;
 
+  // For a GPU: the device memory free now plus what the backend already holds (resident weights, workspace);
+  // 0 for the CPU (the host's RAM is the limit).
+  virtual size_t device_memory_bytes() const = 0;
+
   virtual std::unique_ptr<StateStorage> new_state_storage(const GdnShape& gdn, int64_t gdn_layers, int64_t slots,
                                                           const AttentionShape& attention, int64_t attention_layers,
                                                           int64_t pages) = 0;

@@ -31,7 +31,7 @@ struct EngineOptions {
   // Tokens per step: every running sequence's decode token first, then prompt pieces in whole chunks (the
   // oldest prompt always gets at least one chunk, so it may be exceeded by that one chunk).
   int32_t step_token_budget = 1024;
-  size_t memory_limit_bytes = 0;  // the memory plan must fit in this; 0: physical RAM
+  size_t memory_limit_bytes = 0;  // the memory plan must fit in this; 0: the GPU's memory, or physical RAM
 };
 
 // Counters since start, for /metrics. requests_total counts accepted submits; every accepted request ends in

@@ -1,7 +1,7 @@
 #include "model/qwen35_model.h"
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 
 #include "base/error.h"
@@ -69,7 +69,9 @@ size_t Qwen35Model::sequence_state_bytes(int32_t max_positions) const {
   return sequence_fixed_bytes() + kv_page_bytes() / backend::kKvPagePositions * static_cast<size_t>(max_positions);
 }
 
-size_t Qwen35Model::workspace_bytes(int64_t rows) const { return step_bytes(rows, std::min(rows, kWorkspaceLogitRows)); }
+size_t Qwen35Model::workspace_bytes(int64_t rows) const {
+  return step_bytes(rows, std::min(rows, kWorkspaceLogitRows));
+}
 
 // Counted at 4 bytes an element (fp32 on the CPU; a GPU's BF16 activations take less): the residual stream, a norm's
 // output and a sublayer's output, the largest sublayer's scratch, and the logits of the rows that want them.
@@ -103,7 +105,8 @@ std::unique_ptr<SequenceState> Qwen35Model::new_sequence_state(int32_t max_posit
 std::unique_ptr<backend::Backend> make_backend(std::string_view name) {
   if (name == "cpu") return backend::make_cpu_backend();
   if (name == "cuda") return backend::make_cuda_backend();
-  if (name == "auto") return backend::cuda_backend_available() ? backend::make_cuda_backend() : backend::make_cpu_backend();
+  if (name == "auto")
+    return backend::cuda_backend_available() ? backend::make_cuda_backend() : backend::make_cpu_backend();
   fail("backend `{}`: expected cpu, cuda or auto", name);
 }
 
@@ -116,8 +119,8 @@ std::unique_ptr<Model> Model::load(const std::string& model_dir, std::string_vie
   auto model = std::make_unique<Qwen35Model>(std::move(config), std::move(checkpoint), make_backend(backend_name));
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   log_info("loaded {} ({} layers, {:.1f} MB of weights) on the {} backend in {:.0f} ms", model_dir,
-           model->config().num_hidden_layers, static_cast<double>(model->weight_bytes()) / 1e6,
-           model->backend().name(), ms);
+           model->config().num_hidden_layers, static_cast<double>(model->weight_bytes()) / 1e6, model->backend().name(),
+           ms);
   return model;
 }
 
