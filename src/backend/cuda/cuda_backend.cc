@@ -16,6 +16,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_step.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/op_timer.h"
 #include "backend/cuda/pinned_gemm.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -263,16 +264,20 @@ class CudaBackend final : public Backend {
   }
 
   void embed(const Weight& table, Activations& out) override {
-    launch_embed(bf16_of(table), table.cols, ids_, static_cast<int32_t>(rows_), data_of(out), stream_);
+    timer_.time("embed", stream_, [&] {
+      launch_embed(bf16_of(table), table.cols, ids_, static_cast<int32_t>(rows_), data_of(out), stream_);
+    });
   }
 
   void rms_norm(const Activations& x, const Weight& w, double eps, Activations& out) override {
-    launch_rms_norm(data_of(x), x.rows(), static_cast<int32_t>(x.width()), device_weight(w), static_cast<float>(eps),
-                    true, data_of(out), stream_);
+    timer_.time("rms_norm", stream_, [&] {
+      launch_rms_norm(data_of(x), x.rows(), static_cast<int32_t>(x.width()), device_weight(w), static_cast<float>(eps),
+                      true, data_of(out), stream_);
+    });
   }
 
   void add(Activations& x, const Activations& y) override {
-    launch_add(data_of(x), data_of(y), x.rows() * x.width(), stream_);
+    timer_.time("add", stream_, [&] { launch_add(data_of(x), data_of(y), x.rows() * x.width(), stream_); });
   }
 
   void gdn_mixer(const GdnWeights& w, const GdnShape& s, int64_t gdn_layer, const Activations& x,
@@ -283,25 +288,33 @@ class CudaBackend final : public Backend {
     bf16* z = scratch<bf16>(R * vw);
     bf16* b = scratch<bf16>(R * vh);
     bf16* a = scratch<bf16>(R * vh);
-    gemm(data_of(x), R, w.in_proj_qkv, qkv, false);
-    gemm(data_of(x), R, w.in_proj_z, z, false);
-    gemm(data_of(x), R, w.in_proj_b, b, false);
-    gemm(data_of(x), R, w.in_proj_a, a, false);
+    gemm("gdn.in_proj_qkv", data_of(x), R, w.in_proj_qkv, qkv, false);
+    gemm("gdn.in_proj_z", data_of(x), R, w.in_proj_z, z, false);
+    gemm("gdn.in_proj_b", data_of(x), R, w.in_proj_b, b, false);
+    gemm("gdn.in_proj_a", data_of(x), R, w.in_proj_a, a, false);
     bf16* conv = scratch<bf16>(R * C);
-    launch_gdn_conv_silu(step_, static_cast<int32_t>(gdn_layer), device_weight(w.conv1d), static_cast<int32_t>(C),
-                         static_cast<int32_t>(s.conv_kernel), qkv, conv, stream_);
+    timer_.time("gdn.conv", stream_, [&] {
+      launch_gdn_conv_silu(step_, static_cast<int32_t>(gdn_layer), device_weight(w.conv1d), static_cast<int32_t>(C),
+                           static_cast<int32_t>(s.conv_kernel), qkv, conv, stream_);
+    });
     float* beta = scratch<float>(R * vh);
     float* g = scratch<float>(R * vh);
-    launch_gdn_gates(b, a, device_weight(w.A_log), device_weight(w.dt_bias), R, static_cast<int32_t>(vh), beta, g,
-                     stream_);
+    timer_.time("gdn.gates", stream_, [&] {
+      launch_gdn_gates(b, a, device_weight(w.A_log), device_weight(w.dt_bias), R, static_cast<int32_t>(vh), beta, g,
+                       stream_);
+    });
     float* core = scratch<float>(R * vw);
     const GdnDims dims{static_cast<int32_t>(s.key_heads), static_cast<int32_t>(s.value_heads),
                        static_cast<int32_t>(s.key_dim), static_cast<int32_t>(s.value_dim)};
-    launch_gdn_delta_rule(step_, static_cast<int32_t>(gdn_layer), conv, beta, g, dims, core, stream_);
+    timer_.time("gdn.delta_rule", stream_, [&] {
+      launch_gdn_delta_rule(step_, static_cast<int32_t>(gdn_layer), conv, beta, g, dims, core, stream_);
+    });
     bf16* normed = qkv;  // qkv is spent; [R, vw] fits in [R, C]
-    launch_gdn_gated_norm(core, z, device_weight(w.norm), static_cast<float>(s.norm_eps), R, static_cast<int32_t>(vh),
-                          static_cast<int32_t>(s.value_dim), normed, stream_);
-    gemm(normed, R, w.out_proj, data_of(out), false);
+    timer_.time("gdn.gated_norm", stream_, [&] {
+      launch_gdn_gated_norm(core, z, device_weight(w.norm), static_cast<float>(s.norm_eps), R, static_cast<int32_t>(vh),
+                            static_cast<int32_t>(s.value_dim), normed, stream_);
+    });
+    gemm("gdn.out_proj", normed, R, w.out_proj, data_of(out), false);
     used_ = mark;
   }
 
@@ -312,17 +325,21 @@ class CudaBackend final : public Backend {
     bf16* q_gate = scratch<bf16>(R * s.q_heads * 2 * hd);
     bf16* k = scratch<bf16>(R * s.kv_heads * hd);
     bf16* v = scratch<bf16>(R * s.kv_heads * hd);
-    gemm(data_of(x), R, w.q_proj, q_gate, false);
-    gemm(data_of(x), R, w.k_proj, k, false);
-    gemm(data_of(x), R, w.v_proj, v, false);
+    gemm("attn.q_proj", data_of(x), R, w.q_proj, q_gate, false);
+    gemm("attn.k_proj", data_of(x), R, w.k_proj, k, false);
+    gemm("attn.v_proj", data_of(x), R, w.v_proj, v, false);
     const AttentionDims dims{static_cast<int32_t>(s.q_heads),  static_cast<int32_t>(s.kv_heads),
                              static_cast<int32_t>(hd),         static_cast<int32_t>(s.rotary_dim),
                              static_cast<float>(s.rope_theta), static_cast<float>(s.norm_eps)};
-    launch_attention_prep(step_, static_cast<int32_t>(attention_layer), q_gate, k, v, device_weight(w.q_norm),
-                          device_weight(w.k_norm), dims, stream_);
+    timer_.time("attn.prep", stream_, [&] {
+      launch_attention_prep(step_, static_cast<int32_t>(attention_layer), q_gate, k, v, device_weight(w.q_norm),
+                            device_weight(w.k_norm), dims, stream_);
+    });
     bf16* attended = scratch<bf16>(R * s.q_heads * hd);
-    launch_attention(step_, static_cast<int32_t>(attention_layer), q_gate, dims, attended, stream_);
-    gemm(attended, R, w.o_proj, data_of(out), false);
+    timer_.time("attn.attention", stream_, [&] {
+      launch_attention(step_, static_cast<int32_t>(attention_layer), q_gate, dims, attended, stream_);
+    });
+    gemm("attn.o_proj", attended, R, w.o_proj, data_of(out), false);
     used_ = mark;
   }
 
@@ -331,10 +348,10 @@ class CudaBackend final : public Backend {
     const int64_t R = x.rows(), ffn = w.gate_proj.rows;
     bf16* gate = scratch<bf16>(R * ffn);
     bf16* up = scratch<bf16>(R * ffn);
-    gemm(data_of(x), R, w.gate_proj, gate, false);
-    gemm(data_of(x), R, w.up_proj, up, false);
-    launch_swiglu(gate, up, R * ffn, gate, stream_);
-    gemm(gate, R, w.down_proj, data_of(out), false);
+    gemm("mlp.gate_proj", data_of(x), R, w.gate_proj, gate, false);
+    gemm("mlp.up_proj", data_of(x), R, w.up_proj, up, false);
+    timer_.time("mlp.swiglu", stream_, [&] { launch_swiglu(gate, up, R * ffn, gate, stream_); });
+    gemm("mlp.down_proj", gate, R, w.down_proj, data_of(out), false);
     used_ = mark;
   }
 
@@ -342,13 +359,16 @@ class CudaBackend final : public Backend {
     const size_t mark = used_;
     const int64_t n = logit_row_count_, h = x.width(), V = head.rows;
     bf16* selected = scratch<bf16>(n * h);
-    launch_gather_rows(data_of(x), static_cast<int32_t>(h), logit_rows_, static_cast<int32_t>(n), selected, stream_);
+    timer_.time("lm_head.gather", stream_, [&] {
+      launch_gather_rows(data_of(x), static_cast<int32_t>(h), logit_rows_, static_cast<int32_t>(n), selected, stream_);
+    });
     float* out = scratch<float>(n * V);
-    gemm_split(selected, n, decode_logit_rows_, head, out, true);
+    gemm_split("lm_head", selected, n, decode_logit_rows_, head, out, true);
     check_cuda(
         cudaMemcpyAsync(logits, out, static_cast<size_t>(n * V) * sizeof(float), cudaMemcpyDeviceToHost, stream_),
         "logits to the host");
     check_cuda(cudaStreamSynchronize(stream_), "lm_head");
+    timer_.collect();
     used_ = mark;
   }
 
@@ -356,10 +376,11 @@ class CudaBackend final : public Backend {
     const size_t mark = used_;
     const int64_t n = count * x.width();
     float* f = scratch<float>(n);
-    launch_bf16_to_f32(data_of(x) + first * x.width(), n, f, stream_);
+    timer_.time("read_rows", stream_, [&] { launch_bf16_to_f32(data_of(x) + first * x.width(), n, f, stream_); });
     check_cuda(cudaMemcpyAsync(out, f, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToHost, stream_),
                "rows to the host");
     check_cuda(cudaStreamSynchronize(stream_), "read_rows");
+    timer_.collect();
     used_ = mark;
   }
 
@@ -377,19 +398,30 @@ class CudaBackend final : public Backend {
   }
 
   // y = x w^T for the step's rows: the first decode_rows_ through the skinny GEMM, the rest through the pinned one.
-  void gemm(const bf16* x, int64_t rows, const Weight& w, void* y, bool y_f32) {
-    gemm_split(x, rows, std::min<int64_t>(decode_rows_, rows), w, y, y_f32);
+  void gemm(const char* name, const bf16* x, int64_t rows, const Weight& w, void* y, bool y_f32) {
+    gemm_split(name, x, rows, std::min<int64_t>(decode_rows_, rows), w, y, y_f32);
   }
-  void gemm_split(const bf16* x, int64_t rows, int64_t decode_rows, const Weight& w, void* y, bool y_f32) {
+  void gemm_split(const char* name, const bf16* x, int64_t rows, int64_t decode_rows, const Weight& w, void* y,
+                  bool y_f32) {
     const int64_t n = w.rows, k = w.cols;
     const size_t out_size = y_f32 ? sizeof(float) : sizeof(bf16);
     if (decode_rows > 0)
-      launch_skinny_gemm(x, static_cast<int32_t>(decode_rows), bf16_of(w), static_cast<int32_t>(n),
-                         static_cast<int32_t>(k), y, y_f32, stream_);
+      timer_.time(
+          name, stream_,
+          [&] {
+            launch_skinny_gemm(x, static_cast<int32_t>(decode_rows), bf16_of(w), static_cast<int32_t>(n),
+                               static_cast<int32_t>(k), y, y_f32, stream_);
+          },
+          " skinny");
     if (rows > decode_rows) {
       PinnedGemm& pinned = pinned_gemm(n, k, y_f32);
-      pinned.run(x + decode_rows * k, rows - decode_rows, bf16_of(w),
-                 static_cast<char*>(y) + static_cast<size_t>(decode_rows * n) * out_size, stream_);
+      timer_.time(
+          name, stream_,
+          [&] {
+            pinned.run(x + decode_rows * k, rows - decode_rows, bf16_of(w),
+                       static_cast<char*>(y) + static_cast<size_t>(decode_rows * n) * out_size, stream_);
+          },
+          " pinned");
     }
   }
   PinnedGemm& pinned_gemm(int64_t n, int64_t k, bool y_f32) {
@@ -403,6 +435,7 @@ class CudaBackend final : public Backend {
     return *it->second;
   }
 
+  OpTimer timer_;  // DUET_PROFILE=1: GPU time per operation, printed at exit
   cudaStream_t stream_ = nullptr;
   cudaEvent_t plan_copied_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
