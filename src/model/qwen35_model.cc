@@ -17,23 +17,27 @@ void Qwen35SequenceState::reset() {
 
 namespace {
 
-// The weights as `backend` reads them: each tensor made resident once (a GPU copies it to its memory as stored).
+// The weights as `backend` reads them: each tensor made resident once (a GPU copies it to its memory as stored and
+// prepares the GEMM of every projection and of the head).
 Qwen35Weights resident_weights(const Qwen35Weights& bound, backend::Backend& be) {
+  using Use = backend::Backend::WeightUse;
   Qwen35Weights w = bound;
-  for (backend::Weight* t : {&w.embed_tokens, &w.final_norm, &w.lm_head}) *t = be.resident(*t);
+  auto place = [&](std::initializer_list<backend::Weight*> weights, Use use) {
+    for (backend::Weight* t : weights) *t = be.resident(*t, use);
+  };
+  place({&w.embed_tokens, &w.final_norm}, Use::other);
+  place({&w.lm_head}, Use::logits);
   for (Qwen35LayerWeights& layer : w.layers) {
-    for (backend::Weight* t : {&layer.input_layernorm, &layer.post_attention_layernorm, &layer.mlp.gate_proj,
-                               &layer.mlp.up_proj, &layer.mlp.down_proj})
-      *t = be.resident(*t);
+    place({&layer.input_layernorm, &layer.post_attention_layernorm}, Use::other);
+    place({&layer.mlp.gate_proj, &layer.mlp.up_proj, &layer.mlp.down_proj}, Use::projection);
     if (layer.type == LayerType::linear_attention) {
       backend::GdnWeights& g = layer.gdn;
-      for (backend::Weight* t : {&g.in_proj_qkv, &g.in_proj_z, &g.in_proj_b, &g.in_proj_a, &g.conv1d, &g.A_log,
-                                 &g.dt_bias, &g.norm, &g.out_proj})
-        *t = be.resident(*t);
+      place({&g.in_proj_qkv, &g.in_proj_z, &g.in_proj_b, &g.in_proj_a, &g.out_proj}, Use::projection);
+      place({&g.conv1d, &g.A_log, &g.dt_bias, &g.norm}, Use::other);
     } else {
       backend::AttentionWeights& a = layer.attention;
-      for (backend::Weight* t : {&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj, &a.q_norm, &a.k_norm})
-        *t = be.resident(*t);
+      place({&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj}, Use::projection);
+      place({&a.q_norm, &a.k_norm}, Use::other);
     }
   }
   return w;

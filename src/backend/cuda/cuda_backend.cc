@@ -135,7 +135,7 @@ class CudaBackend final : public Backend {
 
   std::string_view name() const override { return "cuda"; }
 
-  Weight resident(const Weight& w) override {
+  Weight resident(const Weight& w, WeightUse use) override {
     auto [it, fresh] = resident_.try_emplace(w.data);
     if (fresh) {  // a tied head shares the embedding's copy
       it->second = DeviceMemory(w.bytes(), "weights");
@@ -143,6 +143,8 @@ class CudaBackend final : public Backend {
     }
     Weight out = w;
     out.data = it->second.ptr;
+    // Pinned (and checked against every row count) now, not in the first step that needs it.
+    if (use != WeightUse::other) pinned_gemm(w.rows, w.cols, use == WeightUse::logits);
     return out;
   }
 
