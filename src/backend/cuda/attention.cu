@@ -1,6 +1,6 @@
 // Causal softmax attention over the paged KV cache, with the output gate.
 //
-// The arithmetic of one query (a row and a query head), the same in both kernels below bit for bit:
+// The arithmetic of one query (a row and a query head), the same in both prefill kernels below bit for bit:
 //   m = -inf, l = 0, acc[d] = 0
 //   for each key block b = 0 .. position / 64 (keys 64b .. min(64b + 63, position), one page):
 //     s_t  = fp32(dot(q, k_t)) * scale         dot: one fma chain over d = 0 .. head_dim-1, starting from 0
@@ -12,13 +12,28 @@
 // Every step is an explicitly rounded intrinsic (no contraction left to the compiler), so the value depends only on
 // the row's position and its sequence's data: not on the other rows, the pieces, the cuts, nor the kernel.
 //
-// Two kernels compute it:
-//  - attention_rows_kernel: one block per (row, KV head) serving the KV head's query heads; every row whose piece
-//    is short (decode rows, small prefill pieces).
+// Prefill rows take it as it stands, in one of two kernels:
+//  - attention_rows_kernel: one block per (row, KV head) serving the KV head's query heads; the rows of short
+//    prefill pieces.
 //  - attention_tiles_kernel: one block per (64 queries of a piece: 64 / group rows x group heads, KV head); each K/V
-//    tile in shared memory serves all the tile's queries. Pieces of at least half a tile of rows.
-// Both launch on every step (a block whose row or tile belongs to the other kernel returns at once), since which
-// piece goes where is known on the device only.
+//    tile in shared memory serves all the tile's queries. Prefill pieces of at least half a tile of rows.
+//
+// Decode rows (pieces with DeviceRole::decode, whatever their size) take attention_decode_kernel instead: walking
+// every key in one block leaves a long decode row on kv_heads SMs, so a cluster of kCluster blocks shares the row's
+// key blocks. With P = position / 64 + 1 key blocks, per = ceil(P / kCluster) and A = ceil(P / per), block r of the
+// cluster runs the loop above (from m = -inf, l = 0, acc = 0) over key blocks [r per, min((r + 1) per, P)) for
+// r < A, and the cluster merges the A partial states (m_r, l_r, acc_r) through distributed shared memory, in r order:
+//   M = max_r m_r,  c_r = exp(m_r - M)
+//   l = l_0 * c_0, then l = fma(l_r, c_r, l) for r = 1 .. A-1;  acc likewise
+//   out = bf16((acc / l) * sigmoid(gate))
+// The split depends on the row's position alone, the merge order is fixed, and which block of which cluster serves
+// a row changes no operation, so a decode row's bits depend only on its sequence and position: not on the other
+// rows, their number nor their roles. They may differ in the last bits from the same row computed as a prefill
+// row (architecture.md allows it).
+//
+// All three launch on every step (a block whose row or tile belongs to another kernel returns at once, or skips
+// it), since which piece goes where is known on the device only.
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -35,9 +50,11 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kKeys = kPagePositions;  // one key block is one page
-constexpr int kMaxGroup = 16;          // query heads per KV head
-constexpr int kTileQueries = 64;       // queries per tiles-kernel block
+constexpr int kKeys = kPagePositions;    // one key block is one page
+constexpr int kMaxGroup = 16;            // query heads per KV head
+constexpr int kTileQueries = 64;         // queries per tiles-kernel block
+constexpr int kCluster = 8;              // decode-kernel blocks per (row, KV head): the portable cluster size
+constexpr int kMaxDecodeClusters = 256;  // decode-kernel clusters per KV head; each takes rows this many apart
 
 // Q and K rows in shared memory are padded by 4 BF16 (8 bytes): 8-byte loads of 16 consecutive rows then hit
 // distinct banks.
@@ -122,7 +139,71 @@ struct RowsSmem {
   static constexpr int kBytes = kKBytes + kVBytes + kQBytes + kSBytes + kStatBytes;
 };
 
-// kJ: queries per thread in the P.V product; thread t owns dim t % D of queries t / D + (256 / D) * j.
+// One key block of the rows arithmetic, between the block's K/V load and the barrier that ends it: scores, softmax
+// statistics, then P.V into the thread's accumulators. K (padded rows), V (dense rows) and the G queries are in
+// shared memory; n keys of the block count. Thread t owns dim t % D of queries t / D + (256 / D) * j, j < kJ.
+template <int D, int kJ>
+__device__ __forceinline__ void rows_key_block(const bf16* qs, const bf16* ks, const bf16* vs, float* ss, float* m_s,
+                                               float* l_s, float* c_s, int G, int n, float scale, float (&acc)[kJ]) {
+  const int tid = threadIdx.x;
+  // Scores: one thread per (query, key), the dot as one chain in ascending d.
+  for (int item = tid; item < G * kKeys; item += kThreads) {
+    const int g = item / kKeys, t = item % kKeys;
+    if (t >= n) continue;
+    const uint2* q2 = reinterpret_cast<const uint2*>(qs + g * kStride<D>);
+    const uint2* k2 = reinterpret_cast<const uint2*>(ks + t * kStride<D>);
+    float dot = 0.0f;
+#pragma unroll 8
+    for (int i = 0; i < D / 4; ++i) dot = dot4(q2[i], k2[i], dot);
+    ss[g * kKeys + t] = __fmul_rn(dot, scale);
+  }
+  __syncthreads();
+
+  // Softmax statistics: one warp per query; the exact max by shuffles, then p, then l summed in key order.
+  const int warp = tid >> 5, lane = tid & 31;
+  for (int g = warp; g < G; g += kWarps) {
+    float* s = ss + g * kKeys;
+    const float s0 = lane < n ? s[lane] : -INFINITY;
+    const float s1 = lane + 32 < n ? s[lane + 32] : -INFINITY;
+    float block_max = fmaxf(s0, s1);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1)
+      block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, offset));
+    const float m_old = m_s[g];
+    const float m_new = fmaxf(m_old, block_max);
+    if (lane < n) s[lane] = softmax_exp(__fsub_rn(s0, m_new));
+    if (lane + 32 < n) s[lane + 32] = softmax_exp(__fsub_rn(s1, m_new));
+    __syncwarp();
+    if (lane == 0) {
+      const float c = softmax_exp(__fsub_rn(m_old, m_new));
+      float l = __fmul_rn(l_s[g], c);
+      for (int t = 0; t < n; ++t) l = __fadd_rn(l, s[t]);
+      l_s[g] = l;
+      m_s[g] = m_new;
+      c_s[g] = c;
+    }
+  }
+  __syncthreads();
+
+  // P.V: each accumulator rescaled, then one fma per key in ascending order.
+  constexpr int kQueriesPerPass = kThreads / D;
+  const int dim = tid % D, query0 = tid / D;
+#pragma unroll
+  for (int j = 0; j < kJ; ++j) {
+    const int g = query0 + kQueriesPerPass * j;
+    if (g < G) acc[j] = __fmul_rn(acc[j], c_s[g]);
+  }
+  for (int t = 0; t < n; ++t) {
+    const float v = __bfloat162float(vs[t * D + dim]);
+#pragma unroll
+    for (int j = 0; j < kJ; ++j) {
+      const int g = query0 + kQueriesPerPass * j;
+      if (g < G) acc[j] = __fmaf_rn(ss[g * kKeys + t], v, acc[j]);
+    }
+  }
+}
+
+// kJ: queries per thread in the P.V product (see rows_key_block).
 template <int D, int kJ>
 __global__ void __launch_bounds__(kThreads) attention_rows_kernel(AttentionParams p) {
   static_assert(D % 32 == 0 && D <= kThreads, "one P.V dim per thread");
@@ -138,7 +219,8 @@ __global__ void __launch_bounds__(kThreads) attention_rows_kernel(AttentionParam
 
   const int row = blockIdx.x, kvh = blockIdx.y, tid = threadIdx.x;
   const DevicePiece piece = p.step.piece[p.step.row_piece[row]];
-  if (piece.rows >= p.tiled_min_rows) return;  // the tiles kernel computes this row
+  // The decode kernel computes decode rows, the tiles kernel long prefill pieces.
+  if (piece.role == DeviceRole::decode || piece.rows >= p.tiled_min_rows) return;
   const int32_t position = p.step.row_position[row];
   const int G = p.group;
 
@@ -160,60 +242,7 @@ __global__ void __launch_bounds__(kThreads) attention_rows_kernel(AttentionParam
     const bf16* key = kv_key(piece, p.step.page_table, p.layer, block_start, kvh, p.kv_heads, D);
     load_kv_tile<D>(key, key + kv_page_elems(p.kv_heads, D), row_stride, n, ks, vs);
     __syncthreads();
-
-    // Scores: one thread per (query, key), the dot as one chain in ascending d.
-    for (int item = tid; item < G * kKeys; item += kThreads) {
-      const int g = item / kKeys, t = item % kKeys;
-      if (t >= n) continue;
-      const uint2* q2 = reinterpret_cast<const uint2*>(qs + g * kStride<D>);
-      const uint2* k2 = reinterpret_cast<const uint2*>(ks + t * kStride<D>);
-      float dot = 0.0f;
-#pragma unroll 8
-      for (int i = 0; i < D / 4; ++i) dot = dot4(q2[i], k2[i], dot);
-      ss[g * kKeys + t] = __fmul_rn(dot, p.scale);
-    }
-    __syncthreads();
-
-    // Softmax statistics: one warp per query; the exact max by shuffles, then p, then l summed in key order.
-    const int warp = tid >> 5, lane = tid & 31;
-    for (int g = warp; g < G; g += kWarps) {
-      float* s = ss + g * kKeys;
-      const float s0 = lane < n ? s[lane] : -INFINITY;
-      const float s1 = lane + 32 < n ? s[lane + 32] : -INFINITY;
-      float block_max = fmaxf(s0, s1);
-#pragma unroll
-      for (int offset = 16; offset > 0; offset >>= 1)
-        block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, offset));
-      const float m_old = m_s[g];
-      const float m_new = fmaxf(m_old, block_max);
-      if (lane < n) s[lane] = softmax_exp(__fsub_rn(s0, m_new));
-      if (lane + 32 < n) s[lane + 32] = softmax_exp(__fsub_rn(s1, m_new));
-      __syncwarp();
-      if (lane == 0) {
-        const float c = softmax_exp(__fsub_rn(m_old, m_new));
-        float l = __fmul_rn(l_s[g], c);
-        for (int t = 0; t < n; ++t) l = __fadd_rn(l, s[t]);
-        l_s[g] = l;
-        m_s[g] = m_new;
-        c_s[g] = c;
-      }
-    }
-    __syncthreads();
-
-    // P.V: each accumulator rescaled, then one fma per key in ascending order.
-#pragma unroll
-    for (int j = 0; j < kJ; ++j) {
-      const int g = query0 + kQueriesPerPass * j;
-      if (g < G) acc[j] = __fmul_rn(acc[j], c_s[g]);
-    }
-    for (int t = 0; t < n; ++t) {
-      const float v = __bfloat162float(vs[t * D + dim]);
-#pragma unroll
-      for (int j = 0; j < kJ; ++j) {
-        const int g = query0 + kQueriesPerPass * j;
-        if (g < G) acc[j] = __fmaf_rn(ss[g * kKeys + t], v, acc[j]);
-      }
-    }
+    rows_key_block<D, kJ>(qs, ks, vs, ss, m_s, l_s, c_s, G, n, p.scale, acc);
     __syncthreads();  // K, V and p are overwritten by the next block
   }
 
@@ -225,6 +254,155 @@ __global__ void __launch_bounds__(kThreads) attention_rows_kernel(AttentionParam
     const float gate = __bfloat162float(query_ptr(p, row, head, D)[D + dim]);
     p.out[(static_cast<int64_t>(row) * p.q_heads + head) * D + dim] =
         __float2bfloat16(gated_output(acc[j], l_s[g], gate));
+  }
+}
+
+// ---- The decode kernel: one cluster of kCluster blocks per (decode row, KV head).
+
+// One key block's K and V chunks of this thread, in registers: the next block's loads are in flight while the
+// current one is computed.
+template <int D>
+struct KvChunks {
+  static constexpr int kChunks = D / 8;                          // 16-byte chunks per key row
+  static constexpr int kPerThread = kKeys * kChunks / kThreads;  // chunk i of the block: tid + kThreads * j
+  uint4 k[kPerThread], v[kPerThread];
+};
+
+// Loads keys [0, n) of the key block at `key` (KV head rows `row_stride` apart, values `value_offset` further on).
+template <int D>
+__device__ __forceinline__ void fetch_kv(const bf16* key, int64_t row_stride, int64_t value_offset, int n,
+                                         KvChunks<D>& r) {
+  constexpr int kChunks = KvChunks<D>::kChunks;
+#pragma unroll
+  for (int j = 0; j < KvChunks<D>::kPerThread; ++j) {
+    const int i = threadIdx.x + kThreads * j, t = i / kChunks, c = i % kChunks;
+    if (t < n) {
+      const bf16* src = key + t * row_stride + c * 8;
+      r.k[j] = __ldg(reinterpret_cast<const uint4*>(src));
+      r.v[j] = __ldg(reinterpret_cast<const uint4*>(src + value_offset));
+    } else {
+      r.k[j] = r.v[j] = make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
+// Stores what fetch_kv loaded into shared K (padded rows) and V (dense rows), as load_kv_tile lays them out.
+template <int D>
+__device__ __forceinline__ void store_kv(const KvChunks<D>& r, int n, bf16* ks, bf16* vs) {
+  constexpr int kChunks = KvChunks<D>::kChunks;
+#pragma unroll
+  for (int j = 0; j < KvChunks<D>::kPerThread; ++j) {
+    const int i = threadIdx.x + kThreads * j, t = i / kChunks, c = i % kChunks;
+    if (t >= n) continue;
+    uint2* kd = reinterpret_cast<uint2*>(ks + t * kStride<D> + c * 8);
+    kd[0] = make_uint2(r.k[j].x, r.k[j].y);
+    kd[1] = make_uint2(r.k[j].z, r.k[j].w);
+    *reinterpret_cast<uint4*>(vs + t * D + c * 8) = r.v[j];
+  }
+}
+
+// The cluster's blocks cover rows cluster, cluster + clusters, ... (only decode rows do work); for each, block `rank`
+// runs its share of the key blocks with the rows arithmetic, leaves (m, l, acc) in its shared memory, and after a
+// cluster barrier each block merges a slice of the G x D outputs from all the partial states, in rank order.
+template <int D, int kJ>
+__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 2)
+    attention_decode_kernel(AttentionParams p) {
+  static_assert(D % 32 == 0 && D <= kThreads, "one P.V dim per thread");
+  static_assert(kMaxGroup * D * 4 <= RowsSmem<D>::kKBytes, "the partial acc fits where K was");
+  namespace cg = cooperative_groups;
+  extern __shared__ __align__(16) unsigned char smem[];
+  using S = RowsSmem<D>;
+  bf16* ks = reinterpret_cast<bf16*>(smem);
+  bf16* vs = reinterpret_cast<bf16*>(smem + S::kKBytes);
+  bf16* qs = reinterpret_cast<bf16*>(smem + S::kKBytes + S::kVBytes);
+  float* ss = reinterpret_cast<float*>(smem + S::kKBytes + S::kVBytes + S::kQBytes);
+  float* m_s = ss + kMaxGroup * kKeys;
+  float* l_s = m_s + kMaxGroup;
+  float* c_s = l_s + kMaxGroup;
+  float* part = reinterpret_cast<float*>(smem);  // [G][D] acc once the key blocks are done (K is free then)
+
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int clusters = gridDim.x / kCluster;
+  const int kvh = blockIdx.y, tid = threadIdx.x, G = p.group;
+  constexpr int kQueriesPerPass = kThreads / D;
+  const int dim = tid % D, query0 = tid / D;
+  const int64_t row_stride = static_cast<int64_t>(p.kv_heads) * D;
+  const int64_t value_offset = kv_page_elems(p.kv_heads, D);
+
+  // Every block of a cluster takes the same rows and the same branches around the cluster barriers.
+  for (int row = blockIdx.x / kCluster; row < p.step.rows; row += clusters) {
+    const DevicePiece piece = p.step.piece[p.step.row_piece[row]];
+    if (piece.role != DeviceRole::decode) continue;
+    const int32_t position = p.step.row_position[row];
+    const int key_blocks = position / kKeys + 1;
+    const int per = (key_blocks + kCluster - 1) / kCluster;
+    const int active = (key_blocks + per - 1) / per;  // ranks with at least one key block
+    const int first = rank * per, last = min(first + per, key_blocks);
+
+    if (first < last) {
+      for (int g = tid / (D / 8); g < G; g += kThreads / (D / 8))
+        load_query<D>(query_ptr(p, row, kvh * G + g, D), qs + g * kStride<D>, tid % (D / 8), D / 8);
+    }
+    if (tid < G) {
+      m_s[tid] = -INFINITY;
+      l_s[tid] = 0.0f;
+    }
+    float acc[kJ];
+#pragma unroll
+    for (int j = 0; j < kJ; ++j) acc[j] = 0.0f;
+
+    KvChunks<D> chunks;
+    if (first < last) {
+      const int block_start = first * kKeys;
+      fetch_kv<D>(kv_key(piece, p.step.page_table, p.layer, block_start, kvh, p.kv_heads, D), row_stride, value_offset,
+                  keys_in_block(position, block_start), chunks);
+    }
+    for (int b = first; b < last; ++b) {
+      const int n = keys_in_block(position, b * kKeys);
+      store_kv<D>(chunks, n, ks, vs);
+      __syncthreads();
+      if (b + 1 < last) {
+        const int next_start = (b + 1) * kKeys;
+        fetch_kv<D>(kv_key(piece, p.step.page_table, p.layer, next_start, kvh, p.kv_heads, D), row_stride, value_offset,
+                    keys_in_block(position, next_start), chunks);
+      }
+      rows_key_block<D, kJ>(qs, ks, vs, ss, m_s, l_s, c_s, G, n, p.scale, acc);
+      __syncthreads();  // K, V and p are overwritten by the next block
+    }
+
+    // The partial state: m and l stay in m_s and l_s, acc goes where K was (the loop's last barrier freed it).
+#pragma unroll
+    for (int j = 0; j < kJ; ++j) {
+      const int g = query0 + kQueriesPerPass * j;
+      if (g < G) part[g * D + dim] = acc[j];
+    }
+    cluster.sync();  // every partial state written and visible to the cluster
+
+    for (int e = rank * kThreads + tid; e < G * D; e += kCluster * kThreads) {
+      const int g = e / D, d = e % D;
+      float m_r[kCluster];
+      float m = -INFINITY;
+#pragma unroll
+      for (int r = 0; r < kCluster; ++r) {
+        m_r[r] = r < active ? *cluster.map_shared_rank(m_s + g, r) : -INFINITY;
+        m = fmaxf(m, m_r[r]);
+      }
+      float c = softmax_exp(__fsub_rn(m_r[0], m));
+      float l = __fmul_rn(*cluster.map_shared_rank(l_s + g, 0), c);
+      float a = __fmul_rn(*cluster.map_shared_rank(part + e, 0), c);
+#pragma unroll
+      for (int r = 1; r < kCluster; ++r) {
+        if (r >= active) break;
+        c = softmax_exp(__fsub_rn(m_r[r], m));
+        l = __fmaf_rn(*cluster.map_shared_rank(l_s + g, r), c, l);
+        a = __fmaf_rn(*cluster.map_shared_rank(part + e, r), c, a);
+      }
+      const int head = kvh * G + g;
+      const float gate = __bfloat162float(query_ptr(p, row, head, D)[D + d]);
+      p.out[(static_cast<int64_t>(row) * p.q_heads + head) * D + d] = __float2bfloat16(gated_output(a, l, gate));
+    }
+    cluster.sync();  // no block rewrites (or exits with) its shared memory while another still reads it
   }
 }
 
@@ -241,7 +419,8 @@ struct TilesSmem {
   static constexpr int kBytes = kKBytes + kVBytes + kQBytes + kPBytes + kStatBytes;
 };
 
-// Which tile of which piece block `tile` is, counting only the pieces the tiles kernel takes; false when none.
+// Which tile of which piece block `tile` is, counting only the pieces the tiles kernel takes (prefill pieces of at
+// least tiled_min_rows rows); false when none.
 // Each warp scans the pieces 32 at a time (a prefix sum of their tile counts), so a decode step of many pieces
 // costs a few loads per block; every warp of the block finds the same answer.
 __device__ bool find_tile(const AttentionParams& p, int tile, int* piece_index, int* first_row, int* rows) {
@@ -250,7 +429,8 @@ __device__ bool find_tile(const AttentionParams& p, int tile, int* piece_index, 
   int before = 0;  // tiles of the pieces scanned so far
   for (int base = 0; base < p.step.pieces; base += 32) {
     const int i = base + lane;
-    const int piece_rows = i < p.step.pieces ? p.step.piece[i].rows : 0;
+    // Decode pieces belong to the decode kernel whatever their size.
+    const int piece_rows = i < p.step.pieces && p.step.piece[i].role != DeviceRole::decode ? p.step.piece[i].rows : 0;
     const int tiles = piece_rows >= p.tiled_min_rows ? (piece_rows + p.tile_rows - 1) / p.tile_rows : 0;
     int inclusive = tiles;
 #pragma unroll
@@ -464,10 +644,19 @@ void launch_rows(const AttentionParams& p, cudaStream_t stream) {
   (void)configured;
   attention_rows_kernel<D, kJ><<<dim3(p.step.rows, p.kv_heads), kThreads, kBytes, stream>>>(p);
   check_launch("attention_rows_kernel");
+
+  // One cluster per row up to kMaxDecodeClusters, so a long prefill step does not launch kCluster idle blocks per
+  // row; clusters then take rows kMaxDecodeClusters apart (which cluster serves a row changes none of its bits).
+  static const bool decode_configured =
+      (allow_smem(attention_decode_kernel<D, kJ>, kBytes, "attention_decode_kernel smem"), true);
+  (void)decode_configured;
+  const int clusters = std::min(p.step.rows, kMaxDecodeClusters);
+  attention_decode_kernel<D, kJ><<<dim3(clusters * kCluster, p.kv_heads), kThreads, kBytes, stream>>>(p);
+  check_launch("attention_decode_kernel");
 }
 
-// The rows kernel with the fewest queries per thread in its P.V that cover the group: group * D values over 256
-// threads, rounded up to a power of two (at most kMaxGroup * D / 256).
+// The rows and decode kernels with the fewest queries per thread in their P.V that cover the group: group * D values
+// over 256 threads, rounded up to a power of two (at most kMaxGroup * D / 256).
 template <int D, int kJ = 1>
 void launch_rows_for_group(const AttentionParams& p, cudaStream_t stream) {
   if constexpr (kJ < kMaxGroup * D / kThreads) {
