@@ -93,7 +93,9 @@ void launch_attention_prep(const DeviceStep& step, int32_t attn_layer, bf16* q_g
 // Causal softmax attention of every row over its sequence's pages (positions 0 .. its own), scale head_dim^-0.5,
 // query head j reading KV head j / (q_heads / kv_heads), fp32 scores and softmax with keys taken in position order
 // in blocks of 64 (so a row's arithmetic depends on its position alone), then times sigmoid(gate):
-// out: [rows, q_heads * head_dim] BF16.
+// out: [rows, q_heads * head_dim] BF16. Rows of decode pieces split their key blocks over a cluster of 8 blocks
+// (which blocks by position alone) and merge the partial softmaxes in a fixed order: their bits depend only on their
+// own sequence too, but may differ in the last bits from the same row computed as a prefill row.
 void launch_attention(const DeviceStep& step, int32_t attn_layer, const bf16* q_gate, AttentionDims dims, bf16* out,
                       cudaStream_t stream);
 
