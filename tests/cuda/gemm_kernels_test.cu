@@ -377,6 +377,43 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SkinnyGemm,
                                            GemmShape{12288, 4096}, GemmShape{4096, 12288}, GemmShape{248320, 4096}),
                          name_of);
 
+// What the shapes above leave out, each row count checked bit for bit against the same rows of one m = 256 call
+// (four launches of 64 rows): every count of 8-row tiles (1..8), several 64-row passes, rows at other places in their
+// tiles; k cut into 1, 2, 4 and 8 slices, with a partial last step of 64, the tiny models' k (96, 128), n past a
+// multiple of 16 and of 128; and k % 16 == 8, which takes the CUDA-core kernel.
+TEST(SkinnyGemmRows, EveryRowCountIsBatchInvariant) {
+  DUET_REQUIRE_GPU();
+  const int32_t max_m = 256;
+  for (const GemmShape& shape : {GemmShape{200, 1040}, GemmShape{1000, 4096}, GemmShape{136, 96}, GemmShape{24, 528},
+                                 GemmShape{48, 128}, GemmShape{40, 72}}) {
+    const auto [n, k] = shape;
+    SCOPED_TRACE("n " + std::to_string(n) + " k " + std::to_string(k));
+    const auto w = random_bf16(static_cast<size_t>(n) * k, 40 + n + k);
+    const auto x = random_bf16(static_cast<size_t>(max_m) * k, 41);
+    DeviceBuffer<bf16> d_w(w), d_x(x);
+    std::vector<int64_t> all(max_m);
+    for (int32_t r = 0; r < max_m; ++r) all[r] = r;
+    const auto ref = reference_gemm(x, all, w, n, k);
+
+    for (bool y_f32 : {false, true}) {
+      SCOPED_TRACE(y_f32 ? "y f32" : "y bf16");
+      const auto full = skinny(d_x.get(), max_m, d_w.get(), n, k, y_f32);
+      EXPECT_EQ(non_finite(full), 0u);
+      expect_gemm_close(full, ref, k, y_f32, "m " + std::to_string(max_m));
+      for (int32_t m : {1, 2, 7, 8, 9, 15, 16, 17, 24, 25, 33, 40, 48, 57, 63, 64, 65, 100, 128, 129, 200, 255}) {
+        const auto part = skinny(d_x.get(), m, d_w.get(), n, k, y_f32);
+        EXPECT_EQ(differing(part.data(), full.data(), part.size()), 0u) << "m " << m << " vs m " << max_m;
+      }
+      // Rows that start elsewhere: 3 places earlier in their tiles, in another 64-row pass, the last row alone.
+      for (const auto& [first, m] : {std::pair<int64_t, int32_t>{3, 61}, {70, 130}, {255, 1}}) {
+        const auto part = skinny(d_x.get() + first * k, m, d_w.get(), n, k, y_f32);
+        EXPECT_EQ(differing(part.data(), full.data() + first * n, part.size()), 0u)
+            << "rows " << first << ".." << first + m - 1 << " vs m " << max_m;
+      }
+    }
+  }
+}
+
 // ---- cuBLASLt
 
 constexpr size_t kWorkspaceBytes = 32u << 20;  // what NVIDIA recommends for Hopper

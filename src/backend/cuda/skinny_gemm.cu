@@ -1,20 +1,42 @@
 // The GEMM of decode rows: y[m, n] = sum_k x[m, k] * w[n, k] for small m (1..64 typical, any m works), BF16 in, fp32
 // accumulation, BF16 or fp32 out. Its CPU twin is cpu::matmul (matmul.cc).
 //
-// Batch invariance (architecture.md, "Row invariance"): an output element's bits depend only on its x row and w row.
+// Batch invariance (architecture.md, "Row invariance"): an output element's bits depend only on its x row and w row,
+// never on m, on the other rows, or on the row's place among them. Two kernels keep it, each with its own fixed
+// order; a shape always takes the same one whatever m is (the choice depends on k alone).
+//
+// Tensor cores (k % 16 == 0, every Qwen3.5 shape). mma.sync m16n8k16, BF16 in, fp32 accumulators: w rows are the
+// MMA's 16-row A operand, x rows its 8-column B operand, so one n8 tile holds 8 decode rows and more rows are more
+// n8 tiles beside it, each column computed by the same instructions on its own data.
+//  - k is walked in steps of 64. Within a step, lane (g, t) of a warp (g = lane / 4, t = lane % 4) holds elements
+//    16t .. 16t + 15 of its w rows g and g + 8 and of its x row g, and MMA q = 0..3 takes elements 16t + 4q + 0..3
+//    into its k slots 2t, 2t + 1, 2t + 8, 2t + 9. Which element lands in which slot depends only on k.
+//  - k's steps are cut into `slices` contiguous ranges, a function of k alone (slices_for). Each slice is one block of
+//    a thread block cluster; its warps accumulate the slice's steps in order in their MMA accumulators (starting
+//    from zero), q = 0, 1, 2, 3 within a step.
+//  - The slices' partial sums are added in slice order, (((p0 + p1) + p2) + ...), read through distributed shared
+//    memory, and rounded once.
+//  - x rows past m are zeros in their own columns only; k past its end (a partial last step) is zeros in every
+//    column alike, whatever m is.
+// An element's value is thus the same fixed chain of operations on the same operands whatever m is and wherever the
+// row sits; this relies on the MMA computing each output element of its tile by the same arithmetic, whatever its
+// column (the tests compare rows alone, among others, and in reverse order, bit for bit).
+//
+// Work split of the tensor-core kernel: a block of 8 warps owns 128 w rows (16 per warp) and one k slice for up to
+// 64 x rows; w streams straight into registers with 16-byte loads (each warp reads whole 128-byte lines of its 16
+// rows per step), one step ahead of its use, and each warp asks L2 for its rows a few steps further ahead. The x
+// rows of a step are staged once per block in shared memory (cp.async, double-buffered) and read by all 8 warps, so
+// x costs L2 at most half of w's bytes even at 64 rows. More than 64 rows take further launches of 64 that re-read w.
+//
+// CUDA cores (the fallback, k % 16 == 8):
 //  - k is cut into 16-byte chunks of 8 elements. Lane l of a warp owns chunks l, l + 32, l + 64, ... and adds them
 //    into one fp32 partial sum in increasing chunk order, the 8 products of a chunk in element order (one fma each).
 //  - The 32 lane partials are summed in one fixed pairwise tree.
-// Neither depends on m, on the row's place among the m rows, or on the row tile below, so a row computed alone
-// equals, bit for bit, the same row computed among 255 others.
-//
-// Work split: a warp owns kCols adjacent output columns (w rows) and walks k in segments of kSegChunks chunks per
-// lane. Per segment it loads its w chunks once (16-byte loads, 512 contiguous bytes per warp per column; w is not
-// kept in L1) and then runs every x row of the current row tile over them, x coming from L1/L2. The partial sums of
-// all rows of the tile live in shared memory ([row][col][lane], one slot per lane, so no synchronisation is needed
-// until the final reduction). Up to kTileRows rows read w once; more rows take further tiles that re-read w (from
-// L2 when it fits). Bandwidth tuning (more columns per warp, x staged in shared memory, tensor cores for m >= 16)
-// comes later and must keep the chunk-to-lane assignment and the reduction tree above.
+// A warp owns kCols adjacent output columns (w rows) and walks k in segments of kSegChunks chunks per lane. Per
+// segment it loads its w chunks once and then runs every x row of the current row tile over them. The partial sums
+// of all rows of the tile live in shared memory ([row][col][lane], one slot per lane). Up to kTileRows rows read w
+// once; more rows take further tiles that re-read w.
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -27,12 +49,9 @@ namespace duet::backend::cuda {
 
 namespace {
 
-constexpr int kWarps = 4;       // warps per block
-constexpr int kCols = 2;        // output columns per warp
-constexpr int kSegChunks = 4;   // 16-byte chunks per lane per segment (kSegChunks * kCols loads in flight per lane)
-constexpr int kTileRows = 32;   // x rows per pass over w
-constexpr int kLaneSlots = 33;  // 32 lane partials per (row, column), padded so the reduction reads are conflict-free
-constexpr int kChunk = 8;       // BF16 per 16-byte chunk
+namespace cg = cooperative_groups;
+
+constexpr int kChunk = 8;  // BF16 per 16-byte chunk
 
 void refuse(const char* what) { check_cuda(cudaErrorInvalidValue, what); }
 
@@ -44,6 +63,16 @@ __device__ __forceinline__ uint4 load_weight_chunk(const bf16* p) {
       : "l"(p));
   return v;
 }
+
+// ============================================================== CUDA cores (k % 16 == 8)
+
+namespace cuda_core {
+
+constexpr int kWarps = 4;       // warps per block
+constexpr int kCols = 2;        // output columns per warp
+constexpr int kSegChunks = 4;   // 16-byte chunks per lane per segment (kSegChunks * kCols loads in flight per lane)
+constexpr int kTileRows = 32;   // x rows per pass over w
+constexpr int kLaneSlots = 33;  // 32 lane partials per (row, column), padded so the reduction reads are conflict-free
 
 // The two BF16 of a 32-bit word as fp32 (exact: a BF16 is the top half of a float).
 __device__ __forceinline__ float low_bf16(uint32_t u) { return __uint_as_float(u << 16); }
@@ -149,15 +178,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-}  // namespace
-
-void launch_skinny_gemm(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, void* y, bool y_f32,
-                        cudaStream_t stream) {
-  if (m < 0 || n < 0) refuse("launch_skinny_gemm: negative m or n");
-  if (m == 0 || n == 0) return;
-  if (k <= 0 || k % kChunk != 0) refuse("launch_skinny_gemm: k must be a positive multiple of 8");
-  if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16 != 0)
-    refuse("launch_skinny_gemm: x and w must be 16-byte aligned");
+void launch(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, void* y, bool y_f32, cudaStream_t stream) {
   const int cols_per_block = kWarps * kCols;
   const unsigned grid = static_cast<unsigned>((static_cast<int64_t>(n) + cols_per_block - 1) / cols_per_block);
   // At most 4 * 32 * 2 * 33 * 4 = 33 KiB: under the 48 KiB that needs no opt-in.
@@ -167,7 +188,284 @@ void launch_skinny_gemm(const bf16* x, int32_t m, const bf16* w, int32_t n, int3
   } else {
     skinny_gemm_kernel<false><<<grid, kWarps * 32, smem, stream>>>(x, m, w, n, k, y);
   }
-  check_launch("launch_skinny_gemm");
+  check_launch("launch_skinny_gemm (CUDA cores)");
+}
+
+}  // namespace cuda_core
+
+// ============================================================== tensor cores (k % 16 == 0)
+
+namespace mma {
+
+constexpr int kWarps = 8;                       // warps per block
+constexpr int kThreads = kWarps * 32;
+constexpr int kWarpRows = 16;                   // w rows per warp: the MMA's M
+constexpr int kBlockRows = kWarps * kWarpRows;  // w rows per block (and per cluster)
+constexpr int kStep = 64;                       // k per step: 2 chunks per lane per w row
+constexpr int kMaxTiles = 8;                    // n8 tiles (8 x rows each) per launch: 64 x rows
+constexpr int kMaxSlices = 8;                   // k slices = blocks per cluster (8: the portable cluster limit)
+constexpr int kMinStepsPerSlice = 4;            // fewer slices for short k, so each block has a pipeline to run
+constexpr int kPrefetchSteps = 4;               // how far ahead (in steps) each warp asks L2 for its w rows
+// Staged x row: 64 BF16 + 16 bytes of padding (144 bytes), so that a quarter warp's 16-byte reads (2 rows x 4 lanes
+// 32 bytes apart) fall on 32 distinct banks.
+constexpr int kXStride = kStep + 8;
+// Partial sums, [x row][w row of the block] fp32; the 4 floats of padding make the fragment stores (lanes t = 0..3
+// two x rows apart) land on distinct banks.
+constexpr int kPartStride = kBlockRows + 4;
+
+// k slices, a function of k alone: it fixes each element's order of summation, so it must never depend on m.
+int slices_for(int32_t k) {
+  const int32_t steps = (k + kStep - 1) / kStep;
+  return std::clamp<int32_t>(steps / kMinStepsPerSlice, 1, kMaxSlices);
+}
+
+template <int kTiles>
+constexpr size_t smem_bytes() {
+  const size_t x_stage = 2 * sizeof(bf16) * kTiles * 8 * kXStride;  // double-buffered x step
+  const size_t partials = sizeof(float) * kTiles * 8 * kPartStride;  // reuses the x buffers after the k loop
+  return x_stage > partials ? x_stage : partials;
+}
+static_assert(smem_bytes<kMaxTiles>() <= 48 * 1024, "over the shared memory a block gets without opting in");
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, bypassing L1; `bytes` 0 writes zeros and reads nothing.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_address(dst)), "l"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+// A hint: bring `bytes` (a multiple of 16, 16-byte aligned) of w into L2 ahead of the loads that need them.
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes));
+}
+
+// c += A B for one m16n8k16 tile: A 16 x 16 (a0: row g, k slots 2t..2t+1; a1: row g + 8, same slots; a2, a3: the
+// same rows, slots 2t + 8..2t + 9), B 16 x 8 (b0: k slots 2t..2t+1 of column g; b1: slots 2t + 8..2t + 9), c: rows
+// g and g + 8 (c0, c1 and c2, c3) of columns 2t and 2t + 1. Each 32-bit register holds 2 BF16, the lower slot in the
+// low half, which is how 2 consecutive BF16 of memory land in a register.
+__device__ __forceinline__ void mma_16x8x16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                            uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// This lane's w for one step: elements 16t .. 16t + 15 of its rows g ([0], [1]) and g + 8 ([2], [3]); rows past n
+// and chunks past k are zeros.
+__device__ __forceinline__ void load_w_step(const bf16* row_a, const bf16* row_b, int32_t k, int32_t first_k,
+                                            uint4 (&v)[4]) {
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  v[0] = row_a != nullptr && first_k < k ? load_weight_chunk(row_a + first_k) : zero;
+  v[1] = row_a != nullptr && first_k + kChunk < k ? load_weight_chunk(row_a + first_k + kChunk) : zero;
+  v[2] = row_b != nullptr && first_k < k ? load_weight_chunk(row_b + first_k) : zero;
+  v[3] = row_b != nullptr && first_k + kChunk < k ? load_weight_chunk(row_b + first_k + kChunk) : zero;
+}
+
+// The block's x rows for one step into `stage` ([kTiles * 8][kXStride]): rows past `rows` and chunks past k are
+// zeros, read from nowhere.
+template <int kTiles>
+__device__ __forceinline__ void stage_x_step(const bf16* __restrict__ x, int32_t rows, int32_t k, int64_t step,
+                                             bf16* stage) {
+  constexpr int kChunksPerRow = kStep / kChunk;
+  constexpr int kChunks = kTiles * 8 * kChunksPerRow;
+#pragma unroll
+  for (int i = 0; i < (kChunks + kThreads - 1) / kThreads; ++i) {
+    const int c = i * kThreads + static_cast<int>(threadIdx.x);
+    if (c >= kChunks) break;
+    const int r = c / kChunksPerRow, chunk = c % kChunksPerRow;
+    const int64_t at = step * kStep + chunk * kChunk;
+    const bool valid = r < rows && at < k;
+    cp_async_16(stage + r * kXStride + chunk * kChunk, valid ? x + r * static_cast<int64_t>(k) + at : x,
+                valid ? 16u : 0u);
+  }
+}
+
+// One step's MMAs: for each n8 tile j, the 4 MMAs q = 0..3 in order into acc[j] (see the top of the file for which
+// elements each takes).
+template <int kTiles>
+__device__ __forceinline__ void mma_step(const bf16* stage, int g, int t, const uint4 (&wv)[4],
+                                         float (&acc)[kTiles][4]) {
+  const bf16* mine = stage + g * kXStride + t * 16;  // x row g of tile 0, elements 16t ..
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {  // h = 0: q = 0, 1 (elements 16t + 0..7); h = 1: q = 2, 3 (16t + 8..15)
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      const uint4 xv = *reinterpret_cast<const uint4*>(mine + j * 8 * kXStride + h * kChunk);
+      const uint4 &wa = wv[h], &wb = wv[2 + h];
+      mma_16x8x16(acc[j], wa.x, wb.x, wa.y, wb.y, xv.x, xv.y);  // q = 2h: elements + 0, 1 | + 2, 3
+      mma_16x8x16(acc[j], wa.z, wb.z, wa.w, wb.w, xv.z, xv.w);  // q = 2h + 1: elements + 4, 5 | + 6, 7
+    }
+  }
+}
+
+// rows (<= kTiles * 8) x rows against w; grid: slices * ceil(n / kBlockRows) blocks in clusters of `slices`.
+template <int kTiles, bool kOutF32>
+__global__ void __launch_bounds__(kThreads, 2)
+    skinny_gemm_mma_kernel(const bf16* __restrict__ x, int32_t rows, const bf16* __restrict__ w, int32_t n, int32_t k,
+                           void* __restrict__ y) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  cg::cluster_group cluster = cg::this_cluster();
+  const int slices = static_cast<int>(cluster.num_blocks());
+  const int slice = static_cast<int>(cluster.block_rank());
+  const int64_t block_row0 = static_cast<int64_t>(blockIdx.x / slices) * kBlockRows;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+
+  // This slice's steps: a function of (k, slice) only.
+  const int64_t steps = (k + kStep - 1) / kStep;
+  const int64_t first = slice * steps / slices, last = (slice + 1) * steps / slices;
+
+  const int64_t warp_row0 = block_row0 + warp * kWarpRows;
+  const bf16* row_a = warp_row0 + g < n ? w + (warp_row0 + g) * k : nullptr;
+  const bf16* row_b = warp_row0 + g + 8 < n ? w + (warp_row0 + g + 8) * k : nullptr;
+  // Lanes 0..15 each keep one of the warp's 16 rows coming into L2 ahead of the loads.
+  const bf16* prefetch_row = lane < kWarpRows && warp_row0 + lane < n ? w + (warp_row0 + lane) * k : nullptr;
+  auto prefetch_steps = [&](int64_t from, int64_t to) {  // steps [from, to) of this lane's row, clipped to k
+    if (prefetch_row == nullptr || from >= to) return;
+    const int64_t begin = from * kStep, end = min(to * kStep, static_cast<int64_t>(k));
+    prefetch_l2(prefetch_row + begin, static_cast<uint32_t>((end - begin) * sizeof(bf16)));
+  };
+
+  bf16* const stages = reinterpret_cast<bf16*>(smem);  // 2 x [kTiles * 8][kXStride]
+  constexpr int kStageElems = kTiles * 8 * kXStride;
+  float acc[kTiles][4];
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+
+  uint4 w_now[4] = {}, w_next[4] = {};
+  if (first < last) {
+    prefetch_steps(first, min(first + kPrefetchSteps, last));
+    stage_x_step<kTiles>(x, rows, k, first, stages);
+    load_w_step(row_a, row_b, k, static_cast<int32_t>(first * kStep) + t * 16, w_now);
+  }
+  cp_async_commit();
+  for (int64_t s = first; s < last; ++s) {
+    const int buffer = static_cast<int>((s - first) & 1);
+    // Next step's x and w on their way before this step's wait; the one after's w asked of L2.
+    if (s + 1 < last) {
+      stage_x_step<kTiles>(x, rows, k, s + 1, stages + (buffer ^ 1) * kStageElems);
+      load_w_step(row_a, row_b, k, static_cast<int32_t>((s + 1) * kStep) + t * 16, w_next);
+    }
+    cp_async_commit();  // possibly empty: keeps "all but the newest group" meaning "this step's x"
+    if (s + kPrefetchSteps < last) prefetch_steps(s + kPrefetchSteps, s + kPrefetchSteps + 1);
+    cp_async_wait<1>();
+    __syncthreads();  // this step's x, staged by every thread, is in place
+    mma_step<kTiles>(stages + buffer * kStageElems, g, t, w_now, acc);
+    __syncthreads();  // all warps are done with this stage before the next iteration refills it
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w_now[i] = w_next[i];
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the x stages are dead; the partials take their place
+
+  // acc[j] holds w rows warp_row0 + g (c0, c1) and + g + 8 (c2, c3) for x rows 8j + 2t (c0, c2) and 8j + 2t + 1.
+  float* partials = reinterpret_cast<float*>(smem);
+  const int local_row = warp * kWarpRows + g;
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    float* p = partials + (8 * j + 2 * t) * kPartStride + local_row;
+    p[0] = acc[j][0];
+    p[kPartStride] = acc[j][1];
+    p[8] = acc[j][2];
+    p[kPartStride + 8] = acc[j][3];
+  }
+  cluster.sync();  // every slice's partials are written and visible across the cluster
+
+  // The cluster's rows x kBlockRows outputs, shared out among its blocks; each sums the slices in slice order.
+  for (int i = slice * kThreads + threadIdx.x; i < rows * kBlockRows; i += slices * kThreads) {
+    const int r = i / kBlockRows, local = i % kBlockRows;
+    const int64_t col = block_row0 + local;
+    if (col >= n) continue;
+    const int at = r * kPartStride + local;
+    float sum = cluster.map_shared_rank(partials, 0)[at];
+    for (int s = 1; s < slices; ++s) sum += cluster.map_shared_rank(partials, s)[at];
+    const int64_t out = r * static_cast<int64_t>(n) + col;
+    if constexpr (kOutF32) {
+      static_cast<float*>(y)[out] = sum;
+    } else {
+      static_cast<bf16*>(y)[out] = __float2bfloat16_rn(sum);
+    }
+  }
+  cluster.sync();  // no block leaves (freeing its shared memory) while another still reads its partials
+}
+
+template <int kTiles, bool kOutF32>
+void launch_tiles(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k, void* y, int slices,
+                  cudaStream_t stream) {
+  const int64_t groups = (static_cast<int64_t>(n) + kBlockRows - 1) / kBlockRows;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(groups * slices), 1, 1);
+  config.blockDim = dim3(kThreads, 1, 1);
+  config.dynamicSmemBytes = smem_bytes<kTiles>();
+  config.stream = stream;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = static_cast<unsigned>(slices);
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  check_cuda(cudaLaunchKernelEx(&config, skinny_gemm_mma_kernel<kTiles, kOutF32>, x, rows, w, n, k, y),
+             "launch_skinny_gemm (tensor cores)");
+}
+
+template <bool kOutF32>
+void launch_rows(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k, void* y, int slices,
+                 cudaStream_t stream) {
+  // The narrowest tile count that holds the rows: fewer MMAs and x bytes, the same arithmetic per element.
+  switch ((rows + 7) / 8) {
+    case 1: return launch_tiles<1, kOutF32>(x, rows, w, n, k, y, slices, stream);
+    case 2: return launch_tiles<2, kOutF32>(x, rows, w, n, k, y, slices, stream);
+    case 3: return launch_tiles<3, kOutF32>(x, rows, w, n, k, y, slices, stream);
+    case 4: return launch_tiles<4, kOutF32>(x, rows, w, n, k, y, slices, stream);
+    case 5: return launch_tiles<5, kOutF32>(x, rows, w, n, k, y, slices, stream);
+    case 6: return launch_tiles<6, kOutF32>(x, rows, w, n, k, y, slices, stream);
+    case 7: return launch_tiles<7, kOutF32>(x, rows, w, n, k, y, slices, stream);
+    default: return launch_tiles<8, kOutF32>(x, rows, w, n, k, y, slices, stream);
+  }
+}
+
+void launch(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, void* y, bool y_f32, cudaStream_t stream) {
+  const int slices = slices_for(k);
+  const size_t out_size = y_f32 ? sizeof(float) : sizeof(bf16);
+  for (int32_t r0 = 0; r0 < m; r0 += kMaxTiles * 8) {
+    const int32_t rows = std::min<int32_t>(kMaxTiles * 8, m - r0);
+    const bf16* xr = x + static_cast<int64_t>(r0) * k;
+    void* yr = static_cast<char*>(y) + static_cast<size_t>(r0) * static_cast<size_t>(n) * out_size;
+    if (y_f32) {
+      launch_rows<true>(xr, rows, w, n, k, yr, slices, stream);
+    } else {
+      launch_rows<false>(xr, rows, w, n, k, yr, slices, stream);
+    }
+  }
+}
+
+}  // namespace mma
+
+}  // namespace
+
+void launch_skinny_gemm(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, void* y, bool y_f32,
+                        cudaStream_t stream) {
+  if (m < 0 || n < 0) refuse("launch_skinny_gemm: negative m or n");
+  if (m == 0 || n == 0) return;
+  if (k <= 0 || k % kChunk != 0) refuse("launch_skinny_gemm: k must be a positive multiple of 8");
+  if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16 != 0)
+    refuse("launch_skinny_gemm: x and w must be 16-byte aligned");
+  // By k alone, so that a weight always takes the same kernel (and order of summation) whatever m is.
+  if (k % 16 == 0) {
+    mma::launch(x, m, w, n, k, y, y_f32, stream);
+  } else {
+    cuda_core::launch(x, m, w, n, k, y, y_f32, stream);
+  }
 }
 
 }  // namespace duet::backend::cuda
