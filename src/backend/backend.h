@@ -107,12 +107,43 @@ struct StepPiece {
   std::span<const int32_t> page_table;
 };
 
+// A row sampled where its logits are (Backend::samples_rows()): the request's sampling settings and the ids its
+// penalties look at, with the semantics of engine/sampler.h (the same token for the same logits), the draw keyed
+// by (seed, position).
+struct SampleSpec {
+  float temperature = 1.0f;  // 0: greedy
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int32_t top_logprobs = -1;  // -1: none; 0: the sampled token's; n: also the n most likely
+  uint64_t seed = 0;
+  int64_t position = 0;
+  struct Penalty {
+    int32_t id = 0;
+    int32_t generated = 0;  // times generated so far
+    int32_t in_prompt = 0;  // nonzero: seen in the prompt (or generated)
+  };
+  std::vector<Penalty> penalties;  // empty when no penalty is on
+};
+
+struct SampledRow {
+  int32_t id = 0;
+  float logprob = 0;                           // raw log_softmax of the id, when top_logprobs >= 0
+  std::vector<std::pair<int32_t, float>> top;  // the top_logprobs most likely (id, raw logprob)
+};
+
 // One step, handed to the backend once (begin_step) before its sublayers run; the spans must stay valid until the
 // step ends. Pieces are in row order.
 struct StepPlan {
   std::span<const int32_t> ids;  // [rows] token ids
   std::span<const StepPiece> pieces;
   std::span<const int64_t> logit_rows;  // the rows lm_head computes logits for, ascending
+  // The rows sample() picks a token for (ascending), and how; only for a backend that samples_rows().
+  std::span<const int64_t> sample_rows;
+  std::span<const SampleSpec* const> samples;
 };
 
 // [rows, width] activations in the backend's memory and element type.
@@ -179,6 +210,10 @@ class Backend {
   virtual void mlp(const MlpWeights& w, const Activations& x, Activations& out) = 0;
   // logits[i, :] = head · x[plan.logit_rows[i]], written to host memory [logit_rows.size(), head.rows]
   virtual void lm_head(const Weight& head, const Activations& x, float* logits) = 0;
+  // Whether sample() is available: the backend samples next to the logits, so they never leave its memory.
+  virtual bool samples_rows() const { return false; }
+  // out[i]: the token picked for plan.sample_rows[i] from head · x[row], by plan.samples[i].
+  virtual void sample(const Weight& head, const Activations& x, SampledRow* out) { (void)head, (void)x, (void)out; }
   // Copies rows [first, first + count) to host memory as fp32.
   virtual void read_rows(const Activations& x, int64_t first, int64_t count, float* out) = 0;
 };

@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/thread_pool.h"
+#include "engine/backend_sampling.h"
 #include "engine/memory_plan.h"
 #include "engine/request_validation.h"
 #include "engine/sampler.h"
@@ -173,14 +174,25 @@ struct Engine::Impl {
     const std::vector<ScheduledPiece> planned = scheduler.plan_step();
     if (planned.empty()) return;
 
+    // A backend that samples next to its logits gets each sampling piece's settings; otherwise the logits come back
+    // and are sampled here.
+    const bool on_backend = model.samples_on_backend();
+    const model::RowOutput sampled_output = on_backend ? model::RowOutput::sampled : model::RowOutput::last_logits;
+    std::vector<backend::SampleSpec> specs(on_backend ? planned.size() : 0);
     std::vector<model::Piece> pieces;
     pieces.reserve(planned.size());
     int64_t prompt_tokens = 0;
-    for (const ScheduledPiece& piece : planned) {
+    for (size_t i = 0; i < planned.size(); ++i) {
+      const ScheduledPiece& piece = planned[i];
       pieces.push_back({.state = &scheduler.state_of(*piece.sequence),
                         .tokens = piece.tokens,
-                        .wants = piece.samples ? model::RowOutput::last_logits : model::RowOutput::none,
+                        .wants = piece.samples ? sampled_output : model::RowOutput::none,
                         .role = piece.is_prefill ? backend::RowRole::prefill : backend::RowRole::decode});
+      if (piece.samples && on_backend) {
+        const Sequence& sequence = *piece.sequence;
+        specs[i] = sample_spec(sequence.sampling(), sequence.counts(), sequence.next_position());
+        pieces.back().sample = &specs[i];
+      }
       if (piece.is_prefill) prompt_tokens += static_cast<int64_t>(piece.tokens.size());
     }
     const auto started = Clock::now();
@@ -196,7 +208,13 @@ struct Engine::Impl {
     for (size_t i = 0; i < planned.size(); ++i) {
       if (planned[i].samples) sampling.push_back(i);
     }
-    const std::vector<SampledToken> tokens = sample_all(planned, results, sampling);
+    std::vector<SampledToken> tokens;
+    if (on_backend) {
+      for (size_t index : sampling)
+        tokens.push_back(to_sampled_token(results[index].sampled, planned[index].sequence->sampling()));
+    } else {
+      tokens = sample_all(planned, results, sampling);
+    }
     for (size_t k = 0; k < sampling.size(); ++k) {
       Sequence& sequence = *planned[sampling[k]].sequence;
       const std::optional<FinishReason> reason = sequence.accept(tokens[k], is_stop_token(sequence, tokens[k].id));

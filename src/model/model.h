@@ -32,6 +32,7 @@ enum class RowOutput : uint8_t {
   last_logits = 1,  // logits of the piece's last row (a generate piece whose last row samples)
   all_logits = 2,   // logits of every row (tests, prompt logprobs)
   norm_rows = 4,    // final-norm rows of every row (the decision head reads these)
+  sampled = 8,      // the piece's last row sampled by the backend (Model::samples_on_backend(); Piece::sample)
 };
 constexpr RowOutput operator|(RowOutput a, RowOutput b) {
   return static_cast<RowOutput>(static_cast<uint8_t>(a) | static_cast<uint8_t>(b));
@@ -48,11 +49,13 @@ struct Piece {
   // decode: one generated token (a GPU computes its rows with decode kernels); prefill: prompt rows, whose bytes
   // do not depend on where the prompt was cut at multiples of 64.
   backend::RowRole role = backend::RowRole::prefill;
+  const backend::SampleSpec* sample = nullptr;  // with RowOutput::sampled
 };
 
 struct PieceResult {
   std::vector<float> logits;     // [rows, vocab]: 1 row for last_logits, tokens.size() for all_logits
   std::vector<float> norm_rows;  // [tokens.size(), hidden] when norm_rows was asked
+  backend::SampledRow sampled;   // when sampled was asked
 };
 
 class Model {
@@ -73,6 +76,10 @@ class Model {
   virtual size_t sequence_fixed_bytes() const = 0;  // one sequence's GDN state (conv history, delta rule)
   // Bytes of one sequence's fixed state plus the K/V of max_positions positions.
   virtual size_t sequence_state_bytes(int32_t max_positions) const = 0;
+
+  // Whether forward() can sample a piece's next token itself (RowOutput::sampled), next to the logits, so they never
+  // cross to the host; otherwise the caller samples from last_logits.
+  virtual bool samples_on_backend() const { return false; }
 
   // The memory a GPU backend draws from: its free memory plus what the model already holds there (the weights);
   // 0 on the CPU, whose limit is the host's RAM.

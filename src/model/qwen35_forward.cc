@@ -50,8 +50,12 @@ std::vector<Qwen35SequenceState*> checked_states(std::span<const Piece> pieces, 
 }  // namespace
 
 std::vector<PieceResult> Qwen35Model::forward(std::span<const Piece> pieces) {
-  std::vector<Qwen35SequenceState*> states = checked_states(pieces, config_);
   backend::Backend& be = *backend_;
+  for (size_t i = 0; i < pieces.size(); ++i)  // before any state moves
+    if (has(pieces[i].wants, RowOutput::sampled) && (!be.samples_rows() || pieces[i].sample == nullptr))
+      fail("forward: piece {} asks to be sampled, but {}", i,
+           be.samples_rows() ? "carries no sampling settings" : "the backend does not sample");
+  std::vector<Qwen35SequenceState*> states = checked_states(pieces, config_);
 
   // The step's layout: decode pieces first, then prefill pieces (each in the order given), so a backend sees each
   // role's rows as one block. Piece i owns rows [first_row, first_row + rows), its next positions.
@@ -95,10 +99,21 @@ std::vector<PieceResult> Qwen35Model::forward(std::span<const Piece> pieces) {
       logit_rows.push_back(p.first_row + p.rows - 1);
     }
   }
+  // The rows the backend samples, in row order, and how.
+  std::vector<int64_t> sample_rows;
+  std::vector<const backend::SampleSpec*> samples;
+  std::vector<size_t> sample_first(pieces.size());
+  for (size_t i : order) {
+    if (!has(pieces[i].wants, RowOutput::sampled)) continue;
+    sample_first[i] = sample_rows.size();
+    sample_rows.push_back(rows_of[i].first_row + rows_of[i].rows - 1);
+    samples.push_back(pieces[i].sample);
+  }
   // Never in serving (the engine reserves for its largest step): tools and tests grow the workspace as they go.
-  if (const size_t bytes = step_bytes(R, static_cast<int64_t>(logit_rows.size())); bytes > be.workspace_bytes())
+  if (const size_t bytes = step_bytes(R, static_cast<int64_t>(logit_rows.size() + sample_rows.size()));
+      bytes > be.workspace_bytes())
     be.reserve_workspace(bytes);
-  be.begin_step(backend::StepPlan{ids, plan_pieces, logit_rows});
+  be.begin_step(backend::StepPlan{ids, plan_pieces, logit_rows, sample_rows, samples});
   auto x = be.new_activations(R, h);       // [R, h] the residual stream
   auto normed = be.new_activations(R, h);  // [R, h] a norm's output, the sublayers' input
   auto delta = be.new_activations(R, h);   // [R, h] a sublayer's output, added to the residual
@@ -132,6 +147,8 @@ std::vector<PieceResult> Qwen35Model::forward(std::span<const Piece> pieces) {
   const int64_t V = config_.vocab_size;
   std::vector<float> logits(logit_rows.size() * static_cast<size_t>(V));  // [logit rows, V]
   if (!logit_rows.empty()) be.lm_head(weights_.lm_head, *normed, logits.data());
+  std::vector<backend::SampledRow> sampled(sample_rows.size());
+  if (!sample_rows.empty()) be.sample(weights_.lm_head, *normed, sampled.data());
 
   std::vector<PieceResult> results(pieces.size());
   for (size_t i = 0; i < pieces.size(); ++i) {
@@ -140,6 +157,7 @@ std::vector<PieceResult> Qwen35Model::forward(std::span<const Piece> pieces) {
     const int64_t count = has(wants, RowOutput::all_logits) ? p.rows : has(wants, RowOutput::last_logits) ? 1 : 0;
     const auto first = static_cast<int64_t>(logit_first[i]);
     results[i].logits.assign(logits.begin() + first * V, logits.begin() + (first + count) * V);
+    if (has(wants, RowOutput::sampled)) results[i].sampled = std::move(sampled[sample_first[i]]);
     if (has(wants, RowOutput::norm_rows)) {
       results[i].norm_rows.resize(static_cast<size_t>(p.rows * h));
       be.read_rows(*normed, p.first_row, p.rows, results[i].norm_rows.data());

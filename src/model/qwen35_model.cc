@@ -78,7 +78,8 @@ size_t Qwen35Model::workspace_bytes(int64_t rows) const {
 }
 
 // Counted at 4 bytes an element (fp32 on the CPU; a GPU's BF16 activations take less): the residual stream, a norm's
-// output and a sublayer's output, the largest sublayer's scratch, and the logits of the rows that want them.
+// output and a sublayer's output, the largest sublayer's scratch, and per row with logits: the row, its logits and
+// twice their size again (a GPU's sampling scratch).
 size_t Qwen35Model::step_bytes(int64_t rows, int64_t logit_rows) const {
   const Qwen35Config& c = config_;
   const int64_t value_width = c.linear_num_value_heads * c.linear_value_head_dim;
@@ -86,7 +87,7 @@ size_t Qwen35Model::step_bytes(int64_t rows, int64_t logit_rows) const {
   const int64_t attention = c.num_attention_heads * c.head_dim * 3 + 2 * c.num_key_value_heads * c.head_dim;
   const int64_t mlp = 2 * c.intermediate_size;
   const int64_t per_row = 3 * c.hidden_size + std::max({gdn, attention, mlp});
-  return static_cast<size_t>(4 * (rows * per_row + logit_rows * (c.vocab_size + c.hidden_size))) + (1 << 20);
+  return static_cast<size_t>(4 * (rows * per_row + logit_rows * (3 * c.vocab_size + c.hidden_size))) + (1 << 20);
 }
 
 void Qwen35Model::reserve_workspace(int64_t rows) { backend_->reserve_workspace(workspace_bytes(rows)); }

@@ -18,6 +18,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/op_timer.h"
 #include "backend/cuda/pinned_gemm.h"
+#include "backend/cuda/sampling.h"
 #include "base/error.h"
 #include "base/log.h"
 
@@ -220,6 +221,32 @@ class CudaBackend final : public Backend {
       }
     }
     for (int64_t r : plan.logit_rows) logit_rows.push_back(static_cast<int32_t>(r));
+    // Rows sampled here: their settings and penalty ids travel in the same upload.
+    std::vector<int32_t> sample_rows;
+    std::vector<SamplingRowParams> sample_params;
+    std::vector<PenaltyEntry> penalties;
+    samples_ = plan.samples;
+    decode_sample_rows_ = 0;
+    for (size_t i = 0; i < plan.sample_rows.size(); ++i) {
+      const SampleSpec& spec = *plan.samples[i];
+      sample_rows.push_back(static_cast<int32_t>(plan.sample_rows[i]));
+      decode_sample_rows_ += plan.sample_rows[i] < decode_rows_ ? 1 : 0;
+      SamplingRowParams p;
+      p.temperature = spec.temperature;
+      p.top_k = spec.top_k;
+      p.top_p = spec.top_p;
+      p.min_p = spec.min_p;
+      p.repetition_penalty = spec.repetition_penalty;
+      p.presence_penalty = spec.presence_penalty;
+      p.frequency_penalty = spec.frequency_penalty;
+      p.top_logprobs = std::min(spec.top_logprobs, kMaxTopLogprobs);
+      p.seed = spec.seed;
+      p.position = spec.position;
+      p.penalty_offset = static_cast<int32_t>(penalties.size());
+      p.penalty_count = static_cast<int32_t>(spec.penalties.size());
+      for (const auto& e : spec.penalties) penalties.push_back(PenaltyEntry{e.id, e.generated, e.in_prompt});
+      sample_params.push_back(p);
+    }
     decode_logit_rows_ = 0;
     for (int64_t r : plan.logit_rows) decode_logit_rows_ += r < decode_rows_ ? 1 : 0;
     logit_row_count_ = static_cast<int32_t>(plan.logit_rows.size());
@@ -227,8 +254,11 @@ class CudaBackend final : public Backend {
     // Layout of the one upload: pieces, then int32 arrays.
     const size_t piece_bytes = align_up(pieces.size() * sizeof(DevicePiece));
     auto ints = [](size_t n) { return align_up(n * sizeof(int32_t)); };
+    const size_t params_bytes = align_up(sample_params.size() * sizeof(SamplingRowParams));
+    const size_t penalty_bytes = align_up(penalties.size() * sizeof(PenaltyEntry));
     const size_t total = piece_bytes + ints(row_piece.size()) + ints(row_position.size()) + ints(pages.size()) +
-                         ints(plan.ids.size()) + ints(logit_rows.size());
+                         ints(plan.ids.size()) + ints(logit_rows.size()) + ints(sample_rows.size()) + params_bytes +
+                         penalty_bytes;
     check_cuda(cudaEventSynchronize(plan_copied_), "the last step's plan upload");  // the staging buffer is free
     if (total > plan_capacity_) {
       if (plan_host_) cudaFreeHost(plan_host_);
@@ -257,6 +287,13 @@ class CudaBackend final : public Backend {
     step_.page_table = static_cast<const int32_t*>(place(pages.data(), pages.size() * 4, ints(pages.size())));
     ids_ = static_cast<const int32_t*>(place(plan.ids.data(), plan.ids.size() * 4, ints(plan.ids.size())));
     logit_rows_ = static_cast<const int32_t*>(place(logit_rows.data(), logit_rows.size() * 4, ints(logit_rows.size())));
+    sample_rows_ =
+        static_cast<const int32_t*>(place(sample_rows.data(), sample_rows.size() * 4, ints(sample_rows.size())));
+    sample_params_ = static_cast<const SamplingRowParams*>(
+        place(sample_params.data(), sample_params.size() * sizeof(SamplingRowParams), params_bytes));
+    penalties_ = penalties.empty() ? nullptr
+                                   : static_cast<const PenaltyEntry*>(place(
+                                         penalties.data(), penalties.size() * sizeof(PenaltyEntry), penalty_bytes));
     check_cuda(cudaMemcpyAsync(plan_device_.ptr, plan_host_, at, cudaMemcpyHostToDevice, stream_), "plan upload");
     check_cuda(cudaEventRecord(plan_copied_, stream_), "plan upload event");
   }
@@ -374,6 +411,49 @@ class CudaBackend final : public Backend {
     used_ = mark;
   }
 
+  bool samples_rows() const override { return true; }
+
+  // The sampled rows' logits stay here: computed into the workspace, sampled by the sampling kernel, and only the
+  // ids and asked-for logprobs cross to the host.
+  void sample(const Weight& head, const Activations& x, SampledRow* out) override {
+    const size_t mark = used_;
+    const int64_t n = static_cast<int64_t>(samples_.size()), h = x.width(), V = head.rows;
+    bf16* selected = scratch<bf16>(n * h);
+    timer_.time("sample.gather", stream_, [&] {
+      launch_gather_rows(data_of(x), static_cast<int32_t>(h), sample_rows_, static_cast<int32_t>(n), selected, stream_);
+    });
+    float* logits = scratch<float>(n * V);
+    gemm_split("lm_head", selected, n, decode_sample_rows_, head, logits, true);
+    const size_t scratch_bytes = sampling_scratch_bytes(static_cast<int32_t>(n), static_cast<int32_t>(V));
+    void* sampling_scratch = scratch<char>(static_cast<int64_t>(scratch_bytes));
+    auto* picked = scratch<DeviceSample>(n);
+    auto* top = scratch<DeviceTopLogprob>(n * kMaxTopLogprobs);
+    timer_.time("sample.kernel", stream_, [&] {
+      launch_sample(logits, static_cast<int32_t>(n), static_cast<int32_t>(V), sample_params_, penalties_, picked, top,
+                    sampling_scratch, scratch_bytes, stream_);
+    });
+    std::vector<DeviceSample> host(static_cast<size_t>(n));
+    std::vector<DeviceTopLogprob> host_top(static_cast<size_t>(n * kMaxTopLogprobs));
+    check_cuda(
+        cudaMemcpyAsync(host.data(), picked, host.size() * sizeof(DeviceSample), cudaMemcpyDeviceToHost, stream_),
+        "sampled ids to the host");
+    check_cuda(cudaMemcpyAsync(host_top.data(), top, host_top.size() * sizeof(DeviceTopLogprob), cudaMemcpyDeviceToHost,
+                               stream_),
+               "top logprobs to the host");
+    check_cuda(cudaStreamSynchronize(stream_), "sample");
+    timer_.collect();
+    for (int64_t i = 0; i < n; ++i) {
+      out[i].id = host[i].id;
+      out[i].logprob = host[i].logprob;
+      out[i].top.clear();
+      for (int32_t j = 0; j < host[i].top_count; ++j) {
+        const DeviceTopLogprob& t = host_top[static_cast<size_t>(i * kMaxTopLogprobs + j)];
+        out[i].top.emplace_back(t.id, t.logprob);
+      }
+    }
+    used_ = mark;
+  }
+
   void read_rows(const Activations& x, int64_t first, int64_t count, float* out) override {
     const size_t mark = used_;
     const int64_t n = count * x.width();
@@ -453,6 +533,11 @@ class CudaBackend final : public Backend {
   DeviceStep step_;
   const int32_t* ids_ = nullptr;
   const int32_t* logit_rows_ = nullptr;
+  const int32_t* sample_rows_ = nullptr;
+  const SamplingRowParams* sample_params_ = nullptr;
+  const PenaltyEntry* penalties_ = nullptr;
+  std::span<const SampleSpec* const> samples_;
+  int64_t decode_sample_rows_ = 0;
   int64_t rows_ = 0;
   int64_t decode_rows_ = 0;
   int64_t decode_logit_rows_ = 0;

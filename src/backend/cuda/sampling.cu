@@ -1,0 +1,1405 @@
+// Token sampling on the device (sampling.h): the CPU sampler's token (src/engine/sampler.cc) without copying logits.
+//
+// Layout. One block of 512 threads per row; a grid of at most kMaxSlots blocks walks the rows, each block with its own
+// scratch slot: s[vocab] (the scaled logits) and list[vocab] (ids in candidate order, for the stream path).
+//
+// Parity with sampler.cc, step by step:
+//  - Penalties: the same fp32 operations per id (__fdiv_rn, __fmul_rn, __fadd_rn, __fsub_rn: no FMA contraction,
+//    and the host build has no -march, so no FMA there either), repetition first, then presence/frequency.
+//  - Greedy and the "nothing possible" fallback: the first maximum of sane(penalized), as argmax().
+//  - Scaled logits: canonical(sane(penalized) / temperature) with IEEE fp32 division. canonical() only turns -0 into
+//    +0, which the CPU's comparisons already treat as equal (the weight exp(+-0 - max) is the same); max over them.
+//  - Weights: exp(double(s) - double(max)) in double, as weight() in sampler.cc. The one operation that is not the
+//    same instruction sequence: CUDA's exp (max error 1 ulp) against glibc's (max error ~0.51 ulp). The two can differ
+//    by one ulp; every bound below allows for that, and the only place it could still matter is a weight within one
+//    ulp of min_p or a sum that lands within a few ulps of a threshold.
+//  - Order: keys (logit descending, id ascending) as 64-bit integers, so "sorted" is the CPU's total order exactly.
+//  - The cuts and the draw are sums of doubles in the CPU's order (T1 = the top-p total, the cumulative top-p walk,
+//    T2 = the candidate total, the cumulative walk over w / T2). Three ways to get the CPU's decisions:
+//      tile:      when the candidates (top-k set, top-p prefix, or min-p survivors) number at most kSamplingTile, they
+//                 are gathered into shared memory in the CPU's order and one thread runs the CPU's loops on them:
+//                 the same additions, divisions and comparisons in the same order and precision. (Top-p without
+//                 top-k: T1 sums the whole vocabulary in id order; it comes in certified, as an interval, and only
+//                 when the walk meets that interval does one thread sum it exactly, in id order.)
+//      certified: otherwise the block sums in parallel (another order) and proves the CPU's decision: for m
+//                 nonnegative terms any summation order is within (m - 1) * 2^-53 relative of the exact sum, so
+//                 the CPU's sum and ours differ by at most mu = (8 * vocab + 64) * 2^-53 relative (with the 1-ulp exp
+//                 difference folded in). A decision "C_k >= target" or "u < C_j" is taken only when it holds for
+//                 every pair of values within those bounds; cumulative sums of nonnegative terms are monotone, so
+//                 checking the element found and the one before it fixes the CPU's index.
+//      stream:    when the bounds cannot decide (u within ~1e-10 of a boundary, or exact ties that land a sum exactly
+//                 on the top-p target), one thread runs the CPU's loops over the whole order, a tile at a time (the
+//                 sorted order is produced tile by tile by radix select and bitonic sort). Slow (milliseconds for
+//                 a full vocabulary) and rare.
+//  - The draw: seeded_uniform(seed, position) ported below bit for bit (integer mixing, exact conversion).
+//  - Logprobs: log_softmax of the raw logits with max and sum of exp in double (parallel order: the result is within
+//    a few ulps of the CPU's, then rounded to float as the CPU does); top-n ids by the same total order as
+//    raw_top_logprobs.
+#include "backend/cuda/sampling.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace duet::backend::cuda {
+
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
+constexpr int kBins = 256;     // radix digit: 8 bits
+constexpr int kUnroll = 16;    // loads in flight per thread in full-row passes (bytes in flight set a row's pass time)
+constexpr int32_t kMaxSlots = 128;
+constexpr unsigned kFull = 0xffffffffu;
+constexpr double kEps = 0x1.0p-53;  // unit roundoff of double
+// Absolute slack in certified comparisons: covers subnormal weights and probabilities, whose errors are not relative.
+constexpr double kTiny = 1e-290;
+constexpr uint64_t kNoKey = ~0ull;
+
+// Statuses of the top-p walk on a tile.
+constexpr int kDecided = 0, kAmbiguous = 1, kPastTile = 2;
+
+enum class Goal : int { count, weight_ge, weight_gt };
+
+struct Smem {
+  uint64_t key[kSamplingTile];  // a tile: keys (value desc, id asc) or plain ids in the low 32 bits
+  double w[kSamplingTile];      // the tile's weights
+  double hist_w[kWarps][kBins];  // per-warp radix histograms (weights); also the staging area of exact_t1_by_id
+  uint32_t hist_c[kWarps][kBins];
+  double bin_w[kBins];
+  uint32_t bin_c[kBins];
+  int32_t bin_min_id[kBins];
+  double seg_w[kWarps];  // per-warp segment totals (segment_totals)
+  uint32_t seg_c[kWarps];
+  double red_d[kWarps];
+  float red_f[kWarps];
+  int32_t red_i[kWarps];
+  uint32_t red_u[kWarps];
+  uint64_t red_k[kWarps];
+  int32_t counter;
+  int32_t bi[8];
+  uint32_t bu[8];
+  double bd[8];
+};
+static_assert(kWarps * kBins >= kSamplingTile, "exact_t1_by_id stages a tile in hist_w");
+static_assert(kSamplingTile >= kMaxTopLogprobs, "the top logprobs are gathered into one tile");
+
+__device__ __forceinline__ int lane_id() { return static_cast<int>(threadIdx.x) & 31; }
+__device__ __forceinline__ int warp_id() { return static_cast<int>(threadIdx.x) >> 5; }
+
+// ---- values, keys, weights
+
+// sampler.cc's sane(): NaN is impossible (-inf).
+__device__ __forceinline__ float sane(float x) { return isnan(x) ? -INFINITY : x; }
+// sane() and -0 -> +0, so that values the CPU compares equal get equal keys.
+__device__ __forceinline__ float canonical(float x) {
+  x = sane(x);
+  return x == 0.0f ? 0.0f : x;
+}
+// An order key of a canonical value: smaller key = larger value.
+__device__ __forceinline__ uint32_t desc_key(float x) {
+  const uint32_t u = __float_as_uint(x);
+  return (u & 0x80000000u) ? u : ~(u | 0x80000000u);
+}
+__device__ __forceinline__ float key_value(uint32_t d) {
+  return __uint_as_float((d & 0x80000000u) ? d : (~d & 0x7fffffffu));
+}
+// (value desc, id asc) as one integer: the CPU's more_likely() order.
+__device__ __forceinline__ uint64_t make_key(uint32_t d, int32_t id) {
+  return (static_cast<uint64_t>(d) << 32) | static_cast<uint32_t>(id);
+}
+__device__ __forceinline__ uint32_t key_d(uint64_t k) { return static_cast<uint32_t>(k >> 32); }
+__device__ __forceinline__ int32_t key_id(uint64_t k) { return static_cast<int32_t>(k & 0xffffffffu); }
+
+// sampler.cc's weight(): exp(double(logit) - max_logit). Below -760 both exps return +0; skipping the call there only
+// saves time.
+__device__ __forceinline__ double weight(float s, double top) {
+  const double d = __dsub_rn(static_cast<double>(s), top);
+  return d < -760.0 ? 0.0 : exp(d);
+}
+
+// The weight and whether it survives min-p (w > 0 && w >= min_p, as sampler.cc). Weights certainly below min_p skip
+// the exp: exp(d) < min_p * e^-0.01 whatever the last-ulp behaviour of either exp.
+__device__ __forceinline__ double candidate_weight(float s, double top, double min_p, double log_min_p, bool& in) {
+  const double d = __dsub_rn(static_cast<double>(s), top);
+  if (min_p > 0.0 && d < log_min_p - 0.01) {
+    in = false;
+    return 0.0;
+  }
+  const double w = d < -760.0 ? 0.0 : exp(d);
+  in = w > 0.0 && w >= min_p;
+  return w;
+}
+
+// ---- the draw: engine/seeded_draw.h, ported (integer mixing; the conversion of a 53-bit integer is exact)
+__device__ __forceinline__ uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+__device__ __forceinline__ double seeded_uniform(uint64_t seed, int64_t position) {
+  const uint64_t bits = mix64(mix64(seed) ^ static_cast<uint64_t>(position));
+  return static_cast<double>(bits >> 11) * 0x1.0p-53;
+}
+
+// ---- warp and block reductions. Every thread calls them and gets the same bits (the warp butterflies add
+// commutatively, the block step sums the warp results in one fixed order on every thread).
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
+  return v;
+}
+
+__device__ double block_sum(double v, Smem& sm) {
+  v = warp_sum(v);
+  __syncthreads();  // red_d may still be read by a previous reduction
+  if (lane_id() == 0) sm.red_d[warp_id()] = v;
+  __syncthreads();
+  double t = 0;
+  for (int k = 0; k < kWarps; ++k) t += sm.red_d[k];
+  return t;
+}
+
+__device__ uint32_t block_sum(uint32_t v, Smem& sm) {
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane_id() == 0) sm.red_u[warp_id()] = v;
+  __syncthreads();
+  uint32_t t = 0;
+  for (int k = 0; k < kWarps; ++k) t += sm.red_u[k];
+  return t;
+}
+
+__device__ float block_max(float v, Smem& sm) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
+  __syncthreads();
+  if (lane_id() == 0) sm.red_f[warp_id()] = v;
+  __syncthreads();
+  float t = sm.red_f[0];
+  for (int k = 1; k < kWarps; ++k) t = fmaxf(t, sm.red_f[k]);
+  return t;
+}
+
+__device__ uint64_t block_min(uint64_t v, Smem& sm) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const uint64_t other = __shfl_xor_sync(kFull, v, o);
+    v = other < v ? other : v;
+  }
+  __syncthreads();
+  if (lane_id() == 0) sm.red_k[warp_id()] = v;
+  __syncthreads();
+  uint64_t t = sm.red_k[0];
+  for (int k = 1; k < kWarps; ++k) t = sm.red_k[k] < t ? sm.red_k[k] : t;
+  return t;
+}
+
+// (value, id): larger value first, then lower id: a total order, so the result does not depend on the tree.
+__device__ __forceinline__ void take_better(float& v, int32_t& id, float ov, int32_t oid) {
+  if (ov > v || (ov == v && oid < id)) {
+    v = ov;
+    id = oid;
+  }
+}
+__device__ void block_argmax(float& v, int32_t& id, Smem& sm) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(kFull, v, o);
+    const int32_t oid = __shfl_xor_sync(kFull, id, o);
+    take_better(v, id, ov, oid);
+  }
+  __syncthreads();
+  if (lane_id() == 0) {
+    sm.red_f[warp_id()] = v;
+    sm.red_i[warp_id()] = id;
+  }
+  __syncthreads();
+  v = sm.red_f[0];
+  id = sm.red_i[0];
+  for (int k = 1; k < kWarps; ++k) take_better(v, id, sm.red_f[k], sm.red_i[k]);
+}
+
+// Thread 0's value to every thread.
+__device__ int32_t bcast_i(int32_t v, Smem& sm) {
+  __syncthreads();
+  if (threadIdx.x == 0) sm.bi[7] = v;
+  __syncthreads();
+  return sm.bi[7];
+}
+__device__ double bcast_d(double v, Smem& sm) {
+  __syncthreads();
+  if (threadIdx.x == 0) sm.bd[7] = v;
+  __syncthreads();
+  return sm.bd[7];
+}
+
+// f(i, v[i], valid) for every i in [0, n), kUnroll loads in flight per thread. Every lane of every warp makes the
+// same number of calls (valid false past n), so f may use warp-wide intrinsics.
+template <typename F>
+__device__ __forceinline__ void for_each_value(const float* v, int32_t n, F&& f) {
+  for (int32_t base = 0; base < n; base += kThreads * kUnroll) {
+    float x[kUnroll];
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) {
+      const int32_t i = base + j * kThreads + static_cast<int32_t>(threadIdx.x);
+      x[j] = i < n ? v[i] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) {
+      const int32_t i = base + j * kThreads + static_cast<int32_t>(threadIdx.x);
+      f(i, x[j], i < n);
+    }
+  }
+}
+
+// ---- element sets: a contiguous range of the (value desc, id asc) order, optionally only min-p survivors
+
+struct Spec {
+  const float* v = nullptr;  // values (canonical() is applied on reading, so raw logits work too)
+  int32_t n = 0;
+  double top = 0;      // the maximum scaled logit: weights are exp(v - top)
+  uint64_t lo = 0;     // keys in (lo, hi] when use_lo / use_hi
+  uint64_t hi = 0;
+  bool use_lo = false;
+  bool use_hi = false;
+  bool filter = false;  // only candidates: w > 0 && w >= min_p
+  double min_p = 0;
+  double log_min_p = 0;
+};
+
+__device__ __forceinline__ bool in_range(const Spec& s, uint32_t d, int32_t i) {
+  const uint64_t k = make_key(d, i);
+  return !((s.use_lo && k <= s.lo) || (s.use_hi && k > s.hi));
+}
+
+// Whether the element (canonical value x, key d, id i) is in s; its weight in w when want_w or s.filter.
+__device__ __forceinline__ bool member(const Spec& s, float x, uint32_t d, int32_t i, bool want_w, double& w) {
+  w = 0;
+  if (!in_range(s, d, i)) return false;
+  if (s.filter) {
+    bool in = false;
+    w = candidate_weight(x, s.top, s.min_p, s.log_min_p, in);
+    return in;
+  }
+  if (want_w) w = weight(x, s.top);
+  return true;
+}
+
+__device__ __forceinline__ bool crossed(Goal goal, uint32_t count, double w, uint32_t target_count,
+                                        double target_w) {
+  switch (goal) {
+    case Goal::count:
+      return count >= target_count;
+    case Goal::weight_ge:
+      return w >= target_w;
+    default:
+      return w > target_w;
+  }
+}
+
+// The element of an ordered set where a running count or running weight first reaches a target, with what came
+// before it.
+struct Hit {
+  bool found = false;
+  uint32_t d = 0;
+  int32_t id = -1;
+  uint32_t before_count = 0;  // set members before it
+  double before_w = 0;        // their weight (approximate: parallel order)
+  double w = 0;               // its weight
+};
+
+// ---- id-order scans over 16 warp segments: segment totals, then the crossing segment split over its lanes.
+
+struct Member {
+  bool in;
+  double w;
+};
+
+__device__ __forceinline__ int32_t segment_length(int32_t n) {
+  const int32_t per_warp = (n + kWarps - 1) / kWarps;
+  return (per_warp + 31) / 32 * 32;
+}
+
+// Per warp: how many of its segment's elements f admits and their weight, into seg_c / seg_w.
+template <typename F>
+__device__ void segment_totals(const float* v, int32_t n, const F& f, Smem& sm) {
+  const int lane = lane_id(), wp = warp_id();
+  const int32_t seg = segment_length(n);
+  const int32_t begin = min(n, wp * seg), end = min(n, begin + seg);
+  uint32_t c = 0;
+  double w = 0;
+  for (int32_t b = begin; b < end; b += 32 * kUnroll) {
+    float x[kUnroll];
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) {
+      const int32_t i = b + j * 32 + lane;
+      x[j] = i < end ? v[i] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) {
+      const int32_t i = b + j * 32 + lane;
+      if (i < end) {
+        const Member m = f(i, x[j]);
+        if (m.in) {
+          ++c;
+          w += m.w;
+        }
+      }
+    }
+  }
+  c = warp_sum(c);
+  w = warp_sum(w);
+  __syncthreads();  // seg_* may still be read
+  if (lane == 0) {
+    sm.seg_c[wp] = c;
+    sm.seg_w[wp] = w;
+  }
+  __syncthreads();
+}
+
+// After segment_totals with the same f: the first admitted element (id order) at which the running count or weight
+// crosses the target. Found false when rounding in the three levels disagrees (weights only; callers then fall
+// back to the exact stream).
+template <typename F>
+__device__ Hit find_in_segments(const float* v, int32_t n, const F& f, Goal goal, uint32_t target_count,
+                                double target_w, Smem& sm) {
+  const int lane = lane_id(), wp = warp_id();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t c = 0;
+    double w = 0;
+    int32_t seg_found = -1;
+    for (int k = 0; k < kWarps; ++k) {
+      const uint32_t nc = c + sm.seg_c[k];
+      const double nw = w + sm.seg_w[k];
+      if (sm.seg_c[k] > 0 && crossed(goal, nc, nw, target_count, target_w)) {
+        seg_found = k;
+        break;
+      }
+      c = nc;
+      w = nw;
+    }
+    sm.bi[1] = seg_found;
+    sm.bu[2] = c;
+    sm.bd[2] = w;
+    sm.bi[2] = -1;
+  }
+  __syncthreads();
+  const int32_t cw = sm.bi[1];
+  if (cw >= 0 && wp == cw) {
+    const uint32_t base_c = sm.bu[2];
+    const double base_w = sm.bd[2];
+    const int32_t seg = segment_length(n);
+    const int32_t begin = min(n, cw * seg), end = min(n, begin + seg);
+    const int32_t sub = (end - begin + 31) / 32;
+    const int32_t lb = min(end, begin + lane * sub), le = min(end, lb + sub);
+    uint32_t lc = 0;
+    double lw = 0;
+    for (int32_t i = lb; i < le; ++i) {
+      const Member m = f(i, v[i]);
+      if (m.in) {
+        ++lc;
+        lw += m.w;
+      }
+    }
+    uint32_t ic = lc;
+    double iw = lw;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const uint32_t tc = __shfl_up_sync(kFull, ic, o);
+      const double tw = __shfl_up_sync(kFull, iw, o);
+      if (lane >= o) {
+        ic += tc;
+        iw += tw;
+      }
+    }
+    uint32_t ec = __shfl_up_sync(kFull, ic, 1);
+    double ew = __shfl_up_sync(kFull, iw, 1);
+    if (lane == 0) {
+      ec = 0;
+      ew = 0;
+    }
+    const uint32_t rc0 = base_c + ec;
+    const double rw0 = base_w + ew;
+    const bool hit = lc > 0 && crossed(goal, rc0 + lc, rw0 + lw, target_count, target_w);
+    const unsigned hits = __ballot_sync(kFull, hit);
+    if (hits != 0 && lane == __ffs(hits) - 1) {
+      uint32_t rc = rc0;
+      double rw = rw0;
+      for (int32_t i = lb; i < le; ++i) {
+        const Member m = f(i, v[i]);
+        if (!m.in) continue;
+        if (crossed(goal, rc + 1, rw + m.w, target_count, target_w)) {
+          sm.bi[2] = i;
+          sm.bu[3] = rc;
+          sm.bd[3] = rw;
+          sm.bd[4] = m.w;
+          break;
+        }
+        ++rc;
+        rw += m.w;
+      }
+    }
+  }
+  __syncthreads();
+  Hit h;
+  h.id = sm.bi[2];
+  h.found = h.id >= 0;
+  if (h.found) {
+    h.before_count = sm.bu[3];
+    h.before_w = sm.bd[3];
+    h.w = sm.bd[4];
+  }
+  return h;
+}
+
+// After segment_totals with the same f (and at most kSamplingTile members): the members in id order into the tile.
+template <typename F>
+__device__ void compact_segments(const float* v, int32_t n, const F& f, Smem& sm) {
+  const int lane = lane_id(), wp = warp_id();
+  int32_t off = 0;
+  for (int k = 0; k < wp; ++k) off += static_cast<int32_t>(sm.seg_c[k]);
+  const int32_t seg = segment_length(n);
+  const int32_t begin = min(n, wp * seg), end = min(n, begin + seg);
+  for (int32_t b = begin; b < end; b += 32 * kUnroll) {
+    float x[kUnroll];
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) {
+      const int32_t i = b + j * 32 + lane;
+      x[j] = i < end ? v[i] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) {
+      const int32_t i = b + j * 32 + lane;
+      const Member m = i < end ? f(i, x[j]) : Member{false, 0.0};
+      const unsigned ballot = __ballot_sync(kFull, m.in);
+      if (m.in) {
+        const int32_t pos = off + __popc(ballot & ((1u << lane) - 1u));
+        if (pos < kSamplingTile) {
+          sm.key[pos] = static_cast<uint64_t>(static_cast<uint32_t>(i));
+          sm.w[pos] = m.w;
+        }
+      }
+      off += __popc(ballot);
+    }
+  }
+  __syncthreads();
+}
+
+// ---- radix select over the (value desc, id asc) order
+
+__device__ __noinline__ int32_t nth_in_group(const Spec s, uint32_t d, uint32_t nth, Smem& sm) {
+  const auto in_group = [&](int32_t i, float raw) {
+    const float x = canonical(raw);
+    const uint32_t key = desc_key(x);
+    double w = 0;
+    return Member{key == d && member(s, x, key, i, false, w), 0.0};
+  };
+  segment_totals(s.v, s.n, in_group, sm);
+  const Hit h = find_in_segments(s.v, s.n, in_group, Goal::count, nth, 0.0, sm);
+  return h.found ? h.id : -1;
+}
+
+// The first element of s, in (value desc, id asc) order, where the running count reaches target_count (Goal::count:
+// the target_count-th element) or the running weight reaches / passes target_w. Four passes of 8-bit digits over the
+// value keys; then within the group of equal values (equal weights) the position follows from the count, and its
+// id from an id-order scan. Counts are exact; weights are sums in a parallel order (see the certified path).
+__device__ __noinline__ Hit radix_select(const Spec s, Goal goal, uint32_t target_count, double target_w, Smem& sm) {
+  const bool weighted = goal != Goal::count;
+  const int lane = lane_id(), wp = warp_id();
+  uint32_t prefix = 0, before_count = 0, bin = 0;
+  double before_w = 0;
+  for (int pass = 0; pass < 4; ++pass) {
+    const int shift = 24 - 8 * pass;
+    const uint32_t high = pass == 0 ? 0u : (~0u << (shift + 8));
+    const bool last = pass == 3;
+    __syncthreads();  // the previous pass's readers are done
+    for (int j = static_cast<int>(threadIdx.x); j < kBins; j += kThreads) {
+      sm.bin_c[j] = 0;
+      sm.bin_w[j] = 0;
+      sm.bin_min_id[j] = INT32_MAX;
+    }
+    if (weighted) {
+      for (int j = static_cast<int>(threadIdx.x); j < kWarps * kBins; j += kThreads) {
+        (&sm.hist_c[0][0])[j] = 0;
+        (&sm.hist_w[0][0])[j] = 0;
+      }
+    }
+    __syncthreads();
+    for_each_value(s.v, s.n, [&](int32_t i, float raw, bool valid) {
+      bool take = false;
+      uint32_t b = kBins;  // not a bin: lanes that take nothing match each other only
+      double w = 0;
+      if (valid) {
+        const float x = canonical(raw);
+        const uint32_t d = desc_key(x);
+        if ((d & high) == prefix && member(s, x, d, i, weighted, w)) {
+          take = true;
+          b = (d >> shift) & 0xffu;
+        }
+      }
+      if (!weighted) {
+        // Counts: one shared atomic per distinct digit in the warp.
+        const unsigned peers = __match_any_sync(kFull, b);
+        if (take && lane == __ffs(peers) - 1) {
+          atomicAdd(&sm.bin_c[b], static_cast<uint32_t>(__popc(peers)));
+          if (last) atomicMin(&sm.bin_min_id[b], i);  // the lowest lane holds the lowest id
+        }
+        return;
+      }
+      // Weights: one warp sum per distinct digit, added by its lowest lane into the warp's own histogram (no
+      // atomics on doubles, and no contention between warps).
+      unsigned todo = __ballot_sync(kFull, take);
+      while (todo != 0) {
+        const int src = __ffs(todo) - 1;
+        const uint32_t gb = __shfl_sync(kFull, b, src);
+        const bool mine = take && b == gb;
+        const unsigned group = __ballot_sync(kFull, mine);
+        const double gw = warp_sum(mine ? w : 0.0);
+        if (lane == src) {
+          sm.hist_c[wp][gb] += static_cast<uint32_t>(__popc(group));
+          sm.hist_w[wp][gb] += gw;
+          if (last) atomicMin(&sm.bin_min_id[gb], i);
+        }
+        todo &= ~group;
+      }
+    });
+    __syncthreads();
+    if (weighted) {
+      for (int j = static_cast<int>(threadIdx.x); j < kBins; j += kThreads) {
+        uint32_t c = 0;
+        double w = 0;
+        for (int k = 0; k < kWarps; ++k) {
+          c += sm.hist_c[k][j];
+          w += sm.hist_w[k][j];
+        }
+        sm.bin_c[j] = c;
+        sm.bin_w[j] = w;
+      }
+      __syncthreads();
+    }
+    if (wp == 0) {
+      // Lane l scans bins [8l, 8l + 8) after an exclusive scan of the lanes' totals.
+      uint32_t c[8];
+      double w[8];
+      uint32_t lc = 0;
+      double lw = 0;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        c[k] = sm.bin_c[lane * 8 + k];
+        w[k] = sm.bin_w[lane * 8 + k];
+        lc += c[k];
+        lw += w[k];
+      }
+      uint32_t ic = lc;
+      double iw = lw;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t tc = __shfl_up_sync(kFull, ic, o);
+        const double tw = __shfl_up_sync(kFull, iw, o);
+        if (lane >= o) {
+          ic += tc;
+          iw += tw;
+        }
+      }
+      uint32_t rc = __shfl_up_sync(kFull, ic, 1);
+      double rw = __shfl_up_sync(kFull, iw, 1);
+      if (lane == 0) {
+        rc = 0;
+        rw = 0;
+      }
+      rc += before_count;
+      rw += before_w;
+      int hit = -1;
+      uint32_t hc = 0;
+      double hw = 0;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const uint32_t nc = rc + c[k];
+        const double nw = rw + w[k];
+        if (hit < 0 && c[k] > 0 && crossed(goal, nc, nw, target_count, target_w)) {
+          hit = k;
+          hc = rc;
+          hw = rw;
+        }
+        rc = nc;
+        rw = nw;
+      }
+      const unsigned hits = __ballot_sync(kFull, hit >= 0);
+      if (hits == 0) {
+        if (lane == 0) sm.bi[0] = 0;
+      } else if (lane == __ffs(hits) - 1) {
+        sm.bi[0] = 1;
+        sm.bu[0] = static_cast<uint32_t>(lane * 8 + hit);
+        sm.bu[1] = hc;
+        sm.bd[0] = hw;
+      }
+    }
+    __syncthreads();
+    if (sm.bi[0] == 0) return Hit{};
+    bin = sm.bu[0];
+    prefix |= bin << shift;
+    before_count = sm.bu[1];
+    before_w = sm.bd[0];
+  }
+  // The group: every member has the value key_value(prefix), hence the same weight.
+  const uint32_t group_count = sm.bin_c[bin];
+  const int32_t min_id = sm.bin_min_id[bin];
+  const double wg = (weighted || s.filter) ? weight(key_value(prefix), s.top) : 0.0;
+  uint32_t nth = 1;
+  if (goal == Goal::count) {
+    nth = target_count - before_count;
+  } else if (wg > 0.0) {
+    const double need = (target_w - before_w) / wg;
+    double jf = goal == Goal::weight_ge ? ceil(need) : floor(need) + 1.0;
+    jf = fmin(fmax(jf, 1.0), static_cast<double>(group_count));
+    nth = static_cast<uint32_t>(jf);
+    if (nth > 1 && crossed(goal, 0, before_w + static_cast<double>(nth - 1) * wg, 0, target_w)) {
+      --nth;
+    } else if (nth < group_count && !crossed(goal, 0, before_w + static_cast<double>(nth) * wg, 0, target_w)) {
+      ++nth;
+    }
+  }
+  Hit h;
+  h.d = prefix;
+  h.id = nth == 1 ? min_id : nth_in_group(s, prefix, nth, sm);
+  h.found = h.id >= 0 && h.id < s.n;
+  h.before_count = before_count + nth - 1;
+  h.before_w = before_w + static_cast<double>(nth - 1) * wg;
+  h.w = wg;
+  return h;
+}
+
+// ---- tiles
+
+// a[0, size) ascending; size a power of two, at most kSamplingTile.
+__device__ void bitonic_sort(uint64_t* a, int32_t size) {
+  for (int32_t k = 2; k <= size; k <<= 1) {
+    for (int32_t j = k >> 1; j > 0; j >>= 1) {
+      for (int32_t i = static_cast<int32_t>(threadIdx.x); i < size; i += kThreads) {
+        const int32_t p = i ^ j;
+        if (p > i) {
+          const uint64_t x = a[i], y = a[p];
+          const bool up = (i & k) == 0;
+          if ((x > y) == up) {
+            a[i] = y;
+            a[p] = x;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// The elements of s (at most kSamplingTile: the caller bounded s by a count select) into the tile as keys, sorted in
+// the CPU's order. Returns how many.
+__device__ __noinline__ int32_t gather_sorted(const Spec s, Smem& sm) {
+  __syncthreads();
+  if (threadIdx.x == 0) sm.counter = 0;
+  __syncthreads();
+  const int lane = lane_id();
+  for_each_value(s.v, s.n, [&](int32_t i, float raw, bool valid) {
+    const float x = canonical(raw);
+    const uint32_t d = desc_key(x);
+    double w = 0;
+    const bool in = valid && member(s, x, d, i, false, w);
+    // One atomic per warp, not per element: the members of a warp take consecutive slots.
+    const unsigned ballot = __ballot_sync(kFull, in);
+    if (ballot == 0) return;
+    const int leader = __ffs(ballot) - 1;
+    int32_t base = 0;
+    if (lane == leader) base = atomicAdd(&sm.counter, __popc(ballot));
+    base = __shfl_sync(kFull, base, leader);
+    const int32_t slot = base + __popc(ballot & ((1u << lane) - 1u));
+    if (in && slot < kSamplingTile) sm.key[slot] = make_key(d, i);
+  });
+  __syncthreads();
+  const int32_t count = min(sm.counter, kSamplingTile);
+  int32_t size = 1;
+  while (size < count) size <<= 1;
+  for (int32_t j = count + static_cast<int32_t>(threadIdx.x); j < size; j += kThreads) sm.key[j] = kNoKey;
+  __syncthreads();
+  bitonic_sort(sm.key, size);
+  return count;
+}
+
+// The tile's weights from its keys.
+__device__ void tile_weights(int32_t count, double top, Smem& sm) {
+  for (int32_t j = static_cast<int32_t>(threadIdx.x); j < count; j += kThreads) {
+    sm.w[j] = weight(key_value(key_d(sm.key[j])), top);
+  }
+  __syncthreads();
+}
+
+// sampler.cc from the candidate list on: the min-p filter, total, probability = w / total, and the walk, over tile
+// entries [0, len) in order. Thread 0 only.
+__device__ int32_t tile_pick(const Smem& sm, int32_t len, double min_p, double u, int32_t none, bool& empty) {
+  double total = 0;
+  int32_t count = 0, first = -1, last = -1;
+  for (int32_t j = 0; j < len; ++j) {
+    const double w = sm.w[j];
+    if (w > 0.0 && w >= min_p) {
+      total += w;
+      ++count;
+      const int32_t id = key_id(sm.key[j]);
+      if (first < 0) first = id;
+      last = id;
+    }
+  }
+  if (count == 0) {
+    empty = true;
+    return none;
+  }
+  if (count == 1) return first;
+  double cumulative = 0;
+  for (int32_t j = 0; j < len; ++j) {
+    const double w = sm.w[j];
+    if (w > 0.0 && w >= min_p) {
+      cumulative += w / total;
+      if (u < cumulative) return key_id(sm.key[j]);
+    }
+  }
+  return last;  // rounding left the walk short: the last candidate takes the rest
+}
+
+// sampler.cc's top-p loop over the first `len` entries of S0 (which has s0 entries), with the target known to lie in
+// [lo, hi] (lo == hi when it is the CPU's target exactly). Thread 0 only.
+struct KeepResult {
+  int32_t keep;
+  int32_t status;
+};
+__device__ KeepResult keep_on_tile(const double* w, int32_t len, int32_t s0, double lo, double hi) {
+  double cumulative = 0;
+  int32_t keep = 0;
+  while (keep < s0) {
+    if (keep > 0) {
+      if (cumulative >= hi) return {keep, kDecided};      // cumulative >= target for any target in [lo, hi]
+      if (!(cumulative < lo)) return {keep, kAmbiguous};  // some targets in [lo, hi] say go on, some stop
+    }
+    if (keep == len) return {keep, kPastTile};
+    cumulative += w[keep];
+    ++keep;
+  }
+  return {keep, kDecided};
+}
+
+// ---- one row
+
+struct RowCtx {
+  const float* s;  // scaled logits, canonical
+  int32_t* list;   // scratch for the sorted stream
+  int32_t n;
+  double top;  // their maximum
+  double u;    // the draw
+  int32_t top_k;
+  float top_p;
+  double min_p;
+  double log_min_p;
+  int32_t cap;    // tile capacity
+  double mu;      // relative bound between our parallel sums and the CPU's sequential ones
+  int32_t none;   // the answer when no candidate survives
+  bool force_stream;
+
+  __device__ Spec all() const {
+    Spec b;
+    b.v = s;
+    b.n = n;
+    b.top = top;
+    b.min_p = min_p;
+    b.log_min_p = log_min_p;
+    return b;
+  }
+};
+
+struct Pick {
+  int32_t id;
+  uint32_t path;
+};
+
+// Whether the CPU's walk certainly stops at the element with these approximate sums: C_{j-1} <= u < C_j.
+__device__ __forceinline__ bool certified_draw(uint32_t before_count, double before_w, double w, double total, double u,
+                                               double mu) {
+  const bool after_previous = before_count == 0 || (before_w / total) * (1.0 + mu) + kTiny < u;
+  const bool before_this = ((before_w + w) / total) * (1.0 - mu) - kTiny > u;
+  return after_previous && before_this;
+}
+
+// The CPU's top-p total over every id in id order, one thread adding as sampler.cc does.
+__device__ __noinline__ double exact_t1_by_id(const RowCtx& c, Smem& sm) {
+  double* stage = &sm.hist_w[0][0];  // leaves the tile alone
+  double total = 0;
+  for (int32_t pos = 0; pos < c.n; pos += c.cap) {
+    const int32_t len = min(c.cap, c.n - pos);
+    __syncthreads();
+    for (int32_t j = static_cast<int32_t>(threadIdx.x); j < len; j += kThreads) stage[j] = weight(c.s[pos + j], c.top);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int32_t j = 0; j < len; ++j) total += stage[j];
+    }
+  }
+  return bcast_d(total, sm);
+}
+
+// Id order (no top-k, no top-p) by the CPU's loops over every id, a tile at a time.
+__device__ __noinline__ Pick exact_by_id_stream(const RowCtx& c, Smem& sm) {
+  const uint32_t path = kPathStream;
+  const auto load = [&](int32_t pos, int32_t len) {
+    __syncthreads();
+    for (int32_t j = static_cast<int32_t>(threadIdx.x); j < len; j += kThreads) {
+      sm.key[j] = static_cast<uint64_t>(pos + j);
+      sm.w[j] = weight(c.s[pos + j], c.top);
+    }
+    __syncthreads();
+  };
+  double total = 0;  // thread 0's
+  int32_t count = 0, first = -1, last = -1;
+  for (int32_t pos = 0; pos < c.n; pos += c.cap) {
+    const int32_t len = min(c.cap, c.n - pos);
+    load(pos, len);
+    if (threadIdx.x == 0) {
+      for (int32_t j = 0; j < len; ++j) {
+        const double w = sm.w[j];
+        if (w > 0.0 && w >= c.min_p) {
+          total += w;
+          ++count;
+          if (first < 0) first = pos + j;
+          last = pos + j;
+        }
+      }
+    }
+  }
+  count = bcast_i(count, sm);
+  first = bcast_i(first, sm);
+  last = bcast_i(last, sm);
+  if (count == 0) return {c.none, path | kPathEmpty};
+  if (count == 1) return {first, path};
+  double cumulative = 0;
+  int32_t picked = -1;
+  for (int32_t pos = 0; pos < c.n; pos += c.cap) {
+    const int32_t len = min(c.cap, c.n - pos);
+    load(pos, len);
+    if (threadIdx.x == 0) {
+      for (int32_t j = 0; j < len && picked < 0; ++j) {
+        const double w = sm.w[j];
+        if (w > 0.0 && w >= c.min_p) {
+          cumulative += w / total;
+          if (c.u < cumulative) picked = pos + j;
+        }
+      }
+    }
+    if (bcast_i(picked, sm) >= 0) break;
+  }
+  picked = bcast_i(picked, sm);
+  return {picked >= 0 ? picked : last, path};
+}
+
+// Sorted order by the CPU's loops over S0 itself: S0's order is written to c.list a tile at a time (count select of
+// the next tile past the last key, gather, sort) as far as the loops need it.
+__device__ __noinline__ Pick exact_sorted_stream(const RowCtx& c, const Spec& in0, int32_t s0, bool topk, bool topp, Smem& sm,
+                                    uint32_t path) {
+  path |= kPathSorted | kPathStream;
+  int32_t made = 0;   // list[0, made) holds S0's first `made` elements in order
+  uint64_t last = 0;  // the key of list[made - 1]
+  const auto load = [&](int32_t pos, int32_t len) {
+    while (made < pos + len) {
+      const int32_t r = min(c.cap, s0 - made);
+      Spec next = in0;
+      if (made > 0) {
+        next.use_lo = true;
+        next.lo = last;
+      }
+      if (r < s0 - made) {
+        const Hit cut = radix_select(next, Goal::count, static_cast<uint32_t>(r), 0.0, sm);
+        next.use_hi = true;
+        next.hi = make_key(cut.d, cut.id);
+      }
+      gather_sorted(next, sm);
+      for (int32_t j = static_cast<int32_t>(threadIdx.x); j < r; j += kThreads) c.list[made + j] = key_id(sm.key[j]);
+      last = sm.key[r - 1];
+      made += r;
+      __syncthreads();
+    }
+    __syncthreads();
+    for (int32_t j = static_cast<int32_t>(threadIdx.x); j < len; j += kThreads) {
+      const int32_t id = c.list[pos + j];
+      sm.key[j] = static_cast<uint64_t>(static_cast<uint32_t>(id));
+      sm.w[j] = weight(c.s[id], c.top);
+    }
+    __syncthreads();
+  };
+
+  int32_t keep = s0;
+  if (topp) {
+    double t1 = 0;
+    if (topk) {  // sampler.cc sums the top-k set in its sorted order
+      for (int32_t pos = 0; pos < s0; pos += c.cap) {
+        const int32_t len = min(c.cap, s0 - pos);
+        load(pos, len);
+        if (threadIdx.x == 0) {
+          for (int32_t j = 0; j < len; ++j) t1 += sm.w[j];
+        }
+      }
+      t1 = bcast_d(t1, sm);
+    } else {
+      t1 = exact_t1_by_id(c, sm);
+      path |= kPathExactTopP;
+    }
+    const double target = static_cast<double>(c.top_p) * t1;
+    double cumulative = 0;  // thread 0's
+    int32_t k = 0;
+    for (int32_t pos = 0; pos < s0; pos += c.cap) {
+      const int32_t len = min(c.cap, s0 - pos);
+      load(pos, len);
+      int32_t stop = 0;
+      if (threadIdx.x == 0) {
+        while (k < s0) {
+          if (k > 0 && !(cumulative < target)) {
+            stop = 1;
+            break;
+          }
+          if (k == pos + len) break;
+          cumulative += sm.w[k - pos];
+          ++k;
+        }
+        if (k == s0) stop = 1;
+      }
+      keep = bcast_i(k, sm);
+      if (bcast_i(stop, sm) != 0) break;
+    }
+  }
+
+  double total = 0;  // thread 0's
+  int32_t count = 0, first = -1, last_id = -1;
+  for (int32_t pos = 0; pos < keep; pos += c.cap) {
+    const int32_t len = min(c.cap, keep - pos);
+    load(pos, len);
+    if (threadIdx.x == 0) {
+      for (int32_t j = 0; j < len; ++j) {
+        const double w = sm.w[j];
+        if (w > 0.0 && w >= c.min_p) {
+          total += w;
+          ++count;
+          const int32_t id = key_id(sm.key[j]);
+          if (first < 0) first = id;
+          last_id = id;
+        }
+      }
+    }
+  }
+  count = bcast_i(count, sm);
+  first = bcast_i(first, sm);
+  last_id = bcast_i(last_id, sm);
+  if (count == 0) return {c.none, path | kPathEmpty};
+  if (count == 1) return {first, path};
+  double cumulative = 0;
+  int32_t picked = -1;
+  for (int32_t pos = 0; pos < keep; pos += c.cap) {
+    const int32_t len = min(c.cap, keep - pos);
+    load(pos, len);
+    if (threadIdx.x == 0) {
+      for (int32_t j = 0; j < len && picked < 0; ++j) {
+        const double w = sm.w[j];
+        if (w > 0.0 && w >= c.min_p) {
+          cumulative += w / total;
+          if (c.u < cumulative) picked = key_id(sm.key[j]);
+        }
+      }
+    }
+    if (bcast_i(picked, sm) >= 0) break;
+  }
+  picked = bcast_i(picked, sm);
+  return {picked >= 0 ? picked : last_id, path};
+}
+
+// No top-k, no top-p: candidates are the min-p survivors in id order.
+__device__ __noinline__ Pick sample_by_id(const RowCtx& c, Smem& sm) {
+  if (c.force_stream) return exact_by_id_stream(c, sm);
+  const double top = c.top, min_p = c.min_p, log_min_p = c.log_min_p;  // registers in the hot loops
+  const auto candidate = [=](int32_t, float x) {
+    bool in = false;
+    const double w = candidate_weight(x, top, min_p, log_min_p, in);
+    return Member{in, w};
+  };
+  segment_totals(c.s, c.n, candidate, sm);
+  uint32_t count = 0;
+  double total = 0;
+  for (int k = 0; k < kWarps; ++k) {
+    count += sm.seg_c[k];
+    total += sm.seg_w[k];
+  }
+  if (count == 0) return {c.none, kPathEmpty};
+  if (count <= static_cast<uint32_t>(c.cap)) {
+    compact_segments(c.s, c.n, candidate, sm);
+    bool empty = false;
+    int32_t id = 0;
+    if (threadIdx.x == 0) id = tile_pick(sm, static_cast<int32_t>(count), c.min_p, c.u, c.none, empty);
+    id = bcast_i(id, sm);
+    return {id, kPathTile | (bcast_i(empty, sm) ? kPathEmpty : 0u)};
+  }
+  const Hit e = find_in_segments(c.s, c.n, candidate, Goal::weight_gt, 0, c.u * total, sm);
+  if (e.found && certified_draw(e.before_count, e.before_w, e.w, total, c.u, c.mu)) return {e.id, kPathCertified};
+  return exact_by_id_stream(c, sm);
+}
+
+// Top-k or top-p on: candidates in (value desc, id asc) order.
+__device__ __noinline__ Pick sample_sorted(const RowCtx& c, Smem& sm) {
+  uint32_t path = kPathSorted;
+  const bool topk = c.top_k > 0 && c.top_k < c.n;
+  const bool topp = c.top_p < 1.0f;
+  // S0: the top-k set, or everything.
+  Spec in0 = c.all();
+  int32_t s0 = c.n;
+  if (topk) {
+    const Hit k = radix_select(in0, Goal::count, static_cast<uint32_t>(c.top_k), 0.0, sm);
+    in0.use_hi = true;
+    in0.hi = make_key(k.d, k.id);
+    s0 = c.top_k;
+  }
+  if (c.force_stream) return exact_sorted_stream(c, in0, s0, topk, topp, sm, path);
+
+  // The first g elements of S0, sorted, in the tile.
+  const int32_t g = min(s0, c.cap);
+  Spec first = in0;
+  if (g < s0) {
+    const Hit t = radix_select(in0, Goal::count, static_cast<uint32_t>(g), 0.0, sm);
+    first.use_hi = true;
+    first.hi = make_key(t.d, t.id);
+  }
+  gather_sorted(first, sm);
+  tile_weights(g, c.top, sm);
+
+  // T1, exactly when S0 is in the tile (sampler.cc sums top-k in sorted order), else with a relative bound.
+  double t1 = 0, t1_rel = 0;
+  bool t1_exact = false;
+  if (topp) {
+    if (topk && s0 <= g) {
+      double t = 0;
+      if (threadIdx.x == 0) {
+        for (int32_t j = 0; j < s0; ++j) t += sm.w[j];
+      }
+      t1 = bcast_d(t, sm);
+      t1_exact = true;
+    } else {
+      double part = 0;
+      const Spec range = in0;
+      const double top = c.top;
+      for_each_value(range.v, range.n, [&](int32_t i, float raw, bool valid) {
+        if (!valid) return;
+        const float x = canonical(raw);
+        if (in_range(range, desc_key(x), i)) part += weight(x, top);
+      });
+      t1 = block_sum(part, sm);
+      t1_rel = c.mu;
+    }
+  }
+  const auto target_bounds = [&](double& lo, double& hi) {
+    const double target = static_cast<double>(c.top_p) * t1;
+    lo = t1_exact ? target : target * (1.0 - t1_rel) - kTiny;
+    hi = t1_exact ? target : target * (1.0 + t1_rel) + kTiny;
+  };
+
+  int32_t keep = s0;
+  bool in_tile = s0 <= g;
+  if (topp) {
+    int32_t status = kDecided;
+    for (;;) {
+      double lo = 0, hi = 0;
+      target_bounds(lo, hi);
+      KeepResult r{0, 0};
+      if (threadIdx.x == 0) r = keep_on_tile(sm.w, g, s0, lo, hi);
+      keep = bcast_i(r.keep, sm);
+      status = bcast_i(r.status, sm);
+      if (status == kAmbiguous && !t1_exact && !topk) {
+        t1 = exact_t1_by_id(c, sm);  // sampler.cc's id-order sum, then the same walk again
+        t1_exact = true;
+        path |= kPathExactTopP;
+        continue;
+      }
+      break;
+    }
+    if (status == kAmbiguous) return exact_sorted_stream(c, in0, s0, topk, topp, sm, path);
+    in_tile = status == kDecided;
+  }
+  if (in_tile) {
+    bool empty = false;
+    int32_t id = 0;
+    if (threadIdx.x == 0) id = tile_pick(sm, keep, c.min_p, c.u, c.none, empty);
+    id = bcast_i(id, sm);
+    return {id, path | kPathTile | (bcast_i(empty, sm) ? kPathEmpty : 0u)};
+  }
+
+  // Past the tile: certified cuts on parallel sums.
+  Spec in1 = in0;  // S1: the top-p prefix of S0
+  if (topp) {
+    double lo = 0, hi = 0;
+    target_bounds(lo, hi);
+    const Hit k = radix_select(in0, Goal::weight_ge, 0, static_cast<double>(c.top_p) * t1, sm);
+    const bool ok = k.found && (k.before_count == 0 || k.before_w * (1.0 + c.mu) + kTiny < lo) &&
+                    (k.before_w + k.w) * (1.0 - c.mu) - kTiny >= hi;
+    if (!ok) return exact_sorted_stream(c, in0, s0, topk, topp, sm, path);
+    in1.use_hi = true;
+    in1.hi = make_key(k.d, k.id);
+    path |= kPathCertified;
+  }
+  Spec in2 = in1;  // the candidates
+  in2.filter = true;
+  uint32_t count = 0;
+  double part = 0;
+  uint64_t first_key = kNoKey;
+  for_each_value(in2.v, in2.n, [&](int32_t i, float raw, bool valid) {
+    if (!valid) return;
+    const float x = canonical(raw);
+    const uint32_t d = desc_key(x);
+    double w = 0;
+    if (!member(in2, x, d, i, true, w)) return;
+    ++count;
+    part += w;
+    const uint64_t k = make_key(d, i);
+    first_key = k < first_key ? k : first_key;
+  });
+  count = block_sum(count, sm);
+  const double total = block_sum(part, sm);
+  first_key = block_min(first_key, sm);
+  if (count == 0) return {c.none, path | kPathEmpty};
+  if (count == 1) return {key_id(first_key), path};
+
+  // All candidates inside the tile (min-p cut them down): the CPU's loops on the tile, up to S1's end.
+  int32_t in_s1 = 0, in_tile_count = 0;
+  if (threadIdx.x == 0) {
+    for (int32_t j = 0; j < g; ++j) {
+      if (in1.use_hi && sm.key[j] > in1.hi) break;
+      ++in_s1;
+      const double w = sm.w[j];
+      if (w > 0.0 && w >= c.min_p) ++in_tile_count;
+    }
+  }
+  in_s1 = bcast_i(in_s1, sm);
+  in_tile_count = bcast_i(in_tile_count, sm);
+  if (static_cast<uint32_t>(in_tile_count) == count) {
+    bool empty = false;
+    int32_t id = 0;
+    if (threadIdx.x == 0) id = tile_pick(sm, in_s1, c.min_p, c.u, c.none, empty);
+    id = bcast_i(id, sm);
+    return {id, path | kPathTile};
+  }
+
+  const Hit e = radix_select(in2, Goal::weight_gt, 0, c.u * total, sm);
+  if (e.found && certified_draw(e.before_count, e.before_w, e.w, total, c.u, c.mu)) {
+    return {e.id, path | kPathCertified};
+  }
+  return exact_sorted_stream(c, in0, s0, topk, topp, sm, path);
+}
+
+struct Args {
+  const float* logits;
+  int32_t rows;
+  int32_t vocab;
+  const SamplingRowParams* params;
+  const PenaltyEntry* penalties;
+  DeviceSample* out;
+  DeviceTopLogprob* top;
+  char* scratch;
+  size_t slot_bytes;
+  size_t list_offset;
+  int32_t cap;
+  bool flip_draw;
+  bool force_stream;
+};
+
+__device__ void sample_row(int32_t row, const Args& a, Smem& sm) {
+  const SamplingRowParams p = a.params[row];
+  const int32_t n = a.vocab;
+  const float* raw = a.logits + static_cast<int64_t>(row) * n;
+  char* slot = a.scratch + static_cast<size_t>(blockIdx.x) * a.slot_bytes;
+  float* s = reinterpret_cast<float*>(slot);
+  int32_t* list = reinterpret_cast<int32_t*>(slot + a.list_offset);
+
+  // Penalties (sampler.cc penalized_logits) on a copy in s.
+  const bool greedy = p.temperature <= 0.0f;
+  const bool repetition = p.repetition_penalty != 1.0f;
+  const bool additive = p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  const float* penalized = raw;
+  if ((repetition || additive) && p.penalty_count > 0) {
+    for_each_value(raw, n, [&](int32_t i, float x, bool valid) {
+      if (valid) s[i] = x;
+    });
+    __syncthreads();
+    const PenaltyEntry* entries = a.penalties + p.penalty_offset;
+    for (int32_t e = static_cast<int32_t>(threadIdx.x); e < p.penalty_count; e += kThreads) {
+      const PenaltyEntry pe = entries[e];
+      if (pe.id < 0 || pe.id >= n) continue;
+      float x = s[pe.id];
+      if (repetition && (pe.in_prompt != 0 || pe.generated > 0)) {
+        x = x > 0.0f ? __fdiv_rn(x, p.repetition_penalty) : __fmul_rn(x, p.repetition_penalty);
+      }
+      if (additive && pe.generated > 0) {
+        x = __fsub_rn(x, __fadd_rn(__fmul_rn(p.frequency_penalty, static_cast<float>(pe.generated)),
+                                   p.presence_penalty));
+      }
+      s[pe.id] = x;
+    }
+    __syncthreads();
+    penalized = s;
+  }
+
+  // The argmax of the penalized logits (greedy, and the CPU's fallback), and the scaled logits with their maximum.
+  float best = -INFINITY, top = -INFINITY;
+  int32_t best_id = INT32_MAX;
+  for_each_value(penalized, n, [&](int32_t i, float x, bool valid) {
+    if (!valid) return;
+    const float v = sane(x);
+    take_better(best, best_id, v, i);
+    if (!greedy) {
+      const float scaled = canonical(__fdiv_rn(v, p.temperature));
+      s[i] = scaled;  // in place when penalized == s: each element read and written by the same thread
+      top = fmaxf(top, scaled);
+    }
+  });
+  block_argmax(best, best_id, sm);
+  if (!greedy) top = block_max(top, sm);  // the block reductions' barriers also publish s
+
+  Pick pick{best_id, greedy ? kPathGreedy : kPathNoFinite};
+  if (!greedy && top != -INFINITY) {
+    RowCtx c;
+    c.s = s;
+    c.list = list;
+    c.n = n;
+    c.top = static_cast<double>(top);
+    c.u = seeded_uniform(p.seed, p.position);
+    if (a.flip_draw) c.u = 1.0 - c.u;
+    c.top_k = p.top_k;
+    c.top_p = p.top_p;
+    c.min_p = static_cast<double>(p.min_p);
+    c.log_min_p = p.min_p > 0.0f ? log(c.min_p) : 0.0;
+    c.cap = a.cap;
+    c.mu = (8.0 * static_cast<double>(n) + 64.0) * kEps;
+    c.none = best_id;
+    c.force_stream = a.force_stream;
+    const bool sorted = (p.top_k > 0 && p.top_k < n) || p.top_p < 1.0f;
+    pick = sorted ? sample_sorted(c, sm) : sample_by_id(c, sm);
+  }
+
+  // Logprobs of the raw logits (sampler.cc raw_logprob / raw_top_logprobs).
+  float logprob = __int_as_float(0x7fc00000);  // NaN: not asked
+  int32_t top_count = 0;
+  if (p.top_logprobs >= 0) {
+    // log-sum-exp with a running maximum per thread, then one rescale per thread.
+    float m = -INFINITY;
+    double sum = 0;
+    for_each_value(raw, n, [&](int32_t, float x, bool valid) {
+      if (!valid) return;
+      x = sane(x);
+      if (x == -INFINITY) return;
+      if (x > m) {
+        sum = sum * exp(static_cast<double>(m) - static_cast<double>(x)) + 1.0;
+        m = x;
+      } else {
+        sum += exp(static_cast<double>(x) - static_cast<double>(m));
+      }
+    });
+    const float max_all = block_max(m, sm);
+    const double part = m == -INFINITY ? 0.0 : sum * exp(static_cast<double>(m) - static_cast<double>(max_all));
+    const double total = block_sum(part, sm);
+    const double lse = max_all == -INFINITY ? -INFINITY : static_cast<double>(max_all) + log(total);
+    logprob = static_cast<float>(static_cast<double>(sane(raw[pick.id])) - lse);
+    top_count = min(min(p.top_logprobs, kMaxTopLogprobs), n);
+    if (top_count > 0) {
+      Spec rs;
+      rs.v = raw;
+      rs.n = n;
+      if (top_count < n) {
+        const Hit h = radix_select(rs, Goal::count, static_cast<uint32_t>(top_count), 0.0, sm);
+        rs.use_hi = true;
+        rs.hi = make_key(h.d, h.id);
+      }
+      gather_sorted(rs, sm);
+      if (a.top != nullptr) {
+        DeviceTopLogprob* out = a.top + static_cast<int64_t>(row) * kMaxTopLogprobs;
+        for (int32_t j = static_cast<int32_t>(threadIdx.x); j < kMaxTopLogprobs; j += kThreads) {
+          DeviceTopLogprob t;
+          if (j < top_count) {
+            t.id = key_id(sm.key[j]);
+            t.logprob = static_cast<float>(static_cast<double>(key_value(key_d(sm.key[j]))) - lse);
+          }
+          out[j] = t;
+        }
+      }
+    }
+  }
+  if (top_count == 0 && a.top != nullptr) {
+    DeviceTopLogprob* out = a.top + static_cast<int64_t>(row) * kMaxTopLogprobs;
+    for (int32_t j = static_cast<int32_t>(threadIdx.x); j < kMaxTopLogprobs; j += kThreads) out[j] = DeviceTopLogprob{};
+  }
+  if (threadIdx.x == 0) {
+    DeviceSample o;
+    o.id = pick.id;
+    o.logprob = logprob;
+    o.top_count = top_count;
+    o.path = pick.path;
+    a.out[row] = o;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1) sample_kernel(const Args a) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
+  for (int32_t row = static_cast<int32_t>(blockIdx.x); row < a.rows; row += static_cast<int32_t>(gridDim.x)) {
+    sample_row(row, a, sm);
+    __syncthreads();  // the next row reuses shared memory and the slot
+  }
+}
+
+size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+size_t slot_bytes(int32_t vocab) { return 2 * align256(static_cast<size_t>(vocab) * sizeof(float)); }
+
+void refuse(const char* what) { check_cuda(cudaErrorInvalidValue, what); }
+
+}  // namespace
+
+size_t sampling_scratch_bytes(int32_t rows, int32_t vocab) {
+  if (rows <= 0 || vocab <= 0) return 0;
+  return static_cast<size_t>(std::min(rows, kMaxSlots)) * slot_bytes(vocab);
+}
+
+void launch_sample(const float* logits, int32_t rows, int32_t vocab, const SamplingRowParams* params,
+                   const PenaltyEntry* penalties, DeviceSample* out, DeviceTopLogprob* top, void* scratch,
+                   size_t scratch_bytes, cudaStream_t stream, const SamplingTestHooks& hooks) {
+  if (rows <= 0) return;
+  if (vocab <= 0 || vocab > (1 << 30)) refuse("launch_sample: vocab must be in [1, 2^30]");
+  if (logits == nullptr || params == nullptr || out == nullptr) refuse("launch_sample: null logits, params or out");
+  if (scratch == nullptr || scratch_bytes < sampling_scratch_bytes(rows, vocab)) {
+    refuse("launch_sample: scratch smaller than sampling_scratch_bytes(rows, vocab)");
+  }
+  if ((reinterpret_cast<uintptr_t>(scratch) & 255u) != 0) refuse("launch_sample: scratch is not 256-byte aligned");
+  if (hooks.tile_cap < 0 || hooks.tile_cap > kSamplingTile) refuse("launch_sample: tile_cap outside [0, 2048]");
+  Args a;
+  a.logits = logits;
+  a.rows = rows;
+  a.vocab = vocab;
+  a.params = params;
+  a.penalties = penalties;
+  a.out = out;
+  a.top = top;
+  a.scratch = static_cast<char*>(scratch);
+  a.slot_bytes = slot_bytes(vocab);
+  a.list_offset = align256(static_cast<size_t>(vocab) * sizeof(float));
+  a.cap = hooks.tile_cap == 0 ? kSamplingTile : hooks.tile_cap;
+  a.flip_draw = hooks.flip_draw;
+  a.force_stream = hooks.force_stream;
+  const size_t smem = sizeof(Smem);
+  check_cuda(cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+             "launch_sample: cudaFuncSetAttribute");
+  const unsigned grid = static_cast<unsigned>(std::min(rows, kMaxSlots));
+  sample_kernel<<<grid, kThreads, smem, stream>>>(a);
+  check_launch("launch_sample");
+}
+
+}  // namespace duet::backend::cuda

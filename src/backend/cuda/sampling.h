@@ -1,0 +1,98 @@
+#pragma once
+// Token sampling on the device with the CPU sampler's semantics (src/engine/sampler.h), so that a decode step copies
+// back a few bytes per row instead of [rows, vocab] logits. For the same logits, parameters, token counts and
+// position, launch_sample picks the token engine::sample_token picks, and reports the same raw logprob and top
+// logprobs (log_softmax of the unpenalized logits, ties to the lowest id).
+//
+// Same transforms in the same order and precision as sampler.cc: the penalties in fp32, the temperature division in
+// fp32, weights exp(double(logit) - max) in double, candidates in the CPU's order (id order, or logit descending then
+// id ascending once top-k or top-p is on), the top-p and min-p cuts, and the draw seeded_uniform(seed, position)
+// walked over probabilities w / total. How the kernel gets the CPU's sums without summing 248k terms one by one on
+// one thread is explained at the top of sampling.cu.
+//
+// Asynchronous on `stream`, allocates nothing (scratch comes from the caller), throws duet::Error when the launch or
+// its arguments are bad. Row invariance: a row's outputs depend on that row's logits, parameters and penalty
+// entries only, never on the other rows of the call nor on how many there are.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace duet::backend::cuda {
+
+// The most top logprobs a row can ask for (the server caps top_logprobs at 20).
+constexpr int32_t kMaxTopLogprobs = 20;
+// Candidates the kernel keeps in shared memory and walks in the CPU's order on one thread (see sampling.cu).
+constexpr int32_t kSamplingTile = 2048;
+
+// One row's sampling parameters: engine::SamplingParams without the host-only fields, plus where the row's penalty
+// entries are. Plain data, copied to the device as an array [rows].
+struct SamplingRowParams {
+  float temperature = 1.0f;  // <= 0: greedy
+  int32_t top_k = 0;         // 0 (or >= vocab): off
+  float top_p = 1.0f;        // 1: off
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int32_t top_logprobs = -1;  // -1: no logprobs; 0: the sampled token's; n (<= kMaxTopLogprobs): also the n best
+  uint64_t seed = 0;
+  int64_t position = 0;        // the absolute position the draw is keyed by (sample_token's `position`)
+  int32_t penalty_offset = 0;  // this row's entries: penalties[penalty_offset, penalty_offset + penalty_count)
+  int32_t penalty_count = 0;
+};
+
+// One id the penalties look at (engine::TokenCounts flattened): the repetition penalty applies when in_prompt != 0
+// or generated > 0 (the CPU's `seen`), presence and frequency when generated > 0. Each id at most once per row (a
+// repeated id would be penalized twice); ids outside [0, vocab) are skipped, as on the CPU.
+struct PenaltyEntry {
+  int32_t id = 0;
+  int32_t generated = 0;  // times generated so far
+  int32_t in_prompt = 0;  // nonzero: the id is in the prompt
+};
+
+// How a row was decided (bits of DeviceSample::path), for tests and counters; never needed to use the result.
+enum SamplingPath : uint32_t {
+  kPathGreedy = 1u << 0,     // temperature <= 0: the argmax of the penalized logits
+  kPathNoFinite = 1u << 1,   // every scaled logit was -inf: the argmax of the penalized logits, as the CPU
+  kPathSorted = 1u << 2,     // candidates in (logit desc, id asc) order (top-k or top-p on); else id order
+  kPathTile = 1u << 3,       // the candidates fit one tile: the CPU's loops ran on them as they are
+  kPathCertified = 1u << 4,  // a cut or the draw was decided by bounds that prove the CPU's answer
+  kPathStream = 1u << 5,     // the CPU's loops ran over the whole candidate order, tile after tile
+  kPathExactTopP = 1u << 6,  // the top-p total was summed in the CPU's order because bounds did not decide
+  kPathEmpty = 1u << 7,      // no candidate survived (the CPU has undefined behaviour there): the argmax
+};
+
+struct DeviceSample {
+  int32_t id = 0;
+  float logprob = 0;      // log_softmax(raw logits)[id] when top_logprobs >= 0, else NaN
+  int32_t top_count = 0;  // top logprobs written: min(top_logprobs, kMaxTopLogprobs, vocab), 0 when none asked
+  uint32_t path = 0;      // SamplingPath bits
+};
+
+struct DeviceTopLogprob {
+  int32_t id = -1;
+  float logprob = 0;
+};
+
+// For tests only: the default leaves results untouched.
+struct SamplingTestHooks {
+  bool flip_draw = false;     // draw with 1 - u instead of u (a planted fault: ids must change)
+  bool force_stream = false;  // skip the tile and certified shortcuts: the CPU's loops over the whole order
+  int32_t tile_cap = 0;       // candidates per tile, 1..kSamplingTile (0: kSamplingTile); small values force the
+                              // paths that large vocabularies take
+};
+
+// Bytes of device scratch launch_sample needs for `rows` rows of `vocab` logits (about 8 * vocab bytes per row, for
+// at most 128 rows: rows beyond share the slots, one after another).
+size_t sampling_scratch_bytes(int32_t rows, int32_t vocab);
+
+// Samples one token per row of `logits` [rows, vocab] fp32 (row-major, device). params [rows] and the penalty
+// entries they point into are on the device; penalties may be null when every penalty_count is 0. Writes out[rows];
+// top [rows, kMaxTopLogprobs] gets each row's top logprobs (most likely first, unused entries id -1) unless null.
+// scratch: at least sampling_scratch_bytes(rows, vocab) bytes of device memory, 256-byte aligned.
+void launch_sample(const float* logits, int32_t rows, int32_t vocab, const SamplingRowParams* params,
+                   const PenaltyEntry* penalties, DeviceSample* out, DeviceTopLogprob* top, void* scratch,
+                   size_t scratch_bytes, cudaStream_t stream, const SamplingTestHooks& hooks = {});
+
+}  // namespace duet::backend::cuda

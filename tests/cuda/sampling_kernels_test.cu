@@ -1,0 +1,610 @@
+// The device sampler (sampling.cu) against the CPU sampler itself (engine::sample_token, which reports raw_logprob
+// and raw_top_logprobs) on the same logits, parameters, token counts and positions: ids equal, logprobs within 1e-5
+// (plus two float ulps where |logprob| is so large that one ulp alone exceeds 1e-5), top-logprob ids equal.
+//
+// Rows: normal logits at several scales, BF16-rounded logits (many exact ties), rows of five distinct values (ties
+// everywhere), rows where every logit is equal (top-p sums land exactly on the target), rows with a few huge values,
+// rows with -inf, NaN and signed zeros. Parameters: greedy, temperature alone, top-k (inside and beyond one tile),
+// top-p, min-p, all together, each penalty, with prompt and generated ids. The test hooks shrink the tile and force
+// the stream path, so a 512-wide vocabulary takes every path a 248,320-wide one takes. Also: row invariance (a row
+// alone and inside a batch of 33), and a planted fault (the draw flipped to 1 - u) that must change ids.
+// engine/sampler.h reaches fmt (through base/error.h). fmt turns its constexpr off when it sees nvcc, and GCC's C++20
+// mode then rejects fmt's remaining constexpr functions; turned back on, it compiles (fmt runs on the host only).
+#define FMT_USE_CONSTEXPR 1
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/sampling.h"
+#include "cuda_test_util.h"
+#include "engine/sampler.h"
+
+namespace duet::backend::cuda {
+namespace {
+
+using ::duet::testing::DeviceBuffer;
+using ::duet::testing::round_bf16;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// ---- cases
+
+struct Case {
+  std::vector<float> logits;
+  engine::SamplingParams params;
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> generated;  // in order, with repeats
+  int64_t position = 0;
+  std::string label;
+
+  engine::TokenCounts counts() const {
+    engine::TokenCounts c;
+    c.add_prompt(prompt);
+    for (int32_t id : generated) c.add_generated(id);
+    return c;
+  }
+};
+
+enum class Kind { normal, bf16, few_values, all_equal, huge, masked };
+const Kind kKinds[] = {Kind::normal, Kind::bf16, Kind::few_values, Kind::all_equal, Kind::huge, Kind::masked};
+
+template <typename T>
+T pick(std::mt19937_64& rng, std::initializer_list<T> values) {
+  return *(values.begin() + static_cast<std::ptrdiff_t>(rng() % values.size()));
+}
+
+std::vector<float> make_logits(Kind kind, int32_t vocab, std::mt19937_64& rng, std::string& label) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(vocab));
+  const auto at = [&] { return static_cast<size_t>(rng() % static_cast<uint64_t>(vocab)); };
+  switch (kind) {
+    case Kind::normal: {
+      const float scale = pick(rng, {0.5f, 2.0f, 8.0f});
+      for (float& x : v) x = scale * normal(rng);
+      label = "normal*" + std::to_string(scale);
+      break;
+    }
+    case Kind::bf16: {
+      const float scale = pick(rng, {1.0f, 4.0f});
+      for (float& x : v) x = round_bf16(scale * normal(rng));
+      label = "bf16*" + std::to_string(scale);
+      break;
+    }
+    case Kind::few_values: {
+      const float values[] = {-1.5f, -0.5f, 0.0f, 0.75f, 2.0f};
+      for (float& x : v) x = values[rng() % 5];
+      label = "few_values";
+      break;
+    }
+    case Kind::all_equal:
+      std::fill(v.begin(), v.end(), 0.25f);
+      label = "all_equal";
+      break;
+    case Kind::huge:
+      for (float& x : v) x = normal(rng);
+      if (rng() % 2 == 0) {
+        v[at()] = 1e4f;  // two equal maxima and a near one
+        v[at()] = 1e4f;
+        v[at()] = 9999.0f;
+        label = "huge_1e4";
+      } else {
+        v[at()] = 1e30f;
+        label = "huge_1e30";
+      }
+      break;
+    case Kind::masked:
+      for (float& x : v) {
+        const uint64_t r = rng() % 100;
+        x = r < 30 ? -kInf : r < 31 ? kNaN : r < 33 ? 0.0f : r < 35 ? -0.0f : 2.0f * normal(rng);
+      }
+      label = "masked";
+      break;
+  }
+  return v;
+}
+
+struct Recipe {
+  const char* name;
+  float temperature;
+  int32_t top_k;  // -1: vocab - 1, -2: vocab / 2
+  float top_p;
+  float min_p;
+  float repetition;
+  float presence;
+  float frequency;
+};
+const Recipe kRecipes[] = {
+    {"greedy", 0.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
+    {"greedy_penalties", 0.0f, 0, 1.0f, 0.0f, 1.3f, 0.4f, 0.2f},
+    {"t1", 1.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
+    {"t0.7", 0.7f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
+    {"t1.5_k1", 1.5f, 1, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
+    {"t1_k2", 1.0f, 2, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
+    {"t0.8_k40", 0.8f, 40, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
+    {"t1_k3000", 1.0f, 3000, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
+    {"t1.1_khalf", 1.1f, -2, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
+    {"t1_kvocab-1", 1.0f, -1, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
+    {"t1_p0.9", 1.0f, 0, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f},
+    {"t0.7_p0.5", 0.7f, 0, 0.5f, 0.0f, 1.0f, 0.0f, 0.0f},
+    {"t1.2_p0.999", 1.2f, 0, 0.999f, 0.0f, 1.0f, 0.0f, 0.0f},
+    {"t1_p0.05", 1.0f, 0, 0.05f, 0.0f, 1.0f, 0.0f, 0.0f},
+    {"t1_minp0.05", 1.0f, 0, 1.0f, 0.05f, 1.0f, 0.0f, 0.0f},
+    {"t1.5_minp0.2", 1.5f, 0, 1.0f, 0.2f, 1.0f, 0.0f, 0.0f},
+    {"t1_minp1", 1.0f, 0, 1.0f, 1.0f, 1.0f, 0.0f, 0.0f},
+    {"t2_minp0.001", 2.0f, 0, 1.0f, 0.001f, 1.0f, 0.0f, 0.0f},
+    {"t1_p0.9_minp0.5", 1.0f, 0, 0.9f, 0.5f, 1.0f, 0.0f, 0.0f},  // a wide nucleus that min-p cuts to a few
+    {"all", 0.9f, 50, 0.9f, 0.02f, 1.0f, 0.0f, 0.0f},
+    {"all_big", 1.3f, -2, 0.95f, 0.001f, 1.0f, 0.0f, 0.0f},
+    {"rep1.3", 1.0f, 0, 1.0f, 0.0f, 1.3f, 0.0f, 0.0f},
+    {"rep0.8_p0.9", 0.6f, 0, 0.9f, 0.0f, 0.8f, 0.0f, 0.0f},
+    {"presence_frequency", 1.0f, 0, 1.0f, 0.0f, 1.0f, 0.5f, 0.3f},
+    {"negative_presence_k20", 0.5f, 20, 1.0f, 0.0f, 1.0f, -0.5f, 1.0f},
+    {"everything", 0.8f, 100, 0.92f, 0.01f, 1.2f, 0.3f, 0.2f},
+};
+
+engine::SamplingParams params_of(const Recipe& r, int32_t vocab, std::mt19937_64& rng) {
+  engine::SamplingParams p;
+  p.temperature = r.temperature;
+  p.top_k = r.top_k == -1 ? vocab - 1 : r.top_k == -2 ? vocab / 2 : r.top_k;
+  p.top_p = r.top_p;
+  p.min_p = r.min_p;
+  p.repetition_penalty = r.repetition;
+  p.presence_penalty = r.presence;
+  p.frequency_penalty = r.frequency;
+  p.seed = rng();
+  p.top_logprobs = pick(rng, {-1, 0, 1, 5, 20});
+  return p;
+}
+
+// Prompt ids and generated ids (with repeats), some of them among the most likely tokens so penalties matter.
+void add_history(Case& c, std::mt19937_64& rng) {
+  const auto vocab = static_cast<int32_t>(c.logits.size());
+  std::vector<int32_t> best(c.logits.size());
+  for (int32_t i = 0; i < vocab; ++i) best[static_cast<size_t>(i)] = i;
+  const size_t keep = std::min<size_t>(8, best.size());
+  std::partial_sort(best.begin(), best.begin() + static_cast<std::ptrdiff_t>(keep), best.end(), [&](int32_t a, int32_t b) {
+    const float x = std::isnan(c.logits[a]) ? -kInf : c.logits[a], y = std::isnan(c.logits[b]) ? -kInf : c.logits[b];
+    return x > y || (x == y && a < b);
+  });
+  const auto any = [&] { return static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab)); };
+  const auto likely = [&] { return best[rng() % keep]; };
+  const size_t prompt = rng() % 40, generated = rng() % 20;
+  for (size_t i = 0; i < prompt; ++i) c.prompt.push_back(rng() % 3 == 0 ? likely() : any());
+  std::vector<int32_t> pool = {likely(), likely(), any(), any()};
+  for (size_t i = 0; i < generated; ++i) c.generated.push_back(rng() % 2 == 0 ? pool[rng() % pool.size()] : any());
+}
+
+std::vector<Case> make_cases(int32_t vocab, int reps, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<Case> cases;
+  for (int rep = 0; rep < reps; ++rep) {
+    for (Kind kind : kKinds) {
+      for (const Recipe& r : kRecipes) {
+        Case c;
+        std::string label;
+        c.logits = make_logits(kind, vocab, rng, label);
+        c.params = params_of(r, vocab, rng);
+        c.position = static_cast<int64_t>(rng() % 100000);
+        add_history(c, rng);
+        c.label = label + "/" + r.name + " vocab " + std::to_string(vocab);
+        cases.push_back(std::move(c));
+      }
+    }
+  }
+  return cases;
+}
+
+// ---- running both samplers
+
+SamplingRowParams row_params(const Case& c, int32_t offset, int32_t count) {
+  SamplingRowParams r;
+  r.temperature = c.params.temperature;
+  r.top_k = c.params.top_k;
+  r.top_p = c.params.top_p;
+  r.min_p = c.params.min_p;
+  r.repetition_penalty = c.params.repetition_penalty;
+  r.presence_penalty = c.params.presence_penalty;
+  r.frequency_penalty = c.params.frequency_penalty;
+  r.top_logprobs = c.params.top_logprobs;
+  r.seed = c.params.seed;
+  r.position = c.position;
+  r.penalty_offset = offset;
+  r.penalty_count = count;
+  return r;
+}
+
+// engine::TokenCounts flattened: one entry per id seen.
+std::vector<PenaltyEntry> penalty_entries(const Case& c) {
+  std::map<int32_t, PenaltyEntry> by_id;
+  for (int32_t id : c.prompt) {
+    PenaltyEntry& e = by_id[id];
+    e.id = id;
+    e.in_prompt = 1;
+  }
+  for (int32_t id : c.generated) {
+    PenaltyEntry& e = by_id[id];
+    e.id = id;
+    ++e.generated;
+  }
+  std::vector<PenaltyEntry> out;
+  for (const auto& [id, e] : by_id) out.push_back(e);
+  return out;
+}
+
+struct GpuRun {
+  std::vector<DeviceSample> out;
+  std::vector<DeviceTopLogprob> top;  // [rows, kMaxTopLogprobs]
+  float ms = 0;
+};
+
+GpuRun run_gpu(const std::vector<const Case*>& cases, const SamplingTestHooks& hooks = {}) {
+  const auto rows = static_cast<int32_t>(cases.size());
+  const auto vocab = static_cast<int32_t>(cases.front()->logits.size());
+  std::vector<float> logits(static_cast<size_t>(rows) * vocab);
+  std::vector<SamplingRowParams> params;
+  std::vector<PenaltyEntry> entries;
+  for (int32_t r = 0; r < rows; ++r) {
+    std::copy(cases[r]->logits.begin(), cases[r]->logits.end(), logits.begin() + static_cast<std::ptrdiff_t>(r) * vocab);
+    const std::vector<PenaltyEntry> mine = penalty_entries(*cases[r]);
+    params.push_back(row_params(*cases[r], static_cast<int32_t>(entries.size()), static_cast<int32_t>(mine.size())));
+    entries.insert(entries.end(), mine.begin(), mine.end());
+  }
+  if (entries.empty()) entries.push_back(PenaltyEntry{});
+  DeviceBuffer<float> d_logits(logits);
+  DeviceBuffer<SamplingRowParams> d_params(params);
+  DeviceBuffer<PenaltyEntry> d_entries(entries);
+  DeviceBuffer<DeviceSample> d_out(static_cast<size_t>(rows));
+  DeviceBuffer<DeviceTopLogprob> d_top(static_cast<size_t>(rows) * kMaxTopLogprobs);
+  const size_t bytes = sampling_scratch_bytes(rows, vocab);
+  DeviceBuffer<unsigned char> scratch(bytes);
+  d_out.poison();
+  d_top.poison();
+  scratch.poison();  // NaN everywhere: reading scratch before writing it shows
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  cudaEventRecord(start);
+  launch_sample(d_logits.get(), rows, vocab, d_params.get(), d_entries.get(), d_out.get(), d_top.get(), scratch.get(),
+                bytes, nullptr, hooks);
+  cudaEventRecord(stop);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
+  GpuRun run;
+  cudaEventElapsedTime(&run.ms, start, stop);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  run.out = d_out.download();
+  run.top = d_top.download();
+  return run;
+}
+
+// 1e-5 absolute as asked, widened to two float ulps where one ulp of the value alone is larger than that.
+bool logprob_close(float got, float want) {
+  if (got == want || (std::isnan(got) && std::isnan(want))) return true;
+  return std::fabs(static_cast<double>(got) - want) <= 1e-5 + 0x1.0p-22 * std::fabs(static_cast<double>(want));
+}
+
+// Empty when the device result is the CPU's; else what differs.
+std::string compare(const Case& c, const DeviceSample& got, const DeviceTopLogprob* top) {
+  const engine::TokenCounts counts = c.counts();
+  const engine::SampledToken want = engine::sample_token(c.logits, c.params, counts, c.position);
+  std::ostringstream err;
+  if (got.id != want.id) err << "id " << got.id << " != cpu " << want.id << "; ";
+  if (c.params.top_logprobs >= 0) {
+    if (!logprob_close(got.logprob, *want.logprob)) err << "logprob " << got.logprob << " != " << *want.logprob << "; ";
+    if (got.top_count != static_cast<int32_t>(want.top_logprobs.size())) {
+      err << "top_count " << got.top_count << " != " << want.top_logprobs.size() << "; ";
+    } else {
+      for (int32_t j = 0; j < got.top_count; ++j) {
+        const engine::TokenLogprob& w = want.top_logprobs[static_cast<size_t>(j)];
+        if (top[j].id != w.id || !logprob_close(top[j].logprob, w.logprob)) {
+          err << "top[" << j << "] (" << top[j].id << ", " << top[j].logprob << ") != (" << w.id << ", " << w.logprob
+              << "); ";
+          break;
+        }
+      }
+    }
+  }
+  if (!err.str().empty()) err << "[" << c.label << ", position " << c.position << ", path 0x" << std::hex << got.path
+                              << "]";
+  return err.str();
+}
+
+struct Tally {
+  size_t rows = 0, mismatches = 0;
+  uint32_t paths = 0;
+  std::map<uint32_t, size_t> by_path;
+  std::vector<std::string> first;
+};
+
+// Runs `cases` on the device in batches and compares every row with the CPU sampler.
+Tally run_and_compare(const std::vector<Case>& cases, const SamplingTestHooks& hooks = {}, size_t batch = 64) {
+  Tally t;
+  for (size_t b = 0; b < cases.size(); b += batch) {
+    std::vector<const Case*> part;
+    for (size_t i = b; i < std::min(cases.size(), b + batch); ++i) part.push_back(&cases[i]);
+    const GpuRun run = run_gpu(part, hooks);
+    for (size_t r = 0; r < part.size(); ++r) {
+      ++t.rows;
+      t.paths |= run.out[r].path;
+      ++t.by_path[run.out[r].path];
+      const std::string err = compare(*part[r], run.out[r], &run.top[r * kMaxTopLogprobs]);
+      if (!err.empty()) {
+        ++t.mismatches;
+        if (t.first.size() < 12) t.first.push_back(err);
+      }
+    }
+  }
+  return t;
+}
+
+std::string describe(const Tally& t) {
+  std::ostringstream s;
+  s << t.mismatches << " of " << t.rows << " rows differ from the CPU sampler; paths (bits: count):";
+  for (const auto& [path, n] : t.by_path) s << " 0x" << std::hex << path << std::dec << ":" << n;
+  for (const std::string& e : t.first) s << "\n  " << e;
+  return s.str();
+}
+
+void expect_parity(const std::vector<Case>& cases, const SamplingTestHooks& hooks = {}, uint32_t must_see = 0) {
+  const Tally t = run_and_compare(cases, hooks);
+  EXPECT_EQ(t.mismatches, 0u) << describe(t);
+  EXPECT_EQ(t.paths & must_see, must_see) << "paths not exercised: 0x" << std::hex << (must_see & ~t.paths) << "\n"
+                                          << describe(t);
+  std::printf("%s\n", describe(t).c_str());
+}
+
+// ============================================================== parity on random rows
+
+TEST(Sampling, MatchesCpuSamplerVocab512) {
+  DUET_REQUIRE_GPU();
+  expect_parity(make_cases(512, 8, 1), {}, kPathGreedy | kPathSorted | kPathTile | kPathExactTopP);
+}
+
+TEST(Sampling, MatchesCpuSamplerVocab6080) {
+  DUET_REQUIRE_GPU();
+  expect_parity(make_cases(6080, 3, 2), {}, kPathGreedy | kPathSorted | kPathTile | kPathCertified);
+}
+
+TEST(Sampling, MatchesCpuSamplerVocab248320) {
+  DUET_REQUIRE_GPU();
+  expect_parity(make_cases(248320, 1, 3), {}, kPathGreedy | kPathSorted | kPathTile | kPathCertified);
+}
+
+// Small tiles send a 512- or 6080-wide row down the paths of a full vocabulary: the certified cuts, the tile after
+// the certified top-p cut, and the stream (sorted and id order, with and without the id-order top-p total).
+TEST(Sampling, SmallTilesAndStreamsMatchCpuSampler) {
+  DUET_REQUIRE_GPU();
+  const std::vector<Case> small = make_cases(512, 2, 4);
+  SamplingTestHooks tiny;
+  tiny.tile_cap = 16;
+  expect_parity(small, tiny, kPathCertified | kPathTile | kPathSorted);
+  SamplingTestHooks one;
+  one.tile_cap = 1;
+  expect_parity(small, one, kPathCertified);
+  SamplingTestHooks stream;
+  stream.force_stream = true;
+  expect_parity(small, stream, kPathStream | kPathExactTopP | kPathSorted);
+  stream.tile_cap = 7;  // streams of many tiles, the last one short
+  expect_parity(small, stream, kPathStream | kPathExactTopP | kPathSorted);
+  SamplingTestHooks mid;
+  mid.tile_cap = 100;
+  expect_parity(make_cases(6080, 1, 5), mid, kPathCertified | kPathTile);
+}
+
+// Every logit equal: cumulative sums are exact integers, so the top-p walk meets its target exactly and only the
+// CPU's own arithmetic (or bounds that cannot decide, then the stream) gives its answer.
+TEST(Sampling, ExactTiesOnTheTopPBoundary) {
+  DUET_REQUIRE_GPU();
+  std::mt19937_64 rng(6);
+  for (int32_t vocab : {512, 6080}) {
+    std::vector<Case> cases;
+    for (float top_p : {0.5f, 0.25f, 0.125f, 0.75f, 0.3f}) {
+      for (int32_t top_k : {0, 100, vocab / 2, 3000}) {
+        for (float min_p : {0.0f, 1.0f}) {
+          Case c;
+          c.logits.assign(static_cast<size_t>(vocab), -1.25f);
+          c.params.temperature = 1.0f;
+          c.params.top_p = top_p;
+          c.params.top_k = top_k;
+          c.params.min_p = min_p;
+          c.params.seed = rng();
+          c.params.top_logprobs = 20;
+          c.position = static_cast<int64_t>(rng() % 1000);
+          c.label = "equal/top_p " + std::to_string(top_p) + " top_k " + std::to_string(top_k);
+          cases.push_back(std::move(c));
+        }
+      }
+    }
+    expect_parity(cases, {}, kPathSorted);
+    SamplingTestHooks tiny;
+    tiny.tile_cap = 16;
+    expect_parity(cases, tiny, kPathSorted);
+  }
+}
+
+TEST(Sampling, GreedyTakesTheFirstMaximum) {
+  DUET_REQUIRE_GPU();
+  const int32_t vocab = 6080;
+  std::vector<Case> cases(5);
+  for (Case& c : cases) {
+    c.logits.assign(vocab, -3.0f);
+    c.params.temperature = 0.0f;
+    c.params.top_logprobs = 3;
+  }
+  cases[0].logits[300] = cases[0].logits[7] = cases[0].logits[3000] = 5.0f;  // first maximum: 7
+  cases[1].logits[0] = kNaN;                                                  // NaN is impossible, not a maximum
+  cases[1].logits[11] = 2.0f;
+  std::fill(cases[2].logits.begin(), cases[2].logits.end(), -kInf);  // nothing possible: id 0
+  std::fill(cases[3].logits.begin(), cases[3].logits.end(), kNaN);
+  cases[4].logits[42] = 9.0f;  // penalized below the runner-up (-3 / 1.5 ... 9 / 2 = 4.5 < 5)
+  cases[4].logits[43] = 5.0f;
+  cases[4].params.repetition_penalty = 2.0f;
+  cases[4].prompt = {42};
+  const int32_t want[] = {7, 11, 0, 0, 43};
+  std::vector<const Case*> ptrs;
+  for (const Case& c : cases) ptrs.push_back(&c);
+  const GpuRun run = run_gpu(ptrs);
+  for (size_t r = 0; r < cases.size(); ++r) {
+    EXPECT_EQ(run.out[r].id, want[r]) << "row " << r;
+    EXPECT_EQ(compare(cases[r], run.out[r], &run.top[r * kMaxTopLogprobs]), "") << "row " << r;
+    EXPECT_EQ(run.out[r].path, static_cast<uint32_t>(kPathGreedy)) << "row " << r;
+  }
+}
+
+// A row's outputs, bit for bit, alone and as row 17 of 33 whose other rows have other logits and parameters.
+TEST(Sampling, RowInvariance) {
+  DUET_REQUIRE_GPU();
+  for (int32_t vocab : {6080, 248320}) {
+    const std::vector<Case> pool = make_cases(vocab, 1, 7);
+    std::mt19937_64 rng(8);
+    for (const char* name : {"greedy", "t1", "t1_p0.9", "all", "everything", "t2_minp0.001", "t1_k3000"}) {
+      const Case* target = nullptr;
+      for (const Case& c : pool) {
+        if (c.label.find(std::string("/") + name + " ") != std::string::npos && c.label.rfind("normal", 0) == 0) {
+          target = &c;
+        }
+      }
+      ASSERT_NE(target, nullptr) << name;
+      std::vector<const Case*> batch;
+      for (int i = 0; i < 33; ++i) batch.push_back(i == 17 ? target : &pool[rng() % pool.size()]);
+      const GpuRun alone = run_gpu({target});
+      const GpuRun inside = run_gpu(batch);
+      const DeviceSample& a = alone.out[0];
+      const DeviceSample& b = inside.out[17];
+      EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0) << target->label << ": id " << a.id << " / " << b.id;
+      EXPECT_EQ(std::memcmp(alone.top.data(), &inside.top[17 * kMaxTopLogprobs], sizeof(DeviceTopLogprob) *
+                                                                                     kMaxTopLogprobs),
+                0)
+          << target->label;
+      EXPECT_EQ(compare(*target, a, alone.top.data()), "");
+    }
+  }
+}
+
+// The planted fault: drawing with 1 - u must change many ids, and the comparison must see it. Without the flip the
+// same rows match (so the difference is the draw's).
+TEST(Sampling, FlippedDrawChangesIds) {
+  DUET_REQUIRE_GPU();
+  std::vector<Case> cases;
+  for (const Case& c : make_cases(6080, 2, 9)) {
+    if (c.params.temperature > 0 && c.params.top_k != 1 && c.params.min_p < 1.0f &&
+        c.label.rfind("normal", 0) == 0) {
+      cases.push_back(c);
+    }
+  }
+  ASSERT_GT(cases.size(), 20u);
+  EXPECT_EQ(run_and_compare(cases).mismatches, 0u);
+  SamplingTestHooks flip;
+  flip.flip_draw = true;
+  const Tally t = run_and_compare(cases, flip);
+  EXPECT_GT(t.mismatches, cases.size() / 3) << describe(t);
+  std::printf("flipped draw: %s\n", describe(t).c_str());
+}
+
+// Penalties alone decide these greedy picks: each penalty kind must move the argmax as the CPU does.
+TEST(Sampling, EachPenaltyMovesTheArgmaxAsTheCpu) {
+  DUET_REQUIRE_GPU();
+  std::vector<Case> cases;
+  for (int kind = 0; kind < 4; ++kind) {
+    Case c;
+    c.logits.assign(512, 0.0f);
+    c.logits[10] = 3.0f;
+    c.logits[20] = 2.5f;
+    c.logits[30] = -0.5f;
+    c.params.temperature = 0.0f;
+    c.params.top_logprobs = 2;
+    if (kind == 0) c.params.repetition_penalty = 1.5f, c.prompt = {10};            // 3 / 1.5 = 2 < 2.5
+    if (kind == 1) c.params.presence_penalty = 0.75f, c.generated = {10};         // 2.25 < 2.5
+    if (kind == 2) c.params.frequency_penalty = 0.2f, c.generated = {10, 10, 10};  // 2.4 < 2.5
+    if (kind == 3) c.params.repetition_penalty = 0.1f, c.prompt = {30}, c.logits[30] = -0.01f;  // -0.01 * 0.1: stays
+    c.label = "penalty kind " + std::to_string(kind);
+    cases.push_back(std::move(c));
+  }
+  std::vector<const Case*> ptrs;
+  for (const Case& c : cases) ptrs.push_back(&c);
+  const GpuRun run = run_gpu(ptrs);
+  const int32_t want[] = {20, 20, 20, 10};
+  for (size_t r = 0; r < cases.size(); ++r) {
+    EXPECT_EQ(run.out[r].id, want[r]) << cases[r].label;
+    EXPECT_EQ(compare(cases[r], run.out[r], &run.top[r * kMaxTopLogprobs]), "");
+  }
+}
+
+// How often CUDA's double exp and the host's differ (the one operation the certified bounds allow for rather than
+// reproduce); printed, and failed only past 2 ulps, which would break those bounds.
+__global__ void exp_kernel(const double* x, double* y, int n) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) y[i] = exp(x[i]);
+}
+
+TEST(Sampling, DeviceExpIsWithinTwoUlpsOfHostExp) {
+  DUET_REQUIRE_GPU();
+  const int n = 1 << 20;
+  std::mt19937_64 rng(10);
+  std::uniform_real_distribution<float> dist(-60.0f, 0.0f);
+  std::vector<double> x(n);
+  for (double& v : x) v = static_cast<double>(dist(rng)) - static_cast<double>(dist(rng) * 0.001f);
+  DeviceBuffer<double> d_x(x), d_y(static_cast<size_t>(n));
+  exp_kernel<<<(n + 255) / 256, 256>>>(d_x.get(), d_y.get(), n);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<double> y = d_y.download();
+  size_t differ = 0;
+  int64_t worst = 0;
+  for (int i = 0; i < n; ++i) {
+    const double h = std::exp(x[i]);
+    int64_t a, b;
+    std::memcpy(&a, &y[i], 8);
+    std::memcpy(&b, &h, 8);
+    differ += a != b;
+    worst = std::max(worst, a > b ? a - b : b - a);
+  }
+  std::printf("device exp differs from host exp in %zu of %d inputs, at most %lld ulp\n", differ, n,
+              static_cast<long long>(worst));
+  EXPECT_LE(worst, 2);
+}
+
+TEST(Sampling, ScratchBytes) {
+  DUET_REQUIRE_GPU();
+  EXPECT_EQ(sampling_scratch_bytes(0, 248320), 0u);
+  EXPECT_GE(sampling_scratch_bytes(1, 248320), 8u * 248320);
+  EXPECT_EQ(sampling_scratch_bytes(64, 248320), 64 * sampling_scratch_bytes(1, 248320));
+  EXPECT_EQ(sampling_scratch_bytes(1000, 248320), sampling_scratch_bytes(128, 248320));  // slots are shared past 128
+}
+
+// Device time per row at the full vocabulary, per recipe, for 1 row and for 64 rows (printed, not asserted: the
+// lead's benchmark decides). Normal logits at scale 2, the shape closest to a model's.
+TEST(Sampling, PrintsTimePerRow) {
+  DUET_REQUIRE_GPU();
+  const std::vector<Case> pool = make_cases(248320, 1, 11);
+  for (const Recipe& r : kRecipes) {
+    std::vector<const Case*> rows;
+    for (const Case& c : pool) {
+      if (c.label.rfind("normal", 0) == 0 && c.label.find(std::string("/") + r.name + " ") != std::string::npos) {
+        rows.push_back(&c);
+      }
+    }
+    if (rows.empty()) continue;
+    run_gpu({rows[0]});  // warm-up
+    const GpuRun one = run_gpu({rows[0]});
+    const std::vector<const Case*> many(64, rows[0]);
+    const GpuRun batch = run_gpu(many);
+    std::printf("%-24s 1 row %.3f ms, 64 rows %.3f ms (path 0x%x)\n", r.name, one.ms, batch.ms, one.out[0].path);
+  }
+}
+
+}  // namespace
+}  // namespace duet::backend::cuda
