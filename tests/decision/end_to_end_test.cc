@@ -99,7 +99,7 @@ TEST_F(DecisionEndToEnd, EveryGoldenDecisionOnTheDemoModel) {
     ASSERT_EQ(encoding.ids, golden.at("encoding").at("ids").get<std::vector<int32_t>>());
     const std::vector<float> logits = decide_directly(encoding, requests % 2 == 0 ? 256 : 64);
     const std::vector<std::vector<float>> p = question_probabilities(request, logits);
-    const Json answers = answers_json(request, logits);
+    const Json answers = answers_json(request, p, logits);
     const nlohmann::json& results = golden.at("results");
     for (size_t i = 0; i < request.questions.size(); ++i) {
       const Question& question = request.questions[i];
