@@ -47,8 +47,8 @@ double confidence(std::span<const float> probabilities, ConfidenceFormula formul
   return top;
 }
 
-Json answers_json(const DecisionRequest& request, std::span<const float> logits) {
-  const std::vector<std::vector<float>> probabilities = question_probabilities(request, logits);
+Json answers_json(const DecisionRequest& request, const std::vector<std::vector<float>>& probabilities,
+                  std::span<const float> logits) {
   // Python computes with the fp32 values widened to doubles; so do we, then round (or not) for the wire.
   const auto number = [&](double x) { return Json(request.raw ? x : python_round(x, kDigits)); };
   Json answers = Json::object();
@@ -106,7 +106,9 @@ std::string decision_response(const DecisionRequest& request, const Encoding& en
                               const std::string& model) {
   Json usage = {{"input_tokens", encoding.ids.size()}, {"output_tokens", 0}};
   if (request.truncation == Truncation::state_head) usage["state_tokens_dropped"] = encoding.state_tokens_dropped;
-  Json body = {{"model", model}, {"answers", answers_json(request, logits)}, {"usage", std::move(usage)}};
+  Json body = {{"model", model},
+               {"answers", answers_json(request, question_probabilities(request, logits), logits)},
+               {"usage", std::move(usage)}};
   if (request.envelope)
     body = {{"result", std::move(body)}, {"success", true}, {"errors", Json::array()}, {"messages", Json::array()}};
   return tokenizer::python_json(body, {.compact = true});

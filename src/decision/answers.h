@@ -19,8 +19,10 @@ std::vector<std::vector<float>> question_probabilities(const DecisionRequest& re
 // clip((max p - 1/k) / (1 - 1/k), 0, 1), or Cloudflare's hosted (sum p^2 - 1/k) / (1 - 1/k).
 double confidence(std::span<const float> probabilities, ConfidenceFormula formula);
 
-// {"question id": answer, ...} in request order.
-Json answers_json(const DecisionRequest& request, std::span<const float> logits);
+// {"question id": answer, ...} in request order, from each question's probabilities (question_probabilities) and,
+// for raw answers, the logits.
+Json answers_json(const DecisionRequest& request, const std::vector<std::vector<float>>& probabilities,
+                  std::span<const float> logits);
 
 // The whole response body: {"model", "answers", "usage"}, or that inside Cloudflare's envelope, written as Python's
 // json.dumps writes it (shortest float repr, raw UTF-8).
