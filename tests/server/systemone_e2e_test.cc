@@ -2,6 +2,7 @@
 // the goldens of the independent Python reference (same decision, numbers within the end-to-end gate), every kind
 // of refusal comes back with its status and code, four concurrent decisions equal the same alone byte for byte,
 // and a model folder without a head serves chat but refuses decisions by name.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -78,13 +79,22 @@ TEST_F(SystemOne, AnswersEqualTheGoldens) {
     for (const auto& [id, want] : c.at("answers").items()) {
       const Json& got = reply.json.at("answers").at(id);
       EXPECT_EQ(got.at("type"), want.at("type"));
-      if (want.contains("choice")) EXPECT_EQ(got.at("choice"), want.at("choice")) << id;
-      if (want.contains("legend")) EXPECT_EQ(got.at("legend"), want.at("legend")) << id;
-      for (const char* field : {"noul", "confidence", "score"})
-        if (want.contains(field)) EXPECT_NEAR(got.at(field).get<double>(), want.at(field).get<double>(), 5e-4) << id;
-      if (want.contains("probabilities"))
-        for (const auto& [option, p] : want.at("probabilities").items())
+      if (want.contains("choice")) {
+        EXPECT_EQ(got.at("choice"), want.at("choice")) << id;
+      }
+      if (want.contains("legend")) {
+        EXPECT_EQ(got.at("legend"), want.at("legend")) << id;
+      }
+      for (const char* field : {"noul", "confidence", "score"}) {
+        if (want.contains(field)) {
+          EXPECT_NEAR(got.at(field).get<double>(), want.at(field).get<double>(), 5e-4) << id;
+        }
+      }
+      if (want.contains("probabilities")) {
+        for (const auto& [option, p] : want.at("probabilities").items()) {
           EXPECT_NEAR(got.at("probabilities").at(option).get<double>(), p.get<double>(), 2e-4 + 1e-12) << id;
+        }
+      }
     }
     ++compared;
   }
@@ -147,10 +157,9 @@ TEST_F(SystemOne, RefusalsOverHttp) {
     const char* code;
   };
   std::string many_questions;
-  for (int i = 0; i < 40; ++i)
-    many_questions += (i ? "," : "") + std::string("\"q") + std::to_string(i) +
-                      "\": {\"type\": \"choice\", \"criteria\": {\"a\": \"" + std::string(60, 'x') +
-                      "\", \"b\": null}}";
+  for (int i = 0; i < 40; ++i)  // 40 questions whose schema alone is over the 1024-token context
+    many_questions += fmt::format(R"({}"q{}": {{"type": "choice", "criteria": {{"a": "{}", "b": null}}}})",
+                                  i ? "," : "", i, std::string(60, 'x'));
   const Case cases[] = {
       {"{\"model\": ", 400, "invalid_json"},
       {R"({"model": "other", "state": 1, "questions": {"q": {"type": "noul"}}})", 404, "model_not_found"},
