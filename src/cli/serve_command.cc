@@ -102,17 +102,20 @@ void serve(ServeFlags& flags) {
   auto model = model::Model::load(flags.model_dir);
   // A folder with a joint head beside the checkpoint is a decision model too: checked in full before serving.
   std::shared_ptr<const decision::JointHead> head;
-  if (decision::JointHead::present(flags.model_dir))
+  if (decision::JointHead::present(flags.model_dir)) {
     head = decision::JointHead::load(flags.model_dir, model->config().hidden_size);
+    flags.engine.decision_head_bytes = head->weight_bytes();
+    flags.engine.decision_bytes_per_position = static_cast<size_t>(head->config().width) * sizeof(float);
+  }
   engine::Engine engine(*model, tokenizer.get(), flags.engine);
   server::EngineBackend backend(engine);
   server::ServerContext context{options, backend, *tokenizer, tokenizer::render_chat, {}, 0, std::nullopt};
   context.started_at = std::time(nullptr);
   if (head) {
-    context.decisions = server::DecisionSupport{
-        .head = head,
-        .backbone = model.get(),
-        .max_length = std::min(decision::kReferenceMaxLength, flags.engine.context)};
+    context.decisions =
+        server::DecisionSupport{.head = head,
+                                .backbone = model.get(),
+                                .max_length = std::min(decision::kReferenceMaxLength, flags.engine.context)};
     log_info("decisions: joint head {} (POST /v1/systemone, prompts up to {} tokens)",
              fmt::format("width {}, {} routing + {} decoder layers", head->config().width,
                          head->config().routing_layers, head->config().layers),

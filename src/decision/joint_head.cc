@@ -117,6 +117,12 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> JointHead::tensor_shap
   return shapes;
 }
 
+size_t JointHead::weight_bytes() const {
+  size_t bytes = 0;
+  for (const std::string& name : file_.names()) bytes += file_.find(name)->bytes.size();
+  return bytes;
+}
+
 bool JointHead::present(const std::string& model_dir) {
   const bool weights = fs::exists(fs::path(model_dir) / kWeightsFile);
   const bool config = fs::exists(fs::path(model_dir) / kConfigFile);

@@ -91,6 +91,7 @@ class JointHead {
   static std::unique_ptr<JointHead> load(const std::string& model_dir, int64_t backbone_hidden = 0);
 
   const JointHeadConfig& config() const { return config_; }
+  size_t weight_bytes() const;  // as stored
   const JointHeadWeights& weights() const { return weights_; }
   // Every tensor the spec lists, with its shape: the head's names.
   static std::vector<std::pair<std::string, std::vector<int64_t>>> tensor_shapes(const JointHeadConfig& config);

@@ -46,19 +46,24 @@ MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options) 
                           static_cast<size_t>(plan.kv_pages) * plan.kv_page_bytes;
   // One step's activations and logits, as the model counts them for its backend, plus the sampler's host copy of a
   // logits row per sampling piece.
-  plan.workspace_bytes = model.workspace_bytes(max_step_rows(options)) +
-                         (static_cast<size_t>(options.parallel) + 1) * static_cast<size_t>(config.vocab_size) * sizeof(float);
-  plan.total_bytes = plan.weight_bytes + plan.state_pool_bytes + plan.workspace_bytes;
+  plan.workspace_bytes = model.workspace_bytes(max_step_rows(options)) + (static_cast<size_t>(options.parallel) + 1) *
+                                                                             static_cast<size_t>(config.vocab_size) *
+                                                                             sizeof(float);
+  plan.decision_bytes = options.decision_head_bytes + static_cast<size_t>(options.parallel) *
+                                                          static_cast<size_t>(options.context) *
+                                                          options.decision_bytes_per_position;
+  plan.total_bytes = plan.weight_bytes + plan.state_pool_bytes + plan.workspace_bytes + plan.decision_bytes;
   plan.limit_bytes = options.memory_limit_bytes != 0 ? options.memory_limit_bytes : physical_memory_bytes();
   return plan;
 }
 
 std::string MemoryPlan::describe() const {
   return fmt::format(
-      "weights {} + state pool {} ({} sequences x {} GDN state + {} KV pages x {} = {} tokens) + workspace ~{} = {} "
+      "weights {} + state pool {} ({} sequences x {} GDN state + {} KV pages x {} = {} tokens) + workspace ~{}{} = {} "
       "(limit {})",
       mib(weight_bytes), mib(state_pool_bytes), sequences, mib(state_bytes_per_sequence), kv_pages, mib(kv_page_bytes),
-      kv_pages * kv_page_positions, mib(workspace_bytes), mib(total_bytes), mib(limit_bytes));
+      kv_pages * kv_page_positions, mib(workspace_bytes),
+      decision_bytes == 0 ? std::string() : " + decisions " + mib(decision_bytes), mib(total_bytes), mib(limit_bytes));
 }
 
 void check_memory_plan(const MemoryPlan& plan) {

@@ -14,6 +14,7 @@
 #include "decision/head_inputs.h"
 #include "decision_fixtures.h"
 #include "engine/engine.h"
+#include "engine/memory_plan.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -250,6 +251,20 @@ TEST_F(DecisionEndToEnd, ACancelledDecisionFreesItsSlot) {
   EXPECT_EQ(engine.stats().slots_free, 1);
   EXPECT_EQ(engine.stats().requests_cancelled, 1);
   EXPECT_EQ(logits_of(*engine.submit(decide_request(next))), next_direct);
+}
+
+// The memory plan counts what decisions hold: the head's weights and a head memory row per position of every slot.
+TEST_F(DecisionEndToEnd, TheMemoryPlanCountsDecisions) {
+  engine::EngineOptions options = engine_options(3);
+  const engine::MemoryPlan without = engine::plan_memory(*model_, options);
+  options.decision_head_bytes = head_->weight_bytes();
+  options.decision_bytes_per_position = static_cast<size_t>(head_->config().width) * sizeof(float);
+  const engine::MemoryPlan with = engine::plan_memory(*model_, options);
+  EXPECT_EQ(with.decision_bytes, head_->weight_bytes() + 3u * 4096u * 64u * sizeof(float));
+  EXPECT_EQ(with.total_bytes, without.total_bytes + with.decision_bytes);
+  EXPECT_NE(with.describe().find("decisions"), std::string::npos);
+  options.memory_limit_bytes = without.total_bytes + 1;  // fits without decisions, not with them
+  EXPECT_THROW(engine::Engine(*model_, tokenizer_.get(), options), Error);
 }
 
 // The engine refuses a decide request it cannot run, before it waits for a slot.
