@@ -9,6 +9,7 @@
 #include "decision/encoder.h"
 #include "decision/head_inputs.h"
 #include "server/errors.h"
+#include "server/generation.h"
 
 namespace duet::server {
 
@@ -20,14 +21,11 @@ ApiError api_error(const decision::DecisionError& error) {
 
 std::shared_ptr<engine::RequestHandle> submit_decision(ServerContext& context, engine::Request request) {
   try {
-    return context.backend.submit(std::move(request));
-  } catch (const engine::QueueFull& full) {
-    ApiError error(429, std::string("the server is busy: ") + full.what() + "; retry later", "", "rate_limit_exceeded");
-    error.retry_after_s = 1;
-    throw error;
-  } catch (const engine::RequestInvalid& invalid) {
-    // The encoder keeps the prompt within --context; what is left is a KV cache smaller than the prompt.
-    throw ApiError(invalid.code() == "context_length_exceeded" ? 413 : 400, invalid.what(), "state", invalid.code());
+    return submit_request(context, std::move(request), "state");
+  } catch (const ApiError& error) {
+    // The encoder keeps the prompt within --context; what is left is a KV cache smaller than the prompt: too long.
+    if (error.code() == "context_length_exceeded") throw ApiError(413, error.what(), error.param(), error.code());
+    throw;
   }
 }
 

@@ -197,6 +197,14 @@ TEST_F(SystemOne, FourConcurrentEqualAloneByteForByte) {
   }
 }
 
+// A KV cache smaller than a decision's prompt: 413, as a prompt over the budget is.
+TEST(SystemOneKvCache, APromptOverTheWholeKvCacheIsTooLong) {
+  ServerProcess server({"--kv-cache-tokens", "256", "--context", "1024", "--max-tokens", "64"});
+  const Reply reply = post(server, golden("spec-example").at("body"));  // 449 tokens
+  EXPECT_EQ(reply.status, 413) << reply.body;
+  EXPECT_EQ(reply.json["error"]["code"], "context_length_exceeded");
+}
+
 // A model folder without the head files: chat as before, decisions refused by name.
 TEST(SystemOneWithoutHead, IsRefusedByName) {
   const auto folder = std::filesystem::temp_directory_path() / ("duet-no-head-" + std::to_string(getpid()));
