@@ -133,9 +133,16 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
 
+  // How the forward pass uses a weight, so a backend can prepare for it at load instead of in the first step (a GPU
+  // pins its GEMM algorithm for every projection and for the logits head, and checks it there).
+  enum class WeightUse : uint8_t { other, projection, logits };
   // The copy of `w` the backend's kernels read, made once at load and kept as long as the backend: the CPU reads
   // the mapped checkpoint as is; a GPU copies it to device memory in the dtype the checkpoint stores.
-  virtual Weight resident(const Weight& w) = 0;
+  virtual Weight resident(const Weight& w, WeightUse use) = 0;
+
+  // For a GPU: the device memory free now plus what the backend already holds (resident weights, workspace);
+  // 0 for the CPU (the host's RAM is the limit).
+  virtual size_t device_memory_bytes() const = 0;
 
   virtual std::unique_ptr<StateStorage> new_state_storage(const GdnShape& gdn, int64_t gdn_layers, int64_t slots,
                                                           const AttentionShape& attention, int64_t attention_layers,

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   duet::cli::add_run_command(app);
   duet::cli::add_serve_command(app);
   duet::cli::add_bench_command(app);
+  duet::cli::add_rows_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,5 +1,6 @@
 // `duet run [MODEL] --prompt-ids 1,2,3 --max-tokens N [--chunk C]`: greedy continuation of a prompt given as token
-// ids, on the CPU backend, with timings. The continuation goes to stdout (one line of ids), timings to stderr.
+// ids, on the backend named by --backend (default: the GPU when there is one), with timings. The continuation goes to
+// stdout (one line of ids), timings to stderr.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -23,6 +24,7 @@ struct RunOptions {
   int max_tokens = 16;
   int chunk = 0;  // prefill piece size; 0: the whole prompt in one piece
   bool ignore_eos = false;
+  std::string backend = "auto";
 };
 
 std::vector<int32_t> parse_ids(const std::string& text) {
@@ -69,7 +71,7 @@ void run(const RunOptions& options) {
   const std::string model_dir = options.model_dir.empty() ? default_model_dir() : options.model_dir;
 
   auto start = std::chrono::steady_clock::now();
-  auto model = model::Model::load(model_dir);
+  auto model = model::Model::load(model_dir, options.backend);
   const double load_s = seconds_since(start);
   const auto& config = model->config();
   const auto& eos = config.eos_token_ids;
@@ -89,7 +91,7 @@ void run(const RunOptions& options) {
   start = std::chrono::steady_clock::now();
   while (static_cast<int>(generated.size()) < options.max_tokens) {
     if (!options.ignore_eos && std::find(eos.begin(), eos.end(), generated.back()) != eos.end()) break;
-    model::Piece piece{state.get(), {&generated.back(), 1}, model::RowOutput::last_logits};
+    model::Piece piece{state.get(), {&generated.back(), 1}, model::RowOutput::last_logits, backend::RowRole::decode};
     generated.push_back(argmax(model->forward({&piece, 1})[0].logits));
   }
   const double decode_s = seconds_since(start);
@@ -114,6 +116,9 @@ void add_run_command(CLI::App& app) {
   run_cmd->add_option("--prompt-ids", options->prompt_ids, "Prompt token ids, comma-separated")->capture_default_str();
   run_cmd->add_option("--max-tokens", options->max_tokens, "Tokens to generate")->capture_default_str();
   run_cmd->add_option("--chunk", options->chunk, "Prefill piece size in tokens (0: the whole prompt at once)")
+      ->capture_default_str();
+  run_cmd->add_option("--backend", options->backend, "cpu, cuda, or auto (cuda when a GPU is present)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
   run_cmd->add_flag("--ignore-eos", options->ignore_eos, "Keep generating past the end-of-sequence token");
   run_cmd->callback([options] { run(*options); });

@@ -32,6 +32,7 @@ struct ServeFlags {
   std::string api_key_file;
   bool no_thinking = false;
   int threads = 0;
+  std::string backend = "auto";
 };
 
 // One key per line; blank lines and surrounding whitespace are ignored.
@@ -99,7 +100,7 @@ void serve(ServeFlags& flags) {
 
   log_info("loading {}", flags.model_dir);
   auto tokenizer = tokenizer::Tokenizer::load_dir(flags.model_dir);
-  auto model = model::Model::load(flags.model_dir);
+  auto model = model::Model::load(flags.model_dir, flags.backend);
   // A folder with a joint head beside the checkpoint is a decision model too: checked in full before serving.
   std::shared_ptr<const decision::JointHead> head;
   if (decision::JointHead::present(flags.model_dir)) {
@@ -177,6 +178,9 @@ void add_serve_command(CLI::App& app) {
                   "Requests that may wait for a slot; more are refused with 429")
       ->capture_default_str();
   cmd->add_option("--prefill-chunk", flags->engine.prefill_chunk, "Prompt tokens per prefill piece (multiple of 64)")
+      ->capture_default_str();
+  cmd->add_option("--backend", flags->backend, "cpu, cuda, or auto (cuda when a GPU is present)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
   cmd->add_option("--threads", flags->threads, "CPU threads for the model (0: one per core)")->capture_default_str();
   cmd->callback([flags] { serve(*flags); });

@@ -25,6 +25,7 @@ struct MemoryPlan {
   size_t decision_bytes = 0;    // a joint head's weights + every slot's head memory for a whole context
   size_t total_bytes = 0;
   size_t limit_bytes = 0;
+  bool on_device = false;  // the limit is a GPU's memory (free + held by the model), not the host's RAM
 
   std::string describe() const;  // one line with every number, for the start log and the refusal
 };

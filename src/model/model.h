@@ -74,6 +74,10 @@ class Model {
   // Bytes of one sequence's fixed state plus the K/V of max_positions positions.
   virtual size_t sequence_state_bytes(int32_t max_positions) const = 0;
 
+  // The memory a GPU backend draws from: its free memory plus what the model already holds there (the weights);
+  // 0 on the CPU, whose limit is the host's RAM.
+  virtual size_t device_memory_bytes() const { return 0; }
+
   // Scratch memory of a step of `rows` rows (activations, logits), in the backend's memory.
   virtual size_t workspace_bytes(int64_t rows) const = 0;
   // Reserves that scratch for steps of up to `rows` rows before serving, so steps allocate nothing. A larger step

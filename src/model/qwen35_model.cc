@@ -1,7 +1,7 @@
 #include "model/qwen35_model.h"
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 
 #include "base/bf16.h"
@@ -18,23 +18,27 @@ void Qwen35SequenceState::reset() {
 
 namespace {
 
-// The weights as `backend` reads them: each tensor made resident once (a GPU copies it to its memory as stored).
+// The weights as `backend` reads them: each tensor made resident once (a GPU copies it to its memory as stored and
+// prepares the GEMM of every projection and of the head).
 Qwen35Weights resident_weights(const Qwen35Weights& bound, backend::Backend& be) {
+  using Use = backend::Backend::WeightUse;
   Qwen35Weights w = bound;
-  for (backend::Weight* t : {&w.embed_tokens, &w.final_norm, &w.lm_head}) *t = be.resident(*t);
+  auto place = [&](std::initializer_list<backend::Weight*> weights, Use use) {
+    for (backend::Weight* t : weights) *t = be.resident(*t, use);
+  };
+  place({&w.embed_tokens, &w.final_norm}, Use::other);
+  place({&w.lm_head}, Use::logits);
   for (Qwen35LayerWeights& layer : w.layers) {
-    for (backend::Weight* t : {&layer.input_layernorm, &layer.post_attention_layernorm, &layer.mlp.gate_proj,
-                               &layer.mlp.up_proj, &layer.mlp.down_proj})
-      *t = be.resident(*t);
+    place({&layer.input_layernorm, &layer.post_attention_layernorm}, Use::other);
+    place({&layer.mlp.gate_proj, &layer.mlp.up_proj, &layer.mlp.down_proj}, Use::projection);
     if (layer.type == LayerType::linear_attention) {
       backend::GdnWeights& g = layer.gdn;
-      for (backend::Weight* t : {&g.in_proj_qkv, &g.in_proj_z, &g.in_proj_b, &g.in_proj_a, &g.conv1d, &g.A_log,
-                                 &g.dt_bias, &g.norm, &g.out_proj})
-        *t = be.resident(*t);
+      place({&g.in_proj_qkv, &g.in_proj_z, &g.in_proj_b, &g.in_proj_a, &g.out_proj}, Use::projection);
+      place({&g.conv1d, &g.A_log, &g.dt_bias, &g.norm}, Use::other);
     } else {
       backend::AttentionWeights& a = layer.attention;
-      for (backend::Weight* t : {&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj, &a.q_norm, &a.k_norm})
-        *t = be.resident(*t);
+      place({&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj}, Use::projection);
+      place({&a.q_norm, &a.k_norm}, Use::other);
     }
   }
   return w;
@@ -73,7 +77,9 @@ size_t Qwen35Model::sequence_state_bytes(int32_t max_positions) const {
   return sequence_fixed_bytes() + kv_page_bytes() / backend::kKvPagePositions * static_cast<size_t>(max_positions);
 }
 
-size_t Qwen35Model::workspace_bytes(int64_t rows) const { return step_bytes(rows, std::min(rows, kWorkspaceLogitRows)); }
+size_t Qwen35Model::workspace_bytes(int64_t rows) const {
+  return step_bytes(rows, std::min(rows, kWorkspaceLogitRows));
+}
 
 // Counted at 4 bytes an element (fp32 on the CPU; a GPU's BF16 activations take less): the residual stream, a norm's
 // output and a sublayer's output, the largest sublayer's scratch, and the logits of the rows that want them.
@@ -124,7 +130,8 @@ void Qwen35Model::lm_head_rows(std::span<const int32_t> ids, float* out) const {
 std::unique_ptr<backend::Backend> make_backend(std::string_view name) {
   if (name == "cpu") return backend::make_cpu_backend();
   if (name == "cuda") return backend::make_cuda_backend();
-  if (name == "auto") return backend::cuda_backend_available() ? backend::make_cuda_backend() : backend::make_cpu_backend();
+  if (name == "auto")
+    return backend::cuda_backend_available() ? backend::make_cuda_backend() : backend::make_cpu_backend();
   fail("backend `{}`: expected cpu, cuda or auto", name);
 }
 
@@ -137,8 +144,8 @@ std::unique_ptr<Model> Model::load(const std::string& model_dir, std::string_vie
   auto model = std::make_unique<Qwen35Model>(std::move(config), std::move(checkpoint), make_backend(backend_name));
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   log_info("loaded {} ({} layers, {:.1f} MB of weights) on the {} backend in {:.0f} ms", model_dir,
-           model->config().num_hidden_layers, static_cast<double>(model->weight_bytes()) / 1e6,
-           model->backend().name(), ms);
+           model->config().num_hidden_layers, static_cast<double>(model->weight_bytes()) / 1e6, model->backend().name(),
+           ms);
   return model;
 }
 

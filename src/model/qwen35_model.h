@@ -7,9 +7,9 @@
 #include "backend/backend.h"
 #include "checkpoint/checkpoint.h"
 #include "model/debug_dump.h"
-#include "model/state_store.h"
 #include "model/model.h"
 #include "model/qwen35_weights.h"
+#include "model/state_store.h"
 
 namespace duet::model {
 
@@ -57,6 +57,7 @@ class Qwen35Model final : public Model {
   size_t kv_page_bytes() const override;
   size_t sequence_fixed_bytes() const override;
   size_t sequence_state_bytes(int32_t max_positions) const override;
+  size_t device_memory_bytes() const override { return backend_->device_memory_bytes(); }
   size_t workspace_bytes(int64_t rows) const override;
   void reserve_workspace(int64_t rows) override;
   void reserve_state(int32_t sequences, int64_t kv_pages) override;

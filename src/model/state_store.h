@@ -30,7 +30,7 @@ class StateStore {
 
  private:
   std::unique_ptr<backend::StateStorage> storage_;
-  mutable std::mutex mutex_;        // states may be reset or destroyed on another thread than the one that runs steps
+  mutable std::mutex mutex_;         // states may be reset or destroyed on another thread than the one that runs steps
   std::vector<int32_t> free_pages_;  // a stack: the lowest free id on top
   std::vector<int32_t> free_slots_;  // likewise
 };

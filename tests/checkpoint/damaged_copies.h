@@ -3,6 +3,7 @@
 // rewritten around the same data, a truncated shard, an edited JSON file).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -10,6 +11,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "base/bf16.h"
 
 namespace duet::testing {
 
@@ -53,6 +56,17 @@ class DamagedCopy {
     const uint64_t begin = header[tensor]["data_offsets"][0], end = header[tensor]["data_offsets"][1];
     edit(bytes.data() + 8 + len + begin, end - begin);
     write(file(name), bytes);
+  }
+  // Rounds every value of an F32 tensor to the nearest BF16 (still stored as F32), in whichever shard holds it.
+  void round_f32_tensor_to_bf16(const std::string& tensor) const {
+    edit_tensor_bytes(shard_of(tensor), tensor, [](char* data, size_t size) {
+      for (size_t i = 0; i + 4 <= size; i += 4) {
+        float v;
+        std::memcpy(&v, data + i, 4);
+        v = round_to_bf16(v);
+        std::memcpy(data + i, &v, 4);
+      }
+    });
   }
   void edit_json(const std::string& name, const std::function<void(nlohmann::json&)>& edit) const {
     auto json = nlohmann::json::parse(read(file(name)));

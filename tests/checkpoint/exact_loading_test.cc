@@ -3,9 +3,6 @@
 // checkpoint must change the outputs, which shows the forward pass reads every bit.
 #include <gtest/gtest.h>
 
-#include <cstring>
-
-#include "base/bf16.h"
 #include "checkpoint/checkpoint.h"
 #include "damaged_copies.h"
 #include "model/model.h"
@@ -41,14 +38,7 @@ TEST(ExactLoading, F32GdnTensorsAreStoredUnroundedAndUsedAsStored) {
   for (const std::string suffix : {"linear_attn.A_log", "linear_attn.norm.weight"}) {
     DamagedCopy rounded("tiny-mm");
     const std::string name = "model.language_model.layers.0." + suffix;
-    rounded.edit_tensor_bytes(rounded.shard_of(name), name, [](char* data, size_t size) {
-      for (size_t i = 0; i + 4 <= size; i += 4) {
-        float v;
-        std::memcpy(&v, data + i, 4);
-        v = round_to_bf16(v);
-        std::memcpy(data + i, &v, 4);
-      }
-    });
+    rounded.round_f32_tensor_to_bf16(name);
     const auto after = logits_of(rounded.folder());
     EXPECT_NE(std::memcmp(exact.data(), after.data(), exact.size() * sizeof(float)), 0)
         << "rounding " << name << " to bf16 did not change the logits";

@@ -9,34 +9,14 @@
 #include "base/error.h"
 #include "golden_fixtures.h"
 #include "model/model.h"
+#include "piece_runs.h"
 
 namespace duet::model {
 namespace {
 
-struct Rows {
-  std::vector<float> norm_rows;  // [tokens, hidden]
-  std::vector<float> logits;     // [tokens, vocab]
-};
-
-// Runs `ids` through one sequence in pieces of the given sizes (cycled), collecting every row.
-Rows run_in_pieces(Model& model, std::span<const int32_t> ids, const std::vector<size_t>& sizes) {
-  auto state = model.new_sequence_state(static_cast<int32_t>(ids.size()));
-  Rows rows;
-  size_t done = 0;
-  for (size_t i = 0; done < ids.size(); ++i) {
-    const size_t n = std::min(sizes[i % sizes.size()], ids.size() - done);
-    Piece piece{state.get(), ids.subspan(done, n), RowOutput::all_logits | RowOutput::norm_rows};
-    auto out = model.forward({&piece, 1});
-    rows.norm_rows.insert(rows.norm_rows.end(), out[0].norm_rows.begin(), out[0].norm_rows.end());
-    rows.logits.insert(rows.logits.end(), out[0].logits.begin(), out[0].logits.end());
-    done += n;
-  }
-  return rows;
-}
-
-bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using testing::Rows;
+using testing::run_in_pieces;
+using testing::same_bytes;
 
 class RowInvarianceTest : public ::testing::TestWithParam<std::string> {
  protected:

@@ -25,7 +25,8 @@ class CpuBackend final : public Backend {
  public:
   std::string_view name() const override { return "cpu"; }
 
-  Weight resident(const Weight& w) override { return w; }  // the mapped checkpoint, read in place
+  Weight resident(const Weight& w, WeightUse) override { return w; }  // the mapped checkpoint, read in place
+  size_t device_memory_bytes() const override { return 0; }
 
   std::unique_ptr<StateStorage> new_state_storage(const GdnShape& gdn, int64_t gdn_layers, int64_t slots,
                                                   const AttentionShape& attention, int64_t attention_layers,

@@ -1,0 +1,475 @@
+// The CUDA backend: weights resident on the GPU in the dtypes stored, sequence state (GDN slots, KV pages) and the
+// step's activations in device memory, one plan upload per step, and the kernels of kernels.h plus cuBLASLt
+// wired to the Backend interface. Activations are BF16; what the reference computes in fp32 stays fp32 inside the
+// kernels. GEMMs are chosen by the rows' role, never by the step's size (architecture.md, row invariance): decode
+// rows through the batch-invariant skinny GEMM, prefill rows through one cuBLASLt algorithm pinned per shape.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_step.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/op_timer.h"
+#include "backend/cuda/pinned_gemm.h"
+#include "base/error.h"
+#include "base/log.h"
+
+namespace duet::backend {
+
+namespace cuda {
+namespace {
+
+// The most rows a pinned prefill GEMM accepts (checked when the shape is first pinned).
+constexpr int64_t kPinnedMaxRows = 32768;
+constexpr size_t kCublasWorkspaceBytes = 64u << 20;
+constexpr size_t kAlign = 256;
+
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+DeviceWeight device_weight(const Weight& w) { return DeviceWeight{w.data, w.type == WeightType::f32, w.rows, w.cols}; }
+const bf16* bf16_of(const Weight& w) {
+  if (w.type != WeightType::bf16) fail("cuda backend: a matrix stored as f32 where BF16 is expected");
+  return static_cast<const bf16*>(w.data);
+}
+
+class CudaActivations final : public Activations {
+ public:
+  CudaActivations(int64_t rows, int64_t width, bf16* data) : Activations(rows, width), data(data) {}
+  bf16* data;
+};
+bf16* data_of(const Activations& a) { return static_cast<const CudaActivations&>(a).data; }
+
+// Device memory freed with its owner.
+struct DeviceMemory {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  DeviceMemory() = default;
+  explicit DeviceMemory(size_t n, const char* what) : bytes(n) {
+    if (n) check_cuda(cudaMalloc(&ptr, n), what);
+  }
+  ~DeviceMemory() {
+    if (ptr) cudaFree(ptr);
+  }
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  DeviceMemory(DeviceMemory&& o) noexcept : ptr(std::exchange(o.ptr, nullptr)), bytes(std::exchange(o.bytes, 0)) {}
+  DeviceMemory& operator=(DeviceMemory&& o) noexcept {
+    std::swap(ptr, o.ptr);
+    std::swap(bytes, o.bytes);
+    return *this;
+  }
+};
+
+// Every sequence state of a model in device memory, slot-major so one pointer per piece reaches all its GDN layers:
+//   conv  [slots][gdn_layers][conv_kernel - 1][channels] BF16
+//   delta [slots][gdn_layers][value_heads][key_dim][value_dim] fp32
+//   kv    [attention_layers][pages][K | V][64][kv_heads][head_dim] BF16 (device_step.h, kv_key)
+class CudaStateStorage final : public StateStorage {
+ public:
+  CudaStateStorage(const GdnShape& gdn, int64_t gdn_layers, int64_t slots, const AttentionShape& attention,
+                   int64_t attention_layers, int64_t pages, cudaStream_t stream)
+      : stream_(stream),
+        gdn_layers_(gdn_layers),
+        slots_(slots),
+        pages_(pages),
+        conv_layer_(gdn.conv_channels() * (gdn.conv_kernel - 1)),
+        delta_layer_(gdn.value_heads * gdn.key_dim * gdn.value_dim),
+        conv_(static_cast<size_t>(slots * gdn_layers * conv_layer_) * sizeof(bf16), "GDN conv state"),
+        delta_(static_cast<size_t>(slots * gdn_layers * delta_layer_) * sizeof(float), "GDN delta-rule state"),
+        kv_(static_cast<size_t>(attention_layers * pages * 2 * kPagePositions * attention.kv_heads *
+                                attention.head_dim) *
+                sizeof(bf16),
+            "KV pages") {}
+  int64_t slots() const override { return slots_; }
+  int64_t pages() const override { return pages_; }
+  size_t bytes() const override { return conv_.bytes + delta_.bytes + kv_.bytes; }
+  void reset_slot(int32_t slot) override {
+    check_cuda(cudaMemsetAsync(conv(slot), 0, static_cast<size_t>(gdn_layers_ * conv_layer_) * sizeof(bf16), stream_),
+               "reset GDN conv state");
+    check_cuda(
+        cudaMemsetAsync(delta(slot), 0, static_cast<size_t>(gdn_layers_ * delta_layer_) * sizeof(float), stream_),
+        "reset GDN delta-rule state");
+  }
+  bf16* conv(int32_t slot) const { return static_cast<bf16*>(conv_.ptr) + slot * gdn_layers_ * conv_layer_; }
+  float* delta(int32_t slot) const { return static_cast<float*>(delta_.ptr) + slot * gdn_layers_ * delta_layer_; }
+  bf16* kv() const { return static_cast<bf16*>(kv_.ptr); }
+  int64_t conv_layer_stride() const { return conv_layer_; }
+  int64_t delta_layer_stride() const { return delta_layer_; }
+
+ private:
+  cudaStream_t stream_;
+  int64_t gdn_layers_, slots_, pages_, conv_layer_, delta_layer_;
+  DeviceMemory conv_, delta_, kv_;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) {
+    check_cuda(cudaSetDevice(device), "cudaSetDevice");
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_cuda(cudaEventCreateWithFlags(&plan_copied_, cudaEventDisableTiming), "cudaEventCreate");
+    check_cublas(cublasLtCreate(&lt_), "cublasLtCreate");
+    cublas_workspace_ = DeviceMemory(kCublasWorkspaceBytes, "cuBLASLt workspace");
+    cudaDeviceProp prop{};
+    check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+    if (prop.major != 9)
+      fail("cuda backend: device {} is {} (sm_{}{}); this build targets sm_90a (H100/H200)", device, prop.name,
+           prop.major, prop.minor);
+    log_info("cuda backend: {} ({:.1f} GiB)", prop.name, static_cast<double>(prop.totalGlobalMem) / (1u << 30));
+  }
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    pinned_.clear();
+    if (plan_host_) cudaFreeHost(plan_host_);
+    cublasLtDestroy(lt_);
+    cudaEventDestroy(plan_copied_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string_view name() const override { return "cuda"; }
+
+  Weight resident(const Weight& w, WeightUse use) override {
+    auto [it, fresh] = resident_.try_emplace(w.data);
+    if (fresh) {  // a tied head shares the embedding's copy
+      it->second = DeviceMemory(w.bytes(), "weights");
+      check_cuda(cudaMemcpy(it->second.ptr, w.data, w.bytes(), cudaMemcpyHostToDevice), "weights to the GPU");
+    }
+    Weight out = w;
+    out.data = it->second.ptr;
+    // Pinned (and checked against every row count) now, not in the first step that needs it.
+    if (use != WeightUse::other) pinned_gemm(w.rows, w.cols, use == WeightUse::logits);
+    return out;
+  }
+
+  size_t device_memory_bytes() const override {
+    size_t free = 0, total = 0;
+    check_cuda(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    size_t held = workspace_.bytes + cublas_workspace_.bytes;
+    for (const auto& [host, copy] : resident_) held += copy.bytes;
+    return free + held;
+  }
+
+  std::unique_ptr<StateStorage> new_state_storage(const GdnShape& gdn, int64_t gdn_layers, int64_t slots,
+                                                  const AttentionShape& attention, int64_t attention_layers,
+                                                  int64_t pages) override {
+    auto storage =
+        std::make_unique<CudaStateStorage>(gdn, gdn_layers, slots, attention, attention_layers, pages, stream_);
+    for (int32_t s = 0; s < slots; ++s) storage->reset_slot(s);
+    return storage;
+  }
+  size_t gdn_state_bytes(const GdnShape& s) const override {
+    return static_cast<size_t>(s.conv_channels() * (s.conv_kernel - 1)) * sizeof(bf16) +
+           static_cast<size_t>(s.value_heads * s.key_dim * s.value_dim) * sizeof(float);
+  }
+  size_t kv_page_bytes(const AttentionShape& s) const override {
+    return static_cast<size_t>(2 * kPagePositions * s.kv_heads * s.head_dim) * sizeof(bf16);
+  }
+
+  void reserve_workspace(size_t bytes) override {
+    if (bytes <= workspace_.bytes) return;
+    check_cuda(cudaStreamSynchronize(stream_), "workspace: finish the last step");
+    workspace_ = DeviceMemory(align_up(bytes), "workspace");
+  }
+  size_t workspace_bytes() const override { return workspace_.bytes; }
+
+  void begin_step(const StepPlan& plan) override {
+    used_ = 0;
+    rows_ = static_cast<int64_t>(plan.ids.size());
+    // Host side: pieces, each row's piece and position, the page tables, the ids and the logit rows, packed into one
+    // pinned buffer and sent in one copy.
+    std::vector<DevicePiece> pieces;
+    std::vector<int32_t> row_piece, row_position, pages, logit_rows;
+    decode_rows_ = 0;
+    for (const StepPiece& p : plan.pieces) {
+      auto* storage = dynamic_cast<CudaStateStorage*>(p.storage);  // once per piece and step
+      if (storage == nullptr) fail("cuda backend: a piece's state storage belongs to another backend");
+      if (p.slot < 0 || p.slot >= storage->slots())
+        fail("cuda backend: slot {} of a storage with {} slots", p.slot, storage->slots());
+      if (p.start_position + p.rows > static_cast<int64_t>(p.page_table.size()) * kPagePositions)
+        fail("cuda backend: KV pages for {} positions cannot take positions up to {}",
+             p.page_table.size() * kPagePositions, p.start_position + p.rows);
+      if (p.role == RowRole::decode) {
+        if (p.first_row != decode_rows_) fail("cuda backend: decode pieces must come first in a step");
+        decode_rows_ += p.rows;
+      }
+      DevicePiece d;
+      d.first_row = static_cast<int32_t>(p.first_row);
+      d.rows = static_cast<int32_t>(p.rows);
+      d.start_position = static_cast<int32_t>(p.start_position);
+      d.page_offset = static_cast<int32_t>(pages.size());
+      d.page_count = static_cast<int32_t>(p.page_table.size());
+      d.role = p.role == RowRole::decode ? DeviceRole::decode : DeviceRole::prefill;
+      d.conv = storage->conv(p.slot);
+      d.delta = storage->delta(p.slot);
+      d.conv_layer_stride = storage->conv_layer_stride();
+      d.delta_layer_stride = storage->delta_layer_stride();
+      d.kv = storage->kv();
+      d.kv_pages = storage->pages();
+      pieces.push_back(d);
+      pages.insert(pages.end(), p.page_table.begin(), p.page_table.end());
+      for (int64_t t = 0; t < p.rows; ++t) {
+        row_piece.push_back(static_cast<int32_t>(pieces.size() - 1));
+        row_position.push_back(static_cast<int32_t>(p.start_position + t));
+      }
+    }
+    for (int64_t r : plan.logit_rows) logit_rows.push_back(static_cast<int32_t>(r));
+    decode_logit_rows_ = 0;
+    for (int64_t r : plan.logit_rows) decode_logit_rows_ += r < decode_rows_ ? 1 : 0;
+    logit_row_count_ = static_cast<int32_t>(plan.logit_rows.size());
+
+    // Layout of the one upload: pieces, then int32 arrays.
+    const size_t piece_bytes = align_up(pieces.size() * sizeof(DevicePiece));
+    auto ints = [](size_t n) { return align_up(n * sizeof(int32_t)); };
+    const size_t total = piece_bytes + ints(row_piece.size()) + ints(row_position.size()) + ints(pages.size()) +
+                         ints(plan.ids.size()) + ints(logit_rows.size());
+    check_cuda(cudaEventSynchronize(plan_copied_), "the last step's plan upload");  // the staging buffer is free
+    if (total > plan_capacity_) {
+      if (plan_host_) cudaFreeHost(plan_host_);
+      plan_capacity_ = std::max<size_t>(total * 2, 1 << 16);
+      check_cuda(cudaMallocHost(&plan_host_, plan_capacity_), "pinned plan buffer");
+      plan_device_ = DeviceMemory(plan_capacity_, "plan buffer");
+    }
+    auto* host = static_cast<char*>(plan_host_);
+    auto* device = static_cast<char*>(plan_device_.ptr);
+    size_t at = 0;
+    auto place = [&](const void* src, size_t bytes, size_t aligned) {
+      if (bytes) std::memcpy(host + at, src, bytes);
+      void* d = device + at;
+      at += aligned;
+      return d;
+    };
+    step_ = DeviceStep{};
+    step_.pieces = static_cast<int32_t>(pieces.size());
+    step_.rows = static_cast<int32_t>(rows_);
+    step_.piece =
+        static_cast<const DevicePiece*>(place(pieces.data(), pieces.size() * sizeof(DevicePiece), piece_bytes));
+    step_.row_piece =
+        static_cast<const int32_t*>(place(row_piece.data(), row_piece.size() * 4, ints(row_piece.size())));
+    step_.row_position =
+        static_cast<const int32_t*>(place(row_position.data(), row_position.size() * 4, ints(row_position.size())));
+    step_.page_table = static_cast<const int32_t*>(place(pages.data(), pages.size() * 4, ints(pages.size())));
+    ids_ = static_cast<const int32_t*>(place(plan.ids.data(), plan.ids.size() * 4, ints(plan.ids.size())));
+    logit_rows_ = static_cast<const int32_t*>(place(logit_rows.data(), logit_rows.size() * 4, ints(logit_rows.size())));
+    check_cuda(cudaMemcpyAsync(plan_device_.ptr, plan_host_, at, cudaMemcpyHostToDevice, stream_), "plan upload");
+    check_cuda(cudaEventRecord(plan_copied_, stream_), "plan upload event");
+  }
+
+  std::unique_ptr<Activations> new_activations(int64_t rows, int64_t width) override {
+    return std::make_unique<CudaActivations>(rows, width, scratch<bf16>(rows * width));
+  }
+
+  void embed(const Weight& table, Activations& out) override {
+    timer_.time("embed", stream_, [&] {
+      launch_embed(bf16_of(table), table.cols, ids_, static_cast<int32_t>(rows_), data_of(out), stream_);
+    });
+  }
+
+  void rms_norm(const Activations& x, const Weight& w, double eps, Activations& out) override {
+    timer_.time("rms_norm", stream_, [&] {
+      launch_rms_norm(data_of(x), x.rows(), static_cast<int32_t>(x.width()), device_weight(w), static_cast<float>(eps),
+                      true, data_of(out), stream_);
+    });
+  }
+
+  void add(Activations& x, const Activations& y) override {
+    timer_.time("add", stream_, [&] { launch_add(data_of(x), data_of(y), x.rows() * x.width(), stream_); });
+  }
+
+  void gdn_mixer(const GdnWeights& w, const GdnShape& s, int64_t gdn_layer, const Activations& x,
+                 Activations& out) override {
+    const size_t mark = used_;
+    const int64_t R = x.rows(), C = s.conv_channels(), vw = s.value_heads * s.value_dim, vh = s.value_heads;
+    bf16* qkv = scratch<bf16>(R * C);
+    bf16* z = scratch<bf16>(R * vw);
+    bf16* b = scratch<bf16>(R * vh);
+    bf16* a = scratch<bf16>(R * vh);
+    gemm("gdn.in_proj_qkv", data_of(x), R, w.in_proj_qkv, qkv, false);
+    gemm("gdn.in_proj_z", data_of(x), R, w.in_proj_z, z, false);
+    gemm("gdn.in_proj_b", data_of(x), R, w.in_proj_b, b, false);
+    gemm("gdn.in_proj_a", data_of(x), R, w.in_proj_a, a, false);
+    bf16* conv = scratch<bf16>(R * C);
+    timer_.time("gdn.conv", stream_, [&] {
+      launch_gdn_conv_silu(step_, static_cast<int32_t>(gdn_layer), device_weight(w.conv1d), static_cast<int32_t>(C),
+                           static_cast<int32_t>(s.conv_kernel), qkv, conv, stream_);
+    });
+    float* beta = scratch<float>(R * vh);
+    float* g = scratch<float>(R * vh);
+    timer_.time("gdn.gates", stream_, [&] {
+      launch_gdn_gates(b, a, device_weight(w.A_log), device_weight(w.dt_bias), R, static_cast<int32_t>(vh), beta, g,
+                       stream_);
+    });
+    float* core = scratch<float>(R * vw);
+    const GdnDims dims{static_cast<int32_t>(s.key_heads), static_cast<int32_t>(s.value_heads),
+                       static_cast<int32_t>(s.key_dim), static_cast<int32_t>(s.value_dim)};
+    timer_.time("gdn.delta_rule", stream_, [&] {
+      launch_gdn_delta_rule(step_, static_cast<int32_t>(gdn_layer), conv, beta, g, dims, core, stream_);
+    });
+    bf16* normed = qkv;  // qkv is spent; [R, vw] fits in [R, C]
+    timer_.time("gdn.gated_norm", stream_, [&] {
+      launch_gdn_gated_norm(core, z, device_weight(w.norm), static_cast<float>(s.norm_eps), R, static_cast<int32_t>(vh),
+                            static_cast<int32_t>(s.value_dim), normed, stream_);
+    });
+    gemm("gdn.out_proj", normed, R, w.out_proj, data_of(out), false);
+    used_ = mark;
+  }
+
+  void attention_mixer(const AttentionWeights& w, const AttentionShape& s, int64_t attention_layer,
+                       const Activations& x, Activations& out) override {
+    const size_t mark = used_;
+    const int64_t R = x.rows(), hd = s.head_dim;
+    bf16* q_gate = scratch<bf16>(R * s.q_heads * 2 * hd);
+    bf16* k = scratch<bf16>(R * s.kv_heads * hd);
+    bf16* v = scratch<bf16>(R * s.kv_heads * hd);
+    gemm("attn.q_proj", data_of(x), R, w.q_proj, q_gate, false);
+    gemm("attn.k_proj", data_of(x), R, w.k_proj, k, false);
+    gemm("attn.v_proj", data_of(x), R, w.v_proj, v, false);
+    const AttentionDims dims{static_cast<int32_t>(s.q_heads),  static_cast<int32_t>(s.kv_heads),
+                             static_cast<int32_t>(hd),         static_cast<int32_t>(s.rotary_dim),
+                             static_cast<float>(s.rope_theta), static_cast<float>(s.norm_eps)};
+    timer_.time("attn.prep", stream_, [&] {
+      launch_attention_prep(step_, static_cast<int32_t>(attention_layer), q_gate, k, v, device_weight(w.q_norm),
+                            device_weight(w.k_norm), dims, stream_);
+    });
+    bf16* attended = scratch<bf16>(R * s.q_heads * hd);
+    timer_.time("attn.attention", stream_, [&] {
+      launch_attention(step_, static_cast<int32_t>(attention_layer), q_gate, dims, attended, stream_);
+    });
+    gemm("attn.o_proj", attended, R, w.o_proj, data_of(out), false);
+    used_ = mark;
+  }
+
+  void mlp(const MlpWeights& w, const Activations& x, Activations& out) override {
+    const size_t mark = used_;
+    const int64_t R = x.rows(), ffn = w.gate_proj.rows;
+    bf16* gate = scratch<bf16>(R * ffn);
+    bf16* up = scratch<bf16>(R * ffn);
+    gemm("mlp.gate_proj", data_of(x), R, w.gate_proj, gate, false);
+    gemm("mlp.up_proj", data_of(x), R, w.up_proj, up, false);
+    timer_.time("mlp.swiglu", stream_, [&] { launch_swiglu(gate, up, R * ffn, gate, stream_); });
+    gemm("mlp.down_proj", gate, R, w.down_proj, data_of(out), false);
+    used_ = mark;
+  }
+
+  void lm_head(const Weight& head, const Activations& x, float* logits) override {
+    const size_t mark = used_;
+    const int64_t n = logit_row_count_, h = x.width(), V = head.rows;
+    bf16* selected = scratch<bf16>(n * h);
+    timer_.time("lm_head.gather", stream_, [&] {
+      launch_gather_rows(data_of(x), static_cast<int32_t>(h), logit_rows_, static_cast<int32_t>(n), selected, stream_);
+    });
+    float* out = scratch<float>(n * V);
+    gemm_split("lm_head", selected, n, decode_logit_rows_, head, out, true);
+    check_cuda(
+        cudaMemcpyAsync(logits, out, static_cast<size_t>(n * V) * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+        "logits to the host");
+    check_cuda(cudaStreamSynchronize(stream_), "lm_head");
+    timer_.collect();
+    used_ = mark;
+  }
+
+  void read_rows(const Activations& x, int64_t first, int64_t count, float* out) override {
+    const size_t mark = used_;
+    const int64_t n = count * x.width();
+    float* f = scratch<float>(n);
+    timer_.time("read_rows", stream_, [&] { launch_bf16_to_f32(data_of(x) + first * x.width(), n, f, stream_); });
+    check_cuda(cudaMemcpyAsync(out, f, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+               "rows to the host");
+    check_cuda(cudaStreamSynchronize(stream_), "read_rows");
+    timer_.collect();
+    used_ = mark;
+  }
+
+ private:
+  // Bump allocation from the workspace; released by begin_step (and by each sublayer for its own scratch).
+  template <typename T>
+  T* scratch(int64_t count) {
+    const size_t bytes = align_up(static_cast<size_t>(count) * sizeof(T));
+    if (used_ + bytes > workspace_.bytes)
+      fail("cuda backend: the step needs more than the {} MiB workspace reserved (model workspace_bytes is short)",
+           workspace_.bytes >> 20);
+    T* p = reinterpret_cast<T*>(static_cast<char*>(workspace_.ptr) + used_);
+    used_ += bytes;
+    return p;
+  }
+
+  // y = x w^T for the step's rows: the first decode_rows_ through the skinny GEMM, the rest through the pinned one.
+  void gemm(const char* name, const bf16* x, int64_t rows, const Weight& w, void* y, bool y_f32) {
+    gemm_split(name, x, rows, std::min<int64_t>(decode_rows_, rows), w, y, y_f32);
+  }
+  void gemm_split(const char* name, const bf16* x, int64_t rows, int64_t decode_rows, const Weight& w, void* y,
+                  bool y_f32) {
+    const int64_t n = w.rows, k = w.cols;
+    const size_t out_size = y_f32 ? sizeof(float) : sizeof(bf16);
+    if (decode_rows > 0)
+      timer_.time(
+          name, stream_,
+          [&] {
+            launch_skinny_gemm(x, static_cast<int32_t>(decode_rows), bf16_of(w), static_cast<int32_t>(n),
+                               static_cast<int32_t>(k), y, y_f32, stream_);
+          },
+          " skinny");
+    if (rows > decode_rows) {
+      PinnedGemm& pinned = pinned_gemm(n, k, y_f32);
+      timer_.time(
+          name, stream_,
+          [&] {
+            pinned.run(x + decode_rows * k, rows - decode_rows, bf16_of(w),
+                       static_cast<char*>(y) + static_cast<size_t>(decode_rows * n) * out_size, stream_);
+          },
+          " pinned");
+    }
+  }
+  PinnedGemm& pinned_gemm(int64_t n, int64_t k, bool y_f32) {
+    auto key = std::make_tuple(n, k, y_f32);
+    auto it = pinned_.find(key);
+    if (it == pinned_.end())
+      it = pinned_
+               .emplace(key, std::make_unique<PinnedGemm>(lt_, n, k, kPinnedMaxRows, y_f32, cublas_workspace_.ptr,
+                                                          cublas_workspace_.bytes))
+               .first;
+    return *it->second;
+  }
+
+  OpTimer timer_;  // DUET_PROFILE=1: GPU time per operation, printed at exit
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t plan_copied_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  DeviceMemory cublas_workspace_;
+  std::map<const void*, DeviceMemory> resident_;  // host address of a weight -> its device copy
+  std::map<std::tuple<int64_t, int64_t, bool>, std::unique_ptr<PinnedGemm>> pinned_;
+  DeviceMemory workspace_;
+  size_t used_ = 0;
+  // The current step.
+  void* plan_host_ = nullptr;
+  size_t plan_capacity_ = 0;
+  DeviceMemory plan_device_;
+  DeviceStep step_;
+  const int32_t* ids_ = nullptr;
+  const int32_t* logit_rows_ = nullptr;
+  int64_t rows_ = 0;
+  int64_t decode_rows_ = 0;
+  int64_t decode_logit_rows_ = 0;
+  int32_t logit_row_count_ = 0;
+};
+
+}  // namespace
+}  // namespace cuda
+
+bool cuda_backend_available() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  if (!cuda_backend_available()) fail("--backend cuda: no CUDA device is available on this machine");
+  return std::make_unique<cuda::CudaBackend>(device);
+}
+
+}  // namespace duet::backend

@@ -1,0 +1,66 @@
+#pragma once
+// A step as the CUDA kernels see it: built on the host once per step and copied to the device in one transfer
+// (CudaBackend::begin_step). Every kernel that needs to know which sequence, position or state a row belongs to
+// reads it from here, so no kernel launch depends on host-side per-piece loops.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace duet::backend::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// What a piece's rows are computing; it picks kernels (decode rows: the batch-invariant skinny GEMM), never
+// results of other rows.
+enum class DeviceRole : int32_t { prefill = 0, decode = 1 };
+
+struct DevicePiece {
+  int32_t first_row = 0;  // rows [first_row, first_row + rows) of the step
+  int32_t rows = 0;
+  int32_t start_position = 0;  // the sequence position of its first row
+  int32_t page_offset = 0;     // its page table: DeviceStep::page_table[page_offset .. + page_count)
+  int32_t page_count = 0;
+  DeviceRole role = DeviceRole::prefill;
+  // The sequence's GDN state for GDN layer g is at  conv + g * conv_layer_stride  and  delta + g * delta_layer_stride:
+  //   conv:  [conv_kernel - 1, conv_channels] bf16, the last pre-conv inputs, oldest first (zeros at the start)
+  //   delta: [value_heads, key_dim, value_dim] fp32, the full delta-rule state S (S[h][i][j]: key i, value j)
+  bf16* conv = nullptr;
+  float* delta = nullptr;
+  int64_t conv_layer_stride = 0;   // elements
+  int64_t delta_layer_stride = 0;  // elements
+  // The K/V pages of the storage this sequence's pages are in. For attention layer l, page p, offset o (0..63),
+  // KV head h:  key   at kv + ((l * pages + p) * 2 + 0) * page_elems + (o * kv_heads + h) * head_dim
+  //             value at kv + ((l * pages + p) * 2 + 1) * page_elems + (o * kv_heads + h) * head_dim
+  // with page_elems = 64 * kv_heads * head_dim (see kv_key / kv_value below).
+  bf16* kv = nullptr;
+  int64_t kv_pages = 0;  // pages in that storage (per layer)
+};
+
+struct DeviceStep {
+  int32_t pieces = 0;
+  int32_t rows = 0;
+  const DevicePiece* piece = nullptr;     // [pieces]
+  const int32_t* row_piece = nullptr;     // [rows] the piece of each row
+  const int32_t* row_position = nullptr;  // [rows] the sequence position of each row
+  const int32_t* page_table = nullptr;    // every piece's page ids, position order, concatenated
+};
+
+constexpr int32_t kPagePositions = 64;
+
+__host__ __device__ inline int64_t kv_page_elems(int32_t kv_heads, int32_t head_dim) {
+  return static_cast<int64_t>(kPagePositions) * kv_heads * head_dim;
+}
+// Where position `pos` of KV head `h` of attention layer `layer` lives for piece `p`.
+__host__ __device__ inline bf16* kv_key(const DevicePiece& p, const int32_t* page_table, int32_t layer, int32_t pos,
+                                        int32_t h, int32_t kv_heads, int32_t head_dim) {
+  const int64_t page = page_table[p.page_offset + pos / kPagePositions];
+  const int64_t block = (static_cast<int64_t>(layer) * p.kv_pages + page) * 2;
+  return p.kv + block * kv_page_elems(kv_heads, head_dim) +
+         (static_cast<int64_t>(pos % kPagePositions) * kv_heads + h) * head_dim;
+}
+__host__ __device__ inline bf16* kv_value(const DevicePiece& p, const int32_t* page_table, int32_t layer, int32_t pos,
+                                          int32_t h, int32_t kv_heads, int32_t head_dim) {
+  return kv_key(p, page_table, layer, pos, h, kv_heads, head_dim) + kv_page_elems(kv_heads, head_dim);
+}
+
+}  // namespace duet::backend::cuda

@@ -1,0 +1,101 @@
+// The causal depthwise conv + SiLU of a GDN layer (launch_gdn_conv_silu in kernels.h).
+//
+// Two kernels on the same stream: the first computes every (row, channel) output from the step's inputs and the
+// piece's conv state as it was before the step; the second then rewrites each piece's state. Splitting them is what
+// makes the state update safe: no output thread can read a history value after it has been overwritten, and the
+// output kernel gets one thread per element, so long prefill pieces use the whole GPU.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
+
+namespace duet::backend::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float weight_at(const DeviceWeight& w, int64_t i) {
+  return w.f32 ? static_cast<const float*>(w.data)[i] : __bfloat162float(static_cast<const bf16*>(w.data)[i]);
+}
+
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+
+// The conv state of `piece` for GDN layer `layer`: [K-1, channels], oldest first.
+__device__ __forceinline__ bf16* conv_state(const DevicePiece& piece, int32_t layer) {
+  return piece.conv + static_cast<int64_t>(layer) * piece.conv_layer_stride;
+}
+
+// One thread per (row, channel). Input t - (K-1) + j of the piece is either a row of this step (index >= 0) or, for
+// the first K-1 rows, an entry of the state, whose last slot is the input just before the piece.
+template <int K>
+__global__ void __launch_bounds__(kThreads)
+    conv_rows_kernel(DeviceStep step, int32_t layer, DeviceWeight w, int32_t channels, const bf16* in, bf16* out) {
+  const int32_t row = blockIdx.x;
+  const int32_t c = blockIdx.y * kThreads + threadIdx.x;
+  if (c >= channels) return;
+  const DevicePiece& piece = step.piece[step.row_piece[row]];
+  const int32_t t = row - piece.first_row;
+  const bf16* state = conv_state(piece, layer);
+  float acc = 0.0f;
+#pragma unroll
+  for (int j = 0; j < K; ++j) {
+    const int32_t src = t - (K - 1) + j;  // input index inside the piece; negative: from the state
+    const bf16 x = src >= 0 ? in[static_cast<int64_t>(piece.first_row + src) * channels + c]
+                            : state[static_cast<int64_t>(K - 1 + src) * channels + c];
+    acc = fmaf(weight_at(w, static_cast<int64_t>(c) * K + j), __bfloat162float(x), acc);
+  }
+  out[static_cast<int64_t>(row) * channels + c] = __float2bfloat16(silu(acc));
+}
+
+// One thread per (piece, channel): the new state is the last K-1 entries of [old state | piece inputs]. A piece of
+// fewer than K-1 rows keeps part of the old state (shifted towards the oldest slot), so every new value is read into
+// registers before any slot is written.
+template <int K>
+__global__ void __launch_bounds__(kThreads)
+    conv_state_kernel(DeviceStep step, int32_t layer, int32_t channels, const bf16* in) {
+  const int32_t c = blockIdx.x * kThreads + threadIdx.x;
+  if (c >= channels) return;
+  const DevicePiece& piece = step.piece[blockIdx.y];
+  bf16* state = conv_state(piece, layer);
+  bf16 kept[K - 1];
+#pragma unroll
+  for (int j = 0; j < K - 1; ++j) {
+    const int32_t src = piece.rows + j;  // index into [old state (K-1) | inputs]
+    kept[j] = src < K - 1 ? state[static_cast<int64_t>(src) * channels + c]
+                          : in[static_cast<int64_t>(piece.first_row + src - (K - 1)) * channels + c];
+  }
+#pragma unroll
+  for (int j = 0; j < K - 1; ++j) state[static_cast<int64_t>(j) * channels + c] = kept[j];
+}
+
+template <int K>
+void launch_conv(const DeviceStep& step, int32_t layer, DeviceWeight w, int32_t channels, const bf16* in, bf16* out,
+                 cudaStream_t stream) {
+  const uint32_t channel_blocks = (static_cast<uint32_t>(channels) + kThreads - 1) / kThreads;
+  conv_rows_kernel<K><<<dim3(step.rows, channel_blocks), kThreads, 0, stream>>>(step, layer, w, channels, in, out);
+  check_launch("gdn conv_rows_kernel");
+  conv_state_kernel<K><<<dim3(channel_blocks, step.pieces), kThreads, 0, stream>>>(step, layer, channels, in);
+  check_launch("gdn conv_state_kernel");
+}
+
+}  // namespace
+
+void launch_gdn_conv_silu(const DeviceStep& step, int32_t gdn_layer, DeviceWeight conv_w, int32_t channels,
+                          int32_t kernel, const bf16* in, bf16* out, cudaStream_t stream) {
+  if (step.rows <= 0 || step.pieces <= 0 || channels <= 0) return;
+  switch (kernel) {
+    case 2:
+      return launch_conv<2>(step, gdn_layer, conv_w, channels, in, out, stream);
+    case 3:
+      return launch_conv<3>(step, gdn_layer, conv_w, channels, in, out, stream);
+    case 4:
+      return launch_conv<4>(step, gdn_layer, conv_w, channels, in, out, stream);
+    default:
+      check_cuda(cudaErrorInvalidValue, "launch_gdn_conv_silu: conv kernel size must be 2, 3 or 4");
+  }
+}
+
+}  // namespace duet::backend::cuda

@@ -1,0 +1,102 @@
+#pragma once
+// Launchers of duet's own CUDA kernels, one .cu file per operation (the file named beside each group). All take
+// BF16 activations row-major [rows, width] and compute in fp32 wherever the CPU reference does (norm statistics,
+// softmax, the GDN gates, state and delta rule), rounding to BF16 where the spec (../shared/spec/qwen35.md) and
+// transformers do. Every launcher is asynchronous on `stream`, allocates nothing and throws duet::Error when the
+// launch fails. Row invariance: no kernel's result for a row depends on how many rows or pieces the step has,
+// nor on where a prompt was cut at multiples of 64.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/device_step.h"
+
+namespace duet::backend::cuda {
+
+// A weight vector or matrix on the device, in the dtype the checkpoint stores.
+struct DeviceWeight {
+  const void* data = nullptr;
+  bool f32 = false;  // else bf16
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+// ---- elementwise.cu
+// out[r] = table[ids[r]]  (table [vocab, hidden])
+void launch_embed(const bf16* table, int64_t hidden, const int32_t* ids, int32_t rows, bf16* out, cudaStream_t stream);
+// Per row of width `width`: y = x * rsqrt(mean(x^2) + eps) * (one_plus ? 1 + w : w), statistics in fp32, rounded to
+// BF16 once. Rows may be heads: `rows` rows of `width` contiguous values (x and out may alias).
+void launch_rms_norm(const bf16* x, int64_t rows, int32_t width, DeviceWeight w, float eps, bool one_plus, bf16* out,
+                     cudaStream_t stream);
+// x += y (fp32 sum, rounded to BF16), n elements.
+void launch_add(bf16* x, const bf16* y, int64_t n, cudaStream_t stream);
+// out = silu(gate) * up in fp32, rounded to BF16, n elements (out may alias gate).
+void launch_swiglu(const bf16* gate, const bf16* up, int64_t n, bf16* out, cudaStream_t stream);
+// out[i] = x[rows[i]] for `count` rows of `width`.
+void launch_gather_rows(const bf16* x, int32_t width, const int32_t* rows, int32_t count, bf16* out,
+                        cudaStream_t stream);
+// out = float(x), n elements.
+void launch_bf16_to_f32(const bf16* x, int64_t n, float* out, cudaStream_t stream);
+
+// ---- skinny_gemm.cu
+// y[m, n] = sum_k x[m, k] * w[n, k], fp32 accumulation, y as BF16 (y_f32 false) or fp32. For the few rows of decode
+// steps. Batch-invariant: each output element is reduced over k in one fixed order whatever m is.
+void launch_skinny_gemm(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, void* y, bool y_f32,
+                        cudaStream_t stream);
+
+// ---- gdn_conv.cu
+// The causal depthwise conv + SiLU of GDN layer `gdn_layer` over every piece: for row t of a piece,
+//   out[t, c] = bf16(silu(sum_j w[c, j] * in[c, t - (K-1) + j]))   (fp32 sum, w [channels, K])
+// where inputs before the piece come from the piece's conv state; then the state keeps the piece's last K-1 inputs.
+void launch_gdn_conv_silu(const DeviceStep& step, int32_t gdn_layer, DeviceWeight conv_w, int32_t channels,
+                          int32_t kernel, const bf16* in, bf16* out, cudaStream_t stream);
+
+// ---- gdn_gates.cu
+// Per row and value head: beta = bf16(sigmoid(b)) (kept as float), g = -exp(A_log) * softplus(a + dt_bias) in fp32
+// (softplus(x) = x above 20). b, a: [rows, value_heads] BF16; A_log, dt_bias: [value_heads] as stored.
+void launch_gdn_gates(const bf16* b, const bf16* a, DeviceWeight A_log, DeviceWeight dt_bias, int64_t rows,
+                      int32_t value_heads, float* beta, float* g, cudaStream_t stream);
+
+// ---- gdn_delta_rule.cu
+// The gated delta rule of GDN layer `gdn_layer` for every piece, on each piece's fp32 state S (DevicePiece::delta).
+// qkv [rows, 2 * key_heads * key_dim + value_heads * value_dim] are the conv outputs: q and k are l2-normalized in
+// fp32 per key head (eps 1e-6 inside the rsqrt of the sum of squares), q also scaled by key_dim^-0.5; value head j
+// reads key head j / (value_heads / key_heads). Per token, in row order:
+//   S = S * exp(g);  d = (v - S^T k) * beta;  S = S + k (outer) d;  o = S^T q
+// out: [rows, value_heads * value_dim] fp32.
+struct GdnDims {
+  int32_t key_heads, value_heads, key_dim, value_dim;
+};
+void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16* qkv, const float* beta,
+                           const float* g, GdnDims dims, float* out, cudaStream_t stream);
+
+// ---- gdn_norm.cu
+// Gated RMSNorm per value head: y = bf16(bf16(o * rsqrt(mean(o^2) + eps)) * w) * silu(z) in fp32, rounded to BF16.
+// o: [rows, heads * dim] fp32, z: [rows, heads * dim] BF16, w: [dim] plain weight (f32 or bf16).
+void launch_gdn_gated_norm(const float* o, const bf16* z, DeviceWeight w, float eps, int64_t rows, int32_t heads,
+                           int32_t dim, bf16* out, cudaStream_t stream);
+
+// ---- attention_prep.cu
+// For attention layer `attn_layer`: per row, per query head, (1+w) RMSNorm of the query half of q_gate (in place)
+// then RoPE; per KV head, (1+w) RMSNorm of k and RoPE, and k, v written into the row's page (positions from
+// step.row_position). RoPE on dims [0, rotary_dim), pairs (i, i + rotary_dim/2), inv_freq = theta^(-2i/rotary_dim),
+// angle and cos/sin in fp32 as transformers computes them, cos/sin rounded to BF16, the rotated values rounded once.
+// q_gate: [rows, q_heads, 2, head_dim] (per head the query then the gate), k, v: [rows, kv_heads * head_dim].
+struct AttentionDims {
+  int32_t q_heads, kv_heads, head_dim, rotary_dim;
+  float rope_theta, norm_eps;
+};
+void launch_attention_prep(const DeviceStep& step, int32_t attn_layer, bf16* q_gate, const bf16* k, const bf16* v,
+                           DeviceWeight q_norm, DeviceWeight k_norm, AttentionDims dims, cudaStream_t stream);
+
+// ---- attention.cu
+// Causal softmax attention of every row over its sequence's pages (positions 0 .. its own), scale head_dim^-0.5,
+// query head j reading KV head j / (q_heads / kv_heads), fp32 scores and softmax with keys taken in position order
+// in blocks of 64 (so a row's arithmetic depends on its position alone), then times sigmoid(gate):
+// out: [rows, q_heads * head_dim] BF16. Rows of decode pieces split their key blocks over a cluster of 8 blocks
+// (which blocks by position alone) and merge the partial softmaxes in a fixed order: their bits depend only on their
+// own sequence too, but may differ in the last bits from the same row computed as a prefill row.
+void launch_attention(const DeviceStep& step, int32_t attn_layer, const bf16* q_gate, AttentionDims dims, bf16* out,
+                      cudaStream_t stream);
+
+}  // namespace duet::backend::cuda

@@ -1,0 +1,56 @@
+#pragma once
+// Where a step's GPU time goes, per operation: with DUET_PROFILE=1 in the environment every launch the CUDA backend
+// makes is bracketed by two CUDA events, and the elapsed times are summed per operation name and printed when the
+// backend is destroyed (calls, total ms, share). Off by default; off, a timed launch is just the launch. (Nsight
+// Systems is not on the GPU machine; events in the stream measure the same device time.)
+#include <cuda_runtime.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace duet::backend::cuda {
+
+class OpTimer {
+ public:
+  OpTimer();
+  ~OpTimer();
+  OpTimer(const OpTimer&) = delete;
+  OpTimer& operator=(const OpTimer&) = delete;
+
+  bool on() const { return on_; }
+  // Times `launch` under `name` + `suffix` (e.g. a GEMM's weight and which kernel ran it).
+  template <typename Launch>
+  void time(const char* name, cudaStream_t stream, Launch&& launch, const char* suffix = "") {
+    if (!on_) {
+      launch();
+      return;
+    }
+    Pending p{name, suffix, event(), event()};
+    cudaEventRecord(p.start, stream);
+    launch();
+    cudaEventRecord(p.stop, stream);
+    pending_.push_back(p);
+  }
+  // Adds up what the stream has finished; call after a synchronisation.
+  void collect();
+
+ private:
+  struct Pending {
+    const char* name;
+    const char* suffix;
+    cudaEvent_t start, stop;
+  };
+  struct Total {
+    double ms = 0;
+    long calls = 0;
+  };
+  cudaEvent_t event();
+
+  bool on_ = false;
+  std::vector<Pending> pending_;
+  std::vector<cudaEvent_t> free_;
+  std::map<std::string, Total> totals_;
+};
+
+}  // namespace duet::backend::cuda

@@ -1,0 +1,566 @@
+// The GDN kernels (gdn_conv.cu, gdn_gates.cu, gdn_delta_rule.cu, gdn_norm.cu) against host references written here
+// from the CPU backend's math, at the tiny test-model shape and the Qwen3.5-9B shape; plus row invariance (a piece
+// gives the same bits alone or beside others) and cut invariance (a piece run whole or cut over several steps).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/kernels.h"
+#include "cuda_test_util.h"
+
+namespace duet::backend::cuda {
+namespace {
+
+using ::duet::testing::DeviceBuffer;
+using ::duet::testing::max_relative_error;
+using ::duet::testing::random_bf16_values;
+using ::duet::testing::round_bf16;
+using ::duet::testing::to_bf16;
+using ::duet::testing::to_float;
+
+constexpr int32_t kConvKernel = 4;
+constexpr int32_t kHistory = kConvKernel - 1;
+// Every sequence's state holds two GDN layers and the tests run layer 1, so a kernel ignoring the layer stride fails.
+constexpr int32_t kLayers = 2;
+constexpr int32_t kLayer = 1;
+constexpr float kNormEps = 1e-6f;
+// Rounding a value to BF16 moves it by at most half an ulp, which is at most 2^-8 of its magnitude.
+constexpr double kHalfBf16Ulp = 1.0 / 256;
+
+int32_t conv_channels(const GdnDims& d) { return 2 * d.key_heads * d.key_dim + d.value_heads * d.value_dim; }
+int32_t value_width(const GdnDims& d) { return d.value_heads * d.value_dim; }
+int64_t delta_elems(const GdnDims& d) { return static_cast<int64_t>(d.value_heads) * d.key_dim * d.value_dim; }
+
+double silu(double x) { return x / (1.0 + std::exp(-x)); }
+
+// ---- Steps and states on the device.
+
+// A piece of a test step: `rows` rows of sequence `sequence` (an index into States), from sequence position `start`.
+struct PieceSpec {
+  int32_t sequence;
+  int32_t rows;
+  int32_t start;
+};
+
+int32_t total_rows(const std::vector<PieceSpec>& specs) {
+  int32_t rows = 0;
+  for (const auto& spec : specs) rows += spec.rows;
+  return rows;
+}
+
+// The GDN states (kLayers layers each) of several sequences on the device. Each sequence's initial values come from
+// its own seed, so a sequence starts the same whichever other sequences exist.
+class States {
+ public:
+  States(const GdnDims& dims, const std::vector<uint64_t>& seeds)
+      : conv_layer_(static_cast<int64_t>(kHistory) * conv_channels(dims)),
+        delta_layer_(delta_elems(dims)),
+        conv_host_(initial(seeds, kLayers * conv_layer_, 0)),
+        delta_host_(initial(seeds, kLayers * delta_layer_, 1)),
+        conv_(to_bf16(conv_host_)),
+        delta_(delta_host_) {}
+
+  int64_t conv_layer_elems() const { return conv_layer_; }
+  int64_t delta_layer_elems() const { return delta_layer_; }
+  bf16* conv(int32_t sequence) const { return conv_.get() + sequence * kLayers * conv_layer_; }
+  float* delta(int32_t sequence) const { return delta_.get() + sequence * kLayers * delta_layer_; }
+
+  // Layer `layer` of a sequence's state: as it was created, and as it is on the device now.
+  std::vector<float> initial_conv(int32_t sequence, int32_t layer) const {
+    return slice(conv_host_, (sequence * kLayers + layer) * conv_layer_, conv_layer_);
+  }
+  std::vector<float> initial_delta(int32_t sequence, int32_t layer) const {
+    return slice(delta_host_, (sequence * kLayers + layer) * delta_layer_, delta_layer_);
+  }
+  std::vector<float> conv_now(int32_t sequence, int32_t layer) const {
+    return slice(to_float(conv_.download()), (sequence * kLayers + layer) * conv_layer_, conv_layer_);
+  }
+  std::vector<float> delta_now(int32_t sequence, int32_t layer) const {
+    return slice(delta_.download(), (sequence * kLayers + layer) * delta_layer_, delta_layer_);
+  }
+
+ private:
+  static std::vector<float> initial(const std::vector<uint64_t>& seeds, int64_t per_sequence, uint64_t salt) {
+    std::vector<float> all;
+    for (uint64_t seed : seeds) {
+      // Non-zero history and state: a kernel that starts from zeros fails.
+      std::vector<float> one = random_bf16_values(static_cast<size_t>(per_sequence), seed * 2 + salt, -0.5f, 0.5f);
+      all.insert(all.end(), one.begin(), one.end());
+    }
+    return all;
+  }
+  static std::vector<float> slice(const std::vector<float>& v, int64_t first, int64_t count) {
+    return std::vector<float>(v.begin() + first, v.begin() + first + count);
+  }
+
+  int64_t conv_layer_, delta_layer_;
+  std::vector<float> conv_host_, delta_host_;
+  DeviceBuffer<bf16> conv_;
+  DeviceBuffer<float> delta_;
+};
+
+// The host-side arrays of a DeviceStep: pieces back to back from row 0.
+struct HostStep {
+  std::vector<DevicePiece> pieces;
+  std::vector<int32_t> row_piece, row_position;
+};
+
+HostStep build_host_step(const std::vector<PieceSpec>& specs, const States& states) {
+  HostStep host;
+  int32_t row = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const PieceSpec& spec = specs[i];
+    DevicePiece piece;
+    piece.first_row = row;
+    piece.rows = spec.rows;
+    piece.start_position = spec.start;
+    piece.role = spec.rows == 1 ? DeviceRole::decode : DeviceRole::prefill;
+    piece.conv = states.conv(spec.sequence);
+    piece.delta = states.delta(spec.sequence);
+    piece.conv_layer_stride = states.conv_layer_elems();
+    piece.delta_layer_stride = states.delta_layer_elems();
+    host.pieces.push_back(piece);
+    for (int32_t t = 0; t < spec.rows; ++t) {
+      host.row_piece.push_back(static_cast<int32_t>(i));
+      host.row_position.push_back(spec.start + t);
+    }
+    row += spec.rows;
+  }
+  return host;
+}
+
+// A DeviceStep whose arrays live on the device, as CudaBackend::begin_step builds it.
+class Step {
+ public:
+  Step(const std::vector<PieceSpec>& specs, const States& states)
+      : host_(build_host_step(specs, states)),
+        pieces_(host_.pieces),
+        row_piece_(host_.row_piece),
+        row_position_(host_.row_position) {
+    step_.pieces = static_cast<int32_t>(host_.pieces.size());
+    step_.rows = static_cast<int32_t>(host_.row_piece.size());
+    step_.piece = pieces_.get();
+    step_.row_piece = row_piece_.get();
+    step_.row_position = row_position_.get();
+  }
+  const DeviceStep& get() const { return step_; }
+
+ private:
+  HostStep host_;
+  DeviceBuffer<DevicePiece> pieces_;
+  DeviceBuffer<int32_t> row_piece_, row_position_;
+  DeviceStep step_;
+};
+
+void sync_ok() { ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError()); }
+
+// A weight on the device as f32 or bf16 (the same values: they are BF16-representable).
+class Weight {
+ public:
+  Weight(const std::vector<float>& values, bool f32, int64_t rows, int64_t cols)
+      : f32_values_(f32 ? values : std::vector<float>()), bf16_values_(f32 ? std::vector<bf16>() : to_bf16(values)) {
+    weight_.data = f32 ? static_cast<const void*>(f32_values_.get()) : static_cast<const void*>(bf16_values_.get());
+    weight_.f32 = f32;
+    weight_.rows = rows;
+    weight_.cols = cols;
+  }
+  DeviceWeight get() const { return weight_; }
+
+ private:
+  DeviceBuffer<float> f32_values_;
+  DeviceBuffer<bf16> bf16_values_;
+  DeviceWeight weight_;
+};
+
+// Rows [first, first + count) of a row-major [rows, width] array.
+std::vector<float> rows_of(const std::vector<float>& v, int64_t width, int64_t first, int64_t count) {
+  return std::vector<float>(v.begin() + first * width, v.begin() + (first + count) * width);
+}
+std::vector<float> concat(const std::vector<std::vector<float>>& parts) {
+  std::vector<float> all;
+  for (const auto& part : parts) all.insert(all.end(), part.begin(), part.end());
+  return all;
+}
+// Unwritten outputs keep the NaN poison, which compares equal bit for bit between two runs: check this first.
+bool all_finite(const std::vector<float>& v) {
+  return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
+}
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// ---- Host references, following the CPU backend (gdn_mixer.cc, delta_rule.cc, norms.cc) in double.
+
+// The conv + SiLU of one piece (before rounding to BF16) and the history it leaves. history: [K-1, channels].
+void conv_reference(const std::vector<float>& in, int32_t first_row, int32_t rows, const std::vector<float>& w,
+                    int32_t channels, std::vector<float>& history, std::vector<double>& out) {
+  for (int32_t c = 0; c < channels; ++c) {
+    std::vector<double> window;  // [history | the piece's inputs]
+    for (int32_t j = 0; j < kHistory; ++j) window.push_back(history[j * channels + c]);
+    for (int32_t t = 0; t < rows; ++t) window.push_back(in[static_cast<int64_t>(first_row + t) * channels + c]);
+    for (int32_t t = 0; t < rows; ++t) {
+      double acc = 0;
+      for (int32_t j = 0; j < kConvKernel; ++j) acc += static_cast<double>(w[c * kConvKernel + j]) * window[t + j];
+      out[static_cast<int64_t>(first_row + t) * channels + c] = silu(acc);
+    }
+    for (int32_t j = 0; j < kHistory; ++j) history[j * channels + c] = static_cast<float>(window[rows + j]);
+  }
+}
+
+// x / sqrt(sum(x^2) + 1e-6) in double, as the CPU's l2_normalize.
+std::vector<double> l2_normalized(const float* x, int32_t n) {
+  double sum = 0;
+  for (int32_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  const double inv = 1.0 / std::sqrt(sum + 1e-6);
+  std::vector<double> out(n);
+  for (int32_t i = 0; i < n; ++i) out[i] = x[i] * inv;
+  return out;
+}
+
+// The per-token delta rule of one piece in double: state [value_heads, key_dim, value_dim] is advanced in place,
+// out: [rows, value_heads * value_dim] at the piece's rows.
+void delta_reference(const GdnDims& d, const std::vector<float>& qkv, const std::vector<float>& beta,
+                     const std::vector<float>& g, int32_t first_row, int32_t rows, std::vector<double>& state,
+                     std::vector<double>& out) {
+  const int32_t width = conv_channels(d), key_width = d.key_heads * d.key_dim, group = d.value_heads / d.key_heads;
+  const double q_scale = 1.0 / std::sqrt(static_cast<double>(d.key_dim));
+  for (int32_t h = 0; h < d.value_heads; ++h) {
+    double* s = state.data() + static_cast<int64_t>(h) * d.key_dim * d.value_dim;
+    const int32_t key_head = h / group;
+    for (int32_t t = 0; t < rows; ++t) {
+      const int64_t r = first_row + t;
+      const float* row = qkv.data() + r * width;
+      std::vector<double> q = l2_normalized(row + key_head * d.key_dim, d.key_dim);
+      const std::vector<double> k = l2_normalized(row + key_width + key_head * d.key_dim, d.key_dim);
+      for (double& x : q) x *= q_scale;
+      const float* v = row + 2 * key_width + h * d.value_dim;
+      const double decay = std::exp(static_cast<double>(g[r * d.value_heads + h]));
+      const double b = beta[r * d.value_heads + h];
+      for (int64_t i = 0; i < static_cast<int64_t>(d.key_dim) * d.value_dim; ++i) s[i] *= decay;
+      for (int32_t j = 0; j < d.value_dim; ++j) {
+        double read = 0;
+        for (int32_t i = 0; i < d.key_dim; ++i) read += s[i * d.value_dim + j] * k[i];
+        const double delta = (v[j] - read) * b;
+        double o = 0;
+        for (int32_t i = 0; i < d.key_dim; ++i) {
+          s[i * d.value_dim + j] += k[i] * delta;
+          o += s[i * d.value_dim + j] * q[i];
+        }
+        out[r * value_width(d) + h * d.value_dim + j] = o;
+      }
+    }
+  }
+}
+
+std::vector<float> to_float(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
+
+// ---- The fixture: one parameter per shape.
+
+struct Shape {
+  const char* name;
+  GdnDims dims;
+};
+// Tiny test models: 2 key heads, 4 value heads (two per key head), key_dim 16, value_dim 32: 192 conv channels.
+constexpr Shape kTiny{"tiny", {2, 4, 16, 32}};
+// Qwen3.5-9B: 16 key heads, 32 value heads, 128/128: 8192 conv channels.
+constexpr Shape kQwen9B{"qwen35_9b", {16, 32, 128, 128}};
+
+// Pieces of different lengths (a decode row, a short prefill, a whole chunk, a chunk and one) at non-zero positions,
+// each its own sequence.
+const std::vector<PieceSpec> kMixedPieces = {{0, 1, 37}, {1, 7, 5}, {2, 64, 128}, {3, 65, 200}};
+const std::vector<uint64_t> kMixedSeeds = {11, 12, 13, 14};
+
+class GdnKernelsTest : public ::testing::TestWithParam<Shape> {
+ protected:
+  const GdnDims& dims() const { return GetParam().dims; }
+};
+
+// ---- Conv.
+
+TEST_P(GdnKernelsTest, ConvSiluMatchesReferenceAndKeepsLastInputs) {
+  DUET_REQUIRE_GPU();
+  const int32_t channels = conv_channels(dims()), rows = total_rows(kMixedPieces);
+  const std::vector<float> in = random_bf16_values(static_cast<size_t>(rows) * channels, 101);
+  const std::vector<float> w = random_bf16_values(static_cast<size_t>(channels) * kConvKernel, 102, -0.6f, 0.6f);
+  for (bool f32_weight : {false, true}) {
+    SCOPED_TRACE(f32_weight ? "f32 conv weight" : "bf16 conv weight");
+    States states(dims(), kMixedSeeds);
+    Step step(kMixedPieces, states);
+    Weight weight(w, f32_weight, channels, kConvKernel);
+    DeviceBuffer<bf16> in_d(to_bf16(in)), out_d(in.size());
+    out_d.poison();
+    launch_gdn_conv_silu(step.get(), kLayer, weight.get(), channels, kConvKernel, in_d.get(), out_d.get(), nullptr);
+    sync_ok();
+    const std::vector<float> out = to_float(out_d.download());
+
+    std::vector<double> expected(in.size());
+    int32_t first_row = 0;
+    for (const PieceSpec& spec : kMixedPieces) {
+      std::vector<float> history = states.initial_conv(spec.sequence, kLayer);
+      conv_reference(in, first_row, spec.rows, w, channels, history, expected);
+      // The history holds copies of inputs: exact.
+      EXPECT_TRUE(same_bits(states.conv_now(spec.sequence, kLayer), history)) << "piece of " << spec.rows << " rows";
+      EXPECT_TRUE(same_bits(states.conv_now(spec.sequence, 0), states.initial_conv(spec.sequence, 0)))
+          << "layer 0 was touched";
+      first_row += spec.rows;
+    }
+    // The GPU sums 4 products in fp32 (error ~1e-7 of the terms, covered by the 1e-6 absolute slack) and rounds the
+    // SiLU once to BF16 (at most half an ulp, 2^-8 relative); the reference is the unrounded double result.
+    int bad = 0;
+    for (size_t i = 0; i < out.size() && bad < 10; ++i) {
+      const double tolerance = std::fabs(expected[i]) * kHalfBf16Ulp * 1.01 + 1e-6;
+      if (!(std::fabs(out[i] - expected[i]) <= tolerance)) {
+        ADD_FAILURE() << "out[" << i / channels << ", " << i % channels << "] = " << out[i] << ", expected "
+                      << expected[i];
+        ++bad;
+      }
+    }
+  }
+}
+
+// ---- Gates.
+
+TEST_P(GdnKernelsTest, GatesMatchReference) {
+  DUET_REQUIRE_GPU();
+  const int32_t heads = dims().value_heads;
+  const int64_t rows = 137;
+  const std::vector<float> b = random_bf16_values(static_cast<size_t>(rows * heads), 201, -6.0f, 6.0f);
+  // a + dt_bias spans [-12, 26]: both sides of softplus's threshold at 20.
+  const std::vector<float> a = random_bf16_values(static_cast<size_t>(rows * heads), 202, -10.0f, 24.0f);
+  const std::vector<float> a_log = random_bf16_values(static_cast<size_t>(heads), 203, -2.0f, 1.5f);
+  const std::vector<float> dt_bias = random_bf16_values(static_cast<size_t>(heads), 204, -2.0f, 2.0f);
+  DeviceBuffer<bf16> b_d(to_bf16(b)), a_d(to_bf16(a));
+  for (bool a_log_f32 : {true, false}) {
+    SCOPED_TRACE(a_log_f32 ? "A_log f32, dt_bias bf16" : "A_log bf16, dt_bias f32");
+    Weight a_log_w(a_log, a_log_f32, heads, 1), dt_bias_w(dt_bias, !a_log_f32, heads, 1);
+    DeviceBuffer<float> beta_d(b.size()), g_d(b.size());
+    beta_d.poison();
+    g_d.poison();
+    launch_gdn_gates(b_d.get(), a_d.get(), a_log_w.get(), dt_bias_w.get(), rows, heads, beta_d.get(), g_d.get(),
+                     nullptr);
+    sync_ok();
+    const std::vector<float> beta = beta_d.download(), g = g_d.download();
+    for (int64_t i = 0; i < rows * heads; ++i) {
+      const int64_t h = i % heads;
+      const double beta_ref = 1.0 / (1.0 + std::exp(-static_cast<double>(b[i])));
+      // beta is the fp32 sigmoid (a few ulp, ~1e-6 relative) rounded to BF16 (half an ulp, 2^-8 relative).
+      ASSERT_EQ(beta[i], round_bf16(beta[i])) << "beta[" << i << "] is not a BF16 value";
+      ASSERT_NEAR(beta[i], beta_ref, beta_ref * kHalfBf16Ulp * 1.01) << "beta[" << i << "]";
+      // The fp32 sum a + dt_bias as the kernel forms it, so both sides pick the same softplus branch.
+      const double x = static_cast<float>(a[i] + dt_bias[h]);
+      const double softplus = x > 20.0 ? x : std::log1p(std::exp(x));
+      const double g_ref = -std::exp(static_cast<double>(a_log[h])) * softplus;
+      // g is three fp32 operations (exp, log1p(exp), product), each within a few ulp: 1e-5 relative is ample.
+      ASSERT_NEAR(g[i], g_ref, std::fabs(g_ref) * 1e-5) << "g[" << i << "]";
+    }
+  }
+}
+
+// ---- Delta rule.
+
+struct DeltaInputs {
+  std::vector<float> qkv, beta, g;
+};
+
+DeltaInputs random_delta_inputs(const GdnDims& d, int32_t rows, uint64_t seed) {
+  DeltaInputs in;
+  in.qkv = random_bf16_values(static_cast<size_t>(rows) * conv_channels(d), seed);
+  in.beta = random_bf16_values(static_cast<size_t>(rows) * d.value_heads, seed + 1, 0.05f, 1.0f);
+  in.g = random_bf16_values(static_cast<size_t>(rows) * d.value_heads, seed + 2, -1.0f, -0.001f);
+  return in;
+}
+
+struct DeviceDeltaInputs {
+  explicit DeviceDeltaInputs(const DeltaInputs& in) : qkv(to_bf16(in.qkv)), beta(in.beta), g(in.g) {}
+  DeviceBuffer<bf16> qkv;
+  DeviceBuffer<float> beta, g;
+};
+
+TEST_P(GdnKernelsTest, DeltaRuleMatchesDoubleRecurrence) {
+  DUET_REQUIRE_GPU();
+  const GdnDims& d = dims();
+  const int32_t rows = total_rows(kMixedPieces);
+  const DeltaInputs in = random_delta_inputs(d, rows, 301);
+  States states(d, kMixedSeeds);
+  Step step(kMixedPieces, states);
+  DeviceDeltaInputs in_d(in);
+  DeviceBuffer<float> out_d(static_cast<size_t>(rows) * value_width(d));
+  out_d.poison();
+  launch_gdn_delta_rule(step.get(), kLayer, in_d.qkv.get(), in_d.beta.get(), in_d.g.get(), d, out_d.get(), nullptr);
+  sync_ok();
+  const std::vector<float> out = out_d.download();
+
+  std::vector<double> expected(out.size());
+  int32_t first_row = 0;
+  for (const PieceSpec& spec : kMixedPieces) {
+    SCOPED_TRACE("piece of " + std::to_string(spec.rows) + " rows");
+    const std::vector<float> initial = states.initial_delta(spec.sequence, kLayer);
+    std::vector<double> state(initial.begin(), initial.end());
+    delta_reference(d, in.qkv, in.beta, in.g, first_row, spec.rows, state, expected);
+    // fp32 against double: each token's reads of S are key_dim-term fp32 sums and the errors of earlier tokens decay
+    // or stay bounded (|k| = 1, beta <= 1, exp(g) < 1). A host emulation of the kernel's fp32 order on these input
+    // ranges measured ~2e-7 of the largest value, for 65 to 300 tokens at both shapes; 1e-5 leaves margin for the
+    // GPU's expf and rsqrtf, while a wrong index or a missed token gives errors of order 1.
+    const std::vector<float> expected_rows = rows_of(to_float(expected), value_width(d), first_row, spec.rows);
+    EXPECT_LT(max_relative_error(rows_of(out, value_width(d), first_row, spec.rows), expected_rows), 1e-5) << "output";
+    EXPECT_LT(max_relative_error(states.delta_now(spec.sequence, kLayer), to_float(state)), 1e-5) << "state";
+    EXPECT_TRUE(same_bits(states.delta_now(spec.sequence, 0), states.initial_delta(spec.sequence, 0)))
+        << "layer 0 was touched";
+    first_row += spec.rows;
+  }
+}
+
+// ---- Gated norm.
+
+TEST_P(GdnKernelsTest, GatedNormMatchesReferenceRoundingPoints) {
+  DUET_REQUIRE_GPU();
+  const int32_t heads = dims().value_heads, dim = dims().value_dim;
+  const int64_t rows = 137, n = rows * heads * dim;
+  const std::vector<float> o = random_bf16_values(static_cast<size_t>(n), 401, -2.0f, 2.0f);
+  const std::vector<float> z = random_bf16_values(static_cast<size_t>(n), 402, -4.0f, 4.0f);
+  const std::vector<float> w = random_bf16_values(static_cast<size_t>(dim), 403, -1.5f, 1.5f);
+  DeviceBuffer<float> o_d(o);
+  DeviceBuffer<bf16> z_d(to_bf16(z));
+  for (bool f32_weight : {true, false}) {
+    SCOPED_TRACE(f32_weight ? "f32 norm weight" : "bf16 norm weight");
+    Weight weight(w, f32_weight, dim, 1);
+    DeviceBuffer<bf16> out_d(static_cast<size_t>(n));
+    out_d.poison();
+    launch_gdn_gated_norm(o_d.get(), z_d.get(), weight.get(), kNormEps, rows, heads, dim, out_d.get(), nullptr);
+    sync_ok();
+    const std::vector<float> out = to_float(out_d.download());
+
+    int64_t differing = 0;
+    for (int64_t v = 0; v < rows * heads; ++v) {
+      const float* x = o.data() + v * dim;
+      double sum = 0;
+      for (int32_t i = 0; i < dim; ++i) sum += static_cast<double>(x[i]) * x[i];
+      const double inv_rms = 1.0 / std::sqrt(sum / dim + kNormEps);
+      for (int32_t i = 0; i < dim; ++i) {
+        const int64_t at = v * dim + i;
+        // The spec's rounding points: normalized value to BF16, times the weight to BF16, times silu(z), to BF16.
+        const float normalized = round_bf16(static_cast<float>(x[i] * inv_rms));
+        const float weighted = round_bf16(w[i] * normalized);
+        const double expected = weighted * silu(z[at]);
+        // Where fp32 and double sit on opposite sides of a BF16 rounding tie, an intermediate lands one ulp away
+        // (2^-7 relative at most) and the next rounding can add one more: 2^-6 bounds two such steps plus the
+        // final half ulp. Such ties are rare, so nearly every output must equal the reference's BF16 exactly.
+        ASSERT_NEAR(out[at], expected, std::fabs(expected) * (4 * kHalfBf16Ulp) + 1e-30) << "out[" << at << "]";
+        if (out[at] != round_bf16(static_cast<float>(expected))) ++differing;
+      }
+    }
+    // Without the two intermediate roundings (or with them misplaced) a large share of outputs would differ.
+    EXPECT_LE(differing, n / 100) << differing << " of " << n << " outputs differ from the reference's BF16";
+  }
+}
+
+// ---- Row and cut invariance (conv then delta rule, as a GDN layer runs them).
+
+struct GdnRun {
+  std::vector<float> conv_out, delta_out, conv_state, delta_state;
+};
+
+// Runs conv + delta rule for `specs` on `states`, inputs [rows, ...] already on the device at the given pointers.
+void run_gdn(const GdnDims& d, const std::vector<PieceSpec>& specs, const States& states, const Weight& conv_w,
+             const bf16* in, const float* beta, const float* g, bf16* conv_out, float* delta_out) {
+  Step step(specs, states);
+  launch_gdn_conv_silu(step.get(), kLayer, conv_w.get(), conv_channels(d), kConvKernel, in, conv_out, nullptr);
+  launch_gdn_delta_rule(step.get(), kLayer, conv_out, beta, g, d, delta_out, nullptr);
+  sync_ok();
+}
+
+TEST_P(GdnKernelsTest, PieceGivesTheSameBitsAloneOrBesideOthers) {
+  DUET_REQUIRE_GPU();
+  const GdnDims& d = dims();
+  const int32_t channels = conv_channels(d), vw = value_width(d);
+  const Weight conv_w(random_bf16_values(static_cast<size_t>(channels) * kConvKernel, 501), false, channels,
+                      kConvKernel);
+  // The piece under test: 65 rows of a sequence seeded 7. Beside it, pieces of 7, 64 and 1 rows (`after` covers
+  // the last two).
+  const int32_t target_rows = 65;
+  const DeltaInputs target = random_delta_inputs(d, target_rows, 510);
+  const DeltaInputs before = random_delta_inputs(d, 7, 520), after = random_delta_inputs(d, 65, 530);
+
+  auto run = [&](const std::vector<PieceSpec>& specs, const std::vector<uint64_t>& seeds, const DeltaInputs& in,
+                 int32_t target_first, int32_t target_sequence) {
+    States states(d, seeds);
+    const int32_t rows = total_rows(specs);
+    DeviceDeltaInputs in_d(in);
+    DeviceBuffer<bf16> conv_out(static_cast<size_t>(rows) * channels);
+    DeviceBuffer<float> delta_out(static_cast<size_t>(rows) * vw);
+    conv_out.poison();
+    delta_out.poison();
+    run_gdn(d, specs, states, conv_w, in_d.qkv.get(), in_d.beta.get(), in_d.g.get(), conv_out.get(), delta_out.get());
+    GdnRun result;
+    result.conv_out = rows_of(to_float(conv_out.download()), channels, target_first, target_rows);
+    result.delta_out = rows_of(delta_out.download(), vw, target_first, target_rows);
+    result.conv_state = states.conv_now(target_sequence, kLayer);
+    result.delta_state = states.delta_now(target_sequence, kLayer);
+    return result;
+  };
+
+  const GdnRun alone = run({{0, target_rows, 200}}, {7}, target, 0, 0);
+  // Beside others the piece is the second of four (first row 7) and sequence 1 of four.
+  DeltaInputs mixed;
+  mixed.qkv = concat({before.qkv, target.qkv, after.qkv});
+  mixed.beta = concat({before.beta, target.beta, after.beta});
+  mixed.g = concat({before.g, target.g, after.g});
+  const GdnRun beside = run({{0, 7, 5}, {1, target_rows, 200}, {2, 64, 128}, {3, 1, 37}}, {3, 7, 5, 9}, mixed, 7, 1);
+  ASSERT_TRUE(all_finite(alone.conv_out) && all_finite(alone.delta_out)) << "outputs left unwritten";
+  EXPECT_TRUE(same_bits(alone.conv_out, beside.conv_out)) << "conv output";
+  EXPECT_TRUE(same_bits(alone.delta_out, beside.delta_out)) << "delta-rule output";
+  EXPECT_TRUE(same_bits(alone.conv_state, beside.conv_state)) << "conv state";
+  EXPECT_TRUE(same_bits(alone.delta_state, beside.delta_state)) << "delta-rule state";
+}
+
+TEST_P(GdnKernelsTest, PieceCutAnywhereGivesTheSameBitsAsWhole) {
+  DUET_REQUIRE_GPU();
+  const GdnDims& d = dims();
+  const int32_t channels = conv_channels(d), vw = value_width(d), heads = d.value_heads, rows = 130;
+  const Weight conv_w(random_bf16_values(static_cast<size_t>(channels) * kConvKernel, 601), false, channels,
+                      kConvKernel);
+  const DeltaInputs in = random_delta_inputs(d, rows, 610);
+  DeviceDeltaInputs in_d(in);
+  const int32_t start = 40;  // the sequence position of the piece's first row
+
+  auto run_cut = [&](const std::vector<int32_t>& parts) {
+    States states(d, {21});
+    DeviceBuffer<bf16> conv_out(static_cast<size_t>(rows) * channels);
+    DeviceBuffer<float> delta_out(static_cast<size_t>(rows) * vw);
+    conv_out.poison();
+    delta_out.poison();
+    int32_t first = 0;
+    for (int32_t part : parts) {  // one step per part, the state carried between them
+      run_gdn(d, {{0, part, start + first}}, states, conv_w, in_d.qkv.get() + first * channels,
+              in_d.beta.get() + first * heads, in_d.g.get() + first * heads, conv_out.get() + first * channels,
+              delta_out.get() + first * vw);
+      first += part;
+    }
+    GdnRun result{to_float(conv_out.download()), delta_out.download(), states.conv_now(0, kLayer),
+                  states.delta_now(0, kLayer)};
+    return result;
+  };
+
+  const GdnRun whole = run_cut({rows});
+  ASSERT_TRUE(all_finite(whole.conv_out) && all_finite(whole.delta_out)) << "outputs left unwritten";
+  for (const std::vector<int32_t>& parts : {std::vector<int32_t>{64, 66}, std::vector<int32_t>{1, 63, 66}}) {
+    SCOPED_TRACE("cut into " + std::to_string(parts.size()) + " parts, the first of " + std::to_string(parts[0]));
+    const GdnRun cut = run_cut(parts);
+    EXPECT_TRUE(same_bits(whole.conv_out, cut.conv_out)) << "conv output";
+    EXPECT_TRUE(same_bits(whole.delta_out, cut.delta_out)) << "delta-rule output";
+    EXPECT_TRUE(same_bits(whole.conv_state, cut.conv_state)) << "conv state";
+    EXPECT_TRUE(same_bits(whole.delta_state, cut.delta_state)) << "delta-rule state";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GdnKernelsTest, ::testing::Values(kTiny, kQwen9B),
+                         [](const ::testing::TestParamInfo<Shape>& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace duet::backend::cuda

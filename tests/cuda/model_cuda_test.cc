@@ -1,0 +1,158 @@
+// The whole model on the CUDA backend (tiny fixtures): final-norm rows and logits against transformers' goldens,
+// prompt cuts and shared steps that change no byte, and F32 norms read as F32. On a machine without a GPU every
+// test reports skipped with the reason.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "../checkpoint/damaged_copies.h"
+#include "../model/golden_fixtures.h"
+#include "../model/piece_runs.h"
+#include "cuda_test_util.h"
+#include "model/model.h"
+
+namespace duet::model {
+namespace {
+
+using testing::Goldens;
+using testing::relative_error;
+
+using testing::Rows;
+using testing::run_in_pieces;
+using testing::same_bytes;
+
+class CudaModelTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    DUET_REQUIRE_GPU();
+    model_ = Model::load(testing::model_fixture(GetParam()), "cuda");
+  }
+  std::unique_ptr<Model> model_;
+};
+
+double mean_abs_error(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size()) return INFINITY;
+  double sum = 0;
+  for (size_t i = 0; i < got.size(); ++i) sum += std::fabs(static_cast<double>(got[i]) - want[i]);
+  return sum / static_cast<double>(got.size());
+}
+
+// The rows gate of targets.md in miniature: over the six golden prompts (1 to 300 tokens), the mean |error| of
+// duet's final-norm rows and logits against transformers FP32 compared with transformers BF16's own. duet and
+// transformers round at different points (transformers after every torch op, duet once per fused kernel), and on a
+// random tiny model one rounding that flips a large activation moves a prompt's figure by tens of percent: measured
+// on the H200, the six-prompt sums were duet 0.113 / transformers 0.111 (tiny-mm) and 0.160 / 0.205 (tiny-text).
+// So the bound is 1.25x transformers' figure; a real defect is far outside it (the planted control, rows shifted by
+// one position, measures about 50x). The 9B-shape gate (tools/rows_gate.py) holds duet to 1.0x per length bucket.
+constexpr double kBf16Slack = 1.25;
+
+TEST_P(CudaModelTest, RowsAndLogitsAreAsCloseToFp32AsTransformersBf16) {
+  const Goldens fp32(testing::golden_fixture(GetParam(), "fp32")), bf16(testing::golden_fixture(GetParam(), "bf16"));
+  const int64_t V = model_->config().vocab_size, h = model_->config().hidden_size;
+  double duet_rows = 0, hf_rows = 0, duet_logits = 0, hf_logits = 0, control = 0;
+  for (int length : {1, 63, 64, 65, 130, 300}) {
+    const std::string key = "len" + std::to_string(length);
+    const auto ids = fp32.i32(key + ".ids");
+    const Rows rows = run_in_pieces(*model_, ids, {ids.size()});
+    std::vector<float> logits;
+    for (int32_t r : fp32.i32(key + ".logit_rows"))
+      logits.insert(logits.end(), rows.logits.begin() + r * V, rows.logits.begin() + (r + 1) * V);
+    const auto want_rows = fp32.f32(key + ".norm_rows"), want_logits = fp32.f32(key + ".logits");
+    const double r = mean_abs_error(rows.norm_rows, want_rows),
+                 hr = mean_abs_error(bf16.f32(key + ".norm_rows"), want_rows);
+    const double l = mean_abs_error(logits, want_logits), hl = mean_abs_error(bf16.f32(key + ".logits"), want_logits);
+    std::printf(
+        "%s len %3d mean|err| vs fp32: rows duet %.4g transformers-bf16 %.4g | logits duet %.4g "
+        "transformers-bf16 %.4g | max rel rows duet %.3g\n",
+        GetParam().c_str(), length, r, hr, l, hl, relative_error(rows.norm_rows, want_rows));
+    duet_rows += r, hf_rows += hr, duet_logits += l, hf_logits += hl;
+    std::vector<float> shifted(rows.norm_rows.begin() + h, rows.norm_rows.end());
+    shifted.insert(shifted.end(), rows.norm_rows.begin(), rows.norm_rows.begin() + h);
+    control += mean_abs_error(shifted, want_rows);
+  }
+  std::printf(
+      "%s all six: rows duet %.4g transformers-bf16 %.4g | logits duet %.4g transformers-bf16 %.4g | "
+      "control %.4g\n",
+      GetParam().c_str(), duet_rows, hf_rows, duet_logits, hf_logits, control);
+  EXPECT_LE(duet_rows, kBf16Slack * hf_rows);
+  EXPECT_LE(duet_logits, kBf16Slack * hf_logits);
+  EXPECT_GT(control, kBf16Slack * hf_rows) << "the control passed: the measure cannot tell rows apart";
+}
+
+TEST_P(CudaModelTest, PromptCutsGiveIdenticalBytes) {
+  const auto ids = Goldens(testing::golden_fixture(GetParam(), "fp32")).i32("len300.ids");
+  const Rows whole = run_in_pieces(*model_, ids, {ids.size()});
+  for (const std::vector<size_t>& sizes : std::vector<std::vector<size_t>>{{1}, {7}, {64}, {65}, {63, 1, 65, 130}}) {
+    const Rows cut = run_in_pieces(*model_, ids, sizes);
+    EXPECT_TRUE(same_bytes(cut.norm_rows, whole.norm_rows)) << "pieces of " << sizes[0];
+    EXPECT_TRUE(same_bytes(cut.logits, whole.logits)) << "pieces of " << sizes[0];
+  }
+}
+
+// A sequence's rows, prefill and then decode, are the same bytes alone and beside other sequences that prefill and
+// decode in the same steps (with other row counts, positions and roles around it).
+TEST_P(CudaModelTest, ASequencesRowsDoNotDependOnItsNeighbours) {
+  const Goldens goldens(testing::golden_fixture(GetParam(), "fp32"));
+  const auto prompt = goldens.i32("len130.ids"), other = goldens.i32("len300.ids");
+  const std::vector<int32_t> fed = {3, 141, 59, 26, 5, 35, 8, 97};
+  const RowOutput all = RowOutput::all_logits | RowOutput::norm_rows;
+  auto run = [&](int neighbours) {
+    auto state = model_->new_sequence_state(static_cast<int32_t>(prompt.size() + fed.size()));
+    std::vector<std::unique_ptr<SequenceState>> others;
+    for (int i = 0; i < neighbours; ++i) others.push_back(model_->new_sequence_state(400));
+    Rows rows;
+    auto take = [&](const PieceResult& r) {
+      rows.norm_rows.insert(rows.norm_rows.end(), r.norm_rows.begin(), r.norm_rows.end());
+      rows.logits.insert(rows.logits.end(), r.logits.begin(), r.logits.end());
+    };
+    std::vector<Piece> step{{state.get(), prompt, all}};
+    for (int i = 0; i < neighbours; ++i)
+      step.push_back({others[i].get(), std::span(other).first(static_cast<size_t>(17 + 40 * i)), all});
+    take(model_->forward(step)[0]);
+    for (size_t t = 0; t < fed.size(); ++t) {
+      step = {{state.get(), std::span(fed).subspan(t, 1), all, backend::RowRole::decode}};
+      for (int i = 0; i < neighbours; ++i)  // neighbours decode too, in front of and behind it
+        step.insert(i % 2 ? step.end() : step.begin(),
+                    Piece{others[i].get(), std::span(other).subspan(200 + t, 1), all, backend::RowRole::decode});
+      const auto out = model_->forward(step);
+      for (size_t k = 0; k < step.size(); ++k)
+        if (step[k].state == state.get()) take(out[k]);
+    }
+    return rows;
+  };
+  const Rows alone = run(0);
+  for (int neighbours : {1, 3}) {
+    const Rows shared = run(neighbours);
+    EXPECT_TRUE(same_bytes(shared.norm_rows, alone.norm_rows)) << neighbours << " neighbours";
+    EXPECT_TRUE(same_bytes(shared.logits, alone.logits)) << neighbours << " neighbours";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaModelTest, ::testing::Values("tiny-mm", "tiny-text"));
+
+// tiny-mm keeps linear_attn.A_log and linear_attn.norm.weight in F32 with values BF16 cannot hold; the GPU must
+// read them as stored: rounding either one to BF16 in a copy of the checkpoint changes the logits.
+TEST(CudaExactLoading, F32GdnTensorsAreReadAsF32) {
+  DUET_REQUIRE_GPU();
+  const std::vector<int32_t> ids{5, 17, 300, 2, 99, 511, 64, 8};
+  auto logits_of = [&](const std::string& folder) {
+    auto model = Model::load(folder, "cuda");
+    auto state = model->new_sequence_state(static_cast<int32_t>(ids.size()));
+    Piece piece{state.get(), ids, RowOutput::all_logits};
+    return model->forward({&piece, 1})[0].logits;
+  };
+  testing::DamagedCopy copy("tiny-mm");
+  const auto exact = logits_of(copy.folder());
+  for (const std::string suffix : {"linear_attn.A_log", "linear_attn.norm.weight"}) {
+    testing::DamagedCopy rounded("tiny-mm");
+    const std::string name = "model.language_model.layers.0." + suffix;
+    rounded.round_f32_tensor_to_bf16(name);
+    EXPECT_FALSE(same_bytes(exact, logits_of(rounded.folder()))) << "rounding " << name << " changed nothing";
+  }
+}
+
+}  // namespace
+}  // namespace duet::model

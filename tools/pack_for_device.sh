@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Packs what the GPU machine needs to run duet and its GPU tests into device/ (git-ignored), because that machine has
+# no package manager: the duet binary, the CUDA test executables (cuda_*, same relative paths as under BUILD/tests),
+# debug info stripped so the whole call stays under the device tool's 64 MiB, and every shared library they link
+# except glibc's family and the CUDA driver/toolkit (the GPU machine has its own), plus device/run_gpu_tests.sh.
+#   usage: tools/pack_for_device.sh [BUILD_DIR]   (default: build)
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "${1:-$repo/build}" && pwd)
+out="$repo/device"
+
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/tests" "$out/lib"
+
+# The duet binary: bin/duet when the build has one, else where src/cli puts it.
+duet=""
+for candidate in "$build/bin/duet" "$build/src/cli/duet"; do
+  if [[ -x $candidate ]]; then duet=$candidate; break; fi
+done
+[[ -n $duet ]] || { echo "pack_for_device: no duet binary under $build" >&2; exit 1; }
+cp "$duet" "$out/bin/duet"
+strip --strip-debug "$out/bin/duet"
+binaries=("$duet")
+
+# Test executables, keeping their paths relative to BUILD/tests (CMake's own probe binaries are skipped).
+while IFS= read -r test; do
+  rel=${test#"$build/tests/"}
+  mkdir -p "$out/tests/$(dirname "$rel")"
+  cp "$test" "$out/tests/$rel"
+  strip --strip-debug "$out/tests/$rel"
+  binaries+=("$test")
+done < <(find "$build/tests" -type f -executable -name 'cuda_*' -not -path '*/CMakeFiles/*' | sort)
+
+# Their shared libraries, under the name the loader asks for (ldd's first column), symlinks resolved.
+skip='^(libc|libm|libpthread|libdl|librt|ld-linux.*|libgcc_s|libstdc\+\+|libcuda|libcublas.*|libcudart.*)\.so'
+for binary in "${binaries[@]}"; do
+  { ldd "$binary" || true; } | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
+done | sort -u | while read -r name path; do
+  [[ $name =~ $skip ]] || cp -L "$path" "$out/lib/$name"
+done
+
+cat > "$out/run_gpu_tests.sh" <<'EOF'
+#!/usr/bin/env bash
+# Runs every CUDA test (cuda_*) packed here with the libraries packed beside them, then prints a summary.
+# The tests find their fixtures through DUET_TESTS_DIR, compiled in as the build machine's path; here the repository
+# is elsewhere, so DUET_TESTS_DIR_OVERRIDE points them at this checkout's tests/ (device/ sits at the repo root).
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export DUET_TESTS_DIR_OVERRIDE="${DUET_TESTS_DIR_OVERRIDE:-$repo/tests}"
+cd "$repo"
+passed=() failed=()
+while IFS= read -r test; do
+  echo "=== ${test#"$here/"}"
+  if "$test" --gtest_brief=1; then passed+=("${test##*/}"); else failed+=("${test##*/}"); fi
+done < <(find "$here/tests" -type f -executable -name 'cuda_*' | sort)
+echo "=== summary: ${#passed[@]} passed, ${#failed[@]} failed"
+for name in "${failed[@]}"; do echo "FAILED: $name"; done
+[[ ${#failed[@]} -eq 0 && ${#passed[@]} -gt 0 ]]
+EOF
+chmod +x "$out/run_gpu_tests.sh"
+
+# The device tool carries at most 64 MiB with the whole checkout: send the pack compressed, unpacked there with
+#   tar -xJf .devpack/device.tar.xz
+mkdir -p "$repo/.devpack"
+tar -C "$repo" -cJf "$repo/.devpack/device.tar.xz" device
+echo "pack_for_device: $(find "$out" -type f | wc -l) files, $(du -sh "$out" | cut -f1) in $out;" \
+  "$(du -sh "$repo/.devpack/device.tar.xz" | cut -f1) in .devpack/device.tar.xz"
