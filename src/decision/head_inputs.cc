@@ -50,7 +50,6 @@ HeadInputGatherer::HeadInputGatherer(std::shared_ptr<const JointHead> head, cons
       inputs_.lexical_means[o * h + c] = static_cast<float>(sum / span.size());
     }
   }
-  inputs_.memory.reserve(static_cast<size_t>(length_ * head_->config().width));
 }
 
 void HeadInputGatherer::add_rows(int64_t first, int64_t count, std::span<const float> rows) {
@@ -58,6 +57,8 @@ void HeadInputGatherer::add_rows(int64_t first, int64_t count, std::span<const f
     fail("decision: rows [{}, {}) came after {} of {} rows ({} values)", first, first + count, seen_, length_,
          rows.size());
   const JointHeadWeights& w = head_->weights();
+  // The memory is sized once the decision runs (a slot's worth, in the memory plan), not while it waits in the queue.
+  if (first == 0) inputs_.memory.reserve(static_cast<size_t>(length_ * head_->config().width));
   const std::vector<float> normed = layer_norm(rows, w.hidden_norm);  // LN_hidden(H) of the chunk
   const std::vector<float> memory = linear(normed, w.memory);         // its rows of M
   inputs_.memory.insert(inputs_.memory.end(), memory.begin(), memory.end());
