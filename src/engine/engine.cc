@@ -177,7 +177,7 @@ struct Engine::Impl {
     pieces.reserve(planned.size());
     int64_t prompt_tokens = 0;
     for (const ScheduledPiece& piece : planned) {
-      const model::RowOutput wants = piece.samples                  ? model::RowOutput::last_logits
+      const model::RowOutput wants = piece.samples               ? model::RowOutput::last_logits
                                      : piece.sequence->decides() ? model::RowOutput::norm_rows
                                                                  : model::RowOutput::none;
       pieces.push_back({.state = &scheduler.state_of(*piece.sequence),
@@ -330,7 +330,8 @@ struct Engine::Impl {
   const MemoryPlan plan;
   const RequestLimits limits;
   const std::vector<int32_t> eos;
-  const int64_t hidden = model.config().hidden_size;  // width of the final-norm rows a decision's sink gets
+  // The width of the final-norm rows a decision's sink gets.
+  const int64_t hidden = model.config().hidden_size;
   StatePool pool;            // engine thread only
   Scheduler scheduler;       // engine thread only
   ThreadPool sampling_pool;  // engine thread only; its own, so it never races the backend's pool

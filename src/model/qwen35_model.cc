@@ -122,8 +122,9 @@ void Qwen35Model::lm_head_rows(std::span<const int32_t> ids, float* out) const {
     float* row = out + r * static_cast<size_t>(head.cols);
     const size_t first = static_cast<size_t>(id) * static_cast<size_t>(head.cols);
     for (int64_t c = 0; c < head.cols; ++c)
-      row[c] = head.type == backend::WeightType::f32 ? static_cast<const float*>(head.data)[first + c]
-                                                     : bf16_to_float(static_cast<const uint16_t*>(head.data)[first + c]);
+      row[c] = head.type == backend::WeightType::f32
+                   ? static_cast<const float*>(head.data)[first + c]
+                   : bf16_to_float(static_cast<const uint16_t*>(head.data)[first + c]);
   }
 }
 

@@ -69,7 +69,8 @@ struct ServerContext {
   ChatRenderer render_chat;  // tokenizer::render_chat in `duet serve`
   ServerMetrics metrics;
   int64_t started_at = 0;  // unix seconds, reported as the model's `created`
-  std::optional<DecisionSupport> decisions;  // set when the model folder holds a joint head
+  // Set when the model folder holds a joint head.
+  std::optional<DecisionSupport> decisions;
 };
 
 }  // namespace duet::server
