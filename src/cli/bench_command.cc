@@ -19,6 +19,7 @@
 
 #include "base/error.h"
 #include "base/sha256.h"
+#include "cli/bench_http.h"
 #include "cli/commands.h"
 
 namespace duet::cli {
@@ -41,6 +42,9 @@ struct BenchFlags {
   std::string model;
   bool text_prompts = false;
   double timeout_s = 600;
+  bool decisions = false;  // bench POST /v1/systemone instead (bench_decisions.cc)
+  std::string decision_lengths = "500,2000,6000,12000";
+  int decision_concurrency = 4;
 };
 
 // Sentences joined into prompts of mixed lengths when no --prompts file is given.
@@ -77,43 +81,13 @@ struct RequestResult {
   std::string hash() const { return ok ? sha256_of_ids(ids) : "failed"; }
 };
 
-std::vector<int> parse_levels(const std::string& text) {
-  std::vector<int> levels;
-  std::stringstream stream(text);
-  std::string item;
-  while (std::getline(stream, item, ',')) {
-    try {
-      size_t used = 0;
-      int level = std::stoi(item, &used);
-      if (used != item.size() || level < 1) throw std::invalid_argument(item);
-      levels.push_back(level);
-    } catch (const std::exception&) {
-      fail("--levels {}: `{}` is not a positive integer", text, item);
-    }
-  }
-  if (levels.empty()) fail("--levels: give at least one level");
-  return levels;
-}
-
 class BenchClient {
  public:
-  explicit BenchClient(const BenchFlags& flags) : flags_(flags) {}
+  explicit BenchClient(const BenchFlags& flags)
+      : flags_(flags), server_{.url = flags.url, .api_key = flags.api_key, .timeout_s = flags.timeout_s} {}
 
-  std::unique_ptr<httplib::Client> connect() const {
-    auto client = std::make_unique<httplib::Client>(flags_.url);
-    if (!client->is_valid()) fail("--url {}: not a URL httplib can use (http://HOST:PORT)", flags_.url);
-    client->set_connection_timeout(10);
-    client->set_read_timeout(static_cast<time_t>(flags_.timeout_s));
-    client->set_keep_alive(true);
-    client->set_tcp_nodelay(true);  // a request's headers and body are separate writes: no Nagle delay
-    return client;
-  }
-
-  httplib::Headers headers() const {
-    httplib::Headers headers;
-    if (!flags_.api_key.empty()) headers.emplace("Authorization", "Bearer " + flags_.api_key);
-    return headers;
-  }
+  std::unique_ptr<httplib::Client> connect() const { return server_.connect(); }
+  httplib::Headers headers() const { return server_.headers(); }
 
   std::vector<int32_t> tokenize(const std::string& text) const {
     auto client = connect();
@@ -212,6 +186,7 @@ class BenchClient {
 
  private:
   const BenchFlags& flags_;
+  BenchServer server_;
 };
 
 struct LevelRun {
@@ -277,7 +252,7 @@ void report_level(const LevelRun& run, int reps, const char* sampling) {
 
 int bench(const BenchFlags& flags) {
   std::signal(SIGPIPE, SIG_IGN);
-  std::vector<int> levels = parse_levels(flags.levels);
+  std::vector<int> levels = parse_positive_list(flags.levels, "--levels");
   if (flags.tokens < 1) fail("--tokens {}: must be at least 1", flags.tokens);
   if (flags.reps < 1) fail("--reps {}: must be at least 1", flags.reps);
   std::vector<std::pair<const char*, bool>> modes;  // name, seeded
@@ -385,8 +360,25 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--model", flags->model, "The model id to send (default: none, the server's own)");
   cmd->add_flag("--text", flags->text_prompts, "Send text prompts instead of token ids from /tokenize");
   cmd->add_option("--timeout", flags->timeout_s, "Seconds to wait for one response")->capture_default_str();
+  cmd->add_flag("--decisions", flags->decisions,
+                "Bench decisions (POST /v1/systemone): latency per prompt length, alone and concurrent, and equality");
+  cmd->add_option("--decision-lengths", flags->decision_lengths,
+                  "With --decisions: target prompt lengths in tokens, comma-separated (those over the server's "
+                  "context are skipped)")
+      ->capture_default_str();
+  cmd->add_option("--decision-concurrency", flags->decision_concurrency,
+                  "With --decisions: decisions sent at once in the concurrent run")
+      ->capture_default_str();
   cmd->callback([flags] {
-    if (bench(*flags) != 0) fail("duet bench: some requests failed or were unequal (see above)");
+    const int status =
+        flags->decisions
+            ? bench_decisions({.server = {.url = flags->url, .api_key = flags->api_key, .timeout_s = flags->timeout_s},
+                               .model = flags->model,
+                               .lengths = flags->decision_lengths,
+                               .concurrency = flags->decision_concurrency,
+                               .reps = flags->reps})
+            : bench(*flags);
+    if (status != 0) fail("duet bench: some requests failed or were unequal (see above)");
   });
 }
 

@@ -1,4 +1,6 @@
-// `duet serve`: load a model and its tokenizer, start the engine, and answer the OpenAI-compatible HTTP API.
+// `duet serve`: load a model and its tokenizer (and its joint head, when it has one), start the engine, and answer
+// the OpenAI-compatible HTTP API and System One decisions.
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -10,6 +12,8 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "cli/commands.h"
+#include "decision/encoder.h"
+#include "decision/joint_head.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "server/http_server.h"
@@ -97,10 +101,27 @@ void serve(ServeFlags& flags) {
   log_info("loading {}", flags.model_dir);
   auto tokenizer = tokenizer::Tokenizer::load_dir(flags.model_dir);
   auto model = model::Model::load(flags.model_dir, flags.backend);
+  // A folder with a joint head beside the checkpoint is a decision model too: checked in full before serving.
+  std::shared_ptr<const decision::JointHead> head;
+  if (decision::JointHead::present(flags.model_dir)) {
+    head = decision::JointHead::load(flags.model_dir, model->config().hidden_size);
+    flags.engine.decision_head_bytes = head->weight_bytes();
+    flags.engine.decision_bytes_per_position = static_cast<size_t>(head->config().width) * sizeof(float);
+  }
   engine::Engine engine(*model, tokenizer.get(), flags.engine);
   server::EngineBackend backend(engine);
-  server::ServerContext context{options, backend, *tokenizer, tokenizer::render_chat, {}, 0};
+  server::ServerContext context{options, backend, *tokenizer, tokenizer::render_chat, {}, 0, std::nullopt};
   context.started_at = std::time(nullptr);
+  if (head) {
+    context.decisions =
+        server::DecisionSupport{.head = head,
+                                .backbone = model.get(),
+                                .max_length = std::min(decision::kReferenceMaxLength, flags.engine.context)};
+    log_info("decisions: joint head {} (POST /v1/systemone, prompts up to {} tokens)",
+             fmt::format("width {}, {} routing + {} decoder layers", head->config().width,
+                         head->config().routing_layers, head->config().layers),
+             context.decisions->max_length);
+  }
 
   server::HttpServer http(context);
   int port = http.bind();
@@ -112,9 +133,9 @@ void serve(ServeFlags& flags) {
     http.stop();
   });
   // Scripts and tests read this line to learn the port (--port 0 picks a free one).
-  std::printf("duet serve: %s as `%s` on http://%s:%d (parallel %d, context %d)\n", flags.model_dir.c_str(),
+  std::printf("duet serve: %s as `%s` on http://%s:%d (parallel %d, context %d%s)\n", flags.model_dir.c_str(),
               options.served_model_name.c_str(), options.host.c_str(), port, flags.engine.parallel,
-              flags.engine.context);
+              flags.engine.context, head ? ", decisions" : "");
   std::fflush(stdout);
   http.listen();
   // listen() also returns if the socket fails; wake the stopper so it can be joined.

@@ -184,9 +184,12 @@ struct Engine::Impl {
     int64_t prompt_tokens = 0;
     for (size_t i = 0; i < planned.size(); ++i) {
       const ScheduledPiece& piece = planned[i];
+      const model::RowOutput wants = piece.samples               ? sampled_output
+                                     : piece.sequence->decides() ? model::RowOutput::norm_rows
+                                                                 : model::RowOutput::none;
       pieces.push_back({.state = &scheduler.state_of(*piece.sequence),
                         .tokens = piece.tokens,
-                        .wants = piece.samples ? sampled_output : model::RowOutput::none,
+                        .wants = wants,
                         .role = piece.is_prefill ? backend::RowRole::prefill : backend::RowRole::decode});
       if (piece.samples && on_backend) {
         const Sequence& sequence = *piece.sequence;
@@ -202,7 +205,13 @@ struct Engine::Impl {
     }
 
     for (size_t i = 0; i < planned.size(); ++i) {
-      if (planned[i].is_prefill) planned[i].sequence->advance_prefill(static_cast<int32_t>(planned[i].tokens.size()));
+      if (!planned[i].is_prefill) continue;
+      Sequence& sequence = *planned[i].sequence;
+      if (sequence.decides()) {
+        decide_chunk(sequence, static_cast<int32_t>(planned[i].tokens.size()), results[i]);
+      } else {
+        sequence.advance_prefill(static_cast<int32_t>(planned[i].tokens.size()));
+      }
     }
     std::vector<size_t> sampling;  // indices of the pieces whose last row picks a token
     for (size_t i = 0; i < planned.size(); ++i) {
@@ -230,6 +239,24 @@ struct Engine::Impl {
     stats.step_seconds_last = seconds;
     stats.prompt_tokens_total += prompt_tokens;
     stats.generated_tokens_total += generated;
+  }
+
+  // A decision's chunk: its rows go to its sink and are dropped; after the last chunk the head runs and the
+  // decision ends. A failing sink fails its own decision only.
+  void decide_chunk(Sequence& sequence, int32_t count, model::PieceResult& result) {
+    try {
+      if (result.norm_rows.size() != static_cast<size_t>(count) * static_cast<size_t>(hidden))
+        fail("engine: the model returned {} final-norm values for {} rows of {}", result.norm_rows.size(), count,
+             hidden);
+      sequence.decision()->add_rows(sequence.prefilled(), count, result.norm_rows);
+      result.norm_rows = {};
+      sequence.advance_prefill(count);
+      if (!sequence.prefill_done()) return;
+      end(sequence, FinishReason::stop, {}, sequence.decision()->finish());
+    } catch (const std::exception& e) {
+      log_warn("engine: decision {} failed: {}", sequence.id(), e.what());
+      end(sequence, FinishReason::error, e.what());
+    }
   }
 
   // Samples every sampling piece's token. Each is a pure function of its own row and sequence, so they run side by
@@ -282,14 +309,15 @@ struct Engine::Impl {
   }
 
   // Sends the sequence's FinishedEvent and counts it; its slot is freed by the next release_finished().
-  void end(Sequence& sequence, FinishReason reason, const std::string& error) {
+  void end(Sequence& sequence, FinishReason reason, const std::string& error, std::vector<float> decision_logits = {}) {
     std::lock_guard lock(mutex);
-    end_locked(sequence, reason, error);
+    end_locked(sequence, reason, error, std::move(decision_logits));
   }
 
-  void end_locked(Sequence& sequence, FinishReason reason, const std::string& error) {
+  void end_locked(Sequence& sequence, FinishReason reason, const std::string& error,
+                  std::vector<float> decision_logits = {}) {
     if (sequence.finished()) return;
-    sequence.finish(reason, error);
+    sequence.finish(reason, error, std::move(decision_logits));
     switch (reason) {
       case FinishReason::stop:
       case FinishReason::length:
@@ -320,6 +348,8 @@ struct Engine::Impl {
   const MemoryPlan plan;
   const RequestLimits limits;
   const std::vector<int32_t> eos;
+  // The width of the final-norm rows a decision's sink gets.
+  const int64_t hidden = model.config().hidden_size;
   StatePool pool;            // engine thread only
   Scheduler scheduler;       // engine thread only
   ThreadPool sampling_pool;  // engine thread only; its own, so it never races the backend's pool

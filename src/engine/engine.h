@@ -32,6 +32,11 @@ struct EngineOptions {
   // oldest prompt always gets at least one chunk, so it may be exceeded by that one chunk).
   int32_t step_token_budget = 1024;
   size_t memory_limit_bytes = 0;  // the memory plan must fit in this; 0: the GPU's memory, or physical RAM
+  // What decisions hold beyond the model's own state (set when the model has a joint head): the head's weights, and
+  // per prompt position of a running decision its head memory row (the head's width in fp32). Host memory: the head
+  // runs on the host.
+  size_t decision_head_bytes = 0;
+  size_t decision_bytes_per_position = 0;
 };
 
 // Counters since start, for /metrics. requests_total counts accepted submits; every accepted request ends in

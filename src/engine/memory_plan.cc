@@ -49,8 +49,13 @@ MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options) 
   plan.workspace_bytes = model.workspace_bytes(max_step_rows(options)) + (static_cast<size_t>(options.parallel) + 1) *
                                                                              static_cast<size_t>(config.vocab_size) *
                                                                              sizeof(float);
-  plan.total_bytes = plan.weight_bytes + plan.state_pool_bytes + plan.workspace_bytes;
+  plan.decision_bytes = options.decision_head_bytes + static_cast<size_t>(options.parallel) *
+                                                          static_cast<size_t>(options.context) *
+                                                          options.decision_bytes_per_position;
   plan.on_device = model.device_memory_bytes() != 0;
+  // The head and its inputs live on the host: they count against RAM, not against a GPU's memory.
+  plan.total_bytes =
+      plan.weight_bytes + plan.state_pool_bytes + plan.workspace_bytes + (plan.on_device ? 0 : plan.decision_bytes);
   plan.limit_bytes = options.memory_limit_bytes != 0 ? options.memory_limit_bytes
                      : plan.on_device                ? model.device_memory_bytes()
                                                      : physical_memory_bytes();
@@ -59,11 +64,13 @@ MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options) 
 
 std::string MemoryPlan::describe() const {
   return fmt::format(
-      "weights {} + state pool {} ({} sequences x {} GDN state + {} KV pages x {} = {} tokens) + workspace ~{} = {} "
-      "(limit {} of {})",
+      "weights {} + state pool {} ({} sequences x {} GDN state + {} KV pages x {} = {} tokens) + workspace ~{}{} = {} "
+      "(limit {} of {}){}",
       mib(weight_bytes), mib(state_pool_bytes), sequences, mib(state_bytes_per_sequence), kv_pages, mib(kv_page_bytes),
-      kv_pages * kv_page_positions, mib(workspace_bytes), mib(total_bytes), mib(limit_bytes),
-      on_device ? "GPU memory" : "RAM");
+      kv_pages * kv_page_positions, mib(workspace_bytes),
+      decision_bytes == 0 || on_device ? std::string() : " + decisions " + mib(decision_bytes), mib(total_bytes),
+      mib(limit_bytes), on_device ? "GPU memory" : "RAM",
+      decision_bytes == 0 || !on_device ? std::string() : "; decisions " + mib(decision_bytes) + " in RAM");
 }
 
 void check_memory_plan(const MemoryPlan& plan) {

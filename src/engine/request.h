@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "engine/decision_sink.h"
 
 namespace duet::engine {
 
@@ -34,9 +36,15 @@ struct SamplingParams {
 enum class FinishReason { stop, length, cancelled, error };
 const char* to_string(FinishReason reason);
 
+// generate: prefill the prompt, then sample tokens. decide: prefill the prompt only (sampling is not used), its
+// final-norm rows going to `decision` chunk by chunk; the answer is the FinishedEvent's decision_logits.
+enum class RequestKind : uint8_t { generate, decide };
+
 struct Request {
+  RequestKind kind = RequestKind::generate;
   std::vector<int32_t> prompt;
   SamplingParams sampling;
+  std::shared_ptr<DecisionSink> decision;  // decide requests
 };
 
 struct TokenLogprob {
@@ -63,6 +71,8 @@ struct FinishedEvent {
   // completion_tokens but gets no TokenEvent) or the stop string (its text and what follows are not sent).
   std::optional<int32_t> matched_stop_token;
   std::optional<std::string> matched_stop_string;
+  // A decide request that finished with `stop`: the decision head's logits (DecisionSink::finish).
+  std::vector<float> decision_logits;
 };
 
 using Event = std::variant<TokenEvent, FinishedEvent>;

@@ -41,12 +41,16 @@ void validate_request(const Request& request, const RequestLimits& limits) {
              fmt::format("prompt token {} (at index {}) is outside the vocabulary [0, {})", id, i, limits.vocab_size));
     }
   }
-  check_sampling(request.sampling, limits);
-  const int64_t needed = static_cast<int64_t>(request.prompt.size()) + request.sampling.max_tokens;
+  // A decision generates nothing: it needs its prompt's positions only, and its sampling numbers are never read.
+  const bool decide = request.kind == RequestKind::decide;
+  if (decide && request.decision == nullptr) refuse("invalid_decision", "a decide request needs a decision sink");
+  if (!decide) check_sampling(request.sampling, limits);
+  const int32_t new_tokens = decide ? 0 : request.sampling.max_tokens;
+  const int64_t needed = static_cast<int64_t>(request.prompt.size()) + new_tokens;
   if (needed > limits.context) {
     refuse("context_length_exceeded",
            fmt::format("this model's context is {} tokens; the request needs {} ({} in the prompt + {} max_tokens)",
-                       limits.context, needed, request.prompt.size(), request.sampling.max_tokens));
+                       limits.context, needed, request.prompt.size(), new_tokens));
   }
   // Admission reserves a request's whole length in KV pages; one that could never get them would wait forever.
   const int64_t pages = (needed + limits.kv_page_positions - 1) / limits.kv_page_positions;
@@ -55,7 +59,7 @@ void validate_request(const Request& request, const RequestLimits& limits) {
            fmt::format("the KV cache holds {} tokens ({} pages of {}); the request needs {} pages for {} tokens ({} "
                        "in the prompt + {} max_tokens)",
                        limits.kv_pages * limits.kv_page_positions, limits.kv_pages, limits.kv_page_positions, pages,
-                       needed, request.prompt.size(), request.sampling.max_tokens));
+                       needed, request.prompt.size(), new_tokens));
   }
 }
 

@@ -16,8 +16,9 @@ struct RequestLimits {
 };
 
 // Throws RequestInvalid with code "invalid_prompt" (empty, or an id outside [0, vocab)),
-// "context_length_exceeded" (prompt + max_tokens > context, or more KV pages than the whole cache holds), or
-// "invalid_sampling" (a number out of range, or stop strings without a tokenizer).
+// "context_length_exceeded" (prompt + max_tokens > context, or more KV pages than the whole cache holds; a decide
+// request counts its prompt only), "invalid_sampling" (a number out of range, or stop strings without a tokenizer;
+// not checked for decide requests) or "invalid_decision" (a decide request without a sink).
 void validate_request(const Request& request, const RequestLimits& limits);
 
 }  // namespace duet::engine

@@ -10,7 +10,7 @@ Scheduler::Scheduler(StatePool& pool, int32_t prefill_chunk, int32_t step_token_
     : pool_(pool), prefill_chunk_(prefill_chunk), step_token_budget_(step_token_budget) {}
 
 int64_t Scheduler::pages_needed(const Sequence& sequence) const {
-  return pool_.pages_for(static_cast<int64_t>(sequence.prompt_length()) + sequence.sampling().max_tokens);
+  return pool_.pages_for(static_cast<int64_t>(sequence.prompt_length()) + sequence.max_new_tokens());
 }
 
 bool Scheduler::try_admit(std::unique_ptr<Sequence>& sequence) {
@@ -25,7 +25,7 @@ std::vector<ScheduledPiece> Scheduler::plan_step() {
   std::vector<ScheduledPiece> pieces;
   int32_t tokens = 0;
   for (const auto& sequence : running_) {
-    if (sequence->finished() || !sequence->prefill_done()) continue;
+    if (sequence->finished() || !sequence->prefill_done() || sequence->decides()) continue;
     pieces.push_back({.sequence = sequence.get(),
                       .tokens = std::span(sequence->generated()).last(1),
                       .is_prefill = false,
@@ -48,7 +48,7 @@ std::vector<ScheduledPiece> Scheduler::plan_step() {
     pieces.push_back({.sequence = sequence.get(),
                       .tokens = std::span(sequence->request().prompt).subspan(sequence->prefilled(), length),
                       .is_prefill = true,
-                      .samples = last_chunk});
+                      .samples = last_chunk && !sequence->decides()});
     tokens += length;
     any_prefill = true;
   }

@@ -4,7 +4,8 @@
 // the step's token budget as is left in whole multiples of prefill_chunk (or the rest of its prompt). One piece
 // per sequence per step, and a prompt is only ever cut at multiples of prefill_chunk, which the model's row
 // invariance makes invisible in the results. The oldest waiting prompt gets at least one chunk every step, even
-// past the budget, so prompts always progress.
+// past the budget, so prompts always progress. A decision is a prompt like any other (it shares steps, slots and
+// the token budget with chat) that never decodes: it ends with its prefill.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -19,7 +20,7 @@ struct ScheduledPiece {
   Sequence* sequence = nullptr;
   std::span<const int32_t> tokens;  // a prompt chunk or the last generated token
   bool is_prefill = false;
-  bool samples = false;  // its last row's logits pick the next token (decode, or a prompt's last chunk)
+  bool samples = false;  // its last row's logits pick the next token (decode, or a generate prompt's last chunk)
 };
 
 class Scheduler {

@@ -50,11 +50,12 @@ double Sequence::time_to_first_token_s() const {
   return std::chrono::duration<double>(*first_token_at_ - submitted_at_).count();
 }
 
-void Sequence::finish(FinishReason reason, std::string error) {
+void Sequence::finish(FinishReason reason, std::string error, std::vector<float> decision_logits) {
   if (finished_) return;
   finished_ = true;
   FinishedEvent event;
   event.reason = reason;
+  event.decision_logits = std::move(decision_logits);
   event.prompt_tokens = prompt_length();
   event.completion_tokens = static_cast<int32_t>(generated_.size());
   event.error = std::move(error);

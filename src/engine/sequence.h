@@ -25,6 +25,11 @@ class Sequence {
   uint64_t id() const { return id_; }
   const Request& request() const { return request_; }
   const SamplingParams& sampling() const { return request_.sampling; }
+  bool decides() const { return request_.kind == RequestKind::decide; }
+  // Tokens it may still add after its prompt: none for a decision.
+  int32_t max_new_tokens() const { return decides() ? 0 : request_.sampling.max_tokens; }
+  // A decision's sink (null for generate requests).
+  DecisionSink* decision() const { return request_.decision.get(); }
   RequestHandle& handle() { return *handle_; }
   // The consumer asked to stop, or dropped its handle (the engine holds the only reference: nobody reads).
   bool abandoned() const { return handle_->cancelled() || handle_.use_count() == 1; }
@@ -44,8 +49,8 @@ class Sequence {
   // Records a sampled token and sends what it produced; returns the reason if the sequence ends with it. A stop
   // token (eos unless ignore_eos, or one of stop_token_ids) is counted but sends no TokenEvent.
   std::optional<FinishReason> accept(const SampledToken& token, bool is_stop_token);
-  // Sends the FinishedEvent (once; later calls do nothing).
-  void finish(FinishReason reason, std::string error = {});
+  // Sends the FinishedEvent (once; later calls do nothing), with a decision's logits when it has them.
+  void finish(FinishReason reason, std::string error = {}, std::vector<float> decision_logits = {});
   bool finished() const { return finished_; }
 
   double time_to_first_token_s() const;  // 0 before the first token

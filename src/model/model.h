@@ -99,6 +99,11 @@ class Model {
   virtual int64_t free_kv_pages() const = 0;  // in the latest shared store; 0 when none was reserved
   virtual std::unique_ptr<SequenceState> new_sequence_state(int32_t max_positions) const = 0;
 
+  // Rows of the LM head (lm_head.weight [V, h], or the embedding when tied) for `ids`, as fp32 in host memory
+  // [ids.size(), h]: what the decision head's lexical term reads. A gather by id, never a product with the head.
+  // Thread-safe. Refuses (duet::Error) an id outside the vocabulary, or a model that cannot.
+  virtual void lm_head_rows(std::span<const int32_t> ids, float* out) const;
+
   // Runs one step. Each piece's rows depend only on its own sequence (row invariance): results do not change
   // with which other pieces share the step, nor with which KV pages they got. Throws duet::Error, with no state
   // moved, if a piece would pass its state's max_positions or the step needs more KV pages than are free.

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "base/bf16.h"
 #include "base/error.h"
 #include "base/log.h"
 
@@ -54,12 +55,15 @@ Qwen35Model::Qwen35Model(Qwen35Config config, checkpoint::Checkpoint checkpoint,
     : config_(std::move(config)),
       checkpoint_(std::move(checkpoint)),
       backend_(std::move(backend)),
-      // Binding checks every tensor before the backend sees any of them.
-      weights_(resident_weights(bind_qwen35_weights(checkpoint_, config_), *backend_)),
       gdn_shape_(gdn_shape(config_)),
       attention_shape_(attention_shape(config_)),
       attention_layers_(config_.layer_count(LayerType::full_attention)),
-      gdn_layers_(config_.layer_count(LayerType::linear_attention)) {}
+      gdn_layers_(config_.layer_count(LayerType::linear_attention)) {
+  // Binding checks every tensor before the backend sees any of them.
+  const Qwen35Weights bound = bind_qwen35_weights(checkpoint_, config_);
+  host_lm_head_ = bound.lm_head;
+  weights_ = resident_weights(bound, *backend_);
+}
 
 size_t Qwen35Model::kv_page_bytes() const {
   return static_cast<size_t>(attention_layers_) * backend_->kv_page_bytes(attention_shape_);
@@ -105,6 +109,24 @@ std::unique_ptr<SequenceState> Qwen35Model::new_sequence_state(int32_t max_posit
              : std::make_shared<StateStore>(*backend_, gdn_shape_, gdn_layers_, 1, attention_shape_, attention_layers_,
                                             kv_pages_for(max_positions));
   return std::make_unique<Qwen35SequenceState>(std::move(store), max_positions);
+}
+
+void Model::lm_head_rows(std::span<const int32_t> ids, float* out) const {
+  fail("this model cannot gather LM head rows (needed by a decision head)");
+}
+
+void Qwen35Model::lm_head_rows(std::span<const int32_t> ids, float* out) const {
+  const backend::Weight& head = host_lm_head_;
+  for (size_t r = 0; r < ids.size(); ++r) {
+    const int32_t id = ids[r];
+    if (id < 0 || id >= head.rows) fail("lm_head_rows: token id {} outside the vocabulary [0, {})", id, head.rows);
+    float* row = out + r * static_cast<size_t>(head.cols);
+    const size_t first = static_cast<size_t>(id) * static_cast<size_t>(head.cols);
+    for (int64_t c = 0; c < head.cols; ++c)
+      row[c] = head.type == backend::WeightType::f32
+                   ? static_cast<const float*>(head.data)[first + c]
+                   : bf16_to_float(static_cast<const uint16_t*>(head.data)[first + c]);
+  }
 }
 
 std::unique_ptr<backend::Backend> make_backend(std::string_view name) {

@@ -65,6 +65,7 @@ class Qwen35Model final : public Model {
   int64_t free_kv_pages() const override { return store_ ? store_->free_pages() : 0; }
   std::unique_ptr<SequenceState> new_sequence_state(int32_t max_positions) const override;
   std::vector<PieceResult> forward(std::span<const Piece> pieces) override;
+  void lm_head_rows(std::span<const int32_t> ids, float* out) const override;
 
  private:
   size_t step_bytes(int64_t rows, int64_t logit_rows) const;  // workspace of a step
@@ -72,7 +73,8 @@ class Qwen35Model final : public Model {
   Qwen35Config config_;
   checkpoint::Checkpoint checkpoint_;  // owns the mapped files the weights point into
   std::unique_ptr<backend::Backend> backend_;
-  Qwen35Weights weights_;  // as the backend reads them (resident copies)
+  backend::Weight host_lm_head_;  // [V, h] the checkpoint's own bytes (mapped), for lm_head_rows
+  Qwen35Weights weights_;         // as the backend reads them (resident copies)
   backend::GdnShape gdn_shape_;
   backend::AttentionShape attention_shape_;
   int64_t attention_layers_ = 0;

@@ -95,6 +95,7 @@ void HttpServer::install_routes() {
   add_completions_route(table, context_);
   add_status_routes(table, context_);
   add_tokenize_routes(table, context_);
+  add_systemone_route(table, context_);
 
   std::set<std::string> keyless_paths;
   for (const auto& route : table.routes())

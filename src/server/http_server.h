@@ -43,6 +43,7 @@ void add_chat_route(RouteTable& table, ServerContext& context);
 void add_completions_route(RouteTable& table, ServerContext& context);
 void add_status_routes(RouteTable& table, ServerContext& context);
 void add_tokenize_routes(RouteTable& table, ServerContext& context);
+void add_systemone_route(RouteTable& table, ServerContext& context);
 
 // Writes an error in OpenAI's shape (with Retry-After when the error has one).
 void send_error(httplib::Response& res, const ApiError& error);

@@ -4,11 +4,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "decision/joint_head.h"
 #include "engine/engine.h"
 #include "engine/request.h"
+#include "model/model.h"
 #include "server/metrics.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -49,6 +52,13 @@ class EngineBackend final : public GenerationBackend {
   engine::Engine& engine_;
 };
 
+// What POST /v1/systemone needs beyond the chat routes: the joint head and the backbone whose LM head rows it reads.
+struct DecisionSupport {
+  std::shared_ptr<const decision::JointHead> head;
+  const model::Model* backbone = nullptr;
+  int32_t max_length = 0;  // the prompt budget: the reference's 16384, or less when --context is smaller
+};
+
 using ChatRenderer =
     std::function<std::string(const std::vector<tokenizer::ChatMessage>&, const tokenizer::ChatOptions&)>;
 
@@ -59,6 +69,8 @@ struct ServerContext {
   ChatRenderer render_chat;  // tokenizer::render_chat in `duet serve`
   ServerMetrics metrics;
   int64_t started_at = 0;  // unix seconds, reported as the model's `created`
+  // Set when the model folder holds a joint head.
+  std::optional<DecisionSupport> decisions;
 };
 
 }  // namespace duet::server

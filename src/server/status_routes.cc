@@ -14,7 +14,9 @@ nlohmann::json model_json(const ServerContext& context) {
           {"object", "model"},
           {"created", context.started_at},
           {"owned_by", "duet"},
-          {"max_model_len", context.options.context}};
+          {"max_model_len", context.options.context},
+          // POST /v1/systemone answers when the model folder holds a joint head.
+          {"decisions", context.decisions.has_value()}};
 }
 
 }  // namespace

@@ -1,6 +1,11 @@
 #include "tokenizer/python_json.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "base/error.h"
+#include "base/exact_json.h"
+#include "base/python_float.h"
 
 namespace duet::tokenizer {
 namespace {
@@ -44,22 +49,31 @@ void append_string(std::string& out, const std::string& s) {
   out += '"';
 }
 
-// Python's float repr and nlohmann's shortest round-trip form agree ("1.0", "1e+20", "1e-05").
-std::string number(const nlohmann::ordered_json& v) { return v.dump(); }
+// Integers exactly; floats as Python's repr (nlohmann's own form differs from it, e.g. 1e+15 for 1000000000000000.0).
+std::string number(const nlohmann::ordered_json& v) {
+  if (v.is_number_float()) return python_float_repr(v.get<double>());
+  if (auto digits = exact_integer_text(v)) return *digits;
+  if (v.is_binary()) fail("python_json: a binary value has no JSON form");
+  return v.dump();
+}
 
 }  // namespace
 
-void python_json_append(std::string& out, const nlohmann::ordered_json& v) {
+void python_json_append(std::string& out, const nlohmann::ordered_json& v, PythonJsonStyle style) {
+  const char* item_separator = style.compact ? "," : ", ";
+  const char* key_separator = style.compact ? ":" : ": ";
   switch (v.type()) {
     case nlohmann::ordered_json::value_t::object: {
+      std::vector<nlohmann::ordered_json::const_iterator> members;
+      for (auto it = v.begin(); it != v.end(); ++it) members.push_back(it);
+      if (style.sort_keys)  // UTF-8 byte order is code point order, which is how Python sorts str keys
+        std::sort(members.begin(), members.end(), [](const auto& a, const auto& b) { return a.key() < b.key(); });
       out += '{';
-      bool first = true;
-      for (auto it = v.begin(); it != v.end(); ++it) {
-        if (!first) out += ", ";
-        first = false;
-        append_string(out, it.key());
-        out += ": ";
-        python_json_append(out, it.value());
+      for (size_t i = 0; i < members.size(); ++i) {
+        if (i) out += item_separator;
+        append_string(out, members[i].key());
+        out += key_separator;
+        python_json_append(out, members[i].value(), style);
       }
       out += '}';
       break;
@@ -67,8 +81,8 @@ void python_json_append(std::string& out, const nlohmann::ordered_json& v) {
     case nlohmann::ordered_json::value_t::array: {
       out += '[';
       for (size_t i = 0; i < v.size(); ++i) {
-        if (i) out += ", ";
-        python_json_append(out, v[i]);
+        if (i) out += item_separator;
+        python_json_append(out, v[i], style);
       }
       out += ']';
       break;
@@ -88,9 +102,9 @@ void python_json_append(std::string& out, const nlohmann::ordered_json& v) {
   }
 }
 
-std::string python_json(const nlohmann::ordered_json& value) {
+std::string python_json(const nlohmann::ordered_json& value, PythonJsonStyle style) {
   std::string out;
-  python_json_append(out, value);
+  python_json_append(out, value, style);
   return out;
 }
 

@@ -1,5 +1,6 @@
 // Exactness over HTTP: `duet bench --alone --serial` at 1, 4 and 16 streams, greedy and seeded, against
-// `duet serve` on the demo model: every request's tokens equal the same request alone and serially.
+// `duet serve` on the demo model: every request's tokens equal the same request alone and serially; and
+// `duet bench --decisions`: decisions at once equal the same alone.
 #include <gtest/gtest.h>
 
 #include "server_process.h"
@@ -17,6 +18,20 @@ TEST(ServeBench, ConcurrentEqualsAloneAndSerial) {
   for (const char* level : {"level 1 (greedy)", "level 4 (greedy)", "level 16 (greedy)", "level 16 (seeded)"})
     EXPECT_NE(result.output.find(level), std::string::npos) << level;
   EXPECT_TRUE(server.alive());
+}
+
+// `duet bench --decisions`: per prompt length, every decision made 4 at once equals the same decision alone, byte for
+// byte; a length over the server's context is skipped, not failed.
+TEST(ServeBench, DecisionsConcurrentEqualAlone) {
+  if (!demo_model_available()) FAIL() << demo_model_missing_reason();
+  ServerProcess server({"--parallel", "4", "--context", "1024", "--max-tokens", "64"});
+  auto result = run_command(std::string(DUET_BINARY) + " bench --url " + server.url() +
+                            " --decisions --decision-lengths 600,1000,2000 --decision-concurrency 4 --reps 1 2>&1");
+  EXPECT_EQ(result.status, 0) << result.output;
+  EXPECT_NE(result.output.find("exactness: 8 equal, 0 unequal, 0 failed"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("length 600 (bucket <=1K"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("length 2000: skipped"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("4 at once p50"), std::string::npos) << result.output;
 }
 
 // A request that cannot succeed makes bench fail: the exit code is the signal CI reads.

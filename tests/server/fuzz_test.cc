@@ -54,6 +54,14 @@ std::vector<RouteCase> routes() {
          {"top_p", 0.9}}}},
       {"/tokenize", {{{"prompt", "Hello world"}}, {{"messages", messages}, {"tools", tools}}}},
       {"/detokenize", {{{"tokens", {1, 2, 3}}}, {{"tokens", Json::array()}}}},
+      {"/v1/systemone",
+       {{{"model", "demo"}, {"state", "Hi"}, {"questions", {{"q", {{"type", "noul"}}}}}},
+        {{"model", "demo"},
+         {"state", {{"a", {1, 2.5, nullptr}}}},
+         {"raw", true},
+         {"questions",
+          {{"c", {{"type", "choice"}, {"instructions", "Which?"}, {"criteria", {{"x", "ex"}, {"y", nullptr}}}}},
+           {"s", {{"type", "score"}, {"criteria", {"lo", "hi"}}}}}}}}},
   };
 }
 

@@ -1,6 +1,6 @@
 #pragma once
-// Starts `duet serve` (the built binary) on the demo model on a free loopback port for end-to-end tests, and
-// stops it at the end. The port comes from the server's first stdout line (--port 0).
+// Starts `duet serve` (the built binary) on the demo model (or another folder) on a free loopback port for
+// end-to-end tests, and stops it at the end. The port comes from the server's first stdout line (--port 0).
 #include <fcntl.h>
 #include <httplib.h>
 #include <poll.h>
@@ -35,9 +35,9 @@ inline std::string demo_model_missing_reason() {
 
 class ServerProcess {
  public:
-  explicit ServerProcess(std::vector<std::string> flags) {
+  explicit ServerProcess(std::vector<std::string> flags, const std::string& model_dir = demo_model_dir()) {
     signal(SIGPIPE, SIG_IGN);
-    std::vector<std::string> args = {DUET_BINARY, "serve", demo_model_dir(), "--port", "0"};
+    std::vector<std::string> args = {DUET_BINARY, "serve", model_dir, "--port", "0"};
     args.insert(args.end(), flags.begin(), flags.end());
     int out[2];
     if (pipe(out) != 0) throw std::runtime_error("pipe");

@@ -1,0 +1,94 @@
+#include "decision/head_inputs.h"
+
+#include "base/error.h"
+#include "decision/head_math.h"
+
+namespace duet::decision {
+
+HeadInputGatherer::HeadInputGatherer(std::shared_ptr<const JointHead> head, const model::Model& backbone,
+                                     const Encoding& encoding)
+    : head_(std::move(head)),
+      length_(static_cast<int64_t>(encoding.ids.size())),
+      hidden_(head_->config().hidden_size),
+      span_at_(encoding.ids.size(), -1) {
+  if (backbone.config().hidden_size != hidden_)
+    fail("decision: the head reads rows of {}, the model makes rows of {}", hidden_, backbone.config().hidden_size);
+  std::vector<Span> spans;  // questions, then every option in encoding order
+  for (const EncodedQuestion& question : encoding.questions) {
+    spans.push_back(question.span);
+    inputs_.question_types.push_back(static_cast<int32_t>(question.type));
+  }
+  for (size_t i = 0; i < encoding.questions.size(); ++i)
+    for (const Span& option : encoding.questions[i].options) {
+      spans.push_back(option);
+      inputs_.owner.push_back(static_cast<int32_t>(i));
+    }
+  for (size_t s = 0; s < spans.size(); ++s) {
+    const Span span = spans[s];
+    if (span.begin < 0 || span.end > length_ || span.size() <= 0)
+      fail("decision: span [{}, {}) is empty or outside the {} ids", span.begin, span.end, length_);
+    for (int32_t p = span.begin; p < span.end; ++p) {
+      if (span_at_[static_cast<size_t>(p)] >= 0) fail("decision: spans overlap at position {}", p);
+      span_at_[static_cast<size_t>(p)] = static_cast<int32_t>(s);
+    }
+    span_sizes_.push_back(span.size());
+  }
+  span_sums_.assign(spans.size() * static_cast<size_t>(hidden_), 0.0);
+
+  // l_r: the mean of lm_head rows over option span r, gathered by token id.
+  const size_t questions = encoding.questions.size(), h = static_cast<size_t>(hidden_);
+  inputs_.lexical_means.assign(inputs_.owner.size() * h, 0.0f);
+  for (size_t o = 0; o < inputs_.owner.size(); ++o) {
+    const Span span = spans[questions + o];
+    std::vector<float> rows(static_cast<size_t>(span.size()) * h);
+    backbone.lm_head_rows(
+        std::span(encoding.ids).subspan(static_cast<size_t>(span.begin), static_cast<size_t>(span.size())),
+        rows.data());
+    for (size_t c = 0; c < h; ++c) {
+      double sum = 0;
+      for (int32_t t = 0; t < span.size(); ++t) sum += rows[static_cast<size_t>(t) * h + c];
+      inputs_.lexical_means[o * h + c] = static_cast<float>(sum / span.size());
+    }
+  }
+}
+
+void HeadInputGatherer::add_rows(int64_t first, int64_t count, std::span<const float> rows) {
+  if (first != seen_ || count < 0 || first + count > length_ || rows.size() != static_cast<size_t>(count * hidden_))
+    fail("decision: rows [{}, {}) came after {} of {} rows ({} values)", first, first + count, seen_, length_,
+         rows.size());
+  const JointHeadWeights& w = head_->weights();
+  // The memory is sized once the decision runs (a slot's worth, in the memory plan), not while it waits in the queue.
+  if (first == 0) inputs_.memory.reserve(static_cast<size_t>(length_ * head_->config().width));
+  const std::vector<float> normed = layer_norm(rows, w.hidden_norm);  // LN_hidden(H) of the chunk
+  const std::vector<float> memory = linear(normed, w.memory);         // its rows of M
+  inputs_.memory.insert(inputs_.memory.end(), memory.begin(), memory.end());
+  const auto h = static_cast<size_t>(hidden_);
+  for (int64_t r = 0; r < count; ++r) {
+    const float* row = normed.data() + static_cast<size_t>(r) * h;
+    const int32_t span = span_at_[static_cast<size_t>(first + r)];
+    if (span >= 0) {
+      double* sum = span_sums_.data() + static_cast<size_t>(span) * h;
+      for (size_t c = 0; c < h; ++c) sum[c] += row[c];
+    }
+    if (first + r == length_ - 1) inputs_.last_row.assign(row, row + h);
+  }
+  seen_ += count;
+  if (!complete()) return;
+  // Every row is in: the span sums become means.
+  const size_t questions = inputs_.question_types.size();
+  inputs_.rows = length_;
+  inputs_.question_means.resize(questions * h);
+  inputs_.option_means.resize(inputs_.owner.size() * h);
+  for (size_t s = 0; s < span_sizes_.size(); ++s) {
+    float* mean = s < questions ? &inputs_.question_means[s * h] : &inputs_.option_means[(s - questions) * h];
+    for (size_t c = 0; c < h; ++c) mean[c] = static_cast<float>(span_sums_[s * h + c] / span_sizes_[s]);
+  }
+  span_sums_ = {};
+}
+
+std::vector<float> HeadInputGatherer::finish() {
+  if (!complete()) fail("decision: the head needs all {} rows, {} came", length_, seen_);
+  return head_->forward(inputs_).logits;
+}
+
+}  // namespace duet::decision

@@ -1,0 +1,87 @@
+#include "server/decisions.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <memory>
+
+#include "decision/answers.h"
+#include "decision/encoder.h"
+#include "decision/head_inputs.h"
+#include "server/errors.h"
+#include "server/generation.h"
+
+namespace duet::server {
+
+namespace {
+
+ApiError api_error(const decision::DecisionError& error) {
+  return ApiError(error.status(), error.what(), error.param(), error.code());
+}
+
+std::shared_ptr<engine::RequestHandle> submit_decision(ServerContext& context, engine::Request request) {
+  try {
+    return submit_request(context, std::move(request), "state");
+  } catch (const ApiError& error) {
+    // The encoder keeps the prompt within --context; what is left is a KV cache smaller than the prompt: too long.
+    if (error.code() == "context_length_exceeded") throw ApiError(413, error.what(), error.param(), error.code());
+    throw;
+  }
+}
+
+// A decision sends exactly one event: its FinishedEvent.
+engine::FinishedEvent wait_finished(engine::RequestHandle& handle) {
+  for (;;) {
+    std::optional<engine::Event> event = handle.next(std::chrono::seconds(1));
+    if (!event) continue;
+    if (auto* finished = std::get_if<engine::FinishedEvent>(&*event)) return std::move(*finished);
+  }
+}
+
+}  // namespace
+
+decision::Json parse_decision_request_body(std::string_view body) {
+  try {
+    return decision::parse_decision_body(body);
+  } catch (const decision::DecisionError& error) {
+    throw api_error(error);
+  }
+}
+
+std::string answer_decision(ServerContext& context, const decision::Json& body) {
+  if (!context.decisions)
+    throw ApiError(404,
+                   fmt::format("`{}` serves no decisions: its folder has no joint_head.safetensors and "
+                               "joint_head_config.json",
+                               context.options.served_model_name),
+                   "", "decisions_not_supported");
+  const DecisionSupport& support = *context.decisions;
+  try {
+    const decision::DecisionRequest request = decision::validate_decision_request(body);
+    if (request.model != context.options.served_model_name)
+      throw ApiError(404,
+                     fmt::format("the model `{}` does not exist; this server serves `{}`", request.model.substr(0, 200),
+                                 context.options.served_model_name),
+                     "model", "model_not_found");
+    const decision::Encoding encoding = decision::encode_decision(context.tokenizer, request, support.max_length);
+    engine::Request engine_request;
+    engine_request.kind = engine::RequestKind::decide;
+    engine_request.prompt = encoding.ids;
+    engine_request.decision = std::make_shared<decision::HeadInputGatherer>(support.head, *support.backbone, encoding);
+    const std::shared_ptr<engine::RequestHandle> handle = submit_decision(context, std::move(engine_request));
+    const engine::FinishedEvent finished = wait_finished(*handle);
+    switch (finished.reason) {
+      case engine::FinishReason::stop:
+        return decision::decision_response(request, encoding, finished.decision_logits,
+                                           context.options.served_model_name);
+      case engine::FinishReason::cancelled:
+        throw ApiError(503, "the server is shutting down; the decision was not made", "", "cancelled");
+      default:
+        throw ApiError(500, "the decision failed: " + finished.error, "", "engine_error");
+    }
+  } catch (const decision::DecisionError& error) {
+    throw api_error(error);
+  }
+}
+
+}  // namespace duet::server

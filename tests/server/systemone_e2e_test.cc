@@ -1,0 +1,228 @@
+// POST /v1/systemone end to end: `duet serve` on the demo model (which has a joint head), over HTTP. Answers equal
+// the goldens of the independent Python reference (same decision, numbers within the end-to-end gate), every kind
+// of refusal comes back with its status and code, four concurrent decisions equal the same alone byte for byte,
+// and a model folder without a head serves chat but refuses decisions by name.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "server_process.h"
+
+namespace duet::testing {
+namespace {
+
+using Json = nlohmann::json;
+
+const Json& goldens() {
+  static const Json value = [] {
+    std::ifstream in(std::string(DUET_TESTS_DIR) + "/fixtures/decisions/demo.json");
+    if (!in) throw std::runtime_error("missing fixture tests/fixtures/decisions/demo.json");
+    return Json::parse(in);
+  }();
+  return value;
+}
+const Json& golden(const std::string& name) {
+  for (const Json& c : goldens().at("cases"))
+    if (c.at("name") == name) return c;
+  throw std::runtime_error("no golden case " + name);
+}
+
+struct Reply {
+  int status = 0;
+  std::string body;
+  Json json;
+};
+Reply post(const ServerProcess& server, const std::string& body) {
+  auto res = server.client().Post("/v1/systemone", body, "application/json");
+  if (!res) return {};
+  return {res->status, res->body, Json::parse(res->body, nullptr, false)};
+}
+
+class SystemOne : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = std::make_unique<ServerProcess>(std::vector<std::string>{
+        "--context", "1024", "--max-tokens", "256", "--parallel", "4", "--max-body-bytes", "262144"});
+  }
+  static void TearDownTestSuite() { server_.reset(); }
+  void SetUp() override {
+    if (!server_) FAIL() << "duet serve did not start";
+  }
+  void TearDown() override {
+    EXPECT_TRUE(server_ && server_->alive()) << "the server died; log: " << server_->log_path();
+  }
+  static std::unique_ptr<ServerProcess> server_;
+};
+std::unique_ptr<ServerProcess> SystemOne::server_;
+
+TEST_F(SystemOne, ModelsSayDecisions) {
+  auto res = server_->client().Get("/v1/models");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(Json::parse(res->body)["data"][0]["decisions"], true);
+}
+
+// Golden requests short enough for --context 1024: the same decisions as Python's, numbers within 1e-4 of its
+// unrounded ones (plus one unit of the fourth decimal for rounding).
+TEST_F(SystemOne, AnswersEqualTheGoldens) {
+  int compared = 0;
+  for (const Json& c : goldens().at("cases")) {
+    if (!c.value("forward", false) || c.at("max_length") != 16384 || c.at("usage").at("input_tokens") > 1024) continue;
+    SCOPED_TRACE(c.at("name").get<std::string>());
+    const Reply reply = post(*server_, c.at("body"));
+    ASSERT_EQ(reply.status, 200) << reply.body;
+    EXPECT_EQ(reply.json.at("model"), "demo");
+    EXPECT_EQ(reply.json.at("usage"), c.at("usage"));
+    for (const auto& [id, want] : c.at("answers").items()) {
+      const Json& got = reply.json.at("answers").at(id);
+      EXPECT_EQ(got.at("type"), want.at("type"));
+      if (want.contains("choice")) {
+        EXPECT_EQ(got.at("choice"), want.at("choice")) << id;
+      }
+      if (want.contains("legend")) {
+        EXPECT_EQ(got.at("legend"), want.at("legend")) << id;
+      }
+      for (const char* field : {"noul", "confidence", "score"}) {
+        if (want.contains(field)) {
+          EXPECT_NEAR(got.at(field).get<double>(), want.at(field).get<double>(), 5e-4) << id;
+        }
+      }
+      if (want.contains("probabilities")) {
+        for (const auto& [option, p] : want.at("probabilities").items()) {
+          EXPECT_NEAR(got.at("probabilities").at(option).get<double>(), p.get<double>(), 2e-4 + 1e-12) << id;
+        }
+      }
+    }
+    ++compared;
+  }
+  EXPECT_GE(compared, 20);
+}
+
+// The spec's example as curl sends it, byte for byte what the reference rounds to.
+TEST_F(SystemOne, TheSpecExampleWithCurl) {
+  const std::string path = std::filesystem::temp_directory_path() / ("duet-systemone-" + std::to_string(getpid()));
+  std::ofstream(path) << golden("spec-example").at("body").get<std::string>();
+  const CommandResult result = run_command("curl -sS --max-time 60 " + server_->url() + "/v1/systemone -d @" + path);
+  std::filesystem::remove(path);
+  const Json answer = Json::parse(result.output, nullptr, false);
+  ASSERT_TRUE(answer.is_object()) << result.output;
+  EXPECT_EQ(answer.at("answers"), golden("spec-example").at("answers")) << result.output;
+}
+
+TEST_F(SystemOne, RawEnvelopeAndConfidenceFormula) {
+  // ordered_json: the questions' order is part of the prompt.
+  nlohmann::ordered_json body = nlohmann::ordered_json::parse(golden("spec-example").at("body").get<std::string>());
+  body["raw"] = true;
+  body["envelope"] = true;
+  body["confidence_formula"] = "cloudflare";
+  const Reply reply = post(*server_, body.dump());
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  EXPECT_EQ(reply.json.at("success"), true);
+  EXPECT_EQ(reply.json.at("errors"), Json::array());
+  const Json& team = reply.json.at("result").at("answers").at("team");
+  EXPECT_EQ(team.at("logits").size(), 2u);
+  const double cloudflare = golden("spec-example").at("confidence").at("team").at("cloudflare");
+  EXPECT_NEAR(team.at("confidence").get<double>(), cloudflare, 2e-4);
+  const double p = golden("spec-example").at("answers_raw").at("team").at("probabilities").at("billing");
+  EXPECT_NEAR(team.at("probabilities").at("billing").get<double>(), p, 1e-4);
+  EXPECT_NE(
+      team.at("probabilities").at("billing").get<double>(),
+      golden("spec-example").at("answers").at("team").at("probabilities").at("billing").get<double>());  // not rounded
+}
+
+// A state over the context: refused with 413 by default; with truncation state_head its head is kept and the
+// answer says how much was dropped.
+TEST_F(SystemOne, LongStatesAreRefusedOrTruncatedOnRequest) {
+  std::string state;
+  for (int i = 0; i < 400; ++i) state += "ticket " + std::to_string(i) + " was reopened after the refund; ";
+  Json body = {{"model", "demo"}, {"state", state}, {"questions", {{"urgent", {{"type", "noul"}}}}}};
+  const Reply refused = post(*server_, body.dump());
+  EXPECT_EQ(refused.status, 413) << refused.body;
+  EXPECT_EQ(refused.json["error"]["code"], "state_too_long");
+  EXPECT_EQ(refused.json["error"]["param"], "state");
+  body["truncation"] = "state_head";
+  const Reply kept = post(*server_, body.dump());
+  ASSERT_EQ(kept.status, 200) << kept.body;
+  EXPECT_EQ(kept.json["usage"]["input_tokens"], 1024);
+  EXPECT_GT(kept.json["usage"]["state_tokens_dropped"].get<int>(), 1000);
+}
+
+TEST_F(SystemOne, RefusalsOverHttp) {
+  struct Case {
+    std::string body;
+    int status;
+    const char* code;
+  };
+  std::string many_questions;
+  for (int i = 0; i < 40; ++i)  // 40 questions whose schema alone is over the 1024-token context
+    many_questions += fmt::format(R"({}"q{}": {{"type": "choice", "criteria": {{"a": "{}", "b": null}}}})",
+                                  i ? "," : "", i, std::string(60, 'x'));
+  const Case cases[] = {
+      {"{\"model\": ", 400, "invalid_json"},
+      {R"({"model": "other", "state": 1, "questions": {"q": {"type": "noul"}}})", 404, "model_not_found"},
+      {R"({"model": "demo", "state": 1, "questions": {"q": {"type": "maybe"}}})", 422, "invalid_question_type"},
+      {R"({"model": "demo", "state": 1, "questions": {"q": {"type": "noul"}}, "stream": true})", 422, "unknown_field"},
+      {R"({"model": "demo", "state": 1, "questions": {)" + many_questions + "}}", 413, "schema_too_long"},
+      {"{\"model\": \"demo\", \"state\": \"" + std::string(300000, 'x') + "\"}", 413, "request_too_large"},
+  };
+  for (const Case& c : cases) {
+    const Reply reply = post(*server_, c.body);
+    EXPECT_EQ(reply.status, c.status) << c.code << ": " << reply.body.substr(0, 300);
+    EXPECT_EQ(reply.json["error"]["code"], c.code) << reply.body.substr(0, 300);
+    EXPECT_TRUE(reply.json["error"]["message"].is_string());
+  }
+  auto get = server_->client().Get("/v1/systemone");
+  ASSERT_TRUE(get);
+  EXPECT_EQ(get->status, 405);
+}
+
+// Four decisions at once equal the same decisions one at a time, byte for byte.
+TEST_F(SystemOne, FourConcurrentEqualAloneByteForByte) {
+  std::vector<std::string> bodies;
+  for (const char* name : {"spec-example", "blog-shape", "unicode-state", "order-a"})
+    bodies.push_back(golden(name).at("body"));
+  std::vector<std::string> alone;
+  for (const auto& body : bodies) alone.push_back(post(*server_, body).body);
+  std::vector<std::string> together(bodies.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < bodies.size(); ++i)
+    threads.emplace_back([&, i] { together[i] = post(*server_, bodies[i]).body; });
+  for (auto& thread : threads) thread.join();
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    EXPECT_FALSE(alone[i].empty());
+    EXPECT_EQ(together[i], alone[i]) << i;
+  }
+}
+
+// A KV cache smaller than a decision's prompt: 413, as a prompt over the budget is.
+TEST(SystemOneKvCache, APromptOverTheWholeKvCacheIsTooLong) {
+  ServerProcess server({"--kv-cache-tokens", "256", "--context", "1024", "--max-tokens", "64"});
+  const Reply reply = post(server, golden("spec-example").at("body"));  // 449 tokens
+  EXPECT_EQ(reply.status, 413) << reply.body;
+  EXPECT_EQ(reply.json["error"]["code"], "context_length_exceeded");
+}
+
+// A model folder without the head files: chat as before, decisions refused by name.
+TEST(SystemOneWithoutHead, IsRefusedByName) {
+  const auto folder = std::filesystem::temp_directory_path() / ("duet-no-head-" + std::to_string(getpid()));
+  std::filesystem::remove_all(folder);
+  std::filesystem::copy(demo_model_dir(), folder);
+  std::filesystem::remove(folder / "joint_head.safetensors");
+  std::filesystem::remove(folder / "joint_head_config.json");
+  {
+    ServerProcess server({}, folder.string());
+    auto models = server.client().Get("/v1/models");
+    ASSERT_TRUE(models);
+    EXPECT_EQ(Json::parse(models->body)["data"][0]["decisions"], false);
+    const Reply reply = post(server, golden("spec-example").at("body"));
+    EXPECT_EQ(reply.status, 404);
+    EXPECT_EQ(reply.json["error"]["code"], "decisions_not_supported");
+  }
+  std::filesystem::remove_all(folder);
+}
+
+}  // namespace
+}  // namespace duet::testing
