@@ -1,9 +1,10 @@
 #pragma once
-// Running one request through the engine for a route: submitting with refusals mapped to HTTP errors, then
-// either collecting the whole answer or streaming it as server-sent events. A stream whose client goes away
-// cancels its request, so the slot frees at the engine's next step.
+// Running one request through the engine for a route: submitting with refusals mapped to HTTP errors, then a
+// response body that the request's events fill, taken on the connection's event loop without a thread waiting:
+// either a whole answer built when the request finishes, or a stream of server-sent events.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -11,11 +12,8 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "server/http_types.h"
 #include "server/server_context.h"
-
-namespace httplib {
-struct Response;
-}
 
 namespace duet::server {
 
@@ -29,9 +27,6 @@ struct CollectedGeneration {
   std::string text;  // every token's text and the tail
 };
 
-// Waits for the FinishedEvent. An engine error is answered 500.
-CollectedGeneration collect_generation(ServerContext& context, engine::RequestHandle& handle);
-
 // Turns engine events into SSE text for one route's chunk format.
 class StreamFormatter {
  public:
@@ -42,8 +37,42 @@ class StreamFormatter {
   virtual std::string finish(const engine::FinishedEvent& finished) = 0;
 };
 
-void stream_generation(ServerContext& context, httplib::Response& res, std::shared_ptr<engine::RequestHandle> handle,
-                       std::unique_ptr<StreamFormatter> formatter);
+// The body of a response that an engine request's events make. The transport feeds it the events on the
+// connection's event loop; it never blocks.
+class GenerationBody {
+ public:
+  GenerationBody(ServerContext& context, std::shared_ptr<engine::RequestHandle> handle);
+  virtual ~GenerationBody() = default;
+
+  engine::RequestHandle& handle() { return *handle_; }
+  virtual bool streams() const = 0;
+  // Streams: what to send before any event (the first chunk).
+  virtual std::string begin() { return {}; }
+  // Takes the next events in order. Streams: returns the SSE text to send for them (`data: [DONE]` after the last).
+  // Whole answers: collects them and returns nothing.
+  std::string take(std::vector<engine::Event>& events);
+  bool done() const { return done_; }
+  // Whole answers, once done(): the route's JSON, or a 500 naming the engine's error.
+  virtual HttpResponse answer() { return {}; }
+
+ protected:
+  virtual std::string on_tokens(std::vector<engine::TokenEvent>& tokens) = 0;
+  virtual std::string on_finished(engine::FinishedEvent& finished) = 0;
+  ServerContext& context_;
+
+ private:
+  std::shared_ptr<engine::RequestHandle> handle_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  bool done_ = false;
+};
+
+// A whole answer: `build` makes the route's JSON from the finished generation (an engine error is answered 500).
+using AnswerBuilder = std::function<nlohmann::json(const CollectedGeneration&)>;
+HttpResponse collect_generation(ServerContext& context, std::shared_ptr<engine::RequestHandle> handle,
+                                AnswerBuilder build);
+// A stream of server-sent events in the formatter's chunk format, ended by `data: [DONE]`.
+HttpResponse stream_generation(ServerContext& context, std::shared_ptr<engine::RequestHandle> handle,
+                               std::unique_ptr<StreamFormatter> formatter);
 
 // A fresh id with a prefix ("chatcmpl-", "cmpl-", "call_").
 std::string random_id(std::string_view prefix);
