@@ -177,13 +177,18 @@ bool Connection::judge_header() {
                          GateRules{shared_.routes, shared_.keys, shared_.limits.max_body_bytes, shutting_down});
   route_ = verdict.route;
   route_name_ = verdict.route_name;
-  framing_.keep_alive = reader_->keep_alive() && !shutting_down;
+  framing_.keep_alive = reader_->keep_alive() && !shutting_down && !input_ended_;
   framing_.head_only = reader_->head().method == "HEAD";
   framing_.http_1_0 = reader_->http_1_0();
   if (verdict.refusal) {
-    // The body is never read, so the connection cannot carry another request.
     shared_.context.metrics.count_response(route_name_, verdict.refusal->status);
-    answer_and_close(*verdict.refusal);
+    // A body that is never read leaves the connection unable to carry another request.
+    const bool body_unread = reader_->chunked() || reader_->content_length().value_or(0) > 0;
+    reader_.reset();
+    if (body_unread)
+      answer_and_close(*verdict.refusal);
+    else
+      answer(*verdict.refusal);
     return false;
   }
   reader_->read_body();

@@ -133,6 +133,10 @@ void HttpServer::on_accept(const boost::system::error_code& ec, tcp::socket sock
   }
   boost::system::error_code option_error;
   socket.set_option(tcp::no_delay(true), option_error);  // a stream's small chunks go out at once
+  // The kernel's send buffer would otherwise grow to megabytes for a client that stops reading, before the
+  // --max-unsent-bytes bound (on what waits above it) is ever reached. Half the bound (Linux doubles it).
+  const size_t send_buffer = std::clamp<size_t>(context_.options.http.max_unsent_bytes / 2, 4096, size_t{4} << 20);
+  socket.set_option(asio::socket_base::send_buffer_size(static_cast<int>(send_buffer)), option_error);
   auto connection = std::make_shared<Connection>(std::move(socket), shared_);
   const size_t open = registry_.add(connection);
   const auto max_connections = static_cast<size_t>(context_.options.http.max_connections);
