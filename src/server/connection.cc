@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/post.hpp>
@@ -18,6 +19,7 @@ namespace {
 namespace asio = boost::asio;
 
 constexpr size_t kReadChunk = 16u << 10;
+constexpr size_t kMinRead = 512;
 // Bytes of the next (pipelined) request kept while one runs; past it the client waits in the kernel's buffers.
 constexpr size_t kReadAhead = 64u << 10;
 constexpr auto kTick = std::chrono::seconds(1);  // stall checks and stream keep-alive comments
@@ -337,8 +339,10 @@ void Connection::on_readable(const boost::system::error_code& ec) {
     close_now();
     return;
   }
+  // As much as is there, in at most kReadChunk: a client sending a few bytes at a time gets a small buffer.
   boost::system::error_code read_error;
-  const size_t bytes = socket_.read_some(input_.prepare(kReadChunk), read_error);
+  const size_t ready = socket_.available(read_error);
+  const size_t bytes = socket_.read_some(input_.prepare(std::clamp(ready, kMinRead, kReadChunk)), read_error);
   if (read_error == asio::error::would_block || read_error == asio::error::try_again) {
     wait_readable();
     return;

@@ -15,7 +15,6 @@
 #include <boost/asio/thread_pool.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <chrono>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -115,7 +114,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool cancel_on_delivery_ = false;  // the request must be cancelled as soon as its route returns
   bool response_ended_ = false;      // the last bytes of the answer are queued
 
-  std::deque<std::string> queued_;      // answer bytes not yet handed to the socket
+  std::vector<std::string> queued_;     // answer bytes not yet handed to the socket
   std::vector<std::string> in_flight_;  // those being written
   size_t unsent_ = 0;                   // both together
   bool writing_ = false;
