@@ -140,6 +140,21 @@ nlohmann::json usage_json(int32_t prompt_tokens, int32_t completion_tokens) {
           {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
+nlohmann::json whole_answer_json(const AnswerHeader& header, nlohmann::json choice, bool return_token_ids,
+                                 const CollectedGeneration& generation) {
+  if (return_token_ids) {
+    auto ids = nlohmann::json::array();
+    for (const auto& token : generation.tokens) ids.push_back(token.id);
+    choice["token_ids"] = std::move(ids);
+  }
+  return {{"id", header.id},
+          {"object", header.object},
+          {"created", header.created},
+          {"model", header.model},
+          {"choices", nlohmann::json::array({std::move(choice)})},
+          {"usage", usage_json(generation.finished.prompt_tokens, generation.finished.completion_tokens)}};
+}
+
 nlohmann::json chunk_header(const std::string& id, std::string_view object, int64_t created, const std::string& model,
                             bool include_usage) {
   nlohmann::json json = {{"id", id}, {"object", object}, {"created", created}, {"model", model}};

@@ -81,6 +81,17 @@ int64_t unix_now();
 // OpenAI's usage object.
 nlohmann::json usage_json(int32_t prompt_tokens, int32_t completion_tokens);
 
+// A whole answer (chat.completion, text_completion): its one choice, with the generated ids added when the request
+// asked for them (return_token_ids), in the envelope both routes share.
+struct AnswerHeader {
+  const std::string& id;
+  std::string_view object;
+  int64_t created;
+  const std::string& model;
+};
+nlohmann::json whole_answer_json(const AnswerHeader& header, nlohmann::json choice, bool return_token_ids,
+                                 const CollectedGeneration& generation);
+
 // What every chunk of a stream repeats (id, object, created, model), with "usage": null when the client asked
 // for usage (stream_options.include_usage): it then comes in a last chunk of its own, usage_chunk.
 nlohmann::json chunk_header(const std::string& id, std::string_view object, int64_t created, const std::string& model,

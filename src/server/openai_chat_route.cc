@@ -161,17 +161,8 @@ nlohmann::json chat_completion_json(const ServerContext& context, const ChatRepl
     for (const auto& token : generation.tokens) content.push_back(logprob_entry(context, token));
     choice["logprobs"] = {{"content", std::move(content)}};
   }
-  if (request.sampling.return_token_ids) {
-    auto ids = nlohmann::json::array();
-    for (const auto& token : generation.tokens) ids.push_back(token.id);
-    choice["token_ids"] = std::move(ids);
-  }
-  return {{"id", reply.id},
-          {"object", "chat.completion"},
-          {"created", reply.created},
-          {"model", reply.model},
-          {"choices", nlohmann::json::array({std::move(choice)})},
-          {"usage", usage_json(generation.finished.prompt_tokens, generation.finished.completion_tokens)}};
+  return whole_answer_json({reply.id, "chat.completion", reply.created, reply.model}, std::move(choice),
+                           request.sampling.return_token_ids, generation);
 }
 
 }  // namespace

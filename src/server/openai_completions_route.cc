@@ -162,17 +162,8 @@ nlohmann::json completion_json(const ServerContext& context, const CompletionRep
     size_t offset = 0;
     choice["logprobs"] = legacy_logprobs(context, generation.tokens, offset);
   }
-  if (request.sampling.return_token_ids) {
-    auto ids = nlohmann::json::array();
-    for (const auto& token : generation.tokens) ids.push_back(token.id);
-    choice["token_ids"] = std::move(ids);
-  }
-  return {{"id", reply.id},
-          {"object", "text_completion"},
-          {"created", reply.created},
-          {"model", reply.model},
-          {"choices", nlohmann::json::array({std::move(choice)})},
-          {"usage", usage_json(generation.finished.prompt_tokens, generation.finished.completion_tokens)}};
+  return whole_answer_json({reply.id, "text_completion", reply.created, reply.model}, std::move(choice),
+                           request.sampling.return_token_ids, generation);
 }
 
 }  // namespace

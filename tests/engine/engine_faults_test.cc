@@ -16,18 +16,10 @@ using testing::drain;
 using testing::FakeModel;
 using testing::greedy_request;
 using testing::Outcome;
+using testing::small_options;
 
 constexpr int32_t kVocab = 97;
 constexpr int32_t kPoison = 66;
-
-EngineOptions options_with(int32_t parallel) {
-  EngineOptions options;
-  options.parallel = parallel;
-  options.context = 512;
-  options.prefill_chunk = 64;
-  options.queue_limit = 8;
-  return options;
-}
 
 // Waits until the engine has run `steps` steps (the healthy request is decoding).
 void wait_for_steps(const Engine& engine, int64_t steps) {
@@ -43,13 +35,13 @@ TEST(EngineFaults, ARefusedPieceFailsItsRequestAloneAndTheOthersAreExact) {
   std::vector<int32_t> alone_tokens;
   {
     FakeModel model(kVocab);
-    Engine engine(model, nullptr, options_with(2));
+    Engine engine(model, nullptr, small_options(2));
     alone_tokens = drain(*engine.submit(healthy)).tokens;
   }
   FakeModel model(kVocab);
   model.set_poison_token(kPoison);
   model.set_step_delay(std::chrono::milliseconds(2));
-  Engine engine(model, nullptr, options_with(2));
+  Engine engine(model, nullptr, small_options(2));
   auto healthy_handle = engine.submit(healthy);
   wait_for_steps(engine, 3);
   const Outcome poisoned = drain(*engine.submit(greedy_request({5, kPoison, 7}, 4)));
@@ -71,7 +63,7 @@ TEST(EngineFaults, ARefusedPieceFailsItsRequestAloneAndTheOthersAreExact) {
 TEST(EngineFaults, AThrowMidStepFailsThatStepsRequestsAndTheWaitingOneRuns) {
   FakeModel model(kVocab);
   model.set_crash_token(kPoison);
-  Engine engine(model, nullptr, options_with(1));
+  Engine engine(model, nullptr, small_options(1));
   auto crashing = engine.submit(greedy_request({5, kPoison}, 4));
   auto waiting = engine.submit(greedy_request({1, 2}, 6));
   const Outcome crashed = drain(*crashing);
@@ -88,7 +80,7 @@ TEST(EngineFaults, AThrowMidStepFailsThatStepsRequestsAndTheWaitingOneRuns) {
 TEST(EngineFaults, TheListenerAnnouncesEventsAndNeverRunsAfterItIsCleared) {
   FakeModel model(kVocab);
   model.set_step_delay(std::chrono::milliseconds(5));  // the listener is set long before the later tokens come
-  Engine engine(model, nullptr, options_with(1));
+  Engine engine(model, nullptr, small_options(1));
   auto handle = engine.submit(greedy_request({1, 2}, 5));
   std::atomic<int> calls = 0;
   handle->set_listener([&calls] { ++calls; });

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "api_error_of.h"
 #include "server/request_gate.h"
 
 namespace duet::server {
@@ -33,16 +34,6 @@ size_t read_all(RequestReader& reader, std::string_view bytes, size_t step = 1 <
     if (reader.state() == RequestReader::State::complete) break;
   }
   return used;
-}
-
-ApiError error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ApiError& error) {
-    return error;
-  }
-  ADD_FAILURE() << "no error thrown";
-  return ApiError(0, "");
 }
 
 TEST(RequestReader, ReadsARequestByteByByteAndStopsAtItsEnd) {
