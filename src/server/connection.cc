@@ -8,7 +8,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 
-#include "base/error.h"
 #include "base/log.h"
 #include "server/request_gate.h"
 #include "server/sse.h"
@@ -28,19 +27,7 @@ constexpr auto kTick = std::chrono::seconds(1);  // stall checks and stream keep
 constexpr auto kLinger = std::chrono::seconds(2);
 
 HttpResponse run_route(const RouteTable::Route& route, const HttpRequest& request) {
-  try {
-    return route.handler(request);
-  } catch (const ApiError& error) {
-    return error_response(error);
-  } catch (const duet::Error& error) {
-    return error_response(ApiError(400, error.what()));
-  } catch (const std::exception& error) {
-    log_warn("{} {}: {}", request.method, route.path, error.what());
-    return error_response(ApiError(500, std::string("internal error: ") + error.what()));
-  } catch (...) {
-    log_warn("{} {}: an exception that is not a std::exception", request.method, route.path);
-    return error_response(ApiError(500, "internal error"));
-  }
+  return response_of([&] { return route.handler(request); }, request.method + " " + route.path);
 }
 
 HttpResponse timeout_response(std::string_view part, std::chrono::seconds limit, std::string_view flag) {

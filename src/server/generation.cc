@@ -25,13 +25,7 @@ class CollectedBody final : public GenerationBody {
     const engine::FinishedEvent& finished = generation_.finished;
     if (finished.reason == engine::FinishReason::error)
       return error_response(ApiError(500, "generation failed: " + finished.error, "", "engine_error"));
-    try {
-      return json_response(build_(generation_));
-    } catch (const ApiError& error) {
-      return error_response(error);
-    } catch (const std::exception& error) {
-      return error_response(ApiError(500, std::string("internal error: ") + error.what()));
-    }
+    return response_of([this] { return build_(generation_); }, "building an answer");
   }
 
  private:

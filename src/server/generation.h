@@ -66,8 +66,9 @@ class GenerationBody {
   bool done_ = false;
 };
 
-// A whole answer: `build` makes the route's JSON from the finished generation (an engine error is answered 500).
-using AnswerBuilder = std::function<nlohmann::json(const CollectedGeneration&)>;
+// A whole answer: `build` makes the route's response from the finished generation, on the connection's event loop
+// (an engine error is answered 500 without calling it; what it throws is answered like a route's throw).
+using AnswerBuilder = std::function<HttpResponse(const CollectedGeneration&)>;
 HttpResponse collect_generation(ServerContext& context, std::shared_ptr<engine::RequestHandle> handle,
                                 AnswerBuilder build);
 // A stream of server-sent events in the formatter's chunk format, ended by `data: [DONE]`.

@@ -2,6 +2,8 @@
 
 #include <boost/beast/core/string.hpp>
 
+#include "base/error.h"
+#include "base/log.h"
 #include "server/request_parsing.h"
 
 namespace duet::server {
@@ -23,6 +25,22 @@ HttpResponse error_response(const ApiError& error) {
   HttpResponse res = json_response(error_json(error), error.status());
   if (error.retry_after_s) res.headers.emplace_back("Retry-After", std::to_string(*error.retry_after_s));
   return res;
+}
+
+HttpResponse response_of(const std::function<HttpResponse()>& make, std::string_view context) {
+  try {
+    return make();
+  } catch (const ApiError& error) {
+    return error_response(error);
+  } catch (const duet::Error& error) {
+    return error_response(ApiError(400, error.what()));
+  } catch (const std::exception& error) {
+    log_warn("{}: {}", context, error.what());
+    return error_response(ApiError(500, std::string("internal error: ") + error.what()));
+  } catch (...) {
+    log_warn("{}: an exception that is not a std::exception", context);
+    return error_response(ApiError(500, "internal error"));
+  }
 }
 
 nlohmann::json request_json(const HttpRequest& req) { return parse_json_body(req.body); }

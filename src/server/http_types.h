@@ -2,6 +2,7 @@
 // The HTTP request and response as routes see them, whatever the transport: a route reads the method, path,
 // headers and body, and answers with a status, headers and a body, or with a generation whose body comes from an
 // engine request's events (generation.h).
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -39,6 +40,10 @@ struct HttpResponse {
 HttpResponse json_response(const nlohmann::json& body, int status = 200);
 // An error in OpenAI's shape, with Retry-After when the error has one.
 HttpResponse error_response(const ApiError& error);
+
+// What `make` returns, or what it throws as a response: ApiError with its status, duet::Error 400, anything else 500
+// (logged with `context`, the request's method and path).
+HttpResponse response_of(const std::function<HttpResponse()>& make, std::string_view context);
 
 // The request's body as a JSON object (400 invalid_json otherwise; see parse_json_body).
 nlohmann::json request_json(const HttpRequest& req);

@@ -200,7 +200,7 @@ void add_chat_route(RouteTable& table, ServerContext& context) {
                                std::make_unique<ChatStreamFormatter>(context, std::move(reply), request));
     return collect_generation(context, std::move(handle),
                               [&context, reply = std::move(reply), request](const CollectedGeneration& generation) {
-                                return chat_completion_json(context, reply, request, generation);
+                                return json_response(chat_completion_json(context, reply, request, generation));
                               });
   });
 }

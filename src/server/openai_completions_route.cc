@@ -185,7 +185,7 @@ void add_completions_route(RouteTable& table, ServerContext& context) {
                                std::make_unique<CompletionStreamFormatter>(context, std::move(reply), request));
     return collect_generation(context, std::move(handle),
                               [&context, reply = std::move(reply), request](const CollectedGeneration& generation) {
-                                return completion_json(context, reply, request, generation);
+                                return json_response(completion_json(context, reply, request, generation));
                               });
   });
 }
