@@ -2,12 +2,14 @@
 // the OpenAI-compatible HTTP API and System One decisions.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <utility>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -33,6 +35,12 @@ struct ServeFlags {
   bool no_thinking = false;
   int threads = 0;
   std::string backend = "auto";
+  // HTTP deadlines in seconds (server::HttpLimits holds them as durations).
+  int header_timeout_s = 10;
+  int body_timeout_s = 60;
+  int idle_timeout_s = 30;
+  int send_timeout_s = 30;
+  int shutdown_grace_s = 30;
 };
 
 // One key per line; blank lines and surrounding whitespace are ignored.
@@ -62,12 +70,30 @@ void check_flags(const ServeFlags& flags) {
   if (flags.server.max_tokens < 1 || flags.server.max_tokens >= flags.engine.context)
     fail("--max-tokens {}: must be between 1 and --context - 1 ({})", flags.server.max_tokens,
          flags.engine.context - 1);
-  if (flags.server.max_body_bytes < 1024)
-    fail("--max-body-bytes {}: must be at least 1024", flags.server.max_body_bytes);
+  const server::HttpLimits& http = flags.server.http;
+  if (http.max_body_bytes < 1024) fail("--max-body-bytes {}: must be at least 1024", http.max_body_bytes);
+  if (http.max_header_bytes < 1024) fail("--max-header-bytes {}: must be at least 1024", http.max_header_bytes);
+  if (http.max_unsent_bytes < 4096) fail("--max-unsent-bytes {}: must be at least 4096", http.max_unsent_bytes);
+  for (auto [flag, seconds] : {std::pair{"--header-timeout", flags.header_timeout_s},
+                               {"--body-timeout", flags.body_timeout_s},
+                               {"--idle-timeout", flags.idle_timeout_s},
+                               {"--send-timeout", flags.send_timeout_s}})
+    if (seconds < 1) fail("{} {}: must be at least 1 second", flag, seconds);
+  if (flags.shutdown_grace_s < 0) fail("--shutdown-grace {}: must be 0 or more seconds", flags.shutdown_grace_s);
   if (flags.server.port < 0 || flags.server.port > 65535) fail("--port {}: not a port", flags.server.port);
   if (flags.threads < 0) fail("--threads {}: must be 0 (all cores) or more", flags.threads);
   for (const auto& key : flags.api_keys)
     if (key.empty()) fail("--api-key: an empty key would accept anyone; leave the flag out instead");
+}
+
+void set_http_limits(ServeFlags& flags) {
+  server::HttpLimits& http = flags.server.http;
+  http.header_timeout = std::chrono::seconds(flags.header_timeout_s);
+  http.body_timeout = std::chrono::seconds(flags.body_timeout_s);
+  http.idle_timeout = std::chrono::seconds(flags.idle_timeout_s);
+  http.send_timeout = std::chrono::seconds(flags.send_timeout_s);
+  http.shutdown_grace = std::chrono::seconds(flags.shutdown_grace_s);
+  http.max_connections = server::effective_max_connections(http.max_connections);
 }
 
 // SIGINT/SIGTERM are taken by a thread (sigwait) that stops the server, so shutdown runs outside a handler.
@@ -81,6 +107,7 @@ sigset_t stop_signals() {
 
 void serve(ServeFlags& flags) {
   check_flags(flags);
+  set_http_limits(flags);
   // A client that disconnects makes a write fail; it must not kill the process.
   std::signal(SIGPIPE, SIG_IGN);
   sigset_t signals = stop_signals();
@@ -96,7 +123,6 @@ void serve(ServeFlags& flags) {
   if (options.served_model_name.empty()) options.served_model_name = "duet";
   options.context = flags.engine.context;
   options.enable_thinking = !flags.no_thinking;
-  options.http_threads = flags.engine.parallel + flags.engine.queue_limit + 8;
 
   log_info("loading {}", flags.model_dir);
   auto tokenizer = tokenizer::Tokenizer::load_dir(flags.model_dir);
@@ -125,22 +151,31 @@ void serve(ServeFlags& flags) {
 
   server::HttpServer http(context);
   int port = http.bind();
-  std::atomic<bool> stopping = false;
-  std::thread stopper([&http, &stopping, signals] {
+  // The first signal stops gracefully (server/http_server.h); a second one exits at once. After run() returns,
+  // the thread is woken with `finished` set and leaves.
+  std::atomic<bool> finished = false;
+  std::thread stopper([&http, &finished, &flags, signals] {
     int signal = 0;
     sigwait(&signals, &signal);
-    if (!stopping.exchange(true)) log_info("signal {}: stopping", signal);
+    if (finished) return;
+    log_info("signal {}: stopping (running requests have {} s; a second signal exits at once)", signal,
+             flags.shutdown_grace_s);
     http.stop();
+    sigwait(&signals, &signal);
+    if (finished) return;
+    log_warn("signal {} again: exiting now", signal);
+    std::_Exit(128 + signal);
   });
   // Scripts and tests read this line to learn the port (--port 0 picks a free one).
-  std::printf("duet serve: %s as `%s` on http://%s:%d (parallel %d, context %d%s)\n", flags.model_dir.c_str(),
-              options.served_model_name.c_str(), options.host.c_str(), port, flags.engine.parallel,
-              flags.engine.context, head ? ", decisions" : "");
+  std::printf("duet serve: %s as `%s` on http://%s:%d (parallel %d, context %d, max connections %d%s)\n",
+              flags.model_dir.c_str(), options.served_model_name.c_str(), options.host.c_str(), port,
+              flags.engine.parallel, flags.engine.context, options.http.max_connections, head ? ", decisions" : "");
   std::fflush(stdout);
-  http.listen();
-  // listen() also returns if the socket fails; wake the stopper so it can be joined.
-  if (!stopping.exchange(true)) pthread_kill(stopper.native_handle(), SIGTERM);
+  http.run();
+  finished = true;
+  pthread_kill(stopper.native_handle(), SIGTERM);
   stopper.join();
+  log_info("stopped");
 }
 
 }  // namespace
@@ -172,7 +207,32 @@ void add_serve_command(CLI::App& app) {
                 "Chat template without reasoning by default (requests may still set chat_template_kwargs)");
   cmd->add_option("--served-model-name", flags->server.served_model_name,
                   "The model id clients send and /v1/models lists (default: the model folder's name)");
-  cmd->add_option("--max-body-bytes", flags->server.max_body_bytes, "Largest request body accepted (413 above)")
+  auto& http = flags->server.http;
+  cmd->add_option("--max-body-bytes", http.max_body_bytes,
+                  "Largest request body, chunked ones included (413 above, before reading when declared)")
+      ->capture_default_str();
+  cmd->add_option("--max-header-bytes", http.max_header_bytes, "Largest request line + headers (431 above)")
+      ->capture_default_str();
+  cmd->add_option("--header-timeout", flags->header_timeout_s,
+                  "Seconds from a request's first byte to the end of its header (408 after)")
+      ->capture_default_str();
+  cmd->add_option("--body-timeout", flags->body_timeout_s,
+                  "Seconds from the end of a request's header to the end of its body (408 after)")
+      ->capture_default_str();
+  cmd->add_option("--idle-timeout", flags->idle_timeout_s,
+                  "Seconds a connection may wait for its next request before it is closed")
+      ->capture_default_str();
+  cmd->add_option("--send-timeout", flags->send_timeout_s,
+                  "Seconds a client may take no byte of its answer before its connection is closed")
+      ->capture_default_str();
+  cmd->add_option("--max-unsent-bytes", http.max_unsent_bytes,
+                  "Bytes of a stream that may wait for a slow client; past it the stream is cut and cancelled")
+      ->capture_default_str();
+  cmd->add_option("--max-connections", http.max_connections,
+                  "Open connections; more are answered 503 (0: as file descriptors allow, at most 10000)")
+      ->capture_default_str();
+  cmd->add_option("--shutdown-grace", flags->shutdown_grace_s,
+                  "Seconds running requests get to finish after SIGTERM/SIGINT before they are cancelled")
       ->capture_default_str();
   cmd->add_option("--queue-limit", flags->engine.queue_limit,
                   "Requests that may wait for a slot; more are refused with 429")

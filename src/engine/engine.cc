@@ -126,25 +126,52 @@ struct Engine::Impl {
     return handle;
   }
 
+  // Nothing thrown here can reach std::terminate: whatever a step throws fails that step's requests alone.
   void run() {
     for (;;) {
-      {
-        std::unique_lock lock(mutex);
-        // Sleeps when there is nothing to run; a submit or the destructor wakes it.
-        wake.wait(lock, [this] { return stopping || !waiting.empty() || !scheduler.idle(); });
-        if (stopping) break;
-        admit_waiting();
-      }
       try {
+        {
+          std::unique_lock lock(mutex);
+          // Sleeps when there is nothing to run; a submit or the destructor wakes it.
+          wake.wait(lock, [this] { return stopping || !waiting.empty() || !scheduler.idle(); });
+          if (stopping) break;
+          admit_waiting();
+        }
         step();
-      } catch (const std::exception& e) {
-        // Never let the engine thread die: whatever was running fails with the message, the rest goes on.
-        log_warn("engine: step failed: {}", e.what());
-        for (const auto& sequence : scheduler.running()) end(*sequence, FinishReason::error, e.what());
-        release_finished();
+      } catch (...) {
+        fail_step(describe(std::current_exception()));
       }
     }
-    shut_down();
+    try {
+      shut_down();
+    } catch (...) {
+      log_warn("engine: shutting down: {}", describe(std::current_exception()));
+    }
+  }
+
+  static std::string describe(const std::exception_ptr& error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      return e.what();
+    } catch (...) {
+      return "an exception that is not a std::exception";
+    }
+  }
+
+  // The requests of the step that threw end with the error (their states may be half-written); sequences outside
+  // the step and waiting requests go on.
+  void fail_step(const std::string& message) noexcept {
+    try {
+      log_warn("engine: step failed: {}", message);
+      for (Sequence* sequence : in_step) end(*sequence, FinishReason::error, message);
+      in_step.clear();
+      release_finished();
+    } catch (...) {
+      // Not even the error could be sent (out of memory): pause, and let the next step try again.
+      in_step.clear();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
   }
 
   // Under the lock: drop cancelled waiters, then admit FIFO while a slot is free and the oldest waiter's pages can
@@ -173,6 +200,8 @@ struct Engine::Impl {
     release_finished();
     const std::vector<ScheduledPiece> planned = scheduler.plan_step();
     if (planned.empty()) return;
+    in_step.clear();
+    for (const ScheduledPiece& piece : planned) in_step.push_back(piece.sequence);
 
     // A backend that samples next to its logits gets each sampling piece's settings; otherwise the logits come back
     // and are sampled here.
@@ -199,7 +228,18 @@ struct Engine::Impl {
       if (piece.is_prefill) prompt_tokens += static_cast<int64_t>(piece.tokens.size());
     }
     const auto started = Clock::now();
-    std::vector<model::PieceResult> results = model.forward(pieces);
+    std::vector<model::PieceResult> results;
+    try {
+      results = model.forward(pieces);
+    } catch (const model::PieceRefused& refused) {
+      // Nothing moved: the piece the model named fails alone, the others run again next step.
+      if (refused.piece() >= planned.size()) throw;
+      log_warn("engine: step refused: {}", refused.what());
+      end(*planned[refused.piece()].sequence, FinishReason::error, refused.what());
+      in_step.clear();
+      release_finished();
+      return;
+    }
     if (results.size() != planned.size()) {
       fail("engine: model returned {} results for {} pieces", results.size(), planned.size());
     }
@@ -217,20 +257,21 @@ struct Engine::Impl {
     for (size_t i = 0; i < planned.size(); ++i) {
       if (planned[i].samples) sampling.push_back(i);
     }
-    std::vector<SampledToken> tokens;
-    if (on_backend) {
-      for (size_t index : sampling)
-        tokens.push_back(to_sampled_token(results[index].sampled, planned[index].sequence->sampling()));
-    } else {
-      tokens = sample_all(planned, results, sampling);
-    }
+    const SampledTokens sampled =
+        on_backend ? backend_samples(planned, results, sampling) : sample_all(planned, results, sampling);
     for (size_t k = 0; k < sampling.size(); ++k) {
       Sequence& sequence = *planned[sampling[k]].sequence;
-      const std::optional<FinishReason> reason = sequence.accept(tokens[k], is_stop_token(sequence, tokens[k].id));
+      if (sampled.errors[k]) {  // this row's sampling failed: its request alone ends
+        end(sequence, FinishReason::error, describe(sampled.errors[k]));
+        continue;
+      }
+      const SampledToken& token = sampled.tokens[k];
+      const std::optional<FinishReason> reason = sequence.accept(token, is_stop_token(sequence, token.id));
       if (reason) end(sequence, *reason, {});
     }
     const auto generated = static_cast<int64_t>(sampling.size());
     const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    in_step.clear();
     release_finished();
     std::lock_guard lock(mutex);
     refresh_pool_stats_locked();
@@ -259,11 +300,26 @@ struct Engine::Impl {
     }
   }
 
-  // Samples every sampling piece's token. Each is a pure function of its own row and sequence, so they run side by
-  // side on the sampling pool (a 150k vocabulary takes milliseconds per token) with the same results as in turn.
-  std::vector<SampledToken> sample_all(const std::vector<ScheduledPiece>& planned,
+  struct SampledTokens {
+    std::vector<SampledToken> tokens;
+    std::vector<std::exception_ptr> errors;  // set where a row's sampling threw; its token is not valid
+  };
+
+  // The tokens a backend that samples sent back with its results (it never fails a row alone).
+  static SampledTokens backend_samples(const std::vector<ScheduledPiece>& planned,
                                        const std::vector<model::PieceResult>& results,
                                        const std::vector<size_t>& sampling) {
+    SampledTokens sampled;
+    sampled.errors.resize(sampling.size());
+    for (size_t index : sampling)
+      sampled.tokens.push_back(to_sampled_token(results[index].sampled, planned[index].sequence->sampling()));
+    return sampled;
+  }
+
+  // Samples every sampling piece's token. Each is a pure function of its own row and sequence, so they run side by
+  // side on the sampling pool (a 150k vocabulary takes milliseconds per token) with the same results as in turn.
+  SampledTokens sample_all(const std::vector<ScheduledPiece>& planned, const std::vector<model::PieceResult>& results,
+                           const std::vector<size_t>& sampling) {
     const auto vocab = static_cast<size_t>(limits.vocab_size);
     for (size_t index : sampling) {
       const size_t size = results[index].logits.size();
@@ -289,10 +345,7 @@ struct Engine::Impl {
     } else {
       sample_range(0, sampling.size());
     }
-    for (const std::exception_ptr& error : errors) {
-      if (error) std::rethrow_exception(error);
-    }
-    return tokens;
+    return {std::move(tokens), std::move(errors)};
   }
 
   bool is_stop_token(const Sequence& sequence, int32_t id) const {
@@ -350,9 +403,10 @@ struct Engine::Impl {
   const std::vector<int32_t> eos;
   // The width of the final-norm rows a decision's sink gets.
   const int64_t hidden = model.config().hidden_size;
-  StatePool pool;            // engine thread only
-  Scheduler scheduler;       // engine thread only
-  ThreadPool sampling_pool;  // engine thread only; its own, so it never races the backend's pool
+  StatePool pool;                  // engine thread only
+  Scheduler scheduler;             // engine thread only
+  ThreadPool sampling_pool;        // engine thread only; its own, so it never races the backend's pool
+  std::vector<Sequence*> in_step;  // engine thread only: the sequences of the step being run, failed if it throws
 
   mutable std::mutex mutex;  // guards everything below
   std::condition_variable wake;

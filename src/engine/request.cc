@@ -24,6 +24,37 @@ std::optional<Event> RequestHandle::next(std::chrono::milliseconds timeout) {
   return event;
 }
 
+std::optional<Event> RequestHandle::try_next() {
+  std::lock_guard lock(mutex_);
+  if (events_.empty()) return std::nullopt;
+  Event event = std::move(events_.front());
+  events_.pop_front();
+  return event;
+}
+
+void RequestHandle::set_listener(std::function<void()> listener) {
+  {
+    std::lock_guard lock(listener_mutex_);
+    listener_ = std::move(listener);
+  }
+  bool pending = false;
+  {
+    std::lock_guard lock(mutex_);
+    pending = !events_.empty();
+  }
+  if (pending) notify_listener();
+}
+
+void RequestHandle::notify_listener() {
+  std::lock_guard lock(listener_mutex_);
+  if (!listener_) return;
+  try {
+    listener_();
+  } catch (...) {
+    // A listener that throws must not take the engine thread down.
+  }
+}
+
 void RequestHandle::cancel() {
   std::lock_guard lock(mutex_);
   cancelled_ = true;
@@ -40,6 +71,7 @@ void RequestHandle::push(Event event) {
     events_.push_back(std::move(event));
   }
   ready_.notify_all();
+  notify_listener();
 }
 
 }  // namespace duet::engine

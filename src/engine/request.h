@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -94,11 +95,18 @@ class RequestInvalid : public Error {
   std::string code_;
 };
 
-// The consumer side of a request: events in order, ending with exactly one FinishedEvent.
+// The consumer side of a request: events in order, ending with exactly one FinishedEvent. A consumer either waits in
+// next() or, without holding a thread, sets a listener and takes events with try_next() when it is called.
 class RequestHandle {
  public:
   // Blocks until an event is ready or the timeout passes (nullopt).
   std::optional<Event> next(std::chrono::milliseconds timeout);
+  // The next event if one is ready; never blocks.
+  std::optional<Event> try_next();
+  // Called after every push, on the engine thread and outside the event lock: it must be quick and must not throw
+  // (an HTTP server posts a drain to the connection's event loop). Called at once if events already wait. Once
+  // set_listener(nullptr) returns, the old listener is not running and never runs again.
+  void set_listener(std::function<void()> listener);
   // Asks the engine to stop this request; it frees its slot at the next step and sends FinishedEvent
   // (cancelled). Safe to call from any thread, any number of times.
   void cancel();
@@ -108,10 +116,14 @@ class RequestHandle {
   void push(Event event);
 
  private:
+  void notify_listener();
+
   mutable std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<Event> events_;
   bool cancelled_ = false;
+  std::mutex listener_mutex_;  // held while the listener runs, so clearing it waits for a call in progress
+  std::function<void()> listener_;
 };
 
 }  // namespace duet::engine

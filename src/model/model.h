@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "base/error.h"
 #include "model/qwen35_config.h"
 
 namespace duet::model {
@@ -50,6 +51,17 @@ struct Piece {
   // do not depend on where the prompt was cut at multiples of 64.
   backend::RowRole role = backend::RowRole::prefill;
   const backend::SampleSpec* sample = nullptr;  // with RowOutput::sampled
+};
+
+// A step refused before any state moved, because of one piece (its index in the step): the engine fails that
+// piece's request alone and runs the others again.
+class PieceRefused : public Error {
+ public:
+  PieceRefused(size_t piece, const std::string& message) : Error(message), piece_(piece) {}
+  size_t piece() const { return piece_; }
+
+ private:
+  size_t piece_;
 };
 
 struct PieceResult {
@@ -105,8 +117,10 @@ class Model {
   virtual void lm_head_rows(std::span<const int32_t> ids, float* out) const;
 
   // Runs one step. Each piece's rows depend only on its own sequence (row invariance): results do not change
-  // with which other pieces share the step, nor with which KV pages they got. Throws duet::Error, with no state
-  // moved, if a piece would pass its state's max_positions or the step needs more KV pages than are free.
+  // with which other pieces share the step, nor with which KV pages they got. Throws PieceRefused, with no state
+  // moved, for a piece it cannot run (an id outside the vocabulary, past its state's max_positions), and
+  // duet::Error, with no state moved, if the step needs more KV pages than are free. Any other exception may leave
+  // the states of the step's pieces half-written.
   // Pieces of either role may come in any order.
   virtual std::vector<PieceResult> forward(std::span<const Piece> pieces) = 0;
 };

@@ -23,15 +23,17 @@ std::vector<Qwen35SequenceState*> checked_states(std::span<const Piece> pieces, 
   for (size_t i = 0; i < pieces.size(); ++i) {
     const Piece& piece = pieces[i];
     auto* state = dynamic_cast<Qwen35SequenceState*>(piece.state);
-    if (state == nullptr) fail("forward: piece {} has no sequence state of this model", i);
-    if (!seen.insert(state).second) fail("forward: piece {} repeats a sequence already in this step", i);
-    if (piece.tokens.empty()) fail("forward: piece {} has no tokens", i);
+    auto refuse = [i](std::string reason) { throw PieceRefused(i, fmt::format("forward: piece {} {}", i, reason)); };
+    if (state == nullptr) refuse("has no sequence state of this model");
+    if (!seen.insert(state).second) refuse("repeats a sequence already in this step");
+    if (piece.tokens.empty()) refuse("has no tokens");
     if (static_cast<int64_t>(state->position()) + static_cast<int64_t>(piece.tokens.size()) > state->max_positions())
-      fail("forward: piece {} needs positions up to {}, its state holds {}", i,
-           static_cast<int64_t>(state->position()) + static_cast<int64_t>(piece.tokens.size()), state->max_positions());
+      refuse(fmt::format("needs positions up to {}, its state holds {}",
+                         static_cast<int64_t>(state->position()) + static_cast<int64_t>(piece.tokens.size()),
+                         state->max_positions()));
     for (int32_t id : piece.tokens)
       if (id < 0 || id >= config.vocab_size)
-        fail("forward: piece {} has token id {} outside the vocabulary [0, {})", i, id, config.vocab_size);
+        refuse(fmt::format("has token id {} outside the vocabulary [0, {})", id, config.vocab_size));
     states.push_back(state);
   }
   // KV pages, per store (states without a shared store have their own): all checked, then all taken.

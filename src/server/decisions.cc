@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <memory>
 
 #include "decision/answers.h"
@@ -29,12 +28,23 @@ std::shared_ptr<engine::RequestHandle> submit_decision(ServerContext& context, e
   }
 }
 
-// A decision sends exactly one event: its FinishedEvent.
-engine::FinishedEvent wait_finished(engine::RequestHandle& handle) {
-  for (;;) {
-    std::optional<engine::Event> event = handle.next(std::chrono::seconds(1));
-    if (!event) continue;
-    if (auto* finished = std::get_if<engine::FinishedEvent>(&*event)) return std::move(*finished);
+// The answer once the engine finished the decision (it sends no token, only its FinishedEvent); an engine error is
+// answered by collect_generation.
+HttpResponse finished_decision(const ServerContext& context, const decision::DecisionRequest& request,
+                               const decision::Encoding& encoding, const engine::FinishedEvent& finished) {
+  switch (finished.reason) {
+    case engine::FinishReason::stop: {
+      HttpResponse res;
+      res.body =
+          decision::decision_response(request, encoding, finished.decision_logits, context.options.served_model_name);
+      return res;
+    }
+    case engine::FinishReason::cancelled:
+      throw ApiError(503,
+                     "the decision was cancelled before it was made (the server is stopping, or the client went away)",
+                     "", "cancelled");
+    default:
+      throw ApiError(500, "the decision failed: " + finished.error, "", "engine_error");
   }
 }
 
@@ -48,7 +58,7 @@ decision::Json parse_decision_request_body(std::string_view body) {
   }
 }
 
-std::string answer_decision(ServerContext& context, const decision::Json& body) {
+HttpResponse answer_decision(ServerContext& context, const decision::Json& body) {
   if (!context.decisions)
     throw ApiError(404,
                    fmt::format("`{}` serves no decisions: its folder has no joint_head.safetensors and "
@@ -57,28 +67,24 @@ std::string answer_decision(ServerContext& context, const decision::Json& body) 
                    "", "decisions_not_supported");
   const DecisionSupport& support = *context.decisions;
   try {
-    const decision::DecisionRequest request = decision::validate_decision_request(body);
-    if (request.model != context.options.served_model_name)
+    auto request = std::make_shared<const decision::DecisionRequest>(decision::validate_decision_request(body));
+    if (request->model != context.options.served_model_name)
       throw ApiError(404,
-                     fmt::format("the model `{}` does not exist; this server serves `{}`", request.model.substr(0, 200),
-                                 context.options.served_model_name),
+                     fmt::format("the model `{}` does not exist; this server serves `{}`",
+                                 request->model.substr(0, 200), context.options.served_model_name),
                      "model", "model_not_found");
-    const decision::Encoding encoding = decision::encode_decision(context.tokenizer, request, support.max_length);
+    auto encoding = std::make_shared<const decision::Encoding>(
+        decision::encode_decision(context.tokenizer, *request, support.max_length));
     engine::Request engine_request;
     engine_request.kind = engine::RequestKind::decide;
-    engine_request.prompt = encoding.ids;
-    engine_request.decision = std::make_shared<decision::HeadInputGatherer>(support.head, *support.backbone, encoding);
-    const std::shared_ptr<engine::RequestHandle> handle = submit_decision(context, std::move(engine_request));
-    const engine::FinishedEvent finished = wait_finished(*handle);
-    switch (finished.reason) {
-      case engine::FinishReason::stop:
-        return decision::decision_response(request, encoding, finished.decision_logits,
-                                           context.options.served_model_name);
-      case engine::FinishReason::cancelled:
-        throw ApiError(503, "the server is shutting down; the decision was not made", "", "cancelled");
-      default:
-        throw ApiError(500, "the decision failed: " + finished.error, "", "engine_error");
-    }
+    engine_request.prompt = encoding->ids;
+    engine_request.decision = std::make_shared<decision::HeadInputGatherer>(support.head, *support.backbone, *encoding);
+    return collect_generation(
+        context, submit_decision(context, std::move(engine_request)),
+        [&context, request, encoding](const CollectedGeneration& generation) {
+          return finished_decision(context, *request, *encoding, generation.finished);
+        },
+        "the decision failed");
   } catch (const decision::DecisionError& error) {
     throw api_error(error);
   }

@@ -1,24 +1,71 @@
 #include "server/generation.h"
 
 #include <fmt/format.h>
-#include <httplib.h>
 
 #include <random>
 
-#include "base/log.h"
 #include "server/errors.h"
 #include "server/sse.h"
 
 namespace duet::server {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
-// How long a stream may stay silent before a keep-alive comment checks that the client is still there.
-constexpr auto kKeepAliveAfter = std::chrono::seconds(1);
-constexpr auto kPollInterval = std::chrono::milliseconds(250);
+class CollectedBody final : public GenerationBody {
+ public:
+  CollectedBody(ServerContext& context, std::shared_ptr<engine::RequestHandle> handle, AnswerBuilder build,
+                std::string failed)
+      : GenerationBody(context, std::move(handle)), build_(std::move(build)), failed_(std::move(failed)) {}
 
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+  bool streams() const override { return false; }
+
+  HttpResponse answer() override {
+    const engine::FinishedEvent& finished = generation_.finished;
+    if (finished.reason == engine::FinishReason::error)
+      return error_response(ApiError(500, failed_ + ": " + finished.error, "", "engine_error"));
+    return response_of([this] { return build_(generation_); }, "building an answer");
+  }
+
+ private:
+  std::string on_tokens(std::vector<engine::TokenEvent>& tokens) override {
+    for (auto& token : tokens) {
+      generation_.text += token.text;
+      generation_.tokens.push_back(std::move(token));
+    }
+    return {};
+  }
+
+  std::string on_finished(engine::FinishedEvent& finished) override {
+    generation_.text += finished.text_tail;
+    generation_.finished = std::move(finished);
+    return {};
+  }
+
+  AnswerBuilder build_;
+  std::string failed_;  // the 500's message starts with it
+  CollectedGeneration generation_;
+};
+
+class StreamedBody final : public GenerationBody {
+ public:
+  StreamedBody(ServerContext& context, std::shared_ptr<engine::RequestHandle> handle,
+               std::unique_ptr<StreamFormatter> formatter)
+      : GenerationBody(context, std::move(handle)), formatter_(std::move(formatter)) {}
+
+  bool streams() const override { return true; }
+  std::string begin() override { return formatter_->start(); }
+
+ private:
+  std::string on_tokens(std::vector<engine::TokenEvent>& tokens) override { return formatter_->tokens(tokens); }
+  std::string on_finished(engine::FinishedEvent& finished) override {
+    return formatter_->finish(finished) + sse_done();
+  }
+
+  std::unique_ptr<StreamFormatter> formatter_;
+};
 
 }  // namespace
 
@@ -35,92 +82,43 @@ std::shared_ptr<engine::RequestHandle> submit_request(ServerContext& context, en
   }
 }
 
-CollectedGeneration collect_generation(ServerContext& context, engine::RequestHandle& handle) {
-  CollectedGeneration result;
-  auto start = Clock::now();
-  while (true) {
-    auto event = handle.next(std::chrono::seconds(1));
-    if (!event) continue;
-    if (auto* token = std::get_if<engine::TokenEvent>(&*event)) {
-      result.text += token->text;
-      result.tokens.push_back(std::move(*token));
+GenerationBody::GenerationBody(ServerContext& context, std::shared_ptr<engine::RequestHandle> handle)
+    : context_(context), handle_(std::move(handle)) {}
+
+std::string GenerationBody::take(std::vector<engine::Event>& events) {
+  std::string out;
+  std::vector<engine::TokenEvent> tokens;  // every token that is ready goes out in one piece
+  for (auto& event : events) {
+    if (done_) break;  // nothing follows the FinishedEvent
+    if (auto* token = std::get_if<engine::TokenEvent>(&event)) {
+      tokens.push_back(std::move(*token));
       continue;
     }
-    result.finished = std::get<engine::FinishedEvent>(std::move(*event));
-    result.text += result.finished.text_tail;
-    context.metrics.record_finished(result.finished, seconds_since(start));
-    if (result.finished.reason == engine::FinishReason::error)
-      throw ApiError(500, "generation failed: " + result.finished.error, "", "engine_error");
-    return result;
+    if (!tokens.empty()) out += on_tokens(tokens);
+    tokens.clear();
+    auto& finished = std::get<engine::FinishedEvent>(event);
+    context_.metrics.record_finished(finished, seconds_since(start_));
+    out += on_finished(finished);
+    done_ = true;
   }
+  if (!tokens.empty()) out += on_tokens(tokens);
+  return out;
 }
 
-void stream_generation(ServerContext& context, httplib::Response& res, std::shared_ptr<engine::RequestHandle> handle,
-                       std::unique_ptr<StreamFormatter> formatter) {
-  struct StreamState {
-    std::shared_ptr<engine::RequestHandle> handle;
-    std::unique_ptr<StreamFormatter> formatter;
-    Clock::time_point start = Clock::now();
-    Clock::time_point last_write = Clock::now();
-    bool started = false;
-    bool finished = false;
-  };
-  auto state = std::make_shared<StreamState>();
-  state->handle = std::move(handle);
-  state->formatter = std::move(formatter);
+HttpResponse collect_generation(ServerContext& context, std::shared_ptr<engine::RequestHandle> handle,
+                                AnswerBuilder build, std::string failed) {
+  HttpResponse res;
+  res.generation = std::make_shared<CollectedBody>(context, std::move(handle), std::move(build), std::move(failed));
+  return res;
+}
 
-  res.status = 200;
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [state, &metrics = context.metrics](size_t, httplib::DataSink& sink) {
-        std::string out;
-        if (!state->started) {
-          out = state->formatter->start();
-          state->started = true;
-        }
-        // Everything that is ready goes out in one write.
-        std::vector<engine::TokenEvent> tokens;
-        std::optional<engine::FinishedEvent> finished;
-        auto event = state->handle->next(out.empty() ? kPollInterval : std::chrono::milliseconds(0));
-        while (event) {
-          if (auto* token = std::get_if<engine::TokenEvent>(&*event)) {
-            tokens.push_back(std::move(*token));
-          } else {
-            finished = std::get<engine::FinishedEvent>(std::move(*event));
-            break;
-          }
-          event = state->handle->next(std::chrono::milliseconds(0));
-        }
-        if (!tokens.empty()) out += state->formatter->tokens(tokens);
-        if (finished) {
-          metrics.record_finished(*finished, seconds_since(state->start));
-          out += state->formatter->finish(*finished);
-          out += sse_done();
-        }
-        if (out.empty() && Clock::now() - state->last_write > kKeepAliveAfter) out = sse_keepalive();
-        if (!out.empty()) {
-          // A failed write means the client is gone: stop generating for it.
-          if (!sink.write(out.data(), out.size())) {
-            state->handle->cancel();
-            return false;
-          }
-          state->last_write = Clock::now();
-        }
-        if (finished) {
-          state->finished = true;
-          sink.done();
-        }
-        return true;
-      },
-      [state](bool success) {
-        // Called once the response ends, however it ends; a stream that did not finish is cancelled.
-        if (!state->finished) {
-          log_debug("stream ended before its request finished (client gone); cancelling");
-          state->handle->cancel();
-        }
-      });
+HttpResponse stream_generation(ServerContext& context, std::shared_ptr<engine::RequestHandle> handle,
+                               std::unique_ptr<StreamFormatter> formatter) {
+  HttpResponse res;
+  res.content_type = "text/event-stream";
+  res.headers = {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
+  res.generation = std::make_shared<StreamedBody>(context, std::move(handle), std::move(formatter));
+  return res;
 }
 
 std::string random_id(std::string_view prefix) {
@@ -136,6 +134,21 @@ nlohmann::json usage_json(int32_t prompt_tokens, int32_t completion_tokens) {
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
           {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+nlohmann::json whole_answer_json(const AnswerHeader& header, nlohmann::json choice, bool return_token_ids,
+                                 const CollectedGeneration& generation) {
+  if (return_token_ids) {
+    auto ids = nlohmann::json::array();
+    for (const auto& token : generation.tokens) ids.push_back(token.id);
+    choice["token_ids"] = std::move(ids);
+  }
+  return {{"id", header.id},
+          {"object", header.object},
+          {"created", header.created},
+          {"model", header.model},
+          {"choices", nlohmann::json::array({std::move(choice)})},
+          {"usage", usage_json(generation.finished.prompt_tokens, generation.finished.completion_tokens)}};
 }
 
 nlohmann::json chunk_header(const std::string& id, std::string_view object, int64_t created, const std::string& model,

@@ -1,9 +1,10 @@
 #pragma once
-// Running one request through the engine for a route: submitting with refusals mapped to HTTP errors, then
-// either collecting the whole answer or streaming it as server-sent events. A stream whose client goes away
-// cancels its request, so the slot frees at the engine's next step.
+// Running one request through the engine for a route: submitting with refusals mapped to HTTP errors, then a
+// response body that the request's events fill, taken on the connection's event loop without a thread waiting:
+// either a whole answer built when the request finishes, or a stream of server-sent events.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -11,11 +12,8 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "server/http_types.h"
 #include "server/server_context.h"
-
-namespace httplib {
-struct Response;
-}
 
 namespace duet::server {
 
@@ -29,9 +27,6 @@ struct CollectedGeneration {
   std::string text;  // every token's text and the tail
 };
 
-// Waits for the FinishedEvent. An engine error is answered 500.
-CollectedGeneration collect_generation(ServerContext& context, engine::RequestHandle& handle);
-
 // Turns engine events into SSE text for one route's chunk format.
 class StreamFormatter {
  public:
@@ -42,8 +37,44 @@ class StreamFormatter {
   virtual std::string finish(const engine::FinishedEvent& finished) = 0;
 };
 
-void stream_generation(ServerContext& context, httplib::Response& res, std::shared_ptr<engine::RequestHandle> handle,
-                       std::unique_ptr<StreamFormatter> formatter);
+// The body of a response that an engine request's events make. The transport feeds it the events on the
+// connection's event loop; it never blocks.
+class GenerationBody {
+ public:
+  GenerationBody(ServerContext& context, std::shared_ptr<engine::RequestHandle> handle);
+  virtual ~GenerationBody() = default;
+
+  engine::RequestHandle& handle() { return *handle_; }
+  virtual bool streams() const = 0;
+  // Streams: what to send before any event (the first chunk).
+  virtual std::string begin() { return {}; }
+  // Takes the next events in order. Streams: returns the SSE text to send for them (`data: [DONE]` after the last).
+  // Whole answers: collects them and returns nothing.
+  std::string take(std::vector<engine::Event>& events);
+  bool done() const { return done_; }
+  // Whole answers, once done(): the route's JSON, or a 500 naming the engine's error.
+  virtual HttpResponse answer() { return {}; }
+
+ protected:
+  virtual std::string on_tokens(std::vector<engine::TokenEvent>& tokens) = 0;
+  virtual std::string on_finished(engine::FinishedEvent& finished) = 0;
+  ServerContext& context_;
+
+ private:
+  std::shared_ptr<engine::RequestHandle> handle_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  bool done_ = false;
+};
+
+// A whole answer: `build` makes the route's response from the finished generation, on the connection's event loop
+// (an engine error is answered 500 `engine_error`, "`failed`: the engine's message", without calling it; what it
+// throws is answered like a route's throw).
+using AnswerBuilder = std::function<HttpResponse(const CollectedGeneration&)>;
+HttpResponse collect_generation(ServerContext& context, std::shared_ptr<engine::RequestHandle> handle,
+                                AnswerBuilder build, std::string failed = "generation failed");
+// A stream of server-sent events in the formatter's chunk format, ended by `data: [DONE]`.
+HttpResponse stream_generation(ServerContext& context, std::shared_ptr<engine::RequestHandle> handle,
+                               std::unique_ptr<StreamFormatter> formatter);
 
 // A fresh id with a prefix ("chatcmpl-", "cmpl-", "call_").
 std::string random_id(std::string_view prefix);
@@ -51,6 +82,17 @@ int64_t unix_now();
 
 // OpenAI's usage object.
 nlohmann::json usage_json(int32_t prompt_tokens, int32_t completion_tokens);
+
+// A whole answer (chat.completion, text_completion): its one choice, with the generated ids added when the request
+// asked for them (return_token_ids), in the envelope both routes share.
+struct AnswerHeader {
+  const std::string& id;
+  std::string_view object;
+  int64_t created;
+  const std::string& model;
+};
+nlohmann::json whole_answer_json(const AnswerHeader& header, nlohmann::json choice, bool return_token_ids,
+                                 const CollectedGeneration& generation);
 
 // What every chunk of a stream repeats (id, object, created, model), with "usage": null when the client asked
 // for usage (stream_options.include_usage): it then comes in a last chunk of its own, usage_chunk.

@@ -1,217 +1,189 @@
 #include "server/http_server.h"
 
-#include <fmt/format.h>
-#include <httplib.h>
-#include <sys/socket.h>
+#include <sys/resource.h>
 
-#include <cerrno>
-#include <cstring>
-#include <map>
-#include <set>
+#include <algorithm>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/post.hpp>
+#include <thread>
+#include <vector>
 
 #include "base/error.h"
 #include "base/log.h"
-#include "base/sha256.h"
-#include "server/request_parsing.h"
 
 namespace duet::server {
 namespace {
 
-const char* method_name(RouteTable::Method method) { return method == RouteTable::Method::get ? "GET" : "POST"; }
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
 
-// Equal-length digests compared without an early exit, so the time taken says nothing about the key.
-bool digests_equal(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
+// File descriptors kept for everything but client connections (model files, the listening socket, logs).
+constexpr int kReservedDescriptors = 128;
+constexpr int kDefaultMaxConnections = 10000;
+// Connections past --max-connections that are still answered 503 (each for a moment); beyond these, a new
+// connection is closed at once.
+constexpr size_t kRefusalsInFlight = 256;
+// After the grace period, how long cancelled requests get to send their last bytes before every socket closes.
+constexpr auto kFinalWrites = std::chrono::seconds(5);
+constexpr auto kAcceptRetry = std::chrono::milliseconds(50);
 
-std::string bearer_token(const httplib::Request& req) {
-  std::string header = req.get_header_value("Authorization");
-  constexpr std::string_view kBearer = "bearer ";
-  if (header.size() < kBearer.size()) return {};
-  for (size_t i = 0; i < kBearer.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(header[i])) != kBearer[i]) return {};
-  return header.substr(kBearer.size());
+unsigned io_threads() { return std::clamp(std::thread::hardware_concurrency(), 2u, 4u); }
+unsigned worker_threads() { return std::max(std::thread::hardware_concurrency(), 2u); }
+
+HttpResponse too_many_connections(int max_connections) {
+  ApiError error(503,
+                 fmt::format("the server has {} connections open (--max-connections); retry later", max_connections),
+                 "", "too_many_connections");
+  error.retry_after_s = 1;
+  return error_response(error);
 }
 
 }  // namespace
 
-void RouteTable::add(Method method, std::string path, RouteHandler handler, bool needs_key) {
-  routes_.push_back(Route{method, std::move(path), std::move(handler), needs_key});
-}
-
-void send_json(httplib::Response& res, const nlohmann::json& body, int status) {
-  res.status = status;
-  res.set_content(json_text(body), "application/json");
-}
-
-void send_error(httplib::Response& res, const ApiError& error) {
-  if (error.retry_after_s) res.set_header("Retry-After", std::to_string(*error.retry_after_s));
-  send_json(res, error_json(error), error.status());
-}
-
-nlohmann::json request_json(const httplib::Request& req) { return parse_json_body(req.body); }
-
-HttpServer::HttpServer(ServerContext& context) : context_(context), server_(std::make_unique<httplib::Server>()) {
-  for (const auto& key : context_.options.api_keys) key_digests_.push_back(sha256_hex(key));
-  install_routes();
-}
-
-HttpServer::~HttpServer() = default;
-
-bool HttpServer::key_accepted(const httplib::Request& req) const {
-  if (key_digests_.empty()) return true;
-  std::string digest = sha256_hex(bearer_token(req));
-  bool accepted = false;
-  for (const auto& key : key_digests_) accepted |= digests_equal(digest, key);  // every key, no early exit
-  return accepted;
-}
-
-void HttpServer::install_routes() {
-  auto& server = *server_;
-  const ServerOptions& options = context_.options;
-
-  // Streams hold a worker for their whole life: room for every slot, every queued request and a few status
-  // calls. httplib takes ownership of the queue it gets (hence the raw new).
-  int threads = std::max(options.http_threads, 4);
-  server.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  // httplib checks Content-Length against this before reading the body and answers 413.
-  server.set_payload_max_length(options.max_body_bytes);
-  server.set_keep_alive_max_count(1000);
-  // Headers and body go out in separate writes; without this, Nagle's algorithm and the client's delayed ACK
-  // add ~40 ms to every answer and to every streamed token.
-  server.set_tcp_nodelay(true);
-  server.set_read_timeout(30);
-  server.set_socket_options([this](int sock) {
-    httplib::default_socket_options(sock);
-    listen_socket_ = sock;
-  });
-  server.set_write_timeout(30);
-
-  RouteTable table;
-  add_chat_route(table, context_);
-  add_completions_route(table, context_);
-  add_status_routes(table, context_);
-  add_tokenize_routes(table, context_);
-  add_systemone_route(table, context_);
-
-  std::set<std::string> keyless_paths;
-  for (const auto& route : table.routes())
-    if (!route.needs_key) keyless_paths.insert(route.path);
-  // httplib calls this after the headers and before it reads (and would inflate) a body. A compressed body is
-  // refused unread, so no small request can inflate into gigabytes; and with keys configured, a request without
-  // one gets 401 on every path, known or not, before its body is read.
-  server.set_pre_routing_handler([this, keyless_paths](const httplib::Request& req, httplib::Response& res) {
-    auto refuse = [&](const ApiError& error) {
-      res.set_header("Connection", "close");  // the unread body must not be taken for the next request
-      send_error(res, error);
-      context_.metrics.count_response("unmatched", error.status());
-      return httplib::Server::HandlerResponse::Handled;
-    };
-    if (!keyless_paths.contains(req.path) && !key_accepted(req))
-      return refuse(
-          ApiError(401, "missing or invalid API key; send `Authorization: Bearer <key>`", "", "invalid_api_key"));
-    if (std::string encoding = req.get_header_value("Content-Encoding"); !encoding.empty() && encoding != "identity")
-      return refuse(ApiError(415,
-                             fmt::format("Content-Encoding `{}` is not accepted: send the request body uncompressed",
-                                         encoding.substr(0, 64)),
-                             "", "unsupported_content_encoding"));
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-
-  std::map<std::string, std::set<std::string>> allowed_methods;
-  for (const auto& route : table.routes()) {
-    allowed_methods[route.path].insert(method_name(route.method));
-    if (route.method == RouteTable::Method::get) allowed_methods[route.path].insert("HEAD");
-    RouteHandler wrapped = [this, route](const httplib::Request& req, httplib::Response& res) {
-      // httplib would cut the answer to a client's Range header; a JSON answer or an event stream is
-      // only meaningful whole, so Range is ignored (httplib hands routes the request as const).
-      const_cast<httplib::Request&>(req).ranges.clear();
-      try {
-        route.handler(req, res);  // the key was checked before routing
-      } catch (const ApiError& error) {
-        send_error(res, error);
-      } catch (const duet::Error& error) {
-        send_error(res, ApiError(400, error.what()));
-      } catch (const std::exception& error) {
-        log_warn("{} {}: {}", req.method, route.path, error.what());
-        send_error(res, ApiError(500, std::string("internal error: ") + error.what()));
-      }
-      context_.metrics.count_response(route.path, res.status < 0 ? 200 : res.status);
-    };
-    // Literal paths only: escape the regex httplib builds from the pattern (ours have no metacharacters but
-    // '.', which must not match anything but a dot).
-    std::string pattern;
-    for (char c : route.path) {
-      if (c == '.')
-        pattern += "\\.";
-      else
-        pattern += c;
-    }
-    if (route.method == RouteTable::Method::get)
-      server.Get(pattern, wrapped);
-    else
-      server.Post(pattern, wrapped);
+int effective_max_connections(int requested) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+    getrlimit(RLIMIT_NOFILE, &limit);
   }
+  const auto descriptors = static_cast<int64_t>(std::min<rlim_t>(limit.rlim_cur, 1u << 30));
+  const int64_t room = descriptors - kReservedDescriptors;
+  if (requested < 0) fail("--max-connections {}: must be 0 (as many as file descriptors allow) or more", requested);
+  if (requested == 0) {
+    if (room < 1) fail("this process may open only {} files (ulimit -n): too few to serve", descriptors);
+    return static_cast<int>(std::min<int64_t>(room, kDefaultMaxConnections));
+  }
+  if (requested > room)
+    fail(
+        "--max-connections {}: this process may open {} files (ulimit -n), {} of them kept for other uses; raise "
+        "ulimit -n or lower --max-connections",
+        requested, descriptors, kReservedDescriptors);
+  return requested;
+}
 
-  // Everything httplib answers itself (no route, wrong method, 413, bad request line) gets the same JSON shape.
-  server.set_error_handler(httplib::Server::HandlerWithResponse([this, allowed_methods](const httplib::Request& req,
-                                                                                        httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // a route's own error body
-    auto known = allowed_methods.find(req.path);
-    std::string route = known == allowed_methods.end() ? "unmatched" : req.path;
-    ApiError error(res.status, "");
-    if (res.status == 404 && known != allowed_methods.end()) {
-      std::string allow = fmt::format("{}", fmt::join(known->second, ", "));
-      res.set_header("Allow", allow);
-      error = ApiError(405, fmt::format("method {} is not allowed on {}; use {}", req.method, req.path, allow), "",
-                       "method_not_allowed");
-    } else if (res.status == 404) {
-      error = ApiError(404, "no such route; see docs/api.md for the routes duet serves", "", "not_found");
-    } else if (res.status == 413) {
-      error = ApiError(
-          413,
-          fmt::format("the request body is larger than {} bytes (--max-body-bytes)", context_.options.max_body_bytes),
-          "", "request_too_large");
-    } else {
-      error =
-          ApiError(res.status, fmt::format("the request could not be read (HTTP {})", res.status), "", "bad_request");
-    }
-    send_error(res, error);
-    context_.metrics.count_response(route, res.status);
-    return httplib::Server::HandlerResponse::Handled;
-  }));
+HttpServer::HttpServer(ServerContext& context)
+    : context_(context),
+      keys_(context.options.api_keys),
+      shared_{context, routes_, keys_, context.options.http, workers_, registry_},
+      strand_(asio::make_strand(io_)),
+      acceptor_(strand_),
+      accept_retry_(strand_),
+      grace_timer_(strand_),
+      workers_(worker_threads()) {
+  add_chat_route(routes_, context_);
+  add_completions_route(routes_, context_);
+  add_status_routes(routes_, context_);
+  add_tokenize_routes(routes_, context_);
+  add_systemone_route(routes_, context_);
+  registry_.on_empty([this] { asio::post(strand_, [this] { check_stopped(); }); });
+}
 
-  server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-    send_error(res, ApiError(500, "internal error"));
-  });
+HttpServer::~HttpServer() {
+  registry_.on_empty(nullptr);  // connections destroyed with io_ must not post into it
+  workers_.join();
 }
 
 int HttpServer::bind() {
   const auto& options = context_.options;
-  if (options.port == 0) {
-    int port = server_->bind_to_any_port(options.host);
-    if (port <= 0) fail("cannot bind {}: no free port", options.host);
-    widen_backlog();
-    return port;
+  boost::system::error_code ec;
+  tcp::resolver resolver(io_);
+  auto endpoints = resolver.resolve(options.host, std::to_string(options.port), tcp::resolver::passive, ec);
+  if (ec || endpoints.empty()) fail("--host {}: not an address of this machine ({})", options.host, ec.message());
+  tcp::endpoint endpoint = endpoints.begin()->endpoint();
+  acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(endpoint, ec);
+  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) fail("cannot listen on {}:{}: {}", options.host, options.port, ec.message());
+  return acceptor_.local_endpoint().port();
+}
+
+void HttpServer::run() {
+  asio::post(strand_, [this] { accept(); });
+  std::vector<std::thread> threads;
+  for (unsigned i = 1; i < io_threads(); ++i) threads.emplace_back([this] { io_.run(); });
+  io_.run();
+  for (auto& thread : threads) thread.join();
+  // No I/O thread runs now: connections still held by pending handlers stop listening to the engine here, before
+  // their strands go away with io_.
+  registry_.for_each([](const std::shared_ptr<Connection>& connection) { connection->detach_from_engine(); });
+}
+
+void HttpServer::stop() {
+  asio::post(strand_, [this] { begin_stop(); });
+}
+
+void HttpServer::accept() {
+  if (stopping_) return;
+  acceptor_.async_accept(asio::make_strand(io_), asio::bind_executor(strand_, [this](auto ec, tcp::socket socket) {
+                           on_accept(ec, std::move(socket));
+                         }));
+}
+
+void HttpServer::on_accept(const boost::system::error_code& ec, tcp::socket socket) {
+  if (stopping_ || ec == asio::error::operation_aborted) return;
+  if (ec) {
+    // Out of file descriptors (EMFILE) or kernel memory: wait a moment instead of spinning on the error.
+    log_warn("accepting a connection failed: {}; retrying", ec.message());
+    accept_retry_.expires_after(kAcceptRetry);
+    accept_retry_.async_wait([this](const boost::system::error_code& wait_error) {
+      if (!wait_error) accept();
+    });
+    return;
   }
-  if (!server_->bind_to_port(options.host, options.port))
-    fail("cannot bind {}:{} (in use, or not an address of this machine)", options.host, options.port);
-  widen_backlog();
-  return options.port;
+  boost::system::error_code option_error;
+  socket.set_option(tcp::no_delay(true), option_error);  // a stream's small chunks go out at once
+  // The kernel's send buffer would otherwise grow to megabytes for a client that stops reading, before the
+  // --max-unsent-bytes bound (on what waits above it) is ever reached. Half the bound (Linux doubles it).
+  const size_t send_buffer = std::clamp<size_t>(context_.options.http.max_unsent_bytes / 2, 4096, size_t{4} << 20);
+  socket.set_option(asio::socket_base::send_buffer_size(static_cast<int>(send_buffer)), option_error);
+  auto connection = std::make_shared<Connection>(std::move(socket), shared_);
+  const size_t open = registry_.add(connection);
+  const auto max_connections = static_cast<size_t>(context_.options.http.max_connections);
+  if (open <= max_connections)
+    connection->start();
+  else if (open <= max_connections + kRefusalsInFlight)
+    connection->refuse(too_many_connections(context_.options.http.max_connections));
+  else
+    connection->close();
+  accept();
 }
 
-// Debian's compiled httplib listens with a backlog of 5: a burst of new connections (16 clients starting at once)
-// overflows it and some are dropped. Calling listen() again on the bound socket raises the backlog.
-void HttpServer::widen_backlog() {
-  if (listen_socket_ >= 0 && ::listen(listen_socket_, SOMAXCONN) != 0)
-    log_warn("listen backlog stays at httplib's default: {}", std::strerror(errno));
+void HttpServer::begin_stop() {
+  if (stopping_) return;
+  stopping_ = true;
+  shared_.shutting_down = true;
+  boost::system::error_code ec;
+  acceptor_.close(ec);
+  accept_retry_.cancel();
+  const auto grace = context_.options.http.shutdown_grace;
+  log_info(
+      "stopping: no new connections, new requests get 503; {} connections open, running requests have {} s "
+      "(--shutdown-grace)",
+      registry_.size(), grace.count());
+  registry_.for_each([](const std::shared_ptr<Connection>& connection) { connection->shut_down(); });
+  grace_timer_.expires_after(grace);
+  grace_timer_.async_wait([this](const boost::system::error_code& wait_error) {
+    if (!wait_error) on_grace_over();
+  });
+  check_stopped();
 }
 
-void HttpServer::listen() { server_->listen_after_bind(); }
+void HttpServer::on_grace_over() {
+  log_info("the grace period is over: cancelling the requests of {} connections", registry_.size());
+  registry_.for_each([](const std::shared_ptr<Connection>& connection) { connection->cancel_request(); });
+  grace_timer_.expires_after(kFinalWrites);
+  grace_timer_.async_wait([this](const boost::system::error_code& wait_error) {
+    if (wait_error) return;
+    log_info("closing {} connections that are still open", registry_.size());
+    registry_.for_each([](const std::shared_ptr<Connection>& connection) { connection->close(); });
+  });
+}
 
-void HttpServer::stop() { server_->stop(); }
+// The last connection is gone while stopping: nothing keeps io_ running, so run() returns.
+void HttpServer::check_stopped() {
+  if (stopping_ && registry_.size() == 0) grace_timer_.cancel();
+}
 
 }  // namespace duet::server

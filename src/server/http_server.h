@@ -1,59 +1,32 @@
 #pragma once
-// The HTTP layer: cpp-httplib set up with the limits (body size, worker threads), the API-key check, errors in
-// OpenAI's shape for everything (unknown routes and methods, oversized bodies, handler failures) and the
-// routes of the other files in this folder.
-#include <functional>
+// The HTTP/1.1 server: Boost.Beast's parser on Asio, one io_context run by a few threads, and a small pool of
+// workers for the routes that parse and tokenize. Connections are served by connection.h; this file accepts them
+// (up to --max-connections, answering 503 past it) and stops gracefully: on stop() it closes the listening socket,
+// closes idle connections, answers new requests 503, lets running requests finish for --shutdown-grace seconds,
+// then cancels what still runs (streams end `cancelled` with [DONE]) and closes whatever is left a few seconds later.
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <memory>
-#include <string>
-#include <vector>
 
-#include "server/errors.h"
+#include "server/api_keys.h"
+#include "server/connection.h"
+#include "server/connection_registry.h"
+#include "server/route_table.h"
 #include "server/server_context.h"
-
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
 
 namespace duet::server {
 
-using RouteHandler = std::function<void(const httplib::Request&, httplib::Response&)>;
-
-// The routes each file contributes; HttpServer wraps every handler with the key check, error shapes and
-// metrics before handing it to httplib.
-class RouteTable {
- public:
-  enum class Method { get, post };
-  struct Route {
-    Method method;
-    std::string path;  // literal; no client path is ever matched as a pattern or a file
-    RouteHandler handler;
-    bool needs_key;
-  };
-  void add(Method method, std::string path, RouteHandler handler, bool needs_key = true);
-  const std::vector<Route>& routes() const { return routes_; }
-
- private:
-  std::vector<Route> routes_;
-};
-
-// Route files (one idea each).
-void add_chat_route(RouteTable& table, ServerContext& context);
-void add_completions_route(RouteTable& table, ServerContext& context);
-void add_status_routes(RouteTable& table, ServerContext& context);
-void add_tokenize_routes(RouteTable& table, ServerContext& context);
-void add_systemone_route(RouteTable& table, ServerContext& context);
-
-// Writes an error in OpenAI's shape (with Retry-After when the error has one).
-void send_error(httplib::Response& res, const ApiError& error);
-void send_json(httplib::Response& res, const nlohmann::json& body, int status = 200);
-
-// Reads the request's JSON body, answering 400 for what is not a JSON object.
-nlohmann::json request_json(const httplib::Request& req);
+// --max-connections as it will be enforced: `requested`, or when 0, as many as file descriptors allow up to 10,000.
+// Raises this process's file-descriptor limit to its hard limit first; refuses (duet::Error) a number that does not
+// fit in it.
+int effective_max_connections(int requested);
 
 class HttpServer {
  public:
+  // Builds the routes. context.options.http.max_connections must be effective (see above).
   explicit HttpServer(ServerContext& context);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
@@ -61,19 +34,30 @@ class HttpServer {
 
   // Binds options.host:options.port (port 0: a free one); returns the port. Throws duet::Error.
   int bind();
-  // Serves until stop(); call after bind().
-  void listen();
+  // Serves until a stop() has run its course; call after bind().
+  void run();
+  // Starts the graceful stop; any thread may call it, any number of times.
   void stop();
 
  private:
-  void widen_backlog();
-  void install_routes();
-  bool key_accepted(const httplib::Request& req) const;
+  void accept();
+  void on_accept(const boost::system::error_code& ec, boost::asio::ip::tcp::socket socket);
+  void begin_stop();
+  void on_grace_over();
+  void check_stopped();
 
   ServerContext& context_;
-  std::unique_ptr<httplib::Server> server_;
-  int listen_socket_ = -1;                // recorded when httplib creates it, to widen its backlog after bind
-  std::vector<std::string> key_digests_;  // sha256 of each accepted key
+  RouteTable routes_;
+  ApiKeys keys_;
+  ConnectionRegistry<Connection> registry_;  // outlives io_, whose pending handlers may hold the last connections
+  ConnectionShared shared_;
+  boost::asio::io_context io_;
+  boost::asio::strand<boost::asio::io_context::executor_type> strand_;  // accepting and stopping
+  boost::asio::ip::tcp::acceptor acceptor_;
+  boost::asio::steady_timer accept_retry_;
+  boost::asio::steady_timer grace_timer_;
+  boost::asio::thread_pool workers_;  // destroyed (joined) first: its tasks post into io_
+  bool stopping_ = false;
 };
 
 }  // namespace duet::server

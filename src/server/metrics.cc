@@ -59,6 +59,22 @@ void ServerMetrics::record_finished(const engine::FinishedEvent& finished, doubl
   ++request_count_;
 }
 
+void ServerMetrics::connection_opened() {
+  std::lock_guard lock(mutex_);
+  ++connections_open_;
+  ++connections_total_;
+}
+
+void ServerMetrics::connection_closed() {
+  std::lock_guard lock(mutex_);
+  --connections_open_;
+}
+
+void ServerMetrics::connection_refused() {
+  std::lock_guard lock(mutex_);
+  ++connections_refused_;
+}
+
 std::string ServerMetrics::render(const engine::EngineStats& engine, const std::string& model_name) const {
   std::string out;
   std::string model = fmt::format("model=\"{}\"", escape_label(model_name));
@@ -114,6 +130,12 @@ std::string ServerMetrics::render(const engine::EngineStats& engine, const std::
   metric(out, "duet_http_responses_total", "counter", "HTTP responses by route and status.");
   for (const auto& [key, count] : responses_)
     sample(out, "duet_http_responses_total", count, fmt::format("route=\"{}\",status=\"{}\"", key.first, key.second));
+  metric(out, "duet_http_connections_open", "gauge", "Client connections open now.");
+  sample(out, "duet_http_connections_open", connections_open_);
+  metric(out, "duet_http_connections_total", "counter", "Client connections accepted (refused ones included).");
+  sample(out, "duet_http_connections_total", connections_total_);
+  metric(out, "duet_http_connections_refused_total", "counter", "Connections answered 503 over --max-connections.");
+  sample(out, "duet_http_connections_refused_total", connections_refused_);
   metric(out, "duet_request_finish_total", "counter", "Generation requests by finish reason.");
   for (const auto& [reason, count] : finish_reasons_)
     sample(out, "duet_request_finish_total", count, fmt::format("reason=\"{}\"", reason));

@@ -18,6 +18,10 @@ class ServerMetrics {
   // `route` is one of the server's own route names (never a client's path), so labels stay bounded.
   void count_response(std::string_view route, int status);
   void record_finished(const engine::FinishedEvent& finished, double request_seconds);
+  // Connections: accepted ones open and close; `refused` ones were over --max-connections (answered 503).
+  void connection_opened();
+  void connection_closed();
+  void connection_refused();
   std::string render(const engine::EngineStats& engine, const std::string& model_name) const;
 
  private:
@@ -28,6 +32,9 @@ class ServerMetrics {
   int64_t ttft_count_ = 0;
   double request_seconds_sum_ = 0;
   int64_t request_count_ = 0;
+  int64_t connections_open_ = 0;
+  int64_t connections_total_ = 0;
+  int64_t connections_refused_ = 0;
 };
 
 }  // namespace duet::server

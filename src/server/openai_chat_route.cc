@@ -1,12 +1,10 @@
 // POST /v1/chat/completions: render the chat template, generate, and answer as OpenAI does (a whole
 // chat.completion, or chat.completion.chunk events), with reasoning and tool calls split out of the text.
-#include <httplib.h>
-
 #include "base/error.h"
 #include "server/chat_request.h"
 #include "server/errors.h"
 #include "server/generation.h"
-#include "server/http_server.h"
+#include "server/route_table.h"
 #include "server/sse.h"
 #include "server/tool_call_parser.h"
 
@@ -163,59 +161,48 @@ nlohmann::json chat_completion_json(const ServerContext& context, const ChatRepl
     for (const auto& token : generation.tokens) content.push_back(logprob_entry(context, token));
     choice["logprobs"] = {{"content", std::move(content)}};
   }
-  if (request.sampling.return_token_ids) {
-    auto ids = nlohmann::json::array();
-    for (const auto& token : generation.tokens) ids.push_back(token.id);
-    choice["token_ids"] = std::move(ids);
-  }
-  return {{"id", reply.id},
-          {"object", "chat.completion"},
-          {"created", reply.created},
-          {"model", reply.model},
-          {"choices", nlohmann::json::array({std::move(choice)})},
-          {"usage", usage_json(generation.finished.prompt_tokens, generation.finished.completion_tokens)}};
+  return whole_answer_json({reply.id, "chat.completion", reply.created, reply.model}, std::move(choice),
+                           request.sampling.return_token_ids, generation);
 }
 
 }  // namespace
 
 void add_chat_route(RouteTable& table, ServerContext& context) {
-  table.add(RouteTable::Method::post, "/v1/chat/completions",
-            [&context](const httplib::Request& req, httplib::Response& res) {
-              ChatRequest request = parse_chat_request(request_json(req), context.options);
-              std::string prompt;
-              try {
-                tokenizer::ChatOptions chat_options;
-                chat_options.tools = request.tools;
-                chat_options.enable_thinking = request.enable_thinking;
-                prompt = context.render_chat(request.messages, chat_options);
-              } catch (const duet::Error& error) {
-                throw ApiError(400, error.what(), "messages", "invalid_messages");
-              }
-              engine::Request engine_request;
-              engine_request.prompt = context.tokenizer.encode(prompt);
-              engine_request.sampling = request.sampling.params;
-              if (!engine_request.sampling.ignore_eos)
-                for (int32_t id : end_of_turn_ids(context.tokenizer))
-                  engine_request.sampling.stop_token_ids.push_back(id);
-              engine_request.sampling.max_tokens =
-                  resolve_max_tokens(request.sampling.max_tokens, static_cast<int32_t>(engine_request.prompt.size()),
-                                     context.options.max_tokens, context.options.context, "messages");
+  table.add(RouteTable::Method::post, "/v1/chat/completions", [&context](const HttpRequest& req) {
+    ChatRequest request = parse_chat_request(request_json(req), context.options);
+    std::string prompt;
+    try {
+      tokenizer::ChatOptions chat_options;
+      chat_options.tools = request.tools;
+      chat_options.enable_thinking = request.enable_thinking;
+      prompt = context.render_chat(request.messages, chat_options);
+    } catch (const duet::Error& error) {
+      throw ApiError(400, error.what(), "messages", "invalid_messages");
+    }
+    engine::Request engine_request;
+    engine_request.prompt = context.tokenizer.encode(prompt);
+    engine_request.sampling = request.sampling.params;
+    if (!engine_request.sampling.ignore_eos)
+      for (int32_t id : end_of_turn_ids(context.tokenizer)) engine_request.sampling.stop_token_ids.push_back(id);
+    engine_request.sampling.max_tokens =
+        resolve_max_tokens(request.sampling.max_tokens, static_cast<int32_t>(engine_request.prompt.size()),
+                           context.options.max_tokens, context.options.context, "messages");
 
-              ChatReply reply;
-              reply.model = context.options.served_model_name;
-              // The template's generation prompt opens <think> when thinking is on: the reply starts inside it.
-              reply.starts_in_reasoning = prompt.ends_with("<think>\n") || prompt.ends_with("<think>");
-              reply.prompt_tokens = static_cast<int32_t>(engine_request.prompt.size());
+    ChatReply reply;
+    reply.model = context.options.served_model_name;
+    // The template's generation prompt opens <think> when thinking is on: the reply starts inside it.
+    reply.starts_in_reasoning = prompt.ends_with("<think>\n") || prompt.ends_with("<think>");
+    reply.prompt_tokens = static_cast<int32_t>(engine_request.prompt.size());
 
-              auto handle = submit_request(context, std::move(engine_request), "messages");
-              if (request.stream.stream) {
-                stream_generation(context, res, std::move(handle),
-                                  std::make_unique<ChatStreamFormatter>(context, std::move(reply), request));
-                return;
-              }
-              CollectedGeneration generation = collect_generation(context, *handle);
-              send_json(res, chat_completion_json(context, reply, request, generation));
-            });
+    auto handle = submit_request(context, std::move(engine_request), "messages");
+    if (request.stream.stream)
+      return stream_generation(context, std::move(handle),
+                               std::make_unique<ChatStreamFormatter>(context, std::move(reply), request));
+    return collect_generation(context, std::move(handle),
+                              [&context, reply = std::move(reply), request](const CollectedGeneration& generation) {
+                                return json_response(chat_completion_json(context, reply, request, generation));
+                              });
+  });
 }
 
 }  // namespace duet::server

@@ -1,14 +1,13 @@
 // POST /v1/completions: a text or token-id prompt continued as is (no template), answered as OpenAI's
 // text_completion, whole or as a stream.
 #include <fmt/format.h>
-#include <httplib.h>
 
 #include <limits>
 
 #include "server/errors.h"
 #include "server/generation.h"
-#include "server/http_server.h"
 #include "server/request_parsing.h"
+#include "server/route_table.h"
 #include "server/sse.h"
 
 namespace duet::server {
@@ -153,48 +152,42 @@ class CompletionStreamFormatter final : public StreamFormatter {
   size_t offset_ = 0;
 };
 
+nlohmann::json completion_json(const ServerContext& context, const CompletionReply& reply,
+                               const CompletionRequest& request, const CollectedGeneration& generation) {
+  nlohmann::json choice = {{"index", 0},
+                           {"text", generation.text},
+                           {"logprobs", nullptr},
+                           {"finish_reason", engine::to_string(generation.finished.reason)}};
+  if (request.logprobs) {
+    size_t offset = 0;
+    choice["logprobs"] = legacy_logprobs(context, generation.tokens, offset);
+  }
+  return whole_answer_json({reply.id, "text_completion", reply.created, reply.model}, std::move(choice),
+                           request.sampling.return_token_ids, generation);
+}
+
 }  // namespace
 
 void add_completions_route(RouteTable& table, ServerContext& context) {
-  table.add(
-      RouteTable::Method::post, "/v1/completions", [&context](const httplib::Request& req, httplib::Response& res) {
-        CompletionRequest request = parse_completion_request(request_json(req), context);
-        engine::Request engine_request;
-        engine_request.prompt = request.prompt;
-        engine_request.sampling = request.sampling.params;
-        engine_request.sampling.max_tokens =
-            resolve_max_tokens(request.sampling.max_tokens, static_cast<int32_t>(request.prompt.size()),
-                               context.options.max_tokens, context.options.context, "prompt");
-        CompletionReply reply;
-        reply.model = context.options.served_model_name;
-        auto handle = submit_request(context, std::move(engine_request), "prompt");
-        if (request.stream.stream) {
-          stream_generation(context, res, std::move(handle),
-                            std::make_unique<CompletionStreamFormatter>(context, std::move(reply), request));
-          return;
-        }
-        CollectedGeneration generation = collect_generation(context, *handle);
-        nlohmann::json choice = {{"index", 0},
-                                 {"text", generation.text},
-                                 {"logprobs", nullptr},
-                                 {"finish_reason", engine::to_string(generation.finished.reason)}};
-        if (request.logprobs) {
-          size_t offset = 0;
-          choice["logprobs"] = legacy_logprobs(context, generation.tokens, offset);
-        }
-        if (request.sampling.return_token_ids) {
-          auto ids = nlohmann::json::array();
-          for (const auto& token : generation.tokens) ids.push_back(token.id);
-          choice["token_ids"] = std::move(ids);
-        }
-        send_json(res,
-                  {{"id", reply.id},
-                   {"object", "text_completion"},
-                   {"created", reply.created},
-                   {"model", reply.model},
-                   {"choices", nlohmann::json::array({std::move(choice)})},
-                   {"usage", usage_json(generation.finished.prompt_tokens, generation.finished.completion_tokens)}});
-      });
+  table.add(RouteTable::Method::post, "/v1/completions", [&context](const HttpRequest& req) {
+    CompletionRequest request = parse_completion_request(request_json(req), context);
+    engine::Request engine_request;
+    engine_request.prompt = request.prompt;
+    engine_request.sampling = request.sampling.params;
+    engine_request.sampling.max_tokens =
+        resolve_max_tokens(request.sampling.max_tokens, static_cast<int32_t>(request.prompt.size()),
+                           context.options.max_tokens, context.options.context, "prompt");
+    CompletionReply reply;
+    reply.model = context.options.served_model_name;
+    auto handle = submit_request(context, std::move(engine_request), "prompt");
+    if (request.stream.stream)
+      return stream_generation(context, std::move(handle),
+                               std::make_unique<CompletionStreamFormatter>(context, std::move(reply), request));
+    return collect_generation(context, std::move(handle),
+                              [&context, reply = std::move(reply), request](const CollectedGeneration& generation) {
+                                return json_response(completion_json(context, reply, request, generation));
+                              });
+  });
 }
 
 }  // namespace duet::server

@@ -12,6 +12,7 @@
 #include "engine/engine.h"
 #include "engine/request.h"
 #include "model/model.h"
+#include "server/http_limits.h"
 #include "server/metrics.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -23,11 +24,10 @@ struct ServerOptions {
   int port = 8080;
   std::vector<std::string> api_keys;  // empty: no key needed
   std::string served_model_name;      // `duet serve` fills it (flag, or the model folder's name)
-  size_t max_body_bytes = 8u << 20;
-  int32_t max_tokens = 2048;    // the cap per request, and the default when a request names none
-  int32_t context = 4096;       // positions per sequence (prompt + completion), as the engine was sized
-  bool enable_thinking = true;  // the chat template's default; a request may override it
-  int http_threads = 16;        // worker threads: --parallel + --queue-limit streams + a few for status routes
+  int32_t max_tokens = 2048;          // the cap per request, and the default when a request names none
+  int32_t context = 4096;             // positions per sequence (prompt + completion), as the engine was sized
+  bool enable_thinking = true;        // the chat template's default; a request may override it
+  HttpLimits http;                    // sizes, deadlines and connections the HTTP layer allows
 };
 
 // The engine as the routes use it.

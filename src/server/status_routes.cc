@@ -1,10 +1,9 @@
 // GET /health, GET /v1/models (and /v1/models/{id}), GET /metrics.
 #include <fmt/format.h>
-#include <httplib.h>
 
 #include "server/errors.h"
 #include "server/generation.h"
-#include "server/http_server.h"
+#include "server/route_table.h"
 
 namespace duet::server {
 namespace {
@@ -25,23 +24,24 @@ void add_status_routes(RouteTable& table, ServerContext& context) {
   // Open without a key: load balancers and orchestrators probe it.
   table.add(
       RouteTable::Method::get, "/health",
-      [](const httplib::Request&, httplib::Response& res) {
-        send_json(res, {{"status", "ok"}});
+      [](const HttpRequest&) {
+        return json_response({{"status", "ok"}});
       },
       /*needs_key=*/false);
 
-  table.add(RouteTable::Method::get, "/v1/models", [&context](const httplib::Request&, httplib::Response& res) {
-    send_json(res, {{"object", "list"}, {"data", nlohmann::json::array({model_json(context)})}});
+  table.add(RouteTable::Method::get, "/v1/models", [&context](const HttpRequest&) {
+    return json_response({{"object", "list"}, {"data", nlohmann::json::array({model_json(context)})}});
   });
 
   // The one model by name; the id is compared, never used for anything else.
   table.add(RouteTable::Method::get, "/v1/models/" + context.options.served_model_name,
-            [&context](const httplib::Request&, httplib::Response& res) { send_json(res, model_json(context)); });
+            [&context](const HttpRequest&) { return json_response(model_json(context)); });
 
-  table.add(RouteTable::Method::get, "/metrics", [&context](const httplib::Request&, httplib::Response& res) {
-    res.status = 200;
-    res.set_content(context.metrics.render(context.backend.stats(), context.options.served_model_name),
-                    "text/plain; version=0.0.4");
+  table.add(RouteTable::Method::get, "/metrics", [&context](const HttpRequest&) {
+    HttpResponse res;
+    res.content_type = "text/plain; version=0.0.4";
+    res.body = context.metrics.render(context.backend.stats(), context.options.served_model_name);
+    return res;
   });
 }
 

@@ -1,20 +1,19 @@
 // POST /tokenize (text, or chat messages through the template) and POST /detokenize: the server's own
 // tokenizer, so clients can count and build token-id prompts exactly as the server will.
 #include <fmt/format.h>
-#include <httplib.h>
 
 #include <limits>
 
 #include "base/error.h"
 #include "server/chat_request.h"
 #include "server/errors.h"
-#include "server/http_server.h"
 #include "server/request_parsing.h"
+#include "server/route_table.h"
 
 namespace duet::server {
 
 void add_tokenize_routes(RouteTable& table, ServerContext& context) {
-  table.add(RouteTable::Method::post, "/tokenize", [&context](const httplib::Request& req, httplib::Response& res) {
+  table.add(RouteTable::Method::post, "/tokenize", [&context](const HttpRequest& req) {
     Json body = request_json(req);
     check_known_fields(body, {"model", "prompt", "messages", "tools", "chat_template_kwargs", "add_generation_prompt"},
                        {});
@@ -40,10 +39,10 @@ void add_tokenize_routes(RouteTable& table, ServerContext& context) {
       }
     }
     std::vector<int32_t> ids = context.tokenizer.encode(text);
-    send_json(res, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", context.options.context}});
+    return json_response({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", context.options.context}});
   });
 
-  table.add(RouteTable::Method::post, "/detokenize", [&context](const httplib::Request& req, httplib::Response& res) {
+  table.add(RouteTable::Method::post, "/detokenize", [&context](const HttpRequest& req) {
     Json body = request_json(req);
     check_known_fields(body, {"model", "tokens"}, {});
     check_model(body, context.options.served_model_name);
@@ -66,7 +65,7 @@ void add_tokenize_routes(RouteTable& table, ServerContext& context) {
     } catch (const duet::Error& error) {
       throw ApiError(400, error.what(), "tokens", "invalid_value");
     }
-    send_json(res, {{"prompt", text}});
+    return json_response({{"prompt", text}});
   });
 }
 

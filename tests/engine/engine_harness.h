@@ -48,6 +48,19 @@ inline Outcome drain(RequestHandle& handle, std::chrono::milliseconds limit = st
   return out;
 }
 
+constexpr int32_t kSmallChunk = 64;
+
+// Small engines over the fake model: 512 positions, chunks of 64, room in the queue.
+inline EngineOptions small_options(int32_t parallel) {
+  EngineOptions options;
+  options.parallel = parallel;
+  options.context = 512;
+  options.prefill_chunk = kSmallChunk;
+  options.queue_limit = 64;
+  options.step_token_budget = 160;  // two chunks and some decode rows: prompts share steps
+  return options;
+}
+
 // Temperature 0 for exactly `max_tokens` tokens (eos ignored).
 inline Request greedy_request(std::vector<int32_t> prompt, int32_t max_tokens) {
   Request request;

@@ -25,19 +25,10 @@ using testing::FakeModel;
 using testing::FakeTokenizer;
 using testing::greedy_request;
 using testing::Outcome;
+using testing::small_options;
 
 constexpr int32_t kVocab = 97;
-constexpr int32_t kChunk = 64;
-
-EngineOptions small_options(int32_t parallel) {
-  EngineOptions options;
-  options.parallel = parallel;
-  options.context = 512;
-  options.prefill_chunk = kChunk;
-  options.queue_limit = 64;
-  options.step_token_budget = 160;  // two chunks and some decode rows: prompts share steps
-  return options;
-}
+constexpr int32_t kChunk = testing::kSmallChunk;
 
 TEST(Engine, GreedyFollowsTheModelsArgmax) {
   FakeModel model(kVocab);

@@ -86,9 +86,9 @@ std::vector<model::PieceResult> FakeModel::forward(std::span<const model::Piece>
   if (step_delay_.count() > 0) std::this_thread::sleep_for(step_delay_);
   std::vector<RecordedPiece> recorded;
   std::vector<model::PieceResult> results(pieces.size());
-  for (const model::Piece& piece : pieces) {
-    for (int32_t id : piece.tokens) {
-      if (id == poison_token_) fail("fake model: poisoned token {}", id);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    for (int32_t id : pieces[i].tokens) {
+      if (id == poison_token_) throw model::PieceRefused(i, fmt::format("fake model: poisoned token {}", id));
     }
   }
   // Like the real model: every piece's pages are checked before any state moves, then taken.
@@ -112,6 +112,11 @@ std::vector<model::PieceResult> FakeModel::forward(std::span<const model::Piece>
       state.tokens.push_back(id);
     }
     if (model::has(pieces[i].wants, model::RowOutput::last_logits)) results[i].logits = logits_after(state.tokens);
+  }
+  for (const model::Piece& piece : pieces) {
+    for (int32_t id : piece.tokens) {
+      if (id == crash_token_) throw 42;
+    }
   }
   std::lock_guard lock(mutex_);
   steps_.push_back(std::move(recorded));

@@ -41,8 +41,11 @@ class FakeModel : public model::Model {
   std::vector<float> logits_after(std::span<const int32_t> tokens) const;
 
   void set_step_delay(std::chrono::milliseconds delay) { step_delay_ = delay; }
-  // forward() throws when any piece carries this id (a model failure mid-step).
+  // forward() refuses the step (model::PieceRefused naming the piece, no state moved) when a piece carries this id.
   void set_poison_token(int32_t id) { poison_token_ = id; }
+  // forward() throws an int (not even a std::exception) after every piece's state moved when a piece carries this
+  // id: a failure mid-step that leaves the step's states half-written.
+  void set_crash_token(int32_t id) { crash_token_ = id; }
   std::vector<std::vector<RecordedPiece>> steps() const;
   int32_t states_created() const;
 
@@ -50,6 +53,7 @@ class FakeModel : public model::Model {
   model::Qwen35Config config_;
   std::chrono::milliseconds step_delay_{0};
   int32_t poison_token_ = -1;
+  int32_t crash_token_ = -1;
   mutable std::mutex mutex_;
   std::vector<std::vector<RecordedPiece>> steps_;
   mutable int32_t states_created_ = 0;

@@ -24,23 +24,15 @@ struct CurlAnswer {
 CurlAnswer curl_post_file(const ServerProcess& server, const std::string& route, const std::string& body_path,
                           const std::string& headers) {
   std::string out = temp_file("answer.json");
-  auto result = run_command("curl -sS --max-time 60 -o " + out + " -w '%{http_code}' -H 'Content-Type: application/json' " +
-                            headers + " --data-binary @" + body_path + " " + server.url() + route);
+  auto result =
+      run_command("curl -sS --max-time 60 -o " + out + " -w '%{http_code}' -H 'Content-Type: application/json' " +
+                  headers + " --data-binary @" + body_path + " " + server.url() + route);
   CurlAnswer answer;
   answer.status = std::atoi(result.output.c_str());
   std::ifstream in(out);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   answer.body = Json::parse(text, nullptr, false);
   return answer;
-}
-
-double resident_mb(const ServerProcess& server, const std::string& key) {
-  auto res = server.client().Get("/metrics", {{"Authorization", "Bearer " + key}});
-  if (!res) return -1;
-  std::stringstream lines(res->body);
-  for (std::string line; std::getline(lines, line);)
-    if (line.starts_with("duet_process_resident_bytes")) return std::stod(line.substr(line.rfind(' ') + 1)) / 1e6;
-  return -1;
 }
 
 // Tool-call arguments are a JSON document inside a string: 100,000 levels of it once overflowed the stack of
@@ -77,7 +69,7 @@ TEST(HostileHttp, CompressedBodiesAreRefusedUnread) {
   ServerProcess server({"--api-key", "k"});
   std::string bomb = temp_file("bomb.gz");
   ASSERT_EQ(run_command("head -c 100000000 /dev/zero | gzip -c > " + bomb).status, 0);
-  const double before = resident_mb(server, "k");
+  const double before = server.resident_mb("k");
   ASSERT_GT(before, 0);
   CurlAnswer with_key =
       curl_post_file(server, "/v1/chat/completions", bomb, "-H 'Authorization: Bearer k' -H 'Content-Encoding: gzip'");
@@ -87,7 +79,7 @@ TEST(HostileHttp, CompressedBodiesAreRefusedUnread) {
   EXPECT_EQ(without_key.status, 401);
   EXPECT_EQ(without_key.body["error"]["code"], "invalid_api_key");
   ASSERT_TRUE(server.alive()) << server.log_path();
-  const double after = resident_mb(server, "k");
+  const double after = server.resident_mb("k");
   EXPECT_LT(after - before, 20.0) << "resident memory grew from " << before << " MB to " << after << " MB";
 }
 

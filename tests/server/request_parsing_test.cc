@@ -2,24 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include "api_error_of.h"
 #include "server/chat_request.h"
 #include "server/errors.h"
 #include "server/sse.h"
 
 namespace duet::server {
 namespace {
-
-// The ApiError a call throws (status, param, code), or a failure when it throws nothing.
-template <typename F>
-ApiError error_of(F&& f) {
-  try {
-    f();
-  } catch (const ApiError& error) {
-    return error;
-  }
-  ADD_FAILURE() << "no error thrown";
-  return ApiError(0, "");
-}
 
 ServerOptions options() {
   ServerOptions o;

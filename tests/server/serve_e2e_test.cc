@@ -52,16 +52,6 @@ Json expect_error(const httplib::Result& res, int status) {
   return body["error"];
 }
 
-std::optional<double> metric(const ServerProcess& server, const std::string& name) {
-  auto res = server.client().Get("/metrics");
-  if (!res) return std::nullopt;
-  std::stringstream lines(res->body);
-  for (std::string line; std::getline(lines, line);)
-    if (line.starts_with(name + "{") || line.starts_with(name + " "))
-      return std::stod(line.substr(line.rfind(' ') + 1));
-  return std::nullopt;
-}
-
 const Json kChat = {
     {"messages", {{{"role", "user"}, {"content", "Hello there"}}}}, {"max_tokens", 8}, {"temperature", 0}};
 
@@ -356,9 +346,9 @@ TEST(ServeSlots, FullQueueIs429AndACancelledStreamFreesItsSlot) {
   std::thread running(hold_stream);
   while (started < 1) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::thread waiting(hold_stream);
-  for (int i = 0; i < 500 && metric(server, "duet_requests_waiting").value_or(0) < 1; ++i)
+  for (int i = 0; i < 500 && server.metric("duet_requests_waiting").value_or(0) < 1; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_EQ(metric(server, "duet_requests_waiting"), 1);
+  ASSERT_EQ(server.metric("duet_requests_waiting"), 1);
 
   auto refused = server.client().Post("/v1/completions", R"({"prompt": "x", "max_tokens": 1})", "application/json");
   EXPECT_EQ(expect_error(refused, 429)["code"], "rate_limit_exceeded");
@@ -368,17 +358,15 @@ TEST(ServeSlots, FullQueueIs429AndACancelledStreamFreesItsSlot) {
   release = true;
   running.join();
   waiting.join();
-  for (int i = 0; i < 500 && metric(server, "duet_requests_cancelled_total").value_or(0) < 2; ++i)
+  for (int i = 0; i < 500 && server.metric("duet_requests_cancelled_total").value_or(0) < 2; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  EXPECT_EQ(metric(server, "duet_requests_cancelled_total"), 2);
+  EXPECT_EQ(server.metric("duet_requests_cancelled_total"), 2);
   auto next = server.client().Post("/v1/completions", R"({"prompt": "x", "max_tokens": 3, "ignore_eos": true})",
                                    "application/json");
   ASSERT_TRUE(next);
   EXPECT_EQ(next->status, 200) << next->body;
   // The answer goes out when the request finishes; its slot is freed right after, in the same engine step.
-  for (int i = 0; i < 500 && metric(server, "duet_requests_running").value_or(1) != 0; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  EXPECT_EQ(metric(server, "duet_requests_running"), 0);
+  EXPECT_EQ(server.wait_for_metric("duet_requests_running", [](double running) { return running == 0; }), 0);
   EXPECT_TRUE(server.alive());
 }
 

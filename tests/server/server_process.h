@@ -11,7 +11,10 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <regex>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -94,6 +97,47 @@ class ServerProcess {
     return client;
   }
   bool alive() const { return pid_ > 0 && kill(pid_, 0) == 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
+  void send_signal(int number) const { kill(pid_, number); }
+  // Waits for the process to exit; its exit code (128 + N for signal N), or nullopt if it still runs after `limit`.
+  std::optional<int> wait_exit(std::chrono::milliseconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    int status = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return std::nullopt;
+  }
+  // A sample of GET /metrics (the first line of that metric, whatever its labels); nullopt when absent.
+  std::optional<double> metric(const std::string& name, const std::string& key = "") const {
+    httplib::Headers headers;
+    if (!key.empty()) headers.emplace("Authorization", "Bearer " + key);
+    auto res = client().Get("/metrics", headers);
+    if (!res || res->status != 200) return std::nullopt;
+    std::stringstream lines(res->body);
+    for (std::string line; std::getline(lines, line);)
+      if (line.starts_with(name + "{") || line.starts_with(name + " "))
+        return std::stod(line.substr(line.rfind(' ') + 1));
+    return std::nullopt;
+  }
+  double resident_mb(const std::string& key = "") const {
+    return metric("duet_process_resident_bytes", key).value_or(-1e6) / 1e6;
+  }
+  // Polls a metric until `done` holds for it (or `limit` passes); returns its last value.
+  std::optional<double> wait_for_metric(const std::string& name, const std::function<bool(double)>& done,
+                                        std::chrono::milliseconds limit = std::chrono::seconds(30)) const {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    std::optional<double> value;
+    while (std::chrono::steady_clock::now() < deadline) {
+      value = metric(name);
+      if (value && done(*value)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return value;
+  }
   const std::filesystem::path& log_path() const { return log_path_; }
 
  private:

@@ -1,0 +1,127 @@
+#include "server/request_reader.h"
+
+#include <fmt/format.h>
+
+#include <boost/asio/buffer.hpp>
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <limits>
+
+namespace duet::server {
+namespace {
+
+namespace http = boost::beast::http;
+
+ApiError refusal(const boost::system::error_code& ec, const HttpLimits& limits) {
+  if (ec == http::error::header_limit)
+    return ApiError(
+        431, fmt::format("the request header is larger than {} bytes (--max-header-bytes)", limits.max_header_bytes),
+        "", "request_header_too_large");
+  if (ec == http::error::body_limit)
+    return ApiError(413,
+                    fmt::format("the request body is larger than {} bytes (--max-body-bytes)", limits.max_body_bytes),
+                    "", "request_too_large");
+  if (ec == http::error::multiple_content_length)
+    return ApiError(400, "the request has Content-Length headers that disagree", "", "invalid_content_length");
+  if (ec == http::error::bad_content_length)
+    return ApiError(400, "Content-Length is not a size, or comes with Transfer-Encoding: chunked", "",
+                    "invalid_content_length");
+  if (ec == http::error::bad_transfer_encoding)
+    return ApiError(400, "Transfer-Encoding is repeated, or comes with Content-Length", "",
+                    "invalid_transfer_encoding");
+  if (ec == http::error::bad_chunk || ec == http::error::bad_chunk_extension)
+    return ApiError(400, "the chunked request body is malformed", "", "bad_request");
+  return ApiError(400, fmt::format("the request could not be read: {}", ec.message()), "", "bad_request");
+}
+
+}  // namespace
+
+struct RequestReader::Parser {
+  http::request_parser<http::string_body> parser;
+};
+
+RequestReader::RequestReader(const HttpLimits& limits) : parser_(std::make_unique<Parser>()), limits_(limits) {
+  auto& parser = parser_->parser;
+  parser.header_limit(
+      static_cast<uint32_t>(std::min<size_t>(limits_.max_header_bytes, std::numeric_limits<uint32_t>::max())));
+  parser.body_limit(boost::none);  // the declared size is judged after the key (see read_body)
+  parser.eager(false);             // stop after the header
+}
+
+RequestReader::~RequestReader() = default;
+
+size_t RequestReader::feed(std::string_view data) {
+  size_t used = 0;
+  // RFC 9112 2.2: empty lines before a request line are ignored (some clients end a body with an extra CRLF).
+  while (state_ == State::header && !started_ && used < data.size() && (data[used] == '\r' || data[used] == '\n'))
+    ++used;
+  if (used < data.size()) started_ = true;
+  auto& parser = parser_->parser;
+  while (used < data.size() && (state_ == State::header || state_ == State::body)) {
+    boost::system::error_code ec;
+    size_t n = parser.put(boost::asio::buffer(data.data() + used, data.size() - used), ec);
+    used += n;
+    if (ec == http::error::need_more) break;
+    if (ec) throw refusal(ec, limits_);
+    if (state_ == State::header && parser.is_header_done()) {
+      on_header();
+      state_ = State::header_done;
+    } else if (state_ == State::body && parser.is_done()) {
+      state_ = State::complete;
+    } else if (n == 0) {
+      break;
+    }
+  }
+  return used;
+}
+
+void RequestReader::on_header() {
+  const auto& req = parser_->parser.get();
+  size_t fields = 0;
+  for (const auto& field : req) {
+    if (++fields > limits_.max_header_fields)
+      throw ApiError(431, fmt::format("the request has more than {} header lines", limits_.max_header_fields), "",
+                     "request_header_too_large");
+    head_.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+  }
+  head_.method = std::string(req.method_string());
+  head_.target = std::string(req.target());
+  head_.path = head_.target.substr(0, head_.target.find('?'));
+}
+
+void RequestReader::read_body() {
+  auto& parser = parser_->parser;
+  parser.body_limit(limits_.max_body_bytes);
+  parser.eager(true);
+  state_ = parser.is_done() ? State::complete : State::body;
+}
+
+ApiError RequestReader::incomplete() const {
+  return ApiError(400, "the connection was closed before the request was complete", "", "incomplete_request");
+}
+
+std::optional<uint64_t> RequestReader::content_length() const {
+  auto length = parser_->parser.content_length();
+  if (!length) return std::nullopt;
+  return *length;
+}
+
+bool RequestReader::chunked() const { return parser_->parser.chunked(); }
+
+bool RequestReader::keep_alive() const { return parser_->parser.get().keep_alive(); }
+
+bool RequestReader::expects_continue() const {
+  const auto& req = parser_->parser.get();
+  return req.version() >= 11 && boost::beast::iequals(req[http::field::expect], "100-continue");
+}
+
+bool RequestReader::http_1_0() const { return parser_->parser.get().version() < 11; }
+
+HttpRequest RequestReader::take_request() {
+  head_.body = std::move(parser_->parser.get().body());
+  return std::move(head_);
+}
+
+}  // namespace duet::server

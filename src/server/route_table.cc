@@ -1,0 +1,36 @@
+#include "server/route_table.h"
+
+#include <set>
+
+namespace duet::server {
+namespace {
+
+const char* method_name(RouteTable::Method method) { return method == RouteTable::Method::get ? "GET" : "POST"; }
+
+}  // namespace
+
+void RouteTable::add(Method method, std::string path, Handler handler, bool needs_key) {
+  routes_.push_back(Route{method, std::move(path), std::move(handler), needs_key});
+}
+
+RouteTable::Match RouteTable::match(std::string_view method, std::string_view path) const {
+  std::string_view wanted = method == "HEAD" ? "GET" : method;
+  std::set<std::string> allowed;
+  for (const Route& route : routes_) {
+    if (route.path != path) continue;
+    if (wanted == method_name(route.method)) return Match{&route, {}};
+    allowed.insert(method_name(route.method));
+    if (route.method == Method::get) allowed.insert("HEAD");
+  }
+  std::string list;
+  for (const auto& name : allowed) list += (list.empty() ? "" : ", ") + name;
+  return Match{nullptr, list};
+}
+
+bool RouteTable::needs_key(std::string_view path) const {
+  for (const Route& route : routes_)
+    if (route.path == path && !route.needs_key) return false;
+  return true;
+}
+
+}  // namespace duet::server

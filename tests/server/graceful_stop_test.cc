@@ -1,0 +1,94 @@
+// Reproduction 7 of the HTTP hardening issue: SIGTERM stops accepting, answers new requests 503, lets running
+// requests finish for --shutdown-grace seconds, then ends streams with finish_reason `cancelled` and `[DONE]` and
+// exits, slow clients or not; a second signal exits at once.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "raw_http.h"
+#include "server_process.h"
+
+namespace duet::testing {
+namespace {
+
+using Json = nlohmann::json;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+std::string stream_request(int max_tokens) {
+  std::string body =
+      Json{{"prompt", "Once upon a time"}, {"max_tokens", max_tokens}, {"ignore_eos", true}, {"stream", true}}.dump();
+  return "POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" +
+         body;
+}
+
+// The finish_reason of a stream's last choice, when the stream ended with [DONE].
+std::string finish_of(const std::string& stream) {
+  if (stream.find("data: [DONE]") == std::string::npos) return "no [DONE]";
+  size_t at = stream.rfind("\"finish_reason\":\"");
+  if (at == std::string::npos) return "no finish_reason";
+  at += 17;
+  return stream.substr(at, stream.find('"', at) - at);
+}
+
+// Sends a long stream's request and waits for its first event, so the request runs when the signal comes.
+std::unique_ptr<RawClient> running_stream(const ServerProcess& server, int max_tokens, int receive_buffer = 0) {
+  auto client = std::make_unique<RawClient>(server.port(), receive_buffer);
+  client->send(stream_request(max_tokens));
+  EXPECT_NE(client->read(seconds(10), "data: ").find("data: "), std::string::npos);
+  return client;
+}
+
+TEST(GracefulStop, RunningRequestsFinishNewOnesGet503AndTheProcessExits) {
+  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  // A grace far longer than the stream needs, even in a sanitizer build: the process leaves as soon as it is answered.
+  ServerProcess server({"--shutdown-grace", "120", "--max-tokens", "3500"});
+  auto stream = running_stream(server, 3500);  // about 3 s of tokens on the demo model
+  RawClient late(server.port());
+  late.send("GET /health HTTP/1.1\r\nHost: a\r\n");  // its header is finished only after the signal
+  std::this_thread::sleep_for(milliseconds(100));
+  server.send_signal(SIGTERM);
+  std::this_thread::sleep_for(milliseconds(200));
+  late.send("\r\n");
+  std::string refused = late.read(seconds(5), "}");
+  EXPECT_EQ(status_of(refused), 503) << refused;
+  EXPECT_NE(refused.find("server_shutting_down"), std::string::npos) << refused;
+  RawClient newcomer(server.port());
+  EXPECT_FALSE(newcomer.connected() && newcomer.send("GET /health HTTP/1.1\r\n\r\n") &&
+               status_of(newcomer.read(seconds(2), "}")) == 200)
+      << "a new connection after the signal should not be served";
+
+  std::string rest = stream->read(seconds(60), "data: [DONE]");
+  EXPECT_EQ(finish_of(rest), "length") << "a request running at the signal should finish within the grace period";
+  EXPECT_EQ(server.wait_exit(seconds(10)), 0) << "the process should exit once its last request is answered";
+}
+
+TEST(GracefulStop, AfterTheGraceStreamsEndCancelledWithDoneEvenWithAClientThatDoesNotRead) {
+  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  ServerProcess server({"--shutdown-grace", "0", "--max-tokens", "4000", "--parallel", "4"});
+  auto reading = running_stream(server, 4000);
+  auto not_reading = running_stream(server, 4000, /*receive_buffer=*/4096);
+  const auto signalled = std::chrono::steady_clock::now();
+  server.send_signal(SIGTERM);
+  std::string rest = reading->read(seconds(10), "data: [DONE]");
+  EXPECT_EQ(finish_of(rest), "cancelled") << rest.substr(rest.size() > 600 ? rest.size() - 600 : 0);
+  // The client that does not read cannot take its last bytes: the process still exits, a few seconds on.
+  EXPECT_EQ(server.wait_exit(seconds(15)), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - signalled, seconds(12));
+}
+
+TEST(GracefulStop, ASecondSignalExitsAtOnce) {
+  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  ServerProcess server({"--shutdown-grace", "30", "--max-tokens", "4000"});
+  auto stream = running_stream(server, 4000);
+  server.send_signal(SIGTERM);
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_TRUE(server.alive()) << "the first signal waits for the running stream";
+  server.send_signal(SIGTERM);
+  EXPECT_EQ(server.wait_exit(seconds(2)), 128 + SIGTERM);
+}
+
+}  // namespace
+}  // namespace duet::testing

@@ -1,0 +1,152 @@
+// Reproduction 3 of the HTTP hardening issue, and the connection limits: slowloris and idle connections held while
+// /health and chat are answered, deadlines that are totals (not per byte), the idle keep-alive timeout,
+// --max-connections with a clean 503, and keep-alive clients that all get an answer.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "raw_http.h"
+#include "server_process.h"
+
+namespace duet::testing {
+namespace {
+
+using Json = nlohmann::json;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+const std::string kChat = Json{{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 3}}.dump();
+
+// Was: 92 slowloris connections (a header line a second) or 512 idle ones blocked every route, /health included.
+TEST(HttpConnections, SlowlorisAndIdleConnectionsDoNotStarveTheServer) {
+  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  ServerProcess server({"--header-timeout", "3", "--max-connections", "800"});  // fits a ulimit -n of 1024
+  const double resident_before = server.resident_mb();
+  std::vector<std::unique_ptr<RawClient>> idle, slow;
+  for (int i = 0; i < 600; ++i) idle.push_back(std::make_unique<RawClient>(server.port()));
+  for (int i = 0; i < 150; ++i) {
+    slow.push_back(std::make_unique<RawClient>(server.port()));
+    slow.back()->send("GET /health HTTP/1.1\r\n");
+  }
+  const auto started = std::chrono::steady_clock::now();
+  auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
+  // Every slowloris sends a header line every 200 ms, for 5 s: each byte arrives in time, the header as a whole does
+  // not. The header deadline is a total, so each is cut with a 408 about 3 s after its first byte, while it still
+  // sends (a deadline per byte would never cut one).
+  std::vector<double> cut_at(slow.size(), -1);
+  int timed_out = 0;
+  for (int line = 0; elapsed_s() < 5; ++line) {
+    for (size_t i = 0; i < slow.size(); ++i) {
+      if (cut_at[i] >= 0) continue;
+      if (slow[i]->readable(milliseconds(0))) {
+        std::string answer = slow[i]->read(seconds(2), "}");
+        cut_at[i] = elapsed_s();
+        if (status_of(answer) == 408 && answer.find("--header-timeout") != std::string::npos) ++timed_out;
+        continue;
+      }
+      slow[i]->send("X-Slow-" + std::to_string(line) + ": 1\r\n");
+    }
+    auto probe = server.client();
+    probe.set_read_timeout(5);
+    auto health = probe.Get("/health");
+    ASSERT_TRUE(health) << "/health got no answer within 5 s with 750 slow and idle connections held";
+    EXPECT_EQ(health->status, 200);
+    if (line == 0) {  // while every connection is held
+      auto chat = server.client().Post("/v1/chat/completions", kChat, "application/json");
+      ASSERT_TRUE(chat);
+      EXPECT_EQ(chat->status, 200) << chat->body;
+      EXPECT_GE(server.metric("duet_http_connections_open").value_or(0), 750 + 1) << "the metrics request is one";
+    }
+    std::this_thread::sleep_for(milliseconds(200));
+  }
+  EXPECT_EQ(timed_out, 150);
+  EXPECT_LT(*std::max_element(cut_at.begin(), cut_at.end()), 4.5) << "cut 3 s after the first byte, give or take";
+  EXPECT_GT(*std::min_element(cut_at.begin(), cut_at.end()), 2.5) << "not before the deadline";
+  // The idle connections are still served.
+  idle.front()->send("GET /health HTTP/1.1\r\nHost: a\r\n\r\n");
+  EXPECT_EQ(status_of(idle.front()->read(seconds(5), "}")), 200);
+  idle.clear();
+  slow.clear();
+  EXPECT_LT(server.resident_mb() - resident_before, 40.0);
+  EXPECT_TRUE(server.alive());
+}
+
+TEST(HttpConnections, IdleAndBodyDeadlinesClose) {
+  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  ServerProcess server({"--idle-timeout", "1", "--body-timeout", "1"});
+  RawClient kept(server.port());
+  kept.send("GET /health HTTP/1.1\r\nHost: a\r\n\r\n");
+  EXPECT_EQ(status_of(kept.read(seconds(5), "}")), 200);
+  kept.read(seconds(5));  // nothing more comes: the server closes the idle connection
+  EXPECT_TRUE(kept.closed) << "a kept-alive connection with no request should close after --idle-timeout";
+
+  // A body byte every 300 ms: each in time, the body as a whole not. Cut about 1 s after the header, while sending.
+  RawClient slow_body(server.port());
+  slow_body.send("POST /tokenize HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n{");
+  const auto started = std::chrono::steady_clock::now();
+  while (!slow_body.readable(milliseconds(300)) && std::chrono::steady_clock::now() - started < seconds(4))
+    slow_body.send(" ");
+  EXPECT_LT(std::chrono::steady_clock::now() - started, milliseconds(2500));
+  std::string answer = slow_body.read(seconds(2), "}");
+  EXPECT_EQ(status_of(answer), 408) << answer;
+  EXPECT_NE(answer.find("--body-timeout"), std::string::npos) << answer;
+}
+
+TEST(HttpConnections, PastMaxConnectionsTheAnswerIs503) {
+  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  ServerProcess server({"--max-connections", "20"});
+  std::vector<std::unique_ptr<RawClient>> held;
+  for (int i = 0; i < 20; ++i) held.push_back(std::make_unique<RawClient>(server.port()));
+  std::this_thread::sleep_for(milliseconds(200));  // the server has accepted them all
+  RawClient over(server.port());
+  over.send("GET /health HTTP/1.1\r\nHost: a\r\n\r\n");
+  std::string answer = over.read(seconds(5), "}");
+  EXPECT_EQ(status_of(answer), 503) << answer;
+  EXPECT_NE(answer.find("too_many_connections"), std::string::npos) << answer;
+  EXPECT_NE(answer.find("Retry-After: 1"), std::string::npos) << answer;
+  // The held connections are served, and once some close there is room again.
+  held.front()->send("GET /health HTTP/1.1\r\nHost: a\r\n\r\n");
+  EXPECT_EQ(status_of(held.front()->read(seconds(5), "}")), 200);
+  held.resize(10);
+  std::this_thread::sleep_for(milliseconds(200));
+  auto health = server.client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_GE(server.metric("duet_http_connections_refused_total").value_or(0), 1);
+}
+
+// Was: with keep-alive clients, 168 of 256 got no answer in 60 s. Here 64 keep-alive clients, 2 slots and a queue
+// of 4: every request is answered 200 or 429, none lost.
+TEST(HttpConnections, KeepAliveClientsAreAllAnswered) {
+  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  ServerProcess server({"--parallel", "2", "--queue-limit", "4", "--max-tokens", "4", "--context", "256"});
+  std::atomic<int> ok = 0, busy = 0, lost = 0;
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 64; ++c)
+    clients.emplace_back([&] {
+      auto client = server.client();
+      client.set_keep_alive(true);
+      for (int i = 0; i < 6; ++i) {
+        auto res = client.Post("/v1/chat/completions", kChat, "application/json");
+        if (!res)
+          ++lost;
+        else if (res->status == 200)
+          ++ok;
+        else if (res->status == 429)
+          ++busy;
+        else
+          ++lost;
+      }
+    });
+  for (auto& client : clients) client.join();
+  EXPECT_EQ(lost, 0);
+  EXPECT_EQ(ok + busy, 64 * 6);
+  EXPECT_GT(ok, 0);
+  EXPECT_TRUE(server.alive());
+}
+
+}  // namespace
+}  // namespace duet::testing

@@ -1,0 +1,190 @@
+// The request reader and the header gate on bytes alone, no sockets: limits enforced while reading, framing that
+// conflicts, pipelined requests, and the order of the decisions made from a header.
+#include "server/request_reader.h"
+
+#include <gtest/gtest.h>
+
+#include "api_error_of.h"
+#include "server/request_gate.h"
+
+namespace duet::server {
+namespace {
+
+HttpLimits small_limits() {
+  HttpLimits limits;
+  limits.max_header_bytes = 2048;
+  limits.max_header_fields = 8;
+  limits.max_body_bytes = 100;
+  return limits;
+}
+
+// Feeds `bytes` (in pieces of `step`) through header and body, as the connection does; returns the bytes used.
+size_t read_all(RequestReader& reader, std::string_view bytes, size_t step = 1 << 20) {
+  size_t used = 0;
+  std::string pending;
+  for (size_t at = 0; at < bytes.size(); at += step) {
+    pending += bytes.substr(at, step);
+    size_t n = reader.feed(pending);
+    if (reader.state() == RequestReader::State::header_done) {
+      reader.read_body();
+      n += reader.feed(std::string_view(pending).substr(n));
+    }
+    used += n;
+    pending.erase(0, n);
+    if (reader.state() == RequestReader::State::complete) break;
+  }
+  return used;
+}
+
+TEST(RequestReader, ReadsARequestByteByByteAndStopsAtItsEnd) {
+  const std::string first = "POST /v1/completions?x=1 HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello";
+  const std::string second = "GET /health HTTP/1.1\r\nHost: a\r\n\r\n";
+  RequestReader reader(small_limits());
+  EXPECT_EQ(read_all(reader, first + second, 1), first.size());
+  ASSERT_EQ(reader.state(), RequestReader::State::complete);
+  HttpRequest request = reader.take_request();
+  EXPECT_EQ(request.method, "POST");
+  EXPECT_EQ(request.target, "/v1/completions?x=1");
+  EXPECT_EQ(request.path, "/v1/completions");
+  EXPECT_EQ(request.header("content-length"), "5");
+  EXPECT_EQ(request.body, "hello");
+
+  RequestReader next(small_limits());  // the pipelined request after it
+  EXPECT_EQ(read_all(next, second), second.size());
+  EXPECT_EQ(next.take_request().path, "/health");
+}
+
+TEST(RequestReader, StopsAfterTheHeaderUntilTheBodyIsAccepted) {
+  RequestReader reader(small_limits());
+  const std::string head = "POST /x HTTP/1.1\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n";
+  EXPECT_EQ(reader.feed(head + "abc"), head.size());
+  EXPECT_EQ(reader.state(), RequestReader::State::header_done);
+  EXPECT_TRUE(reader.expects_continue());
+  EXPECT_EQ(reader.content_length(), 3u);
+  reader.read_body();
+  EXPECT_EQ(reader.feed("abc"), 3u);
+  EXPECT_EQ(reader.state(), RequestReader::State::complete);
+}
+
+TEST(RequestReader, JoinsAChunkedBodyAndCountsItAgainstTheLimit) {
+  RequestReader reader(small_limits());
+  read_all(reader, "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+  ASSERT_EQ(reader.state(), RequestReader::State::complete);
+  EXPECT_TRUE(reader.chunked());
+  EXPECT_EQ(reader.take_request().body, "hello world");
+
+  // 101 bytes in chunks of 10: refused while reading, naming the flag.
+  std::string chunked = "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (int i = 0; i < 11; ++i) chunked += "a\r\n0123456789\r\n";
+  RequestReader over(small_limits());
+  ApiError error = error_of([&] { read_all(over, chunked, 7); });
+  EXPECT_EQ(error.status(), 413);
+  EXPECT_EQ(error.code(), "request_too_large");
+  EXPECT_NE(std::string(error.what()).find("--max-body-bytes"), std::string::npos) << error.what();
+}
+
+TEST(RequestReader, HeaderBytesAndLinesAreLimited) {
+  RequestReader big(small_limits());
+  std::string head = "GET /health HTTP/1.1\r\nX-Big: " + std::string(4000, 'a');
+  ApiError bytes = error_of([&] { big.feed(head); });
+  EXPECT_EQ(bytes.status(), 431);
+  EXPECT_NE(std::string(bytes.what()).find("--max-header-bytes"), std::string::npos) << bytes.what();
+
+  RequestReader many(small_limits());
+  std::string lines = "GET /health HTTP/1.1\r\n";
+  for (int i = 0; i < 9; ++i) lines += "X-" + std::to_string(i) + ": 1\r\n";
+  ApiError count = error_of([&] { many.feed(lines + "\r\n"); });
+  EXPECT_EQ(count.status(), 431);
+  EXPECT_NE(std::string(count.what()).find("more than 8 header lines"), std::string::npos) << count.what();
+
+  RequestReader eight(small_limits());  // the control: eight lines are allowed
+  lines = "GET /health HTTP/1.1\r\n";
+  for (int i = 0; i < 8; ++i) lines += "X-" + std::to_string(i) + ": 1\r\n";
+  eight.feed(lines + "\r\n");
+  EXPECT_EQ(eight.state(), RequestReader::State::header_done);
+}
+
+TEST(RequestReader, SizesThatConflictOrAreNotNumbersAre400) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"Content-Length: 5\r\nContent-Length: 6\r\n", "invalid_content_length"},
+      {"Content-Length: -1\r\n", "invalid_content_length"},
+      {"Content-Length: 1e3\r\n", "invalid_content_length"},
+      {"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n", "invalid_content_length"},
+      {"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", "invalid_transfer_encoding"},
+  };
+  for (const auto& [headers, code] : cases) {
+    RequestReader reader(small_limits());
+    ApiError error = error_of([&] { reader.feed("POST /x HTTP/1.1\r\n" + headers + "\r\nhello"); });
+    EXPECT_EQ(error.status(), 400) << headers;
+    EXPECT_EQ(error.code(), code) << headers;
+  }
+  RequestReader same(small_limits());  // equal repeated values are one size (RFC 9110 8.6)
+  same.feed("POST /x HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n");
+  EXPECT_EQ(same.content_length(), 5u);
+}
+
+TEST(RequestReader, GarbageIs400AndEmptyLinesBeforeARequestAreSkipped) {
+  RequestReader garbage(small_limits());
+  EXPECT_EQ(error_of([&] { garbage.feed("\x16\x03\x01 hello\r\n\r\n"); }).code(), "bad_request");
+  RequestReader lines(small_limits());
+  lines.feed("\r\n\r\nGET /health HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(lines.state(), RequestReader::State::header_done);
+  RequestReader blank(small_limits());
+  blank.feed("\r\n");
+  EXPECT_FALSE(blank.started());
+}
+
+// The gate's order: shutting down, key, encoding, framing, route, length, size.
+struct Gate {
+  RouteTable routes;
+  ApiKeys keys{{"secret"}};
+  Gate() {
+    routes.add(RouteTable::Method::post, "/v1/x", [](const HttpRequest&) { return HttpResponse{}; });
+    routes.add(
+        RouteTable::Method::get, "/health", [](const HttpRequest&) { return HttpResponse{}; }, false);
+  }
+  GateVerdict check(HttpRequest head, std::optional<uint64_t> length = 2, bool chunked = false,
+                    bool shutting_down = false) {
+    head.path = head.target;
+    return check_request_head(head, length, chunked, GateRules{routes, keys, 100, shutting_down});
+  }
+  static int status(const GateVerdict& verdict) { return verdict.refusal ? verdict.refusal->status : 0; }
+};
+
+TEST(RequestGate, DecidesFromTheHeaderInOrder) {
+  Gate gate;
+  const HttpHeaders key = {{"Authorization", "Bearer secret"}};
+  auto with = [&](HttpHeaders extra) {
+    HttpHeaders all = key;
+    all.insert(all.end(), extra.begin(), extra.end());
+    return all;
+  };
+  EXPECT_EQ(Gate::status(gate.check({"POST", "/v1/x", "", key, ""}, 2, false, true)), 503);
+  EXPECT_EQ(Gate::status(gate.check({"POST", "/v1/x", "", {}, ""})), 401);
+  EXPECT_EQ(Gate::status(gate.check({"GET", "/nope", "", {}, ""})), 401) << "unknown paths need the key too";
+  EXPECT_EQ(Gate::status(gate.check({"GET", "/health", "", {}, ""})), 0) << "/health needs none";
+  EXPECT_EQ(Gate::status(gate.check({"POST", "/v1/x", "", {{"Content-Encoding", "gzip"}}, ""})), 401)
+      << "the key comes before anything about the body";
+  EXPECT_EQ(Gate::status(gate.check({"POST", "/v1/x", "", with({{"Content-Encoding", "gzip"}}), ""})), 415);
+  EXPECT_EQ(Gate::status(gate.check({"POST", "/v1/x", "", with({{"Content-Encoding", "identity"}}), ""})), 0);
+  EXPECT_EQ(Gate::status(gate.check({"POST", "/v1/x", "", with({{"Transfer-Encoding", "gzip"}}), ""}, {})), 501);
+  EXPECT_EQ(
+      Gate::status(gate.check({"POST", "/v1/x", "", with({{"Transfer-Encoding", "gzip, chunked"}}), ""}, {}, true)),
+      501);
+  EXPECT_EQ(Gate::status(gate.check({"POST", "/v1/x", "", with({{"Transfer-Encoding", "chunked"}}), ""}, {}, true)), 0);
+  EXPECT_EQ(Gate::status(gate.check({"POST", "/nope", "", key, ""})), 404);
+  GateVerdict wrong_method = gate.check({"GET", "/v1/x", "", key, ""});
+  EXPECT_EQ(Gate::status(wrong_method), 405);
+  EXPECT_EQ(wrong_method.route_name, "/v1/x");
+  EXPECT_EQ(wrong_method.refusal->headers.back(), (std::pair<std::string, std::string>{"Allow", "POST"}));
+  EXPECT_EQ(Gate::status(gate.check({"POST", "/v1/x", "", key, ""}, {})), 411);
+  EXPECT_EQ(Gate::status(gate.check({"POST", "/v1/x", "", key, ""}, 101)), 413);
+  GateVerdict fine = gate.check({"POST", "/v1/x", "", key, ""}, 100);
+  EXPECT_EQ(Gate::status(fine), 0);
+  ASSERT_NE(fine.route, nullptr);
+  EXPECT_EQ(fine.route->path, "/v1/x");
+  EXPECT_EQ(gate.check({"HEAD", "/health", "", {}, ""}, {}).route->path, "/health") << "HEAD takes the GET route";
+}
+
+}  // namespace
+}  // namespace duet::server
