@@ -547,13 +547,19 @@ class CudaBackend final : public Backend {
 }  // namespace
 }  // namespace cuda
 
+// A device this build can run on: the kernels are built for sm_90a only, so `auto` falls back to the CPU on any
+// other GPU instead of refusing to start.
 bool cuda_backend_available() {
   int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return false;
+  cudaDeviceProp prop{};
+  return cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major == 9;
 }
 
 std::unique_ptr<Backend> make_cuda_backend(int device) {
-  if (!cuda_backend_available()) fail("--backend cuda: no CUDA device is available on this machine");
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
+    fail("--backend cuda: no CUDA device is available on this machine");
   return std::make_unique<cuda::CudaBackend>(device);
 }
 
