@@ -222,7 +222,7 @@ class Backend {
 std::unique_ptr<Backend> make_cpu_backend();
 // The CUDA backend (sm_90a) on device `device`; throws duet::Error when this build has none or no GPU answers.
 std::unique_ptr<Backend> make_cuda_backend(int device = 0);
-// True when this build has the CUDA backend and a CUDA device is present.
+// True when this build has the CUDA backend and device 0 is a GPU it runs on (sm_90: H100/H200).
 bool cuda_backend_available();
 
 }  // namespace duet::backend

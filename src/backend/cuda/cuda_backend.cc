@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -497,13 +498,19 @@ class CudaBackend final : public Backend {
           " skinny");
     if (rows > decode_rows) {
       PinnedGemm& pinned = pinned_gemm(n, k, y_f32);
+      // cuBLASLt needs 16-byte aligned operands. The prefill rows' output starts decode_rows * n elements in, which
+      // is misaligned when n is small and odd-sized steps mix roles (a tiny model's n = 4): compute those rows into
+      // aligned scratch and copy them into place.
+      char* out = static_cast<char*>(y) + static_cast<size_t>(decode_rows * n) * out_size;
+      const size_t mark = used_;
+      const size_t bytes = static_cast<size_t>((rows - decode_rows) * n) * out_size;
+      char* target = reinterpret_cast<uintptr_t>(out) % 16 == 0 ? out : scratch<char>(static_cast<int64_t>(bytes));
       timer_.time(
-          name, stream_,
-          [&] {
-            pinned.run(x + decode_rows * k, rows - decode_rows, bf16_of(w),
-                       static_cast<char*>(y) + static_cast<size_t>(decode_rows * n) * out_size, stream_);
-          },
+          name, stream_, [&] { pinned.run(x + decode_rows * k, rows - decode_rows, bf16_of(w), target, stream_); },
           " pinned");
+      if (target != out)
+        check_cuda(cudaMemcpyAsync(out, target, bytes, cudaMemcpyDeviceToDevice, stream_), "aligned GEMM rows");
+      used_ = mark;
     }
   }
   PinnedGemm& pinned_gemm(int64_t n, int64_t k, bool y_f32) {
@@ -547,13 +554,19 @@ class CudaBackend final : public Backend {
 }  // namespace
 }  // namespace cuda
 
+// A device this build can run on: the kernels are built for sm_90a only, so `auto` falls back to the CPU on any
+// other GPU instead of refusing to start.
 bool cuda_backend_available() {
   int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return false;
+  cudaDeviceProp prop{};
+  return cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major == 9;
 }
 
 std::unique_ptr<Backend> make_cuda_backend(int device) {
-  if (!cuda_backend_available()) fail("--backend cuda: no CUDA device is available on this machine");
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
+    fail("--backend cuda: no CUDA device is available on this machine");
   return std::make_unique<cuda::CudaBackend>(device);
 }
 
