@@ -87,7 +87,9 @@ size_t Qwen35Model::workspace_bytes(int64_t rows) const {
 size_t Qwen35Model::step_bytes(int64_t rows, int64_t logit_rows) const {
   const Qwen35Config& c = config_;
   const int64_t value_width = c.linear_num_value_heads * c.linear_value_head_dim;
-  const int64_t gdn = 2 * gdn_shape_.conv_channels() + 3 * value_width + 2 * c.linear_num_value_heads;
+  // The GDN term includes a GPU's delta-rule chunk scratch: per row and head at most two 64-wide matrix rows and G.
+  const int64_t gdn = 2 * gdn_shape_.conv_channels() + 3 * value_width + 2 * c.linear_num_value_heads +
+                      (2 * 64 + 1) * c.linear_num_value_heads;
   const int64_t attention = c.num_attention_heads * c.head_dim * 3 + 2 * c.num_key_value_heads * c.head_dim;
   const int64_t mlp = 2 * c.intermediate_size;
   const int64_t per_row = 3 * c.hidden_size + std::max({gdn, attention, mlp});

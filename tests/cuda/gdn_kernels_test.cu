@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/delta_chunks.h"
 #include "cuda_test_util.h"
 
 namespace duet::backend::cuda {
@@ -35,7 +36,8 @@ constexpr double kHalfBf16Ulp = 1.0 / 256;
 
 int32_t conv_channels(const GdnDims& d) { return 2 * d.key_heads * d.key_dim + d.value_heads * d.value_dim; }
 int32_t value_width(const GdnDims& d) { return d.value_heads * d.value_dim; }
-int64_t delta_elems(const GdnDims& d) { return static_cast<int64_t>(d.value_heads) * d.key_dim * d.value_dim; }
+DeltaHeadState delta_head(const GdnDims& d) { return DeltaHeadState{d.key_dim, d.value_dim}; }
+int64_t delta_elems(const GdnDims& d) { return d.value_heads * delta_head(d).elems(); }
 
 double silu(double x) { return x / (1.0 + std::exp(-x)); }
 
@@ -59,13 +61,15 @@ int32_t total_rows(const std::vector<PieceSpec>& specs) {
 class States {
  public:
   States(const GdnDims& dims, const std::vector<uint64_t>& seeds)
-      : conv_layer_(static_cast<int64_t>(kHistory) * conv_channels(dims)),
+      : value_heads_(dims.value_heads),
+        conv_layer_(static_cast<int64_t>(kHistory) * conv_channels(dims)),
         delta_layer_(delta_elems(dims)),
         conv_host_(initial(seeds, kLayers * conv_layer_, 0)),
         delta_host_(initial(seeds, kLayers * delta_layer_, 1)),
         conv_(to_bf16(conv_host_)),
         delta_(delta_host_) {}
 
+  int32_t value_heads() const { return value_heads_; }
   int64_t conv_layer_elems() const { return conv_layer_; }
   int64_t delta_layer_elems() const { return delta_layer_; }
   bf16* conv(int32_t sequence) const { return conv_.get() + sequence * kLayers * conv_layer_; }
@@ -99,6 +103,7 @@ class States {
     return std::vector<float>(v.begin() + first, v.begin() + first + count);
   }
 
+  int32_t value_heads_;
   int64_t conv_layer_, delta_layer_;
   std::vector<float> conv_host_, delta_host_;
   DeviceBuffer<bf16> conv_;
@@ -109,6 +114,9 @@ class States {
 struct HostStep {
   std::vector<DevicePiece> pieces;
   std::vector<int32_t> row_piece, row_position;
+  std::vector<DeviceChunk> chunks;
+  int64_t chunk_scratch = 0;
+  DeltaOrder order;
 };
 
 HostStep build_host_step(const std::vector<PieceSpec>& specs, const States& states) {
@@ -132,29 +140,47 @@ HostStep build_host_step(const std::vector<PieceSpec>& specs, const States& stat
     }
     row += spec.rows;
   }
+  host.chunks = plan_delta_chunks(host.pieces, &host.chunk_scratch);
+  host.order = delta_order(host.pieces);
   return host;
 }
 
-// A DeviceStep whose arrays live on the device, as CudaBackend::begin_step builds it.
+// A DeviceStep whose arrays live on the device, as CudaBackend::begin_step builds it, with its chunk scratch.
 class Step {
  public:
   Step(const std::vector<PieceSpec>& specs, const States& states)
       : host_(build_host_step(specs, states)),
         pieces_(host_.pieces),
         row_piece_(host_.row_piece),
-        row_position_(host_.row_position) {
+        row_position_(host_.row_position),
+        chunks_(host_.chunks),
+        piece_order_(host_.order.pieces),
+        chunk_order_(host_.order.chunks),
+        scratch_(static_cast<size_t>(std::max<int64_t>(1, host_.chunk_scratch * states.value_heads()))) {
     step_.pieces = static_cast<int32_t>(host_.pieces.size());
     step_.rows = static_cast<int32_t>(host_.row_piece.size());
     step_.piece = pieces_.get();
     step_.row_piece = row_piece_.get();
     step_.row_position = row_position_.get();
+    step_.chunks = static_cast<int32_t>(host_.chunks.size());
+    step_.chunk = chunks_.get();
+    step_.chunk_scratch = host_.chunk_scratch;
+    step_.piece_order = piece_order_.get();
+    step_.chunk_order = chunk_order_.get();
+    step_.multi_pieces = host_.order.multi_pieces;
+    step_.multi_chunks = host_.order.multi_chunks;
+    scratch_.poison();  // a kernel reading scratch nobody wrote gets NaNs
   }
   const DeviceStep& get() const { return step_; }
+  float* scratch() const { return scratch_.get(); }
 
  private:
   HostStep host_;
   DeviceBuffer<DevicePiece> pieces_;
   DeviceBuffer<int32_t> row_piece_, row_position_;
+  DeviceBuffer<DeviceChunk> chunks_;
+  DeviceBuffer<int32_t> piece_order_, chunk_order_;
+  DeviceBuffer<float> scratch_;
   DeviceStep step_;
 };
 
@@ -223,6 +249,40 @@ std::vector<double> l2_normalized(const float* x, int32_t n) {
   return out;
 }
 
+// The full state S [value_heads, key_dim, value_dim] in double that a layer's chunked state holds at `position`
+// (delta_chunks.h): per head e^{G_last} S_b + sum_s e^{G_last - G_s} keys_s d_s^T over the chunk's position % 64 rows.
+std::vector<double> full_state(const GdnDims& d, const std::vector<float>& layer_state, int32_t position) {
+  const DeltaHeadState layout = delta_head(d);
+  const int32_t rows = position % kDeltaChunk, KD = d.key_dim, VD = d.value_dim;
+  std::vector<double> S(static_cast<size_t>(d.value_heads) * KD * VD);
+  for (int32_t h = 0; h < d.value_heads; ++h) {
+    const float* head = layer_state.data() + h * layout.elems();
+    const double last = rows > 0 ? head[layout.G() + rows - 1] : 0.0;
+    for (int32_t i = 0; i < KD; ++i)
+      for (int32_t j = 0; j < VD; ++j) {
+        double x = std::exp(last) * head[i * VD + j];
+        for (int32_t s = 0; s < rows; ++s)
+          x += std::exp(last - head[layout.G() + s]) * head[layout.keys() + s * KD + i] * head[layout.d() + s * VD + j];
+        S[(static_cast<size_t>(h) * KD + i) * VD + j] = x;
+      }
+  }
+  return S;
+}
+
+// A layer's chunked state at `position` with what it does not hold zeroed: rows of the chunk store at and past
+// position % 64 are left over from earlier chunks and never read.
+std::vector<float> live_state(const GdnDims& d, std::vector<float> layer_state, int32_t position) {
+  const DeltaHeadState layout = delta_head(d);
+  const int32_t rows = position % kDeltaChunk;
+  for (int32_t h = 0; h < d.value_heads; ++h) {
+    float* head = layer_state.data() + h * layout.elems();
+    std::fill(head + layout.keys() + rows * d.key_dim, head + layout.d(), 0.0f);
+    std::fill(head + layout.d() + rows * d.value_dim, head + layout.G(), 0.0f);
+    std::fill(head + layout.G() + rows, head + layout.elems(), 0.0f);
+  }
+  return layer_state;
+}
+
 // The per-token delta rule of one piece in double: state [value_heads, key_dim, value_dim] is advanced in place,
 // out: [rows, value_heads * value_dim] at the piece's rows.
 void delta_reference(const GdnDims& d, const std::vector<float>& qkv, const std::vector<float>& beta,
@@ -273,8 +333,9 @@ constexpr Shape kQwen9B{"qwen35_9b", {16, 32, 128, 128}};
 
 // Pieces of different lengths (a decode row, a short prefill, a whole chunk, a chunk and one) at non-zero positions,
 // each its own sequence.
-const std::vector<PieceSpec> kMixedPieces = {{0, 1, 37}, {1, 7, 5}, {2, 64, 128}, {3, 65, 200}};
-const std::vector<uint64_t> kMixedSeeds = {11, 12, 13, 14};
+// A decode row, and prefill pieces that start inside a chunk, fill one exactly, straddle two, and run several.
+const std::vector<PieceSpec> kMixedPieces = {{0, 1, 37}, {1, 7, 5}, {2, 64, 128}, {3, 65, 200}, {4, 200, 0}};
+const std::vector<uint64_t> kMixedSeeds = {11, 12, 13, 14, 15};
 
 class GdnKernelsTest : public ::testing::TestWithParam<Shape> {
  protected:
@@ -392,7 +453,8 @@ TEST_P(GdnKernelsTest, DeltaRuleMatchesDoubleRecurrence) {
   DeviceDeltaInputs in_d(in);
   DeviceBuffer<float> out_d(static_cast<size_t>(rows) * value_width(d));
   out_d.poison();
-  launch_gdn_delta_rule(step.get(), kLayer, in_d.qkv.get(), in_d.beta.get(), in_d.g.get(), d, out_d.get(), nullptr);
+  launch_gdn_delta_rule(step.get(), kLayer, in_d.qkv.get(), in_d.beta.get(), in_d.g.get(), d, step.scratch(), out_d.get(),
+                        nullptr);
   sync_ok();
   const std::vector<float> out = out_d.download();
 
@@ -400,8 +462,7 @@ TEST_P(GdnKernelsTest, DeltaRuleMatchesDoubleRecurrence) {
   int32_t first_row = 0;
   for (const PieceSpec& spec : kMixedPieces) {
     SCOPED_TRACE("piece of " + std::to_string(spec.rows) + " rows");
-    const std::vector<float> initial = states.initial_delta(spec.sequence, kLayer);
-    std::vector<double> state(initial.begin(), initial.end());
+    std::vector<double> state = full_state(d, states.initial_delta(spec.sequence, kLayer), spec.start);
     delta_reference(d, in.qkv, in.beta, in.g, first_row, spec.rows, state, expected);
     // fp32 against double: each token's reads of S are key_dim-term fp32 sums and the errors of earlier tokens decay
     // or stay bounded (|k| = 1, beta <= 1, exp(g) < 1). A host emulation of the kernel's fp32 order on these input
@@ -409,7 +470,8 @@ TEST_P(GdnKernelsTest, DeltaRuleMatchesDoubleRecurrence) {
     // GPU's expf and rsqrtf, while a wrong index or a missed token gives errors of order 1.
     const std::vector<float> expected_rows = rows_of(to_float(expected), value_width(d), first_row, spec.rows);
     EXPECT_LT(max_relative_error(rows_of(out, value_width(d), first_row, spec.rows), expected_rows), 1e-5) << "output";
-    EXPECT_LT(max_relative_error(states.delta_now(spec.sequence, kLayer), to_float(state)), 1e-5) << "state";
+    const std::vector<double> now = full_state(d, states.delta_now(spec.sequence, kLayer), spec.start + spec.rows);
+    EXPECT_LT(max_relative_error(to_float(now), to_float(state)), 1e-5) << "state";
     EXPECT_TRUE(same_bits(states.delta_now(spec.sequence, 0), states.initial_delta(spec.sequence, 0)))
         << "layer 0 was touched";
     first_row += spec.rows;
@@ -471,7 +533,7 @@ void run_gdn(const GdnDims& d, const std::vector<PieceSpec>& specs, const States
              const bf16* in, const float* beta, const float* g, bf16* conv_out, float* delta_out) {
   Step step(specs, states);
   launch_gdn_conv_silu(step.get(), kLayer, conv_w.get(), conv_channels(d), kConvKernel, in, conv_out, nullptr);
-  launch_gdn_delta_rule(step.get(), kLayer, conv_out, beta, g, d, delta_out, nullptr);
+  launch_gdn_delta_rule(step.get(), kLayer, conv_out, beta, g, d, step.scratch(), delta_out, nullptr);
   sync_ok();
 }
 
@@ -501,7 +563,7 @@ TEST_P(GdnKernelsTest, PieceGivesTheSameBitsAloneOrBesideOthers) {
     result.conv_out = rows_of(to_float(conv_out.download()), channels, target_first, target_rows);
     result.delta_out = rows_of(delta_out.download(), vw, target_first, target_rows);
     result.conv_state = states.conv_now(target_sequence, kLayer);
-    result.delta_state = states.delta_now(target_sequence, kLayer);
+    result.delta_state = live_state(d, states.delta_now(target_sequence, kLayer), 200 + target_rows);
     return result;
   };
 
@@ -543,13 +605,17 @@ TEST_P(GdnKernelsTest, PieceCutAnywhereGivesTheSameBitsAsWhole) {
       first += part;
     }
     GdnRun result{to_float(conv_out.download()), delta_out.download(), states.conv_now(0, kLayer),
-                  states.delta_now(0, kLayer)};
+                  live_state(d, states.delta_now(0, kLayer), start + rows)};
     return result;
   };
 
   const GdnRun whole = run_cut({rows});
   ASSERT_TRUE(all_finite(whole.conv_out) && all_finite(whole.delta_out)) << "outputs left unwritten";
-  for (const std::vector<int32_t>& parts : {std::vector<int32_t>{64, 66}, std::vector<int32_t>{1, 63, 66}}) {
+  // The piece starts at position 40: cuts inside its first chunk, at the chunk boundaries 64 and 128, one row at a
+  // time across a boundary, and a piece of one row (a decode step) in the middle.
+  for (const std::vector<int32_t>& parts :
+       {std::vector<int32_t>{64, 66}, std::vector<int32_t>{1, 63, 66}, std::vector<int32_t>{24, 64, 42},
+        std::vector<int32_t>{7, 7, 7, 7, 7, 7, 88}, std::vector<int32_t>{20, 1, 1, 1, 1, 1, 105}}) {
     SCOPED_TRACE("cut into " + std::to_string(parts.size()) + " parts, the first of " + std::to_string(parts[0]));
     const GdnRun cut = run_cut(parts);
     EXPECT_TRUE(same_bits(whole.conv_out, cut.conv_out)) << "conv output";

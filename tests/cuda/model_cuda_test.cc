@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -152,6 +154,55 @@ TEST(CudaExactLoading, F32GdnTensorsAreReadAsF32) {
     rounded.round_f32_tensor_to_bf16(name);
     EXPECT_FALSE(same_bytes(exact, logits_of(rounded.folder()))) << "rounding " << name << " changed nothing";
   }
+}
+
+// Decode steps replayed as CUDA graphs (step_graphs.h) give the bits of the same steps launched one by one. Two
+// sequences prefill, then decode and sample together (greedy, and seeded with penalties), with a step of one of them
+// alone in between (another graph), then together again (a replay); the whole run with graphs on and off.
+TEST_P(CudaModelTest, GraphedDecodeStepsEqualEagerOnes) {
+  const Goldens goldens(testing::golden_fixture(GetParam(), "fp32"));
+  const auto first = goldens.i32("len130.ids"), second = goldens.i32("len300.ids");
+  backend::SampleSpec greedy;
+  greedy.temperature = 0.0f;
+  greedy.top_logprobs = 2;
+  backend::SampleSpec seeded;
+  seeded.temperature = 0.8f;
+  seeded.top_p = 0.9f;
+  seeded.seed = 7;
+  seeded.repetition_penalty = 1.1f;
+  seeded.penalties = {{first[0], 1, 1}, {first[1], 0, 1}};
+  auto run = [&](Model& model) {
+    std::vector<int32_t> out;
+    auto a = model.new_sequence_state(200), b = model.new_sequence_state(200);
+    Piece prefill[2] = {{a.get(), std::span(first).first(60), RowOutput::last_logits},
+                        {b.get(), std::span(second).first(33), RowOutput::last_logits}};
+    model.forward(prefill);
+    int32_t next_a = 1, next_b = 2;
+    for (int step = 0; step < 12; ++step) {
+      const bool alone = step == 5;
+      backend::SampleSpec spec_a = step % 2 ? seeded : greedy, spec_b = seeded;
+      spec_a.position = spec_b.position = 100 + step;
+      std::vector<Piece> pieces{{a.get(), std::span(&next_a, 1), RowOutput::sampled, backend::RowRole::decode, &spec_a}};
+      if (!alone) pieces.push_back({b.get(), std::span(&next_b, 1), RowOutput::sampled, backend::RowRole::decode, &spec_b});
+      const auto results = model.forward(pieces);
+      next_a = results[0].sampled.id;
+      out.push_back(next_a);
+      out.push_back(std::bit_cast<int32_t>(results[0].sampled.logprob));
+      for (const auto& [id, logprob] : results[0].sampled.top) out.insert(out.end(), {id, std::bit_cast<int32_t>(logprob)});
+      if (!alone) {
+        next_b = results[1].sampled.id;
+        out.insert(out.end(), {next_b, std::bit_cast<int32_t>(results[1].sampled.logprob)});
+      }
+    }
+    return out;
+  };
+  const std::vector<int32_t> graphed = run(*model_);
+  setenv("DUET_CUDA_GRAPHS", "0", 1);
+  auto eager_model = Model::load(testing::model_fixture(GetParam()), "cuda");
+  unsetenv("DUET_CUDA_GRAPHS");
+  const std::vector<int32_t> eager = run(*eager_model);
+  ASSERT_FALSE(eager.empty());
+  EXPECT_EQ(graphed, eager);
 }
 
 }  // namespace

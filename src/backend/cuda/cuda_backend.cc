@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -19,7 +20,9 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/op_timer.h"
 #include "backend/cuda/pinned_gemm.h"
+#include "backend/cuda/delta_chunks.h"
 #include "backend/cuda/sampling.h"
+#include "backend/cuda/step_graphs.h"
 #include "base/error.h"
 #include "base/log.h"
 
@@ -69,9 +72,13 @@ struct DeviceMemory {
   }
 };
 
+DeltaHeadState delta_head(const GdnShape& s) {
+  return DeltaHeadState{static_cast<int32_t>(s.key_dim), static_cast<int32_t>(s.value_dim)};
+}
+
 // Every sequence state of a model in device memory, slot-major so one pointer per piece reaches all its GDN layers:
 //   conv  [slots][gdn_layers][conv_kernel - 1][channels] BF16
-//   delta [slots][gdn_layers][value_heads][key_dim][value_dim] fp32
+//   delta [slots][gdn_layers][value_heads][DeltaHeadState elems] fp32 (delta_chunks.h)
 //   kv    [attention_layers][pages][K | V][64][kv_heads][head_dim] BF16 (device_step.h, kv_key)
 class CudaStateStorage final : public StateStorage {
  public:
@@ -82,7 +89,7 @@ class CudaStateStorage final : public StateStorage {
         slots_(slots),
         pages_(pages),
         conv_layer_(gdn.conv_channels() * (gdn.conv_kernel - 1)),
-        delta_layer_(gdn.value_heads * gdn.key_dim * gdn.value_dim),
+        delta_layer_(gdn.value_heads * delta_head(gdn).elems()),
         conv_(static_cast<size_t>(slots * gdn_layers * conv_layer_) * sizeof(bf16), "GDN conv state"),
         delta_(static_cast<size_t>(slots * gdn_layers * delta_layer_) * sizeof(float), "GDN delta-rule state"),
         kv_(static_cast<size_t>(attention_layers * pages * 2 * kPagePositions * attention.kv_heads *
@@ -168,7 +175,7 @@ class CudaBackend final : public Backend {
   }
   size_t gdn_state_bytes(const GdnShape& s) const override {
     return static_cast<size_t>(s.conv_channels() * (s.conv_kernel - 1)) * sizeof(bf16) +
-           static_cast<size_t>(s.value_heads * s.key_dim * s.value_dim) * sizeof(float);
+           static_cast<size_t>(s.value_heads * delta_head(s).elems()) * sizeof(float);
   }
   size_t kv_page_bytes(const AttentionShape& s) const override {
     return static_cast<size_t>(2 * kPagePositions * s.kv_heads * s.head_dim) * sizeof(bf16);
@@ -178,10 +185,13 @@ class CudaBackend final : public Backend {
     if (bytes <= workspace_.bytes) return;
     check_cuda(cudaStreamSynchronize(stream_), "workspace: finish the last step");
     workspace_ = DeviceMemory(align_up(bytes), "workspace");
+    graphs_.clear();
   }
   size_t workspace_bytes() const override { return workspace_.bytes; }
 
   void begin_step(const StepPlan& plan) override {
+    if (mode_ == Mode::capture) graphs_.abandon(stream_);  // the last step failed before its sampling
+    mode_ = Mode::eager;
     used_ = 0;
     rows_ = static_cast<int64_t>(plan.ids.size());
     // Host side: pieces, each row's piece and position, the page tables, the ids and the logit rows, packed into one
@@ -222,6 +232,9 @@ class CudaBackend final : public Backend {
       }
     }
     for (int64_t r : plan.logit_rows) logit_rows.push_back(static_cast<int32_t>(r));
+    int64_t chunk_scratch = 0;
+    const std::vector<DeviceChunk> chunks = plan_delta_chunks(pieces, &chunk_scratch);
+    const DeltaOrder order = delta_order(pieces);
     // Rows sampled here: their settings and penalty ids travel in the same upload.
     std::vector<int32_t> sample_rows;
     std::vector<SamplingRowParams> sample_params;
@@ -252,20 +265,25 @@ class CudaBackend final : public Backend {
     for (int64_t r : plan.logit_rows) decode_logit_rows_ += r < decode_rows_ ? 1 : 0;
     logit_row_count_ = static_cast<int32_t>(plan.logit_rows.size());
 
-    // Layout of the one upload: pieces, then int32 arrays.
+    // Layout of the one upload: the arrays whose sizes a decode step's counts fix come first and the page tables and
+    // penalties (which grow from step to step) last, so that every address a kernel is given is the same for decode
+    // steps with the same counts (step_graphs.h).
     const size_t piece_bytes = align_up(pieces.size() * sizeof(DevicePiece));
     auto ints = [](size_t n) { return align_up(n * sizeof(int32_t)); };
     const size_t params_bytes = align_up(sample_params.size() * sizeof(SamplingRowParams));
     const size_t penalty_bytes = align_up(penalties.size() * sizeof(PenaltyEntry));
-    const size_t total = piece_bytes + ints(row_piece.size()) + ints(row_position.size()) + ints(pages.size()) +
-                         ints(plan.ids.size()) + ints(logit_rows.size()) + ints(sample_rows.size()) + params_bytes +
-                         penalty_bytes;
+    const size_t chunk_bytes = align_up(chunks.size() * sizeof(DeviceChunk));
+    const size_t total = piece_bytes + chunk_bytes + ints(pieces.size()) + ints(chunks.size()) +
+                         ints(row_piece.size()) + ints(row_position.size()) +
+                         ints(pages.size()) + ints(plan.ids.size()) + ints(logit_rows.size()) +
+                         ints(sample_rows.size()) + params_bytes + penalty_bytes;
     check_cuda(cudaEventSynchronize(plan_copied_), "the last step's plan upload");  // the staging buffer is free
     if (total > plan_capacity_) {
       if (plan_host_) cudaFreeHost(plan_host_);
       plan_capacity_ = std::max<size_t>(total * 2, 1 << 16);
       check_cuda(cudaMallocHost(&plan_host_, plan_capacity_), "pinned plan buffer");
       plan_device_ = DeviceMemory(plan_capacity_, "plan buffer");
+      graphs_.clear();
     }
     auto* host = static_cast<char*>(plan_host_);
     auto* device = static_cast<char*>(plan_device_.ptr);
@@ -285,18 +303,37 @@ class CudaBackend final : public Backend {
         static_cast<const int32_t*>(place(row_piece.data(), row_piece.size() * 4, ints(row_piece.size())));
     step_.row_position =
         static_cast<const int32_t*>(place(row_position.data(), row_position.size() * 4, ints(row_position.size())));
-    step_.page_table = static_cast<const int32_t*>(place(pages.data(), pages.size() * 4, ints(pages.size())));
+    step_.chunks = static_cast<int32_t>(chunks.size());
+    step_.chunk =
+        static_cast<const DeviceChunk*>(place(chunks.data(), chunks.size() * sizeof(DeviceChunk), chunk_bytes));
+    step_.chunk_scratch = chunk_scratch;
+    step_.piece_order =
+        static_cast<const int32_t*>(place(order.pieces.data(), order.pieces.size() * 4, ints(order.pieces.size())));
+    step_.chunk_order =
+        static_cast<const int32_t*>(place(order.chunks.data(), order.chunks.size() * 4, ints(order.chunks.size())));
+    step_.multi_pieces = order.multi_pieces;
+    step_.multi_chunks = order.multi_chunks;
     ids_ = static_cast<const int32_t*>(place(plan.ids.data(), plan.ids.size() * 4, ints(plan.ids.size())));
     logit_rows_ = static_cast<const int32_t*>(place(logit_rows.data(), logit_rows.size() * 4, ints(logit_rows.size())));
     sample_rows_ =
         static_cast<const int32_t*>(place(sample_rows.data(), sample_rows.size() * 4, ints(sample_rows.size())));
     sample_params_ = static_cast<const SamplingRowParams*>(
         place(sample_params.data(), sample_params.size() * sizeof(SamplingRowParams), params_bytes));
+    step_.page_table = static_cast<const int32_t*>(place(pages.data(), pages.size() * 4, ints(pages.size())));
     penalties_ = penalties.empty() ? nullptr
                                    : static_cast<const PenaltyEntry*>(place(
                                          penalties.data(), penalties.size() * sizeof(PenaltyEntry), penalty_bytes));
     check_cuda(cudaMemcpyAsync(plan_device_.ptr, plan_host_, at, cudaMemcpyHostToDevice, stream_), "plan upload");
     check_cuda(cudaEventRecord(plan_copied_, stream_), "plan upload event");
+
+    // A decode step whose every piece samples one row replays (or is captured into) its counts' graph.
+    const bool graphed = graphs_on_ && decode_rows_ == rows_ && plan.logit_rows.empty() &&
+                         static_cast<int64_t>(plan.sample_rows.size()) == static_cast<int64_t>(pieces.size());
+    if (graphed) {
+      const StepGraphKey key{plan_device_.ptr, workspace_.ptr, rows_, static_cast<int64_t>(pieces.size()),
+                             static_cast<int64_t>(plan.sample_rows.size()), penalties_ != nullptr};
+      mode_ = graphs_.begin(key, stream_) ? Mode::replay : Mode::capture;
+    }
   }
 
   std::unique_ptr<Activations> new_activations(int64_t rows, int64_t width) override {
@@ -304,12 +341,14 @@ class CudaBackend final : public Backend {
   }
 
   void embed(const Weight& table, Activations& out) override {
+    if (mode_ == Mode::replay) return;  // the step's graph holds these launches
     timer_.time("embed", stream_, [&] {
       launch_embed(bf16_of(table), table.cols, ids_, static_cast<int32_t>(rows_), data_of(out), stream_);
     });
   }
 
   void rms_norm(const Activations& x, const Weight& w, double eps, Activations& out) override {
+    if (mode_ == Mode::replay) return;  // the step's graph holds these launches
     timer_.time("rms_norm", stream_, [&] {
       launch_rms_norm(data_of(x), x.rows(), static_cast<int32_t>(x.width()), device_weight(w), static_cast<float>(eps),
                       true, data_of(out), stream_);
@@ -317,11 +356,13 @@ class CudaBackend final : public Backend {
   }
 
   void add(Activations& x, const Activations& y) override {
+    if (mode_ == Mode::replay) return;  // the step's graph holds these launches
     timer_.time("add", stream_, [&] { launch_add(data_of(x), data_of(y), x.rows() * x.width(), stream_); });
   }
 
   void gdn_mixer(const GdnWeights& w, const GdnShape& s, int64_t gdn_layer, const Activations& x,
                  Activations& out) override {
+    if (mode_ == Mode::replay) return;  // the step's graph holds these launches
     const size_t mark = used_;
     const int64_t R = x.rows(), C = s.conv_channels(), vw = s.value_heads * s.value_dim, vh = s.value_heads;
     bf16* qkv = scratch<bf16>(R * C);
@@ -346,8 +387,12 @@ class CudaBackend final : public Backend {
     float* core = scratch<float>(R * vw);
     const GdnDims dims{static_cast<int32_t>(s.key_heads), static_cast<int32_t>(s.value_heads),
                        static_cast<int32_t>(s.key_dim), static_cast<int32_t>(s.value_dim)};
+    // Sized by the bound per row (delta_chunks.h), not by this step's chunks, so a decode step's addresses do not
+    // move with its positions.
+    if (step_.chunk_scratch > (2 * kDeltaChunk + 1) * R) fail("cuda backend: chunk scratch over its bound");
+    float* chunk_scratch = scratch<float>((2 * kDeltaChunk + 1) * R * vh);
     timer_.time("gdn.delta_rule", stream_, [&] {
-      launch_gdn_delta_rule(step_, static_cast<int32_t>(gdn_layer), conv, beta, g, dims, core, stream_);
+      launch_gdn_delta_rule(step_, static_cast<int32_t>(gdn_layer), conv, beta, g, dims, chunk_scratch, core, stream_);
     });
     bf16* normed = qkv;  // qkv is spent; [R, vw] fits in [R, C]
     timer_.time("gdn.gated_norm", stream_, [&] {
@@ -360,6 +405,7 @@ class CudaBackend final : public Backend {
 
   void attention_mixer(const AttentionWeights& w, const AttentionShape& s, int64_t attention_layer,
                        const Activations& x, Activations& out) override {
+    if (mode_ == Mode::replay) return;  // the step's graph holds these launches
     const size_t mark = used_;
     const int64_t R = x.rows(), hd = s.head_dim;
     bf16* q_gate = scratch<bf16>(R * s.q_heads * 2 * hd);
@@ -384,6 +430,7 @@ class CudaBackend final : public Backend {
   }
 
   void mlp(const MlpWeights& w, const Activations& x, Activations& out) override {
+    if (mode_ == Mode::replay) return;  // the step's graph holds these launches
     const size_t mark = used_;
     const int64_t R = x.rows(), ffn = w.gate_proj.rows;
     bf16* gate = scratch<bf16>(R * ffn);
@@ -420,19 +467,25 @@ class CudaBackend final : public Backend {
     const size_t mark = used_;
     const int64_t n = static_cast<int64_t>(samples_.size()), h = x.width(), V = head.rows;
     bf16* selected = scratch<bf16>(n * h);
-    timer_.time("sample.gather", stream_, [&] {
-      launch_gather_rows(data_of(x), static_cast<int32_t>(h), sample_rows_, static_cast<int32_t>(n), selected, stream_);
-    });
     float* logits = scratch<float>(n * V);
-    gemm_split("lm_head", selected, n, decode_sample_rows_, head, logits, true);
+    if (mode_ != Mode::replay) {
+      timer_.time("sample.gather", stream_, [&] {
+        launch_gather_rows(data_of(x), static_cast<int32_t>(h), sample_rows_, static_cast<int32_t>(n), selected,
+                           stream_);
+      });
+      gemm_split("lm_head", selected, n, decode_sample_rows_, head, logits, true);
+    }
     const size_t scratch_bytes = sampling_scratch_bytes(static_cast<int32_t>(n), static_cast<int32_t>(V));
     void* sampling_scratch = scratch<char>(static_cast<int64_t>(scratch_bytes));
     auto* picked = scratch<DeviceSample>(n);
     auto* top = scratch<DeviceTopLogprob>(n * kMaxTopLogprobs);
-    timer_.time("sample.kernel", stream_, [&] {
-      launch_sample(logits, static_cast<int32_t>(n), static_cast<int32_t>(V), sample_params_, penalties_, picked, top,
-                    sampling_scratch, scratch_bytes, stream_);
-    });
+    if (mode_ != Mode::replay)
+      timer_.time("sample.kernel", stream_, [&] {
+        launch_sample(logits, static_cast<int32_t>(n), static_cast<int32_t>(V), sample_params_, penalties_, picked,
+                      top, sampling_scratch, scratch_bytes, stream_);
+      });
+    if (mode_ != Mode::eager) graphs_.launch(stream_);  // ends the capture (if this step made it), then replays
+    mode_ = Mode::eager;
     std::vector<DeviceSample> host(static_cast<size_t>(n));
     std::vector<DeviceTopLogprob> host_top(static_cast<size_t>(n * kMaxTopLogprobs));
     check_cuda(
@@ -549,6 +602,17 @@ class CudaBackend final : public Backend {
   int64_t decode_rows_ = 0;
   int64_t decode_logit_rows_ = 0;
   int32_t logit_row_count_ = 0;
+  // Decode steps as CUDA graphs: off with DUET_CUDA_GRAPHS=0, and while profiling (per-launch events) or dumping.
+  enum class Mode { eager, capture, replay };
+  bool graphs_on_ = graphs_wanted();
+  StepGraphs graphs_;
+  Mode mode_ = Mode::eager;
+
+  bool graphs_wanted() const {
+    const char* graphs = std::getenv("DUET_CUDA_GRAPHS");
+    const char* dump = std::getenv("DUET_DUMP");
+    return !timer_.on() && !(graphs != nullptr && std::string_view(graphs) == "0") && !(dump != nullptr && *dump);
+  }
 };
 
 }  // namespace

@@ -23,7 +23,7 @@ struct DevicePiece {
   DeviceRole role = DeviceRole::prefill;
   // The sequence's GDN state for GDN layer g is at  conv + g * conv_layer_stride  and  delta + g * delta_layer_stride:
   //   conv:  [conv_kernel - 1, conv_channels] bf16, the last pre-conv inputs, oldest first (zeros at the start)
-  //   delta: [value_heads, key_dim, value_dim] fp32, the full delta-rule state S (S[h][i][j]: key i, value j)
+  //   delta: [value_heads][delta_head_elems(key_dim, value_dim)] fp32, each head's chunked state (DeltaHeadState)
   bf16* conv = nullptr;
   float* delta = nullptr;
   int64_t conv_layer_stride = 0;   // elements
@@ -34,8 +34,24 @@ struct DevicePiece {
   // with page_elems = 64 * kv_heads * head_dim (see kv_key / kv_value below).
   bf16* kv = nullptr;
   int64_t kv_pages = 0;  // pages in that storage (per layer)
+  // The piece's delta-rule chunks: DeviceStep::chunk[first_chunk .. + chunk_count).
+  int32_t first_chunk = 0;
+  int32_t chunk_count = 0;
 };
 
+// The delta rule runs in its chunked form over chunks of 64 positions that start at multiples of 64, for every row
+// (gdn_delta_rule.cu). A sequence's delta-rule state per GDN layer and value head is the state S_b at the start of
+// its current chunk plus what the chunk's rows so far left (delta_chunks.h: DeltaHeadState). A DeviceChunk is the
+// rows of one piece that fall in one chunk: rows [filled, filled + rows) of it, the first `filled` already in the
+// state.
+constexpr int32_t kDeltaChunk = 64;
+struct DeviceChunk {
+  int32_t piece = 0;
+  int32_t first_row = 0;  // step rows [first_row, first_row + rows)
+  int32_t rows = 0;       // 1 .. 64 - filled
+  int32_t filled = 0;     // rows of the chunk before them (0 .. 63)
+  int64_t scratch = 0;    // where its matrices start in the step's chunk scratch, in floats per value head
+};
 struct DeviceStep {
   int32_t pieces = 0;
   int32_t rows = 0;
@@ -43,6 +59,14 @@ struct DeviceStep {
   const int32_t* row_piece = nullptr;     // [rows] the piece of each row
   const int32_t* row_position = nullptr;  // [rows] the sequence position of each row
   const int32_t* page_table = nullptr;    // every piece's page ids, position order, concatenated
+  int32_t chunks = 0;                     // delta-rule chunks of all pieces
+  const DeviceChunk* chunk = nullptr;     // [chunks]
+  // The pieces and chunks of pieces of more than one row first (chunk_state_kernel's), then those of one-row
+  // pieces (the decode kernels'): indices into piece and chunk.
+  const int32_t* piece_order = nullptr;  // [pieces]
+  const int32_t* chunk_order = nullptr;  // [chunks]
+  int32_t multi_pieces = 0, multi_chunks = 0;
+  int64_t chunk_scratch = 0;              // floats of chunk scratch per value head (what the host reserves)
 };
 
 constexpr int32_t kPagePositions = 64;

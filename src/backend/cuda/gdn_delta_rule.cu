@@ -1,56 +1,75 @@
-// The gated delta rule of a GDN layer (launch_gdn_delta_rule in kernels.h), in its per-token form.
+// The gated delta rule of a GDN layer (launch_gdn_delta_rule in kernels.h), in its chunked form, for every row.
 //
-// One block per (piece, value head). Column j of the head's state S [key_dim, value_dim] (value index j) lives in
-// registers for the whole piece, split over kSplit adjacent lanes (each holds key_dim / kSplit of its rows), so a
-// token needs no block-wide synchronisation: each lane decays its part of the column and reads its part of
-// s_j = sum_i S[i][j] k[i]; the lanes of a column combine their parts with a shuffle, apply the correction d_j to
-// their rows and read o_j = sum_i S[i][j] q[i] the same way. key_dim 128 is split over two lanes because one thread
-// holding 128 state values (plus the k values the compiler keeps for the second pass) needs more than 255 registers
-// and spills. The rows are staged into shared memory kChunk at a time, q and k l2-normalized there by one warp per
-// vector.
+// The per-token recurrence S_t = e^{g_t} S_{t-1} + k_t d_t^T, d_t = beta_t (v_t - e^{g_t} S_{t-1}^T k_t),
+// o_t = S_t^T q_t, unrolled over a chunk of 64 positions from the state S_b at its start (G_t = G_{t-1} + g_t from
+// G_{-1} = 0, the cumulative log decay):
+//   d_t = beta_t (v_t - e^{G_t} S_b^T k_t) - sum_{s<t} A[t][s] d_s,      A[t][s] = (k_t . k_s) e^{G_t - G_s} beta_t
+//   o_t = e^{G_t} S_b^T q_t + sum_{s<=t} Q[t][s] d_s,                   Q[t][s] = (q_t . k_s) e^{G_t - G_s}
+//   S_b' = e^{G_63} S_b + sum_s (k_s e^{G_63 - G_s}) d_s^T              (when the chunk is complete)
+// as transformers' torch_chunk_gated_delta_rule computes it (chunk 64 from position 0). A sequence's state is S_b
+// plus the chunk's rows so far (keys, d, G: delta_chunks.h), so a row is computed from exactly the same operands in
+// exactly the same order whether its chunk arrives whole, in pieces or a token at a time: prompts cut anywhere, and
+// decode rows beside prefill rows, give the same bits (architecture.md, row invariance). Every sum below runs in an
+// order fixed by the row's place in its chunk: dot products over the key index in order, one fma chain; the sum over
+// earlier rows split over a fixed number of lanes, then a fixed butterfly; the fold over the 64 rows in order.
 //
-// Row invariance: every reduction (the l2 norms and the two reads of S) runs in a fixed order that depends only on
-// key_dim, and a block only ever reads its own piece's rows and state. Because the state between tokens is the
-// exact fp32 S, a piece cut anywhere and run over several steps gives the same bits as the piece run whole.
+// Two kernels per layer. chunk_matrices_kernel: one block per (chunk, value head) computes the new rows' G and their
+// rows of A and Q (which do not depend on S_b) into the step's chunk scratch, for all chunks at once.
+// chunk_state_kernel: one block per (piece, value head, group of up to 32 value columns) walks the piece's chunks in
+// order with S_b's columns in shared memory: a column of S, d and o only meets its own column, so the groups are
+// independent, but for the keys and G they share in the state: a head's groups form one cluster.
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/delta_chunks.h"
 #include "backend/cuda/kernels.h"
 
 namespace duet::backend::cuda {
 
 namespace {
 
-constexpr int kChunk = 16;       // rows staged in shared memory at a time (24 KiB at key_dim = value_dim = 128)
+namespace cg = cooperative_groups;
+
+constexpr int kC = kDeltaChunk;  // 64 positions
+constexpr int kThreads = 256;
+constexpr unsigned kFullMask = 0xffffffffu;
 constexpr float kL2Eps = 1e-6f;  // inside the rsqrt of q's and k's sum of squares, as transformers' l2norm
 
-// A chunk of a piece's rows for one value head, in fp32: q (normalized and scaled), k (normalized), v, g, beta.
-template <int KD, int VD>
-struct alignas(16) StagedRows {
-  float q[kChunk][KD];
-  float k[kChunk][KD];
-  float v[kChunk][VD];
-  float g[kChunk];
-  float beta[kChunk];
-};
-
 // Where one value head's inputs sit in a row of qkv [q (key_heads * KD) | k (key_heads * KD) | v (value_heads * VD)].
-struct HeadLayout {
+struct HeadInputs {
   int64_t width;  // elements per qkv row
-  int32_t q;      // offset of this head's key head in the q block
-  int32_t k;      // offset of this head's key head in the k block
-  int32_t v;      // offset of this value head in the v block
-  int32_t head;   // value head
-  int32_t heads;  // value heads (stride of beta and g)
+  int32_t q, k, v;
+  int32_t head, heads;
   float q_scale;  // key_dim^-0.5
 };
 
+template <int KD, int VD>
+__device__ __forceinline__ HeadInputs head_inputs(const GdnDims& dims, int32_t head) {
+  const int32_t key_head = head / (dims.value_heads / dims.key_heads);
+  const int32_t key_width = dims.key_heads * KD;
+  return HeadInputs{2 * key_width + dims.value_heads * VD,
+                    key_head * KD,
+                    key_width + key_head * KD,
+                    2 * key_width + head * VD,
+                    head,
+                    dims.value_heads,
+                    static_cast<float>(1.0 / sqrt(static_cast<double>(KD)))};
+}
+
+// A head's chunked state within a piece's GDN state for one layer.
+template <int KD, int VD>
+__device__ __forceinline__ float* head_state(const DevicePiece& piece, int32_t layer, int32_t head) {
+  constexpr DeltaHeadState layout{KD, VD};
+  return piece.delta + static_cast<int64_t>(layer) * piece.delta_layer_stride + head * layout.elems();
+}
+
 __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(kFullMask, x, offset);
   return x;
 }
 
@@ -76,151 +95,574 @@ __device__ __forceinline__ void l2_normalize_to(const bf16* src, float scale, bo
   }
 }
 
-// Stages rows [row0, row0 + n) of the step for this head. The caller synchronises before and after.
-template <int KD, int VD>
-__device__ void stage_rows(const bf16* qkv, const float* beta, const float* g, const HeadLayout& layout, int32_t row0,
-                           int32_t n, StagedRows<KD, VD>& staged) {
+// Global -> shared copies that do not wait: a block issues every copy of a chunk at once and waits once, instead of
+// one load's latency per element (cp.async, bypassing registers).
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void copy_async_4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_address(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void copy_async_16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_address(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void wait_async_copies() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+// `count` floats from src to dst, 4 bytes at a time (any alignment), by the whole block.
+__device__ __forceinline__ void copy_floats_async(float* dst, const float* src, int count) {
+  for (int i = threadIdx.x; i < count; i += blockDim.x) copy_async_4(dst + i, src + i);
+}
+// `rows` rows of `width` floats into rows of `dst_stride`.
+__device__ __forceinline__ void copy_rows_async(float* dst, int dst_stride, const float* src, int64_t src_stride,
+                                                int rows, int width) {
+  for (int idx = threadIdx.x; idx < rows * width; idx += blockDim.x)
+    copy_async_4(dst + (idx / width) * dst_stride + idx % width, src + (idx / width) * src_stride + idx % width);
+}
+// `rows` rows of `width` BF16 (a multiple of 8, 16-byte aligned) from rows `src_stride` apart, 16 bytes at a time.
+__device__ __forceinline__ void copy_bf16_rows_async(bf16* dst, const bf16* src, int64_t src_stride, int rows,
+                                                     int width) {
+  const int chunks = width / 8;
+  for (int idx = threadIdx.x; idx < rows * chunks; idx += blockDim.x) {
+    const int r = idx / chunks, c = idx % chunks;
+    copy_async_16(dst + r * width + c * 8, src + r * src_stride + c * 8);
+  }
+}
+
+// The new rows' raw q and k as BF16, staged for normalization.
+template <int KD>
+struct RawVectors {
+  bf16 q[kC][KD];
+  bf16 k[kC][KD];
+};
+
+// Issues the copies of the chunk's new rows' raw q and k into raw rows [0, rows).
+template <int KD>
+__device__ void stage_raw_vectors_async(const bf16* qkv, const HeadInputs& in, const DeviceChunk& chunk,
+                                        RawVectors<KD>& raw) {
+  const bf16* first = qkv + static_cast<int64_t>(chunk.first_row) * in.width;
+  copy_bf16_rows_async(&raw.q[0][0], first + in.q, in.width, chunk.rows, KD);
+  copy_bf16_rows_async(&raw.k[0][0], first + in.k, in.width, chunk.rows, KD);
+}
+
+// A chunk's vectors in shared memory, indexed by the row's place in the chunk (0..63).
+template <int KD>
+struct ChunkVectors {
+  float q[kC][KD + 1];  // + 1: the rows one instruction reads fall in different banks
+  float k[kC][KD + 1];
+  float G[kC];
+  float beta[kC];
+};
+
+// The new rows' q and k, l2-normalized from their staged raw rows (rows [filled, filled + rows) of the chunk).
+template <int KD>
+__device__ void normalize_new_vectors(const RawVectors<KD>& raw, const HeadInputs& in, const DeviceChunk& chunk,
+                                      ChunkVectors<KD>& cv) {
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  for (int vec = warp; vec < 2 * n; vec += warps) {  // even: the row's q, odd: its k
-    const int32_t r = vec / 2;
-    const bool is_key = vec % 2 == 1;
-    const bf16* row = qkv + static_cast<int64_t>(row0 + r) * layout.width;
-    l2_normalize_to<KD>(row + (is_key ? layout.k : layout.q), layout.q_scale, !is_key,
-                        is_key ? staged.k[r] : staged.q[r]);
-  }
-  for (int idx = threadIdx.x; idx < n * VD; idx += blockDim.x) {
-    const int32_t r = idx / VD, j = idx % VD;
-    staged.v[r][j] = __bfloat162float(qkv[static_cast<int64_t>(row0 + r) * layout.width + layout.v + j]);
-  }
-  for (int r = threadIdx.x; r < n; r += blockDim.x) {
-    const int64_t at = static_cast<int64_t>(row0 + r) * layout.heads + layout.head;
-    staged.g[r] = g[at];
-    staged.beta[r] = beta[at];
+  for (int vec = warp; vec < 2 * chunk.rows; vec += warps) {  // even: the row's k, odd: its q
+    const int r = vec / 2;
+    const bool is_query = vec % 2 == 1;
+    const int t = chunk.filled + r;
+    l2_normalize_to<KD>(is_query ? raw.q[r] : raw.k[r], in.q_scale, is_query, is_query ? cv.q[t] : cv.k[t]);
   }
 }
 
-// Lanes per state column: key_dim 128 is split in two (see the top of the file); smaller key dims fit one thread.
-constexpr int split_for(int key_dim) { return key_dim > 64 ? 2 : 1; }
-// At least a full warp, so the warp-level l2 reductions never run on a partial warp (value_dim 16).
-constexpr int threads_for(int key_dim, int value_dim) {
-  return value_dim * split_for(key_dim) < 32 ? 32 : value_dim * split_for(key_dim);
-}
+// ---- chunk_matrices_kernel: G, A and Q of the new rows.
 
-// Sum of a column's parts over its kSplit adjacent lanes. Each butterfly step adds the same two values on both
-// lanes (a + b and b + a are the same bits), so every lane of the column ends with identical bits.
-template <int kSplit>
-__device__ __forceinline__ float column_sum(float part) {
-#pragma unroll
-  for (int offset = kSplit / 2; offset > 0; offset >>= 1) part += __shfl_xor_sync(0xffffffffu, part, offset);
-  return part;
-}
-
-// One token on this lane's R rows of a column of S (q, k: the same R rows of the token's vectors): S *= exp(g);
-// d = (v - S^T k) * beta; S += k d; returns S^T q. Four accumulators in a fixed pattern shorten the dependent FMA
-// chains without making the order depend on anything but R.
-template <int R, int kSplit>
-__device__ __forceinline__ float token_step(float (&s)[R], const float* q, const float* k, float v, float decay,
-                                            float beta) {
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-  for (int i = 0; i < R; i += 4) {
-    const float4 k4 = *reinterpret_cast<const float4*>(k + i);
-    const float kk[4] = {k4.x, k4.y, k4.z, k4.w};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      s[i + e] *= decay;
-      acc[e] = fmaf(s[i + e], kk[e], acc[e]);
-    }
-  }
-  const float read = column_sum<kSplit>((acc[0] + acc[1]) + (acc[2] + acc[3]));
-  const float d = (v - read) * beta;
-  float out[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-  for (int i = 0; i < R; i += 4) {
-    const float4 k4 = *reinterpret_cast<const float4*>(k + i);
-    const float4 q4 = *reinterpret_cast<const float4*>(q + i);
-    const float kk[4] = {k4.x, k4.y, k4.z, k4.w};
-    const float qq[4] = {q4.x, q4.y, q4.z, q4.w};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      s[i + e] = fmaf(kk[e], d, s[i + e]);
-      out[e] = fmaf(s[i + e], qq[e], out[e]);
-    }
-  }
-  return column_sum<kSplit>((out[0] + out[1]) + (out[2] + out[3]));
-}
+template <int KD>
+struct MatricesSmem {
+  ChunkVectors<KD> cv;
+  RawVectors<KD> raw;
+};
 
 template <int KD, int VD>
-__global__ void __launch_bounds__(threads_for(KD, VD))
-    delta_rule_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, const float* g, GdnDims dims,
-                      float q_scale, float* out) {
-  constexpr int kSplit = split_for(KD);
-  constexpr int R = KD / kSplit;  // state rows per lane
-  __shared__ StagedRows<KD, VD> staged;
-  const DevicePiece& piece = step.piece[blockIdx.x];
+__global__ void __launch_bounds__(kThreads)
+    chunk_matrices_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, const float* g,
+                          GdnDims dims, float* scratch) {
+  constexpr DeltaHeadState layout{KD, VD};
+  extern __shared__ float4 smem_raw[];
+  MatricesSmem<KD>& sm = *reinterpret_cast<MatricesSmem<KD>*>(smem_raw);
+  ChunkVectors<KD>& cv = sm.cv;
+  RawVectors<KD>& raw = sm.raw;
+  const DeviceChunk chunk = step.chunk[step.chunk_order[blockIdx.x]];
   const int32_t head = blockIdx.y;
-  const int32_t key_head = head / (dims.value_heads / dims.key_heads);
-  const int32_t key_width = dims.key_heads * KD;
-  const HeadLayout layout{2 * key_width + dims.value_heads * VD,
-                          key_head * KD,
-                          key_width + key_head * KD,
-                          2 * key_width + head * VD,
-                          head,
-                          dims.value_heads,
-                          q_scale};
-  const int j = threadIdx.x / kSplit;            // the column (value index)
-  const int first = (threadIdx.x % kSplit) * R;  // this lane's first state row (key index)
-  const bool owns_column = j < VD;               // false only for the padding lanes of value_dim 16
-  float* state = piece.delta + static_cast<int64_t>(layer) * piece.delta_layer_stride +
-                 static_cast<int64_t>(head) * KD * VD + static_cast<int64_t>(first) * VD + j;
-  const int32_t first_row = piece.first_row, rows = piece.rows;
+  const HeadInputs in = head_inputs<KD, VD>(dims, head);
+  const float* state = head_state<KD, VD>(step.piece[chunk.piece], layer, head);
+  const int a = chunk.filled, b = chunk.filled + chunk.rows;
 
-  float s[R];
-#pragma unroll
-  for (int i = 0; i < R; ++i) s[i] = owns_column ? state[i * VD] : 0.0f;
-
-  float* head_out = out + static_cast<int64_t>(head) * VD + j;
-  const int64_t out_stride = static_cast<int64_t>(dims.value_heads) * VD;
-  for (int32_t base = 0; base < rows; base += kChunk) {
-    const int32_t n = min(kChunk, rows - base);
-    __syncthreads();  // the previous chunk's rows are no longer read
-    stage_rows<KD, VD>(qkv, beta, g, layout, first_row + base, n, staged);
-    __syncthreads();
-    // Padding lanes exist only when kSplit is 1, so no shuffle in token_step waits for them.
-    if (!owns_column) continue;
-    for (int32_t t = 0; t < n; ++t) {
-      const float o = token_step<R, kSplit>(s, staged.q[t] + first, staged.k[t] + first, staged.v[t][j],
-                                            expf(staged.g[t]), staged.beta[t]);
-      if (first == 0) head_out[static_cast<int64_t>(first_row + base + t) * out_stride] = o;
+  stage_raw_vectors_async<KD>(qkv, in, chunk, raw);
+  copy_rows_async(&cv.k[0][0], KD + 1, state + layout.keys(), KD, a, KD);  // the earlier rows' keys
+  copy_floats_async(cv.G, state + layout.G(), a);                         // and their G
+  for (int r = threadIdx.x; r < chunk.rows; r += blockDim.x) {             // the new rows' g and beta
+    const int64_t at = static_cast<int64_t>(chunk.first_row + r) * in.heads + head;
+    copy_async_4(&cv.G[a + r], g + at);
+    copy_async_4(&cv.beta[a + r], beta + at);
+  }
+  wait_async_copies();
+  __syncthreads();
+  normalize_new_vectors<KD>(raw, in, chunk, cv);
+  float* out = scratch + chunk.scratch * dims.value_heads + static_cast<int64_t>(head) *
+                                                                chunk_scratch_elems(chunk.filled, chunk.rows);
+  float* A = out;                       // [rows][b]
+  float* Q = A + chunk.rows * b;        // [rows][b]
+  float* G_out = Q + chunk.rows * b;    // [rows]
+  if (threadIdx.x == 0) {  // G_t = G_{t-1} + g_t in order: the same sums whatever the chunk's pieces
+    float G = a > 0 ? cv.G[a - 1] : 0.0f;
+    for (int t = a; t < b; ++t) {
+      G = G + cv.G[t];
+      cv.G[t] = G;
+      G_out[t - a] = G;
     }
   }
+  __syncthreads();
 
-  if (!owns_column) return;
+  // A 4x4 tile of (t, s) per thread over t in [a, b), s <= t.
+  const int t0 = 4 * (threadIdx.x / 16), s0 = 4 * (threadIdx.x % 16);
+  if (t0 + 3 < a || t0 >= b || s0 > t0 + 3) return;
+  float kk[4][4] = {}, qk[4][4] = {};
+#pragma unroll 4
+  for (int i = 0; i < KD; ++i) {
+    float kt[4], qt[4], ks[4];
 #pragma unroll
-  for (int i = 0; i < R; ++i) state[i * VD] = s[i];
+    for (int x = 0; x < 4; ++x) kt[x] = cv.k[t0 + x][i], qt[x] = cv.q[t0 + x][i], ks[x] = cv.k[s0 + x][i];
+#pragma unroll
+    for (int x = 0; x < 4; ++x)
+#pragma unroll
+      for (int y = 0; y < 4; ++y) {
+        kk[x][y] = fmaf(kt[x], ks[y], kk[x][y]);
+        qk[x][y] = fmaf(qt[x], ks[y], qk[x][y]);
+      }
+  }
+#pragma unroll
+  for (int x = 0; x < 4; ++x)
+#pragma unroll
+    for (int y = 0; y < 4; ++y) {
+      const int t = t0 + x, s = s0 + y;
+      if (t < a || t >= b || s > t) continue;
+      const float decay = expf(cv.G[t] - cv.G[s]);
+      if (s < t) A[(t - a) * b + s] = (kk[x][y] * decay) * cv.beta[t];
+      Q[(t - a) * b + s] = qk[x][y] * decay;
+    }
+}
+
+// The same A and Q entries for the one-row chunks of one-row pieces (decode steps): one thread per earlier row s,
+// each entry the fma chain of chunk_matrices_kernel's tiles.
+template <int KD>
+struct DecodeMatricesSmem {
+  bf16 raw_q[KD], raw_k[KD];
+  float k[kC][KD + 1];  // the chunk's keys, this row's at [t]
+  float q[KD];
+  float G[kC];
+  float g, beta;
+};
+
+template <int KD, int VD>
+__global__ void __launch_bounds__(kC)
+    decode_matrices_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, const float* g,
+                           GdnDims dims, float* scratch) {
+  constexpr DeltaHeadState layout{KD, VD};
+  extern __shared__ float4 smem_raw[];
+  DecodeMatricesSmem<KD>& sm = *reinterpret_cast<DecodeMatricesSmem<KD>*>(smem_raw);
+  const DeviceChunk chunk = step.chunk[step.chunk_order[step.multi_chunks + blockIdx.x]];
+  const int32_t head = blockIdx.y;
+  const HeadInputs in = head_inputs<KD, VD>(dims, head);
+  const float* state = head_state<KD, VD>(step.piece[chunk.piece], layer, head);
+  const int t = chunk.filled, b = t + 1, tid = threadIdx.x;
+
+  const bf16* row = qkv + static_cast<int64_t>(chunk.first_row) * in.width;
+  copy_bf16_rows_async(sm.raw_q, row + in.q, 0, 1, KD);
+  copy_bf16_rows_async(sm.raw_k, row + in.k, 0, 1, KD);
+  copy_rows_async(&sm.k[0][0], KD + 1, state + layout.keys(), KD, t, KD);
+  copy_floats_async(sm.G, state + layout.G(), t);
+  if (tid == 0) {
+    const int64_t at = static_cast<int64_t>(chunk.first_row) * in.heads + head;
+    copy_async_4(&sm.g, g + at);
+    copy_async_4(&sm.beta, beta + at);
+  }
+  wait_async_copies();
+  __syncthreads();
+  const int warp = tid / 32;
+  if (warp == 0) l2_normalize_to<KD>(sm.raw_k, in.q_scale, false, sm.k[t]);
+  if (warp == 1) l2_normalize_to<KD>(sm.raw_q, in.q_scale, true, sm.q);
+  float* A = scratch + chunk.scratch * dims.value_heads + static_cast<int64_t>(head) * chunk_scratch_elems(t, 1);
+  if (tid == 0) {
+    const float G = (t > 0 ? sm.G[t - 1] : 0.0f) + sm.g;
+    sm.G[t] = G;
+    A[2 * b] = G;
+  }
+  __syncthreads();
+  const int s = tid;
+  if (s > t) return;
+  float kk = 0.0f, qk = 0.0f;
+#pragma unroll 8
+  for (int i = 0; i < KD; ++i) {
+    kk = fmaf(sm.k[t][i], sm.k[s][i], kk);
+    qk = fmaf(sm.q[i], sm.k[s][i], qk);
+  }
+  const float decay = expf(sm.G[t] - sm.G[s]);
+  if (s < t) A[s] = (kk * decay) * sm.beta;
+  A[b + s] = qk * decay;
+}
+
+// ---- chunk_state_kernel: d, the outputs and the state, chunk after chunk (pieces of more than one row).
+
+template <int KD, int VC>
+struct StateSmem {
+  ChunkVectors<KD> cv;
+  RawVectors<KD> raw;
+  bf16 raw_v[kC][VC];
+  float S[KD][VC];
+  float u[kC][VC + VC / 8];  // d of the earlier rows; v then d of the new rows (the padding spreads the solve's banks)
+  float wk[kC][VC];          // S_b^T k_t
+  float wq[kC][VC];          // S_b^T q_t
+  float A[kC][kC + 1];
+  float Q[kC][kC + 1];
+  float eG[kC];     // e^{G_t}
+  float decay[kC];  // e^{G_63 - G_t}, for the fold
+};
+
+constexpr int columns_for(int value_dim) { return value_dim < 32 ? value_dim : 32; }
+constexpr int lanes_for(int value_dim) { return kThreads / columns_for(value_dim); }
+
+// d_t of one column from the sum over earlier rows: lane p of kLanes adds rows p, p + kLanes, ... (an fma chain from
+// zero), then a fixed butterfly gives every lane of the column the same total. Both state kernels call this, so a
+// row's d has the same bits whichever computed it.
+template <int kLanes>
+__device__ __forceinline__ float corrected_value(const float* A_row, const float* u_column, int u_stride, int t,
+                                                 float v, float eG, float wk, float beta) {
+  const int p = threadIdx.x % kLanes;
+  float part = 0.0f;
+  for (int s = p; s < t; s += kLanes) part = fmaf(A_row[s], u_column[s * u_stride], part);
+#pragma unroll
+  for (int offset = kLanes / 2; offset > 0; offset >>= 1) part += __shfl_xor_sync(kFullMask, part, offset);
+  return beta * (v - eG * wk) - part;
 }
 
 template <int KD, int VD>
-void launch_delta(const DeviceStep& step, int32_t layer, const bf16* qkv, const float* beta, const float* g,
-                  GdnDims dims, float* out, cudaStream_t stream) {
-  const float q_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(KD)));
-  const dim3 grid(step.pieces, dims.value_heads);
-  delta_rule_kernel<KD, VD><<<grid, threads_for(KD, VD), 0, stream>>>(step, layer, qkv, beta, g, dims, q_scale, out);
-  check_launch("gdn delta_rule_kernel");
+__global__ void __launch_bounds__(kThreads)
+    chunk_state_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, GdnDims dims,
+                       const float* scratch, float* out) {
+  constexpr DeltaHeadState layout{KD, VD};
+  constexpr int VC = columns_for(VD);
+  constexpr int kTileCols = VC / 4;     // 4x4 tiles over VC columns
+  constexpr int kLanes = lanes_for(VD);  // lanes per column in the solve (8 or 16: within one warp)
+  constexpr int kU = VC + VC / 8;        // u's row stride
+  extern __shared__ float4 smem_raw[];
+  StateSmem<KD, VC>& sm = *reinterpret_cast<StateSmem<KD, VC>*>(smem_raw);
+  ChunkVectors<KD>& cv = sm.cv;
+
+  const DevicePiece& piece = step.piece[step.piece_order[blockIdx.x]];
+  const int32_t head = blockIdx.y, col0 = blockIdx.z * VC;
+  const HeadInputs in = head_inputs<KD, VD>(dims, head);
+  float* state = head_state<KD, VD>(piece, layer, head);
+  const int tid = threadIdx.x;
+  for (int idx = tid; idx < KD * VC / 4; idx += kThreads)
+    copy_async_16(&sm.S[idx / (VC / 4)][4 * (idx % (VC / 4))], state + (idx / (VC / 4)) * VD + col0 + 4 * (idx % (VC / 4)));
+
+  const int64_t out_stride = static_cast<int64_t>(dims.value_heads) * VD;
+  bool folded = false;  // S_b changes only when a chunk completes
+  for (int32_t c = piece.first_chunk; c < piece.first_chunk + piece.chunk_count; ++c) {
+    const DeviceChunk chunk = step.chunk[c];
+    const int a = chunk.filled, b = chunk.filled + chunk.rows;
+    const bool completes = b == kC;
+    const float* A = scratch + chunk.scratch * dims.value_heads +
+                     static_cast<int64_t>(head) * chunk_scratch_elems(chunk.filled, chunk.rows);
+    const float* Q = A + chunk.rows * b;
+    const float* G_new = Q + chunk.rows * b;
+    __syncthreads();  // the previous chunk is done with everything staged below
+
+    // Every copy of the chunk issued at once: new rows' q, k and v, the earlier rows' d, keys (for the fold) and G,
+    // the new rows' G, beta, and rows of A and Q.
+    stage_raw_vectors_async<KD>(qkv, in, chunk, sm.raw);
+    copy_bf16_rows_async(&sm.raw_v[0][0], qkv + static_cast<int64_t>(chunk.first_row) * in.width + in.v + col0,
+                         in.width, chunk.rows, VC);
+    copy_rows_async(&sm.u[0][0], kU, state + layout.d() + col0, VD, a, VC);
+    if (completes) copy_rows_async(&cv.k[0][0], KD + 1, state + layout.keys(), KD, a, KD);
+    copy_floats_async(cv.G, state + layout.G(), a);
+    copy_floats_async(cv.G + a, G_new, chunk.rows);
+    for (int r = tid; r < chunk.rows; r += kThreads)
+      copy_async_4(&cv.beta[a + r], beta + static_cast<int64_t>(chunk.first_row + r) * in.heads + head);
+    copy_rows_async(&sm.A[a][0], kC + 1, A, b, chunk.rows, b);
+    copy_rows_async(&sm.Q[a][0], kC + 1, Q, b, chunk.rows, b);
+    wait_async_copies();
+    __syncthreads();
+
+    normalize_new_vectors<KD>(sm.raw, in, chunk, cv);
+    for (int idx = tid; idx < chunk.rows * VC; idx += kThreads)
+      sm.u[a + idx / VC][idx % VC] = __bfloat162float(sm.raw_v[idx / VC][idx % VC]);
+    for (int t = tid; t < b; t += kThreads) {
+      sm.eG[t] = expf(cv.G[t]);
+      if (completes) sm.decay[t] = expf(cv.G[kC - 1] - cv.G[t]);
+    }
+    __syncthreads();
+
+    // wk = S_b^T k_t and wq = S_b^T q_t for the new rows: [k; q] as 128 rows, a 4x4 tile per thread.
+    {
+      const int r0 = 4 * (tid / kTileCols), j0 = 4 * (tid % kTileCols);
+      const int t0 = r0 % kC;
+      if (r0 < 2 * kC && t0 + 3 >= a && t0 < b) {
+        const float(*vec)[KD + 1] = r0 < kC ? cv.k : cv.q;
+        float acc[4][4] = {};
+#pragma unroll 4
+        for (int i = 0; i < KD; ++i) {
+          float x4[4], s4[4];
+#pragma unroll
+          for (int x = 0; x < 4; ++x) x4[x] = vec[t0 + x][i], s4[x] = sm.S[i][j0 + x];
+#pragma unroll
+          for (int x = 0; x < 4; ++x)
+#pragma unroll
+            for (int y = 0; y < 4; ++y) acc[x][y] = fmaf(x4[x], s4[y], acc[x][y]);
+        }
+        float(*dst)[VC] = r0 < kC ? sm.wk : sm.wq;
+#pragma unroll
+        for (int x = 0; x < 4; ++x)
+#pragma unroll
+          for (int y = 0; y < 4; ++y) dst[t0 + x][j0 + y] = acc[x][y];
+      }
+    }
+    __syncthreads();
+
+    // d of the new rows in order, kLanes lanes of one warp per column.
+    {
+      const int col = tid / kLanes, p = tid % kLanes;
+      for (int t = a; t < b; ++t) {
+        const float d = corrected_value<kLanes>(sm.A[t], &sm.u[0][col], kU, t, sm.u[t][col], sm.eG[t],
+                                                sm.wk[t][col], cv.beta[t]);
+        __syncwarp();  // every lane has read v_t before it becomes d_t
+        if (p == 0) sm.u[t][col] = d;
+        __syncwarp();
+      }
+    }
+    __syncthreads();
+
+    // The new rows' outputs, one column per lane: o_t = e^{G_t} wq_t + sum_{s<=t} Q[t][s] d_s.
+    {
+      const int j = tid % VC;
+      for (int t = a + tid / VC; t < b; t += kThreads / VC) {
+        float acc = 0.0f;
+        for (int s = 0; s <= t; ++s) acc = fmaf(sm.Q[t][s], sm.u[s][j], acc);
+        out[static_cast<int64_t>(chunk.first_row + t - a) * out_stride + static_cast<int64_t>(head) * VD + col0 + j] =
+            fmaf(sm.eG[t], sm.wq[t][j], acc);
+      }
+    }
+    if (completes) {  // S_b of the next chunk, a 4x4 tile of S per thread (the outputs above do not read S)
+      folded = true;
+      const int i0 = 4 * (tid / kTileCols), j0 = 4 * (tid % kTileCols);
+      if (i0 < KD) {
+        const float keep = sm.eG[kC - 1];
+        float acc[4][4];
+#pragma unroll
+        for (int x = 0; x < 4; ++x)
+#pragma unroll
+          for (int y = 0; y < 4; ++y) acc[x][y] = sm.S[i0 + x][j0 + y] * keep;
+        for (int s = 0; s < kC; ++s) {
+          float kd[4], d[4];
+#pragma unroll
+          for (int x = 0; x < 4; ++x) kd[x] = cv.k[s][i0 + x] * sm.decay[s], d[x] = sm.u[s][j0 + x];
+#pragma unroll
+          for (int x = 0; x < 4; ++x)
+#pragma unroll
+            for (int y = 0; y < 4; ++y) acc[x][y] = fmaf(kd[x], d[y], acc[x][y]);
+        }
+#pragma unroll
+        for (int x = 0; x < 4; ++x)
+#pragma unroll
+          for (int y = 0; y < 4; ++y) sm.S[i0 + x][j0 + y] = acc[x][y];
+      }
+    } else {  // the piece ends inside this chunk: its new rows' d join the state (keys and G below)
+      for (int idx = tid; idx < chunk.rows * VC; idx += kThreads) {
+        const int t = a + idx / VC, j = idx % VC;
+        state[layout.d() + t * VD + col0 + j] = sm.u[t][j];
+      }
+    }
+  }
+  // The last chunk's keys and G join the state once, from column group 0, after every group of the cluster has read
+  // the old ones (a piece that starts inside one chunk and ends inside a later one reads and writes the same rows).
+  cg::this_cluster().sync();
+  const DeviceChunk last = step.chunk[piece.first_chunk + piece.chunk_count - 1];
+  if (blockIdx.z == 0 && last.filled + last.rows < kC) {
+    for (int idx = tid; idx < last.rows * KD; idx += kThreads) {
+      const int t = last.filled + idx / KD, i = idx % KD;
+      state[layout.keys() + t * KD + i] = cv.k[t][i];
+    }
+    for (int t = last.filled + tid; t < last.filled + last.rows; t += kThreads) state[layout.G() + t] = cv.G[t];
+  }
+  if (!folded) return;
+  __syncthreads();
+  for (int idx = tid; idx < KD * VC; idx += kThreads) state[(idx / VC) * VD + col0 + idx % VC] = sm.S[idx / VC][idx % VC];
+}
+
+// ---- decode_state_kernel: the same arithmetic for a piece of one row (a decode step), light enough to run many
+// blocks per SM: S_b is read straight from the state, and only the chunk's earlier d (and, when the row completes
+// the chunk, its keys) are staged.
+
+template <int KD, int VC>
+struct DecodeSmem {
+  bf16 raw_q[KD], raw_k[KD];
+  bf16 raw_v[VC];
+  float k[kC][KD + 1];  // the chunk's keys (the earlier ones only when this row completes it), this row's at [t]
+  float q[KD];
+  float u[kC][VC + VC / 8];
+  float A_row[kC], Q_row[kC], G[kC], decay[kC];
+  float wk[VC], wq[VC];
+  float beta;
+};
+
+template <int KD, int VD>
+__global__ void __launch_bounds__(kThreads)
+    decode_state_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, GdnDims dims,
+                        const float* scratch, float* out) {
+  constexpr DeltaHeadState layout{KD, VD};
+  constexpr int VC = columns_for(VD);
+  constexpr int kLanes = lanes_for(VD);
+  constexpr int kU = VC + VC / 8;
+  extern __shared__ float4 smem_raw[];
+  DecodeSmem<KD, VC>& sm = *reinterpret_cast<DecodeSmem<KD, VC>*>(smem_raw);
+
+  const DevicePiece& piece = step.piece[step.piece_order[step.multi_pieces + blockIdx.x]];
+  const DeviceChunk chunk = step.chunk[piece.first_chunk];
+  const int32_t head = blockIdx.y, col0 = blockIdx.z * VC;
+  const HeadInputs in = head_inputs<KD, VD>(dims, head);
+  float* state = head_state<KD, VD>(piece, layer, head);
+  const int tid = threadIdx.x, t = chunk.filled;
+  const bool completes = t == kC - 1;
+  const float* A = scratch + chunk.scratch * dims.value_heads + static_cast<int64_t>(head) * chunk_scratch_elems(t, 1);
+  const int b = t + 1;
+
+  const bf16* row = qkv + static_cast<int64_t>(chunk.first_row) * in.width;
+  copy_bf16_rows_async(sm.raw_q, row + in.q, 0, 1, KD);
+  copy_bf16_rows_async(sm.raw_k, row + in.k, 0, 1, KD);
+  copy_bf16_rows_async(sm.raw_v, row + in.v + col0, 0, 1, VC);
+  copy_rows_async(&sm.u[0][0], kU, state + layout.d() + col0, VD, t, VC);
+  if (completes) {
+    copy_rows_async(&sm.k[0][0], KD + 1, state + layout.keys(), KD, t, KD);
+    copy_floats_async(sm.G, state + layout.G(), t);
+  }
+  copy_floats_async(sm.A_row, A, t);
+  copy_floats_async(sm.Q_row, A + b, b);
+  if (tid == 0) {
+    copy_async_4(&sm.G[t], A + 2 * b);
+    copy_async_4(&sm.beta, beta + static_cast<int64_t>(chunk.first_row) * in.heads + head);
+  }
+  wait_async_copies();
+  __syncthreads();
+
+  const int warp = tid / 32;
+  if (warp == 0) l2_normalize_to<KD>(sm.raw_k, in.q_scale, false, sm.k[t]);
+  if (warp == 1) l2_normalize_to<KD>(sm.raw_q, in.q_scale, true, sm.q);
+  for (int j = tid; j < VC; j += kThreads) sm.u[t][j] = __bfloat162float(sm.raw_v[j]);
+  if (completes)
+    for (int s = tid; s < kC; s += kThreads) sm.decay[s] = expf(sm.G[kC - 1] - sm.G[s]);
+  __syncthreads();
+
+  // S_b^T k_t and S_b^T q_t, one column and vector per thread, the same fma chain as chunk_state_kernel's tiles.
+  const float eG = expf(sm.G[t]);
+  if (tid < 2 * VC) {
+    const int j = tid % VC;
+    const float* x = tid < VC ? sm.k[t] : sm.q;
+    const float* column = state + col0 + j;
+    float acc = 0.0f;
+#pragma unroll 16
+    for (int i = 0; i < KD; ++i) acc = fmaf(x[i], column[i * VD], acc);
+    (tid < VC ? sm.wk : sm.wq)[j] = acc;
+  }
+  __syncthreads();
+
+  const int col = tid / kLanes, p = tid % kLanes;
+  const float d = corrected_value<kLanes>(sm.A_row, &sm.u[0][col], kU, t, sm.u[t][col], eG, sm.wk[col], sm.beta);
+  __syncwarp();
+  if (p == 0) sm.u[t][col] = d;
+  __syncthreads();
+
+  if (tid < VC) {
+    float acc = 0.0f;
+    for (int s = 0; s <= t; ++s) acc = fmaf(sm.Q_row[s], sm.u[s][tid], acc);
+    out[static_cast<int64_t>(chunk.first_row) * dims.value_heads * VD + static_cast<int64_t>(head) * VD + col0 + tid] =
+        fmaf(eG, sm.wq[tid], acc);
+  }
+  if (completes) {  // the next chunk's S_b, each thread its elements, the fold's chain of chunk_state_kernel
+    const float keep = eG;
+    for (int idx = tid; idx < KD * VC; idx += kThreads) {
+      const int i = idx / VC, j = idx % VC;
+      float acc = state[i * VD + col0 + j] * keep;
+      for (int s = 0; s < kC; ++s) acc = fmaf(sm.k[s][i] * sm.decay[s], sm.u[s][j], acc);
+      state[i * VD + col0 + j] = acc;  // read and written by this thread alone
+    }
+    return;
+  }
+  if (tid < VC) state[layout.d() + t * VD + col0 + tid] = sm.u[t][tid];
+  if (blockIdx.z == 0) {  // no group reads the chunk's keys or G unless the row completes it
+    for (int i = tid; i < KD; i += kThreads) state[layout.keys() + t * KD + i] = sm.k[t][i];
+    if (tid == 0) state[layout.G() + t] = sm.G[t];
+  }
+}
+
+// Kernels needing more than 48 KiB of shared memory opt in (once per instantiation).
+template <typename Kernel>
+void allow_smem(Kernel kernel, size_t bytes) {
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+             "gdn delta rule: shared memory opt-in");
+}
+
+template <int KD, int VD>
+void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float* beta, const float* g, GdnDims dims,
+            float* scratch, float* out, cudaStream_t stream) {
+  constexpr int VC = columns_for(VD);
+  constexpr size_t matrices_bytes = sizeof(MatricesSmem<KD>);
+  constexpr size_t decode_matrices_bytes = sizeof(DecodeMatricesSmem<KD>);
+  constexpr size_t state_bytes = sizeof(StateSmem<KD, VC>);
+  constexpr size_t decode_bytes = sizeof(DecodeSmem<KD, VC>);
+  static const bool opted_in = (allow_smem(chunk_matrices_kernel<KD, VD>, matrices_bytes),
+                                allow_smem(decode_matrices_kernel<KD, VD>, decode_matrices_bytes),
+                                allow_smem(chunk_state_kernel<KD, VD>, state_bytes),
+                                allow_smem(decode_state_kernel<KD, VD>, decode_bytes), true);
+  (void)opted_in;
+  const int32_t single_chunks = step.chunks - step.multi_chunks, single_pieces = step.pieces - step.multi_pieces;
+  if (step.multi_chunks > 0) {
+    chunk_matrices_kernel<KD, VD><<<dim3(step.multi_chunks, dims.value_heads), kThreads, matrices_bytes, stream>>>(
+        step, layer, qkv, beta, g, dims, scratch);
+    check_launch("gdn chunk_matrices_kernel");
+  }
+  if (single_chunks > 0) {
+    decode_matrices_kernel<KD, VD><<<dim3(single_chunks, dims.value_heads), kC, decode_matrices_bytes, stream>>>(
+        step, layer, qkv, beta, g, dims, scratch);
+    check_launch("gdn decode_matrices_kernel");
+  }
+  if (step.multi_pieces > 0) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(static_cast<unsigned>(step.multi_pieces), static_cast<unsigned>(dims.value_heads), VD / VC);
+    config.blockDim = dim3(kThreads, 1, 1);
+    config.dynamicSmemBytes = state_bytes;
+    config.stream = stream;
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 1;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = VD / VC;  // a head's column groups
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    check_cuda(cudaLaunchKernelEx(&config, chunk_state_kernel<KD, VD>, step, layer, qkv, beta, dims,
+                                  static_cast<const float*>(scratch), out),
+               "gdn chunk_state_kernel");
+  }
+  if (single_pieces > 0) {
+    decode_state_kernel<KD, VD><<<dim3(single_pieces, dims.value_heads, VD / VC), kThreads, decode_bytes, stream>>>(
+        step, layer, qkv, beta, dims, scratch, out);
+    check_launch("gdn decode_state_kernel");
+  }
 }
 
 template <int KD>
 void launch_for_value_dim(const DeviceStep& step, int32_t layer, const bf16* qkv, const float* beta, const float* g,
-                          GdnDims dims, float* out, cudaStream_t stream) {
+                          GdnDims dims, float* scratch, float* out, cudaStream_t stream) {
   switch (dims.value_dim) {
     case 16:
-      return launch_delta<KD, 16>(step, layer, qkv, beta, g, dims, out, stream);
+      return launch<KD, 16>(step, layer, qkv, beta, g, dims, scratch, out, stream);
     case 32:
-      return launch_delta<KD, 32>(step, layer, qkv, beta, g, dims, out, stream);
+      return launch<KD, 32>(step, layer, qkv, beta, g, dims, scratch, out, stream);
     case 64:
-      return launch_delta<KD, 64>(step, layer, qkv, beta, g, dims, out, stream);
+      return launch<KD, 64>(step, layer, qkv, beta, g, dims, scratch, out, stream);
     case 128:
-      return launch_delta<KD, 128>(step, layer, qkv, beta, g, dims, out, stream);
+      return launch<KD, 128>(step, layer, qkv, beta, g, dims, scratch, out, stream);
     default:
       check_cuda(cudaErrorInvalidValue, "launch_gdn_delta_rule: value_dim must be 16, 32, 64 or 128");
   }
@@ -229,19 +671,20 @@ void launch_for_value_dim(const DeviceStep& step, int32_t layer, const bf16* qkv
 }  // namespace
 
 void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16* qkv, const float* beta,
-                           const float* g, GdnDims dims, float* out, cudaStream_t stream) {
+                           const float* g, GdnDims dims, float* chunk_scratch, float* out, cudaStream_t stream) {
   if (dims.key_heads <= 0 || dims.value_heads <= 0 || dims.value_heads % dims.key_heads != 0)
     check_cuda(cudaErrorInvalidValue, "launch_gdn_delta_rule: value_heads must be a multiple of key_heads");
-  if (step.pieces <= 0) return;
+  if (step.chunks <= 0) return;
+  if (chunk_scratch == nullptr) check_cuda(cudaErrorInvalidValue, "launch_gdn_delta_rule: no chunk scratch");
   switch (dims.key_dim) {
     case 16:
-      return launch_for_value_dim<16>(step, gdn_layer, qkv, beta, g, dims, out, stream);
+      return launch_for_value_dim<16>(step, gdn_layer, qkv, beta, g, dims, chunk_scratch, out, stream);
     case 32:
-      return launch_for_value_dim<32>(step, gdn_layer, qkv, beta, g, dims, out, stream);
+      return launch_for_value_dim<32>(step, gdn_layer, qkv, beta, g, dims, chunk_scratch, out, stream);
     case 64:
-      return launch_for_value_dim<64>(step, gdn_layer, qkv, beta, g, dims, out, stream);
+      return launch_for_value_dim<64>(step, gdn_layer, qkv, beta, g, dims, chunk_scratch, out, stream);
     case 128:
-      return launch_for_value_dim<128>(step, gdn_layer, qkv, beta, g, dims, out, stream);
+      return launch_for_value_dim<128>(step, gdn_layer, qkv, beta, g, dims, chunk_scratch, out, stream);
     default:
       check_cuda(cudaErrorInvalidValue, "launch_gdn_delta_rule: key_dim must be 16, 32, 64 or 128");
   }

@@ -58,17 +58,19 @@ void launch_gdn_gates(const bf16* b, const bf16* a, DeviceWeight A_log, DeviceWe
                       int32_t value_heads, float* beta, float* g, cudaStream_t stream);
 
 // ---- gdn_delta_rule.cu
-// The gated delta rule of GDN layer `gdn_layer` for every piece, on each piece's fp32 state S (DevicePiece::delta).
-// qkv [rows, 2 * key_heads * key_dim + value_heads * value_dim] are the conv outputs: q and k are l2-normalized in
-// fp32 per key head (eps 1e-6 inside the rsqrt of the sum of squares), q also scaled by key_dim^-0.5; value head j
-// reads key head j / (value_heads / key_heads). Per token, in row order:
+// The gated delta rule of GDN layer `gdn_layer` for every piece, on each piece's chunked fp32 state
+// (DevicePiece::delta, delta_chunks.h). qkv [rows, 2 * key_heads * key_dim + value_heads * value_dim] are the conv
+// outputs: q and k are l2-normalized in fp32 per key head (eps 1e-6 inside the rsqrt of the sum of squares), q also
+// scaled by key_dim^-0.5; value head j reads key head j / (value_heads / key_heads). The recurrence, per token:
 //   S = S * exp(g);  d = (v - S^T k) * beta;  S = S + k (outer) d;  o = S^T q
+// computed in its chunked form over the step's DeviceChunks (chunks of 64 positions), which needs chunk_scratch:
+// step.chunk_scratch * value_heads floats. A row's bits depend only on its sequence, whatever the cuts and roles.
 // out: [rows, value_heads * value_dim] fp32.
 struct GdnDims {
   int32_t key_heads, value_heads, key_dim, value_dim;
 };
 void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16* qkv, const float* beta,
-                           const float* g, GdnDims dims, float* out, cudaStream_t stream);
+                           const float* g, GdnDims dims, float* chunk_scratch, float* out, cudaStream_t stream);
 
 // ---- gdn_norm.cu
 // Gated RMSNorm per value head: y = bf16(bf16(o * rsqrt(mean(o^2) + eps)) * w) * silu(z) in fp32, rounded to BF16.

@@ -1,0 +1,74 @@
+#pragma once
+// The chunked delta rule's bookkeeping, shared by the host (which cuts a step's pieces into chunks) and the kernels
+// (which find a head's state by it).
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "backend/cuda/device_step.h"
+
+namespace duet::backend::cuda {
+
+// One value head's delta-rule state in a sequence's GDN state, fp32, at the offsets below from its start:
+//   S_b   [key_dim][value_dim]  the state at the start of the current chunk
+//   keys  [64][key_dim]         the chunk's rows so far: their l2-normalized keys,
+//   d     [64][value_dim]       their corrected values d_t,
+//   G     [64]                  and their cumulative log decay from the chunk's start.
+// A sequence at position p has p % 64 rows of its chunk here; the full state S is
+// e^{G_last} S_b + sum_s e^{G_last - G_s} keys_s d_s^T. All zeros is the empty state at position 0.
+struct DeltaHeadState {
+  int32_t key_dim, value_dim;
+  __host__ __device__ int64_t keys() const { return static_cast<int64_t>(key_dim) * value_dim; }
+  __host__ __device__ int64_t d() const { return keys() + static_cast<int64_t>(kDeltaChunk) * key_dim; }
+  __host__ __device__ int64_t G() const { return d() + static_cast<int64_t>(kDeltaChunk) * value_dim; }
+  __host__ __device__ int64_t elems() const { return G() + kDeltaChunk; }
+};
+
+// A chunk's scratch per value head: the rows' A and Q matrix rows ([rows][filled + rows] each) and their G.
+__host__ __device__ inline int64_t chunk_scratch_elems(int32_t filled, int32_t rows) {
+  return 2 * static_cast<int64_t>(rows) * (filled + rows) + rows;
+}
+
+// Cuts every piece's rows at the multiples of 64 of their positions, fills each piece's first_chunk / chunk_count
+// and returns the chunks in piece order, each with its scratch offset; *scratch_per_head gets the total, which is
+// at most (2 * 64 + 1) floats per row.
+inline std::vector<DeviceChunk> plan_delta_chunks(std::vector<DevicePiece>& pieces, int64_t* scratch_per_head) {
+  std::vector<DeviceChunk> chunks;
+  int64_t scratch = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    DevicePiece& p = pieces[i];
+    p.first_chunk = static_cast<int32_t>(chunks.size());
+    p.chunk_count = 0;
+    for (int32_t done = 0; done < p.rows;) {
+      const int32_t filled = (p.start_position + done) % kDeltaChunk;
+      const int32_t rows = std::min(p.rows - done, kDeltaChunk - filled);
+      chunks.push_back(DeviceChunk{static_cast<int32_t>(i), p.first_row + done, rows, filled, scratch});
+      scratch += chunk_scratch_elems(filled, rows);
+      done += rows;
+      ++p.chunk_count;
+    }
+  }
+  *scratch_per_head = scratch;
+  return chunks;
+}
+
+// The order the delta-rule kernels take pieces and chunks in (DeviceStep::piece_order, chunk_order): those of pieces
+// of more than one row first.
+struct DeltaOrder {
+  std::vector<int32_t> pieces, chunks;
+  int32_t multi_pieces = 0, multi_chunks = 0;
+};
+inline DeltaOrder delta_order(const std::vector<DevicePiece>& pieces) {
+  DeltaOrder order;
+  for (bool multi : {true, false})
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const DevicePiece& p = pieces[i];
+      if ((p.rows > 1) != multi) continue;
+      order.pieces.push_back(static_cast<int32_t>(i));
+      for (int32_t c = 0; c < p.chunk_count; ++c) order.chunks.push_back(p.first_chunk + c);
+      if (multi) ++order.multi_pieces, order.multi_chunks += p.chunk_count;
+    }
+  return order;
+}
+
+}  // namespace duet::backend::cuda

@@ -1,0 +1,49 @@
+#pragma once
+// Decode steps replayed as CUDA graphs. A decode step is some 500 small launches (norms, adds, GEMMs, conv, delta
+// rule, attention, sampling for 32 layers), each costing the host a few microseconds to enqueue, which is as much as
+// many of them run on the GPU. Every kernel argument of a decode step is an address in the plan buffer or the
+// workspace, a weight, or one of the step's counts; so two decode steps with the same key launch exactly the same
+// kernels with exactly the same arguments, and the second can replay the first's graph: the plan upload before it
+// carries everything that differs (ids, positions, pages, sampling settings). Replaying changes no result: the
+// graph holds the same kernels in the same order on the same stream.
+#include <cuda_runtime.h>
+
+#include <compare>
+#include <cstdint>
+#include <map>
+
+namespace duet::backend::cuda {
+
+struct StepGraphKey {
+  const void* plan = nullptr;       // the plan buffer's device address
+  const void* workspace = nullptr;  // the workspace's
+  int64_t rows = 0, pieces = 0, samples = 0;
+  bool penalties = false;  // the sampling kernel's penalty table present
+  auto operator<=>(const StepGraphKey&) const = default;
+};
+
+class StepGraphs {
+ public:
+  StepGraphs() = default;
+  StepGraphs(const StepGraphs&) = delete;
+  StepGraphs& operator=(const StepGraphs&) = delete;
+  ~StepGraphs() { clear(); }
+
+  // Starts a graphed step. True: the key's graph exists, the step's launches are to be skipped and launch() called.
+  // False: the stream's work is captured from here until launch().
+  bool begin(const StepGraphKey& key, cudaStream_t stream);
+  // Ends a capture begun by begin() and keeps its graph, then launches the key's graph on `stream`.
+  void launch(cudaStream_t stream);
+  // Ends a capture left open by a step that failed, keeping nothing.
+  void abandon(cudaStream_t stream);
+  // Forgets every graph (the plan buffer or workspace moved).
+  void clear();
+  size_t size() const { return graphs_.size(); }
+
+ private:
+  std::map<StepGraphKey, cudaGraphExec_t> graphs_;
+  StepGraphKey key_;
+  bool capturing_ = false;
+};
+
+}  // namespace duet::backend::cuda
