@@ -22,6 +22,9 @@ import torch
 from safetensors import safe_open
 
 
+MARGINS = (0.05, 0.1, 0.25, 0.5, 1.0)
+
+
 def lm_head(model_dir):
     index = json.load(open(os.path.join(model_dir, "model.safetensors.index.json")))["weight_map"]
     with safe_open(os.path.join(model_dir, index["lm_head.weight"]), "pt", device="cuda") as f:
@@ -51,7 +54,12 @@ def main():
         bf16_top1 = torch.from_numpy(np.fromfile(os.path.join(args.refs, "ref", f"{i}.bf16_top1.i32"), dtype=np.int32)).cuda()
         def top1(rows):
             return torch.cat([(rows[s:s + 2048] @ head.T).argmax(dim=-1) for s in range(0, len(ids), 2048)]).int()
+        def margin(rows):  # top-1 minus top-2 logit of each row
+            parts = [torch.topk(rows[s:s + 2048] @ head.T, 2, dim=-1).values for s in range(0, len(ids), 2048)]
+            top2 = torch.cat(parts)
+            return top2[:, 0] - top2[:, 1]
         duet_top1, fp32_top1 = top1(duet), top1(fp32)
+        fp32_margin = margin(fp32)
         shifted = torch.roll(duet, 1, dims=0)
         acc = buckets.setdefault(b, {"prompts": 0, "rows": 0, "duet_abs": 0.0, "bf16_abs": 0.0, "control_abs": 0.0,
                                      "top1_agree": 0, "fp32_bf16_agree": 0, "duet_fp32_agree": 0,
@@ -66,6 +74,14 @@ def main():
         acc["top1_agree"] += (duet_top1 == bf16_top1).sum().item()
         acc["fp32_bf16_agree"] += (fp32_top1 == bf16_top1).sum().item()
         acc["duet_fp32_agree"] += (duet_top1 == fp32_top1).sum().item()
+        # Rows whose FP32 next token leads by more than a margin: there rounding noise cannot flip the argmax, so
+        # agreement measures an engine's numerics rather than the flatness of a random model's distribution.
+        for m in MARGINS:
+            sure = fp32_margin > m
+            d = acc.setdefault("margins", {}).setdefault(str(m), {"rows": 0, "duet_bf16": 0, "fp32_bf16": 0})
+            d["rows"] += sure.sum().item()
+            d["duet_bf16"] += ((duet_top1 == bf16_top1) & sure).sum().item()
+            d["fp32_bf16"] += ((fp32_top1 == bf16_top1) & sure).sum().item()
     ok = True
     table = []
     print("bucket | prompts | rows | mean|err| duet | mean|err| transformers bf16 | ratio | top-1 duet=bf16 | "
@@ -85,10 +101,19 @@ def main():
                "bf16_mean_abs": bf16, "duet_max_abs": acc["duet_max_abs"], "bf16_max_abs": acc["bf16_max_abs"],
                "top1_agreement": agree, "top1_fp32_vs_bf16": ceiling, "top1_duet_vs_fp32": duet_fp32,
                "control_mean_abs": control, "passed": passed}
+        row["by_fp32_margin"] = {m: {"rows": d["rows"], "top1_duet_vs_bf16": d["duet_bf16"] / max(d["rows"], 1),
+                                     "top1_fp32_vs_bf16": d["fp32_bf16"] / max(d["rows"], 1)}
+                                 for m, d in acc["margins"].items()}
         table.append(row)
         print(f"{lo}-{hi} | {acc['prompts']} | {acc['rows']} | {duet:.4g} | {bf16:.4g} | {duet / bf16:.3f} | "
               f"{100 * agree:.2f}% | {100 * ceiling:.2f}% | {100 * duet_fp32:.2f}% | {control:.3g} ({'fails, as it must' if control_failed else 'PASSES: broken check'})"
               f" | {'pass' if passed else 'FAIL'}")
+    print("top-1 agreement on rows whose FP32 top-1 leads its top-2 by more than a margin (logit units): "
+          "bucket | margin | rows | duet=bf16 | fp32=bf16")
+    for row in table:
+        for m, d in row["by_fp32_margin"].items():
+            print(f"{row['bucket']} | > {m} | {d['rows']} | {100 * d['top1_duet_vs_bf16']:.2f}% | "
+                  f"{100 * d['top1_fp32_vs_bf16']:.2f}%")
     if args.json:
         json.dump(table, open(args.json, "w"), indent=1)
     print("rows gate:", "PASS" if ok else "FAIL")
