@@ -34,6 +34,7 @@ void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)
     body(0, n);
     return;
   }
+  std::lock_guard turn(callers_);
   {
     std::lock_guard lock(mutex_);
     body_ = &body;

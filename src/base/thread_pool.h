@@ -19,13 +19,15 @@ class ThreadPool {
 
   size_t size() const { return workers_.size() + 1; }
   // Calls body(begin, end) on disjoint blocks covering [0, n); returns when all are done. The caller's thread
-  // takes part. Not reentrant: call from one thread at a time.
+  // takes part. Callers on several threads take turns (the engine's steps and a decision's head work share the
+  // global pool); a body must not call parallel_for on the same pool.
   void parallel_for(size_t n, const std::function<void(size_t, size_t)>& body);
 
  private:
   void worker_loop(size_t index);
 
   std::vector<std::thread> workers_;
+  std::mutex callers_;  // one parallel_for at a time
   std::mutex mutex_;
   std::condition_variable wake_;
   std::condition_variable done_;

@@ -6,12 +6,14 @@
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "base/error.h"
 #include "base/log.h"
 #include "base/thread_pool.h"
 #include "engine/backend_sampling.h"
+#include "engine/decision_worker.h"
 #include "engine/memory_plan.h"
 #include "engine/request_validation.h"
 #include "engine/sampler.h"
@@ -133,10 +135,13 @@ struct Engine::Impl {
         {
           std::unique_lock lock(mutex);
           // Sleeps when there is nothing to run; a submit or the destructor wakes it.
-          wake.wait(lock, [this] { return stopping || !waiting.empty() || !scheduler.idle(); });
+          wake.wait(lock, [this] {
+            return stopping || !waiting.empty() || !decisions_done.empty() || scheduler.has_work();
+          });
           if (stopping) break;
           admit_waiting();
         }
+        end_decided();
         step();
       } catch (...) {
         fail_step(describe(std::current_exception()));
@@ -282,22 +287,76 @@ struct Engine::Impl {
     stats.generated_tokens_total += generated;
   }
 
-  // A decision's chunk: its rows go to its sink and are dropped; after the last chunk the head runs and the
-  // decision ends. A failing sink fails its own decision only.
+  // A decision's chunk: its rows go to its sink on the decision worker, and after the last chunk the worker runs
+  // the head and hands the answer back (end_decided), so the engine steps on meanwhile. A failing sink fails its own
+  // decision only; a decision cancelled meanwhile ignores its answer.
+  struct DecisionJob {
+    std::shared_ptr<DecisionSink> sink;
+    std::string error;  // the first failure (worker thread only)
+  };
+  struct DecisionDone {
+    uint64_t id;
+    std::vector<float> logits;
+    std::string error;
+  };
+
   void decide_chunk(Sequence& sequence, int32_t count, model::PieceResult& result) {
-    try {
-      if (result.norm_rows.size() != static_cast<size_t>(count) * static_cast<size_t>(hidden))
-        fail("engine: the model returned {} final-norm values for {} rows of {}", result.norm_rows.size(), count,
-             hidden);
-      sequence.decision()->add_rows(sequence.prefilled(), count, result.norm_rows);
-      result.norm_rows = {};
-      sequence.advance_prefill(count);
-      if (!sequence.prefill_done()) return;
-      end(sequence, FinishReason::stop, {}, sequence.decision()->finish());
-    } catch (const std::exception& e) {
-      log_warn("engine: decision {} failed: {}", sequence.id(), e.what());
-      end(sequence, FinishReason::error, e.what());
+    if (result.norm_rows.size() != static_cast<size_t>(count) * static_cast<size_t>(hidden)) {
+      end(sequence, FinishReason::error,
+          fmt::format("engine: the model returned {} final-norm values for {} rows of {}", result.norm_rows.size(),
+                      count, hidden));
+      return;
     }
+    auto& job = decision_jobs[sequence.id()];
+    if (!job) job = std::make_shared<DecisionJob>(DecisionJob{sequence.request().decision, {}});
+    decision_worker.post([job, first = sequence.prefilled(), count, rows = std::move(result.norm_rows)] {
+      if (!job->error.empty()) return;
+      try {
+        job->sink->add_rows(first, count, rows);
+      } catch (const std::exception& e) {
+        job->error = e.what();
+      }
+    });
+    result.norm_rows = {};
+    sequence.advance_prefill(count);
+    if (!sequence.prefill_done()) return;
+    decision_worker.post([this, job, id = sequence.id()] {
+      DecisionDone done{id, {}, job->error};
+      if (done.error.empty()) {
+        try {
+          done.logits = job->sink->finish();
+        } catch (const std::exception& e) {
+          done.error = e.what();
+        }
+      }
+      {
+        std::lock_guard lock(mutex);
+        decisions_done.push_back(std::move(done));
+      }
+      wake.notify_all();
+    });
+    decision_jobs.erase(sequence.id());
+  }
+
+  // The answers the decision worker finished: each ends its decision, if it is still running.
+  void end_decided() {
+    std::vector<DecisionDone> done;
+    {
+      std::lock_guard lock(mutex);
+      done.swap(decisions_done);
+    }
+    if (done.empty()) return;
+    for (DecisionDone& d : done)
+      for (const auto& sequence : scheduler.running()) {
+        if (sequence->id() != d.id || sequence->finished()) continue;
+        if (d.error.empty()) {
+          end(*sequence, FinishReason::stop, {}, std::move(d.logits));
+        } else {
+          log_warn("engine: decision {} failed: {}", d.id, d.error);
+          end(*sequence, FinishReason::error, d.error);
+        }
+      }
+    release_finished();
   }
 
   struct SampledTokens {
@@ -357,6 +416,11 @@ struct Engine::Impl {
 
   void release_finished() {
     scheduler.release_finished();
+    // A decision that ended before its last chunk (cancelled, failed) leaves its job behind.
+    std::erase_if(decision_jobs, [this](const auto& entry) {
+      const auto running = scheduler.running();
+      return std::none_of(running.begin(), running.end(), [&](const auto& s) { return s->id() == entry.first; });
+    });
     std::lock_guard lock(mutex);
     refresh_pool_stats_locked();
   }
@@ -414,7 +478,12 @@ struct Engine::Impl {
   EngineStats stats;
   uint64_t next_id = 0;
   bool stopping = false;
+  std::vector<DecisionDone> decisions_done;  // answers from the decision worker, not yet ended
 
+  // Engine thread only: the decisions whose chunks went to the worker, by sequence id, until their last chunk.
+  std::unordered_map<uint64_t, std::shared_ptr<DecisionJob>> decision_jobs;
+  // Destroyed before the members above (its last tasks may still hand back answers), after the engine thread.
+  DecisionWorker decision_worker;
   std::thread thread;  // last: started once everything above exists
 };
 

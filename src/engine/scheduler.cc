@@ -55,6 +55,12 @@ std::vector<ScheduledPiece> Scheduler::plan_step() {
   return pieces;
 }
 
+bool Scheduler::has_work() const {
+  return std::any_of(running_.begin(), running_.end(), [](const std::unique_ptr<Sequence>& s) {
+    return !s->finished() && !(s->decides() && s->prefill_done());
+  });
+}
+
 void Scheduler::release_finished() {
   std::erase_if(running_, [this](const std::unique_ptr<Sequence>& sequence) {
     if (!sequence->finished()) return false;

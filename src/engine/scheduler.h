@@ -37,6 +37,8 @@ class Scheduler {
   void release_finished();
 
   bool idle() const { return running_.empty(); }
+  // Whether a step would have anything to run: a running sequence that is not a decision waiting for its head.
+  bool has_work() const;
   std::span<const std::unique_ptr<Sequence>> running() const { return running_; }
   model::SequenceState& state_of(const Sequence& sequence) { return pool_.state(*sequence.slot()); }
 

@@ -3,7 +3,12 @@
 // text and stops come out the same under concurrency.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
+#include <future>
+#include <span>
+#include <thread>
 
 #include "engine/engine.h"
 #include "engine_harness.h"
@@ -116,6 +121,57 @@ TEST_F(DemoModel, TextAndStopsAreTheSameUnderConcurrency) {
     stopped_by_string += together[i].finished.matched_stop_string.has_value();
   }
   EXPECT_GT(stopped_by_string, 0) << "no stop string ever matched: the test does not test them";
+}
+
+// A decision's head work runs beside the engine, not in it: while a decision's head is held up (here until the test
+// lets it go; on a 9B backbone, seconds of host arithmetic for a long prompt), a chat request is served to its end.
+// Run on the engine thread, as it was, the head held every other sequence: the chat request timed out.
+class HeldHead final : public DecisionSink {
+ public:
+  void add_rows(int64_t first, int64_t count, std::span<const float> rows) override {
+    rows_seen += count;
+    EXPECT_EQ(first, expected_first);
+    EXPECT_EQ(rows.size() % static_cast<size_t>(count), 0u);
+    expected_first += count;
+  }
+  std::vector<float> finish() override {
+    started = true;
+    release.wait_for(std::chrono::seconds(60));
+    return {static_cast<float>(rows_seen)};
+  }
+  std::atomic<bool> started{false};
+  std::shared_future<void> release;
+  int64_t rows_seen = 0, expected_first = 0;
+};
+
+TEST_F(DemoModel, AHeldDecisionHeadDoesNotHoldUpChat) {
+  Engine engine(*model_, tokenizer_, options(4));
+  std::promise<void> go;
+  auto head = std::make_shared<HeldHead>();
+  head->release = go.get_future().share();
+  Request decide;
+  decide.kind = RequestKind::decide;
+  decide.prompt = request("A state of the world, long enough to take a few chunks of sixty-four positions: " +
+                              std::string(300, 'x'), 1)
+                      .prompt;
+  decide.decision = head;
+  const size_t prompt_rows = decide.prompt.size();
+  auto decision = engine.submit(std::move(decide));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!head->started && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(head->started) << "the decision never reached its head";
+
+  const Outcome chat = drain(*engine.submit(request("Hello there", 16)), std::chrono::seconds(20));
+  EXPECT_FALSE(chat.timed_out) << "the chat request waited on the decision's head";
+  EXPECT_EQ(chat.tokens.size(), 16u);
+  EXPECT_FALSE(decision->next(std::chrono::milliseconds(0)).has_value()) << "the decision ended before its head";
+
+  go.set_value();
+  const Outcome decided = drain(*decision, std::chrono::seconds(30));
+  ASSERT_FALSE(decided.timed_out);
+  EXPECT_EQ(decided.finished.reason, FinishReason::stop);
+  EXPECT_EQ(decided.finished.decision_logits, std::vector<float>{static_cast<float>(prompt_rows)});
 }
 
 }  // namespace
