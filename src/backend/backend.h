@@ -216,6 +216,12 @@ class Backend {
   virtual void sample(const Weight& head, const Activations& x, SampledRow* out) { (void)head, (void)x, (void)out; }
   // Copies rows [first, first + count) to host memory as fp32.
   virtual void read_rows(const Activations& x, int64_t first, int64_t count, float* out) = 0;
+
+  // Off the step path, from any thread: y = x w^T in fp32 for host rows x [m, w.cols] into host y [m, w.rows], each
+  // output a fixed-order sum over its own row (any m gives a row the same bits). For the products of a decision
+  // head, whose weights live on the host. Whether the backend offers it; products() is only called when it does.
+  virtual bool has_host_products() const { return false; }
+  virtual void host_products(const float* x, int64_t m, const Weight& w, float* y) { (void)x, (void)m, (void)w, (void)y; }
 };
 
 // The reference backend: fp32 arithmetic on the CPU, multithreaded over the global thread pool.

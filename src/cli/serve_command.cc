@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "cli/commands.h"
 #include "decision/encoder.h"
+#include "decision/head_math.h"
 #include "decision/joint_head.h"
 #include "engine/engine.h"
 #include "model/model.h"
@@ -131,6 +132,8 @@ void serve(ServeFlags& flags) {
   std::shared_ptr<const decision::JointHead> head;
   if (decision::JointHead::present(flags.model_dir)) {
     head = decision::JointHead::load(flags.model_dir, model->config().hidden_size);
+    // The head's products over every prompt row run where the model runs, when its backend offers them (CUDA).
+    if (backend::Backend* products = model->products_backend()) decision::set_products_backend(products);
     flags.engine.decision_head_bytes = head->weight_bytes();
     flags.engine.decision_bytes_per_position = static_cast<size_t>(head->config().width) * sizeof(float);
   }

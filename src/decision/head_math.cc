@@ -28,13 +28,23 @@ std::vector<float> layer_norm(std::span<const float> x, const LayerNormWeights& 
   return y;
 }
 
+namespace {
+backend::Backend* products_backend = nullptr;
+}  // namespace
+
+void set_products_backend(backend::Backend* backend) { products_backend = backend; }
+
 std::vector<float> linear(std::span<const float> x, const LinearWeights& w) {
   const int64_t in = w.weight.cols, out = w.weight.rows;
   if (x.size() % static_cast<size_t>(in) != 0) fail("joint head: {} inputs are not rows of {}", x.size(), in);
   const auto n = static_cast<int64_t>(x.size()) / in;
   std::vector<float> y(static_cast<size_t>(n * out));
   if (n == 0) return y;
-  backend::cpu::matmul(x.data(), n, w.weight, y.data());
+  if (products_backend != nullptr) {
+    products_backend->host_products(x.data(), n, w.weight, y.data());
+  } else {
+    backend::cpu::matmul(x.data(), n, w.weight, y.data());
+  }
   if (!w.bias.empty())
     for (int64_t r = 0; r < n; ++r)
       for (int64_t j = 0; j < out; ++j) y[static_cast<size_t>(r * out + j)] += w.bias[static_cast<size_t>(j)];

@@ -15,6 +15,10 @@ constexpr float kLayerNormEps = 1e-5f;
 std::vector<float> layer_norm(std::span<const float> x, const LayerNormWeights& w);
 // y = x W^T (+ b): x [n, in] -> [n, out].
 std::vector<float> linear(std::span<const float> x, const LinearWeights& w);
+// Where linear() computes its products: on the host (cpu::matmul) unless a backend with host products (the CUDA
+// backend's, Backend::host_products) is set, once, before any head runs. Every product then goes the same way, so a
+// row's bits never depend on how many rows shared its call.
+void set_products_backend(backend::Backend* backend);
 // 0.5 x (1 + erf(x / sqrt 2)), in place.
 void gelu(std::span<float> x);
 // In place over one row.

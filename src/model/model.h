@@ -92,6 +92,8 @@ class Model {
   // Whether forward() can sample a piece's next token itself (RowOutput::sampled), next to the logits, so they never
   // cross to the host; otherwise the caller samples from last_logits.
   virtual bool samples_on_backend() const { return false; }
+  // The backend's host products (Backend::host_products), for a decision head's products; null when it has none.
+  virtual backend::Backend* products_backend() const { return nullptr; }
 
   // The memory a GPU backend draws from: its free memory plus what the model already holds there (the weights);
   // 0 on the CPU, whose limit is the host's RAM.

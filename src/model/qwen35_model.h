@@ -58,6 +58,9 @@ class Qwen35Model final : public Model {
   size_t sequence_fixed_bytes() const override;
   size_t sequence_state_bytes(int32_t max_positions) const override;
   bool samples_on_backend() const override { return backend_->samples_rows(); }
+  backend::Backend* products_backend() const override {
+    return backend_->has_host_products() ? backend_.get() : nullptr;
+  }
   size_t device_memory_bytes() const override { return backend_->device_memory_bytes(); }
   size_t workspace_bytes(int64_t rows) const override;
   void reserve_workspace(int64_t rows) override;

@@ -205,5 +205,50 @@ TEST_P(CudaModelTest, GraphedDecodeStepsEqualEagerOnes) {
   EXPECT_EQ(graphed, eager);
 }
 
+// The CUDA backend's host products (a decision head's products): each output within fp32 rounding of a double sum,
+// and a row's bits the same alone, in a small call and in a large one.
+TEST_P(CudaModelTest, HostProductsAreBatchInvariantAndExact) {
+  backend::Backend* products = model_->products_backend();
+  ASSERT_NE(products, nullptr);
+  const int64_t m = 70, n = 75, k = 200;  // tiles of 64 cut across rows and columns; k not a multiple of 16
+  std::vector<float> x(static_cast<size_t>(m * k));
+  std::vector<uint16_t> w_bits(static_cast<size_t>(n * k));
+  uint64_t seed = 12345;
+  auto next = [&] {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<float>(static_cast<int64_t>(seed >> 40) - (1 << 23)) / (1 << 23);
+  };
+  for (float& v : x) v = next();
+  for (uint16_t& b : w_bits) {
+    const float v = next();
+    uint32_t u;
+    std::memcpy(&u, &v, sizeof u);
+    b = static_cast<uint16_t>(u >> 16);
+  }
+  const backend::Weight w{backend::WeightType::bf16, w_bits.data(), n, k};
+  std::vector<float> all(static_cast<size_t>(m * n));
+  products->host_products(x.data(), m, w, all.data());
+  double worst = 0;
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t c = 0; c < n; ++c) {
+      double sum = 0, scale = 0;
+      for (int64_t i = 0; i < k; ++i) {
+        const uint32_t u = static_cast<uint32_t>(w_bits[static_cast<size_t>(c * k + i)]) << 16;
+        float wv;
+        std::memcpy(&wv, &u, sizeof wv);
+        sum += static_cast<double>(x[static_cast<size_t>(r * k + i)]) * wv;
+        scale += std::fabs(static_cast<double>(x[static_cast<size_t>(r * k + i)]) * wv);
+      }
+      worst = std::max(worst, std::fabs(all[static_cast<size_t>(r * n + c)] - sum) / scale);
+    }
+  EXPECT_LT(worst, 1e-5) << "fp32 sums of 200 products stay within ~k ulp of the double sum";
+  for (const auto& [first, count] : std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {63, 1}, {5, 9}, {60, 10}}) {
+    std::vector<float> part(static_cast<size_t>(count * n));
+    products->host_products(x.data() + first * k, count, w, part.data());
+    EXPECT_EQ(0, std::memcmp(part.data(), all.data() + first * n, part.size() * sizeof(float)))
+        << "rows " << first << ".." << first + count - 1 << " alone differ from the same rows among " << m;
+  }
+}
+
 }  // namespace
 }  // namespace duet::model

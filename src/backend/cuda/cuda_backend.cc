@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_step.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/host_products.h"
 #include "backend/cuda/op_timer.h"
 #include "backend/cuda/pinned_gemm.h"
 #include "backend/cuda/delta_chunks.h"
@@ -461,6 +462,9 @@ class CudaBackend final : public Backend {
 
   bool samples_rows() const override { return true; }
 
+  bool has_host_products() const override { return true; }
+  void host_products(const float* x, int64_t m, const Weight& w, float* y) override { products_.run(x, m, w, y); }
+
   // The sampled rows' logits stay here: computed into the workspace, sampled by the sampling kernel, and only the
   // ids and asked-for logprobs cross to the host.
   void sample(const Weight& head, const Activations& x, SampledRow* out) override {
@@ -578,6 +582,7 @@ class CudaBackend final : public Backend {
   }
 
   OpTimer timer_;  // DUET_PROFILE=1: GPU time per operation, printed at exit
+  HostProducts products_;  // a decision head's products, beside the steps
   cudaStream_t stream_ = nullptr;
   cudaEvent_t plan_copied_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;

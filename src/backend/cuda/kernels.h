@@ -44,6 +44,11 @@ void launch_bf16_to_f32(const bf16* x, int64_t n, float* out, cudaStream_t strea
 void launch_skinny_gemm(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, void* y, bool y_f32,
                         cudaStream_t stream);
 
+// ---- fp32_gemm.cu
+// y[m, n] = sum_k x[m, k] * w[n, k] in fp32, each output one fma chain over k in order (batch-invariant). For the
+// decision head's products (CudaBackend::host_fp32_matmul), not the model's.
+void launch_fp32_gemm(const float* x, int32_t m, const float* w, int32_t n, int32_t k, float* y, cudaStream_t stream);
+
 // ---- gdn_conv.cu
 // The causal depthwise conv + SiLU of GDN layer `gdn_layer` over every piece: for row t of a piece,
 //   out[t, c] = bf16(silu(sum_j w[c, j] * in[c, t - (K-1) + j]))   (fp32 sum, w [channels, K])
