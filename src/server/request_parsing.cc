@@ -7,6 +7,7 @@
 #include <random>
 #include <span>
 
+#include "base/exact_json.h"
 #include "base/json_depth.h"
 #include "server/errors.h"
 
@@ -14,7 +15,7 @@ namespace duet::server {
 namespace {
 
 const char* type_name(const Json& value) {
-  if (value.is_number_integer()) return "integer";
+  if (value.is_number_integer() || exact_integer_text(value)) return "integer";
   if (value.is_number_float()) return "number";
   return value.type_name();  // null, boolean, string, array, object
 }
@@ -42,7 +43,7 @@ Json parse_json_body(std::string_view body) {
     throw ApiError(400, fmt::format("the request body nests deeper than {} levels", kMaxJsonDepth), "", "invalid_json");
   Json parsed;
   try {
-    parsed = Json::parse(body);
+    parsed = parse_exact_json(body);
   } catch (const Json::exception& e) {
     // A syntax error (nlohmann names the byte offset and what it expected) or a number beyond a double.
     throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what(), "", "invalid_json");
@@ -54,19 +55,22 @@ Json parse_json_body(std::string_view body) {
 }
 
 namespace {
-void check_fields_in(const Json& body, std::initializer_list<std::span<const std::string_view>> lists) {
+void check_fields_in(const Json& body, std::initializer_list<std::span<const std::string_view>> lists,
+                     std::string_view path = {}) {
   for (const auto& [key, value] : body.items()) {
+    if (value.is_null()) continue;  // null is absent: OpenAI SDKs send nulls for fields they leave unset
     bool known = false;
     for (auto list : lists)
       for (auto name : list) known = known || key == name;
-    if (!known) refuse_field(key, "this field is not supported by duet (see docs/api.md)");
+    if (!known) refuse_field(std::string(path) + key, "this field is not supported by duet (see docs/api.md)");
   }
 }
 }  // namespace
 
 void check_known_fields(const Json& body, std::initializer_list<std::string_view> supported,
-                        std::initializer_list<std::string_view> ignored) {
-  check_fields_in(body, {std::span(supported.begin(), supported.size()), std::span(ignored.begin(), ignored.size())});
+                        std::initializer_list<std::string_view> ignored, std::string_view path) {
+  check_fields_in(body, {std::span(supported.begin(), supported.size()), std::span(ignored.begin(), ignored.size())},
+                  path);
 }
 
 void check_generation_fields(const Json& body, std::initializer_list<std::string_view> route_fields,
@@ -87,6 +91,7 @@ std::optional<double> read_number(const Json& object, const std::string& key, co
                                   double max) {
   const Json* value = field(object, key);
   if (!value) return std::nullopt;
+  if (exact_integer_text(*value)) refuse_field(name, fmt::format("must be between {} and {}", min, max));
   if (!value->is_number()) refuse_type(name, *value, "a number");
   double number = value->get<double>();
   if (!std::isfinite(number) || number < min || number > max)
@@ -98,6 +103,7 @@ std::optional<int64_t> read_integer(const Json& object, const std::string& key, 
                                     int64_t max) {
   const Json* value = field(object, key);
   if (!value) return std::nullopt;
+  if (exact_integer_text(*value)) refuse_field(name, fmt::format("must be between {} and {}", min, max));
   if (!value->is_number_integer()) refuse_type(name, *value, "an integer");
   if (value->is_number_unsigned() && value->get<uint64_t>() > static_cast<uint64_t>(max))
     refuse_field(name, fmt::format("must be between {} and {}", min, max));
@@ -144,6 +150,7 @@ SamplingRequest parse_sampling(const Json& body) {
   }
 
   if (const Json* seed = field(body, "seed")) {
+    if (exact_integer_text(*seed)) refuse_field("seed", "must fit in 64 bits");
     if (!seed->is_number_integer()) refuse_type("seed", *seed, "an integer");
     // Negative seeds are valid OpenAI input; they map onto the same 64 bits.
     params.seed = seed->is_number_unsigned() ? seed->get<uint64_t>() : static_cast<uint64_t>(seed->get<int64_t>());
@@ -192,18 +199,17 @@ SamplingRequest parse_sampling(const Json& body) {
   return request;
 }
 
-int32_t resolve_max_tokens(std::optional<int64_t> asked, int32_t prompt_tokens, int32_t cap, int32_t context,
-                           const std::string& prompt_param) {
-  if (asked && *asked > cap)
-    refuse_field("max_tokens", fmt::format("at most {} tokens per request (the server's --max-tokens)", cap));
-  int32_t room = context - prompt_tokens;
-  if (room <= 0 || (asked && *asked > room))
+int32_t resolve_max_tokens(std::optional<int64_t> asked, int32_t prompt_tokens, int32_t default_tokens,
+                           int32_t context, const std::string& prompt_param) {
+  const int32_t room = context - prompt_tokens;
+  if (room <= 0)
     throw ApiError(400,
-                   fmt::format("this model's context is {} tokens; the prompt has {} and {} completion tokens "
-                               "were asked",
-                               context, prompt_tokens, asked ? *asked : 1),
+                   fmt::format("this model's context is {} tokens and the prompt alone has {}, leaving no room for a "
+                               "completion",
+                               context, prompt_tokens),
                    prompt_param, "context_length_exceeded");
-  return asked ? static_cast<int32_t>(*asked) : std::min(cap, room);
+  // Clients ask budgets their own models allow (8000 and more); what the context cannot hold ends with `length`.
+  return static_cast<int32_t>(std::min<int64_t>(asked.value_or(default_tokens), room));
 }
 
 StreamRequest parse_stream(const Json& body) {
@@ -212,11 +218,18 @@ StreamRequest parse_stream(const Json& body) {
   if (const Json* options = field(body, "stream_options")) {
     if (!options->is_object()) refuse_type("stream_options", *options, "an object");
     if (!request.stream) refuse_field("stream_options", "only allowed when stream is true");
-    for (const auto& [key, value] : options->items())
-      if (key != "include_usage") refuse_field("stream_options." + key, "not supported");
+    // include_obfuscation pads chunks against length side channels on OpenAI's side; accepted without effect.
+    check_known_fields(*options, {"include_usage"}, {"include_obfuscation"}, "stream_options.");
+    read_bool(*options, "include_obfuscation", "stream_options.include_obfuscation");
     if (auto v = read_bool(*options, "include_usage", "stream_options.include_usage")) request.include_usage = *v;
   }
   return request;
+}
+
+ClientTags parse_client_tags(const Json& body) {
+  return {read_string(body, "user", "user").value_or(""),
+          read_string(body, "safety_identifier", "safety_identifier").value_or(""),
+          read_string(body, "prompt_cache_key", "prompt_cache_key").value_or("")};
 }
 
 void check_model(const Json& body, const std::string& served_model_name) {
