@@ -18,6 +18,7 @@ struct CompletionRequest {
   SamplingRequest sampling;
   StreamRequest stream;
   std::optional<int32_t> logprobs;  // the legacy integer: how many alternatives per token
+  ClientTags client;
 };
 
 std::vector<int32_t> parse_token_ids(const Json& ids, const std::string& name) {
@@ -64,7 +65,7 @@ std::vector<int32_t> parse_prompt(const Json& body, const tokenizer::Tokenizer& 
 }
 
 CompletionRequest parse_completion_request(const Json& body, const ServerContext& context) {
-  check_generation_fields(body, {"prompt", "best_of", "echo", "suffix"}, {"user"});
+  check_generation_fields(body, {"prompt", "best_of", "echo", "suffix", "user"}, {});
   check_model(body, context.options.served_model_name);
   if (read_bool(body, "echo", "echo").value_or(false)) refuse_field("echo", "echo is not supported");
   if (auto suffix = read_string(body, "suffix", "suffix"); suffix && !suffix->empty())
@@ -77,6 +78,7 @@ CompletionRequest parse_completion_request(const Json& body, const ServerContext
     request.sampling.params.top_logprobs = *request.logprobs;
   }
   request.prompt = parse_prompt(body, context.tokenizer);
+  request.client = parse_client_tags(body);
   return request;
 }
 
@@ -180,13 +182,16 @@ void add_completions_route(RouteTable& table, ServerContext& context) {
     CompletionReply reply;
     reply.model = context.options.served_model_name;
     auto handle = submit_request(context, std::move(engine_request), "prompt");
-    if (request.stream.stream)
-      return stream_generation(context, std::move(handle),
-                               std::make_unique<CompletionStreamFormatter>(context, std::move(reply), request));
-    return collect_generation(context, std::move(handle),
-                              [&context, reply = std::move(reply), request](const CollectedGeneration& generation) {
-                                return json_response(completion_json(context, reply, request, generation));
-                              });
+    HttpResponse res =
+        request.stream.stream
+            ? stream_generation(context, std::move(handle),
+                                std::make_unique<CompletionStreamFormatter>(context, std::move(reply), request))
+            : collect_generation(context, std::move(handle),
+                                 [&context, reply = std::move(reply), request](const CollectedGeneration& generation) {
+                                   return json_response(completion_json(context, reply, request, generation));
+                                 });
+    if (res.generation) res.generation->client = request.client;
+    return res;
   });
 }
 

@@ -66,13 +66,15 @@ TEST(ParseSampling, NullsAreAbsentAndSeedIsPickedWhenMissing) {
   EXPECT_NE(parse_sampling(Json::object()).params.seed, parse_sampling(Json::object()).params.seed);
 }
 
-TEST(ResolveMaxTokens, DefaultsToTheRoomLeftAndRefusesOverflow) {
-  EXPECT_EQ(resolve_max_tokens(std::nullopt, 10, 100, 50, "prompt"), 40);
-  EXPECT_EQ(resolve_max_tokens(std::nullopt, 10, 20, 50, "prompt"), 20);
+TEST(ResolveMaxTokens, AsksAreFittedToTheRoomLeftAndOnlyAFullPromptIsRefused) {
+  EXPECT_EQ(resolve_max_tokens(std::nullopt, 10, 100, 50, "prompt"), 40);  // the default, fitted
+  EXPECT_EQ(resolve_max_tokens(std::nullopt, 10, 20, 50, "prompt"), 20);   // the default (--max-tokens)
   EXPECT_EQ(resolve_max_tokens(5, 10, 20, 50, "prompt"), 5);
-  EXPECT_EQ(error_of([] { resolve_max_tokens(30, 10, 20, 50, "prompt"); }).param(), "max_tokens");
-  EXPECT_EQ(error_of([] { resolve_max_tokens(20, 40, 20, 50, "prompt"); }).code(), "context_length_exceeded");
-  EXPECT_EQ(error_of([] { resolve_max_tokens(std::nullopt, 50, 20, 50, "messages"); }).param(), "messages");
+  EXPECT_EQ(resolve_max_tokens(30, 10, 20, 50, "prompt"), 30);  // above --max-tokens: asked is asked
+  EXPECT_EQ(resolve_max_tokens(8000, 40, 20, 50, "prompt"), 10);  // above the room: fitted
+  EXPECT_EQ(resolve_max_tokens(8000, 49, 20, 50, "prompt"), 1);
+  EXPECT_EQ(error_of([] { resolve_max_tokens(20, 50, 20, 50, "prompt"); }).code(), "context_length_exceeded");
+  EXPECT_EQ(error_of([] { resolve_max_tokens(std::nullopt, 60, 20, 50, "messages"); }).param(), "messages");
 }
 
 TEST(ParseStream, IncludeUsageNeedsStream) {
