@@ -98,6 +98,7 @@ std::string GenerationBody::take(std::vector<engine::Event>& events) {
     tokens.clear();
     auto& finished = std::get<engine::FinishedEvent>(event);
     context_.metrics.record_finished(finished, seconds_since(start_));
+    usage_ = Usage{finished.prompt_tokens, finished.completion_tokens, finished.time_to_first_token_s};
     out += on_finished(finished);
     done_ = true;
   }
@@ -172,7 +173,11 @@ std::string token_text(const tokenizer::Tokenizer& tokenizer, int32_t id) {
   }
 }
 
-nlohmann::json token_bytes(const std::string& text) {
+nlohmann::json token_bytes(const tokenizer::Tokenizer& tokenizer, int32_t id) {
+  // The token's own bytes, not its text's: a token holding part of a UTF-8 character decodes to U+FFFD, while
+  // its bytes let a client join the pieces of a character split across tokens.
+  const std::string* raw = tokenizer.token_bytes(id);
+  const std::string text = raw ? *raw : token_text(tokenizer, id);
   auto bytes = nlohmann::json::array();
   for (unsigned char c : text) bytes.push_back(static_cast<int>(c));
   return bytes;

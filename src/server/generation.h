@@ -6,12 +6,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "engine/request.h"
+#include "server/request_parsing.h"
 #include "server/http_types.h"
 #include "server/server_context.h"
 
@@ -52,6 +54,13 @@ class GenerationBody {
   // Whole answers: collects them and returns nothing.
   std::string take(std::vector<engine::Event>& events);
   bool done() const { return done_; }
+  // The finished request's token counts and time to first token (for the access log), once done().
+  struct Usage {
+    int32_t prompt_tokens = 0, completion_tokens = 0;
+    double time_to_first_token_s = 0;
+  };
+  std::optional<Usage> usage() const { return usage_; }
+  ClientTags client;  // who the client says asks (user, safety_identifier): the route sets it for the log
   // Whole answers, once done(): the route's JSON, or a 500 naming the engine's error.
   virtual HttpResponse answer() { return {}; }
 
@@ -64,6 +73,7 @@ class GenerationBody {
   std::shared_ptr<engine::RequestHandle> handle_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   bool done_ = false;
+  std::optional<Usage> usage_;
 };
 
 // A whole answer: `build` makes the route's response from the finished generation, on the connection's event loop
@@ -101,8 +111,8 @@ nlohmann::json chunk_header(const std::string& id, std::string_view object, int6
 // That last chunk, as an SSE event: `header` with no choices and the finished request's usage.
 std::string usage_chunk(nlohmann::json header, const engine::FinishedEvent& finished);
 
-// The text of one token for logprobs output, and its bytes (the token may be part of a UTF-8 character).
+// The text of one token for logprobs output (U+FFFD where it holds part of a UTF-8 character), and its raw bytes.
 std::string token_text(const tokenizer::Tokenizer& tokenizer, int32_t id);
-nlohmann::json token_bytes(const std::string& text);
+nlohmann::json token_bytes(const tokenizer::Tokenizer& tokenizer, int32_t id);
 
 }  // namespace duet::server

@@ -21,11 +21,11 @@ struct ChatReply {
 
 nlohmann::json logprob_entry(const ServerContext& context, const engine::TokenEvent& token) {
   std::string text = token_text(context.tokenizer, token.id);
-  nlohmann::json entry = {{"token", text}, {"logprob", token.logprob.value_or(0.0f)}, {"bytes", token_bytes(text)}};
+  nlohmann::json entry = {{"token", text}, {"logprob", token.logprob.value_or(0.0f)}, {"bytes", token_bytes(context.tokenizer, token.id)}};
   auto top = nlohmann::json::array();
   for (const auto& candidate : token.top_logprobs) {
     std::string candidate_text = token_text(context.tokenizer, candidate.id);
-    top.push_back({{"token", candidate_text}, {"logprob", candidate.logprob}, {"bytes", token_bytes(candidate_text)}});
+    top.push_back({{"token", candidate_text}, {"logprob", candidate.logprob}, {"bytes", token_bytes(context.tokenizer, candidate.id)}});
   }
   entry["top_logprobs"] = std::move(top);
   return entry;
@@ -113,6 +113,8 @@ class ChatStreamFormatter final : public StreamFormatter {
       carried = true;
     };
     for (auto& piece : parsed) {
+      // parallel_tool_calls: false asks for one call per turn; the model may still write more, which are dropped.
+      if (piece.kind == OutputPiece::Kind::tool_call && tool_calls_ > 0 && !request_.parallel_tool_calls) continue;
       nlohmann::json delta;
       if (piece.kind == OutputPiece::Kind::reasoning)
         delta = {{"reasoning_content", piece.text}};
@@ -143,6 +145,7 @@ nlohmann::json chat_completion_json(const ServerContext& context, const ChatRepl
                                     const CollectedGeneration& generation) {
   ParsedChatOutput output =
       parse_chat_output(generation.text, reply.starts_in_reasoning, !request.tools.empty(), request.tools);
+  if (!request.parallel_tool_calls && output.tool_calls.size() > 1) output.tool_calls.resize(1);
   nlohmann::json message = {{"role", "assistant"}};
   message["content"] =
       output.content.empty() && !output.tool_calls.empty() ? nlohmann::json(nullptr) : nlohmann::json(output.content);
@@ -195,13 +198,16 @@ void add_chat_route(RouteTable& table, ServerContext& context) {
     reply.prompt_tokens = static_cast<int32_t>(engine_request.prompt.size());
 
     auto handle = submit_request(context, std::move(engine_request), "messages");
-    if (request.stream.stream)
-      return stream_generation(context, std::move(handle),
-                               std::make_unique<ChatStreamFormatter>(context, std::move(reply), request));
-    return collect_generation(context, std::move(handle),
-                              [&context, reply = std::move(reply), request](const CollectedGeneration& generation) {
-                                return json_response(chat_completion_json(context, reply, request, generation));
-                              });
+    HttpResponse res =
+        request.stream.stream
+            ? stream_generation(context, std::move(handle),
+                                std::make_unique<ChatStreamFormatter>(context, std::move(reply), request))
+            : collect_generation(context, std::move(handle),
+                                 [&context, reply = std::move(reply), request](const CollectedGeneration& generation) {
+                                   return json_response(chat_completion_json(context, reply, request, generation));
+                                 });
+    if (res.generation) res.generation->client = request.client;
+    return res;
   });
 }
 

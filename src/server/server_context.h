@@ -28,6 +28,8 @@ struct ServerOptions {
   int32_t context = 4096;             // positions per sequence (prompt + completion), as the engine was sized
   bool enable_thinking = true;        // the chat template's default; a request may override it
   HttpLimits http;                    // sizes, deadlines and connections the HTTP layer allows
+  bool log_json = false;                  // --log-format json: access-log lines as JSON objects
+  std::vector<std::string> cors_origins;  // --cors-origin: `*` or origins whose pages may call; empty: CORS off
 };
 
 // The engine as the routes use it.

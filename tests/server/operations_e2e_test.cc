@@ -1,0 +1,83 @@
+// What an operator sees: the context a server without --context takes (the demo model's max_position_embeddings,
+// printed in the memory plan), and one access-log line per request (--log-format json) with route, status, tokens,
+// time to first token, total time, the client's address and the user the client named.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "server_process.h"
+
+namespace duet::testing {
+namespace {
+
+using Json = nlohmann::json;
+
+// The access-log lines the server wrote so far (JSON objects with a `route`), but for the /health probes of
+// ServerProcess's start.
+std::vector<Json> access_lines(const ServerProcess& server) {
+  std::ifstream in(server.log_path());
+  std::vector<Json> lines;
+  for (std::string line; std::getline(in, line);) {
+    Json parsed = Json::parse(line, nullptr, false);
+    if (parsed.is_object() && parsed.contains("route") && parsed["route"] != "/health") lines.push_back(std::move(parsed));
+  }
+  return lines;
+}
+
+std::string log_text(const ServerProcess& server) {
+  std::ifstream in(server.log_path());
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(Operations, ContextDefaultsToTheModelsLengthAndTheLogNamesEveryRequest) {
+  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  ServerProcess server({"--log-format", "json", "--no-thinking"});
+  auto client = server.client();
+
+  auto models = client.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(Json::parse(models->body)["data"][0]["max_model_len"], 4096);  // models/demo/config.json's
+  EXPECT_NE(log_text(server).find("context 4096 positions per sequence (model: 4096)"), std::string::npos)
+      << log_text(server);
+
+  const Json body = {{"messages", {{{"role", "user"}, {"content", "Hello"}}}},
+                     {"max_tokens", 5},
+                     {"ignore_eos", true},
+                     {"user", "user-7"},
+                     {"safety_identifier", "sid \"quoted\""}};
+  auto chat = client.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(chat);
+  ASSERT_EQ(chat->status, 200) << chat->body;
+  const Json usage = Json::parse(chat->body)["usage"];
+  auto missing = client.Get("/v1/nothing-here");
+  ASSERT_TRUE(missing);
+
+  std::vector<Json> lines;
+  for (int i = 0; i < 100 && lines.size() < 3; ++i) {  // a line is written once its answer is sent
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    lines = access_lines(server);
+  }
+  ASSERT_EQ(lines.size(), 3u) << log_text(server);
+  EXPECT_EQ(lines[0]["route"], "/v1/models");
+  EXPECT_EQ(lines[0]["method"], "GET");
+  EXPECT_EQ(lines[0]["status"], 200);
+  const Json& generation = lines[1];
+  EXPECT_EQ(generation["route"], "/v1/chat/completions");
+  EXPECT_EQ(generation["status"], 200);
+  EXPECT_EQ(generation["prompt_tokens"], usage["prompt_tokens"]);
+  EXPECT_EQ(generation["completion_tokens"], 5);
+  EXPECT_EQ(generation["cached_tokens"], 0);
+  EXPECT_GT(generation["ttft_s"].get<double>(), 0);
+  EXPECT_GE(generation["total_s"].get<double>(), generation["ttft_s"].get<double>());
+  EXPECT_TRUE(generation["client"].get<std::string>().starts_with("127.0.0.1:")) << generation;
+  EXPECT_EQ(generation["user"], "user-7");
+  EXPECT_EQ(generation["safety_identifier"], "sid \"quoted\"");
+  EXPECT_EQ(lines[2]["route"], "unmatched");
+  EXPECT_EQ(lines[2]["status"], 404);
+}
+
+}  // namespace
+}  // namespace duet::testing
