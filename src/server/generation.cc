@@ -61,7 +61,7 @@ class StreamedBody final : public GenerationBody {
  private:
   std::string on_tokens(std::vector<engine::TokenEvent>& tokens) override { return formatter_->tokens(tokens); }
   std::string on_finished(engine::FinishedEvent& finished) override {
-    return formatter_->finish(finished) + sse_done();
+    return formatter_->finish(finished) + formatter_->end();
   }
 
   std::unique_ptr<StreamFormatter> formatter_;

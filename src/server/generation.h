@@ -16,6 +16,7 @@
 #include "server/request_parsing.h"
 #include "server/http_types.h"
 #include "server/server_context.h"
+#include "server/sse.h"
 
 namespace duet::server {
 
@@ -37,6 +38,9 @@ class StreamFormatter {
   virtual std::string tokens(std::span<const engine::TokenEvent> tokens) = 0;
   // The last chunk(s) before `data: [DONE]`. An engine error is sent as an `error` event instead.
   virtual std::string finish(const engine::FinishedEvent& finished) = 0;
+  // What ends the stream after finish(): `data: [DONE]` for the Chat Completions formats; the Responses API
+  // ends with its response.completed event instead.
+  virtual std::string end() { return sse_done(); }
 };
 
 // The body of a response that an engine request's events make. The transport feeds it the events on the

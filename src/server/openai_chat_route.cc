@@ -1,6 +1,7 @@
 // POST /v1/chat/completions: render the chat template, generate, and answer as OpenAI does (a whole
 // chat.completion, or chat.completion.chunk events), with reasoning and tool calls split out of the text.
 #include "base/error.h"
+#include "server/chat_prompt.h"
 #include "server/chat_request.h"
 #include "server/errors.h"
 #include "server/generation.h"
@@ -37,14 +38,6 @@ nlohmann::json tool_call_json(const ParsedToolCall& call, std::optional<size_t> 
                          {"function", {{"name", call.name}, {"arguments", json_text(call.arguments)}}}};
   if (index) json["index"] = *index;
   return json;
-}
-
-// The tokens that end a chat turn, besides the tokenizer's eos (a base model's eos is <|endoftext|>).
-std::vector<int32_t> end_of_turn_ids(const tokenizer::Tokenizer& tokenizer) {
-  std::vector<int32_t> ids;
-  for (const char* token : {"<|im_end|>", "<|endoftext|>"})
-    if (auto id = tokenizer.token_to_id(token)) ids.push_back(*id);
-  return ids;
 }
 
 class ChatStreamFormatter final : public StreamFormatter {
@@ -173,31 +166,14 @@ nlohmann::json chat_completion_json(const ServerContext& context, const ChatRepl
 void add_chat_route(RouteTable& table, ServerContext& context) {
   table.add(RouteTable::Method::post, "/v1/chat/completions", [&context](const HttpRequest& req) {
     ChatRequest request = parse_chat_request(request_json(req), context.options);
-    std::string prompt;
-    try {
-      tokenizer::ChatOptions chat_options;
-      chat_options.tools = request.tools;
-      chat_options.enable_thinking = request.enable_thinking;
-      prompt = context.render_chat(request.messages, chat_options);
-    } catch (const duet::Error& error) {
-      throw ApiError(400, error.what(), "messages", "invalid_messages");
-    }
-    engine::Request engine_request;
-    engine_request.prompt = context.tokenizer.encode(prompt);
-    engine_request.sampling = request.sampling.params;
-    if (!engine_request.sampling.ignore_eos)
-      for (int32_t id : end_of_turn_ids(context.tokenizer)) engine_request.sampling.stop_token_ids.push_back(id);
-    engine_request.sampling.max_tokens =
-        resolve_max_tokens(request.sampling.max_tokens, static_cast<int32_t>(engine_request.prompt.size()),
-                           context.options.max_tokens, context.options.context, "messages");
-
+    ChatPrompt prompt =
+        build_chat_prompt(context, request.messages, request.tools, request.enable_thinking, request.sampling, "messages");
     ChatReply reply;
     reply.model = context.options.served_model_name;
-    // The template's generation prompt opens <think> when thinking is on: the reply starts inside it.
-    reply.starts_in_reasoning = prompt.ends_with("<think>\n") || prompt.ends_with("<think>");
-    reply.prompt_tokens = static_cast<int32_t>(engine_request.prompt.size());
+    reply.starts_in_reasoning = prompt.starts_in_reasoning;
+    reply.prompt_tokens = static_cast<int32_t>(prompt.request.prompt.size());
 
-    auto handle = submit_request(context, std::move(engine_request), "messages");
+    auto handle = submit_request(context, std::move(prompt.request), "messages");
     HttpResponse res =
         request.stream.stream
             ? stream_generation(context, std::move(handle),

@@ -54,6 +54,7 @@ class RouteTable {
 // The route files (one idea each).
 void add_chat_route(RouteTable& table, ServerContext& context);
 void add_completions_route(RouteTable& table, ServerContext& context);
+void add_responses_route(RouteTable& table, ServerContext& context);
 void add_status_routes(RouteTable& table, ServerContext& context);
 void add_tokenize_routes(RouteTable& table, ServerContext& context);
 void add_systemone_route(RouteTable& table, ServerContext& context);

@@ -1,5 +1,6 @@
 // Official clients against `duet serve` on the demo model, as real users run them: the `openai` npm client with
-// every documented field (a value, then null), the Vercel AI SDK and LangChain (text, streaming, tools, aborts);
+// every documented field (a value, then null) and the Responses API, the Vercel AI SDK and LangChain, each over chat
+// completions and over the Responses API (text, streaming, tools, aborts);
 // a browser's CORS preflight; and a coding agent's request (max_tokens 8000, a long prompt, many tools).
 #include <gtest/gtest.h>
 
@@ -55,6 +56,18 @@ TEST_F(ClientsTest, OpenAiClientSendsEveryFieldWithValuesAndNulls) {
 TEST_F(ClientsTest, VercelAiSdkChat) { run_client("ai_sdk_chat.mjs", "ai sdk chat: ok", "@ai-sdk/openai"); }
 
 TEST_F(ClientsTest, LangChainChatOpenAi) { run_client("langchain_chat.mjs", "langchain chat: ok", "@langchain/openai"); }
+
+TEST_F(ClientsTest, OpenAiClientResponsesApi) {
+  run_client("openai_responses.mjs", "openai responses: ok", "openai");
+}
+
+TEST_F(ClientsTest, VercelAiSdkDefaultResponsesProvider) {
+  run_client("ai_sdk_responses.mjs", "ai sdk responses: ok", "@ai-sdk/openai");
+}
+
+TEST_F(ClientsTest, LangChainUseResponsesApi) {
+  run_client("langchain_responses.mjs", "langchain responses: ok", "@langchain/openai");
+}
 
 // What a browser sends before a cross-origin POST with a key: no Authorization on the preflight itself.
 TEST_F(ClientsTest, BrowserPreflightIsAnsweredWithoutAKeyAndLeaksNoRoutes) {
