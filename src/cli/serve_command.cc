@@ -125,35 +125,15 @@ void serve(ServeFlags& flags) {
   options.enable_thinking = !flags.no_thinking;
   options.log_json = flags.log_format == "json";
 
-  log_info("loading {}", flags.model_dir);
+  // The tokenizer first (quick): the routes hold it. The model (slow) loads while the server already answers,
+  // /health with 503 `loading` and every other route 503 `model_loading`, so orchestrators can tell the two apart.
   auto tokenizer = tokenizer::Tokenizer::load_dir(flags.model_dir);
-  auto model = model::Model::load(flags.model_dir, flags.backend);
-  // A folder with a joint head beside the checkpoint is a decision model too: checked in full before serving.
-  std::shared_ptr<const decision::JointHead> head;
-  if (decision::JointHead::present(flags.model_dir)) {
-    head = decision::JointHead::load(flags.model_dir, model->config().hidden_size);
-    flags.engine.decision_head_bytes = head->weight_bytes();
-    flags.engine.decision_bytes_per_position = static_cast<size_t>(head->config().width) * sizeof(float);
-  }
-  if (flags.engine.context == 0) flags.engine.context = engine::default_context(*model, flags.engine);
-  // Requests are fitted to what one sequence can hold: its context, and the whole KV cache when that is smaller.
-  options.context = flags.engine.context;
-  if (flags.engine.kv_cache_tokens > 0)
-    options.context = static_cast<int32_t>(std::min<int64_t>(options.context, flags.engine.kv_cache_tokens));
-  engine::Engine engine(*model, tokenizer.get(), flags.engine);
-  server::EngineBackend backend(engine);
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<engine::Engine> engine;
+  server::LateEngineBackend backend;
   server::ServerContext context{options, backend, *tokenizer, tokenizer::render_chat, {}, 0, std::nullopt};
   context.started_at = std::time(nullptr);
-  if (head) {
-    context.decisions =
-        server::DecisionSupport{.head = head,
-                                .backbone = model.get(),
-                                .max_length = std::min(decision::kReferenceMaxLength, flags.engine.context)};
-    log_info("decisions: joint head {} (POST /v1/systemone, prompts up to {} tokens)",
-             fmt::format("width {}, {} routing + {} decoder layers", head->config().width,
-                         head->config().routing_layers, head->config().layers),
-             context.decisions->max_length);
-  }
+  context.ready = false;
 
   server::HttpServer http(context);
   int port = http.bind();
@@ -173,14 +153,57 @@ void serve(ServeFlags& flags) {
     std::_Exit(128 + signal);
   });
   // Scripts and tests read this line to learn the port (--port 0 picks a free one).
-  std::printf("duet serve: %s as `%s` on http://%s:%d (parallel %d, context %d, max connections %d%s)\n",
+  std::printf("duet serve: %s as `%s` on http://%s:%d (parallel %d, max connections %d; loading the model)\n",
               flags.model_dir.c_str(), options.served_model_name.c_str(), options.host.c_str(), port,
-              flags.engine.parallel, flags.engine.context, options.http.max_connections, head ? ", decisions" : "");
+              flags.engine.parallel, options.http.max_connections);
   std::fflush(stdout);
-  http.run();
-  finished = true;
-  pthread_kill(stopper.native_handle(), SIGTERM);
-  stopper.join();
+  std::thread serving([&http] { http.run(); });
+  auto stop_serving = [&] {
+    finished = true;
+    pthread_kill(stopper.native_handle(), SIGTERM);
+    stopper.join();
+  };
+
+  try {
+    log_info("loading {}", flags.model_dir);
+    model = model::Model::load(flags.model_dir, flags.backend);
+    // A folder with a joint head beside the checkpoint is a decision model too: checked in full before serving.
+    std::shared_ptr<const decision::JointHead> head;
+    if (decision::JointHead::present(flags.model_dir)) {
+      head = decision::JointHead::load(flags.model_dir, model->config().hidden_size);
+      flags.engine.decision_head_bytes = head->weight_bytes();
+      flags.engine.decision_bytes_per_position = static_cast<size_t>(head->config().width) * sizeof(float);
+    }
+    if (flags.engine.context == 0) flags.engine.context = engine::default_context(*model, flags.engine);
+    // Requests are fitted to what one sequence can hold: its context, and the whole KV cache when that is smaller.
+    context.options.context = flags.engine.context;
+    if (flags.engine.kv_cache_tokens > 0)
+      context.options.context =
+          static_cast<int32_t>(std::min<int64_t>(context.options.context, flags.engine.kv_cache_tokens));
+    engine = std::make_unique<engine::Engine>(*model, tokenizer.get(), flags.engine);
+    backend.set(engine.get());
+    if (head) {
+      context.decisions =
+          server::DecisionSupport{.head = head,
+                                  .backbone = model.get(),
+                                  .max_length = std::min(decision::kReferenceMaxLength, flags.engine.context)};
+      log_info("decisions: joint head {} (POST /v1/systemone, prompts up to {} tokens)",
+               fmt::format("width {}, {} routing + {} decoder layers", head->config().width,
+                           head->config().routing_layers, head->config().layers),
+               context.decisions->max_length);
+    }
+  } catch (const std::exception& error) {
+    // A model that cannot be served ends the process with its refusal (status 1, as main() answers duet::Error);
+    // the server threads are running, so no unwinding past them.
+    std::fprintf(stderr, "error: %s\n", error.what());
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+  context.ready = true;  // after every write above: the routes read them only once they see it
+  log_info("ready: context {}, parallel {}{}", flags.engine.context, flags.engine.parallel,
+           context.decisions ? ", decisions" : "");
+  serving.join();
+  stop_serving();
   log_info("stopped");
 }
 

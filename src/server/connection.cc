@@ -173,7 +173,8 @@ bool Connection::judge_header() {
   GateVerdict verdict =
       check_request_head(reader_->head(), reader_->content_length(), reader_->chunked(),
                          GateRules{shared_.routes, shared_.keys, shared_.limits.max_body_bytes, shutting_down,
-                                   &shared_.context.options.cors_origins});
+                                   &shared_.context.options.cors_origins,
+                                   !shared_.context.ready.load(std::memory_order_acquire)});
   route_ = verdict.route;
   route_name_ = verdict.route_name;
   framing_.keep_alive = reader_->keep_alive() && !shutting_down && !input_ended_;

@@ -122,6 +122,15 @@ HttpResponse stream_generation(ServerContext& context, std::shared_ptr<engine::R
   return res;
 }
 
+HttpResponse generation_response(ServerContext& context, std::shared_ptr<engine::RequestHandle> handle, bool stream,
+                                 const std::function<std::unique_ptr<StreamFormatter>()>& formatter,
+                                 AnswerBuilder build, const ClientTags& client) {
+  HttpResponse res = stream ? stream_generation(context, std::move(handle), formatter())
+                            : collect_generation(context, std::move(handle), std::move(build));
+  res.generation->client = client;
+  return res;
+}
+
 std::string random_id(std::string_view prefix) {
   thread_local std::mt19937_64 generator{std::random_device{}()};
   return fmt::format("{}{:016x}{:08x}", prefix, generator(), static_cast<uint32_t>(generator()));

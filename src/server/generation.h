@@ -90,6 +90,12 @@ HttpResponse collect_generation(ServerContext& context, std::shared_ptr<engine::
 HttpResponse stream_generation(ServerContext& context, std::shared_ptr<engine::RequestHandle> handle,
                                std::unique_ptr<StreamFormatter> formatter);
 
+// A generation answered as its request asks: a stream in the format `formatter` makes, or a whole answer `build`
+// makes; the client's tags (user, safety_identifier) go to the request's access-log line either way.
+HttpResponse generation_response(ServerContext& context, std::shared_ptr<engine::RequestHandle> handle, bool stream,
+                                 const std::function<std::unique_ptr<StreamFormatter>()>& formatter,
+                                 AnswerBuilder build, const ClientTags& client);
+
 // A fresh id with a prefix ("chatcmpl-", "cmpl-", "call_").
 std::string random_id(std::string_view prefix);
 int64_t unix_now();

@@ -174,16 +174,13 @@ void add_chat_route(RouteTable& table, ServerContext& context) {
     reply.prompt_tokens = static_cast<int32_t>(prompt.request.prompt.size());
 
     auto handle = submit_request(context, std::move(prompt.request), "messages");
-    HttpResponse res =
-        request.stream.stream
-            ? stream_generation(context, std::move(handle),
-                                std::make_unique<ChatStreamFormatter>(context, std::move(reply), request))
-            : collect_generation(context, std::move(handle),
-                                 [&context, reply = std::move(reply), request](const CollectedGeneration& generation) {
-                                   return json_response(chat_completion_json(context, reply, request, generation));
-                                 });
-    if (res.generation) res.generation->client = request.client;
-    return res;
+    return generation_response(
+        context, std::move(handle), request.stream.stream,
+        [&] { return std::make_unique<ChatStreamFormatter>(context, reply, request); },
+        [&context, reply, request](const CollectedGeneration& generation) {
+          return json_response(chat_completion_json(context, reply, request, generation));
+        },
+        request.client);
   });
 }
 

@@ -182,16 +182,13 @@ void add_completions_route(RouteTable& table, ServerContext& context) {
     CompletionReply reply;
     reply.model = context.options.served_model_name;
     auto handle = submit_request(context, std::move(engine_request), "prompt");
-    HttpResponse res =
-        request.stream.stream
-            ? stream_generation(context, std::move(handle),
-                                std::make_unique<CompletionStreamFormatter>(context, std::move(reply), request))
-            : collect_generation(context, std::move(handle),
-                                 [&context, reply = std::move(reply), request](const CollectedGeneration& generation) {
-                                   return json_response(completion_json(context, reply, request, generation));
-                                 });
-    if (res.generation) res.generation->client = request.client;
-    return res;
+    return generation_response(
+        context, std::move(handle), request.stream.stream,
+        [&] { return std::make_unique<CompletionStreamFormatter>(context, reply, request); },
+        [&context, reply, request](const CollectedGeneration& generation) {
+          return json_response(completion_json(context, reply, request, generation));
+        },
+        request.client);
   });
 }
 

@@ -63,6 +63,12 @@ GateVerdict check_request_head(const HttpRequest& head, std::optional<uint64_t> 
     verdict.refusal->headers.emplace_back("Allow", match.allowed);
     return verdict;
   }
+  if (rules.loading && match.route->needs_key) {
+    ApiError error(503, "the model is still loading; retry shortly (GET /health says when it is ready)", "",
+                   "model_loading");
+    error.retry_after_s = 1;
+    return refuse(error);
+  }
   if (match.route->method == RouteTable::Method::post && !content_length && !chunked)
     return refuse(
         ApiError(411, "a POST needs a body with Content-Length or Transfer-Encoding: chunked", "", "length_required"));

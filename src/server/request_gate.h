@@ -20,7 +20,8 @@ struct GateRules {
   const ApiKeys& keys;
   size_t max_body_bytes;
   bool shutting_down;
-  const std::vector<std::string>* cors_origins = nullptr;  // --cors-origin; none or empty: no preflight is answered
+  const std::vector<std::string>* cors_origins = nullptr;
+  bool loading = false;  // the model is not loaded yet: every route but /health is answered 503  // --cors-origin; none or empty: no preflight is answered
 };
 
 struct GateVerdict {

@@ -248,19 +248,15 @@ void add_responses_route(RouteTable& table, ServerContext& context) {
     header.model = context.options.served_model_name;
     header.starts_in_reasoning = prompt.starts_in_reasoning;
     auto handle = submit_request(context, std::move(prompt.request), "input");
-    const ClientTags client = request.client;
-    HttpResponse res =
-        request.stream
-            ? stream_generation(context, std::move(handle),
-                                std::make_unique<ResponsesStreamFormatter>(std::move(header), std::move(request)))
-            : collect_generation(context, std::move(handle),
-                                 [header = std::move(header), request](const CollectedGeneration& generation) {
-                                   HttpResponse answer;
-                                   answer.body = json_text(whole_response_json(header, request, generation));
-                                   return answer;
-                                 });
-    if (res.generation) res.generation->client = client;
-    return res;
+    return generation_response(
+        context, std::move(handle), request.stream,
+        [&] { return std::make_unique<ResponsesStreamFormatter>(header, request); },
+        [header, request](const CollectedGeneration& generation) {
+          HttpResponse answer;
+          answer.body = json_text(whole_response_json(header, request, generation));
+          return answer;
+        },
+        request.client);
   });
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // What every route needs: the server's options, the engine (behind a narrow interface so the HTTP layer can
 // be tested with a scripted stand-in), the tokenizer, the chat renderer and the metrics.
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -54,6 +55,25 @@ class EngineBackend final : public GenerationBackend {
   engine::Engine& engine_;
 };
 
+// The engine once it exists: `duet serve` listens while the model loads, and the HTTP layer lets no request but
+// /health reach a route until ServerContext::ready, so submit() before set() is not expected (it answers 429).
+class LateEngineBackend final : public GenerationBackend {
+ public:
+  void set(engine::Engine* engine) { engine_.store(engine, std::memory_order_release); }
+  std::shared_ptr<engine::RequestHandle> submit(engine::Request request) override {
+    engine::Engine* engine = engine_.load(std::memory_order_acquire);
+    if (!engine) throw engine::QueueFull("engine: the model is still loading");
+    return engine->submit(std::move(request));
+  }
+  engine::EngineStats stats() const override {
+    engine::Engine* engine = engine_.load(std::memory_order_acquire);
+    return engine ? engine->stats() : engine::EngineStats{};
+  }
+
+ private:
+  std::atomic<engine::Engine*> engine_{nullptr};
+};
+
 // What POST /v1/systemone needs beyond the chat routes: the joint head and the backbone whose LM head rows it reads.
 struct DecisionSupport {
   std::shared_ptr<const decision::JointHead> head;
@@ -73,6 +93,9 @@ struct ServerContext {
   int64_t started_at = 0;  // unix seconds, reported as the model's `created`
   // Set when the model folder holds a joint head.
   std::optional<DecisionSupport> decisions;
+  // False while `duet serve` loads the model: /health answers 503 `loading`, every other route 503 `model_loading`.
+  // Set (release) after the fields above are final; read (acquire) before any route runs.
+  std::atomic<bool> ready{true};
 };
 
 }  // namespace duet::server

@@ -24,7 +24,8 @@ void add_status_routes(RouteTable& table, ServerContext& context) {
   // Open without a key: load balancers and orchestrators probe it.
   table.add(
       RouteTable::Method::get, "/health",
-      [](const HttpRequest&) {
+      [&context](const HttpRequest&) {
+        if (!context.ready.load(std::memory_order_acquire)) return json_response({{"status", "loading"}}, 503);
         return json_response({{"status", "ok"}});
       },
       /*needs_key=*/false);

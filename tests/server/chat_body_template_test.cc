@@ -4,14 +4,11 @@
 // (render_request_bodies_jinja2.py); the prompts must be equal byte for byte.
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <fstream>
-#include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
+#include "../run_command.h"
 #include "base/error.h"
 #include "server/chat_request.h"
 #include "tokenizer/chat_template.h"
@@ -22,17 +19,6 @@ namespace {
 const std::string kTests = DUET_TESTS_DIR;
 const std::string kTemplate = kTests + "/../tools/qwen35_chat_template.jinja";
 const std::string kBodies = kTests + "/server/chat_bodies_key_order.jsonl";
-
-std::optional<std::string> run(const std::string& command) {
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
-  if (!pipe) return std::nullopt;
-  std::string out;
-  std::array<char, 65536> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe.get())) > 0) out.append(buffer.data(), n);
-  if (pclose(pipe.release()) != 0) return std::nullopt;
-  return out;
-}
 
 std::vector<std::string> body_lines() {
   std::ifstream in(kBodies);
@@ -54,10 +40,10 @@ std::string render_as_server(const std::string& body) {
 }
 
 TEST(ChatBodyTemplate, EqualsPythonJsonAndJinja2) {
-  const auto output = run("/usr/bin/python3 '" + kTests + "/server/render_request_bodies_jinja2.py' '" + kTemplate +
-                          "' '" + kBodies + "'");
-  ASSERT_TRUE(output) << "python3 with jinja2 is needed (scripts/setup.sh installs python3-jinja2)";
-  const auto rendered = nlohmann::json::parse(*output);
+  const auto python = testing::run_command("/usr/bin/python3 '" + kTests + "/server/render_request_bodies_jinja2.py' '" +
+                                           kTemplate + "' '" + kBodies + "'");
+  ASSERT_EQ(python.status, 0) << "python3 with jinja2 is needed (scripts/setup.sh installs python3-jinja2)";
+  const auto rendered = nlohmann::json::parse(python.output);
   const auto bodies = body_lines();
   ASSERT_EQ(rendered.size(), bodies.size());
   ASSERT_GE(bodies.size(), 6u);
