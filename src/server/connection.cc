@@ -51,8 +51,8 @@ Connection::Connection(asio::ip::tcp::socket socket, ConnectionShared& shared)
 
 Connection::~Connection() {
   if (generation_) {
-    generation_->handle().set_listener(nullptr);
-    generation_->handle().cancel();
+    generation_->set_listener(nullptr);
+    generation_->cancel();
   }
   shared_.context.metrics.connection_closed();
   shared_.registry.remove(this);
@@ -90,7 +90,7 @@ void Connection::shut_down() {
 void Connection::cancel_request() {
   asio::post(socket_.get_executor(), [self = shared_from_this()] {
     if (self->generation_)
-      self->generation_->handle().cancel();
+      self->generation_->cancel();
     else
       self->cancel_on_delivery_ = true;
   });
@@ -102,8 +102,8 @@ void Connection::close() {
 
 void Connection::detach_from_engine() {
   if (!generation_) return;
-  generation_->handle().set_listener(nullptr);
-  generation_->handle().cancel();
+  generation_->set_listener(nullptr);
+  generation_->cancel();
 }
 
 // Reading a request.
@@ -223,7 +223,7 @@ void Connection::dispatch() {
 
 void Connection::deliver(HttpResponse response) {
   if (phase_ == Phase::closed) {
-    if (response.generation) response.generation->handle().cancel();
+    if (response.generation) response.generation->cancel();
     return;
   }
   if (!response.generation) {
@@ -232,7 +232,7 @@ void Connection::deliver(HttpResponse response) {
     return;
   }
   generation_ = std::move(response.generation);
-  if (cancel_on_delivery_ || input_ended_) generation_->handle().cancel();
+  if (cancel_on_delivery_ || input_ended_) generation_->cancel();
   if (generation_->streams()) {
     note_status(response.status);
     if (framing_.http_1_0) framing_.keep_alive = false;  // its stream ends by closing
@@ -249,7 +249,7 @@ void Connection::deliver(HttpResponse response) {
 void Connection::listen_to_engine() {
   std::weak_ptr<Connection> weak = weak_from_this();
   auto strand = socket_.get_executor();
-  generation_->handle().set_listener([weak, strand] {
+  generation_->set_listener([weak, strand] {
     asio::post(strand, [weak] {
       if (auto self = weak.lock()) self->take_events();
     });
@@ -258,10 +258,8 @@ void Connection::listen_to_engine() {
 
 void Connection::take_events() {
   if (!generation_ || phase_ == Phase::closed || generation_->done()) return;
-  std::vector<engine::Event> events;
-  while (auto event = generation_->handle().try_next()) events.push_back(std::move(*event));
-  if (events.empty()) return;
-  std::string text = generation_->take(events);
+  std::string text;
+  if (!generation_->take_ready(text)) return;
   if (!generation_->streams()) {
     if (!generation_->done()) return;
     HttpResponse whole = generation_->answer();
@@ -325,7 +323,7 @@ void Connection::log_access() {
 
 void Connection::finish_response() {
   log_access();
-  if (generation_) generation_->handle().set_listener(nullptr);
+  if (generation_) generation_->set_listener(nullptr);
   generation_.reset();
   cancel_on_delivery_ = false;
   if (!framing_.keep_alive || shared_.shutting_down)
@@ -411,7 +409,7 @@ void Connection::on_input() {
 void Connection::client_gone() {
   log_debug("client closed its connection while its request ran: cancelling the request");
   if (generation_)
-    generation_->handle().cancel();
+    generation_->cancel();
   else
     cancel_on_delivery_ = true;
   framing_.keep_alive = false;
@@ -422,8 +420,8 @@ void Connection::close_now() {
   phase_ = Phase::closed;
   log_access();  // a request whose answer did not finish (status 0 when none was sent)
   if (generation_) {
-    generation_->handle().set_listener(nullptr);
-    generation_->handle().cancel();
+    generation_->set_listener(nullptr);
+    generation_->cancel();
   }
   cancel_on_delivery_ = true;
   disarm();

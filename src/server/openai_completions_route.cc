@@ -111,9 +111,12 @@ struct CompletionReply {
 class CompletionStreamFormatter final : public StreamFormatter {
  public:
   CompletionStreamFormatter(const ServerContext& context, CompletionReply reply, CompletionRequest request)
-      : context_(context), reply_(std::move(reply)), request_(std::move(request)) {}
+      : context_(context),
+        reply_(std::move(reply)),
+        request_(std::move(request)),
+        offsets_(static_cast<size_t>(request_.sampling.n), 0) {}
 
-  std::string tokens(std::span<const engine::TokenEvent> tokens) override {
+  std::string tokens(size_t choice, std::span<const engine::TokenEvent> tokens) override {
     std::string text;
     auto ids = nlohmann::json::array();
     for (const auto& token : tokens) {
@@ -121,16 +124,18 @@ class CompletionStreamFormatter final : public StreamFormatter {
       ids.push_back(token.id);
     }
     nlohmann::json logprobs = nullptr;
-    if (request_.logprobs) logprobs = legacy_logprobs(context_, tokens, offset_);
-    return chunk(text, std::move(logprobs), nullptr, std::move(ids));
+    if (request_.logprobs) logprobs = legacy_logprobs(context_, tokens, offsets_[choice]);
+    return chunk(choice, text, std::move(logprobs), nullptr, std::move(ids));
   }
 
-  std::string finish(const engine::FinishedEvent& finished) override {
+  std::string finish(size_t choice, const engine::FinishedEvent& finished) override {
     if (finished.reason == engine::FinishReason::error)
       return sse_event(error_json(500, "generation failed: " + finished.error, "", "engine_error"));
-    std::string out = chunk(finished.text_tail, nullptr, engine::to_string(finished.reason), nlohmann::json::array());
-    if (request_.stream.include_usage) out += usage_chunk(base(), finished);
-    return out;
+    return chunk(choice, finished.text_tail, nullptr, engine::to_string(finished.reason), nlohmann::json::array());
+  }
+
+  std::string end(const GenerationUsage& usage) override {
+    return (request_.stream.include_usage ? usage_chunk(base(), usage) : std::string()) + sse_done();
   }
 
  private:
@@ -138,10 +143,10 @@ class CompletionStreamFormatter final : public StreamFormatter {
     return chunk_header(reply_.id, "text_completion", reply_.created, reply_.model, request_.stream.include_usage);
   }
 
-  std::string chunk(const std::string& text, nlohmann::json logprobs, nlohmann::json finish_reason,
+  std::string chunk(size_t index, const std::string& text, nlohmann::json logprobs, nlohmann::json finish_reason,
                     nlohmann::json ids) const {
     nlohmann::json choice = {
-        {"index", 0}, {"text", text}, {"logprobs", std::move(logprobs)}, {"finish_reason", std::move(finish_reason)}};
+        {"index", index}, {"text", text}, {"logprobs", std::move(logprobs)}, {"finish_reason", std::move(finish_reason)}};
     if (request_.sampling.return_token_ids) choice["token_ids"] = std::move(ids);
     nlohmann::json json = base();
     json["choices"] = nlohmann::json::array({std::move(choice)});
@@ -151,21 +156,26 @@ class CompletionStreamFormatter final : public StreamFormatter {
   const ServerContext& context_;
   CompletionReply reply_;
   CompletionRequest request_;
-  size_t offset_ = 0;
+  std::vector<size_t> offsets_;  // per choice: where the next tokens' text starts in its completion
 };
 
 nlohmann::json completion_json(const ServerContext& context, const CompletionReply& reply,
-                               const CompletionRequest& request, const CollectedGeneration& generation) {
-  nlohmann::json choice = {{"index", 0},
-                           {"text", generation.text},
-                           {"logprobs", nullptr},
-                           {"finish_reason", engine::to_string(generation.finished.reason)}};
-  if (request.logprobs) {
-    size_t offset = 0;
-    choice["logprobs"] = legacy_logprobs(context, generation.tokens, offset);
+                               const CompletionRequest& request, std::span<const CollectedGeneration> generations) {
+  auto choices = nlohmann::json::array();
+  for (size_t i = 0; i < generations.size(); ++i) {
+    const CollectedGeneration& generation = generations[i];
+    nlohmann::json choice = {{"index", i},
+                             {"text", generation.text},
+                             {"logprobs", nullptr},
+                             {"finish_reason", engine::to_string(generation.finished.reason)}};
+    if (request.logprobs) {
+      size_t offset = 0;
+      choice["logprobs"] = legacy_logprobs(context, generation.tokens, offset);
+    }
+    choices.push_back(std::move(choice));
   }
-  return whole_answer_json({reply.id, "text_completion", reply.created, reply.model}, std::move(choice),
-                           request.sampling.return_token_ids, generation);
+  return whole_answer_json({reply.id, "text_completion", reply.created, reply.model}, std::move(choices),
+                           request.sampling.return_token_ids, generations);
 }
 
 }  // namespace
@@ -181,12 +191,12 @@ void add_completions_route(RouteTable& table, ServerContext& context) {
                            context.options.max_tokens, context.options.context, "prompt");
     CompletionReply reply;
     reply.model = context.options.served_model_name;
-    auto handle = submit_request(context, std::move(engine_request), "prompt");
+    Choices choices = submit_choices(context, engine_request, request.sampling.n, "prompt");
     return generation_response(
-        context, std::move(handle), request.stream.stream,
+        context, std::move(choices), request.stream.stream,
         [&] { return std::make_unique<CompletionStreamFormatter>(context, reply, request); },
-        [&context, reply, request](const CollectedGeneration& generation) {
-          return json_response(completion_json(context, reply, request, generation));
+        [&context, reply, request](std::span<const CollectedGeneration> generations) {
+          return json_response(completion_json(context, reply, request, generations));
         },
         request.client);
   });

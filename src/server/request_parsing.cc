@@ -122,9 +122,7 @@ std::optional<std::string> read_string(const Json& object, const std::string& ke
 SamplingRequest parse_sampling(const Json& body) {
   SamplingRequest request;
   auto& params = request.params;
-  if (auto n = read_integer(body, "n", "n", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
-      n && *n != 1)
-    refuse_field("n", "only n=1 is supported; send one request per completion");
+  if (auto n = read_integer(body, "n", "n", 1, kMaxChoices)) request.n = static_cast<int32_t>(*n);
   if (auto best_of = read_integer(body, "best_of", "best_of", std::numeric_limits<int64_t>::min(),
                                   std::numeric_limits<int64_t>::max());
       best_of && *best_of != 1)

@@ -67,8 +67,12 @@ std::optional<std::string> read_string(const Json& object, const std::string& ke
 struct SamplingRequest {
   engine::SamplingParams params;
   std::optional<int64_t> max_tokens;
+  int32_t n = 1;  // choices: as many engine requests of the same prompt (see submit_choices)
   bool return_token_ids = false;  // duet/vLLM extension: token ids in each choice (what `duet bench` hashes)
 };
+
+// The most choices one request may ask for (`n`).
+constexpr int32_t kMaxChoices = 16;
 
 // The number of stop strings a request may give.
 constexpr size_t kMaxStopStrings = 16;

@@ -90,13 +90,14 @@ class ResponsesStreamFormatter final : public StreamFormatter {
     return out + event("response.in_progress", {{"response", created}});
   }
 
-  std::string tokens(std::span<const engine::TokenEvent> tokens) override {
+  // One choice: the Responses API has no `n`.
+  std::string tokens(size_t, std::span<const engine::TokenEvent> tokens) override {
     std::string text;
     for (const auto& token : tokens) text += token.text;
     return pieces(parser_.push(text));
   }
 
-  std::string finish(const engine::FinishedEvent& finished) override {
+  std::string finish(size_t, const engine::FinishedEvent& finished) override {
     if (finished.reason == engine::FinishReason::error)
       return event("error", {{"code", "engine_error"}, {"message", "generation failed: " + finished.error}});
     std::string out = pieces(parser_.push(finished.text_tail));
@@ -109,7 +110,7 @@ class ResponsesStreamFormatter final : public StreamFormatter {
     return out;
   }
 
-  std::string end() override { return {}; }  // the Responses API sends no [DONE]
+  std::string end(const GenerationUsage&) override { return {}; }  // the Responses API sends no [DONE]
 
  private:
   enum class Open { none, reasoning, message };
@@ -247,13 +248,13 @@ void add_responses_route(RouteTable& table, ServerContext& context) {
     ResponseHeader header;
     header.model = context.options.served_model_name;
     header.starts_in_reasoning = prompt.starts_in_reasoning;
-    auto handle = submit_request(context, std::move(prompt.request), "input");
+    Choices choices = {submit_request(context, std::move(prompt.request), "input")};
     return generation_response(
-        context, std::move(handle), request.stream,
+        context, std::move(choices), request.stream,
         [&] { return std::make_unique<ResponsesStreamFormatter>(header, request); },
-        [header, request](const CollectedGeneration& generation) {
+        [header, request](std::span<const CollectedGeneration> generations) {
           HttpResponse answer;
-          answer.body = json_text(whole_response_json(header, request, generation));
+          answer.body = json_text(whole_response_json(header, request, generations.front()));
           return answer;
         },
         request.client);

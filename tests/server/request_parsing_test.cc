@@ -48,7 +48,9 @@ TEST(ParseSampling, NamesTheBadField) {
   EXPECT_EQ(param(R"({"temperature": 3})"), "temperature");
   EXPECT_EQ(param(R"({"top_p": 0})"), "top_p");
   EXPECT_EQ(param(R"({"top_k": 1.5})"), "top_k");
-  EXPECT_EQ(param(R"({"n": 2})"), "n");
+  EXPECT_EQ(param(R"({"n": 0})"), "n");
+  EXPECT_EQ(param(R"({"n": 17})"), "n");  // more than kMaxChoices
+  EXPECT_EQ(parse_sampling(Json::parse(R"({"n": 16})")).n, 16);
   EXPECT_EQ(param(R"({"seed": "x"})"), "seed");
   EXPECT_EQ(param(R"({"stop": ["a", 1]})"), "stop[1]");
   EXPECT_EQ(param(R"({"stop": [""]})"), "stop[0]");

@@ -214,7 +214,7 @@ TEST_F(ServeTest, ErrorsHaveOpenAisShapeAndStatus) {
                               R"({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"})"),
                          400)["param"],
             "temperature");
-  EXPECT_EQ(expect_error(post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "n": 3})"),
+  EXPECT_EQ(expect_error(post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "n": 30})"),
                          400)["param"],
             "n");
   EXPECT_EQ(

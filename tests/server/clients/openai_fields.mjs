@@ -56,6 +56,36 @@ assert.equal(await promptTokens({ reasoning_effort: "high" }),
              await promptTokens({ chat_template_kwargs: { enable_thinking: true } }));
 assert.notEqual(await promptTokens({ reasoning_effort: "none" }), await promptTokens({ reasoning_effort: "high" }));
 
+// n choices: each its own sample (choice i seeded seed + i), the prompt counted once, completions summed; streamed,
+// every chunk names its choice and each choice finishes.
+const three = await client.chat.completions.create({ model, messages, n: 3, max_tokens: 6, seed: 5, temperature: 1,
+  ignore_eos: true });
+assert.deepEqual(three.choices.map((c) => c.index), [0, 1, 2]);
+assert.equal(three.usage.completion_tokens, 18);
+assert.equal(three.usage.prompt_tokens, plain.usage.prompt_tokens);
+assert.ok(new Set(three.choices.map((c) => c.message.content)).size > 1, "sampled choices differ");
+const first = await client.chat.completions.create({ model, messages, max_tokens: 6, seed: 5, temperature: 1,
+  ignore_eos: true });
+assert.equal(first.choices[0].message.content, three.choices[0].message.content, "choice 0 is the request alone");
+const greedyPair = await client.chat.completions.create({ model, messages, n: 2, max_tokens: 6, temperature: 0 });
+assert.equal(greedyPair.choices[0].message.content, greedyPair.choices[1].message.content);
+const nStream = await client.chat.completions.create({ model, messages, n: 2, max_tokens: 4, temperature: 1,
+  ignore_eos: true, stream: true, stream_options: { include_usage: true } });
+const texts = ["", ""], finishes = [null, null];
+let nUsage = null;
+for await (const chunk of nStream) {
+  if (chunk.usage) nUsage = chunk.usage;
+  for (const choice of chunk.choices) {
+    texts[choice.index] += choice.delta.content ?? "";
+    if (choice.finish_reason) finishes[choice.index] = choice.finish_reason;
+  }
+}
+assert.deepEqual(finishes, ["length", "length"]);
+assert.equal(nUsage.completion_tokens, 8);
+const completionPair = await client.completions.create({ model, prompt: "Once", n: 2, max_tokens: 3, temperature: 0 });
+assert.deepEqual(completionPair.choices.map((c) => c.index), [0, 1]);
+assert.equal(completionPair.choices[0].text, completionPair.choices[1].text);
+
 // A budget above what the context leaves is fitted to it: finish_reason length, not a refusal.
 const big = await client.chat.completions.create({ model, messages, max_tokens: 100000, ignore_eos: true,
   temperature: 0 });
