@@ -3,6 +3,8 @@
 // time to first token, total time, the client's address and the user the client named.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -77,6 +79,47 @@ TEST(Operations, ContextDefaultsToTheModelsLengthAndTheLogNamesEveryRequest) {
   EXPECT_EQ(generation["safety_identifier"], "sid \"quoted\"");
   EXPECT_EQ(lines[2]["route"], "unmatched");
   EXPECT_EQ(lines[2]["status"], 404);
+}
+
+// While the model loads the server already answers: /health 503 `loading`, other routes 503 `model_loading`. The
+// load is held back by a config.json that is a named pipe: the model loader blocks reading it until the test
+// writes the demo's config into it.
+TEST(Operations, HealthSaysLoadingUntilTheModelIsLoaded) {
+  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  const auto dir = std::filesystem::temp_directory_path() / ("duet-loading-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json", "model.safetensors", "generation_config.json"})
+    std::filesystem::create_symlink(std::filesystem::absolute(demo_model_dir() + "/" + file), dir / file);
+  const auto fifo = dir / "config.json";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+
+  ServerProcess server({"--no-thinking"}, dir.string(), /*wait_until_ready=*/false);
+  auto client = server.client();
+  auto health = client.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  EXPECT_EQ(Json::parse(health->body)["status"], "loading");
+  auto models = client.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 503);
+  EXPECT_EQ(Json::parse(models->body)["error"]["code"], "model_loading");
+  EXPECT_EQ(models->get_header_value("Retry-After"), "1");
+
+  {
+    std::ifstream config(demo_model_dir() + "/config.json");
+    std::ofstream(fifo) << config.rdbuf();  // the loader goes on
+  }
+  int status = 0;
+  for (int i = 0; i < 1200 && status != 200; ++i) {
+    if (auto res = client.Get("/health")) status = res->status;
+    if (status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(status, 200);
+  auto ready = client.Get("/v1/models");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 200);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
