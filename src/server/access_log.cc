@@ -11,8 +11,8 @@
 namespace duet::server {
 
 std::string access_line(const AccessRecord& r, bool json) {
-  nlohmann::ordered_json line = {{"method", r.method}, {"route", r.route},   {"status", r.status},
-                                 {"client", r.client}, {"total_s", r.total_s}};
+  nlohmann::ordered_json line = {
+      {"method", r.method}, {"route", r.route}, {"status", r.status}, {"client", r.client}, {"total_s", r.total_s}};
   if (r.prompt_tokens) line["prompt_tokens"] = *r.prompt_tokens;
   if (r.completion_tokens) line["completion_tokens"] = *r.completion_tokens;
   if (r.cached_tokens) line["cached_tokens"] = *r.cached_tokens;
@@ -24,8 +24,9 @@ std::string access_line(const AccessRecord& r, bool json) {
   std::string out = "access";
   for (auto it = line.begin(); it != line.end(); ++it) {
     out += fmt::format(" {}=", it.key());
-    out += it->is_string() ? json_text(*it) : it->is_number_float() ? fmt::format("{:.4f}", it->get<double>())
-                                                                    : it->dump();
+    out += it->is_string()         ? json_text(*it)
+           : it->is_number_float() ? fmt::format("{:.4f}", it->get<double>())
+                                   : it->dump();
   }
   return out;
 }

@@ -166,7 +166,8 @@ bool parse_thinking(const Json& body, bool server_default) {
     else if (*effort == "minimal" || *effort == "low" || *effort == "medium" || *effort == "high" || *effort == "xhigh")
       thinking = true;
     else
-      refuse_field("reasoning_effort", fmt::format("`{}` is not one of none, minimal, low, medium, high, xhigh", *effort));
+      refuse_field("reasoning_effort",
+                   fmt::format("`{}` is not one of none, minimal, low, medium, high, xhigh", *effort));
   }
   return parse_enable_thinking(body, thinking);
 }
@@ -188,11 +189,11 @@ void check_fields_without_effect(const Json& body) {
 }
 
 ChatRequest parse_chat_request(const Json& body, const ServerOptions& options) {
-  check_generation_fields(body,
-                          {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
-                           "chat_template_kwargs", "response_format", "reasoning_effort", "parallel_tool_calls",
-                           "user", "safety_identifier", "prompt_cache_key"},
-                          {"metadata", "store", "service_tier", "verbosity", "modalities"});
+  check_generation_fields(
+      body,
+      {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "chat_template_kwargs",
+       "response_format", "reasoning_effort", "parallel_tool_calls", "user", "safety_identifier", "prompt_cache_key"},
+      {"metadata", "store", "service_tier", "verbosity", "modalities"});
   check_model(body, options.served_model_name);
   check_fields_without_effect(body);
   ChatRequest request;

@@ -1,8 +1,5 @@
 #include "server/connection.h"
 
-#include "server/access_log.h"
-#include "server/cors.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -12,6 +9,8 @@
 #include <boost/asio/write.hpp>
 
 #include "base/log.h"
+#include "server/access_log.h"
+#include "server/cors.h"
 #include "server/request_gate.h"
 #include "server/sse.h"
 
@@ -170,11 +169,10 @@ void Connection::process_input() {
 
 bool Connection::judge_header() {
   const bool shutting_down = shared_.shutting_down;
-  GateVerdict verdict =
-      check_request_head(reader_->head(), reader_->content_length(), reader_->chunked(),
-                         GateRules{shared_.routes, shared_.keys, shared_.limits.max_body_bytes, shutting_down,
-                                   &shared_.context.options.cors_origins,
-                                   !shared_.context.ready.load(std::memory_order_acquire)});
+  GateVerdict verdict = check_request_head(
+      reader_->head(), reader_->content_length(), reader_->chunked(),
+      GateRules{shared_.routes, shared_.keys, shared_.limits.max_body_bytes, shutting_down,
+                &shared_.context.options.cors_origins, !shared_.context.ready.load(std::memory_order_acquire)});
   route_ = verdict.route;
   route_name_ = verdict.route_name;
   framing_.keep_alive = reader_->keep_alive() && !shutting_down && !input_ended_;

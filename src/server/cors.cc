@@ -27,8 +27,8 @@ HttpResponse preflight_response(const std::vector<std::string>& allowed, const H
   // Whatever headers the page means to send (the SDKs add their own x-stainless-* and the like): the key check,
   // not the header list, decides who is served.
   std::string_view asked = head.header("Access-Control-Request-Headers");
-  res.headers.emplace_back("Access-Control-Allow-Headers",
-                           asked.empty() ? std::string("Authorization, Content-Type") : std::string(asked.substr(0, 4096)));
+  res.headers.emplace_back("Access-Control-Allow-Headers", asked.empty() ? std::string("Authorization, Content-Type")
+                                                                         : std::string(asked.substr(0, 4096)));
   res.headers.emplace_back("Access-Control-Max-Age", "600");
   return res;
 }

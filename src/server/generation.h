@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "engine/request.h"
-#include "server/request_parsing.h"
 #include "server/http_types.h"
+#include "server/request_parsing.h"
 #include "server/server_context.h"
 #include "server/sse.h"
 

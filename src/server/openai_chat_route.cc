@@ -22,11 +22,14 @@ struct ChatReply {
 
 nlohmann::json logprob_entry(const ServerContext& context, const engine::TokenEvent& token) {
   std::string text = token_text(context.tokenizer, token.id);
-  nlohmann::json entry = {{"token", text}, {"logprob", token.logprob.value_or(0.0f)}, {"bytes", token_bytes(context.tokenizer, token.id)}};
+  nlohmann::json entry = {
+      {"token", text}, {"logprob", token.logprob.value_or(0.0f)}, {"bytes", token_bytes(context.tokenizer, token.id)}};
   auto top = nlohmann::json::array();
   for (const auto& candidate : token.top_logprobs) {
     std::string candidate_text = token_text(context.tokenizer, candidate.id);
-    top.push_back({{"token", candidate_text}, {"logprob", candidate.logprob}, {"bytes", token_bytes(context.tokenizer, candidate.id)}});
+    top.push_back({{"token", candidate_text},
+                   {"logprob", candidate.logprob},
+                   {"bytes", token_bytes(context.tokenizer, candidate.id)}});
   }
   entry["top_logprobs"] = std::move(top);
   return entry;
@@ -189,8 +192,8 @@ nlohmann::json chat_completion_json(const ServerContext& context, const ChatRepl
 void add_chat_route(RouteTable& table, ServerContext& context) {
   table.add(RouteTable::Method::post, "/v1/chat/completions", [&context](const HttpRequest& req) {
     ChatRequest request = parse_chat_request(request_json(req), context.options);
-    ChatPrompt prompt =
-        build_chat_prompt(context, request.messages, request.tools, request.enable_thinking, request.sampling, "messages");
+    ChatPrompt prompt = build_chat_prompt(context, request.messages, request.tools, request.enable_thinking,
+                                          request.sampling, "messages");
     ChatReply reply;
     reply.model = context.options.served_model_name;
     reply.starts_in_reasoning = prompt.starts_in_reasoning;

@@ -145,8 +145,10 @@ class CompletionStreamFormatter final : public StreamFormatter {
 
   std::string chunk(size_t index, const std::string& text, nlohmann::json logprobs, nlohmann::json finish_reason,
                     nlohmann::json ids) const {
-    nlohmann::json choice = {
-        {"index", index}, {"text", text}, {"logprobs", std::move(logprobs)}, {"finish_reason", std::move(finish_reason)}};
+    nlohmann::json choice = {{"index", index},
+                             {"text", text},
+                             {"logprobs", std::move(logprobs)},
+                             {"finish_reason", std::move(finish_reason)}};
     if (request_.sampling.return_token_ids) choice["token_ids"] = std::move(ids);
     nlohmann::json json = base();
     json["choices"] = nlohmann::json::array({std::move(choice)});

@@ -197,8 +197,8 @@ SamplingRequest parse_sampling(const Json& body) {
   return request;
 }
 
-int32_t resolve_max_tokens(std::optional<int64_t> asked, int32_t prompt_tokens, int32_t default_tokens,
-                           int32_t context, const std::string& prompt_param) {
+int32_t resolve_max_tokens(std::optional<int64_t> asked, int32_t prompt_tokens, int32_t default_tokens, int32_t context,
+                           const std::string& prompt_param) {
   const int32_t room = context - prompt_tokens;
   if (room <= 0)
     throw ApiError(400,

@@ -67,7 +67,7 @@ std::optional<std::string> read_string(const Json& object, const std::string& ke
 struct SamplingRequest {
   engine::SamplingParams params;
   std::optional<int64_t> max_tokens;
-  int32_t n = 1;  // choices: as many engine requests of the same prompt (see submit_choices)
+  int32_t n = 1;                  // choices: as many engine requests of the same prompt (see submit_choices)
   bool return_token_ids = false;  // duet/vLLM extension: token ids in each choice (what `duet bench` hashes)
 };
 
@@ -85,8 +85,8 @@ SamplingRequest parse_sampling(const Json& body);
 // The completion budget: the asked max_tokens, or `default_tokens` (--max-tokens) when none was asked, fitted to
 // the room the prompt leaves in the context (the generation then ends with finish_reason `length`). Only a prompt
 // that alone fills the context is 400 context_length_exceeded.
-int32_t resolve_max_tokens(std::optional<int64_t> asked, int32_t prompt_tokens, int32_t default_tokens,
-                           int32_t context, const std::string& prompt_param);
+int32_t resolve_max_tokens(std::optional<int64_t> asked, int32_t prompt_tokens, int32_t default_tokens, int32_t context,
+                           const std::string& prompt_param);
 
 // stream and stream_options.include_usage.
 struct StreamRequest {

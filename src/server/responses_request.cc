@@ -165,9 +165,26 @@ void refuse_state(const Json& body) {
 
 ResponsesRequest parse_responses_request(const Json& body, const ServerOptions& options) {
   check_known_fields(body,
-                     {"model", "input", "instructions", "tools", "tool_choice", "max_output_tokens", "temperature",
-                      "top_p", "reasoning", "text", "stream", "store", "previous_response_id", "parallel_tool_calls",
-                      "user", "safety_identifier", "prompt_cache_key", "background", "conversation", "ignore_eos"},
+                     {"model",
+                      "input",
+                      "instructions",
+                      "tools",
+                      "tool_choice",
+                      "max_output_tokens",
+                      "temperature",
+                      "top_p",
+                      "reasoning",
+                      "text",
+                      "stream",
+                      "store",
+                      "previous_response_id",
+                      "parallel_tool_calls",
+                      "user",
+                      "safety_identifier",
+                      "prompt_cache_key",
+                      "background",
+                      "conversation",
+                      "ignore_eos"},
                      {"metadata", "service_tier", "include", "truncation", "stream_options", "max_tool_calls"});
   check_model(body, options.served_model_name);
   refuse_state(body);

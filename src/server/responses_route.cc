@@ -42,16 +42,16 @@ OJson message_item(const std::string& id, const std::string& text, const char* s
 
 OJson function_call_item(const std::string& id, const ParsedToolCall& call, const std::string& arguments,
                          const char* status) {
-  return {{"type", "function_call"}, {"id", id},           {"call_id", random_id("call_")},
-          {"name", call.name},       {"arguments", arguments}, {"status", status}};
+  return {{"type", "function_call"}, {"id", id},        {"call_id", random_id("call_")}, {"name", call.name},
+          {"arguments", arguments},  {"status", status}};
 }
 
 // The response object, as created (in progress, no output yet) or finished.
 OJson response_json(const ResponseHeader& header, const ResponsesRequest& request, const char* status, OJson output,
                     const engine::FinishedEvent* finished) {
-  OJson response = {{"id", header.id},        {"object", "response"}, {"created_at", header.created_at},
-                    {"status", status},       {"error", nullptr},     {"incomplete_details", nullptr},
-                    {"model", header.model},  {"output", std::move(output)}};
+  OJson response = {{"id", header.id},       {"object", "response"},       {"created_at", header.created_at},
+                    {"status", status},      {"error", nullptr},           {"incomplete_details", nullptr},
+                    {"model", header.model}, {"output", std::move(output)}};
   for (auto it = request.echo.begin(); it != request.echo.end(); ++it) response[it.key()] = *it;
   if (!response.contains("tools")) response["tools"] = OJson::array();
   if (!response.contains("tool_choice")) response["tool_choice"] = "auto";
@@ -185,9 +185,9 @@ class ResponsesStreamFormatter final : public StreamFormatter {
         out += event("response.output_item.added", {{"output_index", output_.size()}, {"item", added}});
         out += event("response.function_call_arguments.delta",
                      {{"item_id", id}, {"output_index", output_.size()}, {"delta", arguments}});
-        out += event("response.function_call_arguments.done",
-                     {{"item_id", id}, {"output_index", output_.size()}, {"name", piece.call.name},
-                      {"arguments", arguments}});
+        out += event(
+            "response.function_call_arguments.done",
+            {{"item_id", id}, {"output_index", output_.size()}, {"name", piece.call.name}, {"arguments", arguments}});
         out += event("response.output_item.done", {{"output_index", output_.size()}, {"item", item}});
         output_.push_back(std::move(item));
         continue;

@@ -27,7 +27,7 @@ class RouteTable {
     Method method;
     std::string path;
     Handler handler;
-    bool needs_key;  // false only for /health: probes come without one
+    bool needs_key;       // false only for /health: probes come without one
     bool prefix = false;  // `path` ends in '/' and takes every longer path (GET /v1/models/{id})
   };
 

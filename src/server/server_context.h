@@ -23,12 +23,12 @@ namespace duet::server {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
-  std::vector<std::string> api_keys;  // empty: no key needed
-  std::string served_model_name;      // `duet serve` fills it (flag, or the model folder's name)
-  int32_t max_tokens = 2048;          // the cap per request, and the default when a request names none
-  int32_t context = 4096;             // positions per sequence (prompt + completion), as the engine was sized
-  bool enable_thinking = true;        // the chat template's default; a request may override it
-  HttpLimits http;                    // sizes, deadlines and connections the HTTP layer allows
+  std::vector<std::string> api_keys;      // empty: no key needed
+  std::string served_model_name;          // `duet serve` fills it (flag, or the model folder's name)
+  int32_t max_tokens = 2048;              // the cap per request, and the default when a request names none
+  int32_t context = 4096;                 // positions per sequence (prompt + completion), as the engine was sized
+  bool enable_thinking = true;            // the chat template's default; a request may override it
+  HttpLimits http;                        // sizes, deadlines and connections the HTTP layer allows
   bool log_json = false;                  // --log-format json: access-log lines as JSON objects
   std::vector<std::string> cors_origins;  // --cors-origin: `*` or origins whose pages may call; empty: CORS off
 };

@@ -1,8 +1,8 @@
 #include "server/tool_call_parser.h"
 
-#include "base/json_depth.h"
-
 #include <algorithm>
+
+#include "base/json_depth.h"
 
 namespace duet::server {
 namespace {

@@ -40,8 +40,8 @@ std::string render_as_server(const std::string& body) {
 }
 
 TEST(ChatBodyTemplate, EqualsPythonJsonAndJinja2) {
-  const auto python = testing::run_command("/usr/bin/python3 '" + kTests + "/server/render_request_bodies_jinja2.py' '" +
-                                           kTemplate + "' '" + kBodies + "'");
+  const auto python = testing::run_command(
+      "/usr/bin/python3 '" + kTests + "/server/render_request_bodies_jinja2.py' '" + kTemplate + "' '" + kBodies + "'");
   ASSERT_EQ(python.status, 0) << "python3 with jinja2 is needed (scripts/setup.sh installs python3-jinja2)";
   const auto rendered = nlohmann::json::parse(python.output);
   const auto bodies = body_lines();

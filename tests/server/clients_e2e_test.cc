@@ -55,11 +55,11 @@ TEST_F(ClientsTest, OpenAiClientSendsEveryFieldWithValuesAndNulls) {
 
 TEST_F(ClientsTest, VercelAiSdkChat) { run_client("ai_sdk_chat.mjs", "ai sdk chat: ok", "@ai-sdk/openai"); }
 
-TEST_F(ClientsTest, LangChainChatOpenAi) { run_client("langchain_chat.mjs", "langchain chat: ok", "@langchain/openai"); }
-
-TEST_F(ClientsTest, OpenAiClientResponsesApi) {
-  run_client("openai_responses.mjs", "openai responses: ok", "openai");
+TEST_F(ClientsTest, LangChainChatOpenAi) {
+  run_client("langchain_chat.mjs", "langchain chat: ok", "@langchain/openai");
 }
+
+TEST_F(ClientsTest, OpenAiClientResponsesApi) { run_client("openai_responses.mjs", "openai responses: ok", "openai"); }
 
 TEST_F(ClientsTest, VercelAiSdkDefaultResponsesProvider) {
   run_client("ai_sdk_responses.mjs", "ai sdk responses: ok", "@ai-sdk/openai");
@@ -95,13 +95,14 @@ TEST_F(ClientsTest, BrowserPreflightIsAnsweredWithoutAKeyAndLeaksNoRoutes) {
     EXPECT_EQ(res->get_header_value("Access-Control-Allow-Origin"), kOrigin) << path;
   }
   // Another origin is refused at the preflight, and its answers name no origin.
-  auto foreign = client.Options("/v1/chat/completions", {{"Origin", "http://evil.example"},
-                                                          {"Access-Control-Request-Method", "POST"}});
+  auto foreign = client.Options("/v1/chat/completions",
+                                {{"Origin", "http://evil.example"}, {"Access-Control-Request-Method", "POST"}});
   ASSERT_TRUE(foreign);
   EXPECT_EQ(foreign->status, 403);
   EXPECT_FALSE(foreign->has_header("Access-Control-Allow-Origin"));
-  auto served = client.Post("/v1/chat/completions", with_key({{"Origin", kOrigin}}),
-                            R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})", "application/json");
+  auto served =
+      client.Post("/v1/chat/completions", with_key({{"Origin", kOrigin}}),
+                  R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})", "application/json");
   ASSERT_TRUE(served);
   EXPECT_EQ(served->status, 200) << served->body;
   EXPECT_EQ(served->get_header_value("Access-Control-Allow-Origin"), kOrigin);
@@ -135,8 +136,9 @@ TEST_F(ClientsTest, CodingAgentRequestIsServedAsAWellFormedStream) {
   std::string file;
   for (int i = 0; i < 40; ++i) file += "line " + std::to_string(i) + ": int x = " + std::to_string(i) + ";\n";
   Json body = {{"model", "demo"},
-               {"messages", {{{"role", "system"}, {"content", "You are a coding agent."}},
-                             {{"role", "user"}, {"content", "Fix this file:\n" + file}}}},
+               {"messages",
+                {{{"role", "system"}, {"content", "You are a coding agent."}},
+                 {{"role", "user"}, {"content", "Fix this file:\n" + file}}}},
                {"tools", tools},
                {"max_tokens", 8000},
                {"stream", true},

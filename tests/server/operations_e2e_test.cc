@@ -2,7 +2,6 @@
 // printed in the memory plan), and one access-log line per request (--log-format json) with route, status, tokens,
 // time to first token, total time, the client's address and the user the client named.
 #include <gtest/gtest.h>
-
 #include <sys/stat.h>
 
 #include <fstream>
@@ -24,7 +23,8 @@ std::vector<Json> access_lines(const ServerProcess& server) {
   std::vector<Json> lines;
   for (std::string line; std::getline(in, line);) {
     Json parsed = Json::parse(line, nullptr, false);
-    if (parsed.is_object() && parsed.contains("route") && parsed["route"] != "/health") lines.push_back(std::move(parsed));
+    if (parsed.is_object() && parsed.contains("route") && parsed["route"] != "/health")
+      lines.push_back(std::move(parsed));
   }
   return lines;
 }

@@ -72,7 +72,7 @@ TEST(ResolveMaxTokens, AsksAreFittedToTheRoomLeftAndOnlyAFullPromptIsRefused) {
   EXPECT_EQ(resolve_max_tokens(std::nullopt, 10, 100, 50, "prompt"), 40);  // the default, fitted
   EXPECT_EQ(resolve_max_tokens(std::nullopt, 10, 20, 50, "prompt"), 20);   // the default (--max-tokens)
   EXPECT_EQ(resolve_max_tokens(5, 10, 20, 50, "prompt"), 5);
-  EXPECT_EQ(resolve_max_tokens(30, 10, 20, 50, "prompt"), 30);  // above --max-tokens: asked is asked
+  EXPECT_EQ(resolve_max_tokens(30, 10, 20, 50, "prompt"), 30);    // above --max-tokens: asked is asked
   EXPECT_EQ(resolve_max_tokens(8000, 40, 20, 50, "prompt"), 10);  // above the room: fitted
   EXPECT_EQ(resolve_max_tokens(8000, 49, 20, 50, "prompt"), 1);
   EXPECT_EQ(error_of([] { resolve_max_tokens(20, 50, 20, 50, "prompt"); }).code(), "context_length_exceeded");

@@ -215,14 +215,22 @@ TEST(RequestGate, PreflightsAreAnsweredBeforeTheKeyOnlyWithCorsOrigins) {
   GateVerdict unknown = gate.check({"OPTIONS", "/nope", "", preflight, ""}, {});
   ASSERT_EQ(Gate::status(known), 204);
   EXPECT_EQ(known.refusal->headers, unknown.refusal->headers);
-  EXPECT_EQ(Gate::status(gate.check({"OPTIONS", "/v1/x", "", {{"Origin", "https://other.example"},
-                                                             {"Access-Control-Request-Method", "POST"}}, ""}, {})),
+  EXPECT_EQ(Gate::status(gate.check({"OPTIONS",
+                                     "/v1/x",
+                                     "",
+                                     {{"Origin", "https://other.example"}, {"Access-Control-Request-Method", "POST"}},
+                                     ""},
+                                    {})),
             403);
   EXPECT_EQ(Gate::status(gate.check({"OPTIONS", "/v1/x", "", {{"Origin", "https://app.example"}}, ""}, {})), 401)
       << "an OPTIONS that is not a preflight is an ordinary request";
   gate.cors_origins = {"*"};
-  EXPECT_EQ(Gate::status(gate.check({"OPTIONS", "/v1/x", "", {{"Origin", "https://other.example"},
-                                                             {"Access-Control-Request-Method", "POST"}}, ""}, {})),
+  EXPECT_EQ(Gate::status(gate.check({"OPTIONS",
+                                     "/v1/x",
+                                     "",
+                                     {{"Origin", "https://other.example"}, {"Access-Control-Request-Method", "POST"}},
+                                     ""},
+                                    {})),
             204);
 }
 

@@ -53,8 +53,8 @@ TEST(ResponsesRequest, FlatToolsTakeTheTemplatesShapeInTheClientsOrder) {
   EXPECT_EQ(request.tools[0].dump(),
             R"({"type":"function","function":{"parameters":{"type":"object","properties":{"b":{},"a":{}}},)"
             R"("name":"f","description":"d"}})");
-  EXPECT_TRUE(parse(R"({"input": "x", "tools": [{"type": "function", "name": "f"}], "tool_choice": "none"})")
-                  .tools.empty());
+  EXPECT_TRUE(
+      parse(R"({"input": "x", "tools": [{"type": "function", "name": "f"}], "tool_choice": "none"})").tools.empty());
 }
 
 TEST(ResponsesRequest, ReasoningEffortIsTheThinkingSwitch) {
