@@ -30,6 +30,39 @@ const Json* field(const Json& object, const std::string& key) {
   return &*it;
 }
 
+// A token id as OpenAI writes it in logit_bias's keys: decimal digits, no sign, no leading zero (so that no two keys
+// name the same id).
+std::optional<int32_t> token_id_key(const std::string& key) {
+  if (key.empty() || key.size() > 10 || (key.size() > 1 && key[0] == '0')) return std::nullopt;
+  int64_t id = 0;
+  for (char c : key) {
+    if (c < '0' || c > '9') return std::nullopt;
+    id = id * 10 + (c - '0');
+  }
+  if (id > std::numeric_limits<int32_t>::max()) return std::nullopt;
+  return static_cast<int32_t>(id);
+}
+
+// logit_bias: {"token id": bias in [-100, 100]}, at most kMaxLogitBias ids (the engine checks them against the
+// vocabulary).
+std::vector<std::pair<int32_t, float>> parse_logit_bias(const Json& body) {
+  std::vector<std::pair<int32_t, float>> biases;
+  const Json* bias = field(body, "logit_bias");
+  if (!bias) return biases;
+  if (!bias->is_object()) refuse_type("logit_bias", *bias, "an object of token id -> bias");
+  if (bias->size() > kMaxLogitBias) refuse_field("logit_bias", fmt::format("at most {} token ids", kMaxLogitBias));
+  for (auto it = bias->begin(); it != bias->end(); ++it) {
+    const std::string name = "logit_bias." + it.key().substr(0, 32);
+    auto id = token_id_key(it.key());
+    if (!id) refuse_field(name, "the key must be a token id (decimal digits)");
+    if (!it->is_number() || exact_integer_text(*it)) refuse_type(name, *it, "a number from -100 to 100");
+    const double value = it->get<double>();
+    if (!(value >= -100 && value <= 100)) refuse_field(name, "must be between -100 and 100");
+    biases.emplace_back(*id, static_cast<float>(value));
+  }
+  return biases;
+}
+
 uint64_t random_seed() {
   std::random_device device;
   return (static_cast<uint64_t>(device()) << 32) ^ device();
@@ -127,8 +160,7 @@ SamplingRequest parse_sampling(const Json& body) {
                                   std::numeric_limits<int64_t>::max());
       best_of && *best_of != 1)
     refuse_field("best_of", "only best_of=1 is supported");
-  if (const Json* bias = field(body, "logit_bias"); bias && !(bias->is_object() && bias->empty()))
-    refuse_field("logit_bias", "logit_bias is not supported");
+  params.logit_bias = parse_logit_bias(body);
 
   if (auto v = read_number(body, "temperature", "temperature", 0, 2)) params.temperature = static_cast<float>(*v);
   if (auto v = read_number(body, "top_p", "top_p", 0, 1)) {

@@ -71,6 +71,9 @@ struct SamplingRequest {
   bool return_token_ids = false;  // duet/vLLM extension: token ids in each choice (what `duet bench` hashes)
 };
 
+// The most token ids one logit_bias may name (OpenAI's limit).
+constexpr size_t kMaxLogitBias = 300;
+
 // The most choices one request may ask for (`n`).
 constexpr int32_t kMaxChoices = 16;
 

@@ -57,8 +57,20 @@ TEST(ParseSampling, NamesTheBadField) {
   EXPECT_EQ(param(R"({"stop_token_ids": [-1]})"), "stop_token_ids[0]");
   EXPECT_EQ(param(R"({"max_tokens": 0})"), "max_tokens");
   EXPECT_EQ(param(R"({"max_tokens": 99999999999999999999})"), "max_tokens");
-  EXPECT_EQ(param(R"({"logit_bias": {"1": 5}})"), "logit_bias");
+  EXPECT_EQ(param(R"({"logit_bias": [1]})"), "logit_bias");
+  EXPECT_EQ(param(R"({"logit_bias": {"01": 5}})"), "logit_bias.01");  // "1" and "01" would name one id twice
+  EXPECT_EQ(param(R"({"logit_bias": {"x": 5}})"), "logit_bias.x");
+  EXPECT_EQ(param(R"({"logit_bias": {"-1": 5}})"), "logit_bias.-1");
+  EXPECT_EQ(param(R"({"logit_bias": {"7": 101}})"), "logit_bias.7");
+  EXPECT_EQ(param(R"({"logit_bias": {"7": "5"}})"), "logit_bias.7");
   EXPECT_EQ(param(R"({"max_tokens": 3, "max_completion_tokens": 4})"), "max_completion_tokens");
+}
+
+TEST(ParseSampling, LogitBiasByTokenId) {
+  const auto bias =
+      parse_sampling(Json::parse(R"({"logit_bias": {"42": -100, "0": 2.5, "7": 100}})")).params.logit_bias;
+  EXPECT_EQ(bias, (std::vector<std::pair<int32_t, float>>{{42, -100.0f}, {0, 2.5f}, {7, 100.0f}}));
+  EXPECT_TRUE(parse_sampling(Json::parse(R"({"logit_bias": null})")).params.logit_bias.empty());
 }
 
 TEST(ParseSampling, NullsAreAbsentAndSeedIsPickedWhenMissing) {

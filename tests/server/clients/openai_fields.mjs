@@ -86,6 +86,19 @@ const completionPair = await client.completions.create({ model, prompt: "Once", 
 assert.deepEqual(completionPair.choices.map((c) => c.index), [0, 1]);
 assert.equal(completionPair.choices[0].text, completionPair.choices[1].text);
 
+// logit_bias: +100 forces a token, -100 bans one (ids as the completion's token_ids give them).
+const ids = async (extra) => (await client.completions.create({ model, prompt: "Once upon a time", max_tokens: 4,
+  temperature: 0, ignore_eos: true, return_token_ids: true, ...extra })).choices[0].token_ids;
+const greedyIds = await ids({});
+const forced = greedyIds[0] + 1;
+assert.deepEqual(await ids({ logit_bias: { [forced]: 100 }, temperature: 1, seed: 9 }), [forced, forced, forced, forced]);
+assert.notEqual((await ids({ logit_bias: { [greedyIds[0]]: -100 } }))[0], greedyIds[0]);
+const chatForced = await client.chat.completions.create({ model, messages, max_tokens: 3, ignore_eos: true,
+  logit_bias: { [forced]: 100 }, return_token_ids: true });
+assert.deepEqual(chatForced.choices[0].token_ids, [forced, forced, forced]);
+await assert.rejects(client.completions.create({ model, prompt: "x", logit_bias: { 99999999: 5 } }),
+  (e) => e.status === 400);
+
 // A budget above what the context leaves is fitted to it: finish_reason length, not a refusal.
 const big = await client.chat.completions.create({ model, messages, max_tokens: 100000, ignore_eos: true,
   temperature: 0 });
