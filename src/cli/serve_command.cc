@@ -140,10 +140,15 @@ void serve(ServeFlags& flags) {
   // The first signal stops gracefully (server/http_server.h); a second one exits at once. After run() returns,
   // the thread is woken with `finished` set and leaves.
   std::atomic<bool> finished = false;
-  std::thread stopper([&http, &finished, &flags, signals] {
+  std::thread stopper([&http, &finished, &flags, &context, signals] {
     int signal = 0;
     sigwait(&signals, &signal);
     if (finished) return;
+    if (!context.ready.load(std::memory_order_acquire)) {
+      // No request can be running yet: leave without waiting for the model to finish loading.
+      log_info("signal {} while loading the model: exiting", signal);
+      std::_Exit(0);
+    }
     log_info("signal {}: stopping (running requests have {} s; a second signal exits at once)", signal,
              flags.shutdown_grace_s);
     http.stop();

@@ -29,6 +29,18 @@ std::vector<Json> access_lines(const ServerProcess& server) {
   return lines;
 }
 
+// The demo model (linked file by file) with a config.json that is a named pipe: the model loader blocks reading it
+// until something is written into it, so a test sees the server while it loads.
+std::filesystem::path demo_behind_a_pipe(const std::string& prefix) {
+  const auto dir = std::filesystem::temp_directory_path() / (prefix + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json", "model.safetensors", "generation_config.json"})
+    std::filesystem::create_symlink(std::filesystem::absolute(demo_model_dir() + "/" + file), dir / file);
+  if (mkfifo((dir / "config.json").c_str(), 0600) != 0) throw std::runtime_error("mkfifo failed");
+  return dir;
+}
+
 std::string log_text(const ServerProcess& server) {
   std::ifstream in(server.log_path());
   return std::string(std::istreambuf_iterator<char>(in), {});
@@ -86,13 +98,8 @@ TEST(Operations, ContextDefaultsToTheModelsLengthAndTheLogNamesEveryRequest) {
 // writes the demo's config into it.
 TEST(Operations, HealthSaysLoadingUntilTheModelIsLoaded) {
   if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
-  const auto dir = std::filesystem::temp_directory_path() / ("duet-loading-" + std::to_string(getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  for (const char* file : {"tokenizer.json", "tokenizer_config.json", "model.safetensors", "generation_config.json"})
-    std::filesystem::create_symlink(std::filesystem::absolute(demo_model_dir() + "/" + file), dir / file);
+  const auto dir = demo_behind_a_pipe("duet-loading-");
   const auto fifo = dir / "config.json";
-  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
 
   ServerProcess server({"--no-thinking"}, dir.string(), /*wait_until_ready=*/false);
   auto client = server.client();
@@ -119,6 +126,19 @@ TEST(Operations, HealthSaysLoadingUntilTheModelIsLoaded) {
   auto ready = client.Get("/v1/models");
   ASSERT_TRUE(ready);
   EXPECT_EQ(ready->status, 200);
+  std::filesystem::remove_all(dir);
+}
+
+// A stop signal while the model loads ends the process at once (status 0), without waiting for the load.
+TEST(Operations, SigtermWhileLoadingExits) {
+  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  const auto dir = demo_behind_a_pipe("duet-loading-stop-");  // the pipe is never written: the load waits for ever
+  ServerProcess server({}, dir.string(), /*wait_until_ready=*/false);
+  auto health = server.client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  server.send_signal(SIGTERM);
+  EXPECT_EQ(server.wait_exit(std::chrono::seconds(5)), 0);
   std::filesystem::remove_all(dir);
 }
 
