@@ -4,6 +4,7 @@
 
 #include <limits>
 
+#include "base/exact_json.h"
 #include "server/errors.h"
 #include "server/generation.h"
 #include "server/request_parsing.h"
@@ -27,6 +28,7 @@ std::vector<int32_t> parse_token_ids(const Json& ids, const std::string& name) {
   for (size_t i = 0; i < ids.size(); ++i) {
     const Json& id = ids[i];
     std::string id_name = fmt::format("{}[{}]", name, i);
+    if (exact_integer_text(id)) refuse_field(id_name, "not a token id");  // beyond 64 bits
     if (!id.is_number_integer()) refuse_field(id_name, "expected a token id (an integer)");
     if (id.is_number_unsigned() ? id.get<uint64_t>() > uint64_t{std::numeric_limits<int32_t>::max()}
                                 : id.get<int64_t>() < 0)
@@ -46,7 +48,7 @@ std::vector<int32_t> parse_prompt(const Json& body, const tokenizer::Tokenizer& 
   } else if (it->is_array()) {
     if (it->empty()) refuse_field("prompt", "must not be empty");
     const Json& first = it->front();
-    if (first.is_number()) {
+    if (first.is_number() || exact_integer_text(first)) {
       prompt = parse_token_ids(*it, "prompt");
     } else if (it->size() != 1) {
       refuse_field("prompt", "one prompt per request; batched prompts are not supported");

@@ -222,6 +222,14 @@ TEST_F(ServeTest, ErrorsHaveOpenAisShapeAndStatus) {
                    400)["param"],
       "frobnicate");
   EXPECT_EQ(expect_error(post("/v1/completions", R"({"prompt": [1, "a"]})"), 400)["param"], "prompt[1]");
+  // Integers beyond 64 bits are read exactly (bodies are parsed as Python's json.loads would) and refused by name.
+  EXPECT_EQ(expect_error(post("/v1/completions", R"({"prompt": [123456789012345678901234]})"), 400)["param"],
+            "prompt[0]");
+  EXPECT_EQ(expect_error(post("/v1/completions", R"({"prompt": "x", "seed": 123456789012345678901234})"), 400)["param"],
+            "seed");
+  EXPECT_EQ(expect_error(post("/v1/completions", R"({"prompt": "x", "temperature": 123456789012345678901234})"),
+                         400)["param"],
+            "temperature");
   EXPECT_EQ(expect_error(post("/v1/completions", R"({"prompt": ["a", "b"]})"), 400)["param"], "prompt");
   EXPECT_EQ(expect_error(post("/v1/completions", R"({"prompt": "x", "echo": true})"), 400)["param"], "echo");
   Json model = expect_error(post("/v1/completions", R"({"prompt": "x", "model": "gpt-4"})"), 404);
