@@ -125,8 +125,9 @@ struct SampleSpec {
     int32_t id = 0;
     int32_t generated = 0;  // times generated so far
     int32_t in_prompt = 0;  // nonzero: seen in the prompt (or generated)
+    float bias = 0.0f;      // logit_bias, added after the penalties
   };
-  std::vector<Penalty> penalties;  // empty when no penalty is on
+  std::vector<Penalty> penalties;  // empty when no penalty is on and no logit_bias is given
 };
 
 struct SampledRow {

@@ -18,6 +18,7 @@
 #include "decision/head_math.h"
 #include "decision/joint_head.h"
 #include "engine/engine.h"
+#include "engine/memory_plan.h"
 #include "model/model.h"
 #include "server/http_server.h"
 #include "server/server_context.h"
@@ -42,6 +43,7 @@ struct ServeFlags {
   int idle_timeout_s = 30;
   int send_timeout_s = 30;
   int shutdown_grace_s = 30;
+  std::string log_format = "text";
 };
 
 // One key per line; blank lines and surrounding whitespace are ignored.
@@ -61,16 +63,15 @@ std::vector<std::string> read_key_file(const std::string& path) {
 
 void check_flags(const ServeFlags& flags) {
   if (flags.engine.parallel < 1) fail("--parallel {}: must be at least 1", flags.engine.parallel);
-  if (flags.engine.context < 2) fail("--context {}: must be at least 2", flags.engine.context);
+  if (flags.engine.context != 0 && flags.engine.context < 2)
+    fail("--context {}: must be at least 2 (or 0: the model's length, as memory allows)", flags.engine.context);
   if (flags.engine.queue_limit < 0) fail("--queue-limit {}: must be 0 or more", flags.engine.queue_limit);
   if (flags.engine.kv_cache_tokens < 0)
     fail("--kv-cache-tokens {}: must be 0 (--parallel x --context) or more", flags.engine.kv_cache_tokens);
   if (flags.engine.prefill_chunk < 64 || flags.engine.prefill_chunk % 64 != 0)
     fail("--prefill-chunk {}: must be a positive multiple of 64 (prompts cut at multiples of 64 keep rows exact)",
          flags.engine.prefill_chunk);
-  if (flags.server.max_tokens < 1 || flags.server.max_tokens >= flags.engine.context)
-    fail("--max-tokens {}: must be between 1 and --context - 1 ({})", flags.server.max_tokens,
-         flags.engine.context - 1);
+  if (flags.server.max_tokens < 1) fail("--max-tokens {}: must be at least 1", flags.server.max_tokens);
   const server::HttpLimits& http = flags.server.http;
   if (http.max_body_bytes < 1024) fail("--max-body-bytes {}: must be at least 1024", http.max_body_bytes);
   if (http.max_header_bytes < 1024) fail("--max-header-bytes {}: must be at least 1024", http.max_header_bytes);
@@ -122,45 +123,33 @@ void serve(ServeFlags& flags) {
   if (options.served_model_name.empty())
     options.served_model_name = std::filesystem::path(flags.model_dir).lexically_normal().filename().string();
   if (options.served_model_name.empty()) options.served_model_name = "duet";
-  options.context = flags.engine.context;
   options.enable_thinking = !flags.no_thinking;
+  options.log_json = flags.log_format == "json";
 
-  log_info("loading {}", flags.model_dir);
+  // The tokenizer first (quick): the routes hold it. The model (slow) loads while the server already answers,
+  // /health with 503 `loading` and every other route 503 `model_loading`, so orchestrators can tell the two apart.
   auto tokenizer = tokenizer::Tokenizer::load_dir(flags.model_dir);
-  auto model = model::Model::load(flags.model_dir, flags.backend);
-  // A folder with a joint head beside the checkpoint is a decision model too: checked in full before serving.
-  std::shared_ptr<const decision::JointHead> head;
-  if (decision::JointHead::present(flags.model_dir)) {
-    head = decision::JointHead::load(flags.model_dir, model->config().hidden_size);
-    // The head's products over every prompt row run where the model runs, when its backend offers them (CUDA).
-    if (backend::Backend* products = model->products_backend()) decision::set_products_backend(products);
-    flags.engine.decision_head_bytes = head->weight_bytes();
-    flags.engine.decision_bytes_per_position = static_cast<size_t>(head->config().width) * sizeof(float);
-  }
-  engine::Engine engine(*model, tokenizer.get(), flags.engine);
-  server::EngineBackend backend(engine);
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<engine::Engine> engine;
+  server::LateEngineBackend backend;
   server::ServerContext context{options, backend, *tokenizer, tokenizer::render_chat, {}, 0, std::nullopt};
   context.started_at = std::time(nullptr);
-  if (head) {
-    context.decisions =
-        server::DecisionSupport{.head = head,
-                                .backbone = model.get(),
-                                .max_length = std::min(decision::kReferenceMaxLength, flags.engine.context)};
-    log_info("decisions: joint head {} (POST /v1/systemone, prompts up to {} tokens)",
-             fmt::format("width {}, {} routing + {} decoder layers", head->config().width,
-                         head->config().routing_layers, head->config().layers),
-             context.decisions->max_length);
-  }
+  context.ready = false;
 
   server::HttpServer http(context);
   int port = http.bind();
   // The first signal stops gracefully (server/http_server.h); a second one exits at once. After run() returns,
   // the thread is woken with `finished` set and leaves.
   std::atomic<bool> finished = false;
-  std::thread stopper([&http, &finished, &flags, signals] {
+  std::thread stopper([&http, &finished, &flags, &context, signals] {
     int signal = 0;
     sigwait(&signals, &signal);
     if (finished) return;
+    if (!context.ready.load(std::memory_order_acquire)) {
+      // No request can be running yet: leave without waiting for the model to finish loading.
+      log_info("signal {} while loading the model: exiting", signal);
+      std::_Exit(0);
+    }
     log_info("signal {}: stopping (running requests have {} s; a second signal exits at once)", signal,
              flags.shutdown_grace_s);
     http.stop();
@@ -170,14 +159,59 @@ void serve(ServeFlags& flags) {
     std::_Exit(128 + signal);
   });
   // Scripts and tests read this line to learn the port (--port 0 picks a free one).
-  std::printf("duet serve: %s as `%s` on http://%s:%d (parallel %d, context %d, max connections %d%s)\n",
+  std::printf("duet serve: %s as `%s` on http://%s:%d (parallel %d, max connections %d; loading the model)\n",
               flags.model_dir.c_str(), options.served_model_name.c_str(), options.host.c_str(), port,
-              flags.engine.parallel, flags.engine.context, options.http.max_connections, head ? ", decisions" : "");
+              flags.engine.parallel, options.http.max_connections);
   std::fflush(stdout);
-  http.run();
-  finished = true;
-  pthread_kill(stopper.native_handle(), SIGTERM);
-  stopper.join();
+  std::thread serving([&http] { http.run(); });
+  auto stop_serving = [&] {
+    finished = true;
+    pthread_kill(stopper.native_handle(), SIGTERM);
+    stopper.join();
+  };
+
+  try {
+    log_info("loading {}", flags.model_dir);
+    model = model::Model::load(flags.model_dir, flags.backend);
+    // A folder with a joint head beside the checkpoint is a decision model too: checked in full before serving.
+    std::shared_ptr<const decision::JointHead> head;
+    if (decision::JointHead::present(flags.model_dir)) {
+      head = decision::JointHead::load(flags.model_dir, model->config().hidden_size);
+      // The head's products over every prompt row run where the model runs, when its backend offers them (CUDA).
+      if (backend::Backend* products = model->products_backend()) decision::set_products_backend(products);
+      flags.engine.decision_head_bytes = head->weight_bytes();
+      flags.engine.decision_bytes_per_position = static_cast<size_t>(head->config().width) * sizeof(float);
+    }
+    if (flags.engine.context == 0) flags.engine.context = engine::default_context(*model, flags.engine);
+    // Requests are fitted to what one sequence can hold: its context, and the whole KV cache when that is smaller.
+    context.options.context = flags.engine.context;
+    if (flags.engine.kv_cache_tokens > 0)
+      context.options.context =
+          static_cast<int32_t>(std::min<int64_t>(context.options.context, flags.engine.kv_cache_tokens));
+    engine = std::make_unique<engine::Engine>(*model, tokenizer.get(), flags.engine);
+    backend.set(engine.get());
+    if (head) {
+      context.decisions =
+          server::DecisionSupport{.head = head,
+                                  .backbone = model.get(),
+                                  .max_length = std::min(decision::kReferenceMaxLength, flags.engine.context)};
+      log_info("decisions: joint head {} (POST /v1/systemone, prompts up to {} tokens)",
+               fmt::format("width {}, {} routing + {} decoder layers", head->config().width,
+                           head->config().routing_layers, head->config().layers),
+               context.decisions->max_length);
+    }
+  } catch (const std::exception& error) {
+    // A model that cannot be served ends the process with its refusal (status 1, as main() answers duet::Error);
+    // the server threads are running, so no unwinding past them.
+    std::fprintf(stderr, "error: %s\n", error.what());
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+  context.ready = true;  // after every write above: the routes read them only once they see it
+  log_info("ready: context {}, parallel {}{}", flags.engine.context, flags.engine.parallel,
+           context.decisions ? ", decisions" : "");
+  serving.join();
+  stop_serving();
   log_info("stopped");
 }
 
@@ -185,6 +219,7 @@ void serve(ServeFlags& flags) {
 
 void add_serve_command(CLI::App& app) {
   auto flags = std::make_shared<ServeFlags>();
+  flags->engine.context = 0;  // the model's length, bounded by memory (engine::default_context)
   flags->model_dir = default_model_dir();
   auto* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
   cmd->add_option("model", flags->model_dir, "Model folder (config.json, safetensors, tokenizer.json)")
@@ -195,19 +230,28 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--parallel", flags->engine.parallel, "Sequences decoded together (state pool slots)")
       ->capture_default_str();
-  cmd->add_option("--context", flags->engine.context, "Positions per sequence: prompt + completion")
+  cmd->add_option("--context", flags->engine.context,
+                  "Positions per sequence, prompt + completion (0: the model's max_position_embeddings, as far as "
+                  "the memory plan allows)")
       ->capture_default_str();
   cmd->add_option("--kv-cache-tokens", flags->engine.kv_cache_tokens,
                   "Positions of KV cache all sequences share, in pages of 64 (0: --parallel x --context); requests "
                   "wait until the pages for their prompt + max_tokens are free")
       ->capture_default_str();
   cmd->add_option("--max-tokens", flags->server.max_tokens,
-                  "Most completion tokens a request may ask for; the default when it asks none")
+                  "Completion tokens for a request that names no max_tokens (any budget is fitted to the context)")
       ->capture_default_str();
   cmd->add_option("--api-key", flags->api_keys, "Require `Authorization: Bearer KEY` (repeatable)");
   cmd->add_option("--api-key-file", flags->api_key_file, "Read accepted keys from a file, one per line");
   cmd->add_flag("--no-thinking", flags->no_thinking,
                 "Chat template without reasoning by default (requests may still set chat_template_kwargs)");
+  cmd->add_option("--cors-origin", flags->server.cors_origins,
+                  "Let browser pages of these origins call the API (`*` for any; repeatable or comma-separated); "
+                  "off by default")
+      ->delimiter(',');
+  cmd->add_option("--log-format", flags->log_format, "Access-log lines (one per request) as text or json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
   cmd->add_option("--served-model-name", flags->server.served_model_name,
                   "The model id clients send and /v1/models lists (default: the model folder's name)");
   auto& http = flags->server.http;

@@ -1,5 +1,7 @@
 #include "engine/backend_sampling.h"
 
+#include <unordered_map>
+
 namespace duet::engine {
 
 backend::SampleSpec sample_spec(const SamplingParams& params, const TokenCounts& counts, int64_t position) {
@@ -22,6 +24,17 @@ backend::SampleSpec sample_spec(const SamplingParams& params, const TokenCounts&
     for (int32_t id : counts.seen()) {
       const auto generated = counts.generated().find(id);
       spec.penalties.push_back({id, generated == counts.generated().end() ? 0 : generated->second, 1});
+    }
+  }
+  if (!params.logit_bias.empty()) {
+    // Each id once: a biased id the penalties already look at carries its bias on that entry.
+    std::unordered_map<int32_t, size_t> at;
+    for (size_t i = 0; i < spec.penalties.size(); ++i) at.emplace(spec.penalties[i].id, i);
+    for (const auto& [id, bias] : params.logit_bias) {
+      if (auto it = at.find(id); it != at.end())
+        spec.penalties[it->second].bias = bias;
+      else
+        spec.penalties.push_back({id, 0, 0, bias});
     }
   }
   return spec;

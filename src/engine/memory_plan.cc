@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <limits>
+
 #include "base/error.h"
 #include "engine/engine.h"
 #include "model/model.h"
@@ -37,6 +40,8 @@ MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options) 
   const model::Qwen35Config& config = model.config();
   MemoryPlan plan;
   plan.weight_bytes = model.weight_bytes();
+  plan.context = options.context;
+  plan.model_positions = config.max_position_embeddings;
   plan.sequences = options.parallel;
   plan.state_bytes_per_sequence = model.sequence_fixed_bytes();
   plan.kv_pages = planned_kv_pages(model, options);
@@ -64,13 +69,35 @@ MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options) 
 
 std::string MemoryPlan::describe() const {
   return fmt::format(
-      "weights {} + state pool {} ({} sequences x {} GDN state + {} KV pages x {} = {} tokens) + workspace ~{}{} = {} "
-      "(limit {} of {}){}",
+      "context {} positions per sequence (model: {}); weights {} + state pool {} ({} sequences x {} GDN state + {} KV "
+      "pages x {} = {} tokens) + workspace ~{}{} = {} (limit {} of {}){}",
+      context, model_positions > 0 ? std::to_string(model_positions) : std::string("no max_position_embeddings"),
       mib(weight_bytes), mib(state_pool_bytes), sequences, mib(state_bytes_per_sequence), kv_pages, mib(kv_page_bytes),
       kv_pages * kv_page_positions, mib(workspace_bytes),
       decision_bytes == 0 || on_device ? std::string() : " + decisions " + mib(decision_bytes), mib(total_bytes),
       mib(limit_bytes), on_device ? "GPU memory" : "RAM",
       decision_bytes == 0 || !on_device ? std::string() : "; decisions " + mib(decision_bytes) + " in RAM");
+}
+
+int32_t default_context(const model::Model& model, EngineOptions options) {
+  const int64_t model_positions = model.config().max_position_embeddings;
+  int64_t longest = model_positions > 0 ? model_positions : 4096;
+  if (options.kv_cache_tokens > 0) longest = std::min(longest, options.kv_cache_tokens);
+  longest = std::min<int64_t>(longest, std::numeric_limits<int32_t>::max());
+  auto fits = [&](int64_t context) {
+    options.context = static_cast<int32_t>(context);
+    const MemoryPlan plan = plan_memory(model, options);
+    return plan.limit_bytes == 0 || plan.total_bytes <= plan.limit_bytes;
+  };
+  if (fits(longest)) return static_cast<int32_t>(longest);
+  // The plan grows with the context; find the most whole pages that fit.
+  const int64_t page = model.kv_page_positions();
+  int64_t low = 0, high = (longest + page - 1) / page;  // low pages fit (0: none known to), high do not
+  while (high - low > 1) {
+    const int64_t mid = (low + high) / 2;
+    (fits(mid * page) ? low : high) = mid;
+  }
+  return static_cast<int32_t>(low > 0 ? low * page : longest);
 }
 
 void check_memory_plan(const MemoryPlan& plan) {

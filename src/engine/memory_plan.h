@@ -15,6 +15,8 @@ struct EngineOptions;
 
 struct MemoryPlan {
   size_t weight_bytes = 0;
+  int32_t context = 0;                  // positions per sequence
+  int64_t model_positions = 0;          // the model's max_position_embeddings (0: not given)
   int32_t sequences = 0;                // parallel
   size_t state_bytes_per_sequence = 0;  // fixed per slot: GDN conv + delta-rule state
   int64_t kv_pages = 0;                 // the shared KV page pool
@@ -38,6 +40,11 @@ int64_t planned_kv_pages(const model::Model& model, const EngineOptions& options
 // The most rows one step can have (the scheduler's budget plus a chunk and a decode row per sequence of slack).
 int64_t max_step_rows(const EngineOptions& options);
 MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options);
+// The context a server gets when none is asked: the model's max_position_embeddings (4096 when config.json has none),
+// bounded by the KV cache when kv_cache_tokens sets its size, and by memory: the largest whole number of KV pages
+// per sequence whose plan fits. When not even one page fits, the model's length is returned and the plan's refusal
+// names the numbers.
+int32_t default_context(const model::Model& model, EngineOptions options);
 // Throws duet::Error naming the numbers when total_bytes exceeds limit_bytes.
 void check_memory_plan(const MemoryPlan& plan);
 

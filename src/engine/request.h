@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -25,6 +26,8 @@ struct SamplingParams {
   float repetition_penalty = 1.0f;
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
+  // OpenAI's logit_bias: added to these ids' logits after the penalties (each id once; -100 bans, +100 forces).
+  std::vector<std::pair<int32_t, float>> logit_bias;
   uint64_t seed = 0;  // draws are keyed by (seed, position); the server picks a random seed when none is given
   int32_t max_tokens = 256;
   std::vector<std::string> stop;        // stop strings (matched on detokenized text; needs a tokenizer)

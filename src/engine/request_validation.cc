@@ -24,6 +24,11 @@ void check_sampling(const SamplingParams& s, const RequestLimits& limits) {
   if (!std::isfinite(s.presence_penalty)) bad("presence_penalty is not a finite number");
   if (!std::isfinite(s.frequency_penalty)) bad("frequency_penalty is not a finite number");
   if (s.max_tokens < 1) bad(fmt::format("max_tokens {} is not >= 1", s.max_tokens));
+  for (const auto& [id, bias] : s.logit_bias) {
+    if (id < 0 || id >= limits.vocab_size)
+      bad(fmt::format("logit_bias: {} is not a token id (the vocabulary has {})", id, limits.vocab_size));
+    if (!std::isfinite(bias)) bad(fmt::format("logit_bias of {} is not a finite number", id));
+  }
   if (s.top_logprobs < -1) bad(fmt::format("top_logprobs {} is not >= 0 (or -1 for none)", s.top_logprobs));
   if (s.top_logprobs > limits.vocab_size) {
     bad(fmt::format("top_logprobs {} exceeds the vocabulary ({})", s.top_logprobs, limits.vocab_size));

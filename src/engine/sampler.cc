@@ -71,6 +71,10 @@ std::vector<float> penalized_logits(std::span<const float> logits, const Samplin
       out[id] -= params.frequency_penalty * static_cast<float>(count) + params.presence_penalty;
     }
   }
+  for (const auto& [id, bias] : params.logit_bias) {
+    if (id < 0 || id >= vocab) continue;
+    out[id] += bias;
+  }
   return out;
 }
 

@@ -8,6 +8,7 @@
 //      divided by the penalty, a negative one multiplied;
 //   2. presence and frequency penalties, OpenAI style, over generated ids only:
 //      logit -= frequency * count + presence * (count > 0);
+//   2b. logit_bias: logit += bias for each id it names;
 //   3. temperature 0: the argmax (ties to the lowest id) and stop here; otherwise logits / temperature;
 //   4. top-k (k most likely), then top-p (smallest most-likely prefix reaching p of the remaining mass), then
 //      min-p (drop tokens below min_p times the most likely one's probability);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "base/exact_json.h"
 #include "base/json_depth.h"
 #include "server/errors.h"
 
@@ -9,6 +10,15 @@ namespace duet::server {
 namespace {
 
 constexpr size_t kMaxTools = 256;
+
+// A JSON text read as Python's json.loads reads it (key order, exact integers), or a discarded value.
+Json parse_json_or_discarded(const std::string& text) {
+  try {
+    return parse_exact_json(text);
+  } catch (const nlohmann::ordered_json::exception&) {
+    return Json(Json::value_t::discarded);
+  }
+}
 
 // content: a string, null, or an array of {"type": "text", "text": ...} parts (joined).
 std::string message_content(const Json& message, const std::string& name) {
@@ -25,8 +35,8 @@ std::string message_content(const Json& message, const std::string& name) {
     if (!type) refuse_field(part_name + ".type", "missing");
     if (*type != "text")
       refuse_field(part_name + ".type", fmt::format("`{}` parts are not supported; only text", *type));
-    for (const auto& [key, value] : part.items())
-      if (key != "type" && key != "text") refuse_field(part_name + "." + key, "not supported");
+    // cache_control is Anthropic-style prompt caching that OpenAI-compatible clients pass through: no effect here.
+    check_known_fields(part, {"type", "text"}, {"cache_control"}, part_name + ".");
     auto part_text = read_string(part, "text", part_name + ".text");
     if (!part_text) refuse_field(part_name + ".text", "missing");
     text += *part_text;
@@ -58,7 +68,7 @@ std::vector<tokenizer::ToolCall> message_tool_calls(const Json& message, const s
         const std::string& text = arguments->get_ref<const std::string&>();
         if (!json_nesting_within(text))
           refuse_field(call_name + ".function.arguments", fmt::format("nests deeper than {} levels", kMaxJsonDepth));
-        value = text.empty() ? Json::object() : Json::parse(text, nullptr, false);
+        value = text.empty() ? Json::object() : parse_json_or_discarded(text);
       }
       if (!value.is_object()) refuse_field(call_name + ".function.arguments", "expected a JSON object (as a string)");
       parsed.arguments = std::move(value);
@@ -80,14 +90,10 @@ std::vector<tokenizer::ChatMessage> parse_chat_messages(const Json& body) {
     const Json& message = (*it)[i];
     std::string name = fmt::format("messages[{}]", i);
     if (!message.is_object()) refuse_field(name, "expected an object");
-    for (const auto& [key, value] : message.items()) {
-      // name, tool_call_id, refusal and annotations carry nothing the template uses (clients echo them back).
-      static const char* const kKnown[] = {"role", "content",      "tool_calls", "reasoning_content",
-                                           "name", "tool_call_id", "refusal",    "annotations"};
-      bool known = false;
-      for (const char* k : kKnown) known = known || key == k;
-      if (!known) refuse_field(name + "." + key, "not supported");
-    }
+    // name, tool_call_id, refusal and annotations carry nothing the template uses (clients echo them back);
+    // audio and function_call (the deprecated single call) are accepted as null only.
+    check_known_fields(message, {"role", "content", "tool_calls", "reasoning_content"},
+                       {"name", "tool_call_id", "refusal", "annotations"}, name + ".");
     auto role = read_string(message, "role", name + ".role");
     if (!role) refuse_field(name + ".role", "missing");
     tokenizer::ChatMessage parsed;
@@ -146,21 +152,56 @@ bool parse_enable_thinking(const Json& body, bool default_value) {
   auto it = body.find("chat_template_kwargs");
   if (it == body.end() || it->is_null()) return default_value;
   if (!it->is_object()) refuse_field("chat_template_kwargs", "expected an object");
-  for (const auto& [key, value] : it->items())
-    if (key != "enable_thinking") refuse_field("chat_template_kwargs." + key, "not supported; only enable_thinking is");
+  check_known_fields(*it, {"enable_thinking"}, {}, "chat_template_kwargs.");
   return read_bool(*it, "enable_thinking", "chat_template_kwargs.enable_thinking").value_or(default_value);
 }
 
+// reasoning_effort as the template's thinking switch: "none" renders without reasoning, any effort with it
+// (Qwen3.5 has no budget levels). chat_template_kwargs.enable_thinking, when sent, decides instead.
+bool parse_thinking(const Json& body, bool server_default) {
+  bool thinking = server_default;
+  if (auto effort = read_string(body, "reasoning_effort", "reasoning_effort")) {
+    if (*effort == "none")
+      thinking = false;
+    else if (*effort == "minimal" || *effort == "low" || *effort == "medium" || *effort == "high" || *effort == "xhigh")
+      thinking = true;
+    else
+      refuse_field("reasoning_effort",
+                   fmt::format("`{}` is not one of none, minimal, low, medium, high, xhigh", *effort));
+  }
+  return parse_enable_thinking(body, thinking);
+}
+
+// The fields OpenAI documents that change nothing here, checked for their type so a wrong one is still named.
+void check_fields_without_effect(const Json& body) {
+  if (auto verbosity = read_string(body, "verbosity", "verbosity");
+      verbosity && *verbosity != "low" && *verbosity != "medium" && *verbosity != "high")
+    refuse_field("verbosity", "must be low, medium or high");
+  if (auto it = body.find("modalities"); it != body.end() && !it->is_null()) {
+    if (!it->is_array()) refuse_field("modalities", "expected an array");
+    for (size_t i = 0; i < it->size(); ++i)
+      if ((*it)[i] != "text") refuse_field(fmt::format("modalities[{}]", i), "only \"text\" output is supported");
+  }
+  read_bool(body, "store", "store");
+  read_string(body, "service_tier", "service_tier");
+  if (auto it = body.find("metadata"); it != body.end() && !it->is_null() && !it->is_object())
+    refuse_field("metadata", "expected an object");
+}
+
 ChatRequest parse_chat_request(const Json& body, const ServerOptions& options) {
-  check_generation_fields(body,
-                          {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
-                           "chat_template_kwargs", "response_format"},
-                          {"user", "metadata", "store", "service_tier", "parallel_tool_calls"});
+  check_generation_fields(
+      body,
+      {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "chat_template_kwargs",
+       "response_format", "reasoning_effort", "parallel_tool_calls", "user", "safety_identifier", "prompt_cache_key"},
+      {"metadata", "store", "service_tier", "verbosity", "modalities"});
   check_model(body, options.served_model_name);
+  check_fields_without_effect(body);
   ChatRequest request;
   request.messages = parse_chat_messages(body);
   request.tools = parse_tools(body);
-  request.enable_thinking = parse_enable_thinking(body, options.enable_thinking);
+  request.enable_thinking = parse_thinking(body, options.enable_thinking);
+  request.parallel_tool_calls = read_bool(body, "parallel_tool_calls", "parallel_tool_calls").value_or(true);
+  request.client = parse_client_tags(body);
   request.sampling = parse_sampling(body);
   request.stream = parse_stream(body);
   if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {

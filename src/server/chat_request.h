@@ -13,21 +13,23 @@ namespace duet::server {
 
 struct ChatRequest {
   std::vector<tokenizer::ChatMessage> messages;
-  nlohmann::json tools = nlohmann::json::array();  // empty when none were offered or tool_choice is "none"
+  Json tools = Json::array();  // empty when none were offered or tool_choice is "none"
   bool enable_thinking = true;
   SamplingRequest sampling;
   StreamRequest stream;
   bool logprobs = false;
   int32_t top_logprobs = 0;
+  bool parallel_tool_calls = true;  // false: only the reply's first tool call is returned
+  ClientTags client;
 };
 
 // messages[] (also used by POST /tokenize).
-std::vector<tokenizer::ChatMessage> parse_chat_messages(const nlohmann::json& body);
+std::vector<tokenizer::ChatMessage> parse_chat_messages(const Json& body);
 // tools[] and tool_choice: the tools to hand the template.
-nlohmann::json parse_tools(const nlohmann::json& body);
+Json parse_tools(const Json& body);
 // chat_template_kwargs: only enable_thinking is understood.
-bool parse_enable_thinking(const nlohmann::json& body, bool default_value);
+bool parse_enable_thinking(const Json& body, bool default_value);
 
-ChatRequest parse_chat_request(const nlohmann::json& body, const ServerOptions& options);
+ChatRequest parse_chat_request(const Json& body, const ServerOptions& options);
 
 }  // namespace duet::server

@@ -9,6 +9,8 @@
 #include <boost/asio/write.hpp>
 
 #include "base/log.h"
+#include "server/access_log.h"
+#include "server/cors.h"
 #include "server/request_gate.h"
 #include "server/sse.h"
 
@@ -40,13 +42,16 @@ HttpResponse timeout_response(std::string_view part, std::chrono::seconds limit,
 
 Connection::Connection(asio::ip::tcp::socket socket, ConnectionShared& shared)
     : shared_(shared), socket_(std::move(socket)), timer_(socket_.get_executor()) {
+  boost::system::error_code ec;
+  const auto peer = socket_.remote_endpoint(ec);
+  if (!ec) client_address_ = peer.address().to_string() + ":" + std::to_string(peer.port());
   shared_.context.metrics.connection_opened();
 }
 
 Connection::~Connection() {
   if (generation_) {
-    generation_->handle().set_listener(nullptr);
-    generation_->handle().cancel();
+    generation_->set_listener(nullptr);
+    generation_->cancel();
   }
   shared_.context.metrics.connection_closed();
   shared_.registry.remove(this);
@@ -84,7 +89,7 @@ void Connection::shut_down() {
 void Connection::cancel_request() {
   asio::post(socket_.get_executor(), [self = shared_from_this()] {
     if (self->generation_)
-      self->generation_->handle().cancel();
+      self->generation_->cancel();
     else
       self->cancel_on_delivery_ = true;
   });
@@ -96,8 +101,8 @@ void Connection::close() {
 
 void Connection::detach_from_engine() {
   if (!generation_) return;
-  generation_->handle().set_listener(nullptr);
-  generation_->handle().cancel();
+  generation_->set_listener(nullptr);
+  generation_->cancel();
 }
 
 // Reading a request.
@@ -120,13 +125,16 @@ void Connection::process_input() {
     if (!reader_) {
       if (input_.size() == 0) break;
       reader_.emplace(shared_.limits);
+      access_ = AccessRecord{};
+      access_->client = client_address_;
+      request_started_ = Clock::now();
       arm(Deadline::header);  // from the request's first byte to the end of its header, in total
     }
     try {
       const auto* data = static_cast<const char*>(input_.data().data());
       input_.consume(reader_->feed(std::string_view(data, input_.size())));
     } catch (const ApiError& error) {
-      shared_.context.metrics.count_response(route_name_, error.status());
+      note_status(error.status());
       answer_and_close(error_response(error));
       return;
     }
@@ -144,7 +152,7 @@ void Connection::process_input() {
             close_now();
             return;
           }
-          shared_.context.metrics.count_response(route_name_, 400);
+          note_status(400);
           answer_and_close(error_response(reader_->incomplete()));
           return;
         }
@@ -161,16 +169,19 @@ void Connection::process_input() {
 
 bool Connection::judge_header() {
   const bool shutting_down = shared_.shutting_down;
-  GateVerdict verdict =
-      check_request_head(reader_->head(), reader_->content_length(), reader_->chunked(),
-                         GateRules{shared_.routes, shared_.keys, shared_.limits.max_body_bytes, shutting_down});
+  GateVerdict verdict = check_request_head(
+      reader_->head(), reader_->content_length(), reader_->chunked(),
+      GateRules{shared_.routes, shared_.keys, shared_.limits.max_body_bytes, shutting_down,
+                &shared_.context.options.cors_origins, !shared_.context.ready.load(std::memory_order_acquire)});
   route_ = verdict.route;
   route_name_ = verdict.route_name;
   framing_.keep_alive = reader_->keep_alive() && !shutting_down && !input_ended_;
   framing_.head_only = reader_->head().method == "HEAD";
+  if (access_) access_->method = reader_->head().method.substr(0, 16);
   framing_.http_1_0 = reader_->http_1_0();
+  framing_.extra_headers = cors_headers(shared_.context.options.cors_origins, reader_->head());
   if (verdict.refusal) {
-    shared_.context.metrics.count_response(route_name_, verdict.refusal->status);
+    note_status(verdict.refusal->status);
     // A body that is never read leaves the connection unable to carry another request.
     const bool body_unread = reader_->chunked() || reader_->content_length().value_or(0) > 0;
     reader_.reset();
@@ -210,18 +221,18 @@ void Connection::dispatch() {
 
 void Connection::deliver(HttpResponse response) {
   if (phase_ == Phase::closed) {
-    if (response.generation) response.generation->handle().cancel();
+    if (response.generation) response.generation->cancel();
     return;
   }
   if (!response.generation) {
-    shared_.context.metrics.count_response(route_name_, response.status);
+    note_status(response.status);
     answer(response);
     return;
   }
   generation_ = std::move(response.generation);
-  if (cancel_on_delivery_ || input_ended_) generation_->handle().cancel();
+  if (cancel_on_delivery_ || input_ended_) generation_->cancel();
   if (generation_->streams()) {
-    shared_.context.metrics.count_response(route_name_, response.status);
+    note_status(response.status);
     if (framing_.http_1_0) framing_.keep_alive = false;  // its stream ends by closing
     phase_ = Phase::sending;
     arm(Deadline::tick);
@@ -236,7 +247,7 @@ void Connection::deliver(HttpResponse response) {
 void Connection::listen_to_engine() {
   std::weak_ptr<Connection> weak = weak_from_this();
   auto strand = socket_.get_executor();
-  generation_->handle().set_listener([weak, strand] {
+  generation_->set_listener([weak, strand] {
     asio::post(strand, [weak] {
       if (auto self = weak.lock()) self->take_events();
     });
@@ -245,14 +256,12 @@ void Connection::listen_to_engine() {
 
 void Connection::take_events() {
   if (!generation_ || phase_ == Phase::closed || generation_->done()) return;
-  std::vector<engine::Event> events;
-  while (auto event = generation_->handle().try_next()) events.push_back(std::move(*event));
-  if (events.empty()) return;
-  std::string text = generation_->take(events);
+  std::string text;
+  if (!generation_->take_ready(text)) return;
   if (!generation_->streams()) {
     if (!generation_->done()) return;
     HttpResponse whole = generation_->answer();
-    shared_.context.metrics.count_response(route_name_, whole.status);
+    note_status(whole.status);
     answer(whole);
     return;
   }
@@ -285,8 +294,34 @@ void Connection::answer_and_close(const HttpResponse& response) {
   answer(response);
 }
 
+void Connection::note_status(int status) {
+  shared_.context.metrics.count_response(route_name_, status);
+  if (access_) {
+    access_->status = status;
+    access_->route = route_name_;
+  }
+}
+
+void Connection::log_access() {
+  if (!access_) return;
+  access_->total_s = std::chrono::duration<double>(Clock::now() - request_started_).count();
+  if (generation_) {
+    if (auto usage = generation_->usage()) {
+      access_->prompt_tokens = usage->prompt_tokens;
+      access_->completion_tokens = usage->completion_tokens;
+      access_->cached_tokens = 0;  // no prompt cache across requests yet
+      if (usage->completion_tokens > 0) access_->time_to_first_token_s = usage->time_to_first_token_s;
+    }
+    access_->user = generation_->client.user;
+    access_->safety_identifier = generation_->client.safety_identifier;
+  }
+  write_access_line(*access_, shared_.context.options.log_json);
+  access_.reset();
+}
+
 void Connection::finish_response() {
-  if (generation_) generation_->handle().set_listener(nullptr);
+  log_access();
+  if (generation_) generation_->set_listener(nullptr);
   generation_.reset();
   cancel_on_delivery_ = false;
   if (!framing_.keep_alive || shared_.shutting_down)
@@ -372,7 +407,7 @@ void Connection::on_input() {
 void Connection::client_gone() {
   log_debug("client closed its connection while its request ran: cancelling the request");
   if (generation_)
-    generation_->handle().cancel();
+    generation_->cancel();
   else
     cancel_on_delivery_ = true;
   framing_.keep_alive = false;
@@ -381,9 +416,10 @@ void Connection::client_gone() {
 void Connection::close_now() {
   if (phase_ == Phase::closed) return;
   phase_ = Phase::closed;
+  log_access();  // a request whose answer did not finish (status 0 when none was sent)
   if (generation_) {
-    generation_->handle().set_listener(nullptr);
-    generation_->handle().cancel();
+    generation_->set_listener(nullptr);
+    generation_->cancel();
   }
   cancel_on_delivery_ = true;
   disarm();
@@ -474,11 +510,11 @@ void Connection::on_deadline() {
       close_now();
       return;
     case Deadline::header:
-      shared_.context.metrics.count_response(route_name_, 408);
+      note_status(408);
       answer_and_close(timeout_response("header", limits.header_timeout, "--header-timeout"));
       return;
     case Deadline::body:
-      shared_.context.metrics.count_response(route_name_, 408);
+      note_status(408);
       answer_and_close(timeout_response("body", limits.body_timeout, "--body-timeout"));
       return;
     case Deadline::tick:

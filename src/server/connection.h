@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "server/access_log.h"
 #include "server/api_keys.h"
 #include "server/connection_registry.h"
 #include "server/generation.h"
@@ -77,6 +78,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void answer(const HttpResponse& response);
   void answer_and_close(const HttpResponse& response);
   void finish_response();
+  // The answer's status, for the metrics and the access log.
+  void note_status(int status);
+  // Writes the request's access-log line, once.
+  void log_access();
   void linger();
 
   void wait_readable();
@@ -120,6 +125,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool writing_ = false;
   Clock::time_point last_progress_;      // the client last took bytes
   Clock::time_point last_stream_bytes_;  // a stream last sent something
+  std::string client_address_;           // the peer, for the access log
+  std::optional<AccessRecord> access_;   // the request in progress, until its line is written
+  Clock::time_point request_started_;    // its first byte
 };
 
 }  // namespace duet::server

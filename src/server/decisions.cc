@@ -80,9 +80,9 @@ HttpResponse answer_decision(ServerContext& context, const decision::Json& body)
     engine_request.prompt = encoding->ids;
     engine_request.decision = std::make_shared<decision::HeadInputGatherer>(support.head, *support.backbone, *encoding);
     return collect_generation(
-        context, submit_decision(context, std::move(engine_request)),
-        [&context, request, encoding](const CollectedGeneration& generation) {
-          return finished_decision(context, *request, *encoding, generation.finished);
+        context, {submit_decision(context, std::move(engine_request))},
+        [&context, request, encoding](std::span<const CollectedGeneration> generations) {
+          return finished_decision(context, *request, *encoding, generations.front().finished);
         },
         "the decision failed");
   } catch (const decision::DecisionError& error) {

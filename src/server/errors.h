@@ -36,5 +36,6 @@ nlohmann::json error_json(const ApiError& error);
 // Serializes for the wire. Generated text may hold invalid UTF-8 (a token cut mid-character); it is replaced
 // with U+FFFD instead of throwing.
 std::string json_text(const nlohmann::json& value);
+std::string json_text(const nlohmann::ordered_json& value);  // keeping its key order
 
 }  // namespace duet::server

@@ -16,53 +16,58 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 class CollectedBody final : public GenerationBody {
  public:
-  CollectedBody(ServerContext& context, std::shared_ptr<engine::RequestHandle> handle, AnswerBuilder build,
-                std::string failed)
-      : GenerationBody(context, std::move(handle)), build_(std::move(build)), failed_(std::move(failed)) {}
+  CollectedBody(ServerContext& context, Choices choices, AnswerBuilder build, std::string failed)
+      : GenerationBody(context, choices),
+        build_(std::move(build)),
+        failed_(std::move(failed)),
+        generations_(choices.size()) {}
 
   bool streams() const override { return false; }
 
   HttpResponse answer() override {
-    const engine::FinishedEvent& finished = generation_.finished;
-    if (finished.reason == engine::FinishReason::error)
-      return error_response(ApiError(500, failed_ + ": " + finished.error, "", "engine_error"));
-    return response_of([this] { return build_(generation_); }, "building an answer");
+    for (const auto& generation : generations_)
+      if (generation.finished.reason == engine::FinishReason::error)
+        return error_response(ApiError(500, failed_ + ": " + generation.finished.error, "", "engine_error"));
+    return response_of([this] { return build_(generations_); }, "building an answer");
   }
 
  private:
-  std::string on_tokens(std::vector<engine::TokenEvent>& tokens) override {
+  std::string on_tokens(size_t choice, std::vector<engine::TokenEvent>& tokens) override {
+    CollectedGeneration& generation = generations_[choice];
     for (auto& token : tokens) {
-      generation_.text += token.text;
-      generation_.tokens.push_back(std::move(token));
+      generation.text += token.text;
+      generation.tokens.push_back(std::move(token));
     }
     return {};
   }
 
-  std::string on_finished(engine::FinishedEvent& finished) override {
-    generation_.text += finished.text_tail;
-    generation_.finished = std::move(finished);
+  std::string on_finished(size_t choice, engine::FinishedEvent& finished) override {
+    generations_[choice].text += finished.text_tail;
+    generations_[choice].finished = std::move(finished);
     return {};
   }
 
   AnswerBuilder build_;
   std::string failed_;  // the 500's message starts with it
-  CollectedGeneration generation_;
+  std::vector<CollectedGeneration> generations_;
 };
 
 class StreamedBody final : public GenerationBody {
  public:
-  StreamedBody(ServerContext& context, std::shared_ptr<engine::RequestHandle> handle,
-               std::unique_ptr<StreamFormatter> formatter)
-      : GenerationBody(context, std::move(handle)), formatter_(std::move(formatter)) {}
+  StreamedBody(ServerContext& context, Choices choices, std::unique_ptr<StreamFormatter> formatter)
+      : GenerationBody(context, std::move(choices)), formatter_(std::move(formatter)) {}
 
   bool streams() const override { return true; }
   std::string begin() override { return formatter_->start(); }
 
  private:
-  std::string on_tokens(std::vector<engine::TokenEvent>& tokens) override { return formatter_->tokens(tokens); }
-  std::string on_finished(engine::FinishedEvent& finished) override {
-    return formatter_->finish(finished) + sse_done();
+  std::string on_tokens(size_t choice, std::vector<engine::TokenEvent>& tokens) override {
+    return formatter_->tokens(choice, tokens);
   }
+  std::string on_finished(size_t choice, engine::FinishedEvent& finished) override {
+    return formatter_->finish(choice, finished);
+  }
+  std::string on_done(const GenerationUsage& usage) override { return formatter_->end(usage); }
 
   std::unique_ptr<StreamFormatter> formatter_;
 };
@@ -82,42 +87,96 @@ std::shared_ptr<engine::RequestHandle> submit_request(ServerContext& context, en
   }
 }
 
-GenerationBody::GenerationBody(ServerContext& context, std::shared_ptr<engine::RequestHandle> handle)
-    : context_(context), handle_(std::move(handle)) {}
+Choices submit_choices(ServerContext& context, const engine::Request& request, int32_t n,
+                       const std::string& prompt_param) {
+  Choices choices;
+  try {
+    for (int32_t i = 0; i < n; ++i) {
+      engine::Request choice = request;
+      choice.sampling.seed += static_cast<uint64_t>(i);
+      choices.push_back(submit_request(context, std::move(choice), prompt_param));
+    }
+  } catch (...) {
+    for (auto& handle : choices) handle->cancel();
+    throw;
+  }
+  return choices;
+}
 
-std::string GenerationBody::take(std::vector<engine::Event>& events) {
+GenerationBody::GenerationBody(ServerContext& context, Choices choices)
+    : context_(context), choices_(std::move(choices)), choice_done_(choices_.size(), false) {}
+
+void GenerationBody::cancel() {
+  for (auto& handle : choices_) handle->cancel();
+}
+
+void GenerationBody::set_listener(const std::function<void()>& listener) {
+  for (auto& handle : choices_) handle->set_listener(listener);
+}
+
+std::optional<GenerationUsage> GenerationBody::usage() const {
+  if (!done()) return std::nullopt;
+  return usage_;
+}
+
+bool GenerationBody::take_ready(std::string& out) {
+  bool took = false;
+  for (size_t choice = 0; choice < choices_.size(); ++choice) {
+    std::vector<engine::Event> events;
+    while (auto event = choices_[choice]->try_next()) events.push_back(std::move(*event));
+    if (events.empty()) continue;
+    took = true;
+    out += take_choice(choice, events);
+  }
+  return took;
+}
+
+std::string GenerationBody::take_choice(size_t choice, std::vector<engine::Event>& events) {
   std::string out;
   std::vector<engine::TokenEvent> tokens;  // every token that is ready goes out in one piece
   for (auto& event : events) {
-    if (done_) break;  // nothing follows the FinishedEvent
+    if (choice_done_[choice]) break;  // nothing follows the FinishedEvent
     if (auto* token = std::get_if<engine::TokenEvent>(&event)) {
       tokens.push_back(std::move(*token));
       continue;
     }
-    if (!tokens.empty()) out += on_tokens(tokens);
+    if (!tokens.empty()) out += on_tokens(choice, tokens);
     tokens.clear();
     auto& finished = std::get<engine::FinishedEvent>(event);
     context_.metrics.record_finished(finished, seconds_since(start_));
-    out += on_finished(finished);
-    done_ = true;
+    if (choice == 0) {
+      usage_.prompt_tokens = finished.prompt_tokens;
+      usage_.time_to_first_token_s = finished.time_to_first_token_s;
+    }
+    usage_.completion_tokens += finished.completion_tokens;
+    out += on_finished(choice, finished);
+    choice_done_[choice] = true;
+    if (++finished_ == choices_.size()) out += on_done(usage_);
   }
-  if (!tokens.empty()) out += on_tokens(tokens);
+  if (!tokens.empty()) out += on_tokens(choice, tokens);
   return out;
 }
 
-HttpResponse collect_generation(ServerContext& context, std::shared_ptr<engine::RequestHandle> handle,
-                                AnswerBuilder build, std::string failed) {
+HttpResponse collect_generation(ServerContext& context, Choices choices, AnswerBuilder build, std::string failed) {
   HttpResponse res;
-  res.generation = std::make_shared<CollectedBody>(context, std::move(handle), std::move(build), std::move(failed));
+  res.generation = std::make_shared<CollectedBody>(context, std::move(choices), std::move(build), std::move(failed));
   return res;
 }
 
-HttpResponse stream_generation(ServerContext& context, std::shared_ptr<engine::RequestHandle> handle,
-                               std::unique_ptr<StreamFormatter> formatter) {
+HttpResponse stream_generation(ServerContext& context, Choices choices, std::unique_ptr<StreamFormatter> formatter) {
   HttpResponse res;
   res.content_type = "text/event-stream";
   res.headers = {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
-  res.generation = std::make_shared<StreamedBody>(context, std::move(handle), std::move(formatter));
+  res.generation = std::make_shared<StreamedBody>(context, std::move(choices), std::move(formatter));
+  return res;
+}
+
+HttpResponse generation_response(ServerContext& context, Choices choices, bool stream,
+                                 const std::function<std::unique_ptr<StreamFormatter>()>& formatter,
+                                 AnswerBuilder build, const ClientTags& client) {
+  HttpResponse res = stream ? stream_generation(context, std::move(choices), formatter())
+                            : collect_generation(context, std::move(choices), std::move(build));
+  res.generation->client = client;
   return res;
 }
 
@@ -136,19 +195,23 @@ nlohmann::json usage_json(int32_t prompt_tokens, int32_t completion_tokens) {
           {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
-nlohmann::json whole_answer_json(const AnswerHeader& header, nlohmann::json choice, bool return_token_ids,
-                                 const CollectedGeneration& generation) {
-  if (return_token_ids) {
+nlohmann::json whole_answer_json(const AnswerHeader& header, nlohmann::json choices, bool return_token_ids,
+                                 std::span<const CollectedGeneration> generations) {
+  int32_t completion_tokens = 0;
+  for (size_t i = 0; i < generations.size(); ++i) {
+    completion_tokens += generations[i].finished.completion_tokens;
+    if (!return_token_ids) continue;
     auto ids = nlohmann::json::array();
-    for (const auto& token : generation.tokens) ids.push_back(token.id);
-    choice["token_ids"] = std::move(ids);
+    for (const auto& token : generations[i].tokens) ids.push_back(token.id);
+    choices[i]["token_ids"] = std::move(ids);
   }
+  // The choices share one prompt: it counts once.
   return {{"id", header.id},
           {"object", header.object},
           {"created", header.created},
           {"model", header.model},
-          {"choices", nlohmann::json::array({std::move(choice)})},
-          {"usage", usage_json(generation.finished.prompt_tokens, generation.finished.completion_tokens)}};
+          {"choices", std::move(choices)},
+          {"usage", usage_json(generations.front().finished.prompt_tokens, completion_tokens)}};
 }
 
 nlohmann::json chunk_header(const std::string& id, std::string_view object, int64_t created, const std::string& model,
@@ -158,9 +221,9 @@ nlohmann::json chunk_header(const std::string& id, std::string_view object, int6
   return json;
 }
 
-std::string usage_chunk(nlohmann::json header, const engine::FinishedEvent& finished) {
+std::string usage_chunk(nlohmann::json header, const GenerationUsage& usage) {
   header["choices"] = nlohmann::json::array();
-  header["usage"] = usage_json(finished.prompt_tokens, finished.completion_tokens);
+  header["usage"] = usage_json(usage.prompt_tokens, usage.completion_tokens);
   return sse_event(header);
 }
 
@@ -172,7 +235,11 @@ std::string token_text(const tokenizer::Tokenizer& tokenizer, int32_t id) {
   }
 }
 
-nlohmann::json token_bytes(const std::string& text) {
+nlohmann::json token_bytes(const tokenizer::Tokenizer& tokenizer, int32_t id) {
+  // The token's own bytes, not its text's: a token holding part of a UTF-8 character decodes to U+FFFD, while
+  // its bytes let a client join the pieces of a character split across tokens.
+  const std::string* raw = tokenizer.token_bytes(id);
+  const std::string text = raw ? *raw : token_text(tokenizer, id);
   auto bytes = nlohmann::json::array();
   for (unsigned char c : text) bytes.push_back(static_cast<int>(c));
   return bytes;

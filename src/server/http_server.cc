@@ -73,6 +73,7 @@ HttpServer::HttpServer(ServerContext& context)
       workers_(worker_threads()) {
   add_chat_route(routes_, context_);
   add_completions_route(routes_, context_);
+  add_responses_route(routes_, context_);
   add_status_routes(routes_, context_);
   add_tokenize_routes(routes_, context_);
   add_systemone_route(routes_, context_);

@@ -43,6 +43,6 @@ HttpResponse response_of(const std::function<HttpResponse()>& make, std::string_
   }
 }
 
-nlohmann::json request_json(const HttpRequest& req) { return parse_json_body(req.body); }
+nlohmann::ordered_json request_json(const HttpRequest& req) { return parse_json_body(req.body); }
 
 }  // namespace duet::server

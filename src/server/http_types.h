@@ -46,6 +46,6 @@ HttpResponse error_response(const ApiError& error);
 HttpResponse response_of(const std::function<HttpResponse()>& make, std::string_view context);
 
 // The request's body as a JSON object (400 invalid_json otherwise; see parse_json_body).
-nlohmann::json request_json(const HttpRequest& req);
+nlohmann::ordered_json request_json(const HttpRequest& req);
 
 }  // namespace duet::server

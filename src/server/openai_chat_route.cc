@@ -1,6 +1,7 @@
 // POST /v1/chat/completions: render the chat template, generate, and answer as OpenAI does (a whole
 // chat.completion, or chat.completion.chunk events), with reasoning and tool calls split out of the text.
 #include "base/error.h"
+#include "server/chat_prompt.h"
 #include "server/chat_request.h"
 #include "server/errors.h"
 #include "server/generation.h"
@@ -21,11 +22,14 @@ struct ChatReply {
 
 nlohmann::json logprob_entry(const ServerContext& context, const engine::TokenEvent& token) {
   std::string text = token_text(context.tokenizer, token.id);
-  nlohmann::json entry = {{"token", text}, {"logprob", token.logprob.value_or(0.0f)}, {"bytes", token_bytes(text)}};
+  nlohmann::json entry = {
+      {"token", text}, {"logprob", token.logprob.value_or(0.0f)}, {"bytes", token_bytes(context.tokenizer, token.id)}};
   auto top = nlohmann::json::array();
   for (const auto& candidate : token.top_logprobs) {
     std::string candidate_text = token_text(context.tokenizer, candidate.id);
-    top.push_back({{"token", candidate_text}, {"logprob", candidate.logprob}, {"bytes", token_bytes(candidate_text)}});
+    top.push_back({{"token", candidate_text},
+                   {"logprob", candidate.logprob},
+                   {"bytes", token_bytes(context.tokenizer, candidate.id)}});
   }
   entry["top_logprobs"] = std::move(top);
   return entry;
@@ -39,25 +43,21 @@ nlohmann::json tool_call_json(const ParsedToolCall& call, std::optional<size_t> 
   return json;
 }
 
-// The tokens that end a chat turn, besides the tokenizer's eos (a base model's eos is <|endoftext|>).
-std::vector<int32_t> end_of_turn_ids(const tokenizer::Tokenizer& tokenizer) {
-  std::vector<int32_t> ids;
-  for (const char* token : {"<|im_end|>", "<|endoftext|>"})
-    if (auto id = tokenizer.token_to_id(token)) ids.push_back(*id);
-  return ids;
-}
-
 class ChatStreamFormatter final : public StreamFormatter {
  public:
   ChatStreamFormatter(const ServerContext& context, ChatReply reply, const ChatRequest& request)
-      : context_(context),
-        reply_(std::move(reply)),
-        request_(request),
-        parser_(reply_.starts_in_reasoning, !request.tools.empty(), request.tools) {}
+      : context_(context), reply_(std::move(reply)), request_(request) {
+    for (int32_t i = 0; i < request_.sampling.n; ++i)
+      choices_.push_back({ChatOutputParser(reply_.starts_in_reasoning, !request_.tools.empty(), request_.tools)});
+  }
 
-  std::string start() override { return chunk({{"role", "assistant"}, {"content", ""}}); }
+  std::string start() override {
+    std::string out;
+    for (size_t i = 0; i < choices_.size(); ++i) out += chunk(i, {{"role", "assistant"}, {"content", ""}});
+    return out;
+  }
 
-  std::string tokens(std::span<const engine::TokenEvent> tokens) override {
+  std::string tokens(size_t choice, std::span<const engine::TokenEvent> tokens) override {
     std::string text;
     auto logprobs = nlohmann::json::array();
     auto ids = nlohmann::json::array();
@@ -66,35 +66,45 @@ class ChatStreamFormatter final : public StreamFormatter {
       ids.push_back(token.id);
       if (request_.logprobs) logprobs.push_back(logprob_entry(context_, token));
     }
+    ChatOutputParser& parser = choices_[choice].parser;
     // Without logprobs or ids to carry, text the parser holds back sends nothing yet.
-    if (!request_.logprobs && !request_.sampling.return_token_ids) return pieces(parser_.push(text), {}, {});
-    return pieces(parser_.push(text), std::move(logprobs), std::move(ids));
+    if (!request_.logprobs && !request_.sampling.return_token_ids) return pieces(choice, parser.push(text), {}, {});
+    return pieces(choice, parser.push(text), std::move(logprobs), std::move(ids));
   }
 
-  std::string finish(const engine::FinishedEvent& finished) override {
+  std::string finish(size_t choice, const engine::FinishedEvent& finished) override {
     if (finished.reason == engine::FinishReason::error)
       return sse_event(error_json(500, "generation failed: " + finished.error, "", "engine_error"));
-    std::string out = pieces(parser_.push(finished.text_tail), {}, {});
-    out += pieces(parser_.finish(), {}, {});
+    ChatOutputParser& parser = choices_[choice].parser;
+    std::string out = pieces(choice, parser.push(finished.text_tail), {}, {});
+    out += pieces(choice, parser.finish(), {}, {});
     std::string reason = engine::to_string(finished.reason);
-    if (tool_calls_ > 0 && finished.reason == engine::FinishReason::stop) reason = "tool_calls";
+    if (choices_[choice].tool_calls > 0 && finished.reason == engine::FinishReason::stop) reason = "tool_calls";
     nlohmann::json last = base();
     last["choices"] = {
-        {{"index", 0}, {"delta", nlohmann::json::object()}, {"logprobs", nullptr}, {"finish_reason", reason}}};
-    out += sse_event(last);
-    if (request_.stream.include_usage) out += usage_chunk(base(), finished);
-    return out;
+        {{"index", choice}, {"delta", nlohmann::json::object()}, {"logprobs", nullptr}, {"finish_reason", reason}}};
+    return out + sse_event(last);
+  }
+
+  std::string end(const GenerationUsage& usage) override {
+    return (request_.stream.include_usage ? usage_chunk(base(), usage) : std::string()) + sse_done();
   }
 
  private:
+  struct Choice {
+    ChatOutputParser parser;
+    size_t tool_calls = 0;
+  };
+
   nlohmann::json base() const {
     return chunk_header(reply_.id, "chat.completion.chunk", reply_.created, reply_.model,
                         request_.stream.include_usage);
   }
 
-  std::string chunk(nlohmann::json delta, nlohmann::json logprobs = nullptr, nlohmann::json ids = nullptr) const {
+  std::string chunk(size_t index, nlohmann::json delta, nlohmann::json logprobs = nullptr,
+                    nlohmann::json ids = nullptr) const {
     nlohmann::json choice = {
-        {"index", 0}, {"delta", std::move(delta)}, {"logprobs", std::move(logprobs)}, {"finish_reason", nullptr}};
+        {"index", index}, {"delta", std::move(delta)}, {"logprobs", std::move(logprobs)}, {"finish_reason", nullptr}};
     if (request_.sampling.return_token_ids && !ids.is_null()) choice["token_ids"] = std::move(ids);
     nlohmann::json json = base();
     json["choices"] = nlohmann::json::array({std::move(choice)});
@@ -103,8 +113,9 @@ class ChatStreamFormatter final : public StreamFormatter {
 
   // One chunk per parsed piece; the tokens' logprobs and ids ride on the first (or on an empty delta when
   // the parser is holding the text back).
-  std::string pieces(std::vector<OutputPiece> parsed, nlohmann::json logprobs, nlohmann::json ids) {
+  std::string pieces(size_t index, std::vector<OutputPiece> parsed, nlohmann::json logprobs, nlohmann::json ids) {
     std::string out;
+    size_t& tool_calls = choices_[index].tool_calls;
     bool carried = logprobs.empty() && ids.empty();
     auto extras = [&](nlohmann::json& lp, nlohmann::json& id) {
       if (carried) return;
@@ -113,21 +124,23 @@ class ChatStreamFormatter final : public StreamFormatter {
       carried = true;
     };
     for (auto& piece : parsed) {
+      // parallel_tool_calls: false asks for one call per turn; the model may still write more, which are dropped.
+      if (piece.kind == OutputPiece::Kind::tool_call && tool_calls > 0 && !request_.parallel_tool_calls) continue;
       nlohmann::json delta;
       if (piece.kind == OutputPiece::Kind::reasoning)
         delta = {{"reasoning_content", piece.text}};
       else if (piece.kind == OutputPiece::Kind::content)
         delta = {{"content", piece.text}};
       else
-        delta = {{"tool_calls", {tool_call_json(piece.call, tool_calls_++)}}};
+        delta = {{"tool_calls", {tool_call_json(piece.call, tool_calls++)}}};
       nlohmann::json lp = nullptr, id = nullptr;
       extras(lp, id);
-      out += chunk(std::move(delta), std::move(lp), std::move(id));
+      out += chunk(index, std::move(delta), std::move(lp), std::move(id));
     }
     if (!carried) {
       nlohmann::json lp = nullptr, id = nullptr;
       extras(lp, id);
-      out += chunk(nlohmann::json::object(), std::move(lp), std::move(id));
+      out += chunk(index, nlohmann::json::object(), std::move(lp), std::move(id));
     }
     return out;
   }
@@ -135,14 +148,15 @@ class ChatStreamFormatter final : public StreamFormatter {
   const ServerContext& context_;
   ChatReply reply_;
   ChatRequest request_;
-  ChatOutputParser parser_;
-  size_t tool_calls_ = 0;
+  std::vector<Choice> choices_;
 };
 
-nlohmann::json chat_completion_json(const ServerContext& context, const ChatReply& reply, const ChatRequest& request,
-                                    const CollectedGeneration& generation) {
+// Choice `index` of a whole chat.completion.
+nlohmann::json chat_choice_json(const ServerContext& context, const ChatReply& reply, const ChatRequest& request,
+                                const CollectedGeneration& generation, size_t index) {
   ParsedChatOutput output =
       parse_chat_output(generation.text, reply.starts_in_reasoning, !request.tools.empty(), request.tools);
+  if (!request.parallel_tool_calls && output.tool_calls.size() > 1) output.tool_calls.resize(1);
   nlohmann::json message = {{"role", "assistant"}};
   message["content"] =
       output.content.empty() && !output.tool_calls.empty() ? nlohmann::json(nullptr) : nlohmann::json(output.content);
@@ -155,14 +169,22 @@ nlohmann::json chat_completion_json(const ServerContext& context, const ChatRepl
   if (!output.tool_calls.empty() && generation.finished.reason == engine::FinishReason::stop) reason = "tool_calls";
 
   nlohmann::json choice = {
-      {"index", 0}, {"message", std::move(message)}, {"logprobs", nullptr}, {"finish_reason", reason}};
+      {"index", index}, {"message", std::move(message)}, {"logprobs", nullptr}, {"finish_reason", reason}};
   if (request.logprobs) {
     auto content = nlohmann::json::array();
     for (const auto& token : generation.tokens) content.push_back(logprob_entry(context, token));
     choice["logprobs"] = {{"content", std::move(content)}};
   }
-  return whole_answer_json({reply.id, "chat.completion", reply.created, reply.model}, std::move(choice),
-                           request.sampling.return_token_ids, generation);
+  return choice;
+}
+
+nlohmann::json chat_completion_json(const ServerContext& context, const ChatReply& reply, const ChatRequest& request,
+                                    std::span<const CollectedGeneration> generations) {
+  auto choices = nlohmann::json::array();
+  for (size_t i = 0; i < generations.size(); ++i)
+    choices.push_back(chat_choice_json(context, reply, request, generations[i], i));
+  return whole_answer_json({reply.id, "chat.completion", reply.created, reply.model}, std::move(choices),
+                           request.sampling.return_token_ids, generations);
 }
 
 }  // namespace
@@ -170,38 +192,21 @@ nlohmann::json chat_completion_json(const ServerContext& context, const ChatRepl
 void add_chat_route(RouteTable& table, ServerContext& context) {
   table.add(RouteTable::Method::post, "/v1/chat/completions", [&context](const HttpRequest& req) {
     ChatRequest request = parse_chat_request(request_json(req), context.options);
-    std::string prompt;
-    try {
-      tokenizer::ChatOptions chat_options;
-      chat_options.tools = request.tools;
-      chat_options.enable_thinking = request.enable_thinking;
-      prompt = context.render_chat(request.messages, chat_options);
-    } catch (const duet::Error& error) {
-      throw ApiError(400, error.what(), "messages", "invalid_messages");
-    }
-    engine::Request engine_request;
-    engine_request.prompt = context.tokenizer.encode(prompt);
-    engine_request.sampling = request.sampling.params;
-    if (!engine_request.sampling.ignore_eos)
-      for (int32_t id : end_of_turn_ids(context.tokenizer)) engine_request.sampling.stop_token_ids.push_back(id);
-    engine_request.sampling.max_tokens =
-        resolve_max_tokens(request.sampling.max_tokens, static_cast<int32_t>(engine_request.prompt.size()),
-                           context.options.max_tokens, context.options.context, "messages");
-
+    ChatPrompt prompt = build_chat_prompt(context, request.messages, request.tools, request.enable_thinking,
+                                          request.sampling, "messages");
     ChatReply reply;
     reply.model = context.options.served_model_name;
-    // The template's generation prompt opens <think> when thinking is on: the reply starts inside it.
-    reply.starts_in_reasoning = prompt.ends_with("<think>\n") || prompt.ends_with("<think>");
-    reply.prompt_tokens = static_cast<int32_t>(engine_request.prompt.size());
+    reply.starts_in_reasoning = prompt.starts_in_reasoning;
+    reply.prompt_tokens = static_cast<int32_t>(prompt.request.prompt.size());
 
-    auto handle = submit_request(context, std::move(engine_request), "messages");
-    if (request.stream.stream)
-      return stream_generation(context, std::move(handle),
-                               std::make_unique<ChatStreamFormatter>(context, std::move(reply), request));
-    return collect_generation(context, std::move(handle),
-                              [&context, reply = std::move(reply), request](const CollectedGeneration& generation) {
-                                return json_response(chat_completion_json(context, reply, request, generation));
-                              });
+    Choices choices = submit_choices(context, prompt.request, request.sampling.n, "messages");
+    return generation_response(
+        context, std::move(choices), request.stream.stream,
+        [&] { return std::make_unique<ChatStreamFormatter>(context, reply, request); },
+        [&context, reply, request](std::span<const CollectedGeneration> generations) {
+          return json_response(chat_completion_json(context, reply, request, generations));
+        },
+        request.client);
   });
 }
 

@@ -4,6 +4,7 @@
 
 #include <limits>
 
+#include "base/exact_json.h"
 #include "server/errors.h"
 #include "server/generation.h"
 #include "server/request_parsing.h"
@@ -18,6 +19,7 @@ struct CompletionRequest {
   SamplingRequest sampling;
   StreamRequest stream;
   std::optional<int32_t> logprobs;  // the legacy integer: how many alternatives per token
+  ClientTags client;
 };
 
 std::vector<int32_t> parse_token_ids(const Json& ids, const std::string& name) {
@@ -26,6 +28,7 @@ std::vector<int32_t> parse_token_ids(const Json& ids, const std::string& name) {
   for (size_t i = 0; i < ids.size(); ++i) {
     const Json& id = ids[i];
     std::string id_name = fmt::format("{}[{}]", name, i);
+    if (exact_integer_text(id)) refuse_field(id_name, "not a token id");  // beyond 64 bits
     if (!id.is_number_integer()) refuse_field(id_name, "expected a token id (an integer)");
     if (id.is_number_unsigned() ? id.get<uint64_t>() > uint64_t{std::numeric_limits<int32_t>::max()}
                                 : id.get<int64_t>() < 0)
@@ -45,7 +48,7 @@ std::vector<int32_t> parse_prompt(const Json& body, const tokenizer::Tokenizer& 
   } else if (it->is_array()) {
     if (it->empty()) refuse_field("prompt", "must not be empty");
     const Json& first = it->front();
-    if (first.is_number()) {
+    if (first.is_number() || exact_integer_text(first)) {
       prompt = parse_token_ids(*it, "prompt");
     } else if (it->size() != 1) {
       refuse_field("prompt", "one prompt per request; batched prompts are not supported");
@@ -64,7 +67,7 @@ std::vector<int32_t> parse_prompt(const Json& body, const tokenizer::Tokenizer& 
 }
 
 CompletionRequest parse_completion_request(const Json& body, const ServerContext& context) {
-  check_generation_fields(body, {"prompt", "best_of", "echo", "suffix"}, {"user"});
+  check_generation_fields(body, {"prompt", "best_of", "echo", "suffix", "user"}, {});
   check_model(body, context.options.served_model_name);
   if (read_bool(body, "echo", "echo").value_or(false)) refuse_field("echo", "echo is not supported");
   if (auto suffix = read_string(body, "suffix", "suffix"); suffix && !suffix->empty())
@@ -77,6 +80,7 @@ CompletionRequest parse_completion_request(const Json& body, const ServerContext
     request.sampling.params.top_logprobs = *request.logprobs;
   }
   request.prompt = parse_prompt(body, context.tokenizer);
+  request.client = parse_client_tags(body);
   return request;
 }
 
@@ -109,9 +113,12 @@ struct CompletionReply {
 class CompletionStreamFormatter final : public StreamFormatter {
  public:
   CompletionStreamFormatter(const ServerContext& context, CompletionReply reply, CompletionRequest request)
-      : context_(context), reply_(std::move(reply)), request_(std::move(request)) {}
+      : context_(context),
+        reply_(std::move(reply)),
+        request_(std::move(request)),
+        offsets_(static_cast<size_t>(request_.sampling.n), 0) {}
 
-  std::string tokens(std::span<const engine::TokenEvent> tokens) override {
+  std::string tokens(size_t choice, std::span<const engine::TokenEvent> tokens) override {
     std::string text;
     auto ids = nlohmann::json::array();
     for (const auto& token : tokens) {
@@ -119,16 +126,18 @@ class CompletionStreamFormatter final : public StreamFormatter {
       ids.push_back(token.id);
     }
     nlohmann::json logprobs = nullptr;
-    if (request_.logprobs) logprobs = legacy_logprobs(context_, tokens, offset_);
-    return chunk(text, std::move(logprobs), nullptr, std::move(ids));
+    if (request_.logprobs) logprobs = legacy_logprobs(context_, tokens, offsets_[choice]);
+    return chunk(choice, text, std::move(logprobs), nullptr, std::move(ids));
   }
 
-  std::string finish(const engine::FinishedEvent& finished) override {
+  std::string finish(size_t choice, const engine::FinishedEvent& finished) override {
     if (finished.reason == engine::FinishReason::error)
       return sse_event(error_json(500, "generation failed: " + finished.error, "", "engine_error"));
-    std::string out = chunk(finished.text_tail, nullptr, engine::to_string(finished.reason), nlohmann::json::array());
-    if (request_.stream.include_usage) out += usage_chunk(base(), finished);
-    return out;
+    return chunk(choice, finished.text_tail, nullptr, engine::to_string(finished.reason), nlohmann::json::array());
+  }
+
+  std::string end(const GenerationUsage& usage) override {
+    return (request_.stream.include_usage ? usage_chunk(base(), usage) : std::string()) + sse_done();
   }
 
  private:
@@ -136,10 +145,12 @@ class CompletionStreamFormatter final : public StreamFormatter {
     return chunk_header(reply_.id, "text_completion", reply_.created, reply_.model, request_.stream.include_usage);
   }
 
-  std::string chunk(const std::string& text, nlohmann::json logprobs, nlohmann::json finish_reason,
+  std::string chunk(size_t index, const std::string& text, nlohmann::json logprobs, nlohmann::json finish_reason,
                     nlohmann::json ids) const {
-    nlohmann::json choice = {
-        {"index", 0}, {"text", text}, {"logprobs", std::move(logprobs)}, {"finish_reason", std::move(finish_reason)}};
+    nlohmann::json choice = {{"index", index},
+                             {"text", text},
+                             {"logprobs", std::move(logprobs)},
+                             {"finish_reason", std::move(finish_reason)}};
     if (request_.sampling.return_token_ids) choice["token_ids"] = std::move(ids);
     nlohmann::json json = base();
     json["choices"] = nlohmann::json::array({std::move(choice)});
@@ -149,21 +160,26 @@ class CompletionStreamFormatter final : public StreamFormatter {
   const ServerContext& context_;
   CompletionReply reply_;
   CompletionRequest request_;
-  size_t offset_ = 0;
+  std::vector<size_t> offsets_;  // per choice: where the next tokens' text starts in its completion
 };
 
 nlohmann::json completion_json(const ServerContext& context, const CompletionReply& reply,
-                               const CompletionRequest& request, const CollectedGeneration& generation) {
-  nlohmann::json choice = {{"index", 0},
-                           {"text", generation.text},
-                           {"logprobs", nullptr},
-                           {"finish_reason", engine::to_string(generation.finished.reason)}};
-  if (request.logprobs) {
-    size_t offset = 0;
-    choice["logprobs"] = legacy_logprobs(context, generation.tokens, offset);
+                               const CompletionRequest& request, std::span<const CollectedGeneration> generations) {
+  auto choices = nlohmann::json::array();
+  for (size_t i = 0; i < generations.size(); ++i) {
+    const CollectedGeneration& generation = generations[i];
+    nlohmann::json choice = {{"index", i},
+                             {"text", generation.text},
+                             {"logprobs", nullptr},
+                             {"finish_reason", engine::to_string(generation.finished.reason)}};
+    if (request.logprobs) {
+      size_t offset = 0;
+      choice["logprobs"] = legacy_logprobs(context, generation.tokens, offset);
+    }
+    choices.push_back(std::move(choice));
   }
-  return whole_answer_json({reply.id, "text_completion", reply.created, reply.model}, std::move(choice),
-                           request.sampling.return_token_ids, generation);
+  return whole_answer_json({reply.id, "text_completion", reply.created, reply.model}, std::move(choices),
+                           request.sampling.return_token_ids, generations);
 }
 
 }  // namespace
@@ -179,14 +195,14 @@ void add_completions_route(RouteTable& table, ServerContext& context) {
                            context.options.max_tokens, context.options.context, "prompt");
     CompletionReply reply;
     reply.model = context.options.served_model_name;
-    auto handle = submit_request(context, std::move(engine_request), "prompt");
-    if (request.stream.stream)
-      return stream_generation(context, std::move(handle),
-                               std::make_unique<CompletionStreamFormatter>(context, std::move(reply), request));
-    return collect_generation(context, std::move(handle),
-                              [&context, reply = std::move(reply), request](const CollectedGeneration& generation) {
-                                return json_response(completion_json(context, reply, request, generation));
-                              });
+    Choices choices = submit_choices(context, engine_request, request.sampling.n, "prompt");
+    return generation_response(
+        context, std::move(choices), request.stream.stream,
+        [&] { return std::make_unique<CompletionStreamFormatter>(context, reply, request); },
+        [&context, reply, request](std::span<const CollectedGeneration> generations) {
+          return json_response(completion_json(context, reply, request, generations));
+        },
+        request.client);
   });
 }
 

@@ -4,6 +4,8 @@
 
 #include <boost/beast/core/string.hpp>
 
+#include "server/cors.h"
+
 namespace duet::server {
 namespace {
 
@@ -19,7 +21,8 @@ GateVerdict check_request_head(const HttpRequest& head, std::optional<uint64_t> 
                                const GateRules& rules) {
   GateVerdict verdict;
   RouteTable::Match match = rules.routes.match(head.method, head.path);
-  verdict.route_name = match.route || !match.allowed.empty() ? head.path : "unmatched";
+  // A route's own path names it (a prefix route once, whatever id follows), so metrics labels stay few.
+  verdict.route_name = match.route ? match.route->path : !match.allowed.empty() ? head.path : "unmatched";
   auto refuse = [&](ApiError error) {
     verdict.refusal = error_response(error);
     return verdict;
@@ -30,6 +33,10 @@ GateVerdict check_request_head(const HttpRequest& head, std::optional<uint64_t> 
                    "server_shutting_down");
     error.retry_after_s = 1;
     return refuse(error);
+  }
+  if (rules.cors_origins && !rules.cors_origins->empty() && is_preflight(head)) {
+    verdict.refusal = preflight_response(*rules.cors_origins, head);
+    return verdict;
   }
   if (rules.routes.needs_key(head.path) && !rules.keys.accepts(head.header("Authorization")))
     return refuse(
@@ -55,6 +62,12 @@ GateVerdict check_request_head(const HttpRequest& head, std::optional<uint64_t> 
         "", "method_not_allowed"));
     verdict.refusal->headers.emplace_back("Allow", match.allowed);
     return verdict;
+  }
+  if (rules.loading && match.route->needs_key) {
+    ApiError error(503, "the model is still loading; retry shortly (GET /health says when it is ready)", "",
+                   "model_loading");
+    error.retry_after_s = 1;
+    return refuse(error);
   }
   if (match.route->method == RouteTable::Method::post && !content_length && !chunked)
     return refuse(

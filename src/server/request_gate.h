@@ -1,12 +1,13 @@
 #pragma once
 // What the server decides from a request's header alone, before a body byte is read, in this order: shutting down
-// (503), the key (401 on every path but /health, known or not, so a client without one learns nothing), a
-// Content-Encoding (415: bodies are never inflated), a Transfer-Encoding other than chunked (501), the route (404, or
-// 405 with Allow), a POST without Content-Length or chunked framing (411), a declared length over --max-body-bytes
-// (413).
+// (503), a CORS preflight (answered here, when --cors-origin is set; server/cors.h), the key (401 on every path but
+// /health, known or not, so a client without one learns nothing), a Content-Encoding (415: bodies are never inflated),
+// a Transfer-Encoding other than chunked (501), the route (404, or 405 with Allow), a POST without Content-Length or
+// chunked framing (411), a declared length over --max-body-bytes (413).
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "server/api_keys.h"
 #include "server/http_types.h"
@@ -19,6 +20,9 @@ struct GateRules {
   const ApiKeys& keys;
   size_t max_body_bytes;
   bool shutting_down;
+  const std::vector<std::string>* cors_origins = nullptr;
+  bool loading = false;  // the model is not loaded yet: every route but /health is answered 503  // --cors-origin; none
+                         // or empty: no preflight is answered
 };
 
 struct GateVerdict {

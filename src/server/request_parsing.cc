@@ -7,6 +7,7 @@
 #include <random>
 #include <span>
 
+#include "base/exact_json.h"
 #include "base/json_depth.h"
 #include "server/errors.h"
 
@@ -14,7 +15,7 @@ namespace duet::server {
 namespace {
 
 const char* type_name(const Json& value) {
-  if (value.is_number_integer()) return "integer";
+  if (value.is_number_integer() || exact_integer_text(value)) return "integer";
   if (value.is_number_float()) return "number";
   return value.type_name();  // null, boolean, string, array, object
 }
@@ -27,6 +28,39 @@ const Json* field(const Json& object, const std::string& key) {
   auto it = object.find(key);
   if (it == object.end() || it->is_null()) return nullptr;
   return &*it;
+}
+
+// A token id as OpenAI writes it in logit_bias's keys: decimal digits, no sign, no leading zero (so that no two keys
+// name the same id).
+std::optional<int32_t> token_id_key(const std::string& key) {
+  if (key.empty() || key.size() > 10 || (key.size() > 1 && key[0] == '0')) return std::nullopt;
+  int64_t id = 0;
+  for (char c : key) {
+    if (c < '0' || c > '9') return std::nullopt;
+    id = id * 10 + (c - '0');
+  }
+  if (id > std::numeric_limits<int32_t>::max()) return std::nullopt;
+  return static_cast<int32_t>(id);
+}
+
+// logit_bias: {"token id": bias in [-100, 100]}, at most kMaxLogitBias ids (the engine checks them against the
+// vocabulary).
+std::vector<std::pair<int32_t, float>> parse_logit_bias(const Json& body) {
+  std::vector<std::pair<int32_t, float>> biases;
+  const Json* bias = field(body, "logit_bias");
+  if (!bias) return biases;
+  if (!bias->is_object()) refuse_type("logit_bias", *bias, "an object of token id -> bias");
+  if (bias->size() > kMaxLogitBias) refuse_field("logit_bias", fmt::format("at most {} token ids", kMaxLogitBias));
+  for (auto it = bias->begin(); it != bias->end(); ++it) {
+    const std::string name = "logit_bias." + it.key().substr(0, 32);
+    auto id = token_id_key(it.key());
+    if (!id) refuse_field(name, "the key must be a token id (decimal digits)");
+    if (!it->is_number() || exact_integer_text(*it)) refuse_type(name, *it, "a number from -100 to 100");
+    const double value = it->get<double>();
+    if (!(value >= -100 && value <= 100)) refuse_field(name, "must be between -100 and 100");
+    biases.emplace_back(*id, static_cast<float>(value));
+  }
+  return biases;
 }
 
 uint64_t random_seed() {
@@ -42,7 +76,7 @@ Json parse_json_body(std::string_view body) {
     throw ApiError(400, fmt::format("the request body nests deeper than {} levels", kMaxJsonDepth), "", "invalid_json");
   Json parsed;
   try {
-    parsed = Json::parse(body);
+    parsed = parse_exact_json(body);
   } catch (const Json::exception& e) {
     // A syntax error (nlohmann names the byte offset and what it expected) or a number beyond a double.
     throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what(), "", "invalid_json");
@@ -54,19 +88,22 @@ Json parse_json_body(std::string_view body) {
 }
 
 namespace {
-void check_fields_in(const Json& body, std::initializer_list<std::span<const std::string_view>> lists) {
+void check_fields_in(const Json& body, std::initializer_list<std::span<const std::string_view>> lists,
+                     std::string_view path = {}) {
   for (const auto& [key, value] : body.items()) {
+    if (value.is_null()) continue;  // null is absent: OpenAI SDKs send nulls for fields they leave unset
     bool known = false;
     for (auto list : lists)
       for (auto name : list) known = known || key == name;
-    if (!known) refuse_field(key, "this field is not supported by duet (see docs/api.md)");
+    if (!known) refuse_field(std::string(path) + key, "this field is not supported by duet (see docs/api.md)");
   }
 }
 }  // namespace
 
 void check_known_fields(const Json& body, std::initializer_list<std::string_view> supported,
-                        std::initializer_list<std::string_view> ignored) {
-  check_fields_in(body, {std::span(supported.begin(), supported.size()), std::span(ignored.begin(), ignored.size())});
+                        std::initializer_list<std::string_view> ignored, std::string_view path) {
+  check_fields_in(body, {std::span(supported.begin(), supported.size()), std::span(ignored.begin(), ignored.size())},
+                  path);
 }
 
 void check_generation_fields(const Json& body, std::initializer_list<std::string_view> route_fields,
@@ -87,6 +124,7 @@ std::optional<double> read_number(const Json& object, const std::string& key, co
                                   double max) {
   const Json* value = field(object, key);
   if (!value) return std::nullopt;
+  if (exact_integer_text(*value)) refuse_field(name, fmt::format("must be between {} and {}", min, max));
   if (!value->is_number()) refuse_type(name, *value, "a number");
   double number = value->get<double>();
   if (!std::isfinite(number) || number < min || number > max)
@@ -98,6 +136,7 @@ std::optional<int64_t> read_integer(const Json& object, const std::string& key, 
                                     int64_t max) {
   const Json* value = field(object, key);
   if (!value) return std::nullopt;
+  if (exact_integer_text(*value)) refuse_field(name, fmt::format("must be between {} and {}", min, max));
   if (!value->is_number_integer()) refuse_type(name, *value, "an integer");
   if (value->is_number_unsigned() && value->get<uint64_t>() > static_cast<uint64_t>(max))
     refuse_field(name, fmt::format("must be between {} and {}", min, max));
@@ -116,15 +155,12 @@ std::optional<std::string> read_string(const Json& object, const std::string& ke
 SamplingRequest parse_sampling(const Json& body) {
   SamplingRequest request;
   auto& params = request.params;
-  if (auto n = read_integer(body, "n", "n", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
-      n && *n != 1)
-    refuse_field("n", "only n=1 is supported; send one request per completion");
+  if (auto n = read_integer(body, "n", "n", 1, kMaxChoices)) request.n = static_cast<int32_t>(*n);
   if (auto best_of = read_integer(body, "best_of", "best_of", std::numeric_limits<int64_t>::min(),
                                   std::numeric_limits<int64_t>::max());
       best_of && *best_of != 1)
     refuse_field("best_of", "only best_of=1 is supported");
-  if (const Json* bias = field(body, "logit_bias"); bias && !(bias->is_object() && bias->empty()))
-    refuse_field("logit_bias", "logit_bias is not supported");
+  params.logit_bias = parse_logit_bias(body);
 
   if (auto v = read_number(body, "temperature", "temperature", 0, 2)) params.temperature = static_cast<float>(*v);
   if (auto v = read_number(body, "top_p", "top_p", 0, 1)) {
@@ -144,6 +180,7 @@ SamplingRequest parse_sampling(const Json& body) {
   }
 
   if (const Json* seed = field(body, "seed")) {
+    if (exact_integer_text(*seed)) refuse_field("seed", "must fit in 64 bits");
     if (!seed->is_number_integer()) refuse_type("seed", *seed, "an integer");
     // Negative seeds are valid OpenAI input; they map onto the same 64 bits.
     params.seed = seed->is_number_unsigned() ? seed->get<uint64_t>() : static_cast<uint64_t>(seed->get<int64_t>());
@@ -192,18 +229,17 @@ SamplingRequest parse_sampling(const Json& body) {
   return request;
 }
 
-int32_t resolve_max_tokens(std::optional<int64_t> asked, int32_t prompt_tokens, int32_t cap, int32_t context,
+int32_t resolve_max_tokens(std::optional<int64_t> asked, int32_t prompt_tokens, int32_t default_tokens, int32_t context,
                            const std::string& prompt_param) {
-  if (asked && *asked > cap)
-    refuse_field("max_tokens", fmt::format("at most {} tokens per request (the server's --max-tokens)", cap));
-  int32_t room = context - prompt_tokens;
-  if (room <= 0 || (asked && *asked > room))
+  const int32_t room = context - prompt_tokens;
+  if (room <= 0)
     throw ApiError(400,
-                   fmt::format("this model's context is {} tokens; the prompt has {} and {} completion tokens "
-                               "were asked",
-                               context, prompt_tokens, asked ? *asked : 1),
+                   fmt::format("this model's context is {} tokens and the prompt alone has {}, leaving no room for a "
+                               "completion",
+                               context, prompt_tokens),
                    prompt_param, "context_length_exceeded");
-  return asked ? static_cast<int32_t>(*asked) : std::min(cap, room);
+  // Clients ask budgets their own models allow (8000 and more); what the context cannot hold ends with `length`.
+  return static_cast<int32_t>(std::min<int64_t>(asked.value_or(default_tokens), room));
 }
 
 StreamRequest parse_stream(const Json& body) {
@@ -212,11 +248,18 @@ StreamRequest parse_stream(const Json& body) {
   if (const Json* options = field(body, "stream_options")) {
     if (!options->is_object()) refuse_type("stream_options", *options, "an object");
     if (!request.stream) refuse_field("stream_options", "only allowed when stream is true");
-    for (const auto& [key, value] : options->items())
-      if (key != "include_usage") refuse_field("stream_options." + key, "not supported");
+    // include_obfuscation pads chunks against length side channels on OpenAI's side; accepted without effect.
+    check_known_fields(*options, {"include_usage"}, {"include_obfuscation"}, "stream_options.");
+    read_bool(*options, "include_obfuscation", "stream_options.include_obfuscation");
     if (auto v = read_bool(*options, "include_usage", "stream_options.include_usage")) request.include_usage = *v;
   }
   return request;
+}
+
+ClientTags parse_client_tags(const Json& body) {
+  return {read_string(body, "user", "user").value_or(""),
+          read_string(body, "safety_identifier", "safety_identifier").value_or(""),
+          read_string(body, "prompt_cache_key", "prompt_cache_key").value_or("")};
 }
 
 void check_model(const Json& body, const std::string& served_model_name) {

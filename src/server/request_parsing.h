@@ -13,15 +13,19 @@
 
 namespace duet::server {
 
-using Json = nlohmann::json;
+// Request bodies keep the client's key order (and integers of any length, base/exact_json.h): tool schemas and
+// tool-call arguments reach the chat template as the client wrote them, as Python's json.loads gives them to
+// transformers' `tojson`. nlohmann::json would sort the keys and change the prompt.
+using Json = nlohmann::ordered_json;
 
-// Parses a request body that must be a JSON object (valid UTF-8, nesting <= kMaxJsonDepth). ApiError 400.
+// Parses a request body that must be a JSON object (valid UTF-8, nesting <= kMaxJsonDepth), as Python's json.loads
+// reads it (key order kept, a repeated key at its first place with its last value). ApiError 400.
 Json parse_json_body(std::string_view body);
 
-// Every key of `body` must be in `supported` or `ignored`; the first other one is refused by name, so a field
-// that would change the answer is never dropped silently.
+// Every key of `body` whose value is not null must be in `supported` or `ignored`; the first other one is refused by
+// name (`path` + key), so a field that would change the answer is never dropped silently. A null is absent.
 void check_known_fields(const Json& body, std::initializer_list<std::string_view> supported,
-                        std::initializer_list<std::string_view> ignored);
+                        std::initializer_list<std::string_view> ignored, std::string_view path = {});
 
 // The fields both generation routes (chat and completions) accept: the model, streaming, and the sampling and
 // stop fields; each route reads `logprobs` its own way.
@@ -63,8 +67,15 @@ std::optional<std::string> read_string(const Json& object, const std::string& ke
 struct SamplingRequest {
   engine::SamplingParams params;
   std::optional<int64_t> max_tokens;
+  int32_t n = 1;                  // choices: as many engine requests of the same prompt (see submit_choices)
   bool return_token_ids = false;  // duet/vLLM extension: token ids in each choice (what `duet bench` hashes)
 };
+
+// The most token ids one logit_bias may name (OpenAI's limit).
+constexpr size_t kMaxLogitBias = 300;
+
+// The most choices one request may ask for (`n`).
+constexpr int32_t kMaxChoices = 16;
 
 // The number of stop strings a request may give.
 constexpr size_t kMaxStopStrings = 16;
@@ -74,9 +85,10 @@ constexpr size_t kMaxStopStrings = 16;
 // A request without a seed gets a random one (draws are keyed by seed and position).
 SamplingRequest parse_sampling(const Json& body);
 
-// The completion budget: the asked max_tokens (refused above `cap`), or min(cap, room left in the context).
-// A prompt that leaves no room, or an ask that does not fit, is 400 context_length_exceeded.
-int32_t resolve_max_tokens(std::optional<int64_t> asked, int32_t prompt_tokens, int32_t cap, int32_t context,
+// The completion budget: the asked max_tokens, or `default_tokens` (--max-tokens) when none was asked, fitted to
+// the room the prompt leaves in the context (the generation then ends with finish_reason `length`). Only a prompt
+// that alone fills the context is 400 context_length_exceeded.
+int32_t resolve_max_tokens(std::optional<int64_t> asked, int32_t prompt_tokens, int32_t default_tokens, int32_t context,
                            const std::string& prompt_param);
 
 // stream and stream_options.include_usage.
@@ -85,6 +97,15 @@ struct StreamRequest {
   bool include_usage = false;
 };
 StreamRequest parse_stream(const Json& body);
+
+// Who is asking, as the client names it (user, safety_identifier) and the cache hint it sends (prompt_cache_key):
+// written to the request's access-log line, never used to answer.
+struct ClientTags {
+  std::string user;
+  std::string safety_identifier;
+  std::string prompt_cache_key;
+};
+ClientTags parse_client_tags(const Json& body);
 
 // `model`, when given, must name the served model (404 model_not_found otherwise).
 void check_model(const Json& body, const std::string& served_model_name);

@@ -27,10 +27,14 @@ class RouteTable {
     Method method;
     std::string path;
     Handler handler;
-    bool needs_key;  // false only for /health: probes come without one
+    bool needs_key;       // false only for /health: probes come without one
+    bool prefix = false;  // `path` ends in '/' and takes every longer path (GET /v1/models/{id})
   };
 
   void add(Method method, std::string path, Handler handler, bool needs_key = true);
+  // A route for every path under `prefix` (which ends in '/'); the handler reads the rest from the request's path
+  // and only compares it, never opens anything by it.
+  void add_prefix(Method method, std::string prefix, Handler handler);
 
   // The route for a method ("HEAD" takes a GET route) and path. No route: `allowed` lists the methods the path has,
   // empty when the path is unknown.
@@ -50,6 +54,7 @@ class RouteTable {
 // The route files (one idea each).
 void add_chat_route(RouteTable& table, ServerContext& context);
 void add_completions_route(RouteTable& table, ServerContext& context);
+void add_responses_route(RouteTable& table, ServerContext& context);
 void add_status_routes(RouteTable& table, ServerContext& context);
 void add_tokenize_routes(RouteTable& table, ServerContext& context);
 void add_systemone_route(RouteTable& table, ServerContext& context);

@@ -1,6 +1,7 @@
 #pragma once
 // What every route needs: the server's options, the engine (behind a narrow interface so the HTTP layer can
 // be tested with a scripted stand-in), the tokenizer, the chat renderer and the metrics.
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -22,12 +23,14 @@ namespace duet::server {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
-  std::vector<std::string> api_keys;  // empty: no key needed
-  std::string served_model_name;      // `duet serve` fills it (flag, or the model folder's name)
-  int32_t max_tokens = 2048;          // the cap per request, and the default when a request names none
-  int32_t context = 4096;             // positions per sequence (prompt + completion), as the engine was sized
-  bool enable_thinking = true;        // the chat template's default; a request may override it
-  HttpLimits http;                    // sizes, deadlines and connections the HTTP layer allows
+  std::vector<std::string> api_keys;      // empty: no key needed
+  std::string served_model_name;          // `duet serve` fills it (flag, or the model folder's name)
+  int32_t max_tokens = 2048;              // the cap per request, and the default when a request names none
+  int32_t context = 4096;                 // positions per sequence (prompt + completion), as the engine was sized
+  bool enable_thinking = true;            // the chat template's default; a request may override it
+  HttpLimits http;                        // sizes, deadlines and connections the HTTP layer allows
+  bool log_json = false;                  // --log-format json: access-log lines as JSON objects
+  std::vector<std::string> cors_origins;  // --cors-origin: `*` or origins whose pages may call; empty: CORS off
 };
 
 // The engine as the routes use it.
@@ -52,6 +55,25 @@ class EngineBackend final : public GenerationBackend {
   engine::Engine& engine_;
 };
 
+// The engine once it exists: `duet serve` listens while the model loads, and the HTTP layer lets no request but
+// /health reach a route until ServerContext::ready, so submit() before set() is not expected (it answers 429).
+class LateEngineBackend final : public GenerationBackend {
+ public:
+  void set(engine::Engine* engine) { engine_.store(engine, std::memory_order_release); }
+  std::shared_ptr<engine::RequestHandle> submit(engine::Request request) override {
+    engine::Engine* engine = engine_.load(std::memory_order_acquire);
+    if (!engine) throw engine::QueueFull("engine: the model is still loading");
+    return engine->submit(std::move(request));
+  }
+  engine::EngineStats stats() const override {
+    engine::Engine* engine = engine_.load(std::memory_order_acquire);
+    return engine ? engine->stats() : engine::EngineStats{};
+  }
+
+ private:
+  std::atomic<engine::Engine*> engine_{nullptr};
+};
+
 // What POST /v1/systemone needs beyond the chat routes: the joint head and the backbone whose LM head rows it reads.
 struct DecisionSupport {
   std::shared_ptr<const decision::JointHead> head;
@@ -71,6 +93,9 @@ struct ServerContext {
   int64_t started_at = 0;  // unix seconds, reported as the model's `created`
   // Set when the model folder holds a joint head.
   std::optional<DecisionSupport> decisions;
+  // False while `duet serve` loads the model: /health answers 503 `loading`, every other route 503 `model_loading`.
+  // Set (release) after the fields above are final; read (acquire) before any route runs.
+  std::atomic<bool> ready{true};
 };
 
 }  // namespace duet::server

@@ -24,7 +24,8 @@ void add_status_routes(RouteTable& table, ServerContext& context) {
   // Open without a key: load balancers and orchestrators probe it.
   table.add(
       RouteTable::Method::get, "/health",
-      [](const HttpRequest&) {
+      [&context](const HttpRequest&) {
+        if (!context.ready.load(std::memory_order_acquire)) return json_response({{"status", "loading"}}, 503);
         return json_response({{"status", "ok"}});
       },
       /*needs_key=*/false);
@@ -34,8 +35,15 @@ void add_status_routes(RouteTable& table, ServerContext& context) {
   });
 
   // The one model by name; the id is compared, never used for anything else.
-  table.add(RouteTable::Method::get, "/v1/models/" + context.options.served_model_name,
-            [&context](const HttpRequest&) { return json_response(model_json(context)); });
+  table.add_prefix(RouteTable::Method::get, "/v1/models/", [&context](const HttpRequest& req) {
+    const std::string_view id = std::string_view(req.path).substr(std::string_view("/v1/models/").size());
+    if (id != context.options.served_model_name)
+      throw ApiError(404,
+                     fmt::format("the model `{}` does not exist; this server serves `{}`", id.substr(0, 256),
+                                 context.options.served_model_name),
+                     "model", "model_not_found");
+    return json_response(model_json(context));
+  });
 
   table.add(RouteTable::Method::get, "/metrics", [&context](const HttpRequest&) {
     HttpResponse res;

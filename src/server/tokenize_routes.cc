@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "base/error.h"
+#include "base/exact_json.h"
 #include "server/chat_request.h"
 #include "server/errors.h"
 #include "server/request_parsing.h"
@@ -52,6 +53,7 @@ void add_tokenize_routes(RouteTable& table, ServerContext& context) {
     for (size_t i = 0; i < it->size(); ++i) {
       const Json& id = (*it)[i];
       std::string name = fmt::format("tokens[{}]", i);
+      if (exact_integer_text(id)) refuse_field(name, "not a token id");  // beyond 64 bits
       if (!id.is_number_integer()) refuse_field(name, "expected a token id (an integer)");
       if (id.is_number_unsigned() ? id.get<uint64_t>() >= uint64_t(context.tokenizer.vocab_size())
                                   : id.get<int64_t>() < 0)

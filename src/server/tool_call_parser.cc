@@ -1,13 +1,13 @@
 #include "server/tool_call_parser.h"
 
-#include "base/json_depth.h"
-
 #include <algorithm>
+
+#include "base/json_depth.h"
 
 namespace duet::server {
 namespace {
 
-using Json = nlohmann::json;
+using Json = nlohmann::ordered_json;  // arguments keep the order the model wrote them in
 
 constexpr std::string_view kThinkOpen = "<think>";
 constexpr std::string_view kThinkClose = "</think>";
@@ -124,13 +124,13 @@ std::optional<ParsedToolCall> parse_xml_call(std::string_view block, const Json&
 
 }  // namespace
 
-std::optional<ParsedToolCall> parse_tool_call_block(std::string_view block, const nlohmann::json& tools) {
+std::optional<ParsedToolCall> parse_tool_call_block(std::string_view block, const nlohmann::ordered_json& tools) {
   block = trim(block);
   if (block.starts_with('{')) return parse_json_call(block);
   return parse_xml_call(block, tools);
 }
 
-ChatOutputParser::ChatOutputParser(bool starts_in_reasoning, bool parse_tools, nlohmann::json tools)
+ChatOutputParser::ChatOutputParser(bool starts_in_reasoning, bool parse_tools, nlohmann::ordered_json tools)
     : mode_(starts_in_reasoning ? Mode::reasoning : Mode::content),
       parse_tools_(parse_tools),
       tools_(std::move(tools)) {}
@@ -230,7 +230,7 @@ void ChatOutputParser::drain(std::vector<OutputPiece>& out, bool final) {
 }
 
 ParsedChatOutput parse_chat_output(std::string_view text, bool starts_in_reasoning, bool parse_tools,
-                                   const nlohmann::json& tools) {
+                                   const nlohmann::ordered_json& tools) {
   ChatOutputParser parser(starts_in_reasoning, parse_tools, tools);
   ParsedChatOutput result;
   auto take = [&](std::vector<OutputPiece> pieces) {

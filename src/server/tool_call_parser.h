@@ -13,13 +13,13 @@ namespace duet::server {
 
 struct ParsedToolCall {
   std::string name;
-  nlohmann::json arguments = nlohmann::json::object();
+  nlohmann::ordered_json arguments = nlohmann::ordered_json::object();
 };
 
 // Parses the text between <tool_call> and </tool_call>: the XML form above, or a JSON object
 // {"name": ..., "arguments": {...}}. Parameter values become the JSON type the tool's schema declares for
 // them (string when it declares none or the value does not parse). nullopt when it is neither form.
-std::optional<ParsedToolCall> parse_tool_call_block(std::string_view block, const nlohmann::json& tools);
+std::optional<ParsedToolCall> parse_tool_call_block(std::string_view block, const nlohmann::ordered_json& tools);
 
 struct OutputPiece {
   enum class Kind { reasoning, content, tool_call };
@@ -32,7 +32,7 @@ class ChatOutputParser {
  public:
   // starts_in_reasoning: the prompt ended inside an open <think> (the template's generation prompt with
   // thinking on). parse_tools: the request offered tools, so <tool_call> blocks are calls.
-  ChatOutputParser(bool starts_in_reasoning, bool parse_tools, nlohmann::json tools);
+  ChatOutputParser(bool starts_in_reasoning, bool parse_tools, nlohmann::ordered_json tools);
 
   std::vector<OutputPiece> push(std::string_view text);
   // Releases what was held back; an unterminated tool call that still parses counts as a call.
@@ -45,7 +45,7 @@ class ChatOutputParser {
 
   Mode mode_;
   bool parse_tools_;
-  nlohmann::json tools_;
+  nlohmann::ordered_json tools_;
   bool at_content_start_ = true;  // where a model may open its own <think>
   bool after_tag_ = false;        // right after </think> or a tool call: blank lines there are layout
   std::string pending_;
@@ -58,6 +58,6 @@ struct ParsedChatOutput {
   std::vector<ParsedToolCall> tool_calls;
 };
 ParsedChatOutput parse_chat_output(std::string_view text, bool starts_in_reasoning, bool parse_tools,
-                                   const nlohmann::json& tools);
+                                   const nlohmann::ordered_json& tools);
 
 }  // namespace duet::server

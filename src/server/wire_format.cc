@@ -20,6 +20,7 @@ std::string head(const HttpResponse& res, const Framing& framing, std::string_vi
   std::string out = fmt::format("HTTP/1.1 {} {}\r\nContent-Type: {}\r\n{}", res.status, reason,
                                 single_line(res.content_type), length_header);
   for (const auto& [name, value] : res.headers) out += single_line(name) + ": " + single_line(value) + "\r\n";
+  for (const auto& [name, value] : framing.extra_headers) out += single_line(name) + ": " + single_line(value) + "\r\n";
   out += framing.keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
   return out;
 }

@@ -9,9 +9,10 @@ namespace duet::server {
 
 // How a response is framed for the request it answers.
 struct Framing {
-  bool keep_alive = true;  // false: `Connection: close`, and the connection closes after it
-  bool head_only = false;  // a HEAD request: the header (with the body's Content-Length) and no body
-  bool http_1_0 = false;   // a stream to an HTTP/1.0 client is sent unchunked and ended by closing
+  bool keep_alive = true;     // false: `Connection: close`, and the connection closes after it
+  bool head_only = false;     // a HEAD request: the header (with the body's Content-Length) and no body
+  bool http_1_0 = false;      // a stream to an HTTP/1.0 client is sent unchunked and ended by closing
+  HttpHeaders extra_headers;  // what every answer to this request carries besides its own (CORS)
 };
 
 std::string whole_response(const HttpResponse& res, const Framing& framing);

@@ -154,7 +154,18 @@ const Recipe kRecipes[] = {
     {"presence_frequency", 1.0f, 0, 1.0f, 0.0f, 1.0f, 0.5f, 0.3f},
     {"negative_presence_k20", 0.5f, 20, 1.0f, 0.0f, 1.0f, -0.5f, 1.0f},
     {"everything", 0.8f, 100, 0.92f, 0.01f, 1.2f, 0.3f, 0.2f},
+    {"logit_bias", 0.9f, 0, 1.0f, 0.0f, 1.3f, 0.2f, 0.1f},  // biases set by add_logit_bias
 };
+
+// OpenAI's logit_bias on ids the penalties also touch and on one they do not: a ban, a force, small shifts.
+void add_logit_bias(Case& c) {
+  std::map<int32_t, float> bias;
+  const float shifts[] = {-100.0f, 2.5f, 100.0f};
+  for (size_t i = 0; i < c.prompt.size() && i < 3; ++i) bias[c.prompt[i]] = shifts[i];
+  if (!c.generated.empty()) bias[c.generated.front()] = -1.5f;
+  bias[static_cast<int32_t>(c.logits.size()) - 1] = 3.0f;
+  c.params.logit_bias.assign(bias.begin(), bias.end());
+}
 
 engine::SamplingParams params_of(const Recipe& r, int32_t vocab, std::mt19937_64& rng) {
   engine::SamplingParams p;
@@ -200,6 +211,7 @@ std::vector<Case> make_cases(int32_t vocab, int reps, uint64_t seed) {
         c.params = params_of(r, vocab, rng);
         c.position = static_cast<int64_t>(rng() % 100000);
         add_history(c, rng);
+        if (std::string(r.name) == "logit_bias") add_logit_bias(c);
         c.label = label + "/" + r.name + " vocab " + std::to_string(vocab);
         cases.push_back(std::move(c));
       }
@@ -239,6 +251,11 @@ std::vector<PenaltyEntry> penalty_entries(const Case& c) {
     PenaltyEntry& e = by_id[id];
     e.id = id;
     ++e.generated;
+  }
+  for (const auto& [id, bias] : c.params.logit_bias) {  // merged into the entry of its id, as sample_spec does
+    PenaltyEntry& e = by_id[id];
+    e.id = id;
+    e.bias = bias;
   }
   std::vector<PenaltyEntry> out;
   for (const auto& [id, e] : by_id) out.push_back(e);

@@ -99,6 +99,33 @@ TEST(Sampler, PresenceAndFrequencyLookOnlyAtGeneratedTokens) {
   EXPECT_FLOAT_EQ(out[2], 1.0f);
 }
 
+TEST(Sampler, LogitBiasIsAddedAfterThePenalties) {
+  SamplingParams p;
+  p.repetition_penalty = 2.0f;
+  p.logit_bias = {{1, 1.5f}, {3, -100.0f}, {9, 7.0f}};  // id 9 is outside this vocabulary: skipped
+  // Id 1 (in the prompt): 3 / 2 + 1.5 = 3; id 3 (in the prompt): 4 / 2 - 100 = -98 (a bias before the penalty
+  // would give (4 - 100) * 2 = -192).
+  const std::vector<float> out = penalized_logits(std::vector<float>{0.5f, 3.0f, 1.0f, 4.0f}, p, counts_of({1, 3}, {}));
+  EXPECT_EQ(out, (std::vector<float>{0.5f, 3.0f, 1.0f, -98.0f}));
+}
+
+TEST(Sampler, LogitBiasBansAndForcesTokens) {
+  std::mt19937 rng(3);
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 11;
+  for (int trial = 0; trial < 50; ++trial) {
+    const std::vector<float> logits = random_logits(rng, 40);
+    p.logit_bias = {{17, 100.0f}};
+    EXPECT_EQ(sample_token(logits, p, {}, trial).id, 17);
+    const auto best = std::max_element(logits.begin(), logits.end()) - logits.begin();
+    p.temperature = 0;
+    p.logit_bias = {{static_cast<int32_t>(best), -100.0f}};
+    EXPECT_NE(sample_token(logits, p, {}, trial).id, best);
+    p.temperature = 1.0f;
+  }
+}
+
 TEST(Sampler, GreedyIsArgmaxWithTiesToLowestId) {
   std::mt19937 rng(1);
   SamplingParams p;

@@ -41,12 +41,13 @@ def start_server(args):
                               text=True)
     line = server.stdout.readline()
     port = int(re.search(r"http://[0-9.]+:([0-9]+)", line).group(1))
-    for _ in range(200):
+    for _ in range(1200):  # /health answers 503 while the model loads
         try:
             if http_get(port, "/health")[0] == 200:
                 return server, port
         except OSError:
-            time.sleep(0.05)
+            pass
+        time.sleep(0.05)
     raise SystemExit("duet serve did not answer /health")
 
 

@@ -34,10 +34,11 @@ TEST(ServeBench, DecisionsConcurrentEqualAlone) {
   EXPECT_NE(result.output.find("4 at once p50"), std::string::npos) << result.output;
 }
 
-// A request that cannot succeed makes bench fail: the exit code is the signal CI reads.
+// A request that cannot succeed makes bench fail: the exit code is the signal CI reads. Its prompt alone fills a
+// context of 8 positions (a budget over the context would be fitted, not refused).
 TEST(ServeBench, FailuresGiveANonZeroExit) {
   if (!demo_model_available()) FAIL() << demo_model_missing_reason();
-  ServerProcess server({"--max-tokens", "4"});
+  ServerProcess server({"--context", "8"});
   auto result = run_command(std::string(DUET_BINARY) + " bench --url " + server.url() +
                             " --levels 1 --tokens 8 --reps 1 --sampling greedy 2>&1");
   EXPECT_NE(result.status, 0) << result.output;

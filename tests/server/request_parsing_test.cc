@@ -48,15 +48,29 @@ TEST(ParseSampling, NamesTheBadField) {
   EXPECT_EQ(param(R"({"temperature": 3})"), "temperature");
   EXPECT_EQ(param(R"({"top_p": 0})"), "top_p");
   EXPECT_EQ(param(R"({"top_k": 1.5})"), "top_k");
-  EXPECT_EQ(param(R"({"n": 2})"), "n");
+  EXPECT_EQ(param(R"({"n": 0})"), "n");
+  EXPECT_EQ(param(R"({"n": 17})"), "n");  // more than kMaxChoices
+  EXPECT_EQ(parse_sampling(Json::parse(R"({"n": 16})")).n, 16);
   EXPECT_EQ(param(R"({"seed": "x"})"), "seed");
   EXPECT_EQ(param(R"({"stop": ["a", 1]})"), "stop[1]");
   EXPECT_EQ(param(R"({"stop": [""]})"), "stop[0]");
   EXPECT_EQ(param(R"({"stop_token_ids": [-1]})"), "stop_token_ids[0]");
   EXPECT_EQ(param(R"({"max_tokens": 0})"), "max_tokens");
   EXPECT_EQ(param(R"({"max_tokens": 99999999999999999999})"), "max_tokens");
-  EXPECT_EQ(param(R"({"logit_bias": {"1": 5}})"), "logit_bias");
+  EXPECT_EQ(param(R"({"logit_bias": [1]})"), "logit_bias");
+  EXPECT_EQ(param(R"({"logit_bias": {"01": 5}})"), "logit_bias.01");  // "1" and "01" would name one id twice
+  EXPECT_EQ(param(R"({"logit_bias": {"x": 5}})"), "logit_bias.x");
+  EXPECT_EQ(param(R"({"logit_bias": {"-1": 5}})"), "logit_bias.-1");
+  EXPECT_EQ(param(R"({"logit_bias": {"7": 101}})"), "logit_bias.7");
+  EXPECT_EQ(param(R"({"logit_bias": {"7": "5"}})"), "logit_bias.7");
   EXPECT_EQ(param(R"({"max_tokens": 3, "max_completion_tokens": 4})"), "max_completion_tokens");
+}
+
+TEST(ParseSampling, LogitBiasByTokenId) {
+  const auto bias =
+      parse_sampling(Json::parse(R"({"logit_bias": {"42": -100, "0": 2.5, "7": 100}})")).params.logit_bias;
+  EXPECT_EQ(bias, (std::vector<std::pair<int32_t, float>>{{42, -100.0f}, {0, 2.5f}, {7, 100.0f}}));
+  EXPECT_TRUE(parse_sampling(Json::parse(R"({"logit_bias": null})")).params.logit_bias.empty());
 }
 
 TEST(ParseSampling, NullsAreAbsentAndSeedIsPickedWhenMissing) {
@@ -66,13 +80,15 @@ TEST(ParseSampling, NullsAreAbsentAndSeedIsPickedWhenMissing) {
   EXPECT_NE(parse_sampling(Json::object()).params.seed, parse_sampling(Json::object()).params.seed);
 }
 
-TEST(ResolveMaxTokens, DefaultsToTheRoomLeftAndRefusesOverflow) {
-  EXPECT_EQ(resolve_max_tokens(std::nullopt, 10, 100, 50, "prompt"), 40);
-  EXPECT_EQ(resolve_max_tokens(std::nullopt, 10, 20, 50, "prompt"), 20);
+TEST(ResolveMaxTokens, AsksAreFittedToTheRoomLeftAndOnlyAFullPromptIsRefused) {
+  EXPECT_EQ(resolve_max_tokens(std::nullopt, 10, 100, 50, "prompt"), 40);  // the default, fitted
+  EXPECT_EQ(resolve_max_tokens(std::nullopt, 10, 20, 50, "prompt"), 20);   // the default (--max-tokens)
   EXPECT_EQ(resolve_max_tokens(5, 10, 20, 50, "prompt"), 5);
-  EXPECT_EQ(error_of([] { resolve_max_tokens(30, 10, 20, 50, "prompt"); }).param(), "max_tokens");
-  EXPECT_EQ(error_of([] { resolve_max_tokens(20, 40, 20, 50, "prompt"); }).code(), "context_length_exceeded");
-  EXPECT_EQ(error_of([] { resolve_max_tokens(std::nullopt, 50, 20, 50, "messages"); }).param(), "messages");
+  EXPECT_EQ(resolve_max_tokens(30, 10, 20, 50, "prompt"), 30);    // above --max-tokens: asked is asked
+  EXPECT_EQ(resolve_max_tokens(8000, 40, 20, 50, "prompt"), 10);  // above the room: fitted
+  EXPECT_EQ(resolve_max_tokens(8000, 49, 20, 50, "prompt"), 1);
+  EXPECT_EQ(error_of([] { resolve_max_tokens(20, 50, 20, 50, "prompt"); }).code(), "context_length_exceeded");
+  EXPECT_EQ(error_of([] { resolve_max_tokens(std::nullopt, 60, 20, 50, "messages"); }).param(), "messages");
 }
 
 TEST(ParseStream, IncludeUsageNeedsStream) {

@@ -143,10 +143,13 @@ struct Gate {
     routes.add(
         RouteTable::Method::get, "/health", [](const HttpRequest&) { return HttpResponse{}; }, false);
   }
+  std::vector<std::string> cors_origins;
+  bool loading = false;
   GateVerdict check(HttpRequest head, std::optional<uint64_t> length = 2, bool chunked = false,
                     bool shutting_down = false) {
     head.path = head.target;
-    return check_request_head(head, length, chunked, GateRules{routes, keys, 100, shutting_down});
+    return check_request_head(head, length, chunked,
+                              GateRules{routes, keys, 100, shutting_down, &cors_origins, loading});
   }
   static int status(const GateVerdict& verdict) { return verdict.refusal ? verdict.refusal->status : 0; }
 };
@@ -184,6 +187,51 @@ TEST(RequestGate, DecidesFromTheHeaderInOrder) {
   ASSERT_NE(fine.route, nullptr);
   EXPECT_EQ(fine.route->path, "/v1/x");
   EXPECT_EQ(gate.check({"HEAD", "/health", "", {}, ""}, {}).route->path, "/health") << "HEAD takes the GET route";
+}
+
+// While the model loads only /health reaches its route; the rest is 503 model_loading (after the key check, so a
+// client without a key still learns nothing).
+TEST(RequestGate, WhileLoadingOnlyHealthIsServed) {
+  Gate gate;
+  gate.loading = true;
+  const HttpHeaders key = {{"Authorization", "Bearer secret"}};
+  GateVerdict busy = gate.check({"POST", "/v1/x", "", key, ""});
+  ASSERT_EQ(Gate::status(busy), 503);
+  EXPECT_NE(busy.refusal->body.find("model_loading"), std::string::npos);
+  EXPECT_EQ(busy.refusal->headers.back(), (std::pair<std::string, std::string>{"Retry-After", "1"}));
+  EXPECT_EQ(Gate::status(gate.check({"POST", "/v1/x", "", {}, ""})), 401);
+  EXPECT_EQ(Gate::status(gate.check({"GET", "/health", "", {}, ""}, {})), 0);
+  gate.loading = false;
+  EXPECT_EQ(Gate::status(gate.check({"POST", "/v1/x", "", key, ""})), 0);
+}
+
+// A CORS preflight is answered before the key check, the same on every path; without --cors-origin it is not one.
+TEST(RequestGate, PreflightsAreAnsweredBeforeTheKeyOnlyWithCorsOrigins) {
+  Gate gate;
+  const HttpHeaders preflight = {{"Origin", "https://app.example"}, {"Access-Control-Request-Method", "POST"}};
+  EXPECT_EQ(Gate::status(gate.check({"OPTIONS", "/v1/x", "", preflight, ""}, {})), 401) << "CORS is off by default";
+  gate.cors_origins = {"https://app.example"};
+  GateVerdict known = gate.check({"OPTIONS", "/v1/x", "", preflight, ""}, {});
+  GateVerdict unknown = gate.check({"OPTIONS", "/nope", "", preflight, ""}, {});
+  ASSERT_EQ(Gate::status(known), 204);
+  EXPECT_EQ(known.refusal->headers, unknown.refusal->headers);
+  EXPECT_EQ(Gate::status(gate.check({"OPTIONS",
+                                     "/v1/x",
+                                     "",
+                                     {{"Origin", "https://other.example"}, {"Access-Control-Request-Method", "POST"}},
+                                     ""},
+                                    {})),
+            403);
+  EXPECT_EQ(Gate::status(gate.check({"OPTIONS", "/v1/x", "", {{"Origin", "https://app.example"}}, ""}, {})), 401)
+      << "an OPTIONS that is not a preflight is an ordinary request";
+  gate.cors_origins = {"*"};
+  EXPECT_EQ(Gate::status(gate.check({"OPTIONS",
+                                     "/v1/x",
+                                     "",
+                                     {{"Origin", "https://other.example"}, {"Access-Control-Request-Method", "POST"}},
+                                     ""},
+                                    {})),
+            204);
 }
 
 }  // namespace

@@ -214,16 +214,22 @@ TEST_F(ServeTest, ErrorsHaveOpenAisShapeAndStatus) {
                               R"({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"})"),
                          400)["param"],
             "temperature");
-  EXPECT_EQ(expect_error(post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "n": 3})"),
+  EXPECT_EQ(expect_error(post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "n": 30})"),
                          400)["param"],
             "n");
   EXPECT_EQ(
       expect_error(post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "frobnicate": 1})"),
                    400)["param"],
       "frobnicate");
-  EXPECT_EQ(expect_error(post("/v1/completions", R"({"prompt": "x", "max_tokens": 100000})"), 400)["param"],
-            "max_tokens");
   EXPECT_EQ(expect_error(post("/v1/completions", R"({"prompt": [1, "a"]})"), 400)["param"], "prompt[1]");
+  // Integers beyond 64 bits are read exactly (bodies are parsed as Python's json.loads would) and refused by name.
+  EXPECT_EQ(expect_error(post("/v1/completions", R"({"prompt": [123456789012345678901234]})"), 400)["param"],
+            "prompt[0]");
+  EXPECT_EQ(expect_error(post("/v1/completions", R"({"prompt": "x", "seed": 123456789012345678901234})"), 400)["param"],
+            "seed");
+  EXPECT_EQ(expect_error(post("/v1/completions", R"({"prompt": "x", "temperature": 123456789012345678901234})"),
+                         400)["param"],
+            "temperature");
   EXPECT_EQ(expect_error(post("/v1/completions", R"({"prompt": ["a", "b"]})"), 400)["param"], "prompt");
   EXPECT_EQ(expect_error(post("/v1/completions", R"({"prompt": "x", "echo": true})"), 400)["param"], "echo");
   Json model = expect_error(post("/v1/completions", R"({"prompt": "x", "model": "gpt-4"})"), 404);
@@ -245,16 +251,21 @@ TEST_F(ServeTest, ErrorsHaveOpenAisShapeAndStatus) {
   expect_error(client.Get("/v1/models/../../../etc/passwd"), 404);
 }
 
-TEST_F(ServeTest, ContextOverflowIsNamed) {
+// A budget larger than the context leaves is fitted to it (the server runs with --context 1024); only a prompt
+// that alone fills the context is refused.
+TEST_F(ServeTest, MaxTokensIsFittedAndOnlyAFullPromptOverflows) {
   auto client = server_->client();
-  std::vector<int> long_prompt(1000, 7);
-  Json body = {{"prompt", long_prompt}, {"max_tokens", 100}};
+  Json body = {{"prompt", std::vector<int>(1000, 7)}, {"max_tokens", 100000}, {"ignore_eos", true}};
+  auto fitted = client.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(fitted);
+  ASSERT_EQ(fitted->status, 200) << fitted->body;
+  Json reply = Json::parse(fitted->body);
+  EXPECT_EQ(reply["usage"]["completion_tokens"], 24);
+  EXPECT_EQ(reply["choices"][0]["finish_reason"], "length");
+  body = {{"prompt", std::vector<int>(1024, 7)}, {"max_tokens", 1}};
   Json error = expect_error(client.Post("/v1/completions", body.dump(), "application/json"), 400);
   EXPECT_EQ(error["code"], "context_length_exceeded");
   EXPECT_EQ(error["param"], "prompt");
-  body = {{"prompt", std::vector<int>(1100, 7)}};
-  EXPECT_EQ(expect_error(client.Post("/v1/completions", body.dump(), "application/json"), 400)["code"],
-            "context_length_exceeded");
 }
 
 TEST_F(ServeTest, ThirtyTwoConcurrentRequestsOfMixedLengthsAllFinish) {

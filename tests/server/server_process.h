@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "../run_command.h"
+
 extern char** environ;
 
 namespace duet::testing {
@@ -38,7 +40,9 @@ inline std::string demo_model_missing_reason() {
 
 class ServerProcess {
  public:
-  explicit ServerProcess(std::vector<std::string> flags, const std::string& model_dir = demo_model_dir()) {
+  // Returns once /health says the model is loaded, or (wait_until_ready false) as soon as the server listens.
+  explicit ServerProcess(std::vector<std::string> flags, const std::string& model_dir = demo_model_dir(),
+                         bool wait_until_ready = true) {
     signal(SIGPIPE, SIG_IGN);
     std::vector<std::string> args = {DUET_BINARY, "serve", model_dir, "--port", "0"};
     args.insert(args.end(), flags.begin(), flags.end());
@@ -64,8 +68,9 @@ class ServerProcess {
     if (!std::regex_search(line, match, std::regex(R"(http://[0-9.]+:([0-9]+))")))
       throw std::runtime_error("duet serve did not print its address; log: " + log_path_.string());
     port_ = std::stoi(match[1]);
-    for (int i = 0; i < 200; ++i) {
-      if (auto res = client().Get("/health"); res && res->status == 200) return;
+    if (!wait_until_ready) return;
+    for (int i = 0; i < 1200; ++i) {
+      if (auto res = client().Get("/health"); res && res->status == 200) return;  // 503 while the model loads
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     throw std::runtime_error("duet serve did not answer /health");
@@ -164,22 +169,5 @@ class ServerProcess {
   int port_ = 0;
   std::filesystem::path log_path_;
 };
-
-// Runs a shell command and returns its stdout and exit status.
-struct CommandResult {
-  std::string output;
-  int status = -1;
-};
-inline CommandResult run_command(const std::string& command) {
-  CommandResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return result;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) result.output.append(buffer, n);
-  int status = pclose(pipe);
-  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
 
 }  // namespace duet::testing

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "../run_command.h"
 #include "base/error.h"
 
 namespace duet::tokenizer {
@@ -31,14 +32,9 @@ ojson read_cases() {
 
 // Runs `command`; returns its stdout, or nullopt when it fails (engine not installed).
 std::optional<std::string> run(const std::string& command) {
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
-  if (!pipe) return std::nullopt;
-  std::string out;
-  std::array<char, 65536> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe.get())) > 0) out.append(buffer.data(), n);
-  if (pclose(pipe.release()) != 0) return std::nullopt;
-  return out;
+  auto result = testing::run_command(command);
+  if (result.status != 0) return std::nullopt;
+  return result.output;
 }
 
 std::vector<ChatMessage> to_messages(const ojson& messages) {

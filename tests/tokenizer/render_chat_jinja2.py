@@ -17,13 +17,17 @@ def raise_exception(message):
     raise jinja2.exceptions.TemplateError(message)
 
 
-def main():
-    template_text = open(sys.argv[1], encoding="utf-8").read()
-    cases = json.load(open(sys.argv[2], encoding="utf-8"))
+def load_template(path):
+    """The template at `path`, compiled as transformers compiles chat templates."""
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
-    template = env.from_string(template_text)
+    return env.from_string(open(path, encoding="utf-8").read())
+
+
+def main():
+    template = load_template(sys.argv[1])
+    cases = json.load(open(sys.argv[2], encoding="utf-8"))
     out = []
     for c in cases:
         try:

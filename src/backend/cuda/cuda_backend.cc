@@ -259,7 +259,7 @@ class CudaBackend final : public Backend {
       p.position = spec.position;
       p.penalty_offset = static_cast<int32_t>(penalties.size());
       p.penalty_count = static_cast<int32_t>(spec.penalties.size());
-      for (const auto& e : spec.penalties) penalties.push_back(PenaltyEntry{e.id, e.generated, e.in_prompt});
+      for (const auto& e : spec.penalties) penalties.push_back(PenaltyEntry{e.id, e.generated, e.in_prompt, e.bias});
       sample_params.push_back(p);
     }
     decode_logit_rows_ = 0;

@@ -1222,12 +1222,13 @@ __device__ void sample_row(int32_t row, const Args& a, Smem& sm) {
   float* s = reinterpret_cast<float*>(slot);
   int32_t* list = reinterpret_cast<int32_t*>(slot + a.list_offset);
 
-  // Penalties (sampler.cc penalized_logits) on a copy in s.
+  // Penalties, then logit_bias (sampler.cc penalized_logits), on a copy in s. Entries exist only when a penalty is
+  // on or a bias is given.
   const bool greedy = p.temperature <= 0.0f;
   const bool repetition = p.repetition_penalty != 1.0f;
   const bool additive = p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
   const float* penalized = raw;
-  if ((repetition || additive) && p.penalty_count > 0) {
+  if (p.penalty_count > 0) {
     for_each_value(raw, n, [&](int32_t i, float x, bool valid) {
       if (valid) s[i] = x;
     });
@@ -1244,6 +1245,7 @@ __device__ void sample_row(int32_t row, const Args& a, Smem& sm) {
         x = __fsub_rn(x, __fadd_rn(__fmul_rn(p.frequency_penalty, static_cast<float>(pe.generated)),
                                    p.presence_penalty));
       }
+      if (pe.bias != 0.0f) x = __fadd_rn(x, pe.bias);
       s[pe.id] = x;
     }
     __syncthreads();

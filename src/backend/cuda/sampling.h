@@ -42,13 +42,15 @@ struct SamplingRowParams {
   int32_t penalty_count = 0;
 };
 
-// One id the penalties look at (engine::TokenCounts flattened): the repetition penalty applies when in_prompt != 0
-// or generated > 0 (the CPU's `seen`), presence and frequency when generated > 0. Each id at most once per row (a
-// repeated id would be penalized twice); ids outside [0, vocab) are skipped, as on the CPU.
+// One id the penalties or logit_bias look at (engine::TokenCounts flattened, the biases merged in): the repetition
+// penalty applies when in_prompt != 0 or generated > 0 (the CPU's `seen`), presence and frequency when generated > 0.
+// Each id at most once per row (a repeated id would be penalized twice); ids outside [0, vocab) are skipped, as on the
+// CPU.
 struct PenaltyEntry {
   int32_t id = 0;
   int32_t generated = 0;  // times generated so far
   int32_t in_prompt = 0;  // nonzero: the id is in the prompt
+  float bias = 0.0f;      // logit_bias: added after the penalties (sampler.cc penalized_logits)
 };
 
 // How a row was decided (bits of DeviceSample::path), for tests and counters; never needed to use the result.

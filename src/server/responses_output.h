@@ -1,0 +1,31 @@
+#pragma once
+// The Responses API's output for one generation: output items (reasoning, message, function_call) in a `response`
+// object, whole, or as the documented stream of named events: response.created, response.in_progress, then per
+// item response.output_item.added, its deltas (response.reasoning_text.delta; response.content_part.added +
+// response.output_text.delta; response.function_call_arguments.delta) and their .done events,
+// response.output_item.done, and last response.completed (or response.incomplete when the budget ran out).
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "server/generation.h"
+#include "server/responses_request.h"
+
+namespace duet::server {
+
+struct ResponseHeader {
+  std::string id = random_id("resp_");
+  int64_t created_at = unix_now();
+  std::string model;
+  bool starts_in_reasoning = false;  // the prompt opened <think>: the reply starts inside the reasoning
+};
+
+// The finished response, with `output_text` (the messages' text, as the SDKs compute it).
+nlohmann::ordered_json whole_response_json(const ResponseHeader& header, const ResponsesRequest& request,
+                                           const CollectedGeneration& generation);
+
+// The stream of events for one choice (the Responses API has no `n`); it sends no `[DONE]`.
+std::unique_ptr<StreamFormatter> responses_stream_formatter(ResponseHeader header, ResponsesRequest request);
+
+}  // namespace duet::server

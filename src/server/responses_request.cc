@@ -1,0 +1,215 @@
+#include "server/responses_request.h"
+
+#include <fmt/format.h>
+
+#include "server/errors.h"
+
+namespace duet::server {
+namespace {
+
+// input_text / output_text parts (or a plain string) joined, as the chat route joins text parts.
+std::string item_text(const Json& item, const std::string& name) {
+  auto it = item.find("content");
+  if (it == item.end() || it->is_null()) return {};
+  if (it->is_string()) return it->get<std::string>();
+  if (!it->is_array()) refuse_field(name + ".content", "expected a string or an array of text parts");
+  std::string text;
+  for (size_t j = 0; j < it->size(); ++j) {
+    const Json& part = (*it)[j];
+    const std::string part_name = fmt::format("{}.content[{}]", name, j);
+    if (!part.is_object()) refuse_field(part_name, "expected a content part object");
+    auto type = read_string(part, "type", part_name + ".type");
+    if (!type || (*type != "input_text" && *type != "output_text" && *type != "text"))
+      refuse_field(part_name + ".type", "only input_text and output_text parts are supported");
+    check_known_fields(part, {"type", "text"}, {"annotations", "logprobs", "cache_control"}, part_name + ".");
+    text += read_string(part, "text", part_name + ".text").value_or("");
+  }
+  return text;
+}
+
+// The assistant turn a function_call item belongs to: the previous assistant message, or a new one.
+tokenizer::ChatMessage& assistant_turn(std::vector<tokenizer::ChatMessage>& messages) {
+  if (messages.empty() || messages.back().role != "assistant") messages.push_back({"assistant", "", std::nullopt, {}});
+  return messages.back();
+}
+
+void add_input_item(std::vector<tokenizer::ChatMessage>& messages, const Json& item, const std::string& name) {
+  if (!item.is_object()) refuse_field(name, "expected an input item object");
+  const std::string type = read_string(item, "type", name + ".type").value_or("message");
+  if (type == "message") {
+    check_known_fields(item, {"type", "role", "content"}, {"id", "status"}, name + ".");
+    auto role = read_string(item, "role", name + ".role");
+    if (!role) refuse_field(name + ".role", "missing");
+    if (*role != "user" && *role != "assistant" && *role != "system" && *role != "developer")
+      refuse_field(name + ".role", fmt::format("`{}` is not one of user, assistant, system, developer", *role));
+    messages.push_back({*role == "developer" ? "system" : *role, item_text(item, name), std::nullopt, {}});
+  } else if (type == "function_call") {
+    check_known_fields(item, {"type", "name", "arguments", "call_id"}, {"id", "status"}, name + ".");
+    auto function_name = read_string(item, "name", name + ".name");
+    if (!function_name || function_name->empty()) refuse_field(name + ".name", "missing");
+    // The template parses a JSON-string argument itself, keeping its key order.
+    nlohmann::ordered_json arguments = read_string(item, "arguments", name + ".arguments").value_or("{}");
+    assistant_turn(messages).tool_calls.push_back({*function_name, std::move(arguments)});
+  } else if (type == "function_call_output") {
+    check_known_fields(item, {"type", "call_id", "output"}, {"id", "status"}, name + ".");
+    auto output = item.find("output");
+    std::string text;
+    if (output != item.end() && output->is_string())
+      text = output->get<std::string>();
+    else if (output != item.end() && output->is_array())
+      text = item_text({{"content", *output}}, name + ".output");
+    else if (output != item.end() && !output->is_null())
+      refuse_field(name + ".output", "expected a string or an array of text parts");
+    messages.push_back({"tool", std::move(text), std::nullopt, {}});
+  } else if (type == "reasoning") {
+    // Earlier reasoning: the template drops it from past turns anyway, so it is accepted and not shown.
+    check_known_fields(item, {"type"}, {"id", "summary", "content", "encrypted_content", "status"}, name + ".");
+  } else if (type == "item_reference") {
+    refuse_field(name + ".type", "item references need stored responses; duet keeps none (send the items themselves)");
+  } else {
+    refuse_field(name + ".type", fmt::format("`{}` items are not supported", type));
+  }
+}
+
+std::vector<tokenizer::ChatMessage> parse_input(const Json& body) {
+  std::vector<tokenizer::ChatMessage> messages;
+  if (auto instructions = read_string(body, "instructions", "instructions"))
+    messages.push_back({"system", *instructions, std::nullopt, {}});
+  auto it = body.find("input");
+  if (it == body.end() || it->is_null()) refuse_field("input", "missing");
+  if (it->is_string()) {
+    messages.push_back({"user", it->get<std::string>(), std::nullopt, {}});
+  } else if (it->is_array()) {
+    for (size_t i = 0; i < it->size(); ++i) add_input_item(messages, (*it)[i], fmt::format("input[{}]", i));
+  } else {
+    refuse_field("input", "expected a string or an array of input items");
+  }
+  // A system message after instructions (or a second one) joins the first, as the template takes one system turn.
+  for (size_t i = 1; i < messages.size(); ++i) {
+    if (messages[i].role != "system") continue;
+    if (messages[0].role != "system") refuse_field("input", "a system or developer message must come first");
+    messages[0].content += "\n\n" + messages[i].content;
+    messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(i--));
+  }
+  return messages;
+}
+
+// Responses function tools are flat ({type, name, description, parameters, strict}); the template takes the Chat
+// Completions shape. The client's order of name, description and parameters is kept.
+Json parse_tools(const Json& body) {
+  Json tools = Json::array();
+  auto it = body.find("tools");
+  if (it == body.end() || it->is_null()) return tools;
+  if (!it->is_array()) refuse_field("tools", "expected an array of tools");
+  if (it->size() > 256) refuse_field("tools", "at most 256 tools");
+  for (size_t i = 0; i < it->size(); ++i) {
+    const Json& tool = (*it)[i];
+    const std::string name = fmt::format("tools[{}]", i);
+    if (!tool.is_object()) refuse_field(name, "expected an object");
+    if (read_string(tool, "type", name + ".type") != "function")
+      refuse_field(name + ".type", "only `function` tools are supported (no built-in tools)");
+    check_known_fields(tool, {"type", "name", "description", "parameters"}, {"strict"}, name + ".");
+    auto function_name = read_string(tool, "name", name + ".name");
+    if (!function_name || function_name->empty()) refuse_field(name + ".name", "missing");
+    read_string(tool, "description", name + ".description");
+    Json function = Json::object();
+    for (auto member = tool.begin(); member != tool.end(); ++member) {
+      if (member.key() == "type" || member.key() == "strict" || member->is_null()) continue;
+      if (member.key() == "parameters" && !member->is_object())
+        refuse_field(name + ".parameters", "expected a JSON schema object");
+      function[member.key()] = *member;
+    }
+    tools.push_back({{"type", "function"}, {"function", std::move(function)}});
+  }
+  return tools;
+}
+
+// reasoning.effort as the thinking switch (as reasoning_effort on chat); the summary setting has no effect.
+bool parse_reasoning(const Json& body, bool server_default) {
+  auto it = body.find("reasoning");
+  if (it == body.end() || it->is_null()) return server_default;
+  if (!it->is_object()) refuse_field("reasoning", "expected an object");
+  check_known_fields(*it, {"effort"}, {"summary", "generate_summary"}, "reasoning.");
+  auto effort = read_string(*it, "effort", "reasoning.effort");
+  if (!effort) return server_default;
+  if (*effort == "none") return false;
+  if (*effort == "minimal" || *effort == "low" || *effort == "medium" || *effort == "high" || *effort == "xhigh")
+    return true;
+  refuse_field("reasoning.effort", fmt::format("`{}` is not one of none, minimal, low, medium, high, xhigh", *effort));
+}
+
+void check_text_format(const Json& body) {
+  auto it = body.find("text");
+  if (it == body.end() || it->is_null()) return;
+  if (!it->is_object()) refuse_field("text", "expected an object");
+  check_known_fields(*it, {"format"}, {"verbosity"}, "text.");
+  if (auto format = it->find("format"); format != it->end() && !format->is_null()) {
+    if (!format->is_object() || read_string(*format, "type", "text.format.type") != "text")
+      refuse_field("text.format", "only {\"type\": \"text\"} is supported (no JSON schema output yet)");
+  }
+}
+
+// What a stateless server cannot do, refused by name rather than ignored.
+void refuse_state(const Json& body) {
+  if (read_string(body, "previous_response_id", "previous_response_id"))
+    refuse_field("previous_response_id", "duet keeps no responses; send the whole conversation in `input`");
+  if (read_bool(body, "store", "store").value_or(false))
+    refuse_field("store", "duet keeps no responses; send store: false (or leave it out)");
+  if (auto it = body.find("conversation"); it != body.end() && !it->is_null())
+    refuse_field("conversation", "duet keeps no conversations; send the whole conversation in `input`");
+  if (read_bool(body, "background", "background").value_or(false))
+    refuse_field("background", "background responses need stored state; duet answers in the foreground");
+}
+
+}  // namespace
+
+ResponsesRequest parse_responses_request(const Json& body, const ServerOptions& options) {
+  check_known_fields(body,
+                     {"model",
+                      "input",
+                      "instructions",
+                      "tools",
+                      "tool_choice",
+                      "max_output_tokens",
+                      "temperature",
+                      "top_p",
+                      "reasoning",
+                      "text",
+                      "stream",
+                      "store",
+                      "previous_response_id",
+                      "parallel_tool_calls",
+                      "user",
+                      "safety_identifier",
+                      "prompt_cache_key",
+                      "background",
+                      "conversation",
+                      "ignore_eos"},
+                     {"metadata", "service_tier", "include", "truncation", "stream_options", "max_tool_calls"});
+  check_model(body, options.served_model_name);
+  refuse_state(body);
+  check_text_format(body);
+  if (auto truncation = read_string(body, "truncation", "truncation"); truncation && *truncation != "disabled")
+    refuse_field("truncation", "only \"disabled\": a prompt over the context is refused, never cut");
+  ResponsesRequest request;
+  request.messages = parse_input(body);
+  request.tools = parse_tools(body);
+  if (auto it = body.find("tool_choice"); it != body.end() && !it->is_null()) {
+    if (!it->is_string() || (*it != "auto" && *it != "none"))
+      refuse_field("tool_choice", "only \"auto\" and \"none\" are supported");
+    if (*it == "none") request.tools = Json::array();
+  }
+  request.enable_thinking = parse_reasoning(body, options.enable_thinking);
+  request.parallel_tool_calls = read_bool(body, "parallel_tool_calls", "parallel_tool_calls").value_or(true);
+  request.stream = read_bool(body, "stream", "stream").value_or(false);
+  request.client = parse_client_tags(body);
+  request.sampling = parse_sampling(body);  // temperature, top_p (the field check let no other sampling field in)
+  request.sampling.max_tokens =
+      read_integer(body, "max_output_tokens", "max_output_tokens", 1, std::numeric_limits<int32_t>::max());
+  for (const char* key : {"instructions", "tools", "tool_choice", "max_output_tokens", "temperature", "top_p",
+                          "parallel_tool_calls", "metadata", "user", "text", "reasoning", "truncation"})
+    if (auto it = body.find(key); it != body.end()) request.echo[key] = *it;
+  return request;
+}
+
+}  // namespace duet::server

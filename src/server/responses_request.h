@@ -1,0 +1,29 @@
+#pragma once
+// A POST /v1/responses body (OpenAI's Responses API, stateless) read into a conversation for the chat template:
+// `instructions` as the system message, `input` (a string, or message, function_call and function_call_output
+// items) as the turns, function `tools` in the Chat Completions shape the template takes. What needs state kept
+// on the server (previous_response_id, store: true, conversation, item references) is refused by name.
+#include <string>
+#include <vector>
+
+#include "server/request_parsing.h"
+#include "server/server_context.h"
+#include "tokenizer/chat_template.h"
+
+namespace duet::server {
+
+struct ResponsesRequest {
+  std::vector<tokenizer::ChatMessage> messages;
+  Json tools = Json::array();  // as the template takes them: {"type": "function", "function": {...}}
+  bool enable_thinking = true;
+  SamplingRequest sampling;
+  bool stream = false;
+  bool parallel_tool_calls = true;
+  ClientTags client;
+  // Echoed in the response object, as OpenAI does.
+  Json echo = Json::object();  // instructions, tools, tool_choice, max_output_tokens, temperature, top_p, ...
+};
+
+ResponsesRequest parse_responses_request(const Json& body, const ServerOptions& options);
+
+}  // namespace duet::server

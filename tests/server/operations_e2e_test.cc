@@ -1,0 +1,146 @@
+// What an operator sees: the context a server without --context takes (the demo model's max_position_embeddings,
+// printed in the memory plan), and one access-log line per request (--log-format json) with route, status, tokens,
+// time to first token, total time, the client's address and the user the client named.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "server_process.h"
+
+namespace duet::testing {
+namespace {
+
+using Json = nlohmann::json;
+
+// The access-log lines the server wrote so far (JSON objects with a `route`), but for the /health probes of
+// ServerProcess's start.
+std::vector<Json> access_lines(const ServerProcess& server) {
+  std::ifstream in(server.log_path());
+  std::vector<Json> lines;
+  for (std::string line; std::getline(in, line);) {
+    Json parsed = Json::parse(line, nullptr, false);
+    if (parsed.is_object() && parsed.contains("route") && parsed["route"] != "/health")
+      lines.push_back(std::move(parsed));
+  }
+  return lines;
+}
+
+// The demo model (linked file by file) with a config.json that is a named pipe: the model loader blocks reading it
+// until something is written into it, so a test sees the server while it loads.
+std::filesystem::path demo_behind_a_pipe(const std::string& prefix) {
+  const auto dir = std::filesystem::temp_directory_path() / (prefix + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json", "model.safetensors", "generation_config.json"})
+    std::filesystem::create_symlink(std::filesystem::absolute(demo_model_dir() + "/" + file), dir / file);
+  if (mkfifo((dir / "config.json").c_str(), 0600) != 0) throw std::runtime_error("mkfifo failed");
+  return dir;
+}
+
+std::string log_text(const ServerProcess& server) {
+  std::ifstream in(server.log_path());
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(Operations, ContextDefaultsToTheModelsLengthAndTheLogNamesEveryRequest) {
+  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  ServerProcess server({"--log-format", "json", "--no-thinking"});
+  auto client = server.client();
+
+  auto models = client.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(Json::parse(models->body)["data"][0]["max_model_len"], 4096);  // models/demo/config.json's
+  EXPECT_NE(log_text(server).find("context 4096 positions per sequence (model: 4096)"), std::string::npos)
+      << log_text(server);
+
+  const Json body = {{"messages", {{{"role", "user"}, {"content", "Hello"}}}},
+                     {"max_tokens", 5},
+                     {"ignore_eos", true},
+                     {"user", "user-7"},
+                     {"safety_identifier", "sid \"quoted\""}};
+  auto chat = client.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(chat);
+  ASSERT_EQ(chat->status, 200) << chat->body;
+  const Json usage = Json::parse(chat->body)["usage"];
+  auto missing = client.Get("/v1/nothing-here");
+  ASSERT_TRUE(missing);
+
+  std::vector<Json> lines;
+  for (int i = 0; i < 100 && lines.size() < 3; ++i) {  // a line is written once its answer is sent
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    lines = access_lines(server);
+  }
+  ASSERT_EQ(lines.size(), 3u) << log_text(server);
+  EXPECT_EQ(lines[0]["route"], "/v1/models");
+  EXPECT_EQ(lines[0]["method"], "GET");
+  EXPECT_EQ(lines[0]["status"], 200);
+  const Json& generation = lines[1];
+  EXPECT_EQ(generation["route"], "/v1/chat/completions");
+  EXPECT_EQ(generation["status"], 200);
+  EXPECT_EQ(generation["prompt_tokens"], usage["prompt_tokens"]);
+  EXPECT_EQ(generation["completion_tokens"], 5);
+  EXPECT_EQ(generation["cached_tokens"], 0);
+  EXPECT_GT(generation["ttft_s"].get<double>(), 0);
+  EXPECT_GE(generation["total_s"].get<double>(), generation["ttft_s"].get<double>());
+  EXPECT_TRUE(generation["client"].get<std::string>().starts_with("127.0.0.1:")) << generation;
+  EXPECT_EQ(generation["user"], "user-7");
+  EXPECT_EQ(generation["safety_identifier"], "sid \"quoted\"");
+  EXPECT_EQ(lines[2]["route"], "unmatched");
+  EXPECT_EQ(lines[2]["status"], 404);
+}
+
+// While the model loads the server already answers: /health 503 `loading`, other routes 503 `model_loading`. The
+// load is held back by a config.json that is a named pipe: the model loader blocks reading it until the test
+// writes the demo's config into it.
+TEST(Operations, HealthSaysLoadingUntilTheModelIsLoaded) {
+  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  const auto dir = demo_behind_a_pipe("duet-loading-");
+  const auto fifo = dir / "config.json";
+
+  ServerProcess server({"--no-thinking"}, dir.string(), /*wait_until_ready=*/false);
+  auto client = server.client();
+  auto health = client.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  EXPECT_EQ(Json::parse(health->body)["status"], "loading");
+  auto models = client.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 503);
+  EXPECT_EQ(Json::parse(models->body)["error"]["code"], "model_loading");
+  EXPECT_EQ(models->get_header_value("Retry-After"), "1");
+
+  {
+    std::ifstream config(demo_model_dir() + "/config.json");
+    std::ofstream(fifo) << config.rdbuf();  // the loader goes on
+  }
+  int status = 0;
+  for (int i = 0; i < 1200 && status != 200; ++i) {
+    if (auto res = client.Get("/health")) status = res->status;
+    if (status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(status, 200);
+  auto ready = client.Get("/v1/models");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 200);
+  std::filesystem::remove_all(dir);
+}
+
+// A stop signal while the model loads ends the process at once (status 0), without waiting for the load.
+TEST(Operations, SigtermWhileLoadingExits) {
+  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  const auto dir = demo_behind_a_pipe("duet-loading-stop-");  // the pipe is never written: the load waits for ever
+  ServerProcess server({}, dir.string(), /*wait_until_ready=*/false);
+  auto health = server.client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  server.send_signal(SIGTERM);
+  EXPECT_EQ(server.wait_exit(std::chrono::seconds(5)), 0);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace duet::testing
