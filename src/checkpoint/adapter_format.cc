@@ -23,21 +23,27 @@ std::string file_sha256(const fs::path& path) {
 }
 }  // namespace
 
-std::map<std::string, std::string> checksums_of(const std::string& folder,
-                                                std::initializer_list<std::string_view> files) {
+std::vector<std::string_view> signed_files(bool with_lm_head_rows) {
+  std::vector<std::string_view> files = {kFactorsFile, kHeadWeightsFile, kHeadConfigFile, kManifestFile};
+  if (with_lm_head_rows) files.push_back(kLmHeadRowsFile);
+  return files;
+}
+
+std::map<std::string, std::string> checksums_of(const std::string& folder, std::span<const std::string_view> files) {
   std::map<std::string, std::string> sums;
   for (std::string_view name : files) sums[std::string(name)] = file_sha256(fs::path(folder) / name);
   return sums;
 }
 
-void write_checksums(const std::string& folder, const std::map<std::string, std::string>& sums) {
+void sign_folder(const std::string& folder) {
   const fs::path path = fs::path(folder) / kChecksumsFile;
+  const auto sums = checksums_of(folder, signed_files(fs::exists(fs::path(folder) / kLmHeadRowsFile)));
   std::ofstream out(path);
   out << nlohmann::ordered_json(sums).dump(2) << "\n";
   if (!out) fail("{}: cannot write", path.string());
 }
 
-void verify_checksums(const std::string& folder, std::initializer_list<std::string_view> required) {
+void verify_checksums(const std::string& folder, std::span<const std::string_view> required) {
   const fs::path path = fs::path(folder) / kChecksumsFile;
   if (!fs::exists(path)) fail("{}: missing; every adapter folder lists its files' sha256 there", path.string());
   const nlohmann::json sums = read_json_file(path.string());

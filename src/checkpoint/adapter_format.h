@@ -8,10 +8,11 @@
 //   manifest.json             format, convention, base and merged, rank, every module's shape and rank
 //   SHA256SUMS.json           {file name: sha256 hex} of every other file above
 #include <array>
-#include <initializer_list>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace duet::checkpoint::adapter_format {
 
@@ -37,12 +38,15 @@ inline constexpr std::array<std::string_view, 3> kMlpModules = {"mlp.gate_proj",
 // "layers.{layer}.{module}", the key of a module in the manifest; its factors are that plus ".lora_A" / ".lora_B".
 std::string module_key(long layer, std::string_view module);
 
+// The files SHA256SUMS.json must list: the four every folder has, and lm_head_rows.safetensors when it has one.
+std::vector<std::string_view> signed_files(bool with_lm_head_rows);
+
 // sha256 of each file named, read from `folder` (memory-mapped, so a large file is never held in memory).
-std::map<std::string, std::string> checksums_of(const std::string& folder, std::initializer_list<std::string_view> files);
-// Writes SHA256SUMS.json for those files.
-void write_checksums(const std::string& folder, const std::map<std::string, std::string>& sums);
+std::map<std::string, std::string> checksums_of(const std::string& folder, std::span<const std::string_view> files);
+// Writes SHA256SUMS.json for the folder's signed files (with lm_head_rows.safetensors when it is there).
+void sign_folder(const std::string& folder);
 // Checks every file SHA256SUMS.json lists against its sha256, and that each of `required` is listed; refuses naming
 // the file (and both sums) on a mismatch.
-void verify_checksums(const std::string& folder, std::initializer_list<std::string_view> required);
+void verify_checksums(const std::string& folder, std::span<const std::string_view> required);
 
 }  // namespace duet::checkpoint::adapter_format

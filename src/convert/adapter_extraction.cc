@@ -270,16 +270,7 @@ ExtractionReport extract_adapter(const ExtractionOptions& options) {
     checkpoint::write_safetensors((fs::path(options.out_dir) / format::kLmHeadRowsFile).string(), {&rows, 1});
   }
   write_manifest(options, report);
-  if (options.lm_head_rows) {
-    format::write_checksums(options.out_dir,
-                            format::checksums_of(options.out_dir, {format::kFactorsFile, format::kHeadWeightsFile,
-                                                                   format::kHeadConfigFile, format::kManifestFile,
-                                                                   format::kLmHeadRowsFile}));
-  } else {
-    format::write_checksums(options.out_dir,
-                            format::checksums_of(options.out_dir, {format::kFactorsFile, format::kHeadWeightsFile,
-                                                                   format::kHeadConfigFile, format::kManifestFile}));
-  }
+  format::sign_folder(options.out_dir);
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return report;
 }

@@ -98,13 +98,7 @@ std::unique_ptr<RuntimeAdapter> RuntimeAdapter::open(const std::string& folder, 
   const fs::path dir(folder);
   if (!fs::is_directory(dir)) fail("--clef {}: not an adapter folder", folder);
   const bool has_rows = fs::exists(dir / format::kLmHeadRowsFile);
-  if (has_rows) {
-    format::verify_checksums(folder, {format::kFactorsFile, format::kManifestFile, format::kHeadWeightsFile,
-                                      format::kHeadConfigFile, format::kLmHeadRowsFile});
-  } else {
-    format::verify_checksums(folder, {format::kFactorsFile, format::kManifestFile, format::kHeadWeightsFile,
-                                      format::kHeadConfigFile});
-  }
+  format::verify_checksums(folder, format::signed_files(has_rows));
   auto manifest = read_manifest(dir / format::kManifestFile);
   if (has_rows) check_lm_head_rows(dir / format::kLmHeadRowsFile, base.lm_head);
 

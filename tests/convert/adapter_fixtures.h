@@ -83,11 +83,7 @@ inline void rewrite_factors(const std::string& folder, const std::function<void(
   std::vector<checkpoint::TensorToWrite> out;
   for (const auto& t : tensors) out.push_back({t.name, t.dtype, t.shape, checkpoint::as_bytes_of(t.bytes)});
   checkpoint::write_safetensors(path, out);
-  auto sums = format::checksums_of(folder, {format::kFactorsFile, format::kHeadWeightsFile, format::kHeadConfigFile,
-                                            format::kManifestFile});
-  if (fs::exists(fs::path(folder) / format::kLmHeadRowsFile))
-    sums[std::string(format::kLmHeadRowsFile)] = format::checksums_of(folder, {format::kLmHeadRowsFile}).begin()->second;
-  format::write_checksums(folder, sums);
+  format::sign_folder(folder);
 }
 
 }  // namespace duet::testing
