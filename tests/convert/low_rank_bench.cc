@@ -1,6 +1,6 @@
-// Not a test: times `duet adapter`'s factorisation (convert/low_rank.h, rank 256, the automatic method) on one matrix
-// of each projection shape of Qwen3.5-9B, and multiplies by how many of each the model has, to estimate the tool's
-// SVD time on the 9B shape. The estimate is an extrapolation from one matrix per shape; docs/benchmarks.md says so.
+// Not a test: times `duet adapter`'s factorisation (convert/low_rank.h, rank 256, the automatic method) and the product
+// of the factors it measures the residual with, on one matrix of each projection shape of Qwen3.5-9B, and multiplies
+// by how many of each the model has, to estimate the tool's SVD time on the 9B shape. The estimate is an extrapolation from one matrix per shape; docs/benchmarks.md says so.
 //   build/tests/convert/low_rank_bench [rank] [shape filter, e.g. 12288x4096]
 #include <chrono>
 #include <cstdio>
@@ -38,6 +38,9 @@ int main(int argc, char** argv) {
     const auto start = std::chrono::steady_clock::now();
     const duet::convert::LowRank f =
         duet::convert::factor_low_rank(d, s.rows, s.cols, rank, duet::convert::SvdMethod::automatic);
+    // The tool also multiplies the stored factors back once, to measure the residual.
+    std::vector<float> product(d.size());
+    duet::convert::multiply_factors(f.B, f.A, s.rows, f.rank, s.cols, product.data());
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("%-11s rank %-4lld %-10s %8.2f s  x %-3lld = %8.1f s  (%s)\n", name.c_str(),
                 static_cast<long long>(f.rank), f.randomized ? "randomized" : "full", seconds,
