@@ -1,7 +1,7 @@
 // The runtime adapter served on the CPU: the tiny base plus the adapter `duet adapter` extracts from the tiny merged
 // checkpoint (tools/make_adapter_fixtures.py) must give the merged checkpoint's decisions within targets.md's gate
 // (mean KL <= 1e-3, the same top option on >= 99% of questions), over the 85 questions of the tiny-mm-clef decision
-// goldens; the base alone and an adapter with shuffled factors are planted controls that must fail it. Chat never
+// goldens asked about four states (340); the base alone and an adapter with shuffled factors are planted controls that must fail it. Chat never
 // passes through the adapter: its logits and tokens are the same bytes with and without --clef, beside decisions and
 // after them; four adapted decisions at once equal each alone. A damaged folder is refused by name.
 #include <gtest/gtest.h>
@@ -68,6 +68,22 @@ class RuntimeAdapter : public ::testing::Test {
     return out;
   }
 
+  // The gate's questions: the goldens' 85, and the same requests with three other states (the ids before the first
+  // question's span drawn anew, seeded), 340 in all. 85 questions cannot show 99% (one is 1.2%); 340 can.
+  static std::vector<decision::Encoding> gate_encodings() {
+    std::vector<decision::Encoding> out;
+    std::mt19937 rng(17);
+    for (int variant = 0; variant < 4; ++variant)
+      for (decision::Encoding encoding : golden_encodings()) {
+        if (variant > 0) {
+          std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(base_->config().vocab_size) - 1);
+          for (int64_t i = 4; i < encoding.questions.front().span.begin; ++i) encoding.ids[i] = id(rng);
+        }
+        out.push_back(std::move(encoding));
+      }
+    return out;
+  }
+
   // The decision's logits by the model's forward pass, prompt cut into `chunk` rows, through the adapter or not.
   static std::vector<float> decide(Model& model, const decision::Encoding& encoding, bool adapted, size_t chunk = 64) {
     decision::HeadInputGatherer gatherer(head_, model, encoding);
@@ -89,7 +105,7 @@ class RuntimeAdapter : public ::testing::Test {
     Gate g;
     double kl_sum = 0;
     int agree = 0;
-    for (const decision::Encoding& encoding : golden_encodings()) {
+    for (const decision::Encoding& encoding : gate_encodings()) {
       const std::vector<float> want = decide(*merged_, encoding, false);
       const std::vector<float> got = decide(candidate, encoding, adapted);
       size_t first = 0;
@@ -150,7 +166,7 @@ TEST_F(RuntimeAdapter, DecisionsMatchTheMergedCheckpointWithinTheGate) {
   const Gate base_alone = gate(*base_, false);
   std::printf("adapter vs merged: mean KL %.3g, top option %.4f of %d questions; base alone: mean KL %.3g, top %.4f\n",
               adapter.mean_kl, adapter.top_agreement, adapter.questions, base_alone.mean_kl, base_alone.top_agreement);
-  EXPECT_EQ(adapter.questions, 85);
+  EXPECT_EQ(adapter.questions, 4 * 85);
   EXPECT_TRUE(adapter.passes()) << adapter.mean_kl << " " << adapter.top_agreement;
   // The control: without the adapter the same gate fails, so the gate sees the fine-tune.
   EXPECT_FALSE(base_alone.passes()) << base_alone.mean_kl << " " << base_alone.top_agreement;
