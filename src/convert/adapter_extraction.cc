@@ -219,6 +219,7 @@ void prepare_out_dir(const std::string& dir) {
 
 ExtractionReport extract_adapter(const ExtractionOptions& options) {
   const auto start = Clock::now();
+  if (options.rank < 1) fail("--rank {}: must be at least 1", options.rank);
   for (auto file : {format::kHeadWeightsFile, format::kHeadConfigFile})
     if (!fs::exists(fs::path(options.merged_dir) / file))
       fail("--merged {}: has no {}; the adapter folder carries the merged release's joint head", options.merged_dir,
