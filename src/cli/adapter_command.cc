@@ -17,10 +17,11 @@ void print_summary(const convert::ExtractionReport& report) {
     const double ratio = m.floor > 0 ? m.residual / m.floor : 0;
     if (ratio >= worst) worst = ratio, worst_key = m.key;
   }
-  std::printf("duet adapter: %zu modules factored, %zu tensors differ only by BF16 rounding (not adapted), %lld equal; "
-              "worst residual %.3fx the BF16 floor (%s); %.1f s\n",
-              report.modules.size(), report.rounding_only.size(), static_cast<long long>(report.equal_tensors), worst,
-              worst_key.c_str(), report.seconds);
+  std::printf(
+      "duet adapter: %zu modules factored, %zu tensors differ only by BF16 rounding (not adapted), %lld equal; "
+      "worst residual %.3fx the BF16 floor (%s); %.1f s\n",
+      report.modules.size(), report.rounding_only.size(), static_cast<long long>(report.equal_tensors), worst,
+      worst_key.c_str(), report.seconds);
 }
 
 }  // namespace
@@ -37,8 +38,9 @@ void add_adapter_command(CLI::App& app) {
   cmd->add_option("--svd", *svd,
                   "auto (randomized range finder where the rank is below the full rank, else full), full, randomized")
       ->capture_default_str();
-  cmd->add_flag("--lm-head-rows", options->lm_head_rows,
-                "Also write lm_head_rows.safetensors, so the server checks the served base's output embedding is this one");
+  cmd->add_flag(
+      "--lm-head-rows", options->lm_head_rows,
+      "Also write lm_head_rows.safetensors, so the server checks the served base's output embedding is this one");
   cmd->callback([options, svd] {
     options->svd = convert::svd_method_from(*svd);
     options->progress = [](const std::string& line) {

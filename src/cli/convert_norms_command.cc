@@ -17,9 +17,10 @@ void add_convert_norms_command(CLI::App& app) {
       std::printf("%s\n", line.c_str());
       std::fflush(stdout);
     });
-    std::printf("duet convert-norms: %zu norms to BF16; %zu files written, %zu hard-linked, %zu copied; total_size %lld\n",
-                report.converted.size(), report.rewritten.size(), report.linked.size(), report.copied.size(),
-                static_cast<long long>(report.total_size));
+    std::printf(
+        "duet convert-norms: %zu norms to BF16; %zu files written, %zu hard-linked, %zu copied; total_size %lld\n",
+        report.converted.size(), report.rewritten.size(), report.linked.size(), report.copied.size(),
+        static_cast<long long>(report.total_size));
   });
 }
 

@@ -42,7 +42,8 @@ std::map<std::string, const TensorView*> text_tensors(const checkpoint::Checkpoi
   const std::string prefix = text_prefix(c);
   std::map<std::string, const TensorView*> out;
   for (const std::string& name : c.names()) {
-    if (name == "lm_head.weight") out[name] = c.find(name);
+    if (name == "lm_head.weight")
+      out[name] = c.find(name);
     else if (name.rfind(prefix, 0) == 0 && name.rfind("model.visual.", 0) != 0)
       out[name.substr(prefix.size())] = c.find(name);
   }
@@ -119,17 +120,19 @@ Plan plan_extraction(const checkpoint::Checkpoint& base, const checkpoint::Check
     std::string module;
     if (adaptable(config, name, layer, module)) {
       const int64_t out = b->shape.at(0), in = b->shape.at(1);
-      plan.modules.push_back({format::module_key(static_cast<long>(layer), module), b, m, out, in,
-                              std::min({rank, out, in})});
+      plan.modules.push_back(
+          {format::module_key(static_cast<long>(layer), module), b, m, out, in, std::min({rank, out, in})});
     } else if (rounding_only(*b, *m)) {
       plan.rounding_only.push_back(b->name);
     } else {
-      fail("{}: {}: differs from the base beyond BF16 rounding, and a runtime adapter covers only the projections "
-           "(linear_attn/self_attn/mlp *_proj); serve the merged checkpoint itself",
-           *m->file, m->name);
+      fail(
+          "{}: {}: differs from the base beyond BF16 rounding, and a runtime adapter covers only the projections "
+          "(linear_attn/self_attn/mlp *_proj); serve the merged checkpoint itself",
+          *m->file, m->name);
     }
   }
-  if (plan.modules.empty()) fail("{}: no projection differs from the base {}: nothing to adapt", merged.folder(), base.folder());
+  if (plan.modules.empty())
+    fail("{}: no projection differs from the base {}: nothing to adapt", merged.folder(), base.folder());
   return plan;
 }
 
@@ -202,7 +205,8 @@ void write_manifest(const ExtractionOptions& options, const ExtractionReport& re
                       {"bf16_floor_norm", m.floor}};
   manifest["modules"] = modules;
   nlohmann::ordered_json rounding = nlohmann::ordered_json::object();
-  for (const std::string& name : report.rounding_only) rounding[name] = "F32 in the base, its BF16 rounding in the merge";
+  for (const std::string& name : report.rounding_only)
+    rounding[name] = "F32 in the base, its BF16 rounding in the merge";
   manifest["not_adapted"] = rounding;
   std::ofstream out(fs::path(options.out_dir) / format::kManifestFile);
   out << manifest.dump(2) << "\n";
@@ -250,11 +254,11 @@ ExtractionReport extract_adapter(const ExtractionOptions& options) {
     writer.write_next(checkpoint::as_bytes_of(a));
     writer.write_next(checkpoint::as_bytes_of(b));
     fit.seconds = std::chrono::duration<double>(Clock::now() - module_start).count();
-    options.progress(fmt::format("[{}/{}] {} [{}, {}] rank {} ({} SVD): |merged - base| {:.4g}, residual {:.4g} = "
-                                 "{:.3f}x the BF16 floor {:.4g} ({:.2f} s)",
-                                 i + 1, plan.modules.size(), fit.key, fit.out, fit.in, fit.rank,
-                                 fit.randomized ? "randomized" : "full", fit.difference, fit.residual,
-                                 fit.floor > 0 ? fit.residual / fit.floor : 0.0, fit.floor, fit.seconds));
+    options.progress(fmt::format(
+        "[{}/{}] {} [{}, {}] rank {} ({} SVD): |merged - base| {:.4g}, residual {:.4g} = "
+        "{:.3f}x the BF16 floor {:.4g} ({:.2f} s)",
+        i + 1, plan.modules.size(), fit.key, fit.out, fit.in, fit.rank, fit.randomized ? "randomized" : "full",
+        fit.difference, fit.residual, fit.floor > 0 ? fit.residual / fit.floor : 0.0, fit.floor, fit.seconds));
     report.modules.push_back(fit);
   }
   writer.finish();

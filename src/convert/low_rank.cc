@@ -80,7 +80,7 @@ LowRank randomized_svd(std::span<const float> d, int64_t rows, int64_t cols, int
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, cols, rows, 1.0f, y.data(), k, d.data(), cols, 0.0f,
               small.data(), cols);
   std::vector<float> us, s, vt;
-  thin_svd(small, k, cols, us, s, vt);  // us [k, k]
+  thin_svd(small, k, cols, us, s, vt);                  // us [k, k]
   std::vector<float> u(static_cast<size_t>(rows * k));  // [rows, k] = Q us
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, k, k, 1.0f, y.data(), k, us.data(), k, 0.0f, u.data(),
               k);
@@ -93,7 +93,8 @@ LowRank randomized_svd(std::span<const float> d, int64_t rows, int64_t cols, int
 
 LowRank factor_low_rank(std::span<const float> d, int64_t rows, int64_t cols, int64_t rank, SvdMethod method,
                         uint64_t seed) {
-  if (static_cast<int64_t>(d.size()) != rows * cols) fail("factor_low_rank: {} values for [{}, {}]", d.size(), rows, cols);
+  if (static_cast<int64_t>(d.size()) != rows * cols)
+    fail("factor_low_rank: {} values for [{}, {}]", d.size(), rows, cols);
   if (rank < 1) fail("--rank {}: must be at least 1", rank);
   const int64_t full_rank = std::min(rows, cols);
   rank = std::min(rank, full_rank);

@@ -26,9 +26,7 @@ namespace {
 constexpr std::string_view kIndexFile = "model.safetensors.index.json";
 constexpr std::string_view kSingleFile = "model.safetensors";
 
-bool is_norm(const TensorView& t) {
-  return t.dtype == DType::f32 && is_gdn_norm_name(t.name);
-}
+bool is_norm(const TensorView& t) { return t.dtype == DType::f32 && is_gdn_norm_name(t.name); }
 
 // The shards: the index's files, or the one model.safetensors.
 std::vector<std::string> shard_names(const fs::path& src) {
@@ -83,8 +81,7 @@ void link_or_copy(const fs::path& from, const fs::path& to, NormConversionReport
 
 bool is_gdn_norm_name(std::string_view name) {
   constexpr std::string_view suffix = ".linear_attn.norm.weight";
-  return name.size() > suffix.size() &&
-         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 NormConversionReport convert_norms(const std::string& src_dir, const std::string& out_dir,
@@ -105,9 +102,10 @@ NormConversionReport convert_norms(const std::string& src_dir, const std::string
     shards[name] = std::move(shard);
   }
   if (norms == 0)
-    fail("{}: has no F32 linear_attn.norm.weight tensor: nothing to convert (its GDN norms are BF16 already, or it "
-         "has no GDN layers)",
-         src_dir);
+    fail(
+        "{}: has no F32 linear_attn.norm.weight tensor: nothing to convert (its GDN norms are BF16 already, or it "
+        "has no GDN layers)",
+        src_dir);
 
   NormConversionReport report;
   report.total_size = total_size;

@@ -80,8 +80,8 @@ class Qwen35Model final : public Model {
   checkpoint::Checkpoint checkpoint_;  // owns the mapped files the weights point into
   std::unique_ptr<backend::Backend> backend_;
   std::unique_ptr<RuntimeAdapter> adapter_;  // declared before weights_: the factors point into its mapped file
-  backend::Weight host_lm_head_;  // [V, h] the checkpoint's own bytes (mapped), for lm_head_rows
-  Qwen35Weights weights_;         // as the backend reads them (resident copies)
+  backend::Weight host_lm_head_;             // [V, h] the checkpoint's own bytes (mapped), for lm_head_rows
+  Qwen35Weights weights_;                    // as the backend reads them (resident copies)
   backend::GdnShape gdn_shape_;
   backend::AttentionShape attention_shape_;
   int64_t attention_layers_ = 0;

@@ -85,8 +85,7 @@ std::map<std::string, std::pair<std::vector<int64_t>, int64_t>> read_manifest(co
 void check_lm_head_rows(const fs::path& path, const backend::Weight& base_head) {
   const checkpoint::Checkpoint rows = checkpoint::Checkpoint::open_file(path.string());
   const DType dtype = base_head.type == backend::WeightType::f32 ? DType::f32 : DType::bf16;
-  const checkpoint::TensorView& t =
-      rows.require(format::kLmHeadRowsTensor, {dtype}, {base_head.rows, base_head.cols});
+  const checkpoint::TensorView& t = rows.require(format::kLmHeadRowsTensor, {dtype}, {base_head.rows, base_head.cols});
   if (std::memcmp(t.bytes.data(), base_head.data, base_head.bytes()) != 0)
     fail("{}: {}: differs from the served base's output embedding: the adapter was made for another base",
          path.string(), format::kLmHeadRowsTensor);
@@ -117,7 +116,8 @@ std::unique_ptr<RuntimeAdapter> RuntimeAdapter::open(const std::string& folder, 
       const checkpoint::TensorView* b = factors.find(key + ".lora_B");
       const auto listed = manifest.find(key);
       if (a == nullptr && b == nullptr) {
-        if (listed != manifest.end()) fail("{}: lists {}, which {} has no factors for", format::kManifestFile, key, file);
+        if (listed != manifest.end())
+          fail("{}: lists {}, which {} has no factors for", format::kManifestFile, key, file);
         continue;
       }
       if (a == nullptr || b == nullptr)

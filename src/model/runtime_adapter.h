@@ -34,7 +34,7 @@ class RuntimeAdapter {
   void bind(Qwen35Weights& weights) const;
 
   const std::string& folder() const { return folder_; }
-  size_t bytes() const { return bytes_; }    // of every factor, as stored
+  size_t bytes() const { return bytes_; }  // of every factor, as stored
   int64_t modules() const { return modules_; }
   int64_t max_rank() const { return max_rank_; }
 

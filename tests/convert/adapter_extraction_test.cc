@@ -1,8 +1,8 @@
-// `duet adapter` on the tiny fixtures (tools/make_adapter_fixtures.py): the merged checkpoint is the base plus a planted
-// rank-4 difference in every projection, rounded to BF16. Extraction at rank 4 must recover the planted difference to
-// the BF16 rounding floor of the merge, checked against the planted factors themselves; rank 3 (a planted control)
-// must fail that gate; the randomized SVD must come within 1% of the full SVD's residual; tensors that only lost F32
-// precision are reported, not adapted; anything else that differs is refused before anything is written.
+// `duet adapter` on the tiny fixtures (tools/make_adapter_fixtures.py): the merged checkpoint is the base plus a
+// planted rank-4 difference in every projection, rounded to BF16. Extraction at rank 4 must recover the planted
+// difference to the BF16 rounding floor of the merge, checked against the planted factors themselves; rank 3 (a planted
+// control) must fail that gate; the randomized SVD must come within 1% of the full SVD's residual; tensors that only
+// lost F32 precision are reported, not adapted; anything else that differs is refused before anything is written.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -169,7 +169,8 @@ TEST(AdapterExtraction, RefusesWhatNoAdapterCanCarryBeforeWriting) {
     const auto source = checkpoint::Checkpoint::open_file(testing::tiny_merged_dir() + "/model.safetensors");
     std::vector<std::vector<uint8_t>> bytes;
     std::vector<checkpoint::TensorToWrite> tensors;
-    for (const std::string& name : source.names()) bytes.emplace_back(source.find(name)->bytes.begin(), source.find(name)->bytes.end());
+    for (const std::string& name : source.names())
+      bytes.emplace_back(source.find(name)->bytes.begin(), source.find(name)->bytes.end());
     size_t i = 0;
     for (const std::string& name : source.names()) {
       const auto* t = source.find(name);

@@ -1,6 +1,7 @@
 // Not a test: times `duet adapter`'s factorisation (convert/low_rank.h, rank 256, the automatic method) and the product
 // of the factors it measures the residual with, on one matrix of each projection shape of Qwen3.5-9B, and multiplies
-// by how many of each the model has, to estimate the tool's SVD time on the 9B shape. The estimate is an extrapolation from one matrix per shape; docs/benchmarks.md says so.
+// by how many of each the model has, to estimate the tool's SVD time on the 9B shape. The estimate is an extrapolation
+// from one matrix per shape; docs/benchmarks.md says so.
 //   build/tests/convert/low_rank_bench [rank] [shape filter, e.g. 12288x4096]
 #include <chrono>
 #include <cstdio>

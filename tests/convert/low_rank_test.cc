@@ -1,12 +1,12 @@
 // The factorisation itself on synthetic matrices: an exact rank-k matrix is recovered at rank k, A's rows are
 // orthonormal and B A is the best rank-r approximation (Eckart-Young: the residual is the tail of the spectrum), and
 // the randomized range finder stays within 1% of the full SVD on a slowly decaying spectrum.
+#include "convert/low_rank.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
-
-#include "convert/low_rank.h"
 
 namespace duet::convert {
 namespace {
@@ -97,7 +97,9 @@ TEST(LowRank, RandomizedWithinOnePercentOfFullOnASlowSpectrum) {
   EXPECT_GE(randomized, full * (1 - 1e-5));  // never better than the optimum
 }
 
-TEST(LowRank, RefusesARankBelowOne) { EXPECT_ANY_THROW(factor_low_rank(std::vector<float>(4, 1.0f), 2, 2, 0, SvdMethod::full)); }
+TEST(LowRank, RefusesARankBelowOne) {
+  EXPECT_ANY_THROW(factor_low_rank(std::vector<float>(4, 1.0f), 2, 2, 0, SvdMethod::full));
+}
 
 }  // namespace
 }  // namespace duet::convert

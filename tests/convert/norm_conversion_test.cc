@@ -1,6 +1,8 @@
 // `duet convert-norms` on a copy of the sharded tiny checkpoint (F32 A_log and GDN norms, like the stock releases), one
 // norm planted with the values where rounding is subtle. Expected BF16 bits are written out by hand (round to nearest
 // even on the dropped 16 bits, as torch's cast does), not computed by the code under test.
+#include "convert/norm_conversion.h"
+
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -11,7 +13,6 @@
 #include "adapter_fixtures.h"
 #include "base/error.h"
 #include "checkpoint/json_file.h"
-#include "convert/norm_conversion.h"
 
 namespace duet::convert {
 namespace {
@@ -137,7 +138,7 @@ TEST_F(NormConversion, OtherFilesAreLinkedByteIdenticalAndTheIndexTotalIsRewritt
     EXPECT_EQ(read_file(entry.path().string()), read_file(out_.file(name))) << name;
     EXPECT_TRUE(fs::equivalent(entry.path(), out_.file(name))) << name << " is not a hard link";
   }
-  EXPECT_EQ(untouched, 6);  // shards 4 and 5, config.json, generation_config.json, the head's two files
+  EXPECT_EQ(untouched, 6);                 // shards 4 and 5, config.json, generation_config.json, the head's two files
   EXPECT_EQ(report.rewritten.size(), 4u);  // three shards with a norm, and the index
 
   // total_size: less the bytes saved, which the files' own sizes show independently; the rest is unchanged.
@@ -145,7 +146,8 @@ TEST_F(NormConversion, OtherFilesAreLinkedByteIdenticalAndTheIndexTotalIsRewritt
   const auto after = checkpoint::Checkpoint::open(out_.path());
   int64_t saved = 0;
   for (const std::string& name : before.names())
-    saved += static_cast<int64_t>(before.find(name)->bytes.size()) - static_cast<int64_t>(after.find(name)->bytes.size());
+    saved +=
+        static_cast<int64_t>(before.find(name)->bytes.size()) - static_cast<int64_t>(after.find(name)->bytes.size());
   EXPECT_EQ(saved, 3 * 32 * 2);  // three [32] norms, 2 bytes a value
   const nlohmann::json old_index = checkpoint::read_json_file(src_.file("model.safetensors.index.json"));
   const nlohmann::json new_index = checkpoint::read_json_file(out_.file("model.safetensors.index.json"));

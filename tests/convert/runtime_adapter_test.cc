@@ -1,10 +1,12 @@
 // The runtime adapter served on the CPU: the tiny base plus the adapter `duet adapter` extracts from the tiny merged
 // checkpoint (tools/make_adapter_fixtures.py) must give the merged checkpoint's decisions within targets.md's gate
 // (mean KL <= 1e-3, the same top option on >= 99% of questions), over the 85 questions of the tiny-mm-clef decision
-// goldens asked about four states (340); the base alone and an adapter with shuffled factors are planted controls that must fail it. Chat never
-// passes through the adapter: its logits and tokens are the same bytes with and without --clef, beside decisions and
-// after them; four adapted decisions at once equal each alone. A damaged folder is refused by name.
+// goldens asked about four states (340); the base alone and an adapter with shuffled factors are planted controls that
+// must fail it. Chat never passes through the adapter: its logits and tokens are the same bytes with and without
+// --clef, beside decisions and after them; four adapted decisions at once equal each alone. A damaged folder is refused
+// by name.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -12,7 +14,6 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
-#include <unistd.h>
 
 #include "../decision/decision_fixtures.h"
 #include "../engine/engine_harness.h"
@@ -24,6 +25,7 @@
 #include "engine/engine.h"
 #include "engine/memory_plan.h"
 #include "model/model.h"
+#include "model/qwen35_model.h"
 
 namespace duet::model {
 namespace {
@@ -229,8 +231,8 @@ TEST_F(RuntimeAdapter, ChatRowsInAMixedStepAreTheBaseBytes) {
     auto decision_state = model.new_sequence_state(256);
     std::vector<Piece> pieces = {{.state = chat_state.get(), .tokens = chat, .wants = RowOutput::all_logits}};
     if (with_decision)
-      pieces.push_back({.state = decision_state.get(), .tokens = decision, .wants = RowOutput::all_logits,
-                        .adapted = adapted});
+      pieces.push_back(
+          {.state = decision_state.get(), .tokens = decision, .wants = RowOutput::all_logits, .adapted = adapted});
     return model.forward(pieces);
   };
   const auto base_alone = run(*base_, false, false);
@@ -320,49 +322,71 @@ void expect_refused(const std::string& adapter_dir, const std::function<void(con
 
 TEST_F(RuntimeAdapter, RefusesADamagedFolderByName) {
   // A flipped bit in the factors: the checksum.
-  expect_refused(adapter_dir_, [](const std::string& dir) {
-    std::fstream f(dir + "/adapter.safetensors", std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(-3, std::ios::end);
-    f.put('\x5a');
-  }, "adapter.safetensors: sha256");
+  expect_refused(
+      adapter_dir_,
+      [](const std::string& dir) {
+        std::fstream f(dir + "/adapter.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(-3, std::ios::end);
+        f.put('\x5a');
+      },
+      "adapter.safetensors: sha256");
   // A factor of the wrong shape (re-signed, so the shape check meets it).
-  expect_refused(adapter_dir_, [](const std::string& dir) {
-    testing::rewrite_factors(dir, [](std::vector<testing::OwnedTensor>& tensors) {
-      for (auto& t : tensors)
-        if (t.name == "layers.1.mlp.up_proj.lora_A") {
-          t.shape = {t.shape[0], t.shape[1] / 2};
-          t.bytes.resize(t.bytes.size() / 2);
-        }
-    });
-  }, "layers.1.mlp.up_proj.lora_A");
+  expect_refused(
+      adapter_dir_,
+      [](const std::string& dir) {
+        testing::rewrite_factors(dir, [](std::vector<testing::OwnedTensor>& tensors) {
+          for (auto& t : tensors)
+            if (t.name == "layers.1.mlp.up_proj.lora_A") {
+              t.shape = {t.shape[0], t.shape[1] / 2};
+              t.bytes.resize(t.bytes.size() / 2);
+            }
+        });
+      },
+      "layers.1.mlp.up_proj.lora_A");
   // A module the base has no projection for.
-  expect_refused(adapter_dir_, [](const std::string& dir) {
-    testing::rewrite_factors(dir, [](std::vector<testing::OwnedTensor>& tensors) {
-      tensors.push_back({"layers.0.linear_attn.frobnicate.lora_A", checkpoint::DType::bf16, {2, 64},
-                         std::vector<uint8_t>(256, 0)});
-    });
-  }, "layers.0.linear_attn.frobnicate.lora_A");
+  expect_refused(
+      adapter_dir_,
+      [](const std::string& dir) {
+        testing::rewrite_factors(dir, [](std::vector<testing::OwnedTensor>& tensors) {
+          tensors.push_back({"layers.0.linear_attn.frobnicate.lora_A",
+                             checkpoint::DType::bf16,
+                             {2, 64},
+                             std::vector<uint8_t>(256, 0)});
+        });
+      },
+      "layers.0.linear_attn.frobnicate.lora_A");
   // A GDN module on the attention layer (layer 3 is full attention).
-  expect_refused(adapter_dir_, [](const std::string& dir) {
-    testing::rewrite_factors(dir, [](std::vector<testing::OwnedTensor>& tensors) {
-      tensors.push_back({"layers.3.linear_attn.out_proj.lora_A", checkpoint::DType::bf16, {2, 128},
-                         std::vector<uint8_t>(512, 0)});
-    });
-  }, "layers.3.linear_attn.out_proj.lora_A");
+  expect_refused(
+      adapter_dir_,
+      [](const std::string& dir) {
+        testing::rewrite_factors(dir, [](std::vector<testing::OwnedTensor>& tensors) {
+          tensors.push_back({"layers.3.linear_attn.out_proj.lora_A",
+                             checkpoint::DType::bf16,
+                             {2, 128},
+                             std::vector<uint8_t>(512, 0)});
+        });
+      },
+      "layers.3.linear_attn.out_proj.lora_A");
   // A factor without its partner.
-  expect_refused(adapter_dir_, [](const std::string& dir) {
-    testing::rewrite_factors(dir, [](std::vector<testing::OwnedTensor>& tensors) {
-      std::erase_if(tensors, [](const auto& t) { return t.name == "layers.2.linear_attn.in_proj_z.lora_B"; });
-    });
-  }, "layers.2.linear_attn.in_proj_z.lora_B: missing");
+  expect_refused(
+      adapter_dir_,
+      [](const std::string& dir) {
+        testing::rewrite_factors(dir, [](std::vector<testing::OwnedTensor>& tensors) {
+          std::erase_if(tensors, [](const auto& t) { return t.name == "layers.2.linear_attn.in_proj_z.lora_B"; });
+        });
+      },
+      "layers.2.linear_attn.in_proj_z.lora_B: missing");
   // A missing checksum file, and a file it does not list.
-  expect_refused(adapter_dir_, [](const std::string& dir) { fs::remove(dir + "/SHA256SUMS.json"); },
-                 "SHA256SUMS.json: missing");
-  expect_refused(adapter_dir_, [](const std::string& dir) {
-    nlohmann::json sums = checkpoint::read_json_file(dir + "/SHA256SUMS.json");
-    sums.erase("joint_head.safetensors");
-    std::ofstream(dir + "/SHA256SUMS.json") << sums.dump();
-  }, "does not list joint_head.safetensors");
+  expect_refused(
+      adapter_dir_, [](const std::string& dir) { fs::remove(dir + "/SHA256SUMS.json"); }, "SHA256SUMS.json: missing");
+  expect_refused(
+      adapter_dir_,
+      [](const std::string& dir) {
+        nlohmann::json sums = checkpoint::read_json_file(dir + "/SHA256SUMS.json");
+        sums.erase("joint_head.safetensors");
+        std::ofstream(dir + "/SHA256SUMS.json") << sums.dump();
+      },
+      "does not list joint_head.safetensors");
 }
 
 TEST_F(RuntimeAdapter, ChecksLmHeadRowsAgainstTheServedBase) {
@@ -370,22 +394,66 @@ TEST_F(RuntimeAdapter, ChecksLmHeadRowsAgainstTheServedBase) {
   testing::extract_tiny_adapter(with_rows.path(), 256, convert::SvdMethod::automatic, true);
   EXPECT_TRUE(fs::exists(with_rows.file("lm_head_rows.safetensors")));
   EXPECT_TRUE(Model::load(testing::tiny_base_dir(), "cpu", with_rows.path())->has_adapter());
-  expect_refused(with_rows.path(), [](const std::string& dir) {
-    const std::string path = dir + "/lm_head_rows.safetensors";
-    std::vector<uint8_t> bytes;
-    checkpoint::DType dtype;
-    std::vector<int64_t> shape;
-    {
-      const auto rows = checkpoint::Checkpoint::open_file(path);
-      const auto* t = rows.find("lm_head.weight");
-      bytes.assign(t->bytes.begin(), t->bytes.end());
-      dtype = t->dtype, shape = t->shape;
-    }
-    bytes[100] ^= 0x10;  // another base's head
-    const checkpoint::TensorToWrite t{"lm_head.weight", dtype, shape, bytes};
-    checkpoint::write_safetensors(path, {&t, 1});
-    format::sign_folder(dir);
-  }, "differs from the served base's output embedding");
+  expect_refused(
+      with_rows.path(),
+      [](const std::string& dir) {
+        const std::string path = dir + "/lm_head_rows.safetensors";
+        std::vector<uint8_t> bytes;
+        checkpoint::DType dtype;
+        std::vector<int64_t> shape;
+        {
+          const auto rows = checkpoint::Checkpoint::open_file(path);
+          const auto* t = rows.find("lm_head.weight");
+          bytes.assign(t->bytes.begin(), t->bytes.end());
+          dtype = t->dtype, shape = t->shape;
+        }
+        bytes[100] ^= 0x10;  // another base's head
+        const checkpoint::TensorToWrite t{"lm_head.weight", dtype, shape, bytes};
+        checkpoint::write_safetensors(path, {&t, 1});
+        format::sign_folder(dir);
+      },
+      "differs from the served base's output embedding");
+}
+
+// A backend that does not apply adapters (as the CUDA backend today): loading one is refused with its name, before
+// any weight is made resident.
+class NoAdapterBackend final : public backend::Backend {
+ public:
+  std::string_view name() const override { return "no-adapter"; }
+  backend::Weight resident(const backend::Weight&, WeightUse) override { fail("no weight may be made resident"); }
+  size_t device_memory_bytes() const override { return 0; }
+  std::unique_ptr<backend::StateStorage> new_state_storage(const backend::GdnShape&, int64_t, int64_t,
+                                                           const backend::AttentionShape&, int64_t, int64_t) override {
+    fail("unused");
+  }
+  size_t gdn_state_bytes(const backend::GdnShape&) const override { return 0; }
+  size_t kv_page_bytes(const backend::AttentionShape&) const override { return 0; }
+  void reserve_workspace(size_t) override {}
+  size_t workspace_bytes() const override { return 0; }
+  void begin_step(const backend::StepPlan&) override {}
+  std::unique_ptr<backend::Activations> new_activations(int64_t, int64_t) override { fail("unused"); }
+  void embed(const backend::Weight&, backend::Activations&) override {}
+  void rms_norm(const backend::Activations&, const backend::Weight&, double, backend::Activations&) override {}
+  void add(backend::Activations&, const backend::Activations&) override {}
+  void gdn_mixer(const backend::GdnWeights&, const backend::GdnShape&, int64_t, const backend::Activations&,
+                 backend::Activations&) override {}
+  void attention_mixer(const backend::AttentionWeights&, const backend::AttentionShape&, int64_t,
+                       const backend::Activations&, backend::Activations&) override {}
+  void mlp(const backend::MlpWeights&, const backend::Activations&, backend::Activations&) override {}
+  void lm_head(const backend::Weight&, const backend::Activations&, float*) override {}
+  void read_rows(const backend::Activations&, int64_t, int64_t, float*) override {}
+};
+
+TEST_F(RuntimeAdapter, ABackendThatDoesNotApplyAdaptersRefusesOneByName) {
+  try {
+    Qwen35Model model(Qwen35Config::load(testing::tiny_base_dir() + "/config.json"),
+                      checkpoint::Checkpoint::open(testing::tiny_base_dir()), std::make_unique<NoAdapterBackend>(),
+                      adapter_dir_);
+    ADD_FAILURE() << "an adapter was given to a backend that does not apply it";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the no-adapter backend does not apply runtime adapters"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST_F(RuntimeAdapter, MemoryPlanCountsTheAdapter) {

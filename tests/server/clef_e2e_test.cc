@@ -148,12 +148,12 @@ class ClefServe : public ::testing::Test {
     root_ = fs::temp_directory_path() / ("duet-clef-e2e-" + std::to_string(getpid()));
     fs::remove_all(root_);
     make_merged_demo(root_ / "merged");
-    const CommandResult made = run_command(std::string(DUET_BINARY) + " adapter --merged " +
-                                           (root_ / "merged").string() + " --base " + demo_model_dir() + " --out " +
-                                           (root_ / "adapter").string() + " --rank 64 --lm-head-rows 2>&1");
+    const CommandResult made =
+        run_command(std::string(DUET_BINARY) + " adapter --merged " + (root_ / "merged").string() + " --base " +
+                    demo_model_dir() + " --out " + (root_ / "adapter").string() + " --rank 64 --lm-head-rows 2>&1");
     ASSERT_EQ(made.status, 0) << made.output;
-    const std::vector<std::string> flags = {"--context", "1024", "--max-tokens", "256", "--parallel", "4", "--backend", "cpu",
-                                            "--served-model-name", "demo"};
+    const std::vector<std::string> flags = {"--context", "1024", "--max-tokens",        "256", "--parallel", "4",
+                                            "--backend", "cpu",  "--served-model-name", "demo"};
     auto with = [&](std::vector<std::string> extra) {
       extra.insert(extra.end(), flags.begin(), flags.end());
       return extra;
