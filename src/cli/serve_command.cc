@@ -14,7 +14,6 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "cli/commands.h"
-#include "convert/blas_threads.h"
 #include "decision/encoder.h"
 #include "decision/joint_head.h"
 #include "engine/engine.h"
@@ -112,7 +111,6 @@ void serve(ServeFlags& flags) {
   set_http_limits(flags);
   // A client that disconnects makes a write fail; it must not kill the process.
   std::signal(SIGPIPE, SIG_IGN);
-  convert::stop_blas_threads();  // started before main() with no signal blocked (convert/blas_threads.h)
   sigset_t signals = stop_signals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // inherited by every thread started below
   if (flags.threads > 0) setenv("DUET_THREADS", std::to_string(flags.threads).c_str(), 1);
