@@ -24,6 +24,15 @@ struct Weight {
   size_t bytes() const { return static_cast<size_t>(rows * cols) * (type == WeightType::bf16 ? 2 : 4); }
 };
 
+// A low-rank adapter (LoRA) of one projection W [out, in]: the rows of adapted pieces (StepPiece::adapted) compute
+// y = x W^T + (x A^T) B^T, every other row x W^T alone. Absent (A.data == nullptr) for a projection the adapter
+// leaves as it is, and for every projection when no adapter is loaded.
+struct LoraFactors {
+  Weight A;  // [rank, in], orthonormal rows as duet adapter writes them
+  Weight B;  // [out, rank], the scale folded in
+  bool present() const { return A.data != nullptr; }
+};
+
 struct GdnWeights {
   Weight in_proj_qkv;  // [2 * key_heads * key_dim + value_heads * value_dim, hidden], rows [q | k | v], head-major
   Weight in_proj_z;    // [value_heads * value_dim, hidden], the output gate
@@ -34,6 +43,9 @@ struct GdnWeights {
   Weight dt_bias;      // [value_heads]
   Weight norm;         // [value_dim] gated RMSNorm, plain weight (bf16 or f32)
   Weight out_proj;     // [hidden, value_heads * value_dim]
+  struct Adapter {
+    LoraFactors in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj;
+  } adapter;  // of the projections above
 };
 
 struct AttentionWeights {
@@ -43,12 +55,18 @@ struct AttentionWeights {
   Weight o_proj;  // [hidden, q_heads * head_dim]
   Weight q_norm;  // [head_dim] (1 + w)
   Weight k_norm;  // [head_dim] (1 + w)
+  struct Adapter {
+    LoraFactors q_proj, k_proj, v_proj, o_proj;
+  } adapter;  // of the projections above
 };
 
 struct MlpWeights {
   Weight gate_proj;  // [ffn, hidden]
   Weight up_proj;    // [ffn, hidden]
   Weight down_proj;  // [hidden, ffn]
+  struct Adapter {
+    LoraFactors gate_proj, up_proj, down_proj;
+  } adapter;  // of the projections above
 };
 
 struct GdnShape {
@@ -102,6 +120,9 @@ struct StepPiece {
   int64_t rows = 0;
   int64_t start_position = 0;
   RowRole role = RowRole::prefill;
+  // The rows go through the weights' adapters (LoraFactors): a decision served through a runtime adapter. Only for a
+  // backend that applies_adapters(); rows of other pieces never pass through an adapter's products.
+  bool adapted = false;
   StateStorage* storage = nullptr;
   int32_t slot = 0;
   std::span<const int32_t> page_table;
@@ -211,6 +232,9 @@ class Backend {
   virtual void mlp(const MlpWeights& w, const Activations& x, Activations& out) = 0;
   // logits[i, :] = head · x[plan.logit_rows[i]], written to host memory [logit_rows.size(), head.rows]
   virtual void lm_head(const Weight& head, const Activations& x, float* logits) = 0;
+  // Whether the sublayers apply the weights' LoraFactors to the rows of adapted pieces. A backend that does not is
+  // never given an adapter: loading one refuses by the backend's name.
+  virtual bool applies_adapters() const { return false; }
   // Whether sample() is available: the backend samples next to the logits, so they never leave its memory.
   virtual bool samples_rows() const { return false; }
   // out[i]: the token picked for plan.sample_rows[i] from head · x[row], by plan.samples[i].

@@ -9,6 +9,8 @@ void add_run_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_rows_command(CLI::App& app);
+void add_adapter_command(CLI::App& app);
+void add_convert_norms_command(CLI::App& app);
 
 // The folder of the bundled demo model, used when no model is named.
 std::string default_model_dir();

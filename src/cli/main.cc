@@ -12,6 +12,8 @@ int main(int argc, char** argv) {
   duet::cli::add_serve_command(app);
   duet::cli::add_bench_command(app);
   duet::cli::add_rows_command(app);
+  duet::cli::add_adapter_command(app);
+  duet::cli::add_convert_norms_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

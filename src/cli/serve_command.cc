@@ -37,6 +37,7 @@ struct ServeFlags {
   bool no_thinking = false;
   int threads = 0;
   std::string backend = "auto";
+  std::string clef_dir;  // a runtime adapter folder: decisions through it, chat from the base alone
   // HTTP deadlines in seconds (server::HttpLimits holds them as durations).
   int header_timeout_s = 10;
   int body_timeout_s = 60;
@@ -172,11 +173,13 @@ void serve(ServeFlags& flags) {
 
   try {
     log_info("loading {}", flags.model_dir);
-    model = model::Model::load(flags.model_dir, flags.backend);
-    // A folder with a joint head beside the checkpoint is a decision model too: checked in full before serving.
+    model = model::Model::load(flags.model_dir, flags.backend, flags.clef_dir);
+    // A folder with a joint head beside the checkpoint is a decision model too; with --clef the adapter folder's head
+    // serves decisions instead. Either is checked in full before serving.
+    const std::string& head_dir = flags.clef_dir.empty() ? flags.model_dir : flags.clef_dir;
     std::shared_ptr<const decision::JointHead> head;
-    if (decision::JointHead::present(flags.model_dir)) {
-      head = decision::JointHead::load(flags.model_dir, model->config().hidden_size);
+    if (!flags.clef_dir.empty() || decision::JointHead::present(head_dir)) {
+      head = decision::JointHead::load(head_dir, model->config().hidden_size);
       // The head's products over every prompt row run where the model runs, when its backend offers them (CUDA).
       if (backend::Backend* products = model->products_backend()) decision::set_products_backend(products);
       flags.engine.decision_head_bytes = head->weight_bytes();
@@ -194,11 +197,12 @@ void serve(ServeFlags& flags) {
       context.decisions =
           server::DecisionSupport{.head = head,
                                   .backbone = model.get(),
-                                  .max_length = std::min(decision::kReferenceMaxLength, flags.engine.context)};
-      log_info("decisions: joint head {} (POST /v1/systemone, prompts up to {} tokens)",
+                                  .max_length = std::min(decision::kReferenceMaxLength, flags.engine.context),
+                                  .adapter = model->has_adapter() ? engine::AdapterUse::clef : engine::AdapterUse::none};
+      log_info("decisions: joint head {} (POST /v1/systemone, prompts up to {} tokens{})",
                fmt::format("width {}, {} routing + {} decoder layers", head->config().width,
                            head->config().routing_layers, head->config().layers),
-               context.decisions->max_length);
+               context.decisions->max_length, model->has_adapter() ? ", through the runtime adapter" : "");
     }
   } catch (const std::exception& error) {
     // A model that cannot be served ends the process with its refusal (status 1, as main() answers duet::Error);
@@ -289,6 +293,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--backend", flags->backend, "cpu, cuda, or auto (cuda when a GPU is present)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
+  cmd->add_option("--clef", flags->clef_dir,
+                  "Runtime adapter folder (`duet adapter` writes it): decisions run through it with its joint head, "
+                  "chat uses the base weights alone");
   cmd->add_option("--threads", flags->threads, "CPU threads for the model (0: one per core)")->capture_default_str();
   cmd->callback([flags] { serve(*flags); });
 }

@@ -83,7 +83,8 @@ struct Engine::Impl {
                .context = options.context,
                .kv_pages = plan.kv_pages,
                .kv_page_positions = plan.kv_page_positions,
-               .has_tokenizer = tokenizer != nullptr},
+               .has_tokenizer = tokenizer != nullptr,
+               .has_adapter = model.has_adapter()},
         eos(eos_ids(model, tokenizer)),
         pool(model, options.parallel, options.context, plan.kv_pages),
         scheduler(pool, options.prefill_chunk, options.step_token_budget),
@@ -224,7 +225,8 @@ struct Engine::Impl {
       pieces.push_back({.state = &scheduler.state_of(*piece.sequence),
                         .tokens = piece.tokens,
                         .wants = wants,
-                        .role = piece.is_prefill ? backend::RowRole::prefill : backend::RowRole::decode});
+                        .role = piece.is_prefill ? backend::RowRole::prefill : backend::RowRole::decode,
+                        .adapted = piece.sequence->request().adapter == AdapterUse::clef});
       if (piece.samples && on_backend) {
         const Sequence& sequence = *piece.sequence;
         specs[i] = sample_spec(sequence.sampling(), sequence.counts(), sequence.next_position());

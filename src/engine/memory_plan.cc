@@ -42,6 +42,7 @@ MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options) 
   plan.weight_bytes = model.weight_bytes();
   plan.context = options.context;
   plan.model_positions = config.max_position_embeddings;
+  plan.adapter_bytes = model.adapter_bytes();
   plan.sequences = options.parallel;
   plan.state_bytes_per_sequence = model.sequence_fixed_bytes();
   plan.kv_pages = planned_kv_pages(model, options);
@@ -60,7 +61,7 @@ MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options) 
   plan.on_device = model.device_memory_bytes() != 0;
   // The head and its inputs live on the host: they count against RAM, not against a GPU's memory.
   plan.total_bytes =
-      plan.weight_bytes + plan.state_pool_bytes + plan.workspace_bytes + (plan.on_device ? 0 : plan.decision_bytes);
+      plan.weight_bytes + plan.adapter_bytes + plan.state_pool_bytes + plan.workspace_bytes + (plan.on_device ? 0 : plan.decision_bytes);
   plan.limit_bytes = options.memory_limit_bytes != 0 ? options.memory_limit_bytes
                      : plan.on_device                ? model.device_memory_bytes()
                                                      : physical_memory_bytes();
@@ -69,10 +70,11 @@ MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options) 
 
 std::string MemoryPlan::describe() const {
   return fmt::format(
-      "context {} positions per sequence (model: {}); weights {} + state pool {} ({} sequences x {} GDN state + {} KV "
-      "pages x {} = {} tokens) + workspace ~{}{} = {} (limit {} of {}){}",
+      "context {} positions per sequence (model: {}); weights {}{} + state pool {} ({} sequences x {} GDN state + {} "
+      "KV pages x {} = {} tokens) + workspace ~{}{} = {} (limit {} of {}){}",
       context, model_positions > 0 ? std::to_string(model_positions) : std::string("no max_position_embeddings"),
-      mib(weight_bytes), mib(state_pool_bytes), sequences, mib(state_bytes_per_sequence), kv_pages, mib(kv_page_bytes),
+      mib(weight_bytes), adapter_bytes == 0 ? std::string() : " + adapter " + mib(adapter_bytes), mib(state_pool_bytes),
+      sequences, mib(state_bytes_per_sequence), kv_pages, mib(kv_page_bytes),
       kv_pages * kv_page_positions, mib(workspace_bytes),
       decision_bytes == 0 || on_device ? std::string() : " + decisions " + mib(decision_bytes), mib(total_bytes),
       mib(limit_bytes), on_device ? "GPU memory" : "RAM",

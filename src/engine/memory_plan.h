@@ -17,6 +17,7 @@ struct MemoryPlan {
   size_t weight_bytes = 0;
   int32_t context = 0;                  // positions per sequence
   int64_t model_positions = 0;          // the model's max_position_embeddings (0: not given)
+  size_t adapter_bytes = 0;             // a runtime adapter's factors (--clef), beside the weights
   int32_t sequences = 0;                // parallel
   size_t state_bytes_per_sequence = 0;  // fixed per slot: GDN conv + delta-rule state
   int64_t kv_pages = 0;                 // the shared KV page pool

@@ -44,8 +44,13 @@ const char* to_string(FinishReason reason);
 // final-norm rows going to `decision` chunk by chunk; the answer is the FinishedEvent's decision_logits.
 enum class RequestKind : uint8_t { generate, decide };
 
+// The weights a request's rows run through: the base's alone, or with the runtime adapter (`duet serve --clef`), which
+// only decisions use. Chat rows never pass through the adapter, so chat is the same with or without one loaded.
+enum class AdapterUse : uint8_t { none, clef };
+
 struct Request {
   RequestKind kind = RequestKind::generate;
+  AdapterUse adapter = AdapterUse::none;
   std::vector<int32_t> prompt;
   SamplingParams sampling;
   std::shared_ptr<DecisionSink> decision;  // decide requests

@@ -49,6 +49,8 @@ void validate_request(const Request& request, const RequestLimits& limits) {
   // A decision generates nothing: it needs its prompt's positions only, and its sampling numbers are never read.
   const bool decide = request.kind == RequestKind::decide;
   if (decide && request.decision == nullptr) refuse("invalid_decision", "a decide request needs a decision sink");
+  if (request.adapter == AdapterUse::clef && !limits.has_adapter)
+    refuse("invalid_adapter", "the request asks for the runtime adapter, but the model was loaded without --clef");
   if (!decide) check_sampling(request.sampling, limits);
   const int32_t new_tokens = decide ? 0 : request.sampling.max_tokens;
   const int64_t needed = static_cast<int64_t>(request.prompt.size()) + new_tokens;

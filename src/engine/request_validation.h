@@ -13,12 +13,14 @@ struct RequestLimits {
   int64_t kv_pages = 0;  // the whole KV cache; 0: not checked
   int32_t kv_page_positions = 64;
   bool has_tokenizer = false;  // stop strings need one
+  bool has_adapter = false;    // AdapterUse::clef needs one
 };
 
 // Throws RequestInvalid with code "invalid_prompt" (empty, or an id outside [0, vocab)),
 // "context_length_exceeded" (prompt + max_tokens > context, or more KV pages than the whole cache holds; a decide
 // request counts its prompt only), "invalid_sampling" (a number out of range, or stop strings without a tokenizer;
-// not checked for decide requests) or "invalid_decision" (a decide request without a sink).
+// not checked for decide requests), "invalid_decision" (a decide request without a sink) or "invalid_adapter" (the
+// runtime adapter asked of a model without one).
 void validate_request(const Request& request, const RequestLimits& limits);
 
 }  // namespace duet::engine

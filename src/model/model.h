@@ -51,6 +51,9 @@ struct Piece {
   // do not depend on where the prompt was cut at multiples of 64.
   backend::RowRole role = backend::RowRole::prefill;
   const backend::SampleSpec* sample = nullptr;  // with RowOutput::sampled
+  // Through the runtime adapter (Model::has_adapter()): a decision of the adapted model. Other pieces' rows never
+  // pass through the adapter, so a chat reply is the same with or without one loaded.
+  bool adapted = false;
 };
 
 // A step refused before any state moved, because of one piece (its index in the step): the engine fails that
@@ -74,11 +77,17 @@ class Model {
  public:
   // Loads config.json and the safetensors of `model_dir`, checking every tensor before building anything, onto the
   // backend named: cpu, cuda, or auto (cuda when this build has it and a GPU is present, else cpu).
-  static std::unique_ptr<Model> load(const std::string& model_dir, std::string_view backend = "cpu");
+  // With `adapter_dir`, also a runtime adapter folder (model/runtime_adapter.h), checked in full against the base
+  // before any weight reaches the backend; refused when the backend does not apply adapters.
+  static std::unique_ptr<Model> load(const std::string& model_dir, std::string_view backend = "cpu",
+                                     const std::string& adapter_dir = {});
   virtual ~Model() = default;
 
   virtual const Qwen35Config& config() const = 0;
   virtual size_t weight_bytes() const = 0;
+  // The runtime adapter, when one was loaded: pieces may then ask for it (Piece::adapted).
+  virtual bool has_adapter() const { return false; }
+  virtual size_t adapter_bytes() const { return 0; }  // its factors, as stored
 
   // KV memory comes in pages of kv_page_positions() consecutive positions of one sequence, across all attention
   // layers. The engine plans: weights + parallel * sequence_fixed_bytes() + pages * kv_page_bytes()

@@ -57,6 +57,9 @@ std::vector<PieceResult> Qwen35Model::forward(std::span<const Piece> pieces) {
     if (has(pieces[i].wants, RowOutput::sampled) && (!be.samples_rows() || pieces[i].sample == nullptr))
       fail("forward: piece {} asks to be sampled, but {}", i,
            be.samples_rows() ? "carries no sampling settings" : "the backend does not sample");
+  for (size_t i = 0; i < pieces.size(); ++i)
+    if (pieces[i].adapted && adapter_ == nullptr)
+      throw PieceRefused(i, fmt::format("forward: piece {} asks for the runtime adapter, but none is loaded", i));
   std::vector<Qwen35SequenceState*> states = checked_states(pieces, config_);
 
   // The step's layout: decode pieces first, then prefill pieces (each in the order given), so a backend sees each
@@ -74,6 +77,7 @@ std::vector<PieceResult> Qwen35Model::forward(std::span<const Piece> pieces) {
                                     .rows = static_cast<int64_t>(pieces[i].tokens.size()),
                                     .start_position = state.position(),
                                     .role = pieces[i].role,
+                                    .adapted = pieces[i].adapted,
                                     .storage = &state.store().storage(),
                                     .slot = state.slot(),
                                     .page_table = state.page_table()};

@@ -31,6 +31,8 @@ Qwen35Weights resident_weights(const Qwen35Weights& bound, backend::Backend& be)
   for (Qwen35LayerWeights& layer : w.layers) {
     place({&layer.input_layernorm, &layer.post_attention_layernorm}, Use::other);
     place({&layer.mlp.gate_proj, &layer.mlp.up_proj, &layer.mlp.down_proj}, Use::projection);
+    for (const AdaptableProjection& p : adaptable_projections(layer))
+      if (p.lora->present()) place({&p.lora->A, &p.lora->B}, Use::projection);
     if (layer.type == LayerType::linear_attention) {
       backend::GdnWeights& g = layer.gdn;
       place({&g.in_proj_qkv, &g.in_proj_z, &g.in_proj_b, &g.in_proj_a, &g.out_proj}, Use::projection);
@@ -51,7 +53,7 @@ constexpr int64_t kWorkspaceLogitRows = 256;
 }  // namespace
 
 Qwen35Model::Qwen35Model(Qwen35Config config, checkpoint::Checkpoint checkpoint,
-                         std::unique_ptr<backend::Backend> backend)
+                         std::unique_ptr<backend::Backend> backend, const std::string& adapter_dir)
     : config_(std::move(config)),
       checkpoint_(std::move(checkpoint)),
       backend_(std::move(backend)),
@@ -60,8 +62,15 @@ Qwen35Model::Qwen35Model(Qwen35Config config, checkpoint::Checkpoint checkpoint,
       attention_layers_(config_.layer_count(LayerType::full_attention)),
       gdn_layers_(config_.layer_count(LayerType::linear_attention)) {
   // Binding checks every tensor before the backend sees any of them.
-  const Qwen35Weights bound = bind_qwen35_weights(checkpoint_, config_);
+  Qwen35Weights bound = bind_qwen35_weights(checkpoint_, config_);
   host_lm_head_ = bound.lm_head;
+  if (!adapter_dir.empty()) {
+    if (!backend_->applies_adapters())
+      fail("--clef {}: the {} backend does not apply runtime adapters yet; serve with --backend cpu, or without --clef",
+           adapter_dir, backend_->name());
+    adapter_ = RuntimeAdapter::open(adapter_dir, bound);
+    adapter_->bind(bound);
+  }
   weights_ = resident_weights(bound, *backend_);
 }
 
@@ -139,17 +148,22 @@ std::unique_ptr<backend::Backend> make_backend(std::string_view name) {
   fail("backend `{}`: expected cpu, cuda or auto", name);
 }
 
-std::unique_ptr<Model> Model::load(const std::string& model_dir, std::string_view backend_name) {
+std::unique_ptr<Model> Model::load(const std::string& model_dir, std::string_view backend_name,
+                                   const std::string& adapter_dir) {
   const auto start = std::chrono::steady_clock::now();
   if (!std::filesystem::is_directory(model_dir)) fail("{}: not a model folder", model_dir);
   auto config = Qwen35Config::load((std::filesystem::path(model_dir) / "config.json").string());
   auto checkpoint = checkpoint::Checkpoint::open(model_dir);
   // The constructor binds (and so checks) every tensor before the backend sees any of them.
-  auto model = std::make_unique<Qwen35Model>(std::move(config), std::move(checkpoint), make_backend(backend_name));
+  auto model = std::make_unique<Qwen35Model>(std::move(config), std::move(checkpoint), make_backend(backend_name),
+                                             adapter_dir);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   log_info("loaded {} ({} layers, {:.1f} MB of weights) on the {} backend in {:.0f} ms", model_dir,
            model->config().num_hidden_layers, static_cast<double>(model->weight_bytes()) / 1e6, model->backend().name(),
            ms);
+  if (const RuntimeAdapter* adapter = model->adapter())
+    log_info("runtime adapter {}: {} modules, rank up to {}, {:.1f} MB of factors (decision passes only)", adapter_dir,
+             adapter->modules(), adapter->max_rank(), static_cast<double>(adapter->bytes()) / 1e6);
   return model;
 }
 

@@ -9,6 +9,7 @@
 #include "model/debug_dump.h"
 #include "model/model.h"
 #include "model/qwen35_weights.h"
+#include "model/runtime_adapter.h"
 #include "model/state_store.h"
 
 namespace duet::model {
@@ -48,11 +49,16 @@ class Qwen35SequenceState final : public SequenceState {
 
 class Qwen35Model final : public Model {
  public:
-  Qwen35Model(Qwen35Config config, checkpoint::Checkpoint checkpoint, std::unique_ptr<backend::Backend> backend);
+  // With `adapter_dir` non-empty, binds that runtime adapter (checked against the base first).
+  Qwen35Model(Qwen35Config config, checkpoint::Checkpoint checkpoint, std::unique_ptr<backend::Backend> backend,
+              const std::string& adapter_dir = {});
   backend::Backend& backend() { return *backend_; }
+  const RuntimeAdapter* adapter() const { return adapter_.get(); }
 
   const Qwen35Config& config() const override { return config_; }
   size_t weight_bytes() const override { return weights_.bytes; }
+  bool has_adapter() const override { return adapter_ != nullptr; }
+  size_t adapter_bytes() const override { return adapter_ ? adapter_->bytes() : 0; }
   int32_t kv_page_positions() const override { return static_cast<int32_t>(backend::kKvPagePositions); }
   size_t kv_page_bytes() const override;
   size_t sequence_fixed_bytes() const override;
@@ -76,8 +82,9 @@ class Qwen35Model final : public Model {
   Qwen35Config config_;
   checkpoint::Checkpoint checkpoint_;  // owns the mapped files the weights point into
   std::unique_ptr<backend::Backend> backend_;
-  backend::Weight host_lm_head_;  // [V, h] the checkpoint's own bytes (mapped), for lm_head_rows
-  Qwen35Weights weights_;         // as the backend reads them (resident copies)
+  std::unique_ptr<RuntimeAdapter> adapter_;  // declared before weights_: the factors point into its mapped file
+  backend::Weight host_lm_head_;             // [V, h] the checkpoint's own bytes (mapped), for lm_head_rows
+  Qwen35Weights weights_;                    // as the backend reads them (resident copies)
   backend::GdnShape gdn_shape_;
   backend::AttentionShape attention_shape_;
   int64_t attention_layers_ = 0;

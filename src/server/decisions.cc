@@ -77,6 +77,7 @@ HttpResponse answer_decision(ServerContext& context, const decision::Json& body)
         decision::encode_decision(context.tokenizer, *request, support.max_length));
     engine::Request engine_request;
     engine_request.kind = engine::RequestKind::decide;
+    engine_request.adapter = support.adapter;
     engine_request.prompt = encoding->ids;
     engine_request.decision = std::make_shared<decision::HeadInputGatherer>(support.head, *support.backbone, *encoding);
     return collect_generation(

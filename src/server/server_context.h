@@ -79,6 +79,8 @@ struct DecisionSupport {
   std::shared_ptr<const decision::JointHead> head;
   const model::Model* backbone = nullptr;
   int32_t max_length = 0;  // the prompt budget: the reference's 16384, or less when --context is smaller
+  // Decisions run through the backbone's runtime adapter (`duet serve --clef`); chat never does.
+  engine::AdapterUse adapter = engine::AdapterUse::none;
 };
 
 using ChatRenderer =

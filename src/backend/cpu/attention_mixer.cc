@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/adapted_projection.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/mixers.h"
 #include "backend/cpu/norms.h"
@@ -39,9 +40,9 @@ void attention_mixer(const AttentionWeights& w, const AttentionShape& shape, con
   std::vector<float> q_gate(static_cast<size_t>(rows * qh * 2 * hd));  // [rows, q_heads, query | gate]
   std::vector<float> k(static_cast<size_t>(rows * kvh * hd));          // [rows, kv_heads, head_dim]
   std::vector<float> v(static_cast<size_t>(rows * kvh * hd));          // [rows, kv_heads, head_dim]
-  matmul(x.values.data(), rows, w.q_proj, q_gate.data());
-  matmul(x.values.data(), rows, w.k_proj, k.data());
-  matmul(x.values.data(), rows, w.v_proj, v.data());
+  project(x.values.data(), rows, w.q_proj, w.adapter.q_proj, pieces, q_gate.data());
+  project(x.values.data(), rows, w.k_proj, w.adapter.k_proj, pieces, k.data());
+  project(x.values.data(), rows, w.v_proj, w.adapter.v_proj, pieces, v.data());
 
   // Per row: norms, RoPE at the row's absolute position, then K and V go into the sequence's cache.
   const float eps = static_cast<float>(shape.norm_eps);
@@ -103,7 +104,7 @@ void attention_mixer(const AttentionWeights& w, const AttentionShape& shape, con
       for (int64_t i = 0; i < hd; ++i) o[i] *= sigmoid(gate[i]);
     }
   });
-  matmul(attended.data(), rows, w.o_proj, out.values.data());
+  project(attended.data(), rows, w.o_proj, w.adapter.o_proj, pieces, out.values.data());
 }
 
 }  // namespace duet::backend::cpu

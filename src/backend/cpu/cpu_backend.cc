@@ -97,7 +97,7 @@ class CpuBackend final : public Backend {
   }
 
   void mlp(const MlpWeights& w, const Activations& x, Activations& out) override {
-    cpu::mlp(w, cpu_of(x), cpu_of(out));
+    cpu::mlp(w, cpu_of(x), plan_.pieces, cpu_of(out));
   }
 
   void lm_head(const Weight& head, const Activations& x, float* logits) override {
@@ -108,6 +108,8 @@ class CpuBackend final : public Backend {
       std::memcpy(selected.data() + i * in.width(), in.row(rows[i]), sizeof(float) * in.width());
     cpu::matmul(selected.data(), static_cast<int64_t>(rows.size()), head, logits);
   }
+
+  bool applies_adapters() const override { return true; }
 
   void read_rows(const Activations& x, int64_t first, int64_t count, float* out) override {
     const auto& in = cpu_of(x);

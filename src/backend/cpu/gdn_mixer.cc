@@ -3,8 +3,8 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/adapted_projection.h"
 #include "backend/cpu/delta_rule.h"
-#include "backend/cpu/matmul.h"
 #include "backend/cpu/mixers.h"
 #include "backend/cpu/norms.h"
 #include "backend/cpu/scalar_math.h"
@@ -56,10 +56,10 @@ void gdn_mixer(const GdnWeights& w, const GdnShape& shape, const CpuActivations&
   std::vector<float> z(static_cast<size_t>(rows * value_width));  // [rows, value_heads * value_dim]
   std::vector<float> b(static_cast<size_t>(rows * vh));           // [rows, value_heads]
   std::vector<float> a(static_cast<size_t>(rows * vh));           // [rows, value_heads]
-  matmul(x.values.data(), rows, w.in_proj_qkv, qkv.data());
-  matmul(x.values.data(), rows, w.in_proj_z, z.data());
-  matmul(x.values.data(), rows, w.in_proj_b, b.data());
-  matmul(x.values.data(), rows, w.in_proj_a, a.data());
+  project(x.values.data(), rows, w.in_proj_qkv, w.adapter.in_proj_qkv, pieces, qkv.data());
+  project(x.values.data(), rows, w.in_proj_z, w.adapter.in_proj_z, pieces, z.data());
+  project(x.values.data(), rows, w.in_proj_b, w.adapter.in_proj_b, pieces, b.data());
+  project(x.values.data(), rows, w.in_proj_a, w.adapter.in_proj_a, pieces, a.data());
   causal_conv_silu(w.conv1d, shape, pieces, states, qkv);
 
   // q, k: l2-normalized per key head (q also scaled by key_dim^-0.5); beta = sigmoid(b);
@@ -121,7 +121,7 @@ void gdn_mixer(const GdnWeights& w, const GdnShape& shape, const CpuActivations&
         rms_norm_gated(o, z.data() + r * value_width + h * vd, vd, w.norm, eps, o);
       }
   });
-  matmul(core.data(), rows, w.out_proj, out.values.data());
+  project(core.data(), rows, w.out_proj, w.adapter.out_proj, pieces, out.values.data());
 }
 
 }  // namespace duet::backend::cpu

@@ -13,6 +13,6 @@ void gdn_mixer(const GdnWeights& w, const GdnShape& shape, const CpuActivations&
 void attention_mixer(const AttentionWeights& w, const AttentionShape& shape, const CpuActivations& x,
                      std::span<const StepPiece> pieces, std::span<const CpuKvCache> caches, CpuActivations& out);
 
-void mlp(const MlpWeights& w, const CpuActivations& x, CpuActivations& out);
+void mlp(const MlpWeights& w, const CpuActivations& x, std::span<const StepPiece> pieces, CpuActivations& out);
 
 }  // namespace duet::backend::cpu

@@ -203,6 +203,8 @@ class CudaBackend final : public Backend {
     for (const StepPiece& p : plan.pieces) {
       auto* storage = dynamic_cast<CudaStateStorage*>(p.storage);  // once per piece and step
       if (storage == nullptr) fail("cuda backend: a piece's state storage belongs to another backend");
+      // applies_adapters() is false, so no adapter is ever loaded: an adapted piece here is a caller's mistake.
+      if (p.adapted) fail("cuda backend: a piece asks for the runtime adapter, which this backend does not apply yet");
       if (p.slot < 0 || p.slot >= storage->slots())
         fail("cuda backend: slot {} of a storage with {} slots", p.slot, storage->slots());
       if (p.start_position + p.rows > static_cast<int64_t>(p.page_table.size()) * kPagePositions)
