@@ -67,11 +67,4 @@ void HostProducts::run(const float* x, int64_t m, const Weight& w, float* y) {
   check_cuda(cudaStreamSynchronize(stream_), "host products");
 }
 
-size_t HostProducts::device_bytes() const {
-  std::lock_guard lock(mutex_);
-  size_t bytes = x_.bytes + y_.bytes;
-  for (const auto& [host, b] : weights_) bytes += b.bytes;
-  return bytes;
-}
-
 }  // namespace duet::backend::cuda

@@ -23,7 +23,6 @@ class HostProducts {
 
   // y [m, w.rows] = x [m, w.cols] w^T, host memory in and out.
   void run(const float* x, int64_t m, const Weight& w, float* y);
-  size_t device_bytes() const;
 
  private:
   struct Buffer {
@@ -33,7 +32,7 @@ class HostProducts {
   float* grow(Buffer& buffer, size_t bytes);
   const float* weight(const Weight& w);
 
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   cudaStream_t stream_ = nullptr;
   Buffer x_, y_;
   std::map<const void*, Buffer> weights_;  // by the host weight's address

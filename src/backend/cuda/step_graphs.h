@@ -38,7 +38,6 @@ class StepGraphs {
   void abandon(cudaStream_t stream);
   // Forgets every graph (the plan buffer or workspace moved).
   void clear();
-  size_t size() const { return graphs_.size(); }
 
  private:
   std::map<StepGraphKey, cudaGraphExec_t> graphs_;
