@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/sampling_knobs.h"
+
 namespace duet::backend {
 
 // A weight as the checkpoint stores it, in host memory (a view into the mapped file). Matrices are
@@ -131,14 +133,7 @@ struct StepPiece {
 // A row sampled where its logits are (Backend::samples_rows()): the request's sampling settings and the ids its
 // penalties look at, with the semantics of engine/sampler.h (the same token for the same logits), the draw keyed
 // by (seed, position).
-struct SampleSpec {
-  float temperature = 1.0f;  // 0: greedy
-  int32_t top_k = 0;
-  float top_p = 1.0f;
-  float min_p = 0.0f;
-  float repetition_penalty = 1.0f;
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
+struct SampleSpec : SamplingKnobs {
   int32_t top_logprobs = -1;  // -1: none; 0: the sampled token's; n: also the n most likely
   uint64_t seed = 0;
   int64_t position = 0;

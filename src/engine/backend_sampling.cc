@@ -6,13 +6,7 @@ namespace duet::engine {
 
 backend::SampleSpec sample_spec(const SamplingParams& params, const TokenCounts& counts, int64_t position) {
   backend::SampleSpec spec;
-  spec.temperature = params.temperature;
-  spec.top_k = params.top_k;
-  spec.top_p = params.top_p;
-  spec.min_p = params.min_p;
-  spec.repetition_penalty = params.repetition_penalty;
-  spec.presence_penalty = params.presence_penalty;
-  spec.frequency_penalty = params.frequency_penalty;
+  static_cast<backend::SamplingKnobs&>(spec) = params;
   spec.top_logprobs = params.top_logprobs;
   spec.seed = params.seed;
   spec.position = position;

@@ -13,19 +13,14 @@
 #include <variant>
 #include <vector>
 
+#include "backend/sampling_knobs.h"
 #include "base/error.h"
 #include "engine/decision_sink.h"
 
 namespace duet::engine {
 
-struct SamplingParams {
-  float temperature = 1.0f;  // 0: greedy
-  int32_t top_k = 0;         // 0: off
-  float top_p = 1.0f;
-  float min_p = 0.0f;
-  float repetition_penalty = 1.0f;
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
+// A request's sampling: the knobs (backend/sampling_knobs.h) and what the engine does around the draw.
+struct SamplingParams : backend::SamplingKnobs {
   // OpenAI's logit_bias: added to these ids' logits after the penalties (each id once; -100 bans, +100 forces).
   std::vector<std::pair<int32_t, float>> logit_bias;
   uint64_t seed = 0;  // draws are keyed by (seed, position); the server picks a random seed when none is given

@@ -256,13 +256,7 @@ class CudaBackend final : public Backend {
       sample_rows.push_back(static_cast<int32_t>(plan.sample_rows[i]));
       decode_sample_rows_ += plan.sample_rows[i] < decode_rows_ ? 1 : 0;
       SamplingRowParams p;
-      p.temperature = spec.temperature;
-      p.top_k = spec.top_k;
-      p.top_p = spec.top_p;
-      p.min_p = spec.min_p;
-      p.repetition_penalty = spec.repetition_penalty;
-      p.presence_penalty = spec.presence_penalty;
-      p.frequency_penalty = spec.frequency_penalty;
+      static_cast<SamplingKnobs&>(p) = spec;
       p.top_logprobs = std::min(spec.top_logprobs, kMaxTopLogprobs);
       p.seed = spec.seed;
       p.position = spec.position;

@@ -156,6 +156,29 @@ __device__ __forceinline__ T warp_sum(T v) {
   return v;
 }
 
+// The sums of (count, weight) over the lanes before this one, added in lane order (lane 0 gets zeros): where each
+// lane's run starts in a scan that walks the lanes' runs one after another.
+__device__ __forceinline__ void warp_exclusive_scan(uint32_t& count, double& weight) {
+  const int lane = lane_id();
+  uint32_t ic = count;
+  double iw = weight;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t tc = __shfl_up_sync(kFull, ic, o);
+    const double tw = __shfl_up_sync(kFull, iw, o);
+    if (lane >= o) {
+      ic += tc;
+      iw += tw;
+    }
+  }
+  count = __shfl_up_sync(kFull, ic, 1);
+  weight = __shfl_up_sync(kFull, iw, 1);
+  if (lane == 0) {
+    count = 0;
+    weight = 0;
+  }
+}
+
 __device__ double block_sum(double v, Smem& sm) {
   v = warp_sum(v);
   __syncthreads();  // red_d may still be read by a previous reduction
@@ -409,23 +432,9 @@ __device__ Hit find_in_segments(const float* v, int32_t n, const F& f, Goal goal
         lw += m.w;
       }
     }
-    uint32_t ic = lc;
-    double iw = lw;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const uint32_t tc = __shfl_up_sync(kFull, ic, o);
-      const double tw = __shfl_up_sync(kFull, iw, o);
-      if (lane >= o) {
-        ic += tc;
-        iw += tw;
-      }
-    }
-    uint32_t ec = __shfl_up_sync(kFull, ic, 1);
-    double ew = __shfl_up_sync(kFull, iw, 1);
-    if (lane == 0) {
-      ec = 0;
-      ew = 0;
-    }
+    uint32_t ec = lc;
+    double ew = lw;
+    warp_exclusive_scan(ec, ew);
     const uint32_t rc0 = base_c + ec;
     const double rw0 = base_w + ew;
     const bool hit = lc > 0 && crossed(goal, rc0 + lc, rw0 + lw, target_count, target_w);
@@ -598,23 +607,9 @@ __device__ __noinline__ Hit radix_select(const Spec s, Goal goal, uint32_t targe
         lc += c[k];
         lw += w[k];
       }
-      uint32_t ic = lc;
-      double iw = lw;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const uint32_t tc = __shfl_up_sync(kFull, ic, o);
-        const double tw = __shfl_up_sync(kFull, iw, o);
-        if (lane >= o) {
-          ic += tc;
-          iw += tw;
-        }
-      }
-      uint32_t rc = __shfl_up_sync(kFull, ic, 1);
-      double rw = __shfl_up_sync(kFull, iw, 1);
-      if (lane == 0) {
-        rc = 0;
-        rw = 0;
-      }
+      uint32_t rc = lc;
+      double rw = lw;
+      warp_exclusive_scan(rc, rw);
       rc += before_count;
       rw += before_w;
       int hit = -1;

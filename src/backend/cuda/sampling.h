@@ -18,6 +18,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/sampling_knobs.h"
+
 namespace duet::backend::cuda {
 
 // The most top logprobs a row can ask for (the server caps top_logprobs at 20).
@@ -25,16 +27,9 @@ constexpr int32_t kMaxTopLogprobs = 20;
 // Candidates the kernel keeps in shared memory and walks in the CPU's order on one thread (see sampling.cu).
 constexpr int32_t kSamplingTile = 2048;
 
-// One row's sampling parameters: engine::SamplingParams without the host-only fields, plus where the row's penalty
+// One row's sampling parameters: the knobs, the logprobs asked for, the draw's key, and where the row's penalty
 // entries are. Plain data, copied to the device as an array [rows].
-struct SamplingRowParams {
-  float temperature = 1.0f;  // <= 0: greedy
-  int32_t top_k = 0;         // 0 (or >= vocab): off
-  float top_p = 1.0f;        // 1: off
-  float min_p = 0.0f;
-  float repetition_penalty = 1.0f;
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
+struct SamplingRowParams : SamplingKnobs {
   int32_t top_logprobs = -1;  // -1: no logprobs; 0: the sampled token's; n (<= kMaxTopLogprobs): also the n best
   uint64_t seed = 0;
   int64_t position = 0;        // the absolute position the draw is keyed by (sample_token's `position`)
