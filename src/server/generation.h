@@ -25,8 +25,8 @@ std::shared_ptr<engine::RequestHandle> submit_request(ServerContext& context, en
                                                       const std::string& prompt_param);
 
 // A request for n choices (OpenAI's `n`): n engine requests of the same prompt, choice i drawing with seed + i so
-// that sampled choices differ (greedy ones are equal). Each prefills the prompt itself: the engine has no way yet
-// to fork one prefilled sequence. If one cannot be submitted, those already are cancelled and the refusal thrown.
+// that sampled choices differ (greedy ones are equal), submitted together so the engine prefills the prompt once and
+// forks it (Engine::submit_choices); refusals as for submit_request, for all n at once.
 using Choices = std::vector<std::shared_ptr<engine::RequestHandle>>;
 Choices submit_choices(ServerContext& context, const engine::Request& request, int32_t n,
                        const std::string& prompt_param);
