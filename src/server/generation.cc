@@ -25,13 +25,19 @@ class CollectedBody final : public GenerationBody {
   bool streams() const override { return false; }
 
   HttpResponse answer() override {
+    HttpResponse res = built();
+    res.headers.insert(res.headers.end(), headers.begin(), headers.end());
+    return res;
+  }
+
+ private:
+  HttpResponse built() {
     for (const auto& generation : generations_)
       if (generation.finished.reason == engine::FinishReason::error)
         return error_response(ApiError(500, failed_ + ": " + generation.finished.error, "", "engine_error"));
     return response_of([this] { return build_(generations_); }, "building an answer");
   }
 
- private:
   std::string on_tokens(size_t choice, std::vector<engine::TokenEvent>& tokens) override {
     CollectedGeneration& generation = generations_[choice];
     for (auto& token : tokens) {
@@ -189,10 +195,12 @@ HttpResponse stream_generation(ServerContext& context, Choices choices, std::uni
 
 HttpResponse generation_response(ServerContext& context, Choices choices, bool stream,
                                  const std::function<std::unique_ptr<StreamFormatter>()>& formatter,
-                                 AnswerBuilder build, const ClientTags& client) {
+                                 AnswerBuilder build, const ClientTags& client, HttpHeaders headers) {
   HttpResponse res = stream ? stream_generation(context, std::move(choices), formatter())
                             : collect_generation(context, std::move(choices), std::move(build));
   res.generation->client = client;
+  res.headers.insert(res.headers.end(), headers.begin(), headers.end());
+  res.generation->headers = std::move(headers);
   return res;
 }
 
