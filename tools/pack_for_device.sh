@@ -40,6 +40,17 @@ done | sort -u | while read -r name path; do
   [[ $name =~ $skip ]] || cp -L "$path" "$out/lib/$name"
 done
 
+# `duet adapter` (and the adapter tests, which extract their adapter with it) loads LAPACKE and OpenBLAS at run time
+# (src/convert/linear_algebra.cc), so ldd does not see them: carry them and what they link, by the names dlopen asks.
+for name in libopenblas.so.0 liblapacke.so.3; do
+  path=$(ldconfig -p | awk -v n="$name" '$1 == n && /x86-64/ && !found {print $NF; found = 1}')  # reads all: no SIGPIPE
+  [[ -n $path ]] || { echo "pack_for_device: $name not found (apt-get install libopenblas0 liblapacke)" >&2; exit 1; }
+  cp -L "$path" "$out/lib/$name"
+  { ldd "$path" || true; } | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | while read -r dep deppath; do
+    [[ $dep =~ $skip || -e $out/lib/$dep ]] || cp -L "$deppath" "$out/lib/$dep"
+  done
+done
+
 cat > "$out/run_gpu_tests.sh" <<'EOF'
 #!/usr/bin/env bash
 # Runs every CUDA test (cuda_*) packed here with the libraries packed beside them, then prints a summary.

@@ -194,7 +194,8 @@ class Backend {
 
   // How the forward pass uses a weight, so a backend can prepare for it at load instead of in the first step (a GPU
   // pins its GEMM algorithm for every projection and for the logits head, and checks it there).
-  enum class WeightUse : uint8_t { other, projection, logits };
+  // lora_a / lora_b: an adapter's factors (LoraFactors), read by the products x A^T and (x A^T) B^T.
+  enum class WeightUse : uint8_t { other, projection, logits, lora_a, lora_b };
   // The copy of `w` the backend's kernels read, made once at load and kept as long as the backend: the CPU reads
   // the mapped checkpoint as is; a GPU copies it to device memory in the dtype the checkpoint stores.
   virtual Weight resident(const Weight& w, WeightUse use) = 0;

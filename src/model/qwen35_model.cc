@@ -43,7 +43,10 @@ Qwen35Weights resident_weights(const Qwen35Weights& bound, backend::Backend& be)
     place({&layer.input_layernorm, &layer.post_attention_layernorm}, Use::other);
     place({&layer.mlp.gate_proj, &layer.mlp.up_proj, &layer.mlp.down_proj}, Use::projection);
     for (const AdaptableProjection& p : adaptable_projections(layer))
-      if (p.lora->present()) place({&p.lora->A, &p.lora->B}, Use::projection);
+      if (p.lora->present()) {
+        place({&p.lora->A}, Use::lora_a);
+        place({&p.lora->B}, Use::lora_b);
+      }
     if (layer.type == LayerType::linear_attention) {
       backend::GdnWeights& g = layer.gdn;
       place({&g.in_proj_qkv, &g.in_proj_z, &g.in_proj_b, &g.in_proj_a, &g.out_proj}, Use::projection);
@@ -81,6 +84,10 @@ Qwen35Model::Qwen35Model(Qwen35Config config, checkpoint::Checkpoint checkpoint,
            adapter_dir, backend_->name());
     adapter_ = RuntimeAdapter::open(adapter_dir, bound);
     adapter_->bind(bound);
+    for (Qwen35LayerWeights& layer : bound.layers)
+      for (const AdaptableProjection& p : adaptable_projections(layer))
+        if (p.lora->present())
+          lora_row_elements_ = std::max(lora_row_elements_, p.lora->A.cols + p.lora->A.rows + p.lora->B.rows);
   }
   weights_ = resident_weights(bound, *backend_);
 }
@@ -112,7 +119,9 @@ size_t Qwen35Model::step_bytes(int64_t rows, int64_t logit_rows) const {
                       (2 * 64 + 1) * c.linear_num_value_heads;
   const int64_t attention = c.num_attention_heads * c.head_dim * 3 + 2 * c.num_key_value_heads * c.head_dim;
   const int64_t mlp = 2 * c.intermediate_size;
-  const int64_t per_row = 3 * c.hidden_size + std::max({gdn, attention, mlp});
+  // With a runtime adapter, an adapted row's products need its gathered input, the rank-wide product and the fp32
+  // correction beside the sublayer's own scratch (a GPU's adapter path, cuda_backend.cc).
+  const int64_t per_row = 3 * c.hidden_size + std::max({gdn, attention, mlp}) + lora_row_elements_;
   return static_cast<size_t>(4 * (rows * per_row + logit_rows * (3 * c.vocab_size + c.hidden_size))) + (1 << 20);
 }
 

@@ -90,6 +90,8 @@ class Qwen35Model final : public Model {
   backend::AttentionShape attention_shape_;
   int64_t attention_layers_ = 0;
   int64_t gdn_layers_ = 0;
+  // Per adapted row, the most elements one adapter product needs beside its projection (input + rank + output).
+  int64_t lora_row_elements_ = 0;
   std::shared_ptr<StateStore> store_;  // the shared store, once reserved
   DebugDump dump_;
 };

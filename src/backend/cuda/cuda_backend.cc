@@ -183,6 +183,13 @@ class CudaBackend final : public Backend {
   std::string_view name() const override { return "cuda"; }
 
   Weight resident(const Weight& w, WeightUse use) override {
+    const bool lora = use == WeightUse::lora_a || use == WeightUse::lora_b;
+    // The adapter's products run on the prefill GEMMs, BF16 in: F32 factors would need a cast the checkpoint's
+    // owner did not make (duet adapter writes BF16, as the spec's format says).
+    if (lora && w.type != WeightType::bf16)
+      fail("--clef: the cuda backend reads an adapter's factors as BF16 (as `duet adapter` writes them); this adapter "
+           "stores a [{}, {}] factor as F32",
+           w.rows, w.cols);
     auto [it, fresh] = resident_.try_emplace(w.data);
     if (fresh) {  // a tied head shares the embedding's copy
       it->second = DeviceMemory(w.bytes(), "weights");
@@ -191,7 +198,8 @@ class CudaBackend final : public Backend {
     Weight out = w;
     out.data = it->second.ptr;
     // Pinned (and checked against every row count) now, not in the first step that needs it.
-    if (use != WeightUse::other) pinned_gemm(w.rows, w.cols, use == WeightUse::logits);
+    // B's products are fp32, added to the projection's rows before they are rounded again (adapt()).
+    if (use != WeightUse::other) pinned_gemm(w.rows, w.cols, use == WeightUse::logits || use == WeightUse::lora_b);
     return out;
   }
 
@@ -235,13 +243,11 @@ class CudaBackend final : public Backend {
     // Host side: pieces, each row's piece and position, the page tables, the ids and the logit rows, packed into one
     // pinned buffer and sent in one copy.
     std::vector<DevicePiece> pieces;
-    std::vector<int32_t> row_piece, row_position, pages, logit_rows;
+    std::vector<int32_t> row_piece, row_position, pages, logit_rows, adapted_rows;
     decode_rows_ = 0;
     for (const StepPiece& p : plan.pieces) {
       auto* storage = dynamic_cast<CudaStateStorage*>(p.storage);  // once per piece and step
       if (storage == nullptr) fail("cuda backend: a piece's state storage belongs to another backend");
-      // applies_adapters() is false, so no adapter is ever loaded: an adapted piece here is a caller's mistake.
-      if (p.adapted) fail("cuda backend: a piece asks for the runtime adapter, which this backend does not apply yet");
       if (p.slot < 0 || p.slot >= storage->slots())
         fail("cuda backend: slot {} of a storage with {} slots", p.slot, storage->slots());
       if (p.start_position + p.rows > static_cast<int64_t>(p.page_table.size()) * kPagePositions)
@@ -269,6 +275,7 @@ class CudaBackend final : public Backend {
       for (int64_t t = 0; t < p.rows; ++t) {
         row_piece.push_back(static_cast<int32_t>(pieces.size() - 1));
         row_position.push_back(static_cast<int32_t>(p.start_position + t));
+        if (p.adapted) adapted_rows.push_back(static_cast<int32_t>(p.first_row + t));
       }
     }
     for (int64_t r : plan.logit_rows) logit_rows.push_back(static_cast<int32_t>(r));
@@ -316,7 +323,7 @@ class CudaBackend final : public Backend {
     const size_t total = piece_bytes + chunk_bytes + ints(pieces.size()) + ints(chunks.size()) +
                          ints(row_piece.size()) + ints(row_position.size()) +
                          ints(pages.size()) + ints(plan.ids.size()) + ints(logit_rows.size()) +
-                         ints(sample_rows.size()) + params_bytes + penalty_bytes;
+                         ints(sample_rows.size()) + ints(adapted_rows.size()) + params_bytes + penalty_bytes;
     check_cuda(cudaEventSynchronize(plan_copied_), "the last step's plan upload");  // the staging buffer is free
     if (total > plan_capacity_) {
       if (plan_host_) cudaFreeHost(plan_host_);
@@ -357,6 +364,9 @@ class CudaBackend final : public Backend {
     logit_rows_ = static_cast<const int32_t*>(place(logit_rows.data(), logit_rows.size() * 4, ints(logit_rows.size())));
     sample_rows_ =
         static_cast<const int32_t*>(place(sample_rows.data(), sample_rows.size() * 4, ints(sample_rows.size())));
+    adapted_rows_ =
+        static_cast<const int32_t*>(place(adapted_rows.data(), adapted_rows.size() * 4, ints(adapted_rows.size())));
+    adapted_count_ = static_cast<int32_t>(adapted_rows.size());
     sample_params_ = static_cast<const SamplingRowParams*>(
         place(sample_params.data(), sample_params.size() * sizeof(SamplingRowParams), params_bytes));
     step_.page_table = static_cast<const int32_t*>(place(pages.data(), pages.size() * 4, ints(pages.size())));
@@ -367,7 +377,7 @@ class CudaBackend final : public Backend {
     check_cuda(cudaEventRecord(plan_copied_, stream_), "plan upload event");
 
     // A decode step whose every piece samples one row replays (or is captured into) its counts' graph.
-    const bool graphed = graphs_on_ && decode_rows_ == rows_ && plan.logit_rows.empty() &&
+    const bool graphed = graphs_on_ && decode_rows_ == rows_ && plan.logit_rows.empty() && adapted_rows.empty() &&
                          static_cast<int64_t>(plan.sample_rows.size()) == static_cast<int64_t>(pieces.size());
     if (graphed) {
       const StepGraphKey key{plan_device_.ptr, workspace_.ptr, rows_, static_cast<int64_t>(pieces.size()),
@@ -409,10 +419,10 @@ class CudaBackend final : public Backend {
     bf16* z = scratch<bf16>(R * vw);
     bf16* b = scratch<bf16>(R * vh);
     bf16* a = scratch<bf16>(R * vh);
-    gemm("gdn.in_proj_qkv", data_of(x), R, w.in_proj_qkv, qkv, false);
-    gemm("gdn.in_proj_z", data_of(x), R, w.in_proj_z, z, false);
-    gemm("gdn.in_proj_b", data_of(x), R, w.in_proj_b, b, false);
-    gemm("gdn.in_proj_a", data_of(x), R, w.in_proj_a, a, false);
+    gemm("gdn.in_proj_qkv", data_of(x), R, w.in_proj_qkv, w.adapter.in_proj_qkv, qkv);
+    gemm("gdn.in_proj_z", data_of(x), R, w.in_proj_z, w.adapter.in_proj_z, z);
+    gemm("gdn.in_proj_b", data_of(x), R, w.in_proj_b, w.adapter.in_proj_b, b);
+    gemm("gdn.in_proj_a", data_of(x), R, w.in_proj_a, w.adapter.in_proj_a, a);
     bf16* conv = scratch<bf16>(R * C);
     timer_.time("gdn.conv", stream_, [&] {
       launch_gdn_conv_silu(step_, static_cast<int32_t>(gdn_layer), device_weight(w.conv1d), static_cast<int32_t>(C),
@@ -439,7 +449,7 @@ class CudaBackend final : public Backend {
       launch_gdn_gated_norm(core, z, device_weight(w.norm), static_cast<float>(s.norm_eps), R, static_cast<int32_t>(vh),
                             static_cast<int32_t>(s.value_dim), normed, stream_);
     });
-    gemm("gdn.out_proj", normed, R, w.out_proj, data_of(out), false);
+    gemm("gdn.out_proj", normed, R, w.out_proj, w.adapter.out_proj, data_of(out));
     used_ = mark;
   }
 
@@ -451,9 +461,9 @@ class CudaBackend final : public Backend {
     bf16* q_gate = scratch<bf16>(R * s.q_heads * 2 * hd);
     bf16* k = scratch<bf16>(R * s.kv_heads * hd);
     bf16* v = scratch<bf16>(R * s.kv_heads * hd);
-    gemm("attn.q_proj", data_of(x), R, w.q_proj, q_gate, false);
-    gemm("attn.k_proj", data_of(x), R, w.k_proj, k, false);
-    gemm("attn.v_proj", data_of(x), R, w.v_proj, v, false);
+    gemm("attn.q_proj", data_of(x), R, w.q_proj, w.adapter.q_proj, q_gate);
+    gemm("attn.k_proj", data_of(x), R, w.k_proj, w.adapter.k_proj, k);
+    gemm("attn.v_proj", data_of(x), R, w.v_proj, w.adapter.v_proj, v);
     const AttentionDims dims{static_cast<int32_t>(s.q_heads),  static_cast<int32_t>(s.kv_heads),
                              static_cast<int32_t>(hd),         static_cast<int32_t>(s.rotary_dim),
                              static_cast<float>(s.rope_theta), static_cast<float>(s.norm_eps)};
@@ -465,7 +475,7 @@ class CudaBackend final : public Backend {
     timer_.time("attn.attention", stream_, [&] {
       launch_attention(step_, static_cast<int32_t>(attention_layer), q_gate, dims, attended, stream_);
     });
-    gemm("attn.o_proj", attended, R, w.o_proj, data_of(out), false);
+    gemm("attn.o_proj", attended, R, w.o_proj, w.adapter.o_proj, data_of(out));
     used_ = mark;
   }
 
@@ -475,10 +485,10 @@ class CudaBackend final : public Backend {
     const int64_t R = x.rows(), ffn = w.gate_proj.rows;
     bf16* gate = scratch<bf16>(R * ffn);
     bf16* up = scratch<bf16>(R * ffn);
-    gemm("mlp.gate_proj", data_of(x), R, w.gate_proj, gate, false);
-    gemm("mlp.up_proj", data_of(x), R, w.up_proj, up, false);
+    gemm("mlp.gate_proj", data_of(x), R, w.gate_proj, w.adapter.gate_proj, gate);
+    gemm("mlp.up_proj", data_of(x), R, w.up_proj, w.adapter.up_proj, up);
     timer_.time("mlp.swiglu", stream_, [&] { launch_swiglu(gate, up, R * ffn, gate, stream_); });
-    gemm("mlp.down_proj", gate, R, w.down_proj, data_of(out), false);
+    gemm("mlp.down_proj", gate, R, w.down_proj, w.adapter.down_proj, data_of(out));
     used_ = mark;
   }
 
@@ -500,6 +510,7 @@ class CudaBackend final : public Backend {
   }
 
   bool samples_rows() const override { return true; }
+  bool applies_adapters() const override { return true; }
 
   bool has_host_products() const override { return true; }
   void host_products(const float* x, int64_t m, const Weight& w, float* y) override { products_.run(x, m, w, y); }
@@ -576,9 +587,32 @@ class CudaBackend final : public Backend {
     return p;
   }
 
-  // y = x w^T for the step's rows: the first decode_rows_ through the skinny GEMM, the rest through the pinned one.
-  void gemm(const char* name, const bf16* x, int64_t rows, const Weight& w, void* y, bool y_f32) {
-    gemm_split(name, x, rows, std::min<int64_t>(decode_rows_, rows), w, y, y_f32);
+  // A projection y = x w^T (BF16 out) for the step's rows: the first decode_rows_ through the skinny GEMM, the rest
+  // through the pinned one; then the adapted rows get their adapter's correction.
+  void gemm(const char* name, const bf16* x, int64_t rows, const Weight& w, const LoraFactors& lora, bf16* y) {
+    gemm_split(name, x, rows, std::min<int64_t>(decode_rows_, rows), w, y, false);
+    if (lora.present() && adapted_count_ > 0) adapt(name, x, w, lora, y);
+  }
+  // y[r] = bf16(y[r] + (x[r] A^T) B^T) for the adapted rows r. The rows are gathered so that no other row passes
+  // through the adapter, and both products run on pinned GEMMs (tensor cores): x A^T rounded to BF16 (the input of
+  // the second GEMM), (x A^T) B^T in fp32, added to the projection's BF16 output and rounded once more. Every
+  // operation is per row with an algorithm fixed per shape, so an adapted row's bits do not depend on the step.
+  void adapt(const char* name, const bf16* x, const Weight& w, const LoraFactors& lora, bf16* y) {
+    const int64_t n = adapted_count_, in = lora.A.cols, rank = lora.A.rows, out = lora.B.rows;
+    if (in != w.cols || out != w.rows || lora.B.cols != rank)
+      fail("cuda backend: adapter factors A [{}, {}] B [{}, {}] do not fit {} [{}, {}]", rank, in, out, lora.B.cols,
+           name, w.rows, w.cols);
+    const size_t mark = used_;
+    bf16* gathered = scratch<bf16>(n * in);
+    bf16* low = scratch<bf16>(n * rank);
+    float* delta = scratch<float>(n * out);
+    timer_.time(name, stream_, [&] {
+      launch_gather_rows(x, static_cast<int32_t>(in), adapted_rows_, static_cast<int32_t>(n), gathered, stream_);
+      pinned_gemm(rank, in, false).run(gathered, n, bf16_of(lora.A), low, stream_);
+      pinned_gemm(out, rank, true).run(low, n, bf16_of(lora.B), delta, stream_);
+      launch_add_rows(delta, static_cast<int32_t>(out), adapted_rows_, static_cast<int32_t>(n), y, stream_);
+    }, " adapter");
+    used_ = mark;
   }
   void gemm_split(const char* name, const bf16* x, int64_t rows, int64_t decode_rows, const Weight& w, void* y,
                   bool y_f32) {
@@ -638,6 +672,8 @@ class CudaBackend final : public Backend {
   const int32_t* ids_ = nullptr;
   const int32_t* logit_rows_ = nullptr;
   const int32_t* sample_rows_ = nullptr;
+  const int32_t* adapted_rows_ = nullptr;  // rows of adapted pieces, ascending
+  int32_t adapted_count_ = 0;
   const SamplingRowParams* sample_params_ = nullptr;
   const PenaltyEntry* penalties_ = nullptr;
   std::span<const SampleSpec* const> samples_;

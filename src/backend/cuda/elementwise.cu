@@ -1,4 +1,5 @@
-// Elementwise kernels and row norms: embedding lookup, RMSNorm, residual add, SwiGLU, row gather, BF16 -> fp32.
+// Elementwise kernels and row norms: embedding lookup, RMSNorm, residual add, SwiGLU, row gather, an adapter's row
+// corrections, BF16 -> fp32.
 // Each has a CPU twin in src/backend/cpu (norms.cc, mlp.cc, cpu_backend.cc) that the tests compare it with.
 //
 // Vector path: 16-byte loads/stores (8 BF16) when pointers and widths allow, scalar otherwise. Both paths do the
@@ -81,6 +82,17 @@ void launch_copy_rows(const bf16* src, int64_t width, const int32_t* index, int3
   copy_rows_kernel<<<static_cast<unsigned>(std::min(rows, 65536)), threads, 0, stream>>>(src, width, index, rows, out,
                                                                                          vec);
   check_launch(name);
+}
+
+// ---- add_rows: one block per corrected row; each element one fp32 add and one rounding.
+__global__ void add_rows_kernel(const float* __restrict__ delta, int64_t width, const int32_t* __restrict__ index,
+                                int32_t rows, bf16* __restrict__ y) {
+  for (int32_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* d = delta + static_cast<int64_t>(r) * width;
+    bf16* out = y + static_cast<int64_t>(index[r]) * width;
+    for (int64_t i = threadIdx.x; i < width; i += blockDim.x)
+      out[i] = __float2bfloat16_rn(__bfloat162float(out[i]) + d[i]);
+  }
 }
 
 // ---- RMSNorm: one block per row.
@@ -234,6 +246,14 @@ void launch_embed(const bf16* table, int64_t hidden, const int32_t* ids, int32_t
 void launch_gather_rows(const bf16* x, int32_t width, const int32_t* rows, int32_t count, bf16* out,
                         cudaStream_t stream) {
   launch_copy_rows(x, width, rows, count, out, stream, "launch_gather_rows");
+}
+
+void launch_add_rows(const float* delta, int32_t width, const int32_t* rows, int32_t count, bf16* y,
+                     cudaStream_t stream) {
+  if (count <= 0 || width <= 0) return;
+  const int threads = std::clamp((width + 31) / 32 * 32, 32, 256);
+  add_rows_kernel<<<static_cast<unsigned>(std::min(count, 65536)), threads, 0, stream>>>(delta, width, rows, count, y);
+  check_launch("launch_add_rows");
 }
 
 void launch_rms_norm(const bf16* x, int64_t rows, int32_t width, DeviceWeight w, float eps, bool one_plus, bf16* out,

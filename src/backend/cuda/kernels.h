@@ -35,6 +35,10 @@ void launch_swiglu(const bf16* gate, const bf16* up, int64_t n, bf16* out, cudaS
 // out[i] = x[rows[i]] for `count` rows of `width`.
 void launch_gather_rows(const bf16* x, int32_t width, const int32_t* rows, int32_t count, bf16* out,
                         cudaStream_t stream);
+// y[rows[i]] = bf16(float(y[rows[i]]) + delta[i]) for `count` rows of `width`: an adapter's fp32 correction added to
+// the adapted rows of a projection's output (delta [count, width] fp32, rows distinct).
+void launch_add_rows(const float* delta, int32_t width, const int32_t* rows, int32_t count, bf16* y,
+                     cudaStream_t stream);
 // out = float(x), n elements.
 void launch_bf16_to_f32(const bf16* x, int64_t n, float* out, cudaStream_t stream);
 
