@@ -107,6 +107,11 @@ class StateStorage {
   virtual int64_t pages() const = 0;
   virtual size_t bytes() const = 0;
   virtual void reset_slot(int32_t slot) = 0;  // the GDN state of an empty sequence
+  // Forking a sequence (n choices sharing one prefill): slot `to`'s GDN state (conv history, delta-rule state with
+  // its partial chunk) becomes a bit-for-bit copy of slot `from`'s, and page to[i] of every attention layer a copy
+  // of page from[i]. Ordered with the steps around it (a GPU copies on its step stream).
+  virtual void copy_slot(int32_t from, int32_t to) = 0;
+  virtual void copy_pages(std::span<const int32_t> from, std::span<const int32_t> to) = 0;
 };
 
 // What a piece's rows are for. It may choose kernels (decode rows: a skinny batch-invariant GEMM), never a row's
@@ -158,7 +163,8 @@ struct StepPlan {
   std::span<const int32_t> ids;  // [rows] token ids
   std::span<const StepPiece> pieces;
   std::span<const int64_t> logit_rows;  // the rows lm_head computes logits for, ascending
-  // The rows sample() picks a token for (ascending), and how; only for a backend that samples_rows().
+  // The rows sample() picks a token for (in row order; a row repeats once for every further draw from it, each
+  // by its own settings: forked choices), and how; only for a backend that samples_rows().
   std::span<const int64_t> sample_rows;
   std::span<const SampleSpec* const> samples;
 };

@@ -129,6 +129,39 @@ struct Engine::Impl {
     return handle;
   }
 
+  std::vector<std::shared_ptr<RequestHandle>> submit_choices(std::vector<Request> requests) {
+    if (requests.empty()) fail("engine: submit_choices needs at least one request");
+    for (const Request& request : requests) {
+      validate_request(request, limits);
+      if (request.kind != RequestKind::generate || request.adapter != requests[0].adapter ||
+          request.prompt != requests[0].prompt)
+        fail("engine: the choices of one request must be generate requests of one prompt");
+    }
+    std::vector<std::shared_ptr<RequestHandle>> handles;
+    {
+      std::lock_guard lock(mutex);
+      if (stopping) fail("engine: stopping, not taking requests");
+      const auto n = static_cast<int32_t>(requests.size());
+      if (static_cast<int32_t>(waiting.size()) + n - 1 >= options.queue_limit + stats.slots_free) {
+        ++stats.requests_refused;
+        throw QueueFull(
+            fmt::format("engine: {} requests already wait for a slot, {} choices do not fit (queue_limit "
+                        "{}, parallel {})",
+                        waiting.size(), n, options.queue_limit, options.parallel));
+      }
+      const uint64_t first = next_id;
+      for (Request& request : requests) {
+        handles.push_back(std::make_shared<RequestHandle>());
+        ++stats.requests_total;
+        auto sequence = std::make_unique<Sequence>(next_id++, std::move(request), handles.back(), tokenizer);
+        if (sequence->id() != first) sequence->set_fork_of(first);
+        waiting.push_back(std::move(sequence));
+      }
+    }
+    wake.notify_all();
+    return handles;
+  }
+
   // Nothing thrown here can reach std::terminate: whatever a step throws fails that step's requests alone.
   void run() {
     for (;;) {
@@ -214,6 +247,11 @@ struct Engine::Impl {
     const bool on_backend = model.samples_on_backend();
     const model::RowOutput sampled_output = on_backend ? model::RowOutput::sampled : model::RowOutput::last_logits;
     std::vector<backend::SampleSpec> specs(on_backend ? planned.size() : 0);
+    // The choices that start from a piece's sequence once its last prompt chunk has run (submit_choices), and on a
+    // backend that samples, their own draws from that piece's last row.
+    std::vector<std::vector<Sequence*>> forks(planned.size());
+    std::vector<std::vector<backend::SampleSpec>> fork_specs(planned.size());
+    std::vector<std::vector<const backend::SampleSpec*>> fork_spec_ptrs(planned.size());
     std::vector<model::Piece> pieces;
     pieces.reserve(planned.size());
     int64_t prompt_tokens = 0;
@@ -227,10 +265,15 @@ struct Engine::Impl {
                         .wants = wants,
                         .role = piece.is_prefill ? backend::RowRole::prefill : backend::RowRole::decode,
                         .adapted = piece.sequence->request().adapter == AdapterUse::clef});
+      if (piece.samples && piece.is_prefill) forks[i] = scheduler.waiting_forks_of(*piece.sequence);
       if (piece.samples && on_backend) {
         const Sequence& sequence = *piece.sequence;
         specs[i] = sample_spec(sequence.sampling(), sequence.counts(), sequence.next_position());
         pieces.back().sample = &specs[i];
+        for (const Sequence* fork : forks[i])
+          fork_specs[i].push_back(sample_spec(fork->sampling(), fork->counts(), fork->next_position()));
+        for (const backend::SampleSpec& spec : fork_specs[i]) fork_spec_ptrs[i].push_back(&spec);
+        pieces.back().fork_samples = fork_spec_ptrs[i];
       }
       if (piece.is_prefill) prompt_tokens += static_cast<int64_t>(piece.tokens.size());
     }
@@ -276,7 +319,10 @@ struct Engine::Impl {
       const std::optional<FinishReason> reason = sequence.accept(token, is_stop_token(sequence, token.id));
       if (reason) end(sequence, *reason, {});
     }
-    const auto generated = static_cast<int64_t>(sampling.size());
+    int64_t generated = static_cast<int64_t>(sampling.size());
+    // Before release_finished: a first choice that ended with its first token still holds the state to copy.
+    for (size_t i = 0; i < planned.size(); ++i)
+      if (!forks[i].empty()) generated += fork_choices(*planned[i].sequence, forks[i], results[i], on_backend);
     const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
     in_step.clear();
     release_finished();
@@ -287,6 +333,35 @@ struct Engine::Impl {
     stats.step_seconds_last = seconds;
     stats.prompt_tokens_total += prompt_tokens;
     stats.generated_tokens_total += generated;
+  }
+
+  // The choices waiting for `first`'s prefill start from a copy of its state, each with its own first token drawn
+  // from `first`'s last row by its own settings (on the backend: PieceResult::fork_sampled; else from the logits
+  // here), as if it had prefilled the prompt itself. Returns the tokens drawn.
+  int64_t fork_choices(const Sequence& first, const std::vector<Sequence*>& forks, const model::PieceResult& result,
+                       bool on_backend) {
+    const auto vocab = static_cast<size_t>(limits.vocab_size);
+    if (on_backend ? result.fork_sampled.size() != forks.size() : result.logits.size() < vocab)
+      fail("engine: the model returned no draws for {} forked choices", forks.size());
+    int64_t drawn = 0;
+    for (size_t k = 0; k < forks.size(); ++k) {
+      Sequence& fork = *forks[k];
+      SampledToken token;
+      try {
+        scheduler.state_of(fork).copy_from(scheduler.state_of(first));
+        token = on_backend ? to_sampled_token(result.fork_sampled[k], fork.sampling())
+                           : sample_token(std::span(result.logits).last(vocab), fork.sampling(), fork.counts(),
+                                          fork.next_position());
+      } catch (const std::exception& e) {  // this choice alone fails
+        end(fork, FinishReason::error, e.what());
+        continue;
+      }
+      fork.advance_prefill(fork.prompt_length());
+      ++drawn;
+      if (const std::optional<FinishReason> reason = fork.accept(token, is_stop_token(fork, token.id)))
+        end(fork, *reason, {});
+    }
+    return drawn;
   }
 
   // A decision's chunk: its rows go to its sink on the decision worker, and after the last chunk the worker runs
@@ -495,6 +570,10 @@ Engine::Engine(model::Model& model, const tokenizer::Tokenizer* tokenizer, Engin
 Engine::~Engine() = default;
 
 std::shared_ptr<RequestHandle> Engine::submit(Request request) { return impl_->submit(std::move(request)); }
+
+std::vector<std::shared_ptr<RequestHandle>> Engine::submit_choices(std::vector<Request> requests) {
+  return impl_->submit_choices(std::move(requests));
+}
 
 EngineStats Engine::stats() const {
   std::lock_guard lock(impl_->mutex);

@@ -74,6 +74,13 @@ class Engine {
   // it accepts gets exactly one FinishedEvent. A handle nobody holds any more (the consumer dropped it) is
   // cancelled at the next step.
   std::shared_ptr<RequestHandle> submit(Request request);
+  // The n choices of one prompt (OpenAI's `n`): generate requests that differ only in their sampling, queued as n
+  // submits in a row would be (all refused together when the queue cannot take them all). Each needs its own slot
+  // and pages, but the prompt is prefilled once: a later choice admitted while the first still prefills waits, and
+  // when the first's last chunk has run it starts from a copy of the first's state (SequenceState::copy_from),
+  // drawing its own first token from the same last row with its own settings and position. One admitted later
+  // prefills itself. Either way its tokens are those it would get submitted alone (row invariance).
+  std::vector<std::shared_ptr<RequestHandle>> submit_choices(std::vector<Request> requests);
 
   EngineStats stats() const;
   const EngineOptions& options() const;

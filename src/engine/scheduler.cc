@@ -21,6 +21,30 @@ bool Scheduler::try_admit(std::unique_ptr<Sequence>& sequence) {
   return true;
 }
 
+const Sequence* Scheduler::find(uint64_t id) const {
+  for (const auto& sequence : running_)
+    if (sequence->id() == id) return sequence.get();
+  return nullptr;
+}
+
+namespace {
+// A later choice waits while its first choice still prefills the prompt they share: the first's state is then copied
+// instead of prefilling the prompt again. A first choice that finished (cancelled, failed) or already decodes
+// (this choice was admitted too late) leaves it to prefill itself.
+bool waits_for_fork(const Sequence& sequence, const Sequence* first) {
+  return sequence.fork_of() && sequence.prefilled() == 0 && first != nullptr && !first->finished() &&
+         !first->prefill_done();
+}
+}  // namespace
+
+std::vector<Sequence*> Scheduler::waiting_forks_of(const Sequence& first) const {
+  std::vector<Sequence*> forks;
+  for (const auto& sequence : running_)
+    if (!sequence->finished() && sequence->fork_of() == first.id() && sequence->prefilled() == 0)
+      forks.push_back(sequence.get());
+  return forks;
+}
+
 std::vector<ScheduledPiece> Scheduler::plan_step() {
   std::vector<ScheduledPiece> pieces;
   int32_t tokens = 0;
@@ -35,6 +59,7 @@ std::vector<ScheduledPiece> Scheduler::plan_step() {
   bool any_prefill = false;
   for (const auto& sequence : running_) {
     if (sequence->finished() || sequence->prefill_done()) continue;
+    if (sequence->fork_of() && waits_for_fork(*sequence, find(*sequence->fork_of()))) continue;
     const int32_t remaining = sequence->prompt_length() - sequence->prefilled();
     const int32_t room = std::max(step_token_budget_ - tokens, 0);
     // The rest of the prompt if it fits, else as many whole chunks as fit: prefilled() is always a multiple of

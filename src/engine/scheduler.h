@@ -33,6 +33,10 @@ class Scheduler {
   // no slot is free or its pages cannot be reserved yet.
   bool try_admit(std::unique_ptr<Sequence>& sequence);
   std::vector<ScheduledPiece> plan_step();
+  // The admitted choices waiting to be forked from `first` (Engine::submit_choices): not started, and admitted while
+  // `first` still prefilled their shared prompt. plan_step gives them no prefill; the engine forks them when
+  // `first`'s last chunk has run, or they prefill themselves once `first` is done or gone.
+  std::vector<Sequence*> waiting_forks_of(const Sequence& first) const;
   // Frees the slots of finished sequences at once and drops them.
   void release_finished();
 
@@ -40,6 +44,7 @@ class Scheduler {
   // Whether a step would have anything to run: a running sequence that is not a decision waiting for its head.
   bool has_work() const;
   std::span<const std::unique_ptr<Sequence>> running() const { return running_; }
+  const Sequence* find(uint64_t id) const;
   model::SequenceState& state_of(const Sequence& sequence) { return pool_.state(*sequence.slot()); }
 
  private:

@@ -23,6 +23,10 @@ class Sequence {
   Sequence(uint64_t id, Request request, std::shared_ptr<RequestHandle> handle, const tokenizer::Tokenizer* tokenizer);
 
   uint64_t id() const { return id_; }
+  // A later choice of an n-choice request: the id of its first choice, whose prefilled state it is forked from
+  // when it is admitted while that one still prefills (Engine::submit_choices); nullopt for every other sequence.
+  std::optional<uint64_t> fork_of() const { return fork_of_; }
+  void set_fork_of(uint64_t first_choice) { fork_of_ = first_choice; }
   const Request& request() const { return request_; }
   const SamplingParams& sampling() const { return request_.sampling; }
   bool decides() const { return request_.kind == RequestKind::decide; }
@@ -66,6 +70,7 @@ class Sequence {
   StopMatcher stop_matcher_;
   TokenCounts counts_;
   std::optional<int32_t> slot_;
+  std::optional<uint64_t> fork_of_;
   int32_t prefilled_ = 0;
   std::vector<int32_t> generated_;
   std::optional<int32_t> matched_stop_token_;

@@ -25,6 +25,11 @@ class SequenceState {
   virtual int32_t max_positions() const = 0;  // the most positions it may ever hold
   virtual int64_t kv_pages() const = 0;       // KV pages it holds now
   virtual void reset() = 0;                   // back to an empty sequence; its KV pages go back to the pool
+  // Becomes a copy of `source`, a state of the same model and store: its position, its GDN state and the K/V of every
+  // position so far, in KV pages of its own (taken from the store; throws duet::Error when too few are free). What
+  // it held before is dropped. The next rows of either are then those the other would compute, bit for bit: n
+  // choices of one prompt share its prefill this way.
+  virtual void copy_from(const SequenceState& source) = 0;
 };
 
 // What a piece wants back. Rows are in the piece's token order.
@@ -51,6 +56,9 @@ struct Piece {
   // do not depend on where the prompt was cut at multiples of 64.
   backend::RowRole role = backend::RowRole::prefill;
   const backend::SampleSpec* sample = nullptr;  // with RowOutput::sampled
+  // With RowOutput::sampled: more draws from the same last row, each by its own settings (the first tokens of the
+  // choices forked from this sequence, SequenceState::copy_from); results in PieceResult::fork_sampled, in order.
+  std::span<const backend::SampleSpec* const> fork_samples = {};
   // Through the runtime adapter (Model::has_adapter()): a decision of the adapted model. Other pieces' rows never
   // pass through the adapter, so a chat reply is the same with or without one loaded.
   bool adapted = false;
@@ -71,6 +79,8 @@ struct PieceResult {
   std::vector<float> logits;     // [rows, vocab]: 1 row for last_logits, tokens.size() for all_logits
   std::vector<float> norm_rows;  // [tokens.size(), hidden] when norm_rows was asked
   backend::SampledRow sampled;   // when sampled was asked
+  // One per Piece::fork_samples, in order.
+  std::vector<backend::SampledRow> fork_sampled;
 };
 
 class Model {

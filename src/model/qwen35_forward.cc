@@ -58,6 +58,9 @@ std::vector<PieceResult> Qwen35Model::forward(std::span<const Piece> pieces) {
       fail("forward: piece {} asks to be sampled, but {}", i,
            be.samples_rows() ? "carries no sampling settings" : "the backend does not sample");
   for (size_t i = 0; i < pieces.size(); ++i)
+    if (!pieces[i].fork_samples.empty() && !has(pieces[i].wants, RowOutput::sampled))
+      fail("forward: piece {} asks for more draws from its last row, but not to be sampled", i);
+  for (size_t i = 0; i < pieces.size(); ++i)
     if (pieces[i].adapted && adapter_ == nullptr)
       throw PieceRefused(i, fmt::format("forward: piece {} asks for the runtime adapter, but none is loaded", i));
   std::vector<Qwen35SequenceState*> states = checked_states(pieces, config_);
@@ -114,6 +117,10 @@ std::vector<PieceResult> Qwen35Model::forward(std::span<const Piece> pieces) {
     sample_first[i] = sample_rows.size();
     sample_rows.push_back(rows_of[i].first_row + rows_of[i].rows - 1);
     samples.push_back(pieces[i].sample);
+    for (const backend::SampleSpec* fork : pieces[i].fork_samples) {  // the same row again, drawn by other settings
+      sample_rows.push_back(rows_of[i].first_row + rows_of[i].rows - 1);
+      samples.push_back(fork);
+    }
   }
   // Never in serving (the engine reserves for its largest step): tools and tests grow the workspace as they go.
   if (const size_t bytes = step_bytes(R, static_cast<int64_t>(logit_rows.size() + sample_rows.size()));
@@ -163,7 +170,11 @@ std::vector<PieceResult> Qwen35Model::forward(std::span<const Piece> pieces) {
     const int64_t count = has(wants, RowOutput::all_logits) ? p.rows : has(wants, RowOutput::last_logits) ? 1 : 0;
     const auto first = static_cast<int64_t>(logit_first[i]);
     results[i].logits.assign(logits.begin() + first * V, logits.begin() + (first + count) * V);
-    if (has(wants, RowOutput::sampled)) results[i].sampled = std::move(sampled[sample_first[i]]);
+    if (has(wants, RowOutput::sampled)) {
+      results[i].sampled = std::move(sampled[sample_first[i]]);
+      for (size_t k = 0; k < pieces[i].fork_samples.size(); ++k)
+        results[i].fork_sampled.push_back(std::move(sampled[sample_first[i] + 1 + k]));
+    }
     if (has(wants, RowOutput::norm_rows)) {
       results[i].norm_rows.resize(static_cast<size_t>(p.rows * h));
       be.read_rows(*normed, p.first_row, p.rows, results[i].norm_rows.data());

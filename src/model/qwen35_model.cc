@@ -16,6 +16,17 @@ void Qwen35SequenceState::reset() {
   position_ = 0;
 }
 
+void Qwen35SequenceState::copy_from(const SequenceState& source) {
+  const auto* from = dynamic_cast<const Qwen35SequenceState*>(&source);
+  if (from == nullptr || from->store_ != store_) fail("sequence state: can only copy a state of the same state store");
+  if (from == this) return;
+  store_->give_back_pages(page_table_);
+  store_->take_pages(from->kv_pages(), page_table_);
+  store_->storage().copy_pages(from->page_table_, page_table_);
+  store_->storage().copy_slot(from->slot_, slot_);
+  position_ = from->position_;
+}
+
 namespace {
 
 // The weights as `backend` reads them: each tensor made resident once (a GPU copies it to its memory as stored and

@@ -30,6 +30,7 @@ class Qwen35SequenceState final : public SequenceState {
   int32_t max_positions() const override { return max_positions_; }
   int64_t kv_pages() const override { return static_cast<int64_t>(page_table_.size()); }
   void reset() override;
+  void copy_from(const SequenceState& source) override;
 
   StateStore& store() { return *store_; }
   int32_t slot() const { return slot_; }

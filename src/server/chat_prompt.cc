@@ -18,7 +18,7 @@ std::vector<int32_t> end_of_turn_ids(const tokenizer::Tokenizer& tokenizer) {
 
 ChatPrompt build_chat_prompt(const ServerContext& context, const std::vector<tokenizer::ChatMessage>& messages,
                              const Json& tools, bool enable_thinking, const SamplingRequest& sampling,
-                             const std::string& param) {
+                             const std::string& param, const std::string& answer_start) {
   std::string prompt;
   try {
     tokenizer::ChatOptions chat_options;
@@ -29,14 +29,15 @@ ChatPrompt build_chat_prompt(const ServerContext& context, const std::vector<tok
     throw ApiError(400, error.what(), param, "invalid_messages");
   }
   ChatPrompt out;
-  out.request.prompt = context.tokenizer.encode(prompt);
+  out.starts_in_reasoning = prompt.ends_with("<think>\n") || prompt.ends_with("<think>");
+  out.answer_start = answer_start;
+  out.request.prompt = context.tokenizer.encode(prompt + answer_start);
   out.request.sampling = sampling.params;
   if (!out.request.sampling.ignore_eos)
     for (int32_t id : end_of_turn_ids(context.tokenizer)) out.request.sampling.stop_token_ids.push_back(id);
   out.request.sampling.max_tokens =
       resolve_max_tokens(sampling.max_tokens, static_cast<int32_t>(out.request.prompt.size()),
                          context.options.max_tokens, context.options.context, param);
-  out.starts_in_reasoning = prompt.ends_with("<think>\n") || prompt.ends_with("<think>");
   return out;
 }
 

@@ -21,7 +21,7 @@ Json parse_json_or_discarded(const std::string& text) {
 }
 
 // content: a string, null, or an array of {"type": "text", "text": ...} parts (joined).
-std::string message_content(const Json& message, const std::string& name) {
+std::string message_content(const Json& message, const std::string& name, IgnoredFields& unknown) {
   auto it = message.find("content");
   if (it == message.end() || it->is_null()) return {};
   if (it->is_string()) return it->get<std::string>();
@@ -36,7 +36,7 @@ std::string message_content(const Json& message, const std::string& name) {
     if (*type != "text")
       refuse_field(part_name + ".type", fmt::format("`{}` parts are not supported; only text", *type));
     // cache_control is Anthropic-style prompt caching that OpenAI-compatible clients pass through: no effect here.
-    check_known_fields(part, {"type", "text"}, {"cache_control"}, part_name + ".");
+    check_known_fields(part, {"type", "text"}, {"cache_control"}, part_name + ".", unknown);
     auto part_text = read_string(part, "text", part_name + ".text");
     if (!part_text) refuse_field(part_name + ".text", "missing");
     text += *part_text;
@@ -80,7 +80,7 @@ std::vector<tokenizer::ToolCall> message_tool_calls(const Json& message, const s
 
 }  // namespace
 
-std::vector<tokenizer::ChatMessage> parse_chat_messages(const Json& body) {
+std::vector<tokenizer::ChatMessage> parse_chat_messages(const Json& body, IgnoredFields& unknown) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) refuse_field("messages", "missing");
   if (!it->is_array()) refuse_field("messages", "expected an array of messages");
@@ -92,8 +92,11 @@ std::vector<tokenizer::ChatMessage> parse_chat_messages(const Json& body) {
     if (!message.is_object()) refuse_field(name, "expected an object");
     // name, tool_call_id, refusal and annotations carry nothing the template uses (clients echo them back);
     // audio and function_call (the deprecated single call) are accepted as null only.
-    check_known_fields(message, {"role", "content", "tool_calls", "reasoning_content"},
-                       {"name", "tool_call_id", "refusal", "annotations"}, name + ".");
+    check_known_fields(message, {"role", "content", "tool_calls", "reasoning_content", "audio", "function_call"},
+                       {"name", "tool_call_id", "refusal", "annotations"}, name + ".", unknown);
+    refuse_if_present(message, "audio", "audio messages are not supported; send text", name + ".");
+    refuse_if_present(message, "function_call", "the deprecated function_call is not supported; send tool_calls",
+                      name + ".");
     auto role = read_string(message, "role", name + ".role");
     if (!role) refuse_field(name + ".role", "missing");
     tokenizer::ChatMessage parsed;
@@ -103,7 +106,7 @@ std::vector<tokenizer::ChatMessage> parse_chat_messages(const Json& body) {
       parsed.role = *role;
     else
       refuse_field(name + ".role", fmt::format("`{}` is not one of system, developer, user, assistant, tool", *role));
-    parsed.content = message_content(message, name);
+    parsed.content = message_content(message, name, unknown);
     if (parsed.role == "assistant") {
       parsed.reasoning_content = read_string(message, "reasoning_content", name + ".reasoning_content");
       parsed.tool_calls = message_tool_calls(message, name);
@@ -140,26 +143,24 @@ Json parse_tools(const Json& body) {
     }
     tools = *it;
   }
-  if (auto it = body.find("tool_choice"); it != body.end() && !it->is_null()) {
-    if (!it->is_string() || (*it != "auto" && *it != "none"))
-      refuse_field("tool_choice", "only \"auto\" and \"none\" are supported");
-    if (*it == "none") tools = Json::array();  // the model is not told about tools it may not call
-  }
   return tools;
 }
 
-bool parse_enable_thinking(const Json& body, bool default_value) {
+namespace {
+// chat_template_kwargs.enable_thinking; nullopt when not sent.
+std::optional<bool> template_thinking(const Json& body, IgnoredFields& unknown) {
   auto it = body.find("chat_template_kwargs");
-  if (it == body.end() || it->is_null()) return default_value;
+  if (it == body.end() || it->is_null()) return std::nullopt;
   if (!it->is_object()) refuse_field("chat_template_kwargs", "expected an object");
-  check_known_fields(*it, {"enable_thinking"}, {}, "chat_template_kwargs.");
-  return read_bool(*it, "enable_thinking", "chat_template_kwargs.enable_thinking").value_or(default_value);
+  check_known_fields(*it, {"enable_thinking"}, {}, "chat_template_kwargs.", unknown);
+  return read_bool(*it, "enable_thinking", "chat_template_kwargs.enable_thinking");
 }
 
 // reasoning_effort as the template's thinking switch: "none" renders without reasoning, any effort with it
-// (Qwen3.5 has no budget levels). chat_template_kwargs.enable_thinking, when sent, decides instead.
-bool parse_thinking(const Json& body, bool server_default) {
-  bool thinking = server_default;
+// (Qwen3.5 has no budget levels). chat_template_kwargs.enable_thinking, when sent, decides instead. nullopt: the
+// request asked nothing (the server's default applies).
+std::optional<bool> asked_thinking(const Json& body, IgnoredFields& unknown) {
+  std::optional<bool> thinking;
   if (auto effort = read_string(body, "reasoning_effort", "reasoning_effort")) {
     if (*effort == "none")
       thinking = false;
@@ -169,7 +170,13 @@ bool parse_thinking(const Json& body, bool server_default) {
       refuse_field("reasoning_effort",
                    fmt::format("`{}` is not one of none, minimal, low, medium, high, xhigh", *effort));
   }
-  return parse_enable_thinking(body, thinking);
+  if (auto asked = template_thinking(body, unknown)) thinking = asked;
+  return thinking;
+}
+}  // namespace
+
+bool parse_enable_thinking(const Json& body, bool default_value, IgnoredFields& unknown) {
+  return template_thinking(body, unknown).value_or(default_value);
 }
 
 // The fields OpenAI documents that change nothing here, checked for their type so a wrong one is still named.
@@ -188,22 +195,36 @@ void check_fields_without_effect(const Json& body) {
     refuse_field("metadata", "expected an object");
 }
 
+// OpenAI fields that would change the answer in ways duet cannot give: refused by name, never ignored.
+void refuse_unsupported(const Json& body) {
+  refuse_if_present(body, "audio", "audio output is not supported");
+  refuse_if_present(body, "prediction", "predicted outputs are not supported");
+  refuse_if_present(body, "web_search_options", "web search is not supported");
+  refuse_if_present(body, "functions", "the deprecated functions field is not supported; send tools");
+  refuse_if_present(body, "function_call", "the deprecated function_call field is not supported; send tool_choice");
+}
+
 ChatRequest parse_chat_request(const Json& body, const ServerOptions& options) {
+  ChatRequest request;
   check_generation_fields(
       body,
       {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "chat_template_kwargs",
-       "response_format", "reasoning_effort", "parallel_tool_calls", "user", "safety_identifier", "prompt_cache_key"},
-      {"metadata", "store", "service_tier", "verbosity", "modalities"});
+       "response_format", "reasoning_effort", "parallel_tool_calls", "user", "safety_identifier", "prompt_cache_key",
+       "audio", "prediction", "web_search_options", "functions", "function_call"},
+      {"metadata", "store", "service_tier", "verbosity", "modalities"}, request.ignored);
   check_model(body, options.served_model_name);
+  refuse_unsupported(body);
   check_fields_without_effect(body);
-  ChatRequest request;
-  request.messages = parse_chat_messages(body);
+  request.messages = parse_chat_messages(body, request.ignored);
   request.tools = parse_tools(body);
-  request.enable_thinking = parse_thinking(body, options.enable_thinking);
+  request.tool_choice = parse_tool_choice(body, request.tools, ToolChoiceShape::chat);
+  if (request.tool_choice.mode == ToolChoice::Mode::none) request.tools = Json::array();  // not shown to the model
+  request.enable_thinking =
+      thinking_with(request.tool_choice, asked_thinking(body, request.ignored), options.enable_thinking);
   request.parallel_tool_calls = read_bool(body, "parallel_tool_calls", "parallel_tool_calls").value_or(true);
   request.client = parse_client_tags(body);
   request.sampling = parse_sampling(body);
-  request.stream = parse_stream(body);
+  request.stream = parse_stream(body, request.ignored);
   if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
     if (!it->is_object() || it->value("type", Json()) != "text" || it->size() != 1)
       refuse_field("response_format", "only {\"type\": \"text\"} is supported (no JSON mode)");

@@ -7,6 +7,7 @@
 
 #include "server/request_parsing.h"
 #include "server/server_context.h"
+#include "server/tool_choice.h"
 #include "tokenizer/chat_template.h"
 
 namespace duet::server {
@@ -14,6 +15,7 @@ namespace duet::server {
 struct ChatRequest {
   std::vector<tokenizer::ChatMessage> messages;
   Json tools = Json::array();  // empty when none were offered or tool_choice is "none"
+  ToolChoice tool_choice;      // required or a named function: forced_answer_start opens the answer
   bool enable_thinking = true;
   SamplingRequest sampling;
   StreamRequest stream;
@@ -21,14 +23,15 @@ struct ChatRequest {
   int32_t top_logprobs = 0;
   bool parallel_tool_calls = true;  // false: only the reply's first tool call is returned
   ClientTags client;
+  IgnoredFields ignored;  // unknown fields the body carried (ignored_fields.h)
 };
 
-// messages[] (also used by POST /tokenize).
-std::vector<tokenizer::ChatMessage> parse_chat_messages(const Json& body);
-// tools[] and tool_choice: the tools to hand the template.
+// messages[] (also used by POST /tokenize); unknown message and content-part fields go to `unknown`.
+std::vector<tokenizer::ChatMessage> parse_chat_messages(const Json& body, IgnoredFields& unknown);
+// tools[]: the tools to hand the template (tool_choice is read apart: tool_choice.h).
 Json parse_tools(const Json& body);
-// chat_template_kwargs: only enable_thinking is understood.
-bool parse_enable_thinking(const Json& body, bool default_value);
+// chat_template_kwargs: only enable_thinking is understood (the template reads nothing else); others go to `unknown`.
+bool parse_enable_thinking(const Json& body, bool default_value, IgnoredFields& unknown);
 
 ChatRequest parse_chat_request(const Json& body, const ServerOptions& options);
 

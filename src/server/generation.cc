@@ -25,13 +25,19 @@ class CollectedBody final : public GenerationBody {
   bool streams() const override { return false; }
 
   HttpResponse answer() override {
+    HttpResponse res = built();
+    res.headers.insert(res.headers.end(), headers.begin(), headers.end());
+    return res;
+  }
+
+ private:
+  HttpResponse built() {
     for (const auto& generation : generations_)
       if (generation.finished.reason == engine::FinishReason::error)
         return error_response(ApiError(500, failed_ + ": " + generation.finished.error, "", "engine_error"));
     return response_of([this] { return build_(generations_); }, "building an answer");
   }
 
- private:
   std::string on_tokens(size_t choice, std::vector<engine::TokenEvent>& tokens) override {
     CollectedGeneration& generation = generations_[choice];
     for (auto& token : tokens) {
@@ -74,10 +80,13 @@ class StreamedBody final : public GenerationBody {
 
 }  // namespace
 
-std::shared_ptr<engine::RequestHandle> submit_request(ServerContext& context, engine::Request request,
-                                                      const std::string& prompt_param) {
+namespace {
+// What `submit` returns, with the engine's refusals as HTTP errors: QueueFull 429 with Retry-After, RequestInvalid 400
+// with its code (param `prompt_param`).
+template <typename Submit>
+auto refusals_mapped(const std::string& prompt_param, Submit&& submit) {
   try {
-    return context.backend.submit(std::move(request));
+    return submit();
   } catch (const engine::QueueFull& full) {
     ApiError error(429, std::string("the server is busy: ") + full.what() + "; retry later", "", "rate_limit_exceeded");
     error.retry_after_s = 1;
@@ -86,21 +95,34 @@ std::shared_ptr<engine::RequestHandle> submit_request(ServerContext& context, en
     throw ApiError(400, invalid.what(), prompt_param, invalid.code());
   }
 }
+}  // namespace
+
+std::shared_ptr<engine::RequestHandle> submit_request(ServerContext& context, engine::Request request,
+                                                      const std::string& prompt_param) {
+  return refusals_mapped(prompt_param, [&] { return context.backend.submit(std::move(request)); });
+}
 
 Choices submit_choices(ServerContext& context, const engine::Request& request, int32_t n,
                        const std::string& prompt_param) {
-  Choices choices;
+  if (n == 1) return {submit_request(context, request, prompt_param)};
+  std::vector<engine::Request> requests;
+  for (int32_t i = 0; i < n; ++i) {
+    requests.push_back(request);
+    requests.back().sampling.seed += static_cast<uint64_t>(i);
+  }
+  return refusals_mapped(prompt_param, [&] { return context.backend.submit_choices(std::move(requests)); });
+}
+
+std::vector<std::shared_ptr<engine::RequestHandle>> GenerationBackend::submit_choices(
+    std::vector<engine::Request> requests) {
+  std::vector<std::shared_ptr<engine::RequestHandle>> handles;
   try {
-    for (int32_t i = 0; i < n; ++i) {
-      engine::Request choice = request;
-      choice.sampling.seed += static_cast<uint64_t>(i);
-      choices.push_back(submit_request(context, std::move(choice), prompt_param));
-    }
+    for (auto& request : requests) handles.push_back(submit(std::move(request)));
   } catch (...) {
-    for (auto& handle : choices) handle->cancel();
+    for (auto& handle : handles) handle->cancel();
     throw;
   }
-  return choices;
+  return handles;
 }
 
 GenerationBody::GenerationBody(ServerContext& context, Choices choices)
@@ -173,10 +195,12 @@ HttpResponse stream_generation(ServerContext& context, Choices choices, std::uni
 
 HttpResponse generation_response(ServerContext& context, Choices choices, bool stream,
                                  const std::function<std::unique_ptr<StreamFormatter>()>& formatter,
-                                 AnswerBuilder build, const ClientTags& client) {
+                                 AnswerBuilder build, const ClientTags& client, HttpHeaders headers) {
   HttpResponse res = stream ? stream_generation(context, std::move(choices), formatter())
                             : collect_generation(context, std::move(choices), std::move(build));
   res.generation->client = client;
+  res.headers.insert(res.headers.end(), headers.begin(), headers.end());
+  res.generation->headers = std::move(headers);
   return res;
 }
 

@@ -25,8 +25,8 @@ std::shared_ptr<engine::RequestHandle> submit_request(ServerContext& context, en
                                                       const std::string& prompt_param);
 
 // A request for n choices (OpenAI's `n`): n engine requests of the same prompt, choice i drawing with seed + i so
-// that sampled choices differ (greedy ones are equal). Each prefills the prompt itself: the engine has no way yet
-// to fork one prefilled sequence. If one cannot be submitted, those already are cancelled and the refusal thrown.
+// that sampled choices differ (greedy ones are equal), submitted together so the engine prefills the prompt once and
+// forks it (Engine::submit_choices); refusals as for submit_request, for all n at once.
 using Choices = std::vector<std::shared_ptr<engine::RequestHandle>>;
 Choices submit_choices(ServerContext& context, const engine::Request& request, int32_t n,
                        const std::string& prompt_param);
@@ -77,7 +77,8 @@ class GenerationBody {
   bool done() const { return finished_ == choices_.size(); }
   // The token counts and time to first token (for the access log), once done().
   std::optional<GenerationUsage> usage() const;
-  ClientTags client;  // who the client says asks (user, safety_identifier): the route sets it for the log
+  ClientTags client;    // who the client says asks (user, safety_identifier): the route sets it for the log
+  HttpHeaders headers;  // the route's own headers, added to the whole answer (a stream's head carries them already)
   // Whole answers, once done(): the route's JSON, or a 500 naming the engine's error.
   virtual HttpResponse answer() { return {}; }
 
@@ -108,10 +109,11 @@ HttpResponse collect_generation(ServerContext& context, Choices choices, AnswerB
 HttpResponse stream_generation(ServerContext& context, Choices choices, std::unique_ptr<StreamFormatter> formatter);
 
 // A generation answered as its request asks: a stream in the format `formatter` makes, or a whole answer `build`
-// makes; the client's tags (user, safety_identifier) go to the request's access-log line either way.
+// makes; the client's tags (user, safety_identifier) go to the request's access-log line either way, and `headers`
+// (the ignored fields' header) go on the answer either way.
 HttpResponse generation_response(ServerContext& context, Choices choices, bool stream,
                                  const std::function<std::unique_ptr<StreamFormatter>()>& formatter,
-                                 AnswerBuilder build, const ClientTags& client);
+                                 AnswerBuilder build, const ClientTags& client, HttpHeaders headers = {});
 
 // A fresh id with a prefix ("chatcmpl-", "cmpl-", "call_").
 std::string random_id(std::string_view prefix);

@@ -17,6 +17,7 @@ struct ChatReply {
   int64_t created = unix_now();
   std::string model;
   bool starts_in_reasoning = false;
+  std::string answer_start;  // the forced start of a tool call (tool_choice required or a function)
   int32_t prompt_tokens = 0;
 };
 
@@ -48,7 +49,8 @@ class ChatStreamFormatter final : public StreamFormatter {
   ChatStreamFormatter(const ServerContext& context, ChatReply reply, const ChatRequest& request)
       : context_(context), reply_(std::move(reply)), request_(request) {
     for (int32_t i = 0; i < request_.sampling.n; ++i)
-      choices_.push_back({ChatOutputParser(reply_.starts_in_reasoning, !request_.tools.empty(), request_.tools)});
+      choices_.push_back(
+          {ChatOutputParser(reply_.starts_in_reasoning, !request_.tools.empty(), request_.tools, reply_.answer_start)});
   }
 
   std::string start() override {
@@ -154,8 +156,8 @@ class ChatStreamFormatter final : public StreamFormatter {
 // Choice `index` of a whole chat.completion.
 nlohmann::json chat_choice_json(const ServerContext& context, const ChatReply& reply, const ChatRequest& request,
                                 const CollectedGeneration& generation, size_t index) {
-  ParsedChatOutput output =
-      parse_chat_output(generation.text, reply.starts_in_reasoning, !request.tools.empty(), request.tools);
+  ParsedChatOutput output = parse_chat_output(generation.text, reply.starts_in_reasoning, !request.tools.empty(),
+                                              request.tools, reply.answer_start);
   if (!request.parallel_tool_calls && output.tool_calls.size() > 1) output.tool_calls.resize(1);
   nlohmann::json message = {{"role", "assistant"}};
   message["content"] =
@@ -193,10 +195,11 @@ void add_chat_route(RouteTable& table, ServerContext& context) {
   table.add(RouteTable::Method::post, "/v1/chat/completions", [&context](const HttpRequest& req) {
     ChatRequest request = parse_chat_request(request_json(req), context.options);
     ChatPrompt prompt = build_chat_prompt(context, request.messages, request.tools, request.enable_thinking,
-                                          request.sampling, "messages");
+                                          request.sampling, "messages", forced_answer_start(request.tool_choice));
     ChatReply reply;
     reply.model = context.options.served_model_name;
     reply.starts_in_reasoning = prompt.starts_in_reasoning;
+    reply.answer_start = prompt.answer_start;
     reply.prompt_tokens = static_cast<int32_t>(prompt.request.prompt.size());
 
     Choices choices = submit_choices(context, prompt.request, request.sampling.n, "messages");
@@ -206,7 +209,7 @@ void add_chat_route(RouteTable& table, ServerContext& context) {
         [&context, reply, request](std::span<const CollectedGeneration> generations) {
           return json_response(chat_completion_json(context, reply, request, generations));
         },
-        request.client);
+        request.client, report_ignored_fields(request.ignored, "/v1/chat/completions"));
   });
 }
 

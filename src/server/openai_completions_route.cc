@@ -20,6 +20,7 @@ struct CompletionRequest {
   StreamRequest stream;
   std::optional<int32_t> logprobs;  // the legacy integer: how many alternatives per token
   ClientTags client;
+  IgnoredFields ignored;  // unknown fields the body carried
 };
 
 std::vector<int32_t> parse_token_ids(const Json& ids, const std::string& name) {
@@ -67,14 +68,14 @@ std::vector<int32_t> parse_prompt(const Json& body, const tokenizer::Tokenizer& 
 }
 
 CompletionRequest parse_completion_request(const Json& body, const ServerContext& context) {
-  check_generation_fields(body, {"prompt", "best_of", "echo", "suffix", "user"}, {});
+  CompletionRequest request;
+  check_generation_fields(body, {"prompt", "best_of", "echo", "suffix", "user"}, {}, request.ignored);
   check_model(body, context.options.served_model_name);
   if (read_bool(body, "echo", "echo").value_or(false)) refuse_field("echo", "echo is not supported");
   if (auto suffix = read_string(body, "suffix", "suffix"); suffix && !suffix->empty())
     refuse_field("suffix", "suffix (insertion) is not supported");
-  CompletionRequest request;
   request.sampling = parse_sampling(body);
-  request.stream = parse_stream(body);
+  request.stream = parse_stream(body, request.ignored);
   if (auto logprobs = read_integer(body, "logprobs", "logprobs", 0, 20)) {
     request.logprobs = static_cast<int32_t>(*logprobs);
     request.sampling.params.top_logprobs = *request.logprobs;
@@ -202,7 +203,7 @@ void add_completions_route(RouteTable& table, ServerContext& context) {
         [&context, reply, request](std::span<const CollectedGeneration> generations) {
           return json_response(completion_json(context, reply, request, generations));
         },
-        request.client);
+        request.client, report_ignored_fields(request.ignored, "/v1/completions"));
   });
 }
 

@@ -89,28 +89,36 @@ Json parse_json_body(std::string_view body) {
 
 namespace {
 void check_fields_in(const Json& body, std::initializer_list<std::span<const std::string_view>> lists,
-                     std::string_view path = {}) {
+                     std::string_view path, IgnoredFields& unknown) {
   for (const auto& [key, value] : body.items()) {
     if (value.is_null()) continue;  // null is absent: OpenAI SDKs send nulls for fields they leave unset
     bool known = false;
     for (auto list : lists)
       for (auto name : list) known = known || key == name;
-    if (!known) refuse_field(std::string(path) + key, "this field is not supported by duet (see docs/api.md)");
+    if (!known) unknown.add(std::string(path) + key);
   }
 }
 }  // namespace
 
 void check_known_fields(const Json& body, std::initializer_list<std::string_view> supported,
-                        std::initializer_list<std::string_view> ignored, std::string_view path) {
-  check_fields_in(body, {std::span(supported.begin(), supported.size()), std::span(ignored.begin(), ignored.size())},
-                  path);
+                        std::initializer_list<std::string_view> without_effect, std::string_view path,
+                        IgnoredFields& unknown) {
+  check_fields_in(
+      body, {std::span(supported.begin(), supported.size()), std::span(without_effect.begin(), without_effect.size())},
+      path, unknown);
+}
+
+void refuse_if_present(const Json& body, const std::string& key, const std::string& why, std::string_view path) {
+  if (auto it = body.find(key); it != body.end() && !it->is_null()) refuse_field(std::string(path) + key, why);
 }
 
 void check_generation_fields(const Json& body, std::initializer_list<std::string_view> route_fields,
-                             std::initializer_list<std::string_view> ignored) {
+                             std::initializer_list<std::string_view> without_effect, IgnoredFields& unknown) {
   check_fields_in(
-      body, {std::span<const std::string_view>(kGenerationFields), std::span(route_fields.begin(), route_fields.size()),
-             std::span(ignored.begin(), ignored.size())});
+      body,
+      {std::span<const std::string_view>(kGenerationFields), std::span(route_fields.begin(), route_fields.size()),
+       std::span(without_effect.begin(), without_effect.size())},
+      {}, unknown);
 }
 
 std::optional<bool> read_bool(const Json& object, const std::string& key, const std::string& name) {
@@ -242,14 +250,14 @@ int32_t resolve_max_tokens(std::optional<int64_t> asked, int32_t prompt_tokens, 
   return static_cast<int32_t>(std::min<int64_t>(asked.value_or(default_tokens), room));
 }
 
-StreamRequest parse_stream(const Json& body) {
+StreamRequest parse_stream(const Json& body, IgnoredFields& unknown) {
   StreamRequest request;
   if (auto v = read_bool(body, "stream", "stream")) request.stream = *v;
   if (const Json* options = field(body, "stream_options")) {
     if (!options->is_object()) refuse_type("stream_options", *options, "an object");
     if (!request.stream) refuse_field("stream_options", "only allowed when stream is true");
     // include_obfuscation pads chunks against length side channels on OpenAI's side; accepted without effect.
-    check_known_fields(*options, {"include_usage"}, {"include_obfuscation"}, "stream_options.");
+    check_known_fields(*options, {"include_usage"}, {"include_obfuscation"}, "stream_options.", unknown);
     read_bool(*options, "include_obfuscation", "stream_options.include_obfuscation");
     if (auto v = read_bool(*options, "include_usage", "stream_options.include_usage")) request.include_usage = *v;
   }

@@ -1,6 +1,7 @@
 #pragma once
-// Reading request bodies: the JSON itself, the field policy (supported, ignored, everything else refused by
-// name) and the sampling fields both OpenAI routes share, each checked for type and range.
+// Reading request bodies: the JSON itself, the field policy (known fields are read and type-checked, unknown ones
+// ignored and named back, ignored_fields.h) and the sampling fields both OpenAI routes share, each checked for type
+// and range.
 #include <cstdint>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "server/ignored_fields.h"
 
 namespace duet::server {
 
@@ -22,10 +24,15 @@ using Json = nlohmann::ordered_json;
 // reads it (key order kept, a repeated key at its first place with its last value). ApiError 400.
 Json parse_json_body(std::string_view body);
 
-// Every key of `body` whose value is not null must be in `supported` or `ignored`; the first other one is refused by
-// name (`path` + key), so a field that would change the answer is never dropped silently. A null is absent.
+// Every key of `body` whose value is not null and that is in neither `supported` nor `without_effect` (fields the
+// route documents as accepted without effect) goes to `unknown` as `path` + key. A null is absent.
 void check_known_fields(const Json& body, std::initializer_list<std::string_view> supported,
-                        std::initializer_list<std::string_view> ignored, std::string_view path = {});
+                        std::initializer_list<std::string_view> without_effect, std::string_view path,
+                        IgnoredFields& unknown);
+
+// A field the route knows and cannot honour (it would change the answer): refused by name (`path` + key) when present
+// and not null.
+void refuse_if_present(const Json& body, const std::string& key, const std::string& why, std::string_view path = {});
 
 // The fields both generation routes (chat and completions) accept: the model, streaming, and the sampling and
 // stop fields; each route reads `logprobs` its own way.
@@ -51,7 +58,7 @@ inline constexpr std::string_view kGenerationFields[] = {"model",
 
 // check_known_fields for a generation route: kGenerationFields plus the route's own.
 void check_generation_fields(const Json& body, std::initializer_list<std::string_view> route_fields,
-                             std::initializer_list<std::string_view> ignored);
+                             std::initializer_list<std::string_view> without_effect, IgnoredFields& unknown);
 
 // Typed readers. A missing field and an explicit null both give nullopt (OpenAI clients send nulls);
 // anything of the wrong type or out of range is refused naming `name` (the path shown to the client).
@@ -96,7 +103,7 @@ struct StreamRequest {
   bool stream = false;
   bool include_usage = false;
 };
-StreamRequest parse_stream(const Json& body);
+StreamRequest parse_stream(const Json& body, IgnoredFields& unknown);
 
 // Who is asking, as the client names it (user, safety_identifier) and the cache hint it sends (prompt_cache_key):
 // written to the request's access-log line, never used to answer.

@@ -69,7 +69,7 @@ class ResponsesStreamFormatter final : public StreamFormatter {
   ResponsesStreamFormatter(ResponseHeader header, ResponsesRequest request)
       : header_(std::move(header)),
         request_(std::move(request)),
-        parser_(header_.starts_in_reasoning, !request_.tools.empty(), request_.tools) {}
+        parser_(header_.starts_in_reasoning, !request_.tools.empty(), request_.tools, header_.answer_start) {}
 
   std::string start() override {
     OJson created = response_json(header_, request_, "in_progress", OJson::array(), nullptr);
@@ -206,8 +206,8 @@ class ResponsesStreamFormatter final : public StreamFormatter {
 
 OJson whole_response_json(const ResponseHeader& header, const ResponsesRequest& request,
                           const CollectedGeneration& generation) {
-  ParsedChatOutput parsed =
-      parse_chat_output(generation.text, header.starts_in_reasoning, !request.tools.empty(), request.tools);
+  ParsedChatOutput parsed = parse_chat_output(generation.text, header.starts_in_reasoning, !request.tools.empty(),
+                                              request.tools, header.answer_start);
   if (!request.parallel_tool_calls && parsed.tool_calls.size() > 1) parsed.tool_calls.resize(1);
   OJson output = OJson::array();
   if (!parsed.reasoning.empty()) output.push_back(reasoning_item(random_id("rs_"), parsed.reasoning, "completed"));

@@ -19,6 +19,7 @@ struct ResponseHeader {
   int64_t created_at = unix_now();
   std::string model;
   bool starts_in_reasoning = false;  // the prompt opened <think>: the reply starts inside the reasoning
+  std::string answer_start;          // the forced start of a tool call (tool_choice required or a function)
 };
 
 // The finished response, with `output_text` (the messages' text, as the SDKs compute it).

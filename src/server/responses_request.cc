@@ -8,7 +8,7 @@ namespace duet::server {
 namespace {
 
 // input_text / output_text parts (or a plain string) joined, as the chat route joins text parts.
-std::string item_text(const Json& item, const std::string& name) {
+std::string item_text(const Json& item, const std::string& name, IgnoredFields& unknown) {
   auto it = item.find("content");
   if (it == item.end() || it->is_null()) return {};
   if (it->is_string()) return it->get<std::string>();
@@ -21,7 +21,7 @@ std::string item_text(const Json& item, const std::string& name) {
     auto type = read_string(part, "type", part_name + ".type");
     if (!type || (*type != "input_text" && *type != "output_text" && *type != "text"))
       refuse_field(part_name + ".type", "only input_text and output_text parts are supported");
-    check_known_fields(part, {"type", "text"}, {"annotations", "logprobs", "cache_control"}, part_name + ".");
+    check_known_fields(part, {"type", "text"}, {"annotations", "logprobs", "cache_control"}, part_name + ".", unknown);
     text += read_string(part, "text", part_name + ".text").value_or("");
   }
   return text;
@@ -33,37 +33,39 @@ tokenizer::ChatMessage& assistant_turn(std::vector<tokenizer::ChatMessage>& mess
   return messages.back();
 }
 
-void add_input_item(std::vector<tokenizer::ChatMessage>& messages, const Json& item, const std::string& name) {
+void add_input_item(std::vector<tokenizer::ChatMessage>& messages, const Json& item, const std::string& name,
+                    IgnoredFields& unknown) {
   if (!item.is_object()) refuse_field(name, "expected an input item object");
   const std::string type = read_string(item, "type", name + ".type").value_or("message");
   if (type == "message") {
-    check_known_fields(item, {"type", "role", "content"}, {"id", "status"}, name + ".");
+    check_known_fields(item, {"type", "role", "content"}, {"id", "status"}, name + ".", unknown);
     auto role = read_string(item, "role", name + ".role");
     if (!role) refuse_field(name + ".role", "missing");
     if (*role != "user" && *role != "assistant" && *role != "system" && *role != "developer")
       refuse_field(name + ".role", fmt::format("`{}` is not one of user, assistant, system, developer", *role));
-    messages.push_back({*role == "developer" ? "system" : *role, item_text(item, name), std::nullopt, {}});
+    messages.push_back({*role == "developer" ? "system" : *role, item_text(item, name, unknown), std::nullopt, {}});
   } else if (type == "function_call") {
-    check_known_fields(item, {"type", "name", "arguments", "call_id"}, {"id", "status"}, name + ".");
+    check_known_fields(item, {"type", "name", "arguments", "call_id"}, {"id", "status"}, name + ".", unknown);
     auto function_name = read_string(item, "name", name + ".name");
     if (!function_name || function_name->empty()) refuse_field(name + ".name", "missing");
     // The template parses a JSON-string argument itself, keeping its key order.
     nlohmann::ordered_json arguments = read_string(item, "arguments", name + ".arguments").value_or("{}");
     assistant_turn(messages).tool_calls.push_back({*function_name, std::move(arguments)});
   } else if (type == "function_call_output") {
-    check_known_fields(item, {"type", "call_id", "output"}, {"id", "status"}, name + ".");
+    check_known_fields(item, {"type", "call_id", "output"}, {"id", "status"}, name + ".", unknown);
     auto output = item.find("output");
     std::string text;
     if (output != item.end() && output->is_string())
       text = output->get<std::string>();
     else if (output != item.end() && output->is_array())
-      text = item_text({{"content", *output}}, name + ".output");
+      text = item_text({{"content", *output}}, name + ".output", unknown);
     else if (output != item.end() && !output->is_null())
       refuse_field(name + ".output", "expected a string or an array of text parts");
     messages.push_back({"tool", std::move(text), std::nullopt, {}});
   } else if (type == "reasoning") {
     // Earlier reasoning: the template drops it from past turns anyway, so it is accepted and not shown.
-    check_known_fields(item, {"type"}, {"id", "summary", "content", "encrypted_content", "status"}, name + ".");
+    check_known_fields(item, {"type"}, {"id", "summary", "content", "encrypted_content", "status"}, name + ".",
+                       unknown);
   } else if (type == "item_reference") {
     refuse_field(name + ".type", "item references need stored responses; duet keeps none (send the items themselves)");
   } else {
@@ -71,7 +73,7 @@ void add_input_item(std::vector<tokenizer::ChatMessage>& messages, const Json& i
   }
 }
 
-std::vector<tokenizer::ChatMessage> parse_input(const Json& body) {
+std::vector<tokenizer::ChatMessage> parse_input(const Json& body, IgnoredFields& unknown) {
   std::vector<tokenizer::ChatMessage> messages;
   if (auto instructions = read_string(body, "instructions", "instructions"))
     messages.push_back({"system", *instructions, std::nullopt, {}});
@@ -80,7 +82,7 @@ std::vector<tokenizer::ChatMessage> parse_input(const Json& body) {
   if (it->is_string()) {
     messages.push_back({"user", it->get<std::string>(), std::nullopt, {}});
   } else if (it->is_array()) {
-    for (size_t i = 0; i < it->size(); ++i) add_input_item(messages, (*it)[i], fmt::format("input[{}]", i));
+    for (size_t i = 0; i < it->size(); ++i) add_input_item(messages, (*it)[i], fmt::format("input[{}]", i), unknown);
   } else {
     refuse_field("input", "expected a string or an array of input items");
   }
@@ -96,7 +98,7 @@ std::vector<tokenizer::ChatMessage> parse_input(const Json& body) {
 
 // Responses function tools are flat ({type, name, description, parameters, strict}); the template takes the Chat
 // Completions shape. The client's order of name, description and parameters is kept.
-Json parse_tools(const Json& body) {
+Json parse_tools(const Json& body, IgnoredFields& unknown) {
   Json tools = Json::array();
   auto it = body.find("tools");
   if (it == body.end() || it->is_null()) return tools;
@@ -108,7 +110,7 @@ Json parse_tools(const Json& body) {
     if (!tool.is_object()) refuse_field(name, "expected an object");
     if (read_string(tool, "type", name + ".type") != "function")
       refuse_field(name + ".type", "only `function` tools are supported (no built-in tools)");
-    check_known_fields(tool, {"type", "name", "description", "parameters"}, {"strict"}, name + ".");
+    check_known_fields(tool, {"type", "name", "description", "parameters"}, {"strict"}, name + ".", unknown);
     auto function_name = read_string(tool, "name", name + ".name");
     if (!function_name || function_name->empty()) refuse_field(name + ".name", "missing");
     read_string(tool, "description", name + ".description");
@@ -124,25 +126,26 @@ Json parse_tools(const Json& body) {
   return tools;
 }
 
-// reasoning.effort as the thinking switch (as reasoning_effort on chat); the summary setting has no effect.
-bool parse_reasoning(const Json& body, bool server_default) {
+// reasoning.effort as the thinking switch (as reasoning_effort on chat); the summary setting has no effect. nullopt:
+// the request asked nothing (the server's default applies).
+std::optional<bool> parse_reasoning(const Json& body, IgnoredFields& unknown) {
   auto it = body.find("reasoning");
-  if (it == body.end() || it->is_null()) return server_default;
+  if (it == body.end() || it->is_null()) return std::nullopt;
   if (!it->is_object()) refuse_field("reasoning", "expected an object");
-  check_known_fields(*it, {"effort"}, {"summary", "generate_summary"}, "reasoning.");
+  check_known_fields(*it, {"effort"}, {"summary", "generate_summary"}, "reasoning.", unknown);
   auto effort = read_string(*it, "effort", "reasoning.effort");
-  if (!effort) return server_default;
+  if (!effort) return std::nullopt;
   if (*effort == "none") return false;
   if (*effort == "minimal" || *effort == "low" || *effort == "medium" || *effort == "high" || *effort == "xhigh")
     return true;
   refuse_field("reasoning.effort", fmt::format("`{}` is not one of none, minimal, low, medium, high, xhigh", *effort));
 }
 
-void check_text_format(const Json& body) {
+void check_text_format(const Json& body, IgnoredFields& unknown) {
   auto it = body.find("text");
   if (it == body.end() || it->is_null()) return;
   if (!it->is_object()) refuse_field("text", "expected an object");
-  check_known_fields(*it, {"format"}, {"verbosity"}, "text.");
+  check_known_fields(*it, {"format"}, {"verbosity"}, "text.", unknown);
   if (auto format = it->find("format"); format != it->end() && !format->is_null()) {
     if (!format->is_object() || read_string(*format, "type", "text.format.type") != "text")
       refuse_field("text.format", "only {\"type\": \"text\"} is supported (no JSON schema output yet)");
@@ -164,6 +167,7 @@ void refuse_state(const Json& body) {
 }  // namespace
 
 ResponsesRequest parse_responses_request(const Json& body, const ServerOptions& options) {
+  ResponsesRequest request;
   check_known_fields(body,
                      {"model",
                       "input",
@@ -185,21 +189,19 @@ ResponsesRequest parse_responses_request(const Json& body, const ServerOptions& 
                       "background",
                       "conversation",
                       "ignore_eos"},
-                     {"metadata", "service_tier", "include", "truncation", "stream_options", "max_tool_calls"});
+                     {"metadata", "service_tier", "include", "truncation", "stream_options", "max_tool_calls"}, {},
+                     request.ignored);
   check_model(body, options.served_model_name);
   refuse_state(body);
-  check_text_format(body);
+  check_text_format(body, request.ignored);
   if (auto truncation = read_string(body, "truncation", "truncation"); truncation && *truncation != "disabled")
     refuse_field("truncation", "only \"disabled\": a prompt over the context is refused, never cut");
-  ResponsesRequest request;
-  request.messages = parse_input(body);
-  request.tools = parse_tools(body);
-  if (auto it = body.find("tool_choice"); it != body.end() && !it->is_null()) {
-    if (!it->is_string() || (*it != "auto" && *it != "none"))
-      refuse_field("tool_choice", "only \"auto\" and \"none\" are supported");
-    if (*it == "none") request.tools = Json::array();
-  }
-  request.enable_thinking = parse_reasoning(body, options.enable_thinking);
+  request.messages = parse_input(body, request.ignored);
+  request.tools = parse_tools(body, request.ignored);
+  request.tool_choice = parse_tool_choice(body, request.tools, ToolChoiceShape::responses);
+  if (request.tool_choice.mode == ToolChoice::Mode::none) request.tools = Json::array();
+  request.enable_thinking =
+      thinking_with(request.tool_choice, parse_reasoning(body, request.ignored), options.enable_thinking);
   request.parallel_tool_calls = read_bool(body, "parallel_tool_calls", "parallel_tool_calls").value_or(true);
   request.stream = read_bool(body, "stream", "stream").value_or(false);
   request.client = parse_client_tags(body);

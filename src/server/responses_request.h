@@ -8,6 +8,7 @@
 
 #include "server/request_parsing.h"
 #include "server/server_context.h"
+#include "server/tool_choice.h"
 #include "tokenizer/chat_template.h"
 
 namespace duet::server {
@@ -15,11 +16,13 @@ namespace duet::server {
 struct ResponsesRequest {
   std::vector<tokenizer::ChatMessage> messages;
   Json tools = Json::array();  // as the template takes them: {"type": "function", "function": {...}}
+  ToolChoice tool_choice;      // required or a named function: forced_answer_start opens the answer
   bool enable_thinking = true;
   SamplingRequest sampling;
   bool stream = false;
   bool parallel_tool_calls = true;
   ClientTags client;
+  IgnoredFields ignored;  // unknown fields the body carried (ignored_fields.h)
   // Echoed in the response object, as OpenAI does.
   Json echo = Json::object();  // instructions, tools, tool_choice, max_output_tokens, temperature, top_p, ...
 };

@@ -11,11 +11,12 @@ namespace duet::server {
 void add_responses_route(RouteTable& table, ServerContext& context) {
   table.add(RouteTable::Method::post, "/v1/responses", [&context](const HttpRequest& req) {
     ResponsesRequest request = parse_responses_request(request_json(req), context.options);
-    ChatPrompt prompt =
-        build_chat_prompt(context, request.messages, request.tools, request.enable_thinking, request.sampling, "input");
+    ChatPrompt prompt = build_chat_prompt(context, request.messages, request.tools, request.enable_thinking,
+                                          request.sampling, "input", forced_answer_start(request.tool_choice));
     ResponseHeader header;
     header.model = context.options.served_model_name;
     header.starts_in_reasoning = prompt.starts_in_reasoning;
+    header.answer_start = prompt.answer_start;
     Choices choices = {submit_request(context, std::move(prompt.request), "input")};
     return generation_response(
         context, std::move(choices), request.stream, [&] { return responses_stream_formatter(header, request); },
@@ -24,7 +25,7 @@ void add_responses_route(RouteTable& table, ServerContext& context) {
           answer.body = json_text(whole_response_json(header, request, generations.front()));
           return answer;
         },
-        request.client);
+        request.client, report_ignored_fields(request.ignored, "/v1/responses"));
   });
 }
 

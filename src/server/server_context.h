@@ -39,6 +39,9 @@ class GenerationBackend {
   virtual ~GenerationBackend() = default;
   // Throws engine::QueueFull or engine::RequestInvalid like Engine::submit.
   virtual std::shared_ptr<engine::RequestHandle> submit(engine::Request request) = 0;
+  // The n choices of one prompt (Engine::submit_choices: one prefill, forked). A stand-in without an engine submits
+  // them one by one, cancelling those already in if one is refused.
+  virtual std::vector<std::shared_ptr<engine::RequestHandle>> submit_choices(std::vector<engine::Request> requests);
   virtual engine::EngineStats stats() const = 0;
 };
 
@@ -48,6 +51,9 @@ class EngineBackend final : public GenerationBackend {
   explicit EngineBackend(engine::Engine& engine) : engine_(engine) {}
   std::shared_ptr<engine::RequestHandle> submit(engine::Request request) override {
     return engine_.submit(std::move(request));
+  }
+  std::vector<std::shared_ptr<engine::RequestHandle>> submit_choices(std::vector<engine::Request> requests) override {
+    return engine_.submit_choices(std::move(requests));
   }
   engine::EngineStats stats() const override { return engine_.stats(); }
 
@@ -64,6 +70,11 @@ class LateEngineBackend final : public GenerationBackend {
     engine::Engine* engine = engine_.load(std::memory_order_acquire);
     if (!engine) throw engine::QueueFull("engine: the model is still loading");
     return engine->submit(std::move(request));
+  }
+  std::vector<std::shared_ptr<engine::RequestHandle>> submit_choices(std::vector<engine::Request> requests) override {
+    engine::Engine* engine = engine_.load(std::memory_order_acquire);
+    if (!engine) throw engine::QueueFull("engine: the model is still loading");
+    return engine->submit_choices(std::move(requests));
   }
   engine::EngineStats stats() const override {
     engine::Engine* engine = engine_.load(std::memory_order_acquire);

@@ -16,8 +16,9 @@ namespace duet::server {
 void add_tokenize_routes(RouteTable& table, ServerContext& context) {
   table.add(RouteTable::Method::post, "/tokenize", [&context](const HttpRequest& req) {
     Json body = request_json(req);
+    IgnoredFields ignored;
     check_known_fields(body, {"model", "prompt", "messages", "tools", "chat_template_kwargs", "add_generation_prompt"},
-                       {});
+                       {}, {}, ignored);
     check_model(body, context.options.served_model_name);
     bool has_prompt = body.contains("prompt") && !body["prompt"].is_null();
     bool has_messages = body.contains("messages") && !body["messages"].is_null();
@@ -28,10 +29,10 @@ void add_tokenize_routes(RouteTable& table, ServerContext& context) {
         if (body.contains(chat_only)) refuse_field(chat_only, "only with messages");
       text = *read_string(body, "prompt", "prompt");
     } else {
-      auto messages = parse_chat_messages(body);
+      auto messages = parse_chat_messages(body, ignored);
       tokenizer::ChatOptions options;
       options.tools = parse_tools(body);
-      options.enable_thinking = parse_enable_thinking(body, context.options.enable_thinking);
+      options.enable_thinking = parse_enable_thinking(body, context.options.enable_thinking, ignored);
       options.add_generation_prompt = read_bool(body, "add_generation_prompt", "add_generation_prompt").value_or(true);
       try {
         text = context.render_chat(messages, options);
@@ -40,12 +41,16 @@ void add_tokenize_routes(RouteTable& table, ServerContext& context) {
       }
     }
     std::vector<int32_t> ids = context.tokenizer.encode(text);
-    return json_response({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", context.options.context}});
+    HttpResponse res =
+        json_response({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", context.options.context}});
+    res.headers = report_ignored_fields(ignored, "/tokenize");
+    return res;
   });
 
   table.add(RouteTable::Method::post, "/detokenize", [&context](const HttpRequest& req) {
     Json body = request_json(req);
-    check_known_fields(body, {"model", "tokens"}, {});
+    IgnoredFields ignored;
+    check_known_fields(body, {"model", "tokens"}, {}, {}, ignored);
     check_model(body, context.options.served_model_name);
     auto it = body.find("tokens");
     if (it == body.end() || !it->is_array()) refuse_field("tokens", "expected an array of token ids");
@@ -67,7 +72,9 @@ void add_tokenize_routes(RouteTable& table, ServerContext& context) {
     } catch (const duet::Error& error) {
       throw ApiError(400, error.what(), "tokens", "invalid_value");
     }
-    return json_response({{"prompt", text}});
+    HttpResponse res = json_response({{"prompt", text}});
+    res.headers = report_ignored_fields(ignored, "/detokenize");
+    return res;
   });
 }
 

@@ -130,10 +130,12 @@ std::optional<ParsedToolCall> parse_tool_call_block(std::string_view block, cons
   return parse_xml_call(block, tools);
 }
 
-ChatOutputParser::ChatOutputParser(bool starts_in_reasoning, bool parse_tools, nlohmann::ordered_json tools)
+ChatOutputParser::ChatOutputParser(bool starts_in_reasoning, bool parse_tools, nlohmann::ordered_json tools,
+                                   std::string_view forced)
     : mode_(starts_in_reasoning ? Mode::reasoning : Mode::content),
       parse_tools_(parse_tools),
-      tools_(std::move(tools)) {}
+      tools_(std::move(tools)),
+      pending_(forced) {}
 
 std::vector<OutputPiece> ChatOutputParser::push(std::string_view text) {
   pending_.append(text);
@@ -230,8 +232,8 @@ void ChatOutputParser::drain(std::vector<OutputPiece>& out, bool final) {
 }
 
 ParsedChatOutput parse_chat_output(std::string_view text, bool starts_in_reasoning, bool parse_tools,
-                                   const nlohmann::ordered_json& tools) {
-  ChatOutputParser parser(starts_in_reasoning, parse_tools, tools);
+                                   const nlohmann::ordered_json& tools, std::string_view forced) {
+  ChatOutputParser parser(starts_in_reasoning, parse_tools, tools, forced);
   ParsedChatOutput result;
   auto take = [&](std::vector<OutputPiece> pieces) {
     for (auto& piece : pieces) {

@@ -31,8 +31,10 @@ struct OutputPiece {
 class ChatOutputParser {
  public:
   // starts_in_reasoning: the prompt ended inside an open <think> (the template's generation prompt with
-  // thinking on). parse_tools: the request offered tools, so <tool_call> blocks are calls.
-  ChatOutputParser(bool starts_in_reasoning, bool parse_tools, nlohmann::ordered_json tools);
+  // thinking on). parse_tools: the request offered tools, so <tool_call> blocks are calls. forced: text the prompt
+  // wrote at the start of the answer (tool_choice.h), read as if the model had written it.
+  ChatOutputParser(bool starts_in_reasoning, bool parse_tools, nlohmann::ordered_json tools,
+                   std::string_view forced = {});
 
   std::vector<OutputPiece> push(std::string_view text);
   // Releases what was held back; an unterminated tool call that still parses counts as a call.
@@ -58,6 +60,6 @@ struct ParsedChatOutput {
   std::vector<ParsedToolCall> tool_calls;
 };
 ParsedChatOutput parse_chat_output(std::string_view text, bool starts_in_reasoning, bool parse_tools,
-                                   const nlohmann::ordered_json& tools);
+                                   const nlohmann::ordered_json& tools, std::string_view forced = {});
 
 }  // namespace duet::server

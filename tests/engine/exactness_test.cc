@@ -3,11 +3,10 @@
 // alone and serially, greedy and seeded; plus admission, queue and refusals with the real forward pass.
 #include <gtest/gtest.h>
 
-#include <filesystem>
-
 #include "engine/engine.h"
 #include "engine_harness.h"
 #include "model/model.h"
+#include "tiny_model.h"
 
 namespace duet::engine {
 namespace {
@@ -16,21 +15,8 @@ using testing::drain;
 using testing::greedy_request;
 using testing::Outcome;
 
-const std::string kModelDir = std::string(DUET_TESTS_DIR) + "/fixtures/models/tiny-text";
-
-class RealModel : public ::testing::Test {
+class RealModel : public testing::TinyModelTest {
  protected:
-  static void SetUpTestSuite() {
-    if (std::filesystem::exists(kModelDir + "/config.json")) model_ = model::Model::load(kModelDir).release();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    model_ = nullptr;
-  }
-  void SetUp() override {
-    if (model_ == nullptr) FAIL() << "fixture model missing: " << kModelDir;
-  }
-
   static EngineOptions options(int32_t parallel, int32_t chunk = 64) {
     EngineOptions o;
     o.parallel = parallel;
@@ -40,15 +26,12 @@ class RealModel : public ::testing::Test {
     o.step_token_budget = 256;
     return o;
   }
-  static int32_t vocab() { return static_cast<int32_t>(model_->config().vocab_size); }
 
   void check_exactness(bool seeded) {
     testing::expect_row_invariance(
         [](int32_t parallel) { return std::make_unique<Engine>(*model_, nullptr, options(parallel)); },
         testing::mixed_requests(16, vocab(), 64, 16, seeded));
   }
-
-  static inline model::Model* model_ = nullptr;
 };
 
 TEST_F(RealModel, ConcurrentGreedyEqualsAloneAndSerial) { check_exactness(false); }

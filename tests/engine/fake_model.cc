@@ -25,6 +25,14 @@ class FakeState : public model::SequenceState {
     tokens.clear();
     give_back();
   }
+  void copy_from(const model::SequenceState& source) override {
+    const auto& from = dynamic_cast<const FakeState&>(source);
+    if (&from == this) return;
+    give_back();
+    tokens = from.tokens;
+    take(from.pages);
+    ++copies;
+  }
   int64_t pages_needed(int64_t more) const { return (position() + more + 63) / 64 - pages; }
   int64_t free_pages() const { return free_pages_ ? *free_pages_ : INT64_MAX; }
   void take(int64_t count) {
@@ -34,6 +42,7 @@ class FakeState : public model::SequenceState {
 
   std::vector<int32_t> tokens;
   int64_t pages = 0;
+  int32_t copies = 0;  // times it was forked from another state
 
  private:
   void give_back() {

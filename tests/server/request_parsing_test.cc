@@ -92,12 +92,15 @@ TEST(ResolveMaxTokens, AsksAreFittedToTheRoomLeftAndOnlyAFullPromptIsRefused) {
 }
 
 TEST(ParseStream, IncludeUsageNeedsStream) {
-  EXPECT_TRUE(
-      parse_stream(Json::parse(R"({"stream": true, "stream_options": {"include_usage": true}})")).include_usage);
-  EXPECT_EQ(error_of([] { parse_stream(Json::parse(R"({"stream_options": {"include_usage": true}})")); }).param(),
-            "stream_options");
-  EXPECT_EQ(error_of([] { parse_stream(Json::parse(R"({"stream": true, "stream_options": {"x": 1}})")); }).param(),
-            "stream_options.x");
+  IgnoredFields ignored;
+  EXPECT_TRUE(parse_stream(Json::parse(R"({"stream": true, "stream_options": {"include_usage": true}})"), ignored)
+                  .include_usage);
+  EXPECT_EQ(
+      error_of([&] { parse_stream(Json::parse(R"({"stream_options": {"include_usage": true}})"), ignored); }).param(),
+      "stream_options");
+  EXPECT_TRUE(ignored.empty());
+  parse_stream(Json::parse(R"({"stream": true, "stream_options": {"x": 1}})"), ignored);
+  EXPECT_EQ(ignored.paths(), std::vector<std::string>{"stream_options.x"});
 }
 
 TEST(ParseChat, ReadsMessagesToolsAndThinking) {
@@ -135,13 +138,73 @@ TEST(ParseChat, NamesTheBadField) {
   EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})"), "tool_choice");
   EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})"), "top_logprobs");
   EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "x"}], "functions": []})"), "functions");
-  EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"foo": 1}})"),
-            "chat_template_kwargs.foo");
+  EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "x", "function_call": {}}]})"),
+            "messages[0].function_call");
+  EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "x"}], "prediction": {}})"), "prediction");
+  EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "x"}], "audio": {}})"), "audio");
+  EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "x"}], "web_search_options": {}})"),
+            "web_search_options");
+  EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "x"}], "function_call": "auto"})"), "function_call");
+  EXPECT_EQ(
+      param(R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"enable_thinking": 1}})"),
+      "chat_template_kwargs.enable_thinking");
   EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})"),
             "response_format");
   EXPECT_EQ(
       error_of([] { parse_chat_request(Json::parse(R"({"model": "gpt-4", "messages": []})"), options()); }).status(),
       404);
+}
+
+TEST(ParseChat, UnknownFieldsAreIgnoredAndNamedInOrder) {
+  auto request = parse_chat_request(Json::parse(R"({"frobnicate": 1, "messages": [
+      {"role": "system", "content": "s"},
+      {"role": "user", "content": [{"type": "text", "text": "a", "x_part": true}], "x_message": "m", "x_null": null}],
+    "chat_template_kwargs": {"enable_thinking": false, "x_kwarg": 1}, "x_top": {"deep": [1]}, "x_gone": null})"),
+                                    options());
+  EXPECT_EQ(request.ignored.paths(),
+            (std::vector<std::string>{"frobnicate", "x_top", "messages[1].x_message", "messages[1].content[0].x_part",
+                                      "chat_template_kwargs.x_kwarg"}));
+  EXPECT_EQ(request.ignored.list(),
+            "frobnicate, x_top, messages[1].x_message, messages[1].content[0].x_part, chat_template_kwargs.x_kwarg");
+  EXPECT_EQ(request.messages[1].content, "a");
+  EXPECT_FALSE(request.enable_thinking);
+  // Control: documented fields, with or without effect, are not named.
+  EXPECT_TRUE(parse_chat_request(Json::parse(R"({"messages": [{"role": "user", "content": "x", "name": "n"}],
+      "metadata": {}, "store": false, "verbosity": "low", "user": "u", "seed": 1})"),
+                                 options())
+                  .ignored.empty());
+}
+
+TEST(ParseChat, AnUnknownFieldBesideAWrongTypedKnownOneIsStillRefused) {
+  auto param = [](const char* body) {
+    return error_of([&] { parse_chat_request(Json::parse(body), options()); }).param();
+  };
+  EXPECT_EQ(param(R"({"frobnicate": 1, "messages": [{"role": "user", "content": "x"}], "temperature": "hot"})"),
+            "temperature");
+  EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": 5, "x": 1}]}]})"),
+            "messages[0].content[0].text");
+  EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "x"}], "stream": true,
+      "stream_options": {"include_usage": "yes", "x": 1}})"),
+            "stream_options.include_usage");
+}
+
+TEST(IgnoredFields, NamesAreEscapedAndCapped) {
+  IgnoredFields ignored;
+  ignored.add("a, b");
+  ignored.add("caf\xc3\xa9\r\n%");
+  EXPECT_EQ(ignored.list(), "a%2C%20b, caf%C3%A9%0D%0A%25");
+  for (size_t i = 0; i < 40; ++i) {
+    std::string key = "k";
+    ignored.add(key += std::to_string(i));
+  }
+  EXPECT_EQ(ignored.count(), 42u);
+  EXPECT_EQ(ignored.paths().size(), IgnoredFields::kMaxNamed);
+  EXPECT_TRUE(ignored.list().ends_with(", k29, ... (10 more)")) << ignored.list();
+  IgnoredFields long_name;
+  long_name.add(std::string(500, 'x'));
+  EXPECT_EQ(long_name.list(), std::string(IgnoredFields::kMaxNameBytes, 'x') + "...");
+  EXPECT_TRUE(report_ignored_fields(IgnoredFields(), "/r").empty());
+  EXPECT_EQ(report_ignored_fields(long_name, "/r").at(0).first, "X-Duet-Ignored-Fields");
 }
 
 TEST(ParseChat, IgnoresHarmlessFields) {

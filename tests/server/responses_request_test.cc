@@ -72,6 +72,18 @@ TEST(ResponsesRequest, BudgetAndSampling) {
   EXPECT_EQ(request.echo["max_output_tokens"], 7);
 }
 
+TEST(ResponsesRequest, UnknownFieldsAreIgnoredAndNamed) {
+  const auto request = parse(R"({"frobnicate": 1, "input": [{"role": "user", "x_item": 2,
+      "content": [{"type": "input_text", "text": "hi", "x_part": 3}]}], "reasoning": {"effort": "low", "x_r": 1},
+      "tools": [{"type": "function", "name": "f", "x_tool": 1}]})");
+  EXPECT_EQ(request.ignored.paths(),
+            (std::vector<std::string>{"frobnicate", "input[0].x_item", "input[0].content[0].x_part", "tools[0].x_tool",
+                                      "reasoning.x_r"}));
+  EXPECT_EQ(request.messages.back().content, "hi");
+  EXPECT_TRUE(parse(R"({"input": "x", "metadata": {}, "store": false})").ignored.empty());  // control
+  EXPECT_EQ(param_of(R"({"input": "x", "frobnicate": 1, "temperature": "hot"})"), "temperature");
+}
+
 TEST(ResponsesRequest, StateAndUnsupportedFeaturesAreRefusedByName) {
   EXPECT_EQ(param_of(R"({"input": "x", "previous_response_id": "resp_1"})"), "previous_response_id");
   EXPECT_EQ(param_of(R"({"input": "x", "store": true})"), "store");
@@ -81,7 +93,6 @@ TEST(ResponsesRequest, StateAndUnsupportedFeaturesAreRefusedByName) {
   EXPECT_EQ(param_of(R"({"input": "x", "tools": [{"type": "web_search"}]})"), "tools[0].type");
   EXPECT_EQ(param_of(R"({"input": "x", "text": {"format": {"type": "json_schema"}}})"), "text.format");
   EXPECT_EQ(param_of(R"({"input": "x", "tool_choice": "required"})"), "tool_choice");
-  EXPECT_EQ(param_of(R"({"input": "x", "frobnicate": 1})"), "frobnicate");
   EXPECT_EQ(param_of(R"({"model": "demo"})"), "input");
   // Nulls and store: false are absent.
   EXPECT_EQ(parse(R"({"input": "x", "store": false, "previous_response_id": null, "metadata": null})").messages.size(),

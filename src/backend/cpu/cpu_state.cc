@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "base/error.h"
+
 namespace duet::backend::cpu {
 
 CpuGdnState::CpuGdnState(const GdnShape& s)
@@ -52,6 +54,22 @@ size_t CpuStateStorage::bytes() const {
 
 void CpuStateStorage::reset_slot(int32_t slot) {
   for (int64_t l = 0; l < gdn_layers_; ++l) gdn(slot, l).reset();
+}
+
+void CpuStateStorage::copy_slot(int32_t from, int32_t to) {
+  if (from == to) return;
+  for (int64_t l = 0; l < gdn_layers_; ++l) gdn(to, l) = gdn(from, l);  // same shapes: the vectors keep their memory
+}
+
+void CpuStateStorage::copy_pages(std::span<const int32_t> from, std::span<const int32_t> to) {
+  if (from.size() != to.size()) fail("cpu state: copying {} KV pages onto {}", from.size(), to.size());
+  for (size_t i = 0; i < from.size(); ++i) kv.copy_page(from[i], to[i]);
+}
+
+void CpuKvPages::copy_page(int32_t from, int32_t to) {
+  const auto floats = static_cast<std::ptrdiff_t>(kKvPagePositions * shape.kv_heads * shape.head_dim);
+  for (auto* layers : {&keys, &values})
+    for (auto& layer : *layers) std::copy_n(layer.begin() + from * floats, floats, layer.begin() + to * floats);
 }
 
 size_t CpuKvPages::page_bytes(const AttentionShape& s) {

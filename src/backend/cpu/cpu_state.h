@@ -40,6 +40,7 @@ class CpuKvPages {
   CpuKvPages(const AttentionShape& shape, int64_t layers, int64_t pages);
   static size_t page_bytes(const AttentionShape& shape);  // one page of one layer
   int64_t count() const { return pages_; }
+  void copy_page(int32_t from, int32_t to);  // K and V of every layer
   size_t bytes() const { return static_cast<size_t>(pages_) * keys.size() * page_bytes(shape); }
   // Row `offset` of page `page` for one KV head of one layer: [head_dim] floats.
   float* key(int64_t layer, int32_t page, int64_t offset, int64_t kv_head) {
@@ -81,6 +82,8 @@ class CpuStateStorage final : public StateStorage {
   int64_t pages() const override { return kv.count(); }
   size_t bytes() const override;
   void reset_slot(int32_t slot) override;
+  void copy_slot(int32_t from, int32_t to) override;
+  void copy_pages(std::span<const int32_t> from, std::span<const int32_t> to) override;
   CpuGdnState& gdn(int32_t slot, int64_t layer) { return gdn_[static_cast<size_t>(slot * gdn_layers_ + layer)]; }
 
   CpuKvPages kv;

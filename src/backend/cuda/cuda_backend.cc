@@ -93,6 +93,8 @@ class CudaStateStorage final : public StateStorage {
         delta_layer_(gdn.value_heads * delta_head(gdn).elems()),
         conv_(static_cast<size_t>(slots * gdn_layers * conv_layer_) * sizeof(bf16), "GDN conv state"),
         delta_(static_cast<size_t>(slots * gdn_layers * delta_layer_) * sizeof(float), "GDN delta-rule state"),
+        attention_layers_(attention_layers),
+        page_elems_(2 * kPagePositions * attention.kv_heads * attention.head_dim),
         kv_(static_cast<size_t>(attention_layers * pages * 2 * kPagePositions * attention.kv_heads *
                                 attention.head_dim) *
                 sizeof(bf16),
@@ -107,6 +109,32 @@ class CudaStateStorage final : public StateStorage {
         cudaMemsetAsync(delta(slot), 0, static_cast<size_t>(gdn_layers_ * delta_layer_) * sizeof(float), stream_),
         "reset GDN delta-rule state");
   }
+  // A slot's conv and delta-rule states are each one contiguous run ([gdn_layers][...] inside the slot), so a fork is
+  // two device-to-device copies on the step stream, ordered after the step that wrote `from`.
+  void copy_slot(int32_t from, int32_t to) override {
+    if (from == to) return;
+    check_slot(from), check_slot(to);
+    check_cuda(cudaMemcpyAsync(conv(to), conv(from), static_cast<size_t>(gdn_layers_ * conv_layer_) * sizeof(bf16),
+                               cudaMemcpyDeviceToDevice, stream_),
+               "fork GDN conv state");
+    check_cuda(cudaMemcpyAsync(delta(to), delta(from), static_cast<size_t>(gdn_layers_ * delta_layer_) * sizeof(float),
+                               cudaMemcpyDeviceToDevice, stream_),
+               "fork GDN delta-rule state");
+  }
+  // A page is K | V of one layer, contiguous; the layers are `pages_` pages apart: one 2D copy per page takes it from
+  // every layer.
+  void copy_pages(std::span<const int32_t> from, std::span<const int32_t> to) override {
+    if (from.size() != to.size()) fail("cuda state: copying {} KV pages onto {}", from.size(), to.size());
+    const size_t page = static_cast<size_t>(page_elems_) * sizeof(bf16);
+    for (size_t i = 0; i < from.size(); ++i) {
+      check_page(from[i]), check_page(to[i]);
+      if (from[i] == to[i]) continue;
+      check_cuda(
+          cudaMemcpy2DAsync(kv() + to[i] * page_elems_, pages_ * page, kv() + from[i] * page_elems_, pages_ * page,
+                            page, static_cast<size_t>(attention_layers_), cudaMemcpyDeviceToDevice, stream_),
+          "fork KV page");
+    }
+  }
   bf16* conv(int32_t slot) const { return static_cast<bf16*>(conv_.ptr) + slot * gdn_layers_ * conv_layer_; }
   float* delta(int32_t slot) const { return static_cast<float*>(delta_.ptr) + slot * gdn_layers_ * delta_layer_; }
   bf16* kv() const { return static_cast<bf16*>(kv_.ptr); }
@@ -114,9 +142,18 @@ class CudaStateStorage final : public StateStorage {
   int64_t delta_layer_stride() const { return delta_layer_; }
 
  private:
+  void check_slot(int32_t slot) const {
+    if (slot < 0 || slot >= slots_) fail("cuda state: slot {} of {}", slot, slots_);
+  }
+  void check_page(int32_t page) const {
+    if (page < 0 || page >= pages_) fail("cuda state: KV page {} of {}", page, pages_);
+  }
+
   cudaStream_t stream_;
   int64_t gdn_layers_, slots_, pages_, conv_layer_, delta_layer_;
-  DeviceMemory conv_, delta_, kv_;
+  DeviceMemory conv_, delta_;
+  int64_t attention_layers_, page_elems_;  // page_elems_: K | V of one page of one layer
+  DeviceMemory kv_;
 };
 
 class CudaBackend final : public Backend {

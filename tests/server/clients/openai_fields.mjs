@@ -67,6 +67,13 @@ assert.ok(new Set(three.choices.map((c) => c.message.content)).size > 1, "sample
 const first = await client.chat.completions.create({ model, messages, max_tokens: 6, seed: 5, temperature: 1,
   ignore_eos: true });
 assert.equal(first.choices[0].message.content, three.choices[0].message.content, "choice 0 is the request alone");
+// The later choices start from a copy of the first's prefilled state (one prefill): each is still exactly the request
+// alone with seed + i.
+for (const i of [1, 2]) {
+  const alone = await client.chat.completions.create({ model, messages, max_tokens: 6, seed: 5 + i, temperature: 1,
+    ignore_eos: true });
+  assert.equal(alone.choices[0].message.content, three.choices[i].message.content, `choice ${i} is seed + ${i} alone`);
+}
 const greedyPair = await client.chat.completions.create({ model, messages, n: 2, max_tokens: 6, temperature: 0 });
 assert.equal(greedyPair.choices[0].message.content, greedyPair.choices[1].message.content);
 const nStream = await client.chat.completions.create({ model, messages, n: 2, max_tokens: 4, temperature: 1,
