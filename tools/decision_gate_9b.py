@@ -589,13 +589,16 @@ def calibration_pairs(requests, pairs_per_bucket=(2, 1)):
     """The decisive head's calibration requests: the first pairs (same questions, two states) of the shortest buckets,
     pairs_per_bucket[b] of bucket b: their rows are quick to compute and to hold, and the head runs over them a few
     times (tens of seconds on the CPU in all, out of the gate's budget). Returns (request indices, pairs as positions
-    in that list)."""
+    in that list). Without pairs (--per-bucket 1), the shortest request alone: the scale is still calibrated, the
+    sharpness is the first that meets the noise bound."""
     chosen, pairs = [], []
     for b, count in enumerate(pairs_per_bucket):
         firsts = [r for r in requests if r["bucket"] == b and r["k"] % 2 == 0 and r["partner"] is not None]
         for r in firsts[:count]:
             pairs.append((len(chosen), len(chosen) + 1))
             chosen += [r["index"], r["partner"]]
+    if not chosen:
+        chosen = [min(requests, key=lambda r: r["encoding"]["input_tokens"])["index"]]
     return chosen, pairs
 
 
@@ -1025,6 +1028,9 @@ def selftest_calibration_pairs():
     assert [(requests[i]["bucket"], requests[i]["k"]) for i in chosen] == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0),
                                                                            (1, 1)], chosen
     assert pairs == [(0, 1), (2, 3), (4, 5)]
+    alone = [{"index": i, "bucket": i, "k": 0, "partner": None, "encoding": {"input_tokens": 900 * (4 - i)}}
+             for i in range(4)]
+    assert calibration_pairs(alone) == ([3], [])
     assert all(requests[chosen[a]]["partner"] == chosen[b] for a, b in pairs)
 
 
