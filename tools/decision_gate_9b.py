@@ -10,6 +10,11 @@ three phases; only `reference` needs torch, the other two are the standard libra
              config.json, and a random joint head of the Clef-Flash release shape (spec/systemone.md: hidden 4096,
              width 1024, 2 routing + 4 decoder layers, 16 heads, feedforward 4096; 121,762,820 parameters), written
              by make_decision_fixtures.make_decision_model() with a fixed seed (BF16, release names, checked).
+             --head-style decisive (the default) makes that head decisive and dependent on the state, calibrated on
+             the reference's own rows of a few short request pairs (tools/decisive_head.py says why and how);
+             plain keeps the demo's scalars (near ties on random 9B rows). --head-dir takes a head from a folder
+             instead; --reference-model runs transformers on another checkpoint than WORK/model (an adapter gate:
+             the merged checkpoint as the reference, while duet serves WORK/model with --clef).
              Decision requests (fixed seed, decision_cases' question generator): --per-bucket requests in each of
              the four length buckets (<=1K, 1-4K, 4-10K, 10-16K prompt tokens), each with 3 to 12 questions of all
              three types over a state of random words (grown to a target length with the real tokenizer); requests
@@ -21,10 +26,15 @@ three phases; only `reference` needs torch, the other two are the standard libra
   duet       drives a running `duet serve WORK/clef-flash`: every request alone (one at a time, wall latency each),
              then the same requests 4 at a time; raw answers ("raw": true) compared with the reference: per bucket
              mean KL(reference || duet) over questions, top-option agreement, latency p50/p90; byte equality of the
-             answers at 4 at once against alone; usage.input_tokens against the reference's token count; planted
-             controls that must fail the KL threshold. Writes OUT/decision_gate.json, OUT/decision_gate.log.
-  selftest   the pure-Python parts (buckets, percentiles, softmax, KL, parsing of raw answers, the report) on
-             answers built from docs/api.md; runs anywhere.
+             answers at 4 at once against alone; usage.input_tokens against the reference's token count; the
+             distribution of the reference's margin p1 - p2 and of its top probability, and the top-option agreement
+             over the questions whose reference margin exceeds 0.05 and 0.2 beside the plain one; planted controls
+             (duet's answer to the partner request, same questions over another state; duet's own answer with the
+             options rotated) that must fail both the KL and the top-option bound. Writes OUT/decision_gate.json,
+             OUT/decision_gate.log.
+  selftest   the pure-Python parts (buckets, percentiles, softmax, KL, margins, parsing of raw answers, the report,
+             the controls, the decisive head's calibration) on answers built from docs/api.md; runs anywhere (ctest
+             runs it as decision_gate_selftest).
 
 Exit status of `duet`: 0 when the fidelity gate passes, the answers at 4 at once equal those alone, and every planted
 control fails the threshold; 1 otherwise (latency targets are reported, not gated).
@@ -44,6 +54,10 @@ import urllib.parse
 
 TOOLS = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, TOOLS)
+import decisive_head  # noqa: E402  (standard library at import; torch inside its torch functions)
+import gate_math  # noqa: E402
+from gate_math import (MAX_P_BINS, agreement_by_margin, argmax, distribution, kl, percentile, softmax,  # noqa: E402
+                       top_gap)
 
 BUCKET_NAMES = ("<=1K", "1-4K", "4-10K", "10-16K")
 BUCKET_TOP = (1024, 4096, 10240, 16384)  # inclusive upper bounds, as design/targets.md and `duet bench --decisions`
@@ -54,8 +68,9 @@ TARGET_RANGES = ((512, 1024), (1025, 4096), (4097, 10240), (10241, 16376))
 CLEF_FLASH_HEAD = {"hidden_size": 4096, "width": 1024, "routing_layers": 2, "layers": 4, "heads": 16,
                    "feedforward": 4096}
 CLEF_FLASH_PARAMETERS = 121762820
-# The release's three scalars are not public; these are make_decision_fixtures.DEMO_SCALARS (answers spread out,
-# neither scale clamped), so that probabilities are neither uniform nor saturated.
+# The release's three scalars are not public; these are make_decision_fixtures.DEMO_SCALARS (neither scale clamped):
+# the plain head's (--head-style plain). The decisive head (the default) starts from the same random weights and sets
+# its own (tools/decisive_head.py: why, and how they are calibrated).
 HEAD_SCALARS = {"prior_logit_scale": 2.0, "joint_logit_scale": 2.0, "residual_gate": 1.0}
 HEAD_FILES = ("joint_head.safetensors", "joint_head_config.json")
 KL_MAX = 1e-3  # design/targets.md: mean KL <= 1e-3 ...
@@ -73,41 +88,6 @@ def bucket_of(tokens):
         if tokens <= top:
             return b
     return len(BUCKET_TOP) - 1  # over 16384 cannot happen: the budget refuses it
-
-
-def percentile(values, q):
-    """Nearest rank, as `duet bench` computes it."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = math.ceil(q * len(ordered))
-    return ordered[max(rank, 1) - 1]
-
-
-def softmax(logits):
-    top = max(logits)
-    e = [math.exp(x - top) for x in logits]
-    s = sum(e)
-    return [x / s for x in e]
-
-
-def kl(p, q):
-    """KL(p || q) in nats, both clamped at 1e-30 as make_decision_fixtures.Checks does."""
-    return sum(pi * (math.log(max(pi, 1e-30)) - math.log(max(qi, 1e-30))) for pi, qi in zip(p, q) if pi > 0)
-
-
-def argmax(values):
-    """The first maximum."""
-    best = 0
-    for i, v in enumerate(values):
-        if v > values[best]:
-            best = i
-    return best
-
-
-def top_gap(p):
-    ordered = sorted(p, reverse=True)
-    return ordered[0] - ordered[1] if len(ordered) > 1 else 1.0
 
 
 def parse_answer(body, questions):
@@ -203,7 +183,8 @@ def evaluate(reference, alone, together, warm):
             stats["kl"].append(value)
             stats["top"] += int(same)
             record = {"request": i, "bucket": BUCKET_NAMES[b], "question": q["id"], "type": q["type"],
-                      "options": len(p), "kl": value, "same_top": same, "reference_top_gap": top_gap(p)}
+                      "options": len(p), "kl": value, "same_top": same, "reference_top_gap": top_gap(p),
+                      "reference_max_p": max(p)}
             records.append(record)
             if not same:
                 disagreements.append(dict(record, reference=p, duet=d["probabilities"]))
@@ -211,6 +192,7 @@ def evaluate(reference, alone, together, warm):
                 floor["duet_kl"].append(kl(q["fp32_probabilities"], d["probabilities"]))
                 floor["duet_top"] += int(argmax(q["fp32_probabilities"]) == argmax(d["probabilities"]))
     worst = sorted(records, key=lambda x: -x["kl"])[:8]
+    by_margin = agreement_by_margin([(x["reference_top_gap"], x["same_top"]) for x in records])
 
     buckets, all_kl, all_top = [], [], 0
     for b, stats in enumerate(per_bucket):
@@ -259,35 +241,40 @@ def evaluate(reference, alone, together, warm):
     exactness_pass = identical > 0 and differing == 0 and ex_failed == 0
 
     # Planted controls: the same comparison with wrong duet answers must fail the threshold.
-    other_kl, other_top, rot_kl, rot_top, refref_kl = [], 0, [], 0, []
+    # Each control keeps per question (KL, reference margin, same top option).
+    other, rot, refref_kl = [], [], []
+
+    def compared(p, d):
+        return kl(p, d), top_gap(p), argmax(p) == argmax(d)
     for i, r in requests.items():
         if i not in duet_p:
             continue
         for q, d in zip(r["questions"], duet_p[i]):
-            value = kl(q["probabilities"], rotated(d))
-            rot_kl.append(value)
-            rot_top += int(argmax(q["probabilities"]) == argmax(rotated(d)))
+            rot.append(compared(q["probabilities"], rotated(d)))
         j = r.get("partner")
         if j is None or j not in duet_p:
             continue
         partner = requests[j]
         for q, qj, dj in zip(r["questions"], partner["questions"], duet_p[j]):
             assert q["id"] == qj["id"] and q["options"] == qj["options"], "partners must share their questions"
-            other_kl.append(kl(q["probabilities"], dj))
-            other_top += int(argmax(q["probabilities"]) == argmax(dj))
+            other.append(compared(q["probabilities"], dj))
             refref_kl.append(kl(q["probabilities"], qj["probabilities"]))
 
-    def control(values, tops, what):
+    # A control must fail each criterion on its own (mean KL and top option), or that criterion could not tell a wrong
+    # answer from a right one: the gate would not be informative.
+    def control(values, what):
         if not values:
             return {"what": what, "questions": 0, "mean_kl": None, "fails_threshold": None}
-        mean = sum(values) / len(values)
-        return {"what": what, "questions": len(values), "mean_kl": mean, "top_agreement": tops / len(values),
-                "fails_threshold": mean > KL_MAX}
+        mean = sum(v[0] for v in values) / len(values)
+        top = sum(v[2] for v in values) / len(values)
+        return {"what": what, "questions": len(values), "mean_kl": mean, "top_agreement": top,
+                "top_agreement_by_reference_margin": agreement_by_margin([(v[1], v[2]) for v in values]),
+                "fails_kl": mean > KL_MAX, "fails_top": top < TOP_MIN,
+                "fails_threshold": mean > KL_MAX and top < TOP_MIN}
 
-    controls = [control(other_kl, other_top, "reference of each request against duet's answer to its partner (the "
-                        "same questions over another state)"),
-                control(rot_kl, rot_top, "reference against duet's own answer with each question's options rotated "
-                        "by one")]
+    controls = [control(other, "reference of each request against duet's answer to its partner (the same questions "
+                        "over another state)"),
+                control(rot, "reference against duet's own answer with each question's options rotated by one")]
     controls_ok = all(c["fails_threshold"] is not False for c in controls) and controls[1]["fails_threshold"] is True
     state_sensitivity = sum(refref_kl) / len(refref_kl) if refref_kl else None
     result = {
@@ -298,7 +285,12 @@ def evaluate(reference, alone, together, warm):
                     "usage_equal": usage_equal, "usage_compared": usage_total,
                     "max_abs_reported_vs_softmax_of_logits": reported_diff,
                     "reference_top_gap_median": percentile([x["reference_top_gap"] for x in records], 0.5),
-                    "reference_top_gap_min": min((x["reference_top_gap"] for x in records), default=None)},
+                    "reference_top_gap_min": min((x["reference_top_gap"] for x in records), default=None),
+                    "top_agreement_by_reference_margin": by_margin},
+        "reference_margin": dict(distribution([x["reference_top_gap"] for x in records]),
+                                 what="p1 - p2 of the reference's answer per question: how decisive the head is"),
+        "reference_max_p": dict(distribution([x["reference_max_p"] for x in records], MAX_P_BINS),
+                                what="the reference's top probability per question"),
         "buckets": buckets,
         "exactness": {"what": f"{CONCURRENCY} decisions at once against the same decisions alone, byte for byte",
                       "identical": identical, "differing": differing, "failed": ex_failed, "pass": exactness_pass,
@@ -352,6 +344,10 @@ def report_text(result, meta):
                  f"{fmt(o['mean_kl'], '.2e'):>9} {fmt(o['max_kl'], '.2e'):>9} {fmt(o['top_agreement'], '.2%'):>7}")
     lines.append(f"(reference top-2 probability gap: median {fmt(o['reference_top_gap_median'], '.3g')}, smallest "
                  f"{fmt(o['reference_top_gap_min'], '.3g')}: how close the races for the top option are)")
+    lines.append(f"reference margin p1 - p2 {quantile_text(result['reference_margin'])}; histogram "
+                 f"{result['reference_margin']['histogram']}")
+    lines.append(f"reference top probability {quantile_text(result['reference_max_p'])}")
+    lines.append(f"same top option {margin_text(o['top_agreement_by_reference_margin'])}")
     lines.append("(p50/p90: one decision at a time, wall time of the HTTP request; hf fwd: transformers BF16 forward "
                  "of the same prompt, for scale)")
     lines.append("")
@@ -367,10 +363,12 @@ def report_text(result, meta):
         if c["mean_kl"] is None:
             lines.append(f"planted control ({c['what']}): no questions to compare")
             continue
-        lines.append(f"planted control ({c['what']}): mean KL {c['mean_kl']:.3e} over {c['questions']} questions, "
-                     f"top agreement {c['top_agreement']:.1%}: "
-                     + ("FAILS the threshold, as it must" if c["fails_threshold"] else
-                        "PASSES the threshold: the gate could not tell these answers apart (a weak gate)"))
+        lines.append(f"planted control ({c['what']}): mean KL {c['mean_kl']:.3e} over {c['questions']} questions "
+                     f"({'fails' if c['fails_kl'] else 'PASSES'} the KL bound), top agreement "
+                     f"{margin_text(c['top_agreement_by_reference_margin'])} "
+                     f"({'fails' if c['fails_top'] else 'PASSES'} the top-option bound): "
+                     + ("fails both, as it must" if c["fails_threshold"] else
+                        "a criterion it passes could not tell these answers apart (a weak gate)"))
     lines.append(f"(reference against the reference of the partner request: mean KL "
                  f"{fmt(result['reference_vs_reference_of_partner_mean_kl'], '.3e')}: how much the state moves the "
                  f"random head's answers)")
@@ -397,6 +395,33 @@ def report_text(result, meta):
                  f"exactness {pf(e['pass'])}, planted controls {controls}; "
                  f"latency reported against the targets, not gated)")
     return "\n".join(lines) + "\n"
+
+
+def head_text(meta):
+    """The head line of the log: its style, shape and scalars, and for a decisive head its calibration."""
+    head = meta.get("head") or {"style": "plain"}
+    text = f"{head['style']} head of shape {meta.get('head_config')}, scalars {meta.get('head_scalars')}"
+    c = head.get("calibration")
+    if c:
+        text += (f"; sharpness {c['sharpness']:g}, scale {c['scale']:.3g} (median top probability "
+                 f"{c['target_median_max_p']:g} on the calibration requests; under rows noise {c['row_noise']:g} "
+                 + ("within" if c["meets_noise_bound"] else "NOT within") + f" KL {c['noise_kl_max']:g})")
+    return text
+
+
+def quantile_text(dist):
+    q = dist["quantiles"]
+    return (f"over {dist['count']} questions: min {fmt(q['q0'])}, p10 {fmt(q['q10'])}, median {fmt(q['q50'])}, "
+            f"p90 {fmt(q['q90'])}, max {fmt(q['q100'])}")
+
+
+def margin_text(by_margin):
+    parts = [f"{fmt(by_margin['all']['agreement'], '.2%')} of {by_margin['all']['questions']}"]
+    for key, value in by_margin.items():
+        if key != "all":
+            parts.append(f"{fmt(value['agreement'], '.2%')} of the {value['questions']} with reference margin "
+                         f"{key.replace('margin_over_', '> ')}")
+    return ", ".join(parts)
 
 
 def verdict(value, name):
@@ -537,9 +562,10 @@ def import_fixture_tools():
     return mdf
 
 
-def make_head_folder(mdf, torch, work, seed):
-    """WORK/clef-flash: symlinks to WORK/model's files, a copy of its config.json, and the random head (written by
-    make_decision_model, which copies its source folder whole: its source here holds config.json only)."""
+def make_head_folder(mdf, work, cfg, tensors):
+    """WORK/clef-flash: symlinks to WORK/model's files, a copy of its config.json, and the head `tensors` (written by
+    make_decision_model, which copies its source folder whole: its source here holds config.json only, and checks
+    every name and shape against the spec). Returns the folder and the head read back as fp32."""
     model_dir = os.path.join(work, "model")
     folder = os.path.join(work, "clef-flash")
     source = os.path.join(work, "clef-flash-config")
@@ -547,16 +573,57 @@ def make_head_folder(mdf, torch, work, seed):
         shutil.rmtree(path, ignore_errors=True)
     os.makedirs(source)
     shutil.copy(os.path.join(model_dir, "config.json"), source)
-    weights, module = mdf.make_decision_model(source, folder, CLEF_FLASH_HEAD, HEAD_SCALARS,
-                                              torch.Generator().manual_seed(seed))
+    weights, module = mdf.make_decision_model(source, folder, cfg, None, None, tensors=tensors)
     del module
     shutil.rmtree(source)
     for name in sorted(os.listdir(model_dir)):
         if name != "config.json" and name not in HEAD_FILES:
             os.symlink(os.path.abspath(os.path.join(model_dir, name)), os.path.join(folder, name))
     count = sum(v.numel() for v in weights.values())
-    assert count == CLEF_FLASH_PARAMETERS, f"head of {count} parameters, the spec says {CLEF_FLASH_PARAMETERS}"
+    if cfg == CLEF_FLASH_HEAD:
+        assert count == CLEF_FLASH_PARAMETERS, f"head of {count} parameters, the spec says {CLEF_FLASH_PARAMETERS}"
     return folder, weights
+
+
+def calibration_pairs(requests, pairs_per_bucket=(2, 1)):
+    """The decisive head's calibration requests: the first pairs (same questions, two states) of the shortest buckets,
+    pairs_per_bucket[b] of bucket b: their rows are quick to compute and to hold, and the head runs over them a few
+    times (tens of seconds on the CPU in all, out of the gate's budget). Returns (request indices, pairs as positions
+    in that list). Without pairs (--per-bucket 1), the shortest request alone: the scale is still calibrated, the
+    sharpness is the first that meets the noise bound."""
+    chosen, pairs = [], []
+    for b, count in enumerate(pairs_per_bucket):
+        firsts = [r for r in requests if r["bucket"] == b and r["k"] % 2 == 0 and r["partner"] is not None]
+        for r in firsts[:count]:
+            pairs.append((len(chosen), len(chosen) + 1))
+            chosen += [r["index"], r["partner"]]
+    if not chosen:
+        chosen = [min(requests, key=lambda r: r["encoding"]["input_tokens"])["index"]]
+    return chosen, pairs
+
+
+def head_tensors(args, mdf, torch, rows_of, lm_head, requests):
+    """The head duet serves and the reference runs: (config, BF16 tensors by name, what it is, for the report).
+    --head-dir: that folder's head as stored. Otherwise the random head of --head-seed, as it is (--head-style plain)
+    or made decisive (tools/decisive_head.py) with a sharpness and scale calibrated on the reference's own rows."""
+    if args.head_dir:
+        from safetensors.torch import load_file
+        cfg = json.load(open(os.path.join(args.head_dir, "joint_head_config.json")))
+        tensors = load_file(os.path.join(args.head_dir, "joint_head.safetensors"))
+        return cfg, tensors, {"style": "from --head-dir", "dir": os.path.abspath(args.head_dir)}
+    base = mdf.random_head(CLEF_FLASH_HEAD, HEAD_SCALARS, torch.Generator().manual_seed(args.head_seed))
+    if args.head_style == "plain":
+        return CLEF_FLASH_HEAD, base, {"style": "plain", "seed": args.head_seed, "scalars": HEAD_SCALARS}
+    import decision_reference as ref
+    chosen, pairs = calibration_pairs(requests)
+    calibration = [(rows_of(requests[i]["encoding"]["ids"])[0], requests[i]["encoding"]) for i in chosen]
+    choice = decisive_head.calibrate(base, CLEF_FLASH_HEAD, ref.head_forward, lm_head, calibration, pairs,
+                                     seed=args.head_seed)
+    del calibration
+    tensors = decisive_head.decisive_weights(base, CLEF_FLASH_HEAD, choice["sharpness"], choice["scale"])
+    scalars = {k: float(tensors[k].float()) for k in ("prior_logit_scale", "joint_logit_scale", "residual_gate")}
+    return CLEF_FLASH_HEAD, tensors, {"style": "decisive", "seed": args.head_seed, "scalars": scalars,
+                                      "calibration": choice, "calibration_requests": chosen}
 
 
 def reference_phase(args):
@@ -576,26 +643,24 @@ def reference_phase(args):
                 "tokenizers": tokenizers.__version__, "gpu": torch.cuda.get_device_name()}
     print(f"reference: {versions}; imports {time.time() - began:.1f} s", flush=True)
     work = args.work
-    model_dir = os.path.join(work, "model")
+    model_dir = os.path.join(work, "model")  # what duet serves (WORK/clef-flash links to it) and its tokenizer
+    reference_dir = args.reference_model or model_dir  # what transformers runs for the reference
     tick = time.time()
-    if not os.path.exists(os.path.join(model_dir, "model.safetensors.index.json")):
+    if args.reference_model and not os.path.exists(os.path.join(model_dir, "config.json")):
+        raise SystemExit(f"--reference-model {args.reference_model}: {model_dir} must hold the checkpoint duet serves")
+    if not args.reference_model and not os.path.exists(os.path.join(model_dir, "model.safetensors.index.json")):
         os.makedirs(work, exist_ok=True)
         model = m9.make_checkpoint(work, args.checkpoint_seed)  # what `make_9b_references.py --checkpoint-only` does
         m9.make_prompts(work, 10, args.checkpoint_seed + 1)
         checkpoint = f"made by make_9b_references.make_checkpoint (seed {args.checkpoint_seed})"
     else:
-        arch = json.load(open(os.path.join(model_dir, "config.json")))["architectures"][0]
+        arch = json.load(open(os.path.join(reference_dir, "config.json")))["architectures"][0]
         dtype = torch.float32 if args.fp32_floor else torch.bfloat16
-        model = getattr(transformers, arch).from_pretrained(model_dir, dtype=dtype, attn_implementation="sdpa")
+        model = getattr(transformers, arch).from_pretrained(reference_dir, dtype=dtype, attn_implementation="sdpa")
         model = model.to("cuda")
-        checkpoint = f"existing {model_dir}, loaded with from_pretrained"
+        checkpoint = f"existing {reference_dir}, loaded with from_pretrained"
     model.eval()
     print(f"checkpoint: {checkpoint}: {time.time() - tick:.1f} s", flush=True)
-
-    tick = time.time()
-    folder, weights = make_head_folder(mdf, torch, work, args.head_seed)
-    print(f"decision model {folder}: head {CLEF_FLASH_HEAD} + scalars {HEAD_SCALARS}, seed {args.head_seed}: "
-          f"{time.time() - tick:.1f} s", flush=True)
 
     tick = time.time()
     tok = tokenizers.Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
@@ -608,7 +673,8 @@ def reference_phase(args):
           f"{[r['encoding']['input_tokens'] for r in requests]}", flush=True)
 
     captured = []
-    norm = model.model.language_model.norm
+    inner = model.model  # a conditional-generation model (as Clef-Flash ships) holds the text model inside
+    norm = inner.language_model.norm if hasattr(inner, "language_model") else inner.norm
     norm.register_forward_hook(lambda module, inputs, output: captured.append(output.detach()))
     lm_head = model.get_output_embeddings().weight.detach().to(device="cpu", dtype=torch.bfloat16)  # values exact
 
@@ -625,9 +691,16 @@ def reference_phase(args):
         captured.clear()
         return rows, seconds
 
+    tick = time.time()
+    head_cfg, tensors, head_made = head_tensors(args, mdf, torch, rows_of, lm_head, requests)
+    folder, weights = make_head_folder(mdf, work, head_cfg, tensors)
+    del tensors
+    print(f"decision model {folder}: head {head_cfg}, {json.dumps(head_made)}: {time.time() - tick:.1f} s",
+          flush=True)
+
     def head(rows, r):
         with torch.no_grad():
-            return ref.head_forward(weights, CLEF_FLASH_HEAD, rows, lm_head, r["encoding"]["ids"], r["encoding"])
+            return ref.head_forward(weights, head_cfg, rows, lm_head, r["encoding"]["ids"], r["encoding"])
 
     fp32_out = {}
     if args.fp32_floor:  # transformers FP32 (the checkpoint's values exactly) for the BF16 noise floor; optional
@@ -684,8 +757,9 @@ def reference_phase(args):
             if key in r:
                 entry[key] = r[key]
         out_requests.append(entry)
-    meta = dict(versions, checkpoint=checkpoint, served=folder, head_config=CLEF_FLASH_HEAD, head_scalars=HEAD_SCALARS,
-                head_seed=args.head_seed, seed=args.seed, per_bucket=args.per_bucket, fp32_floor=args.fp32_floor,
+    meta = dict(versions, checkpoint=checkpoint, reference_model=os.path.abspath(reference_dir), served=folder,
+                head_config=head_cfg, head_scalars=head_made.get("scalars"), head=head_made, head_seed=args.head_seed,
+                seed=args.seed, per_bucket=args.per_bucket, fp32_floor=args.fp32_floor,
                 script="tools/decision_gate_9b.py", seconds=time.time() - began)
     os.makedirs(os.path.join(work, "dgate"), exist_ok=True)
     path = os.path.join(work, "dgate", "reference.json")
@@ -797,7 +871,7 @@ def duet_phase(args):
     result = evaluate(reference, alone, together, warm)
     meta = reference["meta"]
     meta_text = {"transformers": meta.get("transformers"),
-                 "head": f"Clef-Flash shape {meta.get('head_config')}, scalars {meta.get('head_scalars')}",
+                 "head": head_text(meta),
                  "checkpoint": meta.get("checkpoint"),
                  "served": f"{meta.get('served')} as {models['id']} at {args.url}",
                  "requests_note": f"{len(requests)} requests (seed {meta.get('seed')}, {meta.get('per_bucket')} per "
@@ -881,6 +955,36 @@ def selftest(_args):
     assert result["exactness"]["warmup_equal_alone"] == 1
     assert all(c["fails_threshold"] for c in result["controls"]) and result["controls_fail_as_they_must"]
     assert result["pass"]
+    # The margins: the reference's top option leads by p1 - p2; agreement restricted to clear leads.
+    margins = sorted(top_gap(q["probabilities"]) for r in (ref_q, ref_q2, ref_q) for q in r)
+    assert result["reference_margin"]["count"] == 9 and result["reference_margin"]["quantiles"]["q0"] == margins[0]
+    assert result["reference_margin"]["quantiles"]["q100"] == margins[-1]
+    assert sum(result["reference_margin"]["histogram"].values()) == 9
+    assert result["reference_max_p"]["quantiles"]["q100"] <= 1.0
+    by_margin = result["overall"]["top_agreement_by_reference_margin"]
+    assert by_margin["all"] == {"questions": 9, "agreement": 1.0}, by_margin
+    assert by_margin["margin_over_0.05"]["questions"] == sum(m > 0.05 for m in margins)
+    assert by_margin["margin_over_0.2"]["questions"] == sum(m > 0.2 for m in margins)
+    partner_control = result["controls"][0]
+    assert partner_control["fails_kl"] and partner_control["fails_top"] and partner_control["questions"] == 6
+    assert "fails both, as it must" in report_text(result, {})
+    # A planted control that one criterion cannot tell apart fails the run: partners whose answers keep their top
+    # options (a head the state hardly moves) fail the KL bound, but the top-option criterion cannot see them.
+    sharper = [question(q["id"], q["type"], q["options"], [x * 3 for x in q["logits"]]) for q in ref_q]
+    weak = {"meta": {}, "requests": [dict(reference["requests"][0]), dict(reference["requests"][1], questions=sharper)]}
+    weak_answers = {0: same[0], 1: dict(same[1], body=raw_answer(sharper, 400))}
+    result = evaluate(weak, weak_answers, dict(weak_answers), {})
+    assert result["gate"]["pass"] and result["exactness"]["pass"] and result["controls"][1]["fails_threshold"]
+    assert result["controls"][0]["fails_kl"] and not result["controls"][0]["fails_top"]
+    assert not result["controls_fail_as_they_must"] and not result["pass"]
+    assert "a weak gate" in report_text(result, {})
+    assert head_text({"head_config": {"width": 8}}).startswith("plain head of shape {'width': 8}")
+    calibrated = {"style": "decisive", "calibration": {"sharpness": 2.0, "scale": 9.24, "target_median_max_p": 0.85,
+                                                       "row_noise": 0.1, "meets_noise_bound": True,
+                                                       "noise_kl_max": 2.5e-4}}
+    assert "sharpness 2, scale 9.24" in head_text({"head": calibrated}) and "within KL 0.00025" in head_text(
+        {"head": calibrated})
+    result = evaluate(reference, same, dict(same), {0: same[0]})
     b = {x["bucket"]: x for x in result["buckets"]}
     assert b["<=1K"]["requests"] == 2 and b["<=1K"]["alone_p50_ms"] == 50.0 and b["10-16K"]["alone_p50_ms"] == 1200.0
     assert b["<=1K"]["p50_within_first_bar"] and not b["<=1K"]["p50_within_goal"] and b["1-4K"]["requests"] == 0
@@ -906,8 +1010,28 @@ def selftest(_args):
     state = fit_state(fake, 1001, lambda n: " ".join(words[:n]))
     assert fake(state) <= 1001 and fake(state) >= 1001 - max(2, 1001 // 200), fake(state)
     assert 1 <= usable_cpus() <= (os.cpu_count() or 1)
+    gate_math.selftest()
+    decisive_head.selftest()
+    selftest_calibration_pairs()
     print("selftest: ok")
     return 0
+
+
+def selftest_calibration_pairs():
+    """The decisive head's calibration requests: the first pairs of the two shortest buckets."""
+    requests = [{"index": i, "bucket": b, "k": k, "partner": None} for i, (b, k) in
+                enumerate((b, k) for k in range(5) for b in range(4))]
+    for r in requests:
+        mate = r["k"] + 1 if r["k"] % 2 == 0 else r["k"] - 1
+        r["partner"] = next((x["index"] for x in requests if x["bucket"] == r["bucket"] and x["k"] == mate), None)
+    chosen, pairs = calibration_pairs(requests)
+    assert [(requests[i]["bucket"], requests[i]["k"]) for i in chosen] == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0),
+                                                                           (1, 1)], chosen
+    assert pairs == [(0, 1), (2, 3), (4, 5)]
+    alone = [{"index": i, "bucket": i, "k": 0, "partner": None, "encoding": {"input_tokens": 900 * (4 - i)}}
+             for i in range(4)]
+    assert calibration_pairs(alone) == ([3], [])
+    assert all(requests[chosen[a]]["partner"] == chosen[b] for a, b in pairs)
 
 
 def main():
@@ -918,6 +1042,15 @@ def main():
     parser.add_argument("--per-bucket", type=int, default=10, help="requests per length bucket (pairs: even is best)")
     parser.add_argument("--seed", type=int, default=20261130, help="the requests")
     parser.add_argument("--head-seed", type=int, default=20261209, help="the random joint head")
+    parser.add_argument("--head-style", choices=("decisive", "plain"), default="decisive",
+                        help="decisive: the random head made decisive and state-dependent, calibrated on the "
+                             "reference's rows (tools/decisive_head.py); plain: the random head at the demo's scalars")
+    parser.add_argument("--head-dir", default="",
+                        help="take the joint head (joint_head.safetensors, joint_head_config.json) from this folder "
+                             "instead of making one, e.g. a runtime adapter folder whose head duet serves with --clef")
+    parser.add_argument("--reference-model", default="",
+                        help="the checkpoint transformers runs for the reference (default WORK/model, the one duet "
+                             "serves), e.g. the merged checkpoint for an adapter gate; WORK/model must still exist")
     parser.add_argument("--checkpoint-seed", type=int, default=20261130,
                         help="make_9b_references.py's default, used when WORK/model is absent")
     parser.add_argument("--fp32-floor", action="store_true",

@@ -206,7 +206,8 @@ def span_inputs(encoding):
 def head_forward(weights, cfg, rows, lm_head, ids, encoding, dtype=torch.float32):
     """The head for one request. rows [L, h]: final-norm rows; lm_head [V, h]: the untied LM head (rows gathered).
 
-    Returns per question (encoding order) a dict of tensors: logits, probabilities, prior, joint.
+    Returns per question (encoding order) a dict of tensors: logits, probabilities, prior, joint, and the joint term's
+    two parts: cosine (cos(F_i, o_r), before its scale) and scored (the residual scorer's output).
     """
     wt = {k: v.to(dtype) for k, v in weights.items()}
     heads, width = cfg["heads"], cfg["width"]
@@ -248,13 +249,14 @@ def head_forward(weights, cfg, rows, lm_head, ids, encoding, dtype=torch.float32
     prior = torch.exp(torch.clamp(wt["prior_logit_scale"], max=LOG_100)) * (_unit(lex) * _unit(q[owner] + last)).sum(-1)
     features = torch.cat([fo, o, fo * o, (fo - o).abs()], dim=-1)
     scored = _linear(_gelu(_linear(features, wt, "residual_scorer.0")), wt, "residual_scorer.3")[:, 0]
-    joint = torch.exp(torch.clamp(wt["joint_logit_scale"], max=LOG_100)) * _cosine(fo, o) + scored
+    cosine = _cosine(fo, o)
+    joint = torch.exp(torch.clamp(wt["joint_logit_scale"], max=LOG_100)) * cosine + scored
     logits = prior + torch.sigmoid(wt["residual_gate"]) * joint
     out = []
     for i in range(len(q_spans)):
         mask = owner == i
         out.append(dict(logits=logits[mask], probabilities=torch.softmax(logits[mask], dim=0), prior=prior[mask],
-                        joint=joint[mask]))
+                        joint=joint[mask], cosine=cosine[mask], scored=scored[mask]))
     return out
 
 

@@ -2,8 +2,9 @@
 # On the GPU machine, in one device call (about 4-6 minutes; bounded at GATE_BUDGET_S, default 510 s): the decisions
 # gate of design/targets.md on the Qwen3.5-9B shape. tools/decision_gate_9b.py `reference` makes (or reuses) the
 # random 9B-shaped checkpoint of make_9b_references.py in WORK/model, writes WORK/clef-flash (that checkpoint by
-# symlinks + a random joint head of the Clef-Flash shape), builds decision requests in the four length buckets and
-# runs them through transformers BF16 + the fp32 reference head; then `duet serve WORK/clef-flash --backend cuda`
+# symlinks + a random joint head of the Clef-Flash shape, made decisive by default: tools/decisive_head.py), builds
+# decision requests in the four length buckets and runs them through transformers BF16 + the fp32 reference head;
+# then `duet serve WORK/clef-flash --backend cuda`
 # answers the same requests alone and 4 at a time, and `duet` compares them (mean KL, top option, latency per bucket,
 # byte equality at 4 at once, planted controls). Run from the repository root after unpacking the build
 # (tools/pack_for_device.sh); OUT gets decision_gate.json, decision_gate.log and the logs of each stage.

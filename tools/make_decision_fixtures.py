@@ -109,14 +109,16 @@ def random_head(cfg, scalars, generator):
     return tensors
 
 
-def make_decision_model(source, folder, cfg, scalars, generator):
-    """Copies a model folder and writes a head beside it; returns the head read back as fp32."""
+def make_decision_model(source, folder, cfg, scalars, generator, tensors=None):
+    """Copies a model folder and writes a head beside it: random_head's, or `tensors` when given (BF16, the spec's
+    names and shapes: a head made otherwise, such as tools/decisive_head.py's); returns the head read back as fp32."""
     shutil.copytree(source, folder, dirs_exist_ok=True)
     text = json.load(open(os.path.join(source, "config.json")))
     hidden = text.get("text_config", text)["hidden_size"]
     assert hidden == cfg["hidden_size"], (source, hidden, cfg)
-    save_file(random_head(cfg, scalars, generator), os.path.join(folder, "joint_head.safetensors"),
-              metadata={"format": "pt"})
+    if tensors is None:
+        tensors = random_head(cfg, scalars, generator)
+    save_file(tensors, os.path.join(folder, "joint_head.safetensors"), metadata={"format": "pt"})
     with open(os.path.join(folder, "joint_head_config.json"), "w") as f:
         f.write(json.dumps(cfg, indent=2) + "\n")
     weights = {k: v.float() for k, v in load_file(os.path.join(folder, "joint_head.safetensors")).items()}

@@ -85,6 +85,8 @@ void check_flags(const ServeFlags& flags) {
   if (flags.shutdown_grace_s < 0) fail("--shutdown-grace {}: must be 0 or more seconds", flags.shutdown_grace_s);
   if (flags.server.port < 0 || flags.server.port > 65535) fail("--port {}: not a port", flags.server.port);
   if (flags.threads < 0) fail("--threads {}: must be 0 (all cores) or more", flags.threads);
+  if (flags.engine.decision_workers < 0 || flags.engine.decision_workers > 256)
+    fail("--decision-workers {}: must be 0 (from the cores) to 256", flags.engine.decision_workers);
   for (const auto& key : flags.api_keys)
     if (key.empty()) fail("--api-key: an empty key would accept anyone; leave the flag out instead");
 }
@@ -199,10 +201,11 @@ void serve(ServeFlags& flags) {
                                   .backbone = model.get(),
                                   .max_length = std::min(decision::kReferenceMaxLength, flags.engine.context),
                                   .adapter = model->has_adapter() ? engine::AdapterUse::clef : engine::AdapterUse::none};
-      log_info("decisions: joint head {} (POST /v1/systemone, prompts up to {} tokens{})",
+      log_info("decisions: joint head {} (POST /v1/systemone, prompts up to {} tokens{}; {} head workers)",
                fmt::format("width {}, {} routing + {} decoder layers", head->config().width,
                            head->config().routing_layers, head->config().layers),
-               context.decisions->max_length, model->has_adapter() ? ", through the runtime adapter" : "");
+               context.decisions->max_length, model->has_adapter() ? ", through the runtime adapter" : "",
+               engine::decision_worker_count(flags.engine));
     }
   } catch (const std::exception& error) {
     // A model that cannot be served ends the process with its refusal (status 1, as main() answers duet::Error);
@@ -297,6 +300,10 @@ void add_serve_command(CLI::App& app) {
                   "Runtime adapter folder (`duet adapter` writes it): decisions run through it with its joint head, "
                   "chat uses the base weights alone");
   cmd->add_option("--threads", flags->threads, "CPU threads for the model (0: one per core)")->capture_default_str();
+  cmd->add_option("--decision-workers", flags->engine.decision_workers,
+                  "Threads running decisions' head work side by side (0: one per four cores, 2 to 8, at most "
+                  "--parallel)")
+      ->capture_default_str();
   cmd->callback([flags] { serve(*flags); });
 }
 

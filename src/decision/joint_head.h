@@ -96,8 +96,10 @@ class JointHead {
   // Every tensor the spec lists, with its shape: the head's names.
   static std::vector<std::pair<std::string, std::vector<int64_t>>> tensor_shapes(const JointHeadConfig& config);
 
-  // The head on one request's inputs (forward in head_forward.cc). Uses the global thread pool: call from one
-  // thread at a time (the engine thread in serving).
+  // The head on one request's inputs (forward in head_forward.cc). Callable from several threads at once (the
+  // engine's decision workers): it writes nothing shared; its parallel loops take turns on the global thread pool,
+  // whose split of a loop depends on the loop's size alone, and host products serialize inside the backend. So the
+  // result's bytes do not depend on what runs beside it.
   HeadOutput forward(const HeadInputs& inputs) const;
 
  private:

@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -13,7 +14,7 @@
 #include "base/log.h"
 #include "base/thread_pool.h"
 #include "engine/backend_sampling.h"
-#include "engine/decision_worker.h"
+#include "engine/decision_workers.h"
 #include "engine/memory_plan.h"
 #include "engine/request_validation.h"
 #include "engine/sampler.h"
@@ -26,6 +27,8 @@
 namespace duet::engine {
 
 namespace {
+
+constexpr int32_t kMaxDecisionWorkers = 256;  // threads; more would only wait on the same cores
 
 void check_options(const EngineOptions& options) {
   if (options.parallel < 1) fail("engine: parallel must be at least 1, got {}", options.parallel);
@@ -40,6 +43,9 @@ void check_options(const EngineOptions& options) {
   if (options.step_token_budget < 1) {
     fail("engine: step_token_budget must be at least 1, got {}", options.step_token_budget);
   }
+  if (options.decision_workers < 0 || options.decision_workers > kMaxDecisionWorkers)
+    fail("engine: decision_workers must be 0 (from the cores) to {}, got {}", kMaxDecisionWorkers,
+         options.decision_workers);
 }
 
 // Checked before anything is allocated, so a plan that does not fit is refused with its numbers.
@@ -71,7 +77,17 @@ size_t sampling_threads(const EngineOptions& options) {
   return std::min({static_cast<size_t>(options.parallel), hardware, size_t{8}});
 }
 
+// While a decision waits for its head (no step of its own to run), the engine looks this often whether its client
+// went away, so that a cancelled decision frees its slot without waiting for the head to end.
+constexpr auto kHeadWaitPoll = std::chrono::milliseconds(20);
+
 }  // namespace
+
+int32_t decision_worker_count(const EngineOptions& options) {
+  if (options.decision_workers > 0) return options.decision_workers;
+  const auto cores = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, std::min(std::clamp(cores / 4, 2, 8), options.parallel));
+}
 
 struct Engine::Impl {
   Impl(model::Model& model, const tokenizer::Tokenizer* tokenizer, EngineOptions options)
@@ -168,10 +184,16 @@ struct Engine::Impl {
       try {
         {
           std::unique_lock lock(mutex);
-          // Sleeps when there is nothing to run; a submit or the destructor wakes it.
-          wake.wait(lock, [this] {
+          // Sleeps when there is nothing to run; a submit, an answer or the destructor wakes it (and the poll, while
+          // decisions wait for their heads).
+          const auto has_work = [this] {
             return stopping || !waiting.empty() || !decisions_done.empty() || scheduler.has_work();
-          });
+          };
+          if (awaiting_heads()) {
+            wake.wait_for(lock, kHeadWaitPoll, has_work);
+          } else {
+            wake.wait(lock, has_work);
+          }
           if (stopping) break;
           admit_waiting();
         }
@@ -364,12 +386,15 @@ struct Engine::Impl {
     return drawn;
   }
 
-  // A decision's chunk: its rows go to its sink on the decision worker, and after the last chunk the worker runs
-  // the head and hands the answer back (end_decided), so the engine steps on meanwhile. A failing sink fails its own
-  // decision only; a decision cancelled meanwhile ignores its answer.
+  // A decision's chunk: its rows go to its sink on the decision workers (under the decision's id, so its tasks run in
+  // order), and after the last chunk a worker runs the head and hands the answer back (end_decided), so the engine
+  // steps on meanwhile. A failing sink fails its own decision only. A decision that ends before its answer
+  // (cancelled, failed, shut down) marks its job cancelled: its tasks not yet started are skipped, and an answer
+  // computed meanwhile is dropped.
   struct DecisionJob {
     std::shared_ptr<DecisionSink> sink;
-    std::string error;  // the first failure (worker thread only)
+    std::string error;                   // the first failure (its tasks run one at a time)
+    std::atomic<bool> cancelled{false};  // set by the engine thread when the decision leaves the scheduler
   };
   struct DecisionDone {
     uint64_t id;
@@ -385,9 +410,13 @@ struct Engine::Impl {
       return;
     }
     auto& job = decision_jobs[sequence.id()];
-    if (!job) job = std::make_shared<DecisionJob>(DecisionJob{sequence.request().decision, {}});
-    decision_worker.post([job, first = sequence.prefilled(), count, rows = std::move(result.norm_rows)] {
-      if (!job->error.empty()) return;
+    if (!job) {
+      job = std::make_shared<DecisionJob>();
+      job->sink = sequence.request().decision;
+    }
+    const int64_t first = sequence.prefilled();
+    decision_workers.post(sequence.id(), [job, first, count, rows = std::move(result.norm_rows)] {
+      if (job->cancelled || !job->error.empty()) return;
       try {
         job->sink->add_rows(first, count, rows);
       } catch (const std::exception& e) {
@@ -397,7 +426,8 @@ struct Engine::Impl {
     result.norm_rows = {};
     sequence.advance_prefill(count);
     if (!sequence.prefill_done()) return;
-    decision_worker.post([this, job, id = sequence.id()] {
+    decision_workers.post(sequence.id(), [this, job, id = sequence.id()] {
+      if (job->cancelled) return;  // nobody waits for this answer
       DecisionDone done{id, {}, job->error};
       if (done.error.empty()) {
         try {
@@ -412,10 +442,16 @@ struct Engine::Impl {
       }
       wake.notify_all();
     });
-    decision_jobs.erase(sequence.id());
   }
 
-  // The answers the decision worker finished: each ends its decision, if it is still running.
+  // Engine thread: whether a running decision has had all its rows and waits for its head's answer.
+  bool awaiting_heads() const {
+    const auto running = scheduler.running();
+    return std::any_of(running.begin(), running.end(),
+                       [](const auto& s) { return s->decides() && s->prefill_done() && !s->finished(); });
+  }
+
+  // The answers the decision workers finished: each ends its decision, if it is still running.
   void end_decided() {
     std::vector<DecisionDone> done;
     {
@@ -493,10 +529,14 @@ struct Engine::Impl {
 
   void release_finished() {
     scheduler.release_finished();
-    // A decision that ended before its last chunk (cancelled, failed) leaves its job behind.
+    // A decision that left the scheduler (answered, cancelled, failed) drops its job; whatever of its work is still
+    // queued on the workers is skipped.
     std::erase_if(decision_jobs, [this](const auto& entry) {
       const auto running = scheduler.running();
-      return std::none_of(running.begin(), running.end(), [&](const auto& s) { return s->id() == entry.first; });
+      if (std::any_of(running.begin(), running.end(), [&](const auto& s) { return s->id() == entry.first; }))
+        return false;
+      entry.second->cancelled = true;
+      return true;
     });
     std::lock_guard lock(mutex);
     refresh_pool_stats_locked();
@@ -529,6 +569,8 @@ struct Engine::Impl {
 
   // The destructor's end: everything still running or waiting finishes as cancelled.
   void shut_down() {
+    // First, so that no head work starts once a client has heard that its decision ended.
+    for (auto& [id, job] : decision_jobs) job->cancelled = true;
     for (const auto& sequence : scheduler.running()) end(*sequence, FinishReason::cancelled, {});
     release_finished();
     std::lock_guard lock(mutex);
@@ -555,12 +597,14 @@ struct Engine::Impl {
   EngineStats stats;
   uint64_t next_id = 0;
   bool stopping = false;
-  std::vector<DecisionDone> decisions_done;  // answers from the decision worker, not yet ended
+  std::vector<DecisionDone> decisions_done;  // answers from the decision workers, not yet ended
 
-  // Engine thread only: the decisions whose chunks went to the worker, by sequence id, until their last chunk.
+  // Engine thread only: the decisions whose chunks went to the workers, by sequence id, until they leave the
+  // scheduler.
   std::unordered_map<uint64_t, std::shared_ptr<DecisionJob>> decision_jobs;
-  // Destroyed before the members above (its last tasks may still hand back answers), after the engine thread.
-  DecisionWorker decision_worker;
+  // Destroyed before the members above (a task running then may still hand back an answer), after the engine thread;
+  // shut_down() has marked every job cancelled by then, so only tasks already running are waited for.
+  DecisionWorkers decision_workers{static_cast<size_t>(decision_worker_count(options))};
   std::thread thread;  // last: started once everything above exists
 };
 

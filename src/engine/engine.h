@@ -37,7 +37,16 @@ struct EngineOptions {
   // runs on the host.
   size_t decision_head_bytes = 0;
   size_t decision_bytes_per_position = 0;
+  // Threads that run decisions' head work (engine/decision_workers.h), so that one decision's head never waits for
+  // another's; 0: decision_worker_count()'s default.
+  int32_t decision_workers = 0;
 };
+
+// The decision workers an engine starts: options.decision_workers when set; otherwise one per four cores, 2 to 8, and
+// no more than options.parallel (no more decisions run at once). A few suffice: the heads' big loops share the global
+// thread pool (every core) and take turns on it; what the workers add is that the rest of each head's work (and, on
+// the CUDA backend, its products on the GPU) goes on beside the others.
+int32_t decision_worker_count(const EngineOptions& options);
 
 // Counters since start, for /metrics. requests_total counts accepted submits; every accepted request ends in
 // exactly one of finished (stop or length), cancelled or failed (error). requests_refused counts QueueFull.

@@ -58,9 +58,10 @@ class DecisionEndToEnd : public ::testing::Test {
     return gatherer.finish();
   }
 
-  static engine::EngineOptions engine_options(int32_t parallel) {
+  static engine::EngineOptions engine_options(int32_t parallel, int32_t decision_workers = 0) {
     engine::EngineOptions options;
     options.parallel = parallel;
+    options.decision_workers = decision_workers;
     options.context = 4096;
     options.prefill_chunk = 64;
     options.step_token_budget = 256;
@@ -168,7 +169,8 @@ std::vector<float> logits_of(engine::RequestHandle& handle) {
   return outcome.finished.decision_logits;
 }
 
-// Four decisions at once equal each alone, byte for byte, and equal the model's forward pass without the engine.
+// Four decisions at once equal each alone, byte for byte, and equal the model's forward pass without the engine,
+// whether their heads take turns on one worker or run side by side on several.
 TEST_F(DecisionEndToEnd, FourConcurrentDecisionsEqualEachAlone) {
   const std::vector<Encoding> encodings = some_encodings(*tokenizer_, 4, 1200);
   ASSERT_EQ(encodings.size(), 4u);
@@ -180,14 +182,17 @@ TEST_F(DecisionEndToEnd, FourConcurrentDecisionsEqualEachAlone) {
     engine::Engine engine(*model_, tokenizer_.get(), engine_options(1));
     alone.push_back(logits_of(*engine.submit(decide_request(encoding))));
   }
-  engine::Engine engine(*model_, tokenizer_.get(), engine_options(4));
-  std::vector<std::shared_ptr<engine::RequestHandle>> handles;
-  for (const Encoding& encoding : encodings) handles.push_back(engine.submit(decide_request(encoding)));
-  for (size_t i = 0; i < encodings.size(); ++i) {
-    const std::vector<float> together = logits_of(*handles[i]);
-    ASSERT_EQ(together.size(), alone[i].size());
-    EXPECT_EQ(std::memcmp(together.data(), alone[i].data(), together.size() * sizeof(float)), 0) << "request " << i;
-    EXPECT_EQ(together, direct[i]) << "request " << i;
+  for (const int32_t workers : {1, 2, 4}) {
+    engine::Engine engine(*model_, tokenizer_.get(), engine_options(4, workers));
+    std::vector<std::shared_ptr<engine::RequestHandle>> handles;
+    for (const Encoding& encoding : encodings) handles.push_back(engine.submit(decide_request(encoding)));
+    for (size_t i = 0; i < encodings.size(); ++i) {
+      const std::vector<float> together = logits_of(*handles[i]);
+      ASSERT_EQ(together.size(), alone[i].size());
+      EXPECT_EQ(std::memcmp(together.data(), alone[i].data(), together.size() * sizeof(float)), 0)
+          << "request " << i << ", " << workers << " workers";
+      EXPECT_EQ(together, direct[i]) << "request " << i << ", " << workers << " workers";
+    }
   }
 }
 

@@ -1,5 +1,6 @@
 #include "fake_model.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <thread>
@@ -91,6 +92,11 @@ std::vector<float> FakeModel::logits_after(std::span<const int32_t> tokens) cons
   return logits;
 }
 
+std::vector<float> FakeModel::norm_row_after(std::span<const int32_t> tokens) const {
+  const std::vector<float> logits = logits_after(tokens);
+  return {logits.begin(), logits.begin() + std::min<int64_t>(config_.hidden_size, config_.vocab_size)};
+}
+
 std::vector<model::PieceResult> FakeModel::forward(std::span<const model::Piece> pieces) {
   if (step_delay_.count() > 0) std::this_thread::sleep_for(step_delay_);
   std::vector<RecordedPiece> recorded;
@@ -119,6 +125,10 @@ std::vector<model::PieceResult> FakeModel::forward(std::span<const model::Piece>
     for (int32_t id : pieces[i].tokens) {
       if (id < 0 || id >= config_.vocab_size) fail("fake model: id {} out of range", id);
       state.tokens.push_back(id);
+      if (model::has(pieces[i].wants, model::RowOutput::norm_rows)) {
+        const std::vector<float> row = norm_row_after(state.tokens);
+        results[i].norm_rows.insert(results[i].norm_rows.end(), row.begin(), row.end());
+      }
     }
     if (model::has(pieces[i].wants, model::RowOutput::last_logits)) results[i].logits = logits_after(state.tokens);
   }

@@ -39,6 +39,8 @@ class FakeModel : public model::Model {
 
   // The logits the fake gives after `tokens` (the whole sequence so far).
   std::vector<float> logits_after(std::span<const int32_t> tokens) const;
+  // The final-norm row of the last of `tokens` (a decide piece's rows): the first hidden_size of its logits.
+  std::vector<float> norm_row_after(std::span<const int32_t> tokens) const;
 
   void set_step_delay(std::chrono::milliseconds delay) { step_delay_ = delay; }
   // forward() refuses the step (model::PieceRefused naming the piece, no state moved) when a piece carries this id.
