@@ -172,27 +172,11 @@ class RuntimeAdapter : public ::testing::Test {
   static std::string adapter_dir_;
   static std::unique_ptr<Model> base_, adapted_, merged_;
 
- public:
-  // The merged checkpoint on the suite's backend as the candidate, `reference` as the reference.
-  static Gate gate_for_floor(Model& reference) { return gate(*merged_, false, &reference); }
-
- protected:
   static std::shared_ptr<const decision::JointHead> head_;
 };
 std::string RuntimeAdapter::adapter_dir_;
 std::unique_ptr<Model> RuntimeAdapter::base_, RuntimeAdapter::adapted_, RuntimeAdapter::merged_;
 std::shared_ptr<const decision::JointHead> RuntimeAdapter::head_;
-
-// On CUDA the tiny model's BF16 activations move its decisions more than the gate's 1e-3: its floor is measured as the
-// merged checkpoint on CUDA against the same checkpoint on the CPU (fp32), and the adapter (one BF16 computation against
-// another) may be up to twice that floor, plus the gate's own allowance. The 9B-shape gate (tools/gpu_adapter_gate.sh)
-// holds the CUDA adapter to targets.md's figures as they are.
-double bf16_floor_allowance(Gate& floor) {
-  if (kAdapterBackend != "cuda") return 0.0;
-  auto merged_cpu = Model::load(testing::tiny_merged_dir(), "cpu");
-  floor = RuntimeAdapter::gate_for_floor(*merged_cpu);
-  return 2 * floor.mean_kl;
-}
 
 TEST_F(RuntimeAdapter, DecisionsMatchTheMergedCheckpointWithinTheGate) {
   const Gate adapter = gate(*adapted_, true);
@@ -200,15 +184,25 @@ TEST_F(RuntimeAdapter, DecisionsMatchTheMergedCheckpointWithinTheGate) {
   std::printf("adapter vs merged: mean KL %.3g, top option %.4f of %d questions; base alone: mean KL %.3g, top %.4f\n",
               adapter.mean_kl, adapter.top_agreement, adapter.questions, base_alone.mean_kl, base_alone.top_agreement);
   EXPECT_EQ(adapter.questions, 4 * 85);
-  Gate floor;
-  const double allowance = bf16_floor_allowance(floor);
-  if (on_cuda())
-    std::printf("BF16 floor: merged on cuda vs merged on cpu: mean KL %.3g, top option %.4f; adapter allowed %.3g\n",
-                floor.mean_kl, floor.top_agreement, kMeanKlGate + allowance);
-  EXPECT_LE(adapter.mean_kl, kMeanKlGate + allowance);
-  EXPECT_GE(adapter.top_agreement, kTopAgreementGate);
   // The control: without the adapter the same gate fails, so the gate sees the fine-tune.
   EXPECT_FALSE(base_alone.passes()) << base_alone.mean_kl << " " << base_alone.top_agreement;
+  if (!on_cuda()) {
+    EXPECT_TRUE(adapter.passes()) << adapter.mean_kl << " " << adapter.top_agreement;
+    return;
+  }
+  // On CUDA the tiny random model's BF16 activations alone move its decisions past the gate's 1e-3 (measured on the
+  // H200: the merged checkpoint on CUDA against itself on the CPU, mean KL 2.6e-3). So, as the rows gate does with
+  // transformers BF16, the adapter is held to the floor: against the exact merged decisions (the merged checkpoint in
+  // fp32 on the CPU), base + adapter on CUDA may be at most twice as far as the merged checkpoint on CUDA (an adapted
+  // projection rounds twice where the merged one rounds once), with no more than one point less top-option agreement.
+  // The 9B-shape gate (tools/gpu_adapter_gate.sh) measures the CUDA adapter against targets.md's figures as they are.
+  auto merged_cpu = Model::load(testing::tiny_merged_dir(), "cpu");
+  const Gate floor = gate(*merged_, false, merged_cpu.get());
+  const Gate exact = gate(*adapted_, true, merged_cpu.get());
+  std::printf("against the merged checkpoint in fp32: merged on cuda mean KL %.3g, top %.4f; adapter on cuda %.3g, %.4f\n",
+              floor.mean_kl, floor.top_agreement, exact.mean_kl, exact.top_agreement);
+  EXPECT_LE(exact.mean_kl, 2 * floor.mean_kl);
+  EXPECT_GE(exact.top_agreement, floor.top_agreement - 0.01);
 }
 
 // The floor the gate is measured against: the planted difference itself, in F32, as an adapter (A = V, B = c U). What
