@@ -25,7 +25,7 @@ struct MemoryPlan {
   size_t kv_page_bytes = 0;
   size_t state_pool_bytes = 0;  // sequences * state_bytes_per_sequence + kv_pages * kv_page_bytes
   size_t workspace_bytes = 0;   // an estimate of one step's activations and logits
-  size_t decision_bytes = 0;    // a joint head's weights + every slot's head memory for a whole context
+  size_t decision_bytes = 0;  // a joint head's weights + every slot's head memory and each running head's scratch
   size_t total_bytes = 0;
   size_t limit_bytes = 0;
   bool on_device = false;  // the limit is a GPU's memory (free + held by the model), not the host's RAM

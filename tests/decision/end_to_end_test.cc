@@ -258,14 +258,20 @@ TEST_F(DecisionEndToEnd, ACancelledDecisionFreesItsSlot) {
   EXPECT_EQ(logits_of(*engine.submit(decide_request(next))), next_direct);
 }
 
-// The memory plan counts what decisions hold: the head's weights and a head memory row per position of every slot.
+// The memory plan counts what decisions hold: the head's weights, a head memory row per position of every slot, and
+// three more per position for each decision worker's running head (its attentions' scratch over the memory).
 TEST_F(DecisionEndToEnd, TheMemoryPlanCountsDecisions) {
   engine::EngineOptions options = engine_options(3);
+  options.decision_workers = 2;
   const engine::MemoryPlan without = engine::plan_memory(*model_, options);
   options.decision_head_bytes = head_->weight_bytes();
   options.decision_bytes_per_position = static_cast<size_t>(head_->config().width) * sizeof(float);
   const engine::MemoryPlan with = engine::plan_memory(*model_, options);
-  EXPECT_EQ(with.decision_bytes, head_->weight_bytes() + 3u * 4096u * 64u * sizeof(float));
+  EXPECT_EQ(with.decision_bytes, head_->weight_bytes() + (3u + 3u * 2u) * 4096u * 64u * sizeof(float));
+  options.decision_workers = 3;
+  EXPECT_EQ(engine::plan_memory(*model_, options).decision_bytes,
+            head_->weight_bytes() + (3u + 3u * 3u) * 4096u * 64u * sizeof(float));
+  options.decision_workers = 2;
   EXPECT_EQ(with.total_bytes, without.total_bytes + with.decision_bytes);
   EXPECT_NE(with.describe().find("decisions"), std::string::npos);
   options.memory_limit_bytes = without.total_bytes + 1;  // fits without decisions, not with them
