@@ -400,6 +400,7 @@ struct Engine::Impl {
     uint64_t id;
     std::vector<float> logits;
     std::string error;
+    double prefill_s = 0, head_s = 0;  // FinishedEvent::decision_prefill_s, decision_head_s
   };
 
   void decide_chunk(Sequence& sequence, int32_t count, model::PieceResult& result) {
@@ -426,9 +427,11 @@ struct Engine::Impl {
     result.norm_rows = {};
     sequence.advance_prefill(count);
     if (!sequence.prefill_done()) return;
-    decision_workers.post(sequence.id(), [this, job, id = sequence.id()] {
+    const auto prefilled_at = std::chrono::steady_clock::now();
+    decision_workers.post(sequence.id(), [this, job, id = sequence.id(), prefilled_at,
+                                          prefill_s = sequence.seconds_since_submitted()] {
       if (job->cancelled) return;  // nobody waits for this answer
-      DecisionDone done{id, {}, job->error};
+      DecisionDone done{id, {}, job->error, prefill_s};
       if (done.error.empty()) {
         try {
           done.logits = job->sink->finish();
@@ -436,6 +439,7 @@ struct Engine::Impl {
           done.error = e.what();
         }
       }
+      done.head_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - prefilled_at).count();
       {
         std::lock_guard lock(mutex);
         decisions_done.push_back(std::move(done));
@@ -463,6 +467,7 @@ struct Engine::Impl {
       for (const auto& sequence : scheduler.running()) {
         if (sequence->id() != d.id || sequence->finished()) continue;
         if (d.error.empty()) {
+          sequence->set_decision_times(d.prefill_s, d.head_s);
           end(*sequence, FinishReason::stop, {}, std::move(d.logits));
         } else {
           log_warn("engine: decision {} failed: {}", d.id, d.error);

@@ -75,8 +75,11 @@ struct FinishedEvent {
   // completion_tokens but gets no TokenEvent) or the stop string (its text and what follows are not sent).
   std::optional<int32_t> matched_stop_token;
   std::optional<std::string> matched_stop_string;
-  // A decide request that finished with `stop`: the decision head's logits (DecisionSink::finish).
+  // A decide request that finished with `stop`: the decision head's logits (DecisionSink::finish), and where its time
+  // went: from submission to its last prompt chunk computed (queue and prefill), and from then to the answer (the head,
+  // with any of its inputs still being gathered and any wait for a decision worker).
   std::vector<float> decision_logits;
+  std::optional<double> decision_prefill_s, decision_head_s;
 };
 
 using Event = std::variant<TokenEvent, FinishedEvent>;

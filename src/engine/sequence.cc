@@ -1,5 +1,7 @@
 #include "engine/sequence.h"
 
+#include <tuple>
+
 #include "base/error.h"
 
 namespace duet::engine {
@@ -50,6 +52,10 @@ double Sequence::time_to_first_token_s() const {
   return std::chrono::duration<double>(*first_token_at_ - submitted_at_).count();
 }
 
+double Sequence::seconds_since_submitted() const {
+  return std::chrono::duration<double>(Clock::now() - submitted_at_).count();
+}
+
 void Sequence::finish(FinishReason reason, std::string error, std::vector<float> decision_logits) {
   if (finished_) return;
   finished_ = true;
@@ -60,6 +66,7 @@ void Sequence::finish(FinishReason reason, std::string error, std::vector<float>
   event.completion_tokens = static_cast<int32_t>(generated_.size());
   event.error = std::move(error);
   event.time_to_first_token_s = time_to_first_token_s();
+  if (decision_times_) std::tie(event.decision_prefill_s, event.decision_head_s) = *decision_times_;
   event.matched_stop_token = matched_stop_token_;
   event.matched_stop_string = matched_stop_string_;
   if (!matched_stop_string_) {

@@ -58,6 +58,9 @@ class Sequence {
   bool finished() const { return finished_; }
 
   double time_to_first_token_s() const;  // 0 before the first token
+  double seconds_since_submitted() const;
+  // A decision's two phases, reported with its FinishedEvent (decision_prefill_s, decision_head_s).
+  void set_decision_times(double prefill_s, double head_s) { decision_times_ = {prefill_s, head_s}; }
 
  private:
   std::string text_for(int32_t id);
@@ -77,6 +80,7 @@ class Sequence {
   std::optional<std::string> matched_stop_string_;
   Clock::time_point submitted_at_ = Clock::now();
   std::optional<Clock::time_point> first_token_at_;
+  std::optional<std::pair<double, double>> decision_times_;
   bool finished_ = false;
 };
 

@@ -17,6 +17,8 @@ std::string access_line(const AccessRecord& r, bool json) {
   if (r.completion_tokens) line["completion_tokens"] = *r.completion_tokens;
   if (r.cached_tokens) line["cached_tokens"] = *r.cached_tokens;
   if (r.time_to_first_token_s) line["ttft_s"] = *r.time_to_first_token_s;
+  if (r.prefill_s) line["prefill_s"] = *r.prefill_s;
+  if (r.head_s) line["head_s"] = *r.head_s;
   if (!r.user.empty()) line["user"] = r.user;
   if (!r.safety_identifier.empty()) line["safety_identifier"] = r.safety_identifier;
   if (json) return json_text(line);

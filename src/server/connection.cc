@@ -311,6 +311,8 @@ void Connection::log_access() {
       access_->completion_tokens = usage->completion_tokens;
       access_->cached_tokens = 0;  // no prompt cache across requests yet
       if (usage->completion_tokens > 0) access_->time_to_first_token_s = usage->time_to_first_token_s;
+      access_->prefill_s = usage->decision_prefill_s;
+      access_->head_s = usage->decision_head_s;
     }
     access_->user = generation_->client.user;
     access_->safety_identifier = generation_->client.safety_identifier;

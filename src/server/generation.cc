@@ -169,6 +169,8 @@ std::string GenerationBody::take_choice(size_t choice, std::vector<engine::Event
     if (choice == 0) {
       usage_.prompt_tokens = finished.prompt_tokens;
       usage_.time_to_first_token_s = finished.time_to_first_token_s;
+      usage_.decision_prefill_s = finished.decision_prefill_s;
+      usage_.decision_head_s = finished.decision_head_s;
     }
     usage_.completion_tokens += finished.completion_tokens;
     out += on_finished(choice, finished);

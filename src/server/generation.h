@@ -42,6 +42,7 @@ struct CollectedGeneration {
 struct GenerationUsage {
   int32_t prompt_tokens = 0, completion_tokens = 0;
   double time_to_first_token_s = 0;
+  std::optional<double> decision_prefill_s, decision_head_s;  // a decision's two phases (engine::FinishedEvent)
 };
 
 // Turns engine events into SSE text for one route's chunk format; `choice` says whose events they are.

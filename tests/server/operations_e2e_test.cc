@@ -68,13 +68,20 @@ TEST(Operations, ContextDefaultsToTheModelsLengthAndTheLogNamesEveryRequest) {
   const Json usage = Json::parse(chat->body)["usage"];
   auto missing = client.Get("/v1/nothing-here");
   ASSERT_TRUE(missing);
+  const Json decision_body = {
+      {"model", "demo"},
+      {"state", "Checkout fails with error 502 since 09:14 UTC."},
+      {"questions", {{"urgent", {{"type", "noul"}, {"instructions", "Is the ticket urgent?"}}}}}};
+  auto decision = client.Post("/v1/systemone", decision_body.dump(), "application/json");
+  ASSERT_TRUE(decision);
+  ASSERT_EQ(decision->status, 200) << decision->body;
 
   std::vector<Json> lines;
-  for (int i = 0; i < 100 && lines.size() < 3; ++i) {  // a line is written once its answer is sent
+  for (int i = 0; i < 100 && lines.size() < 4; ++i) {  // a line is written once its answer is sent
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     lines = access_lines(server);
   }
-  ASSERT_EQ(lines.size(), 3u) << log_text(server);
+  ASSERT_EQ(lines.size(), 4u) << log_text(server);
   EXPECT_EQ(lines[0]["route"], "/v1/models");
   EXPECT_EQ(lines[0]["method"], "GET");
   EXPECT_EQ(lines[0]["status"], 200);
@@ -91,6 +98,16 @@ TEST(Operations, ContextDefaultsToTheModelsLengthAndTheLogNamesEveryRequest) {
   EXPECT_EQ(generation["safety_identifier"], "sid \"quoted\"");
   EXPECT_EQ(lines[2]["route"], "unmatched");
   EXPECT_EQ(lines[2]["status"], 404);
+  EXPECT_FALSE(generation.contains("prefill_s")) << generation;  // a decision's phases only
+  // A decision's line says where its time went: to its last prompt chunk, then to its answer.
+  const Json& decided = lines[3];
+  EXPECT_EQ(decided["route"], "/v1/systemone");
+  EXPECT_EQ(decided["status"], 200);
+  EXPECT_EQ(decided["prompt_tokens"], Json::parse(decision->body)["usage"]["input_tokens"]);
+  ASSERT_TRUE(decided.contains("prefill_s") && decided.contains("head_s")) << decided;
+  EXPECT_GT(decided["prefill_s"].get<double>(), 0);
+  EXPECT_GT(decided["head_s"].get<double>(), 0);
+  EXPECT_LE(decided["prefill_s"].get<double>() + decided["head_s"].get<double>(), decided["total_s"].get<double>());
 }
 
 // While the model loads the server already answers: /health 503 `loading`, other routes 503 `model_loading`. The
