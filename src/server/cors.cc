@@ -39,8 +39,10 @@ HttpHeaders cors_headers(const std::vector<std::string>& allowed, const HttpRequ
   if (!origin) return headers;
   headers.emplace_back("Access-Control-Allow-Origin", *origin);
   if (*origin != "*") headers.emplace_back("Vary", "Origin");  // caches keep one answer per origin
-  // A page can read why to wait (Retry-After) and what of its request had no effect (X-Duet-Ignored-Fields).
-  headers.emplace_back("Access-Control-Expose-Headers", "Retry-After, X-Request-Id, X-Duet-Ignored-Fields");
+  // A page can read why to wait (Retry-After), what of its request had no effect (X-Duet-Ignored-Fields) and where a
+  // decision's time went (Server-Timing).
+  headers.emplace_back("Access-Control-Expose-Headers",
+                       "Retry-After, X-Request-Id, X-Duet-Ignored-Fields, Server-Timing");
   return headers;
 }
 

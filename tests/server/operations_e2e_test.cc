@@ -2,6 +2,8 @@
 // printed in the memory plan), and one access-log line per request (--log-format json) with route, status, tokens,
 // time to first token, total time, the client's address and the user the client named.
 #include <gtest/gtest.h>
+
+#include <cstdio>
 #include <sys/stat.h>
 
 #include <fstream>
@@ -75,6 +77,13 @@ TEST(Operations, ContextDefaultsToTheModelsLengthAndTheLogNamesEveryRequest) {
   auto decision = client.Post("/v1/systemone", decision_body.dump(), "application/json");
   ASSERT_TRUE(decision);
   ASSERT_EQ(decision->status, 200) << decision->body;
+  // The answer says where its time went (Server-Timing, milliseconds), as its log line does (checked below).
+  const std::string timing = decision->get_header_value("Server-Timing");
+  double prefill_ms = -1, head_ms = -1;
+  ASSERT_EQ(std::sscanf(timing.c_str(), "prefill;dur=%lf, head;dur=%lf", &prefill_ms, &head_ms), 2) << timing;
+  EXPECT_GT(prefill_ms, 0);
+  EXPECT_GT(head_ms, 0);
+  EXPECT_TRUE(chat->get_header_value("Server-Timing").empty());  // chat's answers carry none
 
   std::vector<Json> lines;
   for (int i = 0; i < 100 && lines.size() < 4; ++i) {  // a line is written once its answer is sent
@@ -108,6 +117,8 @@ TEST(Operations, ContextDefaultsToTheModelsLengthAndTheLogNamesEveryRequest) {
   EXPECT_GT(decided["prefill_s"].get<double>(), 0);
   EXPECT_GT(decided["head_s"].get<double>(), 0);
   EXPECT_LE(decided["prefill_s"].get<double>() + decided["head_s"].get<double>(), decided["total_s"].get<double>());
+  EXPECT_NEAR(decided["prefill_s"].get<double>() * 1e3, prefill_ms, 0.06);
+  EXPECT_NEAR(decided["head_s"].get<double>() * 1e3, head_ms, 0.06);
 }
 
 // While the model loads the server already answers: /health 503 `loading`, other routes 503 `model_loading`. The
