@@ -47,6 +47,7 @@ struct Answer {
   std::string error;
   int input_tokens = 0;
   double seconds = 0;
+  double prefill_ms = 0, head_ms = 0;  // the server's Server-Timing: where the time went
 };
 
 class DecisionBench {
@@ -79,6 +80,9 @@ class DecisionBench {
       answer.ok = true;
       answer.body = res->body;
       answer.input_tokens = Json::parse(res->body).at("usage").at("input_tokens");
+      const std::string timing = res->get_header_value("Server-Timing");
+      if (std::sscanf(timing.c_str(), "prefill;dur=%lf, head;dur=%lf", &answer.prefill_ms, &answer.head_ms) != 2)
+        answer.prefill_ms = answer.head_ms = 0;  // an older server: no breakdown
     }
     return answer;
   }
@@ -174,7 +178,7 @@ int bench_decisions(const DecisionBenchOptions& options) {
       });
     for (auto& stream : streams) stream.join();
 
-    std::vector<double> alone_s, together_s;
+    std::vector<double> alone_s, together_s, prefill_ms, head_ms;
     int tokens = 0, length_equal = 0, length_unequal = 0, length_failed = 0;
     for (size_t i = 0; i < states.size(); ++i) {
       for (const Answer* answer : {&alone[i], &together[i]})
@@ -185,6 +189,8 @@ int bench_decisions(const DecisionBenchOptions& options) {
       }
       alone_s.push_back(alone[i].seconds);
       together_s.push_back(together[i].seconds);
+      prefill_ms.push_back(alone[i].prefill_ms);
+      head_ms.push_back(alone[i].head_ms);
       tokens = std::max(tokens, alone[i].input_tokens);
       if (alone[i].body == together[i].body) {
         ++length_equal;
@@ -195,10 +201,10 @@ int bench_decisions(const DecisionBenchOptions& options) {
       }
     }
     std::printf(
-        "length %d (bucket %s, up to %d tokens): alone p50 %.1f ms p95 %.1f ms; %d at once p50 %.1f ms p95 %.1f ms; "
-        "%d equal, %d unequal, %d failed\n",
+        "length %d (bucket %s, up to %d tokens): alone p50 %.1f ms p95 %.1f ms (server: prefill p50 %.1f ms, head p50 "
+        "%.1f ms); %d at once p50 %.1f ms p95 %.1f ms; %d equal, %d unequal, %d failed\n",
         target, bucket_of(tokens).c_str(), tokens, percentile(alone_s, 0.5) * 1e3, percentile(alone_s, 0.95) * 1e3,
-        options.concurrency, percentile(together_s, 0.5) * 1e3, percentile(together_s, 0.95) * 1e3, length_equal,
+        percentile(prefill_ms, 0.5), percentile(head_ms, 0.5), options.concurrency, percentile(together_s, 0.5) * 1e3, percentile(together_s, 0.95) * 1e3, length_equal,
         length_unequal, length_failed);
     equal += length_equal;
     unequal += length_unequal;

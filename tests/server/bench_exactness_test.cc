@@ -32,6 +32,10 @@ TEST(ServeBench, DecisionsConcurrentEqualAlone) {
   EXPECT_NE(result.output.find("length 600 (bucket <=1K"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("length 2000: skipped"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("4 at once p50"), std::string::npos) << result.output;
+  // The server's own breakdown (Server-Timing) is read back: a prefill time above zero.
+  const size_t at = result.output.find("(server: prefill p50 ");
+  ASSERT_NE(at, std::string::npos) << result.output;
+  EXPECT_GT(std::stod(result.output.substr(at + 21)), 0.0) << result.output;
 }
 
 // A request that cannot succeed makes bench fail: the exit code is the signal CI reads. Its prompt alone fills a
