@@ -16,7 +16,8 @@
 #   chat       `duet bench` chat speed of the base served without and with --clef (1 and 16 streams)
 # OUT/<stage>/ gets each stage's logs and reports.
 #   usage: tools/gpu_adapter_gate.sh OUT WORK STAGE...      e.g. tools/gpu_adapter_gate.sh /tmp/out /tmp/9b make reference
-#   environment: PER_BUCKET (6), REFERENCE_BUDGET_S (300), GATE_BUDGET_S per duet phase (240), DGATE_PORT (18091)
+#   environment: PER_BUCKET (6), REFERENCE_BUDGET_S (300), REFERENCE_FLAGS (more decision_gate_9b.py reference flags,
+#   e.g. "--fp32-floor" or "--head-style plain"), GATE_BUDGET_S per duet phase (240), DGATE_PORT (18091)
 set -euo pipefail
 out=$1 work=$2; shift 2
 merged_work="$work-merged"
@@ -64,7 +65,9 @@ for stage in "$@"; do
       ;;
     reference)
       stamp "reference on the merged checkpoint (log: $out/reference.log)"
+      # shellcheck disable=SC2086  # REFERENCE_FLAGS: split into words on purpose (e.g. "--fp32-floor")
       python3 tools/decision_gate_9b.py reference --work "$merged_work" --per-bucket "$per_bucket" --duet-reserve 0 \
+        ${REFERENCE_FLAGS:-} \
         --deadline $(( $(date +%s) + ${REFERENCE_BUDGET_S:-300} )) 2> "$out/reference.stderr" > "$out/reference.log" \
         || { tail -20 "$out/reference.stderr"; exit 1; }
       tail -3 "$out/reference.log"
