@@ -137,6 +137,13 @@ void Connection::process_input() {
       note_status(error.status());
       answer_and_close(error_response(error));
       return;
+    } catch (const std::exception& error) {
+      // Nothing a client sends may end the process: whatever else the reading throws closes this request alone.
+      log_warn("reading a request from {} failed: {}", client_address_, error.what());
+      note_status(400);
+      answer_and_close(
+          error_response(ApiError(400, "the request could not be read", "", "bad_request")));
+      return;
     }
     switch (reader_->state()) {
       case RequestReader::State::header_done:

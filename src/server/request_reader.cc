@@ -7,7 +7,9 @@
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
+#include <iterator>
 #include <limits>
+#include <stdexcept>
 
 namespace duet::server {
 namespace {
@@ -61,14 +63,31 @@ size_t RequestReader::feed(std::string_view data) {
   auto& parser = parser_->parser;
   while (used < data.size() && (state_ == State::header || state_ == State::body)) {
     boost::system::error_code ec;
-    size_t n = parser.put(boost::asio::buffer(data.data() + used, data.size() - used), ec);
+    size_t n = 0;
+    try {
+      n = parser.put(boost::asio::buffer(data.data() + used, data.size() - used), ec);
+    } catch (const std::length_error&) {
+      // Beast's fields hold a name or value of at most 65,535 bytes and throw past it (a header above a large
+      // --max-header-bytes, or a trailer): the client's doing, so a 431 like any other oversized field.
+      throw ApiError(431, "a header or trailer field is larger than 65535 bytes", "", "request_header_too_large");
+    }
     used += n;
-    if (ec == http::error::need_more) break;
+    if (ec == http::error::need_more) {
+      // In a chunked body Beast waits for a whole chunk-size line, or for the last chunk's whole trailer, before
+      // it takes any of it: those bytes sit in the connection's buffer, so they are held to the header's limit.
+      if (state_ == State::body && data.size() - used > limits_.max_header_bytes)
+        throw ApiError(431,
+                       fmt::format("a chunk header or the trailer is larger than {} bytes (--max-header-bytes)",
+                                   limits_.max_header_bytes),
+                       "", "request_header_too_large");
+      break;
+    }
     if (ec) throw refusal(ec, limits_);
     if (state_ == State::header && parser.is_header_done()) {
       on_header();
       state_ = State::header_done;
     } else if (state_ == State::body && parser.is_done()) {
+      check_trailer_fields();
       state_ = State::complete;
     } else if (n == 0) {
       break;
@@ -89,6 +108,15 @@ void RequestReader::on_header() {
   head_.method = std::string(req.method_string());
   head_.target = std::string(req.target());
   head_.path = head_.target.substr(0, head_.target.find('?'));
+}
+
+void RequestReader::check_trailer_fields() const {
+  // A chunked body's trailer fields join the header's in the parsed message: the header line limit covers both.
+  const auto& req = parser_->parser.get();
+  if (static_cast<size_t>(std::distance(req.begin(), req.end())) > limits_.max_header_fields)
+    throw ApiError(431,
+                   fmt::format("the request has more than {} header and trailer lines", limits_.max_header_fields),
+                   "", "request_header_too_large");
 }
 
 void RequestReader::read_body() {

@@ -50,6 +50,7 @@ class RequestReader {
 
  private:
   void on_header();
+  void check_trailer_fields() const;
 
   struct Parser;  // Beast's request parser, kept out of the routes' includes
   std::unique_ptr<Parser> parser_;

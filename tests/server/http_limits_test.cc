@@ -77,6 +77,40 @@ TEST_F(HttpLimits, EndlessChunkedBodiesAndHeadersAreCutAtTheLimit) {
   EXPECT_LT(headers.sent, size_t{32} << 20);
 }
 
+// Was (issue 24, critical): a chunked body's trailer field of 65,535 bytes or more, or a header value that large under
+// a --max-header-bytes above 64 KB, made the parser throw std::length_error past the connection: exit 134, no key
+// needed. Now 431 and the server stays up; a trailer that never ends is held to the header's limit.
+TEST(HttpFieldLimits, HugeTrailersAndHeaderValuesAre431NotAnAbort) {
+  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  ServerProcess server({"--api-key", "secret", "--max-header-bytes", "262144", "--context", "256"});
+  const std::string chunked_get = "GET /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+  {
+    RawClient client(server.port());  // the issue's reproduction, byte for byte
+    client.send(chunked_get + "0\r\nX-T: " + std::string(70000, 't') + "\r\n\r\n");
+    std::string answer = client.read(kAnswer, "}");
+    EXPECT_EQ(status_of(answer), 431) << answer;
+    EXPECT_EQ(body_of(answer)["error"]["code"], "request_header_too_large");
+  }
+  ASSERT_TRUE(server.alive()) << "a trailer killed the server; log: " << server.log_path();
+  {
+    RawClient client(server.port());
+    client.send("GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(70000, 'h') + "\r\n\r\n");
+    std::string answer = client.read(kAnswer, "}");
+    EXPECT_EQ(status_of(answer), 431) << answer;
+  }
+  ASSERT_TRUE(server.alive()) << "a header value killed the server; log: " << server.log_path();
+  // Many small trailer lines, endlessly: cut at --max-header-bytes, not read on (was: 60 MB accepted).
+  Flood trailer =
+      flood_until_answered(server.port(), chunked_get + "0\r\n", "X-F: " + std::string(100, 'f') + "\r\n", 64u << 20);
+  EXPECT_EQ(status_of(trailer.answer), 431) << trailer.answer;
+  EXPECT_LT(trailer.sent, size_t{16} << 20);
+  // The control: a chunked request with a small trailer is still served.
+  RawClient fine(server.port());
+  fine.send(chunked_get + "0\r\nX-T: t\r\n\r\n");
+  EXPECT_EQ(status_of(fine.read(kAnswer, "}")), 200);
+  EXPECT_TRUE(server.alive());
+}
+
 // Was: no Content-Length read to EOF with no answer, 1 GiB answered only after 30 s, negative sizes unanswered,
 // conflicting Content-Length accepted.
 TEST_F(HttpLimits, MissingNegativeHugeAndConflictingSizesAreAnsweredAtOnce) {

@@ -104,6 +104,33 @@ TEST(RequestReader, HeaderBytesAndLinesAreLimited) {
   EXPECT_EQ(eight.state(), RequestReader::State::header_done);
 }
 
+// Beast throws std::length_error for a field over 65,535 bytes; trailers wait whole in the buffer. Both are 431.
+TEST(RequestReader, TrailersAreHeldToTheHeaderLimitsAndNeverThrowPastThem) {
+  HttpLimits roomy = small_limits();
+  roomy.max_header_bytes = 1 << 20;
+  const std::string chunked = "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\n";
+  RequestReader huge(roomy);
+  EXPECT_EQ(error_of([&] { read_all(huge, chunked + "X-T: " + std::string(70000, 't') + "\r\n\r\n"); }).status(), 431);
+
+  RequestReader header(roomy);
+  EXPECT_EQ(error_of([&] { header.feed("GET / HTTP/1.1\r\nX-H: " + std::string(70000, 'h') + "\r\n\r\n"); }).status(),
+            431);
+
+  RequestReader long_trailer(small_limits());  // 2048 bytes of header limit, a 3000-byte trailer still arriving
+  EXPECT_EQ(error_of([&] { read_all(long_trailer, chunked + "X-T: " + std::string(3000, 't'), 100); }).code(),
+            "request_header_too_large");
+
+  RequestReader many(small_limits());  // 8 lines allowed: one header line and eight trailer lines are nine
+  std::string lines;
+  for (int i = 0; i < 8; ++i) lines += "X-" + std::to_string(i) + ": 1\r\n";
+  EXPECT_EQ(error_of([&] { read_all(many, chunked + lines + "\r\n"); }).status(), 431);
+
+  RequestReader fine(small_limits());  // the control
+  read_all(fine, chunked + "X-T: t\r\n\r\n");
+  ASSERT_EQ(fine.state(), RequestReader::State::complete);
+  EXPECT_EQ(fine.take_request().body, "a");
+}
+
 TEST(RequestReader, SizesThatConflictOrAreNotNumbersAre400) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"Content-Length: 5\r\nContent-Length: 6\r\n", "invalid_content_length"},
