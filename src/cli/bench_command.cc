@@ -67,6 +67,10 @@ const char* const kBuiltinPrompts[] = {
     "Prove that the square root of two is irrational.",
 };
 
+// How each request picks its tokens: greedy, seeded (temperature 0.8, top_p 0.95, seed + prompt index) or penalized
+// (greedy with repetition / presence / frequency penalties and a logit_bias).
+enum class Sampling { greedy, seeded, penalized };
+
 struct Prompt {
   std::string text;
   std::vector<int32_t> ids;
@@ -111,7 +115,8 @@ class BenchClient {
   }
 
   // One streamed completion; token ids come back in each chunk's `token_ids` (return_token_ids).
-  RequestResult complete(httplib::Client& client, const Prompt& prompt, bool seeded, uint64_t seed) const {
+  RequestResult complete(httplib::Client& client, const Prompt& prompt, Sampling sampling, uint64_t seed) const {
+    const bool seeded = sampling == Sampling::seeded;
     Json body = {{"max_tokens", flags_.tokens},
                  {"stream", true},
                  {"return_token_ids", true},
@@ -124,6 +129,13 @@ class BenchClient {
     if (seeded) {
       body["seed"] = seed;
       body["top_p"] = 0.95;
+    }
+    if (sampling == Sampling::penalized) {
+      // Greedy with every penalty and a logit_bias: the per-step penalty tables (issue 22's replayed-graph bug).
+      body["repetition_penalty"] = 1.2;
+      body["presence_penalty"] = 0.4;
+      body["frequency_penalty"] = 0.3;
+      body["logit_bias"] = {{"11", 2.5}, {"13", -1.5}, {std::to_string(100 + seed % 50), 1.0}};
     }
     if (!flags_.model.empty()) body["model"] = flags_.model;
 
@@ -196,7 +208,7 @@ struct LevelRun {
 };
 
 // `level` streams, each sending its `reps` requests one after another on its own connection.
-LevelRun run_level(const BenchClient& client, const std::vector<Prompt>& prompts, int level, int reps, bool seeded,
+LevelRun run_level(const BenchClient& client, const std::vector<Prompt>& prompts, int level, int reps, Sampling sampling,
                    uint64_t seed) {
   LevelRun run{level, std::vector<RequestResult>(static_cast<size_t>(level * reps)), 0};
   auto start = Clock::now();
@@ -206,7 +218,7 @@ LevelRun run_level(const BenchClient& client, const std::vector<Prompt>& prompts
       auto connection = client.connect();
       for (int r = 0; r < reps; ++r) {
         size_t p = static_cast<size_t>(s * reps + r);
-        run.results[p] = client.complete(*connection, prompts[p], seeded, seed + p);
+        run.results[p] = client.complete(*connection, prompts[p], sampling, seed + p);
       }
     });
   for (auto& stream : streams) stream.join();
@@ -255,10 +267,12 @@ int bench(const BenchFlags& flags) {
   std::vector<int> levels = parse_positive_list(flags.levels, "--levels");
   if (flags.tokens < 1) fail("--tokens {}: must be at least 1", flags.tokens);
   if (flags.reps < 1) fail("--reps {}: must be at least 1", flags.reps);
-  std::vector<std::pair<const char*, bool>> modes;  // name, seeded
-  if (flags.sampling == "greedy" || flags.sampling == "both") modes.emplace_back("greedy", false);
-  if (flags.sampling == "seeded" || flags.sampling == "both") modes.emplace_back("seeded", true);
-  if (modes.empty()) fail("--sampling {}: use greedy, seeded or both", flags.sampling);
+  std::vector<std::pair<const char*, Sampling>> modes;
+  const std::string& s = flags.sampling;
+  if (s == "greedy" || s == "both" || s == "all") modes.emplace_back("greedy", Sampling::greedy);
+  if (s == "seeded" || s == "both" || s == "all") modes.emplace_back("seeded", Sampling::seeded);
+  if (s == "penalized" || s == "all") modes.emplace_back("penalized", Sampling::penalized);
+  if (modes.empty()) fail("--sampling {}: use greedy, seeded, penalized, both (greedy and seeded) or all", s);
 
   std::vector<std::string> sentences(std::begin(kBuiltinPrompts), std::end(kBuiltinPrompts));
   if (!flags.prompts_file.empty()) {
@@ -280,11 +294,11 @@ int bench(const BenchFlags& flags) {
   }
 
   int64_t equal = 0, unequal = 0, failed = 0;
-  for (auto [sampling, seeded] : modes) {
+  for (auto [name, sampling] : modes) {
     std::vector<LevelRun> runs;
     for (int level : levels) {
-      runs.push_back(run_level(client, prompts, level, flags.reps, seeded, flags.seed));
-      report_level(runs.back(), flags.reps, sampling);
+      runs.push_back(run_level(client, prompts, level, flags.reps, sampling, flags.seed));
+      report_level(runs.back(), flags.reps, name);
     }
     std::vector<RequestResult> alone, serial;
     if (flags.alone) {
@@ -293,7 +307,7 @@ int bench(const BenchFlags& flags) {
         for (int wait = 0; wait < 200 && client.running().value_or(0) > 0; ++wait)
           std::this_thread::sleep_for(std::chrono::milliseconds(10));
         auto connection = client.connect();
-        alone.push_back(client.complete(*connection, prompts[p], seeded, flags.seed + p));
+        alone.push_back(client.complete(*connection, prompts[p], sampling, flags.seed + p));
       }
     }
     if (flags.serial) {
@@ -301,7 +315,7 @@ int bench(const BenchFlags& flags) {
       // than in the level runs.
       serial.resize(count);
       auto connection = client.connect();
-      for (size_t p = count; p-- > 0;) serial[p] = client.complete(*connection, prompts[p], seeded, flags.seed + p);
+      for (size_t p = count; p-- > 0;) serial[p] = client.complete(*connection, prompts[p], sampling, flags.seed + p);
     }
     for (const auto& run : runs) {
       for (size_t p = 0; p < run.results.size(); ++p) {
@@ -320,7 +334,7 @@ int bench(const BenchFlags& flags) {
         } else if (!result.ok) {
           ++failed;
         }
-        std::printf("request level=%d sampling=%s index=%zu tokens=%zu ttft_ms=%.1f sha256=%s", run.level, sampling, p,
+        std::printf("request level=%d sampling=%s index=%zu tokens=%zu ttft_ms=%.1f sha256=%s", run.level, name, p,
                     result.ids.size(), result.ttft_s * 1e3, result.hash().c_str());
         if (flags.alone) std::printf(" alone=%s", alone[p].hash().c_str());
         if (flags.serial) std::printf(" serial=%s", serial[p].hash().c_str());
@@ -352,7 +366,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--reps", flags->reps, "Requests each stream sends, one after another")->capture_default_str();
   cmd->add_option("--seed", flags->seed, "Base seed of seeded sampling (request i uses seed + i)")
       ->capture_default_str();
-  cmd->add_option("--sampling", flags->sampling, "greedy, seeded or both")->capture_default_str();
+  cmd->add_option("--sampling", flags->sampling,
+                  "greedy, seeded, penalized (greedy with penalties and logit_bias), both (greedy and seeded) or all")->capture_default_str();
   cmd->add_flag("--alone", flags->alone, "Also run every request by itself and compare its tokens");
   cmd->add_flag("--serial", flags->serial, "Also run all requests one after another and compare their tokens");
   cmd->add_option("--prompts", flags->prompts_file, "Prompt sentences, one per line (default: built-in)");

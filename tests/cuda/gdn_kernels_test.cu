@@ -164,7 +164,6 @@ class Step {
     step_.row_position = row_position_.get();
     step_.chunks = static_cast<int32_t>(host_.chunks.size());
     step_.chunk = chunks_.get();
-    step_.chunk_scratch = host_.chunk_scratch;
     step_.piece_order = piece_order_.get();
     step_.chunk_order = chunk_order_.get();
     step_.multi_pieces = host_.order.multi_pieces;

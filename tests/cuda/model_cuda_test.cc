@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 
 #include "../checkpoint/damaged_copies.h"
 #include "../model/golden_fixtures.h"
@@ -203,6 +204,75 @@ TEST_P(CudaModelTest, GraphedDecodeStepsEqualEagerOnes) {
   const std::vector<int32_t> eager = run(*eager_model);
   ASSERT_FALSE(eager.empty());
   EXPECT_EQ(graphed, eager);
+}
+
+// Issue 22's silent wrong tokens: with penalties on, the penalty table was placed after the page tables in the step
+// upload, so when the step's page total crossed a multiple of 64 (256-byte regions) the table moved while a replayed
+// decode graph kept reading the old place. Sixteen sequences of 200..245 prompt tokens hold 64 pages; decoding past
+// position 256 takes them to 80, one page at a time, while the same-shaped graph replays. Greedy with repetition,
+// presence and frequency penalties and a logit_bias: graphs on must equal graphs off token for token. The run also
+// checks that it did cross the boundary while replaying, and (the control) that the penalties change the tokens, so
+// a penalty table read from the wrong place would show.
+TEST_P(CudaModelTest, GraphsWithPenaltiesSurviveThePageTableGrowing) {
+  const Goldens goldens(testing::golden_fixture(GetParam(), "fp32"));
+  const std::vector<int32_t> source = goldens.i32("len300.ids");
+  constexpr int kSequences = 16, kSteps = 48;
+  auto run = [&](Model& model, bool penalize) {
+    std::vector<std::unique_ptr<SequenceState>> states;
+    std::vector<std::vector<int32_t>> prompts, generated(kSequences);
+    std::vector<Piece> prefill;
+    for (int i = 0; i < kSequences; ++i) {
+      const size_t start = static_cast<size_t>(i) * 3, length = 200 + static_cast<size_t>(i) * 3;
+      prompts.emplace_back(source.begin() + static_cast<std::ptrdiff_t>(start),
+                           source.begin() + static_cast<std::ptrdiff_t>(start + length));
+      states.push_back(model.new_sequence_state(400));
+    }
+    for (int i = 0; i < kSequences; ++i) prefill.push_back({states[i].get(), prompts[i], RowOutput::last_logits});
+    model.forward(prefill);
+    std::vector<int32_t> next(kSequences, 1);
+    int64_t pages_before = 0, crossings = 0;
+    for (int step = 0; step < kSteps; ++step) {
+      std::vector<backend::SampleSpec> specs(kSequences);
+      std::vector<Piece> pieces;
+      int64_t pages = 0;
+      for (int i = 0; i < kSequences; ++i) {
+        backend::SampleSpec& spec = specs[i];
+        spec.temperature = 0.0f;
+        spec.position = static_cast<int64_t>(prompts[i].size()) + step;
+        if (penalize) {
+          spec.repetition_penalty = 1.3f;
+          spec.presence_penalty = 0.5f;
+          spec.frequency_penalty = 0.4f;
+          std::map<int32_t, int32_t> counts;
+          for (int32_t id : prompts[i]) counts.emplace(id, 0);
+          for (int32_t id : generated[i]) ++counts[id];
+          for (const auto& [id, count] : counts) spec.penalties.push_back({id, count, 1, id % 7 == 3 ? 2.5f : 0.0f});
+        }
+        const int64_t positions = spec.position + 1;
+        pages += (positions + 63) / 64;
+        pieces.push_back({states[i].get(), std::span(&next[i], 1), RowOutput::sampled, backend::RowRole::decode, &spec});
+      }
+      // The old layout rounded the page table up to 256 bytes (64 ids): it moved what followed when that changed.
+      if (step > 1 && (pages + 63) / 64 != (pages_before + 63) / 64) ++crossings;
+      pages_before = pages;
+      const auto results = model.forward(pieces);
+      for (int i = 0; i < kSequences; ++i) {
+        next[i] = results[i].sampled.id;
+        generated[i].push_back(next[i]);
+      }
+    }
+    EXPECT_GT(crossings, 0) << "the step's page total never crossed a multiple of 64 while graphs replayed";
+    return generated;
+  };
+  const auto graphed = run(*model_, true);
+  setenv("DUET_CUDA_GRAPHS", "0", 1);
+  auto eager_model = Model::load(testing::model_fixture(GetParam()), "cuda");
+  unsetenv("DUET_CUDA_GRAPHS");
+  const auto eager = run(*eager_model, true);
+  int differing = 0;
+  for (int i = 0; i < kSequences; ++i) differing += graphed[i] != eager[i] ? 1 : 0;
+  EXPECT_EQ(differing, 0) << differing << " of " << kSequences << " sequences differ between graphs on and off";
+  EXPECT_NE(run(*eager_model, false), eager) << "the penalties changed no token: the test could not see them";
 }
 
 // The CUDA backend's host products (a decision head's products): each output within fp32 rounding of a double sum,

@@ -1,4 +1,4 @@
-// Exactness over HTTP: `duet bench --alone --serial` at 1, 4 and 16 streams, greedy and seeded, against
+// Exactness over HTTP: `duet bench --alone --serial` at 1, 4 and 16 streams, greedy, seeded and penalized, against
 // `duet serve` on the demo model: every request's tokens equal the same request alone and serially; and
 // `duet bench --decisions`: decisions at once equal the same alone.
 #include <gtest/gtest.h>
@@ -12,10 +12,11 @@ TEST(ServeBench, ConcurrentEqualsAloneAndSerial) {
   if (!demo_model_available()) FAIL() << demo_model_missing_reason();
   ServerProcess server({"--parallel", "16", "--context", "1024", "--max-tokens", "64"});
   auto result = run_command(std::string(DUET_BINARY) + " bench --url " + server.url() +
-                            " --levels 1,4,16 --tokens 12 --reps 2 --sampling both --alone --serial 2>&1");
+                            " --levels 1,4,16 --tokens 12 --reps 2 --sampling all --alone --serial 2>&1");
   EXPECT_EQ(result.status, 0) << result.output;
-  EXPECT_NE(result.output.find("exactness: 84 equal, 0 unequal, 0 failed"), std::string::npos) << result.output;
-  for (const char* level : {"level 1 (greedy)", "level 4 (greedy)", "level 16 (greedy)", "level 16 (seeded)"})
+  EXPECT_NE(result.output.find("exactness: 126 equal, 0 unequal, 0 failed"), std::string::npos) << result.output;
+  for (const char* level :
+       {"level 1 (greedy)", "level 4 (greedy)", "level 16 (greedy)", "level 16 (seeded)", "level 16 (penalized)"})
     EXPECT_NE(result.output.find(level), std::string::npos) << level;
   EXPECT_TRUE(server.alive());
 }

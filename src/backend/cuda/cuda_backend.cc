@@ -22,8 +22,10 @@
 #include "backend/cuda/op_timer.h"
 #include "backend/cuda/pinned_gemm.h"
 #include "backend/cuda/delta_chunks.h"
+#include "backend/cuda/device_memory.h"
 #include "backend/cuda/sampling.h"
 #include "backend/cuda/step_graphs.h"
+#include "backend/cuda/step_upload.h"
 #include "base/error.h"
 #include "base/log.h"
 
@@ -51,27 +53,6 @@ class CudaActivations final : public Activations {
   bf16* data;
 };
 bf16* data_of(const Activations& a) { return static_cast<const CudaActivations&>(a).data; }
-
-// Device memory freed with its owner.
-struct DeviceMemory {
-  void* ptr = nullptr;
-  size_t bytes = 0;
-  DeviceMemory() = default;
-  explicit DeviceMemory(size_t n, const char* what) : bytes(n) {
-    if (n) check_cuda(cudaMalloc(&ptr, n), what);
-  }
-  ~DeviceMemory() {
-    if (ptr) cudaFree(ptr);
-  }
-  DeviceMemory(const DeviceMemory&) = delete;
-  DeviceMemory& operator=(const DeviceMemory&) = delete;
-  DeviceMemory(DeviceMemory&& o) noexcept : ptr(std::exchange(o.ptr, nullptr)), bytes(std::exchange(o.bytes, 0)) {}
-  DeviceMemory& operator=(DeviceMemory&& o) noexcept {
-    std::swap(ptr, o.ptr);
-    std::swap(bytes, o.bytes);
-    return *this;
-  }
-};
 
 DeltaHeadState delta_head(const GdnShape& s) {
   return DeltaHeadState{static_cast<int32_t>(s.key_dim), static_cast<int32_t>(s.value_dim)};
@@ -161,7 +142,6 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(int device) {
     check_cuda(cudaSetDevice(device), "cudaSetDevice");
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    check_cuda(cudaEventCreateWithFlags(&plan_copied_, cudaEventDisableTiming), "cudaEventCreate");
     check_cublas(cublasLtCreate(&lt_), "cublasLtCreate");
     cublas_workspace_ = DeviceMemory(kCublasWorkspaceBytes, "cuBLASLt workspace");
     cudaDeviceProp prop{};
@@ -174,9 +154,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
     pinned_.clear();
-    if (plan_host_) cudaFreeHost(plan_host_);
     cublasLtDestroy(lt_);
-    cudaEventDestroy(plan_copied_);
     cudaStreamDestroy(stream_);
   }
 
@@ -306,77 +284,56 @@ class CudaBackend final : public Backend {
     for (int64_t r : plan.logit_rows) decode_logit_rows_ += r < decode_rows_ ? 1 : 0;
     logit_row_count_ = static_cast<int32_t>(plan.logit_rows.size());
 
-    // Layout of the one upload: the arrays whose sizes a decode step's counts fix come first and the page tables and
-    // penalties (which grow from step to step) last, so that every address a kernel is given is the same for decode
-    // steps with the same counts (step_graphs.h).
-    const size_t piece_bytes = align_up(pieces.size() * sizeof(DevicePiece));
-    auto ints = [](size_t n) { return align_up(n * sizeof(int32_t)); };
-    const size_t params_bytes = align_up(sample_params.size() * sizeof(SamplingRowParams));
-    const size_t penalty_bytes = align_up(penalties.size() * sizeof(PenaltyEntry));
-    const size_t chunk_bytes = align_up(chunks.size() * sizeof(DeviceChunk));
-    const size_t total = piece_bytes + chunk_bytes + ints(pieces.size()) + ints(chunks.size()) +
-                         ints(row_piece.size()) + ints(row_position.size()) +
-                         ints(pages.size()) + ints(plan.ids.size()) + ints(logit_rows.size()) +
-                         ints(sample_rows.size()) + ints(adapted_rows.size()) + params_bytes + penalty_bytes;
-    check_cuda(cudaEventSynchronize(plan_copied_), "the last step's plan upload");  // the staging buffer is free
-    if (total > plan_capacity_) {
-      if (plan_host_) cudaFreeHost(plan_host_);
-      plan_capacity_ = std::max<size_t>(total * 2, 1 << 16);
-      check_cuda(cudaMallocHost(&plan_host_, plan_capacity_), "pinned plan buffer");
-      plan_device_ = DeviceMemory(plan_capacity_, "plan buffer");
-      graphs_.clear();
-    }
-    auto* host = static_cast<char*>(plan_host_);
-    auto* device = static_cast<char*>(plan_device_.ptr);
-    size_t at = 0;
-    auto place = [&](const void* src, size_t bytes, size_t aligned) {
-      if (bytes) std::memcpy(host + at, src, bytes);
-      void* d = device + at;
-      at += aligned;
-      return d;
-    };
+    // The one upload, each array at its region's fixed address (step_upload.h); when a region had to grow, every
+    // address moved and no captured graph may run again.
+    auto bytes_of = [](const auto& v) { return v.size() * sizeof(v[0]); };
+    StepSizes sizes{};
+    auto size_of = [&](StepArray a) -> size_t& { return sizes[static_cast<size_t>(a)]; };
+    size_of(StepArray::pieces) = bytes_of(pieces);
+    size_of(StepArray::row_piece) = bytes_of(row_piece);
+    size_of(StepArray::row_position) = bytes_of(row_position);
+    size_of(StepArray::chunks) = bytes_of(chunks);
+    size_of(StepArray::piece_order) = bytes_of(order.pieces);
+    size_of(StepArray::chunk_order) = bytes_of(order.chunks);
+    size_of(StepArray::ids) = bytes_of(plan.ids);
+    size_of(StepArray::logit_rows) = bytes_of(logit_rows);
+    size_of(StepArray::sample_rows) = bytes_of(sample_rows);
+    size_of(StepArray::adapted_rows) = bytes_of(adapted_rows);
+    size_of(StepArray::sample_params) = bytes_of(sample_params);
+    size_of(StepArray::page_table) = bytes_of(pages);
+    size_of(StepArray::penalties) = bytes_of(penalties);
+    if (upload_.arrange(sizes)) graphs_.clear();
+    auto put = [&](StepArray a, const auto& v) { return upload_.put(a, v.data(), bytes_of(v)); };
     step_ = DeviceStep{};
     step_.pieces = static_cast<int32_t>(pieces.size());
     step_.rows = static_cast<int32_t>(rows_);
-    step_.piece =
-        static_cast<const DevicePiece*>(place(pieces.data(), pieces.size() * sizeof(DevicePiece), piece_bytes));
-    step_.row_piece =
-        static_cast<const int32_t*>(place(row_piece.data(), row_piece.size() * 4, ints(row_piece.size())));
-    step_.row_position =
-        static_cast<const int32_t*>(place(row_position.data(), row_position.size() * 4, ints(row_position.size())));
+    step_.piece = static_cast<const DevicePiece*>(put(StepArray::pieces, pieces));
+    step_.row_piece = static_cast<const int32_t*>(put(StepArray::row_piece, row_piece));
+    step_.row_position = static_cast<const int32_t*>(put(StepArray::row_position, row_position));
     step_.chunks = static_cast<int32_t>(chunks.size());
-    step_.chunk =
-        static_cast<const DeviceChunk*>(place(chunks.data(), chunks.size() * sizeof(DeviceChunk), chunk_bytes));
-    step_.chunk_scratch = chunk_scratch;
-    step_.piece_order =
-        static_cast<const int32_t*>(place(order.pieces.data(), order.pieces.size() * 4, ints(order.pieces.size())));
-    step_.chunk_order =
-        static_cast<const int32_t*>(place(order.chunks.data(), order.chunks.size() * 4, ints(order.chunks.size())));
+    step_.chunk = static_cast<const DeviceChunk*>(put(StepArray::chunks, chunks));
+    chunk_scratch_ = chunk_scratch;
+    step_.piece_order = static_cast<const int32_t*>(put(StepArray::piece_order, order.pieces));
+    step_.chunk_order = static_cast<const int32_t*>(put(StepArray::chunk_order, order.chunks));
     step_.multi_pieces = order.multi_pieces;
     step_.multi_chunks = order.multi_chunks;
-    ids_ = static_cast<const int32_t*>(place(plan.ids.data(), plan.ids.size() * 4, ints(plan.ids.size())));
-    logit_rows_ = static_cast<const int32_t*>(place(logit_rows.data(), logit_rows.size() * 4, ints(logit_rows.size())));
-    sample_rows_ =
-        static_cast<const int32_t*>(place(sample_rows.data(), sample_rows.size() * 4, ints(sample_rows.size())));
-    adapted_rows_ =
-        static_cast<const int32_t*>(place(adapted_rows.data(), adapted_rows.size() * 4, ints(adapted_rows.size())));
+    step_.page_table = static_cast<const int32_t*>(put(StepArray::page_table, pages));
+    ids_ = static_cast<const int32_t*>(put(StepArray::ids, plan.ids));
+    logit_rows_ = static_cast<const int32_t*>(put(StepArray::logit_rows, logit_rows));
+    sample_rows_ = static_cast<const int32_t*>(put(StepArray::sample_rows, sample_rows));
+    adapted_rows_ = static_cast<const int32_t*>(put(StepArray::adapted_rows, adapted_rows));
     adapted_count_ = static_cast<int32_t>(adapted_rows.size());
-    sample_params_ = static_cast<const SamplingRowParams*>(
-        place(sample_params.data(), sample_params.size() * sizeof(SamplingRowParams), params_bytes));
-    step_.page_table = static_cast<const int32_t*>(place(pages.data(), pages.size() * 4, ints(pages.size())));
-    penalties_ = penalties.empty() ? nullptr
-                                   : static_cast<const PenaltyEntry*>(place(
-                                         penalties.data(), penalties.size() * sizeof(PenaltyEntry), penalty_bytes));
-    check_cuda(cudaMemcpyAsync(plan_device_.ptr, plan_host_, at, cudaMemcpyHostToDevice, stream_), "plan upload");
-    check_cuda(cudaEventRecord(plan_copied_, stream_), "plan upload event");
+    sample_params_ = static_cast<const SamplingRowParams*>(put(StepArray::sample_params, sample_params));
+    penalties_ = penalties.empty() ? nullptr : static_cast<const PenaltyEntry*>(put(StepArray::penalties, penalties));
+    upload_.send(stream_);
 
     // A decode step whose every piece samples one row replays (or is captured into) its counts' graph.
     const bool graphed = graphs_on_ && decode_rows_ == rows_ && plan.logit_rows.empty() && adapted_rows.empty() &&
                          static_cast<int64_t>(plan.sample_rows.size()) == static_cast<int64_t>(pieces.size());
     if (graphed) {
-      const StepGraphKey key{plan_device_.ptr, workspace_.ptr, rows_, static_cast<int64_t>(pieces.size()),
+      const StepGraphKey key{rows_, static_cast<int64_t>(pieces.size()),
                              static_cast<int64_t>(plan.sample_rows.size()), penalties_ != nullptr};
-      mode_ = graphs_.begin(key, stream_) ? Mode::replay : Mode::capture;
+      mode_ = graphs_.begin(key, graph_arguments(), stream_) ? Mode::replay : Mode::capture;
     }
   }
 
@@ -433,7 +390,7 @@ class CudaBackend final : public Backend {
                        static_cast<int32_t>(s.key_dim), static_cast<int32_t>(s.value_dim)};
     // Sized by the bound per row (delta_chunks.h), not by this step's chunks, so a decode step's addresses do not
     // move with its positions.
-    if (step_.chunk_scratch > (2 * kDeltaChunk + 1) * R) fail("cuda backend: chunk scratch over its bound");
+    if (chunk_scratch_ > (2 * kDeltaChunk + 1) * R) fail("cuda backend: chunk scratch over its bound");
     float* chunk_scratch = scratch<float>((2 * kDeltaChunk + 1) * R * vh);
     timer_.time("gdn.delta_rule", stream_, [&] {
       launch_gdn_delta_rule(step_, static_cast<int32_t>(gdn_layer), conv, beta, g, dims, chunk_scratch, core, stream_);
@@ -651,7 +608,6 @@ class CudaBackend final : public Backend {
   OpTimer timer_;  // DUET_PROFILE=1: GPU time per operation, printed at exit
   HostProducts products_;  // a decision head's products, beside the steps
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t plan_copied_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   DeviceMemory cublas_workspace_;
   std::map<const void*, DeviceMemory> resident_;  // host address of a weight -> its device copy
@@ -659,10 +615,9 @@ class CudaBackend final : public Backend {
   DeviceMemory workspace_;
   size_t used_ = 0;
   // The current step.
-  void* plan_host_ = nullptr;
-  size_t plan_capacity_ = 0;
-  DeviceMemory plan_device_;
+  StepUpload upload_;
   DeviceStep step_;
+  int64_t chunk_scratch_ = 0;  // floats of delta-rule chunk scratch per value head this step needs
   const int32_t* ids_ = nullptr;
   const int32_t* logit_rows_ = nullptr;
   const int32_t* sample_rows_ = nullptr;
@@ -681,6 +636,19 @@ class CudaBackend final : public Backend {
   bool graphs_on_ = graphs_wanted();
   StepGraphs graphs_;
   Mode mode_ = Mode::eager;
+
+  // Every value a graphed decode step's launches take besides the weights and the step's counts: a graph captured
+  // with other values must not replay (StepGraphs checks, and refuses loudly instead of computing wrong tokens).
+  std::vector<uintptr_t> graph_arguments() const {
+    auto address = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
+    return {address(workspace_.ptr), address(step_.piece),       address(step_.row_piece),
+            address(step_.row_position), address(step_.page_table), address(step_.chunk),
+            address(step_.piece_order), address(step_.chunk_order), static_cast<uintptr_t>(step_.pieces),
+            static_cast<uintptr_t>(step_.rows), static_cast<uintptr_t>(step_.chunks),
+            static_cast<uintptr_t>(step_.multi_pieces), static_cast<uintptr_t>(step_.multi_chunks), address(ids_),
+            address(logit_rows_), address(sample_rows_), address(sample_params_), address(penalties_),
+            static_cast<uintptr_t>(decode_rows_), static_cast<uintptr_t>(decode_sample_rows_)};
+  }
 
   bool graphs_wanted() const {
     const char* graphs = std::getenv("DUET_CUDA_GRAPHS");

@@ -66,7 +66,6 @@ struct DeviceStep {
   const int32_t* piece_order = nullptr;  // [pieces]
   const int32_t* chunk_order = nullptr;  // [chunks]
   int32_t multi_pieces = 0, multi_chunks = 0;
-  int64_t chunk_scratch = 0;              // floats of chunk scratch per value head (what the host reserves)
 };
 
 constexpr int32_t kPagePositions = 64;

@@ -1,22 +1,23 @@
 #pragma once
 // Decode steps replayed as CUDA graphs. A decode step is some 500 small launches (norms, adds, GEMMs, conv, delta
 // rule, attention, sampling for 32 layers), each costing the host a few microseconds to enqueue, which is as much as
-// many of them run on the GPU. Every kernel argument of a decode step is an address in the plan buffer or the
-// workspace, a weight, or one of the step's counts; so two decode steps with the same key launch exactly the same
-// kernels with exactly the same arguments, and the second can replay the first's graph: the plan upload before it
-// carries everything that differs (ids, positions, pages, sampling settings). Replaying changes no result: the
+// many of them run on the GPU. Every kernel argument of a decode step is an address in the plan buffer (each array at
+// a fixed place, step_upload.h) or the workspace, a weight, or one of the step's counts; so two decode steps with the
+// same key launch exactly the same kernels with exactly the same arguments, and the second can replay the first's
+// graph: the plan upload before it carries everything that differs (ids, positions, pages, sampling settings). Replaying changes no result: the
 // graph holds the same kernels in the same order on the same stream.
 #include <cuda_runtime.h>
 
 #include <compare>
 #include <cstdint>
 #include <map>
+#include <vector>
 
 namespace duet::backend::cuda {
 
+// The shape of a decode step: what its launches' grids and loop counts follow. Everything else a launch takes is at
+// a fixed address (step_upload.h) or a weight; StepGraphs still compares those arguments before every replay.
 struct StepGraphKey {
-  const void* plan = nullptr;       // the plan buffer's device address
-  const void* workspace = nullptr;  // the workspace's
   int64_t rows = 0, pieces = 0, samples = 0;
   bool penalties = false;  // the sampling kernel's penalty table present
   auto operator<=>(const StepGraphKey&) const = default;
@@ -30,8 +31,10 @@ class StepGraphs {
   ~StepGraphs() { clear(); }
 
   // Starts a graphed step. True: the key's graph exists, the step's launches are to be skipped and launch() called.
-  // False: the stream's work is captured from here until launch().
-  bool begin(const StepGraphKey& key, cudaStream_t stream);
+  // False: the stream's work is captured from here until launch(). `arguments` are the values the step's launches
+  // take (addresses, counts): a key whose graph was captured with other arguments is a bug, refused with an error
+  // rather than replayed into wrong results.
+  bool begin(const StepGraphKey& key, std::vector<uintptr_t> arguments, cudaStream_t stream);
   // Ends a capture begun by begin() and keeps its graph, then launches the key's graph on `stream`.
   void launch(cudaStream_t stream);
   // Ends a capture left open by a step that failed, keeping nothing.
@@ -40,8 +43,13 @@ class StepGraphs {
   void clear();
 
  private:
-  std::map<StepGraphKey, cudaGraphExec_t> graphs_;
+  struct Captured {
+    cudaGraphExec_t exec = nullptr;
+    std::vector<uintptr_t> arguments;
+  };
+  std::map<StepGraphKey, Captured> graphs_;
   StepGraphKey key_;
+  std::vector<uintptr_t> arguments_;
   bool capturing_ = false;
 };
 
