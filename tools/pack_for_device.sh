@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packs what the GPU machine needs to run duet and its GPU tests into device/ (git-ignored), because that machine has
-# no package manager: the duet binary, the CUDA test executables (cuda_*, same relative paths as under BUILD/tests),
-# debug info stripped so the whole call stays under the device tool's 64 MiB, and every shared library they link
+# no package manager: the duet binary, the CUDA test executables (cuda_*, same relative paths as under BUILD/tests)
+# and the kernel benchmarks (bench_*),
+# symbols stripped so the whole call stays under the device tool's 64 MiB, and every shared library they link
 # except glibc's family and the CUDA driver/toolkit (the GPU machine has its own), plus device/run_gpu_tests.sh.
 #   usage: tools/pack_for_device.sh [BUILD_DIR]   (default: build)
 set -euo pipefail
@@ -20,7 +21,7 @@ for candidate in "$build/bin/duet" "$build/src/cli/duet"; do
 done
 [[ -n $duet ]] || { echo "pack_for_device: no duet binary under $build" >&2; exit 1; }
 cp "$duet" "$out/bin/duet"
-strip --strip-debug "$out/bin/duet"
+strip --strip-all "$out/bin/duet"
 binaries=("$duet")
 
 # Test executables, keeping their paths relative to BUILD/tests (CMake's own probe binaries are skipped).
@@ -28,9 +29,9 @@ while IFS= read -r test; do
   rel=${test#"$build/tests/"}
   mkdir -p "$out/tests/$(dirname "$rel")"
   cp "$test" "$out/tests/$rel"
-  strip --strip-debug "$out/tests/$rel"
+  strip --strip-all "$out/tests/$rel"
   binaries+=("$test")
-done < <(find "$build/tests" -type f -executable -name 'cuda_*' -not -path '*/CMakeFiles/*' | sort)
+done < <(find "$build/tests" -type f -executable \( -name 'cuda_*' -o -name 'bench_*' \) -not -path '*/CMakeFiles/*' | sort)
 
 # Their shared libraries, under the name the loader asks for (ldd's first column), symlinks resolved.
 skip='^(libc|libm|libpthread|libdl|librt|ld-linux.*|libgcc_s|libstdc\+\+|libcuda|libcublas.*|libcudart.*)\.so'
@@ -73,9 +74,10 @@ for name in "${failed[@]}"; do echo "FAILED: $name"; done
 EOF
 chmod +x "$out/run_gpu_tests.sh"
 
-# The device tool carries at most 64 MiB with the whole checkout: send the pack compressed, unpacked there with
+# The device tool carries at most 64 MiB with the whole checkout: send the pack compressed (one xz stream with a large
+# dictionary: the test binaries share most of their code), unpacked there with
 #   tar -xJf .devpack/device.tar.xz
 mkdir -p "$repo/.devpack"
-tar -C "$repo" -cJf "$repo/.devpack/device.tar.xz" device
+tar -C "$repo" -cf - device | xz -9 -T1 > "$repo/.devpack/device.tar.xz"
 echo "pack_for_device: $(find "$out" -type f | wc -l) files, $(du -sh "$out" | cut -f1) in $out;" \
   "$(du -sh "$repo/.devpack/device.tar.xz" | cut -f1) in .devpack/device.tar.xz"

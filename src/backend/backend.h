@@ -194,6 +194,12 @@ class Backend {
   // The copy of `w` the backend's kernels read, made once at load and kept as long as the backend: the CPU reads
   // the mapped checkpoint as is; a GPU copies it to device memory in the dtype the checkpoint stores.
   virtual Weight resident(const Weight& w, WeightUse use) = 0;
+  // Projections that read the same input, made resident together: a GPU stores them back to back in one allocation
+  // (so its decode GEMM reads them in one launch: kernels.h, SkinnyOutputs); each weight keeps its own view and its
+  // bits. By default each is made resident on its own.
+  virtual void resident_together(std::span<Weight* const> weights, WeightUse use) {
+    for (Weight* w : weights) *w = resident(*w, use);
+  }
 
   // For a GPU: the device memory free now plus what the backend already holds (resident weights, workspace);
   // 0 for the CPU (the host's RAM is the limit).
@@ -222,6 +228,12 @@ class Backend {
   virtual void rms_norm(const Activations& x, const Weight& w, double eps, Activations& out) = 0;
   // x += y
   virtual void add(Activations& x, const Activations& y) = 0;
+  // x += y, then out = rms_norm(x): the residual add and the next norm, which a GPU does in one pass over x with
+  // the bits of the two calls.
+  virtual void add_rms_norm(Activations& x, const Activations& y, const Weight& w, double eps, Activations& out) {
+    add(x, y);
+    rms_norm(x, w, eps, out);
+  }
   // out = GDN(x) over the step's pieces, advancing GDN layer `gdn_layer` of each piece's state
   virtual void gdn_mixer(const GdnWeights& w, const GdnShape& shape, int64_t gdn_layer, const Activations& x,
                          Activations& out) = 0;

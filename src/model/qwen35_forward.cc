@@ -133,24 +133,25 @@ std::vector<PieceResult> Qwen35Model::forward(std::span<const Piece> pieces) {
   be.embed(weights_.embed_tokens, *x);
   if (dump_.enabled()) dump_.add(be, "hidden.0", *x);
 
+  // Each residual add is fused with the norm that reads its result (Backend::add_rms_norm): the next sublayer's
+  // input norm, and after the last layer the final norm.
+  be.rms_norm(*x, weights_.layers.front().input_layernorm, config_.rms_norm_eps, *normed);
   int64_t gdn_layer = 0, attention_layer = 0;
   for (size_t l = 0; l < weights_.layers.size(); ++l) {
     const Qwen35LayerWeights& layer = weights_.layers[l];
-    be.rms_norm(*x, layer.input_layernorm, config_.rms_norm_eps, *normed);
     if (layer.type == LayerType::linear_attention) {
       be.gdn_mixer(layer.gdn, gdn_shape_, gdn_layer++, *normed, *delta);
     } else {
       be.attention_mixer(layer.attention, attention_shape_, attention_layer++, *normed, *delta);
     }
-    be.add(*x, *delta);
-
-    be.rms_norm(*x, layer.post_attention_layernorm, config_.rms_norm_eps, *normed);
+    be.add_rms_norm(*x, *delta, layer.post_attention_layernorm, config_.rms_norm_eps, *normed);
     be.mlp(layer.mlp, *normed, *delta);
-    be.add(*x, *delta);
+    const backend::Weight& next_norm =
+        l + 1 < weights_.layers.size() ? weights_.layers[l + 1].input_layernorm : weights_.final_norm;
+    be.add_rms_norm(*x, *delta, next_norm, config_.rms_norm_eps, *normed);  // after the last layer: the final-norm rows
     if (dump_.enabled()) dump_.add(be, "hidden." + std::to_string(l + 1), *x);
   }
 
-  be.rms_norm(*x, weights_.final_norm, config_.rms_norm_eps, *normed);  // [R, h] the final-norm rows
   if (dump_.enabled()) {
     dump_.add(be, "final_norm", *normed);
     dump_.end_step();

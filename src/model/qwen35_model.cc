@@ -37,11 +37,16 @@ Qwen35Weights resident_weights(const Qwen35Weights& bound, backend::Backend& be)
   auto place = [&](std::initializer_list<backend::Weight*> weights, Use use) {
     for (backend::Weight* t : weights) *t = be.resident(*t, use);
   };
+  // Projections of one input, stored together (Backend::resident_together).
+  auto place_together = [&](std::initializer_list<backend::Weight*> weights) {
+    be.resident_together(std::span<backend::Weight* const>(weights.begin(), weights.size()), Use::projection);
+  };
   place({&w.embed_tokens, &w.final_norm}, Use::other);
   place({&w.lm_head}, Use::logits);
   for (Qwen35LayerWeights& layer : w.layers) {
     place({&layer.input_layernorm, &layer.post_attention_layernorm}, Use::other);
-    place({&layer.mlp.gate_proj, &layer.mlp.up_proj, &layer.mlp.down_proj}, Use::projection);
+    place_together({&layer.mlp.gate_proj, &layer.mlp.up_proj});
+    place({&layer.mlp.down_proj}, Use::projection);
     for (const AdaptableProjection& p : adaptable_projections(layer))
       if (p.lora->present()) {
         place({&p.lora->A}, Use::lora_a);
@@ -49,11 +54,13 @@ Qwen35Weights resident_weights(const Qwen35Weights& bound, backend::Backend& be)
       }
     if (layer.type == LayerType::linear_attention) {
       backend::GdnWeights& g = layer.gdn;
-      place({&g.in_proj_qkv, &g.in_proj_z, &g.in_proj_b, &g.in_proj_a, &g.out_proj}, Use::projection);
+      place_together({&g.in_proj_qkv, &g.in_proj_z, &g.in_proj_b, &g.in_proj_a});
+      place({&g.out_proj}, Use::projection);
       place({&g.conv1d, &g.A_log, &g.dt_bias, &g.norm}, Use::other);
     } else {
       backend::AttentionWeights& a = layer.attention;
-      place({&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj}, Use::projection);
+      place_together({&a.q_proj, &a.k_proj, &a.v_proj});
+      place({&a.o_proj}, Use::projection);
       place({&a.q_norm, &a.k_norm}, Use::other);
     }
   }

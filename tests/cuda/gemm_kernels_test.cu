@@ -230,6 +230,46 @@ TEST(Elementwise, AddIsTheRoundedFp32Sum) {
   }
 }
 
+// The residual add fused with the next norm: x and out bit for bit those of launch_add then launch_rms_norm, on
+// the vector path and element by element (width not a multiple of 8, and 2 bytes off alignment). The control: the
+// fused kernel on the un-added x (delta of zeros would hide nothing, so compare against the plain norm of old x).
+TEST(Elementwise, AddRmsNormIsAddThenRmsNorm) {
+  DUET_REQUIRE_GPU();
+  for (const NormCase& c : {NormCase{7, 4096, false, true}, NormCase{3, 100, true, true}}) {
+    for (int64_t offset : {0, 1}) {
+      SCOPED_TRACE("width " + std::to_string(c.width) + " offset " + std::to_string(offset));
+      const size_t count = static_cast<size_t>(c.rows) * c.width;
+      const auto x = random_bf16(count, 20, -3.0f, 3.0f), d = random_bf16(count, 21, -0.5f, 0.5f);
+      const auto wb = random_bf16(c.width, 22);
+      const auto wf = floats_of(wb);
+      DeviceBuffer<bf16> d_wb(wb), x1(count + 8), x2(count + 8), delta(count + 8), out1(count + 8), out2(count + 8);
+      DeviceBuffer<float> d_wf(wf);
+      DeviceWeight w{c.weight_f32 ? static_cast<const void*>(d_wf.get()) : d_wb.get(), c.weight_f32, c.width, 1};
+      for (bf16* p : {x1.get(), x2.get()})
+        ASSERT_EQ(cudaMemcpy(p + offset, x.data(), count * sizeof(bf16), cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(delta.get() + offset, d.data(), count * sizeof(bf16), cudaMemcpyHostToDevice), cudaSuccess);
+      out1.poison();
+      out2.poison();
+      launch_add(x1.get() + offset, delta.get() + offset, static_cast<int64_t>(count), nullptr);
+      launch_rms_norm(x1.get() + offset, c.rows, c.width, w, 1e-6f, c.one_plus, out1.get() + offset, nullptr);
+      launch_add_rms_norm(x2.get() + offset, delta.get() + offset, c.rows, c.width, w, 1e-6f, c.one_plus,
+                          out2.get() + offset, nullptr);
+      sync();
+      const auto sum1 = floats_of(download(x1.get() + offset, count)), sum2 = floats_of(download(x2.get() + offset, count));
+      const auto norm1 = floats_of(download(out1.get() + offset, count));
+      const auto norm2 = floats_of(download(out2.get() + offset, count));
+      EXPECT_EQ(differing(sum2.data(), sum1.data(), count), 0u) << "the residual";
+      EXPECT_EQ(differing(norm2.data(), norm1.data(), count), 0u) << "the norm";
+      // Control: the norm of x before the add differs.
+      DeviceBuffer<bf16> old_x(count + 8), old_out(count + 8);
+      ASSERT_EQ(cudaMemcpy(old_x.get(), x.data(), count * sizeof(bf16), cudaMemcpyHostToDevice), cudaSuccess);
+      launch_rms_norm(old_x.get(), c.rows, c.width, w, 1e-6f, c.one_plus, old_out.get(), nullptr);
+      sync();
+      EXPECT_GT(differing(floats_of(download(old_out.get(), count)).data(), norm2.data(), count), count / 2);
+    }
+  }
+}
+
 TEST(Elementwise, SwigluMatchesDouble) {
   DUET_REQUIRE_GPU();
   const int64_t n = 12288 * 2 + 3;
@@ -409,6 +449,68 @@ TEST(SkinnyGemmRows, EveryRowCountIsBatchInvariant) {
         const auto part = skinny(d_x.get() + first * k, m, d_w.get(), n, k, y_f32);
         EXPECT_EQ(differing(part.data(), full.data() + first * n, part.size()), 0u)
             << "rows " << first << ".." << first + m - 1 << " vs m " << max_m;
+      }
+    }
+  }
+}
+
+// Projections fused into one GEMM over weights stored back to back (SkinnyOutputs): every segment's output equals
+// its projection's own call bit for bit, at every row count, in both output types. The shapes are the 9B's GDN inputs
+// (qkv 8192 | z 4096 | b 32 | a 32 over k 4096) scaled down, with segment edges inside 128-row blocks, and the
+// MLP's gate | up. The control: segments of another width than the weights' split must not match.
+TEST(SkinnyGemmSegments, FusedProjectionsKeepEveryBit) {
+  DUET_REQUIRE_GPU();
+  for (const std::vector<int64_t>& widths : {std::vector<int64_t>{512, 256, 32, 32}, std::vector<int64_t>{1200, 1200}}) {
+    const int64_t k = 1024;
+    int64_t n = 0;
+    for (int64_t wdt : widths) n += wdt;
+    const auto w = random_bf16(static_cast<size_t>(n) * k, 70 + n);
+    const auto x = random_bf16(static_cast<size_t>(64) * k, 71);
+    DeviceBuffer<bf16> d_w(w), d_x(x);
+    for (bool y_f32 : {false, true}) {
+      for (int32_t m : {1, 5, 64}) {
+        SCOPED_TRACE("segments " + std::to_string(widths.size()) + " m " + std::to_string(m) + (y_f32 ? " f32" : " bf16"));
+        const size_t elem = y_f32 ? 4 : 2;
+        std::vector<std::unique_ptr<DeviceBuffer<float>>> outputs;  // float-sized storage holds either type
+        SkinnyOutputs out;
+        out.segments = static_cast<int>(widths.size());
+        int64_t first = 0;
+        for (size_t i = 0; i < widths.size(); ++i) {
+          outputs.push_back(std::make_unique<DeviceBuffer<float>>(static_cast<size_t>(m * widths[i])));
+          outputs.back()->poison();
+          out.y[i] = outputs.back()->get();
+          out.first[i] = static_cast<int32_t>(first);
+          first += widths[i];
+        }
+        out.first[widths.size()] = static_cast<int32_t>(n);
+        launch_skinny_gemm_segments(d_x.get(), m, d_w.get(), static_cast<int32_t>(n), static_cast<int32_t>(k), out,
+                                    y_f32, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        first = 0;
+        for (size_t i = 0; i < widths.size(); ++i) {
+          const auto alone = skinny(d_x.get(), m, d_w.get() + first * k, widths[i], k, y_f32);
+          std::vector<float> fused(static_cast<size_t>(m * widths[i]));
+          if (y_f32) {
+            cudaMemcpy(fused.data(), out.y[i], fused.size() * elem, cudaMemcpyDeviceToHost);
+          } else {
+            std::vector<bf16> raw(fused.size());
+            cudaMemcpy(raw.data(), out.y[i], raw.size() * elem, cudaMemcpyDeviceToHost);
+            fused = floats_of(raw);
+          }
+          EXPECT_EQ(differing(fused.data(), alone.data(), fused.size()), 0u) << "segment " << i;
+          first += widths[i];
+        }
+        // The control: the first segment read as if it were one column narrower (a wrong split) differs.
+        const auto shifted = skinny(d_x.get(), m, d_w.get() + k, widths[0], k, y_f32);
+        std::vector<float> fused0(static_cast<size_t>(m * widths[0]));
+        if (y_f32) {
+          cudaMemcpy(fused0.data(), out.y[0], fused0.size() * elem, cudaMemcpyDeviceToHost);
+        } else {
+          std::vector<bf16> raw(fused0.size());
+          cudaMemcpy(raw.data(), out.y[0], raw.size() * elem, cudaMemcpyDeviceToHost);
+          fused0 = floats_of(raw);
+        }
+        EXPECT_GT(differing(fused0.data(), shifted.data(), fused0.size()), 0u);
       }
     }
   }

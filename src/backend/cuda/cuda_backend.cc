@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <map>
+#include <span>
 #include <memory>
 #include <tuple>
 #include <vector>
@@ -179,6 +181,28 @@ class CudaBackend final : public Backend {
     // B's products are fp32, added to the projection's rows before they are rounded again (adapt()).
     if (use != WeightUse::other) pinned_gemm(w.rows, w.cols, use == WeightUse::logits || use == WeightUse::lora_b);
     return out;
+  }
+
+  // BF16 projections of one input, back to back in one allocation (kernels.h, SkinnyOutputs): the decode GEMM reads
+  // them in one launch; prefill GEMMs read each view as before.
+  void resident_together(std::span<Weight* const> weights, WeightUse use) override {
+    size_t total = 0;
+    bool together = !weights.empty();
+    for (const Weight* w : weights) {
+      together = together && w->type == WeightType::bf16 && w->cols == weights[0]->cols &&
+                 !resident_.contains(w->data) && w->bytes() % 16 == 0;
+      total += w->bytes();
+    }
+    if (!together) return Backend::resident_together(weights, use);
+    DeviceMemory& block = resident_[weights[0]->data] = DeviceMemory(total, "weights");
+    size_t at = 0;
+    for (Weight* w : weights) {
+      char* place = static_cast<char*>(block.ptr) + at;
+      check_cuda(cudaMemcpy(place, w->data, w->bytes(), cudaMemcpyHostToDevice), "weights to the GPU");
+      at += w->bytes();
+      w->data = place;
+      pinned_gemm(w->rows, w->cols, false);
+    }
   }
 
   size_t device_memory_bytes() const override {
@@ -356,6 +380,14 @@ class CudaBackend final : public Backend {
     });
   }
 
+  void add_rms_norm(Activations& x, const Activations& y, const Weight& w, double eps, Activations& out) override {
+    if (mode_ == Mode::replay) return;  // the step's graph holds these launches
+    timer_.time("add_rms_norm", stream_, [&] {
+      launch_add_rms_norm(data_of(x), data_of(y), x.rows(), static_cast<int32_t>(x.width()), device_weight(w),
+                          static_cast<float>(eps), true, data_of(out), stream_);
+    });
+  }
+
   void add(Activations& x, const Activations& y) override {
     if (mode_ == Mode::replay) return;  // the step's graph holds these launches
     timer_.time("add", stream_, [&] { launch_add(data_of(x), data_of(y), x.rows() * x.width(), stream_); });
@@ -370,10 +402,11 @@ class CudaBackend final : public Backend {
     bf16* z = scratch<bf16>(R * vw);
     bf16* b = scratch<bf16>(R * vh);
     bf16* a = scratch<bf16>(R * vh);
-    gemm("gdn.in_proj_qkv", data_of(x), R, w.in_proj_qkv, w.adapter.in_proj_qkv, qkv);
-    gemm("gdn.in_proj_z", data_of(x), R, w.in_proj_z, w.adapter.in_proj_z, z);
-    gemm("gdn.in_proj_b", data_of(x), R, w.in_proj_b, w.adapter.in_proj_b, b);
-    gemm("gdn.in_proj_a", data_of(x), R, w.in_proj_a, w.adapter.in_proj_a, a);
+    gemm_together("gdn.in_proj", data_of(x), R,
+                  {{"gdn.in_proj_qkv", w.in_proj_qkv, w.adapter.in_proj_qkv, qkv},
+                   {"gdn.in_proj_z", w.in_proj_z, w.adapter.in_proj_z, z},
+                   {"gdn.in_proj_b", w.in_proj_b, w.adapter.in_proj_b, b},
+                   {"gdn.in_proj_a", w.in_proj_a, w.adapter.in_proj_a, a}});
     bf16* conv = scratch<bf16>(R * C);
     timer_.time("gdn.conv", stream_, [&] {
       launch_gdn_conv_silu(step_, static_cast<int32_t>(gdn_layer), device_weight(w.conv1d), static_cast<int32_t>(C),
@@ -412,9 +445,10 @@ class CudaBackend final : public Backend {
     bf16* q_gate = scratch<bf16>(R * s.q_heads * 2 * hd);
     bf16* k = scratch<bf16>(R * s.kv_heads * hd);
     bf16* v = scratch<bf16>(R * s.kv_heads * hd);
-    gemm("attn.q_proj", data_of(x), R, w.q_proj, w.adapter.q_proj, q_gate);
-    gemm("attn.k_proj", data_of(x), R, w.k_proj, w.adapter.k_proj, k);
-    gemm("attn.v_proj", data_of(x), R, w.v_proj, w.adapter.v_proj, v);
+    gemm_together("attn.qkv_proj", data_of(x), R,
+                  {{"attn.q_proj", w.q_proj, w.adapter.q_proj, q_gate},
+                   {"attn.k_proj", w.k_proj, w.adapter.k_proj, k},
+                   {"attn.v_proj", w.v_proj, w.adapter.v_proj, v}});
     const AttentionDims dims{static_cast<int32_t>(s.q_heads),  static_cast<int32_t>(s.kv_heads),
                              static_cast<int32_t>(hd),         static_cast<int32_t>(s.rotary_dim),
                              static_cast<float>(s.rope_theta), static_cast<float>(s.norm_eps)};
@@ -436,8 +470,9 @@ class CudaBackend final : public Backend {
     const int64_t R = x.rows(), ffn = w.gate_proj.rows;
     bf16* gate = scratch<bf16>(R * ffn);
     bf16* up = scratch<bf16>(R * ffn);
-    gemm("mlp.gate_proj", data_of(x), R, w.gate_proj, w.adapter.gate_proj, gate);
-    gemm("mlp.up_proj", data_of(x), R, w.up_proj, w.adapter.up_proj, up);
+    gemm_together("mlp.gate_up_proj", data_of(x), R,
+                  {{"mlp.gate_proj", w.gate_proj, w.adapter.gate_proj, gate},
+                   {"mlp.up_proj", w.up_proj, w.adapter.up_proj, up}});
     timer_.time("mlp.swiglu", stream_, [&] { launch_swiglu(gate, up, R * ffn, gate, stream_); });
     gemm("mlp.down_proj", gate, R, w.down_proj, w.adapter.down_proj, data_of(out));
     used_ = mark;
@@ -565,10 +600,54 @@ class CudaBackend final : public Backend {
     }, " adapter");
     used_ = mark;
   }
+  // Projections of the same input x: when they are stored back to back (resident_together), the decode rows of all
+  // of them are one skinny GEMM writing each projection's own output; the prefill rows and the adapters go as for
+  // one projection. Every output has the bits of its own call either way.
+  struct Projection {
+    const char* name;
+    const Weight& w;
+    const LoraFactors& lora;
+    bf16* y;
+  };
+  void gemm_together(const char* name, const bf16* x, int64_t rows, std::initializer_list<Projection> projections) {
+    const int64_t decode = std::min<int64_t>(decode_rows_, rows);
+    SkinnyOutputs out;
+    bool together = decode > 0 && projections.size() <= SkinnyOutputs::kMaxSegments;
+    const char* next = nullptr;
+    int64_t n = 0;
+    int segment = 0;
+    for (const Projection& p : projections) {
+      together = together && p.w.type == WeightType::bf16 && p.w.cols == projections.begin()->w.cols &&
+                 p.w.cols % 16 == 0 && (next == nullptr || p.w.data == next);
+      next = static_cast<const char*>(p.w.data) + p.w.bytes();
+      if (together) {
+        out.y[segment] = p.y;
+        out.first[segment++] = static_cast<int32_t>(n);
+      }
+      n += p.w.rows;
+    }
+    if (!together) {
+      for (const Projection& p : projections) gemm(p.name, x, rows, p.w, p.lora, p.y);
+      return;
+    }
+    out.segments = segment;
+    out.first[segment] = static_cast<int32_t>(n);
+    const Weight& first = projections.begin()->w;
+    timer_.time(
+        name, stream_,
+        [&] {
+          launch_skinny_gemm_segments(x, static_cast<int32_t>(decode), bf16_of(first), static_cast<int32_t>(n),
+                                      static_cast<int32_t>(first.cols), out, false, stream_);
+        },
+        " skinny");
+    for (const Projection& p : projections) {
+      pinned_rows(p.name, x, rows, decode, p.w, p.y, false);
+      if (p.lora.present() && adapted_count_ > 0) adapt(p.name, x, p.w, p.lora, p.y);
+    }
+  }
   void gemm_split(const char* name, const bf16* x, int64_t rows, int64_t decode_rows, const Weight& w, void* y,
                   bool y_f32) {
     const int64_t n = w.rows, k = w.cols;
-    const size_t out_size = y_f32 ? sizeof(float) : sizeof(bf16);
     if (decode_rows > 0)
       timer_.time(
           name, stream_,
@@ -577,6 +656,13 @@ class CudaBackend final : public Backend {
                                static_cast<int32_t>(k), y, y_f32, stream_);
           },
           " skinny");
+    pinned_rows(name, x, rows, decode_rows, w, y, y_f32);
+  }
+  // Rows [decode_rows, rows) of y = x w^T through the pinned cuBLASLt GEMM.
+  void pinned_rows(const char* name, const bf16* x, int64_t rows, int64_t decode_rows, const Weight& w, void* y,
+                   bool y_f32) {
+    const int64_t n = w.rows, k = w.cols;
+    const size_t out_size = y_f32 ? sizeof(float) : sizeof(bf16);
     if (rows > decode_rows) {
       PinnedGemm& pinned = pinned_gemm(n, k, y_f32);
       // cuBLASLt needs 16-byte aligned operands. The prefill rows' output starts decode_rows * n elements in, which

@@ -139,24 +139,40 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return __shfl_sync(0xffffffffu, v, 0);  // lanes past `warps` summed only zeros
 }
 
+// With `delta` (fused residual add): x += delta first, each element rounded to BF16 as add_kernel rounds it and
+// written back by the thread that reads it again below, so the norm sees exactly what add then rms_norm would.
 template <bool kWeightF32>
-__global__ void rms_norm_kernel(const bf16* x, int64_t rows, int32_t width, const void* __restrict__ w, float eps,
-                                bool one_plus, bf16* out, bool vec) {
+__global__ void rms_norm_kernel(bf16* x, const bf16* __restrict__ delta, int64_t rows, int32_t width,
+                                const void* __restrict__ w, float eps, bool one_plus, bf16* out, bool vec) {
   // x and out may alias (in place): no __restrict__, and each element is read and written by the same thread, the
   // write after the block-wide reduction that follows every read of the row.
   __shared__ float scratch[32];
   const int32_t chunks = (width + kVec - 1) / kVec;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const bf16* xr = x + r * width;
+    bf16* xr = x + r * width;
     bf16* yr = out + r * width;
     float sum = 0.0f;
     for (int32_t c = threadIdx.x; c < chunks; c += blockDim.x) {
       float v[kVec];
       if (vec) {
         unpack8(*reinterpret_cast<const uint4*>(xr + static_cast<int64_t>(c) * kVec), v);
+        if (delta != nullptr) {
+          float d[kVec];
+          unpack8(*reinterpret_cast<const uint4*>(delta + r * width + static_cast<int64_t>(c) * kVec), d);
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) v[e] += d[e];
+          const uint4 rounded = pack8(v);
+          *reinterpret_cast<uint4*>(xr + static_cast<int64_t>(c) * kVec) = rounded;
+          unpack8(rounded, v);
+        }
       } else {
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) v[e] = c * kVec + e < width ? __bfloat162float(xr[c * kVec + e]) : 0.0f;
+        for (int e = 0; e < kVec; ++e) {
+          const int64_t i = static_cast<int64_t>(c) * kVec + e;
+          if (i < width && delta != nullptr)
+            xr[i] = __float2bfloat16_rn(__bfloat162float(xr[i]) + __bfloat162float(delta[r * width + i]));
+          v[e] = i < width ? __bfloat162float(xr[i]) : 0.0f;
+        }
       }
 #pragma unroll
       for (int e = 0; e < kVec; ++e) sum = __fmaf_rn(v[e], v[e], sum);  // padding zeros add exact zeros
@@ -256,8 +272,10 @@ void launch_add_rows(const float* delta, int32_t width, const int32_t* rows, int
   check_launch("launch_add_rows");
 }
 
-void launch_rms_norm(const bf16* x, int64_t rows, int32_t width, DeviceWeight w, float eps, bool one_plus, bf16* out,
-                     cudaStream_t stream) {
+namespace {
+
+void rms_norm(bf16* x, const bf16* delta, int64_t rows, int32_t width, DeviceWeight w, float eps, bool one_plus,
+              bf16* out, cudaStream_t stream) {
   if (rows <= 0) return;
   if (width <= 0 || w.data == nullptr) refuse("launch_rms_norm: empty width or no weight");
   if (w.rows * w.cols != width) refuse("launch_rms_norm: the weight's element count is not the row width");
@@ -265,14 +283,30 @@ void launch_rms_norm(const bf16* x, int64_t rows, int32_t width, DeviceWeight w,
   const int32_t chunks = (width + kVec - 1) / kVec;
   int threads = 32;
   while (threads < chunks && threads < 512) threads *= 2;
-  const bool vec = width % kVec == 0 && aligned16(x) && aligned16(out) && aligned16(w.data);
+  const bool vec = width % kVec == 0 && aligned16(x) && aligned16(out) && aligned16(w.data) &&
+                   (delta == nullptr || aligned16(delta));
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(rows, 1 << 20));
   if (w.f32) {
-    rms_norm_kernel<true><<<grid, threads, 0, stream>>>(x, rows, width, w.data, eps, one_plus, out, vec);
+    rms_norm_kernel<true><<<grid, threads, 0, stream>>>(x, delta, rows, width, w.data, eps, one_plus, out, vec);
   } else {
-    rms_norm_kernel<false><<<grid, threads, 0, stream>>>(x, rows, width, w.data, eps, one_plus, out, vec);
+    rms_norm_kernel<false><<<grid, threads, 0, stream>>>(x, delta, rows, width, w.data, eps, one_plus, out, vec);
   }
   check_launch("launch_rms_norm");
+}
+
+}  // namespace
+
+void launch_rms_norm(const bf16* x, int64_t rows, int32_t width, DeviceWeight w, float eps, bool one_plus, bf16* out,
+                     cudaStream_t stream) {
+  // Without a delta the kernel never writes x.
+  rms_norm(const_cast<bf16*>(x), nullptr, rows, width, w, eps, one_plus, out, stream);
+}
+
+void launch_add_rms_norm(bf16* x, const bf16* delta, int64_t rows, int32_t width, DeviceWeight w, float eps,
+                         bool one_plus, bf16* out, cudaStream_t stream) {
+  if (delta == nullptr) refuse("launch_add_rms_norm: no delta");
+  if (x == out) refuse("launch_add_rms_norm: out must not alias x");
+  rms_norm(x, delta, rows, width, w, eps, one_plus, out, stream);
 }
 
 void launch_add(bf16* x, const bf16* y, int64_t n, cudaStream_t stream) {

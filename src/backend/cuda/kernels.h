@@ -28,6 +28,10 @@ void launch_embed(const bf16* table, int64_t hidden, const int32_t* ids, int32_t
 // BF16 once. Rows may be heads: `rows` rows of `width` contiguous values (x and out may alias).
 void launch_rms_norm(const bf16* x, int64_t rows, int32_t width, DeviceWeight w, float eps, bool one_plus, bf16* out,
                      cudaStream_t stream);
+// x += delta (as launch_add), then out = launch_rms_norm(x): one pass over x with the bits of the two launches.
+// out must not alias x or delta.
+void launch_add_rms_norm(bf16* x, const bf16* delta, int64_t rows, int32_t width, DeviceWeight w, float eps,
+                         bool one_plus, bf16* out, cudaStream_t stream);
 // x += y (fp32 sum, rounded to BF16), n elements.
 void launch_add(bf16* x, const bf16* y, int64_t n, cudaStream_t stream);
 // out = silu(gate) * up in fp32, rounded to BF16, n elements (out may alias gate).
@@ -47,6 +51,32 @@ void launch_bf16_to_f32(const bf16* x, int64_t n, float* out, cudaStream_t strea
 // steps. Batch-invariant: each output element is reduced over k in one fixed order whatever m is.
 void launch_skinny_gemm(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, void* y, bool y_f32,
                         cudaStream_t stream);
+// Where the columns of one skinny GEMM go: segment i is columns [first[i], first[i + 1]) written as its own
+// [m, first[i + 1] - first[i]] array at y[i]. Projections that read the same input are one GEMM over their weights
+// concatenated at load (rows of one allocation, back to back), each projection's output where it always was: a
+// column's dot product does not depend on its neighbours, so every output keeps its bits.
+struct SkinnyOutputs {
+  static constexpr int kMaxSegments = 4;
+  int segments = 1;
+  void* y[kMaxSegments] = {};
+  int32_t first[kMaxSegments + 1] = {};
+  __host__ __device__ int32_t width(int i) const { return first[i + 1] - first[i]; }
+};
+void launch_skinny_gemm_segments(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k,
+                                 const SkinnyOutputs& out, bool y_f32, cudaStream_t stream);
+// How the tensor-core kernel reads a weight: steps of w in flight in registers beyond the one being multiplied, steps
+// asked of L2 ahead (neither changes a result), and the k slices (which fix the order of summation: production takes
+// them from the weight's shape alone). launch_skinny_gemm_pipeline runs any of them, for the kernel benchmark
+// (tests/cuda/skinny_gemm_bench.cu); BF16 out.
+struct SkinnyPipeline {
+  int ahead = 1;
+  int prefetch = 4;
+  int max_slices = 8;  // 1..8
+};
+void launch_skinny_gemm_pipeline(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, bf16* y,
+                                 const SkinnyPipeline& pipeline, cudaStream_t stream);
+// The pipeline launch_skinny_gemm takes for a weight of shape [n, k] (k % 16 == 0).
+SkinnyPipeline skinny_plan_for(int32_t n, int32_t k);
 
 // ---- fp32_gemm.cu
 // y[m, n] = sum_k x[m, k] * w[n, k] in fp32, each output one fma chain over k in order (batch-invariant). For the

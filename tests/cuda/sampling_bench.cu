@@ -1,0 +1,135 @@
+// What sampling costs on the device (issue 16, "sampling at no cost"): launch_sample over rows of 248,320 logits, for
+// 1, 16 and 64 rows, greedy and the settings users send (temperature 0.7 with top-p 0.9; top-k 40; min-p 0.05; with
+// penalties), on two kinds of logits: flat ones like a random-weight model's (normal, sigma 1) and peaked ones like a
+// trained model's (sigma 4, a few clear leaders). Prints the median time per call of 9 and the paths the rows took
+// (SamplingPath bits: which of the kernel's routes decided them). Not a test: numbers for docs/benchmarks.md.
+//   bench_sampling
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/sampling.h"
+
+using namespace duet::backend::cuda;
+
+namespace {
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(status));
+    std::exit(1);
+  }
+}
+
+std::string paths(uint32_t bits) {
+  static const char* names[] = {"greedy", "nofinite", "sorted", "tile", "certified", "stream", "exact_top_p", "empty"};
+  std::string out;
+  for (int i = 0; i < 8; ++i)
+    if (bits & (1u << i)) out += std::string(out.empty() ? "" : "+") + names[i];
+  return out;
+}
+
+struct Setting {
+  const char* name;
+  float temperature, top_p, min_p;
+  int32_t top_k;
+  bool penalties;
+};
+
+}  // namespace
+
+int main() {
+  const int32_t vocab = 248320;
+  const int32_t max_rows = 64;
+  cudaStream_t stream;
+  check(cudaStreamCreate(&stream), "stream");
+  float* logits = nullptr;
+  check(cudaMalloc(&logits, sizeof(float) * vocab * max_rows), "logits");
+  SamplingRowParams* params = nullptr;
+  check(cudaMalloc(&params, sizeof(SamplingRowParams) * max_rows), "params");
+  const int32_t penalties_per_row = 1200;  // a 1K-token prompt's distinct ids and some generated ones
+  PenaltyEntry* penalties = nullptr;
+  check(cudaMalloc(&penalties, sizeof(PenaltyEntry) * penalties_per_row * max_rows), "penalties");
+  DeviceSample* out = nullptr;
+  check(cudaMalloc(&out, sizeof(DeviceSample) * max_rows), "out");
+  DeviceTopLogprob* top = nullptr;
+  check(cudaMalloc(&top, sizeof(DeviceTopLogprob) * kMaxTopLogprobs * max_rows), "top");
+  const size_t scratch_bytes = sampling_scratch_bytes(max_rows, vocab);
+  void* scratch = nullptr;
+  check(cudaMalloc(&scratch, scratch_bytes), "scratch");
+
+  std::mt19937 rng(5);
+  std::vector<PenaltyEntry> host_penalties(static_cast<size_t>(penalties_per_row) * max_rows);
+  for (size_t i = 0; i < host_penalties.size(); ++i) {
+    const int32_t row_index = static_cast<int32_t>(i % penalties_per_row);
+    host_penalties[i] = PenaltyEntry{row_index * 197 % vocab, static_cast<int32_t>(i % 3), 1, i % 50 == 0 ? 1.5f : 0.f};
+  }
+  check(cudaMemcpy(penalties, host_penalties.data(), host_penalties.size() * sizeof(PenaltyEntry),
+                   cudaMemcpyHostToDevice), "penalties");
+
+  const std::vector<Setting> settings = {
+      {"greedy", 0.0f, 1.0f, 0.0f, 0, false},          {"t0.7 top_p 0.9", 0.7f, 0.9f, 0.0f, 0, false},
+      {"t1.0 (plain)", 1.0f, 1.0f, 0.0f, 0, false},    {"t0.8 top_k 40", 0.8f, 1.0f, 0.0f, 40, false},
+      {"t0.8 min_p 0.05", 0.8f, 1.0f, 0.05f, 0, false}, {"t0.7 top_p 0.9 + pen", 0.7f, 0.9f, 0.0f, 0, true},
+  };
+  std::printf("%-8s %-22s %6s %12s  %s\n", "logits", "setting", "rows", "us per call", "paths");
+  for (const char* kind : {"flat", "peaked"}) {
+    std::vector<float> host(static_cast<size_t>(vocab) * max_rows);
+    std::normal_distribution<float> normal(0.0f, std::string(kind) == "flat" ? 1.0f : 4.0f);
+    for (auto& v : host) v = normal(rng);
+    if (std::string(kind) == "peaked")
+      for (int32_t r = 0; r < max_rows; ++r)
+        for (int j = 0; j < 5; ++j) host[static_cast<size_t>(r) * vocab + (r * 31 + j * 977) % vocab] = 30.0f - 2 * j;
+    check(cudaMemcpy(logits, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice), "logits");
+    for (const Setting& s : settings) {
+      for (int32_t rows : {1, 16, 64}) {
+        std::vector<SamplingRowParams> p(static_cast<size_t>(rows));
+        for (int32_t r = 0; r < rows; ++r) {
+          p[r].temperature = s.temperature;
+          p[r].top_p = s.top_p;
+          p[r].top_k = s.top_k;
+          p[r].min_p = s.min_p;
+          p[r].seed = 1234 + r;
+          p[r].position = 77;
+          p[r].top_logprobs = 0;
+          if (s.penalties) {
+            p[r].repetition_penalty = 1.1f;
+            p[r].frequency_penalty = 0.2f;
+            p[r].penalty_offset = r * penalties_per_row;
+            p[r].penalty_count = penalties_per_row;
+          }
+        }
+        check(cudaMemcpy(params, p.data(), p.size() * sizeof(SamplingRowParams), cudaMemcpyHostToDevice), "params");
+        cudaEvent_t a, b;
+        cudaEventCreate(&a);
+        cudaEventCreate(&b);
+        std::vector<float> times;
+        for (int rep = 0; rep < 10; ++rep) {
+          cudaEventRecord(a, stream);
+          launch_sample(logits, rows, vocab, params, s.penalties ? penalties : nullptr, out, top, scratch,
+                        scratch_bytes, stream);
+          cudaEventRecord(b, stream);
+          check(cudaEventSynchronize(b), "sample");
+          float ms = 0;
+          cudaEventElapsedTime(&ms, a, b);
+          if (rep > 0) times.push_back(ms);
+        }
+        std::sort(times.begin(), times.end());
+        std::vector<DeviceSample> results(static_cast<size_t>(rows));
+        check(cudaMemcpy(results.data(), out, results.size() * sizeof(DeviceSample), cudaMemcpyDeviceToHost), "out");
+        uint32_t all = 0;
+        for (const auto& r : results) all |= r.path;
+        std::printf("%-8s %-22s %6d %12.1f  %s\n", kind, s.name, rows, times[times.size() / 2] * 1000.0f,
+                    paths(all).c_str());
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+      }
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,199 @@
+// The decode GEMM's bandwidth on the device (issue 16): for every projection shape of the Qwen3.5-9B and 1..64 rows,
+// the skinny GEMM's weight-read rate for each pipeline variant (kernels.h, SkinnyPipeline), against the device's own
+// copy rate measured in the same run. Not a test: a benchmark whose table goes into docs/benchmarks.md.
+//   bench_skinny_gemm [--quick]
+// Weights rotate over enough copies that every call reads from HBM, as a decode step does (each layer's weights are
+// cold). Each figure is the median of 7 timings of a CUDA graph of calls. It also checks, per variant, that m = 1
+// gives row 0 of m = 64 bit for bit (the batch-invariance contract) and that the variants that keep the production
+// order of summation give the production bits.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/kernels.h"
+
+using duet::backend::cuda::bf16;
+using duet::backend::cuda::launch_skinny_gemm;
+using duet::backend::cuda::launch_skinny_gemm_pipeline;
+using duet::backend::cuda::SkinnyPipeline;
+using duet::backend::cuda::skinny_plan_for;
+
+namespace {
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(status));
+    std::exit(1);
+  }
+}
+
+constexpr size_t kRotationBytes = size_t{512} << 20;  // ten times the H200's 50 MB L2
+
+struct Shape {
+  const char* name;
+  int32_t n, k;
+};
+
+// Fills with random BF16 in [-1, 1) (never zeros: they can run faster than real data).
+__global__ void fill_random(bf16* p, size_t count, uint64_t seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint64_t z = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    p[i] = __float2bfloat16(static_cast<float>(z >> 40) / static_cast<float>(1ull << 24) * 2.0f - 1.0f);
+  }
+}
+
+// Reads every 16 bytes of p once (the weights' access pattern without the arithmetic): the read-rate ceiling.
+__global__ void read_all(const uint4* __restrict__ p, size_t count, uint32_t* sink) {
+  uint32_t acc = 0;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldg(p + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x12345678u) *sink = acc;  // keeps the loads
+}
+
+template <typename Launch>
+float median_ms_per_call(Launch launch, int calls, cudaStream_t stream) {
+  cudaGraph_t graph;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "capture");
+  for (int i = 0; i < calls; ++i) launch(i);
+  check(cudaStreamEndCapture(stream, &graph), "end capture");
+  cudaGraphExec_t exec;
+  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  check(cudaGraphLaunch(exec, stream), "warm-up");
+  std::vector<float> times;
+  for (int rep = 0; rep < 7; ++rep) {
+    cudaEventRecord(a, stream);
+    check(cudaGraphLaunch(exec, stream), "replay");
+    cudaEventRecord(b, stream);
+    check(cudaEventSynchronize(b), "sync");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    times.push_back(ms / static_cast<float>(calls));
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+std::vector<uint16_t> download_bits(const bf16* p, size_t count) {
+  std::vector<uint16_t> out(count);
+  check(cudaMemcpy(out.data(), p, count * 2, cudaMemcpyDeviceToHost), "download");
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+
+  // The copy rate: a 1 GiB device-to-device copy, bytes read plus bytes written.
+  const size_t copy_bytes = size_t{1} << 30;
+  void *src = nullptr, *dst = nullptr;
+  check(cudaMalloc(&src, copy_bytes), "malloc");
+  check(cudaMalloc(&dst, copy_bytes), "malloc");
+  cudaMemset(src, 1, copy_bytes);
+  const float copy_ms = median_ms_per_call(
+      [&](int) { check(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, stream), "copy"); }, 4,
+      stream);
+  const double copy_gbs = 2.0 * copy_bytes / (copy_ms * 1e-3) / 1e9;
+  uint32_t* sink = static_cast<uint32_t*>(dst);
+  const float read_ms = median_ms_per_call(
+      [&](int) { read_all<<<132 * 8, 512, 0, stream>>>(static_cast<const uint4*>(src), copy_bytes / 16, sink); }, 4,
+      stream);
+  const double read_gbs = copy_bytes / (read_ms * 1e-3) / 1e9;
+  cudaFree(src);
+  cudaFree(dst);
+  std::printf("copy rate: %.0f GB/s (read + write of a 1 GiB copy); read rate: %.0f GB/s (a 1 GiB read kernel)\n",
+              copy_gbs, read_gbs);
+
+  // The 9B's projections as the CUDA backend launches them for decode rows (fused where they share an input).
+  const std::vector<Shape> shapes = {
+      {"gdn.qkv|z|b|a", 12352, 4096}, {"gdn.out_proj", 4096, 4096},   {"attn.q|k|v", 10240, 4096},
+      {"attn.o_proj", 4096, 4096},     {"mlp.gate|up", 24576, 4096},   {"mlp.down", 4096, 12288},
+      {"lm_head", 248320, 4096},
+  };
+  std::vector<SkinnyPipeline> variants;
+  for (int slices : {1, 2, 4, 8})
+    for (SkinnyPipeline p : {SkinnyPipeline{1, 4, slices}, SkinnyPipeline{2, 8, slices}}) variants.push_back(p);
+  const std::vector<int32_t> row_counts = quick ? std::vector<int32_t>{1, 64} : std::vector<int32_t>{1, 8, 64};
+
+  bf16* x = nullptr;
+  check(cudaMalloc(&x, size_t{64} * 12288 * sizeof(bf16)), "malloc x");
+  fill_random<<<256, 256>>>(x, size_t{64} * 12288, 7);
+  int32_t widest = 0;
+  for (const Shape& shape : shapes) widest = std::max(widest, shape.n);
+  bf16* y = nullptr;
+  check(cudaMalloc(&y, size_t{64} * widest * sizeof(bf16)), "malloc y");
+  bf16* y64 = nullptr;
+  check(cudaMalloc(&y64, size_t{64} * widest * sizeof(bf16)), "malloc y");
+
+  std::printf("%-20s %4s", "shape", "m");
+  for (const auto& v : variants) std::printf("  a%d/p%d/s%d", v.ahead, v.prefetch, v.max_slices);
+  std::printf("   (GB/s of weights read; the best as %% of the read rate; * production's plan)\n");
+  int failures = 0;
+  for (const Shape& shape : shapes) {
+    const size_t weight_elems = static_cast<size_t>(shape.n) * shape.k;
+    const int copies = static_cast<int>(std::max<size_t>(1, kRotationBytes / (weight_elems * sizeof(bf16))));
+    bf16* weights = nullptr;
+    check(cudaMalloc(&weights, weight_elems * copies * sizeof(bf16)), "malloc w");
+    fill_random<<<1024, 256>>>(weights, weight_elems * copies, 11 + shape.n);
+    check(cudaDeviceSynchronize(), "fill");
+    // Bits: production m = 64 and m = 1 (row 0) on copy 0.
+    launch_skinny_gemm(x, 64, weights, shape.n, shape.k, y64, false, stream);
+    cudaStreamSynchronize(stream);
+    const auto production = download_bits(y64, static_cast<size_t>(64) * shape.n);
+    for (int32_t m : row_counts) {
+      std::printf("%-20s %4d", shape.name, m);
+      double best = 0;
+      for (const SkinnyPipeline& v : variants) {
+        launch_skinny_gemm_pipeline(x, 64, weights, shape.n, shape.k, y64, v, stream);
+        launch_skinny_gemm_pipeline(x, 1, weights, shape.n, shape.k, y, v, stream);
+        check(cudaStreamSynchronize(stream), "variant");
+        const auto all = download_bits(y64, static_cast<size_t>(64) * shape.n);
+        const auto one = download_bits(y, static_cast<size_t>(shape.n));
+        const bool invariant = std::equal(one.begin(), one.end(), all.begin());
+        const SkinnyPipeline plan = skinny_plan_for(shape.n, shape.k);
+        const bool is_plan = plan.max_slices == v.max_slices && plan.ahead == v.ahead && plan.prefetch == v.prefetch;
+        const bool production_bits = plan.max_slices != v.max_slices || all == production;
+        if (!invariant || !production_bits) {
+          ++failures;
+          std::printf(" [%s]", !invariant ? "NOT INVARIANT" : "OTHER BITS");
+        }
+        const int calls = std::max(copies, 20);
+        const float ms = median_ms_per_call(
+            [&](int i) {
+              launch_skinny_gemm_pipeline(x, m, weights + weight_elems * (i % copies), shape.n, shape.k, y, v, stream);
+            },
+            calls, stream);
+        const double gbs = weight_elems * sizeof(bf16) / (ms * 1e-3) / 1e9;
+        best = std::max(best, gbs);
+        std::printf("  %9.0f%s", gbs, is_plan ? "*" : " ");
+      }
+      std::printf("   %3.0f%% of read\n", 100.0 * best / read_gbs);
+    }
+    cudaFree(weights);
+  }
+  std::printf("bit checks: %d failed\n", failures);
+  return failures == 0 ? 0 : 1;
+}
