@@ -14,6 +14,13 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A device (GPU) call failed after load. Its state can no longer be trusted, so it is fatal to the server: the engine
+// ends every request with it and stops, and `duet serve` exits non-zero so that a supervisor restarts it.
+class DeviceError : public Error {
+ public:
+  using Error::Error;
+};
+
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
   throw Error(fmt::format(format, std::forward<Args>(args)...));

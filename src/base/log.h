@@ -20,6 +20,10 @@ void log_warn(fmt::format_string<Args...> format, Args&&... args) {
   if (log_enabled(LogLevel::warn)) log_line(LogLevel::warn, fmt::format(format, std::forward<Args>(args)...));
 }
 template <typename... Args>
+void log_error(fmt::format_string<Args...> format, Args&&... args) {
+  if (log_enabled(LogLevel::error)) log_line(LogLevel::error, fmt::format(format, std::forward<Args>(args)...));
+}
+template <typename... Args>
 void log_debug(fmt::format_string<Args...> format, Args&&... args) {
   if (log_enabled(LogLevel::debug)) log_line(LogLevel::debug, fmt::format(format, std::forward<Args>(args)...));
 }

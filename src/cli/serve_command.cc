@@ -193,6 +193,8 @@ void serve(ServeFlags& flags) {
     if (flags.engine.kv_cache_tokens > 0)
       context.options.context =
           static_cast<int32_t>(std::min<int64_t>(context.options.context, flags.engine.kv_cache_tokens));
+    if (const char* step = std::getenv("DUET_TEST_DEVICE_FAULT_STEP"))  // test-only (engine.h)
+      flags.engine.test_device_fault_step = std::atoll(step);
     engine = std::make_unique<engine::Engine>(*model, tokenizer.get(), flags.engine);
     backend.set(engine.get());
     if (head) {
@@ -217,9 +219,29 @@ void serve(ServeFlags& flags) {
   context.ready = true;  // after every write above: the routes read them only once they see it
   log_info("ready: context {}, parallel {}{}", flags.engine.context, flags.engine.parallel,
            context.decisions ? ", decisions" : "");
+  // A device error is fatal (duet::DeviceError): the engine has ended every request with it and refuses new ones
+  // (503), /health answers 503 with it; after --shutdown-grace seconds the server stops as on SIGTERM and the process
+  // exits with status 1, so that a supervisor restarts it.
+  std::string failure;
+  std::thread watcher([&] {
+    while (!finished.load()) {
+      if (std::string why = engine->stats().failure; !why.empty()) {
+        failure = why;
+        log_error("{}; exiting after the grace period ({} s)", why, flags.shutdown_grace_s);
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(flags.shutdown_grace_s);
+        while (!finished.load() && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (!finished.load()) http.stop();
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
   serving.join();
   stop_serving();
+  watcher.join();
   log_info("stopped");
+  if (!failure.empty()) fail("{}", failure);
 }
 
 }  // namespace

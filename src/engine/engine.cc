@@ -130,6 +130,7 @@ struct Engine::Impl {
     auto handle = std::make_shared<RequestHandle>();
     {
       std::lock_guard lock(mutex);
+      if (!stats.failure.empty()) throw EngineFailed(stats.failure);
       if (stopping) fail("engine: stopping, not taking requests");
       // Free slots not yet claimed by the engine thread count as room too: a request for a free slot never
       // waits in the queue, so queue_limit bounds only the requests that really wait.
@@ -156,6 +157,7 @@ struct Engine::Impl {
     std::vector<std::shared_ptr<RequestHandle>> handles;
     {
       std::lock_guard lock(mutex);
+      if (!stats.failure.empty()) throw EngineFailed(stats.failure);
       if (stopping) fail("engine: stopping, not taking requests");
       const auto n = static_cast<int32_t>(requests.size());
       if (static_cast<int32_t>(waiting.size()) + n - 1 >= options.queue_limit + stats.slots_free) {
@@ -199,6 +201,9 @@ struct Engine::Impl {
         }
         end_decided();
         step();
+      } catch (const DeviceError& error) {
+        fail_engine(error.what());
+        break;
       } catch (...) {
         fail_step(describe(std::current_exception()));
       }
@@ -235,6 +240,27 @@ struct Engine::Impl {
     }
   }
 
+  // A device error: nothing computed on the device can be trusted any more, so every request ends with the error,
+  // running or waiting, and no step runs again (the engine thread ends; submit refuses with EngineFailed).
+  void fail_engine(const std::string& what) noexcept {
+    const std::string message = "the GPU failed and this server stops: " + what;
+    log_error("engine: {}", message);
+    {
+      std::lock_guard lock(mutex);
+      stats.failure = message;
+    }
+    for (auto& [id, job] : decision_jobs) job->cancelled = true;
+    try {
+      for (const auto& sequence : scheduler.running()) end(*sequence, FinishReason::error, message);
+      in_step.clear();
+      std::lock_guard lock(mutex);
+      for (const auto& sequence : waiting) end_locked(*sequence, FinishReason::error, message);
+      waiting.clear();
+    } catch (...) {
+      log_error("engine: ending the requests after the device error failed too");
+    }
+  }
+
   // Under the lock: drop cancelled waiters, then admit FIFO while a slot is free and the oldest waiter's pages can
   // be reserved. The oldest is never passed over for a shorter one behind it, so a long request cannot starve.
   void admit_waiting() {
@@ -263,6 +289,8 @@ struct Engine::Impl {
     if (planned.empty()) return;
     in_step.clear();
     for (const ScheduledPiece& piece : planned) in_step.push_back(piece.sequence);
+    if (options.test_device_fault_step > 0 && stats.steps_total + 1 == options.test_device_fault_step)
+      throw DeviceError("CUDA: an injected device fault (DUET_TEST_DEVICE_FAULT_STEP)");
 
     // A backend that samples next to its logits gets each sampling piece's settings; otherwise the logits come back
     // and are sampled here.

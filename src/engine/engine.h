@@ -40,6 +40,9 @@ struct EngineOptions {
   // Threads that run decisions' head work (engine/decision_workers.h), so that one decision's head never waits for
   // another's; 0: decision_worker_count()'s default.
   int32_t decision_workers = 0;
+  // Test-only: step N (1-based) throws a DeviceError as a failed GPU call would; 0: never. `duet serve` sets it from
+  // DUET_TEST_DEVICE_FAULT_STEP.
+  int64_t test_device_fault_step = 0;
 };
 
 // The decision workers an engine starts: options.decision_workers when set; otherwise one per four cores, 2 to 8, and
@@ -62,6 +65,8 @@ struct EngineStats {
   double step_seconds_last = 0;
   double time_to_first_token_seconds_total = 0;  // over requests that produced a token
   size_t weight_bytes = 0, state_pool_bytes = 0, workspace_bytes = 0, memory_limit_bytes = 0;
+  // Set once a device error stopped the engine (DeviceError): every request since ends with it.
+  std::string failure;
 };
 
 class Engine {
@@ -75,7 +80,8 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Thread-safe. Throws QueueFull when queue_limit requests already wait for a slot, and RequestInvalid with
+  // Thread-safe. Throws EngineFailed once a device error stopped the engine, QueueFull when queue_limit requests
+  // already wait for a slot, and RequestInvalid with
   // code "invalid_prompt" (empty, ids out of range), "context_length_exceeded" (prompt + max_tokens >
   // context, or needs more KV pages than the whole cache) or "invalid_sampling" (a number out of range, stop
   // strings without a tokenizer). Admission is FIFO: the oldest waiting request goes first once a slot is free

@@ -90,6 +90,12 @@ class QueueFull : public Error {
   using Error::Error;
 };
 
+// Thrown by Engine::submit once a device error stopped the engine (EngineStats::failure): the server answers 503.
+class EngineFailed : public Error {
+ public:
+  using Error::Error;
+};
+
 // Thrown by Engine::submit for a request the engine cannot run (the server answers 400; context overflow is
 // `context_length_exceeded`).
 class RequestInvalid : public Error {

@@ -87,7 +87,7 @@ class StreamedBody final : public GenerationBody {
 
 namespace {
 // What `submit` returns, with the engine's refusals as HTTP errors: QueueFull 429 with Retry-After, RequestInvalid 400
-// with its code (param `prompt_param`).
+// with its code (param `prompt_param`), EngineFailed 503 (a device error stopped the engine; the server is exiting).
 template <typename Submit>
 auto refusals_mapped(const std::string& prompt_param, Submit&& submit) {
   try {
@@ -98,6 +98,8 @@ auto refusals_mapped(const std::string& prompt_param, Submit&& submit) {
     throw error;
   } catch (const engine::RequestInvalid& invalid) {
     throw ApiError(400, invalid.what(), prompt_param, invalid.code());
+  } catch (const engine::EngineFailed& failed) {
+    throw ApiError(503, failed.what(), "", "engine_failed");
   }
 }
 }  // namespace

@@ -26,6 +26,9 @@ void add_status_routes(RouteTable& table, ServerContext& context) {
       RouteTable::Method::get, "/health",
       [&context](const HttpRequest&) {
         if (!context.ready.load(std::memory_order_acquire)) return json_response({{"status", "loading"}}, 503);
+        // A device error is fatal: a supervisor sees it here before the process exits (duet serve).
+        if (std::string failure = context.backend.stats().failure; !failure.empty())
+          return json_response({{"status", "failed"}, {"error", failure}}, 503);
         return json_response({{"status", "ok"}});
       },
       /*needs_key=*/false);

@@ -90,5 +90,50 @@ TEST(GracefulStop, ASecondSignalExitsAtOnce) {
   EXPECT_EQ(server.wait_exit(seconds(2)), 128 + SIGTERM);
 }
 
+// A device error is fatal (issue 22): injected at engine step 1500 (DUET_TEST_DEVICE_FAULT_STEP, test-only) while one
+// stream runs and one request waits for the only slot. The stream ends with an error event naming the GPU, the
+// waiting request gets a 500 naming it, a new request gets 503 engine_failed, /health answers 503 `failed` with the
+// error and /metrics says so; after --shutdown-grace the process exits with status 1. The control: without the
+// fault the same two requests finish.
+TEST(DeviceFault, IsFatalAndVisibleAndTheProcessExitsNonZero) {
+  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  for (const bool inject : {true, false}) {
+    SCOPED_TRACE(inject ? "fault injected" : "control");
+    if (inject) setenv("DUET_TEST_DEVICE_FAULT_STEP", "1500", 1);
+    ServerProcess server({"--parallel", "1", "--shutdown-grace", "2", "--max-tokens", "3500"});
+    unsetenv("DUET_TEST_DEVICE_FAULT_STEP");
+    auto stream = running_stream(server, inject ? 3500 : 40);
+    RawClient waiting(server.port());
+    const std::string body = Json{{"prompt", "Hello"}, {"max_tokens", 4}, {"ignore_eos", true}}.dump();
+    waiting.send("POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Length: " + std::to_string(body.size()) +
+                 "\r\n\r\n" + body);
+    const std::string streamed = stream->read(seconds(60), "data: [DONE]");
+    const std::string answer = waiting.read(seconds(60), "}");
+    if (!inject) {
+      EXPECT_EQ(finish_of(streamed), "length") << streamed.substr(streamed.size() > 600 ? streamed.size() - 600 : 0);
+      EXPECT_EQ(status_of(answer), 200) << answer;
+      EXPECT_TRUE(server.alive());
+      continue;
+    }
+    EXPECT_NE(streamed.find("the GPU failed"), std::string::npos) << streamed.substr(streamed.size() > 600 ? streamed.size() - 600 : 0);
+    EXPECT_EQ(status_of(answer), 500) << answer;
+    EXPECT_NE(answer.find("the GPU failed"), std::string::npos) << answer;
+    RawClient health(server.port());
+    health.send("GET /health HTTP/1.1\r\nHost: a\r\n\r\n");
+    const std::string probed = health.read(seconds(5), "}");
+    EXPECT_EQ(status_of(probed), 503) << probed;
+    EXPECT_NE(probed.find("\"status\":\"failed\""), std::string::npos) << probed;
+    EXPECT_NE(probed.find("DUET_TEST_DEVICE_FAULT_STEP"), std::string::npos) << probed;
+    EXPECT_EQ(server.metric("duet_engine_failed"), 1.0);
+    RawClient late(server.port());
+    late.send("POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Length: " + std::to_string(body.size()) +
+              "\r\n\r\n" + body);
+    const std::string refused = late.read(seconds(5), "}");
+    EXPECT_EQ(status_of(refused), 503) << refused;
+    EXPECT_NE(refused.find("engine_failed"), std::string::npos) << refused;
+    EXPECT_EQ(server.wait_exit(seconds(30)), 1) << "log: " << server.log_path();
+  }
+}
+
 }  // namespace
 }  // namespace duet::testing

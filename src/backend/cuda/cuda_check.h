@@ -1,5 +1,6 @@
 #pragma once
-// CUDA and cuBLASLt return codes turned into duet::Error naming the call, so a failure is never silent. Declared
+// CUDA and cuBLASLt return codes turned into duet::DeviceError naming the call, so a failure is never silent (and,
+// after load, fatal to the engine). Declared
 // here and defined in cuda_check.cc, so .cu files need no fmt.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
