@@ -194,6 +194,10 @@ void serve(ServeFlags& flags) {
       context.options.context =
           static_cast<int32_t>(std::min<int64_t>(context.options.context, flags.engine.kv_cache_tokens));
     engine = std::make_unique<engine::Engine>(*model, tokenizer.get(), flags.engine);
+    // Structured outputs: the vocabulary's trie is built once; masks are as wide as the model's logits.
+    context.grammars = std::make_shared<grammar::GrammarCache>(
+        grammar::Vocabulary::from_tokenizer(*tokenizer, static_cast<int32_t>(model->config().vocab_size)));
+    context.metrics.grammar_cache = context.grammars.get();
     backend.set(engine.get());
     if (head) {
       context.decisions =

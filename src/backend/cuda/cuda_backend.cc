@@ -286,6 +286,7 @@ class CudaBackend final : public Backend {
     std::vector<int32_t> sample_rows;
     std::vector<SamplingRowParams> sample_params;
     std::vector<PenaltyEntry> penalties;
+    std::vector<uint32_t> masks;
     samples_ = plan.samples;
     decode_sample_rows_ = 0;
     for (size_t i = 0; i < plan.sample_rows.size(); ++i) {
@@ -300,6 +301,11 @@ class CudaBackend final : public Backend {
       p.penalty_offset = static_cast<int32_t>(penalties.size());
       p.penalty_count = static_cast<int32_t>(spec.penalties.size());
       for (const auto& e : spec.penalties) penalties.push_back(PenaltyEntry{e.id, e.generated, e.in_prompt, e.bias});
+      if (!spec.allowed.empty()) {  // a structured output's mask travels in the same upload, after the penalties
+        p.mask_offset = static_cast<int64_t>(masks.size());
+        p.mask_words = static_cast<int32_t>(spec.allowed.size());
+        masks.insert(masks.end(), spec.allowed.begin(), spec.allowed.end());
+      }
       sample_params.push_back(p);
     }
     decode_logit_rows_ = 0;
@@ -313,11 +319,13 @@ class CudaBackend final : public Backend {
     auto ints = [](size_t n) { return align_up(n * sizeof(int32_t)); };
     const size_t params_bytes = align_up(sample_params.size() * sizeof(SamplingRowParams));
     const size_t penalty_bytes = align_up(penalties.size() * sizeof(PenaltyEntry));
+    const size_t mask_bytes = align_up(masks.size() * sizeof(uint32_t));
     const size_t chunk_bytes = align_up(chunks.size() * sizeof(DeviceChunk));
     const size_t total = piece_bytes + chunk_bytes + ints(pieces.size()) + ints(chunks.size()) +
                          ints(row_piece.size()) + ints(row_position.size()) +
                          ints(pages.size()) + ints(plan.ids.size()) + ints(logit_rows.size()) +
-                         ints(sample_rows.size()) + ints(adapted_rows.size()) + params_bytes + penalty_bytes;
+                         ints(sample_rows.size()) + ints(adapted_rows.size()) + params_bytes + penalty_bytes +
+                         mask_bytes;
     check_cuda(cudaEventSynchronize(plan_copied_), "the last step's plan upload");  // the staging buffer is free
     if (total > plan_capacity_) {
       if (plan_host_) cudaFreeHost(plan_host_);
@@ -367,11 +375,15 @@ class CudaBackend final : public Backend {
     penalties_ = penalties.empty() ? nullptr
                                    : static_cast<const PenaltyEntry*>(place(
                                          penalties.data(), penalties.size() * sizeof(PenaltyEntry), penalty_bytes));
+    masks_ = masks.empty() ? nullptr
+                           : static_cast<const uint32_t*>(place(masks.data(), masks.size() * sizeof(uint32_t), mask_bytes));
     check_cuda(cudaMemcpyAsync(plan_device_.ptr, plan_host_, at, cudaMemcpyHostToDevice, stream_), "plan upload");
     check_cuda(cudaEventRecord(plan_copied_, stream_), "plan upload event");
 
     // A decode step whose every piece samples one row replays (or is captured into) its counts' graph.
+    // Steps with a masked row run eagerly: the masks' address moves with the penalties before them (left for later).
     const bool graphed = graphs_on_ && decode_rows_ == rows_ && plan.logit_rows.empty() && adapted_rows.empty() &&
+                         masks.empty() &&
                          static_cast<int64_t>(plan.sample_rows.size()) == static_cast<int64_t>(pieces.size());
     if (graphed) {
       const StepGraphKey key{plan_device_.ptr, workspace_.ptr, rows_, static_cast<int64_t>(pieces.size()),
@@ -530,7 +542,7 @@ class CudaBackend final : public Backend {
     if (mode_ != Mode::replay)
       timer_.time("sample.kernel", stream_, [&] {
         launch_sample(logits, static_cast<int32_t>(n), static_cast<int32_t>(V), sample_params_, penalties_, picked,
-                      top, sampling_scratch, scratch_bytes, stream_);
+                      top, sampling_scratch, scratch_bytes, stream_, {}, masks_);
       });
     if (mode_ != Mode::eager) graphs_.launch(stream_);  // ends the capture (if this step made it), then replays
     mode_ = Mode::eager;
@@ -670,6 +682,7 @@ class CudaBackend final : public Backend {
   int32_t adapted_count_ = 0;
   const SamplingRowParams* sample_params_ = nullptr;
   const PenaltyEntry* penalties_ = nullptr;
+  const uint32_t* masks_ = nullptr;  // this step's token masks (SamplingRowParams::mask_offset), or null
   std::span<const SampleSpec* const> samples_;
   int64_t decode_sample_rows_ = 0;
   int64_t rows_ = 0;
