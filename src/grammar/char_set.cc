@@ -137,23 +137,24 @@ Expr json_string_char(const CharSet& set) {
       if (at <= b) parts.push_back(utf8_range(at, b));
     }
   }
-  if (set.contains('"')) parts.push_back(literal("\\\""));
-  if (set.contains('\\')) parts.push_back(literal("\\\\"));
-  for (uint32_t c = 0; c < 0x20; ++c) {
-    if (!set.contains(c)) continue;
-    switch (c) {
-      case '\b': parts.push_back(literal("\\b")); break;
-      case '\f': parts.push_back(literal("\\f")); break;
-      case '\n': parts.push_back(literal("\\n")); break;
-      case '\r': parts.push_back(literal("\\r")); break;
-      case '\t': parts.push_back(literal("\\t")); break;
-      default: {
-        static constexpr char hex[] = "0123456789abcdef";
-        const char text[] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15], 0};
-        parts.push_back(literal(text));
-      }
+  // Escapes share their prefix ('\\', then "u00", then the first hex digit), so the automaton stays deterministic.
+  std::vector<Expr> after_backslash;
+  for (const auto& [c, letter] : {std::pair<uint32_t, char>{'"', '"'}, {'\\', '\\'}, {'\b', 'b'}, {'\f', 'f'},
+                                  {'\n', 'n'}, {'\r', 'r'}, {'\t', 't'}})
+    if (set.contains(c)) after_backslash.push_back(byte_of(static_cast<uint8_t>(letter)));
+  std::vector<Expr> hex_pairs;
+  static constexpr char hex[] = "0123456789abcdef";
+  for (uint32_t high = 0; high < 2; ++high) {
+    std::vector<Expr> lows;
+    for (uint32_t low = 0; low < 16; ++low) {
+      const uint32_t c = high * 16 + low;
+      const bool short_form = c == '\b' || c == '\f' || c == '\n' || c == '\r' || c == '\t';
+      if (set.contains(c) && !short_form) lows.push_back(byte_of(static_cast<uint8_t>(hex[low])));
     }
+    if (!lows.empty()) hex_pairs.push_back(seq({byte_of(static_cast<uint8_t>(hex[high])), alt(std::move(lows))}));
   }
+  if (!hex_pairs.empty()) after_backslash.push_back(seq({literal("u00"), alt(std::move(hex_pairs))}));
+  if (!after_backslash.empty()) parts.push_back(seq({byte_of('\\'), alt(std::move(after_backslash))}));
   return parts.size() == 1 ? parts[0] : alt(std::move(parts));
 }
 

@@ -47,9 +47,9 @@ NodeTokens CompiledGrammar::probe(int32_t node) const {
   while (i < trie.size()) {
     const Vocabulary::TrieNode& t = trie[i];
     const auto d = static_cast<size_t>(t.depth);
-    states.resize(d + 1);
+    if (states.size() <= d) states.resize(d + 1);  // never shrunk: each depth keeps its memory
     escaped.resize(d + 1);
-    states[d] = parser.advance(states[d - 1], t.byte);
+    parser.advance(states[d - 1], t.byte, states[d]);
     escaped[d] = escaped[d - 1] || states[d].escaped;
     const bool inside = !states[d].stacks.empty();
     for (int32_t r = 0; r < t.ranks; ++r) {

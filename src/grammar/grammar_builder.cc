@@ -66,14 +66,17 @@ struct Thompson {
           link(add(e->parts[0], start), loop);
           return loop;
         }
-        for (int32_t i = e->min; i < e->max; ++i) {  // each further copy may be skipped
-          const int32_t start = state(), next = state();
+        // Each further copy may be skipped, and skipping one ends the repetition (x(x(x)?)?)?: the copy a parser
+        // stands in is the number of copies written, so the automaton stays deterministic where x is.
+        const int32_t exit = state();
+        for (int32_t i = e->min; i < e->max; ++i) {
+          link(at, exit);
+          const int32_t start = state();
           link(at, start);
-          link(at, next);
-          link(add(e->parts[0], start), next);
-          at = next;
+          at = add(e->parts[0], start);
         }
-        return at;
+        link(at, exit);
+        return exit;
       }
     }
     return from;
@@ -92,6 +95,65 @@ struct Thompson {
     return out;
   }
 };
+
+// Merges nodes with the same future: equal `final` and equal edges (targets compared after merging), repeated until
+// nothing changes. The ends of a repetition's copies, or of two uses of one expression, become one node.
+void merge_equivalent_nodes(Grammar& g) {
+  const size_t n = g.nodes.size();
+  std::vector<int32_t> rep(n);
+  for (size_t i = 0; i < n; ++i) rep[i] = static_cast<int32_t>(i);
+  const auto find = [&](int32_t x) {
+    while (rep[static_cast<size_t>(x)] != x) x = rep[static_cast<size_t>(x)];
+    return x;
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    std::map<std::pair<bool, std::vector<std::tuple<int32_t, int32_t, int32_t, int32_t>>>, int32_t> seen;
+    for (size_t i = 0; i < n; ++i) {
+      if (rep[i] != static_cast<int32_t>(i)) continue;
+      std::vector<std::tuple<int32_t, int32_t, int32_t, int32_t>> sig;
+      for (const Grammar::Edge& e : g.edges_of(static_cast<int32_t>(i))) sig.emplace_back(e.rule, e.lo, e.hi, find(e.target));
+      std::sort(sig.begin(), sig.end());
+      sig.erase(std::unique(sig.begin(), sig.end()), sig.end());
+      auto [it, fresh] = seen.emplace(std::make_pair(g.nodes[i].final, std::move(sig)), static_cast<int32_t>(i));
+      if (!fresh) {
+        rep[i] = it->second;
+        changed = true;
+      }
+    }
+  }
+  std::vector<int32_t> index(n, -1);
+  Grammar out;
+  out.root = g.root;
+  out.rule_names = g.rule_names;
+  for (size_t i = 0; i < n; ++i)
+    if (find(static_cast<int32_t>(i)) == static_cast<int32_t>(i)) {
+      index[i] = static_cast<int32_t>(out.nodes.size());
+      out.nodes.push_back(g.nodes[i]);
+    }
+  for (size_t i = 0, k = 0; i < n; ++i) {
+    if (index[i] < 0) continue;
+    Grammar::Node& node = out.nodes[k++];
+    std::vector<Grammar::Edge> edges;
+    for (Grammar::Edge e : g.edges_of(static_cast<int32_t>(i))) {
+      e.target = index[static_cast<size_t>(find(e.target))];
+      edges.push_back(e);
+    }
+    std::sort(edges.begin(), edges.end(), [](const Grammar::Edge& a, const Grammar::Edge& b) {
+      return std::tie(a.rule, a.lo, a.hi, a.target) < std::tie(b.rule, b.lo, b.hi, b.target);
+    });
+    edges.erase(std::unique(edges.begin(), edges.end(),
+                            [](const Grammar::Edge& a, const Grammar::Edge& b) {
+                              return a.rule == b.rule && a.lo == b.lo && a.hi == b.hi && a.target == b.target;
+                            }),
+                edges.end());
+    node.first_edge = static_cast<int32_t>(out.edges.size());
+    node.edge_count = static_cast<int32_t>(edges.size());
+    out.edges.insert(out.edges.end(), edges.begin(), edges.end());
+  }
+  for (int32_t start : g.rule_start) out.rule_start.push_back(index[static_cast<size_t>(find(start))]);
+  g = std::move(out);
+}
 
 }  // namespace
 
@@ -113,25 +175,29 @@ Grammar GrammarBuilder::build(int32_t root) const {
     Thompson t;
     const int32_t start = t.state();
     const int32_t accept = t.add(bodies_[r], start);
-    // Epsilon-free nodes: the start and every state a symbol edge enters, each standing for its closure.
-    std::map<int32_t, int32_t> node_of;
-    std::vector<int32_t> todo;
+    // Epsilon-free nodes: the start and every state a symbol edge enters, each standing for its closure. States with
+    // the same closure are one node (the ends of a choice's branches all continue alike), so a rule has as few nodes
+    // as its distinct futures need, and each node's token answers are computed once.
+    std::map<std::vector<int32_t>, int32_t> node_of;
+    std::vector<std::vector<int32_t>> todo;
     auto node_for = [&](int32_t q) {
-      auto [it, fresh] = node_of.emplace(q, static_cast<int32_t>(g.nodes.size()));
+      std::vector<int32_t> closure = t.closure(q);
+      std::sort(closure.begin(), closure.end());
+      auto [it, fresh] = node_of.emplace(closure, static_cast<int32_t>(g.nodes.size()));
       if (fresh) {
         g.nodes.emplace_back();
-        todo.push_back(q);
+        todo.push_back(std::move(closure));
       }
       return it->second;
     };
     g.rule_start[r] = node_for(start);
     while (!todo.empty()) {
-      const int32_t q = todo.back();
+      const std::vector<int32_t> closure = std::move(todo.back());
       todo.pop_back();
-      const int32_t node = node_of[q];
+      const int32_t node = node_of[closure];
       std::vector<Grammar::Edge> edges;
       bool final = false;
-      for (int32_t c : t.closure(q)) {
+      for (int32_t c : closure) {
         final = final || c == accept;
         for (const Thompson::Symbol& s : t.sym[static_cast<size_t>(c)])
           edges.push_back({s.lo, s.hi, s.rule, node_for(s.to)});
@@ -152,6 +218,8 @@ Grammar GrammarBuilder::build(int32_t root) const {
       g.edges.insert(g.edges.end(), edges.begin(), edges.end());
     }
   }
+
+  merge_equivalent_nodes(g);
 
   // Left recursion: a rule that reaches a call of itself through nodes entered only by calls of nullable rules.
   std::vector<bool> nullable(bodies_.size());

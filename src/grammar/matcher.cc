@@ -12,12 +12,15 @@ Matcher::Matcher(std::shared_ptr<const CompiledGrammar> grammar)
 }
 
 size_t Matcher::walk(std::string_view bytes, size_t from) {
-  states_.resize(from + 1);
+  // states_[0, depth_] are valid; deeper entries keep their memory for the next walk.
   for (size_t d = from; d < bytes.size(); ++d) {
-    ParseState next = parser_.advance(states_[d], static_cast<uint8_t>(bytes[d]));
+    if (states_.size() <= d + 1) states_.resize(d + 2);
+    ParseState& next = states_[d + 1];
+    parser_.advance(states_[d], static_cast<uint8_t>(bytes[d]), next);
+    depth_ = d;
     if (next.stacks.empty() && !next.can_end) return d;
+    depth_ = d + 1;
     if (next.stacks.empty() && d + 1 < bytes.size()) return d + 1;  // the document ended before the token did
-    states_.push_back(std::move(next));
   }
   return bytes.size();
 }
@@ -41,7 +44,7 @@ void Matcher::fill_mask(std::span<uint32_t> words) {
   // Check each against the real stacks, in byte order: a token resumes from the prefix it shares with the previous
   // one, and a prefix that failed rules out the tokens after it that share it.
   const size_t mark = arena_.size();
-  states_.assign(1, state_);
+  start_walks();
   std::string_view previous;
   size_t failed_at = std::string_view::npos;  // depth of the previous token's failing byte
   for (int32_t rank : uncertain_) {
@@ -52,25 +55,29 @@ void Matcher::fill_mask(std::span<uint32_t> words) {
     while (shared < previous.size() && shared < bytes.size() && previous[shared] == bytes[shared]) ++shared;
     previous = bytes;
     if (failed_at != std::string_view::npos && shared > failed_at) continue;  // same failing prefix
-    const size_t from = std::min(shared, states_.size() - 1);
+    const size_t from = std::min(shared, depth_);
     const size_t reached = walk(bytes, from);
     failed_at = reached == bytes.size() ? std::string_view::npos : reached;
     if (reached == bytes.size()) set_bit(words, id);
   }
-  states_.clear();
   arena_.rollback(mark);
+}
+
+void Matcher::start_walks() {
+  if (states_.empty()) states_.resize(1);
+  states_[0] = state_;
+  depth_ = 0;
 }
 
 bool Matcher::accept_bytes(std::string_view bytes) {
   const size_t mark = arena_.size();
-  states_.assign(1, state_);
+  start_walks();
   const bool fits = walk(bytes, 0) == bytes.size();
   if (fits) {
-    state_ = std::move(states_.back());
+    state_ = states_[bytes.size()];
   } else {
     arena_.rollback(mark);
   }
-  states_.clear();
   return fits;
 }
 
@@ -79,10 +86,9 @@ bool Matcher::allows(int32_t id) {
   const int32_t rank = v.rank_of(id);
   if (rank < 0) return false;
   const size_t mark = arena_.size();
-  states_.assign(1, state_);
+  start_walks();
   const std::string& bytes = v.bytes(rank);
   const bool fits = walk(bytes, 0) == bytes.size();
-  states_.clear();
   arena_.rollback(mark);
   return fits;
 }

@@ -37,12 +37,14 @@ class Matcher {
   // next token can resume from the prefix it shares with this one. Returns the depth of the first byte that failed
   // or bytes.size() when it fit.
   size_t walk(std::string_view bytes, size_t from);
+  void start_walks();  // states_[0] = state_, depth_ = 0
 
   std::shared_ptr<const CompiledGrammar> grammar_;
   StackArena arena_;
   Parser parser_;
   ParseState state_;
-  std::vector<ParseState> states_;    // a probe's states by depth (states_[0] = state_)
+  std::vector<ParseState> states_;    // a walk's states by depth (states_[0] = state_), valid up to depth_
+  size_t depth_ = 0;
   std::vector<int32_t> uncertain_;    // scratch: ranks to check
 };
 

@@ -62,8 +62,15 @@ ParseState Parser::at(int32_t node, int32_t below) {
 }
 
 ParseState Parser::advance(const ParseState& state, uint8_t byte) {
-  ++epoch_;
   ParseState out;
+  advance(state, byte, out);
+  return out;
+}
+
+void Parser::advance(const ParseState& state, uint8_t byte, ParseState& out) {
+  ++epoch_;
+  out.stacks.clear();
+  out.can_end = out.escaped = false;
   for (int32_t stack : state.stacks) {
     const int32_t below = arena_.parent(stack);
     for (const Grammar::Edge& e : grammar_.edges_of(arena_.node(stack))) {
@@ -71,7 +78,6 @@ ParseState Parser::advance(const ParseState& state, uint8_t byte) {
       expand(arena_.intern(e.target, below), out, 0);
     }
   }
-  return out;
 }
 
 }  // namespace duet::grammar

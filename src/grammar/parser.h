@@ -54,6 +54,8 @@ class Parser {
   ParseState at(int32_t node, int32_t below);
   // After one more byte; stacks that cannot take it are gone (an empty state rejects the input).
   ParseState advance(const ParseState& state, uint8_t byte);
+  // The same into `out` (reusing its memory: the vocabulary walks call this a million times).
+  void advance(const ParseState& state, uint8_t byte, ParseState& out);
 
  private:
   void expand(int32_t stack, ParseState& out, int depth);
