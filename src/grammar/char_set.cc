@@ -139,8 +139,13 @@ Expr json_string_char(const CharSet& set) {
   }
   // Escapes share their prefix ('\\', then "u00", then the first hex digit), so the automaton stays deterministic.
   std::vector<Expr> after_backslash;
-  for (const auto& [c, letter] : {std::pair<uint32_t, char>{'"', '"'}, {'\\', '\\'}, {'\b', 'b'}, {'\f', 'f'},
-                                  {'\n', 'n'}, {'\r', 'r'}, {'\t', 't'}})
+  for (const auto& [c, letter] : {std::pair<uint32_t, char>{'"', '"'},
+                                  {'\\', '\\'},
+                                  {'\b', 'b'},
+                                  {'\f', 'f'},
+                                  {'\n', 'n'},
+                                  {'\r', 'r'},
+                                  {'\t', 't'}})
     if (set.contains(c)) after_backslash.push_back(byte_of(static_cast<uint8_t>(letter)));
   std::vector<Expr> hex_pairs;
   static constexpr char hex[] = "0123456789abcdef";

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <vector>
 
+#include "grammar/follow_bytes.h"
 #include "grammar/grammar.h"
 #include "grammar/vocabulary.h"
 
@@ -40,6 +41,7 @@ class CompiledGrammar {
 
   Grammar grammar_;
   std::shared_ptr<const Vocabulary> vocabulary_;
+  std::vector<ByteSet> follow_;  // follow_bytes(grammar_)
   mutable std::unique_ptr<std::once_flag[]> once_;
   mutable std::vector<NodeTokens> tokens_;
 };

@@ -24,7 +24,7 @@ Expr byte_of(uint8_t b);
 Expr literal(std::string_view text);  // its bytes in order; empty text matches the empty string
 Expr call(int32_t rule);
 Expr seq(std::vector<Expr> parts);
-Expr alt(std::vector<Expr> parts);  // no parts: matches nothing
+Expr alt(std::vector<Expr> parts);                 // no parts: matches nothing
 Expr repeat(Expr part, int32_t min, int32_t max);  // max < 0: unbounded
 inline Expr optional(Expr part) { return repeat(std::move(part), 0, 1); }
 inline Expr star(Expr part) { return repeat(std::move(part), 0, -1); }

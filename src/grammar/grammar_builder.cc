@@ -112,7 +112,8 @@ void merge_equivalent_nodes(Grammar& g) {
     for (size_t i = 0; i < n; ++i) {
       if (rep[i] != static_cast<int32_t>(i)) continue;
       std::vector<std::tuple<int32_t, int32_t, int32_t, int32_t>> sig;
-      for (const Grammar::Edge& e : g.edges_of(static_cast<int32_t>(i))) sig.emplace_back(e.rule, e.lo, e.hi, find(e.target));
+      for (const Grammar::Edge& e : g.edges_of(static_cast<int32_t>(i)))
+        sig.emplace_back(e.rule, e.lo, e.hi, find(e.target));
       std::sort(sig.begin(), sig.end());
       sig.erase(std::unique(sig.begin(), sig.end()), sig.end());
       auto [it, fresh] = seen.emplace(std::make_pair(g.nodes[i].final, std::move(sig)), static_cast<int32_t>(i));

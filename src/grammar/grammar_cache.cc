@@ -43,7 +43,8 @@ std::shared_ptr<const CompiledGrammar> GrammarCache::for_schema(const nlohmann::
                                                                 const SchemaOptions& options,
                                                                 std::vector<std::string>* ignored) {
   // The text keeps the schema's key order, which decides the order properties are written in.
-  const std::string key = sha256_hex(std::string(options.strict ? "schema/strict\n" : "schema/loose\n") + schema.dump());
+  const std::string key =
+      sha256_hex(std::string(options.strict ? "schema/strict\n" : "schema/loose\n") + schema.dump());
   return get(key, ignored, [&](std::vector<std::string>& left_out) {
     SchemaGrammar compiled = grammar_from_schema(schema, options);
     left_out = std::move(compiled.ignored);

@@ -38,7 +38,8 @@ class GrammarCache {
     std::list<std::string>::iterator age;
   };
   template <typename Compile>
-  std::shared_ptr<const CompiledGrammar> get(const std::string& key, std::vector<std::string>* ignored, Compile compile);
+  std::shared_ptr<const CompiledGrammar> get(const std::string& key, std::vector<std::string>* ignored,
+                                             Compile compile);
 
   std::shared_ptr<const Vocabulary> vocabulary_;
   size_t capacity_;

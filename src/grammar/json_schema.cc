@@ -19,9 +19,9 @@ namespace {
 using Json = nlohmann::ordered_json;  // properties are written in the schema's order
 
 // Keywords that describe and never constrain.
-const std::set<std::string> kAnnotations = {"$schema", "$id", "$comment", "$anchor", "title", "description",
-                                            "default", "examples", "deprecated", "readOnly", "writeOnly", "$defs",
-                                            "definitions", "contentMediaType", "contentEncoding"};
+const std::set<std::string> kAnnotations = {
+    "$schema",    "$id",      "$comment",  "$anchor", "title",       "description",      "default",        "examples",
+    "deprecated", "readOnly", "writeOnly", "$defs",   "definitions", "contentMediaType", "contentEncoding"};
 const std::set<std::string> kObjectWords = {"properties", "required", "additionalProperties", "minProperties",
                                             "maxProperties"};
 const std::set<std::string> kArrayWords = {"items", "prefixItems", "minItems", "maxItems", "uniqueItems"};
@@ -71,7 +71,8 @@ class Compiler {
   }
 
   const Json& resolve(const std::string& ref, const std::string& path) const {
-    if (ref.empty() || ref[0] != '#') refuse(path, fmt::format("$ref \"{}\": only references inside the schema (#...)", ref));
+    if (ref.empty() || ref[0] != '#')
+      refuse(path, fmt::format("$ref \"{}\": only references inside the schema (#...)", ref));
     try {
       return root_.at(Json::json_pointer(ref.substr(1)));
     } catch (const std::exception&) {
@@ -144,8 +145,10 @@ class Compiler {
         Json both = Json::array();
         for (const Json& x : list(a[k]))
           for (const Json& y : list(v)) {
-            if (x == y) both.push_back(x);
-            else if ((x == "integer" && y == "number") || (x == "number" && y == "integer")) both.push_back("integer");
+            if (x == y)
+              both.push_back(x);
+            else if ((x == "integer" && y == "number") || (x == "number" && y == "integer"))
+              both.push_back("integer");
           }
         if (both.empty()) refuse(path, "allOf with types that share no value");
         a[k] = both;
@@ -158,11 +161,14 @@ class Compiler {
       }
     }
     for (const auto& names : limits) {
-      const auto allowed = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+      const auto allowed = [&](const std::string& n) {
+        return std::find(names.begin(), names.end(), n) != names.end();
+      };
       if (a.contains("required"))
         for (const Json& n : a["required"])
           if (!allowed(n.get<std::string>()))
-            refuse(path, fmt::format("allOf requires \"{}\" where additionalProperties is false", n.get<std::string>()));
+            refuse(path,
+                   fmt::format("allOf requires \"{}\" where additionalProperties is false", n.get<std::string>()));
       if (a.contains("properties"))
         for (auto p = a["properties"].begin(); p != a["properties"].end();)
           p = allowed(p.key()) ? std::next(p) : a["properties"].erase(p);
@@ -231,20 +237,30 @@ class Compiler {
       };
       const int kinds = has_any(kObjectWords) + has_any(kArrayWords) + has_any(kStringWords) + has_any(kNumberWords);
       if (kinds != 1) return any_value();
-      types.push_back(has_any(kObjectWords) ? "object" : has_any(kArrayWords) ? "array"
-                                                      : has_any(kStringWords) ? "string" : "number");
+      types.push_back(has_any(kObjectWords)   ? "object"
+                      : has_any(kArrayWords)  ? "array"
+                      : has_any(kStringWords) ? "string"
+                                              : "number");
     }
     const bool has_number = std::find(types.begin(), types.end(), "number") != types.end();
     std::vector<Expr> parts;
     for (const std::string& type : types) {
-      if (type == "string") parts.push_back(string_value(s, path));
-      else if (type == "integer") { if (!has_number) parts.push_back(number_value(s, path, true)); }
-      else if (type == "number") parts.push_back(number_value(s, path, false));
-      else if (type == "boolean") parts.push_back(alt({literal("true"), literal("false")}));
-      else if (type == "null") parts.push_back(literal("null"));
-      else if (type == "object") parts.push_back(object_value(s, path));
-      else if (type == "array") parts.push_back(array_value(s, path));
-      else refuse(path + "/type", fmt::format("unknown type \"{}\"", type));
+      if (type == "string")
+        parts.push_back(string_value(s, path));
+      else if (type == "integer") {
+        if (!has_number) parts.push_back(number_value(s, path, true));
+      } else if (type == "number")
+        parts.push_back(number_value(s, path, false));
+      else if (type == "boolean")
+        parts.push_back(alt({literal("true"), literal("false")}));
+      else if (type == "null")
+        parts.push_back(literal("null"));
+      else if (type == "object")
+        parts.push_back(object_value(s, path));
+      else if (type == "array")
+        parts.push_back(array_value(s, path));
+      else
+        refuse(path + "/type", fmt::format("unknown type \"{}\"", type));
     }
     return parts.size() == 1 ? parts[0] : alt(std::move(parts));
   }
@@ -277,7 +293,8 @@ class Compiler {
       if ((name == "string" && v.is_string()) || (name == "boolean" && v.is_boolean()) ||
           (name == "null" && v.is_null()) || (name == "object" && v.is_object()) || (name == "array" && v.is_array()) ||
           (name == "number" && v.is_number()) ||
-          (name == "integer" && (v.is_number_integer() || (v.is_number_float() && v.get<double>() == std::floor(v.get<double>())))))
+          (name == "integer" &&
+           (v.is_number_integer() || (v.is_number_float() && v.get<double>() == std::floor(v.get<double>())))))
         return true;
     }
     return false;
@@ -308,8 +325,10 @@ class Compiler {
     }
     if (s.contains("pattern")) {
       if (!s["pattern"].is_string()) refuse(path + "/pattern", "expected a string");
-      if (lengths) unsupported(path, "pattern", "beside minLength or maxLength");
-      else if (pattern.empty()) pattern = s["pattern"].get<std::string>();
+      if (lengths)
+        unsupported(path, "pattern", "beside minLength or maxLength");
+      else if (pattern.empty())
+        pattern = s["pattern"].get<std::string>();
     }
     if (!pattern.empty()) {
       try {
@@ -393,7 +412,8 @@ class Compiler {
       if (!properties || !properties->contains(name)) {
         if (additional.is_boolean() && !additional.get<bool>())
           refuse(path, fmt::format("\"{}\" is required but additionalProperties is false", name));
-        members.push_back({name, additional.is_boolean() ? any_value() : compile(additional, path + "/additionalProperties"), true});
+        members.push_back(
+            {name, additional.is_boolean() ? any_value() : compile(additional, path + "/additionalProperties"), true});
       }
     // first[i]: members i.. with none written yet; after[i]: members i.. after one was written (each starts with
     // ','). A required member must be written; an optional one may be skipped.
@@ -433,7 +453,8 @@ class Compiler {
     const int32_t min = count(s, "minItems", path, 0);
     int32_t max = count(s, "maxItems", path, -1);
     const bool no_more = items.is_boolean() && !items.get<bool>();
-    if (no_more) max = max < 0 ? static_cast<int32_t>(prefix.size()) : std::min<int32_t>(max, static_cast<int32_t>(prefix.size()));
+    if (no_more)
+      max = max < 0 ? static_cast<int32_t>(prefix.size()) : std::min<int32_t>(max, static_cast<int32_t>(prefix.size()));
     if (max >= 0 && max < min) refuse(path, "minItems above what maxItems and items allow");
     const Expr item = no_more ? nothing() : items.is_boolean() ? any_value() : compile(items, path + "/items");
     const auto element = [&](size_t j) { return j < prefix.size() ? prefix[j] : item; };

@@ -20,7 +20,9 @@ Expr same_length(const std::string& lo, const std::string& hi) {
   if (lo[0] == hi[0]) return seq({byte_of(static_cast<uint8_t>(lo[0])), same_length(lo.substr(1), hi.substr(1))});
   const std::string rest_lo = lo.substr(1), rest_hi = hi.substr(1);
   const std::string zeros(rest_lo.size(), '0'), nines(rest_lo.size(), '9');
-  const auto any_rest = [&] { return repeat(digit(), static_cast<int32_t>(rest_lo.size()), static_cast<int32_t>(rest_lo.size())); };
+  const auto any_rest = [&] {
+    return repeat(digit(), static_cast<int32_t>(rest_lo.size()), static_cast<int32_t>(rest_lo.size()));
+  };
   if (rest_lo == zeros && rest_hi == nines)
     return seq({byte_range(static_cast<uint8_t>(lo[0]), static_cast<uint8_t>(hi[0])), any_rest()});
   std::vector<Expr> parts{seq({byte_of(static_cast<uint8_t>(lo[0])), same_length(rest_lo, nines)})};
@@ -46,7 +48,8 @@ Expr natural_range(int64_t lo, int64_t hi) {
 // Integers in [lo, hi] (either order of signs).
 Expr integer_range(int64_t lo, int64_t hi) {
   std::vector<Expr> parts;
-  if (lo < 0) parts.push_back(seq({byte_of('-'), natural_range(std::max<int64_t>(1, -std::min<int64_t>(hi, -1)), -lo)}));
+  if (lo < 0)
+    parts.push_back(seq({byte_of('-'), natural_range(std::max<int64_t>(1, -std::min<int64_t>(hi, -1)), -lo)}));
   if (hi >= 0) parts.push_back(natural_range(std::max<int64_t>(lo, 0), hi));
   return parts.size() == 1 ? parts[0] : alt(std::move(parts));
 }

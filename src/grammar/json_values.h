@@ -18,7 +18,7 @@ struct Bound {
   bool exclusive = false;
 };
 
-Expr json_string(Expr content);        // '"' content '"'
+Expr json_string(Expr content);                                          // '"' content '"'
 Expr any_string_content(int32_t min_chars = 0, int32_t max_chars = -1);  // max < 0: unbounded
 // Integers in [min, max] (absent: no bound); throws duet::Error when no integer is in range or a bound lies
 // beyond 15 digits.

@@ -43,9 +43,9 @@ class Matcher {
   StackArena arena_;
   Parser parser_;
   ParseState state_;
-  std::vector<ParseState> states_;    // a walk's states by depth (states_[0] = state_), valid up to depth_
+  std::vector<ParseState> states_;  // a walk's states by depth (states_[0] = state_), valid up to depth_
   size_t depth_ = 0;
-  std::vector<int32_t> uncertain_;    // scratch: ranks to check
+  std::vector<int32_t> uncertain_;  // scratch: ranks to check
 };
 
 }  // namespace duet::grammar

@@ -20,8 +20,8 @@ CharSet word() {
 }
 CharSet space() {  // ECMA-262 WhiteSpace and LineTerminator
   CharSet s;
-  for (uint32_t c : {0x09u, 0x0Au, 0x0Bu, 0x0Cu, 0x0Du, 0x20u, 0xA0u, 0x1680u, 0x2028u, 0x2029u, 0x202Fu, 0x205Fu,
-                     0x3000u, 0xFEFFu})
+  for (uint32_t c :
+       {0x09u, 0x0Au, 0x0Bu, 0x0Cu, 0x0Du, 0x20u, 0xA0u, 0x1680u, 0x2028u, 0x2029u, 0x202Fu, 0x205Fu, 0x3000u, 0xFEFFu})
     s.add(c, c);
   s.add(0x2000, 0x200A);
   return s;
@@ -92,19 +92,32 @@ class RegexParser {
     if (at_end()) refuse("a trailing backslash");
     const char c = p_[at_++];
     switch (c) {
-      case 'd': return digits();
-      case 'D': return digits().complement();
-      case 'w': return word();
-      case 'W': return word().complement();
-      case 's': return space();
-      case 'S': return space().complement();
-      case 'n': return CharSet::of('\n');
-      case 't': return CharSet::of('\t');
-      case 'r': return CharSet::of('\r');
-      case 'f': return CharSet::of('\f');
-      case 'v': return CharSet::of('\v');
-      case '0': return CharSet::of(0);
-      case 'x': return CharSet::of(hex(2));
+      case 'd':
+        return digits();
+      case 'D':
+        return digits().complement();
+      case 'w':
+        return word();
+      case 'W':
+        return word().complement();
+      case 's':
+        return space();
+      case 'S':
+        return space().complement();
+      case 'n':
+        return CharSet::of('\n');
+      case 't':
+        return CharSet::of('\t');
+      case 'r':
+        return CharSet::of('\r');
+      case 'f':
+        return CharSet::of('\f');
+      case 'v':
+        return CharSet::of('\v');
+      case '0':
+        return CharSet::of(0);
+      case 'x':
+        return CharSet::of(hex(2));
       case 'u':
         if (eat('{')) {
           uint32_t v = 0;
@@ -116,11 +129,19 @@ class RegexParser {
         if (in_class) return CharSet::of('\b');
         --at_;
         refuse("the word boundary \\b");
-      case 'B': --at_; refuse("\\B");
-      case 'k': --at_; refuse("a named backreference");
+      case 'B':
+        --at_;
+        refuse("\\B");
+      case 'k':
+        --at_;
+        refuse("a named backreference");
       case 'p':
-      case 'P': --at_; refuse("a unicode property escape");
-      case 'c': --at_; refuse("a control escape \\c");
+      case 'P':
+        --at_;
+        refuse("a unicode property escape");
+      case 'c':
+        --at_;
+        refuse("a control escape \\c");
       default:
         if (c >= '1' && c <= '9') {
           --at_;

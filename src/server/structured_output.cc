@@ -1,8 +1,8 @@
 #include "server/structured_output.h"
 
-#include "grammar/grammar_cache.h"
 #include <algorithm>
 
+#include "grammar/grammar_cache.h"
 #include "server/errors.h"
 #include "server/server_context.h"
 
@@ -15,7 +15,8 @@ OutputFormat read_format(const Json& value, const std::string& param, bool neste
   OutputFormat format;
   format.param = param;
   const auto type = value.find("type");
-  if (type == value.end() || !type->is_string()) refuse_field(param + ".type", "expected text, json_object or json_schema");
+  if (type == value.end() || !type->is_string())
+    refuse_field(param + ".type", "expected text, json_object or json_schema");
   const std::string kind = type->get<std::string>();
   const auto only = [&](std::initializer_list<const char*> keys) {
     for (auto it = value.begin(); it != value.end(); ++it)
@@ -48,7 +49,8 @@ OutputFormat read_format(const Json& value, const std::string& param, bool neste
     if (it.key() != "name" && it.key() != "schema" && it.key() != "strict" && it.key() != "description" &&
         it.key() != "type")
       refuse_field(at + "." + it.key(), "unknown field");
-  if (auto name = spec->find("name"); name != spec->end() && !name->is_string()) refuse_field(at + ".name", "expected a string");
+  if (auto name = spec->find("name"); name != spec->end() && !name->is_string())
+    refuse_field(at + ".name", "expected a string");
   format.name = spec->value("name", "");
   if (auto strict = spec->find("strict"); strict != spec->end() && !strict->is_null()) {
     if (!strict->is_boolean()) refuse_field(at + ".strict", "expected a boolean");
@@ -64,7 +66,9 @@ OutputFormat read_format(const Json& value, const std::string& param, bool neste
 
 }  // namespace
 
-OutputFormat parse_response_format(const Json& value, const std::string& param) { return read_format(value, param, true); }
+OutputFormat parse_response_format(const Json& value, const std::string& param) {
+  return read_format(value, param, true);
+}
 OutputFormat parse_text_format(const Json& value, const std::string& param) { return read_format(value, param, false); }
 
 void apply_output_format(ServerContext& context, const OutputFormat& format, engine::Request& request,

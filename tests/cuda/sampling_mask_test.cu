@@ -87,20 +87,33 @@ std::vector<Row> make_rows(int32_t vocab, uint32_t seed) {
     Row r;
     for (int32_t i = 0; i < vocab; ++i) r.logits.push_back(normal(rng));
     switch (k % 6) {
-      case 0: r.params.temperature = 0; break;
-      case 1: r.params.temperature = 0.8f; break;
-      case 2: r.params.top_k = 40; break;
-      case 3: r.params.top_p = 0.9f; break;
-      case 4: r.params.min_p = 0.05f, r.params.top_p = 0.95f; break;
-      case 5: r.params.repetition_penalty = 1.3f, r.params.frequency_penalty = 0.5f; r.generated = {1, 2, 2, 5}; break;
+      case 0:
+        r.params.temperature = 0;
+        break;
+      case 1:
+        r.params.temperature = 0.8f;
+        break;
+      case 2:
+        r.params.top_k = 40;
+        break;
+      case 3:
+        r.params.top_p = 0.9f;
+        break;
+      case 4:
+        r.params.min_p = 0.05f, r.params.top_p = 0.95f;
+        break;
+      case 5:
+        r.params.repetition_penalty = 1.3f, r.params.frequency_penalty = 0.5f;
+        r.generated = {1, 2, 2, 5};
+        break;
     }
     r.params.seed = rng();
     r.position = k;
-    if (k % 4 != 3) {  // every fourth row unmasked
+    if (k % 4 != 3) {                   // every fourth row unmasked
       const int density = (k / 4) % 4;  // one id, ~1%, ~50%, all but a few; some masks short
       r.mask.assign(static_cast<size_t>(density == 0 && k % 8 == 0 ? words / 2 : words), 0u);
       for (int32_t i = 0; i < static_cast<int32_t>(r.mask.size()) * 32 && i < vocab; ++i) {
-        const bool on = density == 0 ? i == static_cast<int32_t>(rng() % (r.mask.size() * 32)) % vocab
+        const bool on = density == 0   ? i == static_cast<int32_t>(rng() % (r.mask.size() * 32)) % vocab
                         : density == 1 ? rng() % 100 == 0
                         : density == 2 ? rng() % 2 == 0
                                        : rng() % 50 != 0;

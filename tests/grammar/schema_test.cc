@@ -32,13 +32,17 @@ TEST(GrammarSchema, CorpusExamplesAgreeWithAjv) {
   std::vector<bool> expected;
   std::vector<std::string> what;
   for (const auto& e : corpus) {
-    for (const auto& d : e.valid) cases.emplace_back(e.schema, d), expected.push_back(true), what.push_back(e.name + " " + d);
-    for (const auto& d : e.invalid) cases.emplace_back(e.schema, d), expected.push_back(false), what.push_back(e.name + " " + d);
-    for (const auto& d : e.unwritten) cases.emplace_back(e.schema, d), expected.push_back(true), what.push_back(e.name + " " + d);
+    for (const auto& d : e.valid)
+      cases.emplace_back(e.schema, d), expected.push_back(true), what.push_back(e.name + " " + d);
+    for (const auto& d : e.invalid)
+      cases.emplace_back(e.schema, d), expected.push_back(false), what.push_back(e.name + " " + d);
+    for (const auto& d : e.unwritten)
+      cases.emplace_back(e.schema, d), expected.push_back(true), what.push_back(e.name + " " + d);
   }
   const auto verdicts = ajv_validate(cases);
   ASSERT_EQ(verdicts.size(), cases.size());
-  for (size_t i = 0; i < cases.size(); ++i) EXPECT_EQ(verdicts[i].valid, expected[i]) << what[i] << ": " << verdicts[i].error;
+  for (size_t i = 0; i < cases.size(); ++i)
+    EXPECT_EQ(verdicts[i].valid, expected[i]) << what[i] << ": " << verdicts[i].error;
 }
 
 TEST(GrammarSchema, AcceptsValidAndRejectsInvalidExamples) {
@@ -61,7 +65,8 @@ TEST(GrammarSchema, PlantedPermissiveGrammarIsCaught) {
   const auto any = cache.for_schema(OrderedJson::parse(R"({"type":"object"})"), {});
   EXPECT_TRUE(grammar_accepts(any, R"({"name":"Ann"})"));  // object_required rejects this one
   const auto corpus = load_corpus();
-  const auto entry = std::find_if(corpus.begin(), corpus.end(), [](const auto& e) { return e.name == "object_required"; });
+  const auto entry =
+      std::find_if(corpus.begin(), corpus.end(), [](const auto& e) { return e.name == "object_required"; });
   ASSERT_NE(entry, corpus.end());
   const auto strict = cache.for_schema(entry->schema, {});
   EXPECT_FALSE(grammar_accepts(strict, R"({"name":"Ann"})"));
@@ -112,7 +117,8 @@ TEST(GrammarSchema, CacheHitsBySchemaText) {
   EXPECT_EQ(first.get(), second.get());
   EXPECT_EQ(cache.hits(), 1u);
   // Key order is part of the text: the property order it writes differs.
-  const auto reordered = cache.for_schema(OrderedJson::parse(R"({"properties":{"a":{"type":"integer"}},"type":"object"})"), {});
+  const auto reordered =
+      cache.for_schema(OrderedJson::parse(R"({"properties":{"a":{"type":"integer"}},"type":"object"})"), {});
   EXPECT_NE(first.get(), reordered.get());
   EXPECT_NE(cache.for_schema(schema, {.strict = false}).get(), first.get());
 }

@@ -1,10 +1,11 @@
 // Random walks through every corpus schema on the demo model's vocabulary: every mask is compared with the one-token
 // check for every id, and every finished document is validated by ajv.
+#include "walk.h"
+
 #include <gtest/gtest.h>
 
 #include "corpus.h"
 #include "grammar/grammar_cache.h"
-#include "walk.h"
 
 namespace duet::testing {
 namespace {
@@ -31,7 +32,9 @@ TEST(GrammarWalk, DemoVocabularyDocumentsValidateAndMasksAreExact) {
   for (uint32_t seed = 1; seed <= 3; ++seed) {
     const WalkResult w = random_walk(cache.for_any_object(), seed, 400, 1);
     ++walks;
-    if (w.finished) ++finished, docs.emplace_back(OrderedJson::parse(R"({"type":"object"})"), w.document), names.push_back(w.document);
+    if (w.finished)
+      ++finished, docs.emplace_back(OrderedJson::parse(R"({"type":"object"})"), w.document),
+          names.push_back(w.document);
   }
   EXPECT_GE(finished, walks * 9 / 10) << "too many walks hit the step limit";
   const auto verdicts = ajv_validate(docs);
@@ -48,7 +51,8 @@ TEST(GrammarWalk, DemoVocabularyDocumentsValidateAndMasksAreExact) {
 TEST(GrammarWalk, PlantedMaskErrorsAreCaught) {
   const auto tok = demo_tokenizer();
   grammar::GrammarCache cache(grammar::Vocabulary::from_tokenizer(*tok, tok->vocab_size()));
-  grammar::Matcher m(cache.for_schema(OrderedJson::parse(R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})"), {}));
+  grammar::Matcher m(cache.for_schema(
+      OrderedJson::parse(R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})"), {}));
   ASSERT_TRUE(m.accept_bytes("{\"a\":"));
   std::vector<uint32_t> mask(static_cast<size_t>(m.compiled().vocabulary().words()));
   m.fill_mask(mask);
@@ -70,7 +74,8 @@ TEST(GrammarWalk, PlantedMaskErrorsAreCaught) {
 TEST(GrammarWalk, PlantedBrokenDocumentIsRejectedByAjvAndTheGrammar) {
   const auto tok = demo_tokenizer();
   grammar::GrammarCache cache(grammar::Vocabulary::from_tokenizer(*tok, tok->vocab_size()));
-  const auto schema = OrderedJson::parse(R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"integer"}}},"required":["a"],"additionalProperties":false})");
+  const auto schema = OrderedJson::parse(
+      R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"integer"}}},"required":["a"],"additionalProperties":false})");
   const auto g = cache.for_schema(schema, {});
   const WalkResult w = random_walk(g, 7, 400, 0);
   ASSERT_TRUE(w.finished);

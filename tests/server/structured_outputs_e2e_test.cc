@@ -45,8 +45,9 @@ TEST_F(StructuredOutputsTest, OfficialClientsGetValidObjects) {
 // Row invariance: a plain request's completion ids are identical alone and beside constrained requests.
 TEST_F(StructuredOutputsTest, UnconstrainedOutputDoesNotDependOnConstrainedNeighbours) {
   const httplib::Headers headers = {{"Authorization", "Bearer " + kKey}};
-  const Json plain = {{"model", "demo"}, {"messages", {{{"role", "user"}, {"content", "Tell me something."}}}},
-                      {"max_tokens", 48}, {"seed", 7}, {"temperature", 0.9}, {"ignore_eos", true},
+  const Json plain = {{"model", "demo"},         {"messages", {{{"role", "user"}, {"content", "Tell me something."}}}},
+                      {"max_tokens", 48},        {"seed", 7},
+                      {"temperature", 0.9},      {"ignore_eos", true},
                       {"return_token_ids", true}};
   const auto ids_of = [&](const Json& body) {
     auto c = server_->client();
