@@ -9,6 +9,7 @@ import OpenAI from "openai";
 import { createOpenAI } from "@ai-sdk/openai";
 import { generateObject, streamObject } from "ai";
 import { z } from "zod";
+import { ChatOpenAI } from "@langchain/openai";
 import Ajv2020 from "ajv/dist/2020.js";
 import addFormats from "ajv-formats";
 
@@ -88,5 +89,15 @@ for (const model of [provider.chat("demo"), provider("demo")]) {
   for await (const _ of stream.partialObjectStream);
   validated(recipeSchema, JSON.stringify(await stream.object), "streamObject");
   documents += 2;
+}
+// LangChain's withStructuredOutput with a JSON Schema (method jsonSchema: response_format json_schema), over chat
+// completions and over the Responses API.
+for (const useResponsesApi of [false, true]) {
+  const chat = new ChatOpenAI({ model: "demo", apiKey, configuration: { baseURL: `${url}/v1` }, maxTokens: 400,
+    useResponsesApi });
+  const structured = chat.withStructuredOutput(recipeSchema, { method: "jsonSchema", name: "recipe", strict: true });
+  const object = await structured.invoke("A recipe.");
+  validated(recipeSchema, JSON.stringify(object), `langchain ${useResponsesApi ? "responses" : "chat"}`);
+  documents += 1;
 }
 console.log(`structured outputs: ok (${documents} documents valid)`);
