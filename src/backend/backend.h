@@ -149,6 +149,10 @@ struct SampleSpec : SamplingKnobs {
     float bias = 0.0f;      // logit_bias, added after the penalties
   };
   std::vector<Penalty> penalties;  // empty when no penalty is on and no logit_bias is given
+  // A structured output's token mask (grammar/token_mask.h): bit (id % 32) of word (id / 32) set where the id may be
+  // drawn; every other logit is -inf after the penalties (engine/sampler.h step 2c). Empty: no mask. Valid until the
+  // step ends.
+  std::span<const uint32_t> allowed;
 };
 
 struct SampledRow {

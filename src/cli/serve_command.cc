@@ -196,6 +196,10 @@ void serve(ServeFlags& flags) {
     if (const char* step = std::getenv("DUET_TEST_DEVICE_FAULT_STEP"))  // test-only (engine.h)
       flags.engine.test_device_fault_step = std::atoll(step);
     engine = std::make_unique<engine::Engine>(*model, tokenizer.get(), flags.engine);
+    // Structured outputs: the vocabulary's trie is built once; masks are as wide as the model's logits.
+    context.grammars = std::make_shared<grammar::GrammarCache>(
+        grammar::Vocabulary::from_tokenizer(*tokenizer, static_cast<int32_t>(model->config().vocab_size)));
+    context.metrics.grammar_cache = context.grammars.get();
     backend.set(engine.get());
     if (head) {
       context.decisions =

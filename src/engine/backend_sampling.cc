@@ -4,8 +4,10 @@
 
 namespace duet::engine {
 
-backend::SampleSpec sample_spec(const SamplingParams& params, const TokenCounts& counts, int64_t position) {
+backend::SampleSpec sample_spec(const SamplingParams& params, const TokenCounts& counts, int64_t position,
+                                AllowedTokens allowed) {
   backend::SampleSpec spec;
+  spec.allowed = allowed;
   static_cast<backend::SamplingKnobs&>(spec) = params;
   spec.top_logprobs = params.top_logprobs;
   spec.seed = params.seed;

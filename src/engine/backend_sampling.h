@@ -12,7 +12,8 @@ namespace duet::engine {
 
 // What the backend needs to sample `position` of a sequence with these settings and counts. The ids the penalties
 // look at go along only when a penalty is on.
-backend::SampleSpec sample_spec(const SamplingParams& params, const TokenCounts& counts, int64_t position);
+backend::SampleSpec sample_spec(const SamplingParams& params, const TokenCounts& counts, int64_t position,
+                                AllowedTokens allowed = {});
 
 SampledToken to_sampled_token(const backend::SampledRow& row, const SamplingParams& params);
 

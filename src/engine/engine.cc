@@ -302,6 +302,14 @@ struct Engine::Impl {
     std::vector<std::vector<Sequence*>> forks(planned.size());
     std::vector<std::vector<backend::SampleSpec>> fork_specs(planned.size());
     std::vector<std::vector<const backend::SampleSpec*>> fork_spec_ptrs(planned.size());
+    // Structured outputs: each constrained sequence's mask for the token this step draws (its own grammar state
+    // alone, so a row's mask never depends on what else runs), forks' too.
+    for (const ScheduledPiece& piece : planned) {
+      if (!piece.samples) continue;
+      prepare_mask(*piece.sequence);
+      if (piece.is_prefill)
+        for (Sequence* fork : scheduler.waiting_forks_of(*piece.sequence)) prepare_mask(*fork);
+    }
     std::vector<model::Piece> pieces;
     pieces.reserve(planned.size());
     int64_t prompt_tokens = 0;
@@ -318,10 +326,10 @@ struct Engine::Impl {
       if (piece.samples && piece.is_prefill) forks[i] = scheduler.waiting_forks_of(*piece.sequence);
       if (piece.samples && on_backend) {
         const Sequence& sequence = *piece.sequence;
-        specs[i] = sample_spec(sequence.sampling(), sequence.counts(), sequence.next_position());
+        specs[i] = sample_spec(sequence.sampling(), sequence.counts(), sequence.next_position(), sequence.allowed());
         pieces.back().sample = &specs[i];
         for (const Sequence* fork : forks[i])
-          fork_specs[i].push_back(sample_spec(fork->sampling(), fork->counts(), fork->next_position()));
+          fork_specs[i].push_back(sample_spec(fork->sampling(), fork->counts(), fork->next_position(), fork->allowed()));
         for (const backend::SampleSpec& spec : fork_specs[i]) fork_spec_ptrs[i].push_back(&spec);
         pieces.back().fork_samples = fork_spec_ptrs[i];
       }
@@ -401,7 +409,7 @@ struct Engine::Impl {
         scheduler.state_of(fork).copy_from(scheduler.state_of(first));
         token = on_backend ? to_sampled_token(result.fork_sampled[k], fork.sampling())
                            : sample_token(std::span(result.logits).last(vocab), fork.sampling(), fork.counts(),
-                                          fork.next_position());
+                                          fork.next_position(), fork.allowed());
       } catch (const std::exception& e) {  // this choice alone fails
         end(fork, FinishReason::error, e.what());
         continue;
@@ -539,7 +547,7 @@ struct Engine::Impl {
           const std::vector<float>& logits = results[sampling[k]].logits;
           const std::span<const float> last_row(logits.data() + (logits.size() - vocab), vocab);
           tokens[k] = sample_token(last_row, piece.sequence->sampling(), piece.sequence->counts(),
-                                   piece.sequence->next_position());
+                                   piece.sequence->next_position(), piece.sequence->allowed());
         } catch (...) {
           errors[k] = std::current_exception();  // a pool worker must not throw
         }
@@ -551,6 +559,22 @@ struct Engine::Impl {
       sample_range(0, sampling.size());
     }
     return {std::move(tokens), std::move(errors)};
+  }
+
+  // The sequence's stop tokens (what may end a complete document): eos unless ignore_eos, and stop_token_ids.
+  std::vector<int32_t> stop_ids(const Sequence& sequence) const {
+    const SamplingParams& sampling = sequence.sampling();
+    std::vector<int32_t> ids = sampling.stop_token_ids;
+    if (!sampling.ignore_eos) ids.insert(ids.end(), eos.begin(), eos.end());
+    return ids;
+  }
+
+  void prepare_mask(Sequence& sequence) {
+    if (!sequence.constrained()) return;
+    const double seconds = sequence.prepare_mask(stop_ids(sequence));
+    std::lock_guard lock(mutex);
+    ++stats.grammar_masks_total;
+    stats.grammar_mask_seconds_total += seconds;
   }
 
   bool is_stop_token(const Sequence& sequence, int32_t id) const {

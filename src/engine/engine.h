@@ -64,6 +64,9 @@ struct EngineStats {
   double step_seconds_total = 0;
   double step_seconds_last = 0;
   double time_to_first_token_seconds_total = 0;  // over requests that produced a token
+  // Structured outputs: token masks made (one per constrained draw) and the time spent making them.
+  int64_t grammar_masks_total = 0;
+  double grammar_mask_seconds_total = 0;
   size_t weight_bytes = 0, state_pool_bytes = 0, workspace_bytes = 0, memory_limit_bytes = 0;
   // Set once a device error stopped the engine (DeviceError): every request since ends with it.
   std::string failure;

@@ -17,6 +17,10 @@
 #include "base/error.h"
 #include "engine/decision_sink.h"
 
+namespace duet::grammar {
+class CompiledGrammar;
+}
+
 namespace duet::engine {
 
 // A request's sampling: the knobs (backend/sampling_knobs.h) and what the engine does around the draw.
@@ -49,6 +53,11 @@ struct Request {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
   std::shared_ptr<DecisionSink> decision;  // decide requests
+  // A structured output: every sampled token keeps the text a prefix of a document of this grammar, and the request
+  // ends (stop) once the document is complete. The grammar holds from the first token, or from the token after
+  // `grammar_after` (the model's "</think>": the reasoning before it is free).
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  std::optional<int32_t> grammar_after;
 };
 
 struct TokenLogprob {

@@ -55,7 +55,7 @@ double log_sum_exp(std::span<const float> logits) {
 }  // namespace
 
 std::vector<float> penalized_logits(std::span<const float> logits, const SamplingParams& params,
-                                    const TokenCounts& counts) {
+                                    const TokenCounts& counts, AllowedTokens allowed) {
   std::vector<float> out(logits.begin(), logits.end());
   const auto vocab = static_cast<int32_t>(out.size());
   if (params.repetition_penalty != 1.0f) {
@@ -75,6 +75,12 @@ std::vector<float> penalized_logits(std::span<const float> logits, const Samplin
     if (id < 0 || id >= vocab) continue;
     out[id] += bias;
   }
+  if (!allowed.empty()) {
+    for (size_t id = 0; id < out.size(); ++id) {
+      const size_t word = id >> 5;
+      if (word >= allowed.size() || !((allowed[word] >> (id & 31)) & 1u)) out[id] = kNegativeInfinity;
+    }
+  }
   return out;
 }
 
@@ -92,8 +98,8 @@ size_t extend_sorted_prefix(std::vector<Scored>& scored, size_t done, size_t wan
 }
 
 std::vector<Candidate> sampling_candidates(std::span<const float> logits, const SamplingParams& params,
-                                           const TokenCounts& counts) {
-  const std::vector<float> penalized = penalized_logits(logits, params, counts);
+                                           const TokenCounts& counts, AllowedTokens allowed) {
+  const std::vector<float> penalized = penalized_logits(logits, params, counts, allowed);
   if (params.temperature <= 0.0f) return {{argmax(penalized), 1.0}};
 
   std::vector<Scored> scored(penalized.size());
@@ -159,8 +165,8 @@ std::vector<TokenLogprob> raw_top_logprobs(std::span<const float> logits, int32_
 }
 
 SampledToken sample_token(std::span<const float> logits, const SamplingParams& params, const TokenCounts& counts,
-                          int64_t position) {
-  const std::vector<Candidate> candidates = sampling_candidates(logits, params, counts);
+                          int64_t position, AllowedTokens allowed) {
+  const std::vector<Candidate> candidates = sampling_candidates(logits, params, counts, allowed);
   SampledToken out;
   out.id = candidates.back().id;  // if rounding leaves the walk short, the last candidate takes the rest
   if (candidates.size() > 1) {

@@ -9,6 +9,8 @@
 //   2. presence and frequency penalties, OpenAI style, over generated ids only:
 //      logit -= frequency * count + presence * (count > 0);
 //   2b. logit_bias: logit += bias for each id it names;
+//   2c. a structured output's token mask (src/grammar): every id whose bit is clear becomes -inf, so the draw below
+//       only lands on tokens that keep the document valid (an empty mask span: no mask);
 //   3. temperature 0: the argmax (ties to the lowest id) and stop here; otherwise logits / temperature;
 //   4. top-k (k most likely), then top-p (smallest most-likely prefix reaching p of the remaining mass), then
 //      min-p (drop tokens below min_p times the most likely one's probability);
@@ -53,18 +55,21 @@ struct Candidate {
   double probability = 0;  // normalized over the surviving candidates
 };
 
-// Steps 1-2 on a copy of the logits.
+// A token mask: bit (id % 32) of word (id / 32) set where the id is allowed (grammar/token_mask.h). Empty: none.
+using AllowedTokens = std::span<const uint32_t>;
+
+// Steps 1-2c on a copy of the logits.
 std::vector<float> penalized_logits(std::span<const float> logits, const SamplingParams& params,
-                                    const TokenCounts& counts);
+                                    const TokenCounts& counts, AllowedTokens allowed = {});
 
 // Steps 1-4: the candidates a draw picks from, in draw order, probabilities summing to 1. Greedy
 // (temperature 0) gives the argmax alone with probability 1.
 std::vector<Candidate> sampling_candidates(std::span<const float> logits, const SamplingParams& params,
-                                           const TokenCounts& counts);
+                                           const TokenCounts& counts, AllowedTokens allowed = {});
 
 // Step 5 on top of sampling_candidates, plus logprobs when asked.
 SampledToken sample_token(std::span<const float> logits, const SamplingParams& params, const TokenCounts& counts,
-                          int64_t position);
+                          int64_t position, AllowedTokens allowed = {});
 
 // log_softmax(logits)[id] and the n most likely ids (ties to the lowest id).
 float raw_logprob(std::span<const float> logits, int32_t id);

@@ -3,6 +3,7 @@
 #include <tuple>
 
 #include "base/error.h"
+#include "grammar/token_mask.h"
 
 namespace duet::engine {
 
@@ -15,6 +16,10 @@ Sequence::Sequence(uint64_t id, Request request, std::shared_ptr<RequestHandle> 
       stop_matcher_(request_.sampling.stop) {
   if (tokenizer_ != nullptr) decoder_.emplace(*tokenizer_, request_.sampling.skip_special_tokens);
   counts_.add_prompt(request_.prompt);
+  if (request_.grammar) {
+    matcher_ = std::make_unique<grammar::Matcher>(request_.grammar);
+    grammar_started_ = !request_.grammar_after.has_value();
+  }
 }
 
 std::string Sequence::text_for(int32_t id) {
@@ -27,7 +32,28 @@ std::string Sequence::text_for(int32_t id) {
   }
 }
 
+double Sequence::prepare_mask(std::span<const int32_t> end_ids) {
+  const auto started = Clock::now();
+  mask_.resize(static_cast<size_t>(matcher_->compiled().vocabulary().words()));
+  matcher_->fill_mask(mask_);
+  if (matcher_->can_end())
+    for (int32_t id : end_ids)
+      if (id >= 0 && static_cast<size_t>(id) / 32 < mask_.size()) grammar::set_bit(mask_, id);
+  return std::chrono::duration<double>(Clock::now() - started).count();
+}
+
 std::optional<FinishReason> Sequence::accept(const SampledToken& token, bool is_stop_token) {
+  bool document_complete = false;
+  if (matcher_ != nullptr && !is_stop_token) {
+    if (!grammar_started_) {
+      grammar_started_ = token.id == request_.grammar_after;
+    } else if (!matcher_->accept_token(token.id)) {
+      generated_.push_back(token.id);
+      return FinishReason::error;
+    } else {
+      document_complete = matcher_->must_end();
+    }
+  }
   generated_.push_back(token.id);
   counts_.add_generated(token.id);
   if (!first_token_at_) first_token_at_ = Clock::now();
@@ -43,6 +69,7 @@ std::optional<FinishReason> Sequence::accept(const SampledToken& token, bool is_
     matched_stop_string_ = std::move(text.matched);
     return FinishReason::stop;
   }
+  if (document_complete) return FinishReason::stop;
   if (static_cast<int32_t>(generated_.size()) >= request_.sampling.max_tokens) return FinishReason::length;
   return std::nullopt;
 }

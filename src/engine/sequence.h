@@ -12,6 +12,7 @@
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
+#include "grammar/matcher.h"
 #include "tokenizer/tokenizer.h"
 
 namespace duet::engine {
@@ -50,8 +51,20 @@ class Sequence {
   void set_slot(std::optional<int32_t> slot) { slot_ = slot; }
   void advance_prefill(int32_t tokens) { prefilled_ += tokens; }
 
+  // A structured output (Request::grammar) whose grammar holds for the next token.
+  bool constrained() const { return matcher_ != nullptr && grammar_started_; }
+  // Makes the next token's mask (grammar/token_mask.h): the grammar's tokens, and `end_ids` (its stop tokens) when
+  // the document may end here. Returns the seconds it took.
+  double prepare_mask(std::span<const int32_t> end_ids);
+  // The mask prepare_mask made, for the sampler; empty when the next token is not constrained.
+  std::span<const uint32_t> allowed() const {
+    return constrained() ? std::span<const uint32_t>(mask_) : std::span<const uint32_t>();
+  }
+
   // Records a sampled token and sends what it produced; returns the reason if the sequence ends with it. A stop
-  // token (eos unless ignore_eos, or one of stop_token_ids) is counted but sends no TokenEvent.
+  // token (eos unless ignore_eos, or one of stop_token_ids) is counted but sends no TokenEvent. A constrained
+  // sequence ends with `stop` once its document is complete, and with `error` if a token does not fit its grammar
+  // (never, when the token was drawn under its mask).
   std::optional<FinishReason> accept(const SampledToken& token, bool is_stop_token);
   // Sends the FinishedEvent (once; later calls do nothing), with a decision's logits when it has them.
   void finish(FinishReason reason, std::string error = {}, std::vector<float> decision_logits = {});
@@ -82,6 +95,9 @@ class Sequence {
   std::optional<Clock::time_point> first_token_at_;
   std::optional<std::pair<double, double>> decision_times_;
   bool finished_ = false;
+  std::unique_ptr<grammar::Matcher> matcher_;  // structured outputs only
+  bool grammar_started_ = false;               // false until grammar_after was generated
+  std::vector<uint32_t> mask_;
 };
 
 }  // namespace duet::engine

@@ -225,10 +225,8 @@ ChatRequest parse_chat_request(const Json& body, const ServerOptions& options) {
   request.client = parse_client_tags(body);
   request.sampling = parse_sampling(body);
   request.stream = parse_stream(body, request.ignored);
-  if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
-    if (!it->is_object() || it->value("type", Json()) != "text" || it->size() != 1)
-      refuse_field("response_format", "only {\"type\": \"text\"} is supported (no JSON mode)");
-  }
+  if (auto it = body.find("response_format"); it != body.end() && !it->is_null())
+    request.format = parse_response_format(*it, "response_format");
   request.logprobs = read_bool(body, "logprobs", "logprobs").value_or(false);
   if (auto top = read_integer(body, "top_logprobs", "top_logprobs", 0, 20)) {
     if (!request.logprobs) refuse_field("top_logprobs", "needs logprobs: true");

@@ -7,6 +7,7 @@
 
 #include "server/request_parsing.h"
 #include "server/server_context.h"
+#include "server/structured_output.h"
 #include "server/tool_choice.h"
 #include "tokenizer/chat_template.h"
 
@@ -24,6 +25,7 @@ struct ChatRequest {
   bool parallel_tool_calls = true;  // false: only the reply's first tool call is returned
   ClientTags client;
   IgnoredFields ignored;  // unknown fields the body carried (ignored_fields.h)
+  OutputFormat format;    // response_format (structured_output.h)
 };
 
 // messages[] (also used by POST /tokenize); unknown message and content-part fields go to `unknown`.

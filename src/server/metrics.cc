@@ -1,5 +1,7 @@
 #include "server/metrics.h"
 
+#include "grammar/grammar_cache.h"
+
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -127,6 +129,19 @@ std::string ServerMetrics::render(const engine::EngineStats& engine, const std::
   sample(out, "duet_memory_limit_bytes", engine.memory_limit_bytes, model);
   metric(out, "duet_process_resident_bytes", "gauge", "Resident memory of the server process.");
   sample(out, "duet_process_resident_bytes", resident_bytes());
+
+  metric(out, "duet_grammar_requests_total", "counter", "Requests with a structured output (a grammar).");
+  sample(out, "duet_grammar_requests_total", constrained_requests.load(), model);
+  metric(out, "duet_grammar_masks_total", "counter", "Token masks made for structured outputs.");
+  sample(out, "duet_grammar_masks_total", engine.grammar_masks_total, model);
+  metric(out, "duet_grammar_mask_seconds_total", "counter", "Time spent making token masks.");
+  sample(out, "duet_grammar_mask_seconds_total", engine.grammar_mask_seconds_total, model);
+  if (grammar_cache != nullptr) {
+    metric(out, "duet_grammar_cache_hits_total", "counter", "Structured outputs whose grammar was already compiled.");
+    sample(out, "duet_grammar_cache_hits_total", static_cast<int64_t>(grammar_cache->hits()), model);
+    metric(out, "duet_grammar_cache_misses_total", "counter", "Grammars compiled.");
+    sample(out, "duet_grammar_cache_misses_total", static_cast<int64_t>(grammar_cache->misses()), model);
+  }
 
   std::lock_guard lock(mutex_);
   metric(out, "duet_http_responses_total", "counter", "HTTP responses by route and status.");

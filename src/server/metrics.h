@@ -2,6 +2,7 @@
 // Server-side counters for GET /metrics (HTTP responses by route and status, finish reasons, latency), rendered
 // together with the engine's own stats in Prometheus' text format.
 #include <cstdint>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <string>
@@ -10,6 +11,10 @@
 
 #include "engine/engine.h"
 #include "engine/request.h"
+
+namespace duet::grammar {
+class GrammarCache;
+}
 
 namespace duet::server {
 
@@ -23,6 +28,10 @@ class ServerMetrics {
   void connection_closed();
   void connection_refused();
   std::string render(const engine::EngineStats& engine, const std::string& model_name) const;
+
+  // Structured outputs: requests bound to a grammar, and the cache their grammars came from (hits and compiles).
+  std::atomic<int64_t> constrained_requests{0};
+  const grammar::GrammarCache* grammar_cache = nullptr;
 
  private:
   mutable std::mutex mutex_;

@@ -7,6 +7,7 @@
 #include "server/generation.h"
 #include "server/route_table.h"
 #include "server/sse.h"
+#include "server/structured_output.h"
 #include "server/tool_call_parser.h"
 
 namespace duet::server {
@@ -196,6 +197,7 @@ void add_chat_route(RouteTable& table, ServerContext& context) {
     ChatRequest request = parse_chat_request(request_json(req), context.options);
     ChatPrompt prompt = build_chat_prompt(context, request.messages, request.tools, request.enable_thinking,
                                           request.sampling, "messages", forced_answer_start(request.tool_choice));
+    apply_output_format(context, request.format, prompt.request, prompt.starts_in_reasoning);
     ChatReply reply;
     reply.model = context.options.served_model_name;
     reply.starts_in_reasoning = prompt.starts_in_reasoning;

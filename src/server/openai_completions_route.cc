@@ -10,6 +10,7 @@
 #include "server/request_parsing.h"
 #include "server/route_table.h"
 #include "server/sse.h"
+#include "server/structured_output.h"
 
 namespace duet::server {
 namespace {
@@ -21,6 +22,7 @@ struct CompletionRequest {
   std::optional<int32_t> logprobs;  // the legacy integer: how many alternatives per token
   ClientTags client;
   IgnoredFields ignored;  // unknown fields the body carried
+  OutputFormat format;    // response_format, as on chat (structured_output.h)
 };
 
 std::vector<int32_t> parse_token_ids(const Json& ids, const std::string& name) {
@@ -69,7 +71,7 @@ std::vector<int32_t> parse_prompt(const Json& body, const tokenizer::Tokenizer& 
 
 CompletionRequest parse_completion_request(const Json& body, const ServerContext& context) {
   CompletionRequest request;
-  check_generation_fields(body, {"prompt", "best_of", "echo", "suffix", "user"}, {}, request.ignored);
+  check_generation_fields(body, {"prompt", "best_of", "echo", "suffix", "user", "response_format"}, {}, request.ignored);
   check_model(body, context.options.served_model_name);
   if (read_bool(body, "echo", "echo").value_or(false)) refuse_field("echo", "echo is not supported");
   if (auto suffix = read_string(body, "suffix", "suffix"); suffix && !suffix->empty())
@@ -82,6 +84,8 @@ CompletionRequest parse_completion_request(const Json& body, const ServerContext
   }
   request.prompt = parse_prompt(body, context.tokenizer);
   request.client = parse_client_tags(body);
+  if (auto it = body.find("response_format"); it != body.end() && !it->is_null())
+    request.format = parse_response_format(*it, "response_format");
   return request;
 }
 
@@ -194,6 +198,7 @@ void add_completions_route(RouteTable& table, ServerContext& context) {
     engine_request.sampling.max_tokens =
         resolve_max_tokens(request.sampling.max_tokens, static_cast<int32_t>(request.prompt.size()),
                            context.options.max_tokens, context.options.context, "prompt");
+    apply_output_format(context, request.format, engine_request, false);
     CompletionReply reply;
     reply.model = context.options.served_model_name;
     Choices choices = submit_choices(context, engine_request, request.sampling.n, "prompt");

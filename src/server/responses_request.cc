@@ -141,15 +141,14 @@ std::optional<bool> parse_reasoning(const Json& body, IgnoredFields& unknown) {
   refuse_field("reasoning.effort", fmt::format("`{}` is not one of none, minimal, low, medium, high, xhigh", *effort));
 }
 
-void check_text_format(const Json& body, IgnoredFields& unknown) {
+OutputFormat read_text_format(const Json& body, IgnoredFields& unknown) {
   auto it = body.find("text");
-  if (it == body.end() || it->is_null()) return;
+  if (it == body.end() || it->is_null()) return {};
   if (!it->is_object()) refuse_field("text", "expected an object");
   check_known_fields(*it, {"format"}, {"verbosity"}, "text.", unknown);
-  if (auto format = it->find("format"); format != it->end() && !format->is_null()) {
-    if (!format->is_object() || read_string(*format, "type", "text.format.type") != "text")
-      refuse_field("text.format", "only {\"type\": \"text\"} is supported (no JSON schema output yet)");
-  }
+  if (auto format = it->find("format"); format != it->end() && !format->is_null())
+    return parse_text_format(*format, "text.format");
+  return {};
 }
 
 // What a stateless server cannot do, refused by name rather than ignored.
@@ -193,7 +192,7 @@ ResponsesRequest parse_responses_request(const Json& body, const ServerOptions& 
                      request.ignored);
   check_model(body, options.served_model_name);
   refuse_state(body);
-  check_text_format(body, request.ignored);
+  request.format = read_text_format(body, request.ignored);
   if (auto truncation = read_string(body, "truncation", "truncation"); truncation && *truncation != "disabled")
     refuse_field("truncation", "only \"disabled\": a prompt over the context is refused, never cut");
   request.messages = parse_input(body, request.ignored);

@@ -8,6 +8,7 @@
 
 #include "server/request_parsing.h"
 #include "server/server_context.h"
+#include "server/structured_output.h"
 #include "server/tool_choice.h"
 #include "tokenizer/chat_template.h"
 
@@ -25,6 +26,7 @@ struct ResponsesRequest {
   IgnoredFields ignored;  // unknown fields the body carried (ignored_fields.h)
   // Echoed in the response object, as OpenAI does.
   Json echo = Json::object();  // instructions, tools, tool_choice, max_output_tokens, temperature, top_p, ...
+  OutputFormat format;         // text.format (structured_output.h)
 };
 
 ResponsesRequest parse_responses_request(const Json& body, const ServerOptions& options);

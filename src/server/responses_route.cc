@@ -13,6 +13,7 @@ void add_responses_route(RouteTable& table, ServerContext& context) {
     ResponsesRequest request = parse_responses_request(request_json(req), context.options);
     ChatPrompt prompt = build_chat_prompt(context, request.messages, request.tools, request.enable_thinking,
                                           request.sampling, "input", forced_answer_start(request.tool_choice));
+    apply_output_format(context, request.format, prompt.request, prompt.starts_in_reasoning);
     ResponseHeader header;
     header.model = context.options.served_model_name;
     header.starts_in_reasoning = prompt.starts_in_reasoning;

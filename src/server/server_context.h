@@ -12,6 +12,7 @@
 #include "decision/joint_head.h"
 #include "engine/engine.h"
 #include "engine/request.h"
+#include "grammar/grammar_cache.h"
 #include "model/model.h"
 #include "server/http_limits.h"
 #include "server/metrics.h"
@@ -106,6 +107,8 @@ struct ServerContext {
   int64_t started_at = 0;  // unix seconds, reported as the model's `created`
   // Set when the model folder holds a joint head.
   std::optional<DecisionSupport> decisions;
+  // Structured outputs' compiled grammars over this tokenizer's vocabulary (null: response_format json is refused).
+  std::shared_ptr<grammar::GrammarCache> grammars = nullptr;
   // False while `duet serve` loads the model: /health answers 503 `loading`, every other route 503 `model_loading`.
   // Set (release) after the fields above are final; read (acquire) before any route runs.
   std::atomic<bool> ready{true};

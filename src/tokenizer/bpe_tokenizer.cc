@@ -1,5 +1,7 @@
 #include "tokenizer/bpe_tokenizer.h"
 
+#include <algorithm>
+
 #include "base/error.h"
 #include "tokenizer/utf8.h"
 
@@ -69,6 +71,10 @@ std::optional<int32_t> BpeTokenizer::token_to_id(std::string_view token) const {
 
 bool BpeTokenizer::is_special(int32_t id) const {
   return id >= 0 && size_t(id) < parts_.special.size() && parts_.special[size_t(id)];
+}
+
+bool BpeTokenizer::is_added(int32_t id) const {
+  return std::any_of(parts_.added.begin(), parts_.added.end(), [id](const AddedToken& t) { return t.id == id; });
 }
 
 }  // namespace duet::tokenizer

@@ -40,6 +40,7 @@ class BpeTokenizer final : public Tokenizer {
   int32_t vocab_size() const override { return int32_t(parts_.tokens.size()); }
   std::optional<int32_t> token_to_id(std::string_view token) const override;
   bool is_special(int32_t id) const override;
+  bool is_added(int32_t id) const override;
   std::optional<int32_t> eos_id() const override { return parts_.eos_id; }
   std::optional<int32_t> pad_id() const override { return parts_.pad_id; }
   const std::string& chat_template() const override { return parts_.chat_template; }

@@ -29,6 +29,8 @@ class Tokenizer {
   virtual int32_t vocab_size() const = 0;  // 1 + the largest id, added tokens included
   virtual std::optional<int32_t> token_to_id(std::string_view token) const = 0;
   virtual bool is_special(int32_t id) const = 0;
+  // An added token (special or not, "<think>" as much as "<|im_end|>"): matched whole in text, never by BPE.
+  virtual bool is_added(int32_t id) const { return is_special(id); }
   virtual std::optional<int32_t> eos_id() const = 0;  // from tokenizer_config.json's eos_token
   virtual std::optional<int32_t> pad_id() const = 0;
   virtual const std::string& chat_template() const = 0;  // tokenizer_config.json's, or empty

@@ -343,5 +343,42 @@ TEST(Sampler, TopLogprobTiesGoToTheLowestId) {
   EXPECT_EQ(top[2].id, 4);
 }
 
+// A structured output's token mask: a draw never lands outside it, and among the allowed ids it follows the model's
+// distribution renormalized over them (the reference: the same logits with the disallowed ones removed by hand).
+TEST(Sampler, TokenMaskLimitsDrawsToAllowedIds) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> logits(100);
+  for (float& x : logits) x = normal(rng);
+  std::vector<uint32_t> mask(4, 0);
+  const std::vector<int32_t> allowed = {3, 17, 40, 41, 99};
+  for (int32_t id : allowed) mask[id / 32] |= 1u << (id % 32);
+  SamplingParams p;
+  p.temperature = 1.0f;
+  std::map<int32_t, int> seen;
+  const int draws = 20000;
+  for (int position = 0; position < draws; ++position) ++seen[sample_token(logits, p, {}, position, mask).id];
+  double total = 0;
+  for (int32_t id : allowed) total += std::exp(static_cast<double>(logits[id]));
+  for (const auto& [id, n] : seen) {
+    ASSERT_TRUE(std::find(allowed.begin(), allowed.end(), id) != allowed.end()) << id;
+    const double want = std::exp(static_cast<double>(logits[id])) / total;
+    EXPECT_NEAR(static_cast<double>(n) / draws, want, 4 * std::sqrt(want * (1 - want) / draws) + 1e-3) << id;
+  }
+  // Greedy: the best allowed id, whatever is better outside the mask.
+  p.temperature = 0;
+  int32_t best = allowed[0];
+  for (int32_t id : allowed)
+    if (logits[id] > logits[best]) best = id;
+  EXPECT_EQ(sample_token(logits, p, {}, 0, mask).id, best);
+  // Planted control: without the mask the greedy draw is the global argmax, outside the allowed ids here.
+  const auto argmax = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  ASSERT_TRUE(std::find(allowed.begin(), allowed.end(), argmax) == allowed.end());
+  EXPECT_EQ(sample_token(logits, p, {}, 0).id, argmax);
+  // Logprobs stay the model's raw ones.
+  p.top_logprobs = 0;
+  EXPECT_FLOAT_EQ(*sample_token(logits, p, {}, 0, mask).logprob, raw_logprob(logits, best));
+}
+
 }  // namespace
 }  // namespace duet::engine

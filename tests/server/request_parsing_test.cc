@@ -148,8 +148,10 @@ TEST(ParseChat, NamesTheBadField) {
   EXPECT_EQ(
       param(R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"enable_thinking": 1}})"),
       "chat_template_kwargs.enable_thinking");
-  EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})"),
-            "response_format");
+  EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema"}})"),
+            "response_format.json_schema");
+  EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}})"),
+            "response_format.type");
   EXPECT_EQ(
       error_of([] { parse_chat_request(Json::parse(R"({"model": "gpt-4", "messages": []})"), options()); }).status(),
       404);

@@ -91,7 +91,7 @@ TEST(ResponsesRequest, StateAndUnsupportedFeaturesAreRefusedByName) {
   EXPECT_EQ(param_of(R"({"input": "x", "background": true})"), "background");
   EXPECT_EQ(param_of(R"({"input": [{"type": "item_reference", "id": "msg_1"}]})"), "input[0].type");
   EXPECT_EQ(param_of(R"({"input": "x", "tools": [{"type": "web_search"}]})"), "tools[0].type");
-  EXPECT_EQ(param_of(R"({"input": "x", "text": {"format": {"type": "json_schema"}}})"), "text.format");
+  EXPECT_EQ(param_of(R"({"input": "x", "text": {"format": {"type": "json_schema"}}})"), "text.format.schema");
   EXPECT_EQ(param_of(R"({"input": "x", "tool_choice": "required"})"), "tool_choice");
   EXPECT_EQ(param_of(R"({"model": "demo"})"), "input");
   // Nulls and store: false are absent.

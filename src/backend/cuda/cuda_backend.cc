@@ -288,6 +288,7 @@ class CudaBackend final : public Backend {
     std::vector<int32_t> sample_rows;
     std::vector<SamplingRowParams> sample_params;
     std::vector<PenaltyEntry> penalties;
+    std::vector<uint32_t> masks;
     samples_ = plan.samples;
     decode_sample_rows_ = 0;
     for (size_t i = 0; i < plan.sample_rows.size(); ++i) {
@@ -302,6 +303,11 @@ class CudaBackend final : public Backend {
       p.penalty_offset = static_cast<int32_t>(penalties.size());
       p.penalty_count = static_cast<int32_t>(spec.penalties.size());
       for (const auto& e : spec.penalties) penalties.push_back(PenaltyEntry{e.id, e.generated, e.in_prompt, e.bias});
+      if (!spec.allowed.empty()) {  // a structured output's mask travels in the same upload, after the penalties
+        p.mask_offset = static_cast<int64_t>(masks.size());
+        p.mask_words = static_cast<int32_t>(spec.allowed.size());
+        masks.insert(masks.end(), spec.allowed.begin(), spec.allowed.end());
+      }
       sample_params.push_back(p);
     }
     decode_logit_rows_ = 0;
@@ -326,6 +332,7 @@ class CudaBackend final : public Backend {
     size_of(StepArray::sample_params) = bytes_of(sample_params);
     size_of(StepArray::page_table) = bytes_of(pages);
     size_of(StepArray::penalties) = bytes_of(penalties);
+    size_of(StepArray::masks) = bytes_of(masks);
     if (upload_.arrange(sizes)) graphs_.clear();
     auto put = [&](StepArray a, const auto& v) { return upload_.put(a, v.data(), bytes_of(v)); };
     step_ = DeviceStep{};
@@ -349,10 +356,14 @@ class CudaBackend final : public Backend {
     adapted_count_ = static_cast<int32_t>(adapted_rows.size());
     sample_params_ = static_cast<const SamplingRowParams*>(put(StepArray::sample_params, sample_params));
     penalties_ = penalties.empty() ? nullptr : static_cast<const PenaltyEntry*>(put(StepArray::penalties, penalties));
+    masks_ = masks.empty() ? nullptr : static_cast<const uint32_t*>(put(StepArray::masks, masks));
     upload_.send(stream_);
 
     // A decode step whose every piece samples one row replays (or is captured into) its counts' graph.
+    // Steps with a masked row run eagerly for now (the masks have a fixed region like every array, but a graphed
+    // masked step has not been measured or tested on the device yet).
     const bool graphed = graphs_on_ && decode_rows_ == rows_ && plan.logit_rows.empty() && adapted_rows.empty() &&
+                         masks.empty() &&
                          static_cast<int64_t>(plan.sample_rows.size()) == static_cast<int64_t>(pieces.size());
     if (graphed) {
       const StepGraphKey key{rows_, static_cast<int64_t>(pieces.size()),
@@ -522,7 +533,7 @@ class CudaBackend final : public Backend {
     if (mode_ != Mode::replay)
       timer_.time("sample.kernel", stream_, [&] {
         launch_sample(logits, static_cast<int32_t>(n), static_cast<int32_t>(V), sample_params_, penalties_, picked,
-                      top, sampling_scratch, scratch_bytes, stream_);
+                      top, sampling_scratch, scratch_bytes, stream_, {}, masks_);
       });
     if (mode_ != Mode::eager) graphs_.launch(stream_);  // ends the capture (if this step made it), then replays
     mode_ = Mode::eager;
@@ -711,6 +722,7 @@ class CudaBackend final : public Backend {
   int32_t adapted_count_ = 0;
   const SamplingRowParams* sample_params_ = nullptr;
   const PenaltyEntry* penalties_ = nullptr;
+  const uint32_t* masks_ = nullptr;  // this step's token masks (SamplingRowParams::mask_offset), or null
   std::span<const SampleSpec* const> samples_;
   int64_t decode_sample_rows_ = 0;
   int64_t rows_ = 0;
@@ -732,7 +744,7 @@ class CudaBackend final : public Backend {
             address(step_.piece_order), address(step_.chunk_order), static_cast<uintptr_t>(step_.pieces),
             static_cast<uintptr_t>(step_.rows), static_cast<uintptr_t>(step_.chunks),
             static_cast<uintptr_t>(step_.multi_pieces), static_cast<uintptr_t>(step_.multi_chunks), address(ids_),
-            address(logit_rows_), address(sample_rows_), address(sample_params_), address(penalties_),
+            address(logit_rows_), address(sample_rows_), address(sample_params_), address(penalties_), address(masks_),
             static_cast<uintptr_t>(decode_rows_), static_cast<uintptr_t>(decode_sample_rows_)};
   }
 

@@ -1199,6 +1199,7 @@ struct Args {
   int32_t vocab;
   const SamplingRowParams* params;
   const PenaltyEntry* penalties;
+  const uint32_t* masks;
   DeviceSample* out;
   DeviceTopLogprob* top;
   char* scratch;
@@ -1223,9 +1224,17 @@ __device__ void sample_row(int32_t row, const Args& a, Smem& sm) {
   const bool repetition = p.repetition_penalty != 1.0f;
   const bool additive = p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
   const float* penalized = raw;
-  if (p.penalty_count > 0) {
+  // A masked row's disallowed ids are -inf from the start: the penalties keep -inf (-inf / r, -inf * r, -inf - x,
+  // -inf + bias), so this equals the CPU's mask applied after them.
+  const uint32_t* mask = p.mask_offset >= 0 && a.masks != nullptr ? a.masks + p.mask_offset : nullptr;
+  if (p.penalty_count > 0 || mask != nullptr) {
     for_each_value(raw, n, [&](int32_t i, float x, bool valid) {
-      if (valid) s[i] = x;
+      if (!valid) return;
+      if (mask != nullptr) {
+        const int32_t word = i >> 5;
+        if (word >= p.mask_words || ((mask[word] >> (i & 31)) & 1u) == 0u) x = -INFINITY;
+      }
+      s[i] = x;
     });
     __syncthreads();
     const PenaltyEntry* entries = a.penalties + p.penalty_offset;
@@ -1368,7 +1377,8 @@ size_t sampling_scratch_bytes(int32_t rows, int32_t vocab) {
 
 void launch_sample(const float* logits, int32_t rows, int32_t vocab, const SamplingRowParams* params,
                    const PenaltyEntry* penalties, DeviceSample* out, DeviceTopLogprob* top, void* scratch,
-                   size_t scratch_bytes, cudaStream_t stream, const SamplingTestHooks& hooks) {
+                   size_t scratch_bytes, cudaStream_t stream, const SamplingTestHooks& hooks,
+                   const uint32_t* masks) {
   if (rows <= 0) return;
   if (vocab <= 0 || vocab > (1 << 30)) refuse("launch_sample: vocab must be in [1, 2^30]");
   if (logits == nullptr || params == nullptr || out == nullptr) refuse("launch_sample: null logits, params or out");
@@ -1383,6 +1393,7 @@ void launch_sample(const float* logits, int32_t rows, int32_t vocab, const Sampl
   a.vocab = vocab;
   a.params = params;
   a.penalties = penalties;
+  a.masks = masks;
   a.out = out;
   a.top = top;
   a.scratch = static_cast<char*>(scratch);

@@ -35,6 +35,11 @@ struct SamplingRowParams : SamplingKnobs {
   int64_t position = 0;        // the absolute position the draw is keyed by (sample_token's `position`)
   int32_t penalty_offset = 0;  // this row's entries: penalties[penalty_offset, penalty_offset + penalty_count)
   int32_t penalty_count = 0;
+  // A structured output's token mask (grammar/token_mask.h): words masks[mask_offset, mask_offset + mask_words), bit
+  // (id % 32) of word (id / 32) set where the id may be drawn; a missing word allows nothing. Applied after the
+  // penalties as the CPU does (sampler.h step 2c): every other logit is -inf. mask_offset < 0: no mask.
+  int64_t mask_offset = -1;
+  int32_t mask_words = 0;
 };
 
 // One id the penalties or logit_bias look at (engine::TokenCounts flattened, the biases merged in): the repetition
@@ -85,11 +90,13 @@ struct SamplingTestHooks {
 size_t sampling_scratch_bytes(int32_t rows, int32_t vocab);
 
 // Samples one token per row of `logits` [rows, vocab] fp32 (row-major, device). params [rows] and the penalty
-// entries they point into are on the device; penalties may be null when every penalty_count is 0. Writes out[rows];
+// entries and mask words they point into are on the device; penalties may be null when every penalty_count is 0,
+// masks when every mask_offset is negative. A masked row reads only its own mask: rows stay independent. Writes out[rows];
 // top [rows, kMaxTopLogprobs] gets each row's top logprobs (most likely first, unused entries id -1) unless null.
 // scratch: at least sampling_scratch_bytes(rows, vocab) bytes of device memory, 256-byte aligned.
 void launch_sample(const float* logits, int32_t rows, int32_t vocab, const SamplingRowParams* params,
                    const PenaltyEntry* penalties, DeviceSample* out, DeviceTopLogprob* top, void* scratch,
-                   size_t scratch_bytes, cudaStream_t stream, const SamplingTestHooks& hooks = {});
+                   size_t scratch_bytes, cudaStream_t stream, const SamplingTestHooks& hooks = {},
+                   const uint32_t* masks = nullptr);
 
 }  // namespace duet::backend::cuda

@@ -31,6 +31,7 @@ enum class StepArray : int {
   sample_params,
   page_table,  // the growing ones last, so the bytes sent each step end soon after the last used one
   penalties,
+  masks,  // structured outputs' allowed-token bitmasks
   count,
 };
 constexpr size_t kStepArrays = static_cast<size_t>(StepArray::count);

@@ -1,0 +1,175 @@
+// Structured outputs on the device sampler: a row's token mask (SamplingRowParams::mask_offset, grammar/token_mask.h
+// layout) is applied as the CPU sampler applies it (engine::sample_token with the same mask): same ids for greedy,
+// temperature, top-k, top-p, min-p and penalties, masks from one allowed id to nearly all, and short masks (a missing
+// word allows nothing). Rows are independent: a masked row alone equals the same row among unmasked ones, and the
+// unmasked rows equal themselves without the masked one beside them. Planted control: the kernel run without its
+// masks must draw ids the masks forbid.
+#define FMT_USE_CONSTEXPR 1  // see sampling_kernels_test.cu
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/sampling.h"
+#include "cuda_test_util.h"
+#include "engine/sampler.h"
+
+namespace duet::backend::cuda {
+namespace {
+
+using ::duet::testing::DeviceBuffer;
+
+struct Row {
+  std::vector<float> logits;
+  engine::SamplingParams params;
+  std::vector<int32_t> generated;
+  std::vector<uint32_t> mask;  // empty: unmasked
+  int64_t position = 0;
+};
+
+engine::TokenCounts counts_of(const Row& r) {
+  engine::TokenCounts c;
+  for (int32_t id : r.generated) c.add_generated(id);
+  return c;
+}
+
+std::vector<DeviceSample> run(const std::vector<Row>& rows, bool pass_masks, const SamplingTestHooks& hooks) {
+  const auto vocab = static_cast<int32_t>(rows.front().logits.size());
+  std::vector<float> logits;
+  std::vector<SamplingRowParams> params;
+  std::vector<PenaltyEntry> entries;
+  std::vector<uint32_t> masks;
+  for (const Row& r : rows) {
+    logits.insert(logits.end(), r.logits.begin(), r.logits.end());
+    SamplingRowParams p;
+    static_cast<SamplingKnobs&>(p) = r.params;
+    p.seed = r.params.seed;
+    p.position = r.position;
+    p.penalty_offset = static_cast<int32_t>(entries.size());
+    const engine::TokenCounts c = counts_of(r);
+    for (int32_t id : c.seen()) {
+      const auto g = c.generated().find(id);
+      entries.push_back(PenaltyEntry{id, g == c.generated().end() ? 0 : g->second, 0, 0.0f});
+    }
+    p.penalty_count = static_cast<int32_t>(entries.size()) - p.penalty_offset;
+    if (!r.mask.empty()) {
+      p.mask_offset = static_cast<int64_t>(masks.size());
+      p.mask_words = static_cast<int32_t>(r.mask.size());
+      masks.insert(masks.end(), r.mask.begin(), r.mask.end());
+    }
+    params.push_back(p);
+  }
+  entries.push_back(PenaltyEntry{});
+  masks.push_back(0);
+  const auto n = static_cast<int32_t>(rows.size());
+  DeviceBuffer<float> d_logits(logits);
+  DeviceBuffer<SamplingRowParams> d_params(params);
+  DeviceBuffer<PenaltyEntry> d_entries(entries);
+  DeviceBuffer<uint32_t> d_masks(masks);
+  DeviceBuffer<DeviceSample> d_out(static_cast<size_t>(n));
+  const size_t bytes = sampling_scratch_bytes(n, vocab);
+  DeviceBuffer<unsigned char> scratch(bytes);
+  launch_sample(d_logits.get(), n, vocab, d_params.get(), d_entries.get(), d_out.get(), nullptr, scratch.get(), bytes,
+                nullptr, hooks, pass_masks ? d_masks.get() : nullptr);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return d_out.download();
+}
+
+std::vector<Row> make_rows(int32_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<Row> rows;
+  const int32_t words = (vocab + 31) / 32;
+  for (int k = 0; k < 48; ++k) {
+    Row r;
+    for (int32_t i = 0; i < vocab; ++i) r.logits.push_back(normal(rng));
+    switch (k % 6) {
+      case 0:
+        r.params.temperature = 0;
+        break;
+      case 1:
+        r.params.temperature = 0.8f;
+        break;
+      case 2:
+        r.params.top_k = 40;
+        break;
+      case 3:
+        r.params.top_p = 0.9f;
+        break;
+      case 4:
+        r.params.min_p = 0.05f, r.params.top_p = 0.95f;
+        break;
+      case 5:
+        r.params.repetition_penalty = 1.3f, r.params.frequency_penalty = 0.5f;
+        r.generated = {1, 2, 2, 5};
+        break;
+    }
+    r.params.seed = rng();
+    r.position = k;
+    if (k % 4 != 3) {                   // every fourth row unmasked
+      const int density = (k / 4) % 4;  // one id, ~1%, ~50%, all but a few; some masks short
+      r.mask.assign(static_cast<size_t>(density == 0 && k % 8 == 0 ? words / 2 : words), 0u);
+      for (int32_t i = 0; i < static_cast<int32_t>(r.mask.size()) * 32 && i < vocab; ++i) {
+        const bool on = density == 0   ? i == static_cast<int32_t>(rng() % (r.mask.size() * 32)) % vocab
+                        : density == 1 ? rng() % 100 == 0
+                        : density == 2 ? rng() % 2 == 0
+                                       : rng() % 50 != 0;
+        if (on) r.mask[static_cast<size_t>(i) / 32] |= 1u << (i % 32);
+      }
+      if (std::all_of(r.mask.begin(), r.mask.end(), [](uint32_t w) { return w == 0; })) r.mask[0] = 1u;
+    }
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+bool allowed(const Row& r, int32_t id) {
+  const size_t w = static_cast<size_t>(id) / 32;
+  return r.mask.empty() || (w < r.mask.size() && ((r.mask[w] >> (id % 32)) & 1u));
+}
+
+TEST(CudaSamplingMask, MatchesTheCpuSamplerRowByRow) {
+  DUET_REQUIRE_GPU();
+  for (int32_t vocab : {512, 4099}) {
+    for (int32_t cap : {0, 64}) {
+      const std::vector<Row> rows = make_rows(vocab, static_cast<uint32_t>(vocab + cap));
+      const auto got = run(rows, true, {.tile_cap = cap});
+      for (size_t k = 0; k < rows.size(); ++k) {
+        const Row& r = rows[k];
+        const auto want = engine::sample_token(r.logits, r.params, counts_of(r), r.position, r.mask);
+        EXPECT_EQ(got[k].id, want.id) << "vocab " << vocab << " cap " << cap << " row " << k;
+        EXPECT_TRUE(allowed(r, got[k].id)) << "row " << k;
+      }
+    }
+  }
+}
+
+TEST(CudaSamplingMask, RowsAreIndependent) {
+  DUET_REQUIRE_GPU();
+  const std::vector<Row> rows = make_rows(4099, 3);
+  const auto together = run(rows, true, {});
+  for (size_t k = 0; k < rows.size(); k += 5) {
+    EXPECT_EQ(run({rows[k]}, true, {})[0].id, together[k].id) << "row " << k << " alone";
+  }
+  std::vector<Row> unmasked;
+  std::vector<size_t> where;
+  for (size_t k = 0; k < rows.size(); ++k)
+    if (rows[k].mask.empty()) unmasked.push_back(rows[k]), where.push_back(k);
+  const auto without = run(unmasked, true, {});
+  for (size_t j = 0; j < unmasked.size(); ++j) EXPECT_EQ(without[j].id, together[where[j]].id);
+}
+
+TEST(CudaSamplingMask, PlantedKernelIgnoringMasksIsCaught) {
+  DUET_REQUIRE_GPU();
+  const std::vector<Row> rows = make_rows(4099, 5);
+  const auto got = run(rows, false, {});
+  int outside = 0;
+  for (size_t k = 0; k < rows.size(); ++k) outside += !allowed(rows[k], got[k].id);
+  EXPECT_GT(outside, 10);
+}
+
+}  // namespace
+}  // namespace duet::backend::cuda
