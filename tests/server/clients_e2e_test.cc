@@ -108,6 +108,18 @@ TEST_F(ClientsTest, BrowserPreflightIsAnsweredWithoutAKeyAndLeaksNoRoutes) {
   EXPECT_EQ(served->get_header_value("Access-Control-Allow-Origin"), kOrigin);
 }
 
+// OpenAI's API reference: legacy completions without max_tokens generate at most 16 tokens (this server's
+// --max-tokens, 64, is for chat and responses).
+TEST_F(ClientsTest, CompletionsWithoutMaxTokensStopAtSixteen) {
+  auto res = server_->client().Post("/v1/completions", with_key(),
+                                    R"({"prompt": "Once upon a time", "ignore_eos": true})", "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  Json reply = Json::parse(res->body);
+  EXPECT_EQ(reply["usage"]["completion_tokens"], 16);
+  EXPECT_EQ(reply["choices"][0]["finish_reason"], "length");
+}
+
 TEST_F(ClientsTest, ModelsByIdNameUnknownModels) {
   auto client = server_->client();
   auto known = client.Get("/v1/models/demo", with_key());
