@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "server/errors.h"
+#include "server/system_messages.h"
 
 namespace duet::server {
 namespace {
@@ -75,24 +76,25 @@ void add_input_item(std::vector<tokenizer::ChatMessage>& messages, const Json& i
 
 std::vector<tokenizer::ChatMessage> parse_input(const Json& body, IgnoredFields& unknown) {
   std::vector<tokenizer::ChatMessage> messages;
-  if (auto instructions = read_string(body, "instructions", "instructions"))
+  std::vector<std::string> names;  // where each message came from, for refusals
+  if (auto instructions = read_string(body, "instructions", "instructions")) {
     messages.push_back({"system", *instructions, std::nullopt, {}});
+    names.push_back("instructions");
+  }
   auto it = body.find("input");
   if (it == body.end() || it->is_null()) refuse_field("input", "missing");
   if (it->is_string()) {
     messages.push_back({"user", it->get<std::string>(), std::nullopt, {}});
   } else if (it->is_array()) {
-    for (size_t i = 0; i < it->size(); ++i) add_input_item(messages, (*it)[i], fmt::format("input[{}]", i), unknown);
+    for (size_t i = 0; i < it->size(); ++i) {
+      const std::string name = fmt::format("input[{}]", i);
+      add_input_item(messages, (*it)[i], name, unknown);
+      names.resize(messages.size(), name);  // an item adds a turn, or joins the one before
+    }
   } else {
     refuse_field("input", "expected a string or an array of input items");
   }
-  // A system message after instructions (or a second one) joins the first, as the template takes one system turn.
-  for (size_t i = 1; i < messages.size(); ++i) {
-    if (messages[i].role != "system") continue;
-    if (messages[0].role != "system") refuse_field("input", "a system or developer message must come first");
-    messages[0].content += "\n\n" + messages[i].content;
-    messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(i--));
-  }
+  join_leading_system_messages(messages, names);
   return messages;
 }
 
