@@ -1,8 +1,9 @@
 #pragma once
 // The Responses API's output for one generation: output items (reasoning, message, function_call) in a `response`
 // object, whole, or as the documented stream of named events: response.created, response.in_progress, then per
-// item response.output_item.added, its deltas (response.reasoning_text.delta; response.content_part.added +
-// response.output_text.delta; response.function_call_arguments.delta) and their .done events,
+// item response.output_item.added, its part announced (response.content_part.added, or
+// response.reasoning_summary_part.added for reasoning sent as a summary), its deltas (reasoning_text,
+// reasoning_summary_text, output_text, function_call_arguments) and their .done events, the part's .done,
 // response.output_item.done, and last response.completed (or response.incomplete when the budget ran out).
 #include <cstdint>
 #include <memory>

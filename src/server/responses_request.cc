@@ -128,13 +128,30 @@ Json parse_tools(const Json& body, IgnoredFields& unknown) {
   return tools;
 }
 
-// reasoning.effort as the thinking switch (as reasoning_effort on chat); the summary setting has no effect. nullopt:
-// the request asked nothing (the server's default applies).
+// reasoning.summary (or its older name generate_summary): whether the reasoning goes out as summary text. Qwen3.5
+// writes no separate summary, so every level sends the reasoning itself.
+bool parse_reasoning_summary(const Json& body) {
+  auto it = body.find("reasoning");
+  if (it == body.end() || !it->is_object()) return false;
+  bool asked = false;
+  for (const char* key : {"summary", "generate_summary"}) {
+    const std::string param = std::string("reasoning.") + key;
+    auto level = read_string(*it, key, param);
+    if (!level) continue;
+    if (*level != "auto" && *level != "concise" && *level != "detailed")
+      refuse_field(param, fmt::format("`{}` is not one of auto, concise, detailed", *level));
+    asked = true;
+  }
+  return asked;
+}
+
+// reasoning.effort as the thinking switch (as reasoning_effort on chat). nullopt: the request asked nothing (the
+// server's default applies).
 std::optional<bool> parse_reasoning(const Json& body, IgnoredFields& unknown) {
   auto it = body.find("reasoning");
   if (it == body.end() || it->is_null()) return std::nullopt;
   if (!it->is_object()) refuse_field("reasoning", "expected an object");
-  check_known_fields(*it, {"effort"}, {"summary", "generate_summary"}, "reasoning.", unknown);
+  check_known_fields(*it, {"effort", "summary", "generate_summary"}, {}, "reasoning.", unknown);
   auto effort = read_string(*it, "effort", "reasoning.effort");
   if (!effort) return std::nullopt;
   if (*effort == "none") return false;
@@ -204,6 +221,7 @@ ResponsesRequest parse_responses_request(const Json& body, const ServerOptions& 
   if (request.tool_choice.mode == ToolChoice::Mode::none) request.tools = Json::array();
   request.enable_thinking =
       thinking_with(request.tool_choice, parse_reasoning(body, request.ignored), options.enable_thinking);
+  request.reasoning_summary = parse_reasoning_summary(body);
   request.parallel_tool_calls = read_bool(body, "parallel_tool_calls", "parallel_tool_calls").value_or(true);
   request.stream = read_bool(body, "stream", "stream").value_or(false);
   request.client = parse_client_tags(body);

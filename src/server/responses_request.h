@@ -18,6 +18,9 @@ struct ResponsesRequest {
   Json tools = Json::array();  // as the template takes them: {"type": "function", "function": {...}}
   ToolChoice tool_choice;      // required or a named function: forced_answer_start opens the answer
   bool enable_thinking = true;
+  // reasoning.summary asked (auto, concise, detailed): the reasoning is sent as summary text, which the AI SDK and
+  // LangChain read, instead of reasoning_text content.
+  bool reasoning_summary = false;
   SamplingRequest sampling;
   bool stream = false;
   bool parallel_tool_calls = true;
