@@ -37,4 +37,9 @@ bool ApiKeys::accepts(std::string_view authorization_header) const {
   return accepted;
 }
 
+std::string key_owner(std::string_view authorization_header) {
+  std::string token = bearer_token(authorization_header);
+  return token.empty() ? std::string() : sha256_hex(token);
+}
+
 }  // namespace duet::server

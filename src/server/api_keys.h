@@ -18,4 +18,7 @@ class ApiKeys {
   std::vector<std::string> digests_;
 };
 
+// Whose stored responses a request may see: the sha256 of its bearer token (every request without one shares "").
+std::string key_owner(std::string_view authorization_header);
+
 }  // namespace duet::server

@@ -25,7 +25,7 @@ HttpResponse preflight_response(const std::vector<std::string>& allowed, const H
   // refuses a preflight whose Access-Control-Allow-Origin appears twice.
   HttpResponse res;
   res.status = 204;
-  res.headers.emplace_back("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+  res.headers.emplace_back("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
   // Whatever headers the page means to send (the SDKs add their own x-stainless-* and the like): the key check,
   // not the header list, decides who is served.
   std::string_view asked = head.header("Access-Control-Request-Headers");

@@ -53,8 +53,9 @@ OJson response_json(const ResponseHeader& header, const ResponsesRequest& reques
   if (!response.contains("tools")) response["tools"] = OJson::array();
   if (!response.contains("tool_choice")) response["tool_choice"] = "auto";
   if (!response.contains("parallel_tool_calls")) response["parallel_tool_calls"] = request.parallel_tool_calls;
-  response["store"] = false;
-  response["previous_response_id"] = nullptr;
+  response["store"] = header.store;
+  response["previous_response_id"] =
+      header.previous_response_id.empty() ? OJson(nullptr) : OJson(header.previous_response_id);
   response["usage"] = nullptr;
   if (finished) {
     if (finished->reason == engine::FinishReason::length)
@@ -76,9 +77,10 @@ const char* final_status(const engine::FinishedEvent& finished) {
 // The stream: one open item at a time (reasoning or message); a tool call is an item of its own, sent whole.
 class ResponsesStreamFormatter final : public StreamFormatter {
  public:
-  ResponsesStreamFormatter(ResponseHeader header, ResponsesRequest request)
+  ResponsesStreamFormatter(ResponseHeader header, ResponsesRequest request, ResponseDone on_done)
       : header_(std::move(header)),
         request_(std::move(request)),
+        on_done_(std::move(on_done)),
         parser_(header_.starts_in_reasoning, !request_.tools.empty(), request_.tools, header_.answer_start) {}
 
   std::string start() override {
@@ -102,8 +104,9 @@ class ResponsesStreamFormatter final : public StreamFormatter {
     if (output_.empty() && open_ == Open::none) out += open(Open::message);  // an empty reply: an empty message
     out += close_item();
     const char* status = final_status(finished);
-    out += event(std::string("response.") + status,
-                 {{"response", response_json(header_, request_, status, output_, &finished)}});
+    OJson response = response_json(header_, request_, status, output_, &finished);
+    if (on_done_) on_done_(response);
+    out += event(std::string("response.") + status, {{"response", std::move(response)}});
     return out;
   }
 
@@ -229,6 +232,7 @@ class ResponsesStreamFormatter final : public StreamFormatter {
 
   ResponseHeader header_;
   ResponsesRequest request_;
+  ResponseDone on_done_;
   ChatOutputParser parser_;
   OJson output_ = OJson::array();  // the finished items
   Open open_ = Open::none;
@@ -263,8 +267,9 @@ OJson whole_response_json(const ResponseHeader& header, const ResponsesRequest& 
   return response;
 }
 
-std::unique_ptr<StreamFormatter> responses_stream_formatter(ResponseHeader header, ResponsesRequest request) {
-  return std::make_unique<ResponsesStreamFormatter>(std::move(header), std::move(request));
+std::unique_ptr<StreamFormatter> responses_stream_formatter(ResponseHeader header, ResponsesRequest request,
+                                                            ResponseDone on_done) {
+  return std::make_unique<ResponsesStreamFormatter>(std::move(header), std::move(request), std::move(on_done));
 }
 
 }  // namespace duet::server

@@ -68,7 +68,7 @@ void add_input_item(std::vector<tokenizer::ChatMessage>& messages, const Json& i
     check_known_fields(item, {"type"}, {"id", "summary", "content", "encrypted_content", "status"}, name + ".",
                        unknown);
   } else if (type == "item_reference") {
-    refuse_field(name + ".type", "item references need stored responses; duet keeps none (send the items themselves)");
+    refuse_field(name + ".type", "not resolved against the stored responses");
   } else {
     refuse_field(name + ".type", fmt::format("`{}` items are not supported", type));
   }
@@ -171,12 +171,12 @@ void check_text_format(const Json& body, IgnoredFields& unknown) {
   }
 }
 
-// What a stateless server cannot do, refused by name rather than ignored.
+// What needs state duet does not keep, refused by name rather than ignored. previous_response_id and item
+// references are resolved against stored responses before the body gets here (responses_state.h).
 void refuse_state(const Json& body) {
   if (read_string(body, "previous_response_id", "previous_response_id"))
-    refuse_field("previous_response_id", "duet keeps no responses; send the whole conversation in `input`");
-  if (read_bool(body, "store", "store").value_or(false))
-    refuse_field("store", "duet keeps no responses; send store: false (or leave it out)");
+    refuse_field("previous_response_id", "not resolved against the stored responses");
+  read_bool(body, "store", "store");
   if (auto it = body.find("conversation"); it != body.end() && !it->is_null())
     refuse_field("conversation", "duet keeps no conversations; send the whole conversation in `input`");
   if (read_bool(body, "background", "background").value_or(false))

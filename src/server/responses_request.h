@@ -1,8 +1,8 @@
 #pragma once
-// A POST /v1/responses body (OpenAI's Responses API, stateless) read into a conversation for the chat template:
+// A POST /v1/responses body (OpenAI's Responses API) read into a conversation for the chat template:
 // `instructions` as the system message, `input` (a string, or message, function_call and function_call_output
-// items) as the turns, function `tools` in the Chat Completions shape the template takes. What needs state kept
-// on the server (previous_response_id, store: true, conversation, item references) is refused by name.
+// items) as the turns, function `tools` in the Chat Completions shape the template takes. previous_response_id and
+// item references are resolved before (responses_state.h); conversation and background are refused by name.
 #include <string>
 #include <vector>
 
