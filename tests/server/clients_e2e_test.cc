@@ -76,6 +76,10 @@ TEST_F(ClientsTest, VercelAiSdkDefaultProviderSecondTurn) {
   run_client("ai_sdk_stored_responses.mjs", "ai sdk stored responses: ok", "@ai-sdk/openai");
 }
 
+TEST_F(ClientsTest, AnthropicClientMessagesApi) {
+  run_client("anthropic_messages.mjs", "anthropic messages: ok", "@anthropic-ai/sdk");
+}
+
 TEST_F(ClientsTest, LangChainUseResponsesApi) {
   run_client("langchain_responses.mjs", "langchain responses: ok", "@langchain/openai");
 }
