@@ -112,7 +112,7 @@ struct ServerContext {
   // Set (release) after the fields above are final; read (acquire) before any route runs.
   std::atomic<bool> ready{true};
   // Stored responses of POST /v1/responses (store: true), per API key; its limits are set before the server starts.
-  ResponseStore responses;
+  ResponseStore responses{};
 };
 
 }  // namespace duet::server
