@@ -1,8 +1,13 @@
 // CORS as a browser reads it (the Fetch standard): every Access-Control-* header and Vary at most once in an answer,
 // since a browser refuses a preflight whose Access-Control-Allow-Origin holds two values. Checked on the raw header
-// lines of `duet serve` on the demo, for a listed origin and for `*`, on a preflight, a served request and a 401.
+// lines of `duet serve` on the demo, for a listed origin and for `*`, on a preflight, a served request and a 401;
+// then in a real browser.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -81,6 +86,42 @@ TEST_P(CorsTest, ForeignOriginIsAPermissionError) {
 
 INSTANTIATE_TEST_SUITE_P(ListedAndAny, CorsTest, ::testing::Values(kOrigin, std::string("*")),
                          [](const auto& info) { return info.param == "*" ? "any" : "listed"; });
+
+// A free loopback port for the browser test's pages (bound, read, released).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t size = sizeof address;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+// Debian's chromium, headless, loads a page from one loopback origin that calls duet on another with Authorization,
+// whole and streamed; an unlisted origin is refused by the browser (tests/server/clients/browser_cors.mjs).
+TEST(CorsBrowser, ChromiumCallsDuetFromAnotherOrigin) {
+  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  const std::string tests = DUET_TESTS_DIR;
+  if (!std::filesystem::exists(tests + "/node_modules/puppeteer-core"))
+    FAIL() << "puppeteer-core is not installed: run scripts/test-deps.sh";
+  if (!std::filesystem::exists("/usr/bin/chromium")) FAIL() << "chromium is not installed: run scripts/setup.sh";
+  const int page_port = free_port(), other_port = free_port();
+  const std::vector<std::string> flags = {"--no-thinking", "--context", "256", "--max-tokens", "4", "--api-key", kKey};
+  auto with_origin = [&](const std::string& origin) {
+    auto all = flags;
+    all.insert(all.end(), {"--cors-origin", origin});
+    return all;
+  };
+  ServerProcess listed(with_origin("http://127.0.0.1:" + std::to_string(page_port)));
+  ServerProcess any(with_origin("*"));
+  auto result = run_command("node " + tests + "/server/clients/browser_cors.mjs " + listed.url() + " " + any.url() +
+                            " " + kKey + " " + std::to_string(page_port) + " " + std::to_string(other_port) + " 2>&1");
+  EXPECT_EQ(result.status, 0) << result.output;
+  EXPECT_NE(result.output.find("browser cors: ok"), std::string::npos) << result.output;
+}
 
 }  // namespace
 }  // namespace duet::testing
