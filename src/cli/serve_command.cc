@@ -35,6 +35,7 @@ struct ServeFlags {
   std::vector<std::string> api_keys;
   std::string api_key_file;
   bool no_thinking = false;
+  bool no_ui = false;
   int threads = 0;
   std::string backend = "auto";
   std::string clef_dir;  // a runtime adapter folder: decisions through it, chat from the base alone
@@ -132,6 +133,7 @@ void serve(ServeFlags& flags) {
     options.served_model_name = std::filesystem::path(flags.model_dir).lexically_normal().filename().string();
   if (options.served_model_name.empty()) options.served_model_name = "duet";
   options.enable_thinking = !flags.no_thinking;
+  options.web_ui = !flags.no_ui;
   options.log_json = flags.log_format == "json";
   options.responses_store = {static_cast<size_t>(flags.responses_store_mib) << 20,
                              std::chrono::seconds(flags.responses_ttl_s)};
@@ -296,6 +298,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--shutdown-grace", flags->shutdown_grace_s,
                   "Seconds running requests get to finish after SIGTERM/SIGINT before they are cancelled")
       ->capture_default_str();
+  cmd->add_flag("--no-ui", flags->no_ui, "Do not answer GET / with the chat page");
   cmd->add_option("--responses-store-mib", flags->responses_store_mib,
                   "Memory for stored responses (/v1/responses with store: true), least recently used evicted first; "
                   "0 keeps none")

@@ -57,6 +57,7 @@ void add_completions_route(RouteTable& table, ServerContext& context);
 void add_responses_route(RouteTable& table, ServerContext& context);
 void add_stored_responses_routes(RouteTable& table, ServerContext& context);
 void add_messages_routes(RouteTable& table, ServerContext& context);
+void add_web_ui_route(RouteTable& table, ServerContext& context);
 void add_status_routes(RouteTable& table, ServerContext& context);
 void add_tokenize_routes(RouteTable& table, ServerContext& context);
 void add_systemone_route(RouteTable& table, ServerContext& context);

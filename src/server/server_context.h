@@ -33,6 +33,7 @@ struct ServerOptions {
   bool log_json = false;                  // --log-format json: access-log lines as JSON objects
   std::vector<std::string> cors_origins;  // --cors-origin: `*` or origins whose pages may call; empty: CORS off
   ResponseStore::Limits responses_store;  // --responses-store-mib, --responses-ttl
+  bool web_ui = true;                     // GET / answers the chat page; off with --no-ui
 };
 
 // The engine as the routes use it.
