@@ -35,6 +35,7 @@ struct ServeFlags {
   std::vector<std::string> api_keys;
   std::string api_key_file;
   bool no_thinking = false;
+  bool no_ui = false;
   int threads = 0;
   std::string backend = "auto";
   std::string clef_dir;  // a runtime adapter folder: decisions through it, chat from the base alone
@@ -45,6 +46,8 @@ struct ServeFlags {
   int send_timeout_s = 30;
   int shutdown_grace_s = 30;
   std::string log_format = "text";
+  int64_t responses_store_mib = 64;  // stored responses (POST /v1/responses with store: true)
+  int64_t responses_ttl_s = 3600;
 };
 
 // One key per line; blank lines and surrounding whitespace are ignored.
@@ -82,6 +85,9 @@ void check_flags(const ServeFlags& flags) {
                                {"--idle-timeout", flags.idle_timeout_s},
                                {"--send-timeout", flags.send_timeout_s}})
     if (seconds < 1) fail("{} {}: must be at least 1 second", flag, seconds);
+  if (flags.responses_store_mib < 0 || flags.responses_store_mib > (int64_t{1} << 20))
+    fail("--responses-store-mib {}: must be 0 (keep none) to 1048576", flags.responses_store_mib);
+  if (flags.responses_ttl_s < 1) fail("--responses-ttl {}: must be at least 1 second", flags.responses_ttl_s);
   if (flags.shutdown_grace_s < 0) fail("--shutdown-grace {}: must be 0 or more seconds", flags.shutdown_grace_s);
   if (flags.server.port < 0 || flags.server.port > 65535) fail("--port {}: not a port", flags.server.port);
   if (flags.threads < 0) fail("--threads {}: must be 0 (all cores) or more", flags.threads);
@@ -127,7 +133,10 @@ void serve(ServeFlags& flags) {
     options.served_model_name = std::filesystem::path(flags.model_dir).lexically_normal().filename().string();
   if (options.served_model_name.empty()) options.served_model_name = "duet";
   options.enable_thinking = !flags.no_thinking;
+  options.web_ui = !flags.no_ui;
   options.log_json = flags.log_format == "json";
+  options.responses_store = {static_cast<size_t>(flags.responses_store_mib) << 20,
+                             std::chrono::seconds(flags.responses_ttl_s)};
 
   // The tokenizer first (quick): the routes hold it. The model (slow) loads while the server already answers,
   // /health with 503 `loading` and every other route 503 `model_loading`, so orchestrators can tell the two apart.
@@ -137,6 +146,7 @@ void serve(ServeFlags& flags) {
   server::LateEngineBackend backend;
   server::ServerContext context{options, backend, *tokenizer, tokenizer::render_chat, {}, 0, std::nullopt};
   context.started_at = std::time(nullptr);
+  context.responses.set_limits(options.responses_store);
   context.ready = false;
 
   server::HttpServer http(context);
@@ -202,11 +212,11 @@ void serve(ServeFlags& flags) {
     context.metrics.grammar_cache = context.grammars.get();
     backend.set(engine.get());
     if (head) {
-      context.decisions =
-          server::DecisionSupport{.head = head,
-                                  .backbone = model.get(),
-                                  .max_length = std::min(decision::kReferenceMaxLength, flags.engine.context),
-                                  .adapter = model->has_adapter() ? engine::AdapterUse::clef : engine::AdapterUse::none};
+      context.decisions = server::DecisionSupport{
+          .head = head,
+          .backbone = model.get(),
+          .max_length = std::min(decision::kReferenceMaxLength, flags.engine.context),
+          .adapter = model->has_adapter() ? engine::AdapterUse::clef : engine::AdapterUse::none};
       log_info("decisions: joint head {} (POST /v1/systemone, prompts up to {} tokens{}; {} head workers)",
                fmt::format("width {}, {} routing + {} decoder layers", head->config().width,
                            head->config().routing_layers, head->config().layers),
@@ -313,6 +323,13 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--shutdown-grace", flags->shutdown_grace_s,
                   "Seconds running requests get to finish after SIGTERM/SIGINT before they are cancelled")
+      ->capture_default_str();
+  cmd->add_flag("--no-ui", flags->no_ui, "Do not answer GET / with the chat page");
+  cmd->add_option("--responses-store-mib", flags->responses_store_mib,
+                  "Memory for stored responses (/v1/responses with store: true), least recently used evicted first; "
+                  "0 keeps none")
+      ->capture_default_str();
+  cmd->add_option("--responses-ttl", flags->responses_ttl_s, "Seconds a stored response is kept at most")
       ->capture_default_str();
   cmd->add_option("--queue-limit", flags->engine.queue_limit,
                   "Requests that may wait for a slot; more are refused with 429")

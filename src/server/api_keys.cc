@@ -30,11 +30,20 @@ ApiKeys::ApiKeys(const std::vector<std::string>& keys) {
 }
 
 bool ApiKeys::accepts(std::string_view authorization_header) const {
+  return accepts_key(bearer_token(authorization_header));
+}
+
+bool ApiKeys::accepts_key(std::string_view key) const {
   if (digests_.empty()) return true;
-  std::string digest = sha256_hex(bearer_token(authorization_header));
+  std::string digest = sha256_hex(key);
   bool accepted = false;
   for (const auto& key : digests_) accepted |= digests_equal(digest, key);  // every key, no early exit
   return accepted;
+}
+
+std::string key_owner(std::string_view authorization_header) {
+  std::string token = bearer_token(authorization_header);
+  return token.empty() ? std::string() : sha256_hex(token);
 }
 
 }  // namespace duet::server

@@ -5,6 +5,7 @@
 #include "base/exact_json.h"
 #include "base/json_depth.h"
 #include "server/errors.h"
+#include "server/system_messages.h"
 
 namespace duet::server {
 namespace {
@@ -118,6 +119,9 @@ std::vector<tokenizer::ChatMessage> parse_chat_messages(const Json& body, Ignore
     }
     messages.push_back(std::move(parsed));
   }
+  std::vector<std::string> names;
+  for (size_t i = 0; i < messages.size(); ++i) names.push_back(fmt::format("messages[{}]", i));
+  join_leading_system_messages(messages, names);
   return messages;
 }
 

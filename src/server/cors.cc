@@ -20,10 +20,12 @@ HttpResponse preflight_response(const std::vector<std::string>& allowed, const H
   auto origin = allowed_origin(allowed, head.header("Origin"));
   if (!origin)
     return error_response(ApiError(403, "this origin is not allowed (--cors-origin)", "", "cors_origin_not_allowed"));
+  // Only what a preflight adds: Access-Control-Allow-Origin, Vary and the exposed headers come with every answer to an
+  // allowed origin (cors_headers, added by the connection); sending them here too repeated them, and a browser
+  // refuses a preflight whose Access-Control-Allow-Origin appears twice.
   HttpResponse res;
   res.status = 204;
-  res.headers = cors_headers(allowed, head);
-  res.headers.emplace_back("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+  res.headers.emplace_back("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
   // Whatever headers the page means to send (the SDKs add their own x-stainless-* and the like): the key check,
   // not the header list, decides who is served.
   std::string_view asked = head.header("Access-Control-Request-Headers");

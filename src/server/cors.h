@@ -18,7 +18,8 @@ std::optional<std::string> allowed_origin(const std::vector<std::string>& allowe
 
 bool is_preflight(const HttpRequest& head);
 
-// The answer to a preflight: 204 with the methods and headers the routes take, or 403 for an origin not allowed.
+// The answer to a preflight: 204 with the methods and headers the routes take, or 403 for an origin not allowed. The
+// headers of cors_headers are not in it: the connection adds them to every answer, this one included.
 HttpResponse preflight_response(const std::vector<std::string>& allowed, const HttpRequest& head);
 
 // The headers every other answer to `head` carries (none without an allowed Origin).

@@ -15,6 +15,8 @@ std::string error_type_for_status(int status) {
   switch (status) {
     case 401:
       return "authentication_error";
+    case 403:
+      return "permission_error";
     case 404:
       return "not_found_error";
     case 429:

@@ -74,6 +74,9 @@ HttpServer::HttpServer(ServerContext& context)
   add_chat_route(routes_, context_);
   add_completions_route(routes_, context_);
   add_responses_route(routes_, context_);
+  add_stored_responses_routes(routes_, context_);
+  add_messages_routes(routes_, context_);
+  add_web_ui_route(routes_, context_);
   add_status_routes(routes_, context_);
   add_tokenize_routes(routes_, context_);
   add_systemone_route(routes_, context_);

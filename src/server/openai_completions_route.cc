@@ -109,6 +109,8 @@ nlohmann::json legacy_logprobs(const ServerContext& context, std::span<const eng
   return json;
 }
 
+constexpr int32_t kCompletionsDefaultMaxTokens = 16;
+
 struct CompletionReply {
   std::string id = random_id("cmpl-");
   int64_t created = unix_now();
@@ -195,9 +197,11 @@ void add_completions_route(RouteTable& table, ServerContext& context) {
     engine::Request engine_request;
     engine_request.prompt = request.prompt;
     engine_request.sampling = request.sampling.params;
+    // OpenAI's legacy completions default to 16 tokens (its API reference), not to --max-tokens: clients written for
+    // it send no max_tokens and expect a short answer.
     engine_request.sampling.max_tokens =
         resolve_max_tokens(request.sampling.max_tokens, static_cast<int32_t>(request.prompt.size()),
-                           context.options.max_tokens, context.options.context, "prompt");
+                           kCompletionsDefaultMaxTokens, context.options.context, "prompt");
     apply_output_format(context, request.format, engine_request, false);
     CompletionReply reply;
     reply.model = context.options.served_model_name;

@@ -38,9 +38,11 @@ GateVerdict check_request_head(const HttpRequest& head, std::optional<uint64_t> 
     verdict.refusal = preflight_response(*rules.cors_origins, head);
     return verdict;
   }
-  if (rules.routes.needs_key(head.path) && !rules.keys.accepts(head.header("Authorization")))
-    return refuse(
-        ApiError(401, "missing or invalid API key; send `Authorization: Bearer <key>`", "", "invalid_api_key"));
+  if (rules.routes.needs_key(head.path) && !rules.keys.accepts(head.header("Authorization")) &&
+      !(head.header("Authorization").empty() && rules.keys.accepts_key(head.header("x-api-key"))))
+    return refuse(ApiError(401,
+                           "missing or invalid API key; send `Authorization: Bearer <key>` (or `x-api-key: <key>`)", "",
+                           "invalid_api_key"));
   if (std::string_view encoding = head.header("Content-Encoding");
       !encoding.empty() && !boost::beast::iequals(encoding, "identity"))
     return refuse(ApiError(415,

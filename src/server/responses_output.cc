@@ -11,10 +11,20 @@ namespace {
 
 using OJson = nlohmann::ordered_json;
 
-OJson reasoning_item(const std::string& id, const std::string& text, const char* status) {
-  OJson content = OJson::array();
-  if (!text.empty()) content.push_back({{"type", "reasoning_text"}, {"text", text}});
-  return {{"type", "reasoning"}, {"id", id}, {"summary", OJson::array()}, {"content", content}, {"status", status}};
+// A reasoning item's one part: reasoning_text content, or summary_text when the request asked for a summary.
+OJson reasoning_part(bool summary, const std::string& text) {
+  return {{"type", summary ? "summary_text" : "reasoning_text"}, {"text", text}};
+}
+
+// With `summary` the text is the item's summary and it has no content (as OpenAI's reasoning models send it);
+// without, it is the content and the summary is empty. An item being streamed starts with neither part.
+OJson reasoning_item(const std::string& id, bool summary, const std::string& text, const char* status) {
+  OJson parts = OJson::array();
+  if (!text.empty()) parts.push_back(reasoning_part(summary, text));
+  OJson item = {{"type", "reasoning"}, {"id", id}, {"summary", summary ? parts : OJson::array()}};
+  if (!summary) item["content"] = parts;
+  item["status"] = status;
+  return item;
 }
 
 OJson text_part(const std::string& text) {
@@ -43,8 +53,9 @@ OJson response_json(const ResponseHeader& header, const ResponsesRequest& reques
   if (!response.contains("tools")) response["tools"] = OJson::array();
   if (!response.contains("tool_choice")) response["tool_choice"] = "auto";
   if (!response.contains("parallel_tool_calls")) response["parallel_tool_calls"] = request.parallel_tool_calls;
-  response["store"] = false;
-  response["previous_response_id"] = nullptr;
+  response["store"] = header.store;
+  response["previous_response_id"] =
+      header.previous_response_id.empty() ? OJson(nullptr) : OJson(header.previous_response_id);
   response["usage"] = nullptr;
   if (finished) {
     if (finished->reason == engine::FinishReason::length)
@@ -66,9 +77,10 @@ const char* final_status(const engine::FinishedEvent& finished) {
 // The stream: one open item at a time (reasoning or message); a tool call is an item of its own, sent whole.
 class ResponsesStreamFormatter final : public StreamFormatter {
  public:
-  ResponsesStreamFormatter(ResponseHeader header, ResponsesRequest request)
+  ResponsesStreamFormatter(ResponseHeader header, ResponsesRequest request, ResponseDone on_done)
       : header_(std::move(header)),
         request_(std::move(request)),
+        on_done_(std::move(on_done)),
         parser_(header_.starts_in_reasoning, !request_.tools.empty(), request_.tools, header_.answer_start) {}
 
   std::string start() override {
@@ -92,8 +104,9 @@ class ResponsesStreamFormatter final : public StreamFormatter {
     if (output_.empty() && open_ == Open::none) out += open(Open::message);  // an empty reply: an empty message
     out += close_item();
     const char* status = final_status(finished);
-    out += event(std::string("response.") + status,
-                 {{"response", response_json(header_, request_, status, output_, &finished)}});
+    OJson response = response_json(header_, request_, status, output_, &finished);
+    if (on_done_) on_done_(response);
+    out += event(std::string("response.") + status, {{"response", std::move(response)}});
     return out;
   }
 
@@ -110,6 +123,13 @@ class ResponsesStreamFormatter final : public StreamFormatter {
 
   OJson item_place() const { return {{"item_id", item_id_}, {"output_index", output_.size()}}; }
 
+  // Where the open reasoning part is: summary_index 0, or content_index 0.
+  OJson reasoning_place() const {
+    OJson place = item_place();
+    place[request_.reasoning_summary ? "summary_index" : "content_index"] = 0;
+    return place;
+  }
+
   std::string open(Open kind) {
     std::string out = close_item();
     open_ = kind;
@@ -117,7 +137,13 @@ class ResponsesStreamFormatter final : public StreamFormatter {
     if (kind == Open::reasoning) {
       item_id_ = random_id("rs_");
       out += event("response.output_item.added",
-                   {{"output_index", output_.size()}, {"item", reasoning_item(item_id_, "", "in_progress")}});
+                   {{"output_index", output_.size()},
+                    {"item", reasoning_item(item_id_, request_.reasoning_summary, "", "in_progress")}});
+      // Its one part, announced before any delta: clients (the openai client's stream helper) add the delta to it.
+      OJson part = reasoning_place();
+      part["part"] = reasoning_part(request_.reasoning_summary, "");
+      out += event(request_.reasoning_summary ? "response.reasoning_summary_part.added" : "response.content_part.added",
+                   part);
     } else {
       item_id_ = random_id("msg_");
       out += event("response.output_item.added",
@@ -137,10 +163,14 @@ class ResponsesStreamFormatter final : public StreamFormatter {
     place["content_index"] = 0;
     OJson item;
     if (open_ == Open::reasoning) {
-      OJson done = place;
+      const bool summary = request_.reasoning_summary;
+      OJson done = reasoning_place();
       done["text"] = text_;
-      out += event("response.reasoning_text.done", done);
-      item = reasoning_item(item_id_, text_, "completed");
+      out += event(summary ? "response.reasoning_summary_text.done" : "response.reasoning_text.done", done);
+      OJson part = reasoning_place();
+      part["part"] = reasoning_part(summary, text_);
+      out += event(summary ? "response.reasoning_summary_part.done" : "response.content_part.done", part);
+      item = reasoning_item(item_id_, summary, text_, "completed");
     } else {
       OJson done = place;
       done["text"] = text_;
@@ -183,17 +213,26 @@ class ResponsesStreamFormatter final : public StreamFormatter {
       if (piece.text.empty()) continue;
       if (open_ != kind) out += open(kind);
       text_ += piece.text;
+      if (kind == Open::reasoning) {
+        OJson delta = reasoning_place();
+        delta["delta"] = piece.text;
+        out += event(
+            request_.reasoning_summary ? "response.reasoning_summary_text.delta" : "response.reasoning_text.delta",
+            delta);
+        continue;
+      }
       OJson delta = item_place();
       delta["content_index"] = 0;
       delta["delta"] = piece.text;
-      if (kind == Open::message) delta["logprobs"] = OJson::array();
-      out += event(kind == Open::reasoning ? "response.reasoning_text.delta" : "response.output_text.delta", delta);
+      delta["logprobs"] = OJson::array();
+      out += event("response.output_text.delta", delta);
     }
     return out;
   }
 
   ResponseHeader header_;
   ResponsesRequest request_;
+  ResponseDone on_done_;
   ChatOutputParser parser_;
   OJson output_ = OJson::array();  // the finished items
   Open open_ = Open::none;
@@ -210,7 +249,8 @@ OJson whole_response_json(const ResponseHeader& header, const ResponsesRequest& 
                                               request.tools, header.answer_start);
   if (!request.parallel_tool_calls && parsed.tool_calls.size() > 1) parsed.tool_calls.resize(1);
   OJson output = OJson::array();
-  if (!parsed.reasoning.empty()) output.push_back(reasoning_item(random_id("rs_"), parsed.reasoning, "completed"));
+  if (!parsed.reasoning.empty())
+    output.push_back(reasoning_item(random_id("rs_"), request.reasoning_summary, parsed.reasoning, "completed"));
   // A message unless the reply is only reasoning or tool calls (an empty reply is an empty message).
   if (!parsed.content.empty() || (parsed.tool_calls.empty() && parsed.reasoning.empty()))
     output.push_back(message_item(random_id("msg_"), parsed.content, "completed"));
@@ -227,8 +267,9 @@ OJson whole_response_json(const ResponseHeader& header, const ResponsesRequest& 
   return response;
 }
 
-std::unique_ptr<StreamFormatter> responses_stream_formatter(ResponseHeader header, ResponsesRequest request) {
-  return std::make_unique<ResponsesStreamFormatter>(std::move(header), std::move(request));
+std::unique_ptr<StreamFormatter> responses_stream_formatter(ResponseHeader header, ResponsesRequest request,
+                                                            ResponseDone on_done) {
+  return std::make_unique<ResponsesStreamFormatter>(std::move(header), std::move(request), std::move(on_done));
 }
 
 }  // namespace duet::server

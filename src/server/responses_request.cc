@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "server/errors.h"
+#include "server/system_messages.h"
 
 namespace duet::server {
 namespace {
@@ -67,7 +68,7 @@ void add_input_item(std::vector<tokenizer::ChatMessage>& messages, const Json& i
     check_known_fields(item, {"type"}, {"id", "summary", "content", "encrypted_content", "status"}, name + ".",
                        unknown);
   } else if (type == "item_reference") {
-    refuse_field(name + ".type", "item references need stored responses; duet keeps none (send the items themselves)");
+    refuse_field(name + ".type", "not resolved against the stored responses");
   } else {
     refuse_field(name + ".type", fmt::format("`{}` items are not supported", type));
   }
@@ -75,24 +76,25 @@ void add_input_item(std::vector<tokenizer::ChatMessage>& messages, const Json& i
 
 std::vector<tokenizer::ChatMessage> parse_input(const Json& body, IgnoredFields& unknown) {
   std::vector<tokenizer::ChatMessage> messages;
-  if (auto instructions = read_string(body, "instructions", "instructions"))
+  std::vector<std::string> names;  // where each message came from, for refusals
+  if (auto instructions = read_string(body, "instructions", "instructions")) {
     messages.push_back({"system", *instructions, std::nullopt, {}});
+    names.push_back("instructions");
+  }
   auto it = body.find("input");
   if (it == body.end() || it->is_null()) refuse_field("input", "missing");
   if (it->is_string()) {
     messages.push_back({"user", it->get<std::string>(), std::nullopt, {}});
   } else if (it->is_array()) {
-    for (size_t i = 0; i < it->size(); ++i) add_input_item(messages, (*it)[i], fmt::format("input[{}]", i), unknown);
+    for (size_t i = 0; i < it->size(); ++i) {
+      const std::string name = fmt::format("input[{}]", i);
+      add_input_item(messages, (*it)[i], name, unknown);
+      names.resize(messages.size(), name);  // an item adds a turn, or joins the one before
+    }
   } else {
     refuse_field("input", "expected a string or an array of input items");
   }
-  // A system message after instructions (or a second one) joins the first, as the template takes one system turn.
-  for (size_t i = 1; i < messages.size(); ++i) {
-    if (messages[i].role != "system") continue;
-    if (messages[0].role != "system") refuse_field("input", "a system or developer message must come first");
-    messages[0].content += "\n\n" + messages[i].content;
-    messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(i--));
-  }
+  join_leading_system_messages(messages, names);
   return messages;
 }
 
@@ -126,13 +128,30 @@ Json parse_tools(const Json& body, IgnoredFields& unknown) {
   return tools;
 }
 
-// reasoning.effort as the thinking switch (as reasoning_effort on chat); the summary setting has no effect. nullopt:
-// the request asked nothing (the server's default applies).
+// reasoning.summary (or its older name generate_summary): whether the reasoning goes out as summary text. Qwen3.5
+// writes no separate summary, so every level sends the reasoning itself.
+bool parse_reasoning_summary(const Json& body) {
+  auto it = body.find("reasoning");
+  if (it == body.end() || !it->is_object()) return false;
+  bool asked = false;
+  for (const char* key : {"summary", "generate_summary"}) {
+    const std::string param = std::string("reasoning.") + key;
+    auto level = read_string(*it, key, param);
+    if (!level) continue;
+    if (*level != "auto" && *level != "concise" && *level != "detailed")
+      refuse_field(param, fmt::format("`{}` is not one of auto, concise, detailed", *level));
+    asked = true;
+  }
+  return asked;
+}
+
+// reasoning.effort as the thinking switch (as reasoning_effort on chat). nullopt: the request asked nothing (the
+// server's default applies).
 std::optional<bool> parse_reasoning(const Json& body, IgnoredFields& unknown) {
   auto it = body.find("reasoning");
   if (it == body.end() || it->is_null()) return std::nullopt;
   if (!it->is_object()) refuse_field("reasoning", "expected an object");
-  check_known_fields(*it, {"effort"}, {"summary", "generate_summary"}, "reasoning.", unknown);
+  check_known_fields(*it, {"effort", "summary", "generate_summary"}, {}, "reasoning.", unknown);
   auto effort = read_string(*it, "effort", "reasoning.effort");
   if (!effort) return std::nullopt;
   if (*effort == "none") return false;
@@ -151,12 +170,12 @@ OutputFormat read_text_format(const Json& body, IgnoredFields& unknown) {
   return {};
 }
 
-// What a stateless server cannot do, refused by name rather than ignored.
+// What needs state duet does not keep, refused by name rather than ignored. previous_response_id and item
+// references are resolved against stored responses before the body gets here (responses_state.h).
 void refuse_state(const Json& body) {
   if (read_string(body, "previous_response_id", "previous_response_id"))
-    refuse_field("previous_response_id", "duet keeps no responses; send the whole conversation in `input`");
-  if (read_bool(body, "store", "store").value_or(false))
-    refuse_field("store", "duet keeps no responses; send store: false (or leave it out)");
+    refuse_field("previous_response_id", "not resolved against the stored responses");
+  read_bool(body, "store", "store");
   if (auto it = body.find("conversation"); it != body.end() && !it->is_null())
     refuse_field("conversation", "duet keeps no conversations; send the whole conversation in `input`");
   if (read_bool(body, "background", "background").value_or(false))
@@ -201,6 +220,7 @@ ResponsesRequest parse_responses_request(const Json& body, const ServerOptions& 
   if (request.tool_choice.mode == ToolChoice::Mode::none) request.tools = Json::array();
   request.enable_thinking =
       thinking_with(request.tool_choice, parse_reasoning(body, request.ignored), options.enable_thinking);
+  request.reasoning_summary = parse_reasoning_summary(body);
   request.parallel_tool_calls = read_bool(body, "parallel_tool_calls", "parallel_tool_calls").value_or(true);
   request.stream = read_bool(body, "stream", "stream").value_or(false);
   request.client = parse_client_tags(body);

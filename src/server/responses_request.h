@@ -1,8 +1,8 @@
 #pragma once
-// A POST /v1/responses body (OpenAI's Responses API, stateless) read into a conversation for the chat template:
+// A POST /v1/responses body (OpenAI's Responses API) read into a conversation for the chat template:
 // `instructions` as the system message, `input` (a string, or message, function_call and function_call_output
-// items) as the turns, function `tools` in the Chat Completions shape the template takes. What needs state kept
-// on the server (previous_response_id, store: true, conversation, item references) is refused by name.
+// items) as the turns, function `tools` in the Chat Completions shape the template takes. previous_response_id and
+// item references are resolved before (responses_state.h); conversation and background are refused by name.
 #include <string>
 #include <vector>
 
@@ -19,6 +19,9 @@ struct ResponsesRequest {
   Json tools = Json::array();  // as the template takes them: {"type": "function", "function": {...}}
   ToolChoice tool_choice;      // required or a named function: forced_answer_start opens the answer
   bool enable_thinking = true;
+  // reasoning.summary asked (auto, concise, detailed): the reasoning is sent as summary text, which the AI SDK and
+  // LangChain read, instead of reasoning_text content.
+  bool reasoning_summary = false;
   SamplingRequest sampling;
   bool stream = false;
   bool parallel_tool_calls = true;

@@ -5,7 +5,17 @@
 namespace duet::server {
 namespace {
 
-const char* method_name(RouteTable::Method method) { return method == RouteTable::Method::get ? "GET" : "POST"; }
+const char* method_name(RouteTable::Method method) {
+  switch (method) {
+    case RouteTable::Method::get:
+      return "GET";
+    case RouteTable::Method::post:
+      return "POST";
+    case RouteTable::Method::del:
+      return "DELETE";
+  }
+  return "";
+}
 
 }  // namespace
 

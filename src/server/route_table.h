@@ -21,7 +21,7 @@ namespace duet::server {
 
 class RouteTable {
  public:
-  enum class Method { get, post };
+  enum class Method { get, post, del };  // del: DELETE
   using Handler = std::function<HttpResponse(const HttpRequest&)>;
   struct Route {
     Method method;
@@ -55,6 +55,9 @@ class RouteTable {
 void add_chat_route(RouteTable& table, ServerContext& context);
 void add_completions_route(RouteTable& table, ServerContext& context);
 void add_responses_route(RouteTable& table, ServerContext& context);
+void add_stored_responses_routes(RouteTable& table, ServerContext& context);
+void add_messages_routes(RouteTable& table, ServerContext& context);
+void add_web_ui_route(RouteTable& table, ServerContext& context);
 void add_status_routes(RouteTable& table, ServerContext& context);
 void add_tokenize_routes(RouteTable& table, ServerContext& context);
 void add_systemone_route(RouteTable& table, ServerContext& context);

@@ -16,6 +16,7 @@
 #include "model/model.h"
 #include "server/http_limits.h"
 #include "server/metrics.h"
+#include "server/response_store.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -32,6 +33,8 @@ struct ServerOptions {
   HttpLimits http;                        // sizes, deadlines and connections the HTTP layer allows
   bool log_json = false;                  // --log-format json: access-log lines as JSON objects
   std::vector<std::string> cors_origins;  // --cors-origin: `*` or origins whose pages may call; empty: CORS off
+  ResponseStore::Limits responses_store;  // --responses-store-mib, --responses-ttl
+  bool web_ui = true;                     // GET / answers the chat page; off with --no-ui
 };
 
 // The engine as the routes use it.
@@ -112,6 +115,8 @@ struct ServerContext {
   // False while `duet serve` loads the model: /health answers 503 `loading`, every other route 503 `model_loading`.
   // Set (release) after the fields above are final; read (acquire) before any route runs.
   std::atomic<bool> ready{true};
+  // Stored responses of POST /v1/responses (store: true), per API key; its limits are set before the server starts.
+  ResponseStore responses{};
 };
 
 }  // namespace duet::server

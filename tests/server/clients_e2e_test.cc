@@ -16,14 +16,16 @@ namespace {
 using Json = nlohmann::json;
 
 const std::string kKey = "sk-clients-test";
+const std::string kOtherKey = "sk-clients-other";  // stored responses are one key's own
 const std::string kOrigin = "http://localhost:5173";
 
 class ClientsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!demo_model_available()) return;
-    server_ = std::make_unique<ServerProcess>(std::vector<std::string>{
-        "--no-thinking", "--context", "512", "--max-tokens", "64", "--api-key", kKey, "--cors-origin", kOrigin});
+    server_ = std::make_unique<ServerProcess>(
+        std::vector<std::string>{"--no-thinking", "--context", "512", "--max-tokens", "64", "--api-key", kKey,
+                                 "--api-key", kOtherKey, "--cors-origin", kOrigin});
   }
   static void TearDownTestSuite() { server_.reset(); }
   void SetUp() override {
@@ -31,11 +33,12 @@ class ClientsTest : public ::testing::Test {
   }
 
   // Runs tests/server/clients/SCRIPT against the server; it must exit 0 and print its `ok` line.
-  static void run_client(const std::string& script, const std::string& ok_line, const std::string& package) {
+  static void run_client(const std::string& script, const std::string& ok_line, const std::string& package,
+                         const std::string& extra_args = "") {
     if (!std::filesystem::exists(std::string(DUET_TESTS_DIR) + "/node_modules/" + package))
       FAIL() << package << " is not installed: run scripts/test-deps.sh";
     auto result = run_command("node " + std::string(DUET_TESTS_DIR) + "/server/clients/" + script + " " +
-                              server_->url() + " " + kKey + " 2>&1");
+                              server_->url() + " " + kKey + " " + extra_args + " 2>&1");
     EXPECT_EQ(result.status, 0) << result.output;
     EXPECT_NE(result.output.find(ok_line), std::string::npos) << result.output;
   }
@@ -63,6 +66,18 @@ TEST_F(ClientsTest, OpenAiClientResponsesApi) { run_client("openai_responses.mjs
 
 TEST_F(ClientsTest, VercelAiSdkDefaultResponsesProvider) {
   run_client("ai_sdk_responses.mjs", "ai sdk responses: ok", "@ai-sdk/openai");
+}
+
+TEST_F(ClientsTest, OpenAiClientStoredResponsesPerKey) {
+  run_client("openai_stored_responses.mjs", "openai stored responses: ok", "openai", kOtherKey);
+}
+
+TEST_F(ClientsTest, VercelAiSdkDefaultProviderSecondTurn) {
+  run_client("ai_sdk_stored_responses.mjs", "ai sdk stored responses: ok", "@ai-sdk/openai");
+}
+
+TEST_F(ClientsTest, AnthropicClientMessagesApi) {
+  run_client("anthropic_messages.mjs", "anthropic messages: ok", "@anthropic-ai/sdk");
 }
 
 TEST_F(ClientsTest, LangChainUseResponsesApi) {
@@ -106,6 +121,18 @@ TEST_F(ClientsTest, BrowserPreflightIsAnsweredWithoutAKeyAndLeaksNoRoutes) {
   ASSERT_TRUE(served);
   EXPECT_EQ(served->status, 200) << served->body;
   EXPECT_EQ(served->get_header_value("Access-Control-Allow-Origin"), kOrigin);
+}
+
+// OpenAI's API reference: legacy completions without max_tokens generate at most 16 tokens (this server's
+// --max-tokens, 64, is for chat and responses).
+TEST_F(ClientsTest, CompletionsWithoutMaxTokensStopAtSixteen) {
+  auto res = server_->client().Post("/v1/completions", with_key(),
+                                    R"({"prompt": "Once upon a time", "ignore_eos": true})", "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  Json reply = Json::parse(res->body);
+  EXPECT_EQ(reply["usage"]["completion_tokens"], 16);
+  EXPECT_EQ(reply["choices"][0]["finish_reason"], "length");
 }
 
 TEST_F(ClientsTest, ModelsByIdNameUnknownModels) {

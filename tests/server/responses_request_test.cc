@@ -86,7 +86,6 @@ TEST(ResponsesRequest, UnknownFieldsAreIgnoredAndNamed) {
 
 TEST(ResponsesRequest, StateAndUnsupportedFeaturesAreRefusedByName) {
   EXPECT_EQ(param_of(R"({"input": "x", "previous_response_id": "resp_1"})"), "previous_response_id");
-  EXPECT_EQ(param_of(R"({"input": "x", "store": true})"), "store");
   EXPECT_EQ(param_of(R"({"input": "x", "conversation": "conv_1"})"), "conversation");
   EXPECT_EQ(param_of(R"({"input": "x", "background": true})"), "background");
   EXPECT_EQ(param_of(R"({"input": [{"type": "item_reference", "id": "msg_1"}]})"), "input[0].type");

@@ -2,12 +2,16 @@
 // documented order of events for reasoning, text and function calls, sequence numbers, and a final response that
 // holds the same items the events built.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "../run_command.h"
 #include "server/responses_output.h"
 
 namespace duet::server {
@@ -18,10 +22,9 @@ using Json = nlohmann::json;
 const char* kTools = R"({"input": "x", "tools": [{"type": "function", "name": "get_weather",
   "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}}]})";
 
-// Every event of a stream: the formatter fed `pieces` of text as tokens, then finished with `reason`.
-std::vector<Json> stream_events(const std::string& body, bool starts_in_reasoning,
-                                const std::vector<std::string>& pieces,
-                                engine::FinishReason reason = engine::FinishReason::stop) {
+// The SSE text of a stream: the formatter fed `pieces` of text as tokens, then finished with `reason`.
+std::string stream_sse(const std::string& body, bool starts_in_reasoning, const std::vector<std::string>& pieces,
+                       engine::FinishReason reason = engine::FinishReason::stop) {
   ServerOptions options;
   options.served_model_name = "demo";
   ResponseHeader header;
@@ -40,6 +43,14 @@ std::vector<Json> stream_events(const std::string& body, bool starts_in_reasonin
   finished.completion_tokens = static_cast<int32_t>(pieces.size());
   sse += formatter->finish(0, finished);
   sse += formatter->end({});
+  return sse;
+}
+
+// Every event of that stream, parsed.
+std::vector<Json> stream_events(const std::string& body, bool starts_in_reasoning,
+                                const std::vector<std::string>& pieces,
+                                engine::FinishReason reason = engine::FinishReason::stop) {
+  const std::string sse = stream_sse(body, starts_in_reasoning, pieces, reason);
   std::vector<Json> events;
   std::istringstream lines(sse);
   std::string line, name;
@@ -59,26 +70,53 @@ std::vector<std::string> types(const std::vector<Json>& events) {
   return out;
 }
 
+// The order of OpenAI's Responses streaming reference: every part is announced (content_part.added) before its
+// deltas and closed (content_part.done) before its item; the openai client's stream helper needs the announcement.
 TEST(ResponsesStream, ReasoningThenTextInTheDocumentedOrder) {
   const auto events = stream_events(R"({"input": "x"})", true, {"Let me ", "think.", "</think>\n\n", "Hello", "!"});
   EXPECT_EQ(types(events),
             (std::vector<std::string>{
-                "response.created", "response.in_progress", "response.output_item.added",
+                "response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
                 "response.reasoning_text.delta", "response.reasoning_text.delta", "response.reasoning_text.done",
-                "response.output_item.done", "response.output_item.added", "response.content_part.added",
-                "response.output_text.delta", "response.output_text.delta", "response.output_text.done",
-                "response.content_part.done", "response.output_item.done", "response.completed"}));
+                "response.content_part.done", "response.output_item.done", "response.output_item.added",
+                "response.content_part.added", "response.output_text.delta", "response.output_text.delta",
+                "response.output_text.done", "response.content_part.done", "response.output_item.done",
+                "response.completed"}));
   for (size_t i = 0; i < events.size(); ++i) EXPECT_EQ(events[i]["sequence_number"], i);
-  EXPECT_EQ(events[5]["text"], "Let me think.");
-  EXPECT_EQ(events[11]["text"], "Hello!");
-  EXPECT_EQ(events[7]["output_index"], 1);
+  EXPECT_EQ(events[3]["part"]["type"], "reasoning_text");
+  EXPECT_EQ(events[3]["content_index"], 0);
+  EXPECT_EQ(events[6]["text"], "Let me think.");
+  EXPECT_EQ(events[7]["part"]["text"], "Let me think.");
+  EXPECT_EQ(events[13]["text"], "Hello!");
+  EXPECT_EQ(events[9]["output_index"], 1);
   const Json& response = events.back()["response"];
   EXPECT_EQ(response["status"], "completed");
   ASSERT_EQ(response["output"].size(), 2u);
-  EXPECT_EQ(response["output"][0], events[6]["item"]);
-  EXPECT_EQ(response["output"][1], events[13]["item"]);
+  EXPECT_EQ(response["output"][0], events[8]["item"]);
+  EXPECT_EQ(response["output"][0]["content"][0]["text"], "Let me think.");
+  EXPECT_EQ(response["output"][1], events[15]["item"]);
   EXPECT_EQ(response["output"][1]["content"][0]["text"], "Hello!");
   EXPECT_EQ(response["usage"]["output_tokens"], 5);
+}
+
+// reasoning.summary asked: the reasoning goes out as summary text (the events the AI SDK and LangChain read).
+TEST(ResponsesStream, ASummaryIsAskedTheReasoningIsItsSummary) {
+  const auto events = stream_events(R"({"input": "x", "reasoning": {"effort": "high", "summary": "auto"}})", true,
+                                    {"Let me ", "think.", "</think>\n\n", "Hi"});
+  const auto t = types(events);
+  const std::vector<std::string> head(t.begin() + 2, t.begin() + 9);
+  EXPECT_EQ(head,
+            (std::vector<std::string>{"response.output_item.added", "response.reasoning_summary_part.added",
+                                      "response.reasoning_summary_text.delta", "response.reasoning_summary_text.delta",
+                                      "response.reasoning_summary_text.done", "response.reasoning_summary_part.done",
+                                      "response.output_item.done"}));
+  EXPECT_EQ(events[3]["summary_index"], 0);
+  EXPECT_EQ(events[3]["part"]["type"], "summary_text");
+  const Json& item = events[8]["item"];
+  ASSERT_EQ(item["summary"].size(), 1u);
+  EXPECT_EQ(item["summary"][0]["text"], "Let me think.");
+  EXPECT_FALSE(item.contains("content"));
+  EXPECT_EQ(events.back()["response"]["output"][0], item);
 }
 
 TEST(ResponsesStream, AFunctionCallIsAnItemWithItsArguments) {
@@ -116,6 +154,27 @@ TEST(ResponsesStream, AnEmptyReplyIsAnEmptyMessage) {
   ASSERT_EQ(output.size(), 1u);
   EXPECT_EQ(output[0]["type"], "message");
   EXPECT_EQ(output[0]["content"][0]["text"], "");
+}
+
+// The official clients' stream readers (openai's responses.stream(), the AI SDK's streamText, LangChain's stream) fed
+// the scripted stream: each gets the reasoning and the text (tests/server/clients/replay_responses_stream.mjs).
+TEST(ResponsesStream, OfficialClientsReadReasoningAndText) {
+  const std::string tests = DUET_TESTS_DIR;
+  for (const char* package : {"openai", "ai", "@langchain/openai"})
+    if (!std::filesystem::exists(tests + "/node_modules/" + package))
+      FAIL() << package << " is not installed: run scripts/test-deps.sh";
+  for (bool summary : {false, true}) {
+    const std::string body =
+        summary ? R"({"input": "x", "reasoning": {"effort": "high", "summary": "detailed"}})" : R"({"input": "x"})";
+    const auto file = std::filesystem::temp_directory_path() /
+                      ("duet-responses-replay-" + std::to_string(getpid()) + (summary ? "-summary" : "") + ".sse");
+    std::ofstream(file) << stream_sse(body, true, {"Let me ", "think.", "</think>\n\n", "Hello", "!"});
+    auto result = testing::run_command("node " + tests + "/server/clients/replay_responses_stream.mjs " +
+                                       file.string() + (summary ? " 1" : " 0") + " 'Let me think.' 'Hello!' 2>&1");
+    std::filesystem::remove(file);
+    EXPECT_EQ(result.status, 0) << (summary ? "summary: " : "content: ") << result.output;
+    EXPECT_NE(result.output.find("replay responses stream: ok"), std::string::npos) << result.output;
+  }
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // The Responses API through the official `openai` client: a whole response, the streamed event sequence, function
-// tools with a call's output sent back, and the stateful fields refused by name.
+// tools with a call's output sent back, and the stream helper with thinking on.
 // Usage: node openai_responses.mjs URL API_KEY
 import assert from "node:assert/strict";
 import OpenAI from "openai";
@@ -57,9 +57,17 @@ const followUp = await client.responses.create({ model, tools, max_output_tokens
     { type: "function_call_output", call_id: "call_1", output: "4 C, rain" }] });
 assert.ok(followUp.usage.input_tokens > withTools.usage.input_tokens);
 
-// No server-side state: named refusals.
-for (const [field, extra] of [["previous_response_id", { previous_response_id: "resp_1" }],
-                              ["store", { store: true }]])
-  await assert.rejects(client.responses.create({ model, input: "x", ...extra }),
-    (e) => e.status === 400 && e.param === field);
+// The client's stream helper with thinking on (the default of a reasoning model): it throws on a delta whose part
+// was never announced; the reasoning it accumulates equals the deltas, as summary text when a summary is asked.
+for (const summary of [undefined, "auto"]) {
+  const helper = client.responses.stream({ model, input: "Why?", max_output_tokens: 12, temperature: 0,
+    reasoning: { effort: "high", ...(summary ? { summary } : {}) } });
+  let reasoned = "";
+  helper.on(summary ? "response.reasoning_summary_text.delta" : "response.reasoning_text.delta",
+    (e) => { reasoned += e.delta; });
+  const final = await helper.finalResponse();
+  assert.equal(final.output[0].type, "reasoning");
+  assert.ok(reasoned.length > 0, "the demo's reply starts inside <think>");
+  assert.equal((summary ? final.output[0].summary : final.output[0].content)[0].text, reasoned);
+}
 console.log("openai responses: ok");
