@@ -67,6 +67,7 @@ struct TokenEvent {
 struct FinishedEvent {
   FinishReason reason = FinishReason::stop;
   int32_t prompt_tokens = 0;
+  int32_t cached_tokens = 0;  // of prompt_tokens, resumed from the prompt cache instead of prefilled
   int32_t completion_tokens = 0;
   std::string text_tail;  // text released at the end (incomplete UTF-8 flushed), if any
   std::string error;      // for FinishReason::error
