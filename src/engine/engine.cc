@@ -259,10 +259,15 @@ struct Engine::Impl {
       };
       std::optional<PromptCache::Hit> hit = look_up();
       const int64_t limit = scheduler.pages_needed(*next);
-      // Pages only the cache holds come back, oldest entry first, when a request needs them.
-      while (cache && !blocks.can_acquire(limit, hit ? static_cast<int64_t>(hit->pages.size()) : 0) &&
-             cache->evict_one())
-        hit = look_up();
+      const auto fits = [&] { return blocks.can_acquire(limit, hit ? static_cast<int64_t>(hit->pages.size()) : 0); };
+      // Pages only the cache holds come back, oldest entry first, when a request needs them; when running
+      // sequences' promises are what is short, evicting would not help and the cache is left alone.
+      if (cache && !fits()) {
+        const int64_t short_by = limit - (hit ? static_cast<int64_t>(hit->pages.size()) : 0) -
+                                 (blocks.free_pages() - blocks.reserved_pages());
+        if (short_by <= cache->reclaimable_pages())
+          while (!fits() && cache->evict_one()) hit = look_up();
+      }
       if (!scheduler.try_admit(waiting.front(), hit ? std::span<const int32_t>(hit->pages) : std::span<const int32_t>()))
         break;
       waiting.pop_front();

@@ -29,6 +29,14 @@ int32_t PieceRunner::open(int32_t max_positions) {
   return *slot;
 }
 
+int32_t PieceRunner::resume(std::span<const int32_t> shared, int32_t snapshot, int32_t max_positions) {
+  const std::optional<int32_t> slot = blocks_.acquire(static_cast<int64_t>(shared.size()), shared);
+  if (!slot) fail("piece runner: all {} sequence slots are lent", blocks_.slots());
+  storage_->restore_snapshot(snapshot, *slot);
+  limits_[static_cast<size_t>(*slot)] = max_positions > 0 ? max_positions : max_positions_;
+  return *slot;
+}
+
 void PieceRunner::close(int32_t slot) { blocks_.release(slot); }
 
 std::vector<model::PieceResult> PieceRunner::run(std::span<const model::Piece> pieces) {

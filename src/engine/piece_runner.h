@@ -21,6 +21,9 @@ class PieceRunner {
   // A free slot (the lowest), its GDN state reset; its sequence may hold up to `max_positions` positions (0: the
   // runner's). Throws when every slot is lent. Pages are not reserved: they are taken as the sequence grows.
   int32_t open(int32_t max_positions = 0);
+  // A free slot resumed from a prompt cache entry: `shared` pages (a whole number of blocks, its position becomes
+  // their end) and GDN snapshot `snapshot` restored into it.
+  int32_t resume(std::span<const int32_t> shared, int32_t snapshot, int32_t max_positions = 0);
   void close(int32_t slot);  // its pages go back unless shared
   // Runs one step: pieces name their slot, tokens and outputs; page_table and position are filled in here. Throws
   // model::PieceRefused (nothing moved) for a piece past its sequence's max_positions, and duet::Error when the

@@ -126,6 +126,12 @@ void PromptCache::evict(int32_t snapshot) {
   free_snapshots_.push_back(snapshot);
 }
 
+int64_t PromptCache::reclaimable_pages() const {
+  int64_t pages = 0;
+  for (const auto& [page, holds] : page_holds_) pages += blocks_.references(page) == holds ? 1 : 0;
+  return pages;
+}
+
 PromptCache::Stats PromptCache::stats() const {
   Stats out = stats_;
   out.entries = static_cast<int64_t>(std::count_if(entries_.begin(), entries_.end(), [](const auto& e) { return e.has_value(); }));

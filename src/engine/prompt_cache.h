@@ -42,6 +42,8 @@ class PromptCache {
   void insert(uint64_t salt, std::span<const int32_t> prefix, int32_t slot);
   // Drops the least recently used entry; false when there is none.
   bool evict_one();
+  // Pages that only the cache holds (no sequence reads them): what evicting everything would give back.
+  int64_t reclaimable_pages() const;
 
   bool enabled() const { return !entries_.empty(); }
   struct Stats {

@@ -62,8 +62,8 @@ std::vector<ScheduledPiece> Scheduler::plan_step() {
     if (sequence->fork_of() && waits_for_fork(*sequence, find(*sequence->fork_of()))) continue;
     const int32_t remaining = sequence->prompt_length() - sequence->prefilled();
     const int32_t room = std::max(step_token_budget_ - tokens, 0);
-    // The rest of the prompt if it fits, else as many whole chunks as fit: prefilled() is always a multiple of
-    // the chunk, so every cut lands on one.
+    // The rest of the prompt if it fits, else as many whole chunks as fit: prefilled() is always a multiple of 64
+    // (of the chunk, or a cache point, or a cached prefix's end), so every cut lands on a multiple of 64.
     int32_t length = remaining <= room ? remaining : room / prefill_chunk_ * prefill_chunk_;
     if (length == 0) {
       if (any_prefill) continue;                     // a shorter prompt further on may still fit
