@@ -62,8 +62,8 @@ void rows(const RowsOptions& options) {
       const auto start = std::chrono::steady_clock::now();
       for (size_t done = 0; done < ids.size(); done += static_cast<size_t>(options.chunk)) {
         const size_t n = std::min(static_cast<size_t>(options.chunk), ids.size() - done);
-        auto result = runner.run(
-            model::Piece{.slot = slot, .tokens = std::span(ids).subspan(done, n), .wants = model::RowOutput::norm_rows});
+        auto result = runner.run(model::Piece{
+            .slot = slot, .tokens = std::span(ids).subspan(done, n), .wants = model::RowOutput::norm_rows});
         out.insert(out.end(), result[0].norm_rows.begin(), result[0].norm_rows.end());
       }
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

@@ -84,9 +84,10 @@ void run(const RunOptions& options) {
   std::vector<float> last_logits;
   for (size_t done = 0; done < prompt.size(); done += chunk) {
     const size_t n = std::min(chunk, prompt.size() - done);
-    last_logits = std::move(runner.run(model::Piece{.slot = slot,
-                                                    .tokens = std::span<const int32_t>(prompt).subspan(done, n),
-                                                    .wants = model::RowOutput::last_logits})[0]
+    last_logits = std::move(runner
+                                .run(model::Piece{.slot = slot,
+                                                  .tokens = std::span<const int32_t>(prompt).subspan(done, n),
+                                                  .wants = model::RowOutput::last_logits})[0]
                                 .logits);
   }
   const double prefill_s = seconds_since(start);

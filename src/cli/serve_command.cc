@@ -195,7 +195,7 @@ void serve(ServeFlags& flags) {
       flags.engine.decision_head_bytes = head->weight_bytes();
       flags.engine.decision_bytes_per_position = static_cast<size_t>(head->config().width) * sizeof(float);
     }
-    const double cache_gib = flags.prompt_cache_gib >= 0          ? flags.prompt_cache_gib
+    const double cache_gib = flags.prompt_cache_gib >= 0         ? flags.prompt_cache_gib
                              : model->device_memory_bytes() != 0 ? kDefaultPromptCacheGibGpu
                                                                  : kDefaultPromptCacheGibCpu;
     flags.engine.prompt_cache_bytes = static_cast<size_t>(cache_gib * static_cast<double>(1ull << 30));

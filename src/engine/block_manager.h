@@ -72,8 +72,8 @@ class BlockManager {
   };
   Slot& slot_at(int32_t slot);
   const Slot& slot_at(int32_t slot) const;
-  int32_t take_page();         // the lowest free page, one reference
-  void unref(int32_t page);    // one reference less; free at none
+  int32_t take_page();       // the lowest free page, one reference
+  void unref(int32_t page);  // one reference less; free at none
   void append_shared(Slot& s, int32_t page);
 
   std::vector<Slot> slots_;

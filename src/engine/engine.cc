@@ -17,8 +17,8 @@
 #include "engine/block_manager.h"
 #include "engine/decision_workers.h"
 #include "engine/memory_plan.h"
-#include "engine/request_validation.h"
 #include "engine/prompt_cache.h"
+#include "engine/request_validation.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
@@ -268,7 +268,8 @@ struct Engine::Impl {
         if (short_by <= cache->reclaimable_pages())
           while (!fits() && cache->evict_one()) hit = look_up();
       }
-      if (!scheduler.try_admit(waiting.front(), hit ? std::span<const int32_t>(hit->pages) : std::span<const int32_t>()))
+      if (!scheduler.try_admit(waiting.front(),
+                               hit ? std::span<const int32_t>(hit->pages) : std::span<const int32_t>()))
         break;
       waiting.pop_front();
       start_state(*next, hit, cacheable);
@@ -280,8 +281,9 @@ struct Engine::Impl {
   static uint64_t cache_salt(const Sequence& sequence) { return static_cast<uint64_t>(sequence.request().adapter); }
 
   // A newly admitted sequence's state: a cache hit's snapshot (its shared pages are already in its table), or an
-  // empty one; and the block ends where its own state will be kept: the end of its last full block, and the block
-  // end before its last token (so the same prompt sent again hits, leaving one token to prefill).
+  // empty one; and the block ends where its own state will be kept: the end of its last full block, the block end
+  // before its last token (so the same prompt sent again hits, leaving one token to prefill), and the block end at or
+  // before its cache hint (where the conversation's next turn parts from it).
   void start_state(Sequence& sequence, const std::optional<PromptCache::Hit>& hit, bool cacheable) {
     const int32_t slot = *sequence.slot();
     if (hit) {
@@ -294,8 +296,9 @@ struct Engine::Impl {
     cache->note_admitted(hit);
     const int32_t length = sequence.prompt_length(), block = static_cast<int32_t>(backend::kKvPagePositions);
     std::vector<int32_t> points;
-    for (int32_t point : {(length - 1) / block * block, length / block * block})
-      if (point > sequence.prefilled() && (points.empty() || points.back() != point)) points.push_back(point);
+    const int32_t hint = std::clamp(sequence.request().cache_hint, 0, length - 1);
+    for (int32_t point : {hint / block * block, (length - 1) / block * block, length / block * block})
+      if (point > sequence.prefilled() && (points.empty() || points.back() < point)) points.push_back(point);
     sequence.set_cache_points(std::move(points));
   }
 

@@ -48,8 +48,8 @@ void plan_prompt_cache(const model::Model& model, const EngineOptions& options, 
       snapshot == 0 ? 64 : std::clamp<int64_t>(static_cast<int64_t>(budget / 4 / snapshot), 1, kMostSnapshots);
   plan.prompt_cache_pages =
       static_cast<int64_t>((budget - static_cast<size_t>(plan.prompt_cache_snapshots) * snapshot) / page);
-  plan.prompt_cache_bytes = static_cast<size_t>(plan.prompt_cache_snapshots) * snapshot +
-                            static_cast<size_t>(plan.prompt_cache_pages) * page;
+  plan.prompt_cache_bytes =
+      static_cast<size_t>(plan.prompt_cache_snapshots) * snapshot + static_cast<size_t>(plan.prompt_cache_pages) * page;
 }
 }  // namespace
 
@@ -83,9 +83,8 @@ MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options) 
                         memory_rows * static_cast<size_t>(options.context) * options.decision_bytes_per_position;
   plan.on_device = model.device_memory_bytes() != 0;
   // The head and its inputs live on the host: they count against RAM, not against a GPU's memory.
-  plan.total_bytes =
-      plan.weight_bytes + plan.adapter_bytes + plan.state_pool_bytes + plan.prompt_cache_bytes + plan.workspace_bytes +
-      (plan.on_device ? 0 : plan.decision_bytes);
+  plan.total_bytes = plan.weight_bytes + plan.adapter_bytes + plan.state_pool_bytes + plan.prompt_cache_bytes +
+                     plan.workspace_bytes + (plan.on_device ? 0 : plan.decision_bytes);
   plan.limit_bytes = options.memory_limit_bytes != 0 ? options.memory_limit_bytes
                      : plan.on_device                ? model.device_memory_bytes()
                                                      : physical_memory_bytes();
@@ -98,15 +97,12 @@ std::string MemoryPlan::describe() const {
       "KV pages x {} = {} tokens){} + workspace ~{}{} = {} (limit {} of {}){}",
       context, model_positions > 0 ? std::to_string(model_positions) : std::string("no max_position_embeddings"),
       mib(weight_bytes), adapter_bytes == 0 ? std::string() : " + adapter " + mib(adapter_bytes), mib(state_pool_bytes),
-      sequences, mib(state_bytes_per_sequence), kv_pages, mib(kv_page_bytes),
-      kv_pages * kv_page_positions,
-      prompt_cache_bytes == 0
-          ? std::string(" + prompt cache off")
-          : fmt::format(" + prompt cache {} ({} GDN snapshots + {} KV pages)", mib(prompt_cache_bytes),
-                        prompt_cache_snapshots, prompt_cache_pages),
-      mib(workspace_bytes),
-      decision_bytes == 0 || on_device ? std::string() : " + decisions " + mib(decision_bytes), mib(total_bytes),
-      mib(limit_bytes), on_device ? "GPU memory" : "RAM",
+      sequences, mib(state_bytes_per_sequence), kv_pages, mib(kv_page_bytes), kv_pages * kv_page_positions,
+      prompt_cache_bytes == 0 ? std::string(" + prompt cache off")
+                              : fmt::format(" + prompt cache {} ({} GDN snapshots + {} KV pages)",
+                                            mib(prompt_cache_bytes), prompt_cache_snapshots, prompt_cache_pages),
+      mib(workspace_bytes), decision_bytes == 0 || on_device ? std::string() : " + decisions " + mib(decision_bytes),
+      mib(total_bytes), mib(limit_bytes), on_device ? "GPU memory" : "RAM",
       decision_bytes == 0 || !on_device ? std::string() : "; decisions " + mib(decision_bytes) + " in RAM");
 }
 

@@ -69,7 +69,8 @@ void PromptCache::note_admitted(const std::optional<Hit>& hit) {
 void PromptCache::insert(uint64_t salt, std::span<const int32_t> prefix, int32_t slot) {
   const int64_t blocks = static_cast<int64_t>(prefix.size()) / kBlock;
   if (entries_.empty() || blocks == 0) return;
-  if (static_cast<int64_t>(prefix.size()) % kBlock != 0 || blocks_.position(slot) != static_cast<int64_t>(prefix.size()))
+  if (static_cast<int64_t>(prefix.size()) % kBlock != 0 ||
+      blocks_.position(slot) != static_cast<int64_t>(prefix.size()))
     fail("prompt cache: slot {} at position {} cannot be cached as a prefix of {} tokens", slot, blocks_.position(slot),
          prefix.size());
   const uint64_t key = chain(salt, prefix, blocks).back();
@@ -134,7 +135,8 @@ int64_t PromptCache::reclaimable_pages() const {
 
 PromptCache::Stats PromptCache::stats() const {
   Stats out = stats_;
-  out.entries = static_cast<int64_t>(std::count_if(entries_.begin(), entries_.end(), [](const auto& e) { return e.has_value(); }));
+  out.entries = static_cast<int64_t>(
+      std::count_if(entries_.begin(), entries_.end(), [](const auto& e) { return e.has_value(); }));
   out.pages_held = static_cast<int64_t>(page_holds_.size());
   return out;
 }

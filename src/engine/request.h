@@ -47,6 +47,10 @@ struct Request {
   RequestKind kind = RequestKind::generate;
   AdapterUse adapter = AdapterUse::none;
   std::vector<int32_t> prompt;
+  // A prompt position the prompt cache also keeps this prompt's state at (rounded down to a block end), besides its
+  // own last full block: where the next turn of the same conversation stops repeating this one (a chat prompt's
+  // generation prompt, which the next turn renders as the reply's header instead). 0: none.
+  int32_t cache_hint = 0;
   SamplingParams sampling;
   std::shared_ptr<DecisionSink> decision;  // decide requests
 };

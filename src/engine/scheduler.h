@@ -5,15 +5,15 @@
 // per sequence per step, and a prompt is only ever cut at multiples of prefill_chunk, which the model's row
 // invariance makes invisible in the results. The oldest waiting prompt gets at least one chunk every step, even
 // past the budget, so prompts always progress. A prompt is also cut at its prompt cache points (block ends,
-// multiples of 64, where row invariance holds too), so that its state there can be kept. A decision is a prompt like any other (it shares steps, slots and
-// the token budget with chat) that never decodes: it ends with its prefill.
+// multiples of 64, where row invariance holds too), so that its state there can be kept. A decision is a prompt like
+// any other (it shares steps, slots and the token budget with chat) that never decodes: it ends with its prefill.
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>
 
-#include "engine/sequence.h"
 #include "engine/block_manager.h"
+#include "engine/sequence.h"
 
 namespace duet::engine {
 

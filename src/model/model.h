@@ -35,9 +35,9 @@ constexpr bool has(RowOutput set, RowOutput flag) {
 // moves nothing else: the caller advances its position after the step.
 struct Piece {
   int32_t slot = 0;
-  std::span<const int32_t> page_table;  // page ids in position order, covering position + tokens.size()
-  int32_t position = 0;                 // the first token's position
-  std::span<const int32_t> tokens;      // ids in [0, vocab_size)
+  std::span<const int32_t> page_table = {};  // page ids in position order, covering position + tokens.size()
+  int32_t position = 0;                      // the first token's position
+  std::span<const int32_t> tokens = {};      // ids in [0, vocab_size)
   RowOutput wants = RowOutput::last_logits;
   // decode: one generated token (a GPU computes its rows with decode kernels); prefill: prompt rows, whose bytes
   // do not depend on where the prompt was cut at multiples of 64.

@@ -5,6 +5,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "damaged_copies.h"
+#include "engine/piece_runner.h"
 #include "model/model.h"
 
 namespace duet::model {

@@ -113,16 +113,16 @@ TEST_P(CudaModelTest, ASequencesRowsDoNotDependOnItsNeighbours) {
     };
     std::vector<Piece> step{{.slot = state, .tokens = prompt, .wants = all}};
     for (int i = 0; i < neighbours; ++i)
-      step.push_back({.slot = others[i], .tokens = std::span(other).first(static_cast<size_t>(17 + 40 * i)), .wants = all});
+      step.push_back(
+          {.slot = others[i], .tokens = std::span(other).first(static_cast<size_t>(17 + 40 * i)), .wants = all});
     take(runner.run(step)[0]);
     for (size_t t = 0; t < fed.size(); ++t) {
       step = {{.slot = state, .tokens = std::span(fed).subspan(t, 1), .wants = all, .role = backend::RowRole::decode}};
       for (int i = 0; i < neighbours; ++i)  // neighbours decode too, in front of and behind it
-        step.insert(i % 2 ? step.end() : step.begin(),
-                    Piece{.slot = others[i],
-                          .tokens = std::span(other).subspan(200 + t, 1),
-                          .wants = all,
-                          .role = backend::RowRole::decode});
+        step.insert(i % 2 ? step.end() : step.begin(), Piece{.slot = others[i],
+                                                             .tokens = std::span(other).subspan(200 + t, 1),
+                                                             .wants = all,
+                                                             .role = backend::RowRole::decode});
       const auto out = runner.run(step);
       for (size_t k = 0; k < step.size(); ++k)
         if (step[k].slot == state) take(out[k]);

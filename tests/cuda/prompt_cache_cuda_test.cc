@@ -26,7 +26,9 @@ class CudaPromptCache : public ::testing::TestWithParam<std::string> {
 TEST_P(CudaPromptCache, ResumedEqualsFreshAtSeveralBlockBoundaries) {
   testing::expect_resumed_equals_fresh_at_several_block_boundaries(*model_);
 }
-TEST_P(CudaPromptCache, ASnapshotRestoredOneBlockOffFails) { testing::expect_a_snapshot_one_block_off_to_fail(*model_); }
+TEST_P(CudaPromptCache, ASnapshotRestoredOneBlockOffFails) {
+  testing::expect_a_snapshot_one_block_off_to_fail(*model_);
+}
 TEST_P(CudaPromptCache, APlantedHashCollisionIsCaughtByTheTokens) {
   testing::expect_a_planted_collision_caught_by_the_tokens(*model_);
 }
@@ -45,9 +47,9 @@ TEST_P(CudaPromptCache, ResumedRequestsEqualFreshOnes) {
   const std::vector<int32_t> system = testing::prompt_of(150, 1, testing::vocab_of(*model_));
   std::vector<Request> requests;
   for (uint32_t i = 0; i < 6; ++i) {
-    Request r = testing::greedy_request(
-        testing::concat(std::span(system).first(i % 2 ? 150 : 100), testing::prompt_of(20 + i, 2 + i, testing::vocab_of(*model_))),
-        12);
+    Request r = testing::greedy_request(testing::concat(std::span(system).first(i % 2 ? 150 : 100),
+                                                        testing::prompt_of(20 + i, 2 + i, testing::vocab_of(*model_))),
+                                        12);
     r.sampling.temperature = 0.9f;
     r.sampling.seed = 5 + i;
     requests.push_back(std::move(r));

@@ -15,6 +15,7 @@
 #include "decision_fixtures.h"
 #include "engine/engine.h"
 #include "engine/memory_plan.h"
+#include "engine/piece_runner.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -50,9 +51,8 @@ class DecisionEndToEnd : public ::testing::Test {
     const int32_t slot = runner.open();
     for (size_t first = 0; first < encoding.ids.size(); first += static_cast<size_t>(chunk)) {
       const size_t count = std::min(static_cast<size_t>(chunk), encoding.ids.size() - first);
-      const model::Piece piece{.slot = slot,
-                               .tokens = std::span(encoding.ids).subspan(first, count),
-                               .wants = model::RowOutput::norm_rows};
+      const model::Piece piece{
+          .slot = slot, .tokens = std::span(encoding.ids).subspan(first, count), .wants = model::RowOutput::norm_rows};
       std::vector<model::PieceResult> result = runner.run(piece);
       gatherer.add_rows(static_cast<int64_t>(first), static_cast<int64_t>(count), result.at(0).norm_rows);
     }

@@ -15,7 +15,9 @@ namespace {
 class FakeStorage final : public backend::StateStorage {
  public:
   FakeStorage(int32_t slots, int64_t pages, int64_t snapshots)
-      : StateStorage(nullptr), slots_(static_cast<size_t>(slots)), snapshots_(static_cast<size_t>(snapshots)),
+      : StateStorage(nullptr),
+        slots_(static_cast<size_t>(slots)),
+        snapshots_(static_cast<size_t>(snapshots)),
         pages_(pages) {}
   int64_t slots() const override { return static_cast<int64_t>(slots_.size()); }
   int64_t pages() const override { return pages_; }

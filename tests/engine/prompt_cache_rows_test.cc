@@ -13,7 +13,9 @@ class PromptCacheRows : public testing::TinyModelTest {};
 TEST_F(PromptCacheRows, ResumedEqualsFreshAtSeveralBlockBoundaries) {
   testing::expect_resumed_equals_fresh_at_several_block_boundaries(*model_);
 }
-TEST_F(PromptCacheRows, ASnapshotRestoredOneBlockOffFails) { testing::expect_a_snapshot_one_block_off_to_fail(*model_); }
+TEST_F(PromptCacheRows, ASnapshotRestoredOneBlockOffFails) {
+  testing::expect_a_snapshot_one_block_off_to_fail(*model_);
+}
 TEST_F(PromptCacheRows, APlantedHashCollisionIsCaughtByTheTokens) {
   testing::expect_a_planted_collision_caught_by_the_tokens(*model_);
 }

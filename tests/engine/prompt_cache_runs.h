@@ -43,7 +43,7 @@ inline void warm(PieceRunner& runner, PromptCache& cache, std::span<const int32_
 // Resumes `prompt` from the cached pages and snapshot given, and computes the rest in one piece (beside another
 // sequence's prefill when `neighbour`).
 inline Rows resumed_rows(PieceRunner& runner, std::span<const int32_t> pages, int32_t snapshot,
-                  std::span<const int32_t> prompt, bool neighbour = false) {
+                         std::span<const int32_t> prompt, bool neighbour = false) {
   const int32_t slot = runner.resume(pages, snapshot);
   const auto from = static_cast<size_t>(runner.position(slot));
   std::vector<model::Piece> step{{.slot = slot, .tokens = prompt.subspan(from), .wants = kAll}};
@@ -74,8 +74,8 @@ inline void expect_resumed_equals_fresh_at_several_block_boundaries(model::Model
   const std::vector<int32_t> base = prompt_of(200, 1, vocab_of(model));
   warm(runner, cache, base);  // entries at 64, 128 and 192
   for (size_t blocks : {1, 2, 3}) {
-    const std::vector<int32_t> prompt =
-        concat(std::span(base).first(blocks * 64), prompt_of(37 + blocks, 2 + static_cast<uint32_t>(blocks), vocab_of(model)));
+    const std::vector<int32_t> prompt = concat(
+        std::span(base).first(blocks * 64), prompt_of(37 + blocks, 2 + static_cast<uint32_t>(blocks), vocab_of(model)));
     const auto hit = cache.lookup(0, prompt);
     ASSERT_TRUE(hit) << blocks;
     ASSERT_EQ(hit->tokens(), static_cast<int64_t>(blocks * 64));
@@ -120,7 +120,8 @@ inline void expect_a_planted_collision_caught_by_the_tokens(model::Model& model)
   // Every block of every prompt hashes alike: only the token comparison tells entries apart.
   PromptCache cache(runner.blocks(), runner.storage(), 4, 64,
                     [](uint64_t, std::span<const int32_t>) { return uint64_t{42}; });
-  const std::vector<int32_t> a = prompt_of(64, 5, vocab_of(model)), c = prompt_of(64, 6, vocab_of(model)), d = prompt_of(64, 7, vocab_of(model));
+  const std::vector<int32_t> a = prompt_of(64, 5, vocab_of(model)), c = prompt_of(64, 6, vocab_of(model)),
+                             d = prompt_of(64, 7, vocab_of(model));
   warm(runner, cache, a);
   warm(runner, cache, c);
   const std::vector<int32_t> tail = prompt_of(30, 8, vocab_of(model));
@@ -139,11 +140,12 @@ inline void expect_a_planted_collision_caught_by_the_tokens(model::Model& model)
 inline void expect_eviction_by_recent_use_and_page_budget(model::Model& model) {
   PieceRunner runner(model, 2, 512, 0, /*snapshots=*/2);
   PromptCache cache(runner.blocks(), runner.storage(), 2, /*max_pages=*/3);
-  const std::vector<int32_t> a = prompt_of(64, 9, vocab_of(model)), b = prompt_of(64, 10, vocab_of(model)), c = prompt_of(64, 11, vocab_of(model));
+  const std::vector<int32_t> a = prompt_of(64, 9, vocab_of(model)), b = prompt_of(64, 10, vocab_of(model)),
+                             c = prompt_of(64, 11, vocab_of(model));
   warm(runner, cache, a);
   warm(runner, cache, b);
   ASSERT_TRUE(cache.lookup(0, concat(a, std::vector<int32_t>{1})));  // a is now the more recent
-  warm(runner, cache, c);                        // two snapshots: b, the least recently used, goes
+  warm(runner, cache, c);                                            // two snapshots: b, the least recently used, goes
   EXPECT_TRUE(cache.lookup(0, concat(a, std::vector<int32_t>{1})));
   EXPECT_FALSE(cache.lookup(0, concat(b, std::vector<int32_t>{1})));
   EXPECT_TRUE(cache.lookup(0, concat(c, std::vector<int32_t>{1})));

@@ -45,10 +45,15 @@ class PromptCacheEngine : public testing::TinyModelTest {
   // shorter cut of it, the same prompt twice, and a long one with a long shared beginning.
   static std::vector<Request> sharing_requests(bool seeded) {
     const std::vector<int32_t> system = ids(150, 1), long_one = ids(330, 2);
-    const std::vector<std::vector<int32_t>> prompts = {
-        join(system, ids(20, 3)),  join(system, ids(45, 4)),  join({system.begin(), system.begin() + 100}, ids(9, 5)),
-        join(system, ids(20, 3)),  long_one,                  join(long_one, ids(3, 6)),
-        join(system, ids(120, 7)), ids(100, 8),               ids(100, 8)};
+    const std::vector<std::vector<int32_t>> prompts = {join(system, ids(20, 3)),
+                                                       join(system, ids(45, 4)),
+                                                       join({system.begin(), system.begin() + 100}, ids(9, 5)),
+                                                       join(system, ids(20, 3)),
+                                                       long_one,
+                                                       join(long_one, ids(3, 6)),
+                                                       join(system, ids(120, 7)),
+                                                       ids(100, 8),
+                                                       ids(100, 8)};
     std::vector<Request> requests;
     for (size_t i = 0; i < prompts.size(); ++i) {
       Request r = testing::greedy_request(prompts[i], 10);
@@ -106,6 +111,21 @@ TEST_F(PromptCacheEngine, AMultiTurnConversationResumesItsEarlierPrompts) {
       EXPECT_GT(got.finished.cached_tokens, 0) << "turn " << turn;
     }
     conversation = join(join(conversation, got.tokens), ids(30 + static_cast<size_t>(turn), 12 + turn));
+  }
+}
+
+// A chat prompt ends with a generation header the next turn does not repeat (it renders the reply's own header):
+// the hint keeps the state where the header starts, so the next turn resumes there; without it, the only entries lie
+// past the point where the turns part, and the next turn finds nothing (the control).
+TEST_F(PromptCacheEngine, TheHintKeepsTheStateWhereTheNextTurnParts) {
+  const std::vector<int32_t> history = ids(150, 40), header = ids(70, 41), next_turn = ids(90, 42);
+  for (const bool hinted : {true, false}) {
+    Engine cached(*model_, nullptr, options(1, kRoomy));
+    Request first = testing::greedy_request(join(history, header), 4);
+    if (hinted) first.cache_hint = static_cast<int32_t>(history.size());
+    drain(*cached.submit(first));
+    const Outcome second = drain(*cached.submit(testing::greedy_request(join(history, next_turn), 4)));
+    EXPECT_EQ(second.finished.cached_tokens, hinted ? 128 : 0) << (hinted ? "hinted" : "the control, unhinted");
   }
 }
 

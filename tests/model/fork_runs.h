@@ -58,8 +58,8 @@ inline std::vector<int32_t> fork_prompt(const model::Model& model, size_t length
 }
 
 // What every backend must keep: forks taken inside a delta-rule chunk (100), on a chunk boundary (64) and after one
-// token compute the original's rows bit for bit, with as many pages (the full ones shared); the control (a copy of an empty
-// state) differs, so the comparison can fail.
+// token compute the original's rows bit for bit, with as many pages (the full ones shared); the control (a copy of an
+// empty state) differs, so the comparison can fail.
 inline void expect_forks_equal_originals(model::Model& model) {
   const std::vector<int32_t> ids = fork_prompt(model, 150), decode = {5, 9, 2};
   for (size_t cut : {100, 64, 1}) {

@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "golden_fixtures.h"
 #include "engine/piece_runner.h"
+#include "golden_fixtures.h"
 #include "model/model.h"
 
 namespace duet::model {

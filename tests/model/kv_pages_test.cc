@@ -7,8 +7,8 @@
 #include <cstring>
 
 #include "base/error.h"
-#include "golden_fixtures.h"
 #include "engine/piece_runner.h"
+#include "golden_fixtures.h"
 #include "model/model.h"
 
 namespace duet::model {

@@ -7,8 +7,8 @@
 #include <cstring>
 
 #include "base/error.h"
-#include "golden_fixtures.h"
 #include "engine/piece_runner.h"
+#include "golden_fixtures.h"
 #include "model/model.h"
 #include "piece_runs.h"
 
@@ -76,8 +76,8 @@ TEST_P(RowInvarianceTest, ResetStateRunsLikeANewOne) {
   runner.close(state);
   state = runner.open();  // the same slot, reset
   EXPECT_EQ(runner.position(state), 0);
-  const auto out = runner.run(
-      Piece{.slot = state, .tokens = ids.first(80), .wants = RowOutput::all_logits | RowOutput::norm_rows});
+  const auto out =
+      runner.run(Piece{.slot = state, .tokens = ids.first(80), .wants = RowOutput::all_logits | RowOutput::norm_rows});
   const Rows fresh = run_in_pieces(*model_, ids.first(80), {80});
   EXPECT_TRUE(same_bytes(out[0].norm_rows, fresh.norm_rows));
   EXPECT_TRUE(same_bytes(out[0].logits, fresh.logits));

@@ -134,7 +134,8 @@ TEST(Operations, TheSecondTurnReportsCachedTokensAndAnswersAsWithoutACache) {
   EXPECT_NE(log_text(cached).find("+ prompt cache "), std::string::npos) << log_text(cached);
   EXPECT_NE(log_text(off).find("+ prompt cache off"), std::string::npos) << log_text(off);
   std::string long_text;
-  for (int i = 0; i < 40; ++i) long_text += "The quick brown fox jumps over the lazy dog number " + std::to_string(i) + ". ";
+  for (int i = 0; i < 40; ++i)
+    long_text += "The quick brown fox jumps over the lazy dog number " + std::to_string(i) + ". ";
   Json messages = {{{"role", "system"}, {"content", long_text}}, {{"role", "user"}, {"content", "Say something."}}};
   auto ask = [&](ServerProcess& server, const Json& history) {
     const Json body = {{"messages", history}, {"max_tokens", 8}, {"ignore_eos", true}, {"temperature", 0}};

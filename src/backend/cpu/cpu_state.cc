@@ -44,7 +44,10 @@ CpuKvPages::CpuKvPages(const AttentionShape& s, int64_t layers, int64_t pages)
 CpuStateStorage::CpuStateStorage(const Backend* owner, const GdnShape& gdn, int64_t gdn_layers, int64_t slots,
                                  const AttentionShape& attention, int64_t attention_layers, int64_t pages,
                                  int64_t snapshots)
-    : StateStorage(owner), kv(attention, attention_layers, pages), gdn_layers_(gdn_layers), slots_(slots),
+    : StateStorage(owner),
+      kv(attention, attention_layers, pages),
+      gdn_layers_(gdn_layers),
+      slots_(slots),
       snapshots_(snapshots) {
   gdn_.reserve(static_cast<size_t>(slots * gdn_layers));
   for (int64_t i = 0; i < slots * gdn_layers; ++i) gdn_.emplace_back(gdn);
@@ -54,8 +57,9 @@ CpuStateStorage::CpuStateStorage(const Backend* owner, const GdnShape& gdn, int6
 
 size_t CpuStateStorage::bytes() const {
   const size_t states = gdn_.size() + snapshot_.size();
-  return kv.bytes() + (states == 0 ? 0 : states * CpuGdnState::bytes_for(gdn_.empty() ? snapshot_.front().shape
-                                                                                      : gdn_.front().shape));
+  return kv.bytes() +
+         (states == 0 ? 0
+                      : states * CpuGdnState::bytes_for(gdn_.empty() ? snapshot_.front().shape : gdn_.front().shape));
 }
 
 void CpuStateStorage::check_slot(int32_t slot) const {
