@@ -97,14 +97,21 @@ struct AttentionShape {
 // position order) for all its attention layers.
 constexpr int64_t kKvPagePositions = 64;
 
+class Backend;
+
 // Per-sequence state in the backend's memory, allocated once: `slots` GDN states (the conv history and delta-rule
-// state of every GDN layer) and `pages` KV pages (K and V of every attention layer). Which slots and pages are
-// free is the model's business (model/state_store.h); this is storage.
+// state of every GDN layer), `pages` KV pages (K and V of every attention layer) and `snapshots` GDN snapshots (the
+// prompt cache's copies of a slot taken at a block end). Which slots and pages are free, and who shares a page, is
+// the engine's block manager's business (engine/block_manager.h); this is memory.
 class StateStorage {
  public:
+  explicit StateStorage(const Backend* owner) : owner_(owner) {}
   virtual ~StateStorage() = default;
+  // The backend that made it: a step checks that its storage is its own before reading it as its own type.
+  const Backend* owner() const { return owner_; }
   virtual int64_t slots() const = 0;
   virtual int64_t pages() const = 0;
+  virtual int64_t snapshots() const = 0;
   virtual size_t bytes() const = 0;
   virtual void reset_slot(int32_t slot) = 0;  // the GDN state of an empty sequence
   // Forking a sequence (n choices sharing one prefill): slot `to`'s GDN state (conv history, delta-rule state with
@@ -112,6 +119,13 @@ class StateStorage {
   // of page from[i]. Ordered with the steps around it (a GPU copies on its step stream).
   virtual void copy_slot(int32_t from, int32_t to) = 0;
   virtual void copy_pages(std::span<const int32_t> from, std::span<const int32_t> to) = 0;
+  // The prompt cache: snapshot `snapshot` becomes a bit-for-bit copy of slot `slot`'s GDN state (taken at a block
+  // end, where no partial chunk is pending), and back. Ordered with the steps like the copies above.
+  virtual void save_snapshot(int32_t slot, int32_t snapshot) = 0;
+  virtual void restore_snapshot(int32_t snapshot, int32_t slot) = 0;
+
+ private:
+  const Backend* owner_;
 };
 
 // What a piece's rows are for. It may choose kernels (decode rows: a skinny batch-invariant GEMM), never a row's
@@ -120,8 +134,8 @@ class StateStorage {
 enum class RowRole : uint8_t { prefill, decode };
 
 // The rows [first_row, first_row + rows) of a step are positions [start_position, start_position + rows) of the
-// sequence whose GDN state is `slot` of `storage` and whose KV pages are `page_table` (position order, covering
-// every position up to start_position + rows).
+// sequence whose GDN state is `slot` of the step's storage and whose KV pages are `page_table` (position order,
+// covering every position up to start_position + rows).
 struct StepPiece {
   int64_t first_row = 0;
   int64_t rows = 0;
@@ -130,7 +144,6 @@ struct StepPiece {
   // The rows go through the weights' adapters (LoraFactors): a decision served through a runtime adapter. Only for a
   // backend that applies_adapters(); rows of other pieces never pass through an adapter's products.
   bool adapted = false;
-  StateStorage* storage = nullptr;
   int32_t slot = 0;
   std::span<const int32_t> page_table;
 };
@@ -164,6 +177,7 @@ struct SampledRow {
 // One step, handed to the backend once (begin_step) before its sublayers run; the spans must stay valid until the
 // step ends. Pieces are in row order.
 struct StepPlan {
+  StateStorage* storage = nullptr;  // every piece's slot and pages; made by this backend (new_state_storage)
   std::span<const int32_t> ids;  // [rows] token ids
   std::span<const StepPiece> pieces;
   std::span<const int64_t> logit_rows;  // the rows lm_head computes logits for, ascending
@@ -211,7 +225,7 @@ class Backend {
 
   virtual std::unique_ptr<StateStorage> new_state_storage(const GdnShape& gdn, int64_t gdn_layers, int64_t slots,
                                                           const AttentionShape& attention, int64_t attention_layers,
-                                                          int64_t pages) = 0;
+                                                          int64_t pages, int64_t snapshots) = 0;
   virtual size_t gdn_state_bytes(const GdnShape& shape) const = 0;      // one slot of one GDN layer
   virtual size_t kv_page_bytes(const AttentionShape& shape) const = 0;  // one page of one attention layer (K and V)
 

@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "cli/commands.h"
+#include "engine/piece_runner.h"
 #include "model/model.h"
 
 namespace duet::cli {
@@ -56,12 +57,13 @@ void rows(const RowsOptions& options) {
     std::vector<double> times;
     for (int run = 0; run < std::max(options.repeat, 1); ++run) {
       out.clear();
-      auto state = model->new_sequence_state(static_cast<int32_t>(ids.size()));
+      engine::PieceRunner runner(*model, 1, static_cast<int32_t>(ids.size()));
+      const int32_t slot = runner.open();
       const auto start = std::chrono::steady_clock::now();
       for (size_t done = 0; done < ids.size(); done += static_cast<size_t>(options.chunk)) {
         const size_t n = std::min(static_cast<size_t>(options.chunk), ids.size() - done);
-        model::Piece piece{state.get(), std::span(ids).subspan(done, n), model::RowOutput::norm_rows};
-        auto result = model->forward({&piece, 1});
+        auto result = runner.run(model::Piece{
+            .slot = slot, .tokens = std::span(ids).subspan(done, n), .wants = model::RowOutput::norm_rows});
         out.insert(out.end(), result[0].norm_rows.begin(), result[0].norm_rows.end());
       }
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

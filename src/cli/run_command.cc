@@ -12,6 +12,7 @@
 
 #include "base/error.h"
 #include "cli/commands.h"
+#include "engine/piece_runner.h"
 #include "model/model.h"
 
 namespace duet::cli {
@@ -76,14 +77,18 @@ void run(const RunOptions& options) {
   const auto& config = model->config();
   const auto& eos = config.eos_token_ids;
 
-  auto state = model->new_sequence_state(static_cast<int32_t>(prompt.size()) + options.max_tokens);
+  engine::PieceRunner runner(*model, 1, static_cast<int32_t>(prompt.size()) + options.max_tokens);
+  const int32_t slot = runner.open();
   start = std::chrono::steady_clock::now();
   const size_t chunk = options.chunk == 0 ? prompt.size() : static_cast<size_t>(options.chunk);
   std::vector<float> last_logits;
   for (size_t done = 0; done < prompt.size(); done += chunk) {
     const size_t n = std::min(chunk, prompt.size() - done);
-    model::Piece piece{state.get(), std::span<const int32_t>(prompt).subspan(done, n), model::RowOutput::last_logits};
-    last_logits = std::move(model->forward({&piece, 1})[0].logits);
+    last_logits = std::move(runner
+                                .run(model::Piece{.slot = slot,
+                                                  .tokens = std::span<const int32_t>(prompt).subspan(done, n),
+                                                  .wants = model::RowOutput::last_logits})[0]
+                                .logits);
   }
   const double prefill_s = seconds_since(start);
 
@@ -91,8 +96,11 @@ void run(const RunOptions& options) {
   start = std::chrono::steady_clock::now();
   while (static_cast<int>(generated.size()) < options.max_tokens) {
     if (!options.ignore_eos && std::find(eos.begin(), eos.end(), generated.back()) != eos.end()) break;
-    model::Piece piece{state.get(), {&generated.back(), 1}, model::RowOutput::last_logits, backend::RowRole::decode};
-    generated.push_back(argmax(model->forward({&piece, 1})[0].logits));
+    const model::Piece piece{.slot = slot,
+                             .tokens = {&generated.back(), 1},
+                             .wants = model::RowOutput::last_logits,
+                             .role = backend::RowRole::decode};
+    generated.push_back(argmax(runner.run(piece)[0].logits));
   }
   const double decode_s = seconds_since(start);
   const size_t decoded = generated.size() - 1;  // the first token came from the prefill

@@ -48,7 +48,14 @@ struct ServeFlags {
   std::string log_format = "text";
   int64_t responses_store_mib = 64;  // stored responses (POST /v1/responses with store: true)
   int64_t responses_ttl_s = 3600;
+  // The prompt cache's budget in GiB; negative: the default for the backend (kDefaultPromptCacheGib).
+  double prompt_cache_gib = -1;
 };
+
+// On a GPU, room for a long agent prompt's pages (a 20K-token prefix of the 9B shape is about 0.7 GiB) and a few
+// dozen GDN snapshots; on the CPU, where the whole plan is host RAM and zeroed at start, a little.
+constexpr double kDefaultPromptCacheGibGpu = 4.0;
+constexpr double kDefaultPromptCacheGibCpu = 0.25;
 
 // One key per line; blank lines and surrounding whitespace are ignored.
 std::vector<std::string> read_key_file(const std::string& path) {
@@ -76,6 +83,7 @@ void check_flags(const ServeFlags& flags) {
     fail("--prefill-chunk {}: must be a positive multiple of 64 (prompts cut at multiples of 64 keep rows exact)",
          flags.engine.prefill_chunk);
   if (flags.server.max_tokens < 1) fail("--max-tokens {}: must be at least 1", flags.server.max_tokens);
+  if (flags.prompt_cache_gib > 1 << 20) fail("--prompt-cache-gib {}: too large", flags.prompt_cache_gib);
   const server::HttpLimits& http = flags.server.http;
   if (http.max_body_bytes < 1024) fail("--max-body-bytes {}: must be at least 1024", http.max_body_bytes);
   if (http.max_header_bytes < 1024) fail("--max-header-bytes {}: must be at least 1024", http.max_header_bytes);
@@ -197,6 +205,10 @@ void serve(ServeFlags& flags) {
       flags.engine.decision_head_bytes = head->weight_bytes();
       flags.engine.decision_bytes_per_position = static_cast<size_t>(head->config().width) * sizeof(float);
     }
+    const double cache_gib = flags.prompt_cache_gib >= 0         ? flags.prompt_cache_gib
+                             : model->device_memory_bytes() != 0 ? kDefaultPromptCacheGibGpu
+                                                                 : kDefaultPromptCacheGibCpu;
+    flags.engine.prompt_cache_bytes = static_cast<size_t>(cache_gib * static_cast<double>(1ull << 30));
     if (flags.engine.context == 0) flags.engine.context = engine::default_context(*model, flags.engine);
     // Requests are fitted to what one sequence can hold: its context, and the whole KV cache when that is smaller.
     context.options.context = flags.engine.context;
@@ -281,6 +293,10 @@ void add_serve_command(CLI::App& app) {
                   "Positions of KV cache all sequences share, in pages of 64 (0: --parallel x --context); requests "
                   "wait until the pages for their prompt + max_tokens are free")
       ->capture_default_str();
+  cmd->add_option("--prompt-cache-gib", flags->prompt_cache_gib,
+                  "Memory for the prompt cache (GDN snapshots and KV pages of prompts that begin alike, resumed "
+                  "bit-identical to fresh), in GiB of the backend's memory; 0 turns it off (default: 4 on a GPU, "
+                  "0.25 on the CPU)");
   cmd->add_option("--max-tokens", flags->server.max_tokens,
                   "Completion tokens for a request that names no max_tokens (any budget is fitted to the context)")
       ->capture_default_str();

@@ -14,13 +14,14 @@
 #include "base/log.h"
 #include "base/thread_pool.h"
 #include "engine/backend_sampling.h"
+#include "engine/block_manager.h"
 #include "engine/decision_workers.h"
 #include "engine/memory_plan.h"
+#include "engine/prompt_cache.h"
 #include "engine/request_validation.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
-#include "engine/state_pool.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -102,15 +103,22 @@ struct Engine::Impl {
                .has_tokenizer = tokenizer != nullptr,
                .has_adapter = model.has_adapter()},
         eos(eos_ids(model, tokenizer)),
-        pool(model, options.parallel, options.context, plan.kv_pages),
-        scheduler(pool, options.prefill_chunk, options.step_token_budget),
+        storage(model.new_state_storage(options.parallel, plan.kv_pages + plan.prompt_cache_pages,
+                                        plan.prompt_cache_snapshots)),
+        blocks(options.parallel, plan.kv_pages + plan.prompt_cache_pages),
+        scheduler(blocks, options.prefill_chunk, options.step_token_budget),
         sampling_pool(sampling_threads(options)) {
+    if (plan.prompt_cache_snapshots > 0)
+      cache.emplace(blocks, *storage, static_cast<int32_t>(plan.prompt_cache_snapshots), plan.prompt_cache_pages,
+                    options.prompt_cache_block_hash ? PromptCache::BlockHash(options.prompt_cache_block_hash)
+                                                    : PromptCache::BlockHash(PromptCache::default_block_hash));
     model.reserve_workspace(max_step_rows(options));  // steps allocate nothing
-    stats.slots_total = stats.slots_free = pool.size();
-    stats.kv_pages_total = pool.kv_pages_total();
+    stats.slots_total = stats.slots_free = blocks.slots();
+    stats.kv_pages_total = blocks.pages();
     refresh_pool_stats_locked();
     stats.weight_bytes = plan.weight_bytes;
-    stats.state_pool_bytes = pool.bytes();
+    stats.state_pool_bytes = plan.state_pool_bytes;
+    stats.prompt_cache_bytes = plan.prompt_cache_bytes;
     stats.workspace_bytes = plan.workspace_bytes;
     stats.memory_limit_bytes = plan.limit_bytes;
     thread = std::thread([this] { run(); });
@@ -269,15 +277,71 @@ struct Engine::Impl {
       end_locked(*sequence, FinishReason::cancelled, {});
       return true;
     });
-    while (!waiting.empty() && scheduler.try_admit(waiting.front())) waiting.pop_front();
+    while (!waiting.empty() && blocks.free_slots() > 0) {
+      Sequence* next = waiting.front().get();
+      const bool cacheable = cache && !next->decides();
+      const auto look_up = [&] {
+        return cacheable ? cache->lookup(cache_salt(*next), next->request().prompt) : std::nullopt;
+      };
+      std::optional<PromptCache::Hit> hit = look_up();
+      const int64_t limit = scheduler.pages_needed(*next);
+      const auto fits = [&] { return blocks.can_acquire(limit, hit ? static_cast<int64_t>(hit->pages.size()) : 0); };
+      // Pages only the cache holds come back, oldest entry first, when a request needs them; when running
+      // sequences' promises are what is short, evicting would not help and the cache is left alone.
+      if (cache && !fits()) {
+        const int64_t short_by = limit - (hit ? static_cast<int64_t>(hit->pages.size()) : 0) -
+                                 (blocks.free_pages() - blocks.reserved_pages());
+        if (short_by <= cache->reclaimable_pages())
+          while (!fits() && cache->evict_one()) hit = look_up();
+      }
+      if (!scheduler.try_admit(waiting.front(),
+                               hit ? std::span<const int32_t>(hit->pages) : std::span<const int32_t>()))
+        break;
+      waiting.pop_front();
+      start_state(*next, hit, cacheable);
+    }
     refresh_pool_stats_locked();
   }
 
+  // What changes a prompt's rows besides its tokens: the adapter (this engine has one model).
+  static uint64_t cache_salt(const Sequence& sequence) { return static_cast<uint64_t>(sequence.request().adapter); }
+
+  // A newly admitted sequence's state: a cache hit's snapshot (its shared pages are already in its table), or an
+  // empty one; and the block ends where its own state will be kept: the end of its last full block, the block end
+  // before its last token (so the same prompt sent again hits, leaving one token to prefill), and the block end at or
+  // before its cache hint (where the conversation's next turn parts from it).
+  void start_state(Sequence& sequence, const std::optional<PromptCache::Hit>& hit, bool cacheable) {
+    const int32_t slot = *sequence.slot();
+    if (hit) {
+      storage->restore_snapshot(hit->snapshot, slot);
+      sequence.resume_at(static_cast<int32_t>(hit->tokens()));
+    } else {
+      storage->reset_slot(slot);  // a reused slot starts as empty as a fresh one (row invariance)
+    }
+    if (!cacheable) return;
+    cache->note_admitted(hit);
+    const int32_t length = sequence.prompt_length(), block = static_cast<int32_t>(backend::kKvPagePositions);
+    std::vector<int32_t> points;
+    const int32_t hint = std::clamp(sequence.request().cache_hint, 0, length - 1);
+    for (int32_t point : {hint / block * block, (length - 1) / block * block, length / block * block})
+      if (point > sequence.prefilled() && (points.empty() || points.back() < point)) points.push_back(point);
+    sequence.set_cache_points(std::move(points));
+  }
+
   void refresh_pool_stats_locked() {
-    stats.slots_free = pool.free_count();
+    stats.slots_free = blocks.free_slots();
     stats.running = static_cast<int32_t>(scheduler.running().size());
-    stats.kv_pages_free = pool.kv_pages_free();
-    stats.kv_pages_reserved = pool.kv_pages_reserved();
+    stats.kv_pages_free = blocks.free_pages();
+    stats.kv_pages_reserved = blocks.reserved_pages();
+    if (cache) {
+      const PromptCache::Stats c = cache->stats();
+      stats.prompt_cache_hits = c.hits;
+      stats.prompt_cache_misses = c.misses;
+      stats.prompt_cache_evictions = c.evictions;
+      stats.prompt_cache_tokens_total = c.cached_tokens;
+      stats.prompt_cache_bytes_held = static_cast<size_t>(c.entries) * model.sequence_fixed_bytes() +
+                                      static_cast<size_t>(c.pages_held) * model.kv_page_bytes();
+    }
   }
 
   void step() {
@@ -318,7 +382,13 @@ struct Engine::Impl {
       const model::RowOutput wants = piece.samples               ? sampled_output
                                      : piece.sequence->decides() ? model::RowOutput::norm_rows
                                                                  : model::RowOutput::none;
-      pieces.push_back({.state = &scheduler.state_of(*piece.sequence),
+      const int32_t slot = *piece.sequence->slot();
+      const int64_t position = blocks.position(slot), end = position + static_cast<int64_t>(piece.tokens.size());
+      blocks.cover(slot, end);  // within its reservation
+      blocks.check_writable(slot, position, end);
+      pieces.push_back({.slot = slot,
+                        .page_table = blocks.table(slot),
+                        .position = static_cast<int32_t>(position),
                         .tokens = piece.tokens,
                         .wants = wants,
                         .role = piece.is_prefill ? backend::RowRole::prefill : backend::RowRole::decode,
@@ -338,7 +408,7 @@ struct Engine::Impl {
     const auto started = Clock::now();
     std::vector<model::PieceResult> results;
     try {
-      results = model.forward(pieces);
+      results = model.forward(*storage, pieces);
     } catch (const model::PieceRefused& refused) {
       // Nothing moved: the piece the model named fails alone, the others run again next step.
       if (refused.piece() >= planned.size()) throw;
@@ -351,6 +421,7 @@ struct Engine::Impl {
     if (results.size() != planned.size()) {
       fail("engine: model returned {} results for {} pieces", results.size(), planned.size());
     }
+    for (const model::Piece& piece : pieces) blocks.advance(piece.slot, static_cast<int64_t>(piece.tokens.size()));
 
     for (size_t i = 0; i < planned.size(); ++i) {
       if (!planned[i].is_prefill) continue;
@@ -359,6 +430,7 @@ struct Engine::Impl {
         decide_chunk(sequence, static_cast<int32_t>(planned[i].tokens.size()), results[i]);
       } else {
         sequence.advance_prefill(static_cast<int32_t>(planned[i].tokens.size()));
+        keep_in_cache(sequence);
       }
     }
     std::vector<size_t> sampling;  // indices of the pieces whose last row picks a token
@@ -393,6 +465,15 @@ struct Engine::Impl {
     stats.generated_tokens_total += generated;
   }
 
+  // A prompt that just reached one of its cache points leaves its state there to the prompt cache: everything so far
+  // was computed as prefill rows.
+  void keep_in_cache(const Sequence& sequence) {
+    const std::vector<int32_t>& points = sequence.cache_points();
+    if (!cache || std::find(points.begin(), points.end(), sequence.prefilled()) == points.end()) return;
+    cache->insert(cache_salt(sequence), std::span(sequence.request().prompt).first(sequence.prefilled()),
+                  *sequence.slot());
+  }
+
   // The choices waiting for `first`'s prefill start from a copy of its state, each with its own first token drawn
   // from `first`'s last row by its own settings (on the backend: PieceResult::fork_sampled; else from the logits
   // here), as if it had prefilled the prompt itself. Returns the tokens drawn.
@@ -406,7 +487,10 @@ struct Engine::Impl {
       Sequence& fork = *forks[k];
       SampledToken token;
       try {
-        scheduler.state_of(fork).copy_from(scheduler.state_of(first));
+        // Full pages shared, the page `first` still fills copied, and the GDN state copied.
+        for (const auto& [from, to] : blocks.fork(*first.slot(), *fork.slot()))
+          storage->copy_pages(std::span(&from, 1), std::span(&to, 1));
+        storage->copy_slot(*first.slot(), *fork.slot());
         token = on_backend ? to_sampled_token(result.fork_sampled[k], fork.sampling())
                            : sample_token(std::span(result.logits).last(vocab), fork.sampling(), fork.counts(),
                                           fork.next_position(), fork.allowed());
@@ -643,8 +727,11 @@ struct Engine::Impl {
   const std::vector<int32_t> eos;
   // The width of the final-norm rows a decision's sink gets.
   const int64_t hidden = model.config().hidden_size;
-  StatePool pool;                  // engine thread only
-  Scheduler scheduler;             // engine thread only
+  // Engine thread only: the memory of every sequence's state, its one bookkeeper, and the prompt cache over both.
+  std::unique_ptr<backend::StateStorage> storage;
+  BlockManager blocks;
+  std::optional<PromptCache> cache;  // when the plan gives it room
+  Scheduler scheduler;               // engine thread only
   ThreadPool sampling_pool;        // engine thread only; its own, so it never races the backend's pool
   std::vector<Sequence*> in_step;  // engine thread only: the sequences of the step being run, failed if it throws
 

@@ -3,8 +3,10 @@
 // come in from any thread through submit() and get their events back through a RequestHandle.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,11 @@ struct EngineOptions {
   // runs on the host.
   size_t decision_head_bytes = 0;
   size_t decision_bytes_per_position = 0;
+  // The prompt cache (engine/prompt_cache.h): GDN snapshots and KV pages kept for prompts that begin alike, within
+  // this many bytes of the backend's memory, beside the state pool; 0 turns it off.
+  size_t prompt_cache_bytes = 0;
+  // Tests only: the prompt cache's block hash (a planted collision); empty: the cache's own.
+  std::function<uint64_t(uint64_t previous, std::span<const int32_t> block)> prompt_cache_block_hash;
   // Threads that run decisions' head work (engine/decision_workers.h), so that one decision's head never waits for
   // another's; 0: decision_worker_count()'s default.
   int32_t decision_workers = 0;
@@ -60,6 +67,11 @@ struct EngineStats {
   int32_t running = 0, waiting = 0, slots_total = 0, slots_free = 0;
   // KV pages: held by sequences now (total - free), and reserved for admitted requests' whole lengths.
   int64_t kv_pages_total = 0, kv_pages_free = 0, kv_pages_reserved = 0;
+  // The prompt cache: admissions that resumed from it or found nothing, entries dropped for room, prompt tokens
+  // resumed instead of prefilled, and the memory its entries hold now (snapshots and pages) of its budget.
+  int64_t prompt_cache_hits = 0, prompt_cache_misses = 0, prompt_cache_evictions = 0;
+  int64_t prompt_cache_tokens_total = 0;
+  size_t prompt_cache_bytes_held = 0, prompt_cache_bytes = 0;
   int64_t steps_total = 0;
   double step_seconds_total = 0;
   double step_seconds_last = 0;
@@ -95,7 +107,8 @@ class Engine {
   // The n choices of one prompt (OpenAI's `n`): generate requests that differ only in their sampling, queued as n
   // submits in a row would be (all refused together when the queue cannot take them all). Each needs its own slot
   // and pages, but the prompt is prefilled once: a later choice admitted while the first still prefills waits, and
-  // when the first's last chunk has run it starts from a copy of the first's state (SequenceState::copy_from),
+  // when the first's last chunk has run it starts from a fork of the first's state (BlockManager::fork: full pages
+  // shared, the page still filling and the GDN state copied),
   // drawing its own first token from the same last row with its own settings and position. One admitted later
   // prefills itself. Either way its tokens are those it would get submitted alone (row invariance).
   std::vector<std::shared_ptr<RequestHandle>> submit_choices(std::vector<Request> requests);

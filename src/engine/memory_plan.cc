@@ -36,6 +36,23 @@ int64_t max_step_rows(const EngineOptions& options) {
   return static_cast<int64_t>(options.step_token_budget) + options.prefill_chunk + options.parallel;
 }
 
+namespace {
+// A quarter of the budget for GDN snapshots (at least one), the rest for the pages of the prefixes they resume; none
+// when the budget holds less than one of each.
+void plan_prompt_cache(const model::Model& model, const EngineOptions& options, MemoryPlan& plan) {
+  const size_t budget = options.prompt_cache_bytes;
+  const size_t snapshot = model.sequence_fixed_bytes(), page = model.kv_page_bytes();
+  if (budget == 0 || page == 0 || budget < snapshot + page) return;
+  constexpr int64_t kMostSnapshots = 4096;  // each is a linear scan away from eviction
+  plan.prompt_cache_snapshots =
+      snapshot == 0 ? 64 : std::clamp<int64_t>(static_cast<int64_t>(budget / 4 / snapshot), 1, kMostSnapshots);
+  plan.prompt_cache_pages =
+      static_cast<int64_t>((budget - static_cast<size_t>(plan.prompt_cache_snapshots) * snapshot) / page);
+  plan.prompt_cache_bytes =
+      static_cast<size_t>(plan.prompt_cache_snapshots) * snapshot + static_cast<size_t>(plan.prompt_cache_pages) * page;
+}
+}  // namespace
+
 MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options) {
   const model::Qwen35Config& config = model.config();
   MemoryPlan plan;
@@ -50,6 +67,7 @@ MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options) 
   plan.kv_page_bytes = model.kv_page_bytes();
   plan.state_pool_bytes = static_cast<size_t>(options.parallel) * plan.state_bytes_per_sequence +
                           static_cast<size_t>(plan.kv_pages) * plan.kv_page_bytes;
+  plan_prompt_cache(model, options, plan);
   // One step's activations and logits, as the model counts them for its backend, plus the sampler's host copy of a
   // logits row per sampling piece.
   plan.workspace_bytes = model.workspace_bytes(max_step_rows(options)) + (static_cast<size_t>(options.parallel) + 1) *
@@ -65,8 +83,8 @@ MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options) 
                         memory_rows * static_cast<size_t>(options.context) * options.decision_bytes_per_position;
   plan.on_device = model.device_memory_bytes() != 0;
   // The head and its inputs live on the host: they count against RAM, not against a GPU's memory.
-  plan.total_bytes =
-      plan.weight_bytes + plan.adapter_bytes + plan.state_pool_bytes + plan.workspace_bytes + (plan.on_device ? 0 : plan.decision_bytes);
+  plan.total_bytes = plan.weight_bytes + plan.adapter_bytes + plan.state_pool_bytes + plan.prompt_cache_bytes +
+                     plan.workspace_bytes + (plan.on_device ? 0 : plan.decision_bytes);
   plan.limit_bytes = options.memory_limit_bytes != 0 ? options.memory_limit_bytes
                      : plan.on_device                ? model.device_memory_bytes()
                                                      : physical_memory_bytes();
@@ -76,13 +94,15 @@ MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options) 
 std::string MemoryPlan::describe() const {
   return fmt::format(
       "context {} positions per sequence (model: {}); weights {}{} + state pool {} ({} sequences x {} GDN state + {} "
-      "KV pages x {} = {} tokens) + workspace ~{}{} = {} (limit {} of {}){}",
+      "KV pages x {} = {} tokens){} + workspace ~{}{} = {} (limit {} of {}){}",
       context, model_positions > 0 ? std::to_string(model_positions) : std::string("no max_position_embeddings"),
       mib(weight_bytes), adapter_bytes == 0 ? std::string() : " + adapter " + mib(adapter_bytes), mib(state_pool_bytes),
-      sequences, mib(state_bytes_per_sequence), kv_pages, mib(kv_page_bytes),
-      kv_pages * kv_page_positions, mib(workspace_bytes),
-      decision_bytes == 0 || on_device ? std::string() : " + decisions " + mib(decision_bytes), mib(total_bytes),
-      mib(limit_bytes), on_device ? "GPU memory" : "RAM",
+      sequences, mib(state_bytes_per_sequence), kv_pages, mib(kv_page_bytes), kv_pages * kv_page_positions,
+      prompt_cache_bytes == 0 ? std::string(" + prompt cache off")
+                              : fmt::format(" + prompt cache {} ({} GDN snapshots + {} KV pages)",
+                                            mib(prompt_cache_bytes), prompt_cache_snapshots, prompt_cache_pages),
+      mib(workspace_bytes), decision_bytes == 0 || on_device ? std::string() : " + decisions " + mib(decision_bytes),
+      mib(total_bytes), mib(limit_bytes), on_device ? "GPU memory" : "RAM",
       decision_bytes == 0 || !on_device ? std::string() : "; decisions " + mib(decision_bytes) + " in RAM");
 }
 

@@ -24,6 +24,10 @@ struct MemoryPlan {
   int32_t kv_page_positions = 0;
   size_t kv_page_bytes = 0;
   size_t state_pool_bytes = 0;  // sequences * state_bytes_per_sequence + kv_pages * kv_page_bytes
+  // The prompt cache (--prompt-cache-gib): GDN snapshots (state_bytes_per_sequence each) and KV pages beside the pool.
+  int64_t prompt_cache_snapshots = 0;
+  int64_t prompt_cache_pages = 0;
+  size_t prompt_cache_bytes = 0;
   size_t workspace_bytes = 0;   // an estimate of one step's activations and logits
   size_t decision_bytes = 0;  // a joint head's weights + every slot's head memory and each running head's scratch
   size_t total_bytes = 0;

@@ -51,6 +51,10 @@ struct Request {
   RequestKind kind = RequestKind::generate;
   AdapterUse adapter = AdapterUse::none;
   std::vector<int32_t> prompt;
+  // A prompt position the prompt cache also keeps this prompt's state at (rounded down to a block end), besides its
+  // own last full block: where the next turn of the same conversation stops repeating this one (a chat prompt's
+  // generation prompt, which the next turn renders as the reply's header instead). 0: none.
+  int32_t cache_hint = 0;
   SamplingParams sampling;
   std::shared_ptr<DecisionSink> decision;  // decide requests
   // A structured output: every sampled token keeps the text a prefix of a document of this grammar, and the request
@@ -76,6 +80,7 @@ struct TokenEvent {
 struct FinishedEvent {
   FinishReason reason = FinishReason::stop;
   int32_t prompt_tokens = 0;
+  int32_t cached_tokens = 0;  // of prompt_tokens, resumed from the prompt cache instead of prefilled
   int32_t completion_tokens = 0;
   std::string text_tail;  // text released at the end (incomplete UTF-8 flushed), if any
   std::string error;      // for FinishReason::error

@@ -6,15 +6,15 @@
 
 namespace duet::engine {
 
-Scheduler::Scheduler(StatePool& pool, int32_t prefill_chunk, int32_t step_token_budget)
-    : pool_(pool), prefill_chunk_(prefill_chunk), step_token_budget_(step_token_budget) {}
+Scheduler::Scheduler(BlockManager& blocks, int32_t prefill_chunk, int32_t step_token_budget)
+    : blocks_(blocks), prefill_chunk_(prefill_chunk), step_token_budget_(step_token_budget) {}
 
 int64_t Scheduler::pages_needed(const Sequence& sequence) const {
-  return pool_.pages_for(static_cast<int64_t>(sequence.prompt_length()) + sequence.max_new_tokens());
+  return BlockManager::pages_for(static_cast<int64_t>(sequence.prompt_length()) + sequence.max_new_tokens());
 }
 
-bool Scheduler::try_admit(std::unique_ptr<Sequence>& sequence) {
-  const std::optional<int32_t> slot = pool_.acquire(pages_needed(*sequence));
+bool Scheduler::try_admit(std::unique_ptr<Sequence>& sequence, std::span<const int32_t> shared) {
+  const std::optional<int32_t> slot = blocks_.acquire(pages_needed(*sequence), shared);
   if (!slot) return false;
   sequence->set_slot(slot);
   running_.push_back(std::move(sequence));
@@ -62,13 +62,18 @@ std::vector<ScheduledPiece> Scheduler::plan_step() {
     if (sequence->fork_of() && waits_for_fork(*sequence, find(*sequence->fork_of()))) continue;
     const int32_t remaining = sequence->prompt_length() - sequence->prefilled();
     const int32_t room = std::max(step_token_budget_ - tokens, 0);
-    // The rest of the prompt if it fits, else as many whole chunks as fit: prefilled() is always a multiple of
-    // the chunk, so every cut lands on one.
+    // The rest of the prompt if it fits, else as many whole chunks as fit: prefilled() is always a multiple of 64
+    // (of the chunk, or a cache point, or a cached prefix's end), so every cut lands on a multiple of 64.
     int32_t length = remaining <= room ? remaining : room / prefill_chunk_ * prefill_chunk_;
     if (length == 0) {
       if (any_prefill) continue;                     // a shorter prompt further on may still fit
       length = std::min(prefill_chunk_, remaining);  // the oldest prompt always progresses
     }
+    for (int32_t point : sequence->cache_points())  // ends at the next point, where its state is kept
+      if (point > sequence->prefilled() && point < sequence->prefilled() + length) {
+        length = point - sequence->prefilled();
+        break;
+      }
     const bool last_chunk = length == remaining;
     pieces.push_back({.sequence = sequence.get(),
                       .tokens = std::span(sequence->request().prompt).subspan(sequence->prefilled(), length),
@@ -89,7 +94,7 @@ bool Scheduler::has_work() const {
 void Scheduler::release_finished() {
   std::erase_if(running_, [this](const std::unique_ptr<Sequence>& sequence) {
     if (!sequence->finished()) return false;
-    if (sequence->slot()) pool_.release(*sequence->slot());
+    if (sequence->slot()) blocks_.release(*sequence->slot());
     sequence->set_slot(std::nullopt);
     return true;
   });

@@ -4,15 +4,16 @@
 // the step's token budget as is left in whole multiples of prefill_chunk (or the rest of its prompt). One piece
 // per sequence per step, and a prompt is only ever cut at multiples of prefill_chunk, which the model's row
 // invariance makes invisible in the results. The oldest waiting prompt gets at least one chunk every step, even
-// past the budget, so prompts always progress. A decision is a prompt like any other (it shares steps, slots and
-// the token budget with chat) that never decodes: it ends with its prefill.
+// past the budget, so prompts always progress. A prompt is also cut at its prompt cache points (block ends,
+// multiples of 64, where row invariance holds too), so that its state there can be kept. A decision is a prompt like
+// any other (it shares steps, slots and the token budget with chat) that never decodes: it ends with its prefill.
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>
 
+#include "engine/block_manager.h"
 #include "engine/sequence.h"
-#include "engine/state_pool.h"
 
 namespace duet::engine {
 
@@ -25,13 +26,13 @@ struct ScheduledPiece {
 
 class Scheduler {
  public:
-  Scheduler(StatePool& pool, int32_t prefill_chunk, int32_t step_token_budget);
+  Scheduler(BlockManager& blocks, int32_t prefill_chunk, int32_t step_token_budget);
 
   // KV pages the sequence can ever hold: its prompt and every token it may generate.
   int64_t pages_needed(const Sequence& sequence) const;
-  // Gives the sequence a state slot and reserves its pages; false (and the sequence stays with the caller) when
-  // no slot is free or its pages cannot be reserved yet.
-  bool try_admit(std::unique_ptr<Sequence>& sequence);
+  // Gives the sequence a state slot and reserves its pages, the first of them `shared` (a prompt cache hit); false
+  // (and the sequence stays with the caller) when no slot is free or its pages cannot be reserved yet.
+  bool try_admit(std::unique_ptr<Sequence>& sequence, std::span<const int32_t> shared = {});
   std::vector<ScheduledPiece> plan_step();
   // The admitted choices waiting to be forked from `first` (Engine::submit_choices): not started, and admitted while
   // `first` still prefilled their shared prompt. plan_step gives them no prefill; the engine forks them when
@@ -45,10 +46,9 @@ class Scheduler {
   bool has_work() const;
   std::span<const std::unique_ptr<Sequence>> running() const { return running_; }
   const Sequence* find(uint64_t id) const;
-  model::SequenceState& state_of(const Sequence& sequence) { return pool_.state(*sequence.slot()); }
 
  private:
-  StatePool& pool_;
+  BlockManager& blocks_;
   int32_t prefill_chunk_;
   int32_t step_token_budget_;
   std::vector<std::unique_ptr<Sequence>> running_;  // in admission order

@@ -90,6 +90,7 @@ void Sequence::finish(FinishReason reason, std::string error, std::vector<float>
   event.reason = reason;
   event.decision_logits = std::move(decision_logits);
   event.prompt_tokens = prompt_length();
+  event.cached_tokens = cached_tokens_;
   event.completion_tokens = static_cast<int32_t>(generated_.size());
   event.error = std::move(error);
   event.time_to_first_token_s = time_to_first_token_s();

@@ -50,6 +50,12 @@ class Sequence {
   std::optional<int32_t> slot() const { return slot_; }
   void set_slot(std::optional<int32_t> slot) { slot_ = slot; }
   void advance_prefill(int32_t tokens) { prefilled_ += tokens; }
+  // Starts from a prompt cache hit: its first `tokens` positions are already in its state.
+  void resume_at(int32_t tokens) { prefilled_ = cached_tokens_ = tokens; }
+  int32_t cached_tokens() const { return cached_tokens_; }
+  // Block ends where the prompt cache keeps this prompt's state (ascending): its prefill is cut there.
+  const std::vector<int32_t>& cache_points() const { return cache_points_; }
+  void set_cache_points(std::vector<int32_t> points) { cache_points_ = std::move(points); }
 
   // A structured output (Request::grammar) whose grammar holds for the next token.
   bool constrained() const { return matcher_ != nullptr && grammar_started_; }
@@ -88,6 +94,8 @@ class Sequence {
   std::optional<int32_t> slot_;
   std::optional<uint64_t> fork_of_;
   int32_t prefilled_ = 0;
+  int32_t cached_tokens_ = 0;
+  std::vector<int32_t> cache_points_;
   std::vector<int32_t> generated_;
   std::optional<int32_t> matched_stop_token_;
   std::optional<std::string> matched_stop_string_;

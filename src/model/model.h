@@ -14,24 +14,6 @@
 
 namespace duet::model {
 
-// Everything one sequence carries between steps: a slot of GDN state (per GDN layer the conv history and the fp32
-// delta-rule state, a fixed allocation in the backend's memory), the table of KV pages its attention layers write
-// (taken from the model's state store as it grows), and how many positions have been consumed. Owned by the
-// engine's StatePool; created by Model::new_sequence_state. Destroying it returns its slot and KV pages.
-class SequenceState {
- public:
-  virtual ~SequenceState() = default;
-  virtual int32_t position() const = 0;       // tokens consumed so far
-  virtual int32_t max_positions() const = 0;  // the most positions it may ever hold
-  virtual int64_t kv_pages() const = 0;       // KV pages it holds now
-  virtual void reset() = 0;                   // back to an empty sequence; its KV pages go back to the pool
-  // Becomes a copy of `source`, a state of the same model and store: its position, its GDN state and the K/V of every
-  // position so far, in KV pages of its own (taken from the store; throws duet::Error when too few are free). What
-  // it held before is dropped. The next rows of either are then those the other would compute, bit for bit: n
-  // choices of one prompt share its prefill this way.
-  virtual void copy_from(const SequenceState& source) = 0;
-};
-
 // What a piece wants back. Rows are in the piece's token order.
 enum class RowOutput : uint8_t {
   none = 0,
@@ -47,17 +29,22 @@ constexpr bool has(RowOutput set, RowOutput flag) {
   return (static_cast<uint8_t>(set) & static_cast<uint8_t>(flag)) != 0;
 }
 
-// One sequence and a contiguous run of its next positions: a prefill chunk or one decode token.
+// One sequence and a contiguous run of its next positions: a prefill chunk or one decode token. The sequence is
+// plain data owned by the caller's block manager (engine/block_manager.h): its GDN slot in the step's storage, its
+// KV pages and how many positions it has consumed. forward() writes the slot and the pages from `position` on and
+// moves nothing else: the caller advances its position after the step.
 struct Piece {
-  SequenceState* state = nullptr;   // advanced by tokens.size() positions
-  std::span<const int32_t> tokens;  // ids in [0, vocab_size)
+  int32_t slot = 0;
+  std::span<const int32_t> page_table = {};  // page ids in position order, covering position + tokens.size()
+  int32_t position = 0;                      // the first token's position
+  std::span<const int32_t> tokens = {};      // ids in [0, vocab_size)
   RowOutput wants = RowOutput::last_logits;
   // decode: one generated token (a GPU computes its rows with decode kernels); prefill: prompt rows, whose bytes
   // do not depend on where the prompt was cut at multiples of 64.
   backend::RowRole role = backend::RowRole::prefill;
   const backend::SampleSpec* sample = nullptr;  // with RowOutput::sampled
   // With RowOutput::sampled: more draws from the same last row, each by its own settings (the first tokens of the
-  // choices forked from this sequence, SequenceState::copy_from); results in PieceResult::fork_sampled, in order.
+  // choices forked from this sequence, engine/block_manager.h); results in PieceResult::fork_sampled, in order.
   std::span<const backend::SampleSpec* const> fork_samples = {};
   // Through the runtime adapter (Model::has_adapter()): a decision of the adapted model. Other pieces' rows never
   // pass through the adapter, so a chat reply is the same with or without one loaded.
@@ -124,26 +111,23 @@ class Model {
   // still runs (the workspace grows first), but the engine never sends one.
   virtual void reserve_workspace(int64_t rows) = 0;
 
-  // Allocates a shared state store: `sequences` GDN slots and `kv_pages` KV pages; every state made after takes its
-  // slot and pages from it. A state holds on to its store, so a later reserve (the next engine on the same model)
-  // leaves older states working, and an old store's memory goes with its last state. Before any reserve, each
-  // state gets a private store with one slot and room for its own max_positions (tools, tests).
-  virtual void reserve_state(int32_t sequences, int64_t kv_pages) = 0;
-  virtual int64_t free_kv_pages() const = 0;  // in the latest shared store; 0 when none was reserved
-  virtual std::unique_ptr<SequenceState> new_sequence_state(int32_t max_positions) const = 0;
+  // The memory of every sequence's state in the backend: `slots` GDN slots, `kv_pages` KV pages and `snapshots` GDN
+  // snapshots (the prompt cache's). Its bookkeeping (who holds which slot and page) is the caller's.
+  virtual std::unique_ptr<backend::StateStorage> new_state_storage(int32_t slots, int64_t kv_pages,
+                                                                   int64_t snapshots = 0) = 0;
 
   // Rows of the LM head (lm_head.weight [V, h], or the embedding when tied) for `ids`, as fp32 in host memory
   // [ids.size(), h]: what the decision head's lexical term reads. A gather by id, never a product with the head.
   // Thread-safe. Refuses (duet::Error) an id outside the vocabulary, or a model that cannot.
   virtual void lm_head_rows(std::span<const int32_t> ids, float* out) const;
 
-  // Runs one step. Each piece's rows depend only on its own sequence (row invariance): results do not change
-  // with which other pieces share the step, nor with which KV pages they got. Throws PieceRefused, with no state
-  // moved, for a piece it cannot run (an id outside the vocabulary, past its state's max_positions), and
-  // duet::Error, with no state moved, if the step needs more KV pages than are free. Any other exception may leave
-  // the states of the step's pieces half-written.
+  // Runs one step over `storage` (made by new_state_storage). Each piece's rows depend only on its own sequence (row
+  // invariance): results do not change with which other pieces share the step, nor with which KV pages they got.
+  // Throws PieceRefused, with nothing written, for a piece it cannot run (an id outside the vocabulary, a slot or a
+  // page outside the storage, a page table too short for its positions, a slot twice in one step). Any other
+  // exception may leave the slots and pages of the step's pieces half-written.
   // Pieces of either role may come in any order.
-  virtual std::vector<PieceResult> forward(std::span<const Piece> pieces) = 0;
+  virtual std::vector<PieceResult> forward(backend::StateStorage& storage, std::span<const Piece> pieces) = 0;
 };
 
 }  // namespace duet::model

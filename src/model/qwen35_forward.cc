@@ -5,7 +5,6 @@
 //   x = x + mlp(post_attention_layernorm(x))
 //
 // then the final (1 + w) norm, whose rows the decision head reads, and lm_head for the rows that want logits.
-#include <map>
 #include <set>
 
 #include "base/error.h"
@@ -15,43 +14,33 @@ namespace duet::model {
 
 namespace {
 
-// Checks every piece before any state moves, so a refused step leaves all sequences as they were; then gives each
-// sequence the KV pages its piece will write.
-std::vector<Qwen35SequenceState*> checked_states(std::span<const Piece> pieces, const Qwen35Config& config) {
-  std::vector<Qwen35SequenceState*> states;
-  std::set<const SequenceState*> seen;
+// Checks every piece before anything is written, so a refused step leaves every sequence as it was.
+void check_pieces(std::span<const Piece> pieces, const backend::StateStorage& storage, const Qwen35Config& config) {
+  std::set<int32_t> seen;
   for (size_t i = 0; i < pieces.size(); ++i) {
     const Piece& piece = pieces[i];
-    auto* state = dynamic_cast<Qwen35SequenceState*>(piece.state);
     auto refuse = [i](std::string reason) { throw PieceRefused(i, fmt::format("forward: piece {} {}", i, reason)); };
-    if (state == nullptr) refuse("has no sequence state of this model");
-    if (!seen.insert(state).second) refuse("repeats a sequence already in this step");
+    if (piece.slot < 0 || piece.slot >= storage.slots())
+      refuse(fmt::format("names slot {} of a storage with {}", piece.slot, storage.slots()));
+    if (!seen.insert(piece.slot).second) refuse("repeats a sequence already in this step");
     if (piece.tokens.empty()) refuse("has no tokens");
-    if (static_cast<int64_t>(state->position()) + static_cast<int64_t>(piece.tokens.size()) > state->max_positions())
-      refuse(fmt::format("needs positions up to {}, its state holds {}",
-                         static_cast<int64_t>(state->position()) + static_cast<int64_t>(piece.tokens.size()),
-                         state->max_positions()));
+    if (piece.position < 0) refuse(fmt::format("starts at position {}", piece.position));
+    const int64_t end = static_cast<int64_t>(piece.position) + static_cast<int64_t>(piece.tokens.size());
+    if (end > static_cast<int64_t>(piece.page_table.size()) * backend::kKvPagePositions)
+      refuse(fmt::format("needs positions up to {}, its {} KV pages hold {}", end, piece.page_table.size(),
+                         static_cast<int64_t>(piece.page_table.size()) * backend::kKvPagePositions));
+    for (int32_t page : piece.page_table)
+      if (page < 0 || page >= storage.pages())
+        refuse(fmt::format("names KV page {} of a storage with {}", page, storage.pages()));
     for (int32_t id : piece.tokens)
       if (id < 0 || id >= config.vocab_size)
         refuse(fmt::format("has token id {} outside the vocabulary [0, {})", id, config.vocab_size));
-    states.push_back(state);
   }
-  // KV pages, per store (states without a shared store have their own): all checked, then all taken.
-  std::map<StateStore*, int64_t> needed;
-  for (size_t i = 0; i < pieces.size(); ++i)
-    needed[&states[i]->store()] += states[i]->pages_needed(static_cast<int64_t>(pieces[i].tokens.size()));
-  for (const auto& [store, pages] : needed)
-    if (pages > store->free_pages())
-      fail("forward: the step needs {} more KV pages, {} of {} are free", pages, store->free_pages(),
-           store->total_pages());
-  for (size_t i = 0; i < pieces.size(); ++i)
-    states[i]->take_pages(states[i]->pages_needed(static_cast<int64_t>(pieces[i].tokens.size())));
-  return states;
 }
 
 }  // namespace
 
-std::vector<PieceResult> Qwen35Model::forward(std::span<const Piece> pieces) {
+std::vector<PieceResult> Qwen35Model::forward(backend::StateStorage& storage, std::span<const Piece> pieces) {
   backend::Backend& be = *backend_;
   for (size_t i = 0; i < pieces.size(); ++i)  // before any state moves
     if (has(pieces[i].wants, RowOutput::sampled) && (!be.samples_rows() || pieces[i].sample == nullptr))
@@ -63,7 +52,7 @@ std::vector<PieceResult> Qwen35Model::forward(std::span<const Piece> pieces) {
   for (size_t i = 0; i < pieces.size(); ++i)
     if (pieces[i].adapted && adapter_ == nullptr)
       throw PieceRefused(i, fmt::format("forward: piece {} asks for the runtime adapter, but none is loaded", i));
-  std::vector<Qwen35SequenceState*> states = checked_states(pieces, config_);
+  check_pieces(pieces, storage, config_);
 
   // The step's layout: decode pieces first, then prefill pieces (each in the order given), so a backend sees each
   // role's rows as one block. Piece i owns rows [first_row, first_row + rows), its next positions.
@@ -75,15 +64,13 @@ std::vector<PieceResult> Qwen35Model::forward(std::span<const Piece> pieces) {
   std::vector<backend::StepPiece> plan_pieces;             // in row order
   std::vector<int32_t> ids;                                // [R]
   for (size_t i : order) {
-    Qwen35SequenceState& state = *states[i];
     rows_of[i] = backend::StepPiece{.first_row = static_cast<int64_t>(ids.size()),
                                     .rows = static_cast<int64_t>(pieces[i].tokens.size()),
-                                    .start_position = state.position(),
+                                    .start_position = pieces[i].position,
                                     .role = pieces[i].role,
                                     .adapted = pieces[i].adapted,
-                                    .storage = &state.store().storage(),
-                                    .slot = state.slot(),
-                                    .page_table = state.page_table()};
+                                    .slot = pieces[i].slot,
+                                    .page_table = pieces[i].page_table};
     plan_pieces.push_back(rows_of[i]);
     ids.insert(ids.end(), pieces[i].tokens.begin(), pieces[i].tokens.end());
   }
@@ -126,7 +113,12 @@ std::vector<PieceResult> Qwen35Model::forward(std::span<const Piece> pieces) {
   if (const size_t bytes = step_bytes(R, static_cast<int64_t>(logit_rows.size() + sample_rows.size()));
       bytes > be.workspace_bytes())
     be.reserve_workspace(bytes);
-  be.begin_step(backend::StepPlan{ids, plan_pieces, logit_rows, sample_rows, samples});
+  be.begin_step(backend::StepPlan{.storage = &storage,
+                                  .ids = ids,
+                                  .pieces = plan_pieces,
+                                  .logit_rows = logit_rows,
+                                  .sample_rows = sample_rows,
+                                  .samples = samples});
   auto x = be.new_activations(R, h);       // [R, h] the residual stream
   auto normed = be.new_activations(R, h);  // [R, h] a norm's output, the sublayers' input
   auto delta = be.new_activations(R, h);   // [R, h] a sublayer's output, added to the residual
@@ -180,7 +172,6 @@ std::vector<PieceResult> Qwen35Model::forward(std::span<const Piece> pieces) {
       results[i].norm_rows.resize(static_cast<size_t>(p.rows * h));
       be.read_rows(*normed, p.first_row, p.rows, results[i].norm_rows.data());
     }
-    states[i]->advance(static_cast<int32_t>(p.rows));
   }
   return results;
 }

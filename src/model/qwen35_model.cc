@@ -3,29 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <limits>
 
 #include "base/bf16.h"
 #include "base/error.h"
 #include "base/log.h"
 
 namespace duet::model {
-
-void Qwen35SequenceState::reset() {
-  store_->storage().reset_slot(slot_);
-  store_->give_back_pages(page_table_);
-  position_ = 0;
-}
-
-void Qwen35SequenceState::copy_from(const SequenceState& source) {
-  const auto* from = dynamic_cast<const Qwen35SequenceState*>(&source);
-  if (from == nullptr || from->store_ != store_) fail("sequence state: can only copy a state of the same state store");
-  if (from == this) return;
-  store_->give_back_pages(page_table_);
-  store_->take_pages(from->kv_pages(), page_table_);
-  store_->storage().copy_pages(from->page_table_, page_table_);
-  store_->storage().copy_slot(from->slot_, slot_);
-  position_ = from->position_;
-}
 
 namespace {
 
@@ -134,19 +118,14 @@ size_t Qwen35Model::step_bytes(int64_t rows, int64_t logit_rows) const {
 
 void Qwen35Model::reserve_workspace(int64_t rows) { backend_->reserve_workspace(workspace_bytes(rows)); }
 
-void Qwen35Model::reserve_state(int32_t sequences, int64_t kv_pages) {
-  store_ = std::make_shared<StateStore>(*backend_, gdn_shape_, gdn_layers_, sequences, attention_shape_,
-                                        attention_layers_, kv_pages);
-}
-
-std::unique_ptr<SequenceState> Qwen35Model::new_sequence_state(int32_t max_positions) const {
-  if (max_positions <= 0) fail("sequence state: max_positions = {} must be positive", max_positions);
-  // Without a shared store the state brings its own: one slot, and as many pages as its max_positions need.
-  std::shared_ptr<StateStore> store =
-      store_ ? store_
-             : std::make_shared<StateStore>(*backend_, gdn_shape_, gdn_layers_, 1, attention_shape_, attention_layers_,
-                                            kv_pages_for(max_positions));
-  return std::make_unique<Qwen35SequenceState>(std::move(store), max_positions);
+std::unique_ptr<backend::StateStorage> Qwen35Model::new_state_storage(int32_t slots, int64_t kv_pages,
+                                                                      int64_t snapshots) {
+  constexpr int64_t kMaxIds = std::numeric_limits<int32_t>::max();  // slot and page ids are int32
+  if (kv_pages < 0 || kv_pages > kMaxIds) fail("state storage: {} KV pages is outside [0, {}]", kv_pages, kMaxIds);
+  if (slots < 0) fail("state storage: {} sequence slots is negative", slots);
+  if (snapshots < 0 || snapshots > kMaxIds) fail("state storage: {} snapshots is outside [0, {}]", snapshots, kMaxIds);
+  return backend_->new_state_storage(gdn_shape_, gdn_layers_, slots, attention_shape_, attention_layers_, kv_pages,
+                                     snapshots);
 }
 
 void Model::lm_head_rows(std::span<const int32_t> ids, float* out) const {

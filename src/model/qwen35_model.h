@@ -10,43 +10,8 @@
 #include "model/model.h"
 #include "model/qwen35_weights.h"
 #include "model/runtime_adapter.h"
-#include "model/state_store.h"
 
 namespace duet::model {
-
-// One sequence: its GDN slot and KV page table in a state store, and the position.
-class Qwen35SequenceState final : public SequenceState {
- public:
-  Qwen35SequenceState(std::shared_ptr<StateStore> store, int32_t max_positions)
-      : store_(std::move(store)), slot_(store_->take_slot()), max_positions_(max_positions) {}
-  ~Qwen35SequenceState() override {
-    store_->give_back_pages(page_table_);
-    store_->give_back_slot(slot_);
-  }
-  Qwen35SequenceState(const Qwen35SequenceState&) = delete;
-  Qwen35SequenceState& operator=(const Qwen35SequenceState&) = delete;
-
-  int32_t position() const override { return position_; }
-  int32_t max_positions() const override { return max_positions_; }
-  int64_t kv_pages() const override { return static_cast<int64_t>(page_table_.size()); }
-  void reset() override;
-  void copy_from(const SequenceState& source) override;
-
-  StateStore& store() { return *store_; }
-  int32_t slot() const { return slot_; }
-  const std::vector<int32_t>& page_table() const { return page_table_; }
-  // Pages still to take before `tokens` more positions can be written.
-  int64_t pages_needed(int64_t tokens) const { return kv_pages_for(position_ + tokens) - kv_pages(); }
-  void take_pages(int64_t count) { store_->take_pages(count, page_table_); }
-  void advance(int32_t tokens) { position_ += tokens; }
-
- private:
-  std::shared_ptr<StateStore> store_;  // declared first: destroyed last, after everything that points into it
-  int32_t slot_;
-  std::vector<int32_t> page_table_;  // page ids in position order
-  int32_t max_positions_;
-  int32_t position_ = 0;
-};
 
 class Qwen35Model final : public Model {
  public:
@@ -71,10 +36,9 @@ class Qwen35Model final : public Model {
   size_t device_memory_bytes() const override { return backend_->device_memory_bytes(); }
   size_t workspace_bytes(int64_t rows) const override;
   void reserve_workspace(int64_t rows) override;
-  void reserve_state(int32_t sequences, int64_t kv_pages) override;
-  int64_t free_kv_pages() const override { return store_ ? store_->free_pages() : 0; }
-  std::unique_ptr<SequenceState> new_sequence_state(int32_t max_positions) const override;
-  std::vector<PieceResult> forward(std::span<const Piece> pieces) override;
+  std::unique_ptr<backend::StateStorage> new_state_storage(int32_t slots, int64_t kv_pages,
+                                                           int64_t snapshots) override;
+  std::vector<PieceResult> forward(backend::StateStorage& storage, std::span<const Piece> pieces) override;
   void lm_head_rows(std::span<const int32_t> ids, float* out) const override;
 
  private:
@@ -92,7 +56,6 @@ class Qwen35Model final : public Model {
   int64_t gdn_layers_ = 0;
   // Per adapted row, the most elements one adapter product needs beside its projection (input + rank + output).
   int64_t lora_row_elements_ = 0;
-  std::shared_ptr<StateStore> store_;  // the shared store, once reserved
   DebugDump dump_;
 };
 

@@ -32,6 +32,10 @@ ChatPrompt build_chat_prompt(const ServerContext& context, const std::vector<tok
   out.starts_in_reasoning = prompt.ends_with("<think>\n") || prompt.ends_with("<think>");
   out.answer_start = answer_start;
   out.request.prompt = context.tokenizer.encode(prompt + answer_start);
+  // The prompt cache keeps the state where the generation prompt starts (its `<|im_start|>` is a special token, so the
+  // text before it tokenizes as the prompt's own beginning): the next turn repeats everything before it.
+  if (const size_t header = prompt.rfind("<|im_start|>"); header != std::string::npos && header > 0)
+    out.request.cache_hint = static_cast<int32_t>(context.tokenizer.encode(prompt.substr(0, header)).size());
   out.request.sampling = sampling.params;
   if (!out.request.sampling.ignore_eos)
     for (int32_t id : end_of_turn_ids(context.tokenizer)) out.request.sampling.stop_token_ids.push_back(id);

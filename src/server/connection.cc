@@ -316,7 +316,7 @@ void Connection::log_access() {
     if (auto usage = generation_->usage()) {
       access_->prompt_tokens = usage->prompt_tokens;
       access_->completion_tokens = usage->completion_tokens;
-      access_->cached_tokens = 0;  // no prompt cache across requests yet
+      access_->cached_tokens = usage->cached_tokens;  // resumed from the prompt cache
       if (usage->completion_tokens > 0) access_->time_to_first_token_s = usage->time_to_first_token_s;
       access_->prefill_s = usage->decision_prefill_s;
       access_->head_s = usage->decision_head_s;

@@ -175,6 +175,7 @@ std::string GenerationBody::take_choice(size_t choice, std::vector<engine::Event
     context_.metrics.record_finished(finished, seconds_since(start_));
     if (choice == 0) {
       usage_.prompt_tokens = finished.prompt_tokens;
+      usage_.cached_tokens = finished.cached_tokens;
       usage_.time_to_first_token_s = finished.time_to_first_token_s;
       usage_.decision_prefill_s = finished.decision_prefill_s;
       usage_.decision_head_s = finished.decision_head_s;
@@ -222,10 +223,11 @@ int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-nlohmann::json usage_json(int32_t prompt_tokens, int32_t completion_tokens) {
+nlohmann::json usage_json(int32_t prompt_tokens, int32_t completion_tokens, int32_t cached_tokens) {
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
+          {"total_tokens", prompt_tokens + completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
 }
 
 nlohmann::json whole_answer_json(const AnswerHeader& header, nlohmann::json choices, bool return_token_ids,
@@ -244,7 +246,8 @@ nlohmann::json whole_answer_json(const AnswerHeader& header, nlohmann::json choi
           {"created", header.created},
           {"model", header.model},
           {"choices", std::move(choices)},
-          {"usage", usage_json(generations.front().finished.prompt_tokens, completion_tokens)}};
+          {"usage", usage_json(generations.front().finished.prompt_tokens, completion_tokens,
+                               generations.front().finished.cached_tokens)}};
 }
 
 nlohmann::json chunk_header(const std::string& id, std::string_view object, int64_t created, const std::string& model,
@@ -256,7 +259,7 @@ nlohmann::json chunk_header(const std::string& id, std::string_view object, int6
 
 std::string usage_chunk(nlohmann::json header, const GenerationUsage& usage) {
   header["choices"] = nlohmann::json::array();
-  header["usage"] = usage_json(usage.prompt_tokens, usage.completion_tokens);
+  header["usage"] = usage_json(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens);
   return sse_event(header);
 }
 

@@ -41,6 +41,7 @@ struct CollectedGeneration {
 // the first choice's time to first token.
 struct GenerationUsage {
   int32_t prompt_tokens = 0, completion_tokens = 0;
+  int32_t cached_tokens = 0;  // of prompt_tokens, resumed from the prompt cache
   double time_to_first_token_s = 0;
   std::optional<double> decision_prefill_s, decision_head_s;  // a decision's two phases (engine::FinishedEvent)
 };
@@ -121,7 +122,8 @@ std::string random_id(std::string_view prefix);
 int64_t unix_now();
 
 // OpenAI's usage object.
-nlohmann::json usage_json(int32_t prompt_tokens, int32_t completion_tokens);
+// OpenAI's usage, with prompt_tokens_details.cached_tokens: the prompt tokens the prompt cache resumed.
+nlohmann::json usage_json(int32_t prompt_tokens, int32_t completion_tokens, int32_t cached_tokens);
 
 // A whole answer (chat.completion, text_completion): its choices (choice i made from generations[i]), with the
 // generated ids added when the request asked for them (return_token_ids), in the envelope both routes share.

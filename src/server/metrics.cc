@@ -110,6 +110,18 @@ std::string ServerMetrics::render(const engine::EngineStats& engine, const std::
   sample(out, "duet_kv_pages_free", engine.kv_pages_free, model);
   metric(out, "duet_kv_pages_reserved", "gauge", "KV cache pages reserved for the whole length of running requests.");
   sample(out, "duet_kv_pages_reserved", engine.kv_pages_reserved, model);
+  metric(out, "duet_prompt_cache_hits_total", "counter", "Requests admitted with a prefix from the prompt cache.");
+  sample(out, "duet_prompt_cache_hits_total", engine.prompt_cache_hits, model);
+  metric(out, "duet_prompt_cache_misses_total", "counter", "Requests the prompt cache had no prefix for.");
+  sample(out, "duet_prompt_cache_misses_total", engine.prompt_cache_misses, model);
+  metric(out, "duet_prompt_cache_evictions_total", "counter", "Prompt cache entries dropped for room.");
+  sample(out, "duet_prompt_cache_evictions_total", engine.prompt_cache_evictions, model);
+  metric(out, "duet_prompt_cache_tokens_total", "counter", "Prompt tokens resumed from the prompt cache.");
+  sample(out, "duet_prompt_cache_tokens_total", engine.prompt_cache_tokens_total, model);
+  metric(out, "duet_prompt_cache_bytes_held", "gauge", "Bytes the prompt cache's entries hold (snapshots, pages).");
+  sample(out, "duet_prompt_cache_bytes_held", engine.prompt_cache_bytes_held, model);
+  metric(out, "duet_prompt_cache_bytes", "gauge", "The prompt cache's budget (--prompt-cache-gib); 0: off.");
+  sample(out, "duet_prompt_cache_bytes", engine.prompt_cache_bytes, model);
   metric(out, "duet_engine_steps_total", "counter", "Engine steps run.");
   sample(out, "duet_engine_steps_total", engine.steps_total, model);
   metric(out, "duet_engine_step_seconds_total", "counter", "Time spent in engine steps.");

@@ -62,7 +62,7 @@ OJson response_json(const ResponseHeader& header, const ResponsesRequest& reques
       response["incomplete_details"] = {{"reason", "max_output_tokens"}};
     if (finished->reason == engine::FinishReason::cancelled) response["incomplete_details"] = {{"reason", "cancelled"}};
     response["usage"] = {{"input_tokens", finished->prompt_tokens},
-                         {"input_tokens_details", {{"cached_tokens", 0}}},
+                         {"input_tokens_details", {{"cached_tokens", finished->cached_tokens}}},
                          {"output_tokens", finished->completion_tokens},
                          {"output_tokens_details", {{"reasoning_tokens", 0}}},
                          {"total_tokens", finished->prompt_tokens + finished->completion_tokens}};

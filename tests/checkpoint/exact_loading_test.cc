@@ -5,6 +5,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "damaged_copies.h"
+#include "engine/piece_runner.h"
 #include "model/model.h"
 
 namespace duet::model {
@@ -15,9 +16,8 @@ using testing::DamagedCopy;
 std::vector<float> logits_of(const std::string& folder) {
   auto model = Model::load(folder);
   std::vector<int32_t> ids{5, 17, 300, 2, 99, 511, 64, 8};
-  auto state = model->new_sequence_state(static_cast<int32_t>(ids.size()));
-  Piece piece{state.get(), ids, RowOutput::all_logits};
-  return model->forward({&piece, 1})[0].logits;
+  engine::PieceRunner runner(*model, 1, static_cast<int32_t>(ids.size()));
+  return runner.run(Piece{.slot = runner.open(), .tokens = ids, .wants = RowOutput::all_logits})[0].logits;
 }
 
 TEST(ExactLoading, F32GdnTensorsAreStoredUnroundedAndUsedAsStored) {

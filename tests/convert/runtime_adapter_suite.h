@@ -27,6 +27,7 @@
 #include "decision/joint_head.h"
 #include "engine/engine.h"
 #include "engine/memory_plan.h"
+#include "engine/piece_runner.h"
 #include "model/model.h"
 #include "model/qwen35_model.h"
 
@@ -102,14 +103,15 @@ class RuntimeAdapter : public ::testing::Test {
   // The decision's logits by the model's forward pass, prompt cut into `chunk` rows, through the adapter or not.
   static std::vector<float> decide(Model& model, const decision::Encoding& encoding, bool adapted, size_t chunk = 64) {
     decision::HeadInputGatherer gatherer(head_, model, encoding);
-    auto state = model.new_sequence_state(static_cast<int32_t>(encoding.ids.size()));
+    engine::PieceRunner runner(model, 1, static_cast<int32_t>(encoding.ids.size()));
+    const int32_t slot = runner.open();
     for (size_t first = 0; first < encoding.ids.size(); first += chunk) {
       const size_t count = std::min(chunk, encoding.ids.size() - first);
-      const Piece piece{.state = state.get(),
+      const Piece piece{.slot = slot,
                         .tokens = std::span(encoding.ids).subspan(first, count),
                         .wants = RowOutput::norm_rows,
                         .adapted = adapted};
-      auto result = model.forward(std::span(&piece, 1));
+      auto result = runner.run(piece);
       gatherer.add_rows(static_cast<int64_t>(first), static_cast<int64_t>(count), result.at(0).norm_rows);
     }
     return gatherer.finish();
@@ -267,13 +269,13 @@ TEST_F(RuntimeAdapter, ChatRowsInAMixedStepAreTheBaseBytes) {
   const std::vector<int32_t> chat(encodings[1].ids.begin(), encodings[1].ids.begin() + 100);
   const std::vector<int32_t> decision(encodings[0].ids.begin(), encodings[0].ids.begin() + 64);
   auto run = [&](Model& model, bool with_decision, bool adapted) {
-    auto chat_state = model.new_sequence_state(256);
-    auto decision_state = model.new_sequence_state(256);
-    std::vector<Piece> pieces = {{.state = chat_state.get(), .tokens = chat, .wants = RowOutput::all_logits}};
+    engine::PieceRunner runner(model, 2, 256);
+    const int32_t chat_state = runner.open(), decision_state = runner.open();
+    std::vector<Piece> pieces = {{.slot = chat_state, .tokens = chat, .wants = RowOutput::all_logits}};
     if (with_decision)
       pieces.push_back(
-          {.state = decision_state.get(), .tokens = decision, .wants = RowOutput::all_logits, .adapted = adapted});
-    return model.forward(pieces);
+          {.slot = decision_state, .tokens = decision, .wants = RowOutput::all_logits, .adapted = adapted});
+    return runner.run(pieces);
   };
   const auto base_alone = run(*base_, false, false);
   const auto mixed = run(*adapted_, true, true);
@@ -335,10 +337,11 @@ TEST_F(RuntimeAdapter, FourConcurrentAdaptedDecisionsEqualEachAlone) {
 
 TEST_F(RuntimeAdapter, TheAdapterIsOnlyForAModelThatHasOne) {
   const auto encodings = golden_encodings();
-  auto state = base_->new_sequence_state(128);
-  const Piece piece{.state = state.get(), .tokens = std::span(encodings[0].ids).first(8), .adapted = true};
-  EXPECT_THROW(base_->forward(std::span(&piece, 1)), PieceRefused);
-  EXPECT_EQ(state->position(), 0);
+  engine::PieceRunner runner(*base_, 1, 128);
+  const int32_t state = runner.open();
+  const Piece piece{.slot = state, .tokens = std::span(encodings[0].ids).first(8), .adapted = true};
+  EXPECT_THROW(runner.run(piece), PieceRefused);
+  EXPECT_EQ(runner.position(state), 0);
   engine::Engine engine(*base_, nullptr, engine_options(1));
   EXPECT_THROW(engine.submit(decide_request(*base_, encodings[0])), engine::RequestInvalid);
   EXPECT_TRUE(adapted_->has_adapter());
@@ -463,7 +466,8 @@ class NoAdapterBackend final : public backend::Backend {
   backend::Weight resident(const backend::Weight&, WeightUse) override { fail("no weight may be made resident"); }
   size_t device_memory_bytes() const override { return 0; }
   std::unique_ptr<backend::StateStorage> new_state_storage(const backend::GdnShape&, int64_t, int64_t,
-                                                           const backend::AttentionShape&, int64_t, int64_t) override {
+                                                           const backend::AttentionShape&, int64_t, int64_t,
+                                                           int64_t) override {
     fail("unused");
   }
   size_t gdn_state_bytes(const backend::GdnShape&) const override { return 0; }

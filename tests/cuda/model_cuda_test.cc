@@ -103,26 +103,30 @@ TEST_P(CudaModelTest, ASequencesRowsDoNotDependOnItsNeighbours) {
   const std::vector<int32_t> fed = {3, 141, 59, 26, 5, 35, 8, 97};
   const RowOutput all = RowOutput::all_logits | RowOutput::norm_rows;
   auto run = [&](int neighbours) {
-    auto state = model_->new_sequence_state(static_cast<int32_t>(prompt.size() + fed.size()));
-    std::vector<std::unique_ptr<SequenceState>> others;
-    for (int i = 0; i < neighbours; ++i) others.push_back(model_->new_sequence_state(400));
+    engine::PieceRunner runner(*model_, 1 + neighbours, 400);
+    const int32_t state = runner.open(static_cast<int32_t>(prompt.size() + fed.size()));
+    std::vector<int32_t> others;
+    for (int i = 0; i < neighbours; ++i) others.push_back(runner.open());
     Rows rows;
     auto take = [&](const PieceResult& r) {
       rows.norm_rows.insert(rows.norm_rows.end(), r.norm_rows.begin(), r.norm_rows.end());
       rows.logits.insert(rows.logits.end(), r.logits.begin(), r.logits.end());
     };
-    std::vector<Piece> step{{state.get(), prompt, all}};
+    std::vector<Piece> step{{.slot = state, .tokens = prompt, .wants = all}};
     for (int i = 0; i < neighbours; ++i)
-      step.push_back({others[i].get(), std::span(other).first(static_cast<size_t>(17 + 40 * i)), all});
-    take(model_->forward(step)[0]);
+      step.push_back(
+          {.slot = others[i], .tokens = std::span(other).first(static_cast<size_t>(17 + 40 * i)), .wants = all});
+    take(runner.run(step)[0]);
     for (size_t t = 0; t < fed.size(); ++t) {
-      step = {{state.get(), std::span(fed).subspan(t, 1), all, backend::RowRole::decode}};
+      step = {{.slot = state, .tokens = std::span(fed).subspan(t, 1), .wants = all, .role = backend::RowRole::decode}};
       for (int i = 0; i < neighbours; ++i)  // neighbours decode too, in front of and behind it
-        step.insert(i % 2 ? step.end() : step.begin(),
-                    Piece{others[i].get(), std::span(other).subspan(200 + t, 1), all, backend::RowRole::decode});
-      const auto out = model_->forward(step);
+        step.insert(i % 2 ? step.end() : step.begin(), Piece{.slot = others[i],
+                                                             .tokens = std::span(other).subspan(200 + t, 1),
+                                                             .wants = all,
+                                                             .role = backend::RowRole::decode});
+      const auto out = runner.run(step);
       for (size_t k = 0; k < step.size(); ++k)
-        if (step[k].state == state.get()) take(out[k]);
+        if (step[k].slot == state) take(out[k]);
     }
     return rows;
   };
@@ -143,9 +147,8 @@ TEST(CudaExactLoading, F32GdnTensorsAreReadAsF32) {
   const std::vector<int32_t> ids{5, 17, 300, 2, 99, 511, 64, 8};
   auto logits_of = [&](const std::string& folder) {
     auto model = Model::load(folder, "cuda");
-    auto state = model->new_sequence_state(static_cast<int32_t>(ids.size()));
-    Piece piece{state.get(), ids, RowOutput::all_logits};
-    return model->forward({&piece, 1})[0].logits;
+    engine::PieceRunner runner(*model, 1, static_cast<int32_t>(ids.size()));
+    return runner.run(Piece{.slot = runner.open(), .tokens = ids, .wants = RowOutput::all_logits})[0].logits;
   };
   testing::DamagedCopy copy("tiny-mm");
   const auto exact = logits_of(copy.folder());
@@ -174,18 +177,28 @@ TEST_P(CudaModelTest, GraphedDecodeStepsEqualEagerOnes) {
   seeded.penalties = {{first[0], 1, 1}, {first[1], 0, 1}};
   auto run = [&](Model& model) {
     std::vector<int32_t> out;
-    auto a = model.new_sequence_state(200), b = model.new_sequence_state(200);
-    Piece prefill[2] = {{a.get(), std::span(first).first(60), RowOutput::last_logits},
-                        {b.get(), std::span(second).first(33), RowOutput::last_logits}};
-    model.forward(prefill);
+    engine::PieceRunner runner(model, 2, 200);
+    const int32_t a = runner.open(), b = runner.open();
+    const Piece prefill[2] = {{.slot = a, .tokens = std::span(first).first(60), .wants = RowOutput::last_logits},
+                              {.slot = b, .tokens = std::span(second).first(33), .wants = RowOutput::last_logits}};
+    runner.run(prefill);
     int32_t next_a = 1, next_b = 2;
     for (int step = 0; step < 12; ++step) {
       const bool alone = step == 5;
       backend::SampleSpec spec_a = step % 2 ? seeded : greedy, spec_b = seeded;
       spec_a.position = spec_b.position = 100 + step;
-      std::vector<Piece> pieces{{a.get(), std::span(&next_a, 1), RowOutput::sampled, backend::RowRole::decode, &spec_a}};
-      if (!alone) pieces.push_back({b.get(), std::span(&next_b, 1), RowOutput::sampled, backend::RowRole::decode, &spec_b});
-      const auto results = model.forward(pieces);
+      std::vector<Piece> pieces{{.slot = a,
+                                 .tokens = std::span(&next_a, 1),
+                                 .wants = RowOutput::sampled,
+                                 .role = backend::RowRole::decode,
+                                 .sample = &spec_a}};
+      if (!alone)
+        pieces.push_back({.slot = b,
+                          .tokens = std::span(&next_b, 1),
+                          .wants = RowOutput::sampled,
+                          .role = backend::RowRole::decode,
+                          .sample = &spec_b});
+      const auto results = runner.run(pieces);
       next_a = results[0].sampled.id;
       out.push_back(next_a);
       out.push_back(std::bit_cast<int32_t>(results[0].sampled.logprob));

@@ -15,6 +15,7 @@
 #include "decision_fixtures.h"
 #include "engine/engine.h"
 #include "engine/memory_plan.h"
+#include "engine/piece_runner.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -46,13 +47,13 @@ class DecisionEndToEnd : public ::testing::Test {
   // The decision's logits by the model's forward pass alone (no engine), the prompt cut into `chunk` rows.
   static std::vector<float> decide_directly(const Encoding& encoding, int32_t chunk) {
     HeadInputGatherer gatherer(head_, *model_, encoding);
-    auto state = model_->new_sequence_state(static_cast<int32_t>(encoding.ids.size()));
+    engine::PieceRunner runner(*model_, 1, static_cast<int32_t>(encoding.ids.size()));
+    const int32_t slot = runner.open();
     for (size_t first = 0; first < encoding.ids.size(); first += static_cast<size_t>(chunk)) {
       const size_t count = std::min(static_cast<size_t>(chunk), encoding.ids.size() - first);
-      const model::Piece piece{.state = state.get(),
-                               .tokens = std::span(encoding.ids).subspan(first, count),
-                               .wants = model::RowOutput::norm_rows};
-      std::vector<model::PieceResult> result = model_->forward(std::span(&piece, 1));
+      const model::Piece piece{
+          .slot = slot, .tokens = std::span(encoding.ids).subspan(first, count), .wants = model::RowOutput::norm_rows};
+      std::vector<model::PieceResult> result = runner.run(piece);
       gatherer.add_rows(static_cast<int64_t>(first), static_cast<int64_t>(count), result.at(0).norm_rows);
     }
     return gatherer.finish();

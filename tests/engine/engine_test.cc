@@ -73,10 +73,10 @@ TEST(Engine, StepsCutPromptsAtChunkMultiplesAndKeepTheBudget) {
   const auto steps = model.steps();
   ASSERT_FALSE(steps.empty());
   for (const auto& step : steps) {
-    std::set<const model::SequenceState*> states;
+    std::set<int32_t> states;
     int32_t tokens = 0, prefill_pieces = 0, prefill_tokens = 0;
     for (const auto& piece : step) {
-      EXPECT_TRUE(states.insert(piece.state).second) << "two pieces of one sequence in a step";
+      EXPECT_TRUE(states.insert(piece.slot).second) << "two pieces of one sequence in a step";
       tokens += piece.length;
       if (piece.length > 1 || piece.wants == model::RowOutput::none) {
         EXPECT_EQ(piece.start_position % kChunk, 0) << "prefill cut off a chunk boundary";

@@ -12,46 +12,33 @@ namespace duet::engine::testing {
 
 namespace {
 
-class FakeState : public model::SequenceState {
+class FakeStorage final : public backend::StateStorage {
  public:
-  FakeState(int32_t max_positions, std::shared_ptr<int64_t> free_pages)
-      : max_positions_(max_positions), free_pages_(std::move(free_pages)) {}
-  ~FakeState() override { give_back(); }
-  FakeState(const FakeState&) = delete;
-  FakeState& operator=(const FakeState&) = delete;
-  int32_t position() const override { return static_cast<int32_t>(tokens.size()); }
-  int32_t max_positions() const override { return max_positions_; }
-  int64_t kv_pages() const override { return pages; }
-  void reset() override {
-    tokens.clear();
-    give_back();
+  FakeStorage(int32_t slots, int64_t pages, int64_t snapshots)
+      : StateStorage(nullptr),
+        slots_(static_cast<size_t>(slots)),
+        snapshots_(static_cast<size_t>(snapshots)),
+        pages_(pages) {}
+  int64_t slots() const override { return static_cast<int64_t>(slots_.size()); }
+  int64_t pages() const override { return pages_; }
+  int64_t snapshots() const override { return static_cast<int64_t>(snapshots_.size()); }
+  size_t bytes() const override { return 0; }
+  void reset_slot(int32_t slot) override { slots_.at(static_cast<size_t>(slot)).clear(); }
+  void copy_slot(int32_t from, int32_t to) override {
+    slots_.at(static_cast<size_t>(to)) = slots_.at(static_cast<size_t>(from));
   }
-  void copy_from(const model::SequenceState& source) override {
-    const auto& from = dynamic_cast<const FakeState&>(source);
-    if (&from == this) return;
-    give_back();
-    tokens = from.tokens;
-    take(from.pages);
-    ++copies;
+  void copy_pages(std::span<const int32_t>, std::span<const int32_t>) override {}
+  void save_snapshot(int32_t slot, int32_t snapshot) override {
+    snapshots_.at(static_cast<size_t>(snapshot)) = slots_.at(static_cast<size_t>(slot));
   }
-  int64_t pages_needed(int64_t more) const { return (position() + more + 63) / 64 - pages; }
-  int64_t free_pages() const { return free_pages_ ? *free_pages_ : INT64_MAX; }
-  void take(int64_t count) {
-    pages += count;
-    if (free_pages_) *free_pages_ -= count;
+  void restore_snapshot(int32_t snapshot, int32_t slot) override {
+    slots_.at(static_cast<size_t>(slot)) = snapshots_.at(static_cast<size_t>(snapshot));
   }
-
-  std::vector<int32_t> tokens;
-  int64_t pages = 0;
-  int32_t copies = 0;  // times it was forked from another state
+  std::vector<int32_t>& tokens(int32_t slot) { return slots_.at(static_cast<size_t>(slot)); }
 
  private:
-  void give_back() {
-    if (free_pages_) *free_pages_ += pages;
-    pages = 0;
-  }
-  int32_t max_positions_;
-  std::shared_ptr<int64_t> free_pages_;  // null: no shared pool
+  std::vector<std::vector<int32_t>> slots_, snapshots_;  // the tokens each has consumed
+  int64_t pages_;
 };
 
 }  // namespace
@@ -69,14 +56,11 @@ size_t FakeModel::sequence_state_bytes(int32_t max_positions) const {
   return static_cast<size_t>(max_positions) * sizeof(int32_t);
 }
 
-void FakeModel::reserve_state(int32_t, int64_t pages) { free_pages_ = std::make_shared<int64_t>(pages); }
-
-int64_t FakeModel::free_kv_pages() const { return free_pages_ ? *free_pages_ : 0; }
-
-std::unique_ptr<model::SequenceState> FakeModel::new_sequence_state(int32_t max_positions) const {
+std::unique_ptr<backend::StateStorage> FakeModel::new_state_storage(int32_t slots, int64_t kv_pages,
+                                                                    int64_t snapshots) {
   std::lock_guard lock(mutex_);
   ++states_created_;
-  return std::make_unique<FakeState>(max_positions, free_pages_);
+  return std::make_unique<FakeStorage>(slots, kv_pages, snapshots);
 }
 
 std::vector<float> FakeModel::logits_after(std::span<const int32_t> tokens) const {
@@ -97,7 +81,8 @@ std::vector<float> FakeModel::norm_row_after(std::span<const int32_t> tokens) co
   return {logits.begin(), logits.begin() + std::min<int64_t>(config_.hidden_size, config_.vocab_size)};
 }
 
-std::vector<model::PieceResult> FakeModel::forward(std::span<const model::Piece> pieces) {
+std::vector<model::PieceResult> FakeModel::forward(backend::StateStorage& storage,
+                                                   std::span<const model::Piece> pieces) {
   if (step_delay_.count() > 0) std::this_thread::sleep_for(step_delay_);
   std::vector<RecordedPiece> recorded;
   std::vector<model::PieceResult> results(pieces.size());
@@ -106,31 +91,29 @@ std::vector<model::PieceResult> FakeModel::forward(std::span<const model::Piece>
       if (id == poison_token_) throw model::PieceRefused(i, fmt::format("fake model: poisoned token {}", id));
     }
   }
-  // Like the real model: every piece's pages are checked before any state moves, then taken.
-  int64_t pages_needed = 0;
-  for (const model::Piece& piece : pieces) {
-    pages_needed += dynamic_cast<FakeState&>(*piece.state).pages_needed(static_cast<int64_t>(piece.tokens.size()));
-  }
-  if (!pieces.empty() && pages_needed > dynamic_cast<FakeState&>(*pieces[0].state).free_pages()) {
-    fail("fake model: the step needs {} more KV pages, {} are free", pages_needed, free_kv_pages());
-  }
+  auto& slots = dynamic_cast<FakeStorage&>(storage);  // a test's own fake
   for (size_t i = 0; i < pieces.size(); ++i) {
-    auto& state = dynamic_cast<FakeState&>(*pieces[i].state);
-    state.take(state.pages_needed(static_cast<int64_t>(pieces[i].tokens.size())));
-    recorded.push_back({&state, state.position(), static_cast<int32_t>(pieces[i].tokens.size()), pieces[i].wants});
-    if (state.position() + static_cast<int32_t>(pieces[i].tokens.size()) > state.max_positions()) {
-      fail("fake model: piece overflows its state ({} + {} > {})", state.position(), pieces[i].tokens.size(),
-           state.max_positions());
-    }
-    for (int32_t id : pieces[i].tokens) {
+    const model::Piece& piece = pieces[i];
+    std::vector<int32_t>& tokens = slots.tokens(piece.slot);
+    // The engine's bookkeeping, checked: the position it says is what the slot holds, and the pages cover it.
+    if (piece.position != static_cast<int32_t>(tokens.size()))
+      fail("fake model: piece {} starts at position {}, its slot {} holds {} tokens", i, piece.position, piece.slot,
+           tokens.size());
+    const int64_t end = piece.position + static_cast<int64_t>(piece.tokens.size());
+    if (static_cast<int64_t>(piece.page_table.size()) * 64 < end)
+      fail("fake model: piece {} reaches position {} with {} pages", i, end, piece.page_table.size());
+    for (int32_t page : piece.page_table)
+      if (page < 0 || page >= slots.pages()) fail("fake model: page {} of {}", page, slots.pages());
+    recorded.push_back({piece.slot, piece.position, static_cast<int32_t>(piece.tokens.size()), piece.wants});
+    for (int32_t id : piece.tokens) {
       if (id < 0 || id >= config_.vocab_size) fail("fake model: id {} out of range", id);
-      state.tokens.push_back(id);
-      if (model::has(pieces[i].wants, model::RowOutput::norm_rows)) {
-        const std::vector<float> row = norm_row_after(state.tokens);
+      tokens.push_back(id);
+      if (model::has(piece.wants, model::RowOutput::norm_rows)) {
+        const std::vector<float> row = norm_row_after(tokens);
         results[i].norm_rows.insert(results[i].norm_rows.end(), row.begin(), row.end());
       }
     }
-    if (model::has(pieces[i].wants, model::RowOutput::last_logits)) results[i].logits = logits_after(state.tokens);
+    if (model::has(piece.wants, model::RowOutput::last_logits)) results[i].logits = logits_after(tokens);
   }
   for (const model::Piece& piece : pieces) {
     for (int32_t id : piece.tokens) {

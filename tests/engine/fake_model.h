@@ -13,8 +13,8 @@
 namespace duet::engine::testing {
 
 struct RecordedPiece {
-  const model::SequenceState* state = nullptr;
-  int32_t start_position = 0;  // the state's position before the piece
+  int32_t slot = 0;
+  int32_t start_position = 0;  // the sequence's position before the piece
   int32_t length = 0;
   model::RowOutput wants = model::RowOutput::none;
 };
@@ -25,17 +25,19 @@ class FakeModel : public model::Model {
 
   const model::Qwen35Config& config() const override { return config_; }
   size_t weight_bytes() const override { return 1 << 20; }
-  // Pages of 64 positions, counted like the real model's: taken as a sequence grows, returned on reset.
+  // Pages of 64 positions, like the real model's (the engine's block manager hands them out).
   int32_t kv_page_positions() const override { return 64; }
   size_t kv_page_bytes() const override { return 64 * sizeof(int32_t); }
   size_t sequence_fixed_bytes() const override { return 0; }
   size_t sequence_state_bytes(int32_t max_positions) const override;
   size_t workspace_bytes(int64_t rows) const override { return static_cast<size_t>(rows) * 64; }
   void reserve_workspace(int64_t) override {}
-  void reserve_state(int32_t sequences, int64_t kv_pages) override;
-  int64_t free_kv_pages() const override;
-  std::unique_ptr<model::SequenceState> new_sequence_state(int32_t max_positions) const override;
-  std::vector<model::PieceResult> forward(std::span<const model::Piece> pieces) override;
+  // A slot's "GDN state" is the tokens it has consumed (and a snapshot's, likewise): forward() checks each piece's
+  // position and page table against it, so the engine's bookkeeping (forks, cache resumes) is checked too.
+  std::unique_ptr<backend::StateStorage> new_state_storage(int32_t slots, int64_t kv_pages,
+                                                           int64_t snapshots) override;
+  std::vector<model::PieceResult> forward(backend::StateStorage& storage,
+                                          std::span<const model::Piece> pieces) override;
 
   // The logits the fake gives after `tokens` (the whole sequence so far).
   std::vector<float> logits_after(std::span<const int32_t> tokens) const;
@@ -45,11 +47,11 @@ class FakeModel : public model::Model {
   void set_step_delay(std::chrono::milliseconds delay) { step_delay_ = delay; }
   // forward() refuses the step (model::PieceRefused naming the piece, no state moved) when a piece carries this id.
   void set_poison_token(int32_t id) { poison_token_ = id; }
-  // forward() throws an int (not even a std::exception) after every piece's state moved when a piece carries this
+  // forward() throws an int (not even a std::exception) after every piece's slot was written when a piece carries this
   // id: a failure mid-step that leaves the step's states half-written.
   void set_crash_token(int32_t id) { crash_token_ = id; }
   std::vector<std::vector<RecordedPiece>> steps() const;
-  int32_t states_created() const;
+  int32_t states_created() const;  // storages made
 
  private:
   model::Qwen35Config config_;
@@ -58,8 +60,7 @@ class FakeModel : public model::Model {
   int32_t crash_token_ = -1;
   mutable std::mutex mutex_;
   std::vector<std::vector<RecordedPiece>> steps_;
-  mutable int32_t states_created_ = 0;
-  std::shared_ptr<int64_t> free_pages_;  // shared with the states, which give their pages back to it
+  int32_t states_created_ = 0;
 };
 
 }  // namespace duet::engine::testing

@@ -1,6 +1,7 @@
 #pragma once
-// A sequence forked mid-prompt (SequenceState::copy_from), shared by the fork tests of every backend: the original
-// prefills the first `cut` ids, a second state becomes its copy, then both run the rest of the prompt (one prefill
+// A sequence forked mid-prompt (engine::PieceRunner::fork: full pages shared, the page still filling and the GDN
+// state copied), shared by the fork tests of every backend: the original prefills the first `cut` ids, a second
+// sequence becomes its fork, then both run the rest of the prompt (one prefill
 // piece) and a few decode tokens side by side in the same steps, every row's output collected for each.
 #include <gtest/gtest.h>
 
@@ -26,26 +27,23 @@ inline void append_rows(Rows& rows, const model::PieceResult& out) {
 inline ForkedRows run_forked(model::Model& model, std::span<const int32_t> ids, size_t cut,
                              std::span<const int32_t> decode, bool copy_an_empty_state = false) {
   const auto capacity = static_cast<int32_t>(ids.size() + decode.size());
-  model.reserve_state(3, 3 * ((capacity + 63) / 64));
-  auto original = model.new_sequence_state(capacity);
-  auto fork = model.new_sequence_state(capacity);
-  auto empty = model.new_sequence_state(capacity);
+  engine::PieceRunner runner(model, 3, capacity);
+  const int32_t original = runner.open(), fork = runner.open(), empty = runner.open();
   constexpr auto kRows = model::RowOutput::all_logits | model::RowOutput::norm_rows;
-  if (cut > 0) {
-    model::Piece prefix{original.get(), ids.first(cut), model::RowOutput::none};
-    model.forward({&prefix, 1});
-  }
-  fork->copy_from(copy_an_empty_state ? *empty : *original);
+  if (cut > 0) runner.run(model::Piece{.slot = original, .tokens = ids.first(cut), .wants = model::RowOutput::none});
+  runner.fork(copy_an_empty_state ? empty : original, fork);
   ForkedRows out;
-  out.original_pages = original->kv_pages();
-  out.fork_pages = fork->kv_pages();
-  model::Piece rest[2] = {{original.get(), ids.subspan(cut), kRows}, {fork.get(), ids.subspan(cut), kRows}};
-  auto results = model.forward(rest);
+  out.original_pages = static_cast<int64_t>(runner.blocks().table(original).size());
+  out.fork_pages = static_cast<int64_t>(runner.blocks().table(fork).size());
+  const model::Piece rest[2] = {{.slot = original, .tokens = ids.subspan(cut), .wants = kRows},
+                                {.slot = fork, .tokens = ids.subspan(cut), .wants = kRows}};
+  auto results = runner.run(rest);
   append_rows(out.original, results[0]), append_rows(out.fork, results[1]);
   for (size_t t = 0; t < decode.size(); ++t) {
-    model::Piece step[2] = {{original.get(), decode.subspan(t, 1), kRows, backend::RowRole::decode},
-                            {fork.get(), decode.subspan(t, 1), kRows, backend::RowRole::decode}};
-    auto results = model.forward(step);
+    const model::Piece step[2] = {
+        {.slot = original, .tokens = decode.subspan(t, 1), .wants = kRows, .role = backend::RowRole::decode},
+        {.slot = fork, .tokens = decode.subspan(t, 1), .wants = kRows, .role = backend::RowRole::decode}};
+    auto results = runner.run(step);
     append_rows(out.original, results[0]), append_rows(out.fork, results[1]);
   }
   return out;
@@ -60,8 +58,8 @@ inline std::vector<int32_t> fork_prompt(const model::Model& model, size_t length
 }
 
 // What every backend must keep: forks taken inside a delta-rule chunk (100), on a chunk boundary (64) and after one
-// token compute the original's rows bit for bit, in as many pages of their own; the control (a copy of an empty
-// state) differs, so the comparison can fail.
+// token compute the original's rows bit for bit, with as many pages (the full ones shared); the control (a copy of an
+// empty state) differs, so the comparison can fail.
 inline void expect_forks_equal_originals(model::Model& model) {
   const std::vector<int32_t> ids = fork_prompt(model, 150), decode = {5, 9, 2};
   for (size_t cut : {100, 64, 1}) {

@@ -1,6 +1,6 @@
-// Forking a sequence (SequenceState::copy_from) on the CPU backend: a copy taken mid-prompt (inside a delta-rule
+// Forking a sequence (engine::PieceRunner::fork) on the CPU backend: a fork taken mid-prompt (inside a delta-rule
 // chunk, on a chunk boundary, after one token) computes the next rows of the original bit for bit, prefill and
-// decode, in KV pages of its own. tests/cuda/fork_cuda_test.cc runs the same on the GPU.
+// decode, sharing the full KV pages. tests/cuda/fork_cuda_test.cc runs the same on the GPU.
 #include <gtest/gtest.h>
 
 #include "base/error.h"
@@ -18,29 +18,28 @@ class ForkState : public ::testing::TestWithParam<std::string> {
 
 TEST_P(ForkState, TheForkComputesTheOriginalsNextRowsBitForBit) { testing::expect_forks_equal_originals(*model_); }
 
-TEST_P(ForkState, TheCopyHoldsPagesOfItsOwnAndGivesThemBack) {
-  model_->reserve_state(2, 5);
-  auto original = model_->new_sequence_state(300);
-  auto fork = model_->new_sequence_state(300);
+TEST_P(ForkState, TheForkSharesFullPagesAndGivesThemBack) {
+  engine::PieceRunner runner(*model_, 2, 300, /*pages=*/5);
+  engine::BlockManager& blocks = runner.blocks();
+  const int32_t original = runner.open(), fork = runner.open();
   const std::vector<int32_t> ids = testing::fork_prompt(*model_, 130);
-  Piece piece{original.get(), ids, RowOutput::none};
-  model_->forward({&piece, 1});
-  EXPECT_EQ(model_->free_kv_pages(), 2);
-  EXPECT_THROW(fork->copy_from(*original), duet::Error) << "3 pages to copy, 2 free";
-  EXPECT_EQ(model_->free_kv_pages(), 2);
-  original->reset();
-  Piece shorter{original.get(), std::span(ids).first(64), RowOutput::none};
-  model_->forward({&shorter, 1});
-  fork->copy_from(*original);
-  EXPECT_EQ(fork->position(), 64);
-  EXPECT_EQ(fork->kv_pages(), 1);
-  EXPECT_EQ(model_->free_kv_pages(), 3);
-  fork->reset();
-  EXPECT_EQ(model_->free_kv_pages(), 4);
-  // A state of another store (a model without a shared store gives each state its own) cannot be copied.
-  auto other = Model::load(testing::model_fixture(GetParam()));
-  auto stranger = other->new_sequence_state(10);
-  EXPECT_THROW(fork->copy_from(*stranger), duet::Error);
+  runner.run(Piece{.slot = original, .tokens = ids, .wants = RowOutput::none});
+  EXPECT_EQ(blocks.free_pages(), 2);
+  runner.fork(original, fork);
+  EXPECT_EQ(runner.position(fork), 130);
+  EXPECT_EQ(blocks.free_pages(), 1) << "two full pages shared, the third copied";
+  EXPECT_EQ(blocks.references(blocks.table(original)[0]), 2);
+  runner.close(original);
+  EXPECT_EQ(blocks.free_pages(), 2) << "only the original's own last page comes back";
+  runner.close(fork);
+  EXPECT_EQ(blocks.free_pages(), 5);
+  // A fork that needs a page the pool does not have is refused, and takes nothing.
+  engine::PieceRunner tight(*model_, 2, 300, /*pages=*/3);
+  const int32_t a = tight.open(), b = tight.open();
+  tight.run(Piece{.slot = a, .tokens = ids, .wants = RowOutput::none});
+  EXPECT_THROW(tight.fork(a, b), duet::Error);
+  EXPECT_TRUE(tight.blocks().table(b).empty());
+  EXPECT_EQ(tight.blocks().references(tight.blocks().table(a)[0]), 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForkState, ::testing::Values("tiny-text", "tiny-mm"));

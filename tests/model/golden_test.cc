@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "engine/piece_runner.h"
 #include "golden_fixtures.h"
 #include "model/model.h"
 
@@ -35,9 +36,9 @@ TEST_P(GoldenTest, WholePromptMatchesTransformersFp32) {
     const std::string key = "len" + std::to_string(length);
     const auto ids = goldens_->i32(key + ".ids");
     const auto logit_rows = goldens_->i32(key + ".logit_rows");
-    auto state = model_->new_sequence_state(length);
-    Piece piece{state.get(), ids, RowOutput::all_logits | RowOutput::norm_rows};
-    const auto result = model_->forward({&piece, 1});
+    engine::PieceRunner runner(*model_, 1, length);
+    const auto result =
+        runner.run(Piece{.slot = runner.open(), .tokens = ids, .wants = RowOutput::all_logits | RowOutput::norm_rows});
     ASSERT_EQ(result[0].norm_rows.size(), static_cast<size_t>(length * h));
     std::vector<float> logits;
     for (int32_t r : logit_rows)
@@ -56,15 +57,15 @@ TEST_P(GoldenTest, PrefillThenDecodeMatchesTransformersFp32) {
   const auto fed = goldens_->i32("decode.fed");
   const auto want_norm = goldens_->f32("decode.norm_rows");
   const auto want_logits = goldens_->f32("decode.logits");
-  auto state = model_->new_sequence_state(static_cast<int32_t>(prompt.size() + fed.size()));
-  Piece prefill{state.get(), prompt, RowOutput::last_logits};
-  const auto first = model_->forward({&prefill, 1});
+  engine::PieceRunner runner(*model_, 1, static_cast<int32_t>(prompt.size() + fed.size()));
+  const int32_t slot = runner.open();
+  const auto first = runner.run(Piece{.slot = slot, .tokens = prompt, .wants = RowOutput::last_logits});
   const double prefill_error = relative_error(first[0].logits, goldens_->f32("decode.prefill_logits"));
   EXPECT_LE(prefill_error, kTolerance);
   double worst_norm = 0, worst_logits = 0;
   for (size_t i = 0; i < fed.size(); ++i) {
-    Piece step{state.get(), {&fed[i], 1}, RowOutput::last_logits | RowOutput::norm_rows};
-    const auto out = model_->forward({&step, 1});
+    const auto out =
+        runner.run(Piece{.slot = slot, .tokens = {&fed[i], 1}, .wants = RowOutput::last_logits | RowOutput::norm_rows});
     worst_norm = std::max(worst_norm, relative_error(out[0].norm_rows, {want_norm.data() + i * h, size_t(h)}));
     worst_logits = std::max(worst_logits, relative_error(out[0].logits, {want_logits.data() + i * V, size_t(V)}));
   }
@@ -84,9 +85,8 @@ TEST_P(GoldenTest, HiddenStatesPerLayer) {
   auto model = Model::load(testing::model_fixture(GetParam()));
   unsetenv("DUET_DUMP");
   const auto ids = goldens_->i32("len65.ids");
-  auto state = model->new_sequence_state(65);
-  Piece piece{state.get(), ids, RowOutput::none};
-  model->forward({&piece, 1});
+  engine::PieceRunner runner(*model, 1, 65);
+  runner.run(Piece{.slot = runner.open(), .tokens = ids, .wants = RowOutput::none});
   Goldens dump((folder / "step0.safetensors").string());
   const int64_t layers = model->config().num_hidden_layers;
   for (int64_t k = 0; k <= layers; ++k) {

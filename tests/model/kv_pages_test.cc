@@ -1,5 +1,5 @@
-// Paged KV cache: a sequence takes 64-position pages from the model's shared pool as it grows and gives them all
-// back on reset and destruction; a step that needs more pages than are free is refused before anything moves; and
+// Paged KV cache: a sequence takes 64-position pages from the block manager's pool as it grows and gives them all
+// back when it closes; a step that needs more pages than are free is refused before anything moves; and
 // rows do not depend on which pages a sequence got (row invariance), byte for byte against a sequence alone on a
 // private pool, and within the golden tolerance against transformers.
 #include <gtest/gtest.h>
@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "engine/piece_runner.h"
 #include "golden_fixtures.h"
 #include "model/model.h"
 
@@ -25,12 +26,11 @@ void append(Rows& rows, const PieceResult& out) {
 
 constexpr RowOutput kAll = RowOutput::all_logits | RowOutput::norm_rows;
 
-// One whole-prompt piece on a state of its own (a private pool: the model has reserved none yet).
+// One whole-prompt piece on a sequence of its own (a storage of its own).
 Rows run_alone(Model& model, std::span<const int32_t> ids) {
-  auto state = model.new_sequence_state(static_cast<int32_t>(ids.size()));
-  Piece piece{state.get(), ids, kAll};
+  engine::PieceRunner runner(model, 1, static_cast<int32_t>(ids.size()));
   Rows rows;
-  append(rows, model.forward({&piece, 1})[0]);
+  append(rows, runner.run(Piece{.slot = runner.open(), .tokens = ids, .wants = kAll})[0]);
   return rows;
 }
 
@@ -38,10 +38,9 @@ bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-void feed(Model& model, SequenceState& state, int32_t tokens) {
+void feed(engine::PieceRunner& runner, int32_t slot, int32_t tokens) {
   const std::vector<int32_t> ids(static_cast<size_t>(tokens), 1);
-  Piece piece{&state, ids, RowOutput::none};
-  model.forward({&piece, 1});
+  runner.run(Piece{.slot = slot, .tokens = ids, .wants = RowOutput::none});
 }
 
 class RowInvarianceKvPages : public ::testing::TestWithParam<std::string> {
@@ -56,49 +55,49 @@ class RowInvarianceKvPages : public ::testing::TestWithParam<std::string> {
 
 TEST_P(RowInvarianceKvPages, PagesAreTakenAsASequenceGrowsAndAllReturned) {
   EXPECT_EQ(model_->kv_page_positions(), 64);
-  model_->reserve_state(4, 8);
-  EXPECT_EQ(model_->free_kv_pages(), 8);
-  {
-    auto state = model_->new_sequence_state(300);
-    EXPECT_EQ(state->kv_pages(), 0);  // nothing is taken before the first token
-    struct Growth {
-      int32_t fed, position, pages;
-    };
-    for (const auto& [fed, position, pages] :
-         {Growth{1, 1, 1}, Growth{63, 64, 1}, Growth{1, 65, 2}, Growth{135, 200, 4}}) {
-      feed(*model_, *state, fed);
-      EXPECT_EQ(state->position(), position);
-      EXPECT_EQ(state->kv_pages(), pages) << "at position " << position;
-      EXPECT_EQ(model_->free_kv_pages(), 8 - pages) << "at position " << position;
-    }
-    state->reset();
-    EXPECT_EQ(state->kv_pages(), 0);
-    EXPECT_EQ(model_->free_kv_pages(), 8);
-    feed(*model_, *state, 130);
-    EXPECT_EQ(model_->free_kv_pages(), 5);
+  engine::PieceRunner runner(*model_, 4, 300, /*pages=*/8);
+  const engine::BlockManager& blocks = runner.blocks();
+  EXPECT_EQ(blocks.free_pages(), 8);
+  int32_t slot = runner.open();
+  EXPECT_EQ(blocks.table(slot).size(), 0u);  // nothing is taken before the first token
+  struct Growth {
+    int32_t fed, position, pages;
+  };
+  for (const auto& [fed, position, pages] :
+       {Growth{1, 1, 1}, Growth{63, 64, 1}, Growth{1, 65, 2}, Growth{135, 200, 4}}) {
+    feed(runner, slot, fed);
+    EXPECT_EQ(runner.position(slot), position);
+    EXPECT_EQ(static_cast<int32_t>(blocks.table(slot).size()), pages) << "at position " << position;
+    EXPECT_EQ(blocks.free_pages(), 8 - pages) << "at position " << position;
   }
-  EXPECT_EQ(model_->free_kv_pages(), 8) << "a destroyed state returns its pages";
+  runner.close(slot);
+  EXPECT_EQ(blocks.free_pages(), 8);
+  slot = runner.open();
+  feed(runner, slot, 130);
+  EXPECT_EQ(blocks.free_pages(), 5);
+  runner.close(slot);
+  EXPECT_EQ(blocks.free_pages(), 8) << "a closed sequence returns its pages";
 }
 
 TEST_P(RowInvarianceKvPages, AStepNeedingMorePagesThanFreeIsRefusedWithoutMovingState) {
   const auto ids = goldens_->i32("len130.ids");
   const Rows alone = run_alone(*model_, ids);
-  model_->reserve_state(4, 3);
-  auto first = model_->new_sequence_state(300), second = model_->new_sequence_state(300);
-  Piece start{first.get(), std::span(ids).first(10), kAll};
+  engine::PieceRunner runner(*model_, 4, 300, /*pages=*/3);
+  const engine::BlockManager& blocks = runner.blocks();
+  const int32_t first = runner.open(), second = runner.open();
   Rows rows;
-  append(rows, model_->forward({&start, 1})[0]);  // 1 page taken, 2 free
+  append(rows, runner.run(Piece{.slot = first, .tokens = std::span(ids).first(10), .wants = kAll})[0]);
   // 10 + 60 positions need a second page for `first`, 130 need 3 for `second`: 4 > 2 free.
-  std::vector<Piece> step{{first.get(), std::span(ids).subspan(10, 60), kAll}, {second.get(), ids, kAll}};
-  EXPECT_THROW(model_->forward(step), duet::Error);
-  EXPECT_EQ(first->position(), 10);
-  EXPECT_EQ(first->kv_pages(), 1);
-  EXPECT_EQ(second->position(), 0);
-  EXPECT_EQ(second->kv_pages(), 0);
-  EXPECT_EQ(model_->free_kv_pages(), 2);
+  const std::vector<Piece> step{{.slot = first, .tokens = std::span(ids).subspan(10, 60), .wants = kAll},
+                                {.slot = second, .tokens = ids, .wants = kAll}};
+  EXPECT_THROW(runner.run(step), duet::Error);
+  EXPECT_EQ(runner.position(first), 10);
+  EXPECT_EQ(blocks.table(first).size(), 1u);
+  EXPECT_EQ(runner.position(second), 0);
+  EXPECT_EQ(blocks.table(second).size(), 0u);
+  EXPECT_EQ(blocks.free_pages(), 2);
   // The refused step left `first` exactly as it was: it goes on to the same rows as alone.
-  Piece rest{first.get(), std::span(ids).subspan(10), kAll};
-  append(rows, model_->forward({&rest, 1})[0]);
+  append(rows, runner.run(Piece{.slot = first, .tokens = std::span(ids).subspan(10), .wants = kAll})[0]);
   EXPECT_TRUE(same_bytes(rows.norm_rows, alone.norm_rows));
   EXPECT_TRUE(same_bytes(rows.logits, alone.logits));
 }
@@ -106,31 +105,31 @@ TEST_P(RowInvarianceKvPages, AStepNeedingMorePagesThanFreeIsRefusedWithoutMoving
 TEST_P(RowInvarianceKvPages, InterleavedPagesGiveTheRowsOfASequenceAlone) {
   const auto long_ids = goldens_->i32("len300.ids"), short_ids = goldens_->i32("len130.ids");
   const Rows long_alone = run_alone(*model_, long_ids), short_alone = run_alone(*model_, short_ids);
-  model_->reserve_state(4, 16);
-  auto a = model_->new_sequence_state(300), b = model_->new_sequence_state(300);
-  auto filler = model_->new_sequence_state(300);
-  feed(*model_, *filler, 64);  // holds page 0 and gives it back midway, so `a` gets pages out of order
+  engine::PieceRunner runner(*model_, 4, 300, /*pages=*/16);
+  const int32_t filler = runner.open(), a = runner.open(), b = runner.open();
+  feed(runner, filler, 64);  // holds page 0 and gives it back midway, so `a` gets pages out of order
   Rows a_rows, b_rows;
   size_t a_done = 0, b_done = 0;
   for (int round = 0; a_done < long_ids.size(); ++round) {
-    if (round == 2) filler.reset();
+    if (round == 2) runner.close(filler);
     // Pieces of 64 in one step: a and b take their pages turn about (b decodes a token at a time once its
     // prompt is in, so its decode rows land in the same steps as a's prefill rows).
     std::vector<Piece> step;
     const size_t a_n = std::min<size_t>(64, long_ids.size() - a_done);
-    step.push_back({a.get(), std::span(long_ids).subspan(a_done, a_n), kAll});
+    step.push_back({.slot = a, .tokens = std::span(long_ids).subspan(a_done, a_n), .wants = kAll});
     const size_t b_n =
         b_done < short_ids.size() ? std::min<size_t>(b_done < 128 ? 64 : 1, short_ids.size() - b_done) : 0;
-    if (b_n > 0) step.push_back({b.get(), std::span(short_ids).subspan(b_done, b_n), kAll});
-    const auto out = model_->forward(step);
+    if (b_n > 0) step.push_back({.slot = b, .tokens = std::span(short_ids).subspan(b_done, b_n), .wants = kAll});
+    const auto out = runner.run(step);
     append(a_rows, out[0]);
     if (b_n > 0) append(b_rows, out[1]);
     a_done += a_n;
     b_done += b_n;
   }
   ASSERT_EQ(b_done, short_ids.size());
-  EXPECT_EQ(a->kv_pages(), 5);
-  EXPECT_EQ(b->kv_pages(), 3);
+  EXPECT_EQ(runner.blocks().table(a).size(), 5u);
+  EXPECT_EQ(runner.blocks().table(b).size(), 3u);
+  EXPECT_NE(runner.blocks().table(a), (std::vector<int32_t>{0, 1, 2, 3, 4})) << "the control: pages out of order";
   EXPECT_TRUE(same_bytes(a_rows.norm_rows, long_alone.norm_rows));
   EXPECT_TRUE(same_bytes(a_rows.logits, long_alone.logits));
   EXPECT_TRUE(same_bytes(b_rows.norm_rows, short_alone.norm_rows));

@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/piece_runner.h"
 #include "model/model.h"
 
 namespace duet::testing {
@@ -17,12 +18,14 @@ struct Rows {
 
 // Runs `ids` through one sequence in pieces of the given sizes (cycled), collecting every row.
 inline Rows run_in_pieces(model::Model& model, std::span<const int32_t> ids, const std::vector<size_t>& sizes) {
-  auto state = model.new_sequence_state(static_cast<int32_t>(ids.size()));
+  engine::PieceRunner runner(model, 1, static_cast<int32_t>(ids.size()));
+  const int32_t slot = runner.open();
   Rows rows;
   for (size_t i = 0, done = 0; done < ids.size(); ++i) {
     const size_t n = std::min(sizes[i % sizes.size()], ids.size() - done);
-    model::Piece piece{state.get(), ids.subspan(done, n), model::RowOutput::all_logits | model::RowOutput::norm_rows};
-    auto out = model.forward({&piece, 1});
+    auto out = runner.run(model::Piece{.slot = slot,
+                                       .tokens = ids.subspan(done, n),
+                                       .wants = model::RowOutput::all_logits | model::RowOutput::norm_rows});
     rows.norm_rows.insert(rows.norm_rows.end(), out[0].norm_rows.begin(), out[0].norm_rows.end());
     rows.logits.insert(rows.logits.end(), out[0].logits.begin(), out[0].logits.end());
     done += n;

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "engine/piece_runner.h"
 #include "golden_fixtures.h"
 #include "model/model.h"
 #include "piece_runs.h"
@@ -45,17 +46,19 @@ TEST_P(RowInvarianceTest, RowsDoNotDependOnOtherPiecesInTheStep) {
   const Rows alone = run_in_pieces(*model_, ids.first(100), {70, 30});
 
   // The same two pieces, each in a step with other sequences: a long prefill before it and a decode after it.
-  auto state = model_->new_sequence_state(100);
-  auto neighbour = model_->new_sequence_state(200);
-  auto decoder = model_->new_sequence_state(200);
+  engine::PieceRunner runner(*model_, 3, 200);
+  const int32_t state = runner.open(100), neighbour = runner.open(), decoder = runner.open();
   Rows shared;
   size_t done = 0, other_done = 0;
   for (size_t n : {70, 30}) {
     std::vector<Piece> step;
-    step.push_back({neighbour.get(), std::span<const int32_t>(other_).subspan(other_done, 65), RowOutput::all_logits});
-    step.push_back({state.get(), ids.subspan(done, n), RowOutput::all_logits | RowOutput::norm_rows});
-    step.push_back({decoder.get(), ids.subspan(7 + done / 10, 1), RowOutput::last_logits});
-    auto out = model_->forward(step);
+    step.push_back({.slot = neighbour,
+                    .tokens = std::span<const int32_t>(other_).subspan(other_done, 65),
+                    .wants = RowOutput::all_logits});
+    step.push_back(
+        {.slot = state, .tokens = ids.subspan(done, n), .wants = RowOutput::all_logits | RowOutput::norm_rows});
+    step.push_back({.slot = decoder, .tokens = ids.subspan(7 + done / 10, 1), .wants = RowOutput::last_logits});
+    auto out = runner.run(step);
     shared.norm_rows.insert(shared.norm_rows.end(), out[1].norm_rows.begin(), out[1].norm_rows.end());
     shared.logits.insert(shared.logits.end(), out[1].logits.begin(), out[1].logits.end());
     done += n;
@@ -67,13 +70,14 @@ TEST_P(RowInvarianceTest, RowsDoNotDependOnOtherPiecesInTheStep) {
 
 TEST_P(RowInvarianceTest, ResetStateRunsLikeANewOne) {
   const std::span<const int32_t> ids(ids_);
-  auto state = model_->new_sequence_state(80);
-  Piece first{state.get(), std::span<const int32_t>(other_).first(80), RowOutput::none};
-  model_->forward({&first, 1});
-  state->reset();
-  EXPECT_EQ(state->position(), 0);
-  Piece again{state.get(), ids.first(80), RowOutput::all_logits | RowOutput::norm_rows};
-  const auto out = model_->forward({&again, 1});
+  engine::PieceRunner runner(*model_, 1, 80);
+  int32_t state = runner.open();
+  runner.run(Piece{.slot = state, .tokens = std::span<const int32_t>(other_).first(80), .wants = RowOutput::none});
+  runner.close(state);
+  state = runner.open();  // the same slot, reset
+  EXPECT_EQ(runner.position(state), 0);
+  const auto out =
+      runner.run(Piece{.slot = state, .tokens = ids.first(80), .wants = RowOutput::all_logits | RowOutput::norm_rows});
   const Rows fresh = run_in_pieces(*model_, ids.first(80), {80});
   EXPECT_TRUE(same_bytes(out[0].norm_rows, fresh.norm_rows));
   EXPECT_TRUE(same_bytes(out[0].logits, fresh.logits));
@@ -82,25 +86,31 @@ TEST_P(RowInvarianceTest, ResetStateRunsLikeANewOne) {
 TEST_P(RowInvarianceTest, LastLogitsAreTheLastRowOfAllLogits) {
   const std::span<const int32_t> ids(ids_);
   const Rows all = run_in_pieces(*model_, ids.first(65), {65});
-  auto state = model_->new_sequence_state(65);
-  Piece piece{state.get(), ids.first(65), RowOutput::last_logits};
-  const auto out = model_->forward({&piece, 1});
+  engine::PieceRunner runner(*model_, 1, 65);
+  const auto out = runner.run(Piece{.slot = runner.open(), .tokens = ids.first(65), .wants = RowOutput::last_logits});
   const int64_t V = model_->config().vocab_size;
   EXPECT_TRUE(same_bytes(out[0].logits, std::vector<float>(all.logits.end() - V, all.logits.end())));
   EXPECT_TRUE(out[0].norm_rows.empty());
 }
 
 TEST_P(RowInvarianceTest, RefusesBadPiecesWithoutMovingState) {
-  auto state = model_->new_sequence_state(10);
+  engine::PieceRunner runner(*model_, 1, 10);
+  const int32_t state = runner.open();
   std::vector<int32_t> too_long(11, 1), bad_id{1, static_cast<int32_t>(model_->config().vocab_size)};
-  Piece overflow{state.get(), too_long, RowOutput::last_logits};
-  EXPECT_THROW(model_->forward({&overflow, 1}), duet::Error);
-  Piece outside{state.get(), bad_id, RowOutput::last_logits};
-  EXPECT_THROW(model_->forward({&outside, 1}), duet::Error);
+  EXPECT_THROW(runner.run(Piece{.slot = state, .tokens = too_long, .wants = RowOutput::last_logits}), duet::Error);
+  EXPECT_THROW(runner.run(Piece{.slot = state, .tokens = bad_id, .wants = RowOutput::last_logits}), duet::Error);
   std::vector<int32_t> one{1};
-  std::vector<Piece> twice{{state.get(), one, RowOutput::none}, {state.get(), one, RowOutput::none}};
-  EXPECT_THROW(model_->forward(twice), duet::Error);
-  EXPECT_EQ(state->position(), 0);
+  std::vector<Piece> twice{{.slot = state, .tokens = one, .wants = RowOutput::none},
+                           {.slot = state, .tokens = one, .wants = RowOutput::none}};
+  EXPECT_THROW(runner.run(twice), duet::Error);
+  EXPECT_EQ(runner.position(state), 0);
+  // The model's own checks, below any runner: pages too few for the positions, a slot outside the storage.
+  auto storage = model_->new_state_storage(1, 1);
+  const std::vector<int32_t> page{0}, sixty_five(65, 1);
+  EXPECT_THROW(model_->forward(*storage, std::vector<Piece>{{.slot = 0, .page_table = page, .tokens = sixty_five}}),
+               PieceRefused);
+  EXPECT_THROW(model_->forward(*storage, std::vector<Piece>{{.slot = 1, .page_table = page, .tokens = one}}),
+               PieceRefused);
 }
 
 TEST_P(RowInvarianceTest, StateBytesFollowTheConfig) {

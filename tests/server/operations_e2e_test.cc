@@ -124,6 +124,51 @@ TEST(Operations, ContextDefaultsToTheModelsLengthAndTheLogNamesEveryRequest) {
 // While the model loads the server already answers: /health 503 `loading`, other routes 503 `model_loading`. The
 // load is held back by a config.json that is a named pipe: the model loader blocks reading it until the test
 // writes the demo's config into it.
+// The prompt cache over HTTP: a conversation's second turn resumes its first turn's prompt (usage says how many
+// tokens), its answer is the one a server without a cache gives, and /metrics and the memory plan show the cache;
+// `--prompt-cache-gib 0` turns it off.
+TEST(Operations, TheSecondTurnReportsCachedTokensAndAnswersAsWithoutACache) {
+  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  ServerProcess cached({"--no-thinking", "--prompt-cache-gib", "0.05"});
+  ServerProcess off({"--no-thinking", "--prompt-cache-gib", "0"});
+  EXPECT_NE(log_text(cached).find("+ prompt cache "), std::string::npos) << log_text(cached);
+  EXPECT_NE(log_text(off).find("+ prompt cache off"), std::string::npos) << log_text(off);
+  std::string long_text;
+  for (int i = 0; i < 40; ++i)
+    long_text += "The quick brown fox jumps over the lazy dog number " + std::to_string(i) + ". ";
+  Json messages = {{{"role", "system"}, {"content", long_text}}, {{"role", "user"}, {"content", "Say something."}}};
+  auto ask = [&](ServerProcess& server, const Json& history) {
+    const Json body = {{"messages", history}, {"max_tokens", 8}, {"ignore_eos", true}, {"temperature", 0}};
+    auto reply = server.client().Post("/v1/chat/completions", body.dump(), "application/json");
+    if (!reply || reply->status != 200) throw std::runtime_error(reply ? reply->body : "no answer");
+    return Json::parse(reply->body);
+  };
+  const Json first = ask(cached, messages);
+  EXPECT_EQ(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_EQ(first["choices"][0]["message"]["content"], ask(off, messages)["choices"][0]["message"]["content"]);
+  messages.push_back({{"role", "assistant"}, {"content", first["choices"][0]["message"]["content"]}});
+  messages.push_back({{"role", "user"}, {"content", "And once more."}});
+  const Json second = ask(cached, messages), second_off = ask(off, messages);
+  const int cached_tokens = second["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
+  EXPECT_GT(cached_tokens, 0) << second;
+  EXPECT_EQ(cached_tokens % 64, 0);
+  EXPECT_LT(cached_tokens, second["usage"]["prompt_tokens"].get<int>());
+  EXPECT_EQ(second_off["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_EQ(second["choices"][0]["message"]["content"], second_off["choices"][0]["message"]["content"]);
+  auto metrics = cached.client().Get("/metrics");
+  ASSERT_TRUE(metrics);
+  // A sample line: `name{model="..."} value`.
+  auto value_of = [&](const std::string& name) {
+    const size_t at = metrics->body.find("\n" + name + "{");
+    if (at == std::string::npos) return -1.0;
+    return std::stod(metrics->body.substr(metrics->body.find("} ", at) + 2));
+  };
+  EXPECT_EQ(value_of("duet_prompt_cache_hits_total"), 1) << metrics->body;
+  EXPECT_EQ(value_of("duet_prompt_cache_misses_total"), 1);
+  EXPECT_EQ(value_of("duet_prompt_cache_tokens_total"), cached_tokens);
+  EXPECT_GT(value_of("duet_prompt_cache_bytes_held"), 0);
+}
+
 TEST(Operations, HealthSaysLoadingUntilTheModelIsLoaded) {
   if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
   const auto dir = demo_behind_a_pipe("duet-loading-");

@@ -30,8 +30,9 @@ class CpuBackend final : public Backend {
 
   std::unique_ptr<StateStorage> new_state_storage(const GdnShape& gdn, int64_t gdn_layers, int64_t slots,
                                                   const AttentionShape& attention, int64_t attention_layers,
-                                                  int64_t pages) override {
-    return std::make_unique<cpu::CpuStateStorage>(gdn, gdn_layers, slots, attention, attention_layers, pages);
+                                                  int64_t pages, int64_t snapshots) override {
+    return std::make_unique<cpu::CpuStateStorage>(this, gdn, gdn_layers, slots, attention, attention_layers, pages,
+                                                  snapshots);
   }
   size_t gdn_state_bytes(const GdnShape& shape) const override { return cpu::CpuGdnState::bytes_for(shape); }
   size_t kv_page_bytes(const AttentionShape& shape) const override { return cpu::CpuKvPages::page_bytes(shape); }
@@ -42,16 +43,19 @@ class CpuBackend final : public Backend {
 
   void begin_step(const StepPlan& plan) override {
     plan_ = plan;
-    storages_.clear();
+    if (plan.storage == nullptr || plan.storage->owner() != this)
+      fail("cpu backend: the step's state storage belongs to another backend");
+    storage_ = static_cast<cpu::CpuStateStorage*>(plan.storage);  // made by new_state_storage above
     for (const StepPiece& piece : plan.pieces) {
-      auto* storage = dynamic_cast<cpu::CpuStateStorage*>(piece.storage);  // once per piece and step
-      if (storage == nullptr) fail("cpu backend: a piece's state storage belongs to another backend");
+      const cpu::CpuStateStorage* storage = storage_;
       if (piece.slot < 0 || piece.slot >= storage->slots())
         fail("cpu backend: slot {} of a storage with {} slots", piece.slot, storage->slots());
       if (piece.start_position + piece.rows > static_cast<int64_t>(piece.page_table.size()) * kKvPagePositions)
         fail("cpu backend: KV pages for {} positions cannot take positions up to {}",
              piece.page_table.size() * kKvPagePositions, piece.start_position + piece.rows);
-      storages_.push_back(storage);
+      for (int32_t page : piece.page_table)
+        if (page < 0 || page >= storage->pages())
+          fail("cpu backend: page {} of a storage with {} pages", page, storage->pages());
     }
   }
 
@@ -83,8 +87,7 @@ class CpuBackend final : public Backend {
   void gdn_mixer(const GdnWeights& w, const GdnShape& shape, int64_t gdn_layer, const Activations& x,
                  Activations& out) override {
     std::vector<cpu::CpuGdnState*> states;
-    for (size_t i = 0; i < plan_.pieces.size(); ++i)
-      states.push_back(&storages_[i]->gdn(plan_.pieces[i].slot, gdn_layer));
+    for (size_t i = 0; i < plan_.pieces.size(); ++i) states.push_back(&storage_->gdn(plan_.pieces[i].slot, gdn_layer));
     cpu::gdn_mixer(w, shape, cpu_of(x), plan_.pieces, states, cpu_of(out));
   }
 
@@ -92,7 +95,7 @@ class CpuBackend final : public Backend {
                        const Activations& x, Activations& out) override {
     std::vector<cpu::CpuKvCache> caches;
     for (size_t i = 0; i < plan_.pieces.size(); ++i)
-      caches.push_back(cpu::CpuKvCache{&storages_[i]->kv, attention_layer, plan_.pieces[i].page_table});
+      caches.push_back(cpu::CpuKvCache{&storage_->kv, attention_layer, plan_.pieces[i].page_table});
     cpu::attention_mixer(w, shape, cpu_of(x), plan_.pieces, caches, cpu_of(out));
   }
 
@@ -118,7 +121,7 @@ class CpuBackend final : public Backend {
 
  private:
   StepPlan plan_;
-  std::vector<cpu::CpuStateStorage*> storages_;  // of plan_.pieces
+  cpu::CpuStateStorage* storage_ = nullptr;  // plan_.storage
   size_t workspace_bytes_ = 0;
 };
 

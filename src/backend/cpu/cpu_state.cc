@@ -41,15 +41,45 @@ CpuKvPages::CpuKvPages(const AttentionShape& s, int64_t layers, int64_t pages)
       values(keys),
       pages_(pages) {}
 
-CpuStateStorage::CpuStateStorage(const GdnShape& gdn, int64_t gdn_layers, int64_t slots,
-                                 const AttentionShape& attention, int64_t attention_layers, int64_t pages)
-    : kv(attention, attention_layers, pages), gdn_layers_(gdn_layers), slots_(slots) {
+CpuStateStorage::CpuStateStorage(const Backend* owner, const GdnShape& gdn, int64_t gdn_layers, int64_t slots,
+                                 const AttentionShape& attention, int64_t attention_layers, int64_t pages,
+                                 int64_t snapshots)
+    : StateStorage(owner),
+      kv(attention, attention_layers, pages),
+      gdn_layers_(gdn_layers),
+      slots_(slots),
+      snapshots_(snapshots) {
   gdn_.reserve(static_cast<size_t>(slots * gdn_layers));
   for (int64_t i = 0; i < slots * gdn_layers; ++i) gdn_.emplace_back(gdn);
+  snapshot_.reserve(static_cast<size_t>(snapshots * gdn_layers));
+  for (int64_t i = 0; i < snapshots * gdn_layers; ++i) snapshot_.emplace_back(gdn);
 }
 
 size_t CpuStateStorage::bytes() const {
-  return kv.bytes() + (gdn_.empty() ? 0 : gdn_.size() * CpuGdnState::bytes_for(gdn_.front().shape));
+  const size_t states = gdn_.size() + snapshot_.size();
+  return kv.bytes() +
+         (states == 0 ? 0
+                      : states * CpuGdnState::bytes_for(gdn_.empty() ? snapshot_.front().shape : gdn_.front().shape));
+}
+
+void CpuStateStorage::check_slot(int32_t slot) const {
+  if (slot < 0 || slot >= slots_) fail("cpu state: slot {} of a storage with {} slots", slot, slots_);
+}
+
+void CpuStateStorage::check_snapshot(int32_t snapshot) const {
+  if (snapshot < 0 || snapshot >= snapshots_)
+    fail("cpu state: snapshot {} of a storage with {} snapshots", snapshot, snapshots_);
+}
+
+// Whole CpuGdnState copies: the chunk scratch beyond position % 64 is never read, and at a block end none is pending.
+void CpuStateStorage::save_snapshot(int32_t slot, int32_t snapshot) {
+  check_slot(slot), check_snapshot(snapshot);
+  for (int64_t l = 0; l < gdn_layers_; ++l) snapshot_[static_cast<size_t>(snapshot * gdn_layers_ + l)] = gdn(slot, l);
+}
+
+void CpuStateStorage::restore_snapshot(int32_t snapshot, int32_t slot) {
+  check_slot(slot), check_snapshot(snapshot);
+  for (int64_t l = 0; l < gdn_layers_; ++l) gdn(slot, l) = snapshot_[static_cast<size_t>(snapshot * gdn_layers_ + l)];
 }
 
 void CpuStateStorage::reset_slot(int32_t slot) {
@@ -57,6 +87,7 @@ void CpuStateStorage::reset_slot(int32_t slot) {
 }
 
 void CpuStateStorage::copy_slot(int32_t from, int32_t to) {
+  check_slot(from), check_slot(to);
   if (from == to) return;
   for (int64_t l = 0; l < gdn_layers_; ++l) gdn(to, l) = gdn(from, l);  // same shapes: the vectors keep their memory
 }

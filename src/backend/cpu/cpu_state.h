@@ -73,25 +73,34 @@ struct CpuKvCache {
   std::span<const int32_t> page_table;
 };
 
-// Every sequence state of a model: `slots` x gdn_layers GDN states, slot-major, and the KV pages.
+// Every sequence state of a model: `slots` x gdn_layers GDN states, slot-major, the KV pages, and `snapshots` x
+// gdn_layers GDN states more for the prompt cache, laid out like the slots.
 class CpuStateStorage final : public StateStorage {
  public:
-  CpuStateStorage(const GdnShape& gdn, int64_t gdn_layers, int64_t slots, const AttentionShape& attention,
-                  int64_t attention_layers, int64_t pages);
+  CpuStateStorage(const Backend* owner, const GdnShape& gdn, int64_t gdn_layers, int64_t slots,
+                  const AttentionShape& attention, int64_t attention_layers, int64_t pages, int64_t snapshots);
   int64_t slots() const override { return slots_; }
   int64_t pages() const override { return kv.count(); }
+  int64_t snapshots() const override { return snapshots_; }
   size_t bytes() const override;
   void reset_slot(int32_t slot) override;
   void copy_slot(int32_t from, int32_t to) override;
   void copy_pages(std::span<const int32_t> from, std::span<const int32_t> to) override;
+  void save_snapshot(int32_t slot, int32_t snapshot) override;
+  void restore_snapshot(int32_t snapshot, int32_t slot) override;
   CpuGdnState& gdn(int32_t slot, int64_t layer) { return gdn_[static_cast<size_t>(slot * gdn_layers_ + layer)]; }
 
   CpuKvPages kv;
 
  private:
+  void check_slot(int32_t slot) const;
+  void check_snapshot(int32_t snapshot) const;
+
   int64_t gdn_layers_;
   int64_t slots_;
-  std::vector<CpuGdnState> gdn_;
+  int64_t snapshots_;
+  std::vector<CpuGdnState> gdn_;       // [slots][gdn_layers]
+  std::vector<CpuGdnState> snapshot_;  // [snapshots][gdn_layers]
 };
 
 }  // namespace duet::backend::cpu

@@ -66,9 +66,11 @@ DeltaHeadState delta_head(const GdnShape& s) {
 //   kv    [attention_layers][pages][K | V][64][kv_heads][head_dim] BF16 (device_step.h, kv_key)
 class CudaStateStorage final : public StateStorage {
  public:
-  CudaStateStorage(const GdnShape& gdn, int64_t gdn_layers, int64_t slots, const AttentionShape& attention,
-                   int64_t attention_layers, int64_t pages, cudaStream_t stream)
-      : stream_(stream),
+  CudaStateStorage(const Backend* owner, const GdnShape& gdn, int64_t gdn_layers, int64_t slots,
+                   const AttentionShape& attention, int64_t attention_layers, int64_t pages, int64_t snapshots,
+                   cudaStream_t stream)
+      : StateStorage(owner),
+        stream_(stream),
         gdn_layers_(gdn_layers),
         slots_(slots),
         pages_(pages),
@@ -81,10 +83,17 @@ class CudaStateStorage final : public StateStorage {
         kv_(static_cast<size_t>(attention_layers * pages * 2 * kPagePositions * attention.kv_heads *
                                 attention.head_dim) *
                 sizeof(bf16),
-            "KV pages") {}
+            "KV pages"),
+        snapshots_(snapshots),
+        conv_snapshots_(static_cast<size_t>(snapshots * gdn_layers * conv_layer_) * sizeof(bf16), "GDN conv snapshots"),
+        delta_snapshots_(static_cast<size_t>(snapshots * gdn_layers * delta_layer_) * sizeof(float),
+                         "GDN delta-rule snapshots") {}
   int64_t slots() const override { return slots_; }
   int64_t pages() const override { return pages_; }
-  size_t bytes() const override { return conv_.bytes + delta_.bytes + kv_.bytes; }
+  int64_t snapshots() const override { return snapshots_; }
+  size_t bytes() const override {
+    return conv_.bytes + delta_.bytes + kv_.bytes + conv_snapshots_.bytes + delta_snapshots_.bytes;
+  }
   void reset_slot(int32_t slot) override {
     check_cuda(cudaMemsetAsync(conv(slot), 0, static_cast<size_t>(gdn_layers_ * conv_layer_) * sizeof(bf16), stream_),
                "reset GDN conv state");
@@ -118,6 +127,16 @@ class CudaStateStorage final : public StateStorage {
           "fork KV page");
     }
   }
+  // A snapshot is laid out like a slot ([gdn_layers][...], conv and delta-rule runs apart), so saving and restoring
+  // are the fork's two device-to-device copies on the step stream, ordered after the step that wrote the slot.
+  void save_snapshot(int32_t slot, int32_t snapshot) override {
+    check_slot(slot), check_snapshot(snapshot);
+    copy_gdn(conv_snapshot(snapshot), conv(slot), delta_snapshot(snapshot), delta(slot), "save GDN snapshot");
+  }
+  void restore_snapshot(int32_t snapshot, int32_t slot) override {
+    check_slot(slot), check_snapshot(snapshot);
+    copy_gdn(conv(slot), conv_snapshot(snapshot), delta(slot), delta_snapshot(snapshot), "restore GDN snapshot");
+  }
   bf16* conv(int32_t slot) const { return static_cast<bf16*>(conv_.ptr) + slot * gdn_layers_ * conv_layer_; }
   float* delta(int32_t slot) const { return static_cast<float*>(delta_.ptr) + slot * gdn_layers_ * delta_layer_; }
   bf16* kv() const { return static_cast<bf16*>(kv_.ptr); }
@@ -131,12 +150,32 @@ class CudaStateStorage final : public StateStorage {
   void check_page(int32_t page) const {
     if (page < 0 || page >= pages_) fail("cuda state: KV page {} of {}", page, pages_);
   }
+  void check_snapshot(int32_t snapshot) const {
+    if (snapshot < 0 || snapshot >= snapshots_) fail("cuda state: GDN snapshot {} of {}", snapshot, snapshots_);
+  }
+  bf16* conv_snapshot(int32_t snapshot) const {
+    return static_cast<bf16*>(conv_snapshots_.ptr) + snapshot * gdn_layers_ * conv_layer_;
+  }
+  float* delta_snapshot(int32_t snapshot) const {
+    return static_cast<float*>(delta_snapshots_.ptr) + snapshot * gdn_layers_ * delta_layer_;
+  }
+  // One slot's (or snapshot's) GDN state: its conv run and its delta-rule run, each contiguous.
+  void copy_gdn(bf16* conv_to, const bf16* conv_from, float* delta_to, const float* delta_from, const char* what) {
+    check_cuda(cudaMemcpyAsync(conv_to, conv_from, static_cast<size_t>(gdn_layers_ * conv_layer_) * sizeof(bf16),
+                               cudaMemcpyDeviceToDevice, stream_),
+               what);
+    check_cuda(cudaMemcpyAsync(delta_to, delta_from, static_cast<size_t>(gdn_layers_ * delta_layer_) * sizeof(float),
+                               cudaMemcpyDeviceToDevice, stream_),
+               what);
+  }
 
   cudaStream_t stream_;
   int64_t gdn_layers_, slots_, pages_, conv_layer_, delta_layer_;
   DeviceMemory conv_, delta_;
   int64_t attention_layers_, page_elems_;  // page_elems_: K | V of one page of one layer
   DeviceMemory kv_;
+  int64_t snapshots_;
+  DeviceMemory conv_snapshots_, delta_snapshots_;  // [snapshots][gdn_layers][...] like conv_ and delta_
 };
 
 class CudaBackend final : public Backend {
@@ -215,9 +254,9 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<StateStorage> new_state_storage(const GdnShape& gdn, int64_t gdn_layers, int64_t slots,
                                                   const AttentionShape& attention, int64_t attention_layers,
-                                                  int64_t pages) override {
-    auto storage =
-        std::make_unique<CudaStateStorage>(gdn, gdn_layers, slots, attention, attention_layers, pages, stream_);
+                                                  int64_t pages, int64_t snapshots) override {
+    auto storage = std::make_unique<CudaStateStorage>(this, gdn, gdn_layers, slots, attention, attention_layers, pages,
+                                                      snapshots, stream_);
     for (int32_t s = 0; s < slots; ++s) storage->reset_slot(s);
     return storage;
   }
@@ -247,14 +286,18 @@ class CudaBackend final : public Backend {
     std::vector<DevicePiece> pieces;
     std::vector<int32_t> row_piece, row_position, pages, logit_rows, adapted_rows;
     decode_rows_ = 0;
+    if (plan.storage == nullptr || plan.storage->owner() != this)
+      fail("cuda backend: the step's state storage belongs to another backend");
+    const auto* storage = static_cast<const CudaStateStorage*>(plan.storage);  // made by new_state_storage
     for (const StepPiece& p : plan.pieces) {
-      auto* storage = dynamic_cast<CudaStateStorage*>(p.storage);  // once per piece and step
-      if (storage == nullptr) fail("cuda backend: a piece's state storage belongs to another backend");
       if (p.slot < 0 || p.slot >= storage->slots())
         fail("cuda backend: slot {} of a storage with {} slots", p.slot, storage->slots());
       if (p.start_position + p.rows > static_cast<int64_t>(p.page_table.size()) * kPagePositions)
         fail("cuda backend: KV pages for {} positions cannot take positions up to {}",
              p.page_table.size() * kPagePositions, p.start_position + p.rows);
+      for (int32_t page : p.page_table)
+        if (page < 0 || page >= storage->pages())
+          fail("cuda backend: KV page {} of a storage with {} pages", page, storage->pages());
       if (p.role == RowRole::decode) {
         if (p.first_row != decode_rows_) fail("cuda backend: decode pieces must come first in a step");
         decode_rows_ += p.rows;

@@ -1,0 +1,144 @@
+#include "engine/prompt_cache.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+#include "engine/seeded_draw.h"
+
+namespace duet::engine {
+
+namespace {
+constexpr int64_t kBlock = backend::kKvPagePositions;
+}
+
+uint64_t PromptCache::default_block_hash(uint64_t previous, std::span<const int32_t> block) {
+  uint64_t h = mix64(previous);
+  for (int32_t id : block) h = mix64(h ^ static_cast<uint32_t>(id));
+  return h;
+}
+
+PromptCache::PromptCache(BlockManager& blocks, backend::StateStorage& storage, int32_t snapshots, int64_t max_pages,
+                         BlockHash hash)
+    : blocks_(blocks), storage_(storage), max_pages_(max_pages), hash_(std::move(hash)) {
+  if (snapshots > storage.snapshots())
+    fail("prompt cache: {} snapshots asked for, the storage has {}", snapshots, storage.snapshots());
+  entries_.resize(static_cast<size_t>(std::max(snapshots, 0)));
+  for (int32_t s = snapshots - 1; s >= 0; --s) free_snapshots_.push_back(s);  // lowest id on top
+}
+
+std::vector<uint64_t> PromptCache::chain(uint64_t salt, std::span<const int32_t> tokens, int64_t blocks) const {
+  std::vector<uint64_t> keys;
+  uint64_t h = mix64(salt ^ 0x70726f6d7074ULL);
+  for (int64_t b = 0; b < blocks; ++b) {
+    h = hash_(h, tokens.subspan(static_cast<size_t>(b * kBlock), kBlock));
+    keys.push_back(h);
+  }
+  return keys;
+}
+
+std::optional<PromptCache::Hit> PromptCache::lookup(uint64_t salt, std::span<const int32_t> prompt) {
+  if (entries_.empty() || prompt.empty()) return std::nullopt;
+  const int64_t blocks = (static_cast<int64_t>(prompt.size()) - 1) / kBlock;  // leave a token to prefill
+  const std::vector<uint64_t> keys = chain(salt, prompt, blocks);
+  for (int64_t b = blocks; b >= 1; --b) {
+    const auto [first, last] = index_.equal_range(keys[static_cast<size_t>(b - 1)]);
+    for (auto it = first; it != last; ++it) {
+      Entry& entry = *entries_[static_cast<size_t>(it->second)];
+      const auto length = static_cast<size_t>(b * kBlock);
+      // The hash only finds candidates; the tokens decide.
+      if (entry.salt != salt || entry.tokens.size() != length ||
+          !std::equal(entry.tokens.begin(), entry.tokens.end(), prompt.begin()))
+        continue;
+      entry.used = ++tick_;
+      return Hit{.snapshot = it->second, .pages = entry.pages};
+    }
+  }
+  return std::nullopt;
+}
+
+void PromptCache::note_admitted(const std::optional<Hit>& hit) {
+  if (entries_.empty()) return;
+  if (!hit) {
+    ++stats_.misses;
+    return;
+  }
+  ++stats_.hits;
+  stats_.cached_tokens += hit->tokens();
+}
+
+void PromptCache::insert(uint64_t salt, std::span<const int32_t> prefix, int32_t slot) {
+  const int64_t blocks = static_cast<int64_t>(prefix.size()) / kBlock;
+  if (entries_.empty() || blocks == 0) return;
+  if (static_cast<int64_t>(prefix.size()) % kBlock != 0 ||
+      blocks_.position(slot) != static_cast<int64_t>(prefix.size()))
+    fail("prompt cache: slot {} at position {} cannot be cached as a prefix of {} tokens", slot, blocks_.position(slot),
+         prefix.size());
+  const uint64_t key = chain(salt, prefix, blocks).back();
+  const auto [first, last] = index_.equal_range(key);
+  for (auto it = first; it != last; ++it) {
+    Entry& entry = *entries_[static_cast<size_t>(it->second)];
+    if (entry.salt == salt && std::equal(entry.tokens.begin(), entry.tokens.end(), prefix.begin(), prefix.end())) {
+      entry.used = ++tick_;
+      return;
+    }
+  }
+  if (free_snapshots_.empty()) evict_one();
+  const int32_t snapshot = free_snapshots_.back();
+  free_snapshots_.pop_back();
+  storage_.save_snapshot(slot, snapshot);
+  const std::vector<int32_t>& table = blocks_.table(slot);
+  Entry entry{.key = key,
+              .salt = salt,
+              .tokens = {prefix.begin(), prefix.end()},
+              .pages = {table.begin(), table.begin() + blocks},
+              .used = ++tick_};
+  blocks_.retain(entry.pages);
+  for (int32_t page : entry.pages) ++page_holds_[page];
+  entries_[static_cast<size_t>(snapshot)] = std::move(entry);
+  index_.emplace(key, snapshot);
+  // Within the page budget: the oldest entries go, this one too if it alone is too big.
+  while (static_cast<int64_t>(page_holds_.size()) > max_pages_ && evict_one()) {
+  }
+}
+
+bool PromptCache::evict_one() {
+  int32_t oldest = -1;
+  for (size_t s = 0; s < entries_.size(); ++s)
+    if (entries_[s] && (oldest < 0 || entries_[s]->used < entries_[static_cast<size_t>(oldest)]->used))
+      oldest = static_cast<int32_t>(s);
+  if (oldest < 0) return false;
+  evict(oldest);
+  ++stats_.evictions;
+  return true;
+}
+
+void PromptCache::evict(int32_t snapshot) {
+  Entry& entry = *entries_[static_cast<size_t>(snapshot)];
+  const auto [first, last] = index_.equal_range(entry.key);
+  for (auto it = first; it != last; ++it)
+    if (it->second == snapshot) {
+      index_.erase(it);
+      break;
+    }
+  for (int32_t page : entry.pages)
+    if (--page_holds_[page] == 0) page_holds_.erase(page);
+  blocks_.drop(entry.pages);
+  entries_[static_cast<size_t>(snapshot)].reset();
+  free_snapshots_.push_back(snapshot);
+}
+
+int64_t PromptCache::reclaimable_pages() const {
+  int64_t pages = 0;
+  for (const auto& [page, holds] : page_holds_) pages += blocks_.references(page) == holds ? 1 : 0;
+  return pages;
+}
+
+PromptCache::Stats PromptCache::stats() const {
+  Stats out = stats_;
+  out.entries = static_cast<int64_t>(
+      std::count_if(entries_.begin(), entries_.end(), [](const auto& e) { return e.has_value(); }));
+  out.pages_held = static_cast<int64_t>(page_holds_.size());
+  return out;
+}
+
+}  // namespace duet::engine

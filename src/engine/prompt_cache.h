@@ -1,0 +1,78 @@
+#pragma once
+// The prompt cache (issue 18): a prompt's state at chosen 64-token block ends, kept so that a later prompt with the
+// same beginning resumes there instead of prefilling it again. An entry is the GDN state of a sequence at a block
+// end (a snapshot in the backend's storage) and the KV pages of every position before it (shared through the
+// block manager's reference counts). Entries are named by a hash chained over every block's tokens, seeded by what
+// changes the rows (the salt: adapter or not); a hit also compares the tokens, so a collision never hands one
+// prompt another's state. Only prefill-computed state is cached: entries are made while a prompt prefills.
+// Least-recently-used entries go first when the snapshots or the page budget run out. Engine thread only.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "engine/block_manager.h"
+
+namespace duet::engine {
+
+class PromptCache {
+ public:
+  // The hash of one block given the hash of everything before it (tests plant collisions with their own).
+  using BlockHash = std::function<uint64_t(uint64_t previous, std::span<const int32_t> block)>;
+  static uint64_t default_block_hash(uint64_t previous, std::span<const int32_t> block);
+
+  // `snapshots` GDN snapshots of `storage` and up to `max_pages` KV pages held at once.
+  PromptCache(BlockManager& blocks, backend::StateStorage& storage, int32_t snapshots, int64_t max_pages,
+              BlockHash hash = default_block_hash);
+
+  struct Hit {
+    int32_t snapshot = -1;
+    std::vector<int32_t> pages;  // the prefix's pages, one per block
+    int64_t tokens() const { return static_cast<int64_t>(pages.size()) * backend::kKvPagePositions; }
+  };
+  // The longest cached prefix of `prompt` that leaves at least one token to prefill (its last row samples), or
+  // nullopt. Counts nothing: the engine counts a hit when it admits the sequence with it (note_admitted).
+  std::optional<Hit> lookup(uint64_t salt, std::span<const int32_t> prompt);
+  void note_admitted(const std::optional<Hit>& hit);
+  // Keeps the state of `slot`, which has just prefilled `prefix` (a whole number of blocks, its position now):
+  // a snapshot of its GDN state and a reference to the prefix's pages. Nothing when the same prefix is cached.
+  void insert(uint64_t salt, std::span<const int32_t> prefix, int32_t slot);
+  // Drops the least recently used entry; false when there is none.
+  bool evict_one();
+  // Pages that only the cache holds (no sequence reads them): what evicting everything would give back.
+  int64_t reclaimable_pages() const;
+
+  bool enabled() const { return !entries_.empty(); }
+  struct Stats {
+    int64_t hits = 0, misses = 0, evictions = 0, cached_tokens = 0;
+    int64_t entries = 0, pages_held = 0;
+  };
+  Stats stats() const;
+
+ private:
+  struct Entry {
+    uint64_t key = 0;
+    uint64_t salt = 0;
+    std::vector<int32_t> tokens;  // the whole prefix, compared on every hit
+    std::vector<int32_t> pages;
+    uint64_t used = 0;  // the tick of its last insert or hit
+  };
+  std::vector<uint64_t> chain(uint64_t salt, std::span<const int32_t> tokens, int64_t blocks) const;
+  void evict(int32_t snapshot);
+
+  BlockManager& blocks_;
+  backend::StateStorage& storage_;
+  int64_t max_pages_;
+  BlockHash hash_;
+  std::vector<std::optional<Entry>> entries_;  // by snapshot id
+  std::vector<int32_t> free_snapshots_;
+  std::unordered_multimap<uint64_t, int32_t> index_;  // key -> snapshot id; collisions sit side by side
+  std::unordered_map<int32_t, int32_t> page_holds_;   // page -> entries holding it
+  uint64_t tick_ = 0;
+  Stats stats_;
+};
+
+}  // namespace duet::engine
