@@ -81,7 +81,11 @@ Expr fraction() { return seq({byte_of('.'), repeat(digit(), 0, 5), byte_range('1
 Expr json_string(Expr content) { return seq({byte_of('"'), std::move(content), byte_of('"')}); }
 
 Expr any_string_content(int32_t min_chars, int32_t max_chars) {
-  return repeat(json_string_char(CharSet::any()), min_chars, max_chars);
+  // JSON Schema counts a string's length in code points; JavaScript validators (zod, as the AI SDK and LangChain use
+  // it) count UTF-16 units, where a character past U+FFFF is two. A length-bounded string keeps to the Basic
+  // Multilingual Plane, where the two counts agree, so every client's validator accepts what duet writes.
+  const bool bounded = min_chars > 0 || max_chars >= 0;
+  return repeat(json_string_char(bounded ? CharSet::range(0, 0xFFFF) : CharSet::any()), min_chars, max_chars);
 }
 
 Expr json_integer(std::optional<Bound> min, std::optional<Bound> max) {

@@ -231,17 +231,19 @@ TEST_P(CudaModelTest, GraphsWithPenaltiesSurviveThePageTableGrowing) {
   const std::vector<int32_t> source = goldens.i32("len300.ids");
   constexpr int kSequences = 16, kSteps = 48;
   auto run = [&](Model& model, bool penalize) {
-    std::vector<std::unique_ptr<SequenceState>> states;
+    engine::PieceRunner runner(model, kSequences, 400);
+    std::vector<int32_t> slots;
     std::vector<std::vector<int32_t>> prompts, generated(kSequences);
     std::vector<Piece> prefill;
     for (int i = 0; i < kSequences; ++i) {
       const size_t start = static_cast<size_t>(i) * 3, length = 200 + static_cast<size_t>(i) * 3;
       prompts.emplace_back(source.begin() + static_cast<std::ptrdiff_t>(start),
                            source.begin() + static_cast<std::ptrdiff_t>(start + length));
-      states.push_back(model.new_sequence_state(400));
+      slots.push_back(runner.open());
     }
-    for (int i = 0; i < kSequences; ++i) prefill.push_back({states[i].get(), prompts[i], RowOutput::last_logits});
-    model.forward(prefill);
+    for (int i = 0; i < kSequences; ++i)
+      prefill.push_back({.slot = slots[i], .tokens = prompts[i], .wants = RowOutput::last_logits});
+    runner.run(prefill);
     std::vector<int32_t> next(kSequences, 1);
     int64_t pages_before = 0, crossings = 0;
     for (int step = 0; step < kSteps; ++step) {
@@ -263,12 +265,16 @@ TEST_P(CudaModelTest, GraphsWithPenaltiesSurviveThePageTableGrowing) {
         }
         const int64_t positions = spec.position + 1;
         pages += (positions + 63) / 64;
-        pieces.push_back({states[i].get(), std::span(&next[i], 1), RowOutput::sampled, backend::RowRole::decode, &spec});
+        pieces.push_back({.slot = slots[i],
+                          .tokens = std::span(&next[i], 1),
+                          .wants = RowOutput::sampled,
+                          .role = backend::RowRole::decode,
+                          .sample = &spec});
       }
       // The old layout rounded the page table up to 256 bytes (64 ids): it moved what followed when that changed.
       if (step > 1 && (pages + 63) / 64 != (pages_before + 63) / 64) ++crossings;
       pages_before = pages;
-      const auto results = model.forward(pieces);
+      const auto results = runner.run(pieces);
       for (int i = 0; i < kSequences; ++i) {
         next[i] = results[i].sampled.id;
         generated[i].push_back(next[i]);
