@@ -213,7 +213,8 @@ constexpr int kXStride = kStep + 8;
 // two x rows apart) land on distinct banks.
 constexpr int kPartStride = kBlockRows + 4;
 
-// k slices, a function of k alone: it fixes each element's order of summation, so it must never depend on m.
+// The default k slices of a weight (plan_for may choose others for a shape): a function of k alone. The slices fix each
+// element's order of summation, so they must never depend on m.
 int slices_for(int32_t k) {
   const int32_t steps = (k + kStep - 1) / kStep;
   return std::clamp<int32_t>(steps / kMinStepsPerSlice, 1, kMaxSlices);
