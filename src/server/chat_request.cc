@@ -10,7 +10,6 @@
 namespace duet::server {
 namespace {
 
-constexpr size_t kMaxTools = 256;
 
 // A JSON text read as Python's json.loads reads it (key order, exact integers), or a discarded value.
 Json parse_json_or_discarded(const std::string& text) {
@@ -127,9 +126,7 @@ std::vector<tokenizer::ChatMessage> parse_chat_messages(const Json& body, Ignore
 
 Json parse_tools(const Json& body) {
   Json tools = Json::array();
-  if (auto it = body.find("tools"); it != body.end() && !it->is_null()) {
-    if (!it->is_array()) refuse_field("tools", "expected an array of tools");
-    if (it->size() > kMaxTools) refuse_field("tools", fmt::format("at most {} tools", kMaxTools));
+  if (const Json* it = read_tools(body)) {
     for (size_t i = 0; i < it->size(); ++i) {
       const Json& tool = (*it)[i];
       std::string name = fmt::format("tools[{}]", i);

@@ -129,10 +129,8 @@ std::vector<tokenizer::ChatMessage> parse_turns(const Json& body, IgnoredFields&
 
 Json parse_tools(const Json& body, IgnoredFields& unknown) {
   Json tools = Json::array();
-  auto it = body.find("tools");
-  if (it == body.end() || it->is_null()) return tools;
-  if (!it->is_array()) refuse_field("tools", "expected an array of tools");
-  if (it->size() > 256) refuse_field("tools", "at most 256 tools");
+  const Json* it = read_tools(body);
+  if (it == nullptr) return tools;
   for (size_t i = 0; i < it->size(); ++i) {
     const std::string name = fmt::format("tools[{}]", i);
     const Json& tool = (*it)[i];

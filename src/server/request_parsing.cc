@@ -153,6 +153,14 @@ std::optional<int64_t> read_integer(const Json& object, const std::string& key, 
   return number;
 }
 
+const Json* read_tools(const Json& body) {
+  auto it = body.find("tools");
+  if (it == body.end() || it->is_null()) return nullptr;
+  if (!it->is_array()) refuse_field("tools", "expected an array of tools");
+  if (it->size() > kMaxTools) refuse_field("tools", fmt::format("at most {} tools", kMaxTools));
+  return &*it;
+}
+
 std::optional<std::string> read_string(const Json& object, const std::string& key, const std::string& name) {
   const Json* value = field(object, key);
   if (!value) return std::nullopt;

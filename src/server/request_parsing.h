@@ -68,6 +68,10 @@ std::optional<double> read_number(const Json& object, const std::string& key, co
 std::optional<int64_t> read_integer(const Json& object, const std::string& key, const std::string& name, int64_t min,
                                     int64_t max);
 std::optional<std::string> read_string(const Json& object, const std::string& key, const std::string& name);
+// A request's `tools`: null when absent, else an array of at most kMaxTools entries (refused naming `tools`
+// otherwise). Each route reads the entries in its own shape.
+constexpr size_t kMaxTools = 256;
+const Json* read_tools(const Json& body);
 
 // What both OpenAI routes read the same way. max_tokens stays optional here: its default depends on the
 // prompt length (see resolve_max_tokens).
