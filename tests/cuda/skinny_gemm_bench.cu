@@ -2,6 +2,7 @@
 // the skinny GEMM's weight-read rate for each pipeline variant (kernels.h, SkinnyPipeline), against the device's own
 // copy rate measured in the same run. Not a test: a benchmark whose table goes into docs/benchmarks.md.
 //   bench_skinny_gemm [--quick]
+//   bench_skinny_gemm --profile SHAPE M   (three production launches of one shape, for ncu; nothing timed)
 // Weights rotate over enough copies that every call reads from HBM, as a decode step does (each layer's weights are
 // cold). Each figure is the median of 7 timings of a CUDA graph of calls. It also checks, per variant, that m = 1
 // gives row 0 of m = 64 bit for bit (the batch-invariance contract) and that the variants that keep the production
@@ -134,8 +135,28 @@ int main(int argc, char** argv) {
       {"lm_head", 248320, 4096},
   };
   std::vector<SkinnyPipeline> variants;
-  for (int slices : {1, 2, 4, 8})
+  // 6 and 7 slices: a weight of 4096 rows is 32 row blocks, and at most 30 clusters of 8 fit at once (ncu's "max
+  // active clusters"), so 8 slices run in two waves.
+  for (int slices : {2, 4, 6, 7, 8})
     for (SkinnyPipeline p : {SkinnyPipeline{1, 4, slices}, SkinnyPipeline{2, 8, slices}}) variants.push_back(p);
+  if (argc > 3 && std::string(argv[1]) == "--profile") {
+    for (const Shape& shape : shapes) {
+      if (shape.name != std::string(argv[2])) continue;
+      const int32_t m = std::atoi(argv[3]);
+      bf16 *px = nullptr, *pw = nullptr, *py = nullptr;
+      check(cudaMalloc(&px, size_t{64} * shape.k * sizeof(bf16)), "malloc x");
+      check(cudaMalloc(&pw, size_t{shape.n} * shape.k * sizeof(bf16)), "malloc w");
+      check(cudaMalloc(&py, size_t{64} * shape.n * sizeof(bf16)), "malloc y");
+      fill_random<<<256, 256>>>(px, size_t{64} * shape.k, 7);
+      fill_random<<<1024, 256>>>(pw, size_t{shape.n} * shape.k, 11);
+      check(cudaDeviceSynchronize(), "fill");
+      for (int i = 0; i < 3; ++i) launch_skinny_gemm(px, m, pw, shape.n, shape.k, py, false, stream);
+      check(cudaDeviceSynchronize(), "profile");
+      return 0;
+    }
+    std::fprintf(stderr, "--profile: no shape %s\n", argv[2]);
+    return 1;
+  }
   const std::vector<int32_t> row_counts = quick ? std::vector<int32_t>{1, 64} : std::vector<int32_t>{1, 8, 64};
 
   bf16* x = nullptr;

@@ -42,6 +42,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/dependent_launch.h"
 #include "backend/cuda/kernels.h"
 
 namespace duet::backend::cuda {
@@ -206,6 +207,8 @@ __device__ __forceinline__ void rows_key_block(const bf16* qs, const bf16* ks, c
 // kJ: queries per thread in the P.V product (see rows_key_block).
 template <int D, int kJ>
 __global__ void __launch_bounds__(kThreads) attention_rows_kernel(AttentionParams p) {
+  wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
+  let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
   static_assert(D % 32 == 0 && D <= kThreads, "one P.V dim per thread");
   extern __shared__ __align__(16) unsigned char smem[];
   using S = RowsSmem<D>;
@@ -307,6 +310,8 @@ __device__ __forceinline__ void store_kv(const KvChunks<D>& r, int n, bf16* ks, 
 template <int D, int kJ>
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 2)
     attention_decode_kernel(AttentionParams p) {
+  wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
+  let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
   static_assert(D % 32 == 0 && D <= kThreads, "one P.V dim per thread");
   static_assert(kMaxGroup * D * 4 <= RowsSmem<D>::kKBytes, "the partial acc fits where K was");
   namespace cg = cooperative_groups;
@@ -518,6 +523,8 @@ __device__ __forceinline__ void tile_pv(const float* st4, const uint32_t* v2, in
 
 template <int D>
 __global__ void __launch_bounds__(kThreads, 1) attention_tiles_kernel(AttentionParams p) {
+  wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
+  let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
   static_assert(D % 32 == 0, "P.V dims in pairs 32 apart");
   using S = TilesSmem<D>;
   constexpr int kPStride = S::kPStride;
@@ -642,7 +649,8 @@ void launch_rows(const AttentionParams& p, cudaStream_t stream) {
   constexpr int kBytes = RowsSmem<D>::kBytes;
   static const bool configured = (allow_smem(attention_rows_kernel<D, kJ>, kBytes, "attention_rows_kernel smem"), true);
   (void)configured;
-  attention_rows_kernel<D, kJ><<<dim3(p.step.rows, p.kv_heads), kThreads, kBytes, stream>>>(p);
+  launch_dependent("attention_rows_kernel", attention_rows_kernel<D, kJ>, dim3(p.step.rows, p.kv_heads), kThreads,
+                   kBytes, stream, p);
   check_launch("attention_rows_kernel");
 
   // One cluster per row up to kMaxDecodeClusters, so a long prefill step does not launch kCluster idle blocks per
@@ -651,7 +659,8 @@ void launch_rows(const AttentionParams& p, cudaStream_t stream) {
       (allow_smem(attention_decode_kernel<D, kJ>, kBytes, "attention_decode_kernel smem"), true);
   (void)decode_configured;
   const int clusters = std::min(p.step.rows, kMaxDecodeClusters);
-  attention_decode_kernel<D, kJ><<<dim3(clusters * kCluster, p.kv_heads), kThreads, kBytes, stream>>>(p);
+  launch_dependent("attention_decode_kernel", attention_decode_kernel<D, kJ>, dim3(clusters * kCluster, p.kv_heads),
+                   kThreads, kBytes, stream, p);
   check_launch("attention_decode_kernel");
 }
 
@@ -676,7 +685,8 @@ void launch_for_head_dim(const AttentionParams& p, cudaStream_t stream) {
   // rows / tiled_min_rows pieces.
   const int tiled_pieces = std::min(p.step.pieces, p.step.rows / p.tiled_min_rows);
   const int tiles = (p.step.rows + p.tile_rows - 1) / p.tile_rows + tiled_pieces;
-  attention_tiles_kernel<D><<<dim3(tiles, p.kv_heads), kThreads, kBytes, stream>>>(p);
+  launch_dependent("attention_tiles_kernel", attention_tiles_kernel<D>, dim3(tiles, p.kv_heads), kThreads, kBytes,
+                   stream, p);
   check_launch("attention_tiles_kernel");
 }
 

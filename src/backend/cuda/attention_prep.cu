@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/dependent_launch.h"
 #include "backend/cuda/kernels.h"
 
 namespace duet::backend::cuda {
@@ -86,6 +87,8 @@ __device__ void norm_rope_head(const bf16* src, bf16* dst, const DeviceWeight& w
 __global__ void __launch_bounds__(kPrepThreads)
     attention_prep_kernel(DeviceStep step, int32_t layer, bf16* q_gate, const bf16* k, const bf16* v,
                           DeviceWeight q_norm, DeviceWeight k_norm, AttentionDims dims) {
+  wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
+  let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
   __shared__ float cos_t[kMaxHeadDim / 2];
   __shared__ float sin_t[kMaxHeadDim / 2];
   __shared__ float head_buf[kPrepWarps][kMaxHeadDim];
@@ -123,7 +126,8 @@ void launch_attention_prep(const DeviceStep& step, int32_t attn_layer, bf16* q_g
     check_cuda(cudaErrorInvalidValue, "launch_attention_prep: head_dim must be 1..512 and rotary_dim even <= head_dim");
   }
   if (step.rows <= 0) return;
-  attention_prep_kernel<<<step.rows, kPrepThreads, 0, stream>>>(step, attn_layer, q_gate, k, v, q_norm, k_norm, dims);
+  launch_dependent("attention_prep_kernel", attention_prep_kernel, step.rows, kPrepThreads, 0, stream, step, attn_layer,
+                   q_gate, k, v, q_norm, k_norm, dims);
   check_launch("attention_prep_kernel");
 }
 

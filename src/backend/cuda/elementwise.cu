@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/dependent_launch.h"
 #include "backend/cuda/kernels.h"
 
 namespace duet::backend::cuda {
@@ -60,6 +61,8 @@ __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 // ---- embed / gather: one block per output row, a plain copy.
 __global__ void copy_rows_kernel(const bf16* __restrict__ src, int64_t width, const int32_t* __restrict__ index,
                                  int32_t rows, bf16* __restrict__ out, bool vec) {
+  wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
+  let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
   for (int32_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const bf16* s = src + static_cast<int64_t>(index[r]) * width;
     bf16* d = out + static_cast<int64_t>(r) * width;
@@ -79,8 +82,8 @@ void launch_copy_rows(const bf16* src, int64_t width, const int32_t* index, int3
   const bool vec = width % kVec == 0 && aligned16(src) && aligned16(out);
   const int64_t items = vec ? width / kVec : width;
   const int threads = static_cast<int>(std::clamp<int64_t>((items + 31) / 32 * 32, 32, 256));
-  copy_rows_kernel<<<static_cast<unsigned>(std::min(rows, 65536)), threads, 0, stream>>>(src, width, index, rows, out,
-                                                                                         vec);
+  launch_dependent("copy_rows_kernel", copy_rows_kernel, static_cast<unsigned>(std::min(rows, 65536)), threads, 0,
+                   stream, src, width, index, rows, out, vec);
   check_launch(name);
 }
 
@@ -144,6 +147,8 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 template <bool kWeightF32>
 __global__ void rms_norm_kernel(bf16* x, const bf16* __restrict__ delta, int64_t rows, int32_t width,
                                 const void* __restrict__ w, float eps, bool one_plus, bf16* out, bool vec) {
+  wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
+  let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
   // x and out may alias (in place): no __restrict__, and each element is read and written by the same thread, the
   // write after the block-wide reduction that follows every read of the row.
   __shared__ float scratch[32];
@@ -221,6 +226,8 @@ __global__ void add_kernel(bf16* x, const bf16* y, int64_t n, bool vec) {
 }
 
 __global__ void swiglu_kernel(const bf16* gate, const bf16* __restrict__ up, int64_t n, bf16* out, bool vec) {
+  wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
+  let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
   // out may alias gate: each element is read before it is written, by the same thread.
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -287,9 +294,11 @@ void rms_norm(bf16* x, const bf16* delta, int64_t rows, int32_t width, DeviceWei
                    (delta == nullptr || aligned16(delta));
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(rows, 1 << 20));
   if (w.f32) {
-    rms_norm_kernel<true><<<grid, threads, 0, stream>>>(x, delta, rows, width, w.data, eps, one_plus, out, vec);
+    launch_dependent("rms_norm_kernel", rms_norm_kernel<true>, grid, threads, 0, stream, x, delta, rows, width, w.data,
+                     eps, one_plus, out, vec);
   } else {
-    rms_norm_kernel<false><<<grid, threads, 0, stream>>>(x, delta, rows, width, w.data, eps, one_plus, out, vec);
+    launch_dependent("rms_norm_kernel", rms_norm_kernel<false>, grid, threads, 0, stream, x, delta, rows, width, w.data,
+                     eps, one_plus, out, vec);
   }
   check_launch("launch_rms_norm");
 }
@@ -320,8 +329,8 @@ void launch_add(bf16* x, const bf16* y, int64_t n, cudaStream_t stream) {
 void launch_swiglu(const bf16* gate, const bf16* up, int64_t n, bf16* out, cudaStream_t stream) {
   if (n <= 0) return;
   const bool vec = aligned16(gate) && aligned16(up) && aligned16(out);
-  swiglu_kernel<<<grid_for(vec ? n / kVec + kVec : n, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(
-      gate, up, n, out, vec);
+  launch_dependent("swiglu_kernel", swiglu_kernel, grid_for(vec ? n / kVec + kVec : n, kElementwiseThreads),
+                   kElementwiseThreads, 0, stream, gate, up, n, out, vec);
   check_launch("launch_swiglu");
 }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/dependent_launch.h"
 #include "backend/cuda/kernels.h"
 
 namespace duet::backend::cuda {
@@ -33,6 +34,8 @@ __device__ __forceinline__ bf16* conv_state(const DevicePiece& piece, int32_t la
 template <int K>
 __global__ void __launch_bounds__(kThreads)
     conv_rows_kernel(DeviceStep step, int32_t layer, DeviceWeight w, int32_t channels, const bf16* in, bf16* out) {
+  wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
+  let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
   const int32_t row = blockIdx.x;
   const int32_t c = blockIdx.y * kThreads + threadIdx.x;
   if (c >= channels) return;
@@ -56,6 +59,8 @@ __global__ void __launch_bounds__(kThreads)
 template <int K>
 __global__ void __launch_bounds__(kThreads)
     conv_state_kernel(DeviceStep step, int32_t layer, int32_t channels, const bf16* in) {
+  wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
+  let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
   const int32_t c = blockIdx.x * kThreads + threadIdx.x;
   if (c >= channels) return;
   const DevicePiece& piece = step.piece[blockIdx.y];
@@ -75,9 +80,11 @@ template <int K>
 void launch_conv(const DeviceStep& step, int32_t layer, DeviceWeight w, int32_t channels, const bf16* in, bf16* out,
                  cudaStream_t stream) {
   const uint32_t channel_blocks = (static_cast<uint32_t>(channels) + kThreads - 1) / kThreads;
-  conv_rows_kernel<K><<<dim3(step.rows, channel_blocks), kThreads, 0, stream>>>(step, layer, w, channels, in, out);
+  launch_dependent("conv_rows_kernel", conv_rows_kernel<K>, dim3(step.rows, channel_blocks), kThreads, 0, stream, step,
+                   layer, w, channels, in, out);
   check_launch("gdn conv_rows_kernel");
-  conv_state_kernel<K><<<dim3(channel_blocks, step.pieces), kThreads, 0, stream>>>(step, layer, channels, in);
+  launch_dependent("conv_state_kernel", conv_state_kernel<K>, dim3(channel_blocks, step.pieces), kThreads, 0, stream,
+                   step, layer, channels, in);
   check_launch("gdn conv_state_kernel");
 }
 

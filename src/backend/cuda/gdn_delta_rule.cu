@@ -26,6 +26,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/delta_chunks.h"
+#include "backend/cuda/dependent_launch.h"
 #include "backend/cuda/kernels.h"
 
 namespace duet::backend::cuda {
@@ -259,6 +260,8 @@ template <int KD, int VD>
 __global__ void __launch_bounds__(kC)
     decode_matrices_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, const float* g,
                            GdnDims dims, float* scratch) {
+  wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
+  let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
   constexpr DeltaHeadState layout{KD, VD};
   extern __shared__ float4 smem_raw[];
   DecodeMatricesSmem<KD>& sm = *reinterpret_cast<DecodeMatricesSmem<KD>*>(smem_raw);
@@ -511,6 +514,8 @@ template <int KD, int VD>
 __global__ void __launch_bounds__(kThreads)
     decode_state_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, GdnDims dims,
                         const float* scratch, float* out) {
+  wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
+  let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
   constexpr DeltaHeadState layout{KD, VD};
   constexpr int VC = columns_for(VD);
   constexpr int kLanes = lanes_for(VD);
@@ -623,8 +628,8 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
     check_launch("gdn chunk_matrices_kernel");
   }
   if (single_chunks > 0) {
-    decode_matrices_kernel<KD, VD><<<dim3(single_chunks, dims.value_heads), kC, decode_matrices_bytes, stream>>>(
-        step, layer, qkv, beta, g, dims, scratch);
+    launch_dependent("decode_matrices_kernel", decode_matrices_kernel<KD, VD>, dim3(single_chunks, dims.value_heads),
+                     kC, decode_matrices_bytes, stream, step, layer, qkv, beta, g, dims, scratch);
     check_launch("gdn decode_matrices_kernel");
   }
   if (step.multi_pieces > 0) {
@@ -645,8 +650,8 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
                "gdn chunk_state_kernel");
   }
   if (single_pieces > 0) {
-    decode_state_kernel<KD, VD><<<dim3(single_pieces, dims.value_heads, VD / VC), kThreads, decode_bytes, stream>>>(
-        step, layer, qkv, beta, dims, scratch, out);
+    launch_dependent("decode_state_kernel", decode_state_kernel<KD, VD>, dim3(single_pieces, dims.value_heads, VD / VC),
+                     kThreads, decode_bytes, stream, step, layer, qkv, beta, dims, scratch, out);
     check_launch("gdn decode_state_kernel");
   }
 }

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/dependent_launch.h"
 #include "backend/cuda/kernels.h"
 
 namespace duet::backend::cuda {
@@ -24,6 +25,8 @@ __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1
 __global__ void __launch_bounds__(kThreads)
     gates_kernel(const bf16* b, const bf16* a, DeviceWeight A_log, DeviceWeight dt_bias, int64_t count,
                  int32_t value_heads, float* beta, float* g) {
+  wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
+  let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= count) return;
   const int32_t h = static_cast<int32_t>(i % value_heads);
@@ -41,8 +44,8 @@ void launch_gdn_gates(const bf16* b, const bf16* a, DeviceWeight A_log, DeviceWe
   const int64_t count = rows * value_heads;
   if (count <= 0) return;
   const int64_t blocks = (count + kThreads - 1) / kThreads;
-  gates_kernel<<<static_cast<uint32_t>(blocks), kThreads, 0, stream>>>(b, a, A_log, dt_bias, count, value_heads, beta,
-                                                                       g);
+  launch_dependent("gates_kernel", gates_kernel, static_cast<uint32_t>(blocks), kThreads, 0, stream, b, a, A_log,
+                   dt_bias, count, value_heads, beta, g);
   check_launch("gdn gates_kernel");
 }
 

@@ -44,6 +44,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/dependent_launch.h"
 #include "backend/cuda/kernels.h"
 
 namespace duet::backend::cuda {
@@ -370,13 +371,18 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   constexpr int kBuffers = kAhead + 1;
   uint4 wbuf[kBuffers][4] = {};
+  // Launched as a dependent (dependent_launch.h): the weights are read while the kernel before finishes; x, written by
+  // it, only after wait_for_prerequisites. The outputs are written at the very end. The next kernel may be scheduled
+  // once this one is past its wait (never earlier: a chain of waiting grids would hold the SMs).
   if (first < last) {
     prefetch_steps(first, min(first + kPrefetch, last));
-    stage_x_step<kTiles>(x, rows, k, first, stages);
 #pragma unroll
     for (int b = 0; b < kAhead; ++b)
       if (first + b < last) load_w_step(row_a, row_b, k, static_cast<int32_t>((first + b) * kStep) + t * 16, wbuf[b]);
   }
+  wait_for_prerequisites();
+  let_dependents_launch();
+  if (first < last) stage_x_step<kTiles>(x, rows, k, first, stages);
   cp_async_commit();
   for (int64_t s0 = first; s0 < last; s0 += kBuffers) {
 #pragma unroll
@@ -434,13 +440,14 @@ void launch_tiles(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t
   config.blockDim = dim3(kThreads, 1, 1);
   config.dynamicSmemBytes = smem_bytes<kTiles>();
   config.stream = stream;
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = static_cast<unsigned>(slices);
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
+  cudaLaunchAttribute attributes[2] = {};
+  attributes[0].id = cudaLaunchAttributeClusterDimension;
+  attributes[0].val.clusterDim.x = static_cast<unsigned>(slices);
+  attributes[0].val.clusterDim.y = 1;
+  attributes[0].val.clusterDim.z = 1;
+  attributes[1] = dependent_launch_attribute();
+  config.attrs = attributes;
+  config.numAttrs = 2;
   check_cuda(
       cudaLaunchKernelEx(&config, skinny_gemm_mma_kernel<kTiles, kOutF32, kAhead, kPrefetch>, x, rows, w, n, k, out),
       "launch_skinny_gemm (tensor cores)");
@@ -470,6 +477,10 @@ SkinnyPipeline plan_for(int32_t n, int32_t k) {
   if (k == 4096 && n == 24576) return {1, 4, 2};  // MLP gate | up: 3,592 GB/s at 1 row (4 slices 3,008; 8: 2,869)
   if (k == 4096 && n == 12352) return {1, 4, 2};  // GDN qkv | z | b | a: 2,815 (4 slices 2,378; 8: 2,528)
   if (k == 4096 && n > 4096 && n <= 10240) return {1, 4, 4};  // attention q | k | v: 3,092 (8 slices 2,657)
+  // The [4096, k] weights are 32 row blocks; 8 slices make 32 clusters of 8, of which at most 30 run at once (ncu's
+  // max active clusters), so the last two ran in a second wave. 7 slices fit in one:
+  if (n == 4096 && k == 12288) return {2, 8, 7};  // MLP down: 3,132 at 1 row, 1,941 at 64 (8 slices: 2,806, 1,349)
+  if (n == 4096 && k == 4096) return {1, 4, 7};   // out_proj, o_proj: 2,361 / 1,514 (8 slices: 2,536 / 1,089)
   if (n >= 65536) return {1, 4, 2};  // the LM head [248320, 4096]: 3,886 (8 slices 3,346), 88% of the read rate
   return {1, 4, slices_for(k)};
 }
