@@ -3,7 +3,7 @@
 // penalties), on two kinds of logits: flat ones like a random-weight model's (normal, sigma 1) and peaked ones like a
 // trained model's (sigma 4, a few clear leaders). Prints the median time per call of 9 and the paths the rows took
 // (SamplingPath bits: which of the kernel's routes decided them). Not a test: numbers for docs/benchmarks.md.
-//   bench_sampling
+//   bench_sampling [--only KIND SETTING ROWS]   (one line of the table, e.g. for ncu: --only flat "t0.7 top_p 0.9" 1)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -39,11 +39,13 @@ struct Setting {
   float temperature, top_p, min_p;
   int32_t top_k;
   bool penalties;
+  int32_t top_logprobs = 0;  // the sampled token's logprob (a full log-sum-exp pass); -1: none, the server's default
 };
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const bool only = argc > 4 && std::string(argv[1]) == "--only";
   const int32_t vocab = 248320;
   const int32_t max_rows = 64;
   cudaStream_t stream;
@@ -73,9 +75,14 @@ int main() {
                    cudaMemcpyHostToDevice), "penalties");
 
   const std::vector<Setting> settings = {
-      {"greedy", 0.0f, 1.0f, 0.0f, 0, false},          {"t0.7 top_p 0.9", 0.7f, 0.9f, 0.0f, 0, false},
-      {"t1.0 (plain)", 1.0f, 1.0f, 0.0f, 0, false},    {"t0.8 top_k 40", 0.8f, 1.0f, 0.0f, 40, false},
-      {"t0.8 min_p 0.05", 0.8f, 1.0f, 0.05f, 0, false}, {"t0.7 top_p 0.9 + pen", 0.7f, 0.9f, 0.0f, 0, true},
+      {"greedy", 0.0f, 1.0f, 0.0f, 0, false},
+      {"t0.7 top_p 0.9", 0.7f, 0.9f, 0.0f, 0, false},
+      {"t1.0 (plain)", 1.0f, 1.0f, 0.0f, 0, false},
+      {"t0.8 top_k 40", 0.8f, 1.0f, 0.0f, 40, false},
+      {"t0.8 min_p 0.05", 0.8f, 1.0f, 0.05f, 0, false},
+      {"t0.7 top_p 0.9 + pen", 0.7f, 0.9f, 0.0f, 0, true},
+      {"greedy, no logprobs", 0.0f, 1.0f, 0.0f, 0, false, -1},
+      {"t0.7 top_p 0.9, no lp", 0.7f, 0.9f, 0.0f, 0, false, -1},
   };
   std::printf("%-8s %-22s %6s %12s  %s\n", "logits", "setting", "rows", "us per call", "paths");
   for (const char* kind : {"flat", "peaked"}) {
@@ -86,8 +93,11 @@ int main() {
       for (int32_t r = 0; r < max_rows; ++r)
         for (int j = 0; j < 5; ++j) host[static_cast<size_t>(r) * vocab + (r * 31 + j * 977) % vocab] = 30.0f - 2 * j;
     check(cudaMemcpy(logits, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice), "logits");
+    if (only && std::string(kind) != argv[2]) continue;
     for (const Setting& s : settings) {
+      if (only && std::string(s.name) != argv[3]) continue;
       for (int32_t rows : {1, 16, 64}) {
+        if (only && rows != std::atoi(argv[4])) continue;
         std::vector<SamplingRowParams> p(static_cast<size_t>(rows));
         for (int32_t r = 0; r < rows; ++r) {
           p[r].temperature = s.temperature;
@@ -96,7 +106,7 @@ int main() {
           p[r].min_p = s.min_p;
           p[r].seed = 1234 + r;
           p[r].position = 77;
-          p[r].top_logprobs = 0;
+          p[r].top_logprobs = s.top_logprobs;
           if (s.penalties) {
             p[r].repetition_penalty = 1.1f;
             p[r].frequency_penalty = 0.2f;

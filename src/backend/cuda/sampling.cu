@@ -1,7 +1,13 @@
 // Token sampling on the device (sampling.h): the CPU sampler's token (src/engine/sampler.cc) without copying logits.
 //
-// Layout. One block of 512 threads per row; a grid of at most kMaxSlots blocks walks the rows, each block with its own
-// scratch slot: s[vocab] (the scaled logits) and list[vocab] (ids in candidate order, for the stream path).
+// Layout. A cluster of kCluster blocks of 512 threads per row; a grid of at most kMaxSlots clusters walks the rows,
+// each cluster with its own scratch slot: s[vocab] (the scaled logits) and list[vocab] (ids in candidate order, for the
+// stream path). Block r of a cluster reads slice r of the row (ids [r * per, (r + 1) * per)): every full-row pass
+// (penalties, scaling, radix histograms, sums, compactions) runs on eight SMs instead of one. Each block reduces its
+// slice in a fixed order, then every block reads the eight partials through distributed shared memory and combines
+// them in rank order, so all blocks of the cluster hold the same bits and follow the same control flow; the small
+// sequential parts (a sorted tile, the CPU's loops on one thread) run in every block alike. The cluster size is
+// fixed, never chosen from the row count: a row's parallel sums (hence its logprobs) do not depend on the batch.
 //
 // Parity with sampler.cc, step by step:
 //  - Penalties: the same fp32 operations per id (__fdiv_rn, __fmul_rn, __fadd_rn, __fsub_rn: no FMA contraction,
@@ -21,7 +27,7 @@
 //                 the same additions, divisions and comparisons in the same order and precision. (Top-p without
 //                 top-k: T1 sums the whole vocabulary in id order; it comes in certified, as an interval, and only
 //                 when the walk meets that interval does one thread sum it exactly, in id order.)
-//      certified: otherwise the block sums in parallel (another order) and proves the CPU's decision: for m
+//      certified: otherwise the cluster sums in parallel (another order) and proves the CPU's decision: for m
 //                 nonnegative terms any summation order is within (m - 1) * 2^-53 relative of the exact sum, so
 //                 the CPU's sum and ours differ by at most mu = (8 * vocab + 64) * 2^-53 relative (with the 1-ulp exp
 //                 difference folded in). A decision "C_k >= target" or "u < C_j" is taken only when it holds for
@@ -37,6 +43,7 @@
 //    raw_top_logprobs.
 #include "backend/cuda/sampling.h"
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -44,16 +51,21 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/dependent_launch.h"
 
 namespace duet::backend::cuda {
 
 namespace {
 
+namespace cg = cooperative_groups;
+
+constexpr int kCluster = 8;  // blocks per row: the portable cluster size (every Hopper GPC holds 8 co-scheduled SMs)
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 constexpr int kBins = 256;     // radix digit: 8 bits
 constexpr int kUnroll = 16;    // loads in flight per thread in full-row passes (bytes in flight set a row's pass time)
-constexpr int32_t kMaxSlots = 128;
+constexpr int32_t kMaxSlots = 128;            // clusters in the grid (rows beyond share their scratch slots in turn)
+constexpr int kSegments = kCluster * kWarps;  // id-order scans: one segment per warp of the cluster, rank-major
 constexpr unsigned kFull = 0xffffffffu;
 constexpr double kEps = 0x1.0p-53;  // unit roundoff of double
 // Absolute slack in certified comparisons: covers subnormal weights and probabilities, whose errors are not relative.
@@ -65,16 +77,23 @@ constexpr int kDecided = 0, kAmbiguous = 1, kPastTile = 2;
 
 enum class Goal : int { count, weight_ge, weight_gt };
 
+struct ArgBest {
+  float v;
+  int32_t id;
+};
+
 struct Smem {
   uint64_t key[kSamplingTile];  // a tile: keys (value desc, id asc) or plain ids in the low 32 bits
   double w[kSamplingTile];      // the tile's weights
-  double hist_w[kWarps][kBins];  // per-warp radix histograms (weights); also the staging area of exact_t1_by_id
-  uint32_t hist_c[kWarps][kBins];
-  double bin_w[kBins];
+  // Per-lane radix histograms of weights (lane l of every warp adds into hist_w[l]: the lanes of a warp never contend
+  // for one address, which on a concentrated digit would serialize 32 atomic updates); rows padded by one so that the
+  // lanes' rows start on different banks. Also the staging area of exact_t1_by_id.
+  double hist_w[32][kBins + 1];
+  double bin_w[kBins];  // radix bins: this block's, then (after the exchange) the cluster's totals
   uint32_t bin_c[kBins];
   int32_t bin_min_id[kBins];
-  double seg_w[kWarps];  // per-warp segment totals (segment_totals)
-  uint32_t seg_c[kWarps];
+  double seg_w[kSegments];  // per-segment totals of the whole cluster (segment_totals)
+  uint32_t seg_c[kSegments];
   double red_d[kWarps];
   float red_f[kWarps];
   int32_t red_i[kWarps];
@@ -84,12 +103,87 @@ struct Smem {
   int32_t bi[8];
   uint32_t bu[8];
   double bd[8];
+  // What the other blocks of the cluster read (the exchange protocol below): written only between exchange_open and
+  // exchange_publish.
+  double x_d;
+  float x_f;
+  uint32_t x_u;
+  uint64_t x_k;
+  ArgBest x_best;
+  int32_t x_count;
+  double x_seg_w[kWarps];
+  uint32_t x_seg_c[kWarps];
+  double x_bin_w[kBins];
+  uint32_t x_bin_c[kBins];
+  int32_t x_bin_min_id[kBins];
+  uint64_t x_key[kSamplingTile];  // this block's part of a gathered tile
+  double x_w[kSamplingTile];
 };
-static_assert(kWarps * kBins >= kSamplingTile, "exact_t1_by_id stages a tile in hist_w");
+static_assert(32 * (kBins + 1) >= kSamplingTile, "exact_t1_by_id stages a tile in hist_w");
 static_assert(kSamplingTile >= kMaxTopLogprobs, "the top logprobs are gathered into one tile");
 
 __device__ __forceinline__ int lane_id() { return static_cast<int>(threadIdx.x) & 31; }
 __device__ __forceinline__ int warp_id() { return static_cast<int>(threadIdx.x) >> 5; }
+__device__ __forceinline__ int block_rank() { return static_cast<int>(cg::this_cluster().block_rank()); }
+
+// ---- the cluster: slices and the exchange protocol
+
+// A contiguous id range.
+struct Slice {
+  int32_t begin;
+  int32_t end;
+};
+// Block `rank`'s slice of a row of n: whole warps of ids, in rank order.
+__device__ __forceinline__ Slice rank_slice(int32_t n, int rank) {
+  const int32_t per = ((n + kCluster - 1) / kCluster + 31) / 32 * 32;
+  const int32_t begin = min(n, rank * per);
+  return {begin, min(n, begin + per)};
+}
+// Segment k (rank k / kWarps, warp k % kWarps) of the id-order scans: warp-sized pieces of its rank's slice.
+__device__ __forceinline__ Slice segment(int32_t n, int k) {
+  const Slice b = rank_slice(n, k / kWarps);
+  const int32_t per_warp = ((b.end - b.begin + kWarps - 1) / kWarps + 31) / 32 * 32;
+  const int32_t begin = min(b.end, b.begin + (k % kWarps) * per_warp);
+  return {begin, min(b.end, begin + per_warp)};
+}
+
+// Another block's copy of a shared-memory field.
+template <typename T>
+__device__ __forceinline__ T* at_rank(T* p, int rank) {
+  return cg::this_cluster().map_shared_rank(p, rank);
+}
+
+// The exchange protocol, on the cluster barrier's two halves (arrive: release, wait: acquire). Every thread of every
+// block runs the same sequence, so each arrive is matched by one wait:
+//   exchange_open()      wait: every block has finished reading the previous exchange (it arrived after reading)
+//   write the x_ fields
+//   exchange_publish()   arrive + wait: every block has written
+//   read other blocks' x_ fields (at_rank)
+//   exchange_close()     arrive: done reading; the next exchange_open waits for everyone's
+// The kernel arrives once at its start (so the first open finds the phase complete, and no block touches another's
+// shared memory before all have started) and waits once at its end (so no block exits while another still reads it).
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory"); }
+__device__ __forceinline__ void exchange_open() { cluster_wait(); }
+__device__ __forceinline__ void exchange_publish() {
+  cluster_arrive();
+  cluster_wait();
+}
+__device__ __forceinline__ void exchange_close() { cluster_arrive(); }
+
+// One value per block (thread 0's), combined over the ranks in rank order: the same bits on every thread of the
+// cluster.
+template <typename T, typename Op>
+__device__ T cluster_combine(T mine, T* slot, Op op) {
+  exchange_open();
+  if (threadIdx.x == 0) *slot = mine;
+  exchange_publish();
+  T t = *at_rank(slot, 0);
+#pragma unroll
+  for (int r = 1; r < kCluster; ++r) t = op(t, *at_rank(slot, r));
+  exchange_close();
+  return t;
+}
 
 // ---- values, keys, weights
 
@@ -249,6 +343,29 @@ __device__ void block_argmax(float& v, int32_t& id, Smem& sm) {
   for (int k = 1; k < kWarps; ++k) take_better(v, id, sm.red_f[k], sm.red_i[k]);
 }
 
+// The cluster-wide reductions: the block's result, then the ranks' results in rank order.
+__device__ double cluster_sum(double v, Smem& sm) {
+  return cluster_combine(block_sum(v, sm), &sm.x_d, [](double a, double b) { return a + b; });
+}
+__device__ uint32_t cluster_sum(uint32_t v, Smem& sm) {
+  return cluster_combine(block_sum(v, sm), &sm.x_u, [](uint32_t a, uint32_t b) { return a + b; });
+}
+__device__ float cluster_max(float v, Smem& sm) {
+  return cluster_combine(block_max(v, sm), &sm.x_f, [](float a, float b) { return fmaxf(a, b); });
+}
+__device__ uint64_t cluster_min(uint64_t v, Smem& sm) {
+  return cluster_combine(block_min(v, sm), &sm.x_k, [](uint64_t a, uint64_t b) { return b < a ? b : a; });
+}
+__device__ void cluster_argmax(float& v, int32_t& id, Smem& sm) {
+  block_argmax(v, id, sm);
+  const ArgBest best = cluster_combine(ArgBest{v, id}, &sm.x_best, [](ArgBest a, ArgBest b) {
+    take_better(a.v, a.id, b.v, b.id);
+    return a;
+  });
+  v = best.v;
+  id = best.id;
+}
+
 // Thread 0's value to every thread.
 __device__ int32_t bcast_i(int32_t v, Smem& sm) {
   __syncthreads();
@@ -263,21 +380,22 @@ __device__ double bcast_d(double v, Smem& sm) {
   return sm.bd[7];
 }
 
-// f(i, v[i], valid) for every i in [0, n), kUnroll loads in flight per thread. Every lane of every warp makes the
-// same number of calls (valid false past n), so f may use warp-wide intrinsics.
+// f(i, v[i], valid) for every i of this block's slice of [0, n), kUnroll loads in flight per thread. Every lane of
+// every warp makes the same number of calls (valid false past the slice), so f may use warp-wide intrinsics.
 template <typename F>
 __device__ __forceinline__ void for_each_value(const float* v, int32_t n, F&& f) {
-  for (int32_t base = 0; base < n; base += kThreads * kUnroll) {
+  const Slice mine = rank_slice(n, block_rank());
+  for (int32_t base = mine.begin; base < mine.end; base += kThreads * kUnroll) {
     float x[kUnroll];
 #pragma unroll
     for (int j = 0; j < kUnroll; ++j) {
       const int32_t i = base + j * kThreads + static_cast<int32_t>(threadIdx.x);
-      x[j] = i < n ? v[i] : 0.0f;
+      x[j] = i < mine.end ? v[i] : 0.0f;
     }
 #pragma unroll
     for (int j = 0; j < kUnroll; ++j) {
       const int32_t i = base + j * kThreads + static_cast<int32_t>(threadIdx.x);
-      f(i, x[j], i < n);
+      f(i, x[j], i < mine.end);
     }
   }
 }
@@ -338,37 +456,33 @@ struct Hit {
   double w = 0;               // its weight
 };
 
-// ---- id-order scans over 16 warp segments: segment totals, then the crossing segment split over its lanes.
+// ---- id-order scans over the cluster's segments (one per warp, rank-major): segment totals, then the crossing
+// segment split over the lanes of one warp.
 
 struct Member {
   bool in;
   double w;
 };
 
-__device__ __forceinline__ int32_t segment_length(int32_t n) {
-  const int32_t per_warp = (n + kWarps - 1) / kWarps;
-  return (per_warp + 31) / 32 * 32;
-}
-
-// Per warp: how many of its segment's elements f admits and their weight, into seg_c / seg_w.
+// Per segment of the cluster: how many of its elements f admits and their weight, into seg_c / seg_w (every block
+// gets every segment's totals).
 template <typename F>
 __device__ void segment_totals(const float* v, int32_t n, const F& f, Smem& sm) {
   const int lane = lane_id(), wp = warp_id();
-  const int32_t seg = segment_length(n);
-  const int32_t begin = min(n, wp * seg), end = min(n, begin + seg);
+  const Slice mine = segment(n, block_rank() * kWarps + wp);
   uint32_t c = 0;
   double w = 0;
-  for (int32_t b = begin; b < end; b += 32 * kUnroll) {
+  for (int32_t b = mine.begin; b < mine.end; b += 32 * kUnroll) {
     float x[kUnroll];
 #pragma unroll
     for (int j = 0; j < kUnroll; ++j) {
       const int32_t i = b + j * 32 + lane;
-      x[j] = i < end ? v[i] : 0.0f;
+      x[j] = i < mine.end ? v[i] : 0.0f;
     }
 #pragma unroll
     for (int j = 0; j < kUnroll; ++j) {
       const int32_t i = b + j * 32 + lane;
-      if (i < end) {
+      if (i < mine.end) {
         const Member m = f(i, x[j]);
         if (m.in) {
           ++c;
@@ -379,17 +493,24 @@ __device__ void segment_totals(const float* v, int32_t n, const F& f, Smem& sm) 
   }
   c = warp_sum(c);
   w = warp_sum(w);
-  __syncthreads();  // seg_* may still be read
+  exchange_open();
   if (lane == 0) {
-    sm.seg_c[wp] = c;
-    sm.seg_w[wp] = w;
+    sm.x_seg_c[wp] = c;
+    sm.x_seg_w[wp] = w;
   }
+  exchange_publish();
+  for (int k = static_cast<int>(threadIdx.x); k < kSegments; k += kThreads) {
+    sm.seg_c[k] = at_rank(sm.x_seg_c, k / kWarps)[k % kWarps];
+    sm.seg_w[k] = at_rank(sm.x_seg_w, k / kWarps)[k % kWarps];
+  }
+  exchange_close();
   __syncthreads();
 }
 
 // After segment_totals with the same f: the first admitted element (id order) at which the running count or weight
 // crosses the target. Found false when rounding in the three levels disagrees (weights only; callers then fall
-// back to the exact stream).
+// back to the exact stream). Every block finds the same element: the segment walk reads the same totals, and warp 0
+// of each block splits the crossing segment (any block can: it reads global memory).
 template <typename F>
 __device__ Hit find_in_segments(const float* v, int32_t n, const F& f, Goal goal, uint32_t target_count,
                                 double target_w, Smem& sm) {
@@ -399,7 +520,7 @@ __device__ Hit find_in_segments(const float* v, int32_t n, const F& f, Goal goal
     uint32_t c = 0;
     double w = 0;
     int32_t seg_found = -1;
-    for (int k = 0; k < kWarps; ++k) {
+    for (int k = 0; k < kSegments; ++k) {
       const uint32_t nc = c + sm.seg_c[k];
       const double nw = w + sm.seg_w[k];
       if (sm.seg_c[k] > 0 && crossed(goal, nc, nw, target_count, target_w)) {
@@ -416,13 +537,12 @@ __device__ Hit find_in_segments(const float* v, int32_t n, const F& f, Goal goal
   }
   __syncthreads();
   const int32_t cw = sm.bi[1];
-  if (cw >= 0 && wp == cw) {
+  if (cw >= 0 && wp == 0) {
     const uint32_t base_c = sm.bu[2];
     const double base_w = sm.bd[2];
-    const int32_t seg = segment_length(n);
-    const int32_t begin = min(n, cw * seg), end = min(n, begin + seg);
-    const int32_t sub = (end - begin + 31) / 32;
-    const int32_t lb = min(end, begin + lane * sub), le = min(end, lb + sub);
+    const Slice seg = segment(n, cw);
+    const int32_t sub = (seg.end - seg.begin + 31) / 32;
+    const int32_t lb = min(seg.end, seg.begin + lane * sub), le = min(seg.end, lb + sub);
     uint32_t lc = 0;
     double lw = 0;
     for (int32_t i = lb; i < le; ++i) {
@@ -469,36 +589,54 @@ __device__ Hit find_in_segments(const float* v, int32_t n, const F& f, Goal goal
   return h;
 }
 
-// After segment_totals with the same f (and at most kSamplingTile members): the members in id order into the tile.
+// After segment_totals with the same f (and at most kSamplingTile members in the cluster): the members in id order
+// into every block's tile. Each block compacts its own segments into its x_ tile at their cluster positions; then
+// every block copies the ranks' parts.
 template <typename F>
 __device__ void compact_segments(const float* v, int32_t n, const F& f, Smem& sm) {
-  const int lane = lane_id(), wp = warp_id();
-  int32_t off = 0;
-  for (int k = 0; k < wp; ++k) off += static_cast<int32_t>(sm.seg_c[k]);
-  const int32_t seg = segment_length(n);
-  const int32_t begin = min(n, wp * seg), end = min(n, begin + seg);
-  for (int32_t b = begin; b < end; b += 32 * kUnroll) {
+  const int lane = lane_id(), wp = warp_id(), rank = block_rank();
+  int32_t off = 0;  // this warp's first position in the cluster's order
+  for (int k = 0; k < rank * kWarps + wp; ++k) off += static_cast<int32_t>(sm.seg_c[k]);
+  const Slice mine = segment(n, rank * kWarps + wp);
+  exchange_open();
+  for (int32_t b = mine.begin; b < mine.end; b += 32 * kUnroll) {
     float x[kUnroll];
 #pragma unroll
     for (int j = 0; j < kUnroll; ++j) {
       const int32_t i = b + j * 32 + lane;
-      x[j] = i < end ? v[i] : 0.0f;
+      x[j] = i < mine.end ? v[i] : 0.0f;
     }
 #pragma unroll
     for (int j = 0; j < kUnroll; ++j) {
       const int32_t i = b + j * 32 + lane;
-      const Member m = i < end ? f(i, x[j]) : Member{false, 0.0};
+      const Member m = i < mine.end ? f(i, x[j]) : Member{false, 0.0};
       const unsigned ballot = __ballot_sync(kFull, m.in);
       if (m.in) {
         const int32_t pos = off + __popc(ballot & ((1u << lane) - 1u));
         if (pos < kSamplingTile) {
-          sm.key[pos] = static_cast<uint64_t>(static_cast<uint32_t>(i));
-          sm.w[pos] = m.w;
+          sm.x_key[pos] = static_cast<uint64_t>(static_cast<uint32_t>(i));
+          sm.x_w[pos] = m.w;
         }
       }
       off += __popc(ballot);
     }
   }
+  exchange_publish();
+  // Rank r wrote positions [first of its segments, first of the next rank's) of its own x_ tile.
+  int32_t begin = 0;
+  for (int r = 0; r < kCluster; ++r) {
+    int32_t end = begin;
+    for (int k = r * kWarps; k < (r + 1) * kWarps; ++k) end += static_cast<int32_t>(sm.seg_c[k]);
+    end = min(end, kSamplingTile);
+    const uint64_t* keys = at_rank(sm.x_key, r);
+    const double* ws = at_rank(sm.x_w, r);
+    for (int32_t j = begin + static_cast<int32_t>(threadIdx.x); j < end; j += kThreads) {
+      sm.key[j] = keys[j];
+      sm.w[j] = ws[j];
+    }
+    begin = end;
+  }
+  exchange_close();
   __syncthreads();
 }
 
@@ -536,10 +674,7 @@ __device__ __noinline__ Hit radix_select(const Spec s, Goal goal, uint32_t targe
       sm.bin_min_id[j] = INT32_MAX;
     }
     if (weighted) {
-      for (int j = static_cast<int>(threadIdx.x); j < kWarps * kBins; j += kThreads) {
-        (&sm.hist_c[0][0])[j] = 0;
-        (&sm.hist_w[0][0])[j] = 0;
-      }
+      for (int j = static_cast<int>(threadIdx.x); j < 32 * (kBins + 1); j += kThreads) (&sm.hist_w[0][0])[j] = 0;
     }
     __syncthreads();
     for_each_value(s.v, s.n, [&](int32_t i, float raw, bool valid) {
@@ -554,46 +689,49 @@ __device__ __noinline__ Hit radix_select(const Spec s, Goal goal, uint32_t targe
           b = (d >> shift) & 0xffu;
         }
       }
-      if (!weighted) {
-        // Counts: one shared atomic per distinct digit in the warp.
-        const unsigned peers = __match_any_sync(kFull, b);
-        if (take && lane == __ffs(peers) - 1) {
-          atomicAdd(&sm.bin_c[b], static_cast<uint32_t>(__popc(peers)));
-          if (last) atomicMin(&sm.bin_min_id[b], i);  // the lowest lane holds the lowest id
-        }
-        return;
+      // Counts: one shared atomic per distinct digit in the warp.
+      const unsigned peers = __match_any_sync(kFull, b);
+      if (take && lane == __ffs(peers) - 1) {
+        atomicAdd(&sm.bin_c[b], static_cast<uint32_t>(__popc(peers)));
+        if (last) atomicMin(&sm.bin_min_id[b], i);  // the lowest lane holds the lowest id
       }
-      // Weights: one warp sum per distinct digit, added by its lowest lane into the warp's own histogram (no
-      // atomics on doubles, and no contention between warps).
-      unsigned todo = __ballot_sync(kFull, take);
-      while (todo != 0) {
-        const int src = __ffs(todo) - 1;
-        const uint32_t gb = __shfl_sync(kFull, b, src);
-        const bool mine = take && b == gb;
-        const unsigned group = __ballot_sync(kFull, mine);
-        const double gw = warp_sum(mine ? w : 0.0);
-        if (lane == src) {
-          sm.hist_c[wp][gb] += static_cast<uint32_t>(__popc(group));
-          sm.hist_w[wp][gb] += gw;
-          if (last) atomicMin(&sm.bin_min_id[gb], i);
-        }
-        todo &= ~group;
-      }
+      // Weights: shared-memory atomics into this lane's histogram. The order in which a bin's weights are added is not
+      // fixed; the certified comparisons already allow any summation order (see the top of the file), and counts
+      // stay exact.
+      if (weighted && take) atomicAdd(&sm.hist_w[lane][b], w);
     });
     __syncthreads();
     if (weighted) {
       for (int j = static_cast<int>(threadIdx.x); j < kBins; j += kThreads) {
-        uint32_t c = 0;
         double w = 0;
-        for (int k = 0; k < kWarps; ++k) {
-          c += sm.hist_c[k][j];
-          w += sm.hist_w[k][j];
-        }
-        sm.bin_c[j] = c;
+        for (int l = 0; l < 32; ++l) w += sm.hist_w[l][j];
         sm.bin_w[j] = w;
       }
       __syncthreads();
     }
+    // The cluster's bins: every block's, added in rank order.
+    exchange_open();
+    for (int j = static_cast<int>(threadIdx.x); j < kBins; j += kThreads) {
+      sm.x_bin_c[j] = sm.bin_c[j];
+      sm.x_bin_w[j] = sm.bin_w[j];
+      sm.x_bin_min_id[j] = sm.bin_min_id[j];
+    }
+    exchange_publish();
+    for (int j = static_cast<int>(threadIdx.x); j < kBins; j += kThreads) {
+      uint32_t c = 0;
+      double w = 0;
+      int32_t min_id = INT32_MAX;
+      for (int r = 0; r < kCluster; ++r) {
+        c += at_rank(sm.x_bin_c, r)[j];
+        if (weighted) w += at_rank(sm.x_bin_w, r)[j];
+        if (last) min_id = min(min_id, at_rank(sm.x_bin_min_id, r)[j]);
+      }
+      sm.bin_c[j] = c;
+      sm.bin_w[j] = w;
+      sm.bin_min_id[j] = min_id;
+    }
+    exchange_close();
+    __syncthreads();
     if (wp == 0) {
       // Lane l scans bins [8l, 8l + 8) after an exclusive scan of the lanes' totals.
       uint32_t c[8];
@@ -694,13 +832,15 @@ __device__ void bitonic_sort(uint64_t* a, int32_t size) {
   }
 }
 
-// The elements of s (at most kSamplingTile: the caller bounded s by a count select) into the tile as keys, sorted in
-// the CPU's order. Returns how many.
+// The elements of s (at most kSamplingTile in the cluster: the caller bounded s by a count select) into every block's
+// tile as keys, sorted in the CPU's order. Returns how many. Each block gathers its slice's members into its x_ tile
+// (in any order: the keys are distinct, and the sort fixes the order), then copies every rank's.
 __device__ __noinline__ int32_t gather_sorted(const Spec s, Smem& sm) {
   __syncthreads();
   if (threadIdx.x == 0) sm.counter = 0;
   __syncthreads();
   const int lane = lane_id();
+  exchange_open();
   for_each_value(s.v, s.n, [&](int32_t i, float raw, bool valid) {
     const float x = canonical(raw);
     const uint32_t d = desc_key(x);
@@ -714,10 +854,20 @@ __device__ __noinline__ int32_t gather_sorted(const Spec s, Smem& sm) {
     if (lane == leader) base = atomicAdd(&sm.counter, __popc(ballot));
     base = __shfl_sync(kFull, base, leader);
     const int32_t slot = base + __popc(ballot & ((1u << lane) - 1u));
-    if (in && slot < kSamplingTile) sm.key[slot] = make_key(d, i);
+    if (in && slot < kSamplingTile) sm.x_key[slot] = make_key(d, i);
   });
   __syncthreads();
-  const int32_t count = min(sm.counter, kSamplingTile);
+  if (threadIdx.x == 0) sm.x_count = min(sm.counter, kSamplingTile);
+  exchange_publish();
+  int32_t count = 0;
+  for (int r = 0; r < kCluster; ++r) {
+    const int32_t part = min(*at_rank(&sm.x_count, r), kSamplingTile - count);
+    const uint64_t* keys = at_rank(sm.x_key, r);
+    for (int32_t j = static_cast<int32_t>(threadIdx.x); j < part; j += kThreads) sm.key[count + j] = keys[j];
+    count += part;
+  }
+  exchange_close();
+  __syncthreads();
   int32_t size = 1;
   while (size < count) size <<= 1;
   for (int32_t j = count + static_cast<int32_t>(threadIdx.x); j < size; j += kThreads) sm.key[j] = kNoKey;
@@ -1026,7 +1176,7 @@ __device__ __noinline__ Pick sample_by_id(const RowCtx& c, Smem& sm) {
   segment_totals(c.s, c.n, candidate, sm);
   uint32_t count = 0;
   double total = 0;
-  for (int k = 0; k < kWarps; ++k) {
+  for (int k = 0; k < kSegments; ++k) {
     count += sm.seg_c[k];
     total += sm.seg_w[k];
   }
@@ -1091,7 +1241,7 @@ __device__ __noinline__ Pick sample_sorted(const RowCtx& c, Smem& sm) {
         const float x = canonical(raw);
         if (in_range(range, desc_key(x), i)) part += weight(x, top);
       });
-      t1 = block_sum(part, sm);
+      t1 = cluster_sum(part, sm);
       t1_rel = c.mu;
     }
   }
@@ -1160,9 +1310,9 @@ __device__ __noinline__ Pick sample_sorted(const RowCtx& c, Smem& sm) {
     const uint64_t k = make_key(d, i);
     first_key = k < first_key ? k : first_key;
   });
-  count = block_sum(count, sm);
-  const double total = block_sum(part, sm);
-  first_key = block_min(first_key, sm);
+  count = cluster_sum(count, sm);
+  const double total = cluster_sum(part, sm);
+  first_key = cluster_min(first_key, sm);
   if (count == 0) return {c.none, path | kPathEmpty};
   if (count == 1) return {key_id(first_key), path};
 
@@ -1214,12 +1364,12 @@ __device__ void sample_row(int32_t row, const Args& a, Smem& sm) {
   const SamplingRowParams p = a.params[row];
   const int32_t n = a.vocab;
   const float* raw = a.logits + static_cast<int64_t>(row) * n;
-  char* slot = a.scratch + static_cast<size_t>(blockIdx.x) * a.slot_bytes;
+  char* slot = a.scratch + static_cast<size_t>(blockIdx.x / kCluster) * a.slot_bytes;  // the cluster's slot
   float* s = reinterpret_cast<float*>(slot);
   int32_t* list = reinterpret_cast<int32_t*>(slot + a.list_offset);
 
   // Penalties, then logit_bias (sampler.cc penalized_logits), on a copy in s. Entries exist only when a penalty is
-  // on or a bias is given.
+  // on or a bias is given. Each block copies its slice and applies the entries whose ids fall in it.
   const bool greedy = p.temperature <= 0.0f;
   const bool repetition = p.repetition_penalty != 1.0f;
   const bool additive = p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
@@ -1238,9 +1388,10 @@ __device__ void sample_row(int32_t row, const Args& a, Smem& sm) {
     });
     __syncthreads();
     const PenaltyEntry* entries = a.penalties + p.penalty_offset;
+    const Slice mine = rank_slice(n, block_rank());
     for (int32_t e = static_cast<int32_t>(threadIdx.x); e < p.penalty_count; e += kThreads) {
       const PenaltyEntry pe = entries[e];
-      if (pe.id < 0 || pe.id >= n) continue;
+      if (pe.id < mine.begin || pe.id >= mine.end) continue;  // another block's (or outside [0, n): skipped)
       float x = s[pe.id];
       if (repetition && (pe.in_prompt != 0 || pe.generated > 0)) {
         x = x > 0.0f ? __fdiv_rn(x, p.repetition_penalty) : __fmul_rn(x, p.repetition_penalty);
@@ -1269,8 +1420,8 @@ __device__ void sample_row(int32_t row, const Args& a, Smem& sm) {
       top = fmaxf(top, scaled);
     }
   });
-  block_argmax(best, best_id, sm);
-  if (!greedy) top = block_max(top, sm);  // the block reductions' barriers also publish s
+  cluster_argmax(best, best_id, sm);
+  if (!greedy) top = cluster_max(top, sm);  // the cluster barriers also publish s to the other blocks
 
   Pick pick{best_id, greedy ? kPathGreedy : kPathNoFinite};
   if (!greedy && top != -INFINITY) {
@@ -1311,9 +1462,9 @@ __device__ void sample_row(int32_t row, const Args& a, Smem& sm) {
         sum += exp(static_cast<double>(x) - static_cast<double>(m));
       }
     });
-    const float max_all = block_max(m, sm);
+    const float max_all = cluster_max(m, sm);
     const double part = m == -INFINITY ? 0.0 : sum * exp(static_cast<double>(m) - static_cast<double>(max_all));
-    const double total = block_sum(part, sm);
+    const double total = cluster_sum(part, sm);
     const double lse = max_all == -INFINITY ? -INFINITY : static_cast<double>(max_all) + log(total);
     logprob = static_cast<float>(static_cast<double>(sane(raw[pick.id])) - lse);
     top_count = min(min(p.top_logprobs, kMaxTopLogprobs), n);
@@ -1327,7 +1478,7 @@ __device__ void sample_row(int32_t row, const Args& a, Smem& sm) {
         rs.hi = make_key(h.d, h.id);
       }
       gather_sorted(rs, sm);
-      if (a.top != nullptr) {
+      if (a.top != nullptr && block_rank() == 0) {
         DeviceTopLogprob* out = a.top + static_cast<int64_t>(row) * kMaxTopLogprobs;
         for (int32_t j = static_cast<int32_t>(threadIdx.x); j < kMaxTopLogprobs; j += kThreads) {
           DeviceTopLogprob t;
@@ -1340,11 +1491,11 @@ __device__ void sample_row(int32_t row, const Args& a, Smem& sm) {
       }
     }
   }
-  if (top_count == 0 && a.top != nullptr) {
+  if (top_count == 0 && a.top != nullptr && block_rank() == 0) {
     DeviceTopLogprob* out = a.top + static_cast<int64_t>(row) * kMaxTopLogprobs;
     for (int32_t j = static_cast<int32_t>(threadIdx.x); j < kMaxTopLogprobs; j += kThreads) out[j] = DeviceTopLogprob{};
   }
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == 0 && block_rank() == 0) {
     DeviceSample o;
     o.id = pick.id;
     o.logprob = logprob;
@@ -1354,13 +1505,24 @@ __device__ void sample_row(int32_t row, const Args& a, Smem& sm) {
   }
 }
 
-__global__ void __launch_bounds__(kThreads, 1) sample_kernel(const Args a) {
+__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 1) sample_kernel(const Args a) {
+  wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
+  let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
-  for (int32_t row = static_cast<int32_t>(blockIdx.x); row < a.rows; row += static_cast<int32_t>(gridDim.x)) {
+  cluster_arrive();  // see the exchange protocol
+  const int32_t clusters = static_cast<int32_t>(gridDim.x) / kCluster;
+  for (int32_t row = static_cast<int32_t>(blockIdx.x) / kCluster; row < a.rows; row += clusters) {
     sample_row(row, a, sm);
-    __syncthreads();  // the next row reuses shared memory and the slot
+    // The next row rewrites the slot's s and list, which other blocks may still be reading (the stream paths read
+    // the whole row after the last exchange): a full cluster barrier, then the protocol's pending arrive again.
+    cluster_wait();
+    cluster_arrive();
+    cluster_wait();
+    cluster_arrive();
+    __syncthreads();
   }
+  cluster_wait();  // no block leaves while another may still read its shared memory
 }
 
 size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
@@ -1405,8 +1567,8 @@ void launch_sample(const float* logits, int32_t rows, int32_t vocab, const Sampl
   const size_t smem = sizeof(Smem);
   check_cuda(cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
              "launch_sample: cudaFuncSetAttribute");
-  const unsigned grid = static_cast<unsigned>(std::min(rows, kMaxSlots));
-  sample_kernel<<<grid, kThreads, smem, stream>>>(a);
+  const unsigned grid = static_cast<unsigned>(std::min(rows, kMaxSlots) * kCluster);
+  launch_dependent("sample_kernel", sample_kernel, grid, kThreads, smem, stream, a);
   check_launch("launch_sample");
 }
 

@@ -86,7 +86,8 @@ struct SamplingTestHooks {
 };
 
 // Bytes of device scratch launch_sample needs for `rows` rows of `vocab` logits (about 8 * vocab bytes per row, for
-// at most 128 rows: rows beyond share the slots, one after another).
+// at most 128 rows: rows beyond share the slots, one after another). Each row is sampled by a cluster of 8 blocks
+// (sampling.cu): one scratch slot per cluster.
 size_t sampling_scratch_bytes(int32_t rows, int32_t vocab);
 
 // Samples one token per row of `logits` [rows, vocab] fp32 (row-major, device). params [rows] and the penalty
