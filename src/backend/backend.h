@@ -148,9 +148,9 @@ struct StepPiece {
   std::span<const int32_t> page_table;
 };
 
-// A row sampled where its logits are (Backend::samples_rows()): the request's sampling settings and the ids its
-// penalties look at, with the semantics of engine/sampler.h (the same token for the same logits), the draw keyed
-// by (seed, position).
+// A row sampled where its logits are (Backend::sample): the request's sampling settings and the ids its penalties
+// look at, with the semantics of the CPU backend's sampler (cpu/sampler.h; the same token for the same logits), the
+// draw keyed by (seed, position).
 struct SampleSpec : SamplingKnobs {
   int32_t top_logprobs = -1;  // -1: none; 0: the sampled token's; n: also the n most likely
   uint64_t seed = 0;
@@ -163,7 +163,7 @@ struct SampleSpec : SamplingKnobs {
   };
   std::vector<Penalty> penalties;  // empty when no penalty is on and no logit_bias is given
   // A structured output's token mask (grammar/token_mask.h): bit (id % 32) of word (id / 32) set where the id may be
-  // drawn; every other logit is -inf after the penalties (engine/sampler.h step 2c). Empty: no mask. Valid until the
+  // drawn; every other logit is -inf after the penalties (cpu/sampler.h step 2c). Empty: no mask. Valid until the
   // step ends.
   std::span<const uint32_t> allowed;
 };
@@ -182,7 +182,7 @@ struct StepPlan {
   std::span<const StepPiece> pieces;
   std::span<const int64_t> logit_rows;  // the rows lm_head computes logits for, ascending
   // The rows sample() picks a token for (in row order; a row repeats once for every further draw from it, each
-  // by its own settings: forked choices), and how; only for a backend that samples_rows().
+  // by its own settings: forked choices), and how.
   std::span<const int64_t> sample_rows;
   std::span<const SampleSpec* const> samples;
 };
@@ -267,10 +267,9 @@ class Backend {
   // Whether the sublayers apply the weights' LoraFactors to the rows of adapted pieces. A backend that does not is
   // never given an adapter: loading one refuses by the backend's name.
   virtual bool applies_adapters() const { return false; }
-  // Whether sample() is available: the backend samples next to the logits, so they never leave its memory.
-  virtual bool samples_rows() const { return false; }
-  // out[i]: the token picked for plan.sample_rows[i] from head · x[row], by plan.samples[i].
-  virtual void sample(const Weight& head, const Activations& x, SampledRow* out) { (void)head, (void)x, (void)out; }
+  // out[i]: the token picked for plan.sample_rows[i] from head · x[row], by plan.samples[i], as the CPU backend's
+  // sampler picks it (cpu/sampler.h). The logits stay where they were computed: every token a step draws is drawn here.
+  virtual void sample(const Weight& head, const Activations& x, SampledRow* out) = 0;
   // Copies rows [first, first + count) to host memory as fp32.
   virtual void read_rows(const Activations& x, int64_t first, int64_t count, float* out) = 0;
 

@@ -1,7 +1,7 @@
 #pragma once
 // The knobs that pick one row's next token, spelled once for the three places that carry them: a request's settings
 // (engine::SamplingParams), a sampled row handed to a backend (backend::SampleSpec) and the CUDA kernel's row
-// parameters (cuda::SamplingRowParams, plain data copied to the device). Semantics: engine/sampler.h.
+// parameters (cuda::SamplingRowParams, plain data copied to the device). Semantics: backend/cpu/sampler.h.
 #include <cstdint>
 
 namespace duet::backend {

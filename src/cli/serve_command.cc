@@ -38,7 +38,8 @@ struct ServeFlags {
   bool no_ui = false;
   int threads = 0;
   std::string backend = "auto";
-  std::string clef_dir;  // a runtime adapter folder: decisions through it, chat from the base alone
+  std::string clef_dir;                    // a runtime adapter folder: decisions through it, chat from the base alone
+  std::string decision_limits = "hosted";  // decision::DecisionLimits by name
   // HTTP deadlines in seconds (server::HttpLimits holds them as durations).
   int header_timeout_s = 10;
   int body_timeout_s = 60;
@@ -224,16 +225,18 @@ void serve(ServeFlags& flags) {
     context.metrics.grammar_cache = context.grammars.get();
     backend.set(engine.get());
     if (head) {
-      context.decisions = server::DecisionSupport{
-          .head = head,
-          .backbone = model.get(),
-          .max_length = std::min(decision::kReferenceMaxLength, flags.engine.context),
-          .adapter = model->has_adapter() ? engine::AdapterUse::clef : engine::AdapterUse::none};
-      log_info("decisions: joint head {} (POST /v1/systemone, prompts up to {} tokens{}; {} head workers)",
+      context.decisions =
+          server::DecisionSupport{.head = head,
+                                  .backbone = model.get(),
+                                  .max_length = std::min(decision::kReferenceMaxLength, flags.engine.context),
+                                  .adapter = model->has_adapter() ? engine::AdapterUse::clef : engine::AdapterUse::none,
+                                  .limits = flags.decision_limits == "reference" ? decision::DecisionLimits::reference
+                                                                                 : decision::DecisionLimits::hosted};
+      log_info("decisions: joint head {} (POST /v1/systemone, prompts up to {} tokens{}, {} limits; {} head workers)",
                fmt::format("width {}, {} routing + {} decoder layers", head->config().width,
                            head->config().routing_layers, head->config().layers),
                context.decisions->max_length, model->has_adapter() ? ", through the runtime adapter" : "",
-               engine::decision_worker_count(flags.engine));
+               flags.decision_limits, engine::decision_worker_count(flags.engine));
     }
   } catch (const std::exception& error) {
     // A model that cannot be served ends the process with its refusal (status 1, as main() answers duet::Error);
@@ -358,6 +361,12 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--clef", flags->clef_dir,
                   "Runtime adapter folder (`duet adapter` writes it): decisions run through it with its joint head, "
                   "chat uses the base weights alone");
+  cmd->add_option("--decision-limits", flags->decision_limits,
+                  "Which /v1/systemone requests are taken: hosted (the hosted service's limits: 1-64 questions, ids "
+                  "of 1-100 [A-Za-z0-9_.-], 2-255 options, 2-10 levels) or reference (what the protocol's reference "
+                  "implementation takes: any ids, any counts from 1, within the token budget)")
+      ->check(CLI::IsMember({"hosted", "reference"}))
+      ->capture_default_str();
   cmd->add_option("--threads", flags->threads, "CPU threads for the model (0: one per core)")->capture_default_str();
   cmd->add_option("--decision-workers", flags->engine.decision_workers,
                   "Threads running decisions' head work side by side (0: one per four cores, 2 to 8, at most "

@@ -33,6 +33,8 @@ std::vector<std::vector<float>> question_probabilities(const DecisionRequest& re
 double confidence(std::span<const float> probabilities, ConfidenceFormula formula) {
   const auto k = static_cast<double>(probabilities.size());
   const double top = *std::max_element(probabilities.begin(), probabilities.end());
+  // One option (the reference limits allow it): both rescaled formulas are 0 / 0; its one answer is certain.
+  if (probabilities.size() == 1 && formula != ConfidenceFormula::max_p) return 1.0;
   switch (formula) {
     case ConfidenceFormula::max_p:
       return top;

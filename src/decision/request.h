@@ -24,7 +24,7 @@ struct Option {
 struct Question {
   std::string id;
   QuestionType type = QuestionType::noul;
-  std::string instructions;           // what the prompt shows: the instructions, or the id when they are null or ""
+  std::string instructions;           // what the prompt shows: render(instructions), or the id (validation.cc)
   std::vector<Option> options;        // in ENCODED order: noul true, false; choice by code point; score "0", "1", ...
   std::vector<size_t> request_order;  // options[request_order[k]] is the k-th option as the client listed it
   std::vector<std::string> legend;    // score: the level descriptions verbatim
@@ -43,9 +43,15 @@ struct DecisionRequest {
   bool envelope = false;  // wrap the answer as Cloudflare's API does: {"result", "success", "errors", "messages"}
 };
 
-// Limits the hosted service enforces, enforced here by default.
+// Which requests are taken. `hosted` (the default): the limits the hosted service enforces (below). `reference`
+// (`duet serve --decision-limits reference`): what the protocol's reference implementation takes, which has none of
+// them: any number of questions (at least one), ids of any text, choices of one option or more, scores of one level
+// or more. Both refuse what the spec refuses: a wrong type, an empty span, a prompt over the token budget.
+enum class DecisionLimits : uint8_t { hosted, reference };
+
+// The hosted limits.
 constexpr size_t kMaxQuestions = 64;
-constexpr size_t kMaxIdLength = 100;
+constexpr size_t kMaxIdLength = 100;  // of [A-Za-z0-9_.-]
 constexpr size_t kMinOptions = 2;
 constexpr size_t kMaxChoiceOptions = 255;
 constexpr size_t kMaxScoreLevels = 10;
@@ -55,6 +61,6 @@ constexpr size_t kMaxScoreLevels = 10;
 Json parse_decision_body(std::string_view body);
 
 // Checks every field; DecisionError 422 with a stable code naming the question and field of the first problem.
-DecisionRequest validate_decision_request(const Json& body);
+DecisionRequest validate_decision_request(const Json& body, DecisionLimits limits = DecisionLimits::hosted);
 
 }  // namespace duet::decision

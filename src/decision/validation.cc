@@ -2,10 +2,13 @@
 // order (top-level fields, then each question in request order), so the same body always gets the same answer.
 #include <fmt/format.h>
 
+#include <limits>
+
 #include "base/exact_json.h"
 #include "base/json_depth.h"
 #include "decision/errors.h"
 #include "decision/options.h"
+#include "decision/render.h"
 #include "decision/request.h"
 
 namespace duet::decision {
@@ -42,8 +45,38 @@ void check_fields(const Json& object, std::initializer_list<std::string_view> kn
   }
 }
 
-// Ids as the hosted service allows them: 1 to 100 of [A-Za-z0-9_.-].
-bool valid_id(const std::string& id) {
+// What a request may hold under its limits (request.h, DecisionLimits): the hosted service's, or the reference's, whose
+// only bound is the token budget (the encoder's).
+constexpr size_t kUnbounded = std::numeric_limits<size_t>::max();
+struct Bounds {
+  bool hosted = true;  // ids of [A-Za-z0-9_.-]{1,100}
+  size_t max_questions = kMaxQuestions;
+  size_t min_options = kMinOptions;
+  size_t max_choice_options = kMaxChoiceOptions;
+  size_t max_score_levels = kMaxScoreLevels;
+};
+Bounds bounds_of(DecisionLimits limits) {
+  if (limits == DecisionLimits::hosted) return {};
+  return {.hosted = false,
+          .max_questions = kUnbounded,
+          .min_options = 1,
+          .max_choice_options = kUnbounded,
+          .max_score_levels = kUnbounded};
+}
+// "2 to 255", or "at least 1" where there is no upper bound.
+std::string count_range(size_t min, size_t max) {
+  return max == kUnbounded ? fmt::format("at least {}", min) : fmt::format("{} to {}", min, max);
+}
+// Where a refusal comes from the hosted limits, what lifts them.
+constexpr const char* kHostedHint = " (the hosted limits; `duet serve --decision-limits reference` lifts them)";
+// The hint, for a count refused under the hosted limits that the reference would take.
+const char* hint(const Bounds& bounds, bool reference_takes) {
+  return bounds.hosted && reference_takes ? kHostedHint : "";
+}
+
+// Ids as the hosted service allows them: 1 to 100 of [A-Za-z0-9_.-]. The reference takes any text.
+bool valid_id(const std::string& id, const Bounds& bounds) {
+  if (!bounds.hosted) return true;
   if (id.empty() || id.size() > kMaxIdLength) return false;
   for (char c : id) {
     const bool ok =
@@ -51,6 +84,28 @@ bool valid_id(const std::string& id) {
     if (!ok) return false;
   }
   return true;
+}
+
+// Python's truth value of a JSON value: the spec renders `instructions or id`, so null, false, 0, 0.0, "", [] and {}
+// give the id.
+bool python_truthy(const Json& value) {
+  if (exact_integer_text(value)) return true;  // longer than 64 bits: never zero
+  switch (value.type()) {
+    case Json::value_t::null:
+      return false;
+    case Json::value_t::boolean:
+      return value.get<bool>();
+    case Json::value_t::number_integer:
+      return value.get<int64_t>() != 0;
+    case Json::value_t::number_unsigned:
+      return value.get<uint64_t>() != 0;
+    case Json::value_t::number_float:
+      return value.get<double>() != 0.0;  // -0.0 too
+    case Json::value_t::string:
+      return !value.get_ref<const std::string&>().empty();
+    default:
+      return !value.empty();  // array, object (nlohmann's empty() is false for every string)
+  }
 }
 
 // A field that is absent or null reads as nullptr.
@@ -77,7 +132,7 @@ QuestionType question_type(const Json& question, const std::string& prefix) {
 }
 
 // Checks criteria for the type and returns them (null when a noul question has none).
-Json checked_criteria(const Json& question, QuestionType type, const std::string& prefix) {
+Json checked_criteria(const Json& question, QuestionType type, const std::string& prefix, const Bounds& bounds) {
   const std::string param = prefix + "criteria";
   const Json* criteria = optional_field(question, "criteria");
   switch (type) {
@@ -93,22 +148,24 @@ Json checked_criteria(const Json& question, QuestionType type, const std::string
     case QuestionType::choice:
       if (criteria == nullptr) refuse("missing_field", param, "a choice question needs criteria: option id -> text");
       if (!criteria->is_object()) wrong_type(param, *criteria, "an object of option id -> description or null");
-      if (criteria->size() < kMinOptions || criteria->size() > kMaxChoiceOptions)
-        refuse("invalid_option_count", param, "a choice question needs {} to {} options, got {}", kMinOptions,
-               kMaxChoiceOptions, criteria->size());
+      if (criteria->size() < bounds.min_options || criteria->size() > bounds.max_choice_options)
+        refuse("invalid_option_count", param, "a choice question needs {} options, got {}{}",
+               count_range(bounds.min_options, bounds.max_choice_options), criteria->size(),
+               hint(bounds, !criteria->empty()));
       for (const auto& [key, value] : criteria->items()) {
-        if (!valid_id(key))
-          refuse("invalid_option_id", param, "option id `{}` must be 1 to {} of A-Z a-z 0-9 _ . -", key.substr(0, 120),
-                 kMaxIdLength);
+        if (!valid_id(key, bounds))
+          refuse("invalid_option_id", param, "option id `{}` must be 1 to {} of A-Z a-z 0-9 _ . -{}",
+                 key.substr(0, 120), kMaxIdLength, kHostedHint);
         check_description(value, param + "." + key);
       }
       return *criteria;
     case QuestionType::score:
       if (criteria == nullptr) refuse("missing_field", param, "a score question needs criteria: a list of levels");
       if (!criteria->is_array()) wrong_type(param, *criteria, "an array of level descriptions");
-      if (criteria->size() < kMinOptions || criteria->size() > kMaxScoreLevels)
-        refuse("invalid_option_count", param, "a score question needs {} to {} levels, got {}", kMinOptions,
-               kMaxScoreLevels, criteria->size());
+      if (criteria->size() < bounds.min_options || criteria->size() > bounds.max_score_levels)
+        refuse("invalid_option_count", param, "a score question needs {} levels, got {}{}",
+               count_range(bounds.min_options, bounds.max_score_levels), criteria->size(),
+               hint(bounds, !criteria->empty()));
       for (size_t level = 0; level < criteria->size(); ++level)
         if (!(*criteria)[level].is_string())
           wrong_type(fmt::format("{}[{}]", param, level), (*criteria)[level], "a string");
@@ -117,22 +174,21 @@ Json checked_criteria(const Json& question, QuestionType type, const std::string
   return nullptr;
 }
 
-Question checked_question(const std::string& id, const Json& body) {
+Question checked_question(const std::string& id, const Json& body, const Bounds& bounds) {
   const std::string prefix = "questions." + id.substr(0, 120) + ".";
-  if (!valid_id(id))
+  if (!valid_id(id, bounds))
     refuse("invalid_question_id", "questions." + id.substr(0, 120),
-           "a question id must be 1 to {} of A-Z a-z 0-9 _ . -", kMaxIdLength);
+           "a question id must be 1 to {} of A-Z a-z 0-9 _ . -{}", kMaxIdLength, kHostedHint);
   if (!body.is_object()) wrong_type("questions." + id, body, "an object {\"type\": ..., ...}");
   check_fields(body, {"type", "instructions", "criteria"}, prefix);
   Question question;
   question.id = id;
   question.type = question_type(body, prefix);
-  question.instructions = id;  // null and "" mean the id, as in the reference
-  if (const Json* instructions = optional_field(body, "instructions")) {
-    if (!instructions->is_string()) wrong_type(prefix + "instructions", *instructions, "a string or null");
-    if (!instructions->get_ref<const std::string&>().empty()) question.instructions = instructions->get<std::string>();
-  }
-  const Json criteria = checked_criteria(body, question.type, prefix);
+  // Any JSON value, rendered (a string as is); one that Python reads as false (null, "", 0, [], ...) means the id.
+  const auto instructions = body.find("instructions");
+  question.instructions =
+      instructions != body.end() && python_truthy(*instructions) ? render(*instructions) : question.id;
+  const Json criteria = checked_criteria(body, question.type, prefix, bounds);
   OrderedOptions options = order_options(question.type, criteria);
   question.options = std::move(options.encoded);
   question.request_order = std::move(options.request_order);
@@ -172,7 +228,8 @@ Json parse_decision_body(std::string_view body) {
   return parsed;
 }
 
-DecisionRequest validate_decision_request(const Json& body) {
+DecisionRequest validate_decision_request(const Json& body, DecisionLimits limits) {
+  const Bounds bounds = bounds_of(limits);
   check_fields(body, {"model", "state", "questions", "truncation", "raw", "confidence_formula", "envelope"}, "");
   DecisionRequest request;
   const Json* model = optional_field(body, "model");
@@ -186,10 +243,11 @@ DecisionRequest validate_decision_request(const Json& body) {
   const Json* questions = optional_field(body, "questions");
   if (questions == nullptr) refuse("missing_field", "questions", "at least one question is required");
   if (!questions->is_object()) wrong_type("questions", *questions, "an object of question id -> question");
-  if (questions->empty() || questions->size() > kMaxQuestions)
-    refuse("invalid_question_count", "questions", "1 to {} questions are allowed, got {}", kMaxQuestions,
-           questions->size());
-  for (const auto& [id, question] : questions->items()) request.questions.push_back(checked_question(id, question));
+  if (questions->empty() || questions->size() > bounds.max_questions)
+    refuse("invalid_question_count", "questions", "{} questions are allowed, got {}{}",
+           count_range(1, bounds.max_questions), questions->size(), hint(bounds, !questions->empty()));
+  for (const auto& [id, question] : questions->items())
+    request.questions.push_back(checked_question(id, question, bounds));
 
   request.truncation = checked_choice<Truncation>(
       body, "truncation", {{"none", Truncation::refuse}, {"state_head", Truncation::state_head}}, Truncation::refuse);

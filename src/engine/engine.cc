@@ -12,8 +12,6 @@
 
 #include "base/error.h"
 #include "base/log.h"
-#include "base/thread_pool.h"
-#include "engine/backend_sampling.h"
 #include "engine/block_manager.h"
 #include "engine/decision_workers.h"
 #include "engine/memory_plan.h"
@@ -70,14 +68,6 @@ std::vector<int32_t> eos_ids(const model::Model& model, const tokenizer::Tokeniz
   return ids;
 }
 
-// Below this vocabulary a row samples in microseconds and waking threads would cost more than it saves.
-constexpr size_t kParallelSamplingVocab = 4096;
-
-size_t sampling_threads(const EngineOptions& options) {
-  const size_t hardware = std::max(1u, std::thread::hardware_concurrency());
-  return std::min({static_cast<size_t>(options.parallel), hardware, size_t{8}});
-}
-
 // While a decision waits for its head (no step of its own to run), the engine looks this often whether its client
 // went away, so that a cancelled decision frees its slot without waiting for the head to end.
 constexpr auto kHeadWaitPoll = std::chrono::milliseconds(20);
@@ -106,8 +96,7 @@ struct Engine::Impl {
         storage(model.new_state_storage(options.parallel, plan.kv_pages + plan.prompt_cache_pages,
                                         plan.prompt_cache_snapshots)),
         blocks(options.parallel, plan.kv_pages + plan.prompt_cache_pages),
-        scheduler(blocks, options.prefill_chunk, options.step_token_budget),
-        sampling_pool(sampling_threads(options)) {
+        scheduler(blocks, options.prefill_chunk, options.step_token_budget) {
     if (plan.prompt_cache_snapshots > 0)
       cache.emplace(blocks, *storage, static_cast<int32_t>(plan.prompt_cache_snapshots), plan.prompt_cache_pages,
                     options.prompt_cache_block_hash ? PromptCache::BlockHash(options.prompt_cache_block_hash)
@@ -356,13 +345,10 @@ struct Engine::Impl {
     if (options.test_device_fault_step > 0 && stats.steps_total + 1 == options.test_device_fault_step)
       throw DeviceError("CUDA: an injected device fault (DUET_TEST_DEVICE_FAULT_STEP)");
 
-    // A backend that samples next to its logits gets each sampling piece's settings; otherwise the logits come back
-    // and are sampled here.
-    const bool on_backend = model.samples_on_backend();
-    const model::RowOutput sampled_output = on_backend ? model::RowOutput::sampled : model::RowOutput::last_logits;
-    std::vector<backend::SampleSpec> specs(on_backend ? planned.size() : 0);
-    // The choices that start from a piece's sequence once its last prompt chunk has run (submit_choices), and on a
-    // backend that samples, their own draws from that piece's last row.
+    // The backend samples next to the logits: each sampling piece goes with its settings.
+    std::vector<backend::SampleSpec> specs(planned.size());
+    // The choices that start from a piece's sequence once its last prompt chunk has run (submit_choices), and their
+    // own draws from that piece's last row.
     std::vector<std::vector<Sequence*>> forks(planned.size());
     std::vector<std::vector<backend::SampleSpec>> fork_specs(planned.size());
     std::vector<std::vector<const backend::SampleSpec*>> fork_spec_ptrs(planned.size());
@@ -379,7 +365,7 @@ struct Engine::Impl {
     int64_t prompt_tokens = 0;
     for (size_t i = 0; i < planned.size(); ++i) {
       const ScheduledPiece& piece = planned[i];
-      const model::RowOutput wants = piece.samples               ? sampled_output
+      const model::RowOutput wants = piece.samples               ? model::RowOutput::sampled
                                      : piece.sequence->decides() ? model::RowOutput::norm_rows
                                                                  : model::RowOutput::none;
       const int32_t slot = *piece.sequence->slot();
@@ -394,7 +380,7 @@ struct Engine::Impl {
                         .role = piece.is_prefill ? backend::RowRole::prefill : backend::RowRole::decode,
                         .adapted = piece.sequence->request().adapter == AdapterUse::clef});
       if (piece.samples && piece.is_prefill) forks[i] = scheduler.waiting_forks_of(*piece.sequence);
-      if (piece.samples && on_backend) {
+      if (piece.samples) {
         const Sequence& sequence = *piece.sequence;
         specs[i] = sample_spec(sequence.sampling(), sequence.counts(), sequence.next_position(), sequence.allowed());
         pieces.back().sample = &specs[i];
@@ -433,26 +419,18 @@ struct Engine::Impl {
         keep_in_cache(sequence);
       }
     }
-    std::vector<size_t> sampling;  // indices of the pieces whose last row picks a token
+    int64_t generated = 0;  // the pieces whose last row picked a token, and below their forks
     for (size_t i = 0; i < planned.size(); ++i) {
-      if (planned[i].samples) sampling.push_back(i);
+      if (!planned[i].samples) continue;
+      Sequence& sequence = *planned[i].sequence;
+      const SampledToken token = to_sampled_token(results[i].sampled, sequence.sampling());
+      if (const std::optional<FinishReason> reason = sequence.accept(token, is_stop_token(sequence, token.id)))
+        end(sequence, *reason, {});
+      ++generated;
     }
-    const SampledTokens sampled =
-        on_backend ? backend_samples(planned, results, sampling) : sample_all(planned, results, sampling);
-    for (size_t k = 0; k < sampling.size(); ++k) {
-      Sequence& sequence = *planned[sampling[k]].sequence;
-      if (sampled.errors[k]) {  // this row's sampling failed: its request alone ends
-        end(sequence, FinishReason::error, describe(sampled.errors[k]));
-        continue;
-      }
-      const SampledToken& token = sampled.tokens[k];
-      const std::optional<FinishReason> reason = sequence.accept(token, is_stop_token(sequence, token.id));
-      if (reason) end(sequence, *reason, {});
-    }
-    int64_t generated = static_cast<int64_t>(sampling.size());
     // Before release_finished: a first choice that ended with its first token still holds the state to copy.
     for (size_t i = 0; i < planned.size(); ++i)
-      if (!forks[i].empty()) generated += fork_choices(*planned[i].sequence, forks[i], results[i], on_backend);
+      if (!forks[i].empty()) generated += fork_choices(*planned[i].sequence, forks[i], results[i]);
     const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
     in_step.clear();
     release_finished();
@@ -475,13 +453,11 @@ struct Engine::Impl {
   }
 
   // The choices waiting for `first`'s prefill start from a copy of its state, each with its own first token drawn
-  // from `first`'s last row by its own settings (on the backend: PieceResult::fork_sampled; else from the logits
-  // here), as if it had prefilled the prompt itself. Returns the tokens drawn.
-  int64_t fork_choices(const Sequence& first, const std::vector<Sequence*>& forks, const model::PieceResult& result,
-                       bool on_backend) {
-    const auto vocab = static_cast<size_t>(limits.vocab_size);
-    if (on_backend ? result.fork_sampled.size() != forks.size() : result.logits.size() < vocab)
-      fail("engine: the model returned no draws for {} forked choices", forks.size());
+  // from `first`'s last row by its own settings (PieceResult::fork_sampled), as if it had prefilled the prompt itself.
+  // Returns the tokens drawn.
+  int64_t fork_choices(const Sequence& first, const std::vector<Sequence*>& forks, const model::PieceResult& result) {
+    if (result.fork_sampled.size() != forks.size())
+      fail("engine: the model returned {} draws for {} forked choices", result.fork_sampled.size(), forks.size());
     int64_t drawn = 0;
     for (size_t k = 0; k < forks.size(); ++k) {
       Sequence& fork = *forks[k];
@@ -491,9 +467,7 @@ struct Engine::Impl {
         for (const auto& [from, to] : blocks.fork(*first.slot(), *fork.slot()))
           storage->copy_pages(std::span(&from, 1), std::span(&to, 1));
         storage->copy_slot(*first.slot(), *fork.slot());
-        token = on_backend ? to_sampled_token(result.fork_sampled[k], fork.sampling())
-                           : sample_token(std::span(result.logits).last(vocab), fork.sampling(), fork.counts(),
-                                          fork.next_position(), fork.allowed());
+        token = to_sampled_token(result.fork_sampled[k], fork.sampling());
       } catch (const std::exception& e) {  // this choice alone fails
         end(fork, FinishReason::error, e.what());
         continue;
@@ -597,54 +571,6 @@ struct Engine::Impl {
     release_finished();
   }
 
-  struct SampledTokens {
-    std::vector<SampledToken> tokens;
-    std::vector<std::exception_ptr> errors;  // set where a row's sampling threw; its token is not valid
-  };
-
-  // The tokens a backend that samples sent back with its results (it never fails a row alone).
-  static SampledTokens backend_samples(const std::vector<ScheduledPiece>& planned,
-                                       const std::vector<model::PieceResult>& results,
-                                       const std::vector<size_t>& sampling) {
-    SampledTokens sampled;
-    sampled.errors.resize(sampling.size());
-    for (size_t index : sampling)
-      sampled.tokens.push_back(to_sampled_token(results[index].sampled, planned[index].sequence->sampling()));
-    return sampled;
-  }
-
-  // Samples every sampling piece's token. Each is a pure function of its own row and sequence, so they run side by
-  // side on the sampling pool (a 150k vocabulary takes milliseconds per token) with the same results as in turn.
-  SampledTokens sample_all(const std::vector<ScheduledPiece>& planned, const std::vector<model::PieceResult>& results,
-                           const std::vector<size_t>& sampling) {
-    const auto vocab = static_cast<size_t>(limits.vocab_size);
-    for (size_t index : sampling) {
-      const size_t size = results[index].logits.size();
-      if (size < vocab) fail("engine: model returned {} logits, expected {}", size, vocab);
-    }
-    std::vector<SampledToken> tokens(sampling.size());
-    std::vector<std::exception_ptr> errors(sampling.size());
-    const auto sample_range = [&](size_t begin, size_t end) {
-      for (size_t k = begin; k < end; ++k) {
-        try {
-          const ScheduledPiece& piece = planned[sampling[k]];
-          const std::vector<float>& logits = results[sampling[k]].logits;
-          const std::span<const float> last_row(logits.data() + (logits.size() - vocab), vocab);
-          tokens[k] = sample_token(last_row, piece.sequence->sampling(), piece.sequence->counts(),
-                                   piece.sequence->next_position(), piece.sequence->allowed());
-        } catch (...) {
-          errors[k] = std::current_exception();  // a pool worker must not throw
-        }
-      }
-    };
-    if (sampling.size() >= 2 && vocab >= kParallelSamplingVocab) {
-      sampling_pool.parallel_for(sampling.size(), sample_range);
-    } else {
-      sample_range(0, sampling.size());
-    }
-    return {std::move(tokens), std::move(errors)};
-  }
-
   // The sequence's stop tokens (what may end a complete document): eos unless ignore_eos, and stop_token_ids.
   std::vector<int32_t> stop_ids(const Sequence& sequence) const {
     const SamplingParams& sampling = sequence.sampling();
@@ -732,8 +658,7 @@ struct Engine::Impl {
   BlockManager blocks;
   std::optional<PromptCache> cache;  // when the plan gives it room
   Scheduler scheduler;               // engine thread only
-  ThreadPool sampling_pool;        // engine thread only; its own, so it never races the backend's pool
-  std::vector<Sequence*> in_step;  // engine thread only: the sequences of the step being run, failed if it throws
+  std::vector<Sequence*> in_step;    // engine thread only: the sequences of the step being run, failed if it throws
 
   mutable std::mutex mutex;  // guards everything below
   std::condition_variable wake;

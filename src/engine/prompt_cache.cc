@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
+#include "backend/seeded_draw.h"
 #include "base/error.h"
-#include "engine/seeded_draw.h"
 
 namespace duet::engine {
 
@@ -12,8 +12,8 @@ constexpr int64_t kBlock = backend::kKvPagePositions;
 }
 
 uint64_t PromptCache::default_block_hash(uint64_t previous, std::span<const int32_t> block) {
-  uint64_t h = mix64(previous);
-  for (int32_t id : block) h = mix64(h ^ static_cast<uint32_t>(id));
+  uint64_t h = backend::mix64(previous);
+  for (int32_t id : block) h = backend::mix64(h ^ static_cast<uint32_t>(id));
   return h;
 }
 
@@ -28,7 +28,7 @@ PromptCache::PromptCache(BlockManager& blocks, backend::StateStorage& storage, i
 
 std::vector<uint64_t> PromptCache::chain(uint64_t salt, std::span<const int32_t> tokens, int64_t blocks) const {
   std::vector<uint64_t> keys;
-  uint64_t h = mix64(salt ^ 0x70726f6d7074ULL);
+  uint64_t h = backend::mix64(salt ^ 0x70726f6d7074ULL);
   for (int64_t b = 0; b < blocks; ++b) {
     h = hash_(h, tokens.subspan(static_cast<size_t>(b * kBlock), kBlock));
     keys.push_back(h);

@@ -1,10 +1,8 @@
 #include "engine/sampler.h"
 
-#include <algorithm>
-#include <cmath>
-#include <limits>
+#include <unordered_map>
 
-#include "engine/seeded_draw.h"
+#include "backend/cpu/sampler.h"
 
 namespace duet::engine {
 
@@ -15,176 +13,51 @@ void TokenCounts::add_generated(int32_t id) {
   ++generated_[id];
 }
 
-namespace {
-
-constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
-
-// NaN would break the strict weak ordering the sorts rely on; a NaN logit is treated as impossible.
-float sane(float logit) { return std::isnan(logit) ? kNegativeInfinity : logit; }
-
-struct Scored {
-  int32_t id;
-  float logit;
-};
-
-// Most likely first, ties to the lowest id: a total order, so every sort gives one answer.
-bool more_likely(const Scored& a, const Scored& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); }
-
-int32_t argmax(std::span<const float> logits) {
-  int32_t best = 0;
-  float best_logit = kNegativeInfinity;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const float logit = sane(logits[i]);
-    if (logit > best_logit) {  // strict: the first (lowest) id wins ties
-      best_logit = logit;
-      best = static_cast<int32_t>(i);
-    }
-  }
-  return best;
-}
-
-double log_sum_exp(std::span<const float> logits) {
-  float max_logit = kNegativeInfinity;
-  for (float logit : logits) max_logit = std::max(max_logit, sane(logit));
-  if (max_logit == kNegativeInfinity) return kNegativeInfinity;
-  double sum = 0;
-  for (float logit : logits) sum += std::exp(static_cast<double>(sane(logit)) - max_logit);
-  return max_logit + std::log(sum);
-}
-
-}  // namespace
-
-std::vector<float> penalized_logits(std::span<const float> logits, const SamplingParams& params,
-                                    const TokenCounts& counts, AllowedTokens allowed) {
-  std::vector<float> out(logits.begin(), logits.end());
-  const auto vocab = static_cast<int32_t>(out.size());
-  if (params.repetition_penalty != 1.0f) {
+backend::SampleSpec sample_spec(const SamplingParams& params, const TokenCounts& counts, int64_t position,
+                                AllowedTokens allowed) {
+  backend::SampleSpec spec;
+  spec.allowed = allowed;
+  static_cast<backend::SamplingKnobs&>(spec) = params;
+  spec.top_logprobs = params.top_logprobs;
+  spec.seed = params.seed;
+  spec.position = position;
+  const bool penalized =
+      params.repetition_penalty != 1.0f || params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f;
+  if (penalized) {
+    // Every id seen (prompt or generated) once; the repetition penalty reads `seen`, the others `generated`.
+    spec.penalties.reserve(counts.seen().size());
     for (int32_t id : counts.seen()) {
-      if (id < 0 || id >= vocab) continue;
-      float& logit = out[id];
-      logit = logit > 0 ? logit / params.repetition_penalty : logit * params.repetition_penalty;
+      const auto generated = counts.generated().find(id);
+      spec.penalties.push_back({id, generated == counts.generated().end() ? 0 : generated->second, 1});
     }
   }
-  if (params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f) {
-    for (const auto& [id, count] : counts.generated()) {
-      if (id < 0 || id >= vocab) continue;
-      out[id] -= params.frequency_penalty * static_cast<float>(count) + params.presence_penalty;
+  if (!params.logit_bias.empty()) {
+    // Each id once: a biased id the penalties already look at carries its bias on that entry.
+    std::unordered_map<int32_t, size_t> at;
+    for (size_t i = 0; i < spec.penalties.size(); ++i) at.emplace(spec.penalties[i].id, i);
+    for (const auto& [id, bias] : params.logit_bias) {
+      if (auto it = at.find(id); it != at.end())
+        spec.penalties[it->second].bias = bias;
+      else
+        spec.penalties.push_back({id, 0, 0, bias});
     }
   }
-  for (const auto& [id, bias] : params.logit_bias) {
-    if (id < 0 || id >= vocab) continue;
-    out[id] += bias;
-  }
-  if (!allowed.empty()) {
-    for (size_t id = 0; id < out.size(); ++id) {
-      const size_t word = id >> 5;
-      if (word >= allowed.size() || !((allowed[word] >> (id & 31)) & 1u)) out[id] = kNegativeInfinity;
-    }
-  }
-  return out;
+  return spec;
 }
 
-// Sorts scored[done, end) far enough that its first `want` entries are the most likely, in order. Growing the
-// sorted prefix only as far as top-p needs it avoids sorting a 150k vocabulary for every token; the prefix
-// of a total order is unique, so the answer is the one a full sort gives.
-size_t extend_sorted_prefix(std::vector<Scored>& scored, size_t done, size_t want) {
-  want = std::min(want, scored.size());
-  if (want <= done) return done;
-  const auto begin = scored.begin() + static_cast<std::ptrdiff_t>(done);
-  const auto middle = scored.begin() + static_cast<std::ptrdiff_t>(want);
-  std::nth_element(begin, middle, scored.end(), more_likely);
-  std::sort(begin, middle, more_likely);
-  return want;
-}
-
-std::vector<Candidate> sampling_candidates(std::span<const float> logits, const SamplingParams& params,
-                                           const TokenCounts& counts, AllowedTokens allowed) {
-  const std::vector<float> penalized = penalized_logits(logits, params, counts, allowed);
-  if (params.temperature <= 0.0f) return {{argmax(penalized), 1.0}};
-
-  std::vector<Scored> scored(penalized.size());
-  float max_logit = kNegativeInfinity;
-  for (size_t i = 0; i < penalized.size(); ++i) {
-    scored[i] = {static_cast<int32_t>(i), sane(penalized[i]) / params.temperature};
-    max_logit = std::max(max_logit, scored[i].logit);
+SampledToken to_sampled_token(const backend::SampledRow& row, const SamplingParams& params) {
+  SampledToken token;
+  token.id = row.id;
+  if (params.top_logprobs >= 0) {
+    token.logprob = row.logprob;
+    for (const auto& [id, logprob] : row.top) token.top_logprobs.push_back(TokenLogprob{id, logprob});
   }
-  if (max_logit == kNegativeInfinity) return {{argmax(penalized), 1.0}};  // nothing possible: fall back
-  // Weights relative to the most likely token (weight 1), in double for a stable cumulative sum.
-  const auto weight = [max_logit](const Scored& s) { return std::exp(static_cast<double>(s.logit) - max_logit); };
-
-  // Only top-k and top-p need an order; without them candidates stay in id order (also deterministic).
-  size_t sorted = 0;  // scored[0, sorted) holds the most likely tokens, in order
-  if (params.top_k > 0 && static_cast<size_t>(params.top_k) < scored.size()) {
-    sorted = extend_sorted_prefix(scored, 0, static_cast<size_t>(params.top_k));
-    scored.resize(sorted);
-  }
-  size_t keep = scored.size();
-  if (params.top_p < 1.0f) {
-    double total = 0;
-    for (const Scored& s : scored) total += weight(s);  // in a fixed order: id order, or top-k's sorted order
-    const double target = static_cast<double>(params.top_p) * total;
-    double cumulative = 0;
-    keep = 0;
-    while (keep < scored.size() && (keep == 0 || cumulative < target)) {
-      if (keep == sorted) sorted = extend_sorted_prefix(scored, sorted, std::max<size_t>(256, 4 * sorted));
-      cumulative += weight(scored[keep]);
-      ++keep;
-    }
-  }
-
-  std::vector<Candidate> candidates;
-  candidates.reserve(keep);
-  for (size_t i = 0; i < keep; ++i) {
-    const double w = weight(scored[i]);
-    // min-p: the most likely token has weight 1, so the threshold is min_p itself. Impossible tokens (weight
-    // 0) stay out too, so a draw can only land on a possible one.
-    if (w > 0 && w >= params.min_p) candidates.push_back({scored[i].id, w});
-  }
-  double total = 0;
-  for (const Candidate& c : candidates) total += c.probability;
-  for (Candidate& c : candidates) c.probability /= total;
-  return candidates;
-}
-
-float raw_logprob(std::span<const float> logits, int32_t id) {
-  return static_cast<float>(static_cast<double>(sane(logits[id])) - log_sum_exp(logits));
-}
-
-std::vector<TokenLogprob> raw_top_logprobs(std::span<const float> logits, int32_t n) {
-  const size_t count = std::min<size_t>(std::max(n, 0), logits.size());
-  if (count == 0) return {};
-  std::vector<Scored> scored(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) scored[i] = {static_cast<int32_t>(i), sane(logits[i])};
-  std::partial_sort(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(count), scored.end(), more_likely);
-  const double normalizer = log_sum_exp(logits);
-  std::vector<TokenLogprob> top(count);
-  for (size_t i = 0; i < count; ++i) {
-    top[i] = {scored[i].id, static_cast<float>(static_cast<double>(scored[i].logit) - normalizer)};
-  }
-  return top;
+  return token;
 }
 
 SampledToken sample_token(std::span<const float> logits, const SamplingParams& params, const TokenCounts& counts,
                           int64_t position, AllowedTokens allowed) {
-  const std::vector<Candidate> candidates = sampling_candidates(logits, params, counts, allowed);
-  SampledToken out;
-  out.id = candidates.back().id;  // if rounding leaves the walk short, the last candidate takes the rest
-  if (candidates.size() > 1) {
-    const double target = seeded_uniform(params.seed, position);
-    double cumulative = 0;
-    for (const Candidate& c : candidates) {
-      cumulative += c.probability;
-      if (target < cumulative) {
-        out.id = c.id;
-        break;
-      }
-    }
-  }
-  if (params.top_logprobs >= 0) {
-    out.logprob = raw_logprob(logits, out.id);
-    out.top_logprobs = raw_top_logprobs(logits, params.top_logprobs);
-  }
-  return out;
+  return to_sampled_token(backend::cpu::sample_row(logits, sample_spec(params, counts, position, allowed)), params);
 }
 
 }  // namespace duet::engine

@@ -1,24 +1,8 @@
 #pragma once
-// Picks the next token from a row of logits. A pure function of (logits, sampling params, the sequence's
-// tokens, the position): no state shared between requests, so a request samples the same token whatever else
-// is in the step.
-//
-// Order of transforms (the same for every request):
-//   1. repetition penalty, Hugging Face style, over every id in prompt + generated: a positive logit is
-//      divided by the penalty, a negative one multiplied;
-//   2. presence and frequency penalties, OpenAI style, over generated ids only:
-//      logit -= frequency * count + presence * (count > 0);
-//   2b. logit_bias: logit += bias for each id it names;
-//   2c. a structured output's token mask (src/grammar): every id whose bit is clear becomes -inf, so the draw below
-//       only lands on tokens that keep the document valid (an empty mask span: no mask);
-//   3. temperature 0: the argmax (ties to the lowest id) and stop here; otherwise logits / temperature;
-//   4. top-k (k most likely), then top-p (smallest most-likely prefix reaching p of the remaining mass), then
-//      min-p (drop tokens below min_p times the most likely one's probability);
-//   5. one draw u = seeded_uniform(seed, position) over what is left, walked in a fixed order.
-// Candidates are ordered by (logit descending, id ascending), so ties never depend on sort internals.
-//
-// Logprobs are the log-softmax of the model's raw logits, before any of the transforms above (as OpenAI and
-// vLLM report them by default): they describe the model, not the sampling settings.
+// A sequence's sampling as the engine keeps it: the counts its penalties look at, its settings as the backend takes
+// them (backend::SampleSpec) and the backend's answer as the engine's SampledToken. Every token is drawn by the
+// backend, next to its logits (Backend::sample); what a draw means is written once, in the CPU backend's sampler
+// (backend/cpu/sampler.h), which the CUDA sampler matches.
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -26,6 +10,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "backend/backend.h"
 #include "engine/request.h"
 
 namespace duet::engine {
@@ -49,30 +34,20 @@ struct SampledToken {
   std::vector<TokenLogprob> top_logprobs;  // params.top_logprobs entries, most likely first
 };
 
-// One token id with its probability in the final sampling distribution.
-struct Candidate {
-  int32_t id = 0;
-  double probability = 0;  // normalized over the surviving candidates
-};
-
 // A token mask: bit (id % 32) of word (id / 32) set where the id is allowed (grammar/token_mask.h). Empty: none.
 using AllowedTokens = std::span<const uint32_t>;
 
-// Steps 1-2c on a copy of the logits.
-std::vector<float> penalized_logits(std::span<const float> logits, const SamplingParams& params,
-                                    const TokenCounts& counts, AllowedTokens allowed = {});
+// What the backend needs to sample `position` of a sequence with these settings and counts: every id the penalties
+// look at once (when a penalty is on), each logit_bias entry merged into its id's.
+backend::SampleSpec sample_spec(const SamplingParams& params, const TokenCounts& counts, int64_t position,
+                                AllowedTokens allowed = {});
 
-// Steps 1-4: the candidates a draw picks from, in draw order, probabilities summing to 1. Greedy
-// (temperature 0) gives the argmax alone with probability 1.
-std::vector<Candidate> sampling_candidates(std::span<const float> logits, const SamplingParams& params,
-                                           const TokenCounts& counts, AllowedTokens allowed = {});
+SampledToken to_sampled_token(const backend::SampledRow& row, const SamplingParams& params);
 
-// Step 5 on top of sampling_candidates, plus logprobs when asked.
+// The token the CPU backend draws from these logits for these settings: sample_spec, then the CPU sampler, then
+// to_sampled_token, as a step does it. For checking another backend's draws against the reference (the CUDA sampler's
+// tests) and for tests; the engine itself only takes the backend's draws.
 SampledToken sample_token(std::span<const float> logits, const SamplingParams& params, const TokenCounts& counts,
                           int64_t position, AllowedTokens allowed = {});
-
-// log_softmax(logits)[id] and the n most likely ids (ties to the lowest id).
-float raw_logprob(std::span<const float> logits, int32_t id);
-std::vector<TokenLogprob> raw_top_logprobs(std::span<const float> logits, int32_t n);
 
 }  // namespace duet::engine

@@ -17,10 +17,10 @@ namespace duet::model {
 // What a piece wants back. Rows are in the piece's token order.
 enum class RowOutput : uint8_t {
   none = 0,
-  last_logits = 1,  // logits of the piece's last row (a generate piece whose last row samples)
+  last_logits = 1,  // logits of the piece's last row (tests and tools; the engine samples with `sampled`)
   all_logits = 2,   // logits of every row (tests, prompt logprobs)
   norm_rows = 4,    // final-norm rows of every row (the decision head reads these)
-  sampled = 8,      // the piece's last row sampled by the backend (Model::samples_on_backend(); Piece::sample)
+  sampled = 8,      // the piece's last row sampled by the backend (Backend::sample; Piece::sample)
 };
 constexpr RowOutput operator|(RowOutput a, RowOutput b) {
   return static_cast<RowOutput>(static_cast<uint8_t>(a) | static_cast<uint8_t>(b));
@@ -95,9 +95,6 @@ class Model {
   // Bytes of one sequence's fixed state plus the K/V of max_positions positions.
   virtual size_t sequence_state_bytes(int32_t max_positions) const = 0;
 
-  // Whether forward() can sample a piece's next token itself (RowOutput::sampled), next to the logits, so they never
-  // cross to the host; otherwise the caller samples from last_logits.
-  virtual bool samples_on_backend() const { return false; }
   // The backend's host products (Backend::host_products), for a decision head's products; null when it has none.
   virtual backend::Backend* products_backend() const { return nullptr; }
 

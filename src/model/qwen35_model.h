@@ -29,7 +29,6 @@ class Qwen35Model final : public Model {
   size_t kv_page_bytes() const override;
   size_t sequence_fixed_bytes() const override;
   size_t sequence_state_bytes(int32_t max_positions) const override;
-  bool samples_on_backend() const override { return backend_->samples_rows(); }
   backend::Backend* products_backend() const override {
     return backend_->has_host_products() ? backend_.get() : nullptr;
   }

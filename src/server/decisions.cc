@@ -67,7 +67,8 @@ HttpResponse answer_decision(ServerContext& context, const decision::Json& body)
                    "", "decisions_not_supported");
   const DecisionSupport& support = *context.decisions;
   try {
-    auto request = std::make_shared<const decision::DecisionRequest>(decision::validate_decision_request(body));
+    auto request =
+        std::make_shared<const decision::DecisionRequest>(decision::validate_decision_request(body, support.limits));
     if (request->model != context.options.served_model_name)
       throw ApiError(404,
                      fmt::format("the model `{}` does not exist; this server serves `{}`",

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "decision/joint_head.h"
+#include "decision/request.h"
 #include "engine/engine.h"
 #include "engine/request.h"
 #include "grammar/grammar_cache.h"
@@ -96,6 +97,8 @@ struct DecisionSupport {
   int32_t max_length = 0;  // the prompt budget: the reference's 16384, or less when --context is smaller
   // Decisions run through the backbone's runtime adapter (`duet serve --clef`); chat never does.
   engine::AdapterUse adapter = engine::AdapterUse::none;
+  // Which requests are taken (`duet serve --decision-limits`): the hosted service's limits, or the reference's.
+  decision::DecisionLimits limits = decision::DecisionLimits::hosted;
 };
 
 using ChatRenderer =

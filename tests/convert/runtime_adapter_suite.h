@@ -485,6 +485,7 @@ class NoAdapterBackend final : public backend::Backend {
                        const backend::Activations&, backend::Activations&) override {}
   void mlp(const backend::MlpWeights&, const backend::Activations&, backend::Activations&) override {}
   void lm_head(const backend::Weight&, const backend::Activations&, float*) override {}
+  void sample(const backend::Weight&, const backend::Activations&, backend::SampledRow*) override {}
   void read_rows(const backend::Activations&, int64_t, int64_t, float*) override {}
 };
 

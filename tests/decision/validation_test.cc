@@ -16,6 +16,7 @@ struct Refusal {
   int status;
   const char* code;
   const char* param;
+  bool hosted_only = false;  // a hosted limit: taken under DecisionLimits::reference
 };
 
 const std::string kQ = R"("questions": {"q": {"type": "noul"}})";
@@ -51,22 +52,20 @@ TEST(DecisionValidation, EveryRefusalHasItsStatusCodeAndParam) {
       {"no questions", body(R"("model": "demo", "state": 1, "questions": {})"), 422, "invalid_question_count",
        "questions"},
       {"65 questions", body(R"("model": "demo", "state": 1, "questions": {)" + questions_65 + "}"), 422,
-       "invalid_question_count", "questions"},
+       "invalid_question_count", "questions", true},
       {"bad question id", body(R"("model": "demo", "state": 1, "questions": {"a b": {"type": "noul"}})"), 422,
-       "invalid_question_id", "questions.a b"},
+       "invalid_question_id", "questions.a b", true},
       {"empty question id", body(R"("model": "demo", "state": 1, "questions": {"": {"type": "noul"}})"), 422,
-       "invalid_question_id", "questions."},
+       "invalid_question_id", "questions.", true},
       {"101-character id",
        body(R"("model": "demo", "state": 1, "questions": {")" + std::string(101, 'x') + R"(": {"type": "noul"}})"), 422,
-       "invalid_question_id", nullptr},
+       "invalid_question_id", nullptr, true},
       {"question not an object", with_question("\"noul\""), 422, "wrong_type", "questions.q"},
       {"unknown question field", with_question(R"({"type": "noul", "weight": 2})"), 422, "unknown_field",
        "questions.q.weight"},
       {"type missing", with_question(R"({"instructions": "x"})"), 422, "missing_field", "questions.q.type"},
       {"type not a string", with_question(R"({"type": 1})"), 422, "wrong_type", "questions.q.type"},
       {"unknown type", with_question(R"({"type": "yesno"})"), 422, "invalid_question_type", "questions.q.type"},
-      {"instructions not a string", with_question(R"({"type": "noul", "instructions": ["x"]})"), 422, "wrong_type",
-       "questions.q.instructions"},
       {"noul criteria a list", with_question(R"({"type": "noul", "criteria": ["y", "n"]})"), 422, "wrong_type",
        "questions.q.criteria"},
       {"noul criteria key", with_question(R"({"type": "noul", "criteria": {"yes": "y"}})"), 422, "invalid_criteria",
@@ -76,22 +75,28 @@ TEST(DecisionValidation, EveryRefusalHasItsStatusCodeAndParam) {
       {"choice without criteria", with_question(R"({"type": "choice"})"), 422, "missing_field", "questions.q.criteria"},
       {"choice criteria a list", with_question(R"({"type": "choice", "criteria": ["a", "b"]})"), 422, "wrong_type",
        "questions.q.criteria"},
+      {"choice with no options", with_question(R"({"type": "choice", "criteria": {}})"), 422, "invalid_option_count",
+       "questions.q.criteria"},
       {"choice with 1 option", with_question(R"({"type": "choice", "criteria": {"a": null}})"), 422,
-       "invalid_option_count", "questions.q.criteria"},
+       "invalid_option_count", "questions.q.criteria", true},
       {"choice with 256 options", with_question(R"({"type": "choice", "criteria": {)" + choices_256 + "}}"), 422,
-       "invalid_option_count", "questions.q.criteria"},
+       "invalid_option_count", "questions.q.criteria", true},
       {"bad option id", with_question(R"({"type": "choice", "criteria": {"a": null, "b/c": null}})"), 422,
-       "invalid_option_id", "questions.q.criteria"},
+       "invalid_option_id", "questions.q.criteria", true},
+      {"non-ASCII option ids", with_question(R"({"type": "choice", "criteria": {"ä": null, "Ω": "omega"}})"), 422,
+       "invalid_option_id", "questions.q.criteria", true},
       {"option description an object", with_question(R"({"type": "choice", "criteria": {"a": null, "b": {}}})"), 422,
        "wrong_type", "questions.q.criteria.b"},
       {"score without criteria", with_question(R"({"type": "score"})"), 422, "missing_field", "questions.q.criteria"},
       {"score criteria an object", with_question(R"({"type": "score", "criteria": {"0": "a", "1": "b"}})"), 422,
        "wrong_type", "questions.q.criteria"},
-      {"score with 1 level", with_question(R"({"type": "score", "criteria": ["only"]})"), 422, "invalid_option_count",
+      {"score with no levels", with_question(R"({"type": "score", "criteria": []})"), 422, "invalid_option_count",
        "questions.q.criteria"},
+      {"score with 1 level", with_question(R"({"type": "score", "criteria": ["only"]})"), 422, "invalid_option_count",
+       "questions.q.criteria", true},
       {"score with 11 levels",
        with_question(R"({"type": "score", "criteria": ["0","1","2","3","4","5","6","7","8","9","10"]})"), 422,
-       "invalid_option_count", "questions.q.criteria"},
+       "invalid_option_count", "questions.q.criteria", true},
       {"score level null", with_question(R"({"type": "score", "criteria": ["a", null]})"), 422, "wrong_type",
        "questions.q.criteria[1]"},
       {"truncation unknown", body(R"("model": "demo", "state": 1, "truncation": "state_tail", )" + kQ), 422,
@@ -104,18 +109,64 @@ TEST(DecisionValidation, EveryRefusalHasItsStatusCodeAndParam) {
       {"envelope not a boolean", body(R"("model": "demo", "state": 1, "envelope": "cloudflare", )" + kQ), 422,
        "wrong_type", "envelope"},
   };
-  for (const Refusal& refusal : cases) {
-    try {
-      validate_decision_request(parse_decision_body(refusal.body));
-      ADD_FAILURE() << refusal.name << ": accepted";
-    } catch (const DecisionError& error) {
-      EXPECT_EQ(error.status(), refusal.status) << refusal.name << ": " << error.what();
-      EXPECT_EQ(error.code(), refusal.code) << refusal.name << ": " << error.what();
-      if (refusal.param != nullptr) {
-        EXPECT_EQ(error.param(), refusal.param) << refusal.name;
-        // The message names the parameter (the question and field) too.
-        EXPECT_NE(std::string(error.what()).find(refusal.param), std::string::npos) << error.what();
+  // Under the hosted limits every case is refused; under the reference's only those that are not hosted limits, the
+  // same way. A hosted-limit refusal says what lifts it.
+  for (const DecisionLimits limits : {DecisionLimits::hosted, DecisionLimits::reference}) {
+    for (const Refusal& refusal : cases) {
+      SCOPED_TRACE(limits == DecisionLimits::hosted ? "hosted limits" : "reference limits");
+      const bool taken = limits == DecisionLimits::reference && refusal.hosted_only;
+      try {
+        validate_decision_request(parse_decision_body(refusal.body), limits);
+        if (!taken) ADD_FAILURE() << refusal.name << ": accepted";
+      } catch (const DecisionError& error) {
+        if (taken) {
+          ADD_FAILURE() << refusal.name << ": refused: " << error.what();
+          continue;
+        }
+        EXPECT_EQ(error.status(), refusal.status) << refusal.name << ": " << error.what();
+        EXPECT_EQ(error.code(), refusal.code) << refusal.name << ": " << error.what();
+        if (refusal.param != nullptr) {
+          EXPECT_EQ(error.param(), refusal.param) << refusal.name;
+          // The message names the parameter (the question and field) too.
+          EXPECT_NE(std::string(error.what()).find(refusal.param), std::string::npos) << error.what();
+        }
+        EXPECT_EQ(std::string(error.what()).find("--decision-limits reference") != std::string::npos,
+                  refusal.hosted_only)
+            << refusal.name << ": " << error.what();
       }
+    }
+  }
+}
+
+// instructions may be any JSON value, rendered as the spec's render(instructions or id): the expected texts are what
+// CPython 3.11 prints for json.dumps(v, ensure_ascii=False, sort_keys=True, separators=(",", ":")), and a value
+// Python reads as false gives the id.
+TEST(DecisionValidation, InstructionsOfAnyJsonValueAreRendered) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"b": 1.0, "a": [true, null, "ä"]})", R"({"a":[true,null,"ä"],"b":1.0})"},
+      {R"([2, {"y": 1e16, "x": 1e-5}])", R"([2,{"x":1e-05,"y":1e+16}])"},
+      {"12", "12"},
+      {"-0.5", "-0.5"},
+      {"true", "true"},
+      {"123456789012345678901234567890", "123456789012345678901234567890"},
+      {R"(" ")", " "},
+      {R"("Is it \"urgent\"?")", R"(Is it "urgent"?)"},
+      // Python's falsy values: the id.
+      {"null", "q"},
+      {R"("")", "q"},
+      {"false", "q"},
+      {"0", "q"},
+      {"0.0", "q"},
+      {"-0.0", "q"},
+      {"[]", "q"},
+      {"{}", "q"},
+  };
+  for (const DecisionLimits limits : {DecisionLimits::hosted, DecisionLimits::reference}) {
+    for (const auto& [value, text] : cases) {
+      const DecisionRequest request = validate_decision_request(
+          parse_decision_body(with_question(std::string(R"({"type": "noul", "instructions": )") + value + "}")),
+          limits);
+      EXPECT_EQ(request.questions.at(0).instructions, text) << value;
     }
   }
 }

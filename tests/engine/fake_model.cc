@@ -5,8 +5,9 @@
 #include <cstdint>
 #include <thread>
 
+#include "backend/cpu/sampler.h"
+#include "backend/seeded_draw.h"
 #include "base/error.h"
-#include "engine/seeded_draw.h"
 
 namespace duet::engine::testing {
 
@@ -65,13 +66,13 @@ std::unique_ptr<backend::StateStorage> FakeModel::new_state_storage(int32_t slot
 
 std::vector<float> FakeModel::logits_after(std::span<const int32_t> tokens) const {
   // Mixes the position and the last three ids: enough context that greedy outputs do not loop at once.
-  uint64_t key = mix64(tokens.size());
+  uint64_t key = backend::mix64(tokens.size());
   for (size_t i = tokens.size() >= 3 ? tokens.size() - 3 : 0; i < tokens.size(); ++i) {
-    key = mix64(key ^ static_cast<uint64_t>(tokens[i]));
+    key = backend::mix64(key ^ static_cast<uint64_t>(tokens[i]));
   }
   std::vector<float> logits(static_cast<size_t>(config_.vocab_size));
   for (size_t v = 0; v < logits.size(); ++v) {
-    logits[v] = static_cast<float>(seeded_uniform(key, static_cast<int64_t>(v)) * 8.0 - 4.0);
+    logits[v] = static_cast<float>(backend::seeded_uniform(key, static_cast<int64_t>(v)) * 8.0 - 4.0);
   }
   return logits;
 }
@@ -114,6 +115,14 @@ std::vector<model::PieceResult> FakeModel::forward(backend::StateStorage& storag
       }
     }
     if (model::has(piece.wants, model::RowOutput::last_logits)) results[i].logits = logits_after(tokens);
+    // Drawn as the CPU backend draws (Backend::sample): its sampler on this row's logits, by each draw's settings.
+    if (model::has(piece.wants, model::RowOutput::sampled)) {
+      if (piece.sample == nullptr) fail("fake model: piece {} asks to be sampled without settings", i);
+      const std::vector<float> logits = logits_after(tokens);
+      results[i].sampled = backend::cpu::sample_row(logits, *piece.sample);
+      for (const backend::SampleSpec* fork : piece.fork_samples)
+        results[i].fork_sampled.push_back(backend::cpu::sample_row(logits, *fork));
+    }
   }
   for (const model::Piece& piece : pieces) {
     for (int32_t id : piece.tokens) {

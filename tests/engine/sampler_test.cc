@@ -1,6 +1,7 @@
-// The sampler against a plain reference written here from the definitions (not from sampler.cc): penalties on
-// hand-computed logits, greedy = argmax, the filtered distributions exactly, and the seeded draws
-// statistically over many positions.
+// The sampler (the CPU backend's, backend/cpu/sampler.h, reached through the engine's translation of a request's
+// settings, engine/sampler.h, as every step reaches it) against a plain reference written here from the definitions
+// (not from sampler.cc): penalties on hand-computed logits, greedy = argmax, the filtered distributions exactly, and
+// the seeded draws statistically over many positions.
 #include "engine/sampler.h"
 
 #include <gtest/gtest.h>
@@ -11,7 +12,8 @@
 #include <numeric>
 #include <random>
 
-#include "engine/seeded_draw.h"
+#include "backend/cpu/sampler.h"
+#include "backend/seeded_draw.h"
 
 namespace duet::engine {
 namespace {
@@ -21,6 +23,16 @@ TokenCounts counts_of(const std::vector<int32_t>& prompt, const std::vector<int3
   counts.add_prompt(prompt);
   for (int32_t id : generated) counts.add_generated(id);
   return counts;
+}
+
+// The sampler's steps for a request's settings, through sample_spec as a step takes them.
+using backend::cpu::Candidate;
+std::vector<float> penalized_logits(std::span<const float> logits, const SamplingParams& p, const TokenCounts& counts) {
+  return backend::cpu::penalized_logits(logits, sample_spec(p, counts, 0));
+}
+std::vector<Candidate> sampling_candidates(std::span<const float> logits, const SamplingParams& p,
+                                           const TokenCounts& counts) {
+  return backend::cpu::sampling_candidates(logits, sample_spec(p, counts, 0));
 }
 
 // The reference: the full-vocabulary probability of each id after every transform, written the slow way.
@@ -272,8 +284,8 @@ TEST(Sampler, DrawIsAFunctionOfSeedAndPositionOnly) {
   for (int position = 0; position < 100; ++position)
     differing += sample_token(logits, p, {}, position).id != first[position];
   EXPECT_GT(differing, 50);
-  EXPECT_EQ(seeded_uniform(99, 5), seeded_uniform(99, 5));
-  EXPECT_NE(seeded_uniform(99, 5), seeded_uniform(99, 6));
+  EXPECT_EQ(backend::seeded_uniform(99, 5), backend::seeded_uniform(99, 5));
+  EXPECT_NE(backend::seeded_uniform(99, 5), backend::seeded_uniform(99, 6));
 }
 
 TEST(Sampler, TinyTopPAndTopKOneAreGreedy) {
@@ -336,11 +348,11 @@ TEST(Sampler, LogprobsAreTheRawLogSoftmax) {
 }
 
 TEST(Sampler, TopLogprobTiesGoToTheLowestId) {
-  const std::vector<TokenLogprob> top = raw_top_logprobs(std::vector<float>{1, 2, 2, 0, 2}, 3);
+  const auto top = backend::cpu::raw_top_logprobs(std::vector<float>{1, 2, 2, 0, 2}, 3);
   ASSERT_EQ(top.size(), 3u);
-  EXPECT_EQ(top[0].id, 1);
-  EXPECT_EQ(top[1].id, 2);
-  EXPECT_EQ(top[2].id, 4);
+  EXPECT_EQ(top[0].first, 1);
+  EXPECT_EQ(top[1].first, 2);
+  EXPECT_EQ(top[2].first, 4);
 }
 
 // A structured output's token mask: a draw never lands outside it, and among the allowed ids it follows the model's
@@ -377,7 +389,7 @@ TEST(Sampler, TokenMaskLimitsDrawsToAllowedIds) {
   EXPECT_EQ(sample_token(logits, p, {}, 0).id, argmax);
   // Logprobs stay the model's raw ones.
   p.top_logprobs = 0;
-  EXPECT_FLOAT_EQ(*sample_token(logits, p, {}, 0, mask).logprob, raw_logprob(logits, best));
+  EXPECT_FLOAT_EQ(*sample_token(logits, p, {}, 0, mask).logprob, backend::cpu::raw_logprob(logits, best));
 }
 
 }  // namespace

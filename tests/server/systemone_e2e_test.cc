@@ -1,6 +1,7 @@
 // POST /v1/systemone end to end: `duet serve` on the demo model (which has a joint head), over HTTP. Answers equal
 // the goldens of the independent Python reference (same decision, numbers within the end-to-end gate), every kind
 // of refusal comes back with its status and code, four concurrent decisions equal the same alone byte for byte,
+// instructions of any JSON value are rendered, `--decision-limits reference` takes what the hosted limits refuse,
 // and a model folder without a head serves chat but refuses decisions by name.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -177,6 +178,128 @@ TEST_F(SystemOne, RefusalsOverHttp) {
   auto get = server_->client().Get("/v1/systemone");
   ASSERT_TRUE(get);
   EXPECT_EQ(get->status, 405);
+}
+
+// instructions of any JSON value: answered as if the client had sent their render() (Python's json.dumps with sorted
+// keys, typed in from CPython) as a string, byte for byte; a value Python reads as false as if it had sent none. A
+// planted control: another rendering of the same value (1 for 1.0) changes the raw answer.
+TEST_F(SystemOne, InstructionsOfAnyJsonValue) {
+  const auto ask = [&](const std::string& instructions) {
+    const std::string body = R"({"model": "demo", "state": "The build failed twice.", "raw": true, "questions": {)"
+                             R"("ship": {"type": "noul")" +
+                             (instructions.empty() ? "" : ", \"instructions\": " + instructions) +
+                             R"(}, "team": {"type": "choice", "criteria": {"infra": null, "app": "Application"}}}})";
+    const Reply reply = post(*server_, body);
+    EXPECT_EQ(reply.status, 200) << instructions << ": " << reply.body;
+    return reply.body;
+  };
+  EXPECT_EQ(ask(R"({"b": 1.0, "a": [true, null, "ä"]})"), ask(R"("{\"a\":[true,null,\"ä\"],\"b\":1.0}")"));
+  EXPECT_EQ(ask("[1e16, 2]"), ask(R"("[1e+16,2]")"));
+  EXPECT_NE(ask(R"({"b": 1.0, "a": [true, null, "ä"]})"), ask(R"("{\"a\":[true,null,\"ä\"],\"b\":1}")"));
+  const std::string none = ask("");
+  for (const char* falsy : {"false", "0", "[]", "{}", "null", R"("")"}) EXPECT_EQ(ask(falsy), none) << falsy;
+  EXPECT_NE(ask("true"), none);
+}
+
+// Under the default (hosted) limits, ids beyond [A-Za-z0-9_.-] are refused, and the message names the switch.
+TEST_F(SystemOne, HostedLimitsRefuseOtherIdsAndNameTheSwitch) {
+  const Reply reply = post(
+      *server_,
+      R"({"model": "demo", "state": "s", "questions": {"q": {"type": "choice", "criteria": {"ä": null, "Ω": null}}}})");
+  EXPECT_EQ(reply.status, 422) << reply.body;
+  EXPECT_EQ(reply.json["error"]["code"], "invalid_option_id");
+  EXPECT_NE(reply.json["error"]["message"].get<std::string>().find("--decision-limits reference"), std::string::npos);
+}
+
+// `duet serve --decision-limits reference`: what the protocol's reference implementation takes and the hosted limits
+// refuse is answered; what the spec refuses still is; a request both take gets the same bytes from both servers.
+class SystemOneReferenceLimits : public SystemOne {
+ protected:
+  static void SetUpTestSuite() {
+    SystemOne::SetUpTestSuite();
+    reference_ = std::make_unique<ServerProcess>(std::vector<std::string>{
+        "--context", "4096", "--max-tokens", "64", "--parallel", "2", "--decision-limits", "reference"});
+  }
+  static void TearDownTestSuite() {
+    reference_.reset();
+    SystemOne::TearDownTestSuite();
+  }
+  void SetUp() override {
+    SystemOne::SetUp();
+    if (!reference_) FAIL() << "duet serve --decision-limits reference did not start";
+  }
+  static std::unique_ptr<ServerProcess> reference_;
+};
+std::unique_ptr<ServerProcess> SystemOneReferenceLimits::reference_;
+
+TEST_F(SystemOneReferenceLimits, IdsOfAnyTextAndCountsFromOne) {
+  const Reply ids = post(*reference_, R"({"model": "demo", "state": "Ünïcödé ticket", "questions": {
+      "größe Ω": {"type": "choice", "instructions": {"ask": "Which?"},
+                  "criteria": {"Ω": "omega", "ä": null, "😀": "grin", "a b": null, "z": "zed"}}}})");
+  ASSERT_EQ(ids.status, 200) << ids.body;
+  // ordered_json: the probabilities' key order is the client's.
+  const auto answer = nlohmann::ordered_json::parse(ids.body).at("answers").at("größe Ω");
+  std::vector<std::string> listed;
+  double total = 0;
+  for (const auto& [id, p] : answer.at("probabilities").items()) {
+    listed.push_back(id);
+    total += p.get<double>();
+  }
+  EXPECT_EQ(listed, (std::vector<std::string>{"Ω", "ä", "😀", "a b", "z"}));  // the client's order
+  EXPECT_NEAR(total, 1.0, 5 * 5e-5);                                         // five numbers rounded to 4 places
+  EXPECT_TRUE(answer.at("probabilities").contains(answer.at("choice").get<std::string>()));
+
+  // One option and one level: certain, under every confidence formula; eleven levels; 65 questions (about 60 tokens
+  // each with the demo tokenizer: within the 4096-token context).
+  for (const char* formula : {"max_p", "typesafe", "cloudflare"}) {
+    const Reply one = post(*reference_, std::string(R"({"model": "demo", "state": "s", "confidence_formula": ")") +
+                                            formula + R"(", "questions": {
+        "only": {"type": "choice", "criteria": {"sole": null}}, "level": {"type": "score", "criteria": ["just"]}}})");
+    ASSERT_EQ(one.status, 200) << one.body;
+    EXPECT_EQ(one.json.at("answers").at("only").at("choice"), "sole");
+    EXPECT_EQ(one.json.at("answers").at("only").at("confidence"), 1.0) << formula;
+    EXPECT_EQ(one.json.at("answers").at("only").at("probabilities").at("sole"), 1.0);
+    EXPECT_EQ(one.json.at("answers").at("level").at("score"), 0.0);
+    EXPECT_EQ(one.json.at("answers").at("level").at("confidence"), 1.0) << formula;
+  }
+  const Reply levels = post(*reference_, R"({"model": "demo", "state": "s", "questions": {"n": {"type": "score",
+      "criteria": ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10"]}}})");
+  ASSERT_EQ(levels.status, 200) << levels.body;
+  EXPECT_EQ(levels.json.at("answers").at("n").at("legend").size(), 11u);
+  EXPECT_GE(levels.json.at("answers").at("n").at("score").get<double>(), 0.0);
+  EXPECT_LE(levels.json.at("answers").at("n").at("score").get<double>(), 10.0);
+  std::string many;
+  for (int i = 0; i < 65; ++i)
+    many += fmt::format(R"({}"q{}": {{"type": "choice", "criteria": {{"y": null}}}})", i ? "," : "", i);
+  const Reply sixty_five = post(*reference_, R"({"model": "demo", "state": "s", "questions": {)" + many + "}}");
+  ASSERT_EQ(sixty_five.status, 200) << sixty_five.body.substr(0, 300);
+  EXPECT_EQ(sixty_five.json.at("answers").size(), 65u);
+
+  // The same requests under the hosted limits: refused.
+  for (const Reply& hosted : {post(*server_, R"({"model": "demo", "state": "s", "questions": {"q": {"type": "choice",
+                                  "criteria": {"sole": null}}}})"),
+                              post(*server_, R"({"model": "demo", "state": "s", "questions": {)" + many + "}}")}) {
+    EXPECT_EQ(hosted.status, 422) << hosted.body.substr(0, 300);
+  }
+}
+
+TEST_F(SystemOneReferenceLimits, WhatTheSpecRefusesStaysRefused) {
+  for (const char* body : {R"({"model": "demo", "state": "s", "questions": {}})",
+                           R"({"model": "demo", "state": "s", "questions": {"q": {"type": "choice", "criteria": {}}}})",
+                           R"({"model": "demo", "state": "s", "questions": {"q": {"type": "score", "criteria": []}}})",
+                           R"({"model": "demo", "state": "s", "questions": {"": {"type": "noul"}}})"}) {
+    const Reply reply = post(*reference_, body);
+    EXPECT_EQ(reply.status, 422) << body << ": " << reply.body;
+  }
+}
+
+TEST_F(SystemOneReferenceLimits, ARequestBothTakeGetsTheSameBytes) {
+  for (const char* name : {"spec-example", "unicode-state", "order-a"}) {
+    const std::string body = golden(name).at("body");
+    const Reply hosted = post(*server_, body);
+    ASSERT_EQ(hosted.status, 200) << name;
+    EXPECT_EQ(post(*reference_, body).body, hosted.body) << name;
+  }
 }
 
 // Four decisions at once equal the same decisions one at a time, byte for byte.

@@ -1,6 +1,8 @@
 // The reference backend: fp32 on the CPU. Sublayers live in their own files; this one wires them to the interface.
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -8,6 +10,7 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/mixers.h"
 #include "backend/cpu/norms.h"
+#include "backend/cpu/sampler.h"
 #include "backend/cpu/weight_rows.h"
 #include "base/error.h"
 #include "base/thread_pool.h"
@@ -17,6 +20,9 @@ namespace duet::backend {
 namespace {
 
 using cpu::CpuActivations;
+
+// Below this vocabulary a row samples in microseconds and waking threads would cost more than it saves.
+constexpr size_t kParallelSamplingVocab = 4096;
 
 const CpuActivations& cpu_of(const Activations& a) { return static_cast<const CpuActivations&>(a); }
 CpuActivations& cpu_of(Activations& a) { return static_cast<CpuActivations&>(a); }
@@ -113,6 +119,44 @@ class CpuBackend final : public Backend {
   }
 
   bool applies_adapters() const override { return true; }
+
+  // Each sampled row's logits once (a row repeats for its forked choices' draws), then every draw by its own settings
+  // (cpu/sampler.h), side by side on the pool: each is a pure function of its row and settings.
+  void sample(const Weight& head, const Activations& x, SampledRow* out) override {
+    const auto& in = cpu_of(x);
+    const std::span<const int64_t> rows = plan_.sample_rows;
+    std::vector<int64_t> distinct;
+    std::vector<size_t> logits_of(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const auto found = std::find(distinct.begin(), distinct.end(), rows[i]);
+      logits_of[i] = static_cast<size_t>(found - distinct.begin());
+      if (found == distinct.end()) distinct.push_back(rows[i]);
+    }
+    std::vector<float> selected(distinct.size() * static_cast<size_t>(in.width()));
+    for (size_t i = 0; i < distinct.size(); ++i)
+      std::memcpy(selected.data() + i * in.width(), in.row(distinct[i]), sizeof(float) * in.width());
+    const auto vocab = static_cast<size_t>(head.rows);
+    std::vector<float> logits(distinct.size() * vocab);
+    cpu::matmul(selected.data(), static_cast<int64_t>(distinct.size()), head, logits.data());
+    std::vector<std::exception_ptr> errors(rows.size());
+    const auto draw = [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) {
+        try {
+          out[i] =
+              cpu::sample_row(std::span<const float>(logits.data() + logits_of[i] * vocab, vocab), *plan_.samples[i]);
+        } catch (...) {
+          errors[i] = std::current_exception();  // a pool worker must not throw
+        }
+      }
+    };
+    if (rows.size() >= 2 && vocab >= kParallelSamplingVocab) {
+      global_thread_pool().parallel_for(rows.size(), draw);
+    } else {
+      draw(0, rows.size());
+    }
+    for (const std::exception_ptr& error : errors)
+      if (error) std::rethrow_exception(error);
+  }
 
   void read_rows(const Activations& x, int64_t first, int64_t count, float* out) override {
     const auto& in = cpu_of(x);

@@ -549,7 +549,6 @@ class CudaBackend final : public Backend {
     used_ = mark;
   }
 
-  bool samples_rows() const override { return true; }
   bool applies_adapters() const override { return true; }
 
   bool has_host_products() const override { return true; }

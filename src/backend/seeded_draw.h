@@ -4,7 +4,7 @@
 // in this request or in any other sharing the step, so seeded results do not change with batching.
 #include <cstdint>
 
-namespace duet::engine {
+namespace duet::backend {
 
 // SplitMix64's finalizer: a bijective mix with full avalanche, good enough to turn counters into draws.
 constexpr uint64_t mix64(uint64_t x) {
@@ -21,4 +21,4 @@ constexpr double seeded_uniform(uint64_t seed, int64_t position) {
   return static_cast<double>(bits >> 11) * 0x1.0p-53;
 }
 
-}  // namespace duet::engine
+}  // namespace duet::backend
