@@ -134,7 +134,8 @@ class Compiler {
   // A keyword that cannot be honoured: refused when strict, else listed and left out.
   void unsupported(const std::string& path, const std::string& keyword, const std::string& why) {
     if (options_.strict) refuse(path, fmt::format("keyword \"{}\" is not supported ({})", keyword, why));
-    ignored_.push_back(fmt::format("{}: {}", path.empty() ? "#" : path, keyword));
+    std::string what = fmt::format("{}: {}", path.empty() ? "#" : path, keyword);
+    if (std::find(ignored_.begin(), ignored_.end(), what) == ignored_.end()) ignored_.push_back(std::move(what));
   }
 
   const Json& resolve(const std::string& ref, const std::string& path) const {
