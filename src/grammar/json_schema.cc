@@ -74,44 +74,61 @@ class Compiler {
   }
 
  private:
+  // Constraining keywords besides `combinator`, to fold into each branch.
+  static Json siblings(const Json& s, const char* combinator) {
+    Json rest = Json::object();
+    for (auto it = s.begin(); it != s.end(); ++it)
+      if (it.key() != combinator && !kAnnotations.count(it.key())) rest[it.key()] = it.value();
+    return rest;
+  }
+
+  // The target of a $ref without constraining siblings (the value form calls its rule, the text form inlines it).
+  std::optional<std::string> lone_ref(const Json& s, const std::string& path) const {
+    if (!s.contains("$ref")) return std::nullopt;
+    if (!s["$ref"].is_string()) refuse(path, "$ref must be a string");
+    if (!siblings(s, "$ref").empty()) return std::nullopt;
+    return s["$ref"].get<std::string>();
+  }
+
+  // What the value and text forms read alike: a $ref with siblings and allOf are merged into one schema for `whole`;
+  // anyOf / oneOf branches, the siblings folded into each, go to `branch`, which may leave one out (null). nullopt
+  // when the schema has none of these keywords.
+  template <typename Whole, typename Branch>
+  std::optional<Expr> combined(const Json& s, const std::string& path, Whole whole, Branch branch) {
+    if (s.contains("$ref")) return whole(merged(Json{{"$ref", s["$ref"]}}, siblings(s, "$ref"), path));
+    if (s.contains("allOf")) {
+      if (!s["allOf"].is_array() || s["allOf"].empty()) refuse(path + "/allOf", "expected a non-empty array");
+      Json m = siblings(s, "allOf");
+      for (const Json& part : s["allOf"]) m = merged(m, part, path + "/allOf");
+      return whole(m);
+    }
+    for (const char* combinator : {"anyOf", "oneOf"}) {
+      if (!s.contains(combinator)) continue;
+      const Json& branches = s[combinator];
+      if (!branches.is_array() || branches.empty()) refuse(path + "/" + combinator, "expected a non-empty array");
+      const Json rest = siblings(s, combinator);
+      std::vector<Expr> parts;
+      for (size_t i = 0; i < branches.size(); ++i) {
+        const std::string at = fmt::format("{}/{}/{}", path, combinator, i);
+        if (Expr part = branch(rest.empty() ? branches[i] : merged(rest, branches[i], at), at)) parts.push_back(part);
+      }
+      if (parts.empty()) refuse(path, "no branch admits a string, which this parameter is written as");
+      return parts.size() == 1 ? parts[0] : alt(std::move(parts));
+    }
+    return std::nullopt;
+  }
+
   Expr text_value(const Json& s, const std::string& path, const RawText& raw) {
     if (s.is_boolean()) {
       if (!s.get<bool>()) refuse(path, "the schema false admits no value");
       return raw.any;
     }
     if (!s.is_object()) refuse(path, "a schema must be an object or a boolean");
-    const auto siblings = [&](const char* combinator) {
-      Json rest = Json::object();
-      for (auto it = s.begin(); it != s.end(); ++it)
-        if (it.key() != combinator && !kAnnotations.count(it.key())) rest[it.key()] = it.value();
-      return rest;
-    };
-    if (s.contains("$ref")) {
-      if (!s["$ref"].is_string()) refuse(path, "$ref must be a string");
-      const Json rest = siblings("$ref");
-      if (rest.empty()) return text(resolve(s["$ref"].get<std::string>(), path), path, raw);
-      return text(merged(Json{{"$ref", s["$ref"]}}, rest, path), path, raw);
-    }
-    if (s.contains("allOf")) {
-      if (!s["allOf"].is_array() || s["allOf"].empty()) refuse(path + "/allOf", "expected a non-empty array");
-      Json m = siblings("allOf");
-      for (const Json& part : s["allOf"]) m = merged(m, part, path + "/allOf");
-      return text(m, path, raw);
-    }
-    for (const char* combinator : {"anyOf", "oneOf"}) {
-      if (!s.contains(combinator)) continue;
-      const Json& branches = s[combinator];
-      if (!branches.is_array() || branches.empty()) refuse(path + "/" + combinator, "expected a non-empty array");
-      const Json rest = siblings(combinator);
-      std::vector<Expr> parts;
-      for (size_t i = 0; i < branches.size(); ++i) {
-        const std::string at = fmt::format("{}/{}/{}", path, combinator, i);
-        const Json branch = rest.empty() ? branches[i] : merged(rest, branches[i], at);
-        if (admits_string(branch, root_)) parts.push_back(text(branch, at, raw));
-      }
-      if (parts.empty()) refuse(path, "no branch admits a string, which this parameter is written as");
-      return parts.size() == 1 ? parts[0] : alt(std::move(parts));
-    }
+    if (const auto ref = lone_ref(s, path)) return text(resolve(*ref, path), path, raw);  // inlined: no rule
+    const auto combined_text = combined(
+        s, path, [&](const Json& whole) { return text(whole, path, raw); },
+        [&](const Json& branch, const std::string& at) { return admits_string(branch, root_) ? text(branch, at, raw) : nullptr; });
+    if (combined_text) return *combined_text;
     if (s.contains("enum") || s.contains("const")) {
       std::vector<Expr> parts;
       for (const Json& v : s.contains("const") ? Json::array({s["const"]}) : s["enum"])
@@ -258,37 +275,11 @@ class Compiler {
         continue;
       unsupported(path, k, "duet cannot constrain output by it");
     }
-    // Constraining keywords besides the combinator, to fold into each branch.
-    const auto siblings = [&](const char* combinator) {
-      Json rest = Json::object();
-      for (auto it = s.begin(); it != s.end(); ++it)
-        if (it.key() != combinator && !kAnnotations.count(it.key())) rest[it.key()] = it.value();
-      return rest;
-    };
-    if (s.contains("$ref")) {
-      Json rest = siblings("$ref");
-      if (!s["$ref"].is_string()) refuse(path, "$ref must be a string");
-      if (rest.empty()) return call(rule_for_ref(s["$ref"].get<std::string>(), path));
-      return compile(merged(Json{{"$ref", s["$ref"]}}, rest, path), path);
-    }
-    if (s.contains("allOf")) {
-      if (!s["allOf"].is_array() || s["allOf"].empty()) refuse(path + "/allOf", "expected a non-empty array");
-      Json m = siblings("allOf");
-      for (const Json& part : s["allOf"]) m = merged(m, part, path + "/allOf");
-      return compile(m, path);
-    }
-    for (const char* combinator : {"anyOf", "oneOf"}) {
-      if (!s.contains(combinator)) continue;
-      const Json& branches = s[combinator];
-      if (!branches.is_array() || branches.empty()) refuse(path + "/" + combinator, "expected a non-empty array");
-      const Json rest = siblings(combinator);
-      std::vector<Expr> parts;
-      for (size_t i = 0; i < branches.size(); ++i) {
-        const std::string at = fmt::format("{}/{}/{}", path, combinator, i);
-        parts.push_back(rest.empty() ? compile(branches[i], at) : compile(merged(rest, branches[i], at), at));
-      }
-      return alt(std::move(parts));
-    }
+    if (const auto ref = lone_ref(s, path)) return call(rule_for_ref(*ref, path));  // a rule: recursion allowed
+    const auto combined_value =
+        combined(s, path, [&](const Json& whole) { return compile(whole, path); },
+                 [&](const Json& branch, const std::string& at) { return compile(branch, at); });
+    if (combined_value) return *combined_value;
     if (s.contains("enum") || s.contains("const")) return literals(s, path);
 
     std::vector<std::string> types;
