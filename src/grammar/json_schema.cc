@@ -127,7 +127,9 @@ class Compiler {
     if (const auto ref = lone_ref(s, path)) return text(resolve(*ref, path), path, raw);  // inlined: no rule
     const auto combined_text = combined(
         s, path, [&](const Json& whole) { return text(whole, path, raw); },
-        [&](const Json& branch, const std::string& at) { return admits_string(branch, root_) ? text(branch, at, raw) : nullptr; });
+        [&](const Json& branch, const std::string& at) {
+          return admits_string(branch, root_) ? text(branch, at, raw) : nullptr;
+        });
     if (combined_text) return *combined_text;
     if (s.contains("enum") || s.contains("const")) {
       std::vector<Expr> parts;
@@ -276,9 +278,9 @@ class Compiler {
       unsupported(path, k, "duet cannot constrain output by it");
     }
     if (const auto ref = lone_ref(s, path)) return call(rule_for_ref(*ref, path));  // a rule: recursion allowed
-    const auto combined_value =
-        combined(s, path, [&](const Json& whole) { return compile(whole, path); },
-                 [&](const Json& branch, const std::string& at) { return compile(branch, at); });
+    const auto combined_value = combined(
+        s, path, [&](const Json& whole) { return compile(whole, path); },
+        [&](const Json& branch, const std::string& at) { return compile(branch, at); });
     if (combined_value) return *combined_value;
     if (s.contains("enum") || s.contains("const")) return literals(s, path);
 
@@ -547,7 +549,6 @@ class Compiler {
   std::vector<std::string> ignored_;
 };
 
-
 SchemaGrammar grammar_from_schema(const nlohmann::ordered_json& schema, const SchemaOptions& options) {
   GrammarBuilder builder;
   Compiler compiler(schema, options, builder, json_string_char);
@@ -598,8 +599,12 @@ std::optional<std::set<std::string>> admitted_types(const nlohmann::ordered_json
   if (values.is_array()) {
     std::set<std::string> out;
     for (const Json& v : values)
-      out.insert(v.is_string() ? "string" : v.is_number() ? "number" : v.is_boolean() ? "boolean"
-                 : v.is_null()   ? "null" : v.is_array()  ? "array"  : "object");
+      out.insert(v.is_string()    ? "string"
+                 : v.is_number()  ? "number"
+                 : v.is_boolean() ? "boolean"
+                 : v.is_null()    ? "null"
+                 : v.is_array()   ? "array"
+                                  : "object");
     return out;
   }
   return std::nullopt;
@@ -609,7 +614,6 @@ bool admits_string(const nlohmann::ordered_json& schema, const nlohmann::ordered
   const auto types = admitted_types(schema, root);
   return !types || types->count("string") > 0;
 }
-
 
 Grammar any_object_grammar() {
   GrammarBuilder builder;

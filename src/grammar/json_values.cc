@@ -138,8 +138,7 @@ int32_t any_value_rule(GrammarBuilder& builder, const CharWriter& write) {
   const Expr v = call(value);
   const Expr array = seq({byte_of('['), optional(seq({v, star(seq({byte_of(','), v}))})), byte_of(']')});
   builder.define(value, alt({json_object_of(v, 0, -1, write), array, json_string(any_string_content(0, -1, write)),
-                             json_number({}, {}),
-                             literal("true"), literal("false"), literal("null")}));
+                             json_number({}, {}), literal("true"), literal("false"), literal("null")}));
   return value;
 }
 

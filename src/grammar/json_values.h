@@ -19,7 +19,7 @@ struct Bound {
   bool exclusive = false;
 };
 
-Expr json_string(Expr content);                                          // '"' content '"'
+Expr json_string(Expr content);  // '"' content '"'
 // max < 0: unbounded. A length-bounded string keeps to the Basic Multilingual Plane (json_values.cc says why).
 Expr any_string_content(int32_t min_chars = 0, int32_t max_chars = -1, const CharWriter& write = json_string_char);
 // Integers in [min, max] (absent: no bound); throws duet::Error when no integer is in range or a bound lies

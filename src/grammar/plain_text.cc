@@ -12,7 +12,8 @@ Expr text_avoiding(const std::vector<std::string>& words) {
   const char lead = words[0].empty() ? '\0' : words[0][0];
   for (const std::string& w : words)
     if (w.size() < 2 || w[0] != lead || w.find(lead, 1) != std::string::npos || static_cast<unsigned char>(lead) > 0x7F)
-      fail("text_avoiding: \"{}\" must start with the one ASCII character that starts every word and holds no other", w);
+      fail("text_avoiding: \"{}\" must start with the one ASCII character that starts every word and holds no other",
+           w);
   // Each proper prefix of a word and the characters that continue it towards some word.
   std::map<std::string, CharSet> continuing;
   for (const std::string& w : words)

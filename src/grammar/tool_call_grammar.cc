@@ -107,8 +107,8 @@ class ToolCallCompiler {
         ignored_.push_back(at + path + ": a name a call cannot hold");
         return;
       }
-      const Expr value = admits_string(schema, parameters) ? compiler.text(schema, path, raw_)
-                                                           : compiler.value(schema, path);
+      const Expr value =
+          admits_string(schema, parameters) ? compiler.text(schema, path, raw_) : compiler.value(schema, path);
       const Expr written = seq({literal("<parameter=" + key + ">\n"), value, literal("\n</parameter>\n")});
       members.push_back(needed ? written : optional(written));
     };
@@ -128,9 +128,8 @@ class ToolCallCompiler {
 
   // Parameters of a schema duet cannot read (non-strict only): any names, raw text values.
   Expr any_arguments() {
-    const Expr name = repeat(utf8_char(CharSet::any().minus(CharSet::of('<')).minus(CharSet::of('>')).minus(
-                                 CharSet::of('\n'))),
-                             1, 64);
+    const Expr name = repeat(
+        utf8_char(CharSet::any().minus(CharSet::of('<')).minus(CharSet::of('>')).minus(CharSet::of('\n'))), 1, 64);
     return star(seq({literal("<parameter="), name, literal(">\n"), raw_.any, literal("\n</parameter>\n")}));
   }
 

@@ -19,8 +19,8 @@ struct ToolCallSpec {
   // its parameters schema; keywords duet cannot honour are refused for a strict tool and ignored for the others.
   nlohmann::ordered_json tools = nlohmann::ordered_json::array();
   // Where the grammar starts: the reply's free text, then calls or nothing (some tool is strict, tool_choice auto);
-  // right after "<tool_call>\n" (tool_choice required: the prompt wrote it); right after "<tool_call>\n<function=NAME>\n"
-  // (a named function).
+  // right after "<tool_call>\n" (tool_choice required: the prompt wrote it); right after
+  // "<tool_call>\n<function=NAME>\n" (a named function).
   enum class Start { reply, call, arguments } start = Start::reply;
   std::string function;  // Start::arguments
   bool parallel = true;  // more calls may follow the first (of the named function only, for Start::arguments)

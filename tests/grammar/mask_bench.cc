@@ -113,13 +113,15 @@ int main(int argc, char** argv) {
                     percentile(mine.cpu, 1.0));
       warm.add(mine);
     }
-    std::printf("  schemas %zu + json_object: compile p50 %.0f us, max %.0f us; all node answers p50 %.1f ms, max %.1f ms\n",
-                corpus.size(), percentile(compile_us, 0.5), percentile(compile_us, 1.0),
-                percentile(precompute_us, 0.5) / 1000, percentile(precompute_us, 1.0) / 1000);
-    std::printf("  mask per token, warm: %zu masks, wall p50 %.1f us, p99 %.1f us, max %.1f us; cpu p50 %.1f us, p99 %.1f "
-                "us, max %.1f us\n",
-                warm.wall.size(), percentile(warm.wall, 0.5), percentile(warm.wall, 0.99), percentile(warm.wall, 1.0),
-                percentile(warm.cpu, 0.5), percentile(warm.cpu, 0.99), percentile(warm.cpu, 1.0));
+    std::printf(
+        "  schemas %zu + json_object: compile p50 %.0f us, max %.0f us; all node answers p50 %.1f ms, max %.1f ms\n",
+        corpus.size(), percentile(compile_us, 0.5), percentile(compile_us, 1.0), percentile(precompute_us, 0.5) / 1000,
+        percentile(precompute_us, 1.0) / 1000);
+    std::printf(
+        "  mask per token, warm: %zu masks, wall p50 %.1f us, p99 %.1f us, max %.1f us; cpu p50 %.1f us, p99 %.1f "
+        "us, max %.1f us\n",
+        warm.wall.size(), percentile(warm.wall, 0.5), percentile(warm.wall, 0.99), percentile(warm.wall, 1.0),
+        percentile(warm.cpu, 0.5), percentile(warm.cpu, 0.99), percentile(warm.cpu, 1.0));
     std::printf("  mask per token, first use (node answers computed on the way): p50 %.1f us, p99 %.1f us\n",
                 percentile(cold.wall, 0.5), percentile(cold.wall, 0.99));
     // The json_object masks that cost most: inside a string, at growing depth.

@@ -63,8 +63,8 @@ struct Walked {
   int replies = 0, with_calls = 0;
 };
 
-void walk_mode(grammar::GrammarCache& cache, const grammar::ToolCallSpec& spec, const std::string& forced,
-               int seeds, Walked& out) {
+void walk_mode(grammar::GrammarCache& cache, const grammar::ToolCallSpec& spec, const std::string& forced, int seeds,
+               Walked& out) {
   const auto g = cache.for_tool_calls(spec);
   for (uint32_t seed = 1; seed <= static_cast<uint32_t>(seeds); ++seed) {
     SCOPED_TRACE("start " + std::to_string(static_cast<int>(spec.start)) + " seed " + std::to_string(seed));
@@ -110,8 +110,10 @@ TEST(StrictToolCalls, WalkedCallsParseAndValidate) {
 TEST(StrictToolCalls, PlantedBrokenArgumentsFailValidation) {
   const auto tok = demo_tokenizer();
   grammar::GrammarCache cache(grammar::Vocabulary::from_tokenizer(*tok, tok->vocab_size()));
-  const auto g = cache.for_tool_calls(
-      {.tools = kTools, .start = grammar::ToolCallSpec::Start::arguments, .function = "get_weather", .parallel = false});
+  const auto g = cache.for_tool_calls({.tools = kTools,
+                                       .start = grammar::ToolCallSpec::Start::arguments,
+                                       .function = "get_weather",
+                                       .parallel = false});
   const WalkResult w = random_walk(g, 3, 700, 0);
   ASSERT_TRUE(w.finished);
   const std::string forced = "<tool_call>\n<function=get_weather>\n";
@@ -119,8 +121,8 @@ TEST(StrictToolCalls, PlantedBrokenArgumentsFailValidation) {
   ASSERT_EQ(good.tool_calls.size(), 1u);
   OrderedJson broken = good.tool_calls[0].arguments;
   broken["days"] = "many";
-  const auto verdicts = ajv_validate(
-      {{parameters_of("get_weather"), good.tool_calls[0].arguments.dump()}, {parameters_of("get_weather"), broken.dump()}});
+  const auto verdicts = ajv_validate({{parameters_of("get_weather"), good.tool_calls[0].arguments.dump()},
+                                      {parameters_of("get_weather"), broken.dump()}});
   ASSERT_EQ(verdicts.size(), 2u);
   EXPECT_TRUE(verdicts[0].valid) << verdicts[0].error;
   EXPECT_FALSE(verdicts[1].valid);
