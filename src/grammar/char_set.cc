@@ -54,6 +54,14 @@ CharSet CharSet::complement() const {
   return out;
 }
 
+CharSet CharSet::minus(const CharSet& other) const {
+  CharSet out;
+  const CharSet keep = other.complement();
+  for (const auto& [lo, hi] : ranges_)
+    for (const auto& [klo, khi] : keep.ranges_) out.add(std::max(lo, klo), std::min(hi, khi));
+  return out;
+}
+
 bool CharSet::contains(uint32_t c) const {
   return std::any_of(ranges_.begin(), ranges_.end(), [c](const auto& r) { return r.first <= c && c <= r.second; });
 }
@@ -117,6 +125,12 @@ Expr utf8_range(uint32_t lo, uint32_t hi) {
     }
   }
   return out.size() == 1 ? out[0] : alt(std::move(out));
+}
+
+Expr utf8_char(const CharSet& set) {
+  std::vector<Expr> parts;
+  for (const auto& [lo, hi] : set.ranges()) parts.push_back(utf8_range(lo, hi));
+  return parts.size() == 1 ? parts[0] : alt(std::move(parts));
 }
 
 Expr json_string_char(const CharSet& set) {

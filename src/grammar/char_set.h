@@ -3,6 +3,7 @@
 // that writes one of them inside a JSON string: raw UTF-8 for what JSON allows raw, one fixed escape for the rest
 // ('"' -> \", '\' -> \\, controls -> \n \t \r \b \f or \u00XX), so a string has one spelling.
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -20,6 +21,7 @@ class CharSet {
   void add(uint32_t lo, uint32_t hi);
   void add(const CharSet& other);
   CharSet complement() const;
+  CharSet minus(const CharSet& other) const;
   bool empty() const { return ranges_.empty(); }
   bool contains(uint32_t c) const;
   const std::vector<std::pair<uint32_t, uint32_t>>& ranges() const { return ranges_; }
@@ -33,5 +35,11 @@ class CharSet {
 Expr utf8_range(uint32_t lo, uint32_t hi);
 // One character of `set` as it is written inside a JSON string (see above).
 Expr json_string_char(const CharSet& set);
+// One character of `set` as raw UTF-8 (text outside JSON: a tool call's string parameter, the reply before a call).
+Expr utf8_char(const CharSet& set);
+
+// How a string's characters are written: json_string_char for JSON strings; the grammars of tool calls write JSON
+// strings without '<' and raw text (tool_call_grammar.h). Everything that writes a character of a string takes one.
+using CharWriter = std::function<Expr(const CharSet&)>;
 
 }  // namespace duet::grammar

@@ -52,6 +52,17 @@ std::shared_ptr<const CompiledGrammar> GrammarCache::for_schema(const nlohmann::
   });
 }
 
+std::shared_ptr<const CompiledGrammar> GrammarCache::for_tool_calls(const ToolCallSpec& spec,
+                                                                    std::vector<std::string>* ignored) {
+  const std::string key = sha256_hex(fmt::format("tool_calls/{}/{}/{}\n{}", static_cast<int>(spec.start), spec.parallel,
+                                                 spec.function, spec.tools.dump()));
+  return get(key, ignored, [&](std::vector<std::string>& left_out) {
+    SchemaGrammar compiled = tool_call_grammar(spec);
+    left_out = std::move(compiled.ignored);
+    return std::move(compiled.grammar);
+  });
+}
+
 std::shared_ptr<const CompiledGrammar> GrammarCache::for_any_object() {
   return get("json_object", nullptr, [](std::vector<std::string>&) { return any_object_grammar(); });
 }

@@ -14,6 +14,7 @@
 
 #include "grammar/compiled_grammar.h"
 #include "grammar/json_schema.h"
+#include "grammar/tool_call_grammar.h"
 
 namespace duet::grammar {
 
@@ -26,6 +27,9 @@ class GrammarCache {
   std::shared_ptr<const CompiledGrammar> for_schema(const nlohmann::ordered_json& schema, const SchemaOptions& options,
                                                     std::vector<std::string>* ignored = nullptr);
   std::shared_ptr<const CompiledGrammar> for_any_object();
+  // A request's tool calls held to their schemas (tool_call_grammar.h); throws SchemaError like for_schema.
+  std::shared_ptr<const CompiledGrammar> for_tool_calls(const ToolCallSpec& spec,
+                                                        std::vector<std::string>* ignored = nullptr);
 
   const Vocabulary& vocabulary() const { return *vocabulary_; }
   uint64_t hits() const { return hits_; }

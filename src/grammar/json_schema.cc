@@ -47,19 +47,105 @@ std::string escape_pointer(const std::string& key) {
   return out;
 }
 
+}  // namespace
+
 class Compiler {
  public:
-  Compiler(const Json& root, const SchemaOptions& options) : root_(root), options_(options) {}
+  Compiler(const Json& root, const SchemaOptions& options, GrammarBuilder& builder, CharWriter write)
+      : root_(root), options_(options), builder_(builder), write_(std::move(write)) {}
 
-  SchemaGrammar run() {
-    const int32_t root = rule_for_ref("#", "");
-    SchemaGrammar out;
-    out.grammar = builder_.build(root);
-    out.ignored = std::move(ignored_);
+  int32_t root_rule() { return rule_for_ref("#", ""); }
+  std::vector<std::string>& ignored() { return ignored_; }
+
+  Expr compile(const Json& s, const std::string& path) {
+    if (++depth_ > 64) refuse(path, "schema nested too deeply");
+    Expr out = compile_value(s, path);
+    --depth_;
+    return out;
+  }
+
+  // The schema's string values written raw (RawText): its string branches, enum and const strings, or any text where it
+  // says nothing of a type. Values of other types are not written.
+  Expr text(const Json& s, const std::string& path, const RawText& raw) {
+    if (++depth_ > 64) refuse(path, "schema nested too deeply");
+    Expr out = text_value(s, path, raw);
+    --depth_;
     return out;
   }
 
  private:
+  // Constraining keywords besides `combinator`, to fold into each branch.
+  static Json siblings(const Json& s, const char* combinator) {
+    Json rest = Json::object();
+    for (auto it = s.begin(); it != s.end(); ++it)
+      if (it.key() != combinator && !kAnnotations.count(it.key())) rest[it.key()] = it.value();
+    return rest;
+  }
+
+  // The target of a $ref without constraining siblings (the value form calls its rule, the text form inlines it).
+  std::optional<std::string> lone_ref(const Json& s, const std::string& path) const {
+    if (!s.contains("$ref")) return std::nullopt;
+    if (!s["$ref"].is_string()) refuse(path, "$ref must be a string");
+    if (!siblings(s, "$ref").empty()) return std::nullopt;
+    return s["$ref"].get<std::string>();
+  }
+
+  // What the value and text forms read alike: a $ref with siblings and allOf are merged into one schema for `whole`;
+  // anyOf / oneOf branches, the siblings folded into each, go to `branch`, which may leave one out (null). nullopt
+  // when the schema has none of these keywords.
+  template <typename Whole, typename Branch>
+  std::optional<Expr> combined(const Json& s, const std::string& path, Whole whole, Branch branch) {
+    if (s.contains("$ref")) return whole(merged(Json{{"$ref", s["$ref"]}}, siblings(s, "$ref"), path));
+    if (s.contains("allOf")) {
+      if (!s["allOf"].is_array() || s["allOf"].empty()) refuse(path + "/allOf", "expected a non-empty array");
+      Json m = siblings(s, "allOf");
+      for (const Json& part : s["allOf"]) m = merged(m, part, path + "/allOf");
+      return whole(m);
+    }
+    for (const char* combinator : {"anyOf", "oneOf"}) {
+      if (!s.contains(combinator)) continue;
+      const Json& branches = s[combinator];
+      if (!branches.is_array() || branches.empty()) refuse(path + "/" + combinator, "expected a non-empty array");
+      const Json rest = siblings(s, combinator);
+      std::vector<Expr> parts;
+      for (size_t i = 0; i < branches.size(); ++i) {
+        const std::string at = fmt::format("{}/{}/{}", path, combinator, i);
+        if (Expr part = branch(rest.empty() ? branches[i] : merged(rest, branches[i], at), at)) parts.push_back(part);
+      }
+      if (parts.empty()) refuse(path, "no branch admits a string, which this parameter is written as");
+      return parts.size() == 1 ? parts[0] : alt(std::move(parts));
+    }
+    return std::nullopt;
+  }
+
+  Expr text_value(const Json& s, const std::string& path, const RawText& raw) {
+    if (s.is_boolean()) {
+      if (!s.get<bool>()) refuse(path, "the schema false admits no value");
+      return raw.any;
+    }
+    if (!s.is_object()) refuse(path, "a schema must be an object or a boolean");
+    if (const auto ref = lone_ref(s, path)) return text(resolve(*ref, path), path, raw);  // inlined: no rule
+    const auto combined_text = combined(
+        s, path, [&](const Json& whole) { return text(whole, path, raw); },
+        [&](const Json& branch, const std::string& at) {
+          return admits_string(branch, root_) ? text(branch, at, raw) : nullptr;
+        });
+    if (combined_text) return *combined_text;
+    if (s.contains("enum") || s.contains("const")) {
+      std::vector<Expr> parts;
+      for (const Json& v : s.contains("const") ? Json::array({s["const"]}) : s["enum"])
+        if (v.is_string() && raw.allows(v.get<std::string>())) parts.push_back(literal(v.get<std::string>()));
+      if (parts.empty()) refuse(path, "no enum value is a string that a tool call can hold");
+      return parts.size() == 1 ? parts[0] : alt(std::move(parts));
+    }
+    if (auto t = s.find("type"); t != s.end()) {
+      const Json types = t->is_array() ? *t : Json::array({*t});
+      if (std::find(types.begin(), types.end(), Json("string")) == types.end())
+        refuse(path + "/type", "not a string, which this parameter is written as");
+    }
+    return string_value(s, path, &raw);
+  }
+
   [[noreturn]] void refuse(const std::string& path, const std::string& message) const {
     throw SchemaError(path, message);
   }
@@ -67,7 +153,8 @@ class Compiler {
   // A keyword that cannot be honoured: refused when strict, else listed and left out.
   void unsupported(const std::string& path, const std::string& keyword, const std::string& why) {
     if (options_.strict) refuse(path, fmt::format("keyword \"{}\" is not supported ({})", keyword, why));
-    ignored_.push_back(fmt::format("{}: {}", path.empty() ? "#" : path, keyword));
+    std::string what = fmt::format("{}: {}", path.empty() ? "#" : path, keyword);
+    if (std::find(ignored_.begin(), ignored_.end(), what) == ignored_.end()) ignored_.push_back(std::move(what));
   }
 
   const Json& resolve(const std::string& ref, const std::string& path) const {
@@ -89,7 +176,7 @@ class Compiler {
   }
 
   Expr any_value() {
-    if (any_value_ < 0) any_value_ = any_value_rule(builder_);
+    if (any_value_ < 0) any_value_ = any_value_rule(builder_, write_);
     return call(any_value_);
   }
 
@@ -177,7 +264,7 @@ class Compiler {
     return a;
   }
 
-  Expr compile(const Json& s, const std::string& path) {
+  Expr compile_value(const Json& s, const std::string& path) {
     if (s.is_boolean()) {
       if (!s.get<bool>()) refuse(path, "the schema false admits no value");
       return any_value();
@@ -190,37 +277,11 @@ class Compiler {
         continue;
       unsupported(path, k, "duet cannot constrain output by it");
     }
-    // Constraining keywords besides the combinator, to fold into each branch.
-    const auto siblings = [&](const char* combinator) {
-      Json rest = Json::object();
-      for (auto it = s.begin(); it != s.end(); ++it)
-        if (it.key() != combinator && !kAnnotations.count(it.key())) rest[it.key()] = it.value();
-      return rest;
-    };
-    if (s.contains("$ref")) {
-      Json rest = siblings("$ref");
-      if (!s["$ref"].is_string()) refuse(path, "$ref must be a string");
-      if (rest.empty()) return call(rule_for_ref(s["$ref"].get<std::string>(), path));
-      return compile(merged(Json{{"$ref", s["$ref"]}}, rest, path), path);
-    }
-    if (s.contains("allOf")) {
-      if (!s["allOf"].is_array() || s["allOf"].empty()) refuse(path + "/allOf", "expected a non-empty array");
-      Json m = siblings("allOf");
-      for (const Json& part : s["allOf"]) m = merged(m, part, path + "/allOf");
-      return compile(m, path);
-    }
-    for (const char* combinator : {"anyOf", "oneOf"}) {
-      if (!s.contains(combinator)) continue;
-      const Json& branches = s[combinator];
-      if (!branches.is_array() || branches.empty()) refuse(path + "/" + combinator, "expected a non-empty array");
-      const Json rest = siblings(combinator);
-      std::vector<Expr> parts;
-      for (size_t i = 0; i < branches.size(); ++i) {
-        const std::string at = fmt::format("{}/{}/{}", path, combinator, i);
-        parts.push_back(rest.empty() ? compile(branches[i], at) : compile(merged(rest, branches[i], at), at));
-      }
-      return alt(std::move(parts));
-    }
+    if (const auto ref = lone_ref(s, path)) return call(rule_for_ref(*ref, path));  // a rule: recursion allowed
+    const auto combined_value = combined(
+        s, path, [&](const Json& whole) { return compile(whole, path); },
+        [&](const Json& branch, const std::string& at) { return compile(branch, at); });
+    if (combined_value) return *combined_value;
     if (s.contains("enum") || s.contains("const")) return literals(s, path);
 
     std::vector<std::string> types;
@@ -309,7 +370,8 @@ class Compiler {
     return static_cast<int32_t>(v.get<double>());
   }
 
-  Expr string_value(const Json& s, const std::string& path) {
+  // A string as JSON (quoted, escaped) or, given `raw`, as raw text.
+  Expr string_value(const Json& s, const std::string& path, const RawText* raw = nullptr) {
     const int32_t min = count(s, "minLength", path, 0), max = count(s, "maxLength", path, -1);
     if (max >= 0 && max < min) refuse(path, "maxLength below minLength admits no string");
     const bool lengths = s.contains("minLength") || s.contains("maxLength");
@@ -332,7 +394,7 @@ class Compiler {
     }
     if (!pattern.empty()) {
       try {
-        return json_string(regex_string_content(pattern));
+        return raw ? regex_string_content(pattern, raw->bounded) : json_string(regex_string_content(pattern, write_));
       } catch (const SchemaError&) {
         throw;
       } catch (const Error& e) {
@@ -340,7 +402,8 @@ class Compiler {
         ignored_.push_back(fmt::format("{}: pattern", path.empty() ? "#" : path));
       }
     }
-    return json_string(any_string_content(min, max));
+    if (raw) return lengths ? any_string_content(min, max, raw->bounded) : raw->any;
+    return json_string(any_string_content(min, max, write_));
   }
 
   std::optional<Bound> bound(const Json& s, const char* inclusive, const char* exclusive, const std::string& path) {
@@ -391,7 +454,7 @@ class Compiler {
         return literal("{}");
       }
       const Expr value = additional.is_boolean() ? any_value() : compile(additional, path + "/additionalProperties");
-      return json_object_of(value, min_p, max_p);
+      return json_object_of(value, min_p, max_p, write_);
     }
     if (s.contains("minProperties") || s.contains("maxProperties"))
       unsupported(path, s.contains("minProperties") ? "minProperties" : "maxProperties", "beside properties");
@@ -478,16 +541,78 @@ class Compiler {
 
   const Json& root_;
   SchemaOptions options_;
-  GrammarBuilder builder_;
+  GrammarBuilder& builder_;
+  CharWriter write_;
+  int depth_ = 0;
   std::map<std::string, int32_t> rules_;
   int32_t any_value_ = -1;
   std::vector<std::string> ignored_;
 };
 
-}  // namespace
-
 SchemaGrammar grammar_from_schema(const nlohmann::ordered_json& schema, const SchemaOptions& options) {
-  return Compiler(schema, options).run();
+  GrammarBuilder builder;
+  Compiler compiler(schema, options, builder, json_string_char);
+  const int32_t root = compiler.root_rule();
+  return {builder.build(root), std::move(compiler.ignored())};
+}
+
+SchemaCompiler::SchemaCompiler(const nlohmann::ordered_json& root, const SchemaOptions& options,
+                               GrammarBuilder& builder, CharWriter write)
+    : impl_(std::make_unique<Compiler>(root, options, builder, std::move(write))) {}
+SchemaCompiler::~SchemaCompiler() = default;
+Expr SchemaCompiler::value(const nlohmann::ordered_json& schema, const std::string& path) {
+  return impl_->compile(schema, path);
+}
+Expr SchemaCompiler::text(const nlohmann::ordered_json& schema, const std::string& path, const RawText& raw) {
+  return impl_->text(schema, path, raw);
+}
+const std::vector<std::string>& SchemaCompiler::ignored() const { return impl_->ignored(); }
+
+std::optional<std::set<std::string>> admitted_types(const nlohmann::ordered_json& schema,
+                                                    const nlohmann::ordered_json& root, int depth) {
+  if (schema.is_boolean()) return schema.get<bool>() ? std::nullopt : std::optional<std::set<std::string>>({});
+  if (!schema.is_object() || depth > 16) return std::nullopt;
+  if (auto ref = schema.find("$ref"); ref != schema.end()) {
+    if (!ref->is_string() || ref->get<std::string>().empty() || ref->get<std::string>()[0] != '#') return std::nullopt;
+    const auto pointer = Json::json_pointer(ref->get<std::string>().substr(1));
+    if (!root.contains(pointer)) return std::nullopt;
+    return admitted_types(root.at(pointer), root, depth + 1);
+  }
+  if (auto t = schema.find("type"); t != schema.end()) {
+    std::set<std::string> out;
+    for (const Json& name : t->is_array() ? *t : Json::array({*t}))
+      if (name.is_string()) out.insert(name.get<std::string>());
+    return out;
+  }
+  for (const char* key : {"anyOf", "oneOf"}) {
+    auto branches = schema.find(key);
+    if (branches == schema.end() || !branches->is_array()) continue;
+    std::set<std::string> out;
+    for (const Json& b : *branches) {
+      auto types = admitted_types(b, root, depth + 1);
+      if (!types) return std::nullopt;
+      out.insert(types->begin(), types->end());
+    }
+    return out;
+  }
+  const auto values = schema.contains("const") ? Json::array({schema["const"]}) : schema.value("enum", Json());
+  if (values.is_array()) {
+    std::set<std::string> out;
+    for (const Json& v : values)
+      out.insert(v.is_string()    ? "string"
+                 : v.is_number()  ? "number"
+                 : v.is_boolean() ? "boolean"
+                 : v.is_null()    ? "null"
+                 : v.is_array()   ? "array"
+                                  : "object");
+    return out;
+  }
+  return std::nullopt;
+}
+
+bool admits_string(const nlohmann::ordered_json& schema, const nlohmann::ordered_json& root) {
+  const auto types = admitted_types(schema, root);
+  return !types || types->count("string") > 0;
 }
 
 Grammar any_object_grammar() {

@@ -80,12 +80,12 @@ Expr fraction() { return seq({byte_of('.'), repeat(digit(), 0, 5), byte_range('1
 
 Expr json_string(Expr content) { return seq({byte_of('"'), std::move(content), byte_of('"')}); }
 
-Expr any_string_content(int32_t min_chars, int32_t max_chars) {
+Expr any_string_content(int32_t min_chars, int32_t max_chars, const CharWriter& write) {
   // JSON Schema counts a string's length in code points; JavaScript validators (zod, as the AI SDK and LangChain use
   // it) count UTF-16 units, where a character past U+FFFF is two. A length-bounded string keeps to the Basic
   // Multilingual Plane, where the two counts agree, so every client's validator accepts what duet writes.
   const bool bounded = min_chars > 0 || max_chars >= 0;
-  return repeat(json_string_char(bounded ? CharSet::range(0, 0xFFFF) : CharSet::any()), min_chars, max_chars);
+  return repeat(write(bounded ? CharSet::range(0, 0xFFFF) : CharSet::any()), min_chars, max_chars);
 }
 
 Expr json_integer(std::optional<Bound> min, std::optional<Bound> max) {
@@ -120,8 +120,8 @@ Expr json_number(std::optional<Bound> min, std::optional<Bound> max) {
   return parts.size() == 1 ? parts[0] : alt(std::move(parts));
 }
 
-Expr json_object_of(Expr value, int32_t min_properties, int32_t max_properties) {
-  const Expr member = seq({json_string(any_string_content()), byte_of(':'), value});
+Expr json_object_of(Expr value, int32_t min_properties, int32_t max_properties, const CharWriter& write) {
+  const Expr member = seq({json_string(any_string_content(0, -1, write)), byte_of(':'), value});
   Expr members;
   if (max_properties == 0) {
     members = empty();
@@ -133,12 +133,12 @@ Expr json_object_of(Expr value, int32_t min_properties, int32_t max_properties) 
   return seq({byte_of('{'), members, byte_of('}')});
 }
 
-int32_t any_value_rule(GrammarBuilder& builder) {
+int32_t any_value_rule(GrammarBuilder& builder, const CharWriter& write) {
   const int32_t value = builder.declare("any_value");
   const Expr v = call(value);
   const Expr array = seq({byte_of('['), optional(seq({v, star(seq({byte_of(','), v}))})), byte_of(']')});
-  builder.define(value, alt({json_object_of(v), array, json_string(any_string_content()), json_number({}, {}),
-                             literal("true"), literal("false"), literal("null")}));
+  builder.define(value, alt({json_object_of(v, 0, -1, write), array, json_string(any_string_content(0, -1, write)),
+                             json_number({}, {}), literal("true"), literal("false"), literal("null")}));
   return value;
 }
 

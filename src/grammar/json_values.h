@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "grammar/char_set.h"
 #include "grammar/expr.h"
 #include "grammar/grammar_builder.h"
 
@@ -18,15 +19,17 @@ struct Bound {
   bool exclusive = false;
 };
 
-Expr json_string(Expr content);                                          // '"' content '"'
-Expr any_string_content(int32_t min_chars = 0, int32_t max_chars = -1);  // max < 0: unbounded
+Expr json_string(Expr content);  // '"' content '"'
+// max < 0: unbounded. A length-bounded string keeps to the Basic Multilingual Plane (json_values.cc says why).
+Expr any_string_content(int32_t min_chars = 0, int32_t max_chars = -1, const CharWriter& write = json_string_char);
 // Integers in [min, max] (absent: no bound); throws duet::Error when no integer is in range or a bound lies
 // beyond 15 digits.
 Expr json_integer(std::optional<Bound> min, std::optional<Bound> max);
 Expr json_number(std::optional<Bound> min, std::optional<Bound> max);
 // Declares and defines a rule "any_value": any JSON value (the caller keeps its id and calls it).
-int32_t any_value_rule(GrammarBuilder& builder);
+int32_t any_value_rule(GrammarBuilder& builder, const CharWriter& write = json_string_char);
 // '{' ... '}' with any keys and values of `value` (json_object mode), count in [min, max] (max < 0: unbounded).
-Expr json_object_of(Expr value, int32_t min_properties = 0, int32_t max_properties = -1);
+Expr json_object_of(Expr value, int32_t min_properties = 0, int32_t max_properties = -1,
+                    const CharWriter& write = json_string_char);
 
 }  // namespace duet::grammar

@@ -34,7 +34,7 @@ CharSet dot() {  // everything but line terminators (no `s` flag)
 
 class RegexParser {
  public:
-  explicit RegexParser(const std::string& p) : p_(p) {}
+  RegexParser(const std::string& p, const CharWriter& write) : p_(p), write_(write) {}
 
   Expr parse() {
     std::vector<Expr> branches;
@@ -47,7 +47,7 @@ class RegexParser {
         anchored_end = true;
       }
       if (!at_end() && !peek('|')) refuse("'$' before the end");
-      Expr any = star(json_string_char(CharSet::any()));
+      Expr any = star(write_(CharSet::any()));
       if (!anchored_start) items.insert(items.begin(), any);
       if (!anchored_end) items.push_back(any);
       branches.push_back(seq(std::move(items)));
@@ -205,9 +205,9 @@ class RegexParser {
     if (c == '^' || c == '$') refuse(std::string("the anchor '") + c + "' inside the pattern");
     if (c == '*' || c == '+' || c == '?' || c == '{') refuse("a quantifier with nothing before it");
     ++at_;
-    if (c == '.') return json_string_char(dot());
-    if (c == '[') return json_string_char(char_class());
-    if (c == '\\') return json_string_char(escape(false));
+    if (c == '.') return write_(dot());
+    if (c == '[') return write_(char_class());
+    if (c == '\\') return write_(escape(false));
     if (c == '(') {
       if (eat('?')) {
         if (!eat(':')) refuse("lookaround or a named group");
@@ -219,7 +219,7 @@ class RegexParser {
       return branches.size() == 1 ? branches[0] : alt(std::move(branches));
     }
     --at_;
-    return json_string_char(CharSet::of(next_char()));
+    return write_(CharSet::of(next_char()));
   }
 
   int32_t number() {
@@ -259,11 +259,14 @@ class RegexParser {
   }
 
   const std::string& p_;
+  const CharWriter& write_;
   size_t at_ = 0;
 };
 
 }  // namespace
 
-Expr regex_string_content(const std::string& pattern) { return RegexParser(pattern).parse(); }
+Expr regex_string_content(const std::string& pattern, const CharWriter& write) {
+  return RegexParser(pattern, write).parse();
+}
 
 }  // namespace duet::grammar

@@ -9,11 +9,13 @@
 // elsewhere. Unbounded repetition inside a bounded one is allowed; counts above 1000 are refused.
 #include <string>
 
+#include "grammar/char_set.h"
 #include "grammar/expr.h"
 
 namespace duet::grammar {
 
-// Throws duet::Error naming the unsupported construct and its offset.
-Expr regex_string_content(const std::string& pattern);
+// Throws duet::Error naming the unsupported construct and its offset. `write` spells each character (a JSON string's
+// content by default; raw text for a tool call's string parameter).
+Expr regex_string_content(const std::string& pattern, const CharWriter& write = json_string_char);
 
 }  // namespace duet::grammar

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "grammar/terminals.h"
 #include "tokenizer/tokenizer.h"
 
 namespace duet::grammar {
@@ -56,12 +57,26 @@ int32_t Vocabulary::rank_of(int32_t id) const {
   return rank_of_id_[static_cast<size_t>(id)];
 }
 
+bool Vocabulary::has_token(std::string_view bytes) const {
+  const auto it = std::lower_bound(bytes_.begin(), bytes_.end(), bytes);
+  return it != bytes_.end() && *it == bytes;
+}
+
 std::shared_ptr<const Vocabulary> Vocabulary::from_tokenizer(const tokenizer::Tokenizer& tokenizer, int32_t width) {
   std::vector<std::pair<int32_t, std::string>> tokens;
   const int32_t n = std::min(tokenizer.vocab_size(), width);
   for (int32_t id = 0; id < n; ++id) {
     if (tokenizer.is_added(id)) continue;
-    if (const std::string* bytes = tokenizer.token_bytes(id)) tokens.emplace_back(id, *bytes);
+    const std::string* bytes = tokenizer.token_bytes(id);
+    if (bytes == nullptr) continue;
+    // Byte-level BPE keeps a token for each of the 256 bytes; those UTF-8 never uses spell terminals here.
+    if (std::any_of(bytes->begin(), bytes->end(), [](char c) { return never_in_utf8(static_cast<uint8_t>(c)); }))
+      continue;
+    tokens.emplace_back(id, *bytes);
+  }
+  for (size_t t = 0; t < kTerminalText.size(); ++t) {
+    const auto id = tokenizer.token_to_id(std::string(kTerminalText[t]));
+    if (id && *id < width) tokens.emplace_back(*id, std::string(1, static_cast<char>(terminal_byte(Terminal(t)))));
   }
   return std::make_shared<const Vocabulary>(std::move(tokens), width);
 }

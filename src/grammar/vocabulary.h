@@ -6,6 +6,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -29,7 +30,8 @@ class Vocabulary {
   // columns than the tokenizer has tokens). Tokens with no bytes are left out.
   Vocabulary(std::vector<std::pair<int32_t, std::string>> tokens, int32_t width);
   // Every token of `tokenizer` with bytes that is not an added token (special or not: "<think>", "<tool_call>"
-  // mean something to the server, so they never appear inside a constrained document).
+  // mean something to the server, so they never appear inside a constrained document) and holds no byte UTF-8 text
+  // never contains; plus the added tokens of kTerminalText, each spelled by its terminal byte (terminals.h).
   static std::shared_ptr<const Vocabulary> from_tokenizer(const tokenizer::Tokenizer& tokenizer, int32_t width);
 
   int32_t width() const { return width_; }
@@ -41,6 +43,8 @@ class Vocabulary {
   const std::string& bytes(int32_t rank) const { return bytes_[static_cast<size_t>(rank)]; }
   // The rank of an id, or -1 when the id is not a usable token.
   int32_t rank_of(int32_t id) const;
+  // Whether the token spelled by `bytes` is in the vocabulary (a terminal's byte: whether the tokenizer has it).
+  bool has_token(std::string_view bytes) const;
 
  private:
   int32_t width_;

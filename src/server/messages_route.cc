@@ -7,6 +7,7 @@
 #include "server/messages_output.h"
 #include "server/messages_request.h"
 #include "server/route_table.h"
+#include "server/structured_output.h"
 
 namespace duet::server {
 namespace {
@@ -37,6 +38,9 @@ void add_messages_routes(RouteTable& table, ServerContext& context) {
       MessagesRequest request = parse_messages_request(request_json(req), context.options);
       ChatPrompt prompt = build_chat_prompt(context, request.messages, request.tools, request.enable_thinking,
                                             request.sampling, "messages", forced_answer_start(request.tool_choice));
+      // A forced call (tool_choice any or tool) is held to the tools' input schemas.
+      apply_tool_call_grammar(context, request.tools, request.tool_choice, /*parallel=*/true, OutputFormat{},
+                              prompt.request, prompt.starts_in_reasoning);
       MessageHeader header;
       header.model = context.options.served_model_name;
       header.starts_in_reasoning = prompt.starts_in_reasoning;

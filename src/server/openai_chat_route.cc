@@ -198,6 +198,8 @@ void add_chat_route(RouteTable& table, ServerContext& context) {
     ChatPrompt prompt = build_chat_prompt(context, request.messages, request.tools, request.enable_thinking,
                                           request.sampling, "messages", forced_answer_start(request.tool_choice));
     apply_output_format(context, request.format, prompt.request, prompt.starts_in_reasoning);
+    apply_tool_call_grammar(context, request.tools, request.tool_choice, request.parallel_tool_calls, request.format,
+                            prompt.request, prompt.starts_in_reasoning);
     ChatReply reply;
     reply.model = context.options.served_model_name;
     reply.starts_in_reasoning = prompt.starts_in_reasoning;

@@ -21,6 +21,10 @@ void add_responses_route(RouteTable& table, ServerContext& context) {
     ChatPrompt prompt = build_chat_prompt(context, request.messages, request.tools, request.enable_thinking,
                                           request.sampling, "input", forced_answer_start(request.tool_choice));
     apply_output_format(context, request.format, prompt.request, prompt.starts_in_reasoning);
+    // Responses tools reach the template without their `strict` (responses_request.cc): a forced call is held to the
+    // schemas, leniently.
+    apply_tool_call_grammar(context, request.tools, request.tool_choice, request.parallel_tool_calls, request.format,
+                            prompt.request, prompt.starts_in_reasoning);
     ResponseHeader header;
     header.model = context.options.served_model_name;
     header.starts_in_reasoning = prompt.starts_in_reasoning;

@@ -7,6 +7,7 @@
 
 #include "engine/request.h"
 #include "server/request_parsing.h"
+#include "server/tool_choice.h"
 
 namespace duet::grammar {
 class GrammarCache;
@@ -35,5 +36,12 @@ OutputFormat parse_text_format(const Json& value, const std::string& param);
 // token after "</think>".
 void apply_output_format(ServerContext& context, const OutputFormat& format, engine::Request& request,
                          bool starts_in_reasoning);
+
+// Holds the reply's tool calls to their tools' schemas (grammar/tool_call_grammar.h) when the request asks for it: a
+// function with "strict": true among `tools` (the reply is free text, then calls or nothing), or a forced call
+// (tool_choice required or named: the grammar starts where the prompt's forced text ends). Refused beside a json
+// response format (a reply follows one grammar). `tools` in the template's shape.
+void apply_tool_call_grammar(ServerContext& context, const Json& tools, const ToolChoice& choice, bool parallel,
+                             const OutputFormat& format, engine::Request& request, bool starts_in_reasoning);
 
 }  // namespace duet::server

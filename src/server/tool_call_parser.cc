@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/json_depth.h"
+#include "grammar/tool_call_grammar.h"
 
 namespace duet::server {
 namespace {
@@ -33,9 +34,9 @@ size_t partial_tag_suffix(std::string_view text, std::string_view tag) {
   return 0;
 }
 
-// The JSON type(s) a tool's schema declares for one parameter; empty when it declares none.
-std::vector<std::string> declared_types(const Json& tools, const std::string& function, const std::string& param) {
-  if (!tools.is_array()) return {};
+// The parameters schema of the tool named `function` (null when it has none).
+const Json* parameters_of(const Json& tools, const std::string& function) {
+  if (!tools.is_array()) return nullptr;
   for (const Json& tool : tools) {
     if (!tool.is_object()) continue;
     auto fn = tool.find("function");
@@ -43,26 +44,15 @@ std::vector<std::string> declared_types(const Json& tools, const std::string& fu
     auto name = fn->find("name");
     if (name == fn->end() || !name->is_string() || name->get<std::string>() != function) continue;
     auto parameters = fn->find("parameters");
-    if (parameters == fn->end() || !parameters->is_object()) return {};
-    auto properties = parameters->find("properties");
-    if (properties == parameters->end() || !properties->is_object()) return {};
-    auto property = properties->find(param);
-    if (property == properties->end() || !property->is_object()) return {};
-    auto type = property->find("type");
-    if (type == property->end()) return {};
-    std::vector<std::string> types;
-    if (type->is_string()) types.push_back(type->get<std::string>());
-    if (type->is_array())
-      for (const Json& t : *type)
-        if (t.is_string()) types.push_back(t.get<std::string>());
-    return types;
+    return parameters == fn->end() ? nullptr : &*parameters;
   }
-  return {};
+  return nullptr;
 }
 
-// The model writes every value as text; the schema says what the client expects back.
-Json typed_value(const std::string& value, const std::vector<std::string>& types) {
-  bool wants_string = types.empty() || std::find(types.begin(), types.end(), "string") != types.end();
+// The model writes every value as text; the schema says what the client expects back. A parameter whose schema
+// admits a string is kept as the text (the rule the constrained grammar writes by: grammar/tool_call_grammar.h).
+Json typed_value(const std::string& value, const Json* parameters, const std::string& name) {
+  const bool wants_string = parameters == nullptr || grammar::parameter_written_as_text(*parameters, name);
   if (wants_string || !json_nesting_within(value)) return value;
   Json parsed = Json::parse(value, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) return value;
@@ -116,7 +106,7 @@ std::optional<ParsedToolCall> parse_xml_call(std::string_view block, const Json&
     std::string_view value = body.substr(value_start, value_end - value_start);
     if (value.starts_with('\n')) value.remove_prefix(1);
     if (value.ends_with('\n')) value.remove_suffix(1);
-    call.arguments[key] = typed_value(std::string(value), declared_types(tools, call.name, key));
+    call.arguments[key] = typed_value(std::string(value), parameters_of(tools, call.name), key);
     at = next;
   }
   return call;

@@ -27,8 +27,9 @@ struct CorpusEntry {
 
 inline const std::string kTestsDir = DUET_TESTS_DIR;
 
-inline std::vector<CorpusEntry> load_corpus() {
-  std::ifstream in(kTestsDir + "/grammar/schemas.jsonl");
+// schemas.jsonl by default; schemas_generated.jsonl (generate_schemas.py) holds schemas without examples.
+inline std::vector<CorpusEntry> load_corpus(const std::string& file = "schemas.jsonl") {
+  std::ifstream in(kTestsDir + "/grammar/" + file);
   std::vector<CorpusEntry> out;
   std::string line;
   while (std::getline(in, line)) {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "corpus.h"
 #include "grammar/grammar_cache.h"
 
@@ -87,6 +89,59 @@ TEST(GrammarWalk, PlantedBrokenDocumentIsRejectedByAjvAndTheGrammar) {
   grammar::Matcher m(g);
   EXPECT_TRUE(m.accept_bytes(broken));
   EXPECT_FALSE(m.can_end());
+}
+
+}  // namespace
+}  // namespace duet::testing
+
+namespace duet::testing {
+namespace {
+
+int env_int(const char* name, int otherwise) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::atoi(v) : otherwise;
+}
+
+// The generated corpus (generate_schemas.py) with the hand-written one: one walk per schema in CI; the receipt in
+// docs/benchmarks.md runs DUET_CORPUS_SEEDS=5 DUET_CORPUS_CHECK_EVERY=1 (every mask against the one-token check).
+TEST(GrammarWalk, GeneratedCorpusDocumentsValidate) {
+  const auto tok = demo_tokenizer();
+  grammar::GrammarCache cache(grammar::Vocabulary::from_tokenizer(*tok, tok->vocab_size()));
+  auto corpus = load_corpus("schemas_generated.jsonl");
+  const auto written = load_corpus();
+  corpus.insert(corpus.end(), written.begin(), written.end());
+  ASSERT_GE(corpus.size(), 300u);
+  const int seeds = env_int("DUET_CORPUS_SEEDS", 1), check_every = env_int("DUET_CORPUS_CHECK_EVERY", 0);
+  std::vector<std::pair<OrderedJson, std::string>> docs;
+  std::vector<std::string> names;
+  int walks = 0;
+  for (const auto& e : corpus) {
+    SCOPED_TRACE(e.name);
+    std::shared_ptr<const grammar::CompiledGrammar> g;
+    try {
+      g = cache.for_schema(e.schema, {});
+    } catch (const std::exception& ex) {
+      ADD_FAILURE() << e.name << " does not compile: " << ex.what();
+      continue;
+    }
+    for (uint32_t seed = 1; seed <= static_cast<uint32_t>(seeds); ++seed) {
+      const WalkResult w = random_walk(g, seed, 600, check_every);
+      ++walks;
+      if (!w.finished) continue;
+      docs.emplace_back(e.schema, w.document);
+      names.push_back(e.name + " seed " + std::to_string(seed) + ": " + w.document);
+    }
+  }
+  EXPECT_GE(docs.size(), static_cast<size_t>(walks) * 9 / 10) << "too many walks hit the step limit";
+  const auto verdicts = ajv_validate(docs);
+  ASSERT_EQ(verdicts.size(), docs.size());
+  int valid = 0;
+  for (size_t i = 0; i < docs.size(); ++i) {
+    EXPECT_TRUE(verdicts[i].valid) << names[i] << ": " << verdicts[i].error;
+    valid += verdicts[i].valid;
+  }
+  std::cout << corpus.size() << " schemas, " << walks << " walks, " << valid << " of " << docs.size()
+            << " documents valid\n";
 }
 
 }  // namespace

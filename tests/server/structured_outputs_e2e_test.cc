@@ -42,6 +42,18 @@ TEST_F(StructuredOutputsTest, OfficialClientsGetValidObjects) {
   EXPECT_NE(result.output.find("structured outputs: ok"), std::string::npos) << result.output;
 }
 
+// Strict tool calls through the openai client (clients/strict_tools.mjs), arguments validated by ajv, with its
+// planted controls (no strict and no forced call: no valid call; a broken value: rejected).
+TEST_F(StructuredOutputsTest, StrictToolCallsValidate) {
+  for (const char* package : {"openai", "ajv-formats"})
+    if (!std::filesystem::exists(std::string(DUET_TESTS_DIR) + "/node_modules/" + package))
+      FAIL() << package << " is not installed: run scripts/test-deps.sh";
+  const auto result = run_command("node " + std::string(DUET_TESTS_DIR) + "/server/clients/strict_tools.mjs " +
+                                  server_->url() + " " + kKey + " 2>&1");
+  EXPECT_EQ(result.status, 0) << result.output;
+  EXPECT_NE(result.output.find("strict tools: ok"), std::string::npos) << result.output;
+}
+
 // Row invariance: a plain request's completion ids are identical alone and beside constrained requests.
 TEST_F(StructuredOutputsTest, UnconstrainedOutputDoesNotDependOnConstrainedNeighbours) {
   const httplib::Headers headers = {{"Authorization", "Bearer " + kKey}};
