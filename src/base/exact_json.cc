@@ -1,17 +1,26 @@
 #include "base/exact_json.h"
 
+#include <fmt/format.h>
+
+#include <unordered_map>
 #include <vector>
 
 namespace duet {
 namespace {
 
 using Json = nlohmann::ordered_json;
+using Members = Json::object_t::Container;  // ordered_map is a vector of (key, value): appended to directly
+
+// Objects up to this many keys find a repeated key by scanning; larger ones get a hash index.
+constexpr size_t kScannedKeys = 8;
+// A path in an error names at most this many bytes (a hostile one could be as long as the body).
+constexpr size_t kMaxPathBytes = 200;
 
 // A SAX handler that builds the document like nlohmann's own, except for integer literals beyond 64 bits: nlohmann
 // hands those over as a double with the literal's text, and the text is what is kept.
 class ExactBuilder {
  public:
-  explicit ExactBuilder(Json& root) : root_(root) {}
+  ExactBuilder(Json& root, const JsonLimits& limits) : root_(root), limits_(limits) {}
 
   bool null() { return put(Json(nullptr)); }
   bool boolean(bool value) { return put(Json(value)); }
@@ -37,46 +46,106 @@ class ExactBuilder {
   }
 
  private:
+  struct Open {
+    Json* value;
+    std::string name;                                // where it sits in its parent: `.key` or `[i]`
+    std::unordered_map<std::string, size_t> index;  // an object past kScannedKeys: key -> its member's position
+  };
+
   // Places a value where the parser is: the root, the next array element, or the member named by the last key.
   Json* place(Json value) {
+    if (++values_ > limits_.max_values)
+      fail(JsonLimitError::Limit::values, fmt::format("has more than {} values", limits_.max_values), true);
     if (stack_.empty()) {
       root_ = std::move(value);
       return &root_;
     }
-    Json& parent = *stack_.back();
-    if (parent.is_array()) {
-      parent.push_back(std::move(value));
-      return &parent.back();
+    Open& parent = stack_.back();
+    if (parent.value->is_array()) {
+      parent.value->push_back(std::move(value));
+      return &parent.value->back();
     }
-    Json& slot = parent[key_];  // a repeated key: its first place, its last value (Python's dict)
-    slot = std::move(value);
-    return &slot;
+    Members& members = parent.value->get_ref<Json::object_t&>();
+    if (Json* slot = member(parent, members)) {  // a repeated key: its first place, its last value (Python's dict)
+      *slot = std::move(value);
+      return slot;
+    }
+    if (members.size() >= limits_.max_object_keys)
+      fail(JsonLimitError::Limit::object_keys, fmt::format("has more than {} keys in one object", limits_.max_object_keys),
+           false);
+    members.emplace_back(std::move(key_), std::move(value));
+    if (!parent.index.empty() || members.size() > kScannedKeys) index(parent, members);
+    return &members.back().second;
+  }
+  // The member named key_ of an open object, or null.
+  Json* member(Open& object, Members& members) const {
+    if (members.size() <= kScannedKeys) {
+      for (auto& [key, value] : members)
+        if (key == key_) return &value;
+      return nullptr;
+    }
+    auto it = object.index.find(key_);
+    return it == object.index.end() ? nullptr : &members[it->second].second;
+  }
+  // Adds the newest member to the object's index, first indexing the ones scanned so far.
+  static void index(Open& object, const Members& members) {
+    if (object.index.empty())
+      for (size_t i = 0; i + 1 < members.size(); ++i) object.index.emplace(members[i].first, i);
+    object.index.emplace(members.back().first, members.size() - 1);
   }
   bool put(Json value) {
     place(std::move(value));
     return true;
   }
   bool open(Json container) {
-    stack_.push_back(place(std::move(container)));
+    if (static_cast<int>(stack_.size()) >= limits_.max_depth)
+      fail(JsonLimitError::Limit::depth, fmt::format("nests deeper than {} levels", limits_.max_depth), true);
+    std::string name = slot_name();
+    Json* placed = place(std::move(container));
+    stack_.push_back(Open{placed, std::move(name), {}});
     return true;
   }
   bool close() {
     stack_.pop_back();
     return true;
   }
+  // Where the next value goes, relative to the innermost open container: `[i]`, `.key`, or nothing at the top.
+  std::string slot_name() const {
+    if (stack_.empty()) return {};
+    const Json& parent = *stack_.back().value;
+    return parent.is_array() ? fmt::format("[{}]", parent.size()) : "." + key_;
+  }
+  // Throws, naming the path of the open containers, and of the slot being filled when `at_slot`.
+  [[noreturn]] void fail(JsonLimitError::Limit limit, const std::string& what, bool at_slot) const {
+    std::string path;
+    for (const Open& open : stack_) {
+      if (path.size() > kMaxPathBytes) break;
+      path += open.name;
+    }
+    if (at_slot) path += slot_name();
+    if (path.starts_with('.')) path.erase(0, 1);
+    if (path.size() > kMaxPathBytes) path = path.substr(0, kMaxPathBytes) + "...";
+    throw JsonLimitError(limit, what, std::move(path));
+  }
 
   Json& root_;
-  std::vector<Json*> stack_;  // the open containers; pointers stay valid because only the innermost one grows
+  const JsonLimits& limits_;
+  std::vector<Open> stack_;  // the open containers; pointers stay valid because only the innermost one grows
   std::string key_;
+  size_t values_ = 0;
 };
 
 }  // namespace
 
-nlohmann::ordered_json parse_exact_json(std::string_view text) {
+nlohmann::ordered_json parse_exact_json(std::string_view text, const JsonLimits& limits) {
   Json root;
-  ExactBuilder builder(root);
+  ExactBuilder builder(root, limits);
   Json::sax_parse(text, &builder);
   return root;
+}
+
+std::string JsonLimitError::about(std::string_view subject) const {
+  return path_.empty() ? fmt::format("{} {}", subject, what()) : fmt::format("{} {} (at `{}`)", subject, what(), path_);
 }
 
 std::optional<std::string> exact_integer_text(const nlohmann::ordered_json& value) {

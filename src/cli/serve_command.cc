@@ -88,6 +88,11 @@ void check_flags(const ServeFlags& flags) {
   const server::HttpLimits& http = flags.server.http;
   if (http.max_body_bytes < 1024) fail("--max-body-bytes {}: must be at least 1024", http.max_body_bytes);
   if (http.max_header_bytes < 1024) fail("--max-header-bytes {}: must be at least 1024", http.max_header_bytes);
+  if (http.max_buffered_body_bytes != 0 && http.max_buffered_body_bytes < http.max_body_bytes)
+    fail("--max-buffered-body-bytes {}: must be 0 (from the machine's memory) or at least --max-body-bytes ({})",
+         http.max_buffered_body_bytes, http.max_body_bytes);
+  if (http.max_connections_per_client < 0)
+    fail("--max-connections-per-client {}: must be 0 (no limit) or more", http.max_connections_per_client);
   if (http.max_unsent_bytes < 4096) fail("--max-unsent-bytes {}: must be at least 4096", http.max_unsent_bytes);
   for (auto [flag, seconds] : {std::pair{"--header-timeout", flags.header_timeout_s},
                                {"--body-timeout", flags.body_timeout_s},
@@ -114,6 +119,8 @@ void set_http_limits(ServeFlags& flags) {
   http.send_timeout = std::chrono::seconds(flags.send_timeout_s);
   http.shutdown_grace = std::chrono::seconds(flags.shutdown_grace_s);
   http.max_connections = server::effective_max_connections(http.max_connections);
+  if (http.max_buffered_body_bytes == 0)
+    http.max_buffered_body_bytes = server::default_buffered_body_bytes(http.max_body_bytes);
 }
 
 // SIGINT/SIGTERM are taken by a thread (sigwait) that stops the server, so shutdown runs outside a handler.
@@ -320,6 +327,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-body-bytes", http.max_body_bytes,
                   "Largest request body, chunked ones included (413 above, before reading when declared)")
       ->capture_default_str();
+  cmd->add_option("--max-buffered-body-bytes", http.max_buffered_body_bytes,
+                  "Request bodies all connections may hold at once; a body past it gets 503 with Retry-After (0: an "
+                  "eighth of the machine's memory, at most 4 GiB)")
+      ->capture_default_str();
   cmd->add_option("--max-header-bytes", http.max_header_bytes, "Largest request line + headers (431 above)")
       ->capture_default_str();
   cmd->add_option("--header-timeout", flags->header_timeout_s,
@@ -339,6 +350,9 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-connections", http.max_connections,
                   "Open connections; more are answered 503 (0: as file descriptors allow, at most 10000)")
+      ->capture_default_str();
+  cmd->add_option("--max-connections-per-client", http.max_connections_per_client,
+                  "Open connections from one client address; more are answered 429 (0: no limit, as behind a proxy)")
       ->capture_default_str();
   cmd->add_option("--shutdown-grace", flags->shutdown_grace_s,
                   "Seconds running requests get to finish after SIGTERM/SIGINT before they are cancelled")

@@ -5,7 +5,6 @@
 #include <limits>
 
 #include "base/exact_json.h"
-#include "base/json_depth.h"
 #include "decision/errors.h"
 #include "decision/options.h"
 #include "decision/render.h"
@@ -215,11 +214,12 @@ Enum checked_choice(const Json& body, const char* key, std::initializer_list<std
 Json parse_decision_body(std::string_view body) {
   auto invalid = [](const std::string& message) { return DecisionError(400, "invalid_json", "", message); };
   if (body.empty()) throw invalid("the request body is empty; expected a JSON object");
-  if (!json_nesting_within(body))
-    throw invalid(fmt::format("the request body nests deeper than {} levels", kMaxJsonDepth));
   Json parsed;
   try {
     parsed = parse_exact_json(body);
+  } catch (const JsonLimitError& e) {
+    if (e.limit() == JsonLimitError::Limit::depth) throw invalid(e.about("the request body"));
+    throw DecisionError(413, "json_too_large", e.path(), e.about("the request body"));
   } catch (const nlohmann::json::exception& e) {
     throw invalid(std::string("the request body is not valid JSON: ") + e.what());
   }

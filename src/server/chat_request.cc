@@ -2,23 +2,11 @@
 
 #include <fmt/format.h>
 
-#include "base/exact_json.h"
-#include "base/json_depth.h"
 #include "server/errors.h"
 #include "server/system_messages.h"
 
 namespace duet::server {
 namespace {
-
-
-// A JSON text read as Python's json.loads reads it (key order, exact integers), or a discarded value.
-Json parse_json_or_discarded(const std::string& text) {
-  try {
-    return parse_exact_json(text);
-  } catch (const nlohmann::ordered_json::exception&) {
-    return Json(Json::value_t::discarded);
-  }
-}
 
 // content: a string, null, or an array of {"type": "text", "text": ...} parts (joined).
 std::string message_content(const Json& message, const std::string& name, IgnoredFields& unknown) {
@@ -63,15 +51,13 @@ std::vector<tokenizer::ToolCall> message_tool_calls(const Json& message, const s
     auto arguments = function->find("arguments");
     if (arguments != function->end() && !arguments->is_null()) {
       // OpenAI sends arguments as a JSON string; accept an object too.
-      Json value = *arguments;
-      if (arguments->is_string()) {
-        const std::string& text = arguments->get_ref<const std::string&>();
-        if (!json_nesting_within(text))
-          refuse_field(call_name + ".function.arguments", fmt::format("nests deeper than {} levels", kMaxJsonDepth));
-        value = text.empty() ? Json::object() : parse_json_or_discarded(text);
-      }
-      if (!value.is_object()) refuse_field(call_name + ".function.arguments", "expected a JSON object (as a string)");
-      parsed.arguments = std::move(value);
+      const std::string param = call_name + ".function.arguments";
+      if (arguments->is_string())
+        parsed.arguments = parse_arguments_text(arguments->get_ref<const std::string&>(), param);
+      else if (arguments->is_object())
+        parsed.arguments = *arguments;
+      else
+        refuse_field(param, "expected a JSON object (as a string)");
     }
     calls.push_back(std::move(parsed));
   }

@@ -27,6 +27,14 @@ constexpr auto kTick = std::chrono::seconds(1);  // stall checks and stream keep
 // After the last answer on a connection, how long its client may take to close before we do. Closing with the
 // client's bytes unread would reset the connection and could destroy the answer before the client reads it.
 constexpr auto kLinger = std::chrono::seconds(2);
+// Bodies of this size or more are parsed on the large-body workers: parsing is linear, but an 8 MiB body still takes
+// about a tenth of a second, and a few of them must not queue every small request behind them.
+constexpr size_t kLargeBody = 256u << 10;
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 HttpResponse run_route(const RouteTable::Route& route, const HttpRequest& request) {
   return response_of([&] { return route.handler(request); }, request.method + " " + route.path);
@@ -99,6 +107,14 @@ void Connection::close() {
   asio::post(socket_.get_executor(), [self = shared_from_this()] { self->close_now(); });
 }
 
+bool Connection::evict(int64_t since) {
+  if (since == 0 || !idle_since_.compare_exchange_strong(since, 0, std::memory_order_relaxed)) return false;
+  log_debug("closing the connection of {}, idle the longest, to make room for a new one (--max-connections)",
+            client_address_);
+  close();
+  return true;
+}
+
 void Connection::detach_from_engine() {
   if (!generation_) return;
   generation_->set_listener(nullptr);
@@ -115,7 +131,9 @@ void Connection::start_request() {
   framing_ = {};
   generation_.reset();
   response_ended_ = false;
+  body_lease_.release();
   if (input_.size() == 0) input_.shrink_to_fit();  // an idle connection holds no buffer
+  idle_since_.store(steady_ns(), std::memory_order_relaxed);
   arm(Deadline::idle);
   process_input();
 }
@@ -125,6 +143,7 @@ void Connection::process_input() {
     if (!reader_) {
       if (input_.size() == 0) break;
       reader_.emplace(shared_.limits);
+      idle_since_.store(0, std::memory_order_relaxed);
       access_ = AccessRecord{};
       access_->client = client_address_;
       request_started_ = Clock::now();
@@ -145,6 +164,7 @@ void Connection::process_input() {
           error_response(ApiError(400, "the request could not be read", "", "bad_request")));
       return;
     }
+    if (reader_->state() != RequestReader::State::header && !hold_body(reader_->body_bytes())) return;
     switch (reader_->state()) {
       case RequestReader::State::header_done:
         if (!judge_header()) return;
@@ -198,12 +218,27 @@ bool Connection::judge_header() {
       answer(*verdict.refusal);
     return false;
   }
+  body_lease_ = BodyBudget::Lease(shared_.bodies);
+  if (!hold_body(reader_->content_length().value_or(0))) return false;  // a declared length: before a byte is read
   reader_->read_body();
   if (reader_->state() == RequestReader::State::body) {
     arm(Deadline::body);  // from the end of the header to the end of the body, in total
     if (reader_->expects_continue()) send(std::string(kContinue));
   }
   return true;
+}
+
+bool Connection::hold_body(size_t bytes) {
+  if (body_lease_.hold(bytes)) return true;
+  ApiError error(503,
+                 fmt::format("the server holds {} bytes of request bodies, its limit (--max-buffered-body-bytes); "
+                             "retry later",
+                             shared_.bodies.in_use()),
+                 "", "server_busy");
+  error.retry_after_s = 1;
+  note_status(503);
+  answer_and_close(error_response(error));  // the body is left unread
+  return false;
 }
 
 void Connection::dispatch() {
@@ -217,8 +252,12 @@ void Connection::dispatch() {
     deliver(run_route(*route, request));
     return;
   }
-  asio::post(shared_.workers, [self = shared_from_this(), route, request = std::move(request)] {
+  auto& workers = request.body.size() >= kLargeBody ? shared_.large_workers : shared_.workers;
+  asio::post(workers, [self = shared_from_this(), route, request = std::move(request),
+                       lease = std::move(body_lease_)]() mutable {
     HttpResponse response = run_route(*route, request);
+    { HttpRequest done = std::move(request); }  // the body is freed before its bytes go back to the budget
+    lease.release();
     asio::post(self->socket_.get_executor(),
                [self, response = std::move(response)]() mutable { self->deliver(std::move(response)); });
   });
@@ -297,6 +336,7 @@ void Connection::answer(const HttpResponse& response) {
 
 void Connection::answer_and_close(const HttpResponse& response) {
   reader_.reset();
+  body_lease_.release();
   framing_.keep_alive = false;
   answer(response);
 }
@@ -431,6 +471,8 @@ void Connection::close_now() {
     generation_->cancel();
   }
   cancel_on_delivery_ = true;
+  idle_since_.store(0, std::memory_order_relaxed);
+  body_lease_.release();
   disarm();
   boost::system::error_code ec;
   socket_.close(ec);

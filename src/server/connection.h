@@ -22,6 +22,7 @@
 
 #include "server/access_log.h"
 #include "server/api_keys.h"
+#include "server/body_budget.h"
 #include "server/connection_registry.h"
 #include "server/generation.h"
 #include "server/http_limits.h"
@@ -39,7 +40,9 @@ struct ConnectionShared {
   const RouteTable& routes;
   const ApiKeys& keys;
   const HttpLimits& limits;
-  boost::asio::thread_pool& workers;  // POST handlers run here
+  boost::asio::thread_pool& workers;        // POST handlers run here
+  boost::asio::thread_pool& large_workers;  // and those of large bodies here, so that they never hold small ones
+  BodyBudget& bodies;                       // --max-buffered-body-bytes
   ConnectionRegistry<Connection>& registry;
   std::atomic<bool> shutting_down = false;
 };
@@ -63,6 +66,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Once no I/O thread runs any more: stop listening to the engine (its request is cancelled).
   void detach_from_engine();
 
+  // Since when (steady clock, ns) the connection waits for a request with none in progress; 0 while it has one.
+  int64_t idle_since() const { return idle_since_.load(std::memory_order_relaxed); }
+  // Closes the connection if it is still idle since `since` (the server needs its place); false if it is not.
+  bool evict(int64_t since);
+
  private:
   enum class Phase { reading, handling, sending, lingering, closed };
   enum class Deadline { idle, header, body, tick, linger };
@@ -71,6 +79,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void start_request();
   void process_input();
   bool judge_header();
+  // Holds `bytes` of body in the budget (--max-buffered-body-bytes); when they do not fit, answers 503 and closes.
+  bool hold_body(size_t bytes);
   void dispatch();
   void deliver(HttpResponse response);
   void listen_to_engine();
@@ -110,6 +120,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool waiting_readable_ = false;
   bool input_ended_ = false;  // the client closed (or half-closed) its side
   std::optional<RequestReader> reader_;
+  BodyBudget::Lease body_lease_;  // the request's body bytes, until its route is done with them
+  std::atomic<int64_t> idle_since_ = 0;
 
   // The request in progress.
   const RouteTable::Route* route_ = nullptr;

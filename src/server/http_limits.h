@@ -21,7 +21,13 @@ struct HttpLimits {
   // Bytes of one connection's response waiting for the client to take them: a stream past it is cut and its
   // request cancelled, so a client that stops reading holds no slot and no growing buffer.
   size_t max_unsent_bytes = 1u << 20;
-  int max_connections = 0;  // open connections; more are answered 503 and closed (0: see effective_max_connections)
+  // Request bodies all connections may hold at once; a body past it is answered 503 with Retry-After (0: see
+  // default_buffered_body_bytes in body_budget.h).
+  size_t max_buffered_body_bytes = 0;
+  // Open connections; at the limit the one idle the longest is closed for a new one, and when none is idle the new
+  // one is answered 503 and closed (0: see effective_max_connections).
+  int max_connections = 0;
+  int max_connections_per_client = 0;  // from one address; more are answered 429 and closed (0: no limit)
   std::chrono::seconds shutdown_grace{30};  // after SIGTERM, how long running requests may take to finish
 };
 

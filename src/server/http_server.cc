@@ -29,11 +29,22 @@ constexpr auto kAcceptRetry = std::chrono::milliseconds(50);
 
 unsigned io_threads() { return std::clamp(std::thread::hardware_concurrency(), 2u, 4u); }
 unsigned worker_threads() { return std::max(std::thread::hardware_concurrency(), 2u); }
+unsigned large_body_threads() { return std::max(std::thread::hardware_concurrency() / 4, 1u); }
 
 HttpResponse too_many_connections(int max_connections) {
   ApiError error(503,
                  fmt::format("the server has {} connections open (--max-connections); retry later", max_connections),
                  "", "too_many_connections");
+  error.retry_after_s = 1;
+  return error_response(error);
+}
+
+HttpResponse too_many_from_client(int max_per_client) {
+  ApiError error(429,
+                 fmt::format("this client has {} connections open (--max-connections-per-client); reuse them or "
+                             "retry later",
+                             max_per_client),
+                 "", "too_many_connections_from_client");
   error.retry_after_s = 1;
   return error_response(error);
 }
@@ -65,12 +76,16 @@ int effective_max_connections(int requested) {
 HttpServer::HttpServer(ServerContext& context)
     : context_(context),
       keys_(context.options.api_keys),
-      shared_{context, routes_, keys_, context.options.http, workers_, registry_},
+      bodies_(context.options.http.max_buffered_body_bytes != 0
+                  ? context.options.http.max_buffered_body_bytes
+                  : default_buffered_body_bytes(context.options.http.max_body_bytes)),
+      shared_{context, routes_, keys_, context.options.http, workers_, large_workers_, bodies_, registry_},
       strand_(asio::make_strand(io_)),
       acceptor_(strand_),
       accept_retry_(strand_),
       grace_timer_(strand_),
-      workers_(worker_threads()) {
+      workers_(worker_threads()),
+      large_workers_(large_body_threads()) {
   add_chat_route(routes_, context_);
   add_completions_route(routes_, context_);
   add_responses_route(routes_, context_);
@@ -86,6 +101,7 @@ HttpServer::HttpServer(ServerContext& context)
 HttpServer::~HttpServer() {
   registry_.on_empty(nullptr);  // connections destroyed with io_ must not post into it
   workers_.join();
+  large_workers_.join();
 }
 
 int HttpServer::bind() {
@@ -142,16 +158,27 @@ void HttpServer::on_accept(const boost::system::error_code& ec, tcp::socket sock
   // --max-unsent-bytes bound (on what waits above it) is ever reached. Half the bound (Linux doubles it).
   const size_t send_buffer = std::clamp<size_t>(context_.options.http.max_unsent_bytes / 2, 4096, size_t{4} << 20);
   socket.set_option(asio::socket_base::send_buffer_size(static_cast<int>(send_buffer)), option_error);
+  const auto peer = socket.remote_endpoint(option_error);
+  const std::string client = option_error ? std::string() : peer.address().to_string();
   auto connection = std::make_shared<Connection>(std::move(socket), shared_);
-  const size_t open = registry_.add(connection);
-  const auto max_connections = static_cast<size_t>(context_.options.http.max_connections);
-  if (open <= max_connections)
+  const auto count = registry_.add(connection, client);
+  const HttpLimits& limits = context_.options.http;
+  const auto per_client = static_cast<size_t>(limits.max_connections_per_client);
+  if (per_client > 0 && count.from_client > per_client)
+    refuse(connection, count.open, too_many_from_client(limits.max_connections_per_client));
+  else if (count.open <= static_cast<size_t>(limits.max_connections) || registry_.evict_oldest_idle())
     connection->start();
-  else if (open <= max_connections + kRefusalsInFlight)
-    connection->refuse(too_many_connections(context_.options.http.max_connections));
+  else
+    refuse(connection, count.open, too_many_connections(limits.max_connections));
+  accept();
+}
+
+// Answered for a moment while few are; past kRefusalsInFlight more, closed at once.
+void HttpServer::refuse(const std::shared_ptr<Connection>& connection, size_t open, HttpResponse response) {
+  if (open <= static_cast<size_t>(context_.options.http.max_connections) + kRefusalsInFlight)
+    connection->refuse(std::move(response));
   else
     connection->close();
-  accept();
 }
 
 void HttpServer::begin_stop() {

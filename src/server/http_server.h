@@ -1,7 +1,9 @@
 #pragma once
-// The HTTP/1.1 server: Boost.Beast's parser on Asio, one io_context run by a few threads, and a small pool of
-// workers for the routes that parse and tokenize. Connections are served by connection.h; this file accepts them
-// (up to --max-connections, answering 503 past it) and stops gracefully: on stop() it closes the listening socket,
+// The HTTP/1.1 server: Boost.Beast's parser on Asio, one io_context run by a few threads, and small pools of
+// workers for the routes that parse and tokenize (one of them for large bodies). Connections are served by
+// connection.h; this file accepts them (up to --max-connections: at the limit the connection idle the longest is
+// closed for the new one, and when none is idle the new one is answered 503; at most --max-connections-per-client
+// from one address, 429 past it) and stops gracefully: on stop() it closes the listening socket,
 // closes idle connections, answers new requests 503, lets running requests finish for --shutdown-grace seconds,
 // then cancels what still runs (streams end `cancelled` with [DONE]) and closes whatever is left a few seconds later.
 #include <boost/asio/io_context.hpp>
@@ -12,6 +14,7 @@
 #include <memory>
 
 #include "server/api_keys.h"
+#include "server/body_budget.h"
 #include "server/connection.h"
 #include "server/connection_registry.h"
 #include "server/route_table.h"
@@ -42,6 +45,7 @@ class HttpServer {
  private:
   void accept();
   void on_accept(const boost::system::error_code& ec, boost::asio::ip::tcp::socket socket);
+  void refuse(const std::shared_ptr<Connection>& connection, size_t open, HttpResponse response);
   void begin_stop();
   void on_grace_over();
   void check_stopped();
@@ -50,13 +54,15 @@ class HttpServer {
   RouteTable routes_;
   ApiKeys keys_;
   ConnectionRegistry<Connection> registry_;  // outlives io_, whose pending handlers may hold the last connections
+  BodyBudget bodies_;
   ConnectionShared shared_;
   boost::asio::io_context io_;
   boost::asio::strand<boost::asio::io_context::executor_type> strand_;  // accepting and stopping
   boost::asio::ip::tcp::acceptor acceptor_;
   boost::asio::steady_timer accept_retry_;
   boost::asio::steady_timer grace_timer_;
-  boost::asio::thread_pool workers_;  // destroyed (joined) first: its tasks post into io_
+  boost::asio::thread_pool workers_;        // destroyed (joined) first: their tasks post into io_
+  boost::asio::thread_pool large_workers_;  // (and a large body's lease into bodies_)
   bool stopping_ = false;
 };
 

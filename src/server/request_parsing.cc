@@ -8,7 +8,6 @@
 #include <span>
 
 #include "base/exact_json.h"
-#include "base/json_depth.h"
 #include "server/errors.h"
 
 namespace duet::server {
@@ -72,11 +71,14 @@ uint64_t random_seed() {
 
 Json parse_json_body(std::string_view body) {
   if (body.empty()) throw ApiError(400, "the request body is empty; expected a JSON object", "", "invalid_json");
-  if (!json_nesting_within(body))
-    throw ApiError(400, fmt::format("the request body nests deeper than {} levels", kMaxJsonDepth), "", "invalid_json");
   Json parsed;
   try {
     parsed = parse_exact_json(body);
+  } catch (const JsonLimitError& e) {
+    // Depth has always been part of "not a JSON object we read"; size limits are the body being too large.
+    if (e.limit() == JsonLimitError::Limit::depth)
+      throw ApiError(400, e.about("the request body"), e.path(), "invalid_json");
+    throw ApiError(413, e.about("the request body"), e.path(), "json_too_large");
   } catch (const Json::exception& e) {
     // A syntax error (nlohmann names the byte offset and what it expected) or a number beyond a double.
     throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what(), "", "invalid_json");
@@ -84,6 +86,20 @@ Json parse_json_body(std::string_view body) {
   if (!parsed.is_object())
     throw ApiError(400, fmt::format("the request body must be a JSON object, got {}", type_name(parsed)), "",
                    "invalid_json");
+  return parsed;
+}
+
+Json parse_arguments_text(const std::string& text, const std::string& param) {
+  if (text.empty()) return Json::object();
+  Json parsed;
+  try {
+    parsed = parse_exact_json(text);
+  } catch (const JsonLimitError& e) {
+    refuse_field(param, e.about("the JSON text"));
+  } catch (const Json::exception&) {
+    refuse_field(param, "expected a JSON object (as a string), got text that is not JSON");
+  }
+  if (!parsed.is_object()) refuse_field(param, "expected a JSON object (as a string)");
   return parsed;
 }
 

@@ -24,6 +24,10 @@ using Json = nlohmann::ordered_json;
 // reads it (key order kept, a repeated key at its first place with its last value). ApiError 400.
 Json parse_json_body(std::string_view body);
 
+// Tool-call arguments a client sends as a JSON string (OpenAI's shape), read like a body: an object (an empty string
+// is {}), keys in order, within the same limits; refused naming `param` otherwise.
+Json parse_arguments_text(const std::string& text, const std::string& param);
+
 // Every key of `body` whose value is not null and that is in neither `supported` nor `without_effect` (fields the
 // route documents as accepted without effect) goes to `unknown` as `path` + key. A null is absent.
 void check_known_fields(const Json& body, std::initializer_list<std::string_view> supported,

@@ -38,6 +38,19 @@ ApiError refusal(const boost::system::error_code& ec, const HttpLimits& limits) 
   return ApiError(400, fmt::format("the request could not be read: {}", ec.message()), "", "bad_request");
 }
 
+// The path a target names: an origin form's up to its query; an absolute form's (`http://host/path?q`, RFC 9112
+// 3.2.2) after its authority, `/` when it has none.
+std::string path_of(std::string_view target) {
+  for (std::string_view scheme : {"http://", "https://"}) {
+    if (target.size() < scheme.size() || !boost::beast::iequals(target.substr(0, scheme.size()), scheme)) continue;
+    const std::string_view rest = target.substr(scheme.size());
+    const size_t path = rest.find_first_of("/?#");
+    if (path == std::string_view::npos || rest[path] != '/') return "/";
+    return std::string(rest.substr(path, rest.find_first_of("?#", path) - path));
+  }
+  return std::string(target.substr(0, target.find('?')));
+}
+
 }  // namespace
 
 struct RequestReader::Parser {
@@ -105,9 +118,14 @@ void RequestReader::on_header() {
                      "request_header_too_large");
     head_.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
   }
+  // RFC 9112 3.2: exactly one Host on HTTP/1.1, at most one before it.
+  const size_t hosts = req.count(http::field::host);
+  if (hosts > 1 || (hosts == 0 && req.version() >= 11))
+    throw ApiError(400, fmt::format("a request has one Host header (HTTP/1.1 needs it); this one has {}", hosts), "",
+                   "invalid_host");
   head_.method = std::string(req.method_string());
   head_.target = std::string(req.target());
-  head_.path = head_.target.substr(0, head_.target.find('?'));
+  head_.path = path_of(head_.target);
 }
 
 void RequestReader::check_trailer_fields() const {
@@ -146,6 +164,11 @@ bool RequestReader::expects_continue() const {
 }
 
 bool RequestReader::http_1_0() const { return parser_->parser.get().version() < 11; }
+
+size_t RequestReader::body_bytes() const {
+  const std::string& body = parser_->parser.get().body();
+  return body.empty() ? 0 : body.capacity();  // an empty string's capacity is its inline buffer, no allocation
+}
 
 HttpRequest RequestReader::take_request() {
   head_.body = std::move(parser_->parser.get().body());

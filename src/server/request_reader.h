@@ -45,6 +45,10 @@ class RequestReader {
   bool expects_continue() const;  // `Expect: 100-continue` on HTTP/1.1
   bool http_1_0() const;
 
+  // Bytes held for the body so far: its buffer's capacity (the declared length, or what a chunked body grew to) once
+  // a byte of it arrived.
+  size_t body_bytes() const;
+
   // Once complete: the request with its body.
   HttpRequest take_request();
 

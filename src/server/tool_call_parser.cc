@@ -60,7 +60,7 @@ Json typed_value(const std::string& value, const Json* parameters, const std::st
 }
 
 std::optional<ParsedToolCall> parse_json_call(std::string_view block) {
-  if (!json_nesting_within(block)) return std::nullopt;  // the arguments string inside counts too
+  if (!json_nesting_within(block)) return std::nullopt;
   Json parsed = Json::parse(block, nullptr, /*allow_exceptions=*/false);
   if (!parsed.is_object()) return std::nullopt;
   auto name = parsed.find("name");
@@ -68,7 +68,10 @@ std::optional<ParsedToolCall> parse_json_call(std::string_view block) {
   ParsedToolCall call{name->get<std::string>(), Json::object()};
   if (auto arguments = parsed.find("arguments"); arguments != parsed.end()) {
     if (arguments->is_string()) {
-      Json inner = Json::parse(arguments->get<std::string>(), nullptr, false);
+      // The block's check cannot see inside this string: its own nesting is checked before it is parsed.
+      const std::string& text = arguments->get_ref<const std::string&>();
+      if (!json_nesting_within(text)) return std::nullopt;
+      Json inner = Json::parse(text, nullptr, false);
       if (!inner.is_object()) return std::nullopt;
       call.arguments = inner;
     } else if (arguments->is_object()) {

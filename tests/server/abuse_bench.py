@@ -8,11 +8,17 @@ Starts `duet serve` on the demo model, then runs, one after another:
   load   C keep-alive clients sending chat and completion requests (a quarter streamed) back to back for S seconds,
          then the same with a new connection per request: every request must be answered 200 or 429 (503 is
          counted apart), none lost, every 200 complete (a whole JSON answer, or a stream ending in [DONE]).
+  keys   objects of 25k / 50k / 100k keys on /v1/chat/completions (refused while read: time to the answer), then
+         chat latency alone and beside 4 clients sending 3 MB bodies of a million values to /tokenize back to back.
+  bodies N slow uploads of 7.9 MB (all but the last byte sent, then held) against --max-buffered-body-bytes:
+         how many are held and how many refused 503, and resident memory before, while held, after they close.
+  takeover one client opens --max-connections idle sockets (reopening any that close), while fresh clients probe
+         /health and chat: how many of them fail.
 Resident memory (duet_process_resident_bytes) before, during and after each. The fuzz at 100,000 bodies per route
 is the ctest binary with DUET_FUZZ_BODIES=100000 (see docs/benchmarks.md).
 
 Usage: tests/server/abuse_bench.py [--duet build/src/cli/duet] [--idle 10000] [--slowloris 1000] [--hold-seconds 60]
-                                   [--clients 256] [--load-seconds 60]
+                                   [--clients 256] [--load-seconds 60] [--uploads 256] [--phases hold,load,keys,...]
 Exits non-zero when any request was lost or answered wrongly, or /health p99 is 50 ms or more.
 """
 import argparse
@@ -33,10 +39,14 @@ CHAT = {"messages": [{"role": "user", "content": "Say something."}], "max_tokens
 COMPLETION = {"prompt": "Once upon a time", "max_tokens": 16, "ignore_eos": True}
 
 
+def max_connections(args):
+    return args.idle + args.slowloris + args.clients + 500
+
+
 def start_server(args):
     command = [args.duet, "serve", os.path.join(ROOT, "models/demo"), "--port", "0", "--parallel", "16",
-               "--queue-limit", "64", "--max-connections", str(args.idle + args.slowloris + args.clients + 500),
-               "--idle-timeout", "3600", "--no-thinking"]
+               "--queue-limit", "64", "--max-connections", str(max_connections(args)),
+               "--idle-timeout", "3600", "--no-thinking", "--max-buffered-body-bytes", str(args.body_budget)]
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=open("/tmp/abuse_bench_serve.log", "w"),
                               text=True)
     line = server.stdout.readline()
@@ -137,7 +147,7 @@ async def slowloris(port, stop, counts):
     while not stop.is_set():
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(b"GET /health HTTP/1.1\r\n")
+            writer.write(b"GET /health HTTP/1.1\r\nHost: a\r\n")
             line = 0
             answer = b""
             while not stop.is_set():
@@ -278,6 +288,131 @@ async def load_phase(args, port, keep_alive):
     return tally["lost"] == 0 and tally["other"] == 0 and tally["incomplete"] == 0 and tally["200"] > 0
 
 
+async def post_timed(port, path, data):
+    """One POST on a fresh connection; (status, seconds to the whole answer)."""
+    started = time.monotonic()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 24)
+    writer.write(f"POST {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\nContent-Length: {len(data)}\r\n\r\n"
+                 .encode() + data)
+    status, _, _ = await read_response(reader)
+    writer.close()
+    return status, time.monotonic() - started
+
+
+async def keys_phase(args, port):
+    print("keys: objects of many keys, and large bodies beside chat", flush=True)
+    ok = True
+    for keys in (25000, 50000, 100000):
+        body = json.dumps({"messages": [{"role": "user", "content": "hi"}],
+                           "x": {f"k{i}": i for i in range(keys)}}).encode()
+        status, seconds = await post_timed(port, "/v1/chat/completions", body)
+        print(f"  {keys} keys ({len(body) / 1e6:.1f} MB): {status} in {seconds * 1000:.1f} ms", flush=True)
+        ok = ok and status == 413
+    chat = json.dumps(dict(CHAT, max_tokens=1)).encode()
+    alone = [(await post_timed(port, "/v1/chat/completions", chat))[1] for _ in range(20)]
+    big = json.dumps({"x": [0] * 999990}).encode()  # parsed whole, then refused (no prompt): the parse is the work
+    stop, parsed = asyncio.Event(), []
+
+    async def big_client():
+        while not stop.is_set():
+            parsed.append(await post_timed(port, "/tokenize", big))
+    tasks = [asyncio.create_task(big_client()) for _ in range(4)]
+    await asyncio.sleep(0.5)
+    beside = [(await post_timed(port, "/v1/chat/completions", chat))[1] for _ in range(20)]
+    stop.set()
+    await asyncio.gather(*tasks)
+    print(f"  chat (1 token) alone: p50 {percentile(alone, 50) * 1000:.1f} ms, max {max(alone) * 1000:.1f} ms; beside 4 "
+          f"clients of {len(big) / 1e6:.1f} MB bodies ({len(parsed)} sent, each answered in p50 "
+          f"{percentile([p[1] for p in parsed], 50) * 1000:.0f} ms): p50 {percentile(beside, 50) * 1000:.1f} ms, "
+          f"max {max(beside) * 1000:.1f} ms", flush=True)
+    return ok
+
+
+async def bodies_phase(args, port):
+    size = 7900000
+    print(f"bodies: {args.uploads} slow uploads of {size / 1e6:.1f} MB, --max-buffered-body-bytes "
+          f"{args.body_budget}", flush=True)
+    before = resident_mb(port)
+    writers, refused = [], 0
+    body = b'{"x": "' + b"a" * (size - 9) + b'"}'
+    for _ in range(args.uploads):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(f"POST /tokenize HTTP/1.1\r\nHost: a\r\nContent-Length: {size}\r\n\r\n".encode())
+        writers.append((reader, writer))
+    await asyncio.sleep(0.5)
+    held = []
+    for reader, writer in writers:
+        try:
+            answer = await asyncio.wait_for(reader.read(64), 0.01)
+        except asyncio.TimeoutError:
+            answer = b""
+        if answer:
+            refused += answer.startswith(b"HTTP/1.1 503")
+            writer.close()
+        else:
+            writer.write(body[:-1])
+            held.append(writer)
+    for writer in held:
+        try:
+            await writer.drain()
+        except OSError:
+            pass
+    await asyncio.sleep(2)
+    during = resident_mb(port)
+    for writer in held:
+        writer.close()
+    await asyncio.sleep(3)
+    after = resident_mb(port)
+    print(f"  {len(held)} held, {refused} refused 503 before a byte of their body was read", flush=True)
+    print(f"  resident memory: before {before:.1f} MB, while held {during:.1f} MB, after {after:.1f} MB", flush=True)
+    return after - before < 100
+
+
+async def takeover_phase(args, port):
+    cap = max_connections(args)
+    print(f"takeover: one client holds {cap} idle connections (reopened when closed)", flush=True)
+    stop, held = asyncio.Event(), []
+
+    async def hog():
+        while not stop.is_set():
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                held.append(writer)
+                await reader.read(1)  # returns when the server closes it
+                writer.close()
+            except OSError:
+                await asyncio.sleep(0.1)
+    tasks = []
+    for i in range(cap):
+        tasks.append(asyncio.create_task(hog()))
+        if i % 500 == 499:
+            await asyncio.sleep(0.05)
+    await asyncio.sleep(2)
+    loop = asyncio.get_running_loop()
+    health_failed = 0
+    for _ in range(110):
+        try:
+            status, _ = await loop.run_in_executor(None, http_get, port, "/health")
+            health_failed += status != 200
+        except OSError:
+            health_failed += 1
+    chat_failed = 0
+    for _ in range(28):
+        try:
+            status, _ = await post_timed(port, "/v1/chat/completions", json.dumps(dict(CHAT, max_tokens=2)).encode())
+            chat_failed += status != 200
+        except (OSError, asyncio.IncompleteReadError):
+            chat_failed += 1
+    stop.set()
+    for writer in held:
+        writer.close()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    print(f"  /health: {health_failed} of 110 failed; chat: {chat_failed} of 28 failed", flush=True)
+    return health_failed == 0 and chat_failed == 0
+
+
 async def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duet", default=os.path.join(ROOT, "build/src/cli/duet"))
@@ -286,6 +421,9 @@ async def main():
     parser.add_argument("--hold-seconds", type=float, default=60)
     parser.add_argument("--clients", type=int, default=256)
     parser.add_argument("--load-seconds", type=float, default=60)
+    parser.add_argument("--uploads", type=int, default=256)
+    parser.add_argument("--body-budget", type=int, default=512 << 20, help="--max-buffered-body-bytes of the server")
+    parser.add_argument("--phases", default="hold,load,keys,bodies,takeover")
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the server inherits it too
@@ -295,9 +433,19 @@ async def main():
     server, port = start_server(args)
     try:
         print(f"duet serve on port {port}, pid {server.pid}; resident memory at start {resident_mb(port):.1f} MB")
-        ok = await hold_phase(args, port)
-        ok = await load_phase(args, port, keep_alive=True) and ok
-        ok = await load_phase(args, port, keep_alive=False) and ok
+        phases = args.phases.split(",")
+        ok = True
+        if "hold" in phases:
+            ok = await hold_phase(args, port) and ok
+        if "load" in phases:
+            ok = await load_phase(args, port, keep_alive=True) and ok
+            ok = await load_phase(args, port, keep_alive=False) and ok
+        if "keys" in phases:
+            ok = await keys_phase(args, port) and ok
+        if "bodies" in phases:
+            ok = await bodies_phase(args, port) and ok
+        if "takeover" in phases:
+            ok = await takeover_phase(args, port) and ok
         print(f"server alive: {server.poll() is None}; resident memory at the end {resident_mb(port):.1f} MB")
         ok = ok and server.poll() is None
     finally:

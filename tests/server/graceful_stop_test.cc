@@ -56,7 +56,7 @@ TEST(GracefulStop, RunningRequestsFinishNewOnesGet503AndTheProcessExits) {
   EXPECT_EQ(status_of(refused), 503) << refused;
   EXPECT_NE(refused.find("server_shutting_down"), std::string::npos) << refused;
   RawClient newcomer(server.port());
-  EXPECT_FALSE(newcomer.connected() && newcomer.send("GET /health HTTP/1.1\r\n\r\n") &&
+  EXPECT_FALSE(newcomer.connected() && newcomer.send("GET /health HTTP/1.1\r\nHost: a\r\n\r\n") &&
                status_of(newcomer.read(seconds(2), "}")) == 200)
       << "a new connection after the signal should not be served";
 

@@ -1,6 +1,7 @@
 // Reproduction 3 of the HTTP hardening issue, and the connection limits: slowloris and idle connections held while
 // /health and chat are answered, deadlines that are totals (not per byte), the idle keep-alive timeout,
-// --max-connections with a clean 503, and keep-alive clients that all get an answer.
+// --max-connections with a clean 503 (or, with idle connections open, the oldest of them closed for the new one),
+// --max-connections-per-client, and keep-alive clients that all get an answer.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -95,11 +96,16 @@ TEST(HttpConnections, IdleAndBodyDeadlinesClose) {
   EXPECT_NE(answer.find("--body-timeout"), std::string::npos) << answer;
 }
 
+// At the limit, connections that are all busy (each in the middle of its header): nobody can be closed for the new
+// one, so it is answered 503.
 TEST(HttpConnections, PastMaxConnectionsTheAnswerIs503) {
   if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
   ServerProcess server({"--max-connections", "20"});
   std::vector<std::unique_ptr<RawClient>> held;
-  for (int i = 0; i < 20; ++i) held.push_back(std::make_unique<RawClient>(server.port()));
+  for (int i = 0; i < 20; ++i) {
+    held.push_back(std::make_unique<RawClient>(server.port()));
+    held.back()->send("GET /health HTTP/1.1\r\n");
+  }
   std::this_thread::sleep_for(milliseconds(200));  // the server has accepted them all
   RawClient over(server.port());
   over.send("GET /health HTTP/1.1\r\nHost: a\r\n\r\n");
@@ -108,7 +114,7 @@ TEST(HttpConnections, PastMaxConnectionsTheAnswerIs503) {
   EXPECT_NE(answer.find("too_many_connections"), std::string::npos) << answer;
   EXPECT_NE(answer.find("Retry-After: 1"), std::string::npos) << answer;
   // The held connections are served, and once some close there is room again.
-  held.front()->send("GET /health HTTP/1.1\r\nHost: a\r\n\r\n");
+  held.front()->send("Host: a\r\n\r\n");
   EXPECT_EQ(status_of(held.front()->read(seconds(5), "}")), 200);
   held.resize(10);
   std::this_thread::sleep_for(milliseconds(200));
@@ -116,6 +122,66 @@ TEST(HttpConnections, PastMaxConnectionsTheAnswerIs503) {
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
   EXPECT_GE(server.metric("duet_http_connections_refused_total").value_or(0), 1);
+}
+
+// Was (issue 24, 5): one client holding every connection idle kept new clients out. At the limit the connection idle
+// the longest is closed for the new one; busy ones and younger idle ones stay.
+TEST(HttpConnections, AtTheLimitTheOldestIdleConnectionMakesRoom) {
+  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  ServerProcess server({"--max-connections", "6"});
+  std::vector<std::unique_ptr<RawClient>> idle;
+  for (int i = 0; i < 4; ++i) {
+    idle.push_back(std::make_unique<RawClient>(server.port()));
+    std::this_thread::sleep_for(milliseconds(50));  // accepted in this order: idle[0] is the oldest
+  }
+  RawClient busy(server.port());
+  busy.send("GET /health HTTP/1.1\r\n");  // in the middle of a header: not idle
+  RawClient kept_alive(server.port());       // idle again after an answer: idle since then, the youngest
+  kept_alive.send("GET /health HTTP/1.1\r\nHost: a\r\n\r\n");
+  ASSERT_EQ(status_of(kept_alive.read(seconds(5), "}")), 200);
+  std::this_thread::sleep_for(milliseconds(100));
+
+  std::vector<std::unique_ptr<RawClient>> newcomers;  // kept open: each takes the place of one idle connection
+  for (int newcomer = 0; newcomer < 2; ++newcomer) {
+    newcomers.push_back(std::make_unique<RawClient>(server.port()));
+    newcomers.back()->send("GET /health HTTP/1.1\r\nHost: a\r\n\r\n");
+    std::string answer = newcomers.back()->read(seconds(5), "}");
+    EXPECT_EQ(status_of(answer), 200) << "newcomer " << newcomer << ": " << answer;
+    // The oldest idle one was closed: it reads the end at once, without a byte.
+    EXPECT_EQ(idle[newcomer]->read(seconds(2)), "");
+    EXPECT_TRUE(idle[newcomer]->closed) << "idle connection " << newcomer << " should have made room";
+  }
+  // The controls: the younger idle ones, the busy one and the kept-alive one are still open and served.
+  for (RawClient* open : {idle[2].get(), idle[3].get(), &kept_alive}) {
+    open->send("GET /health HTTP/1.1\r\nHost: a\r\n\r\n");
+    EXPECT_EQ(status_of(open->read(seconds(5), "}")), 200);
+  }
+  busy.send("Host: a\r\n\r\n");
+  EXPECT_EQ(status_of(busy.read(seconds(5), "}")), 200);
+}
+
+// --max-connections-per-client: one address past its share is answered 429; its other connections and, once one
+// closes, a new one of its are served.
+TEST(HttpConnections, OneClientGetsItsShareOfConnections) {
+  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  ServerProcess server({"--max-connections-per-client", "3"});
+  std::vector<std::unique_ptr<RawClient>> held;
+  for (int i = 0; i < 3; ++i) held.push_back(std::make_unique<RawClient>(server.port()));
+  std::this_thread::sleep_for(milliseconds(200));
+  RawClient over(server.port());
+  over.send("GET /health HTTP/1.1\r\nHost: a\r\n\r\n");
+  std::string answer = over.read(seconds(5), "}");
+  EXPECT_EQ(status_of(answer), 429) << answer;
+  EXPECT_NE(answer.find("too_many_connections_from_client"), std::string::npos) << answer;
+  EXPECT_NE(answer.find("Retry-After: 1"), std::string::npos) << answer;
+  held[0]->send("GET /health HTTP/1.1\r\nHost: a\r\n\r\n");
+  EXPECT_EQ(status_of(held[0]->read(seconds(5), "}")), 200);
+  held.pop_back();
+  over.close();  // until its client closes, a refused connection lingers (and counts)
+  std::this_thread::sleep_for(milliseconds(200));
+  RawClient again(server.port());  // the control: under the share again
+  again.send("GET /health HTTP/1.1\r\nHost: a\r\n\r\n");
+  EXPECT_EQ(status_of(again.read(seconds(5), "}")), 200);
 }
 
 // Was: with keep-alive clients, 168 of 256 got no answer in 60 s. Here 64 keep-alive clients, 2 slots and a queue

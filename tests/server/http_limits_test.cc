@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "raw_http.h"
 #include "server_process.h"
@@ -183,6 +184,70 @@ TEST_F(HttpLimits, CurlDataOver8KbIsAccepted) {
     EXPECT_TRUE(result.output.ends_with(" 200")) << filler << ": " << result.output.substr(0, 300);
     EXPECT_NE(result.output.find("\"text_completion\""), std::string::npos);
   }
+}
+
+// Was (issue 24, 6): no Host, or two, accepted on HTTP/1.1; an absolute-form target answered 404.
+TEST_F(HttpLimits, HostIsRequiredOnceAndAbsoluteTargetsAreRouted) {
+  auto answer_to = [&](const std::string& request) {
+    RawClient client(server_->port());
+    client.send(request);
+    return client.read(kAnswer, "}");
+  };
+  std::string answer = answer_to("GET /health HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(status_of(answer), 400) << answer;
+  EXPECT_EQ(body_of(answer)["error"]["code"], "invalid_host");
+  EXPECT_EQ(status_of(answer_to("GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n")), 400);
+  answer = answer_to("GET http://a/health HTTP/1.1\r\nHost: a\r\n\r\n");
+  EXPECT_EQ(status_of(answer), 200) << answer;
+  EXPECT_NE(answer.find("\"status\":\"ok\""), std::string::npos) << answer;
+  EXPECT_EQ(status_of(answer_to("GET /health HTTP/1.0\r\n\r\n")), 200);  // the control: HTTP/1.0 needs no Host
+}
+
+// Was (issue 24, 3): every connection could hold --max-body-bytes, with no total; 256 slow uploads held 2 GB. Past
+// --max-buffered-body-bytes a body is answered 503 with Retry-After before it is read (a declared length) or as soon
+// as it passes the budget (chunked); the bytes come back when the bodies holding them are done.
+TEST(HttpBodyBudget, BodiesPastTheBudgetAre503AndTheBudgetComesBack) {
+  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  ServerProcess server({"--max-body-bytes", "1048576", "--max-buffered-body-bytes", "2097152", "--context", "256"});
+  const std::string post = "POST /tokenize HTTP/1.1\r\nHost: a\r\n";
+  const std::string megabyte = "Content-Length: 1048576\r\n\r\n";
+  // Two slow uploads hold the whole budget, a few bytes sent each.
+  std::vector<std::unique_ptr<RawClient>> slow;
+  for (int i = 0; i < 2; ++i) {
+    slow.push_back(std::make_unique<RawClient>(server.port()));
+    slow.back()->send(post + megabyte + "{\"x\": \"");
+  }
+  std::this_thread::sleep_for(milliseconds(300));
+  RawClient third(server.port());
+  third.send(post + megabyte);
+  std::string answer = third.read(kAnswer, "}");
+  EXPECT_EQ(status_of(answer), 503) << answer;
+  EXPECT_EQ(body_of(answer)["error"]["code"], "server_busy");
+  EXPECT_NE(answer.find("Retry-After: 1"), std::string::npos) << answer;
+  EXPECT_NE(body_of(answer)["error"]["message"].get<std::string>().find("--max-buffered-body-bytes"),
+            std::string::npos);
+  Flood chunked = flood_until_answered(server.port(), post + "Transfer-Encoding: chunked\r\n\r\n",
+                                       "1000\r\n" + std::string(0x1000, 'x') + "\r\n", size_t{64} << 20);
+  EXPECT_EQ(status_of(chunked.answer), 503) << chunked.answer;
+  // Refused at its first bytes; what was sent meanwhile sits in loopback's socket buffers (a few MB).
+  EXPECT_LT(chunked.sent, size_t{16} << 20) << "a chunked body should be cut as soon as it passes the budget";
+  // Requests without a body are not held up.
+  RawClient health(server.port());
+  health.send("GET /health HTTP/1.1\r\nHost: a\r\n\r\n");
+  EXPECT_EQ(status_of(health.read(kAnswer, "}")), 200);
+
+  // One slow upload ends: its megabyte is back, and a body that size is read again (the control). The bodies lack
+  // the prompt, so the route answers 400 naming it: they were read and parsed.
+  slow[0]->send(std::string(1048576 - 9, 'a') + "\"}");
+  answer = slow[0]->read(kAnswer, "}");
+  EXPECT_EQ(status_of(answer), 400) << answer.substr(0, 300);
+  EXPECT_EQ(body_of(answer)["error"]["param"], "prompt") << answer.substr(0, 300);
+  RawClient fits(server.port());
+  fits.send(post + megabyte + "{\"x\": \"" + std::string(1048576 - 9, 'b') + "\"}");
+  answer = fits.read(kAnswer, "}");
+  EXPECT_EQ(status_of(answer), 400) << answer.substr(0, 300);
+  EXPECT_EQ(body_of(answer)["error"]["param"], "prompt") << answer.substr(0, 300);
+  ASSERT_TRUE(server.alive()) << server.log_path();
 }
 
 }  // namespace

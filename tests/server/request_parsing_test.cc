@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "api_error_of.h"
+#include "base/exact_json.h"
 #include "server/chat_request.h"
 #include "server/errors.h"
 #include "server/sse.h"
@@ -24,6 +25,20 @@ TEST(ParseJsonBody, RefusesWhatIsNotAJsonObject) {
   EXPECT_EQ(error_of([] { parse_json_body("\"\xff\""); }).code(), "invalid_json");
   EXPECT_EQ(error_of([] { parse_json_body(std::string(100, '[') + std::string(100, ']')); }).code(), "invalid_json");
   EXPECT_NO_THROW(parse_json_body(R"({"a": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["})"));
+}
+
+// Was (issue 24, 2): objects of many keys parsed in quadratic time, and only then checked. Now the body is refused
+// while it is read, naming the limit and where it was passed.
+TEST(ParseJsonBody, ManyKeysAreRefusedByNameWhileReading) {
+  std::string keys;
+  for (size_t i = 0; i <= kMaxJsonObjectKeys; ++i) keys.append(i ? ",\"" : "\"").append(std::to_string(i)).append("\":1");
+  const ApiError error = error_of([&] { parse_json_body(R"({"messages": [{"role": "user", "x": {)" + keys + "}}]}"); });
+  EXPECT_EQ(error.status(), 413);
+  EXPECT_EQ(error.code(), "json_too_large");
+  EXPECT_EQ(error.param(), "messages[0].x");
+  EXPECT_NE(std::string(error.what()).find("more than 10000 keys in one object"), std::string::npos) << error.what();
+  keys.erase(keys.rfind(','));  // the control: at the limit it is read
+  EXPECT_NO_THROW(parse_json_body("{\"x\": {" + keys + "}}"));
 }
 
 TEST(ParseSampling, ReadsEveryField) {

@@ -56,7 +56,7 @@ TEST(RequestReader, ReadsARequestByteByByteAndStopsAtItsEnd) {
 
 TEST(RequestReader, StopsAfterTheHeaderUntilTheBodyIsAccepted) {
   RequestReader reader(small_limits());
-  const std::string head = "POST /x HTTP/1.1\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n";
+  const std::string head = "POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n";
   EXPECT_EQ(reader.feed(head + "abc"), head.size());
   EXPECT_EQ(reader.state(), RequestReader::State::header_done);
   EXPECT_TRUE(reader.expects_continue());
@@ -68,13 +68,13 @@ TEST(RequestReader, StopsAfterTheHeaderUntilTheBodyIsAccepted) {
 
 TEST(RequestReader, JoinsAChunkedBodyAndCountsItAgainstTheLimit) {
   RequestReader reader(small_limits());
-  read_all(reader, "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+  read_all(reader, "POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
   ASSERT_EQ(reader.state(), RequestReader::State::complete);
   EXPECT_TRUE(reader.chunked());
   EXPECT_EQ(reader.take_request().body, "hello world");
 
   // 101 bytes in chunks of 10: refused while reading, naming the flag.
-  std::string chunked = "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+  std::string chunked = "POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
   for (int i = 0; i < 11; ++i) chunked += "a\r\n0123456789\r\n";
   RequestReader over(small_limits());
   ApiError error = error_of([&] { read_all(over, chunked, 7); });
@@ -85,21 +85,21 @@ TEST(RequestReader, JoinsAChunkedBodyAndCountsItAgainstTheLimit) {
 
 TEST(RequestReader, HeaderBytesAndLinesAreLimited) {
   RequestReader big(small_limits());
-  std::string head = "GET /health HTTP/1.1\r\nX-Big: " + std::string(4000, 'a');
+  std::string head = "GET /health HTTP/1.1\r\nHost: a\r\nX-Big: " + std::string(4000, 'a');
   ApiError bytes = error_of([&] { big.feed(head); });
   EXPECT_EQ(bytes.status(), 431);
   EXPECT_NE(std::string(bytes.what()).find("--max-header-bytes"), std::string::npos) << bytes.what();
 
   RequestReader many(small_limits());
-  std::string lines = "GET /health HTTP/1.1\r\n";
-  for (int i = 0; i < 9; ++i) lines += "X-" + std::to_string(i) + ": 1\r\n";
+  std::string lines = "GET /health HTTP/1.1\r\nHost: a\r\n";
+  for (int i = 0; i < 8; ++i) lines += "X-" + std::to_string(i) + ": 1\r\n";
   ApiError count = error_of([&] { many.feed(lines + "\r\n"); });
   EXPECT_EQ(count.status(), 431);
   EXPECT_NE(std::string(count.what()).find("more than 8 header lines"), std::string::npos) << count.what();
 
   RequestReader eight(small_limits());  // the control: eight lines are allowed
-  lines = "GET /health HTTP/1.1\r\n";
-  for (int i = 0; i < 8; ++i) lines += "X-" + std::to_string(i) + ": 1\r\n";
+  lines = "GET /health HTTP/1.1\r\nHost: a\r\n";
+  for (int i = 0; i < 7; ++i) lines += "X-" + std::to_string(i) + ": 1\r\n";
   eight.feed(lines + "\r\n");
   EXPECT_EQ(eight.state(), RequestReader::State::header_done);
 }
@@ -108,21 +108,21 @@ TEST(RequestReader, HeaderBytesAndLinesAreLimited) {
 TEST(RequestReader, TrailersAreHeldToTheHeaderLimitsAndNeverThrowPastThem) {
   HttpLimits roomy = small_limits();
   roomy.max_header_bytes = 1 << 20;
-  const std::string chunked = "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\n";
+  const std::string chunked = "POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\n";
   RequestReader huge(roomy);
   EXPECT_EQ(error_of([&] { read_all(huge, chunked + "X-T: " + std::string(70000, 't') + "\r\n\r\n"); }).status(), 431);
 
   RequestReader header(roomy);
-  EXPECT_EQ(error_of([&] { header.feed("GET / HTTP/1.1\r\nX-H: " + std::string(70000, 'h') + "\r\n\r\n"); }).status(),
+  EXPECT_EQ(error_of([&] { header.feed("GET / HTTP/1.1\r\nHost: a\r\nX-H: " + std::string(70000, 'h') + "\r\n\r\n"); }).status(),
             431);
 
   RequestReader long_trailer(small_limits());  // 2048 bytes of header limit, a 3000-byte trailer still arriving
   EXPECT_EQ(error_of([&] { read_all(long_trailer, chunked + "X-T: " + std::string(3000, 't'), 100); }).code(),
             "request_header_too_large");
 
-  RequestReader many(small_limits());  // 8 lines allowed: one header line and eight trailer lines are nine
+  RequestReader many(small_limits());  // 8 lines allowed: two header lines and seven trailer lines are nine
   std::string lines;
-  for (int i = 0; i < 8; ++i) lines += "X-" + std::to_string(i) + ": 1\r\n";
+  for (int i = 0; i < 7; ++i) lines += "X-" + std::to_string(i) + ": 1\r\n";
   EXPECT_EQ(error_of([&] { read_all(many, chunked + lines + "\r\n"); }).status(), 431);
 
   RequestReader fine(small_limits());  // the control
@@ -141,12 +141,12 @@ TEST(RequestReader, SizesThatConflictOrAreNotNumbersAre400) {
   };
   for (const auto& [headers, code] : cases) {
     RequestReader reader(small_limits());
-    ApiError error = error_of([&] { reader.feed("POST /x HTTP/1.1\r\n" + headers + "\r\nhello"); });
+    ApiError error = error_of([&] { reader.feed("POST /x HTTP/1.1\r\nHost: a\r\n" + headers + "\r\nhello"); });
     EXPECT_EQ(error.status(), 400) << headers;
     EXPECT_EQ(error.code(), code) << headers;
   }
   RequestReader same(small_limits());  // equal repeated values are one size (RFC 9110 8.6)
-  same.feed("POST /x HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n");
+  same.feed("POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n");
   EXPECT_EQ(same.content_length(), 5u);
 }
 
@@ -154,11 +154,46 @@ TEST(RequestReader, GarbageIs400AndEmptyLinesBeforeARequestAreSkipped) {
   RequestReader garbage(small_limits());
   EXPECT_EQ(error_of([&] { garbage.feed("\x16\x03\x01 hello\r\n\r\n"); }).code(), "bad_request");
   RequestReader lines(small_limits());
-  lines.feed("\r\n\r\nGET /health HTTP/1.1\r\n\r\n");
+  lines.feed("\r\n\r\nGET /health HTTP/1.1\r\nHost: a\r\n\r\n");
   EXPECT_EQ(lines.state(), RequestReader::State::header_done);
   RequestReader blank(small_limits());
   blank.feed("\r\n");
   EXPECT_FALSE(blank.started());
+}
+
+// RFC 9112 3.2: an HTTP/1.1 request without a Host header, or any request with two, is 400.
+TEST(RequestReader, HostIsRequiredOnceOnHttp11) {
+  auto host_error = [](const std::string& head) {
+    RequestReader reader(small_limits());
+    return error_of([&] { reader.feed(head + "\r\n"); });
+  };
+  EXPECT_EQ(host_error("GET /health HTTP/1.1\r\n").code(), "invalid_host");
+  EXPECT_EQ(host_error("GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n").status(), 400);
+  EXPECT_EQ(host_error("GET /health HTTP/1.0\r\nHost: a\r\nhost: a\r\n").code(), "invalid_host");
+  for (const char* fine : {"GET /health HTTP/1.1\r\nHost: a\r\n\r\n", "GET /health HTTP/1.0\r\n\r\n"}) {
+    RequestReader reader(small_limits());  // the controls: one Host, and HTTP/1.0 without one
+    reader.feed(fine);
+    EXPECT_EQ(reader.state(), RequestReader::State::header_done) << fine;
+  }
+}
+
+// RFC 9112 3.2.2: a server accepts the absolute form of a target (what a client sends to a proxy) and routes it
+// by its path.
+TEST(RequestReader, AbsoluteFormTargetsAreRoutedByTheirPath) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"http://x/health", "/health"},
+      {"HTTPS://x:8080/v1/models?a=/b", "/v1/models"},
+      {"http://x", "/"},
+      {"http://x?q=1", "/"},
+      {"/http://x/health", "/http://x/health"},  // the control: an origin form that only looks like a URL
+  };
+  for (const auto& [target, path] : cases) {
+    RequestReader reader(small_limits());
+    reader.feed("GET " + target + " HTTP/1.1\r\nHost: x\r\n\r\n");
+    ASSERT_EQ(reader.state(), RequestReader::State::header_done) << target;
+    EXPECT_EQ(reader.head().path, path) << target;
+    EXPECT_EQ(reader.head().target, target);
+  }
 }
 
 // The gate's order: shutting down, key, encoding, framing, route, length, size.

@@ -39,7 +39,7 @@ TEST(ResponsesRequest, InputItemsBecomeTurns) {
   EXPECT_EQ(m[1].content, "Weather in Oslo?");
   EXPECT_EQ(m[2].role, "assistant");  // both calls in one assistant turn
   ASSERT_EQ(m[2].tool_calls.size(), 2u);
-  EXPECT_EQ(m[2].tool_calls[0].arguments, "{\"z\": 1, \"a\": 2}");  // the template parses it, keeping the order
+  EXPECT_EQ(m[2].tool_calls[0].arguments.dump(), R"({"z":1,"a":2})");  // parsed here, in the client's order
   EXPECT_EQ(m[3].role, "tool");
   EXPECT_EQ(m[4].content, "noon");
   EXPECT_EQ(m[5].content, "4 C at noon.");
@@ -93,6 +93,12 @@ TEST(ResponsesRequest, StateAndUnsupportedFeaturesAreRefusedByName) {
   EXPECT_EQ(param_of(R"({"input": "x", "text": {"format": {"type": "json_schema"}}})"), "text.format.schema");
   EXPECT_EQ(param_of(R"({"input": "x", "tool_choice": "required"})"), "tool_choice");
   EXPECT_EQ(param_of(R"({"model": "demo"})"), "input");
+  // Was (issue 24, 6): arguments nested too deep were refused naming the chat message they became.
+  const std::string deep = std::string(100, '[') + std::string(100, ']');
+  EXPECT_EQ(param_of(R"({"input": [{"role": "user", "content": "x"}, {"type": "function_call", "name": "f",
+                "arguments": "{\"a\": )" + deep + R"(}"}]})"),
+            "input[1].arguments");
+  EXPECT_EQ(param_of(R"({"input": [{"type": "function_call", "name": "f", "arguments": "[1]"}]})"), "input[0].arguments");
   // Nulls and store: false are absent.
   EXPECT_EQ(parse(R"({"input": "x", "store": false, "previous_response_id": null, "metadata": null})").messages.size(),
             1u);

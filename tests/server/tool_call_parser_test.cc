@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "base/json_depth.h"
+
 namespace duet::server {
 namespace {
 
@@ -43,6 +45,26 @@ TEST(ToolCallParser, RefusesGarbage) {
   EXPECT_FALSE(parse_tool_call_block("<function=>\n</function>", kTools));
   EXPECT_FALSE(parse_tool_call_block("{\"arguments\": {}}", kTools));
   EXPECT_FALSE(parse_tool_call_block("<function=f", kTools));
+}
+
+// The JSON form's `arguments` may be a string holding JSON: that string is parsed too, so its nesting counts against
+// the same limit as the block's own (brackets inside a string are invisible to the block's check).
+std::string call_with_string_arguments(int depth) {
+  const std::string inner = std::string(depth - 1, '[') + std::string(depth - 1, ']');
+  const std::string arguments = "{\"x\": " + inner + "}";
+  return Json{{"name", "get_weather"}, {"arguments", arguments}}.dump();
+}
+
+TEST(ToolCallParser, StringArgumentsWithinTheDepthLimitParse) {
+  auto call = parse_tool_call_block(call_with_string_arguments(kMaxJsonDepth), kTools);
+  ASSERT_TRUE(call);  // the control: exactly at the limit is a call
+  EXPECT_TRUE(call->arguments["x"].is_array());
+}
+
+TEST(ToolCallParser, StringArgumentsDeeperThanTheLimitAreNotACall) {
+  EXPECT_FALSE(parse_tool_call_block(call_with_string_arguments(kMaxJsonDepth + 1), kTools));
+  // Deep enough to overflow the stack of any recursive walk over the parsed value (copy, dump, destroy).
+  EXPECT_FALSE(parse_tool_call_block(call_with_string_arguments(60000), kTools));
 }
 
 TEST(ChatOutput, SplitsReasoningContentAndCalls) {

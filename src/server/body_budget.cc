@@ -1,0 +1,66 @@
+#include "server/body_budget.h"
+
+#include <malloc.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+namespace duet::server {
+namespace {
+
+// Bodies past this many bytes at once, once all are freed, are worth a malloc_trim: the parsed JSON of many small
+// nodes is freed into the allocator's arenas, which keep it unless asked to return it.
+constexpr size_t kTrimAfter = 64u << 20;
+constexpr size_t kDefaultCeiling = size_t{4} << 30;
+
+}  // namespace
+
+BodyBudget::Lease& BodyBudget::Lease::operator=(Lease&& other) noexcept {
+  if (this != &other) {
+    release();
+    budget_ = other.budget_;
+    bytes_ = other.bytes_;
+    other.bytes_ = 0;
+  }
+  return *this;
+}
+
+bool BodyBudget::Lease::hold(size_t bytes) {
+  if (budget_ == nullptr || bytes <= bytes_) return true;
+  if (!budget_->take(bytes - bytes_)) return false;
+  bytes_ = bytes;
+  return true;
+}
+
+void BodyBudget::Lease::release() {
+  if (budget_ != nullptr && bytes_ > 0) budget_->give_back(bytes_);
+  bytes_ = 0;
+}
+
+bool BodyBudget::take(size_t bytes) {
+  size_t used = in_use_.load(std::memory_order_relaxed);
+  do {
+    if (bytes > limit_ - std::min(used, limit_)) return false;
+  } while (!in_use_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+  size_t peak = peak_since_trim_.load(std::memory_order_relaxed);
+  while (used + bytes > peak && !peak_since_trim_.compare_exchange_weak(peak, used + bytes, std::memory_order_relaxed)) {
+  }
+  return true;
+}
+
+void BodyBudget::give_back(size_t bytes) {
+  const size_t left = in_use_.fetch_sub(bytes, std::memory_order_relaxed) - bytes;
+  // The burst is over: hand its memory back (one caller does it; a new burst meanwhile only makes it less useful).
+  if (left == 0 && peak_since_trim_.load(std::memory_order_relaxed) >= kTrimAfter &&
+      peak_since_trim_.exchange(0, std::memory_order_relaxed) >= kTrimAfter)
+    malloc_trim(0);
+}
+
+size_t default_buffered_body_bytes(size_t max_body_bytes) {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  const size_t memory = pages > 0 && page_size > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page_size) : 0;
+  return std::max(std::min(memory / 8, kDefaultCeiling), max_body_bytes);
+}
+
+}  // namespace duet::server

@@ -1,0 +1,53 @@
+#pragma once
+// One budget for the request bodies all connections hold at once (--max-buffered-body-bytes). Each connection may
+// read up to --max-body-bytes, and there may be thousands of connections: without a total, slow uploads alone could
+// hold connections x max body bytes. A connection takes its body's bytes before it reads them (a declared length) or
+// as they arrive (chunked); a body that does not fit is answered 503 with Retry-After, and the bytes come back when
+// its request is done. When the last large burst is over, freed memory is handed back to the system.
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace duet::server {
+
+class BodyBudget {
+ public:
+  explicit BodyBudget(size_t limit) : limit_(limit) {}
+  BodyBudget(const BodyBudget&) = delete;
+  BodyBudget& operator=(const BodyBudget&) = delete;
+
+  size_t limit() const { return limit_; }
+  size_t in_use() const { return in_use_.load(std::memory_order_relaxed); }
+
+  // What one request holds; movable, given back when destroyed.
+  class Lease {
+   public:
+    Lease() = default;
+    explicit Lease(BodyBudget& budget) : budget_(&budget) {}
+    Lease(Lease&& other) noexcept : budget_(other.budget_), bytes_(other.bytes_) { other.bytes_ = 0; }
+    Lease& operator=(Lease&& other) noexcept;
+    ~Lease() { release(); }
+
+    // Holds `bytes` in all (more, or the same); false, holding what it held, when the budget has no room for them.
+    bool hold(size_t bytes);
+    void release();
+    size_t bytes() const { return bytes_; }
+
+   private:
+    BodyBudget* budget_ = nullptr;
+    size_t bytes_ = 0;
+  };
+
+ private:
+  bool take(size_t bytes);
+  void give_back(size_t bytes);
+
+  const size_t limit_;
+  std::atomic<size_t> in_use_ = 0;
+  std::atomic<size_t> peak_since_trim_ = 0;  // the most held since freed memory was last handed back
+};
+
+// --max-buffered-body-bytes 0: an eighth of the machine's memory, at most 4 GiB, and never below one body.
+size_t default_buffered_body_bytes(size_t max_body_bytes);
+
+}  // namespace duet::server
