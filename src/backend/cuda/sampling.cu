@@ -1,4 +1,4 @@
-// Token sampling on the device (sampling.h): the CPU sampler's token (src/engine/sampler.cc) without copying logits.
+// Token sampling on the device (sampling.h): the CPU sampler's token (src/backend/cpu/sampler.cc) without copying logits.
 //
 // Layout. A cluster of kCluster blocks of 512 threads per row; a grid of at most kMaxSlots clusters walks the rows,
 // each cluster with its own scratch slot: s[vocab] (the scaled logits) and list[vocab] (ids in candidate order, for the
@@ -229,7 +229,7 @@ __device__ __forceinline__ double candidate_weight(float s, double top, double m
   return w;
 }
 
-// ---- the draw: engine/seeded_draw.h, ported (integer mixing; the conversion of a 53-bit integer is exact)
+// ---- the draw: backend/seeded_draw.h, ported (integer mixing; the conversion of a 53-bit integer is exact)
 __device__ __forceinline__ uint64_t mix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;

@@ -1,5 +1,5 @@
 #pragma once
-// Token sampling on the device with the CPU sampler's semantics (src/engine/sampler.h), so that a decode step copies
+// Token sampling on the device with the CPU sampler's semantics (src/backend/cpu/sampler.h), so that a decode step copies
 // back a few bytes per row instead of [rows, vocab] logits. For the same logits, parameters, token counts and
 // position, launch_sample picks the token engine::sample_token picks, and reports the same raw logprob and top
 // logprobs (log_softmax of the unpenalized logits, ties to the lowest id).
