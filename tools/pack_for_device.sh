@@ -55,8 +55,9 @@ done
 cat > "$out/run_gpu_tests.sh" <<'EOF'
 #!/usr/bin/env bash
 # Runs every CUDA test (cuda_*) packed here with the libraries packed beside them, then prints a summary.
-# The tests find their fixtures through DUET_TESTS_DIR, compiled in as the build machine's path; here the repository
-# is elsewhere, so DUET_TESTS_DIR_OVERRIDE points them at this checkout's tests/ (device/ sits at the repo root).
+# The tests find their fixtures through tests_dir() (tests/tests_dir.h): the build machine's path compiled in, unless
+# DUET_TESTS_DIR_OVERRIDE says otherwise; here the repository is elsewhere, so it points them at this checkout's
+# tests/ (device/ sits at the repo root).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "../tests_dir.h"
 #include "base/error.h"
 #include "model/qwen35_config.h"
 
@@ -11,7 +12,7 @@ namespace duet::model {
 namespace {
 
 std::string fixture_config(const std::string& name) {
-  return (std::filesystem::path(DUET_TESTS_DIR) / "fixtures" / "models" / name / "config.json").string();
+  return (std::filesystem::path(::duet::testing::tests_dir()) / "fixtures" / "models" / name / "config.json").string();
 }
 
 TEST(Qwen35Config, ReadsTheNestedMultimodalConfig) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../tests_dir.h"
 #include "base/bf16.h"
 
 namespace duet::testing {
@@ -27,7 +28,7 @@ class DamagedCopy {
     folder_ = fs::temp_directory_path() / (std::string("duet_damaged_") + info->test_suite_name() + "_" + info->name() +
                                            "_" + std::to_string(copies++));
     fs::remove_all(folder_);
-    fs::copy(fs::path(DUET_TESTS_DIR) / "fixtures" / "models" / fixture, folder_);
+    fs::copy(fs::path(tests_dir()) / "fixtures" / "models" / fixture, folder_);
   }
   ~DamagedCopy() { fs::remove_all(folder_); }
   std::string folder() const { return folder_.string(); }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../tests_dir.h"
 #include "checkpoint/adapter_format.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors_writer.h"
@@ -19,7 +20,7 @@ namespace duet::testing {
 namespace fs = std::filesystem;
 
 inline std::string fixture(const std::string& relative) {
-  return (fs::path(DUET_TESTS_DIR) / "fixtures" / relative).string();
+  return (fs::path(tests_dir()) / "fixtures" / relative).string();
 }
 inline std::string tiny_base_dir() { return fixture("models/tiny-mm-clef"); }
 inline std::string tiny_merged_dir() { return fixture("models/tiny-mm-clef-merged"); }

@@ -14,13 +14,14 @@
 #include <string>
 #include <vector>
 
+#include "../tests_dir.h"
 #include "checkpoint/checkpoint.h"
 #include "decision/encoder.h"
 
 namespace duet::testing {
 
 inline std::string tests_path(const std::string& relative) {
-  return (std::filesystem::path(DUET_TESTS_DIR) / relative).string();
+  return (std::filesystem::path(tests_dir()) / relative).string();
 }
 inline std::string demo_dir() { return tests_path("../models/demo"); }
 inline std::string tiny_clef_dir() { return tests_path("fixtures/models/tiny-mm-clef"); }

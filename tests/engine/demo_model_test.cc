@@ -10,6 +10,7 @@
 #include <span>
 #include <thread>
 
+#include "../tests_dir.h"
 #include "engine/engine.h"
 #include "engine_harness.h"
 #include "model/model.h"
@@ -21,7 +22,7 @@ namespace {
 using testing::drain;
 using testing::Outcome;
 
-const std::string kDemoDir = std::string(DUET_TESTS_DIR) + "/../models/demo";
+const std::string kDemoDir = ::duet::testing::tests_dir() + "/../models/demo";
 
 class DemoModel : public ::testing::Test {
  protected:

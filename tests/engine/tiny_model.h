@@ -6,13 +6,14 @@
 #include <filesystem>
 #include <string>
 
+#include "../tests_dir.h"
 #include "model/model.h"
 
 namespace duet::engine::testing {
 
 class TinyModelTest : public ::testing::Test {
  protected:
-  static inline const std::string kModelDir = std::string(DUET_TESTS_DIR) + "/fixtures/models/tiny-text";
+  static inline const std::string kModelDir = ::duet::testing::tests_dir() + "/fixtures/models/tiny-text";
 
   static void SetUpTestSuite() {
     if (std::filesystem::exists(kModelDir + "/config.json")) model_ = model::Model::load(kModelDir).release();

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../run_command.h"
+#include "../tests_dir.h"
 #include "tokenizer/tokenizer.h"
 
 namespace duet::testing {
@@ -25,7 +26,7 @@ struct CorpusEntry {
   std::vector<std::string> valid, invalid, unwritten;
 };
 
-inline const std::string kTestsDir = DUET_TESTS_DIR;
+inline const std::string kTestsDir = tests_dir();
 
 // schemas.jsonl by default; schemas_generated.jsonl (generate_schemas.py) holds schemas without examples.
 inline std::vector<CorpusEntry> load_corpus(const std::string& file = "schemas.jsonl") {

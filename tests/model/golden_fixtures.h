@@ -10,12 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "../tests_dir.h"
 #include "checkpoint/checkpoint.h"
 
 namespace duet::testing {
 
 inline std::string fixture_path(const std::string& relative) {
-  return (std::filesystem::path(DUET_TESTS_DIR) / "fixtures" / relative).string();
+  return (std::filesystem::path(tests_dir()) / "fixtures" / relative).string();
 }
 inline std::string model_fixture(const std::string& name) { return fixture_path("models/" + name); }
 inline std::string golden_fixture(const std::string& name, const std::string& dtype) {

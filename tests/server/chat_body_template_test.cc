@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../run_command.h"
+#include "../tests_dir.h"
 #include "base/error.h"
 #include "server/chat_request.h"
 #include "server/tool_choice.h"
@@ -17,7 +18,7 @@
 namespace duet::server {
 namespace {
 
-const std::string kTests = DUET_TESTS_DIR;
+const std::string kTests = ::duet::testing::tests_dir();
 const std::string kTemplate = kTests + "/../tools/qwen35_chat_template.jinja";
 const std::string kBodies = kTests + "/server/chat_bodies_key_order.jsonl";
 // tool_choice required / named function: the prompt ends with the forced start of the call (tool_choice.h).

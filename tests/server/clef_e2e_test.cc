@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "../tests_dir.h"
 #include "base/bf16.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors_writer.h"
@@ -70,7 +71,7 @@ void make_merged_demo(const fs::path& dir) {
 }
 
 std::vector<std::string> decision_bodies(size_t count) {
-  std::ifstream in(std::string(DUET_TESTS_DIR) + "/fixtures/decisions/demo.json");
+  std::ifstream in(tests_dir() + "/fixtures/decisions/demo.json");
   const Json goldens = Json::parse(in);
   std::vector<std::string> bodies;
   for (const Json& c : goldens.at("cases")) {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "../tests_dir.h"
 #include "server_process.h"
 
 namespace duet::testing {
@@ -35,9 +36,9 @@ class ClientsTest : public ::testing::Test {
   // Runs tests/server/clients/SCRIPT against the server; it must exit 0 and print its `ok` line.
   static void run_client(const std::string& script, const std::string& ok_line, const std::string& package,
                          const std::string& extra_args = "") {
-    if (!std::filesystem::exists(std::string(DUET_TESTS_DIR) + "/node_modules/" + package))
+    if (!std::filesystem::exists(tests_dir() + "/node_modules/" + package))
       FAIL() << package << " is not installed: run scripts/test-deps.sh";
-    auto result = run_command("node " + std::string(DUET_TESTS_DIR) + "/server/clients/" + script + " " +
+    auto result = run_command("node " + tests_dir() + "/server/clients/" + script + " " +
                               server_->url() + " " + kKey + " " + extra_args + " 2>&1");
     EXPECT_EQ(result.status, 0) << result.output;
     EXPECT_NE(result.output.find(ok_line), std::string::npos) << result.output;

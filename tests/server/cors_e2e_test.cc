@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "../tests_dir.h"
 #include "server_process.h"
 
 namespace duet::testing {
@@ -104,7 +105,7 @@ int free_port() {
 // whole and streamed; an unlisted origin is refused by the browser (tests/server/clients/browser_cors.mjs).
 TEST(CorsBrowser, ChromiumCallsDuetFromAnotherOrigin) {
   if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
-  const std::string tests = DUET_TESTS_DIR;
+  const std::string tests = tests_dir();
   if (!std::filesystem::exists(tests + "/node_modules/puppeteer-core"))
     FAIL() << "puppeteer-core is not installed: run scripts/test-deps.sh";
   if (!std::filesystem::exists("/usr/bin/chromium")) FAIL() << "chromium is not installed: run scripts/setup.sh";

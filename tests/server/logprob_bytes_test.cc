@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "../tests_dir.h"
 #include "server/generation.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
@@ -11,7 +12,7 @@
 namespace duet::server {
 namespace {
 
-const std::string kDemo = std::string(DUET_TESTS_DIR) + "/../models/demo";
+const std::string kDemo = ::duet::testing::tests_dir() + "/../models/demo";
 
 std::string bytes_of(const nlohmann::json& list) {
   std::string out;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../run_command.h"
+#include "../tests_dir.h"
 #include "server/responses_output.h"
 
 namespace duet::server {
@@ -159,7 +160,7 @@ TEST(ResponsesStream, AnEmptyReplyIsAnEmptyMessage) {
 // The official clients' stream readers (openai's responses.stream(), the AI SDK's streamText, LangChain's stream) fed
 // the scripted stream: each gets the reasoning and the text (tests/server/clients/replay_responses_stream.mjs).
 TEST(ResponsesStream, OfficialClientsReadReasoningAndText) {
-  const std::string tests = DUET_TESTS_DIR;
+  const std::string tests = ::duet::testing::tests_dir();
   for (const char* package : {"openai", "ai", "@langchain/openai"})
     if (!std::filesystem::exists(tests + "/node_modules/" + package))
       FAIL() << package << " is not installed: run scripts/test-deps.sh";

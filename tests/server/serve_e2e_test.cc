@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "../tests_dir.h"
 #include "server_process.h"
 
 namespace duet::testing {
@@ -297,11 +298,11 @@ TEST_F(ServeTest, ThirtyTwoConcurrentRequestsOfMixedLengthsAllFinish) {
 }
 
 TEST_F(ServeTest, OfficialOpenAiClient) {
-  std::string node_modules = std::string(DUET_TESTS_DIR) + "/node_modules/openai";
+  std::string node_modules = tests_dir() + "/node_modules/openai";
   if (!std::filesystem::exists(node_modules))
     FAIL() << "the openai npm package is not installed: run scripts/test-deps.sh";
   auto result =
-      run_command("node " + std::string(DUET_TESTS_DIR) + "/server/openai_client.mjs " + server_->url() + " 2>&1");
+      run_command("node " + tests_dir() + "/server/openai_client.mjs " + server_->url() + " 2>&1");
   EXPECT_EQ(result.status, 0) << result.output;
   EXPECT_NE(result.output.find("openai client: ok"), std::string::npos) << result.output;
 }

@@ -21,12 +21,13 @@
 #include <vector>
 
 #include "../run_command.h"
+#include "../tests_dir.h"
 
 extern char** environ;
 
 namespace duet::testing {
 
-inline std::string demo_model_dir() { return std::string(DUET_TESTS_DIR) + "/../models/demo"; }
+inline std::string demo_model_dir() { return tests_dir() + "/../models/demo"; }
 
 inline bool demo_model_available() {
   return std::filesystem::exists(demo_model_dir() + "/config.json") &&

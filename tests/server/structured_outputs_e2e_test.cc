@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "../tests_dir.h"
 #include "server_process.h"
 
 namespace duet::testing {
@@ -34,9 +35,9 @@ std::unique_ptr<ServerProcess> StructuredOutputsTest::server_;
 
 TEST_F(StructuredOutputsTest, OfficialClientsGetValidObjects) {
   for (const char* package : {"openai", "ai", "ajv-formats"})
-    if (!std::filesystem::exists(std::string(DUET_TESTS_DIR) + "/node_modules/" + package))
+    if (!std::filesystem::exists(tests_dir() + "/node_modules/" + package))
       FAIL() << package << " is not installed: run scripts/test-deps.sh";
-  const auto result = run_command("node " + std::string(DUET_TESTS_DIR) + "/server/clients/structured_outputs.mjs " +
+  const auto result = run_command("node " + tests_dir() + "/server/clients/structured_outputs.mjs " +
                                   server_->url() + " " + kKey + " 2>&1");
   EXPECT_EQ(result.status, 0) << result.output;
   EXPECT_NE(result.output.find("structured outputs: ok"), std::string::npos) << result.output;

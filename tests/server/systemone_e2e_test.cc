@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "../tests_dir.h"
 #include "server_process.h"
 
 namespace duet::testing {
@@ -20,7 +21,7 @@ using Json = nlohmann::json;
 
 const Json& goldens() {
   static const Json value = [] {
-    std::ifstream in(std::string(DUET_TESTS_DIR) + "/fixtures/decisions/demo.json");
+    std::ifstream in(tests_dir() + "/fixtures/decisions/demo.json");
     if (!in) throw std::runtime_error("missing fixture tests/fixtures/decisions/demo.json");
     return Json::parse(in);
   }();

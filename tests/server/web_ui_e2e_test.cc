@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <string>
 
+#include "../tests_dir.h"
 #include "server_process.h"
 
 namespace duet::testing {
@@ -30,7 +31,7 @@ TEST(WebUi, ServedWithoutAKeyAndOffWithNoUi) {
 
 TEST(WebUi, ChromiumChatsStopsAndDecides) {
   if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
-  const std::string tests = DUET_TESTS_DIR;
+  const std::string tests = tests_dir();
   if (!std::filesystem::exists(tests + "/node_modules/puppeteer-core"))
     FAIL() << "puppeteer-core is not installed: run scripts/test-deps.sh";
   if (!std::filesystem::exists("/usr/bin/chromium")) FAIL() << "chromium is not installed: run scripts/setup.sh";

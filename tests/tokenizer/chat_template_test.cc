@@ -14,12 +14,13 @@
 #include <sstream>
 
 #include "../run_command.h"
+#include "../tests_dir.h"
 #include "base/error.h"
 
 namespace duet::tokenizer {
 namespace {
 
-const std::string kTests = DUET_TESTS_DIR;
+const std::string kTests = ::duet::testing::tests_dir();
 const std::string kTemplate = kTests + "/../tools/qwen35_chat_template.jinja";
 const std::string kCases = kTests + "/tokenizer/chat_cases.json";
 

@@ -10,12 +10,13 @@
 #include <sstream>
 #include <string>
 
+#include "../tests_dir.h"
 #include "tokenizer/tokenizer.h"
 
 namespace duet::tokenizer {
 namespace {
 
-const std::string kTests = DUET_TESTS_DIR;
+const std::string kTests = ::duet::testing::tests_dir();
 
 struct Golden {
   std::string text;

