@@ -210,7 +210,7 @@ int64_t storage_elems(const AttentionDims& d, int storage_pages) {
 // as earlier steps would have left them (reference K after norm and RoPE, V as is).
 std::vector<bf16> initial_storage(const AttentionDims& d, const std::vector<StepPiece>& parts, const Norms& norms) {
   std::vector<bf16> kv(static_cast<size_t>(storage_elems(d, parts.at(0).seq->storage_pages)));
-  std::memset(kv.data(), 0xff, kv.size() * sizeof(bf16));
+  std::memset(static_cast<void*>(kv.data()), 0xff, kv.size() * sizeof(bf16));  // all bits set: NaN
   for (const StepPiece& part : parts) {
     const Sequence& s = *part.seq;
     for (int pos = 0; pos < part.start; ++pos) {

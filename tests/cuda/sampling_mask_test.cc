@@ -4,8 +4,6 @@
 // word allows nothing). Rows are independent: a masked row alone equals the same row among unmasked ones, and the
 // unmasked rows equal themselves without the masked one beside them. Planted control: the kernel run without its
 // masks must draw ids the masks forbid.
-#define FMT_USE_CONSTEXPR 1  // see sampling_kernels_test.cu
-
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
