@@ -8,8 +8,9 @@ build_dir=${1:-build}
 packages=(build-essential cmake ninja-build pkg-config git curl ca-certificates
   nlohmann-json3-dev libcpp-httplib-dev libboost1.81-dev libcli11-dev libfmt-dev libpcre2-dev libutf8proc-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev liblapacke-dev libopenblas-dev python3 python3-jinja2 nodejs npm
-  chromium clang libclang-rt-14-dev)  # chromium: the browser tests (headless, driven by puppeteer-core); clang and
-                                      # its libFuzzer runtime: scripts/fuzz.sh
+  clang-format chromium clang libclang-rt-14-dev)
+# clang-format: scripts/check-format.sh; chromium: the browser tests (headless, driven by puppeteer-core); clang and its
+# libFuzzer runtime: scripts/fuzz.sh.
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
