@@ -178,7 +178,7 @@ struct SampledRow {
 // step ends. Pieces are in row order.
 struct StepPlan {
   StateStorage* storage = nullptr;  // every piece's slot and pages; made by this backend (new_state_storage)
-  std::span<const int32_t> ids;  // [rows] token ids
+  std::span<const int32_t> ids;     // [rows] token ids
   std::span<const StepPiece> pieces;
   std::span<const int64_t> logit_rows;  // the rows lm_head computes logits for, ascending
   // The rows sample() picks a token for (in row order; a row repeats once for every further draw from it, each
@@ -277,7 +277,9 @@ class Backend {
   // output a fixed-order sum over its own row (any m gives a row the same bits). For the products of a decision
   // head, whose weights live on the host. Whether the backend offers it; products() is only called when it does.
   virtual bool has_host_products() const { return false; }
-  virtual void host_products(const float* x, int64_t m, const Weight& w, float* y) { (void)x, (void)m, (void)w, (void)y; }
+  virtual void host_products(const float* x, int64_t m, const Weight& w, float* y) {
+    (void)x, (void)m, (void)w, (void)y;
+  }
 };
 
 // The reference backend: fp32 arithmetic on the CPU, multithreaded over the global thread pool.

@@ -48,7 +48,7 @@ class ExactBuilder {
  private:
   struct Open {
     Json* value;
-    std::string name;                                // where it sits in its parent: `.key` or `[i]`
+    std::string name;                               // where it sits in its parent: `.key` or `[i]`
     std::unordered_map<std::string, size_t> index;  // an object past kScannedKeys: key -> its member's position
   };
 
@@ -71,8 +71,8 @@ class ExactBuilder {
       return slot;
     }
     if (members.size() >= limits_.max_object_keys)
-      fail(JsonLimitError::Limit::object_keys, fmt::format("has more than {} keys in one object", limits_.max_object_keys),
-           false);
+      fail(JsonLimitError::Limit::object_keys,
+           fmt::format("has more than {} keys in one object", limits_.max_object_keys), false);
     members.emplace_back(std::move(key_), std::move(value));
     if (!parent.index.empty() || members.size() > kScannedKeys) index(parent, members);
     return &members.back().second;

@@ -208,8 +208,8 @@ struct LevelRun {
 };
 
 // `level` streams, each sending its `reps` requests one after another on its own connection.
-LevelRun run_level(const BenchClient& client, const std::vector<Prompt>& prompts, int level, int reps, Sampling sampling,
-                   uint64_t seed) {
+LevelRun run_level(const BenchClient& client, const std::vector<Prompt>& prompts, int level, int reps,
+                   Sampling sampling, uint64_t seed) {
   LevelRun run{level, std::vector<RequestResult>(static_cast<size_t>(level * reps)), 0};
   auto start = Clock::now();
   std::vector<std::thread> streams;
@@ -367,7 +367,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--seed", flags->seed, "Base seed of seeded sampling (request i uses seed + i)")
       ->capture_default_str();
   cmd->add_option("--sampling", flags->sampling,
-                  "greedy, seeded, penalized (greedy with penalties and logit_bias), both (greedy and seeded) or all")->capture_default_str();
+                  "greedy, seeded, penalized (greedy with penalties and logit_bias), both (greedy and seeded) or all")
+      ->capture_default_str();
   cmd->add_flag("--alone", flags->alone, "Also run every request by itself and compare its tokens");
   cmd->add_flag("--serial", flags->serial, "Also run all requests one after another and compare their tokens");
   cmd->add_option("--prompts", flags->prompts_file, "Prompt sentences, one per line (default: built-in)");

@@ -204,8 +204,8 @@ int bench_decisions(const DecisionBenchOptions& options) {
         "length %d (bucket %s, up to %d tokens): alone p50 %.1f ms p95 %.1f ms (server: prefill p50 %.1f ms, head p50 "
         "%.1f ms); %d at once p50 %.1f ms p95 %.1f ms; %d equal, %d unequal, %d failed\n",
         target, bucket_of(tokens).c_str(), tokens, percentile(alone_s, 0.5) * 1e3, percentile(alone_s, 0.95) * 1e3,
-        percentile(prefill_ms, 0.5), percentile(head_ms, 0.5), options.concurrency, percentile(together_s, 0.5) * 1e3, percentile(together_s, 0.95) * 1e3, length_equal,
-        length_unequal, length_failed);
+        percentile(prefill_ms, 0.5), percentile(head_ms, 0.5), options.concurrency, percentile(together_s, 0.5) * 1e3,
+        percentile(together_s, 0.95) * 1e3, length_equal, length_unequal, length_failed);
     equal += length_equal;
     unequal += length_unequal;
     failed += length_failed;

@@ -385,7 +385,8 @@ struct Engine::Impl {
         specs[i] = sample_spec(sequence.sampling(), sequence.counts(), sequence.next_position(), sequence.allowed());
         pieces.back().sample = &specs[i];
         for (const Sequence* fork : forks[i])
-          fork_specs[i].push_back(sample_spec(fork->sampling(), fork->counts(), fork->next_position(), fork->allowed()));
+          fork_specs[i].push_back(
+              sample_spec(fork->sampling(), fork->counts(), fork->next_position(), fork->allowed()));
         for (const backend::SampleSpec& spec : fork_specs[i]) fork_spec_ptrs[i].push_back(&spec);
         pieces.back().fork_samples = fork_spec_ptrs[i];
       }
@@ -522,24 +523,24 @@ struct Engine::Impl {
     sequence.advance_prefill(count);
     if (!sequence.prefill_done()) return;
     const auto prefilled_at = std::chrono::steady_clock::now();
-    decision_workers.post(sequence.id(), [this, job, id = sequence.id(), prefilled_at,
-                                          prefill_s = sequence.seconds_since_submitted()] {
-      if (job->cancelled) return;  // nobody waits for this answer
-      DecisionDone done{id, {}, job->error, prefill_s};
-      if (done.error.empty()) {
-        try {
-          done.logits = job->sink->finish();
-        } catch (const std::exception& e) {
-          done.error = e.what();
-        }
-      }
-      done.head_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - prefilled_at).count();
-      {
-        std::lock_guard lock(mutex);
-        decisions_done.push_back(std::move(done));
-      }
-      wake.notify_all();
-    });
+    decision_workers.post(
+        sequence.id(), [this, job, id = sequence.id(), prefilled_at, prefill_s = sequence.seconds_since_submitted()] {
+          if (job->cancelled) return;  // nobody waits for this answer
+          DecisionDone done{id, {}, job->error, prefill_s};
+          if (done.error.empty()) {
+            try {
+              done.logits = job->sink->finish();
+            } catch (const std::exception& e) {
+              done.error = e.what();
+            }
+          }
+          done.head_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - prefilled_at).count();
+          {
+            std::lock_guard lock(mutex);
+            decisions_done.push_back(std::move(done));
+          }
+          wake.notify_all();
+        });
   }
 
   // Engine thread: whether a running decision has had all its rows and waits for its head's answer.

@@ -75,10 +75,10 @@ MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options) 
                                                                              sizeof(float);
   // Every slot's head memory M for a whole context, and each decision worker's running head: its attentions over M
   // hold up to three more [positions, width] matrices at once (a routing layer's normalized M, keys and values).
-  const size_t memory_rows = options.decision_bytes_per_position == 0
-                                 ? 0
-                                 : static_cast<size_t>(options.parallel) + 3 * static_cast<size_t>(
-                                                                               decision_worker_count(options));
+  const size_t memory_rows =
+      options.decision_bytes_per_position == 0
+          ? 0
+          : static_cast<size_t>(options.parallel) + 3 * static_cast<size_t>(decision_worker_count(options));
   plan.decision_bytes = options.decision_head_bytes +
                         memory_rows * static_cast<size_t>(options.context) * options.decision_bytes_per_position;
   plan.on_device = model.device_memory_bytes() != 0;

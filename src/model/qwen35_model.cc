@@ -161,8 +161,8 @@ std::unique_ptr<Model> Model::load(const std::string& model_dir, std::string_vie
   auto config = Qwen35Config::load((std::filesystem::path(model_dir) / "config.json").string());
   auto checkpoint = checkpoint::Checkpoint::open(model_dir);
   // The constructor binds (and so checks) every tensor before the backend sees any of them.
-  auto model = std::make_unique<Qwen35Model>(std::move(config), std::move(checkpoint), make_backend(backend_name),
-                                             adapter_dir);
+  auto model =
+      std::make_unique<Qwen35Model>(std::move(config), std::move(checkpoint), make_backend(backend_name), adapter_dir);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   log_info("loaded {} ({} layers, {:.1f} MB of weights) on the {} backend in {:.0f} ms", model_dir,
            model->config().num_hidden_layers, static_cast<double>(model->weight_bytes()) / 1e6, model->backend().name(),

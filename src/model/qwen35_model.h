@@ -35,8 +35,7 @@ class Qwen35Model final : public Model {
   size_t device_memory_bytes() const override { return backend_->device_memory_bytes(); }
   size_t workspace_bytes(int64_t rows) const override;
   void reserve_workspace(int64_t rows) override;
-  std::unique_ptr<backend::StateStorage> new_state_storage(int32_t slots, int64_t kv_pages,
-                                                           int64_t snapshots) override;
+  std::unique_ptr<backend::StateStorage> new_state_storage(int32_t slots, int64_t kv_pages, int64_t snapshots) override;
   std::vector<PieceResult> forward(backend::StateStorage& storage, std::span<const Piece> pieces) override;
   void lm_head_rows(std::span<const int32_t> ids, float* out) const override;
 

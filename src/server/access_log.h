@@ -1,7 +1,8 @@
 #pragma once
 // One line per answered request (the access log): route, status, tokens (prompt, completion, cached), time to
-// first token (a decision: its prefill and head times), total time, client address, and who the client says is asking (user, safety_identifier). As text
-// (key=value) or as one JSON object a line (--log-format json), on stderr with the rest of the log.
+// first token (a decision: its prefill and head times), total time, client address, and who the client says is asking
+// (user, safety_identifier). As text (key=value) or as one JSON object a line (--log-format json), on stderr with the
+// rest of the log.
 #include <optional>
 #include <string>
 

@@ -43,7 +43,8 @@ bool BodyBudget::take(size_t bytes) {
     if (bytes > limit_ - std::min(used, limit_)) return false;
   } while (!in_use_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
   size_t peak = peak_since_trim_.load(std::memory_order_relaxed);
-  while (used + bytes > peak && !peak_since_trim_.compare_exchange_weak(peak, used + bytes, std::memory_order_relaxed)) {
+  while (used + bytes > peak &&
+         !peak_since_trim_.compare_exchange_weak(peak, used + bytes, std::memory_order_relaxed)) {
   }
   return true;
 }

@@ -160,8 +160,7 @@ void Connection::process_input() {
       // Nothing a client sends may end the process: whatever else the reading throws closes this request alone.
       log_warn("reading a request from {} failed: {}", client_address_, error.what());
       note_status(400);
-      answer_and_close(
-          error_response(ApiError(400, "the request could not be read", "", "bad_request")));
+      answer_and_close(error_response(ApiError(400, "the request could not be read", "", "bad_request")));
       return;
     }
     if (reader_->state() != RequestReader::State::header && !hold_body(reader_->body_bytes())) return;

@@ -29,9 +29,9 @@ class CollectedBody final : public GenerationBody {
     res.headers.insert(res.headers.end(), headers.begin(), headers.end());
     // A decision says where its time went, in the standard Server-Timing header (milliseconds), as its log line does.
     if (const auto used = usage(); used && used->decision_prefill_s && used->decision_head_s)
-      res.headers.emplace_back("Server-Timing", fmt::format("prefill;dur={:.1f}, head;dur={:.1f}",
-                                                            *used->decision_prefill_s * 1e3,
-                                                            *used->decision_head_s * 1e3));
+      res.headers.emplace_back("Server-Timing",
+                               fmt::format("prefill;dur={:.1f}, head;dur={:.1f}", *used->decision_prefill_s * 1e3,
+                                           *used->decision_head_s * 1e3));
     return res;
   }
 

@@ -27,7 +27,7 @@ struct HttpLimits {
   // Open connections; at the limit the one idle the longest is closed for a new one, and when none is idle the new
   // one is answered 503 and closed (0: see effective_max_connections).
   int max_connections = 0;
-  int max_connections_per_client = 0;  // from one address; more are answered 429 and closed (0: no limit)
+  int max_connections_per_client = 0;       // from one address; more are answered 429 and closed (0: no limit)
   std::chrono::seconds shutdown_grace{30};  // after SIGTERM, how long running requests may take to finish
 };
 

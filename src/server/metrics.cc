@@ -1,11 +1,11 @@
 #include "server/metrics.h"
 
-#include "grammar/grammar_cache.h"
-
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <fstream>
+
+#include "grammar/grammar_cache.h"
 
 namespace duet::server {
 namespace {
@@ -94,7 +94,8 @@ std::string ServerMetrics::render(const engine::EngineStats& engine, const std::
   sample(out, "duet_prompt_tokens_total", engine.prompt_tokens_total, model);
   metric(out, "duet_generated_tokens_total", "counter", "Tokens generated.");
   sample(out, "duet_generated_tokens_total", engine.generated_tokens_total, model);
-  metric(out, "duet_engine_failed", "gauge", "1 once a device error stopped the engine (see /health); the server exits.");
+  metric(out, "duet_engine_failed", "gauge",
+         "1 once a device error stopped the engine (see /health); the server exits.");
   sample(out, "duet_engine_failed", engine.failure.empty() ? 0 : 1, model);
   metric(out, "duet_requests_running", "gauge", "Sequences holding a slot.");
   sample(out, "duet_requests_running", engine.running, model);

@@ -1,8 +1,8 @@
 #pragma once
 // Server-side counters for GET /metrics (HTTP responses by route and status, finish reasons, latency), rendered
 // together with the engine's own stats in Prometheus' text format.
-#include <cstdint>
 #include <atomic>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>

@@ -71,7 +71,8 @@ std::vector<int32_t> parse_prompt(const Json& body, const tokenizer::Tokenizer& 
 
 CompletionRequest parse_completion_request(const Json& body, const ServerContext& context) {
   CompletionRequest request;
-  check_generation_fields(body, {"prompt", "best_of", "echo", "suffix", "user", "response_format"}, {}, request.ignored);
+  check_generation_fields(body, {"prompt", "best_of", "echo", "suffix", "user", "response_format"}, {},
+                          request.ignored);
   check_model(body, context.options.served_model_name);
   if (read_bool(body, "echo", "echo").value_or(false)) refuse_field("echo", "echo is not supported");
   if (auto suffix = read_string(body, "suffix", "suffix"); suffix && !suffix->empty())

@@ -132,8 +132,7 @@ void RequestReader::check_trailer_fields() const {
   // A chunked body's trailer fields join the header's in the parsed message: the header line limit covers both.
   const auto& req = parser_->parser.get();
   if (static_cast<size_t>(std::distance(req.begin(), req.end())) > limits_.max_header_fields)
-    throw ApiError(431,
-                   fmt::format("the request has more than {} header and trailer lines", limits_.max_header_fields),
+    throw ApiError(431, fmt::format("the request has more than {} header and trailer lines", limits_.max_header_fields),
                    "", "request_header_too_large");
 }
 

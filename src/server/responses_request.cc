@@ -50,8 +50,8 @@ void add_input_item(std::vector<tokenizer::ChatMessage>& messages, const Json& i
     auto function_name = read_string(item, "name", name + ".name");
     if (!function_name || function_name->empty()) refuse_field(name + ".name", "missing");
     // Parsed here, so that a refusal names this item rather than the chat message it becomes.
-    Json arguments = parse_arguments_text(read_string(item, "arguments", name + ".arguments").value_or("{}"),
-                                          name + ".arguments");
+    Json arguments =
+        parse_arguments_text(read_string(item, "arguments", name + ".arguments").value_or("{}"), name + ".arguments");
     assistant_turn(messages).tool_calls.push_back({*function_name, std::move(arguments)});
   } else if (type == "function_call_output") {
     check_known_fields(item, {"type", "call_id", "output"}, {"id", "status"}, name + ".", unknown);

@@ -56,7 +56,6 @@ class BpeModel {
   // are dropped, as tokenizers does for a BPE without unk_token.
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
 
-
  private:
   void merge(std::string_view word, std::vector<int32_t>& out) const;
   void merge_long(std::vector<int32_t>& symbols) const;

@@ -57,7 +57,8 @@ int main(int argc, char** argv) {
       } catch (const duet::JsonLimitError& e) {
         outcome = e.about("refused:");
       }
-      best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+      best =
+          std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
     }
     if (outcome.size() > 80) outcome = outcome.substr(0, 80) + "...";
     std::printf("| %s | %zu | %.2f | %s |\n", shape.name.c_str(), shape.text.size(), best, outcome.c_str());

@@ -16,12 +16,16 @@ class OverrideScope {
  public:
   explicit OverrideScope(const std::optional<std::string>& value) {
     if (const char* old = getenv(kName)) saved_ = old;
-    if (value) setenv(kName, value->c_str(), 1);
-    else unsetenv(kName);
+    if (value)
+      setenv(kName, value->c_str(), 1);
+    else
+      unsetenv(kName);
   }
   ~OverrideScope() {
-    if (saved_) setenv(kName, saved_->c_str(), 1);
-    else unsetenv(kName);
+    if (saved_)
+      setenv(kName, saved_->c_str(), 1);
+    else
+      unsetenv(kName);
   }
 
  private:

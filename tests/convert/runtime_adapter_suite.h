@@ -201,8 +201,9 @@ TEST_F(RuntimeAdapter, DecisionsMatchTheMergedCheckpointWithinTheGate) {
   auto merged_cpu = Model::load(testing::tiny_merged_dir(), "cpu");
   const Gate floor = gate(*merged_, false, merged_cpu.get());
   const Gate exact = gate(*adapted_, true, merged_cpu.get());
-  std::printf("against the merged checkpoint in fp32: merged on cuda mean KL %.3g, top %.4f; adapter on cuda %.3g, %.4f\n",
-              floor.mean_kl, floor.top_agreement, exact.mean_kl, exact.top_agreement);
+  std::printf(
+      "against the merged checkpoint in fp32: merged on cuda mean KL %.3g, top %.4f; adapter on cuda %.3g, %.4f\n",
+      floor.mean_kl, floor.top_agreement, exact.mean_kl, exact.top_agreement);
   EXPECT_LE(exact.mean_kl, 2 * floor.mean_kl);
   EXPECT_GE(exact.top_agreement, floor.top_agreement - 0.01);
 }

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/kernels.h"
 #include "backend/cuda/delta_chunks.h"
+#include "backend/cuda/kernels.h"
 #include "cuda_test_util.h"
 
 namespace duet::backend::cuda {
@@ -452,8 +452,8 @@ TEST_P(GdnKernelsTest, DeltaRuleMatchesDoubleRecurrence) {
   DeviceDeltaInputs in_d(in);
   DeviceBuffer<float> out_d(static_cast<size_t>(rows) * value_width(d));
   out_d.poison();
-  launch_gdn_delta_rule(step.get(), kLayer, in_d.qkv.get(), in_d.beta.get(), in_d.g.get(), d, step.scratch(), out_d.get(),
-                        nullptr);
+  launch_gdn_delta_rule(step.get(), kLayer, in_d.qkv.get(), in_d.beta.get(), in_d.g.get(), d, step.scratch(),
+                        out_d.get(), nullptr);
   sync_ok();
   const std::vector<float> out = out_d.download();
 

@@ -255,7 +255,8 @@ TEST(Elementwise, AddRmsNormIsAddThenRmsNorm) {
       launch_add_rms_norm(x2.get() + offset, delta.get() + offset, c.rows, c.width, w, 1e-6f, c.one_plus,
                           out2.get() + offset, nullptr);
       sync();
-      const auto sum1 = floats_of(download(x1.get() + offset, count)), sum2 = floats_of(download(x2.get() + offset, count));
+      const auto sum1 = floats_of(download(x1.get() + offset, count)),
+                 sum2 = floats_of(download(x2.get() + offset, count));
       const auto norm1 = floats_of(download(out1.get() + offset, count));
       const auto norm2 = floats_of(download(out2.get() + offset, count));
       EXPECT_EQ(differing(sum2.data(), sum1.data(), count), 0u) << "the residual";
@@ -460,7 +461,8 @@ TEST(SkinnyGemmRows, EveryRowCountIsBatchInvariant) {
 // MLP's gate | up. The control: segments of another width than the weights' split must not match.
 TEST(SkinnyGemmSegments, FusedProjectionsKeepEveryBit) {
   DUET_REQUIRE_GPU();
-  for (const std::vector<int64_t>& widths : {std::vector<int64_t>{512, 256, 32, 32}, std::vector<int64_t>{1200, 1200}}) {
+  for (const std::vector<int64_t>& widths :
+       {std::vector<int64_t>{512, 256, 32, 32}, std::vector<int64_t>{1200, 1200}}) {
     const int64_t k = 1024;
     int64_t n = 0;
     for (int64_t wdt : widths) n += wdt;
@@ -469,7 +471,8 @@ TEST(SkinnyGemmSegments, FusedProjectionsKeepEveryBit) {
     DeviceBuffer<bf16> d_w(w), d_x(x);
     for (bool y_f32 : {false, true}) {
       for (int32_t m : {1, 5, 64}) {
-        SCOPED_TRACE("segments " + std::to_string(widths.size()) + " m " + std::to_string(m) + (y_f32 ? " f32" : " bf16"));
+        SCOPED_TRACE("segments " + std::to_string(widths.size()) + " m " + std::to_string(m) +
+                     (y_f32 ? " f32" : " bf16"));
         const size_t elem = y_f32 ? 4 : 2;
         std::vector<std::unique_ptr<DeviceBuffer<float>>> outputs;  // float-sized storage holds either type
         SkinnyOutputs out;

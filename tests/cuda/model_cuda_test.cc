@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <bit>
-#include <cstdlib>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
@@ -202,7 +202,8 @@ TEST_P(CudaModelTest, GraphedDecodeStepsEqualEagerOnes) {
       next_a = results[0].sampled.id;
       out.push_back(next_a);
       out.push_back(std::bit_cast<int32_t>(results[0].sampled.logprob));
-      for (const auto& [id, logprob] : results[0].sampled.top) out.insert(out.end(), {id, std::bit_cast<int32_t>(logprob)});
+      for (const auto& [id, logprob] : results[0].sampled.top)
+        out.insert(out.end(), {id, std::bit_cast<int32_t>(logprob)});
       if (!alone) {
         next_b = results[1].sampled.id;
         out.insert(out.end(), {next_b, std::bit_cast<int32_t>(results[1].sampled.logprob)});

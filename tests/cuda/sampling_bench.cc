@@ -72,7 +72,8 @@ int main(int argc, char** argv) {
     host_penalties[i] = PenaltyEntry{row_index * 197 % vocab, static_cast<int32_t>(i % 3), 1, i % 50 == 0 ? 1.5f : 0.f};
   }
   check(cudaMemcpy(penalties, host_penalties.data(), host_penalties.size() * sizeof(PenaltyEntry),
-                   cudaMemcpyHostToDevice), "penalties");
+                   cudaMemcpyHostToDevice),
+        "penalties");
 
   const std::vector<Setting> settings = {
       {"greedy", 0.0f, 1.0f, 0.0f, 0, false},

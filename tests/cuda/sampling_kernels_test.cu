@@ -187,10 +187,12 @@ void add_history(Case& c, std::mt19937_64& rng) {
   std::vector<int32_t> best(c.logits.size());
   for (int32_t i = 0; i < vocab; ++i) best[static_cast<size_t>(i)] = i;
   const size_t keep = std::min<size_t>(8, best.size());
-  std::partial_sort(best.begin(), best.begin() + static_cast<std::ptrdiff_t>(keep), best.end(), [&](int32_t a, int32_t b) {
-    const float x = std::isnan(c.logits[a]) ? -kInf : c.logits[a], y = std::isnan(c.logits[b]) ? -kInf : c.logits[b];
-    return x > y || (x == y && a < b);
-  });
+  std::partial_sort(best.begin(), best.begin() + static_cast<std::ptrdiff_t>(keep), best.end(),
+                    [&](int32_t a, int32_t b) {
+                      const float x = std::isnan(c.logits[a]) ? -kInf : c.logits[a],
+                                  y = std::isnan(c.logits[b]) ? -kInf : c.logits[b];
+                      return x > y || (x == y && a < b);
+                    });
   const auto any = [&] { return static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab)); };
   const auto likely = [&] { return best[rng() % keep]; };
   const size_t prompt = rng() % 40, generated = rng() % 20;
@@ -275,7 +277,8 @@ GpuRun run_gpu(const std::vector<const Case*>& cases, const SamplingTestHooks& h
   std::vector<SamplingRowParams> params;
   std::vector<PenaltyEntry> entries;
   for (int32_t r = 0; r < rows; ++r) {
-    std::copy(cases[r]->logits.begin(), cases[r]->logits.end(), logits.begin() + static_cast<std::ptrdiff_t>(r) * vocab);
+    std::copy(cases[r]->logits.begin(), cases[r]->logits.end(),
+              logits.begin() + static_cast<std::ptrdiff_t>(r) * vocab);
     const std::vector<PenaltyEntry> mine = penalty_entries(*cases[r]);
     params.push_back(row_params(*cases[r], static_cast<int32_t>(entries.size()), static_cast<int32_t>(mine.size())));
     entries.insert(entries.end(), mine.begin(), mine.end());
@@ -335,8 +338,8 @@ std::string compare(const Case& c, const DeviceSample& got, const DeviceTopLogpr
       }
     }
   }
-  if (!err.str().empty()) err << "[" << c.label << ", position " << c.position << ", path 0x" << std::hex << got.path
-                              << "]";
+  if (!err.str().empty())
+    err << "[" << c.label << ", position " << c.position << ", path 0x" << std::hex << got.path << "]";
   return err.str();
 }
 
@@ -463,7 +466,7 @@ TEST(Sampling, GreedyTakesTheFirstMaximum) {
     c.params.top_logprobs = 3;
   }
   cases[0].logits[300] = cases[0].logits[7] = cases[0].logits[3000] = 5.0f;  // first maximum: 7
-  cases[1].logits[0] = kNaN;                                                  // NaN is impossible, not a maximum
+  cases[1].logits[0] = kNaN;                                                 // NaN is impossible, not a maximum
   cases[1].logits[11] = 2.0f;
   std::fill(cases[2].logits.begin(), cases[2].logits.end(), -kInf);  // nothing possible: id 0
   std::fill(cases[3].logits.begin(), cases[3].logits.end(), kNaN);
@@ -503,9 +506,9 @@ TEST(Sampling, RowInvariance) {
       const DeviceSample& a = alone.out[0];
       const DeviceSample& b = inside.out[17];
       EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0) << target->label << ": id " << a.id << " / " << b.id;
-      EXPECT_EQ(std::memcmp(alone.top.data(), &inside.top[17 * kMaxTopLogprobs], sizeof(DeviceTopLogprob) *
-                                                                                     kMaxTopLogprobs),
-                0)
+      EXPECT_EQ(
+          std::memcmp(alone.top.data(), &inside.top[17 * kMaxTopLogprobs], sizeof(DeviceTopLogprob) * kMaxTopLogprobs),
+          0)
           << target->label;
       EXPECT_EQ(compare(*target, a, alone.top.data()), "");
     }
@@ -518,8 +521,7 @@ TEST(Sampling, FlippedDrawChangesIds) {
   DUET_REQUIRE_GPU();
   std::vector<Case> cases;
   for (const Case& c : make_cases(6080, 2, 9)) {
-    if (c.params.temperature > 0 && c.params.top_k != 1 && c.params.min_p < 1.0f &&
-        c.label.rfind("normal", 0) == 0) {
+    if (c.params.temperature > 0 && c.params.top_k != 1 && c.params.min_p < 1.0f && c.label.rfind("normal", 0) == 0) {
       cases.push_back(c);
     }
   }
@@ -544,9 +546,9 @@ TEST(Sampling, EachPenaltyMovesTheArgmaxAsTheCpu) {
     c.logits[30] = -0.5f;
     c.params.temperature = 0.0f;
     c.params.top_logprobs = 2;
-    if (kind == 0) c.params.repetition_penalty = 1.5f, c.prompt = {10};            // 3 / 1.5 = 2 < 2.5
-    if (kind == 1) c.params.presence_penalty = 0.75f, c.generated = {10};         // 2.25 < 2.5
-    if (kind == 2) c.params.frequency_penalty = 0.2f, c.generated = {10, 10, 10};  // 2.4 < 2.5
+    if (kind == 0) c.params.repetition_penalty = 1.5f, c.prompt = {10};                         // 3 / 1.5 = 2 < 2.5
+    if (kind == 1) c.params.presence_penalty = 0.75f, c.generated = {10};                       // 2.25 < 2.5
+    if (kind == 2) c.params.frequency_penalty = 0.2f, c.generated = {10, 10, 10};               // 2.4 < 2.5
     if (kind == 3) c.params.repetition_penalty = 0.1f, c.prompt = {30}, c.logits[30] = -0.01f;  // -0.01 * 0.1: stays
     c.label = "penalty kind " + std::to_string(kind);
     cases.push_back(std::move(c));

@@ -23,8 +23,8 @@
 using duet::backend::cuda::bf16;
 using duet::backend::cuda::launch_skinny_gemm;
 using duet::backend::cuda::launch_skinny_gemm_pipeline;
-using duet::backend::cuda::SkinnyPipeline;
 using duet::backend::cuda::skinny_plan_for;
+using duet::backend::cuda::SkinnyPipeline;
 
 namespace {
 
@@ -115,8 +115,7 @@ int main(int argc, char** argv) {
   check(cudaMalloc(&dst, copy_bytes), "malloc");
   cudaMemset(src, 1, copy_bytes);
   const float copy_ms = median_ms_per_call(
-      [&](int) { check(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, stream), "copy"); }, 4,
-      stream);
+      [&](int) { check(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, stream), "copy"); }, 4, stream);
   const double copy_gbs = 2.0 * copy_bytes / (copy_ms * 1e-3) / 1e9;
   uint32_t* sink = static_cast<uint32_t*>(dst);
   const float read_ms = median_ms_per_call(
@@ -130,8 +129,8 @@ int main(int argc, char** argv) {
 
   // The 9B's projections as the CUDA backend launches them for decode rows (fused where they share an input).
   const std::vector<Shape> shapes = {
-      {"gdn.qkv|z|b|a", 12352, 4096}, {"gdn.out_proj", 4096, 4096},   {"attn.q|k|v", 10240, 4096},
-      {"attn.o_proj", 4096, 4096},     {"mlp.gate|up", 24576, 4096},   {"mlp.down", 4096, 12288},
+      {"gdn.qkv|z|b|a", 12352, 4096}, {"gdn.out_proj", 4096, 4096}, {"attn.q|k|v", 10240, 4096},
+      {"attn.o_proj", 4096, 4096},    {"mlp.gate|up", 24576, 4096}, {"mlp.down", 4096, 12288},
       {"lm_head", 248320, 4096},
   };
   std::vector<SkinnyPipeline> variants;

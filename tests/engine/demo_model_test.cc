@@ -152,9 +152,10 @@ TEST_F(DemoModel, AHeldDecisionHeadDoesNotHoldUpChat) {
   head->release = go.get_future().share();
   Request decide;
   decide.kind = RequestKind::decide;
-  decide.prompt = request("A state of the world, long enough to take a few chunks of sixty-four positions: " +
-                              std::string(300, 'x'), 1)
-                      .prompt;
+  decide.prompt =
+      request(
+          "A state of the world, long enough to take a few chunks of sixty-four positions: " + std::string(300, 'x'), 1)
+          .prompt;
   decide.decision = head;
   const size_t prompt_rows = decide.prompt.size();
   auto decision = engine.submit(std::move(decide));

@@ -34,8 +34,7 @@ class FakeModel : public model::Model {
   void reserve_workspace(int64_t) override {}
   // A slot's "GDN state" is the tokens it has consumed (and a snapshot's, likewise): forward() checks each piece's
   // position and page table against it, so the engine's bookkeeping (forks, cache resumes) is checked too.
-  std::unique_ptr<backend::StateStorage> new_state_storage(int32_t slots, int64_t kv_pages,
-                                                           int64_t snapshots) override;
+  std::unique_ptr<backend::StateStorage> new_state_storage(int32_t slots, int64_t kv_pages, int64_t snapshots) override;
   std::vector<model::PieceResult> forward(backend::StateStorage& storage,
                                           std::span<const model::Piece> pieces) override;
 

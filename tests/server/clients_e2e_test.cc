@@ -38,8 +38,8 @@ class ClientsTest : public ::testing::Test {
                          const std::string& extra_args = "") {
     if (!std::filesystem::exists(tests_dir() + "/node_modules/" + package))
       FAIL() << package << " is not installed: run scripts/test-deps.sh";
-    auto result = run_command("node " + tests_dir() + "/server/clients/" + script + " " +
-                              server_->url() + " " + kKey + " " + extra_args + " 2>&1");
+    auto result = run_command("node " + tests_dir() + "/server/clients/" + script + " " + server_->url() + " " + kKey +
+                              " " + extra_args + " 2>&1");
     EXPECT_EQ(result.status, 0) << result.output;
     EXPECT_NE(result.output.find(ok_line), std::string::npos) << result.output;
   }

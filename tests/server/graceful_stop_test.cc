@@ -115,7 +115,8 @@ TEST(DeviceFault, IsFatalAndVisibleAndTheProcessExitsNonZero) {
       EXPECT_TRUE(server.alive());
       continue;
     }
-    EXPECT_NE(streamed.find("the GPU failed"), std::string::npos) << streamed.substr(streamed.size() > 600 ? streamed.size() - 600 : 0);
+    EXPECT_NE(streamed.find("the GPU failed"), std::string::npos)
+        << streamed.substr(streamed.size() > 600 ? streamed.size() - 600 : 0);
     EXPECT_EQ(status_of(answer), 500) << answer;
     EXPECT_NE(answer.find("the GPU failed"), std::string::npos) << answer;
     RawClient health(server.port());

@@ -136,7 +136,7 @@ TEST(HttpConnections, AtTheLimitTheOldestIdleConnectionMakesRoom) {
   }
   RawClient busy(server.port());
   busy.send("GET /health HTTP/1.1\r\n");  // in the middle of a header: not idle
-  RawClient kept_alive(server.port());       // idle again after an answer: idle since then, the youngest
+  RawClient kept_alive(server.port());    // idle again after an answer: idle since then, the youngest
   kept_alive.send("GET /health HTTP/1.1\r\nHost: a\r\n\r\n");
   ASSERT_EQ(status_of(kept_alive.read(seconds(5), "}")), 200);
   std::this_thread::sleep_for(milliseconds(100));

@@ -2,10 +2,9 @@
 // printed in the memory plan), and one access-log line per request (--log-format json) with route, status, tokens,
 // time to first token, total time, the client's address and the user the client named.
 #include <gtest/gtest.h>
-
-#include <cstdio>
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>

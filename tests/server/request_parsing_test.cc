@@ -31,7 +31,8 @@ TEST(ParseJsonBody, RefusesWhatIsNotAJsonObject) {
 // while it is read, naming the limit and where it was passed.
 TEST(ParseJsonBody, ManyKeysAreRefusedByNameWhileReading) {
   std::string keys;
-  for (size_t i = 0; i <= kMaxJsonObjectKeys; ++i) keys.append(i ? ",\"" : "\"").append(std::to_string(i)).append("\":1");
+  for (size_t i = 0; i <= kMaxJsonObjectKeys; ++i)
+    keys.append(i ? ",\"" : "\"").append(std::to_string(i)).append("\":1");
   const ApiError error = error_of([&] { parse_json_body(R"({"messages": [{"role": "user", "x": {)" + keys + "}}]}"); });
   EXPECT_EQ(error.status(), 413);
   EXPECT_EQ(error.code(), "json_too_large");

@@ -68,7 +68,8 @@ TEST(RequestReader, StopsAfterTheHeaderUntilTheBodyIsAccepted) {
 
 TEST(RequestReader, JoinsAChunkedBodyAndCountsItAgainstTheLimit) {
   RequestReader reader(small_limits());
-  read_all(reader, "POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+  read_all(reader,
+           "POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
   ASSERT_EQ(reader.state(), RequestReader::State::complete);
   EXPECT_TRUE(reader.chunked());
   EXPECT_EQ(reader.take_request().body, "hello world");
@@ -113,7 +114,9 @@ TEST(RequestReader, TrailersAreHeldToTheHeaderLimitsAndNeverThrowPastThem) {
   EXPECT_EQ(error_of([&] { read_all(huge, chunked + "X-T: " + std::string(70000, 't') + "\r\n\r\n"); }).status(), 431);
 
   RequestReader header(roomy);
-  EXPECT_EQ(error_of([&] { header.feed("GET / HTTP/1.1\r\nHost: a\r\nX-H: " + std::string(70000, 'h') + "\r\n\r\n"); }).status(),
+  EXPECT_EQ(error_of([&] {
+              header.feed("GET / HTTP/1.1\r\nHost: a\r\nX-H: " + std::string(70000, 'h') + "\r\n\r\n");
+            }).status(),
             431);
 
   RequestReader long_trailer(small_limits());  // 2048 bytes of header limit, a 3000-byte trailer still arriving
@@ -181,11 +184,9 @@ TEST(RequestReader, HostIsRequiredOnceOnHttp11) {
 // by its path.
 TEST(RequestReader, AbsoluteFormTargetsAreRoutedByTheirPath) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"http://x/health", "/health"},
-      {"HTTPS://x:8080/v1/models?a=/b", "/v1/models"},
-      {"http://x", "/"},
-      {"http://x?q=1", "/"},
-      {"/http://x/health", "/http://x/health"},  // the control: an origin form that only looks like a URL
+      {"http://x/health", "/health"}, {"HTTPS://x:8080/v1/models?a=/b", "/v1/models"}, {"http://x", "/"},
+      {"http://x?q=1", "/"},          {"/http://x/health", "/http://x/health"},  // the control: an origin form that
+                                                                                 // only looks like a URL
   };
   for (const auto& [target, path] : cases) {
     RequestReader reader(small_limits());

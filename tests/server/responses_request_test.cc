@@ -96,9 +96,11 @@ TEST(ResponsesRequest, StateAndUnsupportedFeaturesAreRefusedByName) {
   // Was (issue 24, 6): arguments nested too deep were refused naming the chat message they became.
   const std::string deep = std::string(100, '[') + std::string(100, ']');
   EXPECT_EQ(param_of(R"({"input": [{"role": "user", "content": "x"}, {"type": "function_call", "name": "f",
-                "arguments": "{\"a\": )" + deep + R"(}"}]})"),
+                "arguments": "{\"a\": )" +
+                     deep + R"(}"}]})"),
             "input[1].arguments");
-  EXPECT_EQ(param_of(R"({"input": [{"type": "function_call", "name": "f", "arguments": "[1]"}]})"), "input[0].arguments");
+  EXPECT_EQ(param_of(R"({"input": [{"type": "function_call", "name": "f", "arguments": "[1]"}]})"),
+            "input[0].arguments");
   // Nulls and store: false are absent.
   EXPECT_EQ(parse(R"({"input": "x", "store": false, "previous_response_id": null, "metadata": null})").messages.size(),
             1u);

@@ -301,8 +301,7 @@ TEST_F(ServeTest, OfficialOpenAiClient) {
   std::string node_modules = tests_dir() + "/node_modules/openai";
   if (!std::filesystem::exists(node_modules))
     FAIL() << "the openai npm package is not installed: run scripts/test-deps.sh";
-  auto result =
-      run_command("node " + tests_dir() + "/server/openai_client.mjs " + server_->url() + " 2>&1");
+  auto result = run_command("node " + tests_dir() + "/server/openai_client.mjs " + server_->url() + " 2>&1");
   EXPECT_EQ(result.status, 0) << result.output;
   EXPECT_NE(result.output.find("openai client: ok"), std::string::npos) << result.output;
 }

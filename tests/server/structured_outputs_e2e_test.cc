@@ -37,8 +37,8 @@ TEST_F(StructuredOutputsTest, OfficialClientsGetValidObjects) {
   for (const char* package : {"openai", "ai", "ajv-formats"})
     if (!std::filesystem::exists(tests_dir() + "/node_modules/" + package))
       FAIL() << package << " is not installed: run scripts/test-deps.sh";
-  const auto result = run_command("node " + tests_dir() + "/server/clients/structured_outputs.mjs " +
-                                  server_->url() + " " + kKey + " 2>&1");
+  const auto result = run_command("node " + tests_dir() + "/server/clients/structured_outputs.mjs " + server_->url() +
+                                  " " + kKey + " 2>&1");
   EXPECT_EQ(result.status, 0) << result.output;
   EXPECT_NE(result.output.find("structured outputs: ok"), std::string::npos) << result.output;
 }

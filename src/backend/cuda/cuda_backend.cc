@@ -11,20 +11,20 @@
 #include <cstring>
 #include <initializer_list>
 #include <map>
-#include <span>
 #include <memory>
+#include <span>
 #include <tuple>
 #include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/device_step.h"
-#include "backend/cuda/kernels.h"
-#include "backend/cuda/host_products.h"
-#include "backend/cuda/op_timer.h"
-#include "backend/cuda/pinned_gemm.h"
 #include "backend/cuda/delta_chunks.h"
 #include "backend/cuda/device_memory.h"
+#include "backend/cuda/device_step.h"
+#include "backend/cuda/host_products.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/op_timer.h"
+#include "backend/cuda/pinned_gemm.h"
 #include "backend/cuda/sampling.h"
 #include "backend/cuda/step_graphs.h"
 #include "backend/cuda/step_upload.h"
@@ -206,9 +206,10 @@ class CudaBackend final : public Backend {
     // The adapter's products run on the prefill GEMMs, BF16 in: F32 factors would need a cast the checkpoint's
     // owner did not make (duet adapter writes BF16, as the spec's format says).
     if (lora && w.type != WeightType::bf16)
-      fail("--clef: the cuda backend reads an adapter's factors as BF16 (as `duet adapter` writes them); this adapter "
-           "stores a [{}, {}] factor as F32",
-           w.rows, w.cols);
+      fail(
+          "--clef: the cuda backend reads an adapter's factors as BF16 (as `duet adapter` writes them); this adapter "
+          "stores a [{}, {}] factor as F32",
+          w.rows, w.cols);
     auto [it, fresh] = resident_.try_emplace(w.data);
     if (fresh) {  // a tied head shares the embedding's copy
       it->second = DeviceMemory(w.bytes(), "weights");
@@ -409,8 +410,8 @@ class CudaBackend final : public Backend {
                          masks.empty() &&
                          static_cast<int64_t>(plan.sample_rows.size()) == static_cast<int64_t>(pieces.size());
     if (graphed) {
-      const StepGraphKey key{rows_, static_cast<int64_t>(pieces.size()),
-                             static_cast<int64_t>(plan.sample_rows.size()), penalties_ != nullptr};
+      const StepGraphKey key{rows_, static_cast<int64_t>(pieces.size()), static_cast<int64_t>(plan.sample_rows.size()),
+                             penalties_ != nullptr};
       mode_ = graphs_.begin(key, graph_arguments(), stream_) ? Mode::replay : Mode::capture;
     }
   }
@@ -524,9 +525,9 @@ class CudaBackend final : public Backend {
     const int64_t R = x.rows(), ffn = w.gate_proj.rows;
     bf16* gate = scratch<bf16>(R * ffn);
     bf16* up = scratch<bf16>(R * ffn);
-    gemm_together("mlp.gate_up_proj", data_of(x), R,
-                  {{"mlp.gate_proj", w.gate_proj, w.adapter.gate_proj, gate},
-                   {"mlp.up_proj", w.up_proj, w.adapter.up_proj, up}});
+    gemm_together(
+        "mlp.gate_up_proj", data_of(x), R,
+        {{"mlp.gate_proj", w.gate_proj, w.adapter.gate_proj, gate}, {"mlp.up_proj", w.up_proj, w.adapter.up_proj, up}});
     timer_.time("mlp.swiglu", stream_, [&] { launch_swiglu(gate, up, R * ffn, gate, stream_); });
     gemm("mlp.down_proj", gate, R, w.down_proj, w.adapter.down_proj, data_of(out));
     used_ = mark;
@@ -574,8 +575,8 @@ class CudaBackend final : public Backend {
     auto* top = scratch<DeviceTopLogprob>(n * kMaxTopLogprobs);
     if (mode_ != Mode::replay)
       timer_.time("sample.kernel", stream_, [&] {
-        launch_sample(logits, static_cast<int32_t>(n), static_cast<int32_t>(V), sample_params_, penalties_, picked,
-                      top, sampling_scratch, scratch_bytes, stream_, {}, masks_);
+        launch_sample(logits, static_cast<int32_t>(n), static_cast<int32_t>(V), sample_params_, penalties_, picked, top,
+                      sampling_scratch, scratch_bytes, stream_, {}, masks_);
       });
     if (mode_ != Mode::eager) graphs_.launch(stream_);  // ends the capture (if this step made it), then replays
     mode_ = Mode::eager;
@@ -645,12 +646,15 @@ class CudaBackend final : public Backend {
     bf16* gathered = scratch<bf16>(n * in);
     bf16* low = scratch<bf16>(n * rank);
     float* delta = scratch<float>(n * out);
-    timer_.time(name, stream_, [&] {
-      launch_gather_rows(x, static_cast<int32_t>(in), adapted_rows_, static_cast<int32_t>(n), gathered, stream_);
-      pinned_gemm(rank, in, false).run(gathered, n, bf16_of(lora.A), low, stream_);
-      pinned_gemm(out, rank, true).run(low, n, bf16_of(lora.B), delta, stream_);
-      launch_add_rows(delta, static_cast<int32_t>(out), adapted_rows_, static_cast<int32_t>(n), y, stream_);
-    }, " adapter");
+    timer_.time(
+        name, stream_,
+        [&] {
+          launch_gather_rows(x, static_cast<int32_t>(in), adapted_rows_, static_cast<int32_t>(n), gathered, stream_);
+          pinned_gemm(rank, in, false).run(gathered, n, bf16_of(lora.A), low, stream_);
+          pinned_gemm(out, rank, true).run(low, n, bf16_of(lora.B), delta, stream_);
+          launch_add_rows(delta, static_cast<int32_t>(out), adapted_rows_, static_cast<int32_t>(n), y, stream_);
+        },
+        " adapter");
     used_ = mark;
   }
   // Projections of the same input x: when they are stored back to back (resident_together), the decode rows of all
@@ -744,7 +748,7 @@ class CudaBackend final : public Backend {
     return *it->second;
   }
 
-  OpTimer timer_;  // DUET_PROFILE=1: GPU time per operation, printed at exit
+  OpTimer timer_;          // DUET_PROFILE=1: GPU time per operation, printed at exit
   HostProducts products_;  // a decision head's products, beside the steps
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
@@ -781,13 +785,27 @@ class CudaBackend final : public Backend {
   // with other values must not replay (StepGraphs checks, and refuses loudly instead of computing wrong tokens).
   std::vector<uintptr_t> graph_arguments() const {
     auto address = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
-    return {address(workspace_.ptr), address(step_.piece),       address(step_.row_piece),
-            address(step_.row_position), address(step_.page_table), address(step_.chunk),
-            address(step_.piece_order), address(step_.chunk_order), static_cast<uintptr_t>(step_.pieces),
-            static_cast<uintptr_t>(step_.rows), static_cast<uintptr_t>(step_.chunks),
-            static_cast<uintptr_t>(step_.multi_pieces), static_cast<uintptr_t>(step_.multi_chunks), address(ids_),
-            address(logit_rows_), address(sample_rows_), address(sample_params_), address(penalties_), address(masks_),
-            static_cast<uintptr_t>(decode_rows_), static_cast<uintptr_t>(decode_sample_rows_)};
+    return {address(workspace_.ptr),
+            address(step_.piece),
+            address(step_.row_piece),
+            address(step_.row_position),
+            address(step_.page_table),
+            address(step_.chunk),
+            address(step_.piece_order),
+            address(step_.chunk_order),
+            static_cast<uintptr_t>(step_.pieces),
+            static_cast<uintptr_t>(step_.rows),
+            static_cast<uintptr_t>(step_.chunks),
+            static_cast<uintptr_t>(step_.multi_pieces),
+            static_cast<uintptr_t>(step_.multi_chunks),
+            address(ids_),
+            address(logit_rows_),
+            address(sample_rows_),
+            address(sample_params_),
+            address(penalties_),
+            address(masks_),
+            static_cast<uintptr_t>(decode_rows_),
+            static_cast<uintptr_t>(decode_sample_rows_)};
   }
 
   bool graphs_wanted() const {

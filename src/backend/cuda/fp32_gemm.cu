@@ -54,8 +54,7 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void launch_fp32_gemm(const float* x, int32_t m, const float* w, int32_t n, int32_t k, float* y,
-                      cudaStream_t stream) {
+void launch_fp32_gemm(const float* x, int32_t m, const float* w, int32_t n, int32_t k, float* y, cudaStream_t stream) {
   if (m <= 0 || n <= 0) return;
   const dim3 grid((n + kTile - 1) / kTile, (m + kTile - 1) / kTile);
   fp32_gemm_kernel<<<grid, kThreads, 0, stream>>>(x, m, w, n, k, y);

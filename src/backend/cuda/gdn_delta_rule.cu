@@ -192,7 +192,7 @@ __global__ void __launch_bounds__(kThreads)
 
   stage_raw_vectors_async<KD>(qkv, in, chunk, raw);
   copy_rows_async(&cv.k[0][0], KD + 1, state + layout.keys(), KD, a, KD);  // the earlier rows' keys
-  copy_floats_async(cv.G, state + layout.G(), a);                         // and their G
+  copy_floats_async(cv.G, state + layout.G(), a);                          // and their G
   for (int r = threadIdx.x; r < chunk.rows; r += blockDim.x) {             // the new rows' g and beta
     const int64_t at = static_cast<int64_t>(chunk.first_row + r) * in.heads + head;
     copy_async_4(&cv.G[a + r], g + at);
@@ -201,12 +201,12 @@ __global__ void __launch_bounds__(kThreads)
   wait_async_copies();
   __syncthreads();
   normalize_new_vectors<KD>(raw, in, chunk, cv);
-  float* out = scratch + chunk.scratch * dims.value_heads + static_cast<int64_t>(head) *
-                                                                chunk_scratch_elems(chunk.filled, chunk.rows);
-  float* A = out;                       // [rows][b]
-  float* Q = A + chunk.rows * b;        // [rows][b]
-  float* G_out = Q + chunk.rows * b;    // [rows]
-  if (threadIdx.x == 0) {  // G_t = G_{t-1} + g_t in order: the same sums whatever the chunk's pieces
+  float* out = scratch + chunk.scratch * dims.value_heads +
+               static_cast<int64_t>(head) * chunk_scratch_elems(chunk.filled, chunk.rows);
+  float* A = out;                     // [rows][b]
+  float* Q = A + chunk.rows * b;      // [rows][b]
+  float* G_out = Q + chunk.rows * b;  // [rows]
+  if (threadIdx.x == 0) {             // G_t = G_{t-1} + g_t in order: the same sums whatever the chunk's pieces
     float G = a > 0 ? cv.G[a - 1] : 0.0f;
     for (int t = a; t < b; ++t) {
       G = G + cv.G[t];
@@ -346,7 +346,7 @@ __global__ void __launch_bounds__(kThreads)
                        const float* scratch, float* out) {
   constexpr DeltaHeadState layout{KD, VD};
   constexpr int VC = columns_for(VD);
-  constexpr int kTileCols = VC / 4;     // 4x4 tiles over VC columns
+  constexpr int kTileCols = VC / 4;      // 4x4 tiles over VC columns
   constexpr int kLanes = lanes_for(VD);  // lanes per column in the solve (8 or 16: within one warp)
   constexpr int kU = VC + VC / 8;        // u's row stride
   extern __shared__ float4 smem_raw[];
@@ -359,7 +359,8 @@ __global__ void __launch_bounds__(kThreads)
   float* state = head_state<KD, VD>(piece, layer, head);
   const int tid = threadIdx.x;
   for (int idx = tid; idx < KD * VC / 4; idx += kThreads)
-    copy_async_16(&sm.S[idx / (VC / 4)][4 * (idx % (VC / 4))], state + (idx / (VC / 4)) * VD + col0 + 4 * (idx % (VC / 4)));
+    copy_async_16(&sm.S[idx / (VC / 4)][4 * (idx % (VC / 4))],
+                  state + (idx / (VC / 4)) * VD + col0 + 4 * (idx % (VC / 4)));
 
   const int64_t out_stride = static_cast<int64_t>(dims.value_heads) * VD;
   bool folded = false;  // S_b changes only when a chunk completes
@@ -428,8 +429,8 @@ __global__ void __launch_bounds__(kThreads)
     {
       const int col = tid / kLanes, p = tid % kLanes;
       for (int t = a; t < b; ++t) {
-        const float d = corrected_value<kLanes>(sm.A[t], &sm.u[0][col], kU, t, sm.u[t][col], sm.eG[t],
-                                                sm.wk[t][col], cv.beta[t]);
+        const float d =
+            corrected_value<kLanes>(sm.A[t], &sm.u[0][col], kU, t, sm.u[t][col], sm.eG[t], sm.wk[t][col], cv.beta[t]);
         __syncwarp();  // every lane has read v_t before it becomes d_t
         if (p == 0) sm.u[t][col] = d;
         __syncwarp();
@@ -491,7 +492,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (!folded) return;
   __syncthreads();
-  for (int idx = tid; idx < KD * VC; idx += kThreads) state[(idx / VC) * VD + col0 + idx % VC] = sm.S[idx / VC][idx % VC];
+  for (int idx = tid; idx < KD * VC; idx += kThreads)
+    state[(idx / VC) * VD + col0 + idx % VC] = sm.S[idx / VC][idx % VC];
 }
 
 // ---- decode_state_kernel: the same arithmetic for a piece of one row (a decode step), light enough to run many

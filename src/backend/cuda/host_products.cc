@@ -52,9 +52,11 @@ const float* HostProducts::weight(const Weight& w) {
 
 void HostProducts::run(const float* x, int64_t m, const Weight& w, float* y) {
   if (m <= 0) return;
-  if (m > INT32_MAX || w.rows > INT32_MAX || w.cols > INT32_MAX) fail("host products: {} x {} x {} is too large", m, w.rows, w.cols);
+  if (m > INT32_MAX || w.rows > INT32_MAX || w.cols > INT32_MAX)
+    fail("host products: {} x {} x {} is too large", m, w.rows, w.cols);
   std::lock_guard lock(mutex_);
-  if (stream_ == nullptr) check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "host products stream");
+  if (stream_ == nullptr)
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "host products stream");
   const float* wd = weight(w);
   const size_t x_bytes = static_cast<size_t>(m * w.cols) * sizeof(float);
   const size_t y_bytes = static_cast<size_t>(m * w.rows) * sizeof(float);

@@ -1,4 +1,5 @@
-// Token sampling on the device (sampling.h): the CPU sampler's token (src/backend/cpu/sampler.cc) without copying logits.
+// Token sampling on the device (sampling.h): the CPU sampler's token (src/backend/cpu/sampler.cc) without copying
+// logits.
 //
 // Layout. A cluster of kCluster blocks of 512 threads per row; a grid of at most kMaxSlots clusters walks the rows,
 // each cluster with its own scratch slot: s[vocab] (the scaled logits) and list[vocab] (ids in candidate order, for the
@@ -62,8 +63,8 @@ namespace cg = cooperative_groups;
 constexpr int kCluster = 8;  // blocks per row: the portable cluster size (every Hopper GPC holds 8 co-scheduled SMs)
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
-constexpr int kBins = 256;     // radix digit: 8 bits
-constexpr int kUnroll = 16;    // loads in flight per thread in full-row passes (bytes in flight set a row's pass time)
+constexpr int kBins = 256;   // radix digit: 8 bits
+constexpr int kUnroll = 16;  // loads in flight per thread in full-row passes (bytes in flight set a row's pass time)
 constexpr int32_t kMaxSlots = 128;            // clusters in the grid (rows beyond share their scratch slots in turn)
 constexpr int kSegments = kCluster * kWarps;  // id-order scans: one segment per warp of the cluster, rank-major
 constexpr unsigned kFull = 0xffffffffu;
@@ -405,8 +406,8 @@ __device__ __forceinline__ void for_each_value(const float* v, int32_t n, F&& f)
 struct Spec {
   const float* v = nullptr;  // values (canonical() is applied on reading, so raw logits work too)
   int32_t n = 0;
-  double top = 0;      // the maximum scaled logit: weights are exp(v - top)
-  uint64_t lo = 0;     // keys in (lo, hi] when use_lo / use_hi
+  double top = 0;   // the maximum scaled logit: weights are exp(v - top)
+  uint64_t lo = 0;  // keys in (lo, hi] when use_lo / use_hi
   uint64_t hi = 0;
   bool use_lo = false;
   bool use_hi = false;
@@ -433,8 +434,7 @@ __device__ __forceinline__ bool member(const Spec& s, float x, uint32_t d, int32
   return true;
 }
 
-__device__ __forceinline__ bool crossed(Goal goal, uint32_t count, double w, uint32_t target_count,
-                                        double target_w) {
+__device__ __forceinline__ bool crossed(Goal goal, uint32_t count, double w, uint32_t target_count, double target_w) {
   switch (goal) {
     case Goal::count:
       return count >= target_count;
@@ -948,9 +948,9 @@ struct RowCtx {
   float top_p;
   double min_p;
   double log_min_p;
-  int32_t cap;    // tile capacity
-  double mu;      // relative bound between our parallel sums and the CPU's sequential ones
-  int32_t none;   // the answer when no candidate survives
+  int32_t cap;   // tile capacity
+  double mu;     // relative bound between our parallel sums and the CPU's sequential ones
+  int32_t none;  // the answer when no candidate survives
   bool force_stream;
 
   __device__ Spec all() const {
@@ -1048,8 +1048,8 @@ __device__ __noinline__ Pick exact_by_id_stream(const RowCtx& c, Smem& sm) {
 
 // Sorted order by the CPU's loops over S0 itself: S0's order is written to c.list a tile at a time (count select of
 // the next tile past the last key, gather, sort) as far as the loops need it.
-__device__ __noinline__ Pick exact_sorted_stream(const RowCtx& c, const Spec& in0, int32_t s0, bool topk, bool topp, Smem& sm,
-                                    uint32_t path) {
+__device__ __noinline__ Pick exact_sorted_stream(const RowCtx& c, const Spec& in0, int32_t s0, bool topk, bool topp,
+                                                 Smem& sm, uint32_t path) {
   path |= kPathSorted | kPathStream;
   int32_t made = 0;   // list[0, made) holds S0's first `made` elements in order
   uint64_t last = 0;  // the key of list[made - 1]
@@ -1397,8 +1397,8 @@ __device__ void sample_row(int32_t row, const Args& a, Smem& sm) {
         x = x > 0.0f ? __fdiv_rn(x, p.repetition_penalty) : __fmul_rn(x, p.repetition_penalty);
       }
       if (additive && pe.generated > 0) {
-        x = __fsub_rn(x, __fadd_rn(__fmul_rn(p.frequency_penalty, static_cast<float>(pe.generated)),
-                                   p.presence_penalty));
+        x = __fsub_rn(x,
+                      __fadd_rn(__fmul_rn(p.frequency_penalty, static_cast<float>(pe.generated)), p.presence_penalty));
       }
       if (pe.bias != 0.0f) x = __fadd_rn(x, pe.bias);
       s[pe.id] = x;
@@ -1539,8 +1539,7 @@ size_t sampling_scratch_bytes(int32_t rows, int32_t vocab) {
 
 void launch_sample(const float* logits, int32_t rows, int32_t vocab, const SamplingRowParams* params,
                    const PenaltyEntry* penalties, DeviceSample* out, DeviceTopLogprob* top, void* scratch,
-                   size_t scratch_bytes, cudaStream_t stream, const SamplingTestHooks& hooks,
-                   const uint32_t* masks) {
+                   size_t scratch_bytes, cudaStream_t stream, const SamplingTestHooks& hooks, const uint32_t* masks) {
   if (rows <= 0) return;
   if (vocab <= 0 || vocab > (1 << 30)) refuse("launch_sample: vocab must be in [1, 2^30]");
   if (logits == nullptr || params == nullptr || out == nullptr) refuse("launch_sample: null logits, params or out");

@@ -1,6 +1,6 @@
 #pragma once
-// Token sampling on the device with the CPU sampler's semantics (src/backend/cpu/sampler.h), so that a decode step copies
-// back a few bytes per row instead of [rows, vocab] logits. For the same logits, parameters, token counts and
+// Token sampling on the device with the CPU sampler's semantics (src/backend/cpu/sampler.h), so that a decode step
+// copies back a few bytes per row instead of [rows, vocab] logits. For the same logits, parameters, token counts and
 // position, launch_sample picks the token engine::sample_token picks, and reports the same raw logprob and top
 // logprobs (log_softmax of the unpenalized logits, ties to the lowest id).
 //
@@ -92,9 +92,9 @@ size_t sampling_scratch_bytes(int32_t rows, int32_t vocab);
 
 // Samples one token per row of `logits` [rows, vocab] fp32 (row-major, device). params [rows] and the penalty
 // entries and mask words they point into are on the device; penalties may be null when every penalty_count is 0,
-// masks when every mask_offset is negative. A masked row reads only its own mask: rows stay independent. Writes out[rows];
-// top [rows, kMaxTopLogprobs] gets each row's top logprobs (most likely first, unused entries id -1) unless null.
-// scratch: at least sampling_scratch_bytes(rows, vocab) bytes of device memory, 256-byte aligned.
+// masks when every mask_offset is negative. A masked row reads only its own mask: rows stay independent. Writes
+// out[rows]; top [rows, kMaxTopLogprobs] gets each row's top logprobs (most likely first, unused entries id -1) unless
+// null. scratch: at least sampling_scratch_bytes(rows, vocab) bytes of device memory, 256-byte aligned.
 void launch_sample(const float* logits, int32_t rows, int32_t vocab, const SamplingRowParams* params,
                    const PenaltyEntry* penalties, DeviceSample* out, DeviceTopLogprob* top, void* scratch,
                    size_t scratch_bytes, cudaStream_t stream, const SamplingTestHooks& hooks = {},

@@ -199,7 +199,7 @@ void launch(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, void*
 
 namespace mma {
 
-constexpr int kWarps = 8;                       // warps per block
+constexpr int kWarps = 8;  // warps per block
 constexpr int kThreads = kWarps * 32;
 constexpr int kWarpRows = 16;                   // w rows per warp: the MMA's M
 constexpr int kBlockRows = kWarps * kWarpRows;  // w rows per block (and per cluster)
@@ -223,7 +223,7 @@ int slices_for(int32_t k) {
 
 template <int kTiles>
 constexpr size_t smem_bytes() {
-  const size_t x_stage = 2 * sizeof(bf16) * kTiles * 8 * kXStride;  // double-buffered x step
+  const size_t x_stage = 2 * sizeof(bf16) * kTiles * 8 * kXStride;   // double-buffered x step
   const size_t partials = sizeof(float) * kTiles * 8 * kPartStride;  // reuses the x buffers after the k loop
   return x_stage > partials ? x_stage : partials;
 }
@@ -393,7 +393,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       // Next step's x and a later step's w on their way before this step's wait; a step further on asked of L2.
       if (s + 1 < last) stage_x_step<kTiles>(x, rows, k, s + 1, stages + (buffer ^ 1) * kStageElems);
       if (s + kAhead < last)
-        load_w_step(row_a, row_b, k, static_cast<int32_t>((s + kAhead) * kStep) + t * 16, wbuf[(b + kAhead) % kBuffers]);
+        load_w_step(row_a, row_b, k, static_cast<int32_t>((s + kAhead) * kStep) + t * 16,
+                    wbuf[(b + kAhead) % kBuffers]);
       cp_async_commit();  // possibly empty: keeps "all but the newest group" meaning "this step's x"
       if (s + kPrefetch < last) prefetch_steps(s + kPrefetch, s + kPrefetch + 1);
       cp_async_wait<1>();
@@ -454,18 +455,26 @@ void launch_tiles(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t
 }
 
 template <bool kOutF32, int kAhead, int kPrefetch>
-void launch_rows(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out,
-                 int slices, cudaStream_t stream) {
+void launch_rows(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out, int slices,
+                 cudaStream_t stream) {
   // The narrowest tile count that holds the rows: fewer MMAs and x bytes, the same arithmetic per element.
   switch ((rows + 7) / 8) {
-    case 1: return launch_tiles<1, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, stream);
-    case 2: return launch_tiles<2, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, stream);
-    case 3: return launch_tiles<3, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, stream);
-    case 4: return launch_tiles<4, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, stream);
-    case 5: return launch_tiles<5, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, stream);
-    case 6: return launch_tiles<6, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, stream);
-    case 7: return launch_tiles<7, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, stream);
-    default: return launch_tiles<8, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, stream);
+    case 1:
+      return launch_tiles<1, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, stream);
+    case 2:
+      return launch_tiles<2, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, stream);
+    case 3:
+      return launch_tiles<3, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, stream);
+    case 4:
+      return launch_tiles<4, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, stream);
+    case 5:
+      return launch_tiles<5, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, stream);
+    case 6:
+      return launch_tiles<6, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, stream);
+    case 7:
+      return launch_tiles<7, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, stream);
+    default:
+      return launch_tiles<8, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, stream);
   }
 }
 

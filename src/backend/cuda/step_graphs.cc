@@ -9,9 +9,10 @@ bool StepGraphs::begin(const StepGraphKey& key, std::vector<uintptr_t> arguments
   key_ = key;
   if (auto it = graphs_.find(key); it != graphs_.end()) {
     if (it->second.arguments != arguments)
-      fail("cuda backend: a decode step of {} rows would replay a graph captured with other launch arguments "
-           "(a per-step array moved without the graphs being forgotten)",
-           key.rows);
+      fail(
+          "cuda backend: a decode step of {} rows would replay a graph captured with other launch arguments "
+          "(a per-step array moved without the graphs being forgotten)",
+          key.rows);
     return true;
   }
   arguments_ = std::move(arguments);

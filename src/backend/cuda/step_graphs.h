@@ -4,8 +4,8 @@
 // many of them run on the GPU. Every kernel argument of a decode step is an address in the plan buffer (each array at
 // a fixed place, step_upload.h) or the workspace, a weight, or one of the step's counts; so two decode steps with the
 // same key launch exactly the same kernels with exactly the same arguments, and the second can replay the first's
-// graph: the plan upload before it carries everything that differs (ids, positions, pages, sampling settings). Replaying changes no result: the
-// graph holds the same kernels in the same order on the same stream.
+// graph: the plan upload before it carries everything that differs (ids, positions, pages, sampling settings).
+// Replaying changes no result: the graph holds the same kernels in the same order on the same stream.
 #include <cuda_runtime.h>
 
 #include <compare>

@@ -64,8 +64,7 @@ const void* StepUpload::put(StepArray array, const void* src, size_t bytes) {
 }
 
 void StepUpload::send(cudaStream_t stream) {
-  if (end_ > 0)
-    check_cuda(cudaMemcpyAsync(device_.ptr, host_, end_, cudaMemcpyHostToDevice, stream), "plan upload");
+  if (end_ > 0) check_cuda(cudaMemcpyAsync(device_.ptr, host_, end_, cudaMemcpyHostToDevice, stream), "plan upload");
   check_cuda(cudaEventRecord(sent_, stream), "plan upload event");
 }
 
