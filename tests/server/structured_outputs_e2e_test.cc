@@ -49,8 +49,8 @@ TEST_F(StructuredOutputsTest, StrictToolCallsValidate) {
   for (const char* package : {"openai", "ajv-formats"})
     if (!std::filesystem::exists(std::string(DUET_TESTS_DIR) + "/node_modules/" + package))
       FAIL() << package << " is not installed: run scripts/test-deps.sh";
-  const auto result = run_command("node " + std::string(DUET_TESTS_DIR) + "/server/clients/strict_tools.mjs " +
-                                  server_->url() + " " + kKey + " 2>&1");
+  const auto result =
+      run_command("node " + tests_dir() + "/server/clients/strict_tools.mjs " + server_->url() + " " + kKey + " 2>&1");
   EXPECT_EQ(result.status, 0) << result.output;
   EXPECT_NE(result.output.find("strict tools: ok"), std::string::npos) << result.output;
 }
