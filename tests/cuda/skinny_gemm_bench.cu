@@ -143,11 +143,11 @@ int main(int argc, char** argv) {
       if (shape.name != std::string(argv[2])) continue;
       const int32_t m = std::atoi(argv[3]);
       bf16 *px = nullptr, *pw = nullptr, *py = nullptr;
-      check(cudaMalloc(&px, size_t{64} * shape.k * sizeof(bf16)), "malloc x");
-      check(cudaMalloc(&pw, size_t{shape.n} * shape.k * sizeof(bf16)), "malloc w");
+      check(cudaMalloc(&px, size_t{64} * static_cast<size_t>(shape.k) * sizeof(bf16)), "malloc x");
+      check(cudaMalloc(&pw, static_cast<size_t>(shape.n) * shape.k * sizeof(bf16)), "malloc w");
       check(cudaMalloc(&py, size_t{64} * shape.n * sizeof(bf16)), "malloc y");
-      fill_random<<<256, 256>>>(px, size_t{64} * shape.k, 7);
-      fill_random<<<1024, 256>>>(pw, size_t{shape.n} * shape.k, 11);
+      fill_random<<<256, 256>>>(px, size_t{64} * static_cast<size_t>(shape.k), 7);
+      fill_random<<<1024, 256>>>(pw, static_cast<size_t>(shape.n) * shape.k, 11);
       check(cudaDeviceSynchronize(), "fill");
       for (int i = 0; i < 3; ++i) launch_skinny_gemm(px, m, pw, shape.n, shape.k, py, false, stream);
       check(cudaDeviceSynchronize(), "profile");
