@@ -29,7 +29,12 @@ build() {
 }
 build request_reader_fuzz src/server/request_reader.cc src/server/errors.cc
 build json_body_fuzz src/base/exact_json.cc
-build tool_call_fuzz src/server/tool_call_parser.cc src/base/json_depth.cc
+# The tool-call parser reads each parameter by the grammar's rule (grammar::parameter_written_as_text): the grammar's
+# schema reading comes with it, without the vocabulary and the masks (which need the tokenizer).
+build tool_call_fuzz src/server/tool_call_parser.cc src/base/json_depth.cc src/grammar/char_set.cc \
+  src/grammar/compiled_grammar.cc src/grammar/expr.cc src/grammar/follow_bytes.cc src/grammar/grammar_builder.cc \
+  src/grammar/json_schema.cc src/grammar/json_values.cc src/grammar/parser.cc src/grammar/plain_text.cc \
+  src/grammar/regex.cc src/grammar/tool_call_grammar.cc
 status=0
 for name in request_reader_fuzz json_body_fuzz tool_call_fuzz; do
   mkdir -p "$out/corpus/$name"
