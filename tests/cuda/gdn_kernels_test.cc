@@ -335,23 +335,84 @@ constexpr Shape kQwen9B{"qwen35_9b", {16, 32, 128, 128}};
 // A decode row, and prefill pieces that start inside a chunk, fill one exactly, straddle two, and run several.
 const std::vector<PieceSpec> kMixedPieces = {{0, 1, 37}, {1, 7, 5}, {2, 64, 128}, {3, 65, 200}, {4, 200, 0}};
 const std::vector<uint64_t> kMixedSeeds = {11, 12, 13, 14, 15};
+// A decode step: five one-row pieces (the conv's one-kernel path), at positions inside, at the end of and at the
+// start of a chunk.
+const std::vector<PieceSpec> kDecodePieces = {{0, 1, 37}, {1, 1, 63}, {2, 1, 0}, {3, 1, 200}, {4, 1, 5}};
 
 class GdnKernelsTest : public ::testing::TestWithParam<Shape> {
  protected:
   const GdnDims& dims() const { return GetParam().dims; }
+  void check_conv_against_reference(const std::vector<PieceSpec>& pieces, bool f32_weight);
 };
 
 // ---- Conv.
 
 TEST_P(GdnKernelsTest, ConvSiluMatchesReferenceAndKeepsLastInputs) {
   DUET_REQUIRE_GPU();
-  const int32_t channels = conv_channels(dims()), rows = total_rows(kMixedPieces);
+  for (const auto* pieces : {&kMixedPieces, &kDecodePieces})
+    for (bool f32_weight : {false, true}) {
+      SCOPED_TRACE(std::string(f32_weight ? "f32 conv weight" : "bf16 conv weight") +
+                   (pieces == &kDecodePieces ? ", decode step" : ", mixed step"));
+      check_conv_against_reference(*pieces, f32_weight);
+    }
+}
+
+// The gates computed beside the conv (one block more per row) have the bits of the gates kernel, and the conv's
+// outputs and states are those of a launch without gates, in a mixed step and in a decode step.
+TEST_P(GdnKernelsTest, GatesBesideTheConvHaveTheGatesKernelsBits) {
+  DUET_REQUIRE_GPU();
+  const int32_t channels = conv_channels(dims()), heads = dims().value_heads;
+  const Weight a_log_w(random_bf16_values(static_cast<size_t>(heads), 303, -2.0f, 1.5f), true, heads, 1);
+  const Weight dt_bias_w(random_bf16_values(static_cast<size_t>(heads), 304, -2.0f, 2.0f), false, heads, 1);
+  const Weight conv_w(random_bf16_values(static_cast<size_t>(channels) * kConvKernel, 305, -0.6f, 0.6f), false,
+                      channels, kConvKernel);
+  for (const auto* pieces : {&kMixedPieces, &kDecodePieces}) {
+    SCOPED_TRACE(pieces == &kDecodePieces ? "decode step" : "mixed step");
+    const int32_t rows = total_rows(*pieces);
+    DeviceBuffer<bf16> in_d(to_bf16(random_bf16_values(static_cast<size_t>(rows) * channels, 301)));
+    DeviceBuffer<bf16> b_d(to_bf16(random_bf16_values(static_cast<size_t>(rows) * heads, 306, -6.0f, 6.0f)));
+    DeviceBuffer<bf16> a_d(to_bf16(random_bf16_values(static_cast<size_t>(rows) * heads, 307, -10.0f, 24.0f)));
+    struct Run {
+      std::vector<float> out, beta, g;
+      std::vector<std::vector<float>> conv_states;
+    };
+    auto run = [&](bool beside) {
+      States states(dims(), kMixedSeeds);
+      Step step(*pieces, states);
+      DeviceBuffer<bf16> out_d(static_cast<size_t>(rows) * channels);
+      DeviceBuffer<float> beta_d(static_cast<size_t>(rows) * heads), g_d(static_cast<size_t>(rows) * heads);
+      out_d.poison();
+      beta_d.poison();
+      g_d.poison();
+      const GdnGateArrays gates{b_d.get(), a_d.get(), a_log_w.get(), dt_bias_w.get(), heads, beta_d.get(), g_d.get()};
+      launch_gdn_conv_silu(step.get(), kLayer, conv_w.get(), channels, kConvKernel, in_d.get(), out_d.get(), nullptr,
+                           beside ? &gates : nullptr);
+      if (!beside)
+        launch_gdn_gates(b_d.get(), a_d.get(), a_log_w.get(), dt_bias_w.get(), rows, heads, beta_d.get(), g_d.get(),
+                         nullptr);
+      sync_ok();
+      Run r{to_float(out_d.download()), beta_d.download(), g_d.download(), {}};
+      for (const PieceSpec& spec : *pieces) r.conv_states.push_back(states.conv_now(spec.sequence, kLayer));
+      return r;
+    };
+    const Run apart = run(false), beside = run(true);
+    ASSERT_TRUE(all_finite(apart.out) && all_finite(apart.beta) && all_finite(apart.g)) << "outputs left unwritten";
+    EXPECT_TRUE(same_bits(apart.out, beside.out)) << "conv output";
+    EXPECT_TRUE(same_bits(apart.beta, beside.beta)) << "beta";
+    EXPECT_TRUE(same_bits(apart.g, beside.g)) << "g";
+    for (size_t i = 0; i < apart.conv_states.size(); ++i)
+      EXPECT_TRUE(same_bits(apart.conv_states[i], beside.conv_states[i])) << "conv state of piece " << i;
+  }
+}
+
+// The conv of `pieces` (each its own sequence of kMixedSeeds) against the double reference, and the states it leaves.
+void GdnKernelsTest::check_conv_against_reference(const std::vector<PieceSpec>& pieces, bool f32_weight) {
+  const int32_t channels = conv_channels(dims()), rows = total_rows(pieces);
   const std::vector<float> in = random_bf16_values(static_cast<size_t>(rows) * channels, 101);
   const std::vector<float> w = random_bf16_values(static_cast<size_t>(channels) * kConvKernel, 102, -0.6f, 0.6f);
-  for (bool f32_weight : {false, true}) {
-    SCOPED_TRACE(f32_weight ? "f32 conv weight" : "bf16 conv weight");
+  {
     States states(dims(), kMixedSeeds);
-    Step step(kMixedPieces, states);
+    Step step(pieces, states);
     Weight weight(w, f32_weight, channels, kConvKernel);
     DeviceBuffer<bf16> in_d(to_bf16(in)), out_d(in.size());
     out_d.poison();
@@ -361,7 +422,7 @@ TEST_P(GdnKernelsTest, ConvSiluMatchesReferenceAndKeepsLastInputs) {
 
     std::vector<double> expected(in.size());
     int32_t first_row = 0;
-    for (const PieceSpec& spec : kMixedPieces) {
+    for (const PieceSpec& spec : pieces) {
       std::vector<float> history = states.initial_conv(spec.sequence, kLayer);
       conv_reference(in, first_row, spec.rows, w, channels, history, expected);
       // The history holds copies of inputs: exact.
@@ -518,6 +579,47 @@ TEST_P(GdnKernelsTest, GatedNormMatchesReferenceRoundingPoints) {
     }
     // Without the two intermediate roundings (or with them misplaced) a large share of outputs would differ.
     EXPECT_LE(differing, n / 100) << differing << " of " << n << " outputs differ from the reference's BF16";
+  }
+}
+
+// The decode kernel's gated norm (the delta rule with `norm`) has gated_norm_kernel's bits on the same delta-rule
+// outputs, in a decode step and beside prefill pieces (where it writes the one-row pieces' rows only).
+TEST_P(GdnKernelsTest, DecodeRowsGatedNormHasTheNormKernelsBits) {
+  DUET_REQUIRE_GPU();
+  const GdnDims& d = dims();
+  const int32_t vw = value_width(d);
+  const Weight norm_w(random_bf16_values(static_cast<size_t>(d.value_dim), 703, -1.5f, 1.5f), false, d.value_dim, 1);
+  for (const auto* pieces : {&kDecodePieces, &kMixedPieces}) {
+    SCOPED_TRACE(pieces == &kDecodePieces ? "decode step" : "mixed step");
+    const int32_t rows = total_rows(*pieces);
+    const DeltaInputs in = random_delta_inputs(d, rows, 701);
+    DeviceDeltaInputs in_d(in);
+    DeviceBuffer<bf16> z_d(to_bf16(random_bf16_values(static_cast<size_t>(rows) * vw, 702, -4.0f, 4.0f)));
+    States states(d, kMixedSeeds);
+    Step step(*pieces, states);
+    DeviceBuffer<float> out_d(static_cast<size_t>(rows) * vw);
+    DeviceBuffer<bf16> fused_d(static_cast<size_t>(rows) * vw), apart_d(static_cast<size_t>(rows) * vw);
+    out_d.poison();
+    fused_d.poison();
+    apart_d.poison();
+    const GdnNormArrays norm{z_d.get(), norm_w.get(), kNormEps, fused_d.get()};
+    launch_gdn_delta_rule(step.get(), kLayer, in_d.qkv.get(), in_d.beta.get(), in_d.g.get(), d, step.scratch(),
+                          out_d.get(), nullptr, &norm);
+    launch_gdn_gated_norm(out_d.get(), z_d.get(), norm_w.get(), kNormEps, rows, d.value_heads, d.value_dim,
+                          apart_d.get(), nullptr);
+    sync_ok();
+    const std::vector<float> fused = to_float(fused_d.download()), apart = to_float(apart_d.download());
+    ASSERT_TRUE(all_finite(apart)) << "delta-rule outputs left unwritten";
+    int32_t first_row = 0, checked = 0;
+    for (const PieceSpec& spec : *pieces) {
+      if (spec.rows == 1) {
+        EXPECT_TRUE(same_bits(rows_of(fused, vw, first_row, 1), rows_of(apart, vw, first_row, 1)))
+            << "row " << first_row;
+        ++checked;
+      }
+      first_row += spec.rows;
+    }
+    EXPECT_GT(checked, 0);
   }
 }
 

@@ -31,8 +31,8 @@
 // rows, their number nor their roles. They may differ in the last bits from the same row computed as a prefill
 // row (architecture.md allows it).
 //
-// All three launch on every step (a block whose row or tile belongs to another kernel returns at once, or skips
-// it), since which piece goes where is known on the device only.
+// Which piece goes where is read on the device (a block whose row or tile belongs to another kernel returns at once,
+// or skips it); a kernel that would find no row at all, by the host's count of decode rows, is not launched.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -639,6 +639,9 @@ __global__ void __launch_bounds__(kThreads, 1) attention_tiles_kernel(AttentionP
 
 // ---- Launch.
 
+// Whether a prefill kernel may find rows of its own (DeviceStep::decode_rows: when the host did not count, yes).
+bool has_prefill_rows(const DeviceStep& step) { return step.decode_rows < 0 || step.decode_rows < step.rows; }
+
 template <typename Kernel>
 void allow_smem(Kernel kernel, int bytes, const char* name) {
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), name);
@@ -649,9 +652,12 @@ void launch_rows(const AttentionParams& p, cudaStream_t stream) {
   constexpr int kBytes = RowsSmem<D>::kBytes;
   static const bool configured = (allow_smem(attention_rows_kernel<D, kJ>, kBytes, "attention_rows_kernel smem"), true);
   (void)configured;
-  launch_dependent("attention_rows_kernel", attention_rows_kernel<D, kJ>, dim3(p.step.rows, p.kv_heads), kThreads,
-                   kBytes, stream, p);
-  check_launch("attention_rows_kernel");
+  if (has_prefill_rows(p.step)) {
+    launch_dependent("attention_rows_kernel", attention_rows_kernel<D, kJ>, dim3(p.step.rows, p.kv_heads), kThreads,
+                     kBytes, stream, p);
+    check_launch("attention_rows_kernel");
+  }
+  if (p.step.decode_rows == 0) return;
 
   // One cluster per row up to kMaxDecodeClusters, so a long prefill step does not launch kCluster idle blocks per
   // row; clusters then take rows kMaxDecodeClusters apart (which cluster serves a row changes none of its bits).
@@ -681,6 +687,7 @@ void launch_for_head_dim(const AttentionParams& p, cudaStream_t stream) {
   constexpr int kBytes = TilesSmem<D>::kBytes;
   static const bool configured = (allow_smem(attention_tiles_kernel<D>, kBytes, "attention_tiles_kernel smem"), true);
   (void)configured;
+  if (!has_prefill_rows(p.step)) return;
   // Tiles are at most rows / tile_rows plus one partial tile per piece the kernel takes, and it takes at most
   // rows / tiled_min_rows pieces.
   const int tiled_pieces = std::min(p.step.pieces, p.step.rows / p.tiled_min_rows);

@@ -392,6 +392,7 @@ class CudaBackend final : public Backend {
     step_.chunk_order = static_cast<const int32_t*>(put(StepArray::chunk_order, order.chunks));
     step_.multi_pieces = order.multi_pieces;
     step_.multi_chunks = order.multi_chunks;
+    step_.decode_rows = static_cast<int32_t>(decode_rows_);
     step_.page_table = static_cast<const int32_t*>(put(StepArray::page_table, pages));
     ids_ = static_cast<const int32_t*>(put(StepArray::ids, plan.ids));
     logit_rows_ = static_cast<const int32_t*>(put(StepArray::logit_rows, logit_rows));
@@ -463,15 +464,13 @@ class CudaBackend final : public Backend {
                    {"gdn.in_proj_b", w.in_proj_b, w.adapter.in_proj_b, b},
                    {"gdn.in_proj_a", w.in_proj_a, w.adapter.in_proj_a, a}});
     bf16* conv = scratch<bf16>(R * C);
-    timer_.time("gdn.conv", stream_, [&] {
-      launch_gdn_conv_silu(step_, static_cast<int32_t>(gdn_layer), device_weight(w.conv1d), static_cast<int32_t>(C),
-                           static_cast<int32_t>(s.conv_kernel), qkv, conv, stream_);
-    });
     float* beta = scratch<float>(R * vh);
     float* g = scratch<float>(R * vh);
-    timer_.time("gdn.gates", stream_, [&] {
-      launch_gdn_gates(b, a, device_weight(w.A_log), device_weight(w.dt_bias), R, static_cast<int32_t>(vh), beta, g,
-                       stream_);
+    const GdnGateArrays gates{b,    a, device_weight(w.A_log), device_weight(w.dt_bias), static_cast<int32_t>(vh),
+                              beta, g};
+    timer_.time("gdn.conv_gates", stream_, [&] {
+      launch_gdn_conv_silu(step_, static_cast<int32_t>(gdn_layer), device_weight(w.conv1d), static_cast<int32_t>(C),
+                           static_cast<int32_t>(s.conv_kernel), qkv, conv, stream_, &gates);
     });
     float* core = scratch<float>(R * vw);
     const GdnDims dims{static_cast<int32_t>(s.key_heads), static_cast<int32_t>(s.value_heads),
@@ -480,14 +479,20 @@ class CudaBackend final : public Backend {
     // move with its positions.
     if (chunk_scratch_ > (2 * kDeltaChunk + 1) * R) fail("cuda backend: chunk scratch over its bound");
     float* chunk_scratch = scratch<float>((2 * kDeltaChunk + 1) * R * vh);
+    bf16* normed = qkv;  // qkv is spent (the delta rule reads the conv's output); [R, vw] fits in [R, C]
+    // The decode rows' gated norm comes with their delta rule; a step with other rows norms them all after it (the
+    // decode rows again, with the same bits).
+    const GdnNormArrays norm{z, device_weight(w.norm), static_cast<float>(s.norm_eps), normed};
     timer_.time("gdn.delta_rule", stream_, [&] {
-      launch_gdn_delta_rule(step_, static_cast<int32_t>(gdn_layer), conv, beta, g, dims, chunk_scratch, core, stream_);
+      launch_gdn_delta_rule(step_, static_cast<int32_t>(gdn_layer), conv, beta, g, dims, chunk_scratch, core, stream_,
+                            &norm);
     });
-    bf16* normed = qkv;  // qkv is spent; [R, vw] fits in [R, C]
-    timer_.time("gdn.gated_norm", stream_, [&] {
-      launch_gdn_gated_norm(core, z, device_weight(w.norm), static_cast<float>(s.norm_eps), R, static_cast<int32_t>(vh),
-                            static_cast<int32_t>(s.value_dim), normed, stream_);
-    });
+    if (step_.multi_pieces > 0) {
+      timer_.time("gdn.gated_norm", stream_, [&] {
+        launch_gdn_gated_norm(core, z, device_weight(w.norm), static_cast<float>(s.norm_eps), R,
+                              static_cast<int32_t>(vh), static_cast<int32_t>(s.value_dim), normed, stream_);
+      });
+    }
     gemm("gdn.out_proj", normed, R, w.out_proj, w.adapter.out_proj, data_of(out));
     used_ = mark;
   }

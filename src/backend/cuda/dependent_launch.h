@@ -41,4 +41,24 @@ void launch_dependent(const char* what, void (*kernel)(Params...), dim3 grid, di
   check_cuda(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...), what);
 }
 
+// The same for a kernel whose blocks form clusters of `cluster` (thread block clusters: distributed shared memory).
+template <typename... Params, typename... Args>
+void launch_dependent_clusters(const char* what, void (*kernel)(Params...), dim3 grid, dim3 cluster, dim3 block,
+                               size_t smem, cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attributes[2] = {};
+  attributes[0] = dependent_launch_attribute();
+  attributes[1].id = cudaLaunchAttributeClusterDimension;
+  attributes[1].val.clusterDim.x = cluster.x;
+  attributes[1].val.clusterDim.y = cluster.y;
+  attributes[1].val.clusterDim.z = cluster.z;
+  config.attrs = attributes;
+  config.numAttrs = 2;
+  check_cuda(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...), what);
+}
+
 }  // namespace duet::backend::cuda

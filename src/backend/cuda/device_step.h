@@ -66,6 +66,9 @@ struct DeviceStep {
   const int32_t* piece_order = nullptr;  // [pieces]
   const int32_t* chunk_order = nullptr;  // [chunks]
   int32_t multi_pieces = 0, multi_chunks = 0;
+  // Rows of decode pieces (DeviceRole::decode), when the host counted them: attention then leaves out the kernels
+  // that would find no row of theirs. -1: not counted, every attention kernel launches and sorts rows by role.
+  int32_t decode_rows = -1;
 };
 
 constexpr int32_t kPagePositions = 64;

@@ -1,15 +1,19 @@
-// The causal depthwise conv + SiLU of a GDN layer (launch_gdn_conv_silu in kernels.h).
+// The causal depthwise conv + SiLU of a GDN layer (launch_gdn_conv_silu in kernels.h), with the layer's gates beside.
 //
-// Two kernels on the same stream: the first computes every (row, channel) output from the step's inputs and the
-// piece's conv state as it was before the step; the second then rewrites each piece's state. Splitting them is what
-// makes the state update safe: no output thread can read a history value after it has been overwritten, and the
-// output kernel gets one thread per element, so long prefill pieces use the whole GPU.
+// Steps with a piece of several rows: two kernels on the same stream. The first computes every (row, channel) output
+// from the step's inputs and the piece's conv state as it was before the step; the second then rewrites each piece's
+// state. Splitting them is what makes the state update safe: no output thread can read a history value after it has
+// been overwritten, and the output kernel gets one thread per element, so long prefill pieces use the whole GPU.
+// Steps whose pieces are all one row (decode): one kernel, each thread the output and the new state of its own
+// (piece, channel), which nothing else reads. Both compute an output with the same fma chain over the same inputs.
+// The gates (gdn_gate.h) ride along in one more block per row.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dependent_launch.h"
+#include "backend/cuda/gdn_gate.h"
 #include "backend/cuda/kernels.h"
 
 namespace duet::backend::cuda {
@@ -18,10 +22,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float weight_at(const DeviceWeight& w, int64_t i) {
-  return w.f32 ? static_cast<const float*>(w.data)[i] : __bfloat162float(static_cast<const bf16*>(w.data)[i]);
-}
-
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
 // The conv state of `piece` for GDN layer `layer`: [K-1, channels], oldest first.
@@ -29,28 +29,46 @@ __device__ __forceinline__ bf16* conv_state(const DevicePiece& piece, int32_t la
   return piece.conv + static_cast<int64_t>(layer) * piece.conv_layer_stride;
 }
 
+// sum_j w[c, j] * x_j in j order (fp32 fma chain), then SiLU, rounded to BF16.
+template <int K>
+__device__ __forceinline__ bf16 conv_output(const DeviceWeight& w, int32_t c, const bf16 (&x)[K]) {
+  float acc = 0.0f;
+#pragma unroll
+  for (int j = 0; j < K; ++j)
+    acc = fmaf(gate_weight_at(w, static_cast<int64_t>(c) * K + j), __bfloat162float(x[j]), acc);
+  return __float2bfloat16(silu(acc));
+}
+
+// The block past the channel blocks: the gates of `row`, if asked for.
+__device__ __forceinline__ void row_gates(const GdnGateArrays& gates, int32_t row) {
+  for (int32_t h = threadIdx.x; h < gates.value_heads; h += kThreads)
+    gdn_gate(gates.b, gates.a, gates.A_log, gates.dt_bias, gates.value_heads,
+             static_cast<int64_t>(row) * gates.value_heads + h, gates.beta, gates.g);
+}
+
 // One thread per (row, channel). Input t - (K-1) + j of the piece is either a row of this step (index >= 0) or, for
 // the first K-1 rows, an entry of the state, whose last slot is the input just before the piece.
 template <int K>
 __global__ void __launch_bounds__(kThreads)
-    conv_rows_kernel(DeviceStep step, int32_t layer, DeviceWeight w, int32_t channels, const bf16* in, bf16* out) {
+    conv_rows_kernel(DeviceStep step, int32_t layer, DeviceWeight w, int32_t channels, const bf16* in, bf16* out,
+                     GdnGateArrays gates) {
   wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
   let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
   const int32_t row = blockIdx.x;
+  if (blockIdx.y == gridDim.y - 1 && gates.value_heads > 0) return row_gates(gates, row);
   const int32_t c = blockIdx.y * kThreads + threadIdx.x;
   if (c >= channels) return;
   const DevicePiece& piece = step.piece[step.row_piece[row]];
   const int32_t t = row - piece.first_row;
   const bf16* state = conv_state(piece, layer);
-  float acc = 0.0f;
+  bf16 x[K];
 #pragma unroll
   for (int j = 0; j < K; ++j) {
     const int32_t src = t - (K - 1) + j;  // input index inside the piece; negative: from the state
-    const bf16 x = src >= 0 ? in[static_cast<int64_t>(piece.first_row + src) * channels + c]
-                            : state[static_cast<int64_t>(K - 1 + src) * channels + c];
-    acc = fmaf(weight_at(w, static_cast<int64_t>(c) * K + j), __bfloat162float(x), acc);
+    x[j] = src >= 0 ? in[static_cast<int64_t>(piece.first_row + src) * channels + c]
+                    : state[static_cast<int64_t>(K - 1 + src) * channels + c];
   }
-  out[static_cast<int64_t>(row) * channels + c] = __float2bfloat16(silu(acc));
+  out[static_cast<int64_t>(row) * channels + c] = conv_output<K>(w, c, x);
 }
 
 // One thread per (piece, channel): the new state is the last K-1 entries of [old state | piece inputs]. A piece of
@@ -76,12 +94,42 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j < K - 1; ++j) state[static_cast<int64_t>(j) * channels + c] = kept[j];
 }
 
+// Pieces of one row: one thread per (piece, channel) reads its state's K-1 inputs and the row's, writes the output
+// (conv_rows_kernel's, t = 0) and then the state shifted by one (conv_state_kernel's, rows = 1).
+template <int K>
+__global__ void __launch_bounds__(kThreads)
+    conv_decode_kernel(DeviceStep step, int32_t layer, DeviceWeight w, int32_t channels, const bf16* in, bf16* out,
+                       GdnGateArrays gates) {
+  wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
+  let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
+  const DevicePiece& piece = step.piece[blockIdx.x];
+  const int32_t row = piece.first_row;
+  if (blockIdx.y == gridDim.y - 1 && gates.value_heads > 0) return row_gates(gates, row);
+  const int32_t c = blockIdx.y * kThreads + threadIdx.x;
+  if (c >= channels) return;
+  bf16* state = conv_state(piece, layer);
+  bf16 x[K];
+#pragma unroll
+  for (int j = 0; j < K - 1; ++j) x[j] = state[static_cast<int64_t>(j) * channels + c];
+  x[K - 1] = in[static_cast<int64_t>(row) * channels + c];
+  out[static_cast<int64_t>(row) * channels + c] = conv_output<K>(w, c, x);
+#pragma unroll
+  for (int j = 0; j < K - 1; ++j) state[static_cast<int64_t>(j) * channels + c] = x[j + 1];
+}
+
 template <int K>
 void launch_conv(const DeviceStep& step, int32_t layer, DeviceWeight w, int32_t channels, const bf16* in, bf16* out,
-                 cudaStream_t stream) {
+                 const GdnGateArrays& gates, cudaStream_t stream) {
   const uint32_t channel_blocks = (static_cast<uint32_t>(channels) + kThreads - 1) / kThreads;
-  launch_dependent("conv_rows_kernel", conv_rows_kernel<K>, dim3(step.rows, channel_blocks), kThreads, 0, stream, step,
-                   layer, w, channels, in, out);
+  const uint32_t blocks_per_row = channel_blocks + (gates.value_heads > 0 ? 1 : 0);
+  if (step.multi_pieces == 0 && step.pieces == step.rows) {
+    launch_dependent("conv_decode_kernel", conv_decode_kernel<K>, dim3(step.pieces, blocks_per_row), kThreads, 0,
+                     stream, step, layer, w, channels, in, out, gates);
+    check_launch("gdn conv_decode_kernel");
+    return;
+  }
+  launch_dependent("conv_rows_kernel", conv_rows_kernel<K>, dim3(step.rows, blocks_per_row), kThreads, 0, stream, step,
+                   layer, w, channels, in, out, gates);
   check_launch("gdn conv_rows_kernel");
   launch_dependent("conv_state_kernel", conv_state_kernel<K>, dim3(channel_blocks, step.pieces), kThreads, 0, stream,
                    step, layer, channels, in);
@@ -91,15 +139,17 @@ void launch_conv(const DeviceStep& step, int32_t layer, DeviceWeight w, int32_t 
 }  // namespace
 
 void launch_gdn_conv_silu(const DeviceStep& step, int32_t gdn_layer, DeviceWeight conv_w, int32_t channels,
-                          int32_t kernel, const bf16* in, bf16* out, cudaStream_t stream) {
+                          int32_t kernel, const bf16* in, bf16* out, cudaStream_t stream, const GdnGateArrays* gates) {
   if (step.rows <= 0 || step.pieces <= 0 || channels <= 0) return;
+  const GdnGateArrays no_gates;
+  const GdnGateArrays& g = gates != nullptr ? *gates : no_gates;
   switch (kernel) {
     case 2:
-      return launch_conv<2>(step, gdn_layer, conv_w, channels, in, out, stream);
+      return launch_conv<2>(step, gdn_layer, conv_w, channels, in, out, g, stream);
     case 3:
-      return launch_conv<3>(step, gdn_layer, conv_w, channels, in, out, stream);
+      return launch_conv<3>(step, gdn_layer, conv_w, channels, in, out, g, stream);
     case 4:
-      return launch_conv<4>(step, gdn_layer, conv_w, channels, in, out, stream);
+      return launch_conv<4>(step, gdn_layer, conv_w, channels, in, out, g, stream);
     default:
       check_cuda(cudaErrorInvalidValue, "launch_gdn_conv_silu: conv kernel size must be 2, 3 or 4");
   }

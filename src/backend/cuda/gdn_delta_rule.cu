@@ -18,6 +18,8 @@
 // chunk_state_kernel: one block per (piece, value head, group of up to 32 value columns) walks the piece's chunks in
 // order with S_b's columns in shared memory: a column of S, d and o only meets its own column, so the groups are
 // independent, but for the keys and G they share in the state: a head's groups form one cluster.
+// Pieces of one row (decode steps) take one kernel instead, decode_delta_kernel, which computes the row's entries of
+// both with the same chains.
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -27,6 +29,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/delta_chunks.h"
 #include "backend/cuda/dependent_launch.h"
+#include "backend/cuda/gdn_gated_norm.h"
 #include "backend/cuda/kernels.h"
 
 namespace duet::backend::cuda {
@@ -245,67 +248,6 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-// The same A and Q entries for the one-row chunks of one-row pieces (decode steps): one thread per earlier row s,
-// each entry the fma chain of chunk_matrices_kernel's tiles.
-template <int KD>
-struct DecodeMatricesSmem {
-  bf16 raw_q[KD], raw_k[KD];
-  float k[kC][KD + 1];  // the chunk's keys, this row's at [t]
-  float q[KD];
-  float G[kC];
-  float g, beta;
-};
-
-template <int KD, int VD>
-__global__ void __launch_bounds__(kC)
-    decode_matrices_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, const float* g,
-                           GdnDims dims, float* scratch) {
-  wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
-  let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
-  constexpr DeltaHeadState layout{KD, VD};
-  extern __shared__ float4 smem_raw[];
-  DecodeMatricesSmem<KD>& sm = *reinterpret_cast<DecodeMatricesSmem<KD>*>(smem_raw);
-  const DeviceChunk chunk = step.chunk[step.chunk_order[step.multi_chunks + blockIdx.x]];
-  const int32_t head = blockIdx.y;
-  const HeadInputs in = head_inputs<KD, VD>(dims, head);
-  const float* state = head_state<KD, VD>(step.piece[chunk.piece], layer, head);
-  const int t = chunk.filled, b = t + 1, tid = threadIdx.x;
-
-  const bf16* row = qkv + static_cast<int64_t>(chunk.first_row) * in.width;
-  copy_bf16_rows_async(sm.raw_q, row + in.q, 0, 1, KD);
-  copy_bf16_rows_async(sm.raw_k, row + in.k, 0, 1, KD);
-  copy_rows_async(&sm.k[0][0], KD + 1, state + layout.keys(), KD, t, KD);
-  copy_floats_async(sm.G, state + layout.G(), t);
-  if (tid == 0) {
-    const int64_t at = static_cast<int64_t>(chunk.first_row) * in.heads + head;
-    copy_async_4(&sm.g, g + at);
-    copy_async_4(&sm.beta, beta + at);
-  }
-  wait_async_copies();
-  __syncthreads();
-  const int warp = tid / 32;
-  if (warp == 0) l2_normalize_to<KD>(sm.raw_k, in.q_scale, false, sm.k[t]);
-  if (warp == 1) l2_normalize_to<KD>(sm.raw_q, in.q_scale, true, sm.q);
-  float* A = scratch + chunk.scratch * dims.value_heads + static_cast<int64_t>(head) * chunk_scratch_elems(t, 1);
-  if (tid == 0) {
-    const float G = (t > 0 ? sm.G[t - 1] : 0.0f) + sm.g;
-    sm.G[t] = G;
-    A[2 * b] = G;
-  }
-  __syncthreads();
-  const int s = tid;
-  if (s > t) return;
-  float kk = 0.0f, qk = 0.0f;
-#pragma unroll 8
-  for (int i = 0; i < KD; ++i) {
-    kk = fmaf(sm.k[t][i], sm.k[s][i], kk);
-    qk = fmaf(sm.q[i], sm.k[s][i], qk);
-  }
-  const float decay = expf(sm.G[t] - sm.G[s]);
-  if (s < t) A[s] = (kk * decay) * sm.beta;
-  A[b + s] = qk * decay;
-}
-
 // ---- chunk_state_kernel: d, the outputs and the state, chunk after chunk (pieces of more than one row).
 
 template <int KD, int VC>
@@ -496,34 +438,39 @@ __global__ void __launch_bounds__(kThreads)
     state[(idx / VC) * VD + col0 + idx % VC] = sm.S[idx / VC][idx % VC];
 }
 
-// ---- decode_state_kernel: the same arithmetic for a piece of one row (a decode step), light enough to run many
-// blocks per SM: S_b is read straight from the state, and only the chunk's earlier d (and, when the row completes
-// the chunk, its keys) are staged.
+// ---- decode_delta_kernel: the same arithmetic for a piece of one row (a decode step), in one kernel: the row's G and
+// its rows of A and Q (chunk_matrices_kernel's entries, each the same fma chain), then d, the output and the state
+// (chunk_state_kernel's). Light enough to run many blocks per SM: S_b is read straight from the state, and only the
+// chunk's earlier keys, d and G are staged. Each column group of a head computes the row's A and Q itself (64 dot
+// products of key_dim), which costs less than a second launch and a trip through the chunk scratch.
 
-template <int KD, int VC>
+template <int KD, int VD, int VC = columns_for(VD)>
 struct DecodeSmem {
   bf16 raw_q[KD], raw_k[KD];
   bf16 raw_v[VC];
-  float k[kC][KD + 1];  // the chunk's keys (the earlier ones only when this row completes it), this row's at [t]
+  float k[kC][KD + 1];  // the chunk's earlier keys, this row's at [t]
   float q[KD];
   float u[kC][VC + VC / 8];
   float A_row[kC], Q_row[kC], G[kC], decay[kC];
   float wk[VC], wq[VC];
-  float beta;
+  float o[VC];       // this group's outputs, read by group 0 for the gated norm
+  float o_head[VD];  // group 0: the head's outputs, gathered
+  float g, beta;
 };
 
 template <int KD, int VD>
 __global__ void __launch_bounds__(kThreads)
-    decode_state_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, GdnDims dims,
-                        const float* scratch, float* out) {
+    decode_delta_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, const float* g,
+                        GdnDims dims, float* out, GdnNormArrays norm) {
   wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
   let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
   constexpr DeltaHeadState layout{KD, VD};
   constexpr int VC = columns_for(VD);
   constexpr int kLanes = lanes_for(VD);
   constexpr int kU = VC + VC / 8;
+  static_assert(kC + 2 * VC <= kThreads && 2 * kC <= kThreads, "the middle phase's thread ranges");
   extern __shared__ float4 smem_raw[];
-  DecodeSmem<KD, VC>& sm = *reinterpret_cast<DecodeSmem<KD, VC>*>(smem_raw);
+  DecodeSmem<KD, VD>& sm = *reinterpret_cast<DecodeSmem<KD, VD>*>(smem_raw);
 
   const DevicePiece& piece = step.piece[step.piece_order[step.multi_pieces + blockIdx.x]];
   const DeviceChunk chunk = step.chunk[piece.first_chunk];
@@ -532,23 +479,18 @@ __global__ void __launch_bounds__(kThreads)
   float* state = head_state<KD, VD>(piece, layer, head);
   const int tid = threadIdx.x, t = chunk.filled;
   const bool completes = t == kC - 1;
-  const float* A = scratch + chunk.scratch * dims.value_heads + static_cast<int64_t>(head) * chunk_scratch_elems(t, 1);
-  const int b = t + 1;
 
   const bf16* row = qkv + static_cast<int64_t>(chunk.first_row) * in.width;
   copy_bf16_rows_async(sm.raw_q, row + in.q, 0, 1, KD);
   copy_bf16_rows_async(sm.raw_k, row + in.k, 0, 1, KD);
   copy_bf16_rows_async(sm.raw_v, row + in.v + col0, 0, 1, VC);
   copy_rows_async(&sm.u[0][0], kU, state + layout.d() + col0, VD, t, VC);
-  if (completes) {
-    copy_rows_async(&sm.k[0][0], KD + 1, state + layout.keys(), KD, t, KD);
-    copy_floats_async(sm.G, state + layout.G(), t);
-  }
-  copy_floats_async(sm.A_row, A, t);
-  copy_floats_async(sm.Q_row, A + b, b);
+  copy_rows_async(&sm.k[0][0], KD + 1, state + layout.keys(), KD, t, KD);
+  copy_floats_async(sm.G, state + layout.G(), t);
   if (tid == 0) {
-    copy_async_4(&sm.G[t], A + 2 * b);
-    copy_async_4(&sm.beta, beta + static_cast<int64_t>(chunk.first_row) * in.heads + head);
+    const int64_t at = static_cast<int64_t>(chunk.first_row) * in.heads + head;
+    copy_async_4(&sm.g, g + at);
+    copy_async_4(&sm.beta, beta + at);
   }
   wait_async_copies();
   __syncthreads();
@@ -557,34 +499,64 @@ __global__ void __launch_bounds__(kThreads)
   if (warp == 0) l2_normalize_to<KD>(sm.raw_k, in.q_scale, false, sm.k[t]);
   if (warp == 1) l2_normalize_to<KD>(sm.raw_q, in.q_scale, true, sm.q);
   for (int j = tid; j < VC; j += kThreads) sm.u[t][j] = __bfloat162float(sm.raw_v[j]);
-  if (completes)
-    for (int s = tid; s < kC; s += kThreads) sm.decay[s] = expf(sm.G[kC - 1] - sm.G[s]);
+  if (tid == 0) sm.G[t] = (t > 0 ? sm.G[t - 1] : 0.0f) + sm.g;  // G_t = G_{t-1} + g_t, as chunk_matrices_kernel
   __syncthreads();
 
-  // S_b^T k_t and S_b^T q_t, one column and vector per thread, the same fma chain as chunk_state_kernel's tiles.
-  const float eG = expf(sm.G[t]);
-  if (tid < 2 * VC) {
-    const int j = tid % VC;
-    const float* x = tid < VC ? sm.k[t] : sm.q;
+  // Three independent parts on three thread ranges. Threads s <= t: entry s of the row's A and Q, the fma chain of
+  // chunk_matrices_kernel's tiles. Threads kC .. kC + 2 VC - 1: S_b^T k_t and S_b^T q_t, one column and vector per
+  // thread, the fma chain of chunk_state_kernel's tiles. When the row completes the chunk, threads 2 kC.. the fold's
+  // decays.
+  if (tid <= t) {
+    const int s = tid;
+    float kk = 0.0f, qk = 0.0f;
+#pragma unroll 8
+    for (int i = 0; i < KD; ++i) {
+      kk = fmaf(sm.k[t][i], sm.k[s][i], kk);
+      qk = fmaf(sm.q[i], sm.k[s][i], qk);
+    }
+    const float decay = expf(sm.G[t] - sm.G[s]);
+    if (s < t) sm.A_row[s] = (kk * decay) * sm.beta;
+    sm.Q_row[s] = qk * decay;
+  } else if (tid >= kC && tid < kC + 2 * VC) {
+    const int x = tid - kC, j = x % VC;
+    const float* vec = x < VC ? sm.k[t] : sm.q;
     const float* column = state + col0 + j;
     float acc = 0.0f;
 #pragma unroll 16
-    for (int i = 0; i < KD; ++i) acc = fmaf(x[i], column[i * VD], acc);
-    (tid < VC ? sm.wk : sm.wq)[j] = acc;
+    for (int i = 0; i < KD; ++i) acc = fmaf(vec[i], column[i * VD], acc);
+    (x < VC ? sm.wk : sm.wq)[j] = acc;
+  } else if (completes && tid >= 2 * kC) {
+    for (int s = tid - 2 * kC; s < kC; s += kThreads - 2 * kC) sm.decay[s] = expf(sm.G[kC - 1] - sm.G[s]);
   }
   __syncthreads();
 
+  const float eG = expf(sm.G[t]);
   const int col = tid / kLanes, p = tid % kLanes;
   const float d = corrected_value<kLanes>(sm.A_row, &sm.u[0][col], kU, t, sm.u[t][col], eG, sm.wk[col], sm.beta);
   __syncwarp();
   if (p == 0) sm.u[t][col] = d;
   __syncthreads();
 
+  const int64_t head_at =
+      static_cast<int64_t>(chunk.first_row) * dims.value_heads * VD + static_cast<int64_t>(head) * VD;
   if (tid < VC) {
     float acc = 0.0f;
     for (int s = 0; s <= t; ++s) acc = fmaf(sm.Q_row[s], sm.u[s][tid], acc);
-    out[static_cast<int64_t>(chunk.first_row) * dims.value_heads * VD + static_cast<int64_t>(head) * VD + col0 + tid] =
-        fmaf(eG, sm.wq[tid], acc);
+    const float o = fmaf(eG, sm.wq[tid], acc);
+    out[head_at + col0 + tid] = o;
+    sm.o[tid] = o;
+  }
+  if (norm.out != nullptr) {  // the same for every block: the whole cluster takes part or none of it
+    // The head's VD outputs are spread over its VD / VC column groups, one cluster: group 0 gathers them through
+    // distributed shared memory and its first warp norms the head as gated_norm_kernel would.
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    if (blockIdx.z == 0 && warp == 0) {
+      for (int i = tid; i < VD; i += 32) sm.o_head[i] = cluster.map_shared_rank(sm.o, i / VC)[i % VC];
+      __syncwarp();
+      gated_norm_head(sm.o_head, norm.z + head_at, norm.w, norm.eps, VD, norm.out + head_at);
+    }
+    cluster.sync();  // no block leaves (freeing the outputs it shares) before group 0 has read them
   }
   if (completes) {  // the next chunk's S_b, each thread its elements, the fold's chain of chunk_state_kernel
     const float keep = eG;
@@ -612,27 +584,20 @@ void allow_smem(Kernel kernel, size_t bytes) {
 
 template <int KD, int VD>
 void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float* beta, const float* g, GdnDims dims,
-            float* scratch, float* out, cudaStream_t stream) {
+            float* scratch, float* out, const GdnNormArrays& norm, cudaStream_t stream) {
   constexpr int VC = columns_for(VD);
   constexpr size_t matrices_bytes = sizeof(MatricesSmem<KD>);
-  constexpr size_t decode_matrices_bytes = sizeof(DecodeMatricesSmem<KD>);
   constexpr size_t state_bytes = sizeof(StateSmem<KD, VC>);
-  constexpr size_t decode_bytes = sizeof(DecodeSmem<KD, VC>);
-  static const bool opted_in = (allow_smem(chunk_matrices_kernel<KD, VD>, matrices_bytes),
-                                allow_smem(decode_matrices_kernel<KD, VD>, decode_matrices_bytes),
-                                allow_smem(chunk_state_kernel<KD, VD>, state_bytes),
-                                allow_smem(decode_state_kernel<KD, VD>, decode_bytes), true);
+  constexpr size_t decode_bytes = sizeof(DecodeSmem<KD, VD>);
+  static const bool opted_in =
+      (allow_smem(chunk_matrices_kernel<KD, VD>, matrices_bytes), allow_smem(chunk_state_kernel<KD, VD>, state_bytes),
+       allow_smem(decode_delta_kernel<KD, VD>, decode_bytes), true);
   (void)opted_in;
-  const int32_t single_chunks = step.chunks - step.multi_chunks, single_pieces = step.pieces - step.multi_pieces;
+  const int32_t single_pieces = step.pieces - step.multi_pieces;
   if (step.multi_chunks > 0) {
     chunk_matrices_kernel<KD, VD><<<dim3(step.multi_chunks, dims.value_heads), kThreads, matrices_bytes, stream>>>(
         step, layer, qkv, beta, g, dims, scratch);
     check_launch("gdn chunk_matrices_kernel");
-  }
-  if (single_chunks > 0) {
-    launch_dependent("decode_matrices_kernel", decode_matrices_kernel<KD, VD>, dim3(single_chunks, dims.value_heads),
-                     kC, decode_matrices_bytes, stream, step, layer, qkv, beta, g, dims, scratch);
-    check_launch("gdn decode_matrices_kernel");
   }
   if (step.multi_pieces > 0) {
     cudaLaunchConfig_t config = {};
@@ -652,24 +617,26 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
                "gdn chunk_state_kernel");
   }
   if (single_pieces > 0) {
-    launch_dependent("decode_state_kernel", decode_state_kernel<KD, VD>, dim3(single_pieces, dims.value_heads, VD / VC),
-                     kThreads, decode_bytes, stream, step, layer, qkv, beta, dims, scratch, out);
-    check_launch("gdn decode_state_kernel");
+    // A head's column groups form one cluster (the gated norm gathers their outputs).
+    launch_dependent_clusters("decode_delta_kernel", decode_delta_kernel<KD, VD>,
+                              dim3(single_pieces, dims.value_heads, VD / VC), dim3(1, 1, VD / VC), kThreads,
+                              decode_bytes, stream, step, layer, qkv, beta, g, dims, out, norm);
+    check_launch("gdn decode_delta_kernel");
   }
 }
 
 template <int KD>
 void launch_for_value_dim(const DeviceStep& step, int32_t layer, const bf16* qkv, const float* beta, const float* g,
-                          GdnDims dims, float* scratch, float* out, cudaStream_t stream) {
+                          GdnDims dims, float* scratch, float* out, const GdnNormArrays& norm, cudaStream_t stream) {
   switch (dims.value_dim) {
     case 16:
-      return launch<KD, 16>(step, layer, qkv, beta, g, dims, scratch, out, stream);
+      return launch<KD, 16>(step, layer, qkv, beta, g, dims, scratch, out, norm, stream);
     case 32:
-      return launch<KD, 32>(step, layer, qkv, beta, g, dims, scratch, out, stream);
+      return launch<KD, 32>(step, layer, qkv, beta, g, dims, scratch, out, norm, stream);
     case 64:
-      return launch<KD, 64>(step, layer, qkv, beta, g, dims, scratch, out, stream);
+      return launch<KD, 64>(step, layer, qkv, beta, g, dims, scratch, out, norm, stream);
     case 128:
-      return launch<KD, 128>(step, layer, qkv, beta, g, dims, scratch, out, stream);
+      return launch<KD, 128>(step, layer, qkv, beta, g, dims, scratch, out, norm, stream);
     default:
       check_cuda(cudaErrorInvalidValue, "launch_gdn_delta_rule: value_dim must be 16, 32, 64 or 128");
   }
@@ -678,20 +645,26 @@ void launch_for_value_dim(const DeviceStep& step, int32_t layer, const bf16* qkv
 }  // namespace
 
 void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16* qkv, const float* beta,
-                           const float* g, GdnDims dims, float* chunk_scratch, float* out, cudaStream_t stream) {
+                           const float* g, GdnDims dims, float* chunk_scratch, float* out, cudaStream_t stream,
+                           const GdnNormArrays* norm) {
   if (dims.key_heads <= 0 || dims.value_heads <= 0 || dims.value_heads % dims.key_heads != 0)
     check_cuda(cudaErrorInvalidValue, "launch_gdn_delta_rule: value_heads must be a multiple of key_heads");
   if (step.chunks <= 0) return;
   if (chunk_scratch == nullptr) check_cuda(cudaErrorInvalidValue, "launch_gdn_delta_rule: no chunk scratch");
+  if (norm != nullptr && (norm->out == nullptr || norm->z == nullptr || norm->w.data == nullptr ||
+                          norm->w.rows * norm->w.cols != dims.value_dim))
+    check_cuda(cudaErrorInvalidValue, "launch_gdn_delta_rule: a gated norm needs z, out and a value_dim weight");
+  const GdnNormArrays none;
+  const GdnNormArrays& n = norm != nullptr ? *norm : none;
   switch (dims.key_dim) {
     case 16:
-      return launch_for_value_dim<16>(step, gdn_layer, qkv, beta, g, dims, chunk_scratch, out, stream);
+      return launch_for_value_dim<16>(step, gdn_layer, qkv, beta, g, dims, chunk_scratch, out, n, stream);
     case 32:
-      return launch_for_value_dim<32>(step, gdn_layer, qkv, beta, g, dims, chunk_scratch, out, stream);
+      return launch_for_value_dim<32>(step, gdn_layer, qkv, beta, g, dims, chunk_scratch, out, n, stream);
     case 64:
-      return launch_for_value_dim<64>(step, gdn_layer, qkv, beta, g, dims, chunk_scratch, out, stream);
+      return launch_for_value_dim<64>(step, gdn_layer, qkv, beta, g, dims, chunk_scratch, out, n, stream);
     case 128:
-      return launch_for_value_dim<128>(step, gdn_layer, qkv, beta, g, dims, chunk_scratch, out, stream);
+      return launch_for_value_dim<128>(step, gdn_layer, qkv, beta, g, dims, chunk_scratch, out, n, stream);
     default:
       check_cuda(cudaErrorInvalidValue, "launch_gdn_delta_rule: key_dim must be 16, 32, 64 or 128");
   }

@@ -84,11 +84,24 @@ SkinnyPipeline skinny_plan_for(int32_t n, int32_t k);
 void launch_fp32_gemm(const float* x, int32_t m, const float* w, int32_t n, int32_t k, float* y, cudaStream_t stream);
 
 // ---- gdn_conv.cu
+// The GDN gates' inputs and outputs (launch_gdn_gates below): b, a [rows, value_heads] BF16 in; beta, g out.
+struct GdnGateArrays {
+  const bf16* b = nullptr;
+  const bf16* a = nullptr;
+  DeviceWeight A_log, dt_bias;
+  int32_t value_heads = 0;
+  float* beta = nullptr;
+  float* g = nullptr;
+};
 // The causal depthwise conv + SiLU of GDN layer `gdn_layer` over every piece: for row t of a piece,
 //   out[t, c] = bf16(silu(sum_j w[c, j] * in[c, t - (K-1) + j]))   (fp32 sum, w [channels, K])
 // where inputs before the piece come from the piece's conv state; then the state keeps the piece's last K-1 inputs.
+// With `gates`, the same launches also compute every row's gates, with launch_gdn_gates's bits (one launch less per
+// layer). A step whose pieces are all one row (decode) takes one kernel, a thread per (piece, channel) that reads
+// and shifts its own channel's state; other steps take two (outputs, then states).
 void launch_gdn_conv_silu(const DeviceStep& step, int32_t gdn_layer, DeviceWeight conv_w, int32_t channels,
-                          int32_t kernel, const bf16* in, bf16* out, cudaStream_t stream);
+                          int32_t kernel, const bf16* in, bf16* out, cudaStream_t stream,
+                          const GdnGateArrays* gates = nullptr);
 
 // ---- gdn_gates.cu
 // Per row and value head: beta = bf16(sigmoid(b)) (kept as float), g = -exp(A_log) * softplus(a + dt_bias) in fp32
@@ -108,8 +121,17 @@ void launch_gdn_gates(const bf16* b, const bf16* a, DeviceWeight A_log, DeviceWe
 struct GdnDims {
   int32_t key_heads, value_heads, key_dim, value_dim;
 };
+// With `norm`, the rows of one-row pieces (decode) also get their gated norm (launch_gdn_gated_norm's bits) written
+// to norm->out by the same kernel; a step whose pieces are all one row then needs no launch_gdn_gated_norm.
+struct GdnNormArrays {
+  const bf16* z = nullptr;  // [rows, value_heads * value_dim]
+  DeviceWeight w;           // [value_dim]
+  float eps = 0.0f;
+  bf16* out = nullptr;  // [rows, value_heads * value_dim]; must not alias qkv
+};
 void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16* qkv, const float* beta,
-                           const float* g, GdnDims dims, float* chunk_scratch, float* out, cudaStream_t stream);
+                           const float* g, GdnDims dims, float* chunk_scratch, float* out, cudaStream_t stream,
+                           const GdnNormArrays* norm = nullptr);
 
 // ---- gdn_norm.cu
 // Gated RMSNorm per value head: y = bf16(bf16(o * rsqrt(mean(o^2) + eps)) * w) * silu(z) in fp32, rounded to BF16.
