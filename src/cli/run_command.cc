@@ -93,14 +93,20 @@ void run(const RunOptions& options) {
   const double prefill_s = seconds_since(start);
 
   std::vector<int32_t> generated{argmax(last_logits)};
+  // Decode steps as the server runs them: the backend picks the token (greedy: the first maximum, as argmax above),
+  // so only the id comes back and a GPU replays the step's graph, instead of copying every logit to the host.
+  backend::SampleSpec greedy;
+  greedy.temperature = 0.0f;
   start = std::chrono::steady_clock::now();
   while (static_cast<int>(generated.size()) < options.max_tokens) {
     if (!options.ignore_eos && std::find(eos.begin(), eos.end(), generated.back()) != eos.end()) break;
+    greedy.position = static_cast<int64_t>(prompt.size() + generated.size() - 1);
     const model::Piece piece{.slot = slot,
                              .tokens = {&generated.back(), 1},
-                             .wants = model::RowOutput::last_logits,
-                             .role = backend::RowRole::decode};
-    generated.push_back(argmax(runner.run(piece)[0].logits));
+                             .wants = model::RowOutput::sampled,
+                             .role = backend::RowRole::decode,
+                             .sample = &greedy};
+    generated.push_back(runner.run(piece)[0].sampled.id);
   }
   const double decode_s = seconds_since(start);
   const size_t decoded = generated.size() - 1;  // the first token came from the prefill
