@@ -143,6 +143,9 @@ def make_demo(out, generator, tokenizer_dir):
     # Untied: with tied embeddings a random model mostly predicts its input token again (the residual carries the
     # embedding), so the demo would repeat itself; a separate random head gives varied (random) text.
     config = Qwen3_5TextConfig(**text_config_dict(vocab=vocab, layers=4, hidden=128, ffn=256, tie=False))
+    # Long enough for a coding agent's default prompt (Claude Code's is about 17K tokens of this tokenizer): the
+    # server's default context is the model's. RoPE does not read it, so no weight or golden changes with it.
+    config.max_position_embeddings = 65536
     end = next(t["id"] for t in tok["added_tokens"] if t["content"] == "<|im_end|>")
     pad = next(t["id"] for t in tok["added_tokens"] if t["content"] == "<|endoftext|>")
     config.eos_token_id = end

@@ -104,9 +104,7 @@ std::vector<tokenizer::ChatMessage> parse_chat_messages(const Json& body, Ignore
     }
     messages.push_back(std::move(parsed));
   }
-  std::vector<std::string> names;
-  for (size_t i = 0; i < messages.size(); ++i) names.push_back(fmt::format("messages[{}]", i));
-  join_leading_system_messages(messages, names);
+  join_leading_system_messages(messages);
   return messages;
 }
 

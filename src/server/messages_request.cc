@@ -121,8 +121,10 @@ std::vector<tokenizer::ChatMessage> parse_turns(const Json& body, IgnoredFields&
       add_user_turn(messages, *content, name, unknown);
     else if (role == "assistant")
       add_assistant_turn(messages, *content, name, unknown);
+    else if (role == "system")  // Claude Code sends its environment as a system message after the first user turn
+      messages.push_back({"system", text_of(*content, name + ".content", unknown), std::nullopt, {}});
     else
-      refuse_field(name + ".role", "expected user or assistant (the system prompt goes in `system`)");
+      refuse_field(name + ".role", "expected user, assistant or system");
   }
   return messages;
 }
@@ -223,8 +225,7 @@ MessagesRequest parse_messages_request(const Json& body, const ServerOptions& op
                        {"service_tier", "container", "mcp_servers", "context_management"}, "", request.ignored);
   check_model(body, options.served_model_name);
   request.messages = parse_turns(body, request.ignored);
-  std::vector<std::string> names(request.messages.size(), "messages");
-  join_leading_system_messages(request.messages, names);  // only `system` is a system turn here
+  join_leading_system_messages(request.messages);
   request.tools = parse_tools(body, request.ignored);
   request.tool_choice = parse_tool_choice(body, request.tools);
   if (request.tool_choice.mode == ToolChoice::Mode::none) request.tools = Json::array();

@@ -77,11 +77,8 @@ void add_input_item(std::vector<tokenizer::ChatMessage>& messages, const Json& i
 
 std::vector<tokenizer::ChatMessage> parse_input(const Json& body, IgnoredFields& unknown) {
   std::vector<tokenizer::ChatMessage> messages;
-  std::vector<std::string> names;  // where each message came from, for refusals
-  if (auto instructions = read_string(body, "instructions", "instructions")) {
+  if (auto instructions = read_string(body, "instructions", "instructions"))
     messages.push_back({"system", *instructions, std::nullopt, {}});
-    names.push_back("instructions");
-  }
   auto it = body.find("input");
   if (it == body.end() || it->is_null()) refuse_field("input", "missing");
   if (it->is_string()) {
@@ -90,12 +87,11 @@ std::vector<tokenizer::ChatMessage> parse_input(const Json& body, IgnoredFields&
     for (size_t i = 0; i < it->size(); ++i) {
       const std::string name = fmt::format("input[{}]", i);
       add_input_item(messages, (*it)[i], name, unknown);
-      names.resize(messages.size(), name);  // an item adds a turn, or joins the one before
     }
   } else {
     refuse_field("input", "expected a string or an array of input items");
   }
-  join_leading_system_messages(messages, names);
+  join_leading_system_messages(messages);
   return messages;
 }
 

@@ -1,11 +1,11 @@
 #pragma once
 // Qwen3.5's chat template takes one system turn, and only as the first message. Clients send several: the AI SDK's
 // `system` option beside a system message, LangChain's SystemMessages, Responses' `instructions` beside a developer
-// item. Every route (chat, Responses, /tokenize) treats them alike: the system (and developer) messages that open
-// the conversation are joined, in order, separated by a blank line, into one; a system message after a user,
-// assistant or tool turn is refused (400 invalid_messages naming it), because moving it to the top would change
-// what it means and the template has no other place for it.
-#include <span>
+// item, Claude Code's environment after the first user turn. Every route (chat, Responses, Messages, /tokenize)
+// treats them alike: the system (and developer) messages that open the conversation are joined, in order, separated
+// by a blank line, into one; a system message after a user, assistant or tool turn stays where it is and is rendered
+// there as a system turn of its own (tokenizer/chat_template.h), because moving it to the top would change what it
+// means (the official template refuses it: this is duet's one extension of it).
 #include <string>
 #include <vector>
 
@@ -13,8 +13,6 @@
 
 namespace duet::server {
 
-// `names[i]` is where messages[i] came from in the request (`messages[3]`, `input[2]`, `instructions`), for the
-// refusal's param.
-void join_leading_system_messages(std::vector<tokenizer::ChatMessage>& messages, std::span<const std::string> names);
+void join_leading_system_messages(std::vector<tokenizer::ChatMessage>& messages);
 
 }  // namespace duet::server

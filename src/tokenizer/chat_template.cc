@@ -128,7 +128,6 @@ std::string render_chat(const std::vector<ChatMessage>& messages, const ChatOpti
     if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool") {
       fail("messages[{}].role: {:?} is not one of system, user, assistant, tool", i, m.role);
     }
-    if (m.role == "system" && i != 0) fail("messages[{}]: a system message must be the first message", i);
     if (m.role != "assistant" && m.reasoning_content)
       fail("messages[{}].reasoning_content: only assistant messages have reasoning", i);
     if (m.role != "assistant" && !m.tool_calls.empty())
@@ -176,7 +175,11 @@ std::string render_chat(const std::vector<ChatMessage>& messages, const ChatOpti
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     std::string_view content = trim(m.content);
-    if (m.role == "user") {
+    if (m.role == "system" && i > 0) {  // duet's extension: a late system message keeps its place (chat_template.h)
+      out += "<|im_start|>system\n";
+      out += content;
+      out += "<|im_end|>\n";
+    } else if (m.role == "user") {
       out += "<|im_start|>user\n";
       out += content;
       out += "<|im_end|>\n";

@@ -31,6 +31,9 @@ struct ChatOptions {
 
 // Renders exactly what tools/qwen35_chat_template.jinja renders under transformers (Jinja2) for the same
 // input. Throws duet::Error naming the message index and field for input the format cannot express.
+// One extension: a system message after the first (which the template refuses: "System message must be at the
+// beginning") is rendered where it stands as a turn of its own, `<|im_start|>system\n` + its trimmed text +
+// `<|im_end|>\n`, the form of the template's own system turn; what comes before it is rendered as without it.
 std::string render_chat(const std::vector<ChatMessage>& messages, const ChatOptions& options);
 
 }  // namespace duet::tokenizer

@@ -172,8 +172,9 @@ TEST_F(ClientsTest, CodingAgentRequestIsServedAsAWellFormedStream) {
                {"stream", true},
                {"stream_options", {{"include_usage", true}}},
                {"temperature", 0}};
-  // The same request with --context 512 does not fit: use a server whose context does (the demo model's 4096).
-  ServerProcess roomy({"--no-thinking"});
+  // The same request with --context 512 does not fit: use a server whose context does, and bounds the reply (the
+  // demo model's own 65536 would let it run to max_tokens).
+  ServerProcess roomy({"--no-thinking", "--context", "4096"});
   auto res = roomy.client().Post("/v1/chat/completions", body.dump(), "application/json");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;

@@ -67,8 +67,8 @@ TEST(Operations, ContextDefaultsToTheModelsLengthAndTheLogNamesEveryRequest) {
 
   auto models = client.Get("/v1/models");
   ASSERT_TRUE(models);
-  EXPECT_EQ(Json::parse(models->body)["data"][0]["max_model_len"], 4096);  // models/demo/config.json's
-  EXPECT_NE(log_text(server).find("context 4096 positions per sequence (model: 4096)"), std::string::npos)
+  EXPECT_EQ(Json::parse(models->body)["data"][0]["max_model_len"], 65536);  // models/demo/config.json's
+  EXPECT_NE(log_text(server).find("context 65536 positions per sequence (model: 65536)"), std::string::npos)
       << log_text(server);
 
   const Json body = {{"messages", {{{"role", "user"}, {"content", "Hello"}}}},

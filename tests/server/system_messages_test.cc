@@ -1,9 +1,10 @@
-// Leading system / developer messages, the same on chat and Responses (server/system_messages.h): the ones that open
-// the conversation are joined in order with a blank line; one after another turn is refused, naming where it was.
+// System / developer messages, the same on chat, Responses and Messages (server/system_messages.h): the ones that
+// open the conversation are joined in order with a blank line; one after another turn keeps its place.
 #include <gtest/gtest.h>
 
 #include "api_error_of.h"
 #include "server/chat_request.h"
+#include "server/messages_request.h"
 #include "server/responses_request.h"
 
 namespace duet::server {
@@ -39,22 +40,28 @@ TEST(SystemMessages, LeadingOnesAreJoinedOnResponsesAfterInstructions) {
   EXPECT_EQ(request.messages[0].content, "Be brief.\n\nUse metric units.\n\nNo emoji.");
 }
 
-// A late system message is refused the same way on both routes (Responses used to move it to the top).
-TEST(SystemMessages, ALateOneIsRefusedOnEveryRoute) {
-  const ApiError on_chat = error_of([] {
-    chat(R"({"messages": [{"role": "system", "content": "a"}, {"role": "user", "content": "Hi"},
+// A late system message keeps its place, the same on every route (it used to be refused; Claude Code sends its
+// environment that way, after the first user turn). The renderer gives it a system turn there (chat_template_test).
+TEST(SystemMessages, ALateOneKeepsItsPlaceOnEveryRoute) {
+  const auto on_chat = chat(R"({"messages": [{"role": "system", "content": "a"}, {"role": "user", "content": "Hi"},
       {"role": "system", "content": "b"}]})");
-  });
-  EXPECT_EQ(on_chat.status(), 400);
-  EXPECT_EQ(on_chat.code(), "invalid_messages");
-  EXPECT_EQ(on_chat.param(), "messages[2]");
-  const ApiError on_responses = error_of([] {
-    responses(R"({"instructions": "a", "input": [{"role": "user", "content": "Hi"},
+  ASSERT_EQ(on_chat.messages.size(), 3u);
+  EXPECT_EQ(on_chat.messages[0].content, "a");
+  EXPECT_EQ(on_chat.messages[2].role, "system");
+  EXPECT_EQ(on_chat.messages[2].content, "b");
+  const auto on_responses = responses(R"({"instructions": "a", "input": [{"role": "user", "content": "Hi"},
       {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
       {"role": "developer", "content": "b"}]})");
-  });
-  EXPECT_EQ(on_responses.code(), "invalid_messages");
-  EXPECT_EQ(on_responses.param(), "input[2]");
+  ASSERT_EQ(on_responses.messages.size(), 4u);
+  EXPECT_EQ(on_responses.messages[3].role, "system");
+  EXPECT_EQ(on_responses.messages[3].content, "b");
+  const auto on_messages = parse_messages_request(
+      parse_json_body(R"({"system": "a", "max_tokens": 8, "messages": [{"role": "user", "content": "Hi"},
+      {"role": "system", "content": [{"type": "text", "text": "b"}]}]})"),
+      options());
+  ASSERT_EQ(on_messages.messages.size(), 3u);
+  EXPECT_EQ(on_messages.messages[2].role, "system");
+  EXPECT_EQ(on_messages.messages[2].content, "b");
 }
 
 }  // namespace
