@@ -8,12 +8,11 @@
 namespace duet::server {
 namespace {
 
-// Bodies past this many bytes at once, once all are freed, are worth a malloc_trim: the parsed JSON of many small
-// nodes is freed into the allocator's arenas, which keep it unless asked to return it.
-constexpr size_t kTrimAfter = 64u << 20;
 constexpr size_t kDefaultCeiling = size_t{4} << 30;
 
 }  // namespace
+
+void BodyBudget::trim_heap() { malloc_trim(0); }
 
 BodyBudget::Lease& BodyBudget::Lease::operator=(Lease&& other) noexcept {
   if (this != &other) {
@@ -52,9 +51,9 @@ bool BodyBudget::take(size_t bytes) {
 void BodyBudget::give_back(size_t bytes) {
   const size_t left = in_use_.fetch_sub(bytes, std::memory_order_relaxed) - bytes;
   // The burst is over: hand its memory back (one caller does it; a new burst meanwhile only makes it less useful).
-  if (left == 0 && peak_since_trim_.load(std::memory_order_relaxed) >= kTrimAfter &&
-      peak_since_trim_.exchange(0, std::memory_order_relaxed) >= kTrimAfter)
-    malloc_trim(0);
+  if (left == 0 && peak_since_trim_.load(std::memory_order_relaxed) >= kBurst &&
+      peak_since_trim_.exchange(0, std::memory_order_relaxed) >= kBurst)
+    return_memory_();
 }
 
 size_t default_buffered_body_bytes(size_t max_body_bytes) {

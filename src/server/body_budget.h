@@ -7,12 +7,19 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 namespace duet::server {
 
 class BodyBudget {
  public:
-  explicit BodyBudget(size_t limit) : limit_(limit) {}
+  // A burst: this many bytes or more held at once. Once all of them are given back, `return_memory` runs.
+  static constexpr size_t kBurst = 64u << 20;
+
+  // By default malloc_trim(0): the parsed JSON of many small nodes is freed into the allocator's arenas, which keep
+  // it unless asked to hand it back (a chunk still in use above it keeps the heap from shrinking by itself).
+  explicit BodyBudget(size_t limit, std::function<void()> return_memory = trim_heap)
+      : limit_(limit), return_memory_(std::move(return_memory)) {}
   BodyBudget(const BodyBudget&) = delete;
   BodyBudget& operator=(const BodyBudget&) = delete;
 
@@ -39,10 +46,12 @@ class BodyBudget {
   };
 
  private:
+  static void trim_heap();
   bool take(size_t bytes);
   void give_back(size_t bytes);
 
   const size_t limit_;
+  const std::function<void()> return_memory_;
   std::atomic<size_t> in_use_ = 0;
   std::atomic<size_t> peak_since_trim_ = 0;  // the most held since freed memory was last handed back
 };
