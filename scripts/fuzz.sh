@@ -19,20 +19,23 @@ mkdir -p "$out/obj"
 flags=(-std=c++20 -O1 -g -DNDEBUG -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -Isrc)
 
 # One object per source, shared by the targets that link it; rebuilt when the source or a header it included (its
-# depfile) is newer. Targets link only the sources they need: most of the server would drag in the engine.
+# depfile) is newer. Targets link only the sources they need: most of the server would drag in the engine. Objects
+# compile in parallel, a job a core.
+declare -A compiled=()
 compile() {
   local source=$1 object="$out/obj/${1//\//_}.o"
+  [ -z "${compiled[$object]:-}" ] || return 0
+  compiled[$object]=1
   if [ ! -f "$object" ] || [ -n "$(find "$source" $(sed -e '1s/^[^:]*://' -e 's/\\$//' "$object.d") \
     -newer "$object" 2>/dev/null | head -1)" ]; then
-    nice -n 15 clang++ "${flags[@]}" -MMD -MF "$object.d" -c "$source" -o "$object"
+    while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do wait -n; done
+    nice -n 15 clang++ "${flags[@]}" -MMD -MF "$object.d" -c "$source" -o "$object" &
   fi
-  objects+=("$object")
 }
-build() {
-  local name=$1 source
+link() {
+  local name=$1 source objects=()
   shift
-  objects=()
-  for source in "tests/fuzz/$name.cc" "$@"; do compile "$source"; done
+  for source in "tests/fuzz/$name.cc" "$@"; do objects+=("$out/obj/${source//\//_}.o"); done
   if [ ! -x "$out/$name" ] || [ -n "$(find "${objects[@]}" -newer "$out/$name" | head -1)" ]; then
     nice -n 15 clang++ -fsanitize=fuzzer,address,undefined "${objects[@]}" -lfmt -o "$out/$name"
   fi
@@ -51,23 +54,30 @@ requests=(src/server/request_parsing.cc src/server/errors.cc src/server/ignored_
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(request_reader_fuzz json_body_fuzz tool_call_fuzz chat_request_fuzz
   responses_request_fuzz systemone_request_fuzz)
-for name in "${targets[@]}"; do
-  case $name in
-    request_reader_fuzz) build "$name" src/server/request_reader.cc src/server/errors.cc ;;
-    json_body_fuzz) build "$name" src/base/exact_json.cc ;;
-    tool_call_fuzz) build "$name" src/server/tool_call_parser.cc src/base/json_depth.cc "${grammar[@]}" ;;
-    chat_request_fuzz) build "$name" src/server/chat_request.cc src/server/completions_request.cc "${requests[@]}" ;;
+# Each target's sources, after its own tests/fuzz/TARGET.cc.
+sources_of() {
+  case $1 in
+    request_reader_fuzz) echo src/server/request_reader.cc src/server/errors.cc ;;
+    json_body_fuzz) echo src/base/exact_json.cc ;;
+    tool_call_fuzz) echo src/server/tool_call_parser.cc src/base/json_depth.cc "${grammar[@]}" ;;
+    chat_request_fuzz) echo src/server/chat_request.cc src/server/completions_request.cc "${requests[@]}" ;;
     responses_request_fuzz)
-      build "$name" src/server/responses_request.cc src/server/responses_state.cc src/server/response_store.cc \
+      echo src/server/responses_request.cc src/server/responses_state.cc src/server/response_store.cc \
         src/server/ids.cc "${requests[@]}"
       ;;
     systemone_request_fuzz)
-      build "$name" src/decision/validation.cc src/decision/options.cc src/decision/render.cc \
-        src/decision/encoder.cc src/base/exact_json.cc src/base/python_float.cc src/tokenizer/python_json.cc
+      echo src/decision/validation.cc src/decision/options.cc src/decision/render.cc src/decision/encoder.cc \
+        src/base/exact_json.cc src/base/python_float.cc src/tokenizer/python_json.cc
       ;;
-    *) echo "unknown target $name" >&2 && exit 2 ;;
+    *) echo "unknown target $1" >&2 && return 2 ;;
   esac
+}
+for name in "${targets[@]}"; do
+  sources=$(sources_of "$name")
+  for source in "tests/fuzz/$name.cc" $sources; do compile "$source"; done
 done
+while [ -n "$(jobs -rp)" ]; do wait -n; done
+for name in "${targets[@]}"; do link "$name" $(sources_of "$name"); done
 status=0
 for name in "${targets[@]}"; do
   mkdir -p "$out/corpus/$name"

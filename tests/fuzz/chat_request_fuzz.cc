@@ -1,14 +1,14 @@
 // libFuzzer target: a body as POST /v1/chat/completions and /v1/completions read it. The first byte picks the route
 // (bit 0: chat or completions) and the server's default thinking (bit 1); the rest is the body, parsed by
 // parse_json_body as the routes do. Chat: parse_chat_request, then the chat template over what it read (the prompt the
-// route renders). Completions: parse_completion_request, a text prompt tokenized one id per byte. Refusals must be
-// 4xx (client_error.h); the template's duet::Error is the route's 400 invalid_messages.
+// route renders, chat_prompt.h). Completions: parse_completion_request, a text prompt tokenized one id per byte.
+// Refusals must be 4xx (client_error.h).
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
-#include "base/error.h"
 #include "byte_tokenizer.h"
+#include "chat_prompt.h"
 #include "client_error.h"
 #include "server/chat_request.h"
 #include "server/completions_request.h"
@@ -21,13 +21,7 @@ void read_chat(const duet::server::Json& body, bool thinking_by_default) {
   options.served_model_name = "demo";
   options.enable_thinking = thinking_by_default;
   const duet::server::ChatRequest request = duet::server::parse_chat_request(body, options);
-  duet::tokenizer::ChatOptions chat;
-  chat.tools = request.tools;
-  chat.enable_thinking = request.enable_thinking;
-  try {
-    (void)duet::tokenizer::render_chat(request.messages, chat);
-  } catch (const duet::Error&) {
-  }
+  duet::fuzz::render_prompt(request.messages, request.tools, request.enable_thinking);
 }
 
 void read_completion(const duet::server::Json& body) {

@@ -1,13 +1,13 @@
 // libFuzzer target: a body as POST /v1/responses reads it. The first byte picks the server's default thinking (bit
 // 0) and the caller's key (bit 1: the stored response's owner or another key, who must not find it); the rest is the
 // body, parsed by parse_json_body. Then as the route: stored state resolved (previous_response_id, item_reference)
-// against a store holding one response, parse_responses_request, and the chat template over the conversation.
-// Refusals must be 4xx (client_error.h); the template's duet::Error is the route's 400 invalid_messages.
+// against a store holding one response, parse_responses_request, and the chat template over the conversation
+// (chat_prompt.h). Refusals must be 4xx (client_error.h).
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
-#include "base/error.h"
+#include "chat_prompt.h"
 #include "client_error.h"
 #include "server/errors.h"
 #include "server/responses_request.h"
@@ -44,13 +44,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const Json body = duet::server::resolve_responses_state(duet::server::parse_json_body(text), store(),
                                                             data[0] & 2 ? "other" : "owner", state);
     const duet::server::ResponsesRequest request = duet::server::parse_responses_request(body, options);
-    duet::tokenizer::ChatOptions chat;
-    chat.tools = request.tools;
-    chat.enable_thinking = request.enable_thinking;
-    try {
-      (void)duet::tokenizer::render_chat(request.messages, chat);
-    } catch (const duet::Error&) {
-    }
+    duet::fuzz::render_prompt(request.messages, request.tools, request.enable_thinking);
   } catch (const duet::server::ApiError& error) {
     duet::fuzz::require_client_error(error.status());
   }
