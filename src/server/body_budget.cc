@@ -37,9 +37,10 @@ void BodyBudget::Lease::release() {
 }
 
 bool BodyBudget::take(size_t bytes) {
+  const size_t limit = limit_.load(std::memory_order_relaxed);
   size_t used = in_use_.load(std::memory_order_relaxed);
   do {
-    if (bytes > limit_ - std::min(used, limit_)) return false;
+    if (bytes > limit - std::min(used, limit)) return false;
   } while (!in_use_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
   size_t peak = peak_since_trim_.load(std::memory_order_relaxed);
   while (used + bytes > peak &&
@@ -56,11 +57,12 @@ void BodyBudget::give_back(size_t bytes) {
     return_memory_();
 }
 
-size_t default_buffered_body_bytes(size_t max_body_bytes) {
+size_t default_buffered_body_bytes(size_t max_body_bytes, size_t planned_host_bytes) {
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page_size = sysconf(_SC_PAGESIZE);
   const size_t memory = pages > 0 && page_size > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page_size) : 0;
-  return std::max(std::min(memory / 8, kDefaultCeiling), max_body_bytes);
+  const size_t left = memory - std::min(planned_host_bytes, memory);
+  return std::max(std::min(left / 8, kDefaultCeiling), max_body_bytes);
 }
 
 }  // namespace duet::server

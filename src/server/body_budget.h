@@ -23,7 +23,10 @@ class BodyBudget {
   BodyBudget(const BodyBudget&) = delete;
   BodyBudget& operator=(const BodyBudget&) = delete;
 
-  size_t limit() const { return limit_; }
+  size_t limit() const { return limit_.load(std::memory_order_relaxed); }
+  // A new limit for what is taken from now on (the default is resized once the model's memory plan is known); leases
+  // keep what they hold.
+  void set_limit(size_t limit) { limit_.store(limit, std::memory_order_relaxed); }
   size_t in_use() const { return in_use_.load(std::memory_order_relaxed); }
 
   // What one request holds; movable, given back when destroyed.
@@ -50,13 +53,15 @@ class BodyBudget {
   bool take(size_t bytes);
   void give_back(size_t bytes);
 
-  const size_t limit_;
+  std::atomic<size_t> limit_;
   const std::function<void()> return_memory_;
   std::atomic<size_t> in_use_ = 0;
   std::atomic<size_t> peak_since_trim_ = 0;  // the most held since freed memory was last handed back
 };
 
-// --max-buffered-body-bytes 0: an eighth of the machine's memory, at most 4 GiB, and never below one body.
-size_t default_buffered_body_bytes(size_t max_body_bytes);
+// --max-buffered-body-bytes 0: an eighth of the memory the model's plan leaves on the host (`planned_host_bytes`:
+// the plan's total when it is in host memory, the CPU backend; 0 before it is known or when it is on a GPU), at most
+// 4 GiB, and never below one body.
+size_t default_buffered_body_bytes(size_t max_body_bytes, size_t planned_host_bytes = 0);
 
 }  // namespace duet::server
