@@ -51,6 +51,8 @@ struct ServeFlags {
   int64_t responses_ttl_s = 3600;
   // The prompt cache's budget in GiB; negative: the default for the backend (kDefaultPromptCacheGib).
   double prompt_cache_gib = -1;
+  // --max-buffered-body-bytes 0: from the machine's memory while the model loads, then from what its plan leaves.
+  bool body_budget_from_plan = false;
 };
 
 // On a GPU, room for a long agent prompt's pages (a 20K-token prefix of the 9B shape is about 0.7 GiB) and a few
@@ -119,7 +121,8 @@ void set_http_limits(ServeFlags& flags) {
   http.send_timeout = std::chrono::seconds(flags.send_timeout_s);
   http.shutdown_grace = std::chrono::seconds(flags.shutdown_grace_s);
   http.max_connections = server::effective_max_connections(http.max_connections);
-  if (http.max_buffered_body_bytes == 0)
+  flags.body_budget_from_plan = http.max_buffered_body_bytes == 0;
+  if (flags.body_budget_from_plan)
     http.max_buffered_body_bytes = server::default_buffered_body_bytes(http.max_body_bytes);
 }
 
@@ -226,6 +229,14 @@ void serve(ServeFlags& flags) {
     if (const char* step = std::getenv("DUET_TEST_DEVICE_FAULT_STEP"))  // test-only (engine.h)
       flags.engine.test_device_fault_step = std::atoll(step);
     engine = std::make_unique<engine::Engine>(*model, tokenizer.get(), flags.engine);
+    if (flags.body_budget_from_plan) {
+      // On the CPU backend the weights and the KV cache are host memory: bodies get an eighth of what they leave.
+      const engine::MemoryPlan plan = engine::plan_memory(*model, flags.engine);
+      const size_t budget =
+          server::default_buffered_body_bytes(options.http.max_body_bytes, plan.on_device ? 0 : plan.total_bytes);
+      http.set_body_budget(budget);
+      log_info("request bodies: up to {} MiB buffered at once (--max-buffered-body-bytes)", budget >> 20);
+    }
     // Structured outputs: the vocabulary's trie is built once; masks are as wide as the model's logits.
     context.grammars = std::make_shared<grammar::GrammarCache>(
         grammar::Vocabulary::from_tokenizer(*tokenizer, static_cast<int32_t>(model->config().vocab_size)));
@@ -329,7 +340,7 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-buffered-body-bytes", http.max_buffered_body_bytes,
                   "Request bodies all connections may hold at once; a body past it gets 503 with Retry-After (0: an "
-                  "eighth of the machine's memory, at most 4 GiB)")
+                  "eighth of the memory the model leaves on the host, at most 4 GiB)")
       ->capture_default_str();
   cmd->add_option("--max-header-bytes", http.max_header_bytes, "Largest request line + headers (431 above)")
       ->capture_default_str();

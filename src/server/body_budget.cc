@@ -8,12 +8,11 @@
 namespace duet::server {
 namespace {
 
-// Bodies past this many bytes at once, once all are freed, are worth a malloc_trim: the parsed JSON of many small
-// nodes is freed into the allocator's arenas, which keep it unless asked to return it.
-constexpr size_t kTrimAfter = 64u << 20;
 constexpr size_t kDefaultCeiling = size_t{4} << 30;
 
 }  // namespace
+
+void BodyBudget::trim_heap() { malloc_trim(0); }
 
 BodyBudget::Lease& BodyBudget::Lease::operator=(Lease&& other) noexcept {
   if (this != &other) {
@@ -38,9 +37,10 @@ void BodyBudget::Lease::release() {
 }
 
 bool BodyBudget::take(size_t bytes) {
+  const size_t limit = limit_.load(std::memory_order_relaxed);
   size_t used = in_use_.load(std::memory_order_relaxed);
   do {
-    if (bytes > limit_ - std::min(used, limit_)) return false;
+    if (bytes > limit - std::min(used, limit)) return false;
   } while (!in_use_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
   size_t peak = peak_since_trim_.load(std::memory_order_relaxed);
   while (used + bytes > peak &&
@@ -52,16 +52,17 @@ bool BodyBudget::take(size_t bytes) {
 void BodyBudget::give_back(size_t bytes) {
   const size_t left = in_use_.fetch_sub(bytes, std::memory_order_relaxed) - bytes;
   // The burst is over: hand its memory back (one caller does it; a new burst meanwhile only makes it less useful).
-  if (left == 0 && peak_since_trim_.load(std::memory_order_relaxed) >= kTrimAfter &&
-      peak_since_trim_.exchange(0, std::memory_order_relaxed) >= kTrimAfter)
-    malloc_trim(0);
+  if (left == 0 && peak_since_trim_.load(std::memory_order_relaxed) >= kBurst &&
+      peak_since_trim_.exchange(0, std::memory_order_relaxed) >= kBurst)
+    return_memory_();
 }
 
-size_t default_buffered_body_bytes(size_t max_body_bytes) {
+size_t default_buffered_body_bytes(size_t max_body_bytes, size_t planned_host_bytes) {
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page_size = sysconf(_SC_PAGESIZE);
   const size_t memory = pages > 0 && page_size > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page_size) : 0;
-  return std::max(std::min(memory / 8, kDefaultCeiling), max_body_bytes);
+  const size_t left = memory - std::min(planned_host_bytes, memory);
+  return std::max(std::min(left / 8, kDefaultCeiling), max_body_bytes);
 }
 
 }  // namespace duet::server

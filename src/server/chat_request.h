@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "server/output_format.h"
 #include "server/request_parsing.h"
 #include "server/server_context.h"
-#include "server/structured_output.h"
 #include "server/tool_choice.h"
 #include "tokenizer/chat_template.h"
 

@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <random>
-
 #include "server/errors.h"
 #include "server/sse.h"
 
@@ -212,15 +210,6 @@ HttpResponse generation_response(ServerContext& context, Choices choices, bool s
   res.headers.insert(res.headers.end(), headers.begin(), headers.end());
   res.generation->headers = std::move(headers);
   return res;
-}
-
-std::string random_id(std::string_view prefix) {
-  thread_local std::mt19937_64 generator{std::random_device{}()};
-  return fmt::format("{}{:016x}{:08x}", prefix, generator(), static_cast<uint32_t>(generator()));
-}
-
-int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 nlohmann::json usage_json(int32_t prompt_tokens, int32_t completion_tokens, int32_t cached_tokens) {

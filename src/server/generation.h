@@ -14,6 +14,7 @@
 
 #include "engine/request.h"
 #include "server/http_types.h"
+#include "server/ids.h"
 #include "server/request_parsing.h"
 #include "server/server_context.h"
 #include "server/sse.h"
@@ -116,10 +117,6 @@ HttpResponse stream_generation(ServerContext& context, Choices choices, std::uni
 HttpResponse generation_response(ServerContext& context, Choices choices, bool stream,
                                  const std::function<std::unique_ptr<StreamFormatter>()>& formatter,
                                  AnswerBuilder build, const ClientTags& client, HttpHeaders headers = {});
-
-// A fresh id with a prefix ("chatcmpl-", "cmpl-", "call_").
-std::string random_id(std::string_view prefix);
-int64_t unix_now();
 
 // OpenAI's usage object.
 // OpenAI's usage, with prompt_tokens_details.cached_tokens: the prompt tokens the prompt cache resumed.

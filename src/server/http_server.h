@@ -41,6 +41,8 @@ class HttpServer {
   void run();
   // Starts the graceful stop; any thread may call it, any number of times.
   void stop();
+  // --max-buffered-body-bytes from now on (BodyBudget::set_limit); any thread.
+  void set_body_budget(size_t bytes) { bodies_.set_limit(bytes); }
 
  private:
   void accept();

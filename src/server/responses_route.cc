@@ -9,6 +9,7 @@
 #include "server/responses_request.h"
 #include "server/responses_state.h"
 #include "server/route_table.h"
+#include "server/structured_output.h"
 
 namespace duet::server {
 

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "server/errors.h"
-#include "server/generation.h"
+#include "server/ids.h"
 
 namespace duet::server {
 namespace {
