@@ -8,9 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${1:-build-sanitize}
-tests=(base_test checkpoint_test tokenizer_test grammar_test server_unit_test engine_sampler_test engine_test
-  model_cpu_math_test model_golden_test model_kv_pages_test model_fork_state_test decision_unit_test
-  decision_golden_test)
+# Longest first (their release-build times in ctest), so that the last to end is a short one.
+tests=(engine_test checkpoint_test decision_golden_test grammar_test tokenizer_test model_golden_test model_kv_pages_test
+  server_unit_test model_fork_state_test engine_sampler_test decision_unit_test base_test model_cpu_math_test)
 
 # -O1: what the sanitizers' authors recommend, and far cheaper to compile than the release build's -O3; -g1: line
 # numbers in the reports. A Debug build type keeps assert() on.
@@ -20,11 +20,28 @@ cmake --build "$build_dir" -j "$(nproc)" --target "${tests[@]}"
 
 export ASAN_OPTIONS=detect_leaks=1:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# One binary per core at a time (most run one thread), in the order above (the longest first): each one's output is
+# printed whole, with its time, once all have ended.
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+run_one() {
+  local test=$1 binary start status=0
+  binary=$(find "$build_dir/tests" -type f -executable -name "$test" | head -1)
+  start=$(date +%s%N)
+  "$binary" --gtest_brief=1 >"$logs/$test.log" 2>&1 || status=$?
+  echo "$status $((($(date +%s%N) - start) / 100000000))" >"$logs/$test.status"
+}
+export -f run_one
+export build_dir logs
+printf '%s\n' "${tests[@]}" | xargs -P "$(nproc)" -I{} bash -c 'run_one {}'
 failed=()
 for test in "${tests[@]}"; do
-  binary=$(find "$build_dir/tests" -type f -executable -name "$test" | head -1)
+  status=missing tenths=0
+  [[ -f $logs/$test.status ]] && read -r status tenths <"$logs/$test.status"
   echo "=== $test"
-  if ! "$binary" --gtest_brief=1; then failed+=("$test"); fi
+  cat "$logs/$test.log"
+  echo "=== $test: exit $status, $((tenths / 10)).$((tenths % 10)) s"
+  [[ $status == 0 ]] || failed+=("$test")
 done
 echo "=== sanitize: $((${#tests[@]} - ${#failed[@]})) of ${#tests[@]} test binaries clean under ASan + UBSan"
 for name in "${failed[@]+"${failed[@]}"}"; do echo "FAILED: $name"; done
