@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs what duet needs to build and test on Debian 12, then configures and builds it.
-# Usage: scripts/setup.sh [build-dir]   (default: build)
+# Usage: scripts/setup.sh [--no-build] [build-dir]   (default: build; --no-build: the packages only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+build=1
+if [[ ${1:-} == --no-build ]]; then build=0; shift; fi
 build_dir=${1:-build}
 
 packages=(build-essential cmake ninja-build pkg-config git curl ca-certificates
@@ -27,6 +29,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
 fi
 
+[[ $build == 1 ]] || exit 0
 jobs=$(nproc)
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release ${DUET_CMAKE_ARGS:-}
 cmake --build "$build_dir" -j "$jobs"
