@@ -137,7 +137,8 @@ int main(int argc, char** argv) {
   // 6 and 7 slices: a weight of 4096 rows is 32 row blocks, and at most 30 clusters of 8 fit at once (ncu's "max
   // active clusters"), so 8 slices run in two waves.
   for (int slices : {2, 4, 6, 7, 8})
-    for (SkinnyPipeline p : {SkinnyPipeline{1, 4, slices}, SkinnyPipeline{2, 8, slices}}) variants.push_back(p);
+    for (SkinnyPipeline p : {SkinnyPipeline{1, 4, slices}, SkinnyPipeline{2, 8, slices}, SkinnyPipeline{1, 0, slices}})
+      variants.push_back(p);
   if (argc > 3 && std::string(argv[1]) == "--profile") {
     for (const Shape& shape : shapes) {
       if (shape.name != std::string(argv[2])) continue;

@@ -375,7 +375,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   // it, only after wait_for_prerequisites. The outputs are written at the very end. The next kernel may be scheduled
   // once this one is past its wait (never earlier: a chain of waiting grids would hold the SMs).
   if (first < last) {
-    prefetch_steps(first, min(first + kPrefetch, last));
+    // kPrefetch 0: the whole slice asked of L2 at once (for weights that fit in L2 whole; a bench variant so far).
+    prefetch_steps(first, kPrefetch == 0 ? last : min(first + kPrefetch, last));
 #pragma unroll
     for (int b = 0; b < kAhead; ++b)
       if (first + b < last) load_w_step(row_a, row_b, k, static_cast<int32_t>((first + b) * kStep) + t * 16, wbuf[b]);
@@ -396,7 +397,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         load_w_step(row_a, row_b, k, static_cast<int32_t>((s + kAhead) * kStep) + t * 16,
                     wbuf[(b + kAhead) % kBuffers]);
       cp_async_commit();  // possibly empty: keeps "all but the newest group" meaning "this step's x"
-      if (s + kPrefetch < last) prefetch_steps(s + kPrefetch, s + kPrefetch + 1);
+      if (kPrefetch > 0 && s + kPrefetch < last) prefetch_steps(s + kPrefetch, s + kPrefetch + 1);
       cp_async_wait<1>();
       __syncthreads();  // this step's x, staged by every thread, is in place
       mma_step<kTiles>(stages + buffer * kStageElems, g, t, wbuf[b], acc);
@@ -502,6 +503,7 @@ void launch_pipeline(const SkinnyPipeline& p, const bf16* x, int32_t rows, const
   if constexpr (!kOutF32) {  // the bench's other variants, BF16 out only
     if (p.ahead == 2 && p.prefetch == 4) return launch_rows<false, 2, 4>(x, rows, w, n, k, out, slices, stream);
     if (p.ahead == 1 && p.prefetch == 8) return launch_rows<false, 1, 8>(x, rows, w, n, k, out, slices, stream);
+    if (p.ahead == 1 && p.prefetch == 0) return launch_rows<false, 1, 0>(x, rows, w, n, k, out, slices, stream);
   }
   refuse("launch_skinny_gemm: a pipeline that is not built");
 }
