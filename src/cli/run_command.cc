@@ -1,6 +1,8 @@
-// `duet run [MODEL] --prompt-ids 1,2,3 --max-tokens N [--chunk C]`: greedy continuation of a prompt given as token
-// ids, on the backend named by --backend (default: the GPU when there is one), with timings. The continuation goes to
-// stdout (one line of ids), timings to stderr.
+// `duet run [MODEL] --prompt-ids 1,2,3 --max-tokens N [--chunk C] [--streams S]`: greedy continuation of a prompt
+// given as token ids, on the backend named by --backend (default: the GPU when there is one), with timings. The
+// continuation goes to stdout (one line of ids), timings to stderr. With --streams S the prompt runs as S sequences
+// decoded together, one row each per step (the batched decode step a server runs at S streams, without HTTP); every
+// stream must give the same ids (row invariance), and a difference is an error.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -25,6 +27,7 @@ struct RunOptions {
   int max_tokens = 16;
   int chunk = 0;  // prefill piece size; 0: the whole prompt in one piece
   bool ignore_eos = false;
+  int streams = 1;
   std::string backend = "auto";
 };
 
@@ -69,6 +72,7 @@ void run(const RunOptions& options) {
   const std::vector<int32_t> prompt = parse_ids(options.prompt_ids);
   if (options.max_tokens < 1) fail("--max-tokens: {} must be at least 1", options.max_tokens);
   if (options.chunk < 0) fail("--chunk: {} must be positive (or 0 for the whole prompt)", options.chunk);
+  if (options.streams < 1 || options.streams > 1024) fail("--streams: {} must be in 1..1024", options.streams);
   const std::string model_dir = options.model_dir.empty() ? default_model_dir() : options.model_dir;
 
   auto start = std::chrono::steady_clock::now();
@@ -77,47 +81,62 @@ void run(const RunOptions& options) {
   const auto& config = model->config();
   const auto& eos = config.eos_token_ids;
 
-  engine::PieceRunner runner(*model, 1, static_cast<int32_t>(prompt.size()) + options.max_tokens);
-  const int32_t slot = runner.open();
+  const int streams = options.streams;
+  engine::PieceRunner runner(*model, streams, static_cast<int32_t>(prompt.size()) + options.max_tokens);
+  std::vector<int32_t> slots;
+  for (int i = 0; i < streams; ++i) slots.push_back(runner.open());
   start = std::chrono::steady_clock::now();
   const size_t chunk = options.chunk == 0 ? prompt.size() : static_cast<size_t>(options.chunk);
-  std::vector<float> last_logits;
-  for (size_t done = 0; done < prompt.size(); done += chunk) {
-    const size_t n = std::min(chunk, prompt.size() - done);
-    last_logits = std::move(runner
-                                .run(model::Piece{.slot = slot,
-                                                  .tokens = std::span<const int32_t>(prompt).subspan(done, n),
-                                                  .wants = model::RowOutput::last_logits})[0]
-                                .logits);
+  std::vector<std::vector<int32_t>> generated(streams);
+  for (int i = 0; i < streams; ++i) {  // each stream's prompt alone, as a server's prefills of distinct requests
+    std::vector<float> last_logits;
+    for (size_t done = 0; done < prompt.size(); done += chunk) {
+      const size_t n = std::min(chunk, prompt.size() - done);
+      last_logits = std::move(runner
+                                  .run(model::Piece{.slot = slots[i],
+                                                    .tokens = std::span<const int32_t>(prompt).subspan(done, n),
+                                                    .wants = model::RowOutput::last_logits})[0]
+                                  .logits);
+    }
+    generated[i].push_back(argmax(last_logits));
   }
   const double prefill_s = seconds_since(start);
 
-  std::vector<int32_t> generated{argmax(last_logits)};
   // Decode steps as the server runs them: the backend picks the token (greedy: the first maximum, as argmax above),
   // so only the id comes back and a GPU replays the step's graph, instead of copying every logit to the host.
   backend::SampleSpec greedy;
   greedy.temperature = 0.0f;
+  std::vector<backend::SampleSpec> specs(streams, greedy);
+  std::vector<model::Piece> pieces(streams);
   start = std::chrono::steady_clock::now();
-  while (static_cast<int>(generated.size()) < options.max_tokens) {
-    if (!options.ignore_eos && std::find(eos.begin(), eos.end(), generated.back()) != eos.end()) break;
-    greedy.position = static_cast<int64_t>(prompt.size() + generated.size() - 1);
-    const model::Piece piece{.slot = slot,
-                             .tokens = {&generated.back(), 1},
-                             .wants = model::RowOutput::sampled,
-                             .role = backend::RowRole::decode,
-                             .sample = &greedy};
-    generated.push_back(runner.run(piece)[0].sampled.id);
+  while (static_cast<int>(generated[0].size()) < options.max_tokens) {
+    if (!options.ignore_eos && std::find(eos.begin(), eos.end(), generated[0].back()) != eos.end()) break;
+    for (int i = 0; i < streams; ++i) {
+      specs[i].position = static_cast<int64_t>(prompt.size() + generated[i].size() - 1);
+      pieces[i] = model::Piece{.slot = slots[i],
+                               .tokens = {&generated[i].back(), 1},
+                               .wants = model::RowOutput::sampled,
+                               .role = backend::RowRole::decode,
+                               .sample = &specs[i]};
+    }
+    const auto results = runner.run(pieces);
+    for (int i = 0; i < streams; ++i) generated[i].push_back(results[i].sampled.id);
   }
   const double decode_s = seconds_since(start);
-  const size_t decoded = generated.size() - 1;  // the first token came from the prefill
+  const size_t decoded = generated[0].size() - 1;  // the first token came from the prefill
+  for (int i = 1; i < streams; ++i)
+    if (generated[i] != generated[0])
+      fail("stream {} decoded other ids than stream 0 from the same prompt: the rows are not independent", i);
 
-  std::printf("%s\n", fmt::format("{}", fmt::join(generated, ",")).c_str());
+  std::printf("%s\n", fmt::format("{}", fmt::join(generated[0], ",")).c_str());
   std::fflush(stdout);
   std::fprintf(stderr, "%s\n",
                fmt::format("model {}: load {:.1f} ms | prefill {} tokens in {:.1f} ms ({:.0f} tok/s, chunk {}) | "
-                           "decode {} tokens in {:.1f} ms ({:.0f} tok/s)",
-                           model_dir, load_s * 1e3, prompt.size(), prefill_s * 1e3, prompt.size() / prefill_s, chunk,
-                           decoded, decode_s * 1e3, decoded > 0 ? decoded / decode_s : 0.0)
+                           "decode {} tokens in {:.1f} ms ({:.0f} tok/s){}",
+                           model_dir, load_s * 1e3, prompt.size() * streams, prefill_s * 1e3,
+                           prompt.size() * streams / prefill_s, chunk, decoded * streams, decode_s * 1e3,
+                           decoded > 0 ? decoded * streams / decode_s : 0.0,
+                           streams > 1 ? fmt::format(" over {} streams, all alike", streams) : std::string())
                    .c_str());
 }
 
@@ -135,6 +154,9 @@ void add_run_command(CLI::App& app) {
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
   run_cmd->add_flag("--ignore-eos", options->ignore_eos, "Keep generating past the end-of-sequence token");
+  run_cmd->add_option("--streams", options->streams,
+                      "Decode the prompt as this many sequences at once (one row each per step; all must agree)")
+      ->capture_default_str();
   run_cmd->callback([options] { run(*options); });
 }
 
