@@ -88,17 +88,16 @@ void run(const RunOptions& options) {
   start = std::chrono::steady_clock::now();
   const size_t chunk = options.chunk == 0 ? prompt.size() : static_cast<size_t>(options.chunk);
   std::vector<std::vector<int32_t>> generated(streams);
-  for (int i = 0; i < streams; ++i) {  // each stream's prompt alone, as a server's prefills of distinct requests
-    std::vector<float> last_logits;
-    for (size_t done = 0; done < prompt.size(); done += chunk) {
-      const size_t n = std::min(chunk, prompt.size() - done);
-      last_logits = std::move(runner
-                                  .run(model::Piece{.slot = slots[i],
-                                                    .tokens = std::span<const int32_t>(prompt).subspan(done, n),
-                                                    .wants = model::RowOutput::last_logits})[0]
-                                  .logits);
-    }
-    generated[i].push_back(argmax(last_logits));
+  for (size_t done = 0; done < prompt.size(); done += chunk) {  // every stream's piece of the prompt in one step
+    const size_t n = std::min(chunk, prompt.size() - done);
+    std::vector<model::Piece> pieces;
+    for (int i = 0; i < streams; ++i)
+      pieces.push_back(model::Piece{.slot = slots[i],
+                                    .tokens = std::span<const int32_t>(prompt).subspan(done, n),
+                                    .wants = model::RowOutput::last_logits});
+    const auto results = runner.run(pieces);
+    if (done + n == prompt.size())
+      for (int i = 0; i < streams; ++i) generated[i].push_back(argmax(results[i].logits));
   }
   const double prefill_s = seconds_since(start);
 
