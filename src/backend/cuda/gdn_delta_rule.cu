@@ -132,6 +132,13 @@ __device__ __forceinline__ void copy_bf16_rows_async(bf16* dst, const bf16* src,
   }
 }
 
+// Columns [col0, col0 + VC) of a head's S_b (KD rows of VD floats) into S, 16 bytes at a time.
+template <int KD, int VD, int VC>
+__device__ __forceinline__ void copy_state_columns_async(float (&S)[KD][VC], const float* state, int col0) {
+  for (int idx = threadIdx.x; idx < KD * VC / 4; idx += blockDim.x)
+    copy_async_16(&S[idx / (VC / 4)][4 * (idx % (VC / 4))], state + (idx / (VC / 4)) * VD + col0 + 4 * (idx % (VC / 4)));
+}
+
 // The new rows' raw q and k as BF16, staged for normalization.
 template <int KD>
 struct RawVectors {
@@ -300,9 +307,7 @@ __global__ void __launch_bounds__(kThreads)
   const HeadInputs in = head_inputs<KD, VD>(dims, head);
   float* state = head_state<KD, VD>(piece, layer, head);
   const int tid = threadIdx.x;
-  for (int idx = tid; idx < KD * VC / 4; idx += kThreads)
-    copy_async_16(&sm.S[idx / (VC / 4)][4 * (idx % (VC / 4))],
-                  state + (idx / (VC / 4)) * VD + col0 + 4 * (idx % (VC / 4)));
+  copy_state_columns_async<KD, VD, VC>(sm.S, state, col0);
 
   const int64_t out_stride = static_cast<int64_t>(dims.value_heads) * VD;
   bool folded = false;  // S_b changes only when a chunk completes
@@ -440,12 +445,15 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- decode_delta_kernel: the same arithmetic for a piece of one row (a decode step), in one kernel: the row's G and
 // its rows of A and Q (chunk_matrices_kernel's entries, each the same fma chain), then d, the output and the state
-// (chunk_state_kernel's). Light enough to run many blocks per SM: S_b is read straight from the state, and only the
-// chunk's earlier keys, d and G are staged. Each column group of a head computes the row's A and Q itself (64 dot
-// products of key_dim), which costs less than a second launch and a trip through the chunk scratch.
+// (chunk_state_kernel's). Everything the block reads is staged in shared memory with one round of asynchronous copies
+// at its start: the group's columns of S_b, the chunk's earlier keys, d and G. (S_b was read column by column straight
+// from global memory, 16 loads in flight per thread at a time: eight round trips to memory per block, which made the
+// kernel latency-bound, a third of a 64-row step.) Each column group of a head computes the row's A and Q itself (64
+// dot products of key_dim), which costs less than a second launch and a trip through the chunk scratch.
 
 template <int KD, int VD, int VC = columns_for(VD)>
 struct DecodeSmem {
+  alignas(16) float S[KD][VC];  // the group's columns of S_b (16-byte copies)
   bf16 raw_q[KD], raw_k[KD];
   bf16 raw_v[VC];
   float k[kC][KD + 1];  // the chunk's earlier keys, this row's at [t]
@@ -484,6 +492,7 @@ __global__ void __launch_bounds__(kThreads)
   copy_bf16_rows_async(sm.raw_q, row + in.q, 0, 1, KD);
   copy_bf16_rows_async(sm.raw_k, row + in.k, 0, 1, KD);
   copy_bf16_rows_async(sm.raw_v, row + in.v + col0, 0, 1, VC);
+  copy_state_columns_async<KD, VD, VC>(sm.S, state, col0);
   copy_rows_async(&sm.u[0][0], kU, state + layout.d() + col0, VD, t, VC);
   copy_rows_async(&sm.k[0][0], KD + 1, state + layout.keys(), KD, t, KD);
   copy_floats_async(sm.G, state + layout.G(), t);
@@ -520,10 +529,9 @@ __global__ void __launch_bounds__(kThreads)
   } else if (tid >= kC && tid < kC + 2 * VC) {
     const int x = tid - kC, j = x % VC;
     const float* vec = x < VC ? sm.k[t] : sm.q;
-    const float* column = state + col0 + j;
     float acc = 0.0f;
 #pragma unroll 16
-    for (int i = 0; i < KD; ++i) acc = fmaf(vec[i], column[i * VD], acc);
+    for (int i = 0; i < KD; ++i) acc = fmaf(vec[i], sm.S[i][j], acc);
     (x < VC ? sm.wk : sm.wq)[j] = acc;
   } else if (completes && tid >= 2 * kC) {
     for (int s = tid - 2 * kC; s < kC; s += kThreads - 2 * kC) sm.decay[s] = expf(sm.G[kC - 1] - sm.G[s]);
@@ -562,7 +570,7 @@ __global__ void __launch_bounds__(kThreads)
     const float keep = eG;
     for (int idx = tid; idx < KD * VC; idx += kThreads) {
       const int i = idx / VC, j = idx % VC;
-      float acc = state[i * VD + col0 + j] * keep;
+      float acc = sm.S[i][j] * keep;
       for (int s = 0; s < kC; ++s) acc = fmaf(sm.k[s][i] * sm.decay[s], sm.u[s][j], acc);
       state[i * VD + col0 + j] = acc;  // read and written by this thread alone
     }
