@@ -445,24 +445,40 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- decode_delta_kernel: the same arithmetic for a piece of one row (a decode step), in one kernel: the row's G and
 // its rows of A and Q (chunk_matrices_kernel's entries, each the same fma chain), then d, the output and the state
-// (chunk_state_kernel's). Everything the block reads is staged in shared memory with one round of asynchronous copies
-// at its start: the group's columns of S_b, the chunk's earlier keys, d and G. (S_b was read column by column straight
-// from global memory, 16 loads in flight per thread at a time: eight round trips to memory per block, which made the
-// kernel latency-bound, a third of a 64-row step.) Each column group of a head computes the row's A and Q itself (64
-// dot products of key_dim), which costs less than a second launch and a trip through the chunk scratch.
+// (chunk_state_kernel's). A head's VD / VC column groups form one cluster. What a block reads is staged in shared
+// memory by one round of asynchronous copies at its start: its columns of S_b and of the chunk's earlier d, G, and
+// its share of the chunk's earlier keys: group z holds key rows [z R, (z + 1) R), R = 64 / groups, and computes the
+// row's A and Q entries for those rows; the cluster then gathers the whole A and Q rows through distributed shared
+// memory. (Each group staged all 64 keys and computed all 64 entries before, and read S_b column by column from global
+// memory: 61 KB of shared memory, 3 blocks an SM and eight memory round trips per block made the kernel
+// latency-bound, a third of a 64-row step. Now 37 KB, 6 blocks an SM.) The rare row that completes its chunk reads
+// the other groups' keys from the state itself for the fold.
 
 template <int KD, int VD, int VC = columns_for(VD)>
 struct DecodeSmem {
-  alignas(16) float S[KD][VC];  // the group's columns of S_b (16-byte copies)
-  bf16 raw_q[KD], raw_k[KD];
-  bf16 raw_v[VC];
-  float k[kC][KD + 1];  // the chunk's earlier keys, this row's at [t]
-  float q[KD];
-  float u[kC][VC + VC / 8];
-  float A_row[kC], Q_row[kC], G[kC], decay[kC];
+  static constexpr int kGroups = VD / VC;
+  static constexpr int kRows = kC / kGroups;  // key rows per group
+  alignas(16) float S[KD][VC];                // the group's columns of S_b (16-byte copies)
+  float k[kRows][KD + 1];                     // the group's earlier key rows
+  float kt[KD], q[KD];                        // this row's key and query, normalized
+  float u[kC][VC + VC / 8];                   // the group's columns of the earlier rows' d, then this row's v and d
+  float A_part[kRows], Q_part[kRows];         // this row's A and Q entries for the group's key rows
+  union {
+    struct {
+      float A_row[kC], Q_row[kC];  // the whole A and Q rows, gathered
+    } rows;
+    float o_head[VD];  // group 0, once the rows are used: the head's outputs, gathered for the gated norm
+  };
+  float G[kC], decay[kC];
   float wk[VC], wq[VC];
-  float o[VC];       // this group's outputs, read by group 0 for the gated norm
-  float o_head[VD];  // group 0: the head's outputs, gathered
+  float o[VC];  // this group's outputs, read by group 0 for the gated norm
+  union {
+    struct {
+      bf16 q[KD], k[KD];
+    } raw;          // this row's raw query and key, until normalized
+    bf16 z[VD];     // then group 0: the head's gate, for the gated norm
+  };
+  bf16 raw_v[VC];
   float g, beta;
 };
 
@@ -476,25 +492,31 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int VC = columns_for(VD);
   constexpr int kLanes = lanes_for(VD);
   constexpr int kU = VC + VC / 8;
+  using Smem = DecodeSmem<KD, VD>;
+  constexpr int kRows = Smem::kRows;
   static_assert(kC + 2 * VC <= kThreads && 2 * kC <= kThreads, "the middle phase's thread ranges");
   extern __shared__ float4 smem_raw[];
-  DecodeSmem<KD, VD>& sm = *reinterpret_cast<DecodeSmem<KD, VD>*>(smem_raw);
+  Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
 
   const DevicePiece& piece = step.piece[step.piece_order[step.multi_pieces + blockIdx.x]];
   const DeviceChunk chunk = step.chunk[piece.first_chunk];
-  const int32_t head = blockIdx.y, col0 = blockIdx.z * VC;
+  const int32_t head = blockIdx.y, group = blockIdx.z, col0 = group * VC;
   const HeadInputs in = head_inputs<KD, VD>(dims, head);
   float* state = head_state<KD, VD>(piece, layer, head);
   const int tid = threadIdx.x, t = chunk.filled;
   const bool completes = t == kC - 1;
+  const int first_key = group * kRows;  // the group's key rows: [first_key, first_key + kRows) of those before t
+  const int own_keys = max(0, min(kRows, t - first_key));
 
   const bf16* row = qkv + static_cast<int64_t>(chunk.first_row) * in.width;
-  copy_bf16_rows_async(sm.raw_q, row + in.q, 0, 1, KD);
-  copy_bf16_rows_async(sm.raw_k, row + in.k, 0, 1, KD);
+  copy_bf16_rows_async(sm.raw.q, row + in.q, 0, 1, KD);
+  copy_bf16_rows_async(sm.raw.k, row + in.k, 0, 1, KD);
   copy_bf16_rows_async(sm.raw_v, row + in.v + col0, 0, 1, VC);
   copy_state_columns_async<KD, VD, VC>(sm.S, state, col0);
   copy_rows_async(&sm.u[0][0], kU, state + layout.d() + col0, VD, t, VC);
-  copy_rows_async(&sm.k[0][0], KD + 1, state + layout.keys(), KD, t, KD);
+  copy_rows_async(&sm.k[0][0], KD + 1, state + layout.keys() + static_cast<int64_t>(first_key) * KD, KD, own_keys, KD);
   copy_floats_async(sm.G, state + layout.G(), t);
   if (tid == 0) {
     const int64_t at = static_cast<int64_t>(chunk.first_row) * in.heads + head;
@@ -505,30 +527,38 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
 
   const int warp = tid / 32;
-  if (warp == 0) l2_normalize_to<KD>(sm.raw_k, in.q_scale, false, sm.k[t]);
-  if (warp == 1) l2_normalize_to<KD>(sm.raw_q, in.q_scale, true, sm.q);
+  if (warp == 0) l2_normalize_to<KD>(sm.raw.k, in.q_scale, false, sm.kt);
+  if (warp == 1) l2_normalize_to<KD>(sm.raw.q, in.q_scale, true, sm.q);
   for (int j = tid; j < VC; j += kThreads) sm.u[t][j] = __bfloat162float(sm.raw_v[j]);
   if (tid == 0) sm.G[t] = (t > 0 ? sm.G[t - 1] : 0.0f) + sm.g;  // G_t = G_{t-1} + g_t, as chunk_matrices_kernel
   __syncthreads();
 
-  // Three independent parts on three thread ranges. Threads s <= t: entry s of the row's A and Q, the fma chain of
-  // chunk_matrices_kernel's tiles. Threads kC .. kC + 2 VC - 1: S_b^T k_t and S_b^T q_t, one column and vector per
-  // thread, the fma chain of chunk_state_kernel's tiles. When the row completes the chunk, threads 2 kC.. the fold's
-  // decays.
-  if (tid <= t) {
-    const int s = tid;
-    float kk = 0.0f, qk = 0.0f;
+  const int64_t head_at =
+      static_cast<int64_t>(chunk.first_row) * dims.value_heads * VD + static_cast<int64_t>(head) * VD;
+  // The raw vectors are dead: group 0's gate comes in behind the arithmetic, for the gated norm at the end.
+  if (norm.out != nullptr && group == 0) copy_bf16_rows_async(sm.z, norm.z + head_at, 0, 1, VD);
+
+  // Three independent parts on three thread ranges. Threads s - first_key for the group's rows s <= t: entry s of
+  // the row's A and Q, the fma chain of chunk_matrices_kernel's tiles. Threads kC .. kC + 2 VC - 1: S_b^T k_t and
+  // S_b^T q_t, one column and vector per thread, the fma chain of chunk_state_kernel's tiles. When the row completes
+  // the chunk, threads 2 kC.. the fold's decays.
+  if (tid < kRows) {
+    const int s = first_key + tid;
+    if (s <= t) {
+      const float* key = s == t ? sm.kt : sm.k[tid];
+      float kk = 0.0f, qk = 0.0f;
 #pragma unroll 8
-    for (int i = 0; i < KD; ++i) {
-      kk = fmaf(sm.k[t][i], sm.k[s][i], kk);
-      qk = fmaf(sm.q[i], sm.k[s][i], qk);
+      for (int i = 0; i < KD; ++i) {
+        kk = fmaf(sm.kt[i], key[i], kk);
+        qk = fmaf(sm.q[i], key[i], qk);
+      }
+      const float decay = expf(sm.G[t] - sm.G[s]);
+      if (s < t) sm.A_part[tid] = (kk * decay) * sm.beta;
+      sm.Q_part[tid] = qk * decay;
     }
-    const float decay = expf(sm.G[t] - sm.G[s]);
-    if (s < t) sm.A_row[s] = (kk * decay) * sm.beta;
-    sm.Q_row[s] = qk * decay;
   } else if (tid >= kC && tid < kC + 2 * VC) {
     const int x = tid - kC, j = x % VC;
-    const float* vec = x < VC ? sm.k[t] : sm.q;
+    const float* vec = x < VC ? sm.kt : sm.q;
     float acc = 0.0f;
 #pragma unroll 16
     for (int i = 0; i < KD; ++i) acc = fmaf(vec[i], sm.S[i][j], acc);
@@ -536,49 +566,62 @@ __global__ void __launch_bounds__(kThreads)
   } else if (completes && tid >= 2 * kC) {
     for (int s = tid - 2 * kC; s < kC; s += kThreads - 2 * kC) sm.decay[s] = expf(sm.G[kC - 1] - sm.G[s]);
   }
+  cluster.sync();  // every group's A and Q entries are written and visible across the cluster
+  for (int s = tid; s <= t; s += kThreads) {
+    const int owner = s / kRows, at = s % kRows;
+    if (s < t) sm.rows.A_row[s] = cluster.map_shared_rank(sm.A_part, owner)[at];
+    sm.rows.Q_row[s] = cluster.map_shared_rank(sm.Q_part, owner)[at];
+  }
   __syncthreads();
 
   const float eG = expf(sm.G[t]);
   const int col = tid / kLanes, p = tid % kLanes;
-  const float d = corrected_value<kLanes>(sm.A_row, &sm.u[0][col], kU, t, sm.u[t][col], eG, sm.wk[col], sm.beta);
+  const float d =
+      corrected_value<kLanes>(sm.rows.A_row, &sm.u[0][col], kU, t, sm.u[t][col], eG, sm.wk[col], sm.beta);
   __syncwarp();
   if (p == 0) sm.u[t][col] = d;
   __syncthreads();
 
-  const int64_t head_at =
-      static_cast<int64_t>(chunk.first_row) * dims.value_heads * VD + static_cast<int64_t>(head) * VD;
   if (tid < VC) {
     float acc = 0.0f;
-    for (int s = 0; s <= t; ++s) acc = fmaf(sm.Q_row[s], sm.u[s][tid], acc);
+    for (int s = 0; s <= t; ++s) acc = fmaf(sm.rows.Q_row[s], sm.u[s][tid], acc);
     const float o = fmaf(eG, sm.wq[tid], acc);
     out[head_at + col0 + tid] = o;
     sm.o[tid] = o;
   }
+  // Every group's outputs are visible, and no group reads another's A and Q entries any more (a block may leave
+  // after this only when there is no norm).
+  cluster.sync();
   if (norm.out != nullptr) {  // the same for every block: the whole cluster takes part or none of it
-    // The head's VD outputs are spread over its VD / VC column groups, one cluster: group 0 gathers them through
-    // distributed shared memory and its first warp norms the head as gated_norm_kernel would.
-    cg::cluster_group cluster = cg::this_cluster();
-    cluster.sync();
-    if (blockIdx.z == 0 && warp == 0) {
+    // The head's VD outputs are spread over its column groups: group 0 gathers them through distributed shared
+    // memory and its first warp norms the head as gated_norm_kernel would.
+    if (group == 0) wait_async_copies();  // the gate
+    if (group == 0 && warp == 0) {
       for (int i = tid; i < VD; i += 32) sm.o_head[i] = cluster.map_shared_rank(sm.o, i / VC)[i % VC];
       __syncwarp();
-      gated_norm_head(sm.o_head, norm.z + head_at, norm.w, norm.eps, VD, norm.out + head_at);
+      gated_norm_head(sm.o_head, sm.z, norm.w, norm.eps, VD, norm.out + head_at);
     }
     cluster.sync();  // no block leaves (freeing the outputs it shares) before group 0 has read them
   }
   if (completes) {  // the next chunk's S_b, each thread its elements, the fold's chain of chunk_state_kernel
     const float keep = eG;
+    const float* keys = state + layout.keys();  // the other groups' rows (t itself is in kt)
     for (int idx = tid; idx < KD * VC; idx += kThreads) {
       const int i = idx / VC, j = idx % VC;
       float acc = sm.S[i][j] * keep;
-      for (int s = 0; s < kC; ++s) acc = fmaf(sm.k[s][i] * sm.decay[s], sm.u[s][j], acc);
+      for (int s = 0; s < kC; ++s) {
+        const float key = s == t                                    ? sm.kt[i]
+                          : s >= first_key && s < first_key + kRows ? sm.k[s - first_key][i]
+                                                                    : keys[s * KD + i];
+        acc = fmaf(key * sm.decay[s], sm.u[s][j], acc);
+      }
       state[i * VD + col0 + j] = acc;  // read and written by this thread alone
     }
     return;
   }
   if (tid < VC) state[layout.d() + t * VD + col0 + tid] = sm.u[t][tid];
-  if (blockIdx.z == 0) {  // no group reads the chunk's keys or G unless the row completes it
-    for (int i = tid; i < KD; i += kThreads) state[layout.keys() + t * KD + i] = sm.k[t][i];
+  if (group == 0) {  // no group reads the chunk's keys or G unless the row completes it
+    for (int i = tid; i < KD; i += kThreads) state[layout.keys() + t * KD + i] = sm.kt[i];
     if (tid == 0) state[layout.G() + t] = sm.G[t];
   }
 }
@@ -597,6 +640,8 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
   constexpr size_t matrices_bytes = sizeof(MatricesSmem<KD>);
   constexpr size_t state_bytes = sizeof(StateSmem<KD, VC>);
   constexpr size_t decode_bytes = sizeof(DecodeSmem<KD, VD>);
+  // Six blocks an SM (228 KB, 1 KB of each block's reserved) at the 9B's shape: the kernel is latency-bound.
+  static_assert(KD != 128 || VD != 128 || decode_bytes <= 37 * 1024, "decode_delta_kernel: 6 blocks per SM");
   static const bool opted_in =
       (allow_smem(chunk_matrices_kernel<KD, VD>, matrices_bytes), allow_smem(chunk_state_kernel<KD, VD>, state_bytes),
        allow_smem(decode_delta_kernel<KD, VD>, decode_bytes), true);
