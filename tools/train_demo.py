@@ -14,8 +14,10 @@ The model keeps the demo's tokenizer (tokenizer files copied from --tokenizer), 
 shapes and max_position_embeddings; by default it is deeper (8 layers: 3 GDN + 1 full attention, twice) with a
 wider MLP. Loss: next-token cross-entropy + --mtp-weight x the MTP layer's next-next-token cross-entropy (the MTP
 layer reads the main model's final-norm rows and the next token's embedding; tools/mtp_reference.py). AdamW, a
-cosine schedule over the wall-clock budget, bf16 autocast, fp32 master weights, a fixed seed; the held-out loss is
-measured every --eval-seconds and the best weights are kept.
+cosine schedule over the wall-clock budget, bf16 autocast, fp32 master weights, a fixed seed. The budget is
+--minutes, shrunk after the first seconds to what --max-epochs passes over the text take at the measured speed
+(the text is a few MB: more passes overfit); the held-out loss is measured every --eval-seconds and the weights
+with the best one are kept.
 
 Writes into --out: config.json (the demo's, resized, with mtp_num_hidden_layers 1), model.safetensors in the stock
 layout (linear_attn.A_log and linear_attn.norm.weight F32, everything else BF16, `mtp.*` beside `model.*` and
@@ -58,6 +60,9 @@ def parse_args(argv=None):
     p.add_argument("--tokenizer", default="models/demo", help="folder with the demo's config and tokenizer files")
     p.add_argument("--out", required=True)
     p.add_argument("--minutes", type=float, default=5.5, help="training wall-clock budget")
+    p.add_argument("--max-epochs", type=float, default=30.0,
+                   help="train for at most this many passes over the text (the budget shrinks to fit, measured "
+                        "from the first seconds' speed): a few MB of text is overfitted long before minutes end")
     p.add_argument("--total-minutes", type=float, default=9.0,
                    help="training stops early enough to finish everything by then (the device call's limit)")
     p.add_argument("--hidden", type=int, default=128)
@@ -71,7 +76,7 @@ def parse_args(argv=None):
     p.add_argument("--mtp-weight", type=float, default=0.3)
     p.add_argument("--seed", type=int, default=20261202)
     p.add_argument("--print-seconds", type=float, default=5.0)
-    p.add_argument("--eval-seconds", type=float, default=20.0)
+    p.add_argument("--eval-seconds", type=float, default=15.0)
     p.add_argument("--eval-windows", type=int, default=48, help="held-out windows measured during training")
     p.add_argument("--final-windows", type=int, default=1000, help="held-out windows measured at the end")
     p.add_argument("--sample-tokens", type=int, default=96)
@@ -152,7 +157,8 @@ def main(argv=None):
     t0 = time.time()
     # The end (evaluation, samples, files, checks) takes about a minute on the GPU machine: keep two.
     budget = max(0.0, min(args.minutes * 60, started + args.total_minutes * 60 - 120 - t0))
-    print(f"training for {budget:.0f}s", flush=True)
+    print(f"training for at most {budget:.0f}s or {args.max_epochs:g} epochs", flush=True)
+    sized = False
     last_print = last_eval = t0
     step = tokens = 0
     history, best, best_loss = [], None, float("inf")
@@ -162,6 +168,12 @@ def main(argv=None):
         elapsed = time.time() - t0
         if elapsed >= budget:
             break
+        if not sized and elapsed >= 15 and step >= args.warmup_steps:
+            needed = args.max_epochs * len(train) / (tokens / elapsed)
+            budget = min(budget, max(needed, elapsed + 1))
+            sized = True
+            print(f"{tokens / elapsed / 1e3:.0f}k tok/s: {args.max_epochs:g} epochs take {needed:.0f}s; "
+                  f"training for {budget:.0f}s", flush=True)
         # Cosine over the wall-clock budget (the step count is not known ahead), after a linear warmup.
         cosine = 0.1 + 0.45 * (1 + math.cos(math.pi * elapsed / budget))  # 1 at the start, 0.1 at the end
         lr = args.lr * min(1.0, (step + 1) / args.warmup_steps) * cosine
@@ -223,6 +235,7 @@ def main(argv=None):
         ids = tokenizer.encode_batch([text])[0]
         samples.append((text, tokenizer.decode(greedy(model, [ids], args.sample_tokens, end_id, device, autocast)[0])))
     metrics = {"heldout": final, "train_seconds": round(train_seconds, 1), "steps": step, "tokens": tokens,
+               "epochs": round(tokens / len(train), 2),
                "best_step": best[2] if best else step, "train_tokens": len(train), "heldout_tokens": len(heldout),
                "args": vars(args), "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
                "torch": torch.__version__}
