@@ -49,7 +49,7 @@ from train_demo_eval import evaluate, greedy, greedy_acceptance  # noqa: E402
 from train_demo_model import (build_model, forward, losses, model_config, round_to_stored,  # noqa: E402
                               stock_tensors)
 
-RAW_PROMPTS = ["The for statement", "A list is", "To open a file, ", "Python is a", "The following example shows"]
+RAW_PROMPTS = ["The for statement", "A list is", "To open a file,", "Python is a", "The following example shows"]
 CHAT_PROMPTS = ["Tell me about list comprehensions.", "What is a dictionary?", "How do I read a file?",
                 "Explain the with statement.", "Hello! Who are you?"]
 

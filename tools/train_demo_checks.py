@@ -5,11 +5,23 @@ before_training: the hidden rows the MTP layer reads are the final-norm rows (lm
 logits); mtp_reference.DecoderLayer computes what transformers' Qwen3_5DecoderLayer (full attention) computes.
 after_saving: transformers loads the written folder (ignoring mtp.*) and gives the same logits as the trained model.
 """
+import contextlib
 import copy
 
 import torch
 
 from mtp_reference import DecoderLayer
+
+
+@contextlib.contextmanager
+def exact_fp32():
+    """TF32 matmuls (on for training) would differ from fp32 by ~1e-3: compare in real fp32."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 def report(name, diff, tolerance):
@@ -29,6 +41,16 @@ def hf_layer_output(layer, x, positions, rotary, attn_implementation):
 
 
 def before_training(model, mtp, c, device):
+    with exact_fp32():
+        _before_training(model, mtp, c, device)
+
+
+def after_saving(model, folder, device, windows):
+    with exact_fp32():
+        _after_saving(model, folder, device, windows)
+
+
+def _before_training(model, mtp, c, device):
     generator = torch.Generator().manual_seed(7)
     ids = torch.randint(0, c["vocab_size"], (2, 37), generator=generator).to(device)
     try:
@@ -65,7 +87,7 @@ def before_training(model, mtp, c, device):
         print(f"CHECK skipped: decoder layer vs transformers: {type(e).__name__}: {e}", flush=True)
 
 
-def after_saving(model, folder, device, windows):
+def _after_saving(model, folder, device, windows):
     try:
         from safetensors.torch import load_file
         import safetensors_file
