@@ -153,8 +153,9 @@ void add_run_command(CLI::App& app) {
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
   run_cmd->add_flag("--ignore-eos", options->ignore_eos, "Keep generating past the end-of-sequence token");
-  run_cmd->add_option("--streams", options->streams,
-                      "Decode the prompt as this many sequences at once (one row each per step; all must agree)")
+  run_cmd
+      ->add_option("--streams", options->streams,
+                   "Decode the prompt as this many sequences at once (one row each per step; all must agree)")
       ->capture_default_str();
   run_cmd->callback([options] { run(*options); });
 }

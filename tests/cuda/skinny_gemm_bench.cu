@@ -137,8 +137,11 @@ int main(int argc, char** argv) {
   // 6 and 7 slices: a weight of 4096 rows is 32 row blocks, and at most 30 clusters of 8 fit at once (ncu's "max
   // active clusters"), so 8 slices run in two waves.
   for (int slices : {2, 4, 6, 7, 8})
-    for (SkinnyPipeline p : {SkinnyPipeline{1, 4, slices}, SkinnyPipeline{2, 8, slices}, SkinnyPipeline{1, 0, slices}})
-      variants.push_back(p);
+    for (SkinnyPipeline p : {SkinnyPipeline{1, 4, slices}, SkinnyPipeline{2, 8, slices}}) variants.push_back(p);
+  // The production plans with x staged a step at a time (where whole-slice staging would apply: up to 16 rows).
+  for (SkinnyPipeline p : {SkinnyPipeline{1, 4, 2, true}, SkinnyPipeline{1, 4, 4, true}, SkinnyPipeline{2, 8, 7, true},
+                           SkinnyPipeline{1, 4, 7, true}})
+    variants.push_back(p);
   if (argc > 3 && std::string(argv[1]) == "--profile") {
     for (const Shape& shape : shapes) {
       if (shape.name != std::string(argv[2])) continue;
@@ -170,7 +173,8 @@ int main(int argc, char** argv) {
   check(cudaMalloc(&y64, size_t{64} * widest * sizeof(bf16)), "malloc y");
 
   std::printf("%-20s %4s", "shape", "m");
-  for (const auto& v : variants) std::printf("  a%d/p%d/s%d", v.ahead, v.prefetch, v.max_slices);
+  for (const auto& v : variants)
+    std::printf(" %sa%d/p%d/s%d", v.per_step_x ? "x" : " ", v.ahead, v.prefetch, v.max_slices);
   std::printf("   (GB/s of weights read; the best as %% of the read rate; * production's plan)\n");
   int failures = 0;
   for (const Shape& shape : shapes) {
@@ -195,7 +199,8 @@ int main(int argc, char** argv) {
         const auto one = download_bits(y, static_cast<size_t>(shape.n));
         const bool invariant = std::equal(one.begin(), one.end(), all.begin());
         const SkinnyPipeline plan = skinny_plan_for(shape.n, shape.k);
-        const bool is_plan = plan.max_slices == v.max_slices && plan.ahead == v.ahead && plan.prefetch == v.prefetch;
+        const bool is_plan = plan.max_slices == v.max_slices && plan.ahead == v.ahead && plan.prefetch == v.prefetch &&
+                             plan.per_step_x == v.per_step_x;
         const bool production_bits = plan.max_slices != v.max_slices || all == production;
         if (!invariant || !production_bits) {
           ++failures;

@@ -136,7 +136,8 @@ __device__ __forceinline__ void copy_bf16_rows_async(bf16* dst, const bf16* src,
 template <int KD, int VD, int VC>
 __device__ __forceinline__ void copy_state_columns_async(float (&S)[KD][VC], const float* state, int col0) {
   for (int idx = threadIdx.x; idx < KD * VC / 4; idx += blockDim.x)
-    copy_async_16(&S[idx / (VC / 4)][4 * (idx % (VC / 4))], state + (idx / (VC / 4)) * VD + col0 + 4 * (idx % (VC / 4)));
+    copy_async_16(&S[idx / (VC / 4)][4 * (idx % (VC / 4))],
+                  state + (idx / (VC / 4)) * VD + col0 + 4 * (idx % (VC / 4)));
 }
 
 // The new rows' raw q and k as BF16, staged for normalization.
@@ -475,8 +476,8 @@ struct DecodeSmem {
   union {
     struct {
       bf16 q[KD], k[KD];
-    } raw;          // this row's raw query and key, until normalized
-    bf16 z[VD];     // then group 0: the head's gate, for the gated norm
+    } raw;       // this row's raw query and key, until normalized
+    bf16 z[VD];  // then group 0: the head's gate, for the gated norm
   };
   bf16 raw_v[VC];
   float g, beta;
@@ -576,8 +577,7 @@ __global__ void __launch_bounds__(kThreads)
 
   const float eG = expf(sm.G[t]);
   const int col = tid / kLanes, p = tid % kLanes;
-  const float d =
-      corrected_value<kLanes>(sm.rows.A_row, &sm.u[0][col], kU, t, sm.u[t][col], eG, sm.wk[col], sm.beta);
+  const float d = corrected_value<kLanes>(sm.rows.A_row, &sm.u[0][col], kU, t, sm.u[t][col], eG, sm.wk[col], sm.beta);
   __syncwarp();
   if (p == 0) sm.u[t][col] = d;
   __syncthreads();

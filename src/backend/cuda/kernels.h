@@ -70,8 +70,9 @@ void launch_skinny_gemm_segments(const bf16* x, int32_t m, const bf16* w, int32_
 // (tests/cuda/skinny_gemm_bench.cu); BF16 out.
 struct SkinnyPipeline {
   int ahead = 1;
-  int prefetch = 4;    // 0: the whole k slice asked of L2 before the first load
-  int max_slices = 8;  // 1..8
+  int prefetch = 4;
+  int max_slices = 8;       // 1..8
+  bool per_step_x = false;  // x staged a step at a time even where its whole k slice fits (the bench's comparison)
 };
 void launch_skinny_gemm_pipeline(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, bf16* y,
                                  const SkinnyPipeline& pipeline, cudaStream_t stream);

@@ -229,6 +229,15 @@ constexpr size_t smem_bytes() {
 }
 static_assert(smem_bytes<kMaxTiles>() <= 48 * 1024, "over the shared memory a block gets without opting in");
 
+// Whole-slice x staging: a row's slice takes at most ceil(steps / slices) steps, + 16 bytes of padding per row (the
+// same banks as kXStride: 144 bytes = 16 modulo 128).
+__host__ __device__ constexpr int slice_stride(int64_t steps, int slices) {
+  return static_cast<int>((steps + slices - 1) / slices) * kStep + 8;
+}
+// Shared memory a whole-slice block may take (2 blocks an SM, as the registers allow); more rows stage step by step.
+constexpr size_t kWholeSliceBytes = 96 * 1024;
+constexpr int kWholeSliceMaxTiles = 2;  // up to 16 rows
+
 __device__ __forceinline__ uint32_t smem_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -293,19 +302,40 @@ __device__ __forceinline__ void stage_x_step(const bf16* __restrict__ x, int32_t
 
 // One step's MMAs: for each n8 tile j, the 4 MMAs q = 0..3 in order into acc[j] (see the top of the file for which
 // elements each takes).
-template <int kTiles>
-__device__ __forceinline__ void mma_step(const bf16* stage, int g, int t, const uint4 (&wv)[4],
+// One step's MMAs: for each n8 tile j, the 4 MMAs q = 0..3 in order into acc[j] (see the top of the file for which
+// elements each takes). The tiles' MMAs of one q are issued back to back (independent accumulators), so that no MMA
+// waits on the one just before it; each acc[j] still takes q = 0, 1, 2, 3 in order. `x` is x row 0 at this step's
+// first element, rows `stride` apart; kMasked: rows from `rows` on are zeros without being read (they are not staged).
+template <int kTiles, bool kMasked>
+__device__ __forceinline__ void mma_step(const bf16* x, int stride, int rows, int g, int t, const uint4 (&wv)[4],
                                          float (&acc)[kTiles][4]) {
-  const bf16* mine = stage + g * kXStride + t * 16;  // x row g of tile 0, elements 16t ..
+  const bf16* mine = x + g * stride + t * 16;  // x row g of tile 0, elements 16t ..
 #pragma unroll
   for (int h = 0; h < 2; ++h) {  // h = 0: q = 0, 1 (elements 16t + 0..7); h = 1: q = 2, 3 (16t + 8..15)
+    uint4 xv[kTiles];
 #pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-      const uint4 xv = *reinterpret_cast<const uint4*>(mine + j * 8 * kXStride + h * kChunk);
-      const uint4 &wa = wv[h], &wb = wv[2 + h];
-      mma_16x8x16(acc[j], wa.x, wb.x, wa.y, wb.y, xv.x, xv.y);  // q = 2h: elements + 0, 1 | + 2, 3
-      mma_16x8x16(acc[j], wa.z, wb.z, wa.w, wb.w, xv.z, xv.w);  // q = 2h + 1: elements + 4, 5 | + 6, 7
-    }
+    for (int j = 0; j < kTiles; ++j)
+      xv[j] = !kMasked || 8 * j + g < rows ? *reinterpret_cast<const uint4*>(mine + j * 8 * stride + h * kChunk)
+                                           : make_uint4(0, 0, 0, 0);
+    const uint4 &wa = wv[h], &wb = wv[2 + h];
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) mma_16x8x16(acc[j], wa.x, wb.x, wa.y, wb.y, xv[j].x, xv[j].y);  // q = 2h
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) mma_16x8x16(acc[j], wa.z, wb.z, wa.w, wb.w, xv[j].z, xv[j].w);  // q = 2h + 1
+  }
+}
+
+// The block's x rows [0, rows) for all of its slice's steps [first, last) into `slice` (rows `stride` apart, step
+// s at element (s - first) * kStep); elements past k are zeros, read from nowhere.
+__device__ __forceinline__ void stage_x_slice(const bf16* __restrict__ x, int32_t rows, int32_t k, int64_t first,
+                                              int64_t last, bf16* slice, int stride) {
+  const int chunks_per_row = static_cast<int>(last - first) * (kStep / kChunk);
+  for (int c = threadIdx.x; c < rows * chunks_per_row; c += kThreads) {
+    const int r = c / chunks_per_row, chunk = c % chunks_per_row;
+    const int64_t at = first * kStep + static_cast<int64_t>(chunk) * kChunk;
+    const bool valid = at < k;
+    cp_async_16(slice + r * stride + chunk * kChunk, valid ? x + r * static_cast<int64_t>(k) + at : x,
+                valid ? 16u : 0u);
   }
 }
 
@@ -335,8 +365,11 @@ __device__ __forceinline__ void store_output(const SkinnyOutputs& out, int r, in
 // rows (<= kTiles * 8) x rows against w; grid: slices * ceil(n / kBlockRows) blocks in clusters of `slices`.
 // kAhead: steps of w each lane has in flight in registers beyond the one it multiplies (the loop is unrolled by
 // kAhead + 1 so that every buffer index is a constant and no register array spills); kPrefetch: steps ahead that each
-// warp asks L2 for. Neither changes an operation or its order: only when bytes arrive.
-template <int kTiles, bool kOutF32, int kAhead, int kPrefetch>
+// warp asks L2 for. kWholeSlice: the block's x rows for its whole k slice are staged once, before the loop (few rows:
+// a small copy), so the loop runs without a block barrier and each warp streams its w at its own pace; otherwise one
+// step of x at a time, double-buffered, two barriers a step. None of them changes an operation or its order: only
+// when bytes arrive.
+template <int kTiles, bool kOutF32, int kAhead, int kPrefetch, bool kWholeSlice>
 __global__ void __launch_bounds__(kThreads, 2)
     skinny_gemm_mma_kernel(const bf16* __restrict__ x, int32_t rows, const bf16* __restrict__ w, int32_t n, int32_t k,
                            const SkinnyOutputs out) {
@@ -375,33 +408,52 @@ __global__ void __launch_bounds__(kThreads, 2)
   // it, only after wait_for_prerequisites. The outputs are written at the very end. The next kernel may be scheduled
   // once this one is past its wait (never earlier: a chain of waiting grids would hold the SMs).
   if (first < last) {
-    // kPrefetch 0: the whole slice asked of L2 at once (for weights that fit in L2 whole; a bench variant so far).
-    prefetch_steps(first, kPrefetch == 0 ? last : min(first + kPrefetch, last));
+    prefetch_steps(first, min(first + kPrefetch, last));
 #pragma unroll
     for (int b = 0; b < kAhead; ++b)
       if (first + b < last) load_w_step(row_a, row_b, k, static_cast<int32_t>((first + b) * kStep) + t * 16, wbuf[b]);
   }
   wait_for_prerequisites();
   let_dependents_launch();
-  if (first < last) stage_x_step<kTiles>(x, rows, k, first, stages);
-  cp_async_commit();
-  for (int64_t s0 = first; s0 < last; s0 += kBuffers) {
+  if constexpr (kWholeSlice) {
+    const int stride = slice_stride(steps, slices);
+    if (first < last) stage_x_slice(x, rows, k, first, last, stages, stride);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();  // the slice's x, staged by every thread, is in place; no other barrier until the loop ends
+    for (int64_t s0 = first; s0 < last; s0 += kBuffers) {
 #pragma unroll
-    for (int b = 0; b < kBuffers; ++b) {
-      const int64_t s = s0 + b;
-      if (s >= last) break;  // the same for the whole block
-      const int buffer = static_cast<int>((s - first) & 1);
-      // Next step's x and a later step's w on their way before this step's wait; a step further on asked of L2.
-      if (s + 1 < last) stage_x_step<kTiles>(x, rows, k, s + 1, stages + (buffer ^ 1) * kStageElems);
-      if (s + kAhead < last)
-        load_w_step(row_a, row_b, k, static_cast<int32_t>((s + kAhead) * kStep) + t * 16,
-                    wbuf[(b + kAhead) % kBuffers]);
-      cp_async_commit();  // possibly empty: keeps "all but the newest group" meaning "this step's x"
-      if (kPrefetch > 0 && s + kPrefetch < last) prefetch_steps(s + kPrefetch, s + kPrefetch + 1);
-      cp_async_wait<1>();
-      __syncthreads();  // this step's x, staged by every thread, is in place
-      mma_step<kTiles>(stages + buffer * kStageElems, g, t, wbuf[b], acc);
-      __syncthreads();  // all warps are done with this stage before the next iteration refills it
+      for (int b = 0; b < kBuffers; ++b) {
+        const int64_t s = s0 + b;
+        if (s >= last) break;
+        if (s + kAhead < last)
+          load_w_step(row_a, row_b, k, static_cast<int32_t>((s + kAhead) * kStep) + t * 16,
+                      wbuf[(b + kAhead) % kBuffers]);
+        if (s + kPrefetch < last) prefetch_steps(s + kPrefetch, s + kPrefetch + 1);
+        mma_step<kTiles, true>(stages + (s - first) * kStep, stride, rows, g, t, wbuf[b], acc);
+      }
+    }
+  } else {
+    if (first < last) stage_x_step<kTiles>(x, rows, k, first, stages);
+    cp_async_commit();
+    for (int64_t s0 = first; s0 < last; s0 += kBuffers) {
+#pragma unroll
+      for (int b = 0; b < kBuffers; ++b) {
+        const int64_t s = s0 + b;
+        if (s >= last) break;  // the same for the whole block
+        const int buffer = static_cast<int>((s - first) & 1);
+        // Next step's x and a later step's w on their way before this step's wait; a step further on asked of L2.
+        if (s + 1 < last) stage_x_step<kTiles>(x, rows, k, s + 1, stages + (buffer ^ 1) * kStageElems);
+        if (s + kAhead < last)
+          load_w_step(row_a, row_b, k, static_cast<int32_t>((s + kAhead) * kStep) + t * 16,
+                      wbuf[(b + kAhead) % kBuffers]);
+        cp_async_commit();  // possibly empty: keeps "all but the newest group" meaning "this step's x"
+        if (s + kPrefetch < last) prefetch_steps(s + kPrefetch, s + kPrefetch + 1);
+        cp_async_wait<1>();
+        __syncthreads();  // this step's x, staged by every thread, is in place
+        mma_step<kTiles, false>(stages + buffer * kStageElems, kXStride, rows, g, t, wbuf[b], acc);
+        __syncthreads();  // all warps are done with this stage before the next iteration refills it
+      }
     }
   }
   cp_async_wait<0>();
@@ -433,14 +485,25 @@ __global__ void __launch_bounds__(kThreads, 2)
   cluster.sync();  // no block leaves (freeing its shared memory) while another still reads its partials
 }
 
-template <int kTiles, bool kOutF32, int kAhead, int kPrefetch>
+template <int kTiles, bool kOutF32, int kAhead, int kPrefetch, bool kWholeSlice>
 void launch_tiles(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out,
                   int slices, cudaStream_t stream) {
   const int64_t groups = (static_cast<int64_t>(n) + kBlockRows - 1) / kBlockRows;
+  auto* kernel = skinny_gemm_mma_kernel<kTiles, kOutF32, kAhead, kPrefetch, kWholeSlice>;
+  size_t smem = smem_bytes<kTiles>();
+  if constexpr (kWholeSlice) {
+    static const bool opted_in =  // once per instantiation
+        (check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(kWholeSliceBytes)),
+                    "launch_skinny_gemm: shared memory opt-in"),
+         true);
+    (void)opted_in;
+    smem = std::max(smem, sizeof(bf16) * rows * slice_stride((k + kStep - 1) / kStep, slices));
+  }
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(groups * slices), 1, 1);
   config.blockDim = dim3(kThreads, 1, 1);
-  config.dynamicSmemBytes = smem_bytes<kTiles>();
+  config.dynamicSmemBytes = smem;
   config.stream = stream;
   cudaLaunchAttribute attributes[2] = {};
   attributes[0].id = cudaLaunchAttributeClusterDimension;
@@ -450,32 +513,41 @@ void launch_tiles(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t
   attributes[1] = dependent_launch_attribute();
   config.attrs = attributes;
   config.numAttrs = 2;
-  check_cuda(
-      cudaLaunchKernelEx(&config, skinny_gemm_mma_kernel<kTiles, kOutF32, kAhead, kPrefetch>, x, rows, w, n, k, out),
-      "launch_skinny_gemm (tensor cores)");
+  check_cuda(cudaLaunchKernelEx(&config, kernel, x, rows, w, n, k, out), "launch_skinny_gemm (tensor cores)");
+}
+
+// Whole-slice staging when the rows' slices fit (kWholeSliceBytes) and the pipeline does not ask for steps.
+template <int kTiles, bool kOutF32, int kAhead, int kPrefetch>
+void launch_staged(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out,
+                   int slices, bool per_step, cudaStream_t stream) {
+  if constexpr (kTiles <= kWholeSliceMaxTiles) {
+    if (!per_step && sizeof(bf16) * rows * slice_stride((k + kStep - 1) / kStep, slices) <= kWholeSliceBytes)
+      return launch_tiles<kTiles, kOutF32, kAhead, kPrefetch, true>(x, rows, w, n, k, out, slices, stream);
+  }
+  launch_tiles<kTiles, kOutF32, kAhead, kPrefetch, false>(x, rows, w, n, k, out, slices, stream);
 }
 
 template <bool kOutF32, int kAhead, int kPrefetch>
 void launch_rows(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out, int slices,
-                 cudaStream_t stream) {
+                 bool per_step, cudaStream_t stream) {
   // The narrowest tile count that holds the rows: fewer MMAs and x bytes, the same arithmetic per element.
   switch ((rows + 7) / 8) {
     case 1:
-      return launch_tiles<1, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, stream);
+      return launch_staged<1, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, per_step, stream);
     case 2:
-      return launch_tiles<2, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, stream);
+      return launch_staged<2, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, per_step, stream);
     case 3:
-      return launch_tiles<3, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, stream);
+      return launch_staged<3, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, per_step, stream);
     case 4:
-      return launch_tiles<4, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, stream);
+      return launch_staged<4, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, per_step, stream);
     case 5:
-      return launch_tiles<5, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, stream);
+      return launch_staged<5, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, per_step, stream);
     case 6:
-      return launch_tiles<6, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, stream);
+      return launch_staged<6, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, per_step, stream);
     case 7:
-      return launch_tiles<7, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, stream);
+      return launch_staged<7, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, per_step, stream);
     default:
-      return launch_tiles<8, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, stream);
+      return launch_staged<8, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, per_step, stream);
   }
 }
 
@@ -484,26 +556,33 @@ void launch_rows(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t 
 // tests/cuda/skinny_gemm_bench.cu (docs/benchmarks.md): about 2 blocks per SM in flight is what matters, so wide
 // weights take fewer slices; the Qwen3.5-9B's fused projections have their own measured rows.
 SkinnyPipeline plan_for(int32_t n, int32_t k) {
-  if (k == 4096 && n == 24576) return {1, 4, 2};  // MLP gate | up: 3,592 GB/s at 1 row (4 slices 3,008; 8: 2,869)
-  if (k == 4096 && n == 12352) return {1, 4, 2};  // GDN qkv | z | b | a: 2,815 (4 slices 2,378; 8: 2,528)
-  if (k == 4096 && n > 4096 && n <= 10240) return {1, 4, 4};  // attention q | k | v: 3,092 (8 slices 2,657)
+  // Up to 16 rows, x's whole slice is staged at once unless the plan says per_step_x (the 4th field): the bench at
+  // 1 and 8 rows (receipts 2026-12-02) gave GDN qkv 3,151 / 2,945 GB/s against 2,880 / 2,804 step by step, out_proj
+  // and o_proj 2,428 against 2,373, but gate | up 3,722 against 3,786 and down 3,064 against 3,122: each shape takes
+  // its better one (no bit changes either way).
+  if (k == 4096 && n == 24576) return {1, 4, 2, true};  // MLP gate | up: 3,786 GB/s at 1 row (4 slices 3,124; 8: 2,986)
+  if (k == 4096 && n == 12352) return {1, 4, 2};        // GDN qkv | z | b | a: 3,151 (4 slices 2,569; 8: 2,647)
+  if (k == 4096 && n > 4096 && n <= 10240) return {1, 4, 4};  // attention q | k | v: 3,323 (8 slices 2,859)
   // The [4096, k] weights are 32 row blocks; 8 slices make 32 clusters of 8, of which at most 30 run at once (ncu's
   // max active clusters), so the last two ran in a second wave. 7 slices fit in one:
-  if (n == 4096 && k == 12288) return {2, 8, 7};  // MLP down: 3,132 at 1 row, 1,941 at 64 (8 slices: 2,806, 1,349)
-  if (n == 4096 && k == 4096) return {1, 4, 7};   // out_proj, o_proj: 2,361 / 1,514 (8 slices: 2,536 / 1,089)
-  if (n >= 65536) return {1, 4, 2};  // the LM head [248320, 4096]: 3,886 (8 slices 3,346), 88% of the read rate
+  if (n == 4096 && k == 12288) return {2, 8, 7, true};  // MLP down: 3,122 at 1 row, 1,931 at 64 (8 slices: 2,300)
+  if (n == 4096 && k == 4096) return {1, 4, 7};         // out_proj, o_proj: 2,428 / 1,462 (8 slices: 2,535 / 1,070)
+  if (n >= 65536) return {1, 4, 2};  // the LM head [248320, 4096]: 3,900 (8 slices 3,382), 88% of the read rate
   return {1, 4, slices_for(k)};
 }
 
 template <bool kOutF32>
 void launch_pipeline(const SkinnyPipeline& p, const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k,
                      const SkinnyOutputs& out, int slices, cudaStream_t stream) {
-  if (p.ahead == 1 && p.prefetch == 4) return launch_rows<kOutF32, 1, 4>(x, rows, w, n, k, out, slices, stream);
-  if (p.ahead == 2 && p.prefetch == 8) return launch_rows<kOutF32, 2, 8>(x, rows, w, n, k, out, slices, stream);
+  if (p.ahead == 1 && p.prefetch == 4)
+    return launch_rows<kOutF32, 1, 4>(x, rows, w, n, k, out, slices, p.per_step_x, stream);
+  if (p.ahead == 2 && p.prefetch == 8)
+    return launch_rows<kOutF32, 2, 8>(x, rows, w, n, k, out, slices, p.per_step_x, stream);
   if constexpr (!kOutF32) {  // the bench's other variants, BF16 out only
-    if (p.ahead == 2 && p.prefetch == 4) return launch_rows<false, 2, 4>(x, rows, w, n, k, out, slices, stream);
-    if (p.ahead == 1 && p.prefetch == 8) return launch_rows<false, 1, 8>(x, rows, w, n, k, out, slices, stream);
-    if (p.ahead == 1 && p.prefetch == 0) return launch_rows<false, 1, 0>(x, rows, w, n, k, out, slices, stream);
+    if (p.ahead == 2 && p.prefetch == 4)
+      return launch_rows<false, 2, 4>(x, rows, w, n, k, out, slices, p.per_step_x, stream);
+    if (p.ahead == 1 && p.prefetch == 8)
+      return launch_rows<false, 1, 8>(x, rows, w, n, k, out, slices, p.per_step_x, stream);
   }
   refuse("launch_skinny_gemm: a pipeline that is not built");
 }
