@@ -212,7 +212,12 @@ void serve(ServeFlags& flags) {
     if (!flags.clef_dir.empty() || decision::JointHead::present(head_dir)) {
       head = decision::JointHead::load(head_dir, model->config().hidden_size);
       // The head's products over every prompt row run where the model runs, when its backend offers them (CUDA).
-      if (backend::Backend* products = model->products_backend()) decision::set_products_backend(products);
+      if (backend::Backend* products = model->products_backend()) {
+        decision::set_products_backend(products);
+        const decision::JointHead::ProductMemory memory = head->product_memory();
+        flags.engine.decision_device_weight_bytes = memory.weight_bytes;
+        flags.engine.decision_device_bytes_per_position = memory.bytes_per_position;
+      }
       flags.engine.decision_head_bytes = head->weight_bytes();
       flags.engine.decision_bytes_per_position = static_cast<size_t>(head->config().width) * sizeof(float);
     }

@@ -1,6 +1,7 @@
 // Loading the joint schema head: every tensor checked by name, dtype and shape before anything is built.
 #include "decision/joint_head.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -121,6 +122,19 @@ size_t JointHead::weight_bytes() const {
   size_t bytes = 0;
   for (const std::string& name : file_.names()) bytes += file_.find(name)->bytes.size();
   return bytes;
+}
+
+JointHead::ProductMemory JointHead::product_memory() const {
+  ProductMemory memory;
+  int64_t widest_in = 0, widest_out = 0;
+  for (const auto& [name, shape] : tensor_shapes(config_)) {
+    if (shape.size() != 2 || name == "type_embedding.weight") continue;  // the one matrix that is a lookup
+    memory.weight_bytes += static_cast<size_t>(shape[0] * shape[1]) * sizeof(float);
+    widest_out = std::max(widest_out, shape[0]);
+    widest_in = std::max(widest_in, shape[1]);
+  }
+  memory.bytes_per_position = static_cast<size_t>(widest_in + widest_out) * sizeof(float);
+  return memory;
 }
 
 bool JointHead::present(const std::string& model_dir) {

@@ -92,6 +92,14 @@ class JointHead {
 
   const JointHeadConfig& config() const { return config_; }
   size_t weight_bytes() const;  // as stored
+  // What the head's products take where a backend runs them (Backend::host_products, CUDA): every linear's weight in
+  // fp32, kept there after its first use, and, per prompt position, the rows of the largest product in and out (a
+  // product's rows are at most the prompt's positions; its widths at most the widest linear's input and output).
+  struct ProductMemory {
+    size_t weight_bytes = 0;
+    size_t bytes_per_position = 0;
+  };
+  ProductMemory product_memory() const;
   const JointHeadWeights& weights() const { return weights_; }
   // Every tensor the spec lists, with its shape: the head's names.
   static std::vector<std::pair<std::string, std::vector<int64_t>>> tensor_shapes(const JointHeadConfig& config);

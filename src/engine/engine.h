@@ -39,6 +39,10 @@ struct EngineOptions {
   // runs on the host.
   size_t decision_head_bytes = 0;
   size_t decision_bytes_per_position = 0;
+  // Where the backend runs the head's products (CUDA): their memory there, counted in the GPU's plan (JointHead::
+  // product_memory): the fp32 weights, and per position of the context the largest product's rows in and out.
+  size_t decision_device_weight_bytes = 0;
+  size_t decision_device_bytes_per_position = 0;
   // The prompt cache (engine/prompt_cache.h): GDN snapshots and KV pages kept for prompts that begin alike, within
   // this many bytes of the backend's memory, beside the state pool; 0 turns it off.
   size_t prompt_cache_bytes = 0;

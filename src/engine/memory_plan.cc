@@ -82,9 +82,13 @@ MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options) 
   plan.decision_bytes = options.decision_head_bytes +
                         memory_rows * static_cast<size_t>(options.context) * options.decision_bytes_per_position;
   plan.on_device = model.device_memory_bytes() != 0;
-  // The head and its inputs live on the host: they count against RAM, not against a GPU's memory.
+  // The head and its inputs live on the host: they count against RAM, not against a GPU's memory. Its products run
+  // on the GPU when the backend offers them, in buffers a whole context's rows wide.
+  if (plan.on_device)
+    plan.decision_device_bytes = options.decision_device_weight_bytes +
+                                 static_cast<size_t>(options.context) * options.decision_device_bytes_per_position;
   plan.total_bytes = plan.weight_bytes + plan.adapter_bytes + plan.state_pool_bytes + plan.prompt_cache_bytes +
-                     plan.workspace_bytes + (plan.on_device ? 0 : plan.decision_bytes);
+                     plan.workspace_bytes + (plan.on_device ? plan.decision_device_bytes : plan.decision_bytes);
   plan.limit_bytes = options.memory_limit_bytes != 0 ? options.memory_limit_bytes
                      : plan.on_device                ? model.device_memory_bytes()
                                                      : physical_memory_bytes();
@@ -101,7 +105,10 @@ std::string MemoryPlan::describe() const {
       prompt_cache_bytes == 0 ? std::string(" + prompt cache off")
                               : fmt::format(" + prompt cache {} ({} GDN snapshots + {} KV pages)",
                                             mib(prompt_cache_bytes), prompt_cache_snapshots, prompt_cache_pages),
-      mib(workspace_bytes), decision_bytes == 0 || on_device ? std::string() : " + decisions " + mib(decision_bytes),
+      mib(workspace_bytes),
+      on_device
+          ? (decision_device_bytes == 0 ? std::string() : " + decision head products " + mib(decision_device_bytes))
+          : (decision_bytes == 0 ? std::string() : " + decisions " + mib(decision_bytes)),
       mib(total_bytes), mib(limit_bytes), on_device ? "GPU memory" : "RAM",
       decision_bytes == 0 || !on_device ? std::string() : "; decisions " + mib(decision_bytes) + " in RAM");
 }
