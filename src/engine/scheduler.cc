@@ -92,6 +92,13 @@ bool Scheduler::has_work() const {
 }
 
 void Scheduler::release_finished() {
+  // A decision whose rows were all taken keeps no state: its head runs on the decision workers from what its sink
+  // kept, so its slot and KV pages go back now, not when the head ends (it stays here, without a slot, until then).
+  for (const std::unique_ptr<Sequence>& sequence : running_)
+    if (!sequence->finished() && sequence->decides() && sequence->prefill_done() && sequence->slot()) {
+      blocks_.release(*sequence->slot());
+      sequence->set_slot(std::nullopt);
+    }
   std::erase_if(running_, [this](const std::unique_ptr<Sequence>& sequence) {
     if (!sequence->finished()) return false;
     if (sequence->slot()) blocks_.release(*sequence->slot());

@@ -38,7 +38,8 @@ class Scheduler {
   // `first` still prefilled their shared prompt. plan_step gives them no prefill; the engine forks them when
   // `first`'s last chunk has run, or they prefill themselves once `first` is done or gone.
   std::vector<Sequence*> waiting_forks_of(const Sequence& first) const;
-  // Frees the slots of finished sequences at once and drops them.
+  // Frees the slots of finished sequences at once and drops them, and the slots of decisions that wait only for their
+  // heads (they stay, slotless, until answered).
   void release_finished();
 
   bool idle() const { return running_.empty(); }

@@ -268,6 +268,37 @@ TEST(EngineDecisions, ACancelledDecisionFreesItsSlotWhileItsHeadRuns) {
 
 // The engine destroyed while heads run and more wait behind them: every decision ends once, as cancelled, before the
 // held heads are let go; the destructor then waits only for the heads already running, never starts the others.
+// A decision gives back its slot and KV pages once its last chunk's rows are taken, not when its head ends: with one
+// slot, a chat request submitted while the decision's head is held runs to its end meanwhile (on the engine before,
+// it waited for the head), and the decision's answer is the one it gets alone.
+TEST(EngineDecisions, ADecisionGivesBackItsSlotWhenItsRowsAreTaken) {
+  FakeModel model;
+  std::vector<float> alone;
+  {
+    Engine engine(model, nullptr, options_with(1, 2));
+    const Outcome outcome = drain(*engine.submit(decide(std::make_shared<TestHead>(), 150, 5)));
+    ASSERT_EQ(outcome.finished.reason, FinishReason::stop) << outcome.finished.error;
+    alone = outcome.finished.decision_logits;
+  }
+  Engine engine(model, nullptr, options_with(1, 2));
+  auto head = std::make_shared<TestHead>();
+  std::promise<void> release;
+  head->release = release.get_future().share();
+  std::future<void> entered = head->entered.get_future();
+  auto decision = engine.submit(decide(head, 150, 5));
+  ASSERT_EQ(entered.wait_for(30s), std::future_status::ready);
+  const Outcome chat = drain(*engine.submit(testing::greedy_request({1, 2, 3}, 8)), 10s);
+  EXPECT_FALSE(chat.timed_out) << "the chat request waited for the decision's head";
+  EXPECT_EQ(chat.finished.reason, FinishReason::length);
+  EXPECT_EQ(chat.tokens.size(), 8u);
+  EXPECT_EQ(head->finish_calls, 1);  // still the one head, held
+  release.set_value();
+  const Outcome outcome = drain(*decision, 30s);
+  ASSERT_EQ(outcome.finished.reason, FinishReason::stop) << outcome.finished.error;
+  EXPECT_EQ(outcome.finished.decision_logits, alone);
+  EXPECT_EQ(engine.stats().slots_free, 1);
+}
+
 TEST(EngineDecisions, ShutdownWithDecisionsInFlight) {
   FakeModel model;
   std::promise<void> go;
