@@ -268,6 +268,9 @@ struct Engine::Impl {
     });
     while (!waiting.empty() && blocks.free_slots() > 0) {
       Sequence* next = waiting.front().get();
+      // A decision that waits for its head holds no slot but its sink's rows: the memory plan counts one sink per
+      // slot, so no more decisions than slots are under way at once (chat may take a slot such a decision gave back).
+      if (next->decides() && decisions_under_way() >= options.parallel) break;
       const bool cacheable = cache && !next->decides();
       const auto look_up = [&] {
         return cacheable ? cache->lookup(cache_salt(*next), next->request().prompt) : std::nullopt;
@@ -541,6 +544,13 @@ struct Engine::Impl {
           }
           wake.notify_all();
         });
+  }
+
+  // Running decisions, prefilling or waiting for their heads.
+  int32_t decisions_under_way() const {
+    const auto running = scheduler.running();
+    return static_cast<int32_t>(
+        std::count_if(running.begin(), running.end(), [](const auto& s) { return s->decides() && !s->finished(); }));
   }
 
   // Engine thread: whether a running decision has had all its rows and waits for its head's answer.

@@ -292,10 +292,20 @@ TEST(EngineDecisions, ADecisionGivesBackItsSlotWhenItsRowsAreTaken) {
   EXPECT_EQ(chat.finished.reason, FinishReason::length);
   EXPECT_EQ(chat.tokens.size(), 8u);
   EXPECT_EQ(head->finish_calls, 1);  // still the one head, held
+  // A second decision waits: the plan holds one decision's rows per slot, and the held one still has its rows.
+  auto second_head = std::make_shared<TestHead>();
+  auto second = engine.submit(decide(second_head, 70, 6));
+  std::this_thread::sleep_for(200ms);
+  for (const auto& step : model.steps())  // its 70-token prompt is one piece when it runs
+    for (const testing::RecordedPiece& piece : step)
+      EXPECT_NE(piece.length, 70) << "a second decision prefilled while the first's head held its rows";
   release.set_value();
   const Outcome outcome = drain(*decision, 30s);
   ASSERT_EQ(outcome.finished.reason, FinishReason::stop) << outcome.finished.error;
   EXPECT_EQ(outcome.finished.decision_logits, alone);
+  const Outcome second_outcome = drain(*second, 30s);
+  EXPECT_EQ(second_outcome.finished.reason, FinishReason::stop) << second_outcome.finished.error;
+  EXPECT_EQ(second_head->seen, 70);
   EXPECT_EQ(engine.stats().slots_free, 1);
 }
 
