@@ -144,7 +144,8 @@ TEST(RequestReader, SizesThatConflictOrAreNotNumbersAre400) {
   };
   for (const auto& [headers, code] : cases) {
     RequestReader reader(small_limits());
-    ApiError error = error_of([&] { reader.feed("POST /x HTTP/1.1\r\nHost: a\r\n" + headers + "\r\nhello"); });
+    const std::string request = "POST /x HTTP/1.1\r\nHost: a\r\n" + headers + "\r\nhello";
+    ApiError error = error_of([&] { reader.feed(request); });
     EXPECT_EQ(error.status(), 400) << headers;
     EXPECT_EQ(error.code(), code) << headers;
   }
