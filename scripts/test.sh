@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets everything up and runs the whole test suite (the README's test command; CI runs exactly this): the format check,
-# the build and every test, then the CPU unit tests again under ASan + UBSan (scripts/sanitize.sh).
+# the build and every test, then the CPU unit tests again under ASan + UBSan and the fuzz targets (scripts/sanitize.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --no-build
