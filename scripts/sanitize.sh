@@ -5,9 +5,11 @@
 # does not recover, ASan stops at the first error and reports leaks at exit). The end-to-end tests are left out: they
 # would need the whole server sanitized and run for minutes. CI runs this from scripts/test.sh; docs/benchmarks.md
 # ("Build time") has what it costs.
-#   usage: scripts/sanitize.sh [build-dir]   (default: build-sanitize)
+#   usage: scripts/sanitize.sh [--build-only] [build-dir]   (default: build-sanitize; --build-only: build, run nothing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+build_only=0
+if [[ ${1:-} == --build-only ]]; then build_only=1; shift; fi
 build_dir=${1:-build-sanitize}
 # Longest first (their release-build times in ctest), so that the last to end is a short one.
 tests=(engine_test checkpoint_test decision_golden_test grammar_test tokenizer_test model_golden_test model_kv_pages_test
@@ -18,6 +20,7 @@ tests=(engine_test checkpoint_test decision_golden_test grammar_test tokenizer_t
 fuzz=()
 command -v clang++ >/dev/null && fuzz=(fuzz_targets)
 scripts/sanitize-build.sh "$build_dir" "${tests[@]}" "${fuzz[@]+"${fuzz[@]}"}"
+[[ $build_only == 0 ]] || exit 0
 [[ ${#fuzz[@]} -eq 0 ]] || tests=(fuzz_short "${tests[@]}")
 
 export ASAN_OPTIONS=detect_leaks=1:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=1
