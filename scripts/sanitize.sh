@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
 # The CPU unit tests that matter most (base, checkpoint, tokenizer, grammar, server units, engine, model and decisions
 # on the CPU backend) built with AddressSanitizer and UndefinedBehaviorSanitizer in their own build folder and run
-# once; any finding fails the run (UBSan does not recover, ASan stops at the first error and reports leaks at exit).
-# The end-to-end tests are left out: they would need the whole server sanitized and run for minutes. CI runs this from
-# scripts/test.sh; docs/benchmarks.md ("Build time") has what it costs.
-#   usage: scripts/sanitize.sh [build-dir]   (default: build-sanitize)
+# once, and the libFuzzer targets 10 s each (scripts/fuzz.sh) from the same build: any finding fails the run (UBSan
+# does not recover, ASan stops at the first error and reports leaks at exit). The end-to-end tests are left out: they
+# would need the whole server sanitized and run for minutes. CI runs this from scripts/test.sh; docs/benchmarks.md
+# ("Build time") has what it costs.
+#   usage: scripts/sanitize.sh [--build-only] [build-dir]   (default: build-sanitize; --build-only: build, run nothing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+build_only=0
+if [[ ${1:-} == --build-only ]]; then build_only=1; shift; fi
 build_dir=${1:-build-sanitize}
 # Longest first (their release-build times in ctest), so that the last to end is a short one.
 tests=(engine_test checkpoint_test decision_golden_test grammar_test tokenizer_test model_golden_test model_kv_pages_test
   server_unit_test model_fork_state_test engine_sampler_test decision_unit_test base_test model_cpu_math_test)
 
-# -O1: what the sanitizers' authors recommend, and far cheaper to compile than the release build's -O3; -g1: line
-# numbers in the reports. A Debug build type keeps assert() on.
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" -DDUET_SANITIZE=ON \
-  -DDUET_CUDA=OFF ${DUET_CMAKE_ARGS:-} >/dev/null
-cmake --build "$build_dir" -j "$(nproc)" --target "${tests[@]}"
+# With clang++ the same build has the libFuzzer targets (fuzz_targets): their run, a minute on one core, is one job
+# among the tests, first, beside the longest test.
+fuzz=()
+command -v clang++ >/dev/null && fuzz=(fuzz_targets)
+scripts/sanitize-build.sh "$build_dir" "${tests[@]}" "${fuzz[@]+"${fuzz[@]}"}"
+[[ $build_only == 0 ]] || exit 0
+[[ ${#fuzz[@]} -eq 0 ]] || tests=(fuzz_short "${tests[@]}")
 
 export ASAN_OPTIONS=detect_leaks=1:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
@@ -26,9 +31,13 @@ logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 run_one() {
   local test=$1 binary start status=0
-  binary=$(find "$build_dir/tests" -type f -executable -name "$test" | head -1)
   start=$(date +%s%N)
-  "$binary" --gtest_brief=1 >"$logs/$test.log" 2>&1 || status=$?
+  if [[ $test == fuzz_short ]]; then
+    scripts/fuzz.sh 10 "$build_dir" >"$logs/$test.log" 2>&1 || status=$?
+  else
+    binary=$(find "$build_dir/tests" -type f -executable -name "$test" | head -1)
+    "$binary" --gtest_brief=1 >"$logs/$test.log" 2>&1 || status=$?
+  fi
   echo "$status $((($(date +%s%N) - start) / 100000000))" >"$logs/$test.status"
 }
 export -f run_one
@@ -43,6 +52,7 @@ for test in "${tests[@]}"; do
   echo "=== $test: exit $status, $((tenths / 10)).$((tenths % 10)) s"
   [[ $status == 0 ]] || failed+=("$test")
 done
-echo "=== sanitize: $((${#tests[@]} - ${#failed[@]})) of ${#tests[@]} test binaries clean under ASan + UBSan"
+[[ ${#fuzz[@]} -gt 0 ]] || echo "=== fuzz_short skipped: clang++ is not installed (scripts/setup.sh installs it)"
+echo "=== sanitize: $((${#tests[@]} - ${#failed[@]})) of ${#tests[@]} runs clean under ASan + UBSan"
 for name in "${failed[@]+"${failed[@]}"}"; do echo "FAILED: $name"; done
 [[ ${#failed[@]} -eq 0 ]]

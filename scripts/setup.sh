@@ -12,7 +12,7 @@ packages=(build-essential cmake ninja-build pkg-config git curl ca-certificates
   libgtest-dev libgmock-dev libbenchmark-dev liblapacke-dev libopenblas-dev python3 python3-jinja2 nodejs npm
   clang-format chromium clang libclang-rt-14-dev)
 # clang-format: scripts/check-format.sh; chromium: the browser tests (headless, driven by puppeteer-core); clang and its
-# libFuzzer runtime: scripts/fuzz.sh.
+# sanitizer and libFuzzer runtimes: the sanitizer build (scripts/sanitize.sh, scripts/fuzz.sh).
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

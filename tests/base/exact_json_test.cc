@@ -18,12 +18,12 @@ namespace {
 // Python dict does. Written as the plain scan it is, independent of the parser.
 std::vector<std::pair<std::string, int>> python_dict(const std::vector<std::pair<std::string, int>>& pairs) {
   std::vector<std::pair<std::string, int>> dict;
-  for (const auto& [key, value] : pairs) {
-    auto it = std::find_if(dict.begin(), dict.end(), [&](const auto& entry) { return entry.first == key; });
+  for (const auto& pair : pairs) {
+    auto it = std::find_if(dict.begin(), dict.end(), [&](const auto& entry) { return entry.first == pair.first; });
     if (it == dict.end())
-      dict.emplace_back(key, value);
+      dict.push_back(pair);
     else
-      it->second = value;
+      it->second = pair.second;
   }
   return dict;
 }

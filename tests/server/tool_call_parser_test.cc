@@ -20,7 +20,7 @@ TEST(ToolCallParser, ParsesXmlCallWithSchemaTypes) {
       kTools);
   ASSERT_TRUE(call);
   EXPECT_EQ(call->name, "get_weather");
-  EXPECT_EQ(call->arguments, Json::parse(R"({"city": "Paris", "days": 3, "detailed": true, "zip": "75001"})"));
+  EXPECT_EQ(Json(call->arguments), Json::parse(R"({"city": "Paris", "days": 3, "detailed": true, "zip": "75001"})"));
 }
 
 TEST(ToolCallParser, KeepsMultilineValuesAndUnknownParametersAsStrings) {
