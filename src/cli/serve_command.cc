@@ -51,6 +51,7 @@ struct ServeFlags {
   int64_t responses_ttl_s = 3600;
   // The prompt cache's budget in GiB; negative: the default for the backend (kDefaultPromptCacheGib).
   double prompt_cache_gib = -1;
+  double memory_limit_gib = 0;  // 0: the GPU's memory, or physical RAM
   // --max-buffered-body-bytes 0: from the machine's memory while the model loads, then from what its plan leaves.
   bool body_budget_from_plan = false;
 };
@@ -87,6 +88,8 @@ void check_flags(const ServeFlags& flags) {
          flags.engine.prefill_chunk);
   if (flags.server.max_tokens < 1) fail("--max-tokens {}: must be at least 1", flags.server.max_tokens);
   if (flags.prompt_cache_gib > 1 << 20) fail("--prompt-cache-gib {}: too large", flags.prompt_cache_gib);
+  if (flags.memory_limit_gib < 0 || flags.memory_limit_gib > 1 << 20)
+    fail("--memory-limit-gib {}: must be 0 (the GPU's memory, or RAM) or a size in GiB", flags.memory_limit_gib);
   const server::HttpLimits& http = flags.server.http;
   if (http.max_body_bytes < 1024) fail("--max-body-bytes {}: must be at least 1024", http.max_body_bytes);
   if (http.max_header_bytes < 1024) fail("--max-header-bytes {}: must be at least 1024", http.max_header_bytes);
@@ -225,6 +228,7 @@ void serve(ServeFlags& flags) {
                              : model->device_memory_bytes() != 0 ? kDefaultPromptCacheGibGpu
                                                                  : kDefaultPromptCacheGibCpu;
     flags.engine.prompt_cache_bytes = static_cast<size_t>(cache_gib * static_cast<double>(1ull << 30));
+    flags.engine.memory_limit_bytes = static_cast<size_t>(flags.memory_limit_gib * static_cast<double>(1ull << 30));
     if (flags.engine.context == 0) flags.engine.context = engine::default_context(*model, flags.engine);
     // Requests are fitted to what one sequence can hold: its context, and the whole KV cache when that is smaller.
     context.options.context = flags.engine.context;
@@ -318,6 +322,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--kv-cache-tokens", flags->engine.kv_cache_tokens,
                   "Positions of KV cache all sequences share, in pages of 64 (0: --parallel x --context); requests "
                   "wait until the pages for their prompt + max_tokens are free")
+      ->capture_default_str();
+  cmd->add_option("--memory-limit-gib", flags->memory_limit_gib,
+                  "The memory the plan must fit in, in GiB (0: the GPU's memory, or physical RAM); a --context "
+                  "whose plan does not fit is refused at start, and the default context shrinks to fit")
       ->capture_default_str();
   cmd->add_option("--prompt-cache-gib", flags->prompt_cache_gib,
                   "Memory for the prompt cache (GDN snapshots and KV pages of prompts that begin alike, resumed "
