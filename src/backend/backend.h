@@ -273,6 +273,15 @@ class Backend {
   // Copies rows [first, first + count) to host memory as fp32.
   virtual void read_rows(const Activations& x, int64_t first, int64_t count, float* out) = 0;
 
+  // What the MTP layer's steps need beyond the main model's (model/mtp_forward.cc): host rows in, two activations
+  // side by side, and a projection on its own. A backend that lacks them refuses by its name (backend_defaults.cc).
+  // Rows [first, first + count) of x = host fp32 rows [count, x.width()] (rounded to the backend's element type).
+  virtual void write_rows(const float* in, int64_t first, int64_t count, Activations& x);
+  // out = [a | b] per row; out.width() = a.width() + b.width().
+  virtual void concat(const Activations& a, const Activations& b, Activations& out);
+  // out = x w^T, each row's outputs as the sublayers' projections compute them (row-invariant), no adapter.
+  virtual void project(const Weight& w, const Activations& x, Activations& out);
+
   // Off the step path, from any thread: y = x w^T in fp32 for host rows x [m, w.cols] into host y [m, w.rows], each
   // output a fixed-order sum over its own row (any m gives a row the same bits). For the products of a decision
   // head, whose weights live on the host. Whether the backend offers it; products() is only called when it does.

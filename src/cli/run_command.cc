@@ -2,7 +2,8 @@
 // given as token ids, on the backend named by --backend (default: the GPU when there is one), with timings. The
 // continuation goes to stdout (one line of ids), timings to stderr. With --streams S the prompt runs as S sequences
 // decoded together, one row each per step (the batched decode step a server runs at S streams, without HTTP); every
-// stream must give the same ids (row invariance), and a difference is an error.
+// stream must give the same ids (row invariance), and a difference is an error. With --mtp-agreement, also the share
+// of the continuation the checkpoint's MTP layer would have drafted right (cli/mtp_agreement.h), on stderr.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -14,6 +15,7 @@
 
 #include "base/error.h"
 #include "cli/commands.h"
+#include "cli/mtp_agreement.h"
 #include "engine/piece_runner.h"
 #include "model/model.h"
 
@@ -29,6 +31,7 @@ struct RunOptions {
   bool ignore_eos = false;
   int streams = 1;
   std::string backend = "auto";
+  bool mtp_agreement = false;
 };
 
 std::vector<int32_t> parse_ids(const std::string& text) {
@@ -77,6 +80,8 @@ void run(const RunOptions& options) {
 
   auto start = std::chrono::steady_clock::now();
   auto model = model::Model::load(model_dir, options.backend);
+  if (options.mtp_agreement && !model->has_mtp())
+    fail("--mtp-agreement: {} has no MTP layer (no mtp.* tensors, or none declared in its config)", model_dir);
   const double load_s = seconds_since(start);
   const auto& config = model->config();
   const auto& eos = config.eos_token_ids;
@@ -137,6 +142,15 @@ void run(const RunOptions& options) {
                            decoded > 0 ? decoded * streams / decode_s : 0.0,
                            streams > 1 ? fmt::format(" over {} streams, all alike", streams) : std::string())
                    .c_str());
+  if (options.mtp_agreement) {
+    std::vector<int32_t> sequence = prompt;
+    sequence.insert(sequence.end(), generated[0].begin(), generated[0].end());
+    const MtpAgreement a = mtp_agreement(*model, sequence, prompt.size());
+    std::fprintf(stderr, "%s\n",
+                 fmt::format("MTP top-1 agreement with the greedy token after next: {} of {} ({:.2f})", a.agreed,
+                             a.rows, a.rows > 0 ? static_cast<double>(a.agreed) / static_cast<double>(a.rows) : 0.0)
+                     .c_str());
+  }
 }
 
 }  // namespace
@@ -157,6 +171,9 @@ void add_run_command(CLI::App& app) {
       ->add_option("--streams", options->streams,
                    "Decode the prompt as this many sequences at once (one row each per step; all must agree)")
       ->capture_default_str();
+  run_cmd->add_flag("--mtp-agreement", options->mtp_agreement,
+                    "Also report how often the MTP layer's top-1 equals the greedy token after next (the acceptance "
+                    "proxy of drafting one token)");
   run_cmd->callback([options] { run(*options); });
 }
 

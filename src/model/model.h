@@ -70,6 +70,31 @@ struct PieceResult {
   std::vector<backend::SampledRow> fork_sampled;
 };
 
+// A run of MTP rows of one sequence (the checkpoint's multi-token-prediction layer, model/mtp_weights.h; the math
+// in tools/qwen35_mtp_spec.md). Row t is MTP position j = position + t: it reads hidden row t, the main model's
+// final-norm row at j (or, drafting, the previous draft step's norm_rows row), and token t, the token at position
+// j + 1 (drafting: the token just drafted), and its logits predict the token at j + 2. The row's K/V go to the MTP
+// layer's own pages (Model::new_mtp_storage) at position j; it attends to positions 0..j through page_table, so
+// every earlier MTP position of the sequence must have been run: the whole prompt at prefill, each accepted
+// position after a verify step.
+struct MtpPiece {
+  std::span<const int32_t> page_table = {};  // page ids in position order, covering position + tokens.size()
+  int32_t position = 0;                      // j of the first row
+  std::span<const float> hidden = {};        // [tokens.size(), hidden_size] fp32
+  std::span<const int32_t> tokens = {};      // ids in [0, vocab_size)
+  RowOutput wants = RowOutput::last_logits;  // last_logits or all_logits, and norm_rows; nothing else
+  backend::RowRole role = backend::RowRole::prefill;
+};
+
+struct MtpResult {
+  std::vector<float> logits;  // [rows, vocab]: 1 row for last_logits, tokens.size() for all_logits
+  // With norm_rows, [tokens.size(), hidden] each. norm_rows: after mtp.norm, what lm_head reads and what the next
+  // draft step takes as its hidden row (vLLM's Qwen3-Next/Qwen3.5 proposer feeds this one back).
+  // pre_norm_rows: the decoder layer's output before mtp.norm (DeepSeek-V3's MTP feeds that one back instead).
+  std::vector<float> norm_rows;
+  std::vector<float> pre_norm_rows;
+};
+
 class Model {
  public:
   // Loads config.json and the safetensors of `model_dir`, checking every tensor before building anything, onto the
@@ -125,6 +150,22 @@ class Model {
   // exception may leave the slots and pages of the step's pieces half-written.
   // Pieces of either role may come in any order.
   virtual std::vector<PieceResult> forward(backend::StateStorage& storage, std::span<const Piece> pieces) = 0;
+
+  // The MTP layer, when the checkpoint has one that loaded (model/mtp_weights.h); the rest refuse without it.
+  virtual bool has_mtp() const { return false; }
+  // The MTP layer's K/V: `kv_pages` pages of kv_page_positions() positions, a storage of its own. A page id names
+  // a block of the main storage and of this one alike, so a sequence may use one page table for both.
+  virtual std::unique_ptr<backend::StateStorage> new_mtp_storage(int64_t kv_pages) {
+    (void)kv_pages;
+    fail("this model has no MTP layer");
+  }
+  virtual size_t mtp_kv_page_bytes() const { return 0; }
+  // Runs the MTP rows of `pieces` over `storage` (made by new_mtp_storage), one piece per sequence; refuses
+  // (PieceRefused, nothing written) like forward() does, and a hidden span of the wrong size.
+  virtual std::vector<MtpResult> mtp_forward(backend::StateStorage& storage, std::span<const MtpPiece> pieces) {
+    (void)storage, (void)pieces;
+    fail("this model has no MTP layer");
+  }
 };
 
 }  // namespace duet::model

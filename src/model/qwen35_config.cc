@@ -203,6 +203,10 @@ Qwen35Config Qwen35Config::parse(const std::string& json_text, const std::string
   c.linear_value_head_dim = text.integer("linear_value_head_dim", 128);
   c.linear_conv_kernel_dim = text.integer("linear_conv_kernel_dim", 4);
   read_rope(source, text, c);
+  c.mtp_num_hidden_layers = text.integer("mtp_num_hidden_layers", 0);
+  if (c.mtp_num_hidden_layers < 0 || c.mtp_num_hidden_layers > 64)
+    fail("{}: mtp_num_hidden_layers = {} is out of range (0..64)", source, c.mtp_num_hidden_layers);
+  c.mtp_use_dedicated_embeddings = text.boolean("mtp_use_dedicated_embeddings", false);
 
   const auto act = text.text("hidden_act", "silu");
   if (act != "silu") fail("{}: hidden_act \"{}\" is not supported (only silu)", source, act);

@@ -40,6 +40,11 @@ struct Qwen35Config {
   int64_t linear_value_head_dim = 0;
   int64_t linear_conv_kernel_dim = 0;
 
+  // Multi-token prediction (the `mtp.*` layer, model/mtp_weights.h): decoder layers the checkpoint says it ships,
+  // 0 when the config does not say. They share embed_tokens and lm_head unless dedicated embeddings are declared.
+  int64_t mtp_num_hidden_layers = 0;
+  bool mtp_use_dedicated_embeddings = false;
+
   // Special tokens (may be absent).
   std::vector<int64_t> eos_token_ids;
   int64_t bos_token_id = -1;

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "base/error.h"
+#include "model/piece_checks.h"
 #include "model/qwen35_model.h"
 
 namespace duet::model {
@@ -23,18 +24,7 @@ void check_pieces(std::span<const Piece> pieces, const backend::StateStorage& st
     if (piece.slot < 0 || piece.slot >= storage.slots())
       refuse(fmt::format("names slot {} of a storage with {}", piece.slot, storage.slots()));
     if (!seen.insert(piece.slot).second) refuse("repeats a sequence already in this step");
-    if (piece.tokens.empty()) refuse("has no tokens");
-    if (piece.position < 0) refuse(fmt::format("starts at position {}", piece.position));
-    const int64_t end = static_cast<int64_t>(piece.position) + static_cast<int64_t>(piece.tokens.size());
-    if (end > static_cast<int64_t>(piece.page_table.size()) * backend::kKvPagePositions)
-      refuse(fmt::format("needs positions up to {}, its {} KV pages hold {}", end, piece.page_table.size(),
-                         static_cast<int64_t>(piece.page_table.size()) * backend::kKvPagePositions));
-    for (int32_t page : piece.page_table)
-      if (page < 0 || page >= storage.pages())
-        refuse(fmt::format("names KV page {} of a storage with {}", page, storage.pages()));
-    for (int32_t id : piece.tokens)
-      if (id < 0 || id >= config.vocab_size)
-        refuse(fmt::format("has token id {} outside the vocabulary [0, {})", id, config.vocab_size));
+    check_positions("forward", i, piece.position, piece.tokens, piece.page_table, storage, config);
   }
 }
 

@@ -13,41 +13,54 @@ namespace duet::model {
 
 namespace {
 
+using Use = backend::Backend::WeightUse;
+
+void place(backend::Backend& be, std::initializer_list<backend::Weight*> weights, Use use) {
+  for (backend::Weight* t : weights) *t = be.resident(*t, use);
+}
+// Projections of one input, stored together (Backend::resident_together).
+void place_together(backend::Backend& be, std::initializer_list<backend::Weight*> weights) {
+  be.resident_together(std::span<backend::Weight* const>(weights.begin(), weights.size()), Use::projection);
+}
+
+// One decoder layer's weights as `be` reads them, its adapter factors included.
+void make_resident(Qwen35LayerWeights& layer, backend::Backend& be) {
+  place(be, {&layer.input_layernorm, &layer.post_attention_layernorm}, Use::other);
+  place_together(be, {&layer.mlp.gate_proj, &layer.mlp.up_proj});
+  place(be, {&layer.mlp.down_proj}, Use::projection);
+  for (const AdaptableProjection& p : adaptable_projections(layer))
+    if (p.lora->present()) {
+      place(be, {&p.lora->A}, Use::lora_a);
+      place(be, {&p.lora->B}, Use::lora_b);
+    }
+  if (layer.type == LayerType::linear_attention) {
+    backend::GdnWeights& g = layer.gdn;
+    place_together(be, {&g.in_proj_qkv, &g.in_proj_z, &g.in_proj_b, &g.in_proj_a});
+    place(be, {&g.out_proj}, Use::projection);
+    place(be, {&g.conv1d, &g.A_log, &g.dt_bias, &g.norm}, Use::other);
+  } else {
+    backend::AttentionWeights& a = layer.attention;
+    place_together(be, {&a.q_proj, &a.k_proj, &a.v_proj});
+    place(be, {&a.o_proj}, Use::projection);
+    place(be, {&a.q_norm, &a.k_norm}, Use::other);
+  }
+}
+
 // The weights as `backend` reads them: each tensor made resident once (a GPU copies it to its memory as stored and
 // prepares the GEMM of every projection and of the head).
 Qwen35Weights resident_weights(const Qwen35Weights& bound, backend::Backend& be) {
-  using Use = backend::Backend::WeightUse;
   Qwen35Weights w = bound;
-  auto place = [&](std::initializer_list<backend::Weight*> weights, Use use) {
-    for (backend::Weight* t : weights) *t = be.resident(*t, use);
-  };
-  // Projections of one input, stored together (Backend::resident_together).
-  auto place_together = [&](std::initializer_list<backend::Weight*> weights) {
-    be.resident_together(std::span<backend::Weight* const>(weights.begin(), weights.size()), Use::projection);
-  };
-  place({&w.embed_tokens, &w.final_norm}, Use::other);
-  place({&w.lm_head}, Use::logits);
-  for (Qwen35LayerWeights& layer : w.layers) {
-    place({&layer.input_layernorm, &layer.post_attention_layernorm}, Use::other);
-    place_together({&layer.mlp.gate_proj, &layer.mlp.up_proj});
-    place({&layer.mlp.down_proj}, Use::projection);
-    for (const AdaptableProjection& p : adaptable_projections(layer))
-      if (p.lora->present()) {
-        place({&p.lora->A}, Use::lora_a);
-        place({&p.lora->B}, Use::lora_b);
-      }
-    if (layer.type == LayerType::linear_attention) {
-      backend::GdnWeights& g = layer.gdn;
-      place_together({&g.in_proj_qkv, &g.in_proj_z, &g.in_proj_b, &g.in_proj_a});
-      place({&g.out_proj}, Use::projection);
-      place({&g.conv1d, &g.A_log, &g.dt_bias, &g.norm}, Use::other);
-    } else {
-      backend::AttentionWeights& a = layer.attention;
-      place_together({&a.q_proj, &a.k_proj, &a.v_proj});
-      place({&a.o_proj}, Use::projection);
-      place({&a.q_norm, &a.k_norm}, Use::other);
-    }
-  }
+  place(be, {&w.embed_tokens, &w.final_norm}, Use::other);
+  place(be, {&w.lm_head}, Use::logits);
+  for (Qwen35LayerWeights& layer : w.layers) make_resident(layer, be);
+  return w;
+}
+
+MtpWeights resident_mtp(const MtpWeights& bound, backend::Backend& be) {
+  MtpWeights w = bound;
+  place(be, {&w.pre_fc_norm_embedding, &w.pre_fc_norm_hidden, &w.norm}, Use::other);
+  place(be, {&w.fc}, Use::projection);
+  make_resident(w.layer, be);
   return w;
 }
 
@@ -81,7 +94,16 @@ Qwen35Model::Qwen35Model(Qwen35Config config, checkpoint::Checkpoint checkpoint,
           lora_row_elements_ = std::max(lora_row_elements_, p.lora->A.cols + p.lora->A.rows + p.lora->B.rows);
   }
   weights_ = resident_weights(bound, *backend_);
+  if (auto mtp = bind_mtp_weights(checkpoint_, config_)) mtp_ = resident_mtp(*mtp, *backend_);
 }
+
+std::unique_ptr<backend::StateStorage> Qwen35Model::new_mtp_storage(int64_t kv_pages) {
+  if (!mtp_) fail("{}: this model has no MTP layer", checkpoint_.source());
+  // One attention layer and no GDN state; a single slot, which every MTP piece names (nothing lives in it).
+  return backend_->new_state_storage(gdn_shape_, 0, 1, attention_shape_, 1, kv_pages, 0);
+}
+
+size_t Qwen35Model::mtp_kv_page_bytes() const { return mtp_ ? backend_->kv_page_bytes(attention_shape_) : 0; }
 
 size_t Qwen35Model::kv_page_bytes() const {
   return static_cast<size_t>(attention_layers_) * backend_->kv_page_bytes(attention_shape_);
@@ -164,9 +186,9 @@ std::unique_ptr<Model> Model::load(const std::string& model_dir, std::string_vie
   auto model =
       std::make_unique<Qwen35Model>(std::move(config), std::move(checkpoint), make_backend(backend_name), adapter_dir);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  log_info("loaded {} ({} layers, {:.1f} MB of weights) on the {} backend in {:.0f} ms", model_dir,
-           model->config().num_hidden_layers, static_cast<double>(model->weight_bytes()) / 1e6, model->backend().name(),
-           ms);
+  log_info("loaded {} ({} layers{}, {:.1f} MB of weights) on the {} backend in {:.0f} ms", model_dir,
+           model->config().num_hidden_layers, model->has_mtp() ? " and an MTP layer" : "",
+           static_cast<double>(model->weight_bytes()) / 1e6, model->backend().name(), ms);
   if (const RuntimeAdapter* adapter = model->adapter())
     log_info("runtime adapter {}: {} modules, rank up to {}, {:.1f} MB of factors (decision passes only)", adapter_dir,
              adapter->modules(), adapter->max_rank(), static_cast<double>(adapter->bytes()) / 1e6);

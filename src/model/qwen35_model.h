@@ -2,12 +2,14 @@
 // The Qwen3.5 text model on a backend: config, weights bound by name (views into the mapped checkpoint), and
 // per-sequence state. forward() lives in qwen35_forward.cc.
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend/backend.h"
 #include "checkpoint/checkpoint.h"
 #include "model/debug_dump.h"
 #include "model/model.h"
+#include "model/mtp_weights.h"
 #include "model/qwen35_weights.h"
 #include "model/runtime_adapter.h"
 
@@ -22,7 +24,7 @@ class Qwen35Model final : public Model {
   const RuntimeAdapter* adapter() const { return adapter_.get(); }
 
   const Qwen35Config& config() const override { return config_; }
-  size_t weight_bytes() const override { return weights_.bytes; }
+  size_t weight_bytes() const override { return weights_.bytes + (mtp_ ? mtp_->bytes : 0); }
   bool has_adapter() const override { return adapter_ != nullptr; }
   size_t adapter_bytes() const override { return adapter_ ? adapter_->bytes() : 0; }
   int32_t kv_page_positions() const override { return static_cast<int32_t>(backend::kKvPagePositions); }
@@ -38,6 +40,11 @@ class Qwen35Model final : public Model {
   std::unique_ptr<backend::StateStorage> new_state_storage(int32_t slots, int64_t kv_pages, int64_t snapshots) override;
   std::vector<PieceResult> forward(backend::StateStorage& storage, std::span<const Piece> pieces) override;
   void lm_head_rows(std::span<const int32_t> ids, float* out) const override;
+  bool has_mtp() const override { return mtp_.has_value(); }
+  std::unique_ptr<backend::StateStorage> new_mtp_storage(int64_t kv_pages) override;
+  size_t mtp_kv_page_bytes() const override;
+  // In mtp_forward.cc.
+  std::vector<MtpResult> mtp_forward(backend::StateStorage& storage, std::span<const MtpPiece> pieces) override;
 
  private:
   size_t step_bytes(int64_t rows, int64_t logit_rows) const;  // workspace of a step
@@ -48,6 +55,7 @@ class Qwen35Model final : public Model {
   std::unique_ptr<RuntimeAdapter> adapter_;  // declared before weights_: the factors point into its mapped file
   backend::Weight host_lm_head_;             // [V, h] the checkpoint's own bytes (mapped), for lm_head_rows
   Qwen35Weights weights_;                    // as the backend reads them (resident copies)
+  std::optional<MtpWeights> mtp_;            // resident like weights_; absent without an MTP layer
   backend::GdnShape gdn_shape_;
   backend::AttentionShape attention_shape_;
   int64_t attention_layers_ = 0;

@@ -30,7 +30,7 @@ struct Qwen35Weights {
 };
 
 // Binds every tensor the model uses. Refuses a missing tensor, a wrong dtype or a wrong shape with the file and
-// tensor name; model.visual.* and mtp.* are ignored.
+// tensor name; model.visual.* is ignored, mtp.* left to bind_mtp_weights (model/mtp_weights.h).
 Qwen35Weights bind_qwen35_weights(const checkpoint::Checkpoint& checkpoint, const Qwen35Config& config);
 
 backend::GdnShape gdn_shape(const Qwen35Config& config);

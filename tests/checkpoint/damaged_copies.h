@@ -22,13 +22,17 @@ namespace fs = std::filesystem;
 // A fresh copy of tests/fixtures/models/<name>, removed when the test ends.
 class DamagedCopy {
  public:
-  explicit DamagedCopy(const std::string& fixture) {
+  explicit DamagedCopy(const std::string& fixture)
+      : DamagedCopy(fs::path(tests_dir()) / "fixtures" / "models" / fixture, Folder{}) {}
+  // A copy of any model folder (models/trained-demo, say).
+  struct Folder {};
+  DamagedCopy(const fs::path& source, Folder) {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     static int copies = 0;  // several copies in one test get their own folders
     folder_ = fs::temp_directory_path() / (std::string("duet_damaged_") + info->test_suite_name() + "_" + info->name() +
                                            "_" + std::to_string(copies++));
     fs::remove_all(folder_);
-    fs::copy(fs::path(tests_dir()) / "fixtures" / "models" / fixture, folder_);
+    fs::copy(source, folder_);
   }
   ~DamagedCopy() { fs::remove_all(folder_); }
   std::string folder() const { return folder_.string(); }

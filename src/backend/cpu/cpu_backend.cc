@@ -163,6 +163,24 @@ class CpuBackend final : public Backend {
     std::memcpy(out, in.row(first), sizeof(float) * static_cast<size_t>(count * in.width()));
   }
 
+  void write_rows(const float* in, int64_t first, int64_t count, Activations& x) override {
+    auto& o = cpu_of(x);
+    std::memcpy(o.row(first), in, sizeof(float) * static_cast<size_t>(count * o.width()));
+  }
+
+  void concat(const Activations& a, const Activations& b, Activations& out) override {
+    const auto &left = cpu_of(a), &right = cpu_of(b);
+    auto& o = cpu_of(out);
+    for (int64_t r = 0; r < o.rows(); ++r) {
+      std::memcpy(o.row(r), left.row(r), sizeof(float) * static_cast<size_t>(left.width()));
+      std::memcpy(o.row(r) + left.width(), right.row(r), sizeof(float) * static_cast<size_t>(right.width()));
+    }
+  }
+
+  void project(const Weight& w, const Activations& x, Activations& out) override {
+    cpu::matmul(cpu_of(x).values.data(), x.rows(), w, cpu_of(out).values.data());
+  }
+
  private:
   StepPlan plan_;
   cpu::CpuStateStorage* storage_ = nullptr;  // plan_.storage

@@ -1,0 +1,18 @@
+// Backend methods with a refusal for a default: the ones only the MTP layer uses, which a backend gains when it runs
+// MTP (the CPU backend does; the CUDA backend does not yet, issue 20).
+#include "backend/backend.h"
+#include "base/error.h"
+
+namespace duet::backend {
+
+namespace {
+[[noreturn]] void lacks(const Backend& be, const char* what) {
+  fail("the {} backend has no {} yet, which the MTP layer needs: run MTP with --backend cpu", be.name(), what);
+}
+}  // namespace
+
+void Backend::write_rows(const float*, int64_t, int64_t, Activations&) { lacks(*this, "write_rows"); }
+void Backend::concat(const Activations&, const Activations&, Activations&) { lacks(*this, "concat"); }
+void Backend::project(const Weight&, const Activations&, Activations&) { lacks(*this, "project"); }
+
+}  // namespace duet::backend
