@@ -100,7 +100,9 @@ TEST(HttpConnections, IdleAndBodyDeadlinesClose) {
 // one, so it is answered 503.
 TEST(HttpConnections, PastMaxConnectionsTheAnswerIs503) {
   if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
-  ServerProcess server({"--max-connections", "20"});
+  // The held connections stay mid-header for the whole test: past the default 10 s header timeout they would be cut
+  // (408) on a loaded machine, freeing room, and a probe would get in.
+  ServerProcess server({"--max-connections", "20", "--header-timeout", "120"});
   std::vector<std::unique_ptr<RawClient>> held;
   for (int i = 0; i < 20; ++i) {
     held.push_back(std::make_unique<RawClient>(server.port()));
