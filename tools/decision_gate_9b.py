@@ -133,7 +133,7 @@ def evaluate(reference, alone, together, warm):
     "seconds"}} (together/warm may miss requests). Pure: no I/O."""
     requests = {r["index"]: r for r in reference["requests"] if "questions" in r}
     per_bucket = [dict(requests=0, questions=0, kl=[], top=0, tokens=[], alone_s=[], together_s=[], fwd_s=[],
-                       failed=0) for _ in BUCKET_NAMES]
+                       head_ms=[], failed=0) for _ in BUCKET_NAMES]
     records, worst, disagreements, problems = [], [], [], []
     usage_equal = usage_total = 0
     reported_diff = 0.0
@@ -173,6 +173,8 @@ def evaluate(reference, alone, together, warm):
         duet_p[i] = [x["probabilities"] for x in parsed]
         stats["requests"] += 1
         stats["alone_s"].append(answer["seconds"])
+        if answer.get("head_ms") is not None:
+            stats["head_ms"].append(answer["head_ms"])
         if i in together and together[i].get("status") == 200:
             stats["together_s"].append(together[i]["seconds"])
         for q, d in zip(r["questions"], parsed):
@@ -209,6 +211,7 @@ def evaluate(reference, alone, together, warm):
             "top_agreement": stats["top"] / stats["questions"] if stats["questions"] else None,
             "alone_p50_ms": ms(alone_p50), "alone_p90_ms": ms(percentile(stats["alone_s"], 0.9)),
             "alone_mean_ms": ms(sum(stats["alone_s"]) / len(stats["alone_s"]) if stats["alone_s"] else None),
+            "head_p50_ms": percentile(stats["head_ms"], 0.5),  # Server-Timing `head`: after the last prefill chunk
             f"at_{CONCURRENCY}_p50_ms": ms(percentile(stats["together_s"], 0.5)),
             "transformers_bf16_forward_p50_ms": ms(percentile(stats["fwd_s"], 0.5)),
             "first_bar_ms": LATENCY_FIRST_BAR_MS[b], "goal_ms": LATENCY_GOAL_MS[b],
@@ -328,7 +331,8 @@ def report_text(result, meta):
             lines.append(f"  {key}: {meta[key]}")
     lines.append("")
     lines.append(f"{'bucket':7} {'req':>4} {'fail':>4} {'quest':>5} {'tokens':>12} {'mean KL':>9} {'max KL':>9} "
-                 f"{'top':>7} {'p50 ms':>8} {'p90 ms':>8} {f'@{CONCURRENCY} p50':>8} {'hf fwd':>8}  target p50 "
+                 f"{'top':>7} {'p50 ms':>8} {'p90 ms':>8} {f'@{CONCURRENCY} p50':>8} {'hf fwd':>8} {'head p50':>8}  "
+                 f"target p50 "
                  f"(bar/goal)")
     for b in result["buckets"]:
         tokens = "-" if b["tokens_min"] is None else f"{b['tokens_min']}-{b['tokens_max']}"
@@ -336,7 +340,8 @@ def report_text(result, meta):
             f"{b['bucket']:7} {b['requests']:>4} {b['failed']:>4} {b['questions']:>5} {tokens:>12} "
             f"{fmt(b['mean_kl'], '.2e'):>9} {fmt(b['max_kl'], '.2e'):>9} {fmt(b['top_agreement'], '.2%'):>7} "
             f"{fmt(b['alone_p50_ms'], '.1f'):>8} {fmt(b['alone_p90_ms'], '.1f'):>8} "
-            f"{fmt(b[f'at_{CONCURRENCY}_p50_ms'], '.1f'):>8} {fmt(b['transformers_bf16_forward_p50_ms'], '.1f'):>8}  "
+            f"{fmt(b[f'at_{CONCURRENCY}_p50_ms'], '.1f'):>8} {fmt(b['transformers_bf16_forward_p50_ms'], '.1f'):>8} "
+            f"{fmt(b['head_p50_ms'], '.1f'):>8}  "
             f"{b['first_bar_ms']}/{b['goal_ms']} "
             f"{verdict(b['p50_within_first_bar'], 'bar')} {verdict(b['p50_within_goal'], 'goal')}")
     o = result["overall"]
@@ -782,11 +787,23 @@ def http_call(url, method, path, body=None, timeout=600.0):
         conn.request(method, path, body=body, headers=headers)
         res = conn.getresponse()
         data = res.read()
-        return {"status": res.status, "body": data.decode("utf-8", "replace"), "seconds": time.perf_counter() - start}
+        return {"status": res.status, "body": data.decode("utf-8", "replace"), "seconds": time.perf_counter() - start,
+                "head_ms": server_timing(res.getheader("Server-Timing"), "head")}
     except (OSError, http.client.HTTPException) as error:
         return {"status": None, "body": repr(error), "seconds": time.perf_counter() - start}
     finally:
         conn.close()
+
+
+def server_timing(header, name):
+    """The duration (ms) of metric `name` in a Server-Timing header ("prefill;dur=12.3, head;dur=4.5"), or None."""
+    for part in (header or "").split(","):
+        fields = [f.strip() for f in part.split(";")]
+        if fields[0] == name:
+            for f in fields[1:]:
+                if f.startswith("dur="):
+                    return float(f[4:])
+    return None
 
 
 def process_alive(pid):
@@ -988,6 +1005,8 @@ def selftest(_args):
     b = {x["bucket"]: x for x in result["buckets"]}
     assert b["<=1K"]["requests"] == 2 and b["<=1K"]["alone_p50_ms"] == 50.0 and b["10-16K"]["alone_p50_ms"] == 1200.0
     assert b["<=1K"]["p50_within_first_bar"] and not b["<=1K"]["p50_within_goal"] and b["1-4K"]["requests"] == 0
+    assert b["<=1K"]["head_p50_ms"] is None  # these answers carry no Server-Timing
+    assert server_timing("prefill;dur=12.5, head;dur=3.25", "head") == 3.25 and server_timing(None, "head") is None
     # A differing answer at 4 at once, a wrong usage, and a duet that answers another request: all caught.
     wrong = dict(same)
     wrong[0] = dict(same[0], body=raw_answer(ref_q2, 346))

@@ -200,6 +200,16 @@ class Activations {
   int64_t width_;
 };
 
+// Takes a piece's final-norm rows where the backend computed them (model::Piece::rows_to), instead of a copy on the
+// host: a decision head that runs on the same device reads them there (src/decision/cuda). Called on the engine
+// thread during the step, after the final norm and before the step's later work reuses the rows' memory; whatever it
+// launches must be ordered before that (the CUDA backend's step stream). `first_row` indexes x, not positions.
+class RowConsumer {
+ public:
+  virtual ~RowConsumer() = default;
+  virtual void take_rows(Backend& backend, const Activations& x, int64_t first_row, int64_t count) = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;

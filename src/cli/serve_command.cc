@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "decision/encoder.h"
 #include "decision/head_math.h"
+#include "decision/head_sinks.h"
 #include "decision/joint_head.h"
 #include "engine/engine.h"
 #include "engine/memory_plan.h"
@@ -253,17 +254,18 @@ void serve(ServeFlags& flags) {
     backend.set(engine.get());
     if (head) {
       context.decisions =
-          server::DecisionSupport{.head = head,
-                                  .backbone = model.get(),
+          server::DecisionSupport{.sinks = std::make_shared<const decision::HeadSinks>(head, *model),
                                   .max_length = std::min(decision::kReferenceMaxLength, flags.engine.context),
                                   .adapter = model->has_adapter() ? engine::AdapterUse::clef : engine::AdapterUse::none,
                                   .limits = flags.decision_limits == "reference" ? decision::DecisionLimits::reference
                                                                                  : decision::DecisionLimits::hosted};
-      log_info("decisions: joint head {} (POST /v1/systemone, prompts up to {} tokens{}, {} limits; {} head workers)",
-               fmt::format("width {}, {} routing + {} decoder layers", head->config().width,
-                           head->config().routing_layers, head->config().layers),
-               context.decisions->max_length, model->has_adapter() ? ", through the runtime adapter" : "",
-               flags.decision_limits, engine::decision_worker_count(flags.engine));
+      log_info(
+          "decisions: joint head {} {} (POST /v1/systemone, prompts up to {} tokens{}, {} limits; {} head workers)",
+          fmt::format("width {}, {} routing + {} decoder layers", head->config().width, head->config().routing_layers,
+                      head->config().layers),
+          context.decisions->sinks->on_device() ? "on the GPU" : "on the host", context.decisions->max_length,
+          model->has_adapter() ? ", through the runtime adapter" : "", flags.decision_limits,
+          engine::decision_worker_count(flags.engine));
     }
   } catch (const std::exception& error) {
     // A model that cannot be served ends the process with its refusal (status 1, as main() answers duet::Error);

@@ -5,40 +5,38 @@
 
 namespace duet::decision {
 
-HeadInputGatherer::HeadInputGatherer(std::shared_ptr<const JointHead> head, const model::Model& backbone,
-                                     const Encoding& encoding)
-    : head_(std::move(head)),
-      length_(static_cast<int64_t>(encoding.ids.size())),
-      hidden_(head_->config().hidden_size),
-      span_at_(encoding.ids.size(), -1) {
-  if (backbone.config().hidden_size != hidden_)
-    fail("decision: the head reads rows of {}, the model makes rows of {}", hidden_, backbone.config().hidden_size);
+SpanLayout span_layout(const JointHead& head, const model::Model& backbone, const Encoding& encoding) {
+  const int64_t hidden = head.config().hidden_size;
+  if (backbone.config().hidden_size != hidden)
+    fail("decision: the head reads rows of {}, the model makes rows of {}", hidden, backbone.config().hidden_size);
+  SpanLayout layout;
+  layout.length = static_cast<int64_t>(encoding.ids.size());
+  layout.span_at.assign(encoding.ids.size(), -1);
   std::vector<Span> spans;  // questions, then every option in encoding order
   for (const EncodedQuestion& question : encoding.questions) {
     spans.push_back(question.span);
-    inputs_.question_types.push_back(static_cast<int32_t>(question.type));
+    layout.question_types.push_back(static_cast<int32_t>(question.type));
   }
   for (size_t i = 0; i < encoding.questions.size(); ++i)
     for (const Span& option : encoding.questions[i].options) {
       spans.push_back(option);
-      inputs_.owner.push_back(static_cast<int32_t>(i));
+      layout.owner.push_back(static_cast<int32_t>(i));
     }
   for (size_t s = 0; s < spans.size(); ++s) {
     const Span span = spans[s];
-    if (span.begin < 0 || span.end > length_ || span.size() <= 0)
-      fail("decision: span [{}, {}) is empty or outside the {} ids", span.begin, span.end, length_);
+    if (span.begin < 0 || span.end > layout.length || span.size() <= 0)
+      fail("decision: span [{}, {}) is empty or outside the {} ids", span.begin, span.end, layout.length);
     for (int32_t p = span.begin; p < span.end; ++p) {
-      if (span_at_[static_cast<size_t>(p)] >= 0) fail("decision: spans overlap at position {}", p);
-      span_at_[static_cast<size_t>(p)] = static_cast<int32_t>(s);
+      if (layout.span_at[static_cast<size_t>(p)] >= 0) fail("decision: spans overlap at position {}", p);
+      layout.span_at[static_cast<size_t>(p)] = static_cast<int32_t>(s);
     }
-    span_sizes_.push_back(span.size());
+    layout.sizes.push_back(span.size());
   }
-  span_sums_.assign(spans.size() * static_cast<size_t>(hidden_), 0.0);
 
   // l_r: the mean of lm_head rows over option span r, gathered by token id.
-  const size_t questions = encoding.questions.size(), h = static_cast<size_t>(hidden_);
-  inputs_.lexical_means.assign(inputs_.owner.size() * h, 0.0f);
-  for (size_t o = 0; o < inputs_.owner.size(); ++o) {
+  const size_t questions = encoding.questions.size(), h = static_cast<size_t>(hidden);
+  layout.lexical_means.assign(layout.owner.size() * h, 0.0f);
+  for (size_t o = 0; o < layout.owner.size(); ++o) {
     const Span span = spans[questions + o];
     std::vector<float> rows(static_cast<size_t>(span.size()) * h);
     backbone.lm_head_rows(
@@ -47,9 +45,22 @@ HeadInputGatherer::HeadInputGatherer(std::shared_ptr<const JointHead> head, cons
     for (size_t c = 0; c < h; ++c) {
       double sum = 0;
       for (int32_t t = 0; t < span.size(); ++t) sum += rows[static_cast<size_t>(t) * h + c];
-      inputs_.lexical_means[o * h + c] = static_cast<float>(sum / span.size());
+      layout.lexical_means[o * h + c] = static_cast<float>(sum / span.size());
     }
   }
+  return layout;
+}
+
+HeadInputGatherer::HeadInputGatherer(std::shared_ptr<const JointHead> head, const model::Model& backbone,
+                                     const Encoding& encoding)
+    : head_(std::move(head)),
+      layout_(span_layout(*head_, backbone, encoding)),
+      length_(layout_.length),
+      hidden_(head_->config().hidden_size) {
+  span_sums_.assign(layout_.sizes.size() * static_cast<size_t>(hidden_), 0.0);
+  inputs_.owner = layout_.owner;
+  inputs_.question_types = layout_.question_types;
+  inputs_.lexical_means = layout_.lexical_means;
 }
 
 void HeadInputGatherer::add_rows(int64_t first, int64_t count, std::span<const float> rows) {
@@ -65,7 +76,7 @@ void HeadInputGatherer::add_rows(int64_t first, int64_t count, std::span<const f
   const auto h = static_cast<size_t>(hidden_);
   for (int64_t r = 0; r < count; ++r) {
     const float* row = normed.data() + static_cast<size_t>(r) * h;
-    const int32_t span = span_at_[static_cast<size_t>(first + r)];
+    const int32_t span = layout_.span_at[static_cast<size_t>(first + r)];
     if (span >= 0) {
       double* sum = span_sums_.data() + static_cast<size_t>(span) * h;
       for (size_t c = 0; c < h; ++c) sum[c] += row[c];
@@ -79,9 +90,9 @@ void HeadInputGatherer::add_rows(int64_t first, int64_t count, std::span<const f
   inputs_.rows = length_;
   inputs_.question_means.resize(questions * h);
   inputs_.option_means.resize(inputs_.owner.size() * h);
-  for (size_t s = 0; s < span_sizes_.size(); ++s) {
+  for (size_t s = 0; s < layout_.sizes.size(); ++s) {
     float* mean = s < questions ? &inputs_.question_means[s * h] : &inputs_.option_means[(s - questions) * h];
-    for (size_t c = 0; c < h; ++c) mean[c] = static_cast<float>(span_sums_[s * h + c] / span_sizes_[s]);
+    for (size_t c = 0; c < h; ++c) mean[c] = static_cast<float>(span_sums_[s * h + c] / layout_.sizes[s]);
   }
   span_sums_ = {};
 }

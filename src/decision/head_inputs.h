@@ -15,6 +15,19 @@
 
 namespace duet::decision {
 
+// Where a decision's spans lie and what the head reads of them besides the rows; both gatherers (this one on the
+// host, cuda/device_head.h on the GPU) start from it.
+struct SpanLayout {
+  int64_t length = 0;                   // L
+  std::vector<int32_t> span_at;         // [L] the span a position belongs to (questions first, then options), or -1
+  std::vector<int32_t> sizes;           // [Q + N] positions in each span
+  std::vector<int32_t> owner;           // [N] the question of each option
+  std::vector<int32_t> question_types;  // [Q] type ids
+  std::vector<float> lexical_means;     // [N, h] l_r: the mean of lm_head rows over option span r's ids
+};
+// Refuses (duet::Error) spans that are empty, overlap or reach past the ids, and a backbone of another hidden size.
+SpanLayout span_layout(const JointHead& head, const model::Model& backbone, const Encoding& encoding);
+
 class HeadInputGatherer final : public engine::DecisionSink {
  public:
   // Gathers the lm_head rows of every option span's ids now (l_r), so the engine thread only adds rows. Refuses
@@ -31,11 +44,10 @@ class HeadInputGatherer final : public engine::DecisionSink {
 
  private:
   std::shared_ptr<const JointHead> head_;
-  int64_t length_;                // L
-  int64_t hidden_;                // h
-  int64_t seen_ = 0;              // rows added so far
-  std::vector<int32_t> span_at_;  // [L] the span a position belongs to (questions first, then options), or -1
-  std::vector<int32_t> span_sizes_;
+  SpanLayout layout_;
+  int64_t length_;                 // L
+  int64_t hidden_;                 // h
+  int64_t seen_ = 0;               // rows added so far
   std::vector<double> span_sums_;  // [Q + N, h] sums of LN_hidden rows
   HeadInputs inputs_;
 };

@@ -128,12 +128,18 @@ JointHead::ProductMemory JointHead::product_memory() const {
   ProductMemory memory;
   int64_t widest_in = 0, widest_out = 0;
   for (const auto& [name, shape] : tensor_shapes(config_)) {
+    int64_t count = 1;
+    for (int64_t n : shape) count *= n;
+    memory.weight_bytes += static_cast<size_t>(count) * sizeof(float);   // the device head keeps every tensor
     if (shape.size() != 2 || name == "type_embedding.weight") continue;  // the one matrix that is a lookup
-    memory.weight_bytes += static_cast<size_t>(shape[0] * shape[1]) * sizeof(float);
     widest_out = std::max(widest_out, shape[0]);
     widest_in = std::max(widest_in, shape[1]);
   }
-  memory.bytes_per_position = static_cast<size_t>(widest_in + widest_out) * sizeof(float);
+  // Host products: a product's rows in and out. The device head (decision/cuda): the memory M, and while the head
+  // runs one layer's LayerNorm of it, keys and values (4 w), plus a chunk's rows as they arrive (h).
+  const int64_t host_products = widest_in + widest_out;
+  const int64_t device_head = 4 * config_.width + config_.hidden_size;
+  memory.bytes_per_position = static_cast<size_t>(std::max(host_products, device_head)) * sizeof(float);
   return memory;
 }
 

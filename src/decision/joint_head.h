@@ -92,9 +92,9 @@ class JointHead {
 
   const JointHeadConfig& config() const { return config_; }
   size_t weight_bytes() const;  // as stored
-  // What the head's products take where a backend runs them (Backend::host_products, CUDA): every linear's weight in
-  // fp32, kept there after its first use, and, per prompt position, the rows of the largest product in and out (a
-  // product's rows are at most the prompt's positions; its widths at most the widest linear's input and output).
+  // What the head takes on a GPU backend: every tensor in fp32 (the device head, decision/cuda, or the host head's
+  // products, Backend::host_products, which keep the linears there after their first use), and, per prompt
+  // position, the larger of the host products' rows in and out and the device head's memory rows and their work.
   struct ProductMemory {
     size_t weight_bytes = 0;
     size_t bytes_per_position = 0;

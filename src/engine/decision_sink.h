@@ -8,16 +8,21 @@
 #include <span>
 #include <vector>
 
+#include "backend/backend.h"
+
 namespace duet::engine {
 
 class DecisionSink {
  public:
   virtual ~DecisionSink() = default;
-  // rows: [count, hidden] fp32 final-norm rows of prompt positions [first, first + count). Called on the engine
-  // thread, in position order, once per prefill chunk.
+  // rows: [count, hidden] fp32 final-norm rows of prompt positions [first, first + count). Called on a decision
+  // worker, in position order, once per prefill chunk.
   virtual void add_rows(int64_t first, int64_t count, std::span<const float> rows) = 0;
-  // Called once on the engine thread after the last chunk: the decision's logits.
+  // Called once after the last chunk, on a decision worker (engine.cc): the decision's logits.
   virtual std::vector<float> finish() = 0;
+  // Where the sink reads its rows on the backend's device instead (a head on the GPU): the engine hands this to
+  // the model (Piece::rows_to) and never calls add_rows. finish() still runs on a decision worker.
+  virtual backend::RowConsumer* device_rows() { return nullptr; }
 };
 
 }  // namespace duet::engine

@@ -382,6 +382,8 @@ struct Engine::Impl {
                         .wants = wants,
                         .role = piece.is_prefill ? backend::RowRole::prefill : backend::RowRole::decode,
                         .adapted = piece.sequence->request().adapter == AdapterUse::clef});
+      if (wants == model::RowOutput::norm_rows)
+        pieces.back().rows_to = piece.sequence->request().decision->device_rows();
       if (piece.samples && piece.is_prefill) forks[i] = scheduler.waiting_forks_of(*piece.sequence);
       if (piece.samples) {
         const Sequence& sequence = *piece.sequence;
@@ -485,7 +487,7 @@ struct Engine::Impl {
   }
 
   // A decision's chunk: its rows go to its sink on the decision workers (under the decision's id, so its tasks run in
-  // order), and after the last chunk a worker runs the head and hands the answer back (end_decided), so the engine
+  // order; a sink on the device took them during the step instead), and after the last chunk a worker runs the head and hands the answer back (end_decided), so the engine
   // steps on meanwhile. A failing sink fails its own decision only. A decision that ends before its answer
   // (cancelled, failed, shut down) marks its job cancelled: its tasks not yet started are skipped, and an answer
   // computed meanwhile is dropped.
@@ -502,7 +504,9 @@ struct Engine::Impl {
   };
 
   void decide_chunk(Sequence& sequence, int32_t count, model::PieceResult& result) {
-    if (result.norm_rows.size() != static_cast<size_t>(count) * static_cast<size_t>(hidden)) {
+    // A sink that reads its rows on the device took them during the step (Piece::rows_to): no host rows to pass on.
+    const bool on_device = sequence.request().decision->device_rows() != nullptr;
+    if (!on_device && result.norm_rows.size() != static_cast<size_t>(count) * static_cast<size_t>(hidden)) {
       end(sequence, FinishReason::error,
           fmt::format("engine: the model returned {} final-norm values for {} rows of {}", result.norm_rows.size(),
                       count, hidden));
@@ -514,14 +518,15 @@ struct Engine::Impl {
       job->sink = sequence.request().decision;
     }
     const int64_t first = sequence.prefilled();
-    decision_workers.post(sequence.id(), [job, first, count, rows = std::move(result.norm_rows)] {
-      if (job->cancelled || !job->error.empty()) return;
-      try {
-        job->sink->add_rows(first, count, rows);
-      } catch (const std::exception& e) {
-        job->error = e.what();
-      }
-    });
+    if (!on_device)
+      decision_workers.post(sequence.id(), [job, first, count, rows = std::move(result.norm_rows)] {
+        if (job->cancelled || !job->error.empty()) return;
+        try {
+          job->sink->add_rows(first, count, rows);
+        } catch (const std::exception& e) {
+          job->error = e.what();
+        }
+      });
     result.norm_rows = {};
     sequence.advance_prefill(count);
     if (!sequence.prefill_done()) return;

@@ -49,6 +49,9 @@ struct Piece {
   // Through the runtime adapter (Model::has_adapter()): a decision of the adapted model. Other pieces' rows never
   // pass through the adapter, so a chat reply is the same with or without one loaded.
   bool adapted = false;
+  // With RowOutput::norm_rows: where the rows go instead of PieceResult::norm_rows (left empty), read where they
+  // were computed (a decision head on the GPU); null: copied to the host.
+  backend::RowConsumer* rows_to = nullptr;
 };
 
 // A step refused before any state moved, because of one piece (its index in the step): the engine fails that

@@ -157,7 +157,9 @@ std::vector<PieceResult> Qwen35Model::forward(backend::StateStorage& storage, st
       for (size_t k = 0; k < pieces[i].fork_samples.size(); ++k)
         results[i].fork_sampled.push_back(std::move(sampled[sample_first[i] + 1 + k]));
     }
-    if (has(wants, RowOutput::norm_rows)) {
+    if (has(wants, RowOutput::norm_rows) && pieces[i].rows_to != nullptr) {
+      pieces[i].rows_to->take_rows(be, *normed, p.first_row, p.rows);
+    } else if (has(wants, RowOutput::norm_rows)) {
       results[i].norm_rows.resize(static_cast<size_t>(p.rows * h));
       be.read_rows(*normed, p.first_row, p.rows, results[i].norm_rows.data());
     }

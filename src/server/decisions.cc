@@ -6,7 +6,7 @@
 
 #include "decision/answers.h"
 #include "decision/encoder.h"
-#include "decision/head_inputs.h"
+#include "decision/head_sinks.h"
 #include "server/errors.h"
 #include "server/generation.h"
 
@@ -80,7 +80,7 @@ HttpResponse answer_decision(ServerContext& context, const decision::Json& body)
     engine_request.kind = engine::RequestKind::decide;
     engine_request.adapter = support.adapter;
     engine_request.prompt = encoding->ids;
-    engine_request.decision = std::make_shared<decision::HeadInputGatherer>(support.head, *support.backbone, *encoding);
+    engine_request.decision = support.sinks->make(*encoding);
     return collect_generation(
         context, {submit_decision(context, std::move(engine_request))},
         [&context, request, encoding](std::span<const CollectedGeneration> generations) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "decision/head_sinks.h"
 #include "decision/joint_head.h"
 #include "decision/request.h"
 #include "engine/engine.h"
@@ -92,8 +93,8 @@ class LateEngineBackend final : public GenerationBackend {
 
 // What POST /v1/systemone needs beyond the chat routes: the joint head and the backbone whose LM head rows it reads.
 struct DecisionSupport {
-  std::shared_ptr<const decision::JointHead> head;
-  const model::Model* backbone = nullptr;
+  // Each decision's sink: the joint head on the device beside a CUDA backbone, else on the host.
+  std::shared_ptr<const decision::HeadSinks> sinks;
   int32_t max_length = 0;  // the prompt budget: the reference's 16384, or less when --context is smaller
   // Decisions run through the backbone's runtime adapter (`duet serve --clef`); chat never does.
   engine::AdapterUse adapter = engine::AdapterUse::none;

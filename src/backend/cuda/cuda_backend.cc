@@ -20,6 +20,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/delta_chunks.h"
 #include "backend/cuda/device_memory.h"
+#include "backend/cuda/device_rows.h"
 #include "backend/cuda/device_step.h"
 #include "backend/cuda/host_products.h"
 #include "backend/cuda/kernels.h"
@@ -557,6 +558,12 @@ class CudaBackend final : public Backend {
 
   bool applies_adapters() const override { return true; }
 
+  // device_rows.h: the step's stream for work on its rows, never inside a capture.
+  cudaStream_t stream_for_rows() const {
+    if (mode_ != Mode::eager) fail("cuda backend: a step's rows were asked for while the step is graphed");
+    return stream_;
+  }
+
   bool has_host_products() const override { return true; }
   void host_products(const float* x, int64_t m, const Weight& w, float* y) override { products_.run(x, m, w, y); }
 
@@ -821,6 +828,15 @@ class CudaBackend final : public Backend {
 };
 
 }  // namespace
+
+const bf16* device_rows_of(const Activations& x) { return data_of(x); }
+
+cudaStream_t step_stream_of(Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  if (cuda == nullptr) fail("the {} backend has no CUDA stream", backend.name());
+  return cuda->stream_for_rows();
+}
+
 }  // namespace cuda
 
 // A device this build can run on: the kernels are built for sm_90a only, so `auto` falls back to the CPU on any

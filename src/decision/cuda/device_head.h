@@ -1,0 +1,130 @@
+#pragma once
+// The joint head on the GPU (issue 17): a decision's final-norm rows never leave the device. As each prefill chunk
+// finishes, its rows (still in the step's activations) are normalised, projected into the decision's memory
+// M = LN_hidden(H) W_mem^T and summed over the question and option spans, on the step's stream; after the last
+// chunk the whole head (decision/head_forward.cc, step by step) runs on a stream of the decision's own, on a
+// decision worker, and only the options' logits come back. Every product is launch_fp32_gemm (each output one fma
+// chain over k in order, as the host head's products on this backend), every sum the host takes in double is
+// taken in double: the device head equals the host head within fp32 rounding, and a decision's bytes never depend
+// on what else runs.
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "decision/encoder.h"
+#include "decision/head_inputs.h"
+#include "decision/joint_head.h"
+#include "engine/decision_sink.h"
+#include "model/model.h"
+
+namespace duet::decision::cuda {
+
+struct DeviceLinear {
+  const float* weight = nullptr;  // [out, in]
+  const float* bias = nullptr;    // [out] or null
+  int32_t in = 0, out = 0;
+};
+struct DeviceLayerNorm {
+  const float* weight = nullptr;
+  const float* bias = nullptr;
+};
+struct DeviceAttention {
+  DeviceLinear query, key, value, out;
+};
+struct DeviceEvidenceLayer {
+  DeviceLayerNorm query_norm, memory_norm, feedforward_norm;
+  DeviceAttention attention;
+  DeviceLinear feedforward_in, feedforward_out;
+};
+struct DeviceDecoderLayer {
+  DeviceAttention self_attention, cross_attention;
+  DeviceLinear linear1, linear2;
+  DeviceLayerNorm norm1, norm2, norm3;
+};
+struct DeviceHeadWeights {
+  DeviceLayerNorm hidden_norm;
+  DeviceLinear memory, question, option_question, global_row, option_context, option_lexical;
+  const float* type_embedding = nullptr;  // [3, w]
+  std::vector<DeviceEvidenceLayer> evidence_layers;
+  DeviceLayerNorm option_summary_norm;
+  std::vector<DeviceDecoderLayer> layers;
+  DeviceLayerNorm field_norm, option_norm;
+  DeviceLinear scorer_in, scorer_out;
+};
+
+// The head's weights on the device, every tensor in fp32 (BF16 widened exactly), uploaded once at start; shared by
+// every decision's sink.
+class DeviceJointHead {
+ public:
+  DeviceJointHead(std::shared_ptr<const JointHead> head, const model::Model& backbone);
+  ~DeviceJointHead();
+  DeviceJointHead(const DeviceJointHead&) = delete;
+  DeviceJointHead& operator=(const DeviceJointHead&) = delete;
+
+  // A sink for one decision: give it to engine::Request::decision.
+  std::shared_ptr<engine::DecisionSink> new_sink(const Encoding& encoding) const;
+
+  const JointHead& head() const { return *head_; }
+  const DeviceHeadWeights& weights() const { return weights_; }
+  size_t device_bytes() const { return bytes_; }
+
+ private:
+  std::shared_ptr<const JointHead> head_;
+  const model::Model& backbone_;
+  void* memory_ = nullptr;  // every tensor, 256-byte aligned, in one allocation
+  size_t bytes_ = 0;
+  DeviceHeadWeights weights_;
+};
+
+// One decision on the device: an engine::DecisionSink whose rows the model hands over on the device
+// (device_rows()), and whose finish() runs the head there.
+class DeviceHeadSink final : public engine::DecisionSink, public backend::RowConsumer {
+ public:
+  DeviceHeadSink(const DeviceJointHead& head, SpanLayout layout, std::unique_ptr<HeadInputGatherer> check = nullptr);
+  ~DeviceHeadSink() override;
+  DeviceHeadSink(const DeviceHeadSink&) = delete;
+  DeviceHeadSink& operator=(const DeviceHeadSink&) = delete;
+
+  // RowConsumer, on the engine thread during a step: the chunk's BF16 rows, in position order.
+  void take_rows(backend::Backend& backend, const backend::Activations& x, int64_t first_row, int64_t count) override;
+  // The same from fp32 rows [count, h] already on the device (tests, tools), ordered on `stream`; overwrites them.
+  void take_f32_rows(float* rows, int64_t count, cudaStream_t stream);
+
+  void add_rows(int64_t first, int64_t count,
+                std::span<const float> rows) override;  // refused: rows come on the device
+  std::vector<float> finish() override { return run().logits; }
+  backend::RowConsumer* device_rows() override { return this; }
+
+  // The head's logits with the prior and joint terms (finish() keeps the logits). Once, after the last row.
+  HeadOutput run();
+  bool complete() const { return seen_ == layout_.length; }
+
+ private:
+  void allocate(cudaStream_t stream);
+  void release(cudaStream_t stream);
+
+  // DUET_HEAD_CHECK=1 (a diagnostic): the rows are also copied to the host and the host head runs beside the
+  // device head on them; run() logs how far the two answers are apart.
+  std::unique_ptr<HeadInputGatherer> check_;
+
+  const DeviceJointHead& head_;
+  SpanLayout layout_;
+  int64_t hidden_, width_;
+  int64_t seen_ = 0;
+  std::string error_;                   // the first refusal while taking rows, thrown by finish()
+  cudaStream_t rows_stream_ = nullptr;  // where the buffers below were made and last written
+  cudaEvent_t rows_done_ = nullptr;     // recorded after each chunk's work
+  float* memory_ = nullptr;             // [L, w] M
+  double* sums_ = nullptr;              // [Q + N, h] sums of LN_hidden rows over each span
+  int32_t* span_at_ = nullptr;          // [L]
+  float* last_row_ = nullptr;           // [h] LN_hidden(H)[L - 1]
+};
+
+// Whether decisions take the device head on a CUDA backbone: yes unless DUET_DEVICE_HEAD=0 (then the host head, with
+// its products on the GPU, as before: the comparison the benchmarks make).
+bool device_head_wanted();
+
+}  // namespace duet::decision::cuda
