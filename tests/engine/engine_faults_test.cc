@@ -18,7 +18,7 @@ using testing::greedy_request;
 using testing::Outcome;
 using testing::small_options;
 
-constexpr int32_t kVocab = 97;
+constexpr int32_t kFaultsVocab = 97;
 constexpr int32_t kPoison = 66;
 
 // Waits until the engine has run `steps` steps (the healthy request is decoding).
@@ -34,11 +34,11 @@ TEST(EngineFaults, ARefusedPieceFailsItsRequestAloneAndTheOthersAreExact) {
   const Request healthy = greedy_request({1, 2, 3}, 40);
   std::vector<int32_t> alone_tokens;
   {
-    FakeModel model(kVocab);
+    FakeModel model(kFaultsVocab);
     Engine engine(model, nullptr, small_options(2));
     alone_tokens = drain(*engine.submit(healthy)).tokens;
   }
-  FakeModel model(kVocab);
+  FakeModel model(kFaultsVocab);
   model.set_poison_token(kPoison);
   model.set_step_delay(std::chrono::milliseconds(2));
   Engine engine(model, nullptr, small_options(2));
@@ -61,7 +61,7 @@ TEST(EngineFaults, ARefusedPieceFailsItsRequestAloneAndTheOthersAreExact) {
 // A step that throws something that is not even a std::exception, after its states moved: the requests in that step
 // end with an error (their states may be half-written); the request waiting behind them runs normally.
 TEST(EngineFaults, AThrowMidStepFailsThatStepsRequestsAndTheWaitingOneRuns) {
-  FakeModel model(kVocab);
+  FakeModel model(kFaultsVocab);
   model.set_crash_token(kPoison);
   Engine engine(model, nullptr, small_options(1));
   auto crashing = engine.submit(greedy_request({5, kPoison}, 4));
@@ -82,7 +82,7 @@ TEST(EngineFaults, AThrowMidStepFailsThatStepsRequestsAndTheWaitingOneRuns) {
 TEST(EngineFaults, ADeviceErrorEndsEveryRequestAndStopsTheEngine) {
   for (const bool inject : {true, false}) {
     SCOPED_TRACE(inject ? "device fault at step 6" : "control: no fault");
-    FakeModel model(kVocab);
+    FakeModel model(kFaultsVocab);
     model.set_step_delay(std::chrono::milliseconds(2));
     EngineOptions options = small_options(1);
     options.test_device_fault_step = inject ? 6 : 0;
@@ -115,7 +115,7 @@ TEST(EngineFaults, ADeviceErrorEndsEveryRequestAndStopsTheEngine) {
 
 // A server takes events through the listener and try_next, with no thread waiting in next().
 TEST(EngineFaults, TheListenerAnnouncesEventsAndNeverRunsAfterItIsCleared) {
-  FakeModel model(kVocab);
+  FakeModel model(kFaultsVocab);
   model.set_step_delay(std::chrono::milliseconds(5));  // the listener is set long before the later tokens come
   Engine engine(model, nullptr, small_options(1));
   auto handle = engine.submit(greedy_request({1, 2}, 5));

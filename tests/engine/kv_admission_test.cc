@@ -20,7 +20,7 @@ using testing::drain;
 using testing::FakeModel;
 using testing::Outcome;
 
-constexpr int32_t kVocab = 97;
+constexpr int32_t kAdmissionVocab = 97;
 
 EngineOptions paged_options(int64_t kv_cache_tokens) {
   EngineOptions options;
@@ -34,7 +34,7 @@ EngineOptions paged_options(int64_t kv_cache_tokens) {
 
 Request greedy(int32_t prompt_length, int32_t max_tokens, int32_t first_id) {
   Request request;
-  for (int32_t i = 0; i < prompt_length; ++i) request.prompt.push_back((first_id + 7 * i) % kVocab);
+  for (int32_t i = 0; i < prompt_length; ++i) request.prompt.push_back((first_id + 7 * i) % kAdmissionVocab);
   request.sampling.temperature = 0;
   request.sampling.max_tokens = max_tokens;
   request.sampling.ignore_eos = true;
@@ -53,7 +53,7 @@ EngineStats settled_stats(const Engine& engine) {
 }
 
 TEST(EngineKvPages, DefaultCacheHoldsAWholeContextPerSlot) {
-  FakeModel model(kVocab);
+  FakeModel model(kAdmissionVocab);
   Engine engine(model, nullptr, paged_options(0));
   const EngineStats stats = engine.stats();
   EXPECT_EQ(stats.kv_pages_total, 8 * 1024 / 64);
@@ -62,7 +62,7 @@ TEST(EngineKvPages, DefaultCacheHoldsAWholeContextPerSlot) {
 }
 
 TEST(EngineKvPages, ShortRequestsShareTheCacheAndALongOneWaitsItsTurn) {
-  FakeModel model(kVocab);
+  FakeModel model(kAdmissionVocab);
   model.set_step_delay(std::chrono::milliseconds(1));
   const EngineOptions options = paged_options(8 * 64);  // 8 pages, where parallel * context would be 128
   Engine engine(model, nullptr, options);
@@ -103,7 +103,7 @@ TEST(EngineKvPages, ShortRequestsShareTheCacheAndALongOneWaitsItsTurn) {
 }
 
 TEST(EngineKvPages, ARequestNeedingMoreThanTheWholeCacheIsRefused) {
-  FakeModel model(kVocab);
+  FakeModel model(kAdmissionVocab);
   Engine engine(model, nullptr, paged_options(8 * 64 - 10));  // rounds up to 8 pages: 512 tokens
   try {
     engine.submit(greedy(500, 100, 1));  // within the context (1024), past the cache
@@ -119,7 +119,7 @@ TEST(EngineKvPages, ARequestNeedingMoreThanTheWholeCacheIsRefused) {
 }
 
 TEST(EngineKvPages, MemoryPlanCountsPagesNotSlotContexts) {
-  FakeModel model(kVocab);  // a page is 256 bytes here, and no fixed state
+  FakeModel model(kAdmissionVocab);  // a page is 256 bytes here, and no fixed state
   EngineOptions options = paged_options(0);
   options.parallel = 64;
   const MemoryPlan whole = plan_memory(model, options);

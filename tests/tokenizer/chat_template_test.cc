@@ -20,9 +20,9 @@
 namespace duet::tokenizer {
 namespace {
 
-const std::string kTests = ::duet::testing::tests_dir();
-const std::string kTemplate = kTests + "/../tools/qwen35_chat_template.jinja";
-const std::string kCases = kTests + "/tokenizer/chat_cases.json";
+const std::string kTemplateTests = ::duet::testing::tests_dir();
+const std::string kTemplate = kTemplateTests + "/../tools/qwen35_chat_template.jinja";
+const std::string kCases = kTemplateTests + "/tokenizer/chat_cases.json";
 
 using ojson = nlohmann::ordered_json;
 
@@ -103,17 +103,18 @@ void compare(const std::string& engine, const std::string& command, bool skip_py
 }
 
 TEST(ChatTemplate, EqualsJinja2AsTransformersRunsIt) {
-  compare("Jinja2",
-          "/usr/bin/python3 '" + kTests + "/tokenizer/render_chat_jinja2.py' '" + kTemplate + "' '" + kCases + "'",
-          false);
+  compare(
+      "Jinja2",
+      "/usr/bin/python3 '" + kTemplateTests + "/tokenizer/render_chat_jinja2.py' '" + kTemplate + "' '" + kCases + "'",
+      false);
 }
 
 TEST(ChatTemplate, EqualsHuggingFaceJinja) {
-  if (!std::filesystem::exists(kTests + "/node_modules/@huggingface/jinja")) {
+  if (!std::filesystem::exists(kTemplateTests + "/node_modules/@huggingface/jinja")) {
     FAIL() << "@huggingface/jinja is missing: run scripts/test-deps.sh";
   }
   compare("@huggingface/jinja",
-          "node '" + kTests + "/tokenizer/render_chat_jinja.mjs' '" + kTemplate + "' '" + kCases + "'", true);
+          "node '" + kTemplateTests + "/tokenizer/render_chat_jinja.mjs' '" + kTemplate + "' '" + kCases + "'", true);
 }
 
 TEST(ChatTemplate, GenerationPrompts) {
