@@ -22,7 +22,8 @@ inline std::string model_fixture(const std::string& name) { return fixture_path(
 // A model with goldens: the fixtures under tests/fixtures/models, or "demo", the bundled (trained) demo model, which
 // lives in models/demo because `duet` serves it by default.
 inline std::string golden_model(const std::string& name) {
-  return name == "demo" ? (std::filesystem::path(tests_dir()) / ".." / "models" / "demo").string() : model_fixture(name);
+  if (name == "demo") return (std::filesystem::path(tests_dir()) / ".." / "models" / "demo").string();
+  return model_fixture(name);
 }
 inline std::string golden_fixture(const std::string& name, const std::string& dtype) {
   return fixture_path("goldens/" + name + "." + dtype + ".safetensors");
