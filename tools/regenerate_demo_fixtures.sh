@@ -84,6 +84,13 @@ open(sys.argv[3], "w").writelines(lines)
 print(f"fixtures.sha256: {len(seen)} lines updated, {len(new) - len(seen)} added")
 EOF
 (cd "$tree/tests/fixtures" && grep -E ' \./(decisions|goldens/demo\.fp32)' "$tree/tools/fixtures.sha256" | sha256sum -c --quiet -)
+# The answers README.md and docs/api.md show for the spec's example request (they are its golden's answers).
+python3 - "$tree/tests/fixtures/decisions/demo.json" <<'EOF'
+import json, sys
+case = next(c for c in json.load(open(sys.argv[1]))["cases"] if c["name"] == "spec-example")
+print("spec-example answers (for README.md and docs/api.md):",
+      json.dumps({"answers": case["answers"], "usage": case["usage"]}, ensure_ascii=False))
+EOF
 tar -czf "$out/demo-fixtures.tar.gz" -C "$tree" models tests tools
 tar -tzvf "$out/demo-fixtures.tar.gz"
 step "done in $((SECONDS - began)) s: unpack with tar -xzf $out/demo-fixtures.tar.gz at the repository root"
