@@ -87,7 +87,13 @@ EOF
 # The answers README.md and docs/api.md show for the spec's example request (they are its golden's answers).
 python3 - "$tree/tests/fixtures/decisions/demo.json" <<'EOF'
 import json, sys
-case = next(c for c in json.load(open(sys.argv[1]))["cases"] if c["name"] == "spec-example")
+goldens = json.load(open(sys.argv[1]))
+# The end-to-end gate (tests/decision/end_to_end_test.cc) is |dp| <= 1e-4 with duet's CPU rows some 5e-5 relative off
+# transformers' (on the random demo): a head whose answers move more than that under such noise would fail it there.
+moved = goldens["checks"]["max_abs_p_under_5e-05_relative_row_noise"]
+print(f"the demo head's answers under 5e-5 relative row noise move by up to {moved:.3g}"
+      + (" WARNING: over half the end-to-end gate (1e-4)" if moved > 5e-5 else " (gate 1e-4)"))
+case = next(c for c in goldens["cases"] if c["name"] == "spec-example")
 print("spec-example answers (for README.md and docs/api.md):",
       json.dumps({"answers": case["answers"], "usage": case["usage"]}, ensure_ascii=False))
 EOF
