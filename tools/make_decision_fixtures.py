@@ -55,8 +55,8 @@ DEMO_HEAD = {"hidden_size": 128, "width": 64, "routing_layers": 2, "layers": 4, 
 DEMO_SCALARS = {"prior_logit_scale": 2.0, "joint_logit_scale": 2.0, "residual_gate": 1.0}
 TINY_HEAD = {"hidden_size": 64, "width": 32, "routing_layers": 1, "layers": 3, "heads": 2, "feedforward": 64}
 TINY_SCALARS = {"prior_logit_scale": 4.75, "joint_logit_scale": 4.7, "residual_gate": -0.7}
-# Longer prompts are encoded only. Past the demo's max_position_embeddings (4096) on purpose: neither transformers nor
-# duet caps positions there, and 64 questions or 255 options take ~5,900 tokens with the demo's small vocabulary.
+# Longer prompts are encoded only (CPU time). 64 questions or 255 options take ~5,900 tokens with the demo's small
+# vocabulary, within the demo's 65,536 positions.
 FORWARD_LIMIT = 8192
 BF16_LIMIT = 2048  # the bf16 comparison (informative only) skips longer prompts: CPU bf16 is slow
 ROWS_LIMIT = 600  # rows are kept for requests up to this length, up to ROWS_BUDGET rows in all
@@ -135,8 +135,17 @@ class Backbone:
 
     def __init__(self, folder, dtype):
         arch = json.load(open(os.path.join(folder, "config.json")))["architectures"][0]
-        self.model = getattr(transformers, arch).from_pretrained(folder, dtype=dtype,
-                                                                 attn_implementation="eager").eval()
+        self.model, info = getattr(transformers, arch).from_pretrained(folder, dtype=dtype, attn_implementation="eager",
+                                                                       output_loading_info=True)
+        self.model.eval()
+        # A tensor missing from the file would be left at transformers' random init and the goldens would be of
+        # another model. Unexpected ones are expected: the trained demo's MTP layer (mtp.*), which this class lacks.
+        if info.get("missing_keys"):
+            sys.exit(f"error: {folder}: transformers finds tensors missing: {sorted(info['missing_keys'])[:8]}")
+        unexpected = sorted(info.get("unexpected_keys", []))
+        if any(not k.startswith("mtp.") for k in unexpected):
+            sys.exit(f"error: {folder}: tensors transformers does not know: {unexpected[:8]}")
+        print(f"{folder} ({dtype}): {len(unexpected)} mtp.* tensors left out (the MTP layer is not the head's input)")
         inner = self.model.model
         norm = inner.language_model.norm if hasattr(inner, "language_model") else inner.norm
         self.captured = []

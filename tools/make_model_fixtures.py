@@ -4,7 +4,8 @@
 Run on the GPU machine (transformers 5.17.0, torch 2.11); everything runs on the CPU in one thread so the
 outputs are the same bit for bit on every run from the same seed.
 
-    python3 tools/make_model_fixtures.py --out OUT [--demo-tokenizer DIR]
+    python3 tools/make_model_fixtures.py --out OUT
+    python3 tools/make_model_fixtures.py --out OUT --demo-goldens-only models/demo
 
 Writes, under OUT:
   models/tiny-mm/     Qwen3_5ForConditionalGeneration layout (model.language_model.*, lm_head.weight,
@@ -13,12 +14,14 @@ Writes, under OUT:
   models/tiny-text/   Qwen3_5ForCausalLM layout (model.*), tied embeddings, all BF16, custom layer_types.
   goldens/<name>.{fp32,bf16}.safetensors   final-norm rows and logits for prompts of 1, 63, 64, 65, 130, 300
                       tokens, per-layer hidden states for 65, and a greedy prefill-then-decode run.
-  models/demo/        (with --demo-tokenizer) a tiny random model sized for that tokenizer's vocabulary.
+  goldens/demo.fp32.safetensors   (with --demo-goldens-only: nothing else) the same goldens for the trained demo
+                      model (tools/train_demo.py), FP32 only (duet's CPU gate); its logits are kept at fewer rows
+                      (every 16th and the last) since its vocabulary is 12 times tiny-text's.
+The demo model itself is no longer made here: models/demo is trained (tools/train_demo.py).
 """
 import argparse
 import json
 import os
-import shutil
 import sys
 
 import torch
@@ -136,36 +139,13 @@ def make_tiny_text(out, generator):
     return folder
 
 
-def make_demo(out, generator, tokenizer_dir):
-    tok = json.load(open(os.path.join(tokenizer_dir, "tokenizer.json")))
-    ids = list(tok["model"]["vocab"].values()) + [t["id"] for t in tok["added_tokens"]]
-    vocab = (max(ids) + 1 + 63) // 64 * 64
-    # Untied: with tied embeddings a random model mostly predicts its input token again (the residual carries the
-    # embedding), so the demo would repeat itself; a separate random head gives varied (random) text.
-    config = Qwen3_5TextConfig(**text_config_dict(vocab=vocab, layers=4, hidden=128, ffn=256, tie=False))
-    # Long enough for a coding agent's default prompt (Claude Code's is about 17K tokens of this tokenizer): the
-    # server's default context is the model's. RoPE does not read it, so no weight or golden changes with it.
-    config.max_position_embeddings = 65536
-    end = next(t["id"] for t in tok["added_tokens"] if t["content"] == "<|im_end|>")
-    pad = next(t["id"] for t in tok["added_tokens"] if t["content"] == "<|endoftext|>")
-    config.eos_token_id = end
-    config.pad_token_id = pad
-    model = Qwen3_5ForCausalLM(config).eval()
-    randomize(model, generator, ())
-    folder = os.path.join(out, "models", "demo")
-    model.to(torch.bfloat16).save_pretrained(folder)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        if os.path.exists(os.path.join(tokenizer_dir, name)):
-            shutil.copy(os.path.join(tokenizer_dir, name), os.path.join(folder, name))
-    return folder
-
-
 def final_norm_module(model):
     inner = model.model
     return inner.language_model.norm if hasattr(inner, "language_model") else inner.norm
 
 
-def goldens(folder, dtype, vocab, generator_seed):
+def goldens(folder, dtype, vocab, generator_seed, all_rows_up_to=65, stride=4):
+    """Logits are stored for every row of prompts up to all_rows_up_to tokens, else every stride-th row and the last."""
     model_cls = Qwen3_5ForConditionalGeneration if "mm" in os.path.basename(folder) else Qwen3_5ForCausalLM
     model = model_cls.from_pretrained(folder, dtype=dtype, attn_implementation="eager").eval()
     captured = []
@@ -179,7 +159,7 @@ def goldens(folder, dtype, vocab, generator_seed):
             out = model(input_ids=ids, output_hidden_states=(length == 65), use_cache=False)
             rows = captured[-1][0]
             logits = out.logits[0].float()
-            keep = list(range(length)) if length <= 65 else sorted(set(range(0, length, 4)) | {length - 1})
+            keep = list(range(length)) if length <= all_rows_up_to else sorted(set(range(0, length, stride)) | {length - 1})
             result[f"len{length}.ids"] = ids[0].to(torch.int32)
             result[f"len{length}.norm_rows"] = rows
             result[f"len{length}.logit_rows"] = torch.tensor(keep, dtype=torch.int32)
@@ -203,14 +183,31 @@ def goldens(folder, dtype, vocab, generator_seed):
     return {k: v.contiguous() for k, v in result.items()}
 
 
+def write_demo_goldens(out, folder, seed):
+    """The FP32 goldens of the trained demo. Its config must be the one transformers reads back (8 layers, the MTP
+    layer's mtp.* tensors are not part of Qwen3_5ForCausalLM and are left out of these goldens: tests/model/mtp_test.cc
+    checks them against tools/mtp_reference.py)."""
+    vocab = json.load(open(os.path.join(folder, "config.json")))["vocab_size"]
+    tensors = goldens(folder, torch.float32, vocab, seed, all_rows_up_to=1, stride=16)
+    os.makedirs(os.path.join(out, "goldens"), exist_ok=True)
+    path = os.path.join(out, "goldens", "demo.fp32.safetensors")
+    save_file(tensors, path, metadata={"transformers": transformers.__version__, "torch": torch.__version__,
+                                       "model": "models/demo", "dtype": "fp32", "seed": str(seed)})
+    print(f"{path}: {len(tensors)} tensors, {os.path.getsize(path):,} bytes", flush=True)
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
     parser.add_argument("--seed", type=int, default=20261129)
-    parser.add_argument("--demo-tokenizer", help="folder with the demo tokenizer.json")
+    parser.add_argument("--demo-goldens-only", metavar="DEMO_DIR",
+                        help="write only goldens/demo.fp32.safetensors, from this model folder (models/demo)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(f"transformers {transformers.__version__}, torch {torch.__version__}", flush=True)
+    if args.demo_goldens_only:
+        return write_demo_goldens(args.out, args.demo_goldens_only, args.seed + 2)
     generator = torch.Generator().manual_seed(args.seed)
     folders = [make_tiny_mm(args.out, generator), make_tiny_text(args.out, generator)]
     os.makedirs(os.path.join(args.out, "goldens"), exist_ok=True)
@@ -222,8 +219,6 @@ def main():
             save_file(tensors, path, metadata={"transformers": transformers.__version__, "torch": torch.__version__,
                                                "model": name, "dtype": label, "seed": str(args.seed)})
             print(f"{path}: {len(tensors)} tensors", flush=True)
-    if args.demo_tokenizer:
-        print(make_demo(args.out, generator, args.demo_tokenizer), flush=True)
 
 
 if __name__ == "__main__":

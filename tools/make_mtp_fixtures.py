@@ -1,8 +1,8 @@
-"""The MTP golden: tools/mtp_reference.py run in fp32 on models/trained-demo (issue 20 item 2).
+"""The MTP golden: tools/mtp_reference.py run in fp32 on models/demo, the trained demo (issue 20 item 2).
 
     build/src/cli/duet rows ... is run by this tool; from the repository root:
     /usr/bin/python3 tools/make_mtp_fixtures.py --duet build/src/cli/duet
-    (cd tests/fixtures && sha256sum ./goldens/trained-demo.mtp.safetensors)   # the line in tools/fixtures.sha256
+    (cd tests/fixtures && sha256sum ./goldens/demo.mtp.safetensors)   # the line in tools/fixtures.sha256
 
 The MTP layer reads the main model's final-norm rows. There is no transformers on the CPU machines that make this
 golden, so those rows come from duet's own CPU forward (`duet rows`, gated against transformers by the model
@@ -84,8 +84,8 @@ def top(logits):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--duet", required=True, help="the duet binary (for `duet rows`)")
-    parser.add_argument("--model", default="models/trained-demo")
-    parser.add_argument("--out", default="tests/fixtures/goldens/trained-demo.mtp.safetensors")
+    parser.add_argument("--model", default="models/demo")
+    parser.add_argument("--out", default="tests/fixtures/goldens/demo.mtp.safetensors")
     args = parser.parse_args()
 
     config = json.load(open(os.path.join(args.model, "config.json")))

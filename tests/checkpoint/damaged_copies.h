@@ -24,7 +24,7 @@ class DamagedCopy {
  public:
   explicit DamagedCopy(const std::string& fixture)
       : DamagedCopy(fs::path(tests_dir()) / "fixtures" / "models" / fixture, Folder{}) {}
-  // A copy of any model folder (models/trained-demo, say).
+  // A copy of any model folder (models/demo, say).
   struct Folder {};
   DamagedCopy(const fs::path& source, Folder) {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();

@@ -1,6 +1,6 @@
-// The engine's text path on the bundled demo model (models/demo: tiny random weights and a real byte-level BPE
-// tokenizer.json): streamed text equals a one-shot decode, stop strings cut the text where they start, and
-// text and stops come out the same under concurrency.
+// The engine's text path on the bundled demo model (models/demo: a tiny trained Qwen3.5 and a real byte-level BPE
+// tokenizer.json; requests ignore the end of turn, which it writes): streamed text equals a one-shot decode, stop
+// strings cut the text where they start, and text and stops come out the same under concurrency.
 #include <gtest/gtest.h>
 
 #include <atomic>

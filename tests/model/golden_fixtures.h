@@ -19,6 +19,12 @@ inline std::string fixture_path(const std::string& relative) {
   return (std::filesystem::path(tests_dir()) / "fixtures" / relative).string();
 }
 inline std::string model_fixture(const std::string& name) { return fixture_path("models/" + name); }
+// A model with goldens: the fixtures under tests/fixtures/models, or "demo", the bundled (trained) demo model, which
+// lives in models/demo because `duet` serves it by default.
+inline std::string golden_model(const std::string& name) {
+  if (name == "demo") return (std::filesystem::path(tests_dir()) / ".." / "models" / "demo").string();
+  return model_fixture(name);
+}
 inline std::string golden_fixture(const std::string& name, const std::string& dtype) {
   return fixture_path("goldens/" + name + "." + dtype + ".safetensors");
 }

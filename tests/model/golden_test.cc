@@ -1,8 +1,10 @@
 // The CPU forward pass against transformers 5.17.0 run in FP32 on the same checkpoints (tools/make_model_fixtures.py):
 // final-norm rows and logits within 1e-4 relative (max abs difference over max abs reference, per tensor) at every
-// prompt length, whole-prompt prefill and prefill-then-decode.
+// prompt length, whole-prompt prefill and prefill-then-decode. On the random tiny fixtures and on the trained demo
+// (models/demo; its goldens keep the logits of fewer rows, see make_model_fixtures.py --demo-goldens-only).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -23,7 +25,7 @@ const int kLengths[] = {1, 63, 64, 65, 130, 300};
 class GoldenTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    model_ = Model::load(testing::model_fixture(GetParam()));
+    model_ = Model::load(testing::golden_model(GetParam()));
     goldens_ = std::make_unique<Goldens>(testing::golden_fixture(GetParam(), "fp32"));
   }
   std::unique_ptr<Model> model_;
@@ -82,7 +84,7 @@ TEST_P(GoldenTest, HiddenStatesPerLayer) {
   const auto folder = std::filesystem::temp_directory_path() / ("duet_dump_" + GetParam());
   std::filesystem::remove_all(folder);
   setenv("DUET_DUMP", folder.c_str(), 1);
-  auto model = Model::load(testing::model_fixture(GetParam()));
+  auto model = Model::load(testing::golden_model(GetParam()));
   unsetenv("DUET_DUMP");
   const auto ids = goldens_->i32("len65.ids");
   engine::PieceRunner runner(*model, 1, 65);
@@ -100,8 +102,11 @@ TEST_P(GoldenTest, HiddenStatesPerLayer) {
   std::filesystem::remove_all(folder);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest, ::testing::Values("tiny-mm", "tiny-text"),
-                         [](const auto& info) { return info.param == "tiny-mm" ? "tiny_mm" : "tiny_text"; });
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest, ::testing::Values("tiny-mm", "tiny-text", "demo"), [](const auto& info) {
+  std::string name = info.param;
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+});
 
 }  // namespace
 }  // namespace duet::model

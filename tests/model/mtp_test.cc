@@ -1,7 +1,7 @@
 // The MTP layer (model/mtp_weights.h, mtp_forward.cc) on the CPU backend against tools/mtp_reference.py run in fp32
-// on models/trained-demo (tools/make_mtp_fixtures.py). The golden stores the MTP layer's input (the main model's
-// final-norm rows, which the model goldens gate against transformers), so these tests check the MTP layer alone:
-// its rows after and before mtp.norm and its logits at each row's 16 most likely ids, within the CPU gate of the
+// on models/demo, the trained demo (tools/make_mtp_fixtures.py). The golden stores the MTP layer's input (the main
+// model's final-norm rows, which the model goldens gate against transformers), so these tests check the MTP layer
+// alone: its rows after and before mtp.norm and its logits at each row's 16 most likely ids, within the CPU gate of the
 // model goldens (1e-4 relative: max |got - want| over max |want|, golden_test.cc), row by row through its own KV,
 // as one prefill, and drafting three tokens in a row. Planted controls (the token one position early; fc's halves
 // swapped in a copy of the checkpoint) must fail that gate. Checkpoints without an MTP layer load without one.
@@ -23,7 +23,7 @@ using testing::relative_error;
 
 constexpr double kTolerance = 1e-4;  // the model goldens' CPU gate
 constexpr int64_t kTop = 16;         // logits stored per row
-const std::string kTrainedDemo = ::duet::testing::tests_dir() + "/../models/trained-demo";
+const std::string kDemo = ::duet::testing::tests_dir() + "/../models/demo";
 
 // The logits at the ids the reference found most likely, row by row: [rows, kTop].
 std::vector<float> at_top_ids(std::span<const float> logits, std::span<const int32_t> top_ids, int64_t vocab) {
@@ -45,8 +45,8 @@ struct Errors {
 class MtpTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    model_ = Model::load(kTrainedDemo).release();
-    golden_ = new Goldens(testing::fixture_path("goldens/trained-demo.mtp.safetensors"));
+    model_ = Model::load(kDemo).release();
+    golden_ = new Goldens(testing::fixture_path("goldens/demo.mtp.safetensors"));
   }
   static void TearDownTestSuite() {
     delete model_;
@@ -91,7 +91,7 @@ class MtpTest : public ::testing::Test {
 Model* MtpTest::model_ = nullptr;
 Goldens* MtpTest::golden_ = nullptr;
 
-TEST_F(MtpTest, TrainedDemoLoadsItsMtpLayer) {
+TEST_F(MtpTest, DemoLoadsItsMtpLayer) {
   EXPECT_TRUE(model_->has_mtp());
   EXPECT_EQ(model_->config().mtp_num_hidden_layers, 1);
   EXPECT_GT(model_->mtp_kv_page_bytes(), 0u);
@@ -180,7 +180,7 @@ TEST_F(MtpTest, ControlTokenOnePositionEarlyFails) {
 // Planted control: fc's two column halves swapped in a copy of the checkpoint, which is the same as concatenating
 // [hidden ; embedding]: the same code on that layout must fail the gate.
 TEST_F(MtpTest, ControlSwappedHalvesFails) {
-  testing::DamagedCopy copy(kTrainedDemo, testing::DamagedCopy::Folder{});
+  testing::DamagedCopy copy(kDemo, testing::DamagedCopy::Folder{});
   const size_t half = static_cast<size_t>(h()) * 2;  // bytes of one half-row of BF16
   copy.edit_tensor_bytes("model.safetensors", "mtp.fc.weight", [half](char* data, size_t size) {
     for (size_t row = 0; row < size; row += 2 * half)
@@ -226,7 +226,7 @@ TEST(MtpAbsent, DeclaredButNotStoredLoadsWithoutIt) {
 
 // Stored in part: refused with the missing tensor's name, rather than run without it.
 TEST(MtpAbsent, StoredInPartIsRefused) {
-  testing::DamagedCopy copy(kTrainedDemo, testing::DamagedCopy::Folder{});
+  testing::DamagedCopy copy(kDemo, testing::DamagedCopy::Folder{});
   copy.edit_header("model.safetensors", [](nlohmann::json& header) {
     header["mtp.unused.weight"] = header["mtp.norm.weight"];
     header.erase("mtp.norm.weight");

@@ -2,11 +2,12 @@
 // `duet serve` on the demo model: Claude Code (@anthropic-ai/claude-code, pinned in tests/package.json; its native
 // binary comes in @anthropic-ai/claude-code-linux-x64) through the Messages API. Its prompt is about 17K tokens of
 // the demo tokenizer, which the demo's 65,536-position context holds (the default before was 4,096: it did not fit).
-// The only flags it gets are where the server is, a key and the model's name; the server's --context bounds the demo's
-// random reply (it rarely ends on its own), so the turn takes seconds rather than the 32,000 tokens the agent asks.
+// The only flags it gets are where the server is, a key and the model's name. The demo (trained) ends its reply with
+// <|im_end|> after some tens of tokens; Claude Code treats a reply stopped at max_tokens as an error (exit 1,
+// "exceeded the output token maximum"), so the exit code also checks that the turn ended as the model ended it. The
+// server's --context still bounds a reply that would not end. Most of the time is the 17K-token prefill on the CPU.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -25,12 +26,6 @@ std::string read_file(const std::filesystem::path& path) {
 
 TEST(CodingAgent, ClaudeCodeAnswersOneTurnWithItsDefaultPrompt) {
   if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
-  // Not in the default run: the random demo's reply often runs to the context's end, and Claude Code ends a turn
-  // whose reply stopped at max_tokens with exit 1 ("exceeded the output token maximum"): 3 of 7 runs here. It needs a
-  // demo that ends its turns (the trained tiny model of the MTP issue). Run it with DUET_CODING_AGENT=1.
-  if (std::getenv("DUET_CODING_AGENT") == nullptr)
-    GTEST_SKIP() << "set DUET_CODING_AGENT=1 to run Claude Code against the demo (the random demo's reply may stop at "
-                    "max_tokens, which Claude Code treats as an error)";
 #if !defined(__x86_64__)
   GTEST_SKIP() << "the pinned Claude Code binary is the linux-x64 one";
 #endif
@@ -42,15 +37,23 @@ TEST(CodingAgent, ClaudeCodeAnswersOneTurnWithItsDefaultPrompt) {
   std::filesystem::remove_all(root);
   std::filesystem::create_directories(root / "home");
   std::filesystem::create_directories(root / "work");
-  const std::string command = "cd '" + (root / "work").string() + "' && env -i PATH=/usr/bin:/bin HOME='" +
-                              (root / "home").string() + "' ANTHROPIC_BASE_URL=" + server.url() +
-                              " ANTHROPIC_API_KEY=sk-duet-test DISABLE_TELEMETRY=1"
-                              " CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 timeout 600 '" +
-                              binary + "' -p 'Say hello.' --model demo 2>&1";
-  const CommandResult result = run_command(command);
-  std::filesystem::remove_all(root);
+  const auto agent = [&](const std::string& extra_env) {
+    return run_command("cd '" + (root / "work").string() + "' && env -i PATH=/usr/bin:/bin HOME='" +
+                       (root / "home").string() + "' ANTHROPIC_BASE_URL=" + server.url() +
+                       " ANTHROPIC_API_KEY=sk-duet-test DISABLE_TELEMETRY=1"
+                       " CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 " +
+                       extra_env + " timeout 600 '" + binary + "' -p 'Say hello.' --model demo 2>&1");
+  };
+  const CommandResult result = agent("");
   EXPECT_EQ(result.status, 0) << result.output;
   EXPECT_NE(result.output.find_first_not_of(" \n"), std::string::npos) << "no answer printed";
+  // Planted control: the same turn with the agent's output budget at 2 tokens (its own setting) is cut at max_tokens
+  // by the server, which Claude Code must report as a failure: exit 0 above means the turn was not cut. Claude Code
+  // asks three times more to continue a cut reply before it gives up, each a prefill the prompt cache does not hold
+  // (about a minute each here: the control costs twice the turn).
+  const CommandResult cut = agent("CLAUDE_CODE_MAX_OUTPUT_TOKENS=2");
+  EXPECT_NE(cut.status, 0) << cut.output;
+  std::filesystem::remove_all(root);
 
   // The turn on the server: a Messages request answered 200, its prompt the agent's whole default (system prompt,
   // environment and tool list: well over 15,000 tokens), not a trimmed one.

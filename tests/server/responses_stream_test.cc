@@ -1,4 +1,4 @@
-// The Responses API's event stream for scripted replies (the demo model's random words never call a tool): the
+// The Responses API's event stream for scripted replies (the tiny demo model never calls a tool): the
 // documented order of events for reasoning, text and function calls, sequence numbers, and a final response that
 // holds the same items the events built.
 #include <gtest/gtest.h>

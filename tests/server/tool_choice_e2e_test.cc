@@ -1,6 +1,7 @@
-// tool_choice "required" and named functions over HTTP on the demo model (random weights, thinking on by default):
-// the prompt is the thinking-off prompt plus the forced start of the call, and the named call comes back parsed on
-// /v1/chat/completions and /v1/responses, whole and streamed; what cannot be honoured is refused naming tool_choice.
+// tool_choice "required" and named functions over HTTP on the demo model (tiny, trained on prose; thinking on by
+// default): the prompt is the thinking-off prompt plus the forced start of the call, and the named call comes back
+// parsed on /v1/chat/completions and /v1/responses, whole and streamed; what cannot be honoured is refused naming
+// tool_choice.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -89,7 +90,8 @@ TEST_F(ToolChoiceTest, ANamedFunctionComesBackAsTheCallWholeAndStreamed) {
 }
 
 TEST_F(ToolChoiceTest, RequiredStartsTheReplyWithTheToolCallTag) {
-  // The random demo model rarely writes a whole call; the reply still starts where the forced text left it.
+  // The demo model (tiny, trained on prose) rarely writes a whole call; the reply still starts where the forced text
+  // left it.
   const Json message = post("/v1/chat/completions", chat("required", 3))["choices"][0]["message"];
   if (message["tool_calls"].is_array() && !message["tool_calls"].empty()) return;  // it wrote a call: parsed as one
   EXPECT_TRUE(message["content"].get<std::string>().starts_with("<tool_call>")) << message.dump();

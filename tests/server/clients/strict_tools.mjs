@@ -1,9 +1,9 @@
-// Strict tool calls through the official openai client against duet on the demo model (random weights: it never
-// "wants" a schema, so every valid call is the grammar's doing): tools with "strict": true and tool_choice required,
-// a named function, and auto; streamed and not; several seeds. Every call's arguments are validated by ajv (with
-// ajv-formats) against its tool's parameters. Planted controls: the same request without strict and without a forced
-// call yields no valid call (the model alone never writes one), and a valid call's arguments with one value broken
-// fail the same validation.
+// Strict tool calls through the official openai client against duet on the demo model (tiny, trained on prose and
+// never on tool calls: it never "wants" a schema, so every valid call is the grammar's doing): tools with "strict":
+// true and tool_choice required, a named function, and auto; streamed and not; several seeds. Every call's arguments
+// are validated by ajv (with ajv-formats) against its tool's parameters. Planted controls: the same request without
+// strict and without a forced call yields no valid call (the model alone never writes one), and a valid call's
+// arguments with one value broken fail the same validation.
 // Usage: node strict_tools.mjs URL API_KEY
 import assert from "node:assert/strict";
 import OpenAI from "openai";

@@ -1,5 +1,5 @@
-// Structured outputs through the official clients against duet on the demo model (random weights: it never
-// "wants" the schema, so every valid document is the grammar's doing): the openai client's response_format
+// Structured outputs through the official clients against duet on the demo model (a tiny model trained on prose: it
+// never "wants" the schema, so every valid document is the grammar's doing): the openai client's response_format
 // (json_schema, streamed and not, several seeds; json_object), the Responses API's text.format, completions'
 // response_format, and the Vercel AI SDK's generateObject / streamObject with zod schemas. Every object is validated
 // by ajv (with ajv-formats). Refusals: a keyword duet cannot honour is a 400 naming its schema path.
