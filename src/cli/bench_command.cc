@@ -21,6 +21,7 @@
 #include "base/sha256.h"
 #include "cli/bench_http.h"
 #include "cli/commands.h"
+#include "cli/sse_events.h"
 
 namespace duet::cli {
 namespace {
@@ -45,6 +46,10 @@ struct BenchFlags {
   bool decisions = false;  // bench POST /v1/systemone instead (bench_decisions.cc)
   std::string decision_lengths = "500,2000,6000,12000";
   int decision_concurrency = 4;
+  bool multi_turn = false;  // one conversation of `turns` turns instead (bench_multi_turn.cc)
+  int turns = 4;
+  int system_tokens = 2000;
+  int reply_tokens = 32;
 };
 
 // Sentences joined into prompts of mixed lengths when no --prompts file is given.
@@ -140,7 +145,8 @@ class BenchClient {
     if (!flags_.model.empty()) body["model"] = flags_.model;
 
     RequestResult result;
-    std::string raw, pending;
+    std::string raw;
+    SseEvents events;
     bool done = false;
     auto start = Clock::now();
     httplib::Request req;
@@ -151,31 +157,25 @@ class BenchClient {
     req.set_header("Content-Type", "application/json");
     req.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {
       raw.append(data, size);
-      pending.append(data, size);
-      size_t end;
-      while ((end = pending.find("\n\n")) != std::string::npos) {
-        std::string event = pending.substr(0, end);
-        pending.erase(0, end + 2);
-        if (!event.starts_with("data: ")) continue;  // keep-alive comments
-        std::string data_text = event.substr(6);
+      return events.feed(data, size, [&](const std::string& data_text) {
         if (data_text == "[DONE]") {
           done = true;
-          continue;
+          return true;
         }
         Json chunk = Json::parse(data_text, nullptr, false);
         if (chunk.is_discarded() || chunk.contains("error")) {
           result.error = "stream error: " + data_text;
           return false;
         }
-        if (!chunk.contains("choices") || chunk["choices"].empty()) continue;
+        if (!chunk.contains("choices") || chunk["choices"].empty()) return true;
         const Json& choice = chunk["choices"][0];
         if (choice.contains("token_ids") && choice["token_ids"].is_array())
           for (const Json& id : choice["token_ids"]) {
             if (result.ids.empty()) result.ttft_s = std::chrono::duration<double>(Clock::now() - start).count();
             result.ids.push_back(id.get<int32_t>());
           }
-      }
-      return true;
+        return true;
+      });
     };
     httplib::Response res;
     httplib::Error error = httplib::Error::Success;
@@ -385,7 +385,25 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--decision-concurrency", flags->decision_concurrency,
                   "With --decisions: decisions sent at once in the concurrent run")
       ->capture_default_str();
+  cmd->add_flag("--multi-turn", flags->multi_turn,
+                "Bench one conversation of --turns turns (chat, streaming, greedy): per turn the prompt's tokens, the "
+                "tokens resumed from the prompt cache, time to first token");
+  cmd->add_option("--turns", flags->turns, "With --multi-turn: user turns")->capture_default_str();
+  cmd->add_option("--system-tokens", flags->system_tokens, "With --multi-turn: the system prompt's length in tokens")
+      ->capture_default_str();
+  cmd->add_option("--reply-tokens", flags->reply_tokens, "With --multi-turn: max_tokens of each reply")
+      ->capture_default_str();
   cmd->callback([flags] {
+    const BenchServer server{.url = flags->url, .api_key = flags->api_key, .timeout_s = flags->timeout_s};
+    if (flags->multi_turn) {
+      if (bench_multi_turn({.server = server,
+                            .model = flags->model,
+                            .turns = flags->turns,
+                            .system_tokens = flags->system_tokens,
+                            .reply_tokens = flags->reply_tokens}) != 0)
+        fail("duet bench: a turn failed (see above)");
+      return;
+    }
     const int status =
         flags->decisions
             ? bench_decisions({.server = {.url = flags->url, .api_key = flags->api_key, .timeout_s = flags->timeout_s},

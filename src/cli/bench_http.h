@@ -65,4 +65,15 @@ struct DecisionBenchOptions {
 // `duet bench --decisions`; returns the exit code (non-zero when any decision failed or differed).
 int bench_decisions(const DecisionBenchOptions& options);
 
+struct MultiTurnOptions {
+  BenchServer server;
+  std::string model;         // empty: the server's own, from /v1/models
+  int turns = 4;             // user turns, each a request with the whole conversation so far
+  int system_tokens = 2000;  // the system prompt's length (at least), by the server's tokenizer
+  int reply_tokens = 32;     // max_tokens of each reply
+};
+
+// `duet bench --multi-turn`; returns the exit code (non-zero when a turn failed).
+int bench_multi_turn(const MultiTurnOptions& options);
+
 }  // namespace duet::cli

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# `duet bench --multi-turn` against the demo model on the CPU: with the prompt cache on, turns 2 and 3 resume the
+# system prompt and the earlier turns (cached_tokens of at least the system prompt's whole 64-token blocks); the
+# control, the same conversation against a server with `--prompt-cache-gib 0`, resumes nothing.
+#   usage: multi_turn_bench_test.sh DUET_BINARY DEMO_DIR
+set -euo pipefail
+duet=$1 demo=$2
+work=$(mktemp -d)
+server=""
+trap '[[ -z $server ]] || kill "$server" 2>/dev/null || true; rm -rf "$work"' EXIT
+
+# Starts `duet serve` with the given flags on a free port; sets $server and $url.
+start() {
+  "$duet" serve "$demo" --backend cpu --port 0 --parallel 2 "$@" >"$work/serve.out" 2>"$work/serve.log" &
+  server=$!
+  for _ in $(seq 1 600); do
+    port=$(sed -n 's|.*on http://127.0.0.1:\([0-9]*\) .*|\1|p' "$work/serve.out")
+    [[ -n $port ]] && curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    kill -0 "$server" 2>/dev/null || { cat "$work/serve.log"; echo "FAIL: duet serve exited"; exit 1; }
+    sleep 0.2
+  done
+  url=http://127.0.0.1:$port
+}
+stop() { kill "$server"; wait "$server" 2>/dev/null || true; server=""; }
+# The cached tokens of turn N in the bench's table (column 3).
+cached() { awk -v t="$2" '$1 == t && NF == 5 {print $3}' "$1"; }
+
+bench=(bench --multi-turn --turns 3 --system-tokens 600 --reply-tokens 8)
+start
+"$duet" "${bench[@]}" --url "$url" | tee "$work/on.txt"
+stop
+[[ $(cached "$work/on.txt" 1) -eq 0 ]] || { echo "FAIL: the first turn resumed tokens from an empty cache"; exit 1; }
+for turn in 2 3; do
+  [[ $(cached "$work/on.txt" $turn) -ge 576 ]] || { echo "FAIL: turn $turn resumed less than the system prompt"; exit 1; }
+done
+
+start --prompt-cache-gib 0
+"$duet" "${bench[@]}" --url "$url" | tee "$work/off.txt"
+stop
+for turn in 1 2 3; do
+  [[ $(cached "$work/off.txt" $turn) -eq 0 ]] || { echo "FAIL: turn $turn resumed tokens with the cache off"; exit 1; }
+done
+echo "ok"
