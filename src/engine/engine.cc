@@ -487,10 +487,10 @@ struct Engine::Impl {
   }
 
   // A decision's chunk: its rows go to its sink on the decision workers (under the decision's id, so its tasks run in
-  // order; a sink on the device took them during the step instead), and after the last chunk a worker runs the head and hands the answer back (end_decided), so the engine
-  // steps on meanwhile. A failing sink fails its own decision only. A decision that ends before its answer
-  // (cancelled, failed, shut down) marks its job cancelled: its tasks not yet started are skipped, and an answer
-  // computed meanwhile is dropped.
+  // order; a sink on the device took them during the step instead), and after the last chunk a worker runs the head and
+  // hands the answer back (end_decided), so the engine steps on meanwhile. A failing sink fails its own decision only.
+  // A decision that ends before its answer (cancelled, failed, shut down) marks its job cancelled: its tasks not yet
+  // started are skipped, and an answer computed meanwhile is dropped.
   struct DecisionJob {
     std::shared_ptr<DecisionSink> sink;
     std::string error;                   // the first failure (its tasks run one at a time)
