@@ -56,31 +56,42 @@ std::vector<ScheduledPiece> Scheduler::plan_step() {
                       .samples = true});
     ++tokens;
   }
-  bool any_prefill = false;
+  // Prompts waiting for prefill, in admission order.
+  std::vector<Sequence*> waiting;
   for (const auto& sequence : running_) {
     if (sequence->finished() || sequence->prefill_done()) continue;
     if (sequence->fork_of() && waits_for_fork(*sequence, find(*sequence->fork_of()))) continue;
-    const int32_t remaining = sequence->prompt_length() - sequence->prefilled();
+    waiting.push_back(sequence.get());
+  }
+  if (waiting.empty()) return pieces;
+  auto remaining = [](const Sequence* s) { return s->prompt_length() - s->prefilled(); };
+  // The oldest prompt always progresses: one chunk (or the rest of its prompt) is its own, even past the budget.
+  Sequence* const oldest = waiting.front();
+  const int32_t guaranteed = std::min(prefill_chunk_, remaining(oldest));
+  tokens += guaranteed;
+  // The rest of the budget goes to the prompts with the least left to prefill first (ties: the older first), so a
+  // short prompt or decision is not queued behind the steps a long one needs.
+  std::stable_sort(waiting.begin(), waiting.end(),
+                   [&](const Sequence* a, const Sequence* b) { return remaining(a) < remaining(b); });
+  for (Sequence* sequence : waiting) {
+    const int32_t own = sequence == oldest ? guaranteed : 0;
+    const int32_t left = remaining(sequence) - own;
     const int32_t room = std::max(step_token_budget_ - tokens, 0);
     // The rest of the prompt if it fits, else as many whole chunks as fit: prefilled() is always a multiple of 64
     // (of the chunk, or a cache point, or a cached prefix's end), so every cut lands on a multiple of 64.
-    int32_t length = remaining <= room ? remaining : room / prefill_chunk_ * prefill_chunk_;
-    if (length == 0) {
-      if (any_prefill) continue;                     // a shorter prompt further on may still fit
-      length = std::min(prefill_chunk_, remaining);  // the oldest prompt always progresses
-    }
+    const int32_t more = left <= room ? left : room / prefill_chunk_ * prefill_chunk_;
+    int32_t length = own + more;
+    if (length == 0) continue;
+    tokens += more;
     for (int32_t point : sequence->cache_points())  // ends at the next point, where its state is kept
       if (point > sequence->prefilled() && point < sequence->prefilled() + length) {
         length = point - sequence->prefilled();
         break;
       }
-    const bool last_chunk = length == remaining;
-    pieces.push_back({.sequence = sequence.get(),
+    pieces.push_back({.sequence = sequence,
                       .tokens = std::span(sequence->request().prompt).subspan(sequence->prefilled(), length),
                       .is_prefill = true,
-                      .samples = last_chunk && !sequence->decides()});
-    tokens += length;
-    any_prefill = true;
+                      .samples = length == remaining(sequence) && !sequence->decides()});
   }
   return pieces;
 }

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -110,6 +111,49 @@ TEST(Engine, ALongPromptAloneFillsTheBudgetInWholeChunks) {
   }
   const std::vector<std::pair<int32_t, int32_t>> expected = {{0, 128}, {128, 128}, {256, 44}, {300, 1}};
   EXPECT_EQ(pieces, expected);
+}
+
+// A short prompt is not queued behind a long one's steps: it is prefilled whole within the long prompt's first two
+// steps (the budget goes to the least left first), while the long prompt, the oldest, keeps its one chunk a step.
+// Oldest first, the long prompt took the whole budget (two chunks) every step and the short one waited for its last.
+TEST(Engine, AShortPromptIsPrefilledBesideALongOne) {
+  FakeModel model(kVocab);
+  model.set_step_delay(std::chrono::milliseconds(20));
+  {
+    Engine engine(model, nullptr, small_options(2));  // budget 160: two chunks of 64 and some rows
+    auto long_prompt = engine.submit(greedy_request(std::vector<int32_t>(448, 3), 2));
+    auto short_prompt = engine.submit(greedy_request(std::vector<int32_t>(50, 5), 2));
+    drain(*long_prompt);
+    drain(*short_prompt);
+  }
+  const auto steps = model.steps();
+  // The long prompt's slot: its first piece is whole chunks from position 0.
+  std::optional<int32_t> long_slot;
+  for (const auto& step : steps)
+    for (const auto& piece : step)
+      if (!long_slot && piece.start_position == 0 && piece.length % kChunk == 0) long_slot = piece.slot;
+  ASSERT_TRUE(long_slot);
+  int32_t long_steps = 0, long_done = 0;
+  std::optional<int32_t> short_in_step;  // which of the long prompt's prefill steps prefilled the short one
+  for (const auto& step : steps) {
+    const bool long_prefilling = long_done < 448;
+    bool long_progressed = !long_prefilling;
+    for (const auto& piece : step) {
+      if (piece.slot == *long_slot && long_prefilling) {
+        EXPECT_EQ(piece.start_position, long_done);
+        long_done += piece.length;
+        long_progressed = true;
+      } else if (piece.slot != *long_slot && piece.start_position == 0) {
+        EXPECT_EQ(piece.length, 50) << "the short prompt was cut";
+        short_in_step = long_prefilling ? long_steps + 1 : 1000;
+      }
+    }
+    if (long_prefilling) ++long_steps;
+    EXPECT_TRUE(long_progressed) << "the oldest prompt skipped a step";
+  }
+  EXPECT_EQ(long_done, 448);
+  ASSERT_TRUE(short_in_step);
+  EXPECT_LE(*short_in_step, 2) << "the short prompt waited for the long one's prefill";
 }
 
 TEST(Engine, ThirtyTwoConcurrentRequestsAllFinish) {
