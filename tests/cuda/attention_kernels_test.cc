@@ -374,16 +374,21 @@ TEST_P(AttentionKernels, PrepReadsF32NormWeights) {
   check_prep(dims(), /*f32_norms=*/true);
 }
 
-// Checks a step's attention output against a double-precision reference over the same inputs the kernel read: the
-// prepped queries from q_gate and K/V from the pages (prep has its own test). Returns the largest absolute error.
-double expect_matches_reference(const AttentionDims& d, const std::vector<StepPiece>& parts, const StepOutput& result,
-                                const std::vector<bf16>& pages_bf16) {
+// A step's attention output against a double-precision reference over the same inputs the kernel read: the prepped
+// queries from q_gate and K/V from the pages (prep has its own test).
+struct ReferenceCheck {
+  double worst = 0;       // the largest absolute error
+  size_t violations = 0;  // outputs outside the tolerance
+  std::string first;      // the first of them
+};
+ReferenceCheck check_against_reference(const AttentionDims& d, const std::vector<StepPiece>& parts,
+                                       const StepOutput& result, const std::vector<bf16>& pages_bf16) {
   const std::vector<float> pages = to_float(pages_bf16);
   const std::vector<float> q_gate = to_float(result.q_gate);
   const std::vector<float> out = to_float(result.out);
   const int hd = d.head_dim, group = d.q_heads / d.kv_heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  double worst = 0;
+  ReferenceCheck check;
   int row = 0;
   for (const StepPiece& part : parts) {
     for (int r = 0; r < part.rows; ++r, ++row) {
@@ -411,18 +416,27 @@ double expect_matches_reference(const AttentionDims& d, const std::vector<StepPi
           const float got = out[(static_cast<size_t>(row) * d.q_heads + h) * hd + i];
           // Tolerance: the BF16 rounding of the output (2^-8 relative) plus the fp32 error of scores, exp and the
           // weighted sum before it, well under 2^-12 absolute for |v| < 1 (even over 16K keys: the sums' rounding
-          // errors grow like sqrt(keys) * 2^-24 relative).
+          // errors grow like sqrt(keys) * 2^-24 relative; prefill rows' p enter P.V to about 2^-17).
           const double err = std::fabs(got - want);
-          worst = std::max(worst, err);
-          EXPECT_LE(err, std::ldexp(std::fabs(want), -8) + std::ldexp(1.0, -12))
-              << "row " << row << " (pos " << pos << ") head " << h << " dim " << i << ": got " << got << " want "
-              << want;
-          if (err > std::ldexp(std::fabs(want), -8) + std::ldexp(1.0, -12)) return worst;  // one report per call
+          check.worst = std::max(check.worst, err);
+          if (err > std::ldexp(std::fabs(want), -8) + std::ldexp(1.0, -12) && check.violations++ == 0) {
+            check.first = "row " + std::to_string(row) + " (pos " + std::to_string(pos) + ") head " +
+                          std::to_string(h) + " dim " + std::to_string(i) + ": got " + std::to_string(got) + " want " +
+                          std::to_string(want);
+          }
         }
       }
     }
   }
-  return worst;
+  return check;
+}
+
+// The same as a test expectation; returns the largest absolute error.
+double expect_matches_reference(const AttentionDims& d, const std::vector<StepPiece>& parts, const StepOutput& result,
+                                const std::vector<bf16>& pages_bf16) {
+  const ReferenceCheck check = check_against_reference(d, parts, result, pages_bf16);
+  EXPECT_EQ(check.violations, 0u) << "first: " << check.first;
+  return check.worst;
 }
 
 // Attention of a mixed step (prefill pieces of several sizes and a decode row) against the reference.
@@ -463,6 +477,41 @@ TEST_P(AttentionKernels, DecodeRowsMatchReference) {
     worst = std::max(worst, expect_matches_reference(d, {parts[i]}, results[i], pages));
   }
   RecordProperty("max_abs_error", std::to_string(worst));
+}
+
+// Prefill rows deep into a sequence (keys over 33 pages, the piece crossing a page boundary) and a short piece beside
+// them, against the reference.
+TEST_P(AttentionKernels, LongPrefillRowsMatchReference) {
+  DUET_REQUIRE_GPU();
+  const AttentionDims& d = dims();
+  constexpr int kStoragePages = 40;
+  PagePool pool(1400, kStoragePages);
+  const Sequence seq = make_sequence(d, 2100, pool.take(2100), 1401, kStoragePages);
+  const Sequence other = make_sequence(d, 70, pool.take(70), 1402, kStoragePages);
+  const std::vector<StepPiece> parts = {{&seq, 2030, 70}, {&other, 67, 3}};
+  Norms norms(d, false, 37);
+  DeviceBuffer<bf16> kv(initial_storage(d, parts, norms));
+  const StepOutput result = run_step(d, parts, norms, kv);
+  RecordProperty("max_abs_error", std::to_string(expect_matches_reference(d, parts, result, kv.download())));
+}
+
+// The planted control of the reference check: the same step's output against pages with two keys swapped must fail
+// it (a kernel that read the wrong key would be caught).
+TEST_P(AttentionKernels, ReferenceCheckCatchesASwappedKey) {
+  DUET_REQUIRE_GPU();
+  const AttentionDims& d = dims();
+  MixedStep m = mixed_step(d, 200);
+  Norms norms(d, false, 9);
+  DeviceBuffer<bf16> kv(initial_storage(d, m.parts, norms));
+  const StepOutput result = run_step(d, m.parts, norms, kv);
+  std::vector<bf16> pages = kv.download();
+  ASSERT_EQ(check_against_reference(d, m.parts, result, pages).violations, 0u);
+  // Keys 20 and 21 of KV head 0 of the 130-row piece's sequence (rows at positions 3 .. 132 read both).
+  const Sequence& seq = *m.parts[2].seq;
+  ASSERT_EQ(m.parts[2].rows, 130);
+  const int64_t a = slot_offset(d, seq, 20, 0, false), b = slot_offset(d, seq, 21, 0, false);
+  std::swap_ranges(pages.begin() + a, pages.begin() + a + d.head_dim, pages.begin() + b);
+  EXPECT_GT(check_against_reference(d, m.parts, result, pages).violations, 0u);
 }
 
 // Each piece run alone gives the same bytes as beside the others in `parts`: queries, outputs and K/V slots.

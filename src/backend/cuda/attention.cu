@@ -1,6 +1,7 @@
-// Causal softmax attention over the paged KV cache, with the output gate.
+// Causal softmax attention over the paged KV cache, with the output gate: decode rows here; prefill rows on tensor
+// cores in attention_prefill.cu.
 //
-// The arithmetic of one query (a row and a query head), the same in both prefill kernels below bit for bit:
+// The arithmetic of one query (a row and a query head) in the decode kernel's blocks:
 //   m = -inf, l = 0, acc[d] = 0
 //   for each key block b = 0 .. position / 64 (keys 64b .. min(64b + 63, position), one page):
 //     s_t  = fp32(dot(q, k_t)) * scale         dot: one fma chain over d = 0 .. head_dim-1, starting from 0
@@ -12,13 +13,7 @@
 // Every step is an explicitly rounded intrinsic (no contraction left to the compiler), so the value depends only on
 // the row's position and its sequence's data: not on the other rows, the pieces, the cuts, nor the kernel.
 //
-// Prefill rows take it as it stands, in one of two kernels:
-//  - attention_rows_kernel: one block per (row, KV head) serving the KV head's query heads; the rows of short
-//    prefill pieces.
-//  - attention_tiles_kernel: one block per (64 queries of a piece: 64 / group rows x group heads, KV head); each K/V
-//    tile in shared memory serves all the tile's queries. Prefill pieces of at least half a tile of rows.
-//
-// Decode rows (pieces with DeviceRole::decode, whatever their size) take attention_decode_kernel instead: walking
+// Decode rows (pieces with DeviceRole::decode, whatever their size) take attention_decode_kernel: walking
 // every key in one block leaves a long decode row on kv_heads SMs, so a cluster of kCluster blocks shares the row's
 // key blocks. With P = position / 64 + 1 key blocks, per = ceil(P / kCluster) and A = ceil(P / per), block r of the
 // cluster runs the loop above (from m = -inf, l = 0, acc = 0) over key blocks [r per, min((r + 1) per, P)) for
@@ -31,8 +26,8 @@
 // rows, their number nor their roles. They may differ in the last bits from the same row computed as a prefill
 // row (architecture.md allows it).
 //
-// Which piece goes where is read on the device (a block whose row or tile belongs to another kernel returns at once,
-// or skips it); a kernel that would find no row at all, by the host's count of decode rows, is not launched.
+// Which piece goes where is read on the device (a block whose row belongs to the other kernel skips it); a kernel
+// that would find no row at all, by the host's count of decode rows, is not launched.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -41,6 +36,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backend/cuda/attention_shared.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dependent_launch.h"
 #include "backend/cuda/kernels.h"
@@ -49,11 +45,10 @@ namespace duet::backend::cuda {
 
 namespace {
 
+using namespace attention;  // attention_shared.h
+
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kKeys = kPagePositions;    // one key block is one page
-constexpr int kMaxGroup = 16;            // query heads per KV head
-constexpr int kTileQueries = 64;         // queries per tiles-kernel block
 constexpr int kCluster = 8;              // decode-kernel blocks per (row, KV head): the portable cluster size
 constexpr int kMaxDecodeClusters = 256;  // decode-kernel clusters per KV head; each takes rows this many apart
 
@@ -62,21 +57,7 @@ constexpr int kMaxDecodeClusters = 256;  // decode-kernel clusters per KV head; 
 template <int D>
 constexpr int kStride = D + 4;
 
-struct AttentionParams {
-  DeviceStep step;
-  int32_t layer;
-  const bf16* q_gate;
-  bf16* out;
-  int32_t q_heads, kv_heads, group;
-  float scale;
-  int32_t tiled_min_rows;  // pieces with at least this many rows go to the tiles kernel
-  int32_t tile_rows;       // rows per tile: kTileQueries / group
-};
-
 // ---- The shared arithmetic.
-
-__device__ __forceinline__ float bf16_low(uint32_t pair) { return __uint_as_float(pair << 16); }
-__device__ __forceinline__ float bf16_high(uint32_t pair) { return __uint_as_float(pair & 0xffff0000u); }
 
 // One fma step per element of 4 BF16 values held as two 32-bit words, in ascending d.
 __device__ __forceinline__ float dot4(uint2 q, uint2 k, float acc) {
@@ -84,33 +65,6 @@ __device__ __forceinline__ float dot4(uint2 q, uint2 k, float acc) {
   acc = __fmaf_rn(bf16_high(q.x), bf16_high(k.x), acc);
   acc = __fmaf_rn(bf16_low(q.y), bf16_low(k.y), acc);
   return __fmaf_rn(bf16_high(q.y), bf16_high(k.y), acc);
-}
-
-__device__ __forceinline__ float softmax_exp(float x) { return expf(x); }
-
-__device__ __forceinline__ float gated_output(float acc, float l, float gate) {
-  const float sigmoid = __fdiv_rn(1.0f, __fadd_rn(1.0f, softmax_exp(-gate)));
-  return __fmul_rn(__fdiv_rn(acc, l), sigmoid);
-}
-
-// Keys of a query at `position` inside the key block starting at `block_start` (0 when the block is after it).
-__device__ __forceinline__ int keys_in_block(int32_t position, int block_start) {
-  return max(0, min(kKeys, position - block_start + 1));
-}
-
-// Copies keys [0, n) of a page (KV head rows `row_stride` apart) into shared K (padded rows) and V (dense rows).
-template <int D>
-__device__ void load_kv_tile(const bf16* key, const bf16* value, int64_t row_stride, int n, bf16* ks, bf16* vs) {
-  constexpr int kChunks = D / 8;  // 16-byte chunks per row
-  for (int i = threadIdx.x; i < n * kChunks; i += kThreads) {
-    const int t = i / kChunks, c = i % kChunks;
-    const uint4 kk = __ldg(reinterpret_cast<const uint4*>(key + t * row_stride + c * 8));
-    const uint4 vv = __ldg(reinterpret_cast<const uint4*>(value + t * row_stride + c * 8));
-    uint2* kd = reinterpret_cast<uint2*>(ks + t * kStride<D> + c * 8);
-    kd[0] = make_uint2(kk.x, kk.y);
-    kd[1] = make_uint2(kk.z, kk.w);
-    *reinterpret_cast<uint4*>(vs + t * D + c * 8) = vv;
-  }
 }
 
 // Copies one query (head_dim BF16) into a padded shared row, or zeros when `src` is null (a tile's unused query).
@@ -124,11 +78,7 @@ __device__ void load_query(const bf16* src, bf16* dst, int lane, int lanes) {
   }
 }
 
-__device__ __forceinline__ const bf16* query_ptr(const AttentionParams& p, int row, int head, int head_dim) {
-  return p.q_gate + (static_cast<int64_t>(row) * p.q_heads + head) * 2 * head_dim;
-}
-
-// ---- The rows kernel: one block per (row, KV head).
+// ---- The rows arithmetic, which each block of a decode cluster runs over its key blocks.
 
 template <int D>
 struct RowsSmem {
@@ -201,62 +151,6 @@ __device__ __forceinline__ void rows_key_block(const bf16* qs, const bf16* ks, c
       const int g = query0 + kQueriesPerPass * j;
       if (g < G) acc[j] = __fmaf_rn(ss[g * kKeys + t], v, acc[j]);
     }
-  }
-}
-
-// kJ: queries per thread in the P.V product (see rows_key_block).
-template <int D, int kJ>
-__global__ void __launch_bounds__(kThreads) attention_rows_kernel(AttentionParams p) {
-  wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
-  let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
-  static_assert(D % 32 == 0 && D <= kThreads, "one P.V dim per thread");
-  extern __shared__ __align__(16) unsigned char smem[];
-  using S = RowsSmem<D>;
-  bf16* ks = reinterpret_cast<bf16*>(smem);
-  bf16* vs = reinterpret_cast<bf16*>(smem + S::kKBytes);
-  bf16* qs = reinterpret_cast<bf16*>(smem + S::kKBytes + S::kVBytes);
-  float* ss = reinterpret_cast<float*>(smem + S::kKBytes + S::kVBytes + S::kQBytes);  // [group][64] s, then p
-  float* m_s = ss + kMaxGroup * kKeys;
-  float* l_s = m_s + kMaxGroup;
-  float* c_s = l_s + kMaxGroup;
-
-  const int row = blockIdx.x, kvh = blockIdx.y, tid = threadIdx.x;
-  const DevicePiece piece = p.step.piece[p.step.row_piece[row]];
-  // The decode kernel computes decode rows, the tiles kernel long prefill pieces.
-  if (piece.role == DeviceRole::decode || piece.rows >= p.tiled_min_rows) return;
-  const int32_t position = p.step.row_position[row];
-  const int G = p.group;
-
-  for (int g = tid / (D / 8); g < G; g += kThreads / (D / 8))
-    load_query<D>(query_ptr(p, row, kvh * G + g, D), qs + g * kStride<D>, tid % (D / 8), D / 8);
-  if (tid < G) {
-    m_s[tid] = -INFINITY;
-    l_s[tid] = 0.0f;
-  }
-  constexpr int kQueriesPerPass = kThreads / D;
-  const int dim = tid % D, query0 = tid / D;
-  float acc[kJ];
-#pragma unroll
-  for (int j = 0; j < kJ; ++j) acc[j] = 0.0f;
-
-  const int64_t row_stride = static_cast<int64_t>(p.kv_heads) * D;
-  for (int block_start = 0; block_start <= position; block_start += kKeys) {
-    const int n = keys_in_block(position, block_start);
-    const bf16* key = kv_key(piece, p.step.page_table, p.layer, block_start, kvh, p.kv_heads, D);
-    load_kv_tile<D>(key, key + kv_page_elems(p.kv_heads, D), row_stride, n, ks, vs);
-    __syncthreads();
-    rows_key_block<D, kJ>(qs, ks, vs, ss, m_s, l_s, c_s, G, n, p.scale, acc);
-    __syncthreads();  // K, V and p are overwritten by the next block
-  }
-
-#pragma unroll
-  for (int j = 0; j < kJ; ++j) {
-    const int g = query0 + kQueriesPerPass * j;
-    if (g >= G) continue;
-    const int head = kvh * G + g;
-    const float gate = __bfloat162float(query_ptr(p, row, head, D)[D + dim]);
-    p.out[(static_cast<int64_t>(row) * p.q_heads + head) * D + dim] =
-        __float2bfloat16(gated_output(acc[j], l_s[g], gate));
   }
 }
 
@@ -411,290 +305,25 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 2)
   }
 }
 
-// ---- The tiles kernel: one block per (64 queries of one piece, KV head).
-
-template <int D>
-struct TilesSmem {
-  static constexpr int kPStride = kTileQueries + 4;  // s and p stored transposed, [key][query]
-  static constexpr int kKBytes = kKeys * kStride<D> * 2;
-  static constexpr int kVBytes = kKeys * D * 2;
-  static constexpr int kQBytes = kTileQueries * kStride<D> * 2;
-  static constexpr int kPBytes = kKeys * kPStride * 4;
-  static constexpr int kStatBytes = (3 + 4) * kTileQueries * 4 + kTileQueries * 4;  // m, l, c, 4 partial maxima, pos
-  static constexpr int kBytes = kKBytes + kVBytes + kQBytes + kPBytes + kStatBytes;
-};
-
-// Which tile of which piece block `tile` is, counting only the pieces the tiles kernel takes (prefill pieces of at
-// least tiled_min_rows rows); false when none.
-// Each warp scans the pieces 32 at a time (a prefix sum of their tile counts), so a decode step of many pieces
-// costs a few loads per block; every warp of the block finds the same answer.
-__device__ bool find_tile(const AttentionParams& p, int tile, int* piece_index, int* first_row, int* rows) {
-  constexpr unsigned kAll = 0xffffffffu;
-  const int lane = threadIdx.x & 31;
-  int before = 0;  // tiles of the pieces scanned so far
-  for (int base = 0; base < p.step.pieces; base += 32) {
-    const int i = base + lane;
-    // Decode pieces belong to the decode kernel whatever their size.
-    const int piece_rows = i < p.step.pieces && p.step.piece[i].role != DeviceRole::decode ? p.step.piece[i].rows : 0;
-    const int tiles = piece_rows >= p.tiled_min_rows ? (piece_rows + p.tile_rows - 1) / p.tile_rows : 0;
-    int inclusive = tiles;
-#pragma unroll
-    for (int offset = 1; offset < 32; offset <<= 1) {
-      const int x = __shfl_up_sync(kAll, inclusive, offset);
-      if (lane >= offset) inclusive += x;
-    }
-    const unsigned hit = __ballot_sync(kAll, tile < before + inclusive);
-    if (hit != 0) {
-      const int owner = __ffs(hit) - 1;
-      const int local = tile - before - __shfl_sync(kAll, inclusive - tiles, owner);
-      *piece_index = base + owner;
-      const DevicePiece& piece = p.step.piece[base + owner];
-      *first_row = piece.first_row + local * p.tile_rows;
-      *rows = min(p.tile_rows, piece.rows - local * p.tile_rows);
-      return true;
-    }
-    before += __shfl_sync(kAll, inclusive, 31);
-  }
-  return false;
-}
-
-// Scores of the tile: thread (qg, kg) computes queries 4qg .. 4qg+3 against keys kg + 16j (j < 4), each dot the same
-// ascending chain as dot4 gives one query and key; written transposed as s[key][query].
-template <int D>
-__device__ void tile_scores(const bf16* qs, const bf16* ks, int n, float scale, float* st) {
-  constexpr int kPStride = TilesSmem<D>::kPStride;
-  const int qg = threadIdx.x >> 4, kg = threadIdx.x & 15;
-  float acc[4][4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
-  const uint2* q2 = reinterpret_cast<const uint2*>(qs + 4 * qg * kStride<D>);
-  const uint2* k2 = reinterpret_cast<const uint2*>(ks + kg * kStride<D>);
-  constexpr int kRow2 = kStride<D> / 4;  // uint2 per padded row
-#pragma unroll 2
-  for (int c = 0; c < D / 4; ++c) {
-    uint2 qv[4], kv[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) qv[i] = q2[i * kRow2 + c];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) kv[j] = k2[16 * j * kRow2 + c];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) acc[i][j] = dot4(qv[i], kv[j], acc[i][j]);
-  }
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int t = kg + 16 * j;
-    if (t >= n) continue;
-    float4 s;
-    s.x = __fmul_rn(acc[0][j], scale);
-    s.y = __fmul_rn(acc[1][j], scale);
-    s.z = __fmul_rn(acc[2][j], scale);
-    s.w = __fmul_rn(acc[3][j], scale);
-    *reinterpret_cast<float4*>(st + t * kPStride + 4 * qg) = s;
-  }
-}
-
-// Keys [t_begin, t_end) of the P.V product for the thread's 4 queries (p at st4[t * kPStride + i]) and dims
-// 2 dg + 32 k + {0, 1} (V pairs at v2[t * D / 2 + 16 k]). kMasked: keys past a query's own position are skipped,
-// so its fma chain is exactly the one the rows kernel runs.
-template <int D, bool kMasked>
-__device__ __forceinline__ void tile_pv(const float* st4, const uint32_t* v2, int t_begin, int t_end,
-                                        const int (&nq4)[4], float (&acc)[4][D / 16]) {
-  constexpr int kPStride = TilesSmem<D>::kPStride;
-  for (int t = t_begin; t < t_end; ++t) {
-    const float4 pt = *reinterpret_cast<const float4*>(st4 + t * kPStride);
-    const float pi[4] = {pt.x, pt.y, pt.z, pt.w};
-#pragma unroll
-    for (int k = 0; k < D / 32; ++k) {
-      const uint32_t pair = v2[t * (D / 2) + 16 * k];
-      const float v0 = bf16_low(pair), v1 = bf16_high(pair);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        if (kMasked && t >= nq4[i]) continue;
-        acc[i][2 * k] = __fmaf_rn(pi[i], v0, acc[i][2 * k]);
-        acc[i][2 * k + 1] = __fmaf_rn(pi[i], v1, acc[i][2 * k + 1]);
-      }
-    }
-  }
-}
-
-template <int D>
-__global__ void __launch_bounds__(kThreads, 1) attention_tiles_kernel(AttentionParams p) {
-  wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
-  let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
-  static_assert(D % 32 == 0, "P.V dims in pairs 32 apart");
-  using S = TilesSmem<D>;
-  constexpr int kPStride = S::kPStride;
-  constexpr int kDims2 = D / 32;  // BF16 pairs of dims per thread in P.V
-  extern __shared__ __align__(16) unsigned char smem[];
-  bf16* ks = reinterpret_cast<bf16*>(smem);
-  bf16* vs = reinterpret_cast<bf16*>(smem + S::kKBytes);
-  bf16* qs = reinterpret_cast<bf16*>(smem + S::kKBytes + S::kVBytes);
-  float* st = reinterpret_cast<float*>(smem + S::kKBytes + S::kVBytes + S::kQBytes);
-  float* m_s = st + kKeys * kPStride;
-  float* l_s = m_s + kTileQueries;
-  float* c_s = l_s + kTileQueries;
-  float* part = c_s + kTileQueries;                                      // [4][64] partial maxima
-  int32_t* pos_s = reinterpret_cast<int32_t*>(part + 4 * kTileQueries);  // -1 for an unused query
-
-  int piece_index, first_row, tile_rows;
-  if (!find_tile(p, blockIdx.x, &piece_index, &first_row, &tile_rows)) return;
-  const DevicePiece piece = p.step.piece[piece_index];
-  const int kvh = blockIdx.y, tid = threadIdx.x, G = p.group;
-
-  // Query qi of the tile is head kvh * G + qi % G of row first_row + qi / G.
-  for (int qi = tid / (D / 8); qi < kTileQueries; qi += kThreads / (D / 8)) {
-    const int r = qi / G;
-    const bf16* src = r < tile_rows ? query_ptr(p, first_row + r, kvh * G + qi % G, D) : nullptr;
-    load_query<D>(src, qs + qi * kStride<D>, tid % (D / 8), D / 8);
-  }
-  if (tid < kTileQueries) {
-    const int r = tid / G;
-    pos_s[tid] = r < tile_rows ? p.step.row_position[first_row + r] : -1;
-    m_s[tid] = -INFINITY;
-    l_s[tid] = 0.0f;
-  }
-  const int32_t last_position = p.step.row_position[first_row + tile_rows - 1];
-
-  const int qg = tid >> 4, dg = tid & 15;  // P.V: queries 4qg .. 4qg+3, dims 2dg + 32k + {0, 1}
-  float acc[4][2 * kDims2];
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int k = 0; k < 2 * kDims2; ++k) acc[i][k] = 0.0f;
-  __syncthreads();
-
-  const int64_t row_stride = static_cast<int64_t>(p.kv_heads) * D;
-  for (int block_start = 0; block_start <= last_position; block_start += kKeys) {
-    const int n = keys_in_block(last_position, block_start);
-    const bf16* key = kv_key(piece, p.step.page_table, p.layer, block_start, kvh, p.kv_heads, D);
-    load_kv_tile<D>(key, key + kv_page_elems(p.kv_heads, D), row_stride, n, ks, vs);
-    __syncthreads();
-
-    tile_scores<D>(qs, ks, n, p.scale, st);
-    __syncthreads();
-
-    // Softmax statistics, query qi = tid % 64 over keys [16 quarter, 16 quarter + 16): partial maxima first.
-    const int qi = tid % kTileQueries, quarter = tid / kTileQueries;
-    const int nq = keys_in_block(pos_s[qi], block_start);
-    float block_max = -INFINITY;
-    for (int t = 16 * quarter; t < min(nq, 16 * quarter + 16); ++t) block_max = fmaxf(block_max, st[t * kPStride + qi]);
-    part[quarter * kTileQueries + qi] = block_max;
-    __syncthreads();
-    block_max = fmaxf(fmaxf(part[qi], part[kTileQueries + qi]),
-                      fmaxf(part[2 * kTileQueries + qi], part[3 * kTileQueries + qi]));
-    const float m_old = m_s[qi];
-    const float m_new = fmaxf(m_old, block_max);
-    for (int t = 16 * quarter; t < min(nq, 16 * quarter + 16); ++t)
-      st[t * kPStride + qi] = softmax_exp(__fsub_rn(st[t * kPStride + qi], m_new));
-    // A query with no key in this block keeps its state: c = 1 leaves l and acc exactly as they are.
-    const float c = nq > 0 ? softmax_exp(__fsub_rn(m_old, m_new)) : 1.0f;
-    if (quarter == 0) c_s[qi] = c;
-    __syncthreads();
-    if (quarter == 0 && nq > 0) {  // l in key order; nothing else reads l or m before the next block
-      float l = __fmul_rn(l_s[qi], c);
-      for (int t = 0; t < nq; ++t) l = __fadd_rn(l, st[t * kPStride + qi]);
-      l_s[qi] = l;
-      m_s[qi] = m_new;
-    }
-
-    // P.V: rescale, then keys every one of the thread's queries takes, then the diagonal keys query by query.
-    int nq4[4], n_all = kKeys, n_any = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      nq4[i] = keys_in_block(pos_s[4 * qg + i], block_start);
-      n_all = min(n_all, nq4[i]);
-      n_any = max(n_any, nq4[i]);
-      const float ci = c_s[4 * qg + i];
-#pragma unroll
-      for (int k = 0; k < 2 * kDims2; ++k) acc[i][k] = __fmul_rn(acc[i][k], ci);
-    }
-    const uint32_t* v2 = reinterpret_cast<const uint32_t*>(vs) + dg;
-    tile_pv<D, false>(st + 4 * qg, v2, 0, n_all, nq4, acc);
-    tile_pv<D, true>(st + 4 * qg, v2, n_all, n_any, nq4, acc);
-    __syncthreads();  // K, V, s/p, l and m are rewritten by the next block
-  }
-
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int qi = 4 * qg + i, r = qi / G;
-    if (r >= tile_rows) continue;
-    const int row = first_row + r, head = kvh * G + qi % G;
-    const bf16* gate = query_ptr(p, row, head, D) + D;
-    bf16* out = p.out + (static_cast<int64_t>(row) * p.q_heads + head) * D;
-    const float l = l_s[qi];
-#pragma unroll
-    for (int k = 0; k < kDims2; ++k) {
-      const int d = 2 * dg + 32 * k;
-      __nv_bfloat162 y;
-      y.x = __float2bfloat16(gated_output(acc[i][2 * k], l, __bfloat162float(gate[d])));
-      y.y = __float2bfloat16(gated_output(acc[i][2 * k + 1], l, __bfloat162float(gate[d + 1])));
-      *reinterpret_cast<__nv_bfloat162*>(out + d) = y;
-    }
-  }
-}
-
 // ---- Launch.
 
-// Whether a prefill kernel may find rows of its own (DeviceStep::decode_rows: when the host did not count, yes).
-bool has_prefill_rows(const DeviceStep& step) { return step.decode_rows < 0 || step.decode_rows < step.rows; }
-
-template <typename Kernel>
-void allow_smem(Kernel kernel, int bytes, const char* name) {
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), name);
-}
-
-template <int D, int kJ>
-void launch_rows(const AttentionParams& p, cudaStream_t stream) {
-  constexpr int kBytes = RowsSmem<D>::kBytes;
-  static const bool configured = (allow_smem(attention_rows_kernel<D, kJ>, kBytes, "attention_rows_kernel smem"), true);
-  (void)configured;
-  if (has_prefill_rows(p.step)) {
-    launch_dependent("attention_rows_kernel", attention_rows_kernel<D, kJ>, dim3(p.step.rows, p.kv_heads), kThreads,
-                     kBytes, stream, p);
-    check_launch("attention_rows_kernel");
+// The decode kernel with the fewest queries per thread in its P.V that covers the group: group * D values over 256
+// threads, rounded up to a power of two (at most kMaxGroup * D / 256).
+template <int D, int kJ = 1>
+void launch_decode(const AttentionParams& p, cudaStream_t stream) {
+  if constexpr (kJ < kMaxGroup * D / kThreads) {
+    if (p.group * D > kJ * kThreads) return launch_decode<D, 2 * kJ>(p, stream);
   }
-  if (p.step.decode_rows == 0) return;
-
   // One cluster per row up to kMaxDecodeClusters, so a long prefill step does not launch kCluster idle blocks per
   // row; clusters then take rows kMaxDecodeClusters apart (which cluster serves a row changes none of its bits).
-  static const bool decode_configured =
+  constexpr int kBytes = RowsSmem<D>::kBytes;
+  static const bool configured =
       (allow_smem(attention_decode_kernel<D, kJ>, kBytes, "attention_decode_kernel smem"), true);
-  (void)decode_configured;
+  (void)configured;
   const int clusters = std::min(p.step.rows, kMaxDecodeClusters);
   launch_dependent("attention_decode_kernel", attention_decode_kernel<D, kJ>, dim3(clusters * kCluster, p.kv_heads),
                    kThreads, kBytes, stream, p);
   check_launch("attention_decode_kernel");
-}
-
-// The rows and decode kernels with the fewest queries per thread in their P.V that cover the group: group * D values
-// over 256 threads, rounded up to a power of two (at most kMaxGroup * D / 256).
-template <int D, int kJ = 1>
-void launch_rows_for_group(const AttentionParams& p, cudaStream_t stream) {
-  if constexpr (kJ < kMaxGroup * D / kThreads) {
-    if (p.group * D > kJ * kThreads) return launch_rows_for_group<D, 2 * kJ>(p, stream);
-  }
-  launch_rows<D, kJ>(p, stream);
-}
-
-template <int D>
-void launch_for_head_dim(const AttentionParams& p, cudaStream_t stream) {
-  launch_rows_for_group<D>(p, stream);
-
-  constexpr int kBytes = TilesSmem<D>::kBytes;
-  static const bool configured = (allow_smem(attention_tiles_kernel<D>, kBytes, "attention_tiles_kernel smem"), true);
-  (void)configured;
-  if (!has_prefill_rows(p.step)) return;
-  // Tiles are at most rows / tile_rows plus one partial tile per piece the kernel takes, and it takes at most
-  // rows / tiled_min_rows pieces.
-  const int tiled_pieces = std::min(p.step.pieces, p.step.rows / p.tiled_min_rows);
-  const int tiles = (p.step.rows + p.tile_rows - 1) / p.tile_rows + tiled_pieces;
-  launch_dependent("attention_tiles_kernel", attention_tiles_kernel<D>, dim3(tiles, p.kv_heads), kThreads, kBytes,
-                   stream, p);
-  check_launch("attention_tiles_kernel");
 }
 
 }  // namespace
@@ -719,21 +348,17 @@ void launch_attention(const DeviceStep& step, int32_t attn_layer, const bf16* q_
   p.group = dims.q_heads / dims.kv_heads;
   p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   p.tile_rows = kTileQueries / p.group;
-  // A tile shares each K/V block among its rows; below half a tile of rows, one block per row is quicker.
-  p.tiled_min_rows = std::max(2, p.tile_rows / 2);
+  launch_prefill(p, hd, stream);
+  if (step.decode_rows == 0) return;
   switch (hd) {
     case 32:
-      launch_for_head_dim<32>(p, stream);
-      break;
+      return launch_decode<32>(p, stream);
     case 64:
-      launch_for_head_dim<64>(p, stream);
-      break;
+      return launch_decode<64>(p, stream);
     case 128:
-      launch_for_head_dim<128>(p, stream);
-      break;
+      return launch_decode<128>(p, stream);
     default:
-      launch_for_head_dim<256>(p, stream);
-      break;
+      return launch_decode<256>(p, stream);
   }
 }
 

@@ -46,6 +46,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dependent_launch.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/mma_sync.h"
 
 namespace duet::backend::cuda {
 
@@ -238,36 +239,9 @@ __host__ __device__ constexpr int slice_stride(int64_t steps, int slices) {
 constexpr size_t kWholeSliceBytes = 96 * 1024;
 constexpr int kWholeSliceMaxTiles = 2;  // up to 16 rows
 
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, bypassing L1; `bytes` 0 writes zeros and reads nothing.
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, uint32_t bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_address(dst)), "l"(src), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-}
-
 // A hint: bring `bytes` (a multiple of 16, 16-byte aligned) of w into L2 ahead of the loads that need them.
 __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes));
-}
-
-// c += A B for one m16n8k16 tile: A 16 x 16 (a0: row g, k slots 2t..2t+1; a1: row g + 8, same slots; a2, a3: the
-// same rows, slots 2t + 8..2t + 9), B 16 x 8 (b0: k slots 2t..2t+1 of column g; b1: slots 2t + 8..2t + 9), c: rows
-// g and g + 8 (c0, c1 and c2, c3) of columns 2t and 2t + 1. Each 32-bit register holds 2 BF16, the lower slot in the
-// low half, which is how 2 consecutive BF16 of memory land in a register.
-__device__ __forceinline__ void mma_16x8x16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                            uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 // This lane's w for one step: elements 16t .. 16t + 15 of its rows g ([0], [1]) and g + 8 ([2], [3]); rows past n
