@@ -27,6 +27,7 @@ namespace {
 using duet::testing::decision_goldens;
 using duet::testing::encoding_of;
 using duet::testing::golden_values;
+using duet::testing::question_probabilities;
 using duet::testing::rows_of;
 
 constexpr double kProbabilityTolerance = 1e-5;
@@ -83,18 +84,6 @@ HeadOutput host_head(const Loaded& l, const Encoding& encoding, const std::vecto
   return l.head->forward(gatherer.inputs());
 }
 
-std::vector<double> probabilities(const std::vector<float>& logits, const Encoding& encoding) {
-  std::vector<double> out;
-  size_t next = 0;
-  for (const EncodedQuestion& question : encoding.questions) {
-    std::vector<float> p(logits.begin() + next, logits.begin() + next + question.options.size());
-    softmax(p);
-    out.insert(out.end(), p.begin(), p.end());
-    next += question.options.size();
-  }
-  return out;
-}
-
 double max_difference(const std::vector<double>& a, const std::vector<double>& b) {
   if (a.size() != b.size()) return INFINITY;
   double worst = 0;
@@ -128,8 +117,9 @@ Comparison compare(const std::string& file,
     const HeadOutput got = device_head(l, encoding, rows, 64);
     const HeadOutput host = host_head(l, encoding, rows);
     const nlohmann::json& results = golden.at("results");
-    out.golden_probability = std::max(out.golden_probability, max_difference(probabilities(got.logits, encoding),
-                                                                             golden_values(results, "probabilities")));
+    out.golden_probability =
+        std::max(out.golden_probability,
+                 max_difference(question_probabilities(got.logits, encoding), golden_values(results, "probabilities")));
     const std::vector<double> want = golden_values(results, "logits");
     out.golden_logit =
         std::max(out.golden_logit, max_relative(got.logits, std::vector<float>(want.begin(), want.end())));

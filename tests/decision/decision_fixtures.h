@@ -17,6 +17,7 @@
 #include "../tests_dir.h"
 #include "checkpoint/checkpoint.h"
 #include "decision/encoder.h"
+#include "decision/head_math.h"
 
 namespace duet::testing {
 
@@ -89,6 +90,20 @@ inline std::vector<double> golden_values(const nlohmann::json& results, const ch
   std::vector<double> out;
   for (const auto& question : results)
     for (double v : question.at(key)) out.push_back(v);
+  return out;
+}
+
+// Probabilities of each question (the softmax of its options' logits), questions in order.
+inline std::vector<double> question_probabilities(const std::vector<float>& logits,
+                                                  const decision::Encoding& encoding) {
+  std::vector<double> out;
+  size_t next = 0;
+  for (const decision::EncodedQuestion& question : encoding.questions) {
+    std::vector<float> p(logits.begin() + next, logits.begin() + next + question.options.size());
+    decision::softmax(p);
+    out.insert(out.end(), p.begin(), p.end());
+    next += question.options.size();
+  }
   return out;
 }
 

@@ -25,6 +25,7 @@ namespace {
 using testing::decision_goldens;
 using testing::encoding_of;
 using testing::golden_values;
+using testing::question_probabilities;
 using testing::rows_of;
 
 constexpr double kProbabilityTolerance = 1e-5;
@@ -61,19 +62,6 @@ HeadInputs gather(const JointHead& head, const std::shared_ptr<const JointHead>&
   return gatherer.inputs();
 }
 
-// Probabilities of each question (softmax of its options' logits), questions in order.
-std::vector<double> probabilities(const std::vector<float>& logits, const Encoding& encoding) {
-  std::vector<double> out;
-  size_t next = 0;
-  for (const EncodedQuestion& question : encoding.questions) {
-    std::vector<float> p(logits.begin() + next, logits.begin() + next + question.options.size());
-    softmax(p);
-    out.insert(out.end(), p.begin(), p.end());
-    next += question.options.size();
-  }
-  return out;
-}
-
 double max_abs_difference(const std::vector<double>& a, const std::vector<double>& b) {
   if (a.size() != b.size()) return INFINITY;
   double worst = 0;
@@ -101,7 +89,7 @@ Comparison compare_with_goldens(const std::string& file, const JointHead& head,
     if (plant) plant(rows, encoding);
     const HeadOutput got = head.forward(gather(head, owner, model, encoding, rows, chunk));
     const nlohmann::json& results = golden.at("results");
-    out.probability = std::max(out.probability, max_abs_difference(probabilities(got.logits, encoding),
+    out.probability = std::max(out.probability, max_abs_difference(question_probabilities(got.logits, encoding),
                                                                    golden_values(results, "probabilities")));
     const std::vector<double> want = golden_values(results, "logits");
     for (size_t i = 0; i < want.size() && i < got.logits.size(); ++i)
