@@ -1,6 +1,8 @@
 #include "backend/cpu/cpu_state.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <new>
 
 #include "base/error.h"
 
@@ -34,12 +36,19 @@ DeltaRuleHead CpuGdnState::head(int64_t h) {
                        chunk_values.data() + h * kDeltaRuleChunk * shape.value_dim};
 }
 
-CpuKvPages::CpuKvPages(const AttentionShape& s, int64_t layers, int64_t pages)
-    : shape(s),
-      keys(static_cast<size_t>(layers),
-           std::vector<float>(static_cast<size_t>(pages * kKvPagePositions * s.kv_heads * s.head_dim))),
-      values(keys),
-      pages_(pages) {}
+ZeroedFloats::ZeroedFloats(size_t count) : data_(static_cast<float*>(std::calloc(std::max<size_t>(count, 1), 4))) {
+  static_assert(sizeof(float) == 4);
+  if (!data_) throw std::bad_alloc();
+}
+void ZeroedFloats::Free::operator()(float* p) const { std::free(p); }
+
+CpuKvPages::CpuKvPages(const AttentionShape& s, int64_t layers, int64_t pages) : shape(s), pages_(pages) {
+  const auto floats = static_cast<size_t>(pages * kKvPagePositions * s.kv_heads * s.head_dim);
+  for (int64_t layer = 0; layer < layers; ++layer) {
+    keys.emplace_back(floats);
+    values.emplace_back(floats);
+  }
+}
 
 CpuStateStorage::CpuStateStorage(const Backend* owner, const GdnShape& gdn, int64_t gdn_layers, int64_t slots,
                                  const AttentionShape& attention, int64_t attention_layers, int64_t pages,
@@ -100,7 +109,7 @@ void CpuStateStorage::copy_pages(std::span<const int32_t> from, std::span<const 
 void CpuKvPages::copy_page(int32_t from, int32_t to) {
   const auto floats = static_cast<std::ptrdiff_t>(kKvPagePositions * shape.kv_heads * shape.head_dim);
   for (auto* layers : {&keys, &values})
-    for (auto& layer : *layers) std::copy_n(layer.begin() + from * floats, floats, layer.begin() + to * floats);
+    for (ZeroedFloats& layer : *layers) std::copy_n(layer.data() + from * floats, floats, layer.data() + to * floats);
 }
 
 size_t CpuKvPages::page_bytes(const AttentionShape& s) {

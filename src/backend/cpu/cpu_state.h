@@ -1,5 +1,6 @@
 #pragma once
 // The CPU backend's per-sequence, per-layer state and activations, all fp32.
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -34,6 +35,21 @@ class CpuGdnState {
   int64_t position = 0;                // tokens consumed; position % 64 rows of the current chunk are filled
 };
 
+// Floats that read as zeros, from calloc: a large block comes as fresh pages that the kernel zeroes when first
+// touched, so a KV cache of hundreds of megabytes costs nothing until it is used (a std::vector wrote every byte of it
+// at start: most of a `duet serve` start's CPU time, and a test run starts a hundred servers).
+class ZeroedFloats {
+ public:
+  explicit ZeroedFloats(size_t count);
+  float* data() const { return data_.get(); }
+
+ private:
+  struct Free {
+    void operator()(float* p) const;
+  };
+  std::unique_ptr<float, Free> data_;
+};
+
 // The K/V pages of every attention layer: post-norm, post-RoPE keys and values, fp32.
 class CpuKvPages {
  public:
@@ -51,8 +67,8 @@ class CpuKvPages {
   }
 
   AttentionShape shape;
-  std::vector<std::vector<float>> keys;    // per layer [pages, 64, kv_heads, head_dim]
-  std::vector<std::vector<float>> values;  // per layer [pages, 64, kv_heads, head_dim]
+  std::vector<ZeroedFloats> keys;    // per layer [pages, 64, kv_heads, head_dim]
+  std::vector<ZeroedFloats> values;  // per layer [pages, 64, kv_heads, head_dim]
 
  private:
   int64_t pages_;
