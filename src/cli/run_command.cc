@@ -100,7 +100,8 @@ void run(const RunOptions& options) {
                                                  .streams = options.streams,
                                                  .ignore_eos = options.ignore_eos,
                                                  .temperature = options.temperature,
-                                                 .draft = draft});
+                                                 .draft = draft,
+                                                 .oracle_acceptance = options.draft.oracle_acceptance});
     for (size_t i = 1; i < ids.size(); ++i)
       if (options.temperature == 0.0f && ids[i] != ids[0])
         fail("stream {} decoded other ids than stream 0 from the same prompt: the rows are not independent", i);
@@ -196,7 +197,7 @@ void add_run_command(CLI::App& app) {
   run_cmd->add_flag("--mtp-agreement", options->mtp_agreement,
                     "Also report how often the MTP layer's top-1 equals the greedy token after next (the acceptance "
                     "proxy of drafting one token)");
-  add_draft_flags(*run_cmd, options->draft);
+  add_draft_flags(*run_cmd, options->draft, true);
   run_cmd
       ->add_option("--temperature", options->temperature,
                    "With --draft: seeded sampling at this temperature (stream i seeds 1 + i); 0: greedy")

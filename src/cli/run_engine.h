@@ -1,6 +1,8 @@
 #pragma once
 // `duet run --draft KIND`: the continuation through the engine (as a server decodes, without HTTP), with the figures
-// of speculative decoding on stderr: acceptance per draft position, tokens per verify step, decode tok/s.
+// of speculative decoding on stderr: acceptance per draft position, tokens per verify step, decode tok/s. KIND oracle
+// (benchmarks): the drafts are the continuation a plain run made first, each draft wrong with probability
+// 1 - oracle_acceptance, so the figures are those a drafter of that acceptance would give.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -17,6 +19,7 @@ struct EngineRun {
   bool ignore_eos = false;
   float temperature = 0.0f;  // 0: greedy; otherwise seeded sampling (seed 1 + stream)
   engine::DraftOptions draft;
+  double oracle_acceptance = 1.0;  // with DraftKind::oracle
 };
 
 // Every stream's ids (all streams send the same prompt); prints the figures.

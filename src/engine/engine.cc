@@ -63,6 +63,8 @@ std::optional<MtpDrafter> checked_drafter(model::Model& model, const backend::St
         "engine: --draft {} needs a backend that can take back verify rows; the {} backend cannot yet (draft with "
         "--backend cpu, or serve without --draft)",
         to_string(kind), storage.owner() != nullptr ? storage.owner()->name() : "this");
+  if (kind == DraftKind::oracle && !options.draft.test_oracle)
+    fail("engine: the oracle drafter (benchmarks) needs DraftOptions::test_oracle");
   if (kind != DraftKind::mtp) return std::nullopt;
   if (!model.has_mtp())
     fail(
@@ -106,6 +108,8 @@ const char* to_string(DraftKind kind) {
       return "mtp";
     case DraftKind::ngram:
       return "ngram";
+    case DraftKind::oracle:
+      return "oracle";
   }
   return "?";
 }
@@ -552,11 +556,7 @@ struct Engine::Impl {
       if (sequence.finished() || !sequence.speculative()) continue;
       const int32_t count = sequence.prefill_done() ? draft_count(sequence) : 0;
       if (!mtp) {
-        if (count > 0) {
-          std::vector<int32_t> text = sequence.request().prompt;
-          text.insert(text.end(), sequence.generated().begin(), sequence.generated().end());
-          sequence.set_drafts(ngram_drafts(text, count));
-        }
+        if (count > 0) sequence.set_drafts(lookup_drafts(sequence, count));
         continue;
       }
       const int64_t start = pieces[i].position;
@@ -575,6 +575,18 @@ struct Engine::Impl {
     for (size_t n = 0; n < rows.size(); ++n) rows[n].page_table = blocks.table(*of[n]->slot());  // covered above
     const std::vector<std::vector<int32_t>> drafts = mtp->run(rows);
     for (size_t n = 0; n < rows.size(); ++n) of[n]->set_drafts(drafts[n]);
+  }
+
+  // Drafts that need no model: prompt lookup, or the benchmarks' oracle.
+  std::vector<int32_t> lookup_drafts(const Sequence& sequence, int32_t count) const {
+    if (options.draft.kind == DraftKind::oracle) {
+      std::vector<int32_t> drafts = options.draft.test_oracle(sequence.request(), sequence.generated(), count);
+      drafts.resize(std::min(drafts.size(), static_cast<size_t>(count)));
+      return drafts;
+    }
+    std::vector<int32_t> text = sequence.request().prompt;
+    text.insert(text.end(), sequence.generated().begin(), sequence.generated().end());
+    return ngram_drafts(text, count);
   }
 
   // Drafts the next step may verify: never a row that would sample past max_tokens.

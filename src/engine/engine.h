@@ -26,8 +26,9 @@ namespace duet::engine {
 // of its own, and keeps the ones its draws confirm, so its tokens are exactly those of plain decoding.
 enum class DraftKind : uint8_t {
   none,
-  mtp,    // the checkpoint's MTP layer drafts from the main model's final-norm rows (engine/mtp_drafter.h)
-  ngram,  // prompt lookup: the continuation of the last n tokens' earlier occurrence (engine/ngram_drafter.h)
+  mtp,     // the checkpoint's MTP layer drafts from the main model's final-norm rows (engine/mtp_drafter.h)
+  ngram,   // prompt lookup: the continuation of the last n tokens' earlier occurrence (engine/ngram_drafter.h)
+  oracle,  // benchmarks only: DraftOptions::test_oracle proposes (a known continuation at a set acceptance rate)
 };
 const char* to_string(DraftKind kind);
 struct DraftOptions {
@@ -36,6 +37,9 @@ struct DraftOptions {
   // Tests only: planted faults that the exactness tests must catch.
   bool test_accept_unchecked = false;  // every row's draw is taken, whether or not the draft before it was confirmed
   bool test_skip_rewind = false;       // the GDN state of rejected rows is left in place
+  // DraftKind::oracle: up to `count` drafts for a request that generated `generated` so far.
+  std::function<std::vector<int32_t>(const Request& request, std::span<const int32_t> generated, int32_t count)>
+      test_oracle;
 };
 
 struct EngineOptions {
