@@ -62,7 +62,7 @@ std::optional<MtpDrafter> checked_drafter(model::Model& model, const backend::St
     fail(
         "engine: --draft {} needs a backend that can take back verify rows; the {} backend cannot yet (draft with "
         "--backend cpu, or serve without --draft)",
-        to_string(kind), storage.owner() != nullptr ? storage.owner()->name() : "this");
+        to_string(kind), storage.owner() != nullptr ? storage.owner()->name() : "model's");
   if (kind == DraftKind::oracle && !options.draft.test_oracle)
     fail("engine: the oracle drafter (benchmarks) needs DraftOptions::test_oracle");
   if (kind != DraftKind::mtp) return std::nullopt;

@@ -5,9 +5,8 @@
 // vacuous); and two planted faults (drafts taken without checking them, rejected rows left in the state) are caught.
 #include <gtest/gtest.h>
 
-#include <filesystem>
-
 #include "../tests_dir.h"
+#include "demo_model.h"
 #include "engine/engine.h"
 #include "engine_harness.h"
 #include "model/model.h"
@@ -19,22 +18,11 @@ namespace {
 using testing::drain;
 using testing::Outcome;
 
-const std::string kDemoDir = ::duet::testing::tests_dir() + "/../models/demo";
-
-class Drafts : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    if (!std::filesystem::exists(kDemoDir + "/tokenizer.json")) return;
-    model_ = model::Model::load(kDemoDir).release();
-    tokenizer_ = tokenizer::Tokenizer::load_dir(kDemoDir).release();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete tokenizer_;
-  }
+class Drafts : public testing::DemoModelTest {
+ public:
   void SetUp() override {
-    if (model_ == nullptr) FAIL() << "demo model missing: " << kDemoDir;
-    ASSERT_TRUE(model_->has_mtp());
+    DemoModelTest::SetUp();
+    if (model_ != nullptr) ASSERT_TRUE(model_->has_mtp());
   }
 
   static EngineOptions options(int32_t parallel, DraftKind kind = DraftKind::none, int32_t tokens = 3) {
@@ -134,9 +122,6 @@ class Drafts : public ::testing::Test {
     for (int64_t a : stats.drafts_accepted) n += a;
     return n;
   }
-
-  static inline model::Model* model_ = nullptr;
-  static inline tokenizer::Tokenizer* tokenizer_ = nullptr;
 };
 
 // The baseline itself exercises what it must: stop strings, eos and max_tokens all end requests.
@@ -216,27 +201,26 @@ TEST_F(Drafts, ChoicesGiveThePlainTokens) {
 }
 
 // Planted controls: the same comparison must catch a verifier that takes drafts unchecked, and one that leaves the
-// rows of rejected drafts in the GDN state.
-TEST_F(Drafts, DraftsTakenUncheckedAreCaught) {
-  EngineOptions o = options(4, DraftKind::mtp, 3);
-  o.draft.test_accept_unchecked = true;
-  const auto got = run(requests(), o);
+// rows of rejected drafts in the GDN state. Returns how many requests' tokens differ from plain decoding's.
+size_t differing_with(void (*plant)(DraftOptions&)) {
+  EngineOptions o = Drafts::options(4, DraftKind::mtp, 3);
+  plant(o.draft);
+  const auto got = Drafts::run(Drafts::requests(), o);
   size_t differ = 0;
-  for (size_t i = 0; i < got.size(); ++i) differ += got[i].tokens != plain()[i].tokens;
-  EXPECT_GT(differ, 0u) << "taking drafts unchecked went unnoticed";
+  for (size_t i = 0; i < got.size(); ++i) differ += got[i].tokens != Drafts::plain()[i].tokens;
+  return differ;
+}
+
+TEST_F(Drafts, DraftsTakenUncheckedAreCaught) {
+  EXPECT_GT(differing_with([](DraftOptions& d) { d.test_accept_unchecked = true; }), 0u);
 }
 
 TEST_F(Drafts, RejectedRowsLeftInTheStateAreCaught) {
-  EngineOptions o = options(4, DraftKind::mtp, 3);
-  o.draft.test_skip_rewind = true;
-  const auto got = run(requests(), o);
-  size_t differ = 0;
-  for (size_t i = 0; i < got.size(); ++i) differ += got[i].tokens != plain()[i].tokens;
-  EXPECT_GT(differ, 0u) << "rejected rows left in the state went unnoticed";
+  EXPECT_GT(differing_with([](DraftOptions& d) { d.test_skip_rewind = true; }), 0u);
 }
 
-// The CUDA backend cannot take rows back yet: an engine on a storage that cannot rewind refuses drafting by name. The
-// CPU backend can; a model without an MTP layer refuses --draft mtp.
+// A model without an MTP layer refuses --draft mtp, and K outside 1..4 is refused. (A backend that cannot take rows
+// back, as CUDA today, is refused too: engine_test's DraftingOnAStorageThatCannotRewindIsRefused.)
 TEST_F(Drafts, DraftingNeedsWhatItUses) {
   const std::string tiny = ::duet::testing::tests_dir() + "/fixtures/models/tiny-text";
   auto no_mtp = model::Model::load(tiny);
