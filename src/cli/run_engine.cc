@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <variant>
 
 #include "base/error.h"
@@ -55,6 +56,8 @@ Outcome run_once(model::Model& model, const EngineRun& run, const engine::DraftO
       break;
     }
   out.decode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() - first_token_s;
+  // The last step's counters land just after its sequences finish: the engine, idle now, has written them by then.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
   out.stats = engine.stats();
   return out;
 }

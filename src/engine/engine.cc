@@ -431,7 +431,7 @@ struct Engine::Impl {
                         .role = piece.is_prefill ? backend::RowRole::prefill : backend::RowRole::decode,
                         .rewindable = verifies,
                         .adapted = piece.sequence->request().adapter == AdapterUse::clef});
-      if (wants == model::RowOutput::norm_rows)
+      if (piece.sequence->decides())  // a decision's rows may go where a device head reads them
         pieces.back().rows_to = piece.sequence->request().decision->device_rows();
       if (piece.samples && piece.is_prefill) forks[i] = scheduler.waiting_forks_of(*piece.sequence);
       if (piece.samples) {

@@ -22,7 +22,9 @@ class Drafts : public testing::DemoModelTest {
  public:
   void SetUp() override {
     DemoModelTest::SetUp();
-    if (model_ != nullptr) ASSERT_TRUE(model_->has_mtp());
+    if (model_ != nullptr) {
+      ASSERT_TRUE(model_->has_mtp());
+    }
   }
 
   static EngineOptions options(int32_t parallel, DraftKind kind = DraftKind::none, int32_t tokens = 3) {
@@ -144,6 +146,31 @@ TEST_F(Drafts, MtpDraftsGiveThePlainTokens) {
                 "mtp K=3 parallel " + std::to_string(parallel));
     EXPECT_GT(accepted(stats), 0) << "no MTP draft accepted at parallel " << parallel << ": the test is vacuous";
     EXPECT_GT(stats.verify_pieces_total, 0);
+  }
+}
+
+// With the prompt cache on, prompts of more than 64 tokens are cut at their cache points (prefill chunks that run MTP
+// rows without sampling) and the second round of the same requests resumes the first's state (and reads its MTP rows,
+// engine/mtp_drafter.h): the tokens are still the plain ones.
+TEST_F(Drafts, DraftsWithThePromptCacheGiveThePlainTokens) {
+  std::vector<Request> set = requests();
+  for (size_t i : {1, 7}) {  // two long prompts: the short one three times over
+    Request r = set[i];
+    r.prompt.insert(r.prompt.end(), set[i].prompt.begin(), set[i].prompt.end());
+    r.prompt.insert(r.prompt.end(), set[i].prompt.begin(), set[i].prompt.end());
+    set.push_back(std::move(r));
+  }
+  ASSERT_GT(set.back().prompt.size(), 64u);
+  const auto expected = run(set, options(4));
+  for (DraftKind kind : {DraftKind::mtp, DraftKind::ngram}) {
+    EngineOptions o = options(4, kind, 3);
+    o.prompt_cache_bytes = size_t{64} << 20;
+    Engine engine(*model_, tokenizer_, o);
+    expect_same(testing::run_concurrently(engine, set), expected, std::string("first round, ") + to_string(kind));
+    expect_same(testing::run_concurrently(engine, set), expected, std::string("resumed, ") + to_string(kind));
+    const EngineStats stats = engine.stats();
+    EXPECT_GT(stats.prompt_cache_hits, 0) << "no prompt resumed: the test does not test the cache";
+    EXPECT_GT(accepted(stats), 0);
   }
 }
 
