@@ -52,6 +52,11 @@ class Drafts : public testing::DemoModelTest {
         "In the beginning the program reads its input, then it writes its output, and then it reads its input again",
         "Two words",
         "If you want to install the package, run the command. If you want to remove the package, run the",
+        // More than two chunks of 64: its prefill runs MTP rows in chunks that do not sample.
+        "The function returns a list of the lines of the file, each with its newline. The function returns a list "
+        "of the words of the line, each without its spaces. The function returns a list of the names in the module, "
+        "each as a string. The function returns a list of the values of the dictionary, each in the order of its "
+        "keys. The function returns a list of the",
     };
     std::vector<Request> out;
     for (size_t i = 0; i < prompts.size(); ++i) {
