@@ -1,7 +1,7 @@
 #pragma once
-// Decides what each step runs. Every running sequence that has finished its prompt decodes one token every
-// step, or verifies its drafted tokens as one piece (engine/draft_verify.h) (decode never waits behind prefill); then
-// prompts are prefilled: the oldest waiting prompt gets one chunk every step, even past the budget, so every prompt
+// Decides what each step runs. Every running sequence that has finished its prompt decodes one token every step, or
+// verifies its drafted tokens as one piece (engine/draft_verify.h) (decode never waits behind prefill); then prompts
+// are prefilled: the oldest waiting prompt gets one chunk every step, even past the budget, so every prompt
 // progresses; the rest of the step's token budget goes to the prompts with the least left to prefill first (shortest
 // remaining first, ties to the older), each taking as much as is left in whole multiples of prefill_chunk (or the rest
 // of its prompt), so a short prompt or decision is not queued behind a long one's steps. One piece per sequence per
