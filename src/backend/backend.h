@@ -123,6 +123,14 @@ class StateStorage {
   // end, where no partial chunk is pending), and back. Ordered with the steps like the copies above.
   virtual void save_snapshot(int32_t slot, int32_t snapshot) = 0;
   virtual void restore_snapshot(int32_t snapshot, int32_t slot) = 0;
+  // Speculative decoding (engine/draft_verify.h): a step's rewindable piece (StepPiece::rewindable) verifies drafted
+  // tokens, and the rows past the last accepted one are taken back: rewind(slot, position) leaves slot's GDN state as
+  // if the step had run only its rows before `position` (start_position <= position <= start_position + rows). Only
+  // right after that step, before another touches the slot. K/V past `position` need nothing: a later row writes its
+  // own position before any row reads it. A backend that cannot says so here (the default), and the engine refuses
+  // drafting on it by the backend's name.
+  virtual bool can_rewind() const { return false; }
+  virtual void rewind(int32_t slot, int64_t position);
 
  private:
   const Backend* owner_;
@@ -144,6 +152,9 @@ struct StepPiece {
   // The rows go through the weights' adapters (LoraFactors): a decision served through a runtime adapter. Only for a
   // backend that applies_adapters(); rows of other pieces never pass through an adapter's products.
   bool adapted = false;
+  // Verify rows (at most 64): the backend keeps what StateStorage::rewind needs to take some of them back. They are
+  // computed exactly as the same positions' decode rows would be, one piece or many.
+  bool rewindable = false;
   int32_t slot = 0;
   std::span<const int32_t> page_table;
 };

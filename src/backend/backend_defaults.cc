@@ -1,5 +1,5 @@
-// Backend methods with a refusal for a default: the ones only the MTP layer uses, which a backend gains when it runs
-// MTP (the CPU backend does; the CUDA backend does not yet, issue 20).
+// Backend methods with a refusal for a default: the ones only the MTP layer and speculative decoding use, which a
+// backend gains when it runs them (the CPU backend does; the CUDA backend does not yet, issue 20).
 #include "backend/backend.h"
 #include "base/error.h"
 
@@ -14,5 +14,10 @@ namespace {
 void Backend::write_rows(const float*, int64_t, int64_t, Activations&) { lacks(*this, "write_rows"); }
 void Backend::concat(const Activations&, const Activations&, Activations&) { lacks(*this, "concat"); }
 void Backend::project(const Weight&, const Activations&, Activations&) { lacks(*this, "project"); }
+
+void StateStorage::rewind(int32_t, int64_t) {
+  fail("the {} backend cannot take back verify rows yet (speculative decoding): draft with --backend cpu",
+       owner() != nullptr ? owner()->name() : "this");
+}
 
 }  // namespace duet::backend

@@ -3,7 +3,8 @@
 // continuation goes to stdout (one line of ids), timings to stderr. With --streams S the prompt runs as S sequences
 // decoded together, one row each per step (the batched decode step a server runs at S streams, without HTTP); every
 // stream must give the same ids (row invariance), and a difference is an error. With --mtp-agreement, also the share
-// of the continuation the checkpoint's MTP layer would have drafted right (cli/mtp_agreement.h), on stderr.
+// of the continuation the checkpoint's MTP layer would have drafted right (cli/mtp_agreement.h), on stderr. With
+// --draft KIND (none too), the streams run through the engine instead, drafting as asked (cli/run_engine.h).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -15,7 +16,9 @@
 
 #include "base/error.h"
 #include "cli/commands.h"
+#include "cli/draft_flags.h"
 #include "cli/mtp_agreement.h"
+#include "cli/run_engine.h"
 #include "engine/piece_runner.h"
 #include "model/model.h"
 
@@ -32,6 +35,9 @@ struct RunOptions {
   int streams = 1;
   std::string backend = "auto";
   bool mtp_agreement = false;
+  bool through_engine = false;  // --draft given
+  DraftFlags draft;
+  float temperature = 0.0f;
 };
 
 std::vector<int32_t> parse_ids(const std::string& text) {
@@ -77,6 +83,9 @@ void run(const RunOptions& options) {
   if (options.chunk < 0) fail("--chunk: {} must be positive (or 0 for the whole prompt)", options.chunk);
   if (options.streams < 1 || options.streams > 1024) fail("--streams: {} must be in 1..1024", options.streams);
   const std::string model_dir = options.model_dir.empty() ? default_model_dir() : options.model_dir;
+  const engine::DraftOptions draft = draft_options(options.draft, options.backend);
+  if (options.temperature != 0.0f && !options.through_engine)
+    fail("--temperature: only with --draft (the engine's seeded sampling)");
 
   auto start = std::chrono::steady_clock::now();
   auto model = model::Model::load(model_dir, options.backend);
@@ -85,6 +94,20 @@ void run(const RunOptions& options) {
   const double load_s = seconds_since(start);
   const auto& config = model->config();
   const auto& eos = config.eos_token_ids;
+  if (options.through_engine) {
+    const auto ids = run_through_engine(*model, {.prompt = prompt,
+                                                 .max_tokens = options.max_tokens,
+                                                 .streams = options.streams,
+                                                 .ignore_eos = options.ignore_eos,
+                                                 .temperature = options.temperature,
+                                                 .draft = draft,
+                                                 .oracle_acceptance = options.draft.oracle_acceptance});
+    for (size_t i = 1; i < ids.size(); ++i)
+      if (options.temperature == 0.0f && ids[i] != ids[0])
+        fail("stream {} decoded other ids than stream 0 from the same prompt: the rows are not independent", i);
+    std::printf("%s\n", fmt::format("{}", fmt::join(ids[0], ",")).c_str());
+    return;
+  }
 
   const int streams = options.streams;
   engine::PieceRunner runner(*model, streams, static_cast<int32_t>(prompt.size()) + options.max_tokens);
@@ -174,7 +197,15 @@ void add_run_command(CLI::App& app) {
   run_cmd->add_flag("--mtp-agreement", options->mtp_agreement,
                     "Also report how often the MTP layer's top-1 equals the greedy token after next (the acceptance "
                     "proxy of drafting one token)");
-  run_cmd->callback([options] { run(*options); });
+  add_draft_flags(*run_cmd, options->draft, true);
+  run_cmd
+      ->add_option("--temperature", options->temperature,
+                   "With --draft: seeded sampling at this temperature (stream i seeds 1 + i); 0: greedy")
+      ->capture_default_str();
+  run_cmd->callback([options, run_cmd] {
+    options->through_engine = run_cmd->count("--draft") > 0;
+    run(*options);
+  });
 }
 
 }  // namespace duet::cli

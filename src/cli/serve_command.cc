@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "cli/commands.h"
+#include "cli/draft_flags.h"
 #include "decision/encoder.h"
 #include "decision/head_math.h"
 #include "decision/head_sinks.h"
@@ -41,6 +42,7 @@ struct ServeFlags {
   std::string backend = "auto";
   std::string clef_dir;                    // a runtime adapter folder: decisions through it, chat from the base alone
   std::string decision_limits = "hosted";  // decision::DecisionLimits by name
+  DraftFlags draft;                        // speculative decoding (--draft)
   // HTTP deadlines in seconds (server::HttpLimits holds them as durations).
   int header_timeout_s = 10;
   int body_timeout_s = 60;
@@ -141,6 +143,7 @@ sigset_t stop_signals() {
 
 void serve(ServeFlags& flags) {
   check_flags(flags);
+  flags.engine.draft = draft_options(flags.draft, flags.backend);  // refused here, before the weights load
   set_http_limits(flags);
   // A client that disconnects makes a write fail; it must not kill the process.
   std::signal(SIGPIPE, SIG_IGN);
@@ -412,6 +415,7 @@ void add_serve_command(CLI::App& app) {
                   "Threads running decisions' head work side by side (0: one per four cores, 2 to 8, at most "
                   "--parallel)")
       ->capture_default_str();
+  add_draft_flags(*cmd, flags->draft);
   cmd->callback([flags] { serve(*flags); });
 }
 

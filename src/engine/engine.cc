@@ -14,7 +14,10 @@
 #include "base/log.h"
 #include "engine/block_manager.h"
 #include "engine/decision_workers.h"
+#include "engine/draft_verify.h"
 #include "engine/memory_plan.h"
+#include "engine/mtp_drafter.h"
+#include "engine/ngram_drafter.h"
 #include "engine/prompt_cache.h"
 #include "engine/request_validation.h"
 #include "engine/sampler.h"
@@ -45,6 +48,29 @@ void check_options(const EngineOptions& options) {
   if (options.decision_workers < 0 || options.decision_workers > kMaxDecisionWorkers)
     fail("engine: decision_workers must be 0 (from the cores) to {}, got {}", kMaxDecisionWorkers,
          options.decision_workers);
+  if (options.draft.kind != DraftKind::none && (options.draft.tokens < 1 || options.draft.tokens > 4))
+    fail("engine: draft tokens must be 1 to 4, got {}", options.draft.tokens);
+}
+
+// Drafting needs a backend that can take verify rows back, and for MTP drafts a model with an MTP layer: refused at
+// start by name.
+std::optional<MtpDrafter> checked_drafter(model::Model& model, const backend::StateStorage& storage,
+                                          const EngineOptions& options) {
+  const DraftKind kind = options.draft.kind;
+  if (kind == DraftKind::none) return std::nullopt;
+  if (!storage.can_rewind())
+    fail(
+        "engine: --draft {} needs a backend that can take back verify rows; the {} backend cannot yet (draft with "
+        "--backend cpu, or serve without --draft)",
+        to_string(kind), storage.owner() != nullptr ? storage.owner()->name() : "model's");
+  if (kind == DraftKind::oracle && !options.draft.test_oracle)
+    fail("engine: the oracle drafter (benchmarks) needs DraftOptions::test_oracle");
+  if (kind != DraftKind::mtp) return std::nullopt;
+  if (!model.has_mtp())
+    fail(
+        "engine: --draft mtp needs a model with an MTP layer (mtp.* tensors declared by mtp_num_hidden_layers); "
+        "this one has none: use --draft ngram");
+  return std::optional<MtpDrafter>(std::in_place, model, storage.pages());
 }
 
 // Checked before anything is allocated, so a plan that does not fit is refused with its numbers.
@@ -74,6 +100,20 @@ constexpr auto kHeadWaitPoll = std::chrono::milliseconds(20);
 
 }  // namespace
 
+const char* to_string(DraftKind kind) {
+  switch (kind) {
+    case DraftKind::none:
+      return "none";
+    case DraftKind::mtp:
+      return "mtp";
+    case DraftKind::ngram:
+      return "ngram";
+    case DraftKind::oracle:
+      return "oracle";
+  }
+  return "?";
+}
+
 int32_t decision_worker_count(const EngineOptions& options) {
   if (options.decision_workers > 0) return options.decision_workers;
   const auto cores = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
@@ -96,7 +136,8 @@ struct Engine::Impl {
         storage(model.new_state_storage(options.parallel, plan.kv_pages + plan.prompt_cache_pages,
                                         plan.prompt_cache_snapshots)),
         blocks(options.parallel, plan.kv_pages + plan.prompt_cache_pages),
-        scheduler(blocks, options.prefill_chunk, options.step_token_budget) {
+        scheduler(blocks, options.prefill_chunk, options.step_token_budget),
+        mtp(checked_drafter(model, *storage, options)) {
     if (plan.prompt_cache_snapshots > 0)
       cache.emplace(blocks, *storage, static_cast<int32_t>(plan.prompt_cache_snapshots), plan.prompt_cache_pages,
                     options.prompt_cache_block_hash ? PromptCache::BlockHash(options.prompt_cache_block_hash)
@@ -307,6 +348,8 @@ struct Engine::Impl {
     if (hit) {
       storage->restore_snapshot(hit->snapshot, slot);
       sequence.resume_at(static_cast<int32_t>(hit->tokens()));
+      // Its MTP rows there are the ones the pages got from the prompt that wrote them (engine/mtp_drafter.h).
+      sequence.set_mtp_positions(sequence.prefilled());
     } else {
       storage->reset_slot(slot);  // a reused slot starts as empty as a fresh one (row invariance)
     }
@@ -363,16 +406,21 @@ struct Engine::Impl {
       if (piece.is_prefill)
         for (Sequence* fork : scheduler.waiting_forks_of(*piece.sequence)) prepare_mask(*fork);
     }
+    // Verify pieces (engine/draft_verify.h): every row's draw, the last one's in specs.
+    std::vector<std::vector<backend::SampleSpec>> row_specs(planned.size());
+    std::vector<std::vector<const backend::SampleSpec*>> row_spec_ptrs(planned.size());
     std::vector<model::Piece> pieces;
     pieces.reserve(planned.size());
     int64_t prompt_tokens = 0;
     for (size_t i = 0; i < planned.size(); ++i) {
       const ScheduledPiece& piece = planned[i];
-      const model::RowOutput wants = piece.samples               ? model::RowOutput::sampled
-                                     : piece.sequence->decides() ? model::RowOutput::norm_rows
-                                                                 : model::RowOutput::none;
       const int32_t slot = *piece.sequence->slot();
       const int64_t position = blocks.position(slot), end = position + static_cast<int64_t>(piece.tokens.size());
+      model::RowOutput wants = piece.samples               ? model::RowOutput::sampled
+                               : piece.sequence->decides() ? model::RowOutput::norm_rows
+                                                           : model::RowOutput::none;
+      if (runs_mtp(*piece.sequence, position)) wants = wants | model::RowOutput::norm_rows;
+      const bool verifies = !piece.is_prefill && !piece.sequence->drafts().empty();
       blocks.cover(slot, end);  // within its reservation
       blocks.check_writable(slot, position, end);
       pieces.push_back({.slot = slot,
@@ -381,13 +429,22 @@ struct Engine::Impl {
                         .tokens = piece.tokens,
                         .wants = wants,
                         .role = piece.is_prefill ? backend::RowRole::prefill : backend::RowRole::decode,
+                        .rewindable = verifies,
                         .adapted = piece.sequence->request().adapter == AdapterUse::clef});
-      if (wants == model::RowOutput::norm_rows)
+      if (piece.sequence->decides())  // a decision's rows may go where a device head reads them
         pieces.back().rows_to = piece.sequence->request().decision->device_rows();
       if (piece.samples && piece.is_prefill) forks[i] = scheduler.waiting_forks_of(*piece.sequence);
       if (piece.samples) {
         const Sequence& sequence = *piece.sequence;
-        specs[i] = sample_spec(sequence.sampling(), sequence.counts(), sequence.next_position(), sequence.allowed());
+        if (verifies) {
+          row_specs[i] = verify_specs(sequence);
+          specs[i] = std::move(row_specs[i].back());
+          row_specs[i].pop_back();
+          for (const backend::SampleSpec& spec : row_specs[i]) row_spec_ptrs[i].push_back(&spec);
+          pieces.back().row_samples = row_spec_ptrs[i];
+        } else {
+          specs[i] = sample_spec(sequence.sampling(), sequence.counts(), sequence.next_position(), sequence.allowed());
+        }
         pieces.back().sample = &specs[i];
         for (const Sequence* fork : forks[i])
           fork_specs[i].push_back(
@@ -413,7 +470,8 @@ struct Engine::Impl {
     if (results.size() != planned.size()) {
       fail("engine: model returned {} results for {} pieces", results.size(), planned.size());
     }
-    for (const model::Piece& piece : pieces) blocks.advance(piece.slot, static_cast<int64_t>(piece.tokens.size()));
+    for (const model::Piece& piece : pieces)  // a verify piece advances by the rows it keeps, below
+      if (!piece.rewindable) blocks.advance(piece.slot, static_cast<int64_t>(piece.tokens.size()));
 
     for (size_t i = 0; i < planned.size(); ++i) {
       if (!planned[i].is_prefill) continue;
@@ -425,15 +483,23 @@ struct Engine::Impl {
         keep_in_cache(sequence);
       }
     }
-    int64_t generated = 0;  // the pieces whose last row picked a token, and below their forks
+    int64_t generated = 0;                      // the pieces whose last row picked a token, and below their forks
+    std::vector<int32_t> kept(planned.size());  // rows each piece leaves in its sequence's state
     for (size_t i = 0; i < planned.size(); ++i) {
+      kept[i] = static_cast<int32_t>(planned[i].tokens.size());
       if (!planned[i].samples) continue;
       Sequence& sequence = *planned[i].sequence;
+      if (pieces[i].rewindable) {
+        kept[i] = take_verify_piece(sequence, pieces[i], results[i]);
+        generated += kept[i];
+        continue;
+      }
       const SampledToken token = to_sampled_token(results[i].sampled, sequence.sampling());
       if (const std::optional<FinishReason> reason = sequence.accept(token, is_stop_token(sequence, token.id)))
         end(sequence, *reason, {});
       ++generated;
     }
+    if (options.draft.kind != DraftKind::none) draft_next(planned, pieces, results, kept);
     // Before release_finished: a first choice that ended with its first token still holds the state to copy.
     for (size_t i = 0; i < planned.size(); ++i)
       if (!forks[i].empty()) generated += fork_choices(*planned[i].sequence, forks[i], results[i]);
@@ -447,6 +513,92 @@ struct Engine::Impl {
     stats.step_seconds_last = seconds;
     stats.prompt_tokens_total += prompt_tokens;
     stats.generated_tokens_total += generated;
+  }
+
+  // `--draft mtp`: whether a piece of this sequence starting at `position` runs its MTP rows after the step (its
+  // earlier positions all have theirs).
+  bool runs_mtp(const Sequence& sequence, int64_t position) const {
+    return mtp && sequence.speculative() && sequence.mtp_positions() == position;
+  }
+
+  // A verify piece's draws taken into its sequence (engine/draft_verify.h); its rows past the last kept one are taken
+  // back. Returns the rows kept, as many as the tokens taken.
+  int32_t take_verify_piece(Sequence& sequence, const model::Piece& piece, const model::PieceResult& result) {
+    const std::vector<int32_t> drafts(sequence.drafts().begin(), sequence.drafts().end());
+    std::vector<SampledToken> draws;
+    for (const backend::SampledRow& row : result.row_sampled)
+      draws.push_back(to_sampled_token(row, sequence.sampling()));
+    draws.push_back(to_sampled_token(result.sampled, sequence.sampling()));
+    const Verified v = take_verified(
+        sequence, drafts, draws, [&](int32_t id) { return is_stop_token(sequence, id); },
+        options.draft.test_accept_unchecked);
+    blocks.advance(piece.slot, v.kept);
+    if (!v.reason && v.kept < static_cast<int32_t>(piece.tokens.size()) && !options.draft.test_skip_rewind)
+      storage->rewind(piece.slot, piece.position + v.kept);
+    if (v.reason) end(sequence, *v.reason, {});
+    std::lock_guard lock(mutex);
+    ++stats.verify_pieces_total;
+    for (int32_t k = 0; k < v.compared && k < 4; ++k) ++stats.drafts_verified[static_cast<size_t>(k)];
+    for (int32_t k = 0; k < v.accepted && k < 4; ++k) ++stats.drafts_accepted[static_cast<size_t>(k)];
+    return v.kept;
+  }
+
+  // Drafts for every sequence of the step that decodes next: prompt lookup, or the MTP rows of the positions the step
+  // kept (prompt chunks too) and the drafts after the last of them. A sequence without drafts decodes plainly.
+  void draft_next(const std::vector<ScheduledPiece>& planned, const std::vector<model::Piece>& pieces,
+                  const std::vector<model::PieceResult>& results, const std::vector<int32_t>& kept) {
+    std::vector<MtpDrafter::Rows> rows;
+    std::vector<Sequence*> of;
+    for (size_t i = 0; i < planned.size(); ++i) {
+      Sequence& sequence = *planned[i].sequence;
+      if (sequence.decides()) continue;
+      sequence.set_drafts({});
+      if (sequence.finished() || !sequence.speculative()) continue;
+      const int32_t count = sequence.prefill_done() ? draft_count(sequence) : 0;
+      if (!mtp) {
+        if (count > 0) sequence.set_drafts(lookup_drafts(sequence, count));
+        continue;
+      }
+      const int64_t start = pieces[i].position;
+      if (!runs_mtp(sequence, start) || results[i].norm_rows.empty()) continue;
+      MtpDrafter::Rows r;
+      r.position = static_cast<int32_t>(start);
+      r.hidden = std::span(results[i].norm_rows).first(static_cast<size_t>(kept[i] * hidden));
+      r.drafts = count;
+      for (int64_t j = start + 1; j <= start + kept[i]; ++j) r.tokens.push_back(token_at(sequence, j));
+      blocks.cover(*sequence.slot(), start + kept[i] + count);  // the draft rows' K/V, within the reservation
+      sequence.set_mtp_positions(start + kept[i]);
+      rows.push_back(std::move(r));
+      of.push_back(&sequence);
+    }
+    if (rows.empty()) return;
+    for (size_t n = 0; n < rows.size(); ++n) rows[n].page_table = blocks.table(*of[n]->slot());  // covered above
+    const std::vector<std::vector<int32_t>> drafts = mtp->run(rows);
+    for (size_t n = 0; n < rows.size(); ++n) of[n]->set_drafts(drafts[n]);
+  }
+
+  // Drafts that need no model: prompt lookup, or the benchmarks' oracle.
+  std::vector<int32_t> lookup_drafts(const Sequence& sequence, int32_t count) const {
+    if (options.draft.kind == DraftKind::oracle) {
+      std::vector<int32_t> drafts = options.draft.test_oracle(sequence.request(), sequence.generated(), count);
+      drafts.resize(std::min(drafts.size(), static_cast<size_t>(count)));
+      return drafts;
+    }
+    std::vector<int32_t> text = sequence.request().prompt;
+    text.insert(text.end(), sequence.generated().begin(), sequence.generated().end());
+    return ngram_drafts(text, count);
+  }
+
+  // Drafts the next step may verify: never a row that would sample past max_tokens.
+  int32_t draft_count(const Sequence& sequence) const {
+    const auto left = sequence.sampling().max_tokens - static_cast<int32_t>(sequence.generated().size());
+    return std::clamp(left - 1, 0, options.draft.tokens);
+  }
+
+  static int32_t token_at(const Sequence& sequence, int64_t position) {
+    const int64_t length = sequence.prompt_length();
+    return position < length ? sequence.request().prompt[static_cast<size_t>(position)]
+                             : sequence.generated()[static_cast<size_t>(position - length)];
   }
 
   // A prompt that just reached one of its cache points leaves its state there to the prompt cache: everything so far
@@ -470,9 +622,14 @@ struct Engine::Impl {
       SampledToken token;
       try {
         // Full pages shared, the page `first` still fills copied, and the GDN state copied.
-        for (const auto& [from, to] : blocks.fork(*first.slot(), *fork.slot()))
+        for (const auto& [from, to] : blocks.fork(*first.slot(), *fork.slot())) {
           storage->copy_pages(std::span(&from, 1), std::span(&to, 1));
+          if (mtp) mtp->storage().copy_pages(std::span(&from, 1), std::span(&to, 1));
+        }
         storage->copy_slot(*first.slot(), *fork.slot());
+        // The MTP row of the prompt's last position is the first choice's (its first token's): only acceptance, never
+        // a token, depends on it.
+        fork.set_mtp_positions(first.mtp_positions());
         token = to_sampled_token(result.fork_sampled[k], fork.sampling());
       } catch (const std::exception& e) {  // this choice alone fails
         end(fork, FinishReason::error, e.what());
@@ -675,6 +832,7 @@ struct Engine::Impl {
   std::optional<PromptCache> cache;  // when the plan gives it room
   Scheduler scheduler;               // engine thread only
   std::vector<Sequence*> in_step;    // engine thread only: the sequences of the step being run, failed if it throws
+  std::optional<MtpDrafter> mtp;     // `--draft mtp` (engine thread only)
 
   mutable std::mutex mutex;  // guards everything below
   std::condition_variable wake;

@@ -1,6 +1,7 @@
 #pragma once
 // The engine: one thread runs steps of pieces over the model (continuous batching, chunked prefill); requests
 // come in from any thread through submit() and get their events back through a RequestHandle.
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -20,6 +21,26 @@ class Tokenizer;
 }
 
 namespace duet::engine {
+
+// Speculative decoding (engine/draft_verify.h): a decoding sequence's step verifies `tokens` drafted tokens as rows
+// of its own, and keeps the ones its draws confirm, so its tokens are exactly those of plain decoding.
+enum class DraftKind : uint8_t {
+  none,
+  mtp,     // the checkpoint's MTP layer drafts from the main model's final-norm rows (engine/mtp_drafter.h)
+  ngram,   // prompt lookup: the continuation of the last n tokens' earlier occurrence (engine/ngram_drafter.h)
+  oracle,  // benchmarks only: DraftOptions::test_oracle proposes (a known continuation at a set acceptance rate)
+};
+const char* to_string(DraftKind kind);
+struct DraftOptions {
+  DraftKind kind = DraftKind::none;
+  int32_t tokens = 3;  // K, 1..4: drafted tokens per step
+  // Tests only: planted faults that the exactness tests must catch.
+  bool test_accept_unchecked = false;  // every row's draw is taken, whether or not the draft before it was confirmed
+  bool test_skip_rewind = false;       // the GDN state of rejected rows is left in place
+  // DraftKind::oracle: up to `count` drafts for a request that generated `generated` so far.
+  std::function<std::vector<int32_t>(const Request& request, std::span<const int32_t> generated, int32_t count)>
+      test_oracle;
+};
 
 struct EngineOptions {
   int32_t parallel = 4;    // sequences decoded together (state pool slots)
@@ -54,6 +75,7 @@ struct EngineOptions {
   // Test-only: step N (1-based) throws a DeviceError as a failed GPU call would; 0: never. `duet serve` sets it from
   // DUET_TEST_DEVICE_FAULT_STEP.
   int64_t test_device_fault_step = 0;
+  DraftOptions draft;  // off unless asked (`--draft`)
 };
 
 // The decision workers an engine starts: options.decision_workers when set; otherwise one per four cores, 2 to 8, and
@@ -83,6 +105,10 @@ struct EngineStats {
   // Structured outputs: token masks made (one per constrained draw) and the time spent making them.
   int64_t grammar_masks_total = 0;
   double grammar_mask_seconds_total = 0;
+  // Speculative decoding: verify pieces run, and per draft position k (0-based, up to 4) the drafts verified there and
+  // those accepted (a draft is verified when every draft before it in its step was accepted).
+  int64_t verify_pieces_total = 0;
+  std::array<int64_t, 4> drafts_verified{}, drafts_accepted{};
   size_t weight_bytes = 0, state_pool_bytes = 0, workspace_bytes = 0, memory_limit_bytes = 0;
   // Set once a device error stopped the engine (DeviceError): every request since ends with it.
   std::string failure;

@@ -33,7 +33,9 @@ int64_t planned_kv_pages(const model::Model& model, const EngineOptions& options
 }
 
 int64_t max_step_rows(const EngineOptions& options) {
-  return static_cast<int64_t>(options.step_token_budget) + options.prefill_chunk + options.parallel;
+  const int32_t drafts = options.draft.kind == DraftKind::none ? 0 : options.draft.tokens;
+  return static_cast<int64_t>(options.step_token_budget) + options.prefill_chunk +
+         static_cast<int64_t>(options.parallel) * (1 + drafts);
 }
 
 namespace {
@@ -41,7 +43,7 @@ namespace {
 // when the budget holds less than one of each.
 void plan_prompt_cache(const model::Model& model, const EngineOptions& options, MemoryPlan& plan) {
   const size_t budget = options.prompt_cache_bytes;
-  const size_t snapshot = model.sequence_fixed_bytes(), page = model.kv_page_bytes();
+  const size_t snapshot = model.sequence_fixed_bytes(), page = plan.kv_page_bytes;
   if (budget == 0 || page == 0 || budget < snapshot + page) return;
   constexpr int64_t kMostSnapshots = 4096;  // each is a linear scan away from eviction
   plan.prompt_cache_snapshots =
@@ -64,7 +66,8 @@ MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options) 
   plan.state_bytes_per_sequence = model.sequence_fixed_bytes();
   plan.kv_pages = planned_kv_pages(model, options);
   plan.kv_page_positions = model.kv_page_positions();
-  plan.kv_page_bytes = model.kv_page_bytes();
+  // With MTP drafts, each page id also names a page of the MTP layer's K/V (Model::new_mtp_storage).
+  plan.kv_page_bytes = model.kv_page_bytes() + (options.draft.kind == DraftKind::mtp ? model.mtp_kv_page_bytes() : 0);
   plan.state_pool_bytes = static_cast<size_t>(options.parallel) * plan.state_bytes_per_sequence +
                           static_cast<size_t>(plan.kv_pages) * plan.kv_page_bytes;
   plan_prompt_cache(model, options, plan);

@@ -70,6 +70,11 @@ std::vector<model::PieceResult> PieceRunner::run(std::span<const model::Piece> p
   return results;
 }
 
+void PieceRunner::rewind(int32_t slot, int64_t position) {
+  storage_->rewind(slot, position);
+  blocks_.advance(slot, position - blocks_.position(slot));
+}
+
 void PieceRunner::fork(int32_t from, int32_t to) {
   const auto copies = blocks_.fork(from, to);
   for (const auto& [source, target] : copies) storage_->copy_pages(std::span(&source, 1), std::span(&target, 1));

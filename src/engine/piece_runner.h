@@ -32,6 +32,9 @@ class PieceRunner {
   std::vector<model::PieceResult> run(const model::Piece& piece) { return run(std::span(&piece, 1)); }
   // `to` (opened, empty) becomes `from`'s fork: full pages shared, the page still filling and the GDN slot copied.
   void fork(int32_t from, int32_t to);
+  // Takes back the rows of the slot's last step (a rewindable piece, model::Piece::rewindable) from `position` on: its
+  // GDN state (backend::StateStorage::rewind) and its position.
+  void rewind(int32_t slot, int64_t position);
 
   int64_t position(int32_t slot) const { return blocks_.position(slot); }
   BlockManager& blocks() { return blocks_; }

@@ -34,6 +34,9 @@ struct SamplingParams : backend::SamplingKnobs {
   bool ignore_eos = false;
   int32_t top_logprobs = -1;        // -1: no logprobs; 0: the sampled token's; N: also the N most likely
   bool skip_special_tokens = true;  // leave special tokens out of the streamed text (their ids still come)
+  // Whether the engine may draft tokens for it and verify them (EngineOptions::draft; the body's "speculative": false
+  // opts out). Its tokens are the same either way: drafts only change how many come per step.
+  bool speculative = true;
 };
 
 enum class FinishReason { stop, length, cancelled, error };

@@ -50,11 +50,13 @@ std::vector<ScheduledPiece> Scheduler::plan_step() {
   int32_t tokens = 0;
   for (const auto& sequence : running_) {
     if (sequence->finished() || !sequence->prefill_done() || sequence->decides()) continue;
+    // With drafts, a verify piece: the last token and the drafts (engine/draft_verify.h).
+    const std::span<const int32_t> verify = sequence->verify_tokens();
     pieces.push_back({.sequence = sequence.get(),
-                      .tokens = std::span(sequence->generated()).last(1),
+                      .tokens = verify.empty() ? std::span(sequence->generated()).last(1) : verify,
                       .is_prefill = false,
                       .samples = true});
-    ++tokens;
+    tokens += static_cast<int32_t>(pieces.back().tokens.size());
   }
   // Prompts waiting for prefill, in admission order.
   std::vector<Sequence*> waiting;

@@ -1,14 +1,14 @@
 #pragma once
-// Decides what each step runs. Every running sequence that has finished its prompt decodes one token every
-// step (decode never waits behind prefill); then prompts are prefilled: the oldest waiting prompt gets one chunk
-// every step, even past the budget, so every prompt progresses; the rest of the step's token budget goes to the
-// prompts with the least left to prefill first (shortest remaining first, ties to the older), each taking as much
-// as is left in whole multiples of prefill_chunk (or the rest of its prompt), so a short prompt or decision is not
-// queued behind a long one's steps. One piece per sequence per step, and a prompt is only ever cut at multiples of
-// prefill_chunk, which the model's row invariance makes invisible in the results. A prompt is also cut at its prompt
-// cache points (block ends, multiples of 64, where row invariance holds too), so that its state there can be kept. A
-// decision is a prompt like any other (it shares steps, slots and the token budget with chat) that never decodes: it
-// ends with its prefill.
+// Decides what each step runs. Every running sequence that has finished its prompt decodes one token every step, or
+// verifies its drafted tokens as one piece (engine/draft_verify.h) (decode never waits behind prefill); then prompts
+// are prefilled: the oldest waiting prompt gets one chunk every step, even past the budget, so every prompt
+// progresses; the rest of the step's token budget goes to the prompts with the least left to prefill first (shortest
+// remaining first, ties to the older), each taking as much as is left in whole multiples of prefill_chunk (or the rest
+// of its prompt), so a short prompt or decision is not queued behind a long one's steps. One piece per sequence per
+// step, and a prompt is only ever cut at multiples of prefill_chunk, which the model's row invariance makes invisible
+// in the results. A prompt is also cut at its prompt cache points (block ends, multiples of 64, where row invariance
+// holds too), so that its state there can be kept. A decision is a prompt like any other (it shares steps, slots and
+// the token budget with chat) that never decodes: it ends with its prefill.
 #include <cstdint>
 #include <memory>
 #include <span>

@@ -74,6 +74,13 @@ std::optional<FinishReason> Sequence::accept(const SampledToken& token, bool is_
   return std::nullopt;
 }
 
+void Sequence::set_drafts(std::span<const int32_t> drafts) {
+  verify_tokens_.clear();
+  if (drafts.empty() || generated_.empty()) return;
+  verify_tokens_.push_back(generated_.back());
+  verify_tokens_.insert(verify_tokens_.end(), drafts.begin(), drafts.end());
+}
+
 double Sequence::time_to_first_token_s() const {
   if (!first_token_at_) return 0;
   return std::chrono::duration<double>(*first_token_at_ - submitted_at_).count();

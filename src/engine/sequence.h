@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,19 @@ class Sequence {
   void finish(FinishReason reason, std::string error = {}, std::vector<float> decision_logits = {});
   bool finished() const { return finished_; }
 
+  // Speculative decoding (engine/draft_verify.h). Whether it may draft: a generate request that did not opt out and
+  // has no grammar (a structured output's masks follow its grammar token by token).
+  bool speculative() const { return request_.sampling.speculative && !decides() && !request_.grammar; }
+  // What its next decode step runs: its last generated token, then the drafts; empty when nothing is drafted.
+  std::span<const int32_t> verify_tokens() const { return verify_tokens_; }
+  std::span<const int32_t> drafts() const {
+    return verify_tokens_.empty() ? std::span<const int32_t>() : std::span(verify_tokens_).subspan(1);
+  }
+  void set_drafts(std::span<const int32_t> drafts);  // none: a plain decode step next
+  // `--draft mtp`: the positions whose MTP rows have run (engine/mtp_drafter.h): they go on from here.
+  int64_t mtp_positions() const { return mtp_positions_; }
+  void set_mtp_positions(int64_t positions) { mtp_positions_ = positions; }
+
   double time_to_first_token_s() const;  // 0 before the first token
   double seconds_since_submitted() const;
   // A decision's two phases, reported with its FinishedEvent (decision_prefill_s, decision_head_s).
@@ -97,6 +111,8 @@ class Sequence {
   int32_t cached_tokens_ = 0;
   std::vector<int32_t> cache_points_;
   std::vector<int32_t> generated_;
+  std::vector<int32_t> verify_tokens_;
+  int64_t mtp_positions_ = 0;
   std::optional<int32_t> matched_stop_token_;
   std::optional<std::string> matched_stop_string_;
   Clock::time_point submitted_at_ = Clock::now();

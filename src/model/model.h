@@ -46,6 +46,12 @@ struct Piece {
   // With RowOutput::sampled: more draws from the same last row, each by its own settings (the first tokens of the
   // choices forked from this sequence, engine/block_manager.h); results in PieceResult::fork_sampled, in order.
   std::span<const backend::SampleSpec* const> fork_samples = {};
+  // A verify piece (speculative decoding, engine/draft_verify.h): the last generated token and the drafted tokens
+  // after it, as decode rows. With RowOutput::sampled, row t < rows - 1 is drawn too, by row_samples[t] (one spec per
+  // row but the last, which `sample` draws): results in PieceResult::row_sampled. The backend keeps what it needs to
+  // take rows back (backend::StateStorage::rewind).
+  std::span<const backend::SampleSpec* const> row_samples = {};
+  bool rewindable = false;
   // Through the runtime adapter (Model::has_adapter()): a decision of the adapted model. Other pieces' rows never
   // pass through the adapter, so a chat reply is the same with or without one loaded.
   bool adapted = false;
@@ -71,6 +77,8 @@ struct PieceResult {
   backend::SampledRow sampled;   // when sampled was asked
   // One per Piece::fork_samples, in order.
   std::vector<backend::SampledRow> fork_sampled;
+  // One per Piece::row_samples: the draws of the piece's rows before its last.
+  std::vector<backend::SampledRow> row_sampled;
 };
 
 // A run of MTP rows of one sequence (the checkpoint's multi-token-prediction layer, model/mtp_weights.h; the math

@@ -39,6 +39,11 @@ std::vector<PieceResult> Qwen35Model::forward(backend::StateStorage& storage, st
     if (!pieces[i].fork_samples.empty() && !has(pieces[i].wants, RowOutput::sampled))
       fail("forward: piece {} asks for more draws from its last row, but not to be sampled", i);
   for (size_t i = 0; i < pieces.size(); ++i)
+    if (!pieces[i].row_samples.empty() &&
+        (!has(pieces[i].wants, RowOutput::sampled) || pieces[i].row_samples.size() + 1 != pieces[i].tokens.size()))
+      fail("forward: piece {} asks for {} row draws, but has {} rows and must be sampled", i,
+           pieces[i].row_samples.size(), pieces[i].tokens.size());
+  for (size_t i = 0; i < pieces.size(); ++i)
     if (pieces[i].adapted && adapter_ == nullptr)
       throw PieceRefused(i, fmt::format("forward: piece {} asks for the runtime adapter, but none is loaded", i));
   check_pieces(pieces, storage, config_);
@@ -58,6 +63,7 @@ std::vector<PieceResult> Qwen35Model::forward(backend::StateStorage& storage, st
                                     .start_position = pieces[i].position,
                                     .role = pieces[i].role,
                                     .adapted = pieces[i].adapted,
+                                    .rewindable = pieces[i].rewindable,
                                     .slot = pieces[i].slot,
                                     .page_table = pieces[i].page_table};
     plan_pieces.push_back(rows_of[i]);
@@ -90,6 +96,10 @@ std::vector<PieceResult> Qwen35Model::forward(backend::StateStorage& storage, st
   std::vector<size_t> sample_first(pieces.size());
   for (size_t i : order) {
     if (!has(pieces[i].wants, RowOutput::sampled)) continue;
+    for (size_t t = 0; t < pieces[i].row_samples.size(); ++t) {  // a verify piece's earlier rows
+      sample_rows.push_back(rows_of[i].first_row + static_cast<int64_t>(t));
+      samples.push_back(pieces[i].row_samples[t]);
+    }
     sample_first[i] = sample_rows.size();
     sample_rows.push_back(rows_of[i].first_row + rows_of[i].rows - 1);
     samples.push_back(pieces[i].sample);
@@ -154,6 +164,9 @@ std::vector<PieceResult> Qwen35Model::forward(backend::StateStorage& storage, st
     results[i].logits.assign(logits.begin() + first * V, logits.begin() + (first + count) * V);
     if (has(wants, RowOutput::sampled)) {
       results[i].sampled = std::move(sampled[sample_first[i]]);
+      const size_t earlier = pieces[i].row_samples.size();
+      for (size_t t = 0; t < earlier; ++t)
+        results[i].row_sampled.push_back(std::move(sampled[sample_first[i] - earlier + t]));
       for (size_t k = 0; k < pieces[i].fork_samples.size(); ++k)
         results[i].fork_sampled.push_back(std::move(sampled[sample_first[i] + 1 + k]));
     }

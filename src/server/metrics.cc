@@ -149,6 +149,19 @@ std::string ServerMetrics::render(const engine::EngineStats& engine, const std::
   sample(out, "duet_grammar_masks_total", engine.grammar_masks_total, model);
   metric(out, "duet_grammar_mask_seconds_total", "counter", "Time spent making token masks.");
   sample(out, "duet_grammar_mask_seconds_total", engine.grammar_mask_seconds_total, model);
+  metric(out, "duet_verify_pieces_total", "counter",
+         "Decode steps of a sequence that verified drafted tokens (--draft).");
+  sample(out, "duet_verify_pieces_total", engine.verify_pieces_total, model);
+  metric(out, "duet_drafts_verified_total", "counter",
+         "Drafted tokens compared with their row's draw, by draft position.");
+  for (size_t k = 0; k < engine.drafts_verified.size(); ++k)
+    sample(out, "duet_drafts_verified_total", engine.drafts_verified[k],
+           fmt::format("{},position=\"{}\"", model, k + 1));
+  metric(out, "duet_drafts_accepted_total", "counter",
+         "Drafted tokens accepted (equal to the draw), by draft position.");
+  for (size_t k = 0; k < engine.drafts_accepted.size(); ++k)
+    sample(out, "duet_drafts_accepted_total", engine.drafts_accepted[k],
+           fmt::format("{},position=\"{}\"", model, k + 1));
   if (grammar_cache != nullptr) {
     metric(out, "duet_grammar_cache_hits_total", "counter", "Structured outputs whose grammar was already compiled.");
     sample(out, "duet_grammar_cache_hits_total", static_cast<int64_t>(grammar_cache->hits()), model);

@@ -251,6 +251,8 @@ SamplingRequest parse_sampling(const Json& body) {
   }
   if (auto v = read_bool(body, "ignore_eos", "ignore_eos")) params.ignore_eos = *v;
   if (auto v = read_bool(body, "return_token_ids", "return_token_ids")) request.return_token_ids = *v;
+  // duet's own: false keeps the server's drafts (--draft) away from this request; its tokens are the same either way.
+  if (auto v = read_bool(body, "speculative", "speculative")) params.speculative = *v;
 
   auto max_tokens = read_integer(body, "max_tokens", "max_tokens", 1, std::numeric_limits<int32_t>::max());
   auto max_completion_tokens =

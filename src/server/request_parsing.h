@@ -58,7 +58,8 @@ inline constexpr std::string_view kGenerationFields[] = {"model",
                                                          "n",
                                                          "logprobs",
                                                          "logit_bias",
-                                                         "return_token_ids"};
+                                                         "return_token_ids",
+                                                         "speculative"};
 
 // check_known_fields for a generation route: kGenerationFields plus the route's own.
 void check_generation_fields(const Json& body, std::initializer_list<std::string_view> route_fields,

@@ -1,11 +1,12 @@
 // The engine's text path on the bundled demo model (models/demo: a tiny trained Qwen3.5 and a real byte-level BPE
 // tokenizer.json; requests ignore the end of turn, which it writes): streamed text equals a one-shot decode, stop
 // strings cut the text where they start, and text and stops come out the same under concurrency.
+#include "demo_model.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
-#include <filesystem>
 #include <future>
 #include <span>
 #include <thread>
@@ -22,25 +23,8 @@ namespace {
 using testing::drain;
 using testing::Outcome;
 
-const std::string kDemoDir = ::duet::testing::tests_dir() + "/../models/demo";
-
-class DemoModel : public ::testing::Test {
+class DemoModel : public testing::DemoModelTest {
  protected:
-  static void SetUpTestSuite() {
-    if (!std::filesystem::exists(kDemoDir + "/tokenizer.json")) return;
-    model_ = model::Model::load(kDemoDir).release();
-    tokenizer_ = tokenizer::Tokenizer::load_dir(kDemoDir).release();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete tokenizer_;
-    model_ = nullptr;
-    tokenizer_ = nullptr;
-  }
-  void SetUp() override {
-    if (model_ == nullptr) FAIL() << "demo model missing: " << kDemoDir;
-  }
-
   static EngineOptions options(int32_t parallel) {
     EngineOptions o;
     o.parallel = parallel;
@@ -66,9 +50,6 @@ class DemoModel : public ::testing::Test {
     }
     return tokenizer_->decode(known);
   }
-
-  static inline model::Model* model_ = nullptr;
-  static inline tokenizer::Tokenizer* tokenizer_ = nullptr;
 };
 
 TEST_F(DemoModel, StreamedTextEqualsOneShotDecode) {

@@ -32,6 +32,20 @@ using testing::small_options;
 constexpr int32_t kVocab = 97;
 constexpr int32_t kChunk = testing::kSmallChunk;
 
+// Drafting needs a backend that can take verify rows back (StateStorage::rewind): one that cannot (the fake model's
+// storage here; the CUDA backend's today) is refused at start, by name, instead of failing at the first rejection.
+TEST(Engine, DraftingOnAStorageThatCannotRewindIsRefused) {
+  FakeModel model(kVocab);
+  EngineOptions options = small_options(2);
+  options.draft.kind = DraftKind::ngram;
+  try {
+    Engine engine(model, nullptr, options);
+    ADD_FAILURE() << "--draft ngram was taken by a storage that cannot rewind";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot yet"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Engine, GreedyFollowsTheModelsArgmax) {
   FakeModel model(kVocab);
   Engine engine(model, nullptr, small_options(2));

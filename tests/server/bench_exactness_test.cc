@@ -3,6 +3,8 @@
 // `duet bench --decisions`: decisions at once equal the same alone.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "server_process.h"
 
 namespace duet::testing {
@@ -19,6 +21,36 @@ TEST(ServeBench, ConcurrentEqualsAloneAndSerial) {
        {"level 1 (greedy)", "level 4 (greedy)", "level 16 (greedy)", "level 16 (seeded)", "level 16 (penalized)"})
     EXPECT_NE(result.output.find(level), std::string::npos) << level;
   EXPECT_TRUE(server.alive());
+}
+
+// Speculative decoding over HTTP (`--draft`, docs/mtp.md): every request's ids (their sha256, as `duet bench` prints
+// them) at 1, 4 and 16 streams, greedy, seeded and penalized, are those of a server without drafts; /metrics shows that
+// drafts were accepted, so the comparison is not vacuous.
+TEST(ServeBench, DraftsGiveTheSameIds) {
+  if (!demo_model_available()) FAIL() << demo_model_missing_reason();
+  const auto ids = [](std::vector<std::string> flags, double* accepted) {
+    for (const char* flag : {"--parallel", "16", "--context", "1024", "--max-tokens", "64", "--backend", "cpu"})
+      flags.push_back(flag);
+    ServerProcess server(flags);
+    auto result = run_command(std::string(DUET_BINARY) + " bench --url " + server.url() +
+                              " --levels 1,4,16 --tokens 24 --reps 1 --sampling all 2>&1");
+    EXPECT_EQ(result.status, 0) << result.output;
+    if (accepted) *accepted = server.metric("duet_drafts_accepted_total").value_or(-1);
+    std::string hashes;  // each request's line without its timing
+    for (size_t at = result.output.find("request level="); at != std::string::npos;
+         at = result.output.find("request level=", at + 1)) {
+      const std::string line = result.output.substr(at, result.output.find('\n', at) - at);
+      hashes += line.substr(0, line.find(" ttft_ms=")) + line.substr(line.find(" sha256=")) + "\n";
+    }
+    return hashes;
+  };
+  const std::string plain = ids({}, nullptr);
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), '\n'), 3 * (1 + 4 + 16)) << plain;
+  for (const char* kind : {"mtp", "ngram"}) {
+    double accepted = 0;
+    EXPECT_EQ(ids({"--draft", kind, "--draft-tokens", "3"}, &accepted), plain) << kind;
+    EXPECT_GT(accepted, 0) << kind << ": no draft accepted at position 1";
+  }
 }
 
 // `duet bench --decisions`: per prompt length, every decision made 4 at once equals the same decision alone, byte for

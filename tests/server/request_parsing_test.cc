@@ -45,7 +45,7 @@ TEST(ParseJsonBody, ManyKeysAreRefusedByNameWhileReading) {
 TEST(ParseSampling, ReadsEveryField) {
   auto body = Json::parse(R"({"temperature": 0.5, "top_p": 0.9, "top_k": 40, "min_p": 0.05, "presence_penalty": 1,
     "frequency_penalty": -1, "repetition_penalty": 1.1, "seed": 7, "stop": ["a", "b"], "stop_token_ids": [3],
-    "ignore_eos": true, "max_tokens": 12, "n": 1, "logit_bias": {}, "return_token_ids": true})");
+    "ignore_eos": true, "max_tokens": 12, "n": 1, "logit_bias": {}, "return_token_ids": true, "speculative": false})");
   auto sampling = parse_sampling(body);
   EXPECT_FLOAT_EQ(sampling.params.temperature, 0.5f);
   EXPECT_FLOAT_EQ(sampling.params.top_p, 0.9f);
@@ -56,6 +56,8 @@ TEST(ParseSampling, ReadsEveryField) {
   EXPECT_TRUE(sampling.params.ignore_eos);
   EXPECT_EQ(sampling.max_tokens, 12);
   EXPECT_TRUE(sampling.return_token_ids);
+  EXPECT_FALSE(sampling.params.speculative);
+  EXPECT_TRUE(parse_sampling(Json::parse("{}")).params.speculative);  // drafted for unless it opts out
 }
 
 TEST(ParseSampling, NamesTheBadField) {
@@ -68,6 +70,7 @@ TEST(ParseSampling, NamesTheBadField) {
   EXPECT_EQ(param(R"({"n": 17})"), "n");  // more than kMaxChoices
   EXPECT_EQ(parse_sampling(Json::parse(R"({"n": 16})")).n, 16);
   EXPECT_EQ(param(R"({"seed": "x"})"), "seed");
+  EXPECT_EQ(param(R"({"speculative": "no"})"), "speculative");
   EXPECT_EQ(param(R"({"stop": ["a", 1]})"), "stop[1]");
   EXPECT_EQ(param(R"({"stop": [""]})"), "stop[0]");
   EXPECT_EQ(param(R"({"stop_token_ids": [-1]})"), "stop_token_ids[0]");

@@ -93,8 +93,12 @@ class CpuBackend final : public Backend {
   void gdn_mixer(const GdnWeights& w, const GdnShape& shape, int64_t gdn_layer, const Activations& x,
                  Activations& out) override {
     std::vector<cpu::CpuGdnState*> states;
-    for (size_t i = 0; i < plan_.pieces.size(); ++i) states.push_back(&storage_->gdn(plan_.pieces[i].slot, gdn_layer));
-    cpu::gdn_mixer(w, shape, cpu_of(x), plan_.pieces, states, cpu_of(out));
+    std::vector<cpu::CpuGdnRewind*> rewinds;
+    for (const StepPiece& piece : plan_.pieces) {
+      states.push_back(&storage_->gdn(piece.slot, gdn_layer));
+      rewinds.push_back(&storage_->gdn_rewind(piece.slot, gdn_layer));
+    }
+    cpu::gdn_mixer(w, shape, cpu_of(x), plan_.pieces, states, rewinds, cpu_of(out));
   }
 
   void attention_mixer(const AttentionWeights& w, const AttentionShape& shape, int64_t attention_layer,

@@ -60,6 +60,7 @@ CpuStateStorage::CpuStateStorage(const Backend* owner, const GdnShape& gdn, int6
       snapshots_(snapshots) {
   gdn_.reserve(static_cast<size_t>(slots * gdn_layers));
   for (int64_t i = 0; i < slots * gdn_layers; ++i) gdn_.emplace_back(gdn);
+  rewind_.resize(static_cast<size_t>(slots * gdn_layers));
   snapshot_.reserve(static_cast<size_t>(snapshots * gdn_layers));
   for (int64_t i = 0; i < snapshots * gdn_layers; ++i) snapshot_.emplace_back(gdn);
 }
@@ -88,17 +89,57 @@ void CpuStateStorage::save_snapshot(int32_t slot, int32_t snapshot) {
 
 void CpuStateStorage::restore_snapshot(int32_t snapshot, int32_t slot) {
   check_slot(slot), check_snapshot(snapshot);
-  for (int64_t l = 0; l < gdn_layers_; ++l) gdn(slot, l) = snapshot_[static_cast<size_t>(snapshot * gdn_layers_ + l)];
+  for (int64_t l = 0; l < gdn_layers_; ++l) {
+    gdn(slot, l) = snapshot_[static_cast<size_t>(snapshot * gdn_layers_ + l)];
+    gdn_rewind(slot, l).start = -1;
+  }
 }
 
 void CpuStateStorage::reset_slot(int32_t slot) {
-  for (int64_t l = 0; l < gdn_layers_; ++l) gdn(slot, l).reset();
+  for (int64_t l = 0; l < gdn_layers_; ++l) gdn(slot, l).reset(), gdn_rewind(slot, l).start = -1;
+}
+
+DeltaRuleHead CpuGdnRewind::head(const GdnShape& s, int64_t h) {
+  const auto size = [](std::vector<float>& v, int64_t n) {
+    if (v.size() != static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+    return v.data();
+  };
+  return DeltaRuleHead{
+      size(boundary_states, s.value_heads * s.key_dim * s.value_dim) + h * s.key_dim * s.value_dim,
+      size(chunk_keys, s.value_heads * kDeltaRuleChunk * s.key_dim) + h * kDeltaRuleChunk * s.key_dim,
+      size(chunk_cum_decay, s.value_heads * kDeltaRuleChunk) + h * kDeltaRuleChunk,
+      size(chunk_values, s.value_heads * kDeltaRuleChunk * s.value_dim) + h * kDeltaRuleChunk * s.value_dim};
+}
+
+void CpuStateStorage::rewind(int32_t slot, int64_t position) {
+  check_slot(slot);
+  for (int64_t l = 0; l < gdn_layers_; ++l) {
+    CpuGdnState& state = gdn(slot, l);
+    CpuGdnRewind& kept = gdn_rewind(slot, l);
+    if (kept.start < 0 || position < kept.start || position > kept.start + kept.rows)
+      fail("cpu state: slot {} cannot rewind to position {}: its last step was not a rewindable one that ran it", slot,
+           position);
+    const int64_t channels = state.shape.conv_channels(), history = state.shape.conv_kernel - 1;
+    const auto kept_rows = position - kept.start;
+    std::copy_n(kept.conv_window.begin() + kept_rows * channels, history * channels, state.conv_history.begin());
+    if (kept.folded_at >= 0 && position < kept.folded_at) {  // back into the chunk the step completed
+      state.boundary_states = kept.boundary_states;
+      state.chunk_keys = kept.chunk_keys;
+      state.chunk_cum_decay = kept.chunk_cum_decay;
+      state.chunk_values = kept.chunk_values;
+    }
+    state.position = position;
+    kept.start = -1;  // once: the state is that of a step that ran `kept_rows` rows
+  }
 }
 
 void CpuStateStorage::copy_slot(int32_t from, int32_t to) {
   check_slot(from), check_slot(to);
   if (from == to) return;
-  for (int64_t l = 0; l < gdn_layers_; ++l) gdn(to, l) = gdn(from, l);  // same shapes: the vectors keep their memory
+  for (int64_t l = 0; l < gdn_layers_; ++l) {
+    gdn(to, l) = gdn(from, l);  // same shapes: the vectors keep their memory
+    gdn_rewind(to, l).start = -1;
+  }
 }
 
 void CpuStateStorage::copy_pages(std::span<const int32_t> from, std::span<const int32_t> to) {

@@ -35,6 +35,21 @@ class CpuGdnState {
   int64_t position = 0;                // tokens consumed; position % 64 rows of the current chunk are filled
 };
 
+// What StateStorage::rewind needs of a GDN layer's last rewindable step (StepPiece::rewindable), kept beside the
+// state by the step itself. Within a chunk, taking rows back costs nothing: the delta rule reads only the chunk's rows
+// before `position % 64`, so rewinding is moving `position` back. The conv history is rebuilt from the window the conv
+// read anyway (the history before the step, then the step's inputs). Only a step that completes a chunk (folds its rows
+// into the boundary state, about rows/64 of verify steps) copies more: the boundary state and the completed chunk's
+// rows, taken just before the fold.
+struct CpuGdnRewind {
+  int64_t start = -1;  // the step's first position; -1: the last step of this slot was not rewindable
+  int64_t rows = 0;
+  std::vector<float> conv_window;  // [conv_kernel - 1 + rows, channels]
+  int64_t folded_at = -1;          // the chunk boundary (position) the step folded at; -1: none
+  std::vector<float> boundary_states, chunk_keys, chunk_cum_decay, chunk_values;  // as CpuGdnState's, before the fold
+  DeltaRuleHead head(const GdnShape& shape, int64_t value_head);  // a view of the copies above, sized on first use
+};
+
 // Floats that read as zeros, from calloc: a large block comes as fresh pages that the kernel zeroes when first
 // touched, so a KV cache of hundreds of megabytes costs nothing until it is used (a std::vector wrote every byte of it
 // at start: most of a `duet serve` start's CPU time, and a test run starts a hundred servers).
@@ -104,7 +119,12 @@ class CpuStateStorage final : public StateStorage {
   void copy_pages(std::span<const int32_t> from, std::span<const int32_t> to) override;
   void save_snapshot(int32_t slot, int32_t snapshot) override;
   void restore_snapshot(int32_t snapshot, int32_t slot) override;
+  bool can_rewind() const override { return true; }
+  void rewind(int32_t slot, int64_t position) override;
   CpuGdnState& gdn(int32_t slot, int64_t layer) { return gdn_[static_cast<size_t>(slot * gdn_layers_ + layer)]; }
+  CpuGdnRewind& gdn_rewind(int32_t slot, int64_t layer) {
+    return rewind_[static_cast<size_t>(slot * gdn_layers_ + layer)];
+  }
 
   CpuKvPages kv;
 
@@ -117,6 +137,7 @@ class CpuStateStorage final : public StateStorage {
   int64_t snapshots_;
   std::vector<CpuGdnState> gdn_;       // [slots][gdn_layers]
   std::vector<CpuGdnState> snapshot_;  // [snapshots][gdn_layers]
+  std::vector<CpuGdnRewind> rewind_;   // [slots][gdn_layers]
 };
 
 }  // namespace duet::backend::cpu

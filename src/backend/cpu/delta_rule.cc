@@ -1,5 +1,6 @@
 #include "backend/cpu/delta_rule.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -38,10 +39,18 @@ void fold_chunk(const DeltaRuleHead& head, int64_t key_dim, int64_t value_dim, i
   }
 }
 
+void copy_head(const DeltaRuleHead& from, const DeltaRuleHead& to, int64_t key_dim, int64_t value_dim) {
+  std::copy_n(from.boundary_state, key_dim * value_dim, to.boundary_state);
+  std::copy_n(from.chunk_keys, kDeltaRuleChunk * key_dim, to.chunk_keys);
+  std::copy_n(from.chunk_cum_decay, kDeltaRuleChunk, to.chunk_cum_decay);
+  std::copy_n(from.chunk_values, kDeltaRuleChunk * value_dim, to.chunk_values);
+}
+
 }  // namespace
 
 void delta_rule_chunked(const DeltaRuleHead& head, int64_t key_dim, int64_t value_dim, int64_t filled, int64_t rows,
-                        const float* q, const float* k, const float* v, const float* g, const float* beta, float* out) {
+                        const float* q, const float* k, const float* v, const float* g, const float* beta, float* out,
+                        const DeltaRuleHead* before_fold) {
   std::vector<float> k_beta(static_cast<size_t>(key_dim));
   std::vector<float> read(static_cast<size_t>(value_dim));
   for (int64_t r = 0; r < rows; ++r) {
@@ -79,6 +88,7 @@ void delta_rule_chunked(const DeltaRuleHead& head, int64_t key_dim, int64_t valu
 
     filled = t + 1;
     if (filled == kDeltaRuleChunk) {
+      if (before_fold != nullptr) copy_head(head, *before_fold, key_dim, value_dim);
       fold_chunk(head, key_dim, value_dim, kDeltaRuleChunk);
       filled = 0;
     }

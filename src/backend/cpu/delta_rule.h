@@ -24,9 +24,12 @@ struct DeltaRuleHead {
 
 // Runs `rows` tokens whose first sits `filled` rows into the current chunk (filled = position % 64). q is already
 // l2-normalized and scaled by key_dim^-0.5, k is l2-normalized. q, k: [rows, key_dim]; v, out: [rows, value_dim];
-// g (log decay, <= 0), beta: [rows]. When a chunk completes, its rows are folded into the boundary state.
+// g (log decay, <= 0), beta: [rows]. When a chunk completes, its rows are folded into the boundary state; with
+// `before_fold`, the boundary state and the completed chunk's rows are first copied there (a verify step keeps them,
+// so that its rows past the fold can be taken back: CpuGdnRewind).
 void delta_rule_chunked(const DeltaRuleHead& head, int64_t key_dim, int64_t value_dim, int64_t filled, int64_t rows,
-                        const float* q, const float* k, const float* v, const float* g, const float* beta, float* out);
+                        const float* q, const float* k, const float* v, const float* g, const float* beta, float* out,
+                        const DeltaRuleHead* before_fold = nullptr);
 
 // The per-token form on a full state S [key_dim, value_dim], as transformers' torch_recurrent_gated_delta_rule.
 void delta_rule_recurrent(float* state, int64_t key_dim, int64_t value_dim, int64_t rows, const float* q,

@@ -9,6 +9,7 @@
 #include "backend/cpu/norms.h"
 #include "backend/cpu/scalar_math.h"
 #include "backend/cpu/weight_rows.h"
+#include "base/error.h"
 #include "base/thread_pool.h"
 
 namespace duet::backend::cpu {
@@ -16,10 +17,15 @@ namespace duet::backend::cpu {
 namespace {
 
 // u[r, c] = silu(sum_j w[c, j] * in[c, t - (K-1) + j]) per piece, where inputs before the piece come from the
-// sequence's conv history (zeros at the start); then the history keeps the last K-1 inputs. In place on qkv.
+// sequence's conv history (zeros at the start); then the history keeps the last K-1 inputs. In place on qkv. A
+// rewindable piece's window (history, then its inputs) is kept for StateStorage::rewind.
 void causal_conv_silu(const Weight& conv, const GdnShape& shape, std::span<const StepPiece> pieces,
-                      std::span<CpuGdnState* const> states, std::vector<float>& qkv) {
+                      std::span<CpuGdnState* const> states, std::span<CpuGdnRewind* const> rewinds,
+                      std::vector<float>& qkv) {
   const int64_t channels = shape.conv_channels(), kernel = shape.conv_kernel, history = kernel - 1;
+  for (size_t p = 0; p < pieces.size(); ++p)
+    if (pieces[p].rewindable)
+      rewinds[p]->conv_window.resize(static_cast<size_t>((history + pieces[p].rows) * channels));
   global_thread_pool().parallel_for(static_cast<size_t>(channels), [&](size_t begin, size_t end) {
     std::vector<float> w(static_cast<size_t>(kernel));
     std::vector<float> window;
@@ -37,6 +43,8 @@ void causal_conv_silu(const Weight& conv, const GdnShape& shape, std::span<const
           for (int64_t j = 0; j < kernel; ++j) acc += w[j] * window[t + j];
           qkv[(piece.first_row + t) * channels + c] = silu(acc);
         }
+        if (piece.rewindable)
+          for (size_t j = 0; j < window.size(); ++j) rewinds[p]->conv_window[j * channels + c] = window[j];
         for (int64_t j = 0; j < history; ++j) hist[j * channels + c] = window[piece.rows + j];
       }
     }
@@ -46,7 +54,7 @@ void causal_conv_silu(const Weight& conv, const GdnShape& shape, std::span<const
 }  // namespace
 
 void gdn_mixer(const GdnWeights& w, const GdnShape& shape, const CpuActivations& x, std::span<const StepPiece> pieces,
-               std::span<CpuGdnState* const> states, CpuActivations& out) {
+               std::span<CpuGdnState* const> states, std::span<CpuGdnRewind* const> rewinds, CpuActivations& out) {
   const int64_t rows = x.rows();
   const int64_t channels = shape.conv_channels();
   const int64_t kd = shape.key_dim, vd = shape.value_dim, kh = shape.key_heads, vh = shape.value_heads;
@@ -60,7 +68,7 @@ void gdn_mixer(const GdnWeights& w, const GdnShape& shape, const CpuActivations&
   project(x.values.data(), rows, w.in_proj_z, w.adapter.in_proj_z, pieces, z.data());
   project(x.values.data(), rows, w.in_proj_b, w.adapter.in_proj_b, pieces, b.data());
   project(x.values.data(), rows, w.in_proj_a, w.adapter.in_proj_a, pieces, a.data());
-  causal_conv_silu(w.conv1d, shape, pieces, states, qkv);
+  causal_conv_silu(w.conv1d, shape, pieces, states, rewinds, qkv);
 
   // q, k: l2-normalized per key head (q also scaled by key_dim^-0.5); beta = sigmoid(b);
   // g = -exp(A_log) * softplus(a + dt_bias).
@@ -83,6 +91,18 @@ void gdn_mixer(const GdnWeights& w, const GdnShape& shape, const CpuActivations&
     }
   });
 
+  // A rewindable piece that completes its chunk keeps the state from just before the fold (its copies sized here, off
+  // the pool); it has at most 64 rows, so it folds at most once.
+  for (size_t p = 0; p < pieces.size(); ++p) {
+    if (!pieces[p].rewindable) continue;
+    if (pieces[p].rows > kDeltaRuleChunk) fail("gdn: a rewindable piece of {} rows (at most 64)", pieces[p].rows);
+    CpuGdnRewind& kept = *rewinds[p];
+    const int64_t start = pieces[p].start_position, boundary = (start / kDeltaRuleChunk + 1) * kDeltaRuleChunk;
+    kept.start = start, kept.rows = pieces[p].rows;
+    kept.folded_at = start + pieces[p].rows >= boundary ? boundary : -1;
+    if (kept.folded_at >= 0) kept.head(shape, 0);
+  }
+
   // The delta rule, one task per (piece, value head); value head j reads key head j / (vh / kh).
   std::vector<float> core(static_cast<size_t>(rows * value_width));  // [rows, value_heads * value_dim]
   const int64_t group = vh / kh;
@@ -104,13 +124,19 @@ void gdn_mixer(const GdnWeights& w, const GdnShape& shape, const CpuActivations&
         bt[t] = beta[(piece.first_row + t) * vh + h];
       }
       CpuGdnState& state = *states[p];
+      DeltaRuleHead before_fold;
+      const bool keep = piece.rewindable && rewinds[p]->folded_at >= 0;
+      if (keep) before_fold = rewinds[p]->head(shape, h);
       delta_rule_chunked(state.head(h), kd, vd, piece.start_position % kDeltaRuleChunk, n, q.data(), k.data(), v.data(),
-                         gt.data(), bt.data(), o.data());
+                         gt.data(), bt.data(), o.data(), keep ? &before_fold : nullptr);
       for (int64_t t = 0; t < n; ++t)
         for (int64_t i = 0; i < vd; ++i) core[(piece.first_row + t) * value_width + h * vd + i] = o[t * vd + i];
     }
   });
-  for (size_t p = 0; p < pieces.size(); ++p) states[p]->position = pieces[p].start_position + pieces[p].rows;
+  for (size_t p = 0; p < pieces.size(); ++p) {
+    states[p]->position = pieces[p].start_position + pieces[p].rows;
+    if (!pieces[p].rewindable) rewinds[p]->start = -1;  // a later step: nothing to take back any more
+  }
 
   // Gated RMSNorm per value head (plain weight, times silu(z)), then out_proj.
   const float eps = static_cast<float>(shape.norm_eps);

@@ -8,7 +8,7 @@
 namespace duet::backend::cpu {
 
 void gdn_mixer(const GdnWeights& w, const GdnShape& shape, const CpuActivations& x, std::span<const StepPiece> pieces,
-               std::span<CpuGdnState* const> states, CpuActivations& out);
+               std::span<CpuGdnState* const> states, std::span<CpuGdnRewind* const> rewinds, CpuActivations& out);
 
 void attention_mixer(const AttentionWeights& w, const AttentionShape& shape, const CpuActivations& x,
                      std::span<const StepPiece> pieces, std::span<const CpuKvCache> caches, CpuActivations& out);

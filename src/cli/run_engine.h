@@ -1,0 +1,28 @@
+#pragma once
+// `duet run --draft KIND`: the continuation through the engine (as a server decodes, without HTTP), with the figures
+// of speculative decoding on stderr: acceptance per draft position, tokens per verify step, decode tok/s. KIND oracle
+// (benchmarks): the drafts are the continuation a plain run made first, each draft wrong with probability
+// 1 - oracle_acceptance, so the figures are those a drafter of that acceptance would give.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/engine.h"
+#include "model/model.h"
+
+namespace duet::cli {
+
+struct EngineRun {
+  std::span<const int32_t> prompt;
+  int32_t max_tokens = 16;
+  int32_t streams = 1;
+  bool ignore_eos = false;
+  float temperature = 0.0f;  // 0: greedy; otherwise seeded sampling (seed 1 + stream)
+  engine::DraftOptions draft;
+  double oracle_acceptance = 1.0;  // with DraftKind::oracle
+};
+
+// Every stream's ids (all streams send the same prompt); prints the figures.
+std::vector<std::vector<int32_t>> run_through_engine(model::Model& model, const EngineRun& run);
+
+}  // namespace duet::cli
