@@ -13,11 +13,16 @@
 // order fixed by the row's place in its chunk: dot products over the key index in order, one fma chain; the sum over
 // earlier rows split over a fixed number of lanes, then a fixed butterfly; the fold over the 64 rows in order.
 //
-// Two kernels per layer. chunk_matrices_kernel: one block per (chunk, value head) computes the new rows' G and their
-// rows of A and Q (which do not depend on S_b) into the step's chunk scratch, for all chunks at once.
+// Three kernels per layer. chunk_matrices_kernel: one block per (chunk, value head) computes the new rows' G and
+// their rows of A and Q (which do not depend on S_b) into the step's chunk scratch, for all chunks at once.
 // chunk_state_kernel: one block per (piece, value head, group of up to 32 value columns) walks the piece's chunks in
 // order with S_b's columns in shared memory: a column of S, d and o only meets its own column, so the groups are
-// independent, but for the keys and G they share in the state: a head's groups form one cluster.
+// independent, but for the keys and G they share in the state: a piece that starts inside one chunk reads that
+// chunk's earlier keys and G from the state, and one that ends inside a chunk leaves its new rows' keys and G there,
+// in the same rows. chunk_tail_kernel writes those after the walk (stream order), so no group can overwrite what
+// another has not read yet. (A head's groups formed one cluster instead, synchronised before group 0 wrote: at 179 KB
+// of shared memory a block an SM, only 30 clusters of 4 fit on an H200 at once, so one prompt's 32 heads ran in two
+// waves and the walk took twice its time.)
 // Pieces of one row (decode steps) take one kernel instead, decode_delta_kernel, which computes the row's entries of
 // both with the same chains.
 #include <cooperative_groups.h>
@@ -427,21 +432,36 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-  // The last chunk's keys and G join the state once, from column group 0, after every group of the cluster has read
-  // the old ones (a piece that starts inside one chunk and ends inside a later one reads and writes the same rows).
-  cg::this_cluster().sync();
-  const DeviceChunk last = step.chunk[piece.first_chunk + piece.chunk_count - 1];
-  if (blockIdx.z == 0 && last.filled + last.rows < kC) {
-    for (int idx = tid; idx < last.rows * KD; idx += kThreads) {
-      const int t = last.filled + idx / KD, i = idx % KD;
-      state[layout.keys() + t * KD + i] = cv.k[t][i];
-    }
-    for (int t = last.filled + tid; t < last.filled + last.rows; t += kThreads) state[layout.G() + t] = cv.G[t];
-  }
+  // The last chunk's keys and G join the state in chunk_tail_kernel, once every group has read the old ones.
   if (!folded) return;
   __syncthreads();
   for (int idx = tid; idx < KD * VC; idx += kThreads)
     state[(idx / VC) * VD + col0 + idx % VC] = sm.S[idx / VC][idx % VC];
+}
+
+// ---- chunk_tail_kernel: the new rows' keys and G of a piece that ends inside a chunk, into the state.
+
+// One block per (piece of several rows, value head): the keys normalized again from qkv by the function
+// chunk_state_kernel used (so the same bits), G from the chunk's scratch, as chunk_state_kernel had them.
+template <int KD, int VD>
+__global__ void __launch_bounds__(kThreads)
+    chunk_tail_kernel(DeviceStep step, int32_t layer, const bf16* qkv, GdnDims dims, const float* scratch) {
+  constexpr DeltaHeadState layout{KD, VD};
+  const DevicePiece& piece = step.piece[step.piece_order[blockIdx.x]];
+  const DeviceChunk last = step.chunk[piece.first_chunk + piece.chunk_count - 1];
+  if (last.filled + last.rows >= kC) return;  // the walk folded it into S_b
+  const int32_t head = blockIdx.y;
+  const HeadInputs in = head_inputs<KD, VD>(dims, head);
+  float* state = head_state<KD, VD>(piece, layer, head);
+  const int warp = threadIdx.x / 32, warps = kThreads / 32;
+  for (int r = warp; r < last.rows; r += warps) {
+    const bf16* raw_k = qkv + static_cast<int64_t>(last.first_row + r) * in.width + in.k;
+    l2_normalize_to<KD>(raw_k, in.q_scale, false, state + layout.keys() + (last.filled + r) * KD);
+  }
+  const float* G_new = scratch + last.scratch * dims.value_heads +
+                       static_cast<int64_t>(head) * chunk_scratch_elems(last.filled, last.rows) +
+                       2 * last.rows * (last.filled + last.rows);
+  for (int r = threadIdx.x; r < last.rows; r += kThreads) state[layout.G() + last.filled + r] = G_new[r];
 }
 
 // ---- decode_delta_kernel: the same arithmetic for a piece of one row (a decode step), in one kernel: the row's G and
@@ -653,21 +673,12 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
     check_launch("gdn chunk_matrices_kernel");
   }
   if (step.multi_pieces > 0) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(static_cast<unsigned>(step.multi_pieces), static_cast<unsigned>(dims.value_heads), VD / VC);
-    config.blockDim = dim3(kThreads, 1, 1);
-    config.dynamicSmemBytes = state_bytes;
-    config.stream = stream;
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = 1;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = VD / VC;  // a head's column groups
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-    check_cuda(cudaLaunchKernelEx(&config, chunk_state_kernel<KD, VD>, step, layer, qkv, beta, dims,
-                                  static_cast<const float*>(scratch), out),
-               "gdn chunk_state_kernel");
+    const dim3 grid(static_cast<unsigned>(step.multi_pieces), static_cast<unsigned>(dims.value_heads), VD / VC);
+    chunk_state_kernel<KD, VD><<<grid, kThreads, state_bytes, stream>>>(step, layer, qkv, beta, dims, scratch, out);
+    check_launch("gdn chunk_state_kernel");
+    chunk_tail_kernel<KD, VD>
+        <<<dim3(step.multi_pieces, dims.value_heads), kThreads, 0, stream>>>(step, layer, qkv, dims, scratch);
+    check_launch("gdn chunk_tail_kernel");
   }
   if (single_pieces > 0) {
     // A head's column groups form one cluster (the gated norm gathers their outputs).
