@@ -16,28 +16,29 @@ phase() {
   echo "=== test.sh +$(($(date +%s) - t0)) s: $* (CPU $cpu s so far; cores busy $(((busy - busy0) * 100 / (busy - busy0 + idle - idle0 + 1))) % since the last line)"
   busy0=$busy idle0=$idle
 }
-phase "apt (scripts/setup.sh --no-build)"
-scripts/setup.sh --no-build
-phase "npm references, the sanitizer build (nice 19) and the release build, beside each other"
-# The npm references (mostly download time) install while the build compiles.
+phase "apt: what the builds need (scripts/setup.sh --build-packages)"
+scripts/setup.sh --build-packages --no-build
+phase "the tests' packages and npm references, the sanitizer build (nice 19) and the release build, beside each other"
+# What only the tests need (chromium, node and npm, clang-format: most of the packages) and the npm references
+# install while the build compiles: download time and dpkg's one process, which left a core idle before the build.
 deps_log=$(mktemp)
 san_log=$(mktemp)
 san=""
 # The sanitizer build runs in its own process group, so that an early exit stops its compilers too.
 trap '[[ -z $san ]] || kill -- -"$san" 2>/dev/null || true; rm -f "$deps_log" "$san_log"' EXIT
-scripts/test-deps.sh >"$deps_log" 2>&1 &
+(scripts/setup.sh --test-packages && scripts/test-deps.sh && echo "test packages and npm references ready at +$(($(date +%s) - t0)) s") >"$deps_log" 2>&1 &
 deps=$!
 # The sanitizer build compiles at the lowest priority from here on: it takes the core time that the release build's
 # single-job tail and the tests (the end-to-end ones wait on sockets and sleeps) leave idle, and little else.
 # The background jobs' end times go to their logs' last lines.
 setsid -w nice -n 19 bash -c 'scripts/sanitize.sh --build-only build-sanitize; s=$?; echo "sanitizer build ended at +$(($(date +%s) - $1)) s"; exit $s' _ "$t0" >"$san_log" 2>&1 &
 san=$!
-scripts/setup.sh build
+scripts/setup.sh --build-packages build
 phase "the release build ended"
 deps_status=0
 wait "$deps" || deps_status=$?
 cat "$deps_log"
-[[ $deps_status -eq 0 ]] || { echo "test.sh: scripts/test-deps.sh failed" >&2; exit 1; }
+[[ $deps_status -eq 0 ]] || { echo "test.sh: scripts/setup.sh --test-packages or scripts/test-deps.sh failed" >&2; exit 1; }
 scripts/check-format.sh
 phase "ctest"
 # Twice as many jobs as cores: the end-to-end tests wait on sockets, sleeps and node much of the time (docs/benchmarks.md,
