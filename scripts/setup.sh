@@ -1,19 +1,31 @@
 #!/usr/bin/env bash
 # Installs what duet needs to build and test on Debian 12, then configures and builds it.
-# Usage: scripts/setup.sh [--no-build] [build-dir]   (default: build; --no-build: the packages only)
+# Usage: scripts/setup.sh [--no-build] [--build-packages | --test-packages] [build-dir]   (default: build)
+#   --no-build: the packages only; --build-packages: only what the builds need (the release build and the sanitizer
+#   build); --test-packages: only what the tests and checks need besides, no build (scripts/test.sh installs these
+#   while the build runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=1
-if [[ ${1:-} == --no-build ]]; then build=0; shift; fi
-build_dir=${1:-build}
-
-packages=(build-essential cmake ninja-build pkg-config git curl ca-certificates
+build_packages=(build-essential cmake ninja-build pkg-config git curl ca-certificates
   nlohmann-json3-dev libcpp-httplib-dev libboost1.81-dev libcli11-dev libfmt-dev libpcre2-dev libutf8proc-dev libssl-dev
-  libgtest-dev libgmock-dev libbenchmark-dev liblapacke-dev libopenblas-dev python3 python3-jinja2 nodejs npm
-  clang-format chromium clang libclang-rt-14-dev llvm-14)
+  libgtest-dev libgmock-dev libbenchmark-dev liblapacke-dev libopenblas-dev python3 clang libclang-rt-14-dev llvm-14)
+test_packages=(python3-jinja2 nodejs npm clang-format chromium)
 # clang-format: scripts/check-format.sh; chromium: the browser tests (headless, driven by puppeteer-core); clang and its
 # sanitizer and libFuzzer runtimes: the sanitizer build (scripts/sanitize.sh, scripts/fuzz.sh); llvm-14: its
 # llvm-symbolizer, which names the functions and lines in a sanitizer's report.
+packages=("${build_packages[@]}" "${test_packages[@]}")
+while [[ ${1:-} == --* ]]; do
+  case $1 in
+    --no-build) build=0 ;;
+    --build-packages) packages=("${build_packages[@]}") ;;
+    --test-packages) build=0 packages=("${test_packages[@]}") ;;
+    *) echo "setup: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+build_dir=${1:-build}
+
 # Recommended packages are not installed (--no-install-recommends): on a fresh Debian 12 they were 213 of 854 packages
 # (desktop, printing, perl and llvm-dev pieces that nothing here uses; docs/benchmarks.md, "Build time").
 missing=()
