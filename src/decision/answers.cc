@@ -105,9 +105,10 @@ Json answers_json(const DecisionRequest& request, const std::vector<std::vector<
 }
 
 std::string decision_response(const DecisionRequest& request, const Encoding& encoding, std::span<const float> logits,
-                              const std::string& model) {
+                              const std::string& model, int32_t cached_tokens) {
   Json usage = {{"input_tokens", encoding.ids.size()}, {"output_tokens", 0}};
   if (request.truncation == Truncation::state_head) usage["state_tokens_dropped"] = encoding.state_tokens_dropped;
+  if (cached_tokens > 0) usage["input_tokens_details"] = {{"cached_tokens", cached_tokens}};
   Json body = {{"model", model},
                {"answers", answers_json(request, question_probabilities(request, logits), logits)},
                {"usage", std::move(usage)}};

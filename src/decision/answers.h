@@ -25,8 +25,9 @@ Json answers_json(const DecisionRequest& request, const std::vector<std::vector<
                   std::span<const float> logits);
 
 // The whole response body: {"model", "answers", "usage"}, or that inside Cloudflare's envelope, written as Python's
-// json.dumps writes it (shortest float repr, raw UTF-8).
+// json.dumps writes it (shortest float repr, raw UTF-8). `usage.input_tokens_details.cached_tokens` (a duet extension,
+// as the Responses API names it) only when the prompt cache resumed some of the prompt.
 std::string decision_response(const DecisionRequest& request, const Encoding& encoding, std::span<const float> logits,
-                              const std::string& model);
+                              const std::string& model, int32_t cached_tokens = 0);
 
 }  // namespace duet::decision

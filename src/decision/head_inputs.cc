@@ -1,5 +1,7 @@
 #include "decision/head_inputs.h"
 
+#include <algorithm>
+
 #include "base/error.h"
 #include "decision/head_math.h"
 
@@ -11,6 +13,7 @@ SpanLayout span_layout(const JointHead& head, const model::Model& backbone, cons
     fail("decision: the head reads rows of {}, the model makes rows of {}", hidden, backbone.config().hidden_size);
   SpanLayout layout;
   layout.length = static_cast<int64_t>(encoding.ids.size());
+  layout.first_span = layout.length;
   layout.span_at.assign(encoding.ids.size(), -1);
   std::vector<Span> spans;  // questions, then every option in encoding order
   for (const EncodedQuestion& question : encoding.questions) {
@@ -31,6 +34,7 @@ SpanLayout span_layout(const JointHead& head, const model::Model& backbone, cons
       layout.span_at[static_cast<size_t>(p)] = static_cast<int32_t>(s);
     }
     layout.sizes.push_back(span.size());
+    layout.first_span = std::min<int64_t>(layout.first_span, span.begin);
   }
 
   // l_r: the mean of lm_head rows over option span r, gathered by token id.
@@ -63,7 +67,33 @@ HeadInputGatherer::HeadInputGatherer(std::shared_ptr<const JointHead> head, cons
   inputs_.lexical_means = layout_.lexical_means;
 }
 
+void HeadInputGatherer::resume_from(std::shared_ptr<const engine::DecisionPrefix> prefix) {
+  const auto* kept = dynamic_cast<const HostDecisionPrefix*>(prefix.get());
+  const auto width = static_cast<size_t>(head_->config().width);
+  if (kept == nullptr || seen_ != 0 || kept->positions() > layout_.first_span ||
+      kept->memory().size() != static_cast<size_t>(kept->positions()) * width)
+    fail(
+        "decision: cannot resume from a kept prefix of {} positions (this decision has taken {} rows, its first span "
+        "starts at {})",
+        prefix ? prefix->positions() : 0, seen_, layout_.first_span);
+  resumed_ = std::move(prefix);
+  seen_ = kept->positions();
+}
+
+std::shared_ptr<const engine::DecisionPrefix> HeadInputGatherer::keep_prefix(int64_t positions) {
+  const auto width = static_cast<size_t>(head_->config().width);
+  if (positions <= 0 || positions > layout_.first_span || positions > seen_ || resumed_ != nullptr) return nullptr;
+  const auto end = inputs_.memory.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(positions) * width);
+  return std::make_shared<HostDecisionPrefix>(positions, std::vector<float>(inputs_.memory.begin(), end));
+}
+
 void HeadInputGatherer::add_rows(int64_t first, int64_t count, std::span<const float> rows) {
+  if (resumed_ != nullptr) {  // the first rows after a resumed prefix: its memory rows come first
+    inputs_.memory.reserve(static_cast<size_t>(length_ * head_->config().width));
+    const auto& kept = static_cast<const HostDecisionPrefix&>(*resumed_).memory();
+    inputs_.memory.assign(kept.begin(), kept.end());
+    resumed_.reset();
+  }
   if (first != seen_ || count < 0 || first + count > length_ || rows.size() != static_cast<size_t>(count * hidden_))
     fail("decision: rows [{}, {}) came after {} of {} rows ({} values)", first, first + count, seen_, length_,
          rows.size());

@@ -24,6 +24,7 @@ struct SpanLayout {
   std::vector<int32_t> owner;           // [N] the question of each option
   std::vector<int32_t> question_types;  // [Q] type ids
   std::vector<float> lexical_means;     // [N, h] l_r: the mean of lm_head rows over option span r's ids
+  int64_t first_span = 0;               // the first position of any span: the head keeps only M of those before
 };
 // Refuses (duet::Error) spans that are empty, overlap or reach past the ids, and a backbone of another hidden size.
 SpanLayout span_layout(const JointHead& head, const model::Model& backbone, const Encoding& encoding);
@@ -38,6 +39,11 @@ class HeadInputGatherer final : public engine::DecisionSink {
   // The head's logits, options in encoding order; throws duet::Error unless every row came.
   std::vector<float> finish() override;
 
+  // A prefix before the first span is its memory rows alone (HostDecisionPrefix).
+  int64_t prefix_limit() const override { return layout_.first_span; }
+  std::shared_ptr<const engine::DecisionPrefix> keep_prefix(int64_t positions) override;
+  void resume_from(std::shared_ptr<const engine::DecisionPrefix> prefix) override;
+
   // Everything the head reads; complete once every row came.
   const HeadInputs& inputs() const { return inputs_; }
   bool complete() const { return seen_ == length_; }
@@ -50,6 +56,20 @@ class HeadInputGatherer final : public engine::DecisionSink {
   int64_t seen_ = 0;               // rows added so far
   std::vector<double> span_sums_;  // [Q + N, h] sums of LN_hidden rows
   HeadInputs inputs_;
+  std::shared_ptr<const engine::DecisionPrefix> resumed_;  // until the first rows come: then copied into the memory
+};
+
+// The memory rows M [positions, w] of a prefix, kept by a HeadInputGatherer.
+class HostDecisionPrefix final : public engine::DecisionPrefix {
+ public:
+  HostDecisionPrefix(int64_t positions, std::vector<float> memory)
+      : positions_(positions), memory_(std::move(memory)) {}
+  int64_t positions() const override { return positions_; }
+  const std::vector<float>& memory() const { return memory_; }
+
+ private:
+  int64_t positions_;
+  std::vector<float> memory_;
 };
 
 }  // namespace duet::decision

@@ -141,7 +141,8 @@ struct Engine::Impl {
     if (plan.prompt_cache_snapshots > 0)
       cache.emplace(blocks, *storage, static_cast<int32_t>(plan.prompt_cache_snapshots), plan.prompt_cache_pages,
                     options.prompt_cache_block_hash ? PromptCache::BlockHash(options.prompt_cache_block_hash)
-                                                    : PromptCache::BlockHash(PromptCache::default_block_hash));
+                                                    : PromptCache::BlockHash(PromptCache::default_block_hash),
+                    plan.prompt_cache_decision_bytes);
     model.reserve_workspace(max_step_rows(options));  // steps allocate nothing
     stats.slots_total = stats.slots_free = blocks.slots();
     stats.kv_pages_total = blocks.pages();
@@ -312,9 +313,13 @@ struct Engine::Impl {
       // A decision that waits for its head holds no slot but its sink's rows: the memory plan counts one sink per
       // slot, so no more decisions than slots are under way at once (chat may take a slot such a decision gave back).
       if (next->decides() && decisions_under_way() >= options.parallel) break;
-      const bool cacheable = cache && !next->decides();
+      // A decision resumes (and is kept) only before its first span, where its sink keeps nothing but memory rows.
+      const int64_t decision_limit = next->decides() ? next->request().decision->prefix_limit() : 0;
+      const bool cacheable = cache && (!next->decides() || decision_limit >= backend::kKvPagePositions);
       const auto look_up = [&] {
-        return cacheable ? cache->lookup(cache_salt(*next), next->request().prompt) : std::nullopt;
+        return cacheable ? cache->lookup(cache_salt(*next), next->request().prompt, next->decides(),
+                                         next->decides() ? decision_limit : INT64_MAX)
+                         : std::nullopt;
       };
       std::optional<PromptCache::Hit> hit = look_up();
       const int64_t limit = scheduler.pages_needed(*next);
@@ -336,8 +341,11 @@ struct Engine::Impl {
     refresh_pool_stats_locked();
   }
 
-  // What changes a prompt's rows besides its tokens: the adapter (this engine has one model).
-  static uint64_t cache_salt(const Sequence& sequence) { return static_cast<uint64_t>(sequence.request().adapter); }
+  // What changes a prompt's rows besides its tokens: the adapter (this engine has one model). A decision's entries
+  // hold its sink's prefix too, and only decisions resume from them.
+  static uint64_t cache_salt(const Sequence& sequence) {
+    return static_cast<uint64_t>(sequence.request().adapter) | (sequence.decides() ? uint64_t{1} << 32 : 0);
+  }
 
   // A newly admitted sequence's state: a cache hit's snapshot (its shared pages are already in its table), or an
   // empty one; and the block ends where its own state will be kept: the end of its last full block, the block end
@@ -347,6 +355,7 @@ struct Engine::Impl {
     const int32_t slot = *sequence.slot();
     if (hit) {
       storage->restore_snapshot(hit->snapshot, slot);
+      if (sequence.decides()) sequence.request().decision->resume_from(hit->decision);
       sequence.resume_at(static_cast<int32_t>(hit->tokens()));
       // Its MTP rows there are the ones the pages got from the prompt that wrote them (engine/mtp_drafter.h).
       sequence.set_mtp_positions(sequence.prefilled());
@@ -357,6 +366,12 @@ struct Engine::Impl {
     cache->note_admitted(hit);
     const int32_t length = sequence.prompt_length(), block = static_cast<int32_t>(backend::kKvPagePositions);
     std::vector<int32_t> points;
+    if (sequence.decides()) {  // the last block end before its first span: the next decision about the same state
+      const auto limit = static_cast<int32_t>(sequence.request().decision->prefix_limit() / block * block);
+      if (limit > sequence.prefilled()) points.push_back(limit);
+      sequence.set_cache_points(std::move(points));
+      return;
+    }
     const int32_t hint = std::clamp(sequence.request().cache_hint, 0, length - 1);
     for (int32_t point : {hint / block * block, (length - 1) / block * block, length / block * block})
       if (point > sequence.prefilled() && (points.empty() || points.back() < point)) points.push_back(point);
@@ -375,7 +390,7 @@ struct Engine::Impl {
       stats.prompt_cache_evictions = c.evictions;
       stats.prompt_cache_tokens_total = c.cached_tokens;
       stats.prompt_cache_bytes_held = static_cast<size_t>(c.entries) * model.sequence_fixed_bytes() +
-                                      static_cast<size_t>(c.pages_held) * model.kv_page_bytes();
+                                      static_cast<size_t>(c.pages_held) * model.kv_page_bytes() + c.decision_bytes_held;
     }
   }
 
@@ -686,6 +701,7 @@ struct Engine::Impl {
       });
     result.norm_rows = {};
     sequence.advance_prefill(count);
+    keep_decision_in_cache(sequence, job);
     if (!sequence.prefill_done()) return;
     const auto prefilled_at = std::chrono::steady_clock::now();
     decision_workers.post(
@@ -706,6 +722,26 @@ struct Engine::Impl {
           }
           wake.notify_all();
         });
+  }
+
+  // A decision that just reached its cache point leaves its backbone state there to the prompt cache, with what its
+  // sink keeps of the prefix: a decision worker sets that after the sink's rows up to there (its tasks run in order).
+  void keep_decision_in_cache(const Sequence& sequence, const std::shared_ptr<DecisionJob>& job) {
+    const std::vector<int32_t>& points = sequence.cache_points();
+    const int32_t positions = sequence.prefilled();
+    if (!cache || std::find(points.begin(), points.end(), positions) == points.end()) return;
+    auto pending = std::make_shared<PendingDecisionPrefix>();
+    if (!cache->insert(cache_salt(sequence), std::span(sequence.request().prompt).first(positions), *sequence.slot(),
+                       pending, static_cast<size_t>(positions) * options.decision_bytes_per_position))
+      return;
+    decision_workers.post(sequence.id(), [job, pending, positions] {
+      if (job->cancelled || !job->error.empty()) return;
+      try {
+        pending->set(job->sink->keep_prefix(positions));
+      } catch (const std::exception& e) {  // the next decision prefills the state itself
+        log_warn("engine: a decision's prefix was not kept: {}", e.what());
+      }
+    });
   }
 
   // Running decisions, prefilling or waiting for their heads.

@@ -40,16 +40,20 @@ int64_t max_step_rows(const EngineOptions& options) {
 
 namespace {
 // A quarter of the budget for GDN snapshots (at least one), the rest for the pages of the prefixes they resume; none
-// when the budget holds less than one of each.
+// when the budget holds less than one of each. With a decision head, each page may come with a decision's memory
+// rows of its positions (a decision's kept prefix), and the budget counts them beside it.
 void plan_prompt_cache(const model::Model& model, const EngineOptions& options, MemoryPlan& plan) {
   const size_t budget = options.prompt_cache_bytes;
-  const size_t snapshot = model.sequence_fixed_bytes(), page = plan.kv_page_bytes;
-  if (budget == 0 || page == 0 || budget < snapshot + page) return;
+  const size_t snapshot = model.sequence_fixed_bytes(),
+               rows = static_cast<size_t>(plan.kv_page_positions) * options.decision_bytes_per_position,
+               page = plan.kv_page_bytes + rows;
+  if (budget == 0 || plan.kv_page_bytes == 0 || budget < snapshot + page) return;
   constexpr int64_t kMostSnapshots = 4096;  // each is a linear scan away from eviction
   plan.prompt_cache_snapshots =
       snapshot == 0 ? 64 : std::clamp<int64_t>(static_cast<int64_t>(budget / 4 / snapshot), 1, kMostSnapshots);
   plan.prompt_cache_pages =
       static_cast<int64_t>((budget - static_cast<size_t>(plan.prompt_cache_snapshots) * snapshot) / page);
+  plan.prompt_cache_decision_bytes = static_cast<size_t>(plan.prompt_cache_pages) * rows;
   plan.prompt_cache_bytes =
       static_cast<size_t>(plan.prompt_cache_snapshots) * snapshot + static_cast<size_t>(plan.prompt_cache_pages) * page;
 }
@@ -105,9 +109,12 @@ std::string MemoryPlan::describe() const {
       context, model_positions > 0 ? std::to_string(model_positions) : std::string("no max_position_embeddings"),
       mib(weight_bytes), adapter_bytes == 0 ? std::string() : " + adapter " + mib(adapter_bytes), mib(state_pool_bytes),
       sequences, mib(state_bytes_per_sequence), kv_pages, mib(kv_page_bytes), kv_pages * kv_page_positions,
-      prompt_cache_bytes == 0 ? std::string(" + prompt cache off")
-                              : fmt::format(" + prompt cache {} ({} GDN snapshots + {} KV pages)",
-                                            mib(prompt_cache_bytes), prompt_cache_snapshots, prompt_cache_pages),
+      prompt_cache_bytes == 0
+          ? std::string(" + prompt cache off")
+          : fmt::format(" + prompt cache {} ({} GDN snapshots + {} KV pages{})", mib(prompt_cache_bytes),
+                        prompt_cache_snapshots, prompt_cache_pages,
+                        prompt_cache_decision_bytes == 0 ? std::string()
+                                                         : " with decision rows " + mib(prompt_cache_decision_bytes)),
       mib(workspace_bytes),
       on_device
           ? (decision_device_bytes == 0 ? std::string() : " + decision head products " + mib(decision_device_bytes))

@@ -28,8 +28,9 @@ struct MemoryPlan {
   int64_t prompt_cache_snapshots = 0;
   int64_t prompt_cache_pages = 0;
   size_t prompt_cache_bytes = 0;
-  size_t workspace_bytes = 0;  // an estimate of one step's activations and logits
-  size_t decision_bytes = 0;   // a joint head's weights + every slot's head memory and each running head's scratch
+  size_t prompt_cache_decision_bytes = 0;  // of prompt_cache_bytes: decisions' kept memory rows, beside their pages
+  size_t workspace_bytes = 0;              // an estimate of one step's activations and logits
+  size_t decision_bytes = 0;  // a joint head's weights + every slot's head memory and each running head's scratch
   size_t decision_device_bytes = 0;  // on a GPU: the head's products, fp32 weights + one context's rows in and out
   size_t total_bytes = 0;
   size_t limit_bytes = 0;

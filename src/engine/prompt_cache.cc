@@ -18,8 +18,12 @@ uint64_t PromptCache::default_block_hash(uint64_t previous, std::span<const int3
 }
 
 PromptCache::PromptCache(BlockManager& blocks, backend::StateStorage& storage, int32_t snapshots, int64_t max_pages,
-                         BlockHash hash)
-    : blocks_(blocks), storage_(storage), max_pages_(max_pages), hash_(std::move(hash)) {
+                         BlockHash hash, size_t max_decision_bytes)
+    : blocks_(blocks),
+      storage_(storage),
+      max_pages_(max_pages),
+      hash_(std::move(hash)),
+      max_decision_bytes_(max_decision_bytes) {
   if (snapshots > storage.snapshots())
     fail("prompt cache: {} snapshots asked for, the storage has {}", snapshots, storage.snapshots());
   entries_.resize(static_cast<size_t>(std::max(snapshots, 0)));
@@ -36,9 +40,11 @@ std::vector<uint64_t> PromptCache::chain(uint64_t salt, std::span<const int32_t>
   return keys;
 }
 
-std::optional<PromptCache::Hit> PromptCache::lookup(uint64_t salt, std::span<const int32_t> prompt) {
+std::optional<PromptCache::Hit> PromptCache::lookup(uint64_t salt, std::span<const int32_t> prompt, bool decision,
+                                                    int64_t max_tokens) {
   if (entries_.empty() || prompt.empty()) return std::nullopt;
-  const int64_t blocks = (static_cast<int64_t>(prompt.size()) - 1) / kBlock;  // leave a token to prefill
+  // Leave a token to prefill.
+  const int64_t blocks = std::min((static_cast<int64_t>(prompt.size()) - 1) / kBlock, max_tokens / kBlock);
   const std::vector<uint64_t> keys = chain(salt, prompt, blocks);
   for (int64_t b = blocks; b >= 1; --b) {
     const auto [first, last] = index_.equal_range(keys[static_cast<size_t>(b - 1)]);
@@ -49,8 +55,13 @@ std::optional<PromptCache::Hit> PromptCache::lookup(uint64_t salt, std::span<con
       if (entry.salt != salt || entry.tokens.size() != length ||
           !std::equal(entry.tokens.begin(), entry.tokens.end(), prompt.begin()))
         continue;
+      std::shared_ptr<const DecisionPrefix> kept;
+      if (decision) {
+        kept = entry.decision ? entry.decision->get() : nullptr;
+        if (kept == nullptr || kept->positions() != static_cast<int64_t>(length)) continue;  // not (yet) kept
+      }
       entry.used = ++tick_;
-      return Hit{.snapshot = it->second, .pages = entry.pages};
+      return Hit{.snapshot = it->second, .pages = entry.pages, .decision = std::move(kept)};
     }
   }
   return std::nullopt;
@@ -66,9 +77,11 @@ void PromptCache::note_admitted(const std::optional<Hit>& hit) {
   stats_.cached_tokens += hit->tokens();
 }
 
-void PromptCache::insert(uint64_t salt, std::span<const int32_t> prefix, int32_t slot) {
+bool PromptCache::insert(uint64_t salt, std::span<const int32_t> prefix, int32_t slot,
+                         std::shared_ptr<PendingDecisionPrefix> decision, size_t decision_bytes) {
   const int64_t blocks = static_cast<int64_t>(prefix.size()) / kBlock;
-  if (entries_.empty() || blocks == 0) return;
+  if (entries_.empty() || blocks == 0) return false;
+  if (decision != nullptr && decision_bytes > max_decision_bytes_) return false;
   if (static_cast<int64_t>(prefix.size()) % kBlock != 0 ||
       blocks_.position(slot) != static_cast<int64_t>(prefix.size()))
     fail("prompt cache: slot {} at position {} cannot be cached as a prefix of {} tokens", slot, blocks_.position(slot),
@@ -79,7 +92,7 @@ void PromptCache::insert(uint64_t salt, std::span<const int32_t> prefix, int32_t
     Entry& entry = *entries_[static_cast<size_t>(it->second)];
     if (entry.salt == salt && std::equal(entry.tokens.begin(), entry.tokens.end(), prefix.begin(), prefix.end())) {
       entry.used = ++tick_;
-      return;
+      return false;
     }
   }
   if (free_snapshots_.empty()) evict_one();
@@ -91,14 +104,19 @@ void PromptCache::insert(uint64_t salt, std::span<const int32_t> prefix, int32_t
               .salt = salt,
               .tokens = {prefix.begin(), prefix.end()},
               .pages = {table.begin(), table.begin() + blocks},
+              .decision = std::move(decision),
+              .decision_bytes = decision_bytes,
               .used = ++tick_};
+  decision_bytes_held_ += entry.decision_bytes;
   blocks_.retain(entry.pages);
   for (int32_t page : entry.pages) ++page_holds_[page];
   entries_[static_cast<size_t>(snapshot)] = std::move(entry);
   index_.emplace(key, snapshot);
-  // Within the page budget: the oldest entries go, this one too if it alone is too big.
-  while (static_cast<int64_t>(page_holds_.size()) > max_pages_ && evict_one()) {
+  // Within the budgets: the oldest entries go, this one too if it alone is too big.
+  while ((static_cast<int64_t>(page_holds_.size()) > max_pages_ || decision_bytes_held_ > max_decision_bytes_) &&
+         evict_one()) {
   }
+  return entries_[static_cast<size_t>(snapshot)].has_value();
 }
 
 bool PromptCache::evict_one() {
@@ -123,6 +141,7 @@ void PromptCache::evict(int32_t snapshot) {
   for (int32_t page : entry.pages)
     if (--page_holds_[page] == 0) page_holds_.erase(page);
   blocks_.drop(entry.pages);
+  decision_bytes_held_ -= entry.decision_bytes;
   entries_[static_cast<size_t>(snapshot)].reset();
   free_snapshots_.push_back(snapshot);
 }
@@ -138,6 +157,7 @@ PromptCache::Stats PromptCache::stats() const {
   out.entries = static_cast<int64_t>(
       std::count_if(entries_.begin(), entries_.end(), [](const auto& e) { return e.has_value(); }));
   out.pages_held = static_cast<int64_t>(page_holds_.size());
+  out.decision_bytes_held = decision_bytes_held_;
   return out;
 }
 

@@ -5,9 +5,12 @@
 // block manager's reference counts). Entries are named by a hash chained over every block's tokens, seeded by what
 // changes the rows (the salt: adapter or not); a hit also compares the tokens, so a collision never hands one
 // prompt another's state. Only prefill-computed state is cached: entries are made while a prompt prefills.
-// Least-recently-used entries go first when the snapshots or the page budget run out. Engine thread only.
+// Least-recently-used entries go first when the snapshots or the page budget run out. A decision's entry also holds
+// what its sink keeps of the prefix (engine/decision_sink.h: the head's memory rows), within a budget of bytes of
+// its own, and resumes only decisions (its salt is theirs). Engine thread only.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <unordered_map>
@@ -15,6 +18,7 @@
 
 #include "backend/backend.h"
 #include "engine/block_manager.h"
+#include "engine/decision_sink.h"
 
 namespace duet::engine {
 
@@ -24,22 +28,29 @@ class PromptCache {
   using BlockHash = std::function<uint64_t(uint64_t previous, std::span<const int32_t> block)>;
   static uint64_t default_block_hash(uint64_t previous, std::span<const int32_t> block);
 
-  // `snapshots` GDN snapshots of `storage` and up to `max_pages` KV pages held at once.
+  // `snapshots` GDN snapshots of `storage`, up to `max_pages` KV pages and `max_decision_bytes` of decisions'
+  // prefixes held at once.
   PromptCache(BlockManager& blocks, backend::StateStorage& storage, int32_t snapshots, int64_t max_pages,
-              BlockHash hash = default_block_hash);
+              BlockHash hash = default_block_hash, size_t max_decision_bytes = 0);
 
   struct Hit {
     int32_t snapshot = -1;
-    std::vector<int32_t> pages;  // the prefix's pages, one per block
+    std::vector<int32_t> pages;                      // the prefix's pages, one per block
+    std::shared_ptr<const DecisionPrefix> decision;  // a decision lookup's: what the sink kept of the prefix
     int64_t tokens() const { return static_cast<int64_t>(pages.size()) * backend::kKvPagePositions; }
   };
   // The longest cached prefix of `prompt` that leaves at least one token to prefill (its last row samples), or
-  // nullopt. Counts nothing: the engine counts a hit when it admits the sequence with it (note_admitted).
-  std::optional<Hit> lookup(uint64_t salt, std::span<const int32_t> prompt);
+  // nullopt. Counts nothing: the engine counts a hit when it admits the sequence with it (note_admitted). A
+  // decision's lookup (`decision`) takes only entries whose sink prefix is ready, of at most `max_tokens`.
+  std::optional<Hit> lookup(uint64_t salt, std::span<const int32_t> prompt, bool decision = false,
+                            int64_t max_tokens = INT64_MAX);
   void note_admitted(const std::optional<Hit>& hit);
   // Keeps the state of `slot`, which has just prefilled `prefix` (a whole number of blocks, its position now):
-  // a snapshot of its GDN state and a reference to the prefix's pages. Nothing when the same prefix is cached.
-  void insert(uint64_t salt, std::span<const int32_t> prefix, int32_t slot);
+  // a snapshot of its GDN state and a reference to the prefix's pages, and for a decision its sink's prefix (set
+  // later by a decision worker) counted as `decision_bytes`. Nothing when the same prefix is cached; false when a
+  // decision's prefix alone is over the budget (nothing kept).
+  bool insert(uint64_t salt, std::span<const int32_t> prefix, int32_t slot,
+              std::shared_ptr<PendingDecisionPrefix> decision = nullptr, size_t decision_bytes = 0);
   // Drops the least recently used entry; false when there is none.
   bool evict_one();
   // Pages that only the cache holds (no sequence reads them): what evicting everything would give back.
@@ -49,6 +60,7 @@ class PromptCache {
   struct Stats {
     int64_t hits = 0, misses = 0, evictions = 0, cached_tokens = 0;
     int64_t entries = 0, pages_held = 0;
+    size_t decision_bytes_held = 0;
   };
   Stats stats() const;
 
@@ -58,6 +70,8 @@ class PromptCache {
     uint64_t salt = 0;
     std::vector<int32_t> tokens;  // the whole prefix, compared on every hit
     std::vector<int32_t> pages;
+    std::shared_ptr<PendingDecisionPrefix> decision;  // a decision's entry: its sink's prefix, once set
+    size_t decision_bytes = 0;
     uint64_t used = 0;  // the tick of its last insert or hit
   };
   std::vector<uint64_t> chain(uint64_t salt, std::span<const int32_t> tokens, int64_t blocks) const;
@@ -67,6 +81,8 @@ class PromptCache {
   backend::StateStorage& storage_;
   int64_t max_pages_;
   BlockHash hash_;
+  size_t max_decision_bytes_;
+  size_t decision_bytes_held_ = 0;
   std::vector<std::optional<Entry>> entries_;  // by snapshot id
   std::vector<int32_t> free_snapshots_;
   std::unordered_multimap<uint64_t, int32_t> index_;  // key -> snapshot id; collisions sit side by side

@@ -35,8 +35,8 @@ HttpResponse finished_decision(const ServerContext& context, const decision::Dec
   switch (finished.reason) {
     case engine::FinishReason::stop: {
       HttpResponse res;
-      res.body =
-          decision::decision_response(request, encoding, finished.decision_logits, context.options.served_model_name);
+      res.body = decision::decision_response(request, encoding, finished.decision_logits,
+                                             context.options.served_model_name, finished.cached_tokens);
       return res;
     }
     case engine::FinishReason::cancelled:

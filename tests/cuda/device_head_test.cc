@@ -200,5 +200,46 @@ TEST(DeviceHead, ChunksAndNeighboursChangeNoBit) {
   EXPECT_NE(alone.logits, std::vector<float>(b_alone.logits.begin(), b_alone.logits.end()));
 }
 
+// The prompt cache (issue 18 item 4): a sink resumed from another's kept prefix (its memory rows before the first
+// span, copied on the device) and fed only the rows after it gives the same bits as one fed every row. The control:
+// resumed from the prefix of another decision's rows, it does not.
+TEST(DeviceHead, AResumedPrefixChangesNoBit) {
+  DUET_REQUIRE_GPU();
+  const Loaded& l = loaded("demo");
+  const int64_t h = l.head->config().hidden_size;
+  std::vector<std::pair<Encoding, std::vector<float>>> cases;
+  for (const auto& golden : decision_goldens("demo").at("cases"))
+    if (golden.value("rows_stored", false)) {
+      Encoding encoding = encoding_of(golden.at("encoding"));
+      if (sink_for(l, encoding)->prefix_limit() >= 64)
+        cases.emplace_back(std::move(encoding), rows_of("demo", golden.at("name")));
+    }
+  ASSERT_GE(cases.size(), 2u);
+  const auto& [encoding, rows] = cases[0];
+  const int64_t positions = sink_for(l, encoding)->prefix_limit() / 64 * 64;
+  // The control's rows: another decision whose prefix differs in its ids (so in its rows) from this one's.
+  const auto other = std::find_if(cases.begin() + 1, cases.end(), [&](const auto& c) {
+    return sink_for(l, c.first)->prefix_limit() >= positions &&
+           !std::equal(c.first.ids.begin(), c.first.ids.begin() + positions, encoding.ids.begin());
+  });
+  ASSERT_NE(other, cases.end());
+  const auto& [other_encoding, other_rows] = *other;
+  const HeadOutput alone = device_head(l, encoding, rows, 64);
+  auto resumed_from = [&](const Encoding& kept_encoding, const std::vector<float>& kept_rows) {
+    auto first = sink_for(l, kept_encoding);
+    feed(*first, kept_rows, h, 64, nullptr);
+    std::shared_ptr<const engine::DecisionPrefix> prefix = first->keep_prefix(positions);
+    EXPECT_TRUE(prefix);
+    first.reset();  // the prefix outlives the sink that kept it
+    auto second = sink_for(l, encoding);
+    second->resume_from(std::move(prefix));
+    feed(*second, std::vector<float>(rows.begin() + positions * h, rows.end()), h, 64, nullptr);
+    EXPECT_TRUE(second->complete());
+    return second->run();
+  };
+  EXPECT_EQ(resumed_from(encoding, rows).logits, alone.logits);
+  EXPECT_NE(resumed_from(other_encoding, other_rows).logits, alone.logits);
+}
+
 }  // namespace
 }  // namespace duet::decision::cuda

@@ -5,6 +5,7 @@
 // decisions beside it, and a cancelled decision frees its slot.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -300,6 +301,136 @@ TEST_F(DecisionEndToEnd, TheEngineRefusesBrokenDecideRequests) {
   } catch (const engine::RequestInvalid& error) {
     EXPECT_EQ(error.code(), "context_length_exceeded");
   }
+}
+
+// Issue 18 item 4: decisions about one state prefill it once. Three requests share a long state and ask different
+// questions; the state comes first in the encoding, so the second and third resume from the first's block end before
+// its first span (the backbone's state and the head's memory rows of the prefix) and prefill only their questions.
+struct SameStateDecisions {
+  std::vector<Encoding> encodings;
+  int32_t resumable = 0;  // the block end before the first span: what a resumed decision reports as cached
+};
+
+SameStateDecisions same_state_decisions(const tokenizer::Tokenizer& tokenizer) {
+  std::string state = "Ticket log:";
+  for (int i = 0; i < 40; ++i)
+    state += " entry " + std::to_string(i) + " says the pump at station " + std::to_string(i % 7) + " ran " +
+             std::to_string(3 * i) + " hours;";
+  const std::vector<std::string> questions = {
+      R"({"urgent": {"type": "noul"}})",
+      R"({"station": {"type": "choice", "criteria": {"north": null, "south": "By the river", "east": null}},
+          "risk": {"type": "score", "criteria": ["low", "high"]}})",
+      R"({"escalate": {"type": "noul", "instructions": "Escalate when a pump ran more than 100 hours."}})"};
+  SameStateDecisions out;
+  for (const std::string& q : questions) {
+    const DecisionRequest request = validate_decision_request(parse_decision_body(
+        nlohmann::json{{"model", "demo"}, {"state", state}, {"questions", nlohmann::json::parse(q)}}.dump()));
+    out.encodings.push_back(encode_decision(tokenizer, request, 4096));
+  }
+  int32_t first_span = INT32_MAX;
+  for (const Encoding& e : out.encodings)
+    for (const EncodedQuestion& question : e.questions) first_span = std::min(first_span, question.span.begin);
+  out.resumable = first_span / 64 * 64;
+  return out;
+}
+
+engine::EngineOptions with_prompt_cache(engine::EngineOptions options, size_t bytes, const JointHead& head) {
+  options.prompt_cache_bytes = bytes;
+  options.decision_bytes_per_position = static_cast<size_t>(head.config().width) * sizeof(float);
+  return options;
+}
+
+// Resumed == fresh, byte for byte: the 2nd and 3rd decisions (alone, then beside a chat prompt and each other)
+// report the resumed tokens, and their logits equal the same decisions with the cache off and the model's forward
+// pass without the engine.
+TEST_F(DecisionEndToEnd, DecisionsAboutOneStateResumeItAndEqualFresh) {
+  const SameStateDecisions same = same_state_decisions(*tokenizer_);
+  ASSERT_GE(same.resumable, 256) << "the state should span several blocks";
+  std::vector<std::vector<float>> fresh;
+  for (const Encoding& encoding : same.encodings) fresh.push_back(decide_directly(encoding, 64));
+
+  engine::Engine engine(*model_, tokenizer_.get(), with_prompt_cache(engine_options(4), 64u << 20, *head_));
+  const engine::testing::Outcome first = engine::testing::drain(*engine.submit(decide_request(same.encodings[0])));
+  EXPECT_EQ(first.finished.cached_tokens, 0);
+  EXPECT_EQ(first.finished.decision_logits, fresh[0]);
+  const engine::testing::Outcome second = engine::testing::drain(*engine.submit(decide_request(same.encodings[1])));
+  EXPECT_EQ(second.finished.cached_tokens, same.resumable);
+  EXPECT_EQ(second.finished.decision_logits, fresh[1]);
+
+  // Beside a chat prompt in the same steps: the third resumes too, and the second again.
+  const std::vector<int32_t> chat_prompt(300, 11);
+  const auto chat = engine.submit(engine::testing::greedy_request(chat_prompt, 4));
+  const auto third = engine.submit(decide_request(same.encodings[2]));
+  const auto again = engine.submit(decide_request(same.encodings[1]));
+  const engine::testing::Outcome third_outcome = engine::testing::drain(*third);
+  const engine::testing::Outcome again_outcome = engine::testing::drain(*again);
+  EXPECT_EQ(third_outcome.finished.cached_tokens, same.resumable);
+  EXPECT_EQ(third_outcome.finished.decision_logits, fresh[2]);
+  EXPECT_EQ(again_outcome.finished.cached_tokens, same.resumable);
+  EXPECT_EQ(again_outcome.finished.decision_logits, fresh[1]);
+  EXPECT_EQ(engine::testing::drain(*chat).finished.cached_tokens, 0) << "chat never resumes from a decision's entry";
+  EXPECT_EQ(engine.stats().prompt_cache_hits, 3);
+}
+
+// A budget too small to keep the state's blocks keeps no decision's prefix (every decision prefills its state) and
+// changes no answer. The plan counts the decisions' memory rows beside the cache's pages.
+TEST_F(DecisionEndToEnd, ATinyPromptCacheChangesNoDecision) {
+  const SameStateDecisions same = same_state_decisions(*tokenizer_);
+  engine::EngineOptions options = with_prompt_cache(engine_options(2), 2u << 20, *head_);
+  const engine::MemoryPlan plan = engine::plan_memory(*model_, options);
+  EXPECT_EQ(plan.prompt_cache_decision_bytes,
+            static_cast<size_t>(plan.prompt_cache_pages) * 64u * options.decision_bytes_per_position);
+  EXPECT_NE(plan.describe().find("decision rows"), std::string::npos) << plan.describe();
+  options.prompt_cache_bytes = model_->sequence_fixed_bytes() * 2;  // a few pages: fewer than the state's blocks
+  const engine::MemoryPlan small = engine::plan_memory(*model_, options);
+  ASSERT_GT(small.prompt_cache_pages, 0);
+  ASSERT_LT(small.prompt_cache_pages * 64, same.resumable);
+  engine::Engine engine(*model_, tokenizer_.get(), options);
+  for (const Encoding& encoding : same.encodings) {
+    const engine::testing::Outcome outcome = engine::testing::drain(*engine.submit(decide_request(encoding)));
+    EXPECT_EQ(outcome.finished.cached_tokens, 0);
+    EXPECT_EQ(outcome.finished.decision_logits, decide_directly(encoding, 64));
+  }
+}
+
+// The planted control: a sink that keeps its prefix's memory rows one block off (rotated by 64 rows). The engine must
+// then resume the second decision from wrong rows and its answer must differ from fresh: the comparison above sees
+// the kept rows.
+class PrefixOneBlockOff final : public engine::DecisionSink {
+ public:
+  explicit PrefixOneBlockOff(std::shared_ptr<HeadInputGatherer> inner, int64_t width)
+      : inner_(std::move(inner)), width_(width) {}
+  void add_rows(int64_t first, int64_t count, std::span<const float> rows) override {
+    inner_->add_rows(first, count, rows);
+  }
+  std::vector<float> finish() override { return inner_->finish(); }
+  int64_t prefix_limit() const override { return inner_->prefix_limit(); }
+  std::shared_ptr<const engine::DecisionPrefix> keep_prefix(int64_t positions) override {
+    const auto kept = std::dynamic_pointer_cast<const HostDecisionPrefix>(inner_->keep_prefix(positions));
+    if (!kept) return nullptr;
+    std::vector<float> rows = kept->memory();
+    std::rotate(rows.begin(), rows.begin() + 64 * width_, rows.end());
+    return std::make_shared<HostDecisionPrefix>(positions, std::move(rows));
+  }
+  void resume_from(std::shared_ptr<const engine::DecisionPrefix> prefix) override {
+    inner_->resume_from(std::move(prefix));
+  }
+
+ private:
+  std::shared_ptr<HeadInputGatherer> inner_;
+  int64_t width_;
+};
+
+TEST_F(DecisionEndToEnd, APrefixKeptOneBlockOffChangesTheAnswer) {
+  const SameStateDecisions same = same_state_decisions(*tokenizer_);
+  engine::Engine engine(*model_, tokenizer_.get(), with_prompt_cache(engine_options(2), 64u << 20, *head_));
+  engine::Request planted = decide_request(same.encodings[0]);
+  planted.decision = std::make_shared<PrefixOneBlockOff>(
+      std::make_shared<HeadInputGatherer>(head_, *model_, same.encodings[0]), head_->config().width);
+  EXPECT_EQ(logits_of(*engine.submit(std::move(planted))), decide_directly(same.encodings[0], 64));
+  const engine::testing::Outcome second = engine::testing::drain(*engine.submit(decide_request(same.encodings[1])));
+  EXPECT_EQ(second.finished.cached_tokens, same.resumable);
+  EXPECT_NE(second.finished.decision_logits, decide_directly(same.encodings[1], 64));
 }
 
 }  // namespace

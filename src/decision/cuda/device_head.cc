@@ -284,6 +284,47 @@ void DeviceHeadSink::release(cudaStream_t stream) {
   rows_done_ = nullptr;
 }
 
+DeviceDecisionPrefix::DeviceDecisionPrefix(const float* from, int64_t positions, int64_t width, cudaStream_t stream)
+    : positions_(positions), width_(width), stream_(stream) {
+  const size_t bytes = static_cast<size_t>(positions * width) * sizeof(float);
+  check_cuda(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "joint head: a kept prefix's event");
+  check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&memory_), bytes, stream), "joint head: a kept prefix");
+  check_cuda(cudaMemcpyAsync(memory_, from, bytes, cudaMemcpyDeviceToDevice, stream), "joint head: a kept prefix");
+  check_cuda(cudaEventRecord(ready_, stream), "joint head: a kept prefix's event");
+}
+
+DeviceDecisionPrefix::~DeviceDecisionPrefix() {
+  // Each reader's copy re-records `ready_` after itself (having waited for the one before): freed after the last.
+  if (ready_ != nullptr) cudaStreamWaitEvent(stream_, ready_, 0);
+  if (memory_ != nullptr) cudaFreeAsync(memory_, stream_);
+  if (ready_ != nullptr) cudaEventDestroy(ready_);
+}
+
+void DeviceDecisionPrefix::copy_to(float* to, cudaStream_t stream) const {
+  check_cuda(cudaStreamWaitEvent(stream, ready_, 0), "joint head: waiting for a kept prefix");
+  check_cuda(cudaMemcpyAsync(to, memory_, static_cast<size_t>(positions_ * width_) * sizeof(float),
+                             cudaMemcpyDeviceToDevice, stream),
+             "joint head: a kept prefix");
+  // The prefix is freed on its own stream after this copy (the destructor waits for the last record).
+  check_cuda(cudaEventRecord(ready_, stream), "joint head: a kept prefix's event");
+}
+
+std::shared_ptr<const engine::DecisionPrefix> DeviceHeadSink::keep_prefix(int64_t positions) {
+  if (check_ || !error_.empty() || positions <= 0 || positions > layout_.first_span || positions > seen_ ||
+      memory_ == nullptr)
+    return nullptr;
+  return std::make_shared<DeviceDecisionPrefix>(memory_, positions, width_, rows_stream_);
+}
+
+void DeviceHeadSink::resume_from(std::shared_ptr<const engine::DecisionPrefix> prefix) {
+  const auto* kept = dynamic_cast<const DeviceDecisionPrefix*>(prefix.get());
+  if (kept == nullptr || check_ || seen_ != 0 || kept->positions() > layout_.first_span || kept->width() != width_)
+    fail("joint head on the device: cannot resume from a kept prefix of {} positions (first span at {})",
+         prefix ? prefix->positions() : 0, layout_.first_span);
+  resumed_ = std::move(prefix);
+  seen_ = kept->positions();
+}
+
 void DeviceHeadSink::allocate(cudaStream_t stream) {
   rows_stream_ = stream;
   const auto spans = static_cast<int64_t>(layout_.sizes.size());
@@ -301,6 +342,10 @@ void DeviceHeadSink::allocate(cudaStream_t stream) {
   check_cuda(cudaMemcpyAsync(span_at_, layout_.span_at.data(), layout_.length * sizeof(int32_t), cudaMemcpyHostToDevice,
                              stream),
              "joint head: spans up");
+  if (resumed_ != nullptr) {  // a resumed prefix's memory rows come first
+    static_cast<const DeviceDecisionPrefix&>(*resumed_).copy_to(memory_, stream);
+    resumed_.reset();
+  }
 }
 
 void DeviceHeadSink::take_rows(backend::Backend& backend, const backend::Activations& x, int64_t first_row,
@@ -329,7 +374,7 @@ void DeviceHeadSink::take_rows(backend::Backend& backend, const backend::Activat
 void DeviceHeadSink::take_f32_rows(float* rows, int64_t count, cudaStream_t stream) {
   if (count <= 0 || seen_ + count > layout_.length)
     fail("joint head on the device: {} rows after {} of {}", count, seen_, layout_.length);
-  if (seen_ == 0) allocate(stream);
+  if (memory_ == nullptr) allocate(stream);
   if (stream != rows_stream_) fail("joint head on the device: a decision's chunks came on two streams");
   if (check_) {  // the diagnostic: the host head gets the same rows, before they are normalised here in place
     std::vector<float> host(static_cast<size_t>(count * hidden_));

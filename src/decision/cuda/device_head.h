@@ -98,6 +98,12 @@ class DeviceHeadSink final : public engine::DecisionSink, public backend::RowCon
   std::vector<float> finish() override { return run().logits; }
   backend::RowConsumer* device_rows() override { return this; }
 
+  // The prompt cache: a prefix before the first span is its memory rows alone, kept on the device
+  // (DeviceDecisionPrefix). Not with DUET_HEAD_CHECK, whose host head would need the rows too.
+  int64_t prefix_limit() const override { return check_ ? 0 : layout_.first_span; }
+  std::shared_ptr<const engine::DecisionPrefix> keep_prefix(int64_t positions) override;
+  void resume_from(std::shared_ptr<const engine::DecisionPrefix> prefix) override;
+
   // The head's logits with the prior and joint terms (finish() keeps the logits). Once, after the last row.
   HeadOutput run();
   bool complete() const { return seen_ == layout_.length; }
@@ -114,13 +120,35 @@ class DeviceHeadSink final : public engine::DecisionSink, public backend::RowCon
   SpanLayout layout_;
   int64_t hidden_, width_;
   int64_t seen_ = 0;
-  std::string error_;                   // the first refusal while taking rows, thrown by finish()
-  cudaStream_t rows_stream_ = nullptr;  // where the buffers below were made and last written
-  cudaEvent_t rows_done_ = nullptr;     // recorded after each chunk's work
-  float* memory_ = nullptr;             // [L, w] M
-  double* sums_ = nullptr;              // [Q + N, h] sums of LN_hidden rows over each span
-  int32_t* span_at_ = nullptr;          // [L]
-  float* last_row_ = nullptr;           // [h] LN_hidden(H)[L - 1]
+  std::string error_;                                      // the first refusal while taking rows, thrown by finish()
+  cudaStream_t rows_stream_ = nullptr;                     // where the buffers below were made and last written
+  cudaEvent_t rows_done_ = nullptr;                        // recorded after each chunk's work
+  float* memory_ = nullptr;                                // [L, w] M
+  std::shared_ptr<const engine::DecisionPrefix> resumed_;  // until the buffers are made: then copied into memory_
+  double* sums_ = nullptr;                                 // [Q + N, h] sums of LN_hidden rows over each span
+  int32_t* span_at_ = nullptr;                             // [L]
+  float* last_row_ = nullptr;                              // [h] LN_hidden(H)[L - 1]
+};
+
+// The memory rows M [positions, w] of a prefix on the device, copied from a sink's on its rows stream; `ready` is
+// recorded after the copy, and a sink resuming from it waits for that on its own stream.
+class DeviceDecisionPrefix final : public engine::DecisionPrefix {
+ public:
+  DeviceDecisionPrefix(const float* from, int64_t positions, int64_t width, cudaStream_t stream);
+  ~DeviceDecisionPrefix() override;
+  DeviceDecisionPrefix(const DeviceDecisionPrefix&) = delete;
+  DeviceDecisionPrefix& operator=(const DeviceDecisionPrefix&) = delete;
+
+  int64_t positions() const override { return positions_; }
+  int64_t width() const { return width_; }
+  // Copies the rows to `to` on `stream`, after the copy that made them.
+  void copy_to(float* to, cudaStream_t stream) const;
+
+ private:
+  int64_t positions_, width_;
+  cudaStream_t stream_;
+  float* memory_ = nullptr;
+  cudaEvent_t ready_ = nullptr;
 };
 
 // Whether decisions take the device head on a CUDA backbone: yes unless DUET_DEVICE_HEAD=0 (then the host head, with
