@@ -9,19 +9,7 @@ work=$(mktemp -d)
 server=""
 trap '[[ -z $server ]] || kill "$server" 2>/dev/null || true; rm -rf "$work"' EXIT
 
-# Starts `duet serve` with the given flags on a free port; sets $server and $url.
-start() {
-  "$duet" serve "$demo" --backend cpu --port 0 --parallel 2 "$@" >"$work/serve.out" 2>"$work/serve.log" &
-  server=$!
-  for _ in $(seq 1 600); do
-    port=$(sed -n 's|.*on http://127.0.0.1:\([0-9]*\) .*|\1|p' "$work/serve.out")
-    [[ -n $port ]] && curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-    kill -0 "$server" 2>/dev/null || { cat "$work/serve.log"; echo "FAIL: duet serve exited"; exit 1; }
-    sleep 0.2
-  done
-  url=http://127.0.0.1:$port
-}
-stop() { kill "$server"; wait "$server" 2>/dev/null || true; server=""; }
+source "$(dirname "$0")/bench_server.sh"
 # The cached tokens of turn N in the bench's table (column 3).
 cached() { awk -v t="$2" '$1 == t && NF == 5 {print $3}' "$1"; }
 

@@ -43,7 +43,8 @@ struct BenchFlags {
   std::string model;
   bool text_prompts = false;
   double timeout_s = 600;
-  bool decisions = false;  // bench POST /v1/systemone instead (bench_decisions.cc)
+  bool decisions = false;   // bench POST /v1/systemone instead (bench_decisions.cc)
+  bool same_state = false;  // with decisions: many decisions about one state
   std::string decision_lengths = "500,2000,6000,12000";
   int decision_concurrency = 4;
   bool multi_turn = false;  // one conversation of `turns` turns instead (bench_multi_turn.cc)
@@ -385,6 +386,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--decision-concurrency", flags->decision_concurrency,
                   "With --decisions: decisions sent at once in the concurrent run")
       ->capture_default_str();
+  cmd->add_flag(
+      "--same-state", flags->same_state,
+      "With --decisions: per length one state and 1 + concurrency x reps decisions about it, each with its own "
+      "questions, one at a time (the later ones resume the state from the prompt cache)");
   cmd->add_flag("--multi-turn", flags->multi_turn,
                 "Bench one conversation of --turns turns (chat, streaming, greedy): per turn the prompt's tokens, the "
                 "tokens resumed from the prompt cache, time to first token");
@@ -410,7 +415,8 @@ void add_bench_command(CLI::App& app) {
                                .model = flags->model,
                                .lengths = flags->decision_lengths,
                                .concurrency = flags->decision_concurrency,
-                               .reps = flags->reps})
+                               .reps = flags->reps,
+                               .same_state = flags->same_state})
             : bench(*flags);
     if (status != 0) fail("duet bench: some requests failed or were unequal (see above)");
   });

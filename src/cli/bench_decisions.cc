@@ -5,6 +5,10 @@
 // Requests: the spec's three questions (a noul, a 2-option choice, a 3-level score) over a state of ticket notes,
 // grown until the prompt reaches each target length (measured with /tokenize on the state, which the server
 // tokenizes on its own); each request of a length gets its own state.
+//
+// `--same-state` instead asks many decisions about one state per length, each with its own questions (the
+// instructions name a variant): the first prefills the state, the later ones resume it from the prompt cache (issue
+// 18); it prints the first's latency, the later ones' p50 / p95 and the tokens they resumed.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -41,9 +45,25 @@ Json questions() {
     "severity": {"type": "score", "instructions": "How severe?", "criteria": ["none", "minor", "major"]}})");
 }
 
+Json questions_variant(int variant) {
+  Json q = questions();
+  for (auto& [id, question] : q.items())
+    question["instructions"] = fmt::format("{} (review {})", question["instructions"].get<std::string>(), variant);
+  return q;
+}
+
+// The response without its report of the tokens the prompt cache resumed, which depends on what ran before (parsed
+// and written again, every double exactly: bodies compare by value, in the server's key order).
+std::string without_cached_tokens(const std::string& body) {
+  Json parsed = Json::parse(body);
+  parsed.at("usage").erase("input_tokens_details");
+  return parsed.dump();
+}
+
 struct Answer {
   bool ok = false;
-  std::string body;  // the response, compared byte for byte
+  std::string body;  // the response without its cache report, compared byte for byte
+  int cached_tokens = 0;
   std::string error;
   int input_tokens = 0;
   double seconds = 0;
@@ -66,8 +86,9 @@ class DecisionBench {
       fail("{} serves no decisions (its model folder has no joint head)", options_.server.url);
   }
 
-  Answer decide(httplib::Client& client, const std::string& state) const {
-    Json body = {{"model", model_}, {"state", state}, {"questions", questions()}};
+  Answer decide(httplib::Client& client, const std::string& state, int variant = -1) const {
+    Json body = {
+        {"model", model_}, {"state", state}, {"questions", variant < 0 ? questions() : questions_variant(variant)}};
     Answer answer;
     const auto start = Clock::now();
     auto res = client.Post("/v1/systemone", options_.server.headers(), body.dump(), "application/json");
@@ -78,8 +99,10 @@ class DecisionBench {
       answer.error = fmt::format("HTTP {}: {}", res->status, res->body.substr(0, 300));
     } else {
       answer.ok = true;
-      answer.body = res->body;
-      answer.input_tokens = Json::parse(res->body).at("usage").at("input_tokens");
+      answer.body = without_cached_tokens(res->body);
+      const Json usage = Json::parse(res->body).at("usage");
+      answer.input_tokens = usage.at("input_tokens");
+      if (usage.contains("input_tokens_details")) answer.cached_tokens = usage["input_tokens_details"]["cached_tokens"];
       const std::string timing = res->get_header_value("Server-Timing");
       if (std::sscanf(timing.c_str(), "prefill;dur=%lf, head;dur=%lf", &answer.prefill_ms, &answer.head_ms) != 2)
         answer.prefill_ms = answer.head_ms = 0;  // an older server: no breakdown
@@ -135,6 +158,44 @@ std::string bucket_of(int tokens) {
   return "10-16K";
 }
 
+// --same-state: per length, one state and 1 + concurrency x reps decisions about it, one at a time.
+int bench_same_state(const DecisionBenchOptions& options, const DecisionBench& bench, int fixed, int budget) {
+  int failed = 0;
+  const int later = options.concurrency * options.reps;
+  for (int target : parse_positive_list(options.lengths, "--decision-lengths")) {
+    if (target > budget || target <= fixed) {
+      std::printf("length %d: skipped (the prompt must be over %d and within the budget %d)\n", target, fixed, budget);
+      continue;
+    }
+    const std::string state = bench.state_for(target, fixed, target);
+    auto client = options.server.connect();
+    const Answer first = bench.decide(*client, state, 0);
+    std::vector<double> seconds, cached;
+    for (int v = 1; v <= later; ++v) {
+      const Answer answer = bench.decide(*client, state, v);
+      if (!answer.ok) {
+        std::printf("  error (length %d, decision %d): %s\n", target, v, answer.error.c_str());
+        ++failed;
+        continue;
+      }
+      seconds.push_back(answer.seconds);
+      cached.push_back(answer.cached_tokens);
+    }
+    if (!first.ok) {
+      std::printf("  error (length %d, the first decision): %s\n", target, first.error.c_str());
+      ++failed;
+      continue;
+    }
+    std::printf(
+        "length %d (%d tokens): first %.1f ms (resumed %d tokens); %zu later decisions about the same state: p50 %.1f "
+        "ms p95 %.1f ms, resumed p50 %.0f tokens\n",
+        target, first.input_tokens, first.seconds * 1e3, first.cached_tokens, seconds.size(),
+        percentile(seconds, 0.5) * 1e3, percentile(seconds, 0.95) * 1e3, percentile(cached, 0.5));
+  }
+  std::fflush(stdout);
+  return failed > 0 ? 1 : 0;
+}
+
 }  // namespace
 
 int bench_decisions(const DecisionBenchOptions& options) {
@@ -149,8 +210,10 @@ int bench_decisions(const DecisionBenchOptions& options) {
   if (!empty.ok) fail("a decision with an empty state failed: {}", empty.error);
   const int fixed = empty.input_tokens;
   const int budget = std::min(16384, bench.context());
-  std::printf("decisions on %s (`%s`): %d prompt tokens without the state, budget %d; %d at once, %d each\n",
-              options.server.url.c_str(), bench.model().c_str(), fixed, budget, options.concurrency, options.reps);
+  std::printf("decisions on %s (`%s`): %d prompt tokens without the state, budget %d; %d at once, %d each%s\n",
+              options.server.url.c_str(), bench.model().c_str(), fixed, budget, options.concurrency, options.reps,
+              options.same_state ? "; the same state" : "");
+  if (options.same_state) return bench_same_state(options, bench, fixed, budget);
 
   int64_t equal = 0, unequal = 0, failed = 0;
   for (int target : lengths) {

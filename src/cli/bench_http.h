@@ -60,6 +60,7 @@ struct DecisionBenchOptions {
   std::string lengths = "500,2000,6000,12000";  // target prompt lengths in tokens
   int concurrency = 4;
   int reps = 2;  // requests each concurrent stream sends: a length runs concurrency x reps distinct decisions
+  bool same_state = false;  // one state a length, 1 + concurrency x reps decisions about it, one at a time
 };
 
 // `duet bench --decisions`; returns the exit code (non-zero when any decision failed or differed).

@@ -1,0 +1,14 @@
+# Sourced by the bench tests: start() runs `duet serve` on the demo with the given flags on a free port and sets
+# $server and $url; stop() ends it. Needs $duet, $demo and $work; the caller's EXIT trap kills $server.
+start() {
+  "$duet" serve "$demo" --backend cpu --port 0 --parallel 2 "$@" >"$work/serve.out" 2>"$work/serve.log" &
+  server=$!
+  for _ in $(seq 1 600); do
+    port=$(sed -n 's|.*on http://127.0.0.1:\([0-9]*\) .*|\1|p' "$work/serve.out")
+    [[ -n $port ]] && curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    kill -0 "$server" 2>/dev/null || { cat "$work/serve.log"; echo "FAIL: duet serve exited"; exit 1; }
+    sleep 0.2
+  done
+  url=http://127.0.0.1:$port
+}
+stop() { kill "$server"; wait "$server" 2>/dev/null || true; server=""; }
