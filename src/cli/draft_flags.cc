@@ -19,8 +19,11 @@ void add_draft_flags(CLI::App& cmd, DraftFlags& flags, bool with_oracle) {
     cmd.add_option("--oracle-acceptance", flags.oracle_acceptance,
                    "With --draft oracle: the probability that each draft is right")
         ->capture_default_str();
-  cmd.add_option("--draft-tokens", flags.tokens, "With --draft: tokens drafted and verified per step, 1 to 4")
+  cmd.add_option("--draft-tokens", flags.tokens,
+                 "With --draft: the most tokens drafted and verified per step, 1 to 4; each step drafts 0 to this "
+                 "many, whichever measured cost and acceptance make fastest (--draft-fixed: always this many)")
       ->capture_default_str();
+  cmd.add_flag("--draft-fixed", flags.fixed, "With --draft: always draft --draft-tokens tokens a step");
 }
 
 engine::DraftOptions draft_options(const DraftFlags& flags, const std::string& backend) {
@@ -30,6 +33,7 @@ engine::DraftOptions draft_options(const DraftFlags& flags, const std::string& b
                  : flags.kind == "oracle" ? engine::DraftKind::oracle
                                           : engine::DraftKind::none;
   options.tokens = flags.tokens;
+  options.measured = !flags.fixed;
   if (options.kind == engine::DraftKind::none) return options;
   if (flags.tokens < 1 || flags.tokens > 4) fail("--draft-tokens {}: must be 1 to 4", flags.tokens);
   // The CUDA backend has neither the MTP layer's calls nor a rewind of verify rows yet (issue 20): refused now, not

@@ -11,6 +11,7 @@ namespace duet::cli {
 struct DraftFlags {
   std::string kind = "none";
   int tokens = 3;
+  bool fixed = false;              // always `tokens` drafts, instead of 0..tokens chosen per step from measured costs
   double oracle_acceptance = 1.0;  // `duet run --draft oracle` (benchmarks)
 };
 

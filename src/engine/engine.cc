@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "engine/block_manager.h"
 #include "engine/decision_workers.h"
+#include "engine/draft_policy.h"
 #include "engine/draft_verify.h"
 #include "engine/memory_plan.h"
 #include "engine/mtp_drafter.h"
@@ -138,6 +139,7 @@ struct Engine::Impl {
         blocks(options.parallel, plan.kv_pages + plan.prompt_cache_pages),
         scheduler(blocks, options.prefill_chunk, options.step_token_budget),
         mtp(checked_drafter(model, *storage, options)) {
+    if (options.draft.kind != DraftKind::none && options.draft.measured) draft_policy.emplace(options.draft.tokens);
     if (plan.prompt_cache_snapshots > 0)
       cache.emplace(blocks, *storage, static_cast<int32_t>(plan.prompt_cache_snapshots), plan.prompt_cache_pages,
                     options.prompt_cache_block_hash ? PromptCache::BlockHash(options.prompt_cache_block_hash)
@@ -514,7 +516,10 @@ struct Engine::Impl {
         end(sequence, *reason, {});
       ++generated;
     }
-    if (options.draft.kind != DraftKind::none) draft_next(planned, pieces, results, kept);
+    if (options.draft.kind != DraftKind::none) {
+      note_draft_forward(planned, std::chrono::duration<double>(Clock::now() - started).count());
+      draft_next(planned, pieces, results, kept);
+    }
     // Before release_finished: a first choice that ended with its first token still holds the state to copy.
     for (size_t i = 0; i < planned.size(); ++i)
       if (!forks[i].empty()) generated += fork_choices(*planned[i].sequence, forks[i], results[i]);
@@ -548,6 +553,7 @@ struct Engine::Impl {
         sequence, drafts, draws, [&](int32_t id) { return is_stop_token(sequence, id); },
         options.draft.test_accept_unchecked);
     blocks.advance(piece.slot, v.kept);
+    if (draft_policy) draft_policy->note_verified(v.compared, v.accepted);
     if (!v.reason && v.kept < static_cast<int32_t>(piece.tokens.size()) && !options.draft.test_skip_rewind)
       storage->rewind(piece.slot, piece.position + v.kept);
     if (v.reason) end(sequence, *v.reason, {});
@@ -562,6 +568,12 @@ struct Engine::Impl {
   // kept (prompt chunks too) and the drafts after the last of them. A sequence without drafts decodes plainly.
   void draft_next(const std::vector<ScheduledPiece>& planned, const std::vector<model::Piece>& pieces,
                   const std::vector<model::PieceResult>& results, const std::vector<int32_t>& kept) {
+    const auto started = Clock::now();
+    // K for the step after this one: the options' own, or the policy's choice for the sequences that will decode.
+    const auto decoding = static_cast<int32_t>(std::count_if(planned.begin(), planned.end(), [](const auto& p) {
+      return !p.sequence->decides() && !p.sequence->finished() && p.sequence->prefill_done();
+    }));
+    drafted_k = draft_policy ? draft_policy->choose(decoding) : options.draft.tokens;
     std::vector<MtpDrafter::Rows> rows;
     std::vector<Sequence*> of;
     for (size_t i = 0; i < planned.size(); ++i) {
@@ -569,7 +581,7 @@ struct Engine::Impl {
       if (sequence.decides()) continue;
       sequence.set_drafts({});
       if (sequence.finished() || !sequence.speculative()) continue;
-      const int32_t count = sequence.prefill_done() ? draft_count(sequence) : 0;
+      const int32_t count = sequence.prefill_done() ? std::min(draft_count(sequence), drafted_k) : 0;
       if (!mtp) {
         if (count > 0) sequence.set_drafts(lookup_drafts(sequence, count));
         continue;
@@ -586,10 +598,24 @@ struct Engine::Impl {
       rows.push_back(std::move(r));
       of.push_back(&sequence);
     }
-    if (rows.empty()) return;
-    for (size_t n = 0; n < rows.size(); ++n) rows[n].page_table = blocks.table(*of[n]->slot());  // covered above
-    const std::vector<std::vector<int32_t>> drafts = mtp->run(rows);
-    for (size_t n = 0; n < rows.size(); ++n) of[n]->set_drafts(drafts[n]);
+    if (!rows.empty()) {
+      for (size_t n = 0; n < rows.size(); ++n) rows[n].page_table = blocks.table(*of[n]->slot());  // covered above
+      const std::vector<std::vector<int32_t>> drafts = mtp->run(rows);
+      for (size_t n = 0; n < rows.size(); ++n) of[n]->set_drafts(drafts[n]);
+    }
+    if (decoding == 0) return;
+    if (draft_policy)
+      draft_policy->note_drafting(decoding, drafted_k, std::chrono::duration<double>(Clock::now() - started).count());
+    std::lock_guard lock(mutex);
+    ++stats.draft_choices[static_cast<size_t>(drafted_k)];
+  }
+
+  // `--draft-tokens` measured (engine/draft_policy.h): the forward of a step whose sequences all decode, verifying the
+  // K the last drafting chose, from its start to its draws taken. A step with prompt rows tells nothing of that K.
+  void note_draft_forward(const std::vector<ScheduledPiece>& planned, double seconds) {
+    if (!draft_policy || std::any_of(planned.begin(), planned.end(), [](const auto& p) { return p.is_prefill; }))
+      return;
+    draft_policy->note_forward(static_cast<int32_t>(planned.size()), drafted_k, seconds);
   }
 
   // Drafts that need no model: prompt lookup, or the benchmarks' oracle.
@@ -869,6 +895,9 @@ struct Engine::Impl {
   Scheduler scheduler;               // engine thread only
   std::vector<Sequence*> in_step;    // engine thread only: the sequences of the step being run, failed if it throws
   std::optional<MtpDrafter> mtp;     // `--draft mtp` (engine thread only)
+  // Engine thread only: with DraftOptions::measured, K per step from measured costs; the K the last drafting chose.
+  std::optional<DraftPolicy> draft_policy;
+  int32_t drafted_k = 0;
 
   mutable std::mutex mutex;  // guards everything below
   std::condition_variable wake;

@@ -33,7 +33,9 @@ enum class DraftKind : uint8_t {
 const char* to_string(DraftKind kind);
 struct DraftOptions {
   DraftKind kind = DraftKind::none;
-  int32_t tokens = 3;  // K, 1..4: drafted tokens per step
+  int32_t tokens = 3;  // K, 1..4: drafted tokens per step (with `measured`, the most)
+  // K chosen per step from measured costs and acceptance, 0..tokens (engine/draft_policy.h); else always `tokens`.
+  bool measured = false;
   // Tests only: planted faults that the exactness tests must catch.
   bool test_accept_unchecked = false;  // every row's draw is taken, whether or not the draft before it was confirmed
   bool test_skip_rewind = false;       // the GDN state of rejected rows is left in place
@@ -109,6 +111,7 @@ struct EngineStats {
   // those accepted (a draft is verified when every draft before it in its step was accepted).
   int64_t verify_pieces_total = 0;
   std::array<int64_t, 4> drafts_verified{}, drafts_accepted{};
+  std::array<int64_t, 5> draft_choices{};  // draftings by the K chosen for the next step, 0..4
   size_t weight_bytes = 0, state_pool_bytes = 0, workspace_bytes = 0, memory_limit_bytes = 0;
   // Set once a device error stopped the engine (DeviceError): every request since ends with it.
   std::string failure;

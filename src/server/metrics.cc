@@ -162,6 +162,10 @@ std::string ServerMetrics::render(const engine::EngineStats& engine, const std::
   for (size_t k = 0; k < engine.drafts_accepted.size(); ++k)
     sample(out, "duet_drafts_accepted_total", engine.drafts_accepted[k],
            fmt::format("{},position=\"{}\"", model, k + 1));
+  metric(out, "duet_draft_choices_total", "counter",
+         "Draftings by the tokens drafted for each sequence's next step (chosen per step from measured costs).");
+  for (size_t k = 0; k < engine.draft_choices.size(); ++k)
+    sample(out, "duet_draft_choices_total", engine.draft_choices[k], fmt::format("{},tokens=\"{}\"", model, k));
   if (grammar_cache != nullptr) {
     metric(out, "duet_grammar_cache_hits_total", "counter", "Structured outputs whose grammar was already compiled.");
     sample(out, "duet_grammar_cache_hits_total", static_cast<int64_t>(grammar_cache->hits()), model);

@@ -188,6 +188,22 @@ TEST_F(Drafts, MtpDraftsOfEveryLengthGiveThePlainTokens) {
   }
 }
 
+// K chosen per step from measured costs (engine/draft_policy.h): every K is tried, and the tokens stay the plain ones.
+TEST_F(Drafts, DraftCountsChosenPerStepGiveThePlainTokens) {
+  for (DraftKind kind : {DraftKind::mtp, DraftKind::ngram}) {
+    for (int32_t parallel : {1, 4}) {
+      EngineOptions o = options(parallel, kind, 4);
+      o.draft.measured = true;
+      EngineStats stats;
+      const std::string what = std::string(to_string(kind)) + " measured, parallel " + std::to_string(parallel);
+      expect_same(run(requests(), o, &stats), plain(), what);
+      EXPECT_GT(accepted(stats), 0) << what;
+      for (size_t k = 0; k < stats.draft_choices.size(); ++k)
+        EXPECT_GT(stats.draft_choices[k], 0) << what << " K=" << k;
+    }
+  }
+}
+
 TEST_F(Drafts, NgramDraftsGiveThePlainTokens) {
   for (int32_t parallel : {1, 4, 16}) {
     EngineStats stats;
