@@ -20,7 +20,7 @@ struct GifSource {
   size_t at = 0;
 };
 
-int on_read(GifFileType* gif, GifByteType* out, int n) {
+int giflib_read(GifFileType* gif, GifByteType* out, int n) {
   auto* source = static_cast<GifSource*>(gif->UserData);
   const size_t take = std::min(static_cast<size_t>(n < 0 ? 0 : n), source->bytes.size() - source->at);
   std::memcpy(out, source->bytes.data() + source->at, take);
@@ -38,7 +38,7 @@ int on_read(GifFileType* gif, GifByteType* out, int n) {
 Image decode_gif(std::span<const uint8_t> bytes, const Limits& limits) {
   GifSource source{bytes};
   int error = 0;
-  GifFileType* gif = DGifOpen(&source, on_read, &error);
+  GifFileType* gif = DGifOpen(&source, giflib_read, &error);
   if (gif == nullptr) fail_gif(error, "cannot read its header");
   struct Close {
     GifFileType* gif;

@@ -22,15 +22,15 @@ struct JpegRun {
   char message[JMSG_LENGTH_MAX] = {};
 };
 
-[[noreturn]] void on_error(j_common_ptr cinfo) {
+[[noreturn]] void libjpeg_error(j_common_ptr cinfo) {
   auto* run = reinterpret_cast<JpegRun*>(cinfo->err);
   (*cinfo->err->format_message)(cinfo, run->message);
   std::longjmp(run->jump, 1);
 }
 
-void on_message(j_common_ptr cinfo, int level) {
+void libjpeg_message(j_common_ptr cinfo, int level) {
   // Warnings are level -1; the only one we refuse is the end of the data before the image's end.
-  if (level == -1 && cinfo->err->msg_code == JWRN_JPEG_EOF) on_error(cinfo);
+  if (level == -1 && cinfo->err->msg_code == JWRN_JPEG_EOF) libjpeg_error(cinfo);
 }
 
 struct JpegOutput {
@@ -68,8 +68,8 @@ Image decode_jpeg(std::span<const uint8_t> bytes, const Limits& limits) {
   jpeg_decompress_struct cinfo{};
   JpegRun run;
   cinfo.err = jpeg_std_error(&run.manager);
-  run.manager.error_exit = on_error;
-  run.manager.emit_message = on_message;
+  run.manager.error_exit = libjpeg_error;
+  run.manager.emit_message = libjpeg_message;
   jpeg_create_decompress(&cinfo);
   struct Destroy {
     jpeg_decompress_struct& cinfo;

@@ -25,15 +25,15 @@ struct PngRun {
   png_infop info = nullptr;
 };
 
-void on_error(png_structp png, png_const_charp message) {
+void libpng_error(png_structp png, png_const_charp message) {
   auto* run = static_cast<PngRun*>(png_get_error_ptr(png));
   std::snprintf(run->message, sizeof run->message, "%s", message);
   std::longjmp(run->jump, 1);
 }
 
-void on_warning(png_structp, png_const_charp) {}
+void libpng_warning(png_structp, png_const_charp) {}
 
-void on_read(png_structp png, png_bytep out, size_t n) {
+void libpng_read(png_structp png, png_bytep out, size_t n) {
   auto* run = static_cast<PngRun*>(png_get_io_ptr(png));
   if (run->bytes.size() - run->at < n) png_error(png, "the file ends early (truncated)");
   std::memcpy(out, run->bytes.data() + run->at, n);
@@ -50,7 +50,7 @@ struct PngOutput {
 // False after a libpng error (run.message says which); throws ImageError when the header breaks a limit.
 bool read_png(PngRun& run, const Limits& limits, PngOutput& out) {
   if (setjmp(run.jump)) return false;
-  png_set_read_fn(run.png, &run, on_read);
+  png_set_read_fn(run.png, &run, libpng_read);
   // Ancillary chunks (iCCP, zTXt) decompress into memory: bound them like the pixels.
   png_set_chunk_malloc_max(run.png, 8u << 20);
   png_read_info(run.png, run.info);
@@ -87,7 +87,7 @@ bool read_png(PngRun& run, const Limits& limits, PngOutput& out) {
 Image decode_png(std::span<const uint8_t> bytes, const Limits& limits) {
   PngRun run;
   run.bytes = bytes;
-  run.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &run, on_error, on_warning);
+  run.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &run, libpng_error, libpng_warning);
   if (run.png == nullptr) throw ImageError("PNG image: libpng could not start");
   run.info = png_create_info_struct(run.png);
   struct Destroy {
