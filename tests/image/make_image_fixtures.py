@@ -120,6 +120,14 @@ def main():
     transparent.save(out, format="GIF", transparency=5, interlace=False)
     save("transparent.gif", out.getvalue())
 
+    # Pillow's resize(BICUBIC) of a larger RGB image, down, up, one side only and to 1 x 1: the resize test's
+    # reference within 1 (torch's uint8 resize, which the processor uses, rounds its weights differently).
+    photo = pattern(120, 160, 9)
+    save("photo.png", pil(photo, "PNG"))
+    for width, height in ((64, 48), (320, 224), (160, 60), (97, 120), (13, 200), (1, 1)):
+        Image.fromarray(photo).resize((width, height), Image.BICUBIC).save(
+            os.path.join(HERE, f"photo.png.bicubic_{width}x{height}.ppm"))
+
     # A data: URL payload made by Python's own base64 (the test's independent reference for duet's decoder).
     with open(os.path.join(HERE, "rgb8.png"), "rb") as f, open(os.path.join(HERE, "rgb8.png.b64"), "w") as out:
         out.write(base64.b64encode(f.read()).decode())
