@@ -279,11 +279,71 @@ def make_model(torch, out):
 
 
 def make_processor(size):
-    from transformers import Qwen2VLImageProcessor
-
+    """The processor AutoImageProcessor gives the 9B (Qwen2VLImageProcessor, the torchvision backend), or the PIL
+    backend where this machine has no torchvision (the report says which ran: docs/vision.md assumes torchvision)."""
     kwargs = dict(size=dict(size), patch_size=PATCH, temporal_patch_size=TEMPORAL, merge_size=MERGE,
                   image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
-    return Qwen2VLImageProcessor(**kwargs)
+    try:
+        from transformers import Qwen2VLImageProcessor
+
+        return Qwen2VLImageProcessor(**kwargs)
+    except Exception as error:  # ImportError, or the dummy class that names the missing backend
+        print(f"note: Qwen2VLImageProcessor unavailable ({error}); using the PIL backend", flush=True)
+        from transformers import Qwen2VLImageProcessorPil
+
+        return Qwen2VLImageProcessorPil(**kwargs)
+
+
+def torch_uint8_resize(rgb, width, height):
+    """docs/vision.md 2.3 in NumPy: torch's uint8 antialiased bicubic (int16 weights), horizontal then vertical."""
+
+    def cubic(x):
+        a, x = -0.5, abs(x)
+        if x < 1.0:
+            return ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+        if x < 2.0:
+            return ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a
+        return 0.0
+
+    def axis(n_in, n_out):
+        scale = n_in / n_out
+        support = 2.0 * scale if scale >= 1.0 else 2.0
+        inverse = 1.0 / scale if scale >= 1.0 else 1.0
+        taps = int(math.ceil(support)) * 2 + 1
+        rows, largest = [], 0.0
+        for i in range(n_out):
+            center = scale * (i + 0.5)
+            xmin = max(int(center - support + 0.5), 0)
+            xsize = min(max(min(int(center + support + 0.5), n_in) - xmin, 0), taps)
+            w = [cubic((j + xmin - center + 0.5) * inverse) for j in range(xsize)]
+            total = sum(w)
+            if total != 0.0:
+                w = [v / total for v in w]
+                largest = max([largest] + w)
+            rows.append((xmin, w))
+        precision = 0
+        while precision < 22 and int(0.5 + largest * (1 << (precision + 1))) < (1 << 15):
+            precision += 1
+        return [(xmin, [int(v * (1 << precision) - 0.5) if v < 0 else int(v * (1 << precision) + 0.5) for v in w])
+                for xmin, w in rows], precision
+
+    def one_pass(image, n_out, along):  # along 1: columns change (horizontal), 0: rows
+        taps, precision = axis(image.shape[along], n_out)
+        moved = np.moveaxis(image.astype(np.int64), along, 0)
+        out = np.zeros((n_out,) + moved.shape[1:], np.int64)
+        for i, (xmin, w) in enumerate(taps):
+            acc = np.full(moved.shape[1:], 1 << (precision - 1), np.int64)
+            for j, v in enumerate(w):
+                acc += moved[xmin + j] * v
+            out[i] = np.clip(acc >> precision, 0, 255)
+        return np.moveaxis(out, 0, along).astype(np.uint8)
+
+    out = rgb
+    if width != rgb.shape[1]:
+        out = one_pass(out, width, 1)
+    if height != rgb.shape[0]:
+        out = one_pass(out, height, 0)
+    return out
 
 
 def image_features(model, pixel_values, grid):
@@ -371,11 +431,12 @@ def main():
                            "resample": str(stock.resample)}
     print(f"processor: {report['processor']}", flush=True)
     pixel_values, grids = {}, {}
+    sizes = {"stock": STOCK, "bounded": BOUNDED}
     for label, processor in processors.items():
         for name, pil in decoded.items():
             result = processor(images=[pil], return_tensors="pt")
-            pv, grid = result["pixel_values"].float(), result["image_grid_thw"][0]
-            size = processor.size
+            pv, grid = result["pixel_values"].float(), result["image_grid_thw"][0].clone()
+            size = sizes[label]
             expected = smart_resize(pil.height, pil.width, PATCH * MERGE, size["shortest_edge"], size["longest_edge"])
             got = (int(grid[1]) * PATCH, int(grid[2]) * PATCH)
             check(f"{label}.{name}.smart_resize", got == expected and int(grid[0]) == 1,
@@ -385,6 +446,9 @@ def main():
             check(f"{label}.{name}.layout_inverse", np.abs(image - resized).max() < 1e-3 and resized.min() >= 0
                   and resized.max() <= 255, f"max distance to an integer {np.abs(image - resized).max():.2e}")
             resized = resized.astype(np.uint8)
+            mine = torch_uint8_resize(rgb[name], int(grid[2]) * PATCH, int(grid[1]) * PATCH)
+            check(f"{label}.{name}.resize_algorithm", np.array_equal(mine, resized),
+                  f"docs/vision.md 2.3 resize vs the processor's: {int((mine != resized).sum())} values differ")
             tensors[f"img.{name}.{label}.grid"] = grid.to(torch.int64)
             tensors[f"img.{name}.{label}.resized"] = torch.from_numpy(resized.copy())
             if label == "stock":
@@ -453,7 +517,7 @@ def main():
             tensors[f"{label}.ids"] = ids_t[0].to(torch.int32)
             tensors[f"{label}.mm_types"] = mm[0]
             tensors[f"{label}.positions"] = positions[:, 0].to(torch.int64).contiguous()
-            tensors[f"{label}.rope_delta"] = delta.flatten()[:1].to(torch.int64)
+            tensors[f"{label}.rope_delta"] = delta.flatten()[:1].to(torch.int64).clone()
             report.setdefault("prompts", {})[label] = {"images": used, "length": len(ids)}
             final.clear()
             model(input_ids=ids_t, use_cache=False, **multimodal_kwargs(model, pv, grid, mm))
