@@ -1,7 +1,7 @@
 // GIF's first frame through giflib, record by record (never DGifSlurp, which would decode every frame first): the
 // logical screen and the frame are size-checked before any pixel is decoded. Palette indices become RGB; the
 // graphic control extension's transparent index becomes alpha 0 and then white. The screen outside the first frame
-// takes the transparent colour when there is one, else the background colour (docs/vision.md, open question 4).
+// takes the transparent index when there is one, else index 0, as Pillow fills it (not the background colour).
 #include <fmt/format.h>
 #include <gif_lib.h>
 
@@ -73,7 +73,7 @@ Image decode_gif(std::span<const uint8_t> bytes, const Limits& limits) {
     if (colors == nullptr || colors->Colors == nullptr) throw ImageError("GIF image: it has no colour table");
     // The canvas in RGBA, then the frame's rows written into it (interlaced rows come in four passes).
     std::vector<uint8_t> rgba(width * height * 4);
-    const int fill = transparent >= 0 ? transparent : gif->SBackGroundColor;
+    const int fill = transparent >= 0 ? transparent : 0;
     auto put = [&](size_t at, int index) {
       if (index == transparent) {
         std::memset(&rgba[at], 0, 4);

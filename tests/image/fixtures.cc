@@ -40,10 +40,13 @@ Rgb read_ppm(const std::string& path) {
 
 const std::vector<std::string>& decodable_fixtures() {
   static const std::vector<std::string> names = {
-      "rgb8.png",         "rgba8.png", "alpha_every_pair.png", "gray8.png",      "gray_alpha.png",
-      "palette_trns.png", "rgb16.png", "rgb8_adam7.png",       "rgb8_gamma.png", "q95_444.jpg",
-      "q80_420.jpg",      "gray.jpg",  "progressive.jpg",      "lossy.webp",     "lossless_alpha.webp",
-      "interlaced.gif",   "plain.gif", "animated.gif",         "transparent.gif"};
+      "rgb8.png",        "rgba8.png",         "alpha_every_pair.png",
+      "gray8.png",       "gray_alpha.png",    "palette_trns.png",
+      "rgb16.png",       "rgb8_adam7.png",    "rgb8_gamma.png",
+      "q95_444.jpg",     "q80_420.jpg",       "gray.jpg",
+      "progressive.jpg", "lossy.webp",        "lossless_alpha.webp",
+      "interlaced.gif",  "plain.gif",         "animated.gif",
+      "transparent.gif", "partial_frame.gif", "partial_frame_transparent.gif"};
   return names;
 }
 

@@ -120,6 +120,20 @@ def main():
     transparent.save(out, format="GIF", transparency=5, interlace=False)
     save("transparent.gif", out.getvalue())
 
+    # A first frame smaller than the logical screen (3 x 2 at (1, 0) on 6 x 4, background index 2), without and
+    # with a transparent index: Pillow fills the rest with the transparent index, else with index 0.
+    frame = Image.new("P", (3, 2), 1)
+    frame.putpalette([255, 0, 0, 0, 255, 0, 0, 0, 255, 10, 20, 30] + [7] * (252 * 3))
+    for name, extra in (("partial_frame.gif", {}), ("partial_frame_transparent.gif", {"transparency": 3})):
+        out = io.BytesIO()
+        frame.save(out, format="GIF", optimize=False, **extra)
+        data = bytearray(out.getvalue())
+        data[6:10] = struct.pack("<HH", 6, 4)
+        data[11] = 2
+        at = data.find(b"\x2c")
+        data[at + 1:at + 5] = struct.pack("<HH", 1, 0)
+        save(name, bytes(data))
+
     # Pillow's resize(BICUBIC) of a larger RGB image, down, up, one side only and to 1 x 1: the resize test's
     # reference within 1 (torch's uint8 resize, which the processor uses, rounds its weights differently).
     photo = pattern(120, 160, 9)
