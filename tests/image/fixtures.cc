@@ -1,5 +1,6 @@
 #include "fixtures.h"
 
+#include <cctype>
 #include <fstream>
 #include <iterator>
 #include <sstream>

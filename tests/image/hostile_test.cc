@@ -2,6 +2,8 @@
 // bombs declared in headers, zero sizes, wrong magic, truncations and flipped bytes of every fixture.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <random>
 
 #include "fixtures.h"

@@ -3,7 +3,9 @@
 // and the patch rows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <utility>
 
 #include "fixtures.h"
 #include "image/decode.h"

@@ -3,6 +3,8 @@
 // resize and the patch rows, each exactly. Skipped, saying so, until those fixtures are committed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 
