@@ -13,7 +13,7 @@ if [[ ${1:-} == --build-only ]]; then build_only=1; shift; fi
 build_dir=${1:-build-sanitize}
 # Longest first (their release-build times in ctest), so that the last to end is a short one.
 tests=(engine_test checkpoint_test decision_golden_test grammar_test tokenizer_test model_golden_test model_kv_pages_test
-  server_unit_test model_fork_state_test engine_sampler_test decision_unit_test base_test model_cpu_math_test)
+  server_unit_test model_fork_state_test engine_sampler_test decision_unit_test base_test model_cpu_math_test image_test)
 
 # With clang++ the same build has the libFuzzer targets (fuzz_targets): their run, a minute on one core, is one job
 # among the tests, first, beside the longest test.

@@ -9,8 +9,11 @@ cd "$(dirname "$0")/.."
 build=1
 build_packages=(build-essential cmake ninja-build pkg-config git curl ca-certificates
   nlohmann-json3-dev libcpp-httplib-dev libboost1.81-dev libcli11-dev libfmt-dev libpcre2-dev libutf8proc-dev libssl-dev
-  libgtest-dev libgmock-dev libbenchmark-dev liblapacke-dev libopenblas-dev python3 clang libclang-rt-14-dev llvm-14)
-test_packages=(python3-jinja2 nodejs npm clang-format chromium)
+  libgtest-dev libgmock-dev libbenchmark-dev liblapacke-dev libopenblas-dev python3 clang libclang-rt-14-dev llvm-14
+  libpng-dev libjpeg62-turbo-dev libwebp-dev libgif-dev)
+test_packages=(python3-jinja2 python3-pil python3-numpy nodejs npm clang-format chromium)
+# libpng-dev, libjpeg62-turbo-dev, libwebp-dev, libgif-dev: image decoding (src/image). python3-pil and python3-numpy:
+# the independent encoder and decoder that made tests/image/fixtures (tests/image/make_image_fixtures.py).
 # clang-format: scripts/check-format.sh; chromium: the browser tests (headless, driven by puppeteer-core); clang and its
 # sanitizer and libFuzzer runtimes: the sanitizer build (scripts/sanitize.sh, scripts/fuzz.sh); llvm-14: its
 # llvm-symbolizer, which names the functions and lines in a sanitizer's report.
