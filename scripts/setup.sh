@@ -11,9 +11,9 @@ build_packages=(build-essential cmake ninja-build pkg-config git curl ca-certifi
   nlohmann-json3-dev libcpp-httplib-dev libboost1.81-dev libcli11-dev libfmt-dev libpcre2-dev libutf8proc-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev liblapacke-dev libopenblas-dev python3 clang libclang-rt-14-dev llvm-14
   libpng-dev libjpeg62-turbo-dev libwebp-dev libgif-dev)
-test_packages=(python3-jinja2 python3-pil python3-numpy nodejs npm clang-format chromium)
-# libpng-dev, libjpeg62-turbo-dev, libwebp-dev, libgif-dev: image decoding (src/image). python3-pil and python3-numpy:
-# the independent encoder and decoder that made tests/image/fixtures (tests/image/make_image_fixtures.py).
+test_packages=(python3-jinja2 nodejs npm clang-format chromium)
+# libpng-dev, libjpeg62-turbo-dev, libwebp-dev, libgif-dev: image decoding (src/image). (Only to make the committed
+# tests/image/fixtures again: apt-get install python3-pil python3-numpy, then tests/image/make_image_fixtures.py.)
 # clang-format: scripts/check-format.sh; chromium: the browser tests (headless, driven by puppeteer-core); clang and its
 # sanitizer and libFuzzer runtimes: the sanitizer build (scripts/sanitize.sh, scripts/fuzz.sh); llvm-14: its
 # llvm-symbolizer, which names the functions and lines in a sanitizer's report.
