@@ -1,0 +1,149 @@
+#include "model/vision_tower.h"
+
+#include <cmath>
+
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/weight_rows.h"
+#include "base/error.h"
+#include "base/thread_pool.h"
+
+namespace duet::model {
+
+namespace {
+
+using backend::cpu::dot;
+using backend::cpu::matmul;
+using backend::cpu::weight_at;
+
+// y = x · W^T + b: [m, in] -> [m, out].
+std::vector<float> linear(const float* x, int64_t m, const VisionLinear& l) {
+  std::vector<float> y(static_cast<size_t>(m * l.weight.rows));
+  matmul(x, m, l.weight, y.data());
+  const int64_t n = l.weight.rows;
+  std::vector<float> bias(static_cast<size_t>(n));
+  backend::cpu::weight_to_float(l.bias, 0, n, bias.data());
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t j = 0; j < n; ++j) y[r * n + j] += bias[j];
+  return y;
+}
+
+// nn.LayerNorm over each row of x [m, n] (plain w and b), statistics in double in a fixed order.
+std::vector<float> layer_norm(const float* x, int64_t m, int64_t n, const VisionLayerNorm& norm, float eps) {
+  std::vector<float> y(static_cast<size_t>(m * n));
+  for (int64_t r = 0; r < m; ++r) {
+    const float* xr = x + r * n;
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += xr[i];
+    const double mean = sum / static_cast<double>(n);
+    double squares = 0;
+    for (int64_t i = 0; i < n; ++i) squares += (xr[i] - mean) * (xr[i] - mean);
+    const auto rstd = static_cast<float>(1.0 / std::sqrt(squares / static_cast<double>(n) + eps));
+    const auto mean_f = static_cast<float>(mean);
+    for (int64_t i = 0; i < n; ++i)
+      y[r * n + i] = ((xr[i] - mean_f) * rstd) * weight_at(norm.weight, i) + weight_at(norm.bias, i);
+  }
+  return y;
+}
+
+// gelu_pytorch_tanh, as torch's gelu(approximate="tanh") in float32.
+float gelu_tanh(float x) {
+  const float beta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;
+  const float inner = beta * (x + kappa * x * x * x);
+  return 0.5f * x * (1.0f + std::tanh(inner));
+}
+
+// nn.GELU(): the exact erf form.
+float gelu_erf(float x) { return x * 0.5f * (1.0f + std::erf(x * static_cast<float>(M_SQRT1_2))); }
+
+// Non-causal softmax attention of every head within each frame's rows. qkv: [N, 3 * hidden] with RoPE applied to
+// q and k; out: [N, hidden], heads concatenated head-major. Each query row is one fixed-order computation.
+void frame_attention(const float* qkv, int64_t n, int64_t frame_rows, int64_t heads, int64_t d, float* out) {
+  const int64_t hidden = heads * d, stride = 3 * hidden;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  global_thread_pool().parallel_for(static_cast<size_t>(n), [&](size_t begin, size_t end) {
+    std::vector<float> p(static_cast<size_t>(frame_rows));
+    for (auto i = static_cast<int64_t>(begin); i < static_cast<int64_t>(end); ++i) {
+      const int64_t first = i / frame_rows * frame_rows;
+      for (int64_t h = 0; h < heads; ++h) {
+        const float* q = qkv + i * stride + h * d;
+        float top = -INFINITY;
+        for (int64_t j = 0; j < frame_rows; ++j) {
+          p[j] = dot(q, qkv + (first + j) * stride + hidden + h * d, d) * scale;
+          top = std::max(top, p[j]);
+        }
+        float total = 0;
+        for (int64_t j = 0; j < frame_rows; ++j) {
+          p[j] = std::exp(p[j] - top);
+          total += p[j];
+        }
+        float* o = out + i * hidden + h * d;
+        for (int64_t e = 0; e < d; ++e) o[e] = 0;
+        for (int64_t j = 0; j < frame_rows; ++j) {
+          const float w = p[j] / total;
+          const float* v = qkv + (first + j) * stride + 2 * hidden + h * d;
+          for (int64_t e = 0; e < d; ++e) o[e] += w * v[e];
+        }
+      }
+    }
+  });
+}
+
+void block_forward(const VisionConfig& c, const VisionBlockWeights& b, const VisionRotary& rope, int64_t frame_rows,
+                   int64_t n, std::vector<float>& x) {
+  const int64_t hidden = c.hidden_size, heads = c.num_heads, d = c.head_dim();
+  // Attention.
+  std::vector<float> y = layer_norm(x.data(), n, hidden, b.norm1, c.layer_norm_eps);
+  std::vector<float> qkv = linear(y.data(), n, b.qkv);  // [n, 3 * hidden]
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t h = 0; h < heads; ++h)
+      for (const int64_t part : {int64_t{0}, hidden})  // q, then k
+        apply_vision_rotary(rope.cos.data() + i * d, rope.sin.data() + i * d, d,
+                            qkv.data() + i * 3 * hidden + part + h * d);
+  frame_attention(qkv.data(), n, frame_rows, heads, d, y.data());
+  std::vector<float> a = linear(y.data(), n, b.proj);
+  for (size_t i = 0; i < x.size(); ++i) x[i] += a[i];
+  // MLP.
+  y = layer_norm(x.data(), n, hidden, b.norm2, c.layer_norm_eps);
+  std::vector<float> f = linear(y.data(), n, b.fc1);
+  for (float& v : f) v = gelu_tanh(v);
+  a = linear(f.data(), n, b.fc2);
+  for (size_t i = 0; i < x.size(); ++i) x[i] += a[i];
+}
+
+}  // namespace
+
+std::vector<float> vision_forward(const VisionConfig& c, const VisionWeights& w, const float* pixel_values,
+                                  const VisionGrid& grid, VisionTrace* trace) {
+  check_vision_grid(c, grid);
+  VisionPatchPlaces places;
+  places.table = patch_positions(grid, c.spatial_merge_size);
+  places.rotary = places.table;
+  return vision_forward_at(c, w, pixel_values, grid, places, trace);
+}
+
+std::vector<float> vision_forward_at(const VisionConfig& c, const VisionWeights& w, const float* pixel_values,
+                                     const VisionGrid& grid, const VisionPatchPlaces& places, VisionTrace* trace) {
+  check_vision_grid(c, grid);
+  const int64_t n = grid.patches(), hidden = c.hidden_size;
+  if (static_cast<int64_t>(places.table.size()) != n || static_cast<int64_t>(places.rotary.size()) != n)
+    fail("vision tower: {} and {} patch places for {} patches", places.table.size(), places.rotary.size(), n);
+  if (static_cast<int64_t>(w.blocks.size()) != c.depth)
+    fail("vision tower: {} blocks bound, config says {}", w.blocks.size(), c.depth);
+
+  std::vector<float> x = linear(pixel_values, n, w.patch_embed);  // [n, hidden]
+  if (trace != nullptr) trace->patch_embed = x;
+  add_position_embedding(c, w.pos_embed, grid, places.table, x.data());
+  if (trace != nullptr) trace->pos_added = x;
+
+  const VisionRotary rope = vision_rotary(c, places.rotary);
+  for (const auto& block : w.blocks) block_forward(c, block, rope, grid.h * grid.w, n, x);
+
+  // Merger: LayerNorm per patch, the 2x2 group's four rows side by side, fc1, exact GELU, fc2.
+  const std::vector<float> y = layer_norm(x.data(), n, hidden, w.merger_norm, c.layer_norm_eps);
+  const int64_t tokens = n / c.merge_group();
+  std::vector<float> f = linear(y.data(), tokens, w.merger_fc1);
+  for (float& v : f) v = gelu_erf(v);
+  return linear(f.data(), tokens, w.merger_fc2);
+}
+
+}  // namespace duet::model
