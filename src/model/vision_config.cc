@@ -58,8 +58,8 @@ void read_rope(const std::string& source, const json& vision, VisionConfig& c) {
 
 void check(const std::string& source, const json& root, const VisionConfig& c) {
   if (c.hidden_size % c.num_heads != 0)
-    fail("{}: vision_config.hidden_size = {} is not a multiple of vision_config.num_heads = {}", source,
-         c.hidden_size, c.num_heads);
+    fail("{}: vision_config.hidden_size = {} is not a multiple of vision_config.num_heads = {}", source, c.hidden_size,
+         c.num_heads);
   // The 2-D rotary splits head_dim / 2 into a row half and a column half of frequency pairs.
   if (c.head_dim() % 4 != 0)
     fail("{}: vision_config head_dim = hidden_size / num_heads = {} must be a multiple of 4 (2-D rotary)", source,
@@ -68,8 +68,8 @@ void check(const std::string& source, const json& root, const VisionConfig& c) {
     fail("{}: vision_config.num_position_embeddings = {} is not a square", source, c.num_position_embeddings);
   if (c.hidden_act != "gelu_pytorch_tanh")
     fail("{}: vision_config.hidden_act \"{}\" is not supported (only \"gelu_pytorch_tanh\")", source, c.hidden_act);
-  if (c.in_channels != 3) fail("{}: vision_config.in_channels = {} is not supported (only 3, RGB)", source,
-                               c.in_channels);
+  if (c.in_channels != 3)
+    fail("{}: vision_config.in_channels = {} is not supported (only 3, RGB)", source, c.in_channels);
   if (has(root, "text_config") && root["text_config"].is_object() && has(root["text_config"], "hidden_size")) {
     const auto& h = root["text_config"]["hidden_size"];
     if (h.is_number_integer() && h.get<int64_t>() != c.out_hidden_size)

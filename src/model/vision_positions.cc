@@ -58,9 +58,9 @@ void add_position_embedding(const VisionConfig& c, const backend::Weight& table,
       backend::cpu::weight_to_float(table, index[k] * hidden, hidden, corner.data() + k * hidden);
     float* row = x + static_cast<int64_t>(p) * hidden;
     for (int64_t j = 0; j < hidden; ++j) {
-      const float pos = ((corner[j] * weight[0] + corner[hidden + j] * weight[1]) +
-                         corner[2 * hidden + j] * weight[2]) +
-                        corner[3 * hidden + j] * weight[3];
+      const float pos =
+          ((corner[j] * weight[0] + corner[hidden + j] * weight[1]) + corner[2 * hidden + j] * weight[2]) +
+          corner[3 * hidden + j] * weight[3];
       row[j] += pos;
     }
   }

@@ -30,12 +30,12 @@ struct VisionBlockWeights {
 };
 
 struct VisionWeights {
-  VisionLinear patch_embed;  // Conv3d [hidden, C, T, P, P] seen as [hidden, C*T*P*P] (kernel = stride)
-  backend::Weight pos_embed;                // [num_position_embeddings, hidden], a G x G grid, row-major
-  std::vector<VisionBlockWeights> blocks;   // [depth]
-  VisionLayerNorm merger_norm;              // [hidden], per patch, before the 2x2 grouping
-  VisionLinear merger_fc1;                  // [4 * hidden, 4 * hidden]
-  VisionLinear merger_fc2;                  // [out_hidden_size, 4 * hidden]
+  VisionLinear patch_embed;                // Conv3d [hidden, C, T, P, P] seen as [hidden, C*T*P*P] (kernel = stride)
+  backend::Weight pos_embed;               // [num_position_embeddings, hidden], a G x G grid, row-major
+  std::vector<VisionBlockWeights> blocks;  // [depth]
+  VisionLayerNorm merger_norm;             // [hidden], per patch, before the 2x2 grouping
+  VisionLinear merger_fc1;                 // [4 * hidden, 4 * hidden]
+  VisionLinear merger_fc2;                 // [out_hidden_size, 4 * hidden]
 };
 
 // Binds `prefix` + patch_embed.*, pos_embed.*, blocks.N.*, merger.* (prefix "model.visual." in the stock layout).

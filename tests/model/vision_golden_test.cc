@@ -1,0 +1,112 @@
+// The vision tower against transformers FP32 (tools/make_vision_fixtures.py on the GPU machine): the tiny multimodal
+// model tests/fixtures/models/tiny-vl and tests/fixtures/goldens/vision.fp32.safetensors. Per image: pixel_values
+// made by src/image from the processor's resized pixels, then the patch embedding, the input of block 0 (positions
+// added) and the merger's rows, each within the CPU gate's 1e-4 relative. Skipped, saying so, until the fixtures are
+// committed.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <memory>
+
+#include "checkpoint/checkpoint.h"
+#include "golden_fixtures.h"
+#include "image/patches.h"
+#include "model/vision_tower.h"
+#include "model/weight_binder.h"
+
+namespace duet::model {
+namespace {
+
+constexpr double kGate = 1e-4;  // design/targets.md: tiny models on the CPU within 1e-4 relative of transformers FP32
+
+class VisionGolden : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    golden_ = testing::golden_fixture("vision", "fp32");
+    model_ = testing::model_fixture("tiny-vl");
+    if (!std::filesystem::exists(golden_) || !std::filesystem::exists(model_ + "/config.json"))
+      GTEST_SKIP() << golden_ << " or " << model_
+                   << " is not there yet: run tools/make_vision_fixtures.py on the GPU machine (tools/README.md)";
+    file_ = std::make_unique<checkpoint::Checkpoint>(checkpoint::Checkpoint::open_file(golden_));
+    for (const std::string& name : file_->names())
+      if (name.starts_with("tower.") && name.ends_with(".embeds"))
+        images_.push_back(name.substr(6, name.size() - 6 - 7));
+    ASSERT_FALSE(images_.empty()) << golden_ << " has no tower.*.embeds";
+  }
+
+  std::vector<float> f32(const std::string& name) const {
+    const auto* t = file_->find(name);
+    EXPECT_NE(t, nullptr) << name;
+    if (t == nullptr || t->dtype != checkpoint::DType::f32) return {};
+    return {t->data<float>(), t->data<float>() + t->element_count()};
+  }
+
+  // The processor's resized image as src/image's patch rows, and its grid.
+  image::Patches patches(const std::string& name) const {
+    const auto* t = file_->find("img." + name + ".stock.resized");
+    EXPECT_NE(t, nullptr) << name;
+    if (t == nullptr) return {};
+    image::Image resized;
+    resized.height = static_cast<uint32_t>(t->shape[0]);
+    resized.width = static_cast<uint32_t>(t->shape[1]);
+    resized.rgb.assign(t->bytes.begin(), t->bytes.end());
+    return image::to_patches(resized);
+  }
+
+  std::string golden_, model_;
+  std::unique_ptr<checkpoint::Checkpoint> file_;
+  std::vector<std::string> images_;
+};
+
+TEST_F(VisionGolden, EveryVisualTensorIsBound) {
+  const VisionConfig config = VisionConfig::load(model_ + "/config.json");
+  const auto checkpoint = checkpoint::Checkpoint::open(model_);
+  size_t bytes = 0;
+  WeightBinder bind(checkpoint, bytes);
+  bind_vision_weights(bind, config);
+  size_t visual = 0;
+  for (const std::string& name : checkpoint.names())
+    if (name.starts_with("model.visual.")) {
+      ++visual;
+      EXPECT_TRUE(bind.bound(name)) << name << " is in the checkpoint but not bound";
+    }
+  EXPECT_EQ(visual, 4u + 12u * static_cast<size_t>(config.depth) + 6u);
+  EXPECT_GT(bytes, 0u);
+}
+
+TEST_F(VisionGolden, TowerIsTransformers) {
+  const VisionConfig config = VisionConfig::load(model_ + "/config.json");
+  const auto checkpoint = checkpoint::Checkpoint::open(model_);
+  size_t bytes = 0;
+  WeightBinder bind(checkpoint, bytes);
+  const VisionWeights weights = bind_vision_weights(bind, config);
+  for (const std::string& name : images_) {
+    const image::Patches p = patches(name);
+    const auto* grid = file_->find("img." + name + ".stock.grid");
+    ASSERT_NE(grid, nullptr) << name;
+    const VisionGrid g{grid->data<int64_t>()[0], grid->data<int64_t>()[1], grid->data<int64_t>()[2]};
+    ASSERT_EQ(g.t, p.grid_t) << name;
+    ASSERT_EQ(g.h, p.grid_h) << name;
+    ASSERT_EQ(g.w, p.grid_w) << name;
+    // Where the golden has this image's pixel_values, src/image's rows are exactly them.
+    if (const auto* pv = file_->find("pixel_values." + name); pv != nullptr) {
+      ASSERT_EQ(pv->element_count(), static_cast<int64_t>(p.values.size())) << name;
+      EXPECT_EQ(std::memcmp(pv->bytes.data(), p.values.data(), pv->bytes.size()), 0) << name;
+    }
+    VisionTrace trace;
+    const auto out = vision_forward(config, weights, p.values.data(), g, &trace);
+    const double patch = testing::relative_error(trace.patch_embed, f32("tower." + name + ".patch_embed"));
+    const double pos = testing::relative_error(trace.pos_added, f32("tower." + name + ".pos_added"));
+    const double embeds = testing::relative_error(out, f32("tower." + name + ".embeds"));
+    EXPECT_LE(patch, kGate) << name << ": patch embedding";
+    EXPECT_LE(pos, kGate) << name << ": positions added (docs/vision.md 3.2)";
+    EXPECT_LE(embeds, kGate) << name << ": the merger's rows";
+    std::printf("%-14s grid [%lld, %lld, %lld]: relative error patch %.2e, +positions %.2e, embeds %.2e\n",
+                name.c_str(), static_cast<long long>(g.t), static_cast<long long>(g.h), static_cast<long long>(g.w),
+                patch, pos, embeds);
+  }
+}
+
+}  // namespace
+}  // namespace duet::model
