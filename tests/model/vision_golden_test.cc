@@ -71,7 +71,7 @@ TEST_F(VisionGolden, EveryVisualTensorIsBound) {
       ++visual;
       EXPECT_TRUE(bind.bound(name)) << name << " is in the checkpoint but not bound";
     }
-  EXPECT_EQ(visual, 4u + 12u * static_cast<size_t>(config.depth) + 6u);
+  EXPECT_EQ(visual, 3u + 12u * static_cast<size_t>(config.depth) + 6u);  // patch_embed 2, pos_embed 1, merger 6
   EXPECT_GT(bytes, 0u);
 }
 
