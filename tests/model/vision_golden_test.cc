@@ -5,9 +5,12 @@
 // committed.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "checkpoint/checkpoint.h"
 #include "golden_fixtures.h"

@@ -5,11 +5,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <vector>
 
+#include "base/error.h"
 #include "model/vision_weights.h"
 
 namespace duet::model {
