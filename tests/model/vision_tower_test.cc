@@ -4,16 +4,23 @@
 #include "model/vision_tower.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <filesystem>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "base/error.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/safetensors_writer.h"
 #include "model/vision_weights.h"
+#include "model/weight_binder.h"
 
 namespace duet::model {
 namespace {
@@ -45,22 +52,31 @@ class RandomTower {
     config_.out_hidden_size = 64;
     config_.num_position_embeddings = 36;
     const int64_t h = 32, f = 48, m = 128;
-    weights_.patch_embed = linear(h, config_.patch_row_size());
-    weights_.pos_embed = tensor(36, h, 0.5f);
+    weights_.patch_embed = linear("patch_embed.proj", h, config_.patch_row_size());
+    named_[0].shape = {h, 3, 2, 16, 16};  // the Conv3d's stored shape
+    weights_.pos_embed = tensor("pos_embed.weight", {36, h}, 0.5f);
     for (int i = 0; i < config_.depth; ++i) {
-      VisionBlockWeights b;
-      b.norm1 = norm(h);
-      b.norm2 = norm(h);
-      b.qkv = linear(3 * h, h);
-      b.proj = linear(h, h);
-      b.fc1 = linear(f, h);
-      b.fc2 = linear(h, f);
-      weights_.blocks.push_back(b);
+      const std::string b = "blocks." + std::to_string(i) + ".";
+      VisionBlockWeights block;
+      block.norm1 = norm(b + "norm1", h);
+      block.norm2 = norm(b + "norm2", h);
+      block.qkv = linear(b + "attn.qkv", 3 * h, h);
+      block.proj = linear(b + "attn.proj", h, h);
+      block.fc1 = linear(b + "mlp.linear_fc1", f, h);
+      block.fc2 = linear(b + "mlp.linear_fc2", h, f);
+      weights_.blocks.push_back(block);
     }
-    weights_.merger_norm = norm(h);
-    weights_.merger_fc1 = linear(m, m);
-    weights_.merger_fc2 = linear(64, m);
+    weights_.merger_norm = norm("merger.norm", h);
+    weights_.merger_fc1 = linear("merger.linear_fc1", m, m);
+    weights_.merger_fc2 = linear("merger.linear_fc2", 64, m);
   }
+  // Every tensor with its stock name (without "model.visual."), stored shape and F32 values.
+  struct Named {
+    std::string name;
+    std::vector<int64_t> shape;
+    const std::vector<float>* values;
+  };
+  const std::vector<Named>& named() const { return named_; }
   const VisionConfig& config() const { return config_; }
   const VisionWeights& weights() const { return weights_; }
   // Random pixel rows in [-1, 1) for a grid.
@@ -73,20 +89,27 @@ class RandomTower {
   }
 
  private:
-  backend::Weight tensor(int64_t rows, int64_t cols, float scale, float offset = 0) {
-    auto& data = storage_.emplace_back(static_cast<size_t>(rows * cols));
+  backend::Weight tensor(const std::string& name, std::vector<int64_t> shape, float scale, float offset = 0) {
+    const int64_t rows = shape[0], cols = shape.size() == 1 ? shape[0] : shape[1];
+    auto& data = storage_.emplace_back(static_cast<size_t>(shape.size() == 1 ? rows : rows * cols));
     for (float& x : data) x = offset + values_.next(scale);
+    named_.push_back({name, shape, &data});
+    if (shape.size() == 1) return {backend::WeightType::f32, data.data(), 1, rows};
     return {backend::WeightType::f32, data.data(), rows, cols};
   }
-  VisionLinear linear(int64_t out, int64_t in) {
-    return {tensor(out, in, std::sqrt(3.0f / static_cast<float>(in))), tensor(1, out, 0.1f)};
+  VisionLinear linear(const std::string& name, int64_t out, int64_t in) {
+    return {tensor(name + ".weight", {out, in}, std::sqrt(3.0f / static_cast<float>(in))),
+            tensor(name + ".bias", {out}, 0.1f)};
   }
-  VisionLayerNorm norm(int64_t n) { return {tensor(1, n, 0.2f, 1.0f), tensor(1, n, 0.1f)}; }
+  VisionLayerNorm norm(const std::string& name, int64_t n) {
+    return {tensor(name + ".weight", {n}, 0.2f, 1.0f), tensor(name + ".bias", {n}, 0.1f)};
+  }
 
   VisionConfig config_;
   VisionWeights weights_;
   Values values_;
   std::deque<std::vector<float>> storage_;  // stable addresses
+  std::vector<Named> named_;
 };
 
 double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
@@ -224,6 +247,61 @@ TEST(VisionTower, RefusesAGridThatIsNotWholeMergeBlocks) {
   RandomTower tower;
   const std::vector<float> pixels(static_cast<size_t>(3 * 4 * 1536));
   EXPECT_THROW(vision_forward(tower.config(), tower.weights(), pixels.data(), {1, 3, 4}), Error);
+}
+
+// The random tower written in the stock layout (F32) to a folder, `leave_out` left out and `reshape`d one given
+// another shape: what bind_vision_weights reads or refuses.
+std::string write_tower(const RandomTower& tower, const std::string& leave_out = "", const std::string& reshape = "") {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("duet-vision-" + std::to_string(::getpid()) + "-" + leave_out + "-" + reshape);
+  std::filesystem::create_directories(dir);
+  std::vector<checkpoint::TensorToWrite> tensors;
+  for (const auto& t : tower.named()) {
+    if (t.name == leave_out) continue;
+    std::vector<int64_t> shape = t.shape;
+    if (t.name == reshape) shape = {shape[0] / 2, shape.size() == 1 ? 2 : 2 * shape[1]};
+    tensors.push_back({"model.visual." + t.name, checkpoint::DType::f32, shape, checkpoint::as_bytes_of(*t.values)});
+  }
+  checkpoint::write_safetensors((dir / "model.safetensors").string(), tensors);
+  return dir.string();
+}
+
+TEST(VisionTower, BindsTheStockNamesAndRefusesByName) {
+  RandomTower tower;
+  const VisionGrid grid{1, 4, 6};
+  const auto pixels = tower.pixels(grid, 7);
+  const auto in_memory = vision_forward(tower.config(), tower.weights(), pixels.data(), grid);
+  {
+    const std::string dir = write_tower(tower);
+    const auto checkpoint = checkpoint::Checkpoint::open(dir);
+    size_t bytes = 0;
+    WeightBinder bind(checkpoint, bytes);
+    const VisionWeights bound = bind_vision_weights(bind, tower.config());
+    size_t stored = 0;
+    for (const auto& t : tower.named()) stored += t.values->size() * sizeof(float);
+    EXPECT_EQ(bytes, stored);
+    for (const auto& t : tower.named()) EXPECT_TRUE(bind.bound("model.visual." + t.name)) << t.name;
+    EXPECT_EQ(vision_forward(tower.config(), bound, pixels.data(), grid), in_memory);
+    std::filesystem::remove_all(dir);
+  }
+  for (const auto& [leave_out, reshape] : {std::pair<std::string, std::string>{"merger.linear_fc2.bias", ""},
+                                           {"blocks.1.attn.qkv.weight", ""},
+                                           {"", "blocks.0.mlp.linear_fc1.weight"},
+                                           {"", "pos_embed.weight"}}) {
+    const std::string dir = write_tower(tower, leave_out, reshape);
+    const auto checkpoint = checkpoint::Checkpoint::open(dir);
+    size_t bytes = 0;
+    WeightBinder bind(checkpoint, bytes);
+    std::string message;
+    try {
+      bind_vision_weights(bind, tower.config());
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    const std::string named = "model.visual." + (leave_out.empty() ? reshape : leave_out);
+    EXPECT_NE(message.find(named), std::string::npos) << named << ": " << message;
+    std::filesystem::remove_all(dir);
+  }
 }
 
 }  // namespace
