@@ -44,7 +44,8 @@ TEST(Mrope, TheInterleavedStreamsOfQwen35) {
 }
 
 TEST(Mrope, RefusesRunsThatDoNotFit) {
-  const std::vector<ImageRun> overlapping = {{.first = 2, .t = 1, .h = 4, .w = 4}, {.first = 4, .t = 1, .h = 2, .w = 2}};
+  const std::vector<ImageRun> overlapping = {{.first = 2, .t = 1, .h = 4, .w = 4},
+                                             {.first = 4, .t = 1, .h = 2, .w = 2}};
   EXPECT_THROW(mrope_positions(20, overlapping), Error);
   const std::vector<ImageRun> outside = {{.first = 8, .t = 1, .h = 4, .w = 4}};
   EXPECT_THROW(mrope_positions(10, outside), Error);
@@ -64,8 +65,10 @@ std::vector<ImageRun> runs_of(const checkpoint::SafetensorsFile& file, const std
   for (int64_t i = 0; i < types->element_count(); ++i) {
     if (type[i] != 1 || (i > 0 && type[i - 1] == 1)) continue;  // a run's first token (runs are never adjacent)
     const size_t g = runs.size();
-    ImageRun run{.first = static_cast<int32_t>(i), .t = static_cast<int32_t>(grid[3 * g]),
-                 .h = static_cast<int32_t>(grid[3 * g + 1]), .w = static_cast<int32_t>(grid[3 * g + 2])};
+    ImageRun run{.first = static_cast<int32_t>(i),
+                 .t = static_cast<int32_t>(grid[3 * g]),
+                 .h = static_cast<int32_t>(grid[3 * g + 1]),
+                 .w = static_cast<int32_t>(grid[3 * g + 2])};
     if (swap) std::swap(run.h, run.w);
     runs.push_back(run);
   }
