@@ -272,7 +272,20 @@ DeviceHeadSink::DeviceHeadSink(const DeviceJointHead& head, SpanLayout layout, s
     if (layout_.owner[o] < layout_.owner[o - 1]) fail("joint head on the device: options out of question order");
 }
 
-DeviceHeadSink::~DeviceHeadSink() { release(rows_stream_); }
+// A sink whose head never ran (its decision cancelled or failed) may go on a decision worker while the engine thread
+// captures a decode step on the step stream: its buffers are freed on a stream of their own, after the last chunk's
+// work on them (rows_done_), never by enqueueing on the step stream from here.
+DeviceHeadSink::~DeviceHeadSink() {
+  if (memory_ == nullptr && sums_ == nullptr && span_at_ == nullptr && last_row_ == nullptr && kept_.empty()) {
+    release(nullptr);  // only the event is left
+    return;
+  }
+  cudaStream_t own = nullptr;
+  if (cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking) != cudaSuccess) return;  // leaks rather than races
+  if (rows_done_ != nullptr) cudaStreamWaitEvent(own, rows_done_, 0);
+  release(own);
+  cudaStreamDestroy(own);  // its queued frees still run
+}
 
 void DeviceHeadSink::release(cudaStream_t stream) {
   // In the order of `stream`, which saw every write and read of them: work still queued there finishes first; and
@@ -379,6 +392,8 @@ void DeviceHeadSink::take_rows(backend::Backend& backend, const backend::Activat
     throw;
   } catch (const Error& e) {
     error_ = e.what();
+    // What this chunk queued before the refusal comes before the buffers are freed (the destructor waits for this).
+    if (rows_done_ != nullptr) cudaEventRecord(rows_done_, backend::cuda::step_stream_of(backend));
   }
 }
 
