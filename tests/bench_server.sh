@@ -1,5 +1,9 @@
-# Sourced by the bench tests: start() runs `duet serve` on the demo with the given flags on a free port and sets
-# $server and $url; stop() ends it. Needs $duet, $demo and $work; the caller's EXIT trap kills $server.
+# Sourced by the bench tests (after setting $duet and $demo): a scratch folder $work, removed at exit with any server
+# still running; start() runs `duet serve` on the demo with the given flags on a free port and sets $server and $url;
+# stop() ends it.
+work=$(mktemp -d)
+server=""
+trap '[[ -z $server ]] || kill "$server" 2>/dev/null || true; rm -rf "$work"' EXIT
 start() {
   "$duet" serve "$demo" --backend cpu --port 0 --parallel 2 "$@" >"$work/serve.out" 2>"$work/serve.log" &
   server=$!

@@ -5,10 +5,6 @@
 #   usage: multi_turn_bench_test.sh DUET_BINARY DEMO_DIR
 set -euo pipefail
 duet=$1 demo=$2
-work=$(mktemp -d)
-server=""
-trap '[[ -z $server ]] || kill "$server" 2>/dev/null || true; rm -rf "$work"' EXIT
-
 source "$(dirname "$0")/bench_server.sh"
 # The cached tokens of turn N in the bench's table (column 3).
 cached() { awk -v t="$2" '$1 == t && NF == 5 {print $3}' "$1"; }

@@ -5,9 +5,6 @@
 #   usage: same_state_bench_test.sh DUET_BINARY DEMO_DIR
 set -euo pipefail
 duet=$1 demo=$2
-work=$(mktemp -d)
-server=""
-trap '[[ -z $server ]] || kill "$server" 2>/dev/null || true; rm -rf "$work"' EXIT
 source "$(dirname "$0")/bench_server.sh"
 # The first decision's and the later ones' resumed tokens, from the bench's line for the length.
 first() { sed -n 's/.*(resumed \([0-9]*\) tokens).*/\1/p' "$1"; }

@@ -31,7 +31,8 @@ Writes, under OUT:
       tower.<name>.embeds       f32 [N/4, 64]  the merger's output: the rows that replace the <|image_pad|> tokens
   pixel_values.<first image>    f32 [N, 1536]  one image's full pixel_values (the patch layout test)
   and for each prompt p in (one, two, decode):
-      p.ids i32 [L], p.mm_types i32 [L], p.positions i64 [3, L], p.rope_delta i64 [1], p.norm_rows f32 [L, 64]
+      p.ids i32 [L], p.mm_types i32 [L], p.positions i64 [3, L], p.rope_delta i64 [1], p.grids i64 [images, 3],
+      p.norm_rows f32 [L, 64]
       (decode: p.fed i32 [S] the greedy tokens fed back, p.decode_rows f32 [S, 64] the final-norm rows of the steps)
   vision/report.json        what was checked and found (versions, processor class and backend, the PIL-resize
                             differences, the independent tower and position checks)
@@ -518,6 +519,7 @@ def main():
             tensors[f"{label}.mm_types"] = mm[0]
             tensors[f"{label}.positions"] = positions[:, 0].to(torch.int64).contiguous()
             tensors[f"{label}.rope_delta"] = delta.flatten()[:1].to(torch.int64).clone()
+            tensors[f"{label}.grids"] = grid.to(torch.int64).contiguous()  # [images, 3] (t, h, w), prompt order
             report.setdefault("prompts", {})[label] = {"images": used, "length": len(ids)}
             final.clear()
             model(input_ids=ids_t, use_cache=False, **multimodal_kwargs(model, pv, grid, mm))

@@ -42,6 +42,7 @@ struct BenchFlags {
   std::string api_key;
   std::string model;
   bool text_prompts = false;
+  std::string response_format;  // JSON sent as every request's response_format (structured outputs), or empty
   double timeout_s = 600;
   bool decisions = false;   // bench POST /v1/systemone instead (bench_decisions.cc)
   bool same_state = false;  // with decisions: many decisions about one state
@@ -144,6 +145,7 @@ class BenchClient {
       body["logit_bias"] = {{"11", 2.5}, {"13", -1.5}, {std::to_string(100 + seed % 50), 1.0}};
     }
     if (!flags_.model.empty()) body["model"] = flags_.model;
+    if (!flags_.response_format.empty()) body["response_format"] = Json::parse(flags_.response_format);
 
     RequestResult result;
     std::string raw;
@@ -189,7 +191,9 @@ class BenchClient {
       result.error = fmt::format("HTTP {}: {}", res.status, raw);
     } else if (!done) {
       result.error = "the stream ended without [DONE]";
-    } else if (static_cast<int>(result.ids.size()) != flags_.tokens) {
+    } else if (flags_.response_format.empty()
+                   ? static_cast<int>(result.ids.size()) != flags_.tokens
+                   : result.ids.empty() || static_cast<int>(result.ids.size()) > flags_.tokens) {
       result.error = fmt::format("{} tokens came back, {} were asked", result.ids.size(), flags_.tokens);
     } else {
       result.ok = true;
@@ -268,6 +272,8 @@ int bench(const BenchFlags& flags) {
   std::vector<int> levels = parse_positive_list(flags.levels, "--levels");
   if (flags.tokens < 1) fail("--tokens {}: must be at least 1", flags.tokens);
   if (flags.reps < 1) fail("--reps {}: must be at least 1", flags.reps);
+  if (!flags.response_format.empty() && !Json::accept(flags.response_format))
+    fail("--response-format: not JSON: {}", flags.response_format);
   std::vector<std::pair<const char*, Sampling>> modes;
   const std::string& s = flags.sampling;
   if (s == "greedy" || s == "both" || s == "all") modes.emplace_back("greedy", Sampling::greedy);
@@ -376,6 +382,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--api-key", flags->api_key, "Sent as `Authorization: Bearer KEY`");
   cmd->add_option("--model", flags->model, "The model id to send (default: none, the server's own)");
   cmd->add_flag("--text", flags->text_prompts, "Send text prompts instead of token ids from /tokenize");
+  cmd->add_option("--response-format", flags->response_format,
+                  "JSON sent as every request's response_format (e.g. a json_schema): the cost of structured outputs; "
+                  "a request may then end before --tokens, when its document is complete");
   cmd->add_option("--timeout", flags->timeout_s, "Seconds to wait for one response")->capture_default_str();
   cmd->add_flag("--decisions", flags->decisions,
                 "Bench decisions (POST /v1/systemone): latency per prompt length, alone and concurrent, and equality");

@@ -8,8 +8,8 @@
 namespace duet::engine {
 
 namespace {
-constexpr double kTimeWeight = 0.1;      // of a new step's time in its average (about the last ten steps)
-constexpr double kAcceptDecay = 0.995;   // per verified piece: acceptance follows the last few hundred drafts
+constexpr double kTimeWeight = 0.1;     // of a new step's time in its average (about the last ten steps)
+constexpr double kAcceptDecay = 0.995;  // per verified piece: acceptance follows the last few hundred drafts
 }  // namespace
 
 DraftPolicy::DraftPolicy(int32_t most) : most_(most) {

@@ -3,19 +3,19 @@
 // are nearly free, it settles on the most drafts; at 64 streams, where every row costs, on none; with drafts that are
 // never accepted, on none at any batch. The control: the same simulation with every draft accepted at 64 streams and
 // rows nearly free chooses drafts again, so "none" above comes from the costs, not from the policy's defaults.
+#include "engine/draft_policy.h"
+
 #include <gtest/gtest.h>
 
 #include <map>
 #include <random>
 
-#include "engine/draft_policy.h"
-
 namespace duet::engine {
 namespace {
 
 struct Costs {
-  double fixed = 10e-3;     // seconds of a step's forward whatever its rows (reading the weights)
-  double per_row = 0.1e-3;  // seconds a row adds
+  double fixed = 10e-3;       // seconds of a step's forward whatever its rows (reading the weights)
+  double per_row = 0.1e-3;    // seconds a row adds
   double per_draft = 0.2e-3;  // seconds of drafting one token for every sequence
   double acceptance = 0.8;
 };

@@ -1,4 +1,4 @@
-// Fuzz: 10,000 (DUET_FUZZ_BODIES) generated malformed or hostile bodies to each POST route of `duet serve`. Every
+// Fuzz: 2,000 (DUET_FUZZ_BODIES) generated malformed or hostile bodies to each POST route of `duet serve`. Every
 // answer must be a 4xx JSON error in OpenAI's shape (or a 200 where the body happens to be valid), and the server must
 // be up at the end.
 #include <gtest/gtest.h>
@@ -19,10 +19,10 @@ using Json = nlohmann::json;
 
 constexpr int kClients = 4;
 
-// 10,000 in ctest; the reliability benchmark runs 100,000 (DUET_FUZZ_BODIES=100000, docs/benchmarks.md).
+// 2,000 in ctest; the reliability benchmark runs 100,000 (DUET_FUZZ_BODIES=100000, docs/benchmarks.md).
 int bodies_per_route() {
   const char* value = std::getenv("DUET_FUZZ_BODIES");
-  return value != nullptr && std::atoi(value) > 0 ? std::atoi(value) : 10000;
+  return value != nullptr && std::atoi(value) > 0 ? std::atoi(value) : 2000;
 }
 
 struct RouteCase {

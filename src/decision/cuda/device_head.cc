@@ -272,10 +272,26 @@ DeviceHeadSink::DeviceHeadSink(const DeviceJointHead& head, SpanLayout layout, s
     if (layout_.owner[o] < layout_.owner[o - 1]) fail("joint head on the device: options out of question order");
 }
 
-DeviceHeadSink::~DeviceHeadSink() { release(rows_stream_); }
+// A sink whose head never ran (its decision cancelled or failed) may go on a decision worker while the engine thread
+// captures a decode step on the step stream: its buffers are freed on a stream of their own, after the last chunk's
+// work on them (rows_done_), never by enqueueing on the step stream from here.
+DeviceHeadSink::~DeviceHeadSink() {
+  if (memory_ == nullptr && sums_ == nullptr && span_at_ == nullptr && last_row_ == nullptr && kept_.empty()) {
+    release(nullptr);  // only the event is left
+    return;
+  }
+  cudaStream_t own = nullptr;
+  if (cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking) != cudaSuccess) return;  // leaks rather than races
+  if (rows_done_ != nullptr) cudaStreamWaitEvent(own, rows_done_, 0);
+  release(own);
+  cudaStreamDestroy(own);  // its queued frees still run
+}
 
 void DeviceHeadSink::release(cudaStream_t stream) {
-  // In the order of `stream`, which saw every write and read of them: work still queued there finishes first.
+  // In the order of `stream`, which saw every write and read of them: work still queued there finishes first; and
+  // after the copies of the prefixes kept from them.
+  for (const auto& kept : kept_) cudaStreamWaitEvent(stream, kept->copied(), 0);
+  kept_.clear();
   for (void* p : {static_cast<void*>(memory_), static_cast<void*>(sums_), static_cast<void*>(span_at_),
                   static_cast<void*>(last_row_)})
     if (p != nullptr) cudaFreeAsync(p, stream);
@@ -284,36 +300,44 @@ void DeviceHeadSink::release(cudaStream_t stream) {
   rows_done_ = nullptr;
 }
 
-DeviceDecisionPrefix::DeviceDecisionPrefix(const float* from, int64_t positions, int64_t width, cudaStream_t stream)
-    : positions_(positions), width_(width), stream_(stream) {
+DeviceDecisionPrefix::DeviceDecisionPrefix(const float* from, int64_t positions, int64_t width, cudaEvent_t after)
+    : positions_(positions), width_(width) {
   const size_t bytes = static_cast<size_t>(positions * width) * sizeof(float);
-  check_cuda(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "joint head: a kept prefix's event");
-  check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&memory_), bytes, stream), "joint head: a kept prefix");
-  check_cuda(cudaMemcpyAsync(memory_, from, bytes, cudaMemcpyDeviceToDevice, stream), "joint head: a kept prefix");
-  check_cuda(cudaEventRecord(ready_, stream), "joint head: a kept prefix's event");
+  check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "joint head: a kept prefix's stream");
+  check_cuda(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming), "joint head: a kept prefix's event");
+  check_cuda(cudaEventCreateWithFlags(&last_read_, cudaEventDisableTiming), "joint head: a kept prefix's event");
+  check_cuda(cudaStreamWaitEvent(stream_, after, 0), "joint head: waiting for the rows of a kept prefix");
+  check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&memory_), bytes, stream_), "joint head: a kept prefix");
+  check_cuda(cudaMemcpyAsync(memory_, from, bytes, cudaMemcpyDeviceToDevice, stream_), "joint head: a kept prefix");
+  check_cuda(cudaEventRecord(copied_, stream_), "joint head: a kept prefix's event");
 }
 
 DeviceDecisionPrefix::~DeviceDecisionPrefix() {
-  // Each reader's copy re-records `ready_` after itself (having waited for the one before): freed after the last.
-  if (ready_ != nullptr) cudaStreamWaitEvent(stream_, ready_, 0);
+  // Each reader's copy re-recorded last_read_ after itself (having waited for the one before): freed after the last.
+  if (read_) cudaStreamWaitEvent(stream_, last_read_, 0);
   if (memory_ != nullptr) cudaFreeAsync(memory_, stream_);
-  if (ready_ != nullptr) cudaEventDestroy(ready_);
+  for (cudaEvent_t event : {copied_, last_read_})
+    if (event != nullptr) cudaEventDestroy(event);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);  // its queued work still runs
 }
 
 void DeviceDecisionPrefix::copy_to(float* to, cudaStream_t stream) const {
-  check_cuda(cudaStreamWaitEvent(stream, ready_, 0), "joint head: waiting for a kept prefix");
+  check_cuda(cudaStreamWaitEvent(stream, copied_, 0), "joint head: waiting for a kept prefix");
+  if (read_) check_cuda(cudaStreamWaitEvent(stream, last_read_, 0), "joint head: waiting for a kept prefix");
   check_cuda(cudaMemcpyAsync(to, memory_, static_cast<size_t>(positions_ * width_) * sizeof(float),
                              cudaMemcpyDeviceToDevice, stream),
              "joint head: a kept prefix");
-  // The prefix is freed on its own stream after this copy (the destructor waits for the last record).
-  check_cuda(cudaEventRecord(ready_, stream), "joint head: a kept prefix's event");
+  check_cuda(cudaEventRecord(last_read_, stream), "joint head: a kept prefix's event");
+  read_ = true;
 }
 
 std::shared_ptr<const engine::DecisionPrefix> DeviceHeadSink::keep_prefix(int64_t positions) {
   if (check_ || !error_.empty() || positions <= 0 || positions > layout_.first_span || positions > seen_ ||
       memory_ == nullptr)
     return nullptr;
-  return std::make_shared<DeviceDecisionPrefix>(memory_, positions, width_, rows_stream_);
+  auto kept = std::make_shared<const DeviceDecisionPrefix>(memory_, positions, width_, rows_done_);
+  kept_.push_back(kept);
+  return kept;
 }
 
 void DeviceHeadSink::resume_from(std::shared_ptr<const engine::DecisionPrefix> prefix) {
@@ -368,6 +392,8 @@ void DeviceHeadSink::take_rows(backend::Backend& backend, const backend::Activat
     throw;
   } catch (const Error& e) {
     error_ = e.what();
+    // What this chunk queued before the refusal comes before the buffers are freed (the destructor waits for this).
+    if (rows_done_ != nullptr) cudaEventRecord(rows_done_, backend::cuda::step_stream_of(backend));
   }
 }
 

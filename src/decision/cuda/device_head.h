@@ -79,6 +79,8 @@ class DeviceJointHead {
   DeviceHeadWeights weights_;
 };
 
+class DeviceDecisionPrefix;
+
 // One decision on the device: an engine::DecisionSink whose rows the model hands over on the device
 // (device_rows()), and whose finish() runs the head there.
 class DeviceHeadSink final : public engine::DecisionSink, public backend::RowConsumer {
@@ -125,30 +127,37 @@ class DeviceHeadSink final : public engine::DecisionSink, public backend::RowCon
   cudaEvent_t rows_done_ = nullptr;                        // recorded after each chunk's work
   float* memory_ = nullptr;                                // [L, w] M
   std::shared_ptr<const engine::DecisionPrefix> resumed_;  // until the buffers are made: then copied into memory_
-  double* sums_ = nullptr;                                 // [Q + N, h] sums of LN_hidden rows over each span
-  int32_t* span_at_ = nullptr;                             // [L]
-  float* last_row_ = nullptr;                              // [h] LN_hidden(H)[L - 1]
+  // The prefixes kept from memory_: its buffers are freed only after their copies (release() waits for them).
+  std::vector<std::shared_ptr<const DeviceDecisionPrefix>> kept_;
+  double* sums_ = nullptr;      // [Q + N, h] sums of LN_hidden rows over each span
+  int32_t* span_at_ = nullptr;  // [L]
+  float* last_row_ = nullptr;   // [h] LN_hidden(H)[L - 1]
 };
 
-// The memory rows M [positions, w] of a prefix on the device, copied from a sink's on its rows stream; `ready` is
-// recorded after the copy, and a sink resuming from it waits for that on its own stream.
+// The memory rows M [positions, w] of a prefix on the device, copied from a sink's on a stream of its own (never the
+// step stream: a decision worker makes it, and the engine thread may be capturing a decode step's graph there) after
+// the sink's chunks up to there (`after`). A sink resuming from it copies the rows on its own stream once they are in.
 class DeviceDecisionPrefix final : public engine::DecisionPrefix {
  public:
-  DeviceDecisionPrefix(const float* from, int64_t positions, int64_t width, cudaStream_t stream);
+  DeviceDecisionPrefix(const float* from, int64_t positions, int64_t width, cudaEvent_t after);
   ~DeviceDecisionPrefix() override;
   DeviceDecisionPrefix(const DeviceDecisionPrefix&) = delete;
   DeviceDecisionPrefix& operator=(const DeviceDecisionPrefix&) = delete;
 
   int64_t positions() const override { return positions_; }
   int64_t width() const { return width_; }
-  // Copies the rows to `to` on `stream`, after the copy that made them.
+  // Recorded once the rows are copied from the sink that kept them: it may free its rows after this.
+  cudaEvent_t copied() const { return copied_; }
+  // Copies the rows to `to` on `stream` (after `copied`); the prefix is freed only after the last such copy.
   void copy_to(float* to, cudaStream_t stream) const;
 
  private:
   int64_t positions_, width_;
-  cudaStream_t stream_;
+  cudaStream_t stream_ = nullptr;  // its own: the copy, and the free
   float* memory_ = nullptr;
-  cudaEvent_t ready_ = nullptr;
+  cudaEvent_t copied_ = nullptr;
+  cudaEvent_t last_read_ = nullptr;  // re-recorded after each copy_to
+  mutable bool read_ = false;
 };
 
 // Whether decisions take the device head on a CUDA backbone: yes unless DUET_DEVICE_HEAD=0 (then the host head, with
