@@ -8,8 +8,16 @@
 namespace duet::server {
 namespace {
 
+// Claude Code (2.1.29 and later) opens `system` with a block "x-anthropic-billing-header: cc_version=...; cch=...;"
+// whose hash changes with every request. It means nothing to the model, and at the very start of the prompt it made
+// every request's prefix new: the prompt cache could resume nothing of the 17K-token prompt that follows, identical
+// from request to request (seen in tests/server/coding_agent_e2e_test.cc's control). `system` leaves such a block
+// out, as llama.cpp and others do.
+constexpr std::string_view kBillingHeader = "x-anthropic-billing-header:";
+
 // A content field: a string, or blocks of which only `text` ones are read here (tool results, system).
-std::string text_of(const Json& content, const std::string& name, IgnoredFields& unknown) {
+std::string text_of(const Json& content, const std::string& name, IgnoredFields& unknown,
+                    bool without_billing_header = false) {
   if (content.is_null()) return {};
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) refuse_field(name, "expected a string or an array of text blocks");
@@ -21,7 +29,9 @@ std::string text_of(const Json& content, const std::string& name, IgnoredFields&
     if (read_string(block, "type", block_name + ".type") != "text")
       refuse_field(block_name + ".type", "only text blocks are supported here");
     check_known_fields(block, {"type", "text"}, {"cache_control", "citations"}, block_name + ".", unknown);
-    text += read_string(block, "text", block_name + ".text").value_or("");
+    const std::string part = read_string(block, "text", block_name + ".text").value_or("");
+    if (without_billing_header && part.starts_with(kBillingHeader)) continue;
+    text += part;
   }
   return text;
 }
@@ -105,7 +115,7 @@ void add_assistant_turn(std::vector<tokenizer::ChatMessage>& messages, const Jso
 std::vector<tokenizer::ChatMessage> parse_turns(const Json& body, IgnoredFields& unknown) {
   std::vector<tokenizer::ChatMessage> messages;
   if (auto system = body.find("system"); system != body.end() && !system->is_null())
-    messages.push_back({"system", text_of(*system, "system", unknown), std::nullopt, {}});
+    messages.push_back({"system", text_of(*system, "system", unknown, true), std::nullopt, {}});
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) refuse_field("messages", "missing");
   if (!it->is_array() || it->empty()) refuse_field("messages", "expected a non-empty array of messages");

@@ -64,5 +64,25 @@ TEST(SystemMessages, ALateOneKeepsItsPlaceOnEveryRoute) {
   EXPECT_EQ(on_messages.messages[2].content, "b");
 }
 
+// Claude Code's first system block, a billing header whose hash changes with every request, is left out of the
+// prompt: two requests that differ only there render the same system text (so the prompt cache resumes one from the
+// other). A block that only mentions it, later, and the same text in a message stay.
+TEST(SystemMessages, ClaudeCodesBillingHeaderIsLeftOut) {
+  const auto system_of = [](const std::string& cch) {
+    return parse_messages_request(parse_json_body(R"({"max_tokens": 8, "system": [{"type": "text", "text":
+        "x-anthropic-billing-header: cc_version=2.1.328.a1b; cc_entrypoint=cli; cch=)" +
+                                                  cch + R"(;"}, {"type": "text", "text": "You are Claude Code."},
+        {"type": "text", "text": "Rules. x-anthropic-billing-header: stays here", "cache_control": {"type": "ephemeral"}}],
+        "messages": [{"role": "user", "content": "x-anthropic-billing-header: a user's text"}]})"),
+                                  options())
+        .messages;
+  };
+  const auto first = system_of("36ee5"), second = system_of("0aaa9");
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0].content, "You are Claude Code.Rules. x-anthropic-billing-header: stays here");
+  EXPECT_EQ(second[0].content, first[0].content);
+  EXPECT_EQ(first[1].content, "x-anthropic-billing-header: a user's text");
+}
+
 }  // namespace
 }  // namespace duet::server
