@@ -18,8 +18,8 @@ Writes, under OUT:
                       vocabulary: vision_start 500, vision_end 501, image 502, video 503.
   vision/images/<name>.<png|jpg|webp|gif>   the encoded test images (several sizes, aspect ratios, modes)
   goldens/vision.fp32.safetensors, with for each image <name>:
-      img.<name>.rgb            u8 [H, W, 3]   Pillow's decode, through the processor's own convert_to_rgb (RGBA over
-                                               white), i.e. what the processor resized
+      img.<name>.rgb            u8 [H, W, 3]   Pillow's decode, through convert("RGB") (transparency dropped), i.e.
+                                               what the processor resized (rgb_rule checks it)
       img.<name>.stock.grid     i64 [3]        image_grid_thw with the stock settings
       img.<name>.stock.resized  u8 [h, w, 3]   the processor's resized image, recovered exactly from pixel_values
                                                ((v * 127.5) + 127.5 is an integer; checked)
@@ -98,7 +98,7 @@ def make_images():
     d = pattern(320, 272, SEED + 3)
     images.append(("large_jpg", "jpg", encode(d, "JPEG", quality=85, subsampling=2)))  # 4:2:0
     e = np.dstack([pattern(120, 160, SEED + 4), (np.arange(160)[None, :].repeat(120, 0) * 255 // 159).astype(np.uint8)])
-    images.append(("alpha_png", "png", encode(e, "PNG")))  # RGBA: the processor composites it over white
+    images.append(("alpha_png", "png", encode(e, "PNG")))  # RGBA: the processor drops the alpha (rgb_rule below)
     f = pattern(50, 70, SEED + 5)
     images.append(("gray_png", "png", encode(f, "PNG", mode="L")))
     g = pattern(80, 60, SEED + 6)
@@ -112,12 +112,36 @@ def make_images():
 
 
 def convert_to_rgb(image):
-    """transformers' image_transforms.convert_to_rgb for a PIL image (RGB kept, else RGBA over opaque white)."""
-    if image.mode == "RGB":
-        return image
+    """The RGB that Qwen2VLImageProcessor (transformers 5.17, torchvision backend) resizes: Pillow's convert("RGB"),
+    which drops an alpha channel and a palette's transparency (measured by rgb_rule below, for every mode with
+    transparency; an earlier reading of the code expected RGBA over white, and the alpha_png check disproved it)."""
+    return image if image.mode == "RGB" else image.convert("RGB")
+
+
+def over_white(image):
+    """RGBA over opaque white (Image.alpha_composite): the other candidate rule, which rgb_rule must tell apart."""
     rgba = image.convert("RGBA")
-    background = Image.new("RGBA", rgba.size, (255, 255, 255))
-    return Image.alpha_composite(background, rgba).convert("RGB")
+    return Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255)), rgba).convert("RGB")
+
+
+def transparent_images():
+    """64x64 images (the bounded processor's grid 4x4, no resize) in each mode that carries transparency."""
+    rgb = pattern(64, 64, SEED + 20)
+    alpha = (np.add.outer(np.arange(64), np.arange(64)) * 2).clip(0, 255).astype(np.uint8)
+    alpha[:8, :8] = 0
+    rgba = Image.fromarray(np.dstack([rgb, alpha]), "RGBA")
+    la = Image.merge("LA", [Image.fromarray(rgb[..., 0]), Image.fromarray(alpha)])
+    palette = Image.fromarray(rgb).convert("P", palette=Image.ADAPTIVE, colors=32)
+    palette.info["transparency"] = 3
+    palette_png = Image.open(io.BytesIO(encode_image(palette, "PNG")))
+    palette_gif = Image.open(io.BytesIO(encode_image(palette, "GIF", transparency=3)))
+    return {"RGBA": rgba, "LA": la, "P_png_trns": palette_png, "P_gif_transparent": palette_gif}
+
+
+def encode_image(image, fmt, **kwargs):
+    out = io.BytesIO()
+    image.save(out, format=fmt, **kwargs)
+    return out.getvalue()
 
 
 # ------------------------------------------------------------------------------- independent references (docs)
@@ -461,6 +485,21 @@ def main():
                       f"{(diff > 0).sum()} of {diff.size} values differ", flush=True)
     first = next(iter(decoded))
     tensors[f"pixel_values.{first}"] = pixel_values[first].contiguous()
+
+    # Which RGB the processor sees for each mode with transparency: convert("RGB") (what duet does) or over white.
+    for mode, pil in transparent_images().items():
+        pil.load()
+        result = processors["bounded"](images=[pil], return_tensors="pt")
+        grid = result["image_grid_thw"][0].tolist()
+        seen = np.rint(unpatchify(result["pixel_values"].float().numpy(), grid) * 127.5 + 127.5).astype(np.uint8)
+        dropped, white = np.asarray(convert_to_rgb(pil)), np.asarray(over_white(pil))
+        same_size = seen.shape == dropped.shape
+        rule = ("convert_rgb" if same_size and np.array_equal(seen, dropped) else
+                "over_white" if same_size and np.array_equal(seen, white) else "neither")
+        report.setdefault("rgb_rule", {})[mode] = rule
+        check(f"rgb_rule.{mode}", rule == "convert_rgb",
+              f"grid {grid}: the processor's pixels are {rule}'s (over white differs in "
+              f"{int((dropped != white).sum())} values)")
 
     folder = make_model(torch, args.out)
     stock.save_pretrained(folder)

@@ -1,16 +1,15 @@
 #pragma once
-// RGBA over an opaque white background, as transformers' convert_to_rgb does it (Pillow's Image.alpha_composite,
-// the same integer arithmetic, so that the result is Pillow's to the bit).
+// Transparency, as the Qwen3.5 processor treats it: Pillow's convert("RGB"), which drops an alpha channel and keeps
+// the colour stored under it (a palette's transparent index keeps its palette colour). Measured on the GPU machine
+// (tools/make_vision_fixtures.py, rgb_rule and alpha_png): transformers 5.17's Qwen2VLImageProcessor does not
+// composite over white, whatever its older convert_to_rgb did.
 #include <cstdint>
 #include <span>
 #include <vector>
 
 namespace duet::image {
 
-// One pixel: the composited value of colour channel c with alpha a.
-uint8_t over_white(uint8_t c, uint8_t a);
-
-// rgba: (pixels, 4) -> (pixels, 3).
-std::vector<uint8_t> rgba_over_white(std::span<const uint8_t> rgba);
+// rgba: (pixels, 4) -> (pixels, 3), the alpha channel dropped.
+std::vector<uint8_t> drop_alpha(std::span<const uint8_t> rgba);
 
 }  // namespace duet::image

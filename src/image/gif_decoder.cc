@@ -1,7 +1,8 @@
 // GIF's first frame through giflib, record by record (never DGifSlurp, which would decode every frame first): the
-// logical screen and the frame are size-checked before any pixel is decoded. Palette indices become RGB; the
-// graphic control extension's transparent index becomes alpha 0 and then white. The screen outside the first frame
-// takes the transparent index when there is one, else index 0, as Pillow fills it (not the background colour).
+// logical screen and the frame are size-checked before any pixel is decoded. Palette indices become RGB, the
+// graphic control extension's transparent index included: it keeps its palette colour, as Pillow's convert("RGB")
+// does (alpha.h). The screen outside the first frame takes the transparent index when there is one, else index 0,
+// as Pillow fills it (not the background colour).
 #include <fmt/format.h>
 #include <gif_lib.h>
 
@@ -9,7 +10,6 @@
 #include <cstring>
 #include <vector>
 
-#include "image/alpha.h"
 #include "image/decoders.h"
 
 namespace duet::image {
@@ -71,22 +71,17 @@ Image decode_gif(std::span<const uint8_t> bytes, const Limits& limits) {
     check_size(Format::kGif, static_cast<uint64_t>(frame.Width), static_cast<uint64_t>(frame.Height), limits);
     const ColorMapObject* colors = frame.ColorMap != nullptr ? frame.ColorMap : gif->SColorMap;
     if (colors == nullptr || colors->Colors == nullptr) throw ImageError("GIF image: it has no colour table");
-    // The canvas in RGBA, then the frame's rows written into it (interlaced rows come in four passes).
-    std::vector<uint8_t> rgba(width * height * 4);
+    // The canvas in RGB, then the frame's rows written into it (interlaced rows come in four passes).
+    std::vector<uint8_t> rgb(width * height * 3);
     const int fill = transparent >= 0 ? transparent : 0;
     auto put = [&](size_t at, int index) {
-      if (index == transparent) {
-        std::memset(&rgba[at], 0, 4);
-        return;
-      }
       const bool known = index >= 0 && index < colors->ColorCount;
       const GifColorType color = known ? colors->Colors[index] : GifColorType{0, 0, 0};
-      rgba[at] = color.Red;
-      rgba[at + 1] = color.Green;
-      rgba[at + 2] = color.Blue;
-      rgba[at + 3] = 255;
+      rgb[at] = color.Red;
+      rgb[at + 1] = color.Green;
+      rgb[at + 2] = color.Blue;
     };
-    for (size_t i = 0; i < width * height; ++i) put(i * 4, fill);
+    for (size_t i = 0; i < width * height; ++i) put(i * 3, fill);
     std::vector<GifPixelType> line(static_cast<size_t>(frame.Width));
     const int starts[4] = {0, 4, 2, 1}, steps[4] = {8, 8, 4, 2};
     const int passes = frame.Interlace ? 4 : 1;
@@ -98,7 +93,7 @@ Image decode_gif(std::span<const uint8_t> bytes, const Limits& limits) {
         if (row < 0 || row >= static_cast<long>(height)) continue;
         for (int x = 0; x < frame.Width; ++x) {
           const long column = static_cast<long>(frame.Left) + x;
-          if (column >= 0 && column < static_cast<long>(width)) put((row * width + column) * 4, line[x]);
+          if (column >= 0 && column < static_cast<long>(width)) put((row * width + column) * 3, line[x]);
         }
       }
     }
@@ -107,7 +102,7 @@ Image decode_gif(std::span<const uint8_t> bytes, const Limits& limits) {
     image.width = static_cast<uint32_t>(width);
     image.height = static_cast<uint32_t>(height);
     image.had_alpha = transparent >= 0;
-    image.rgb = rgba_over_white(rgba);
+    image.rgb = std::move(rgb);
     return image;
   }
 }

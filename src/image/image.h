@@ -16,7 +16,7 @@ struct Image {
   uint32_t width = 0;
   uint32_t height = 0;
   std::vector<uint8_t> rgb;  // (height, width, 3)
-  bool had_alpha = false;    // an alpha channel or a transparent colour was composited over white
+  bool had_alpha = false;    // it had an alpha channel or a transparent colour (dropped: alpha.h)
 };
 
 // Every refusal of an image: its message names the format (when known) and what is wrong, for a 400 that names the

@@ -1,5 +1,6 @@
 // PNG through libpng, converted as Pillow converts it: 16-bit samples to their high byte (png_set_strip_16, like
-// Pillow's RGB;16B unpacker), palette and gray to RGB, tRNS to alpha, Adam7 interlacing undone, gAMA/iCCP ignored.
+// Pillow's RGB;16B unpacker), palette and gray to RGB, alpha and tRNS dropped (alpha.h), Adam7 interlacing undone,
+// gAMA/iCCP ignored.
 #include <fmt/format.h>
 #include <png.h>
 
@@ -102,7 +103,7 @@ Image decode_png(std::span<const uint8_t> bytes, const Limits& limits) {
   image.width = out.width;
   image.height = out.height;
   image.had_alpha = out.alpha;
-  image.rgb = out.alpha ? rgba_over_white(out.pixels) : std::move(out.pixels);
+  image.rgb = out.alpha ? drop_alpha(out.pixels) : std::move(out.pixels);
   return image;
 }
 

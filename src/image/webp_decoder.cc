@@ -54,7 +54,7 @@ Image decode_webp(std::span<const uint8_t> bytes, const Limits& limits) {
   const uint8_t* done = image.had_alpha ? WebPDecodeRGBAInto(bytes.data(), bytes.size(), out.data(), out.size(), stride)
                                         : WebPDecodeRGBInto(bytes.data(), bytes.size(), out.data(), out.size(), stride);
   if (done == nullptr) throw ImageError("WebP image: the data is corrupt or ends early");
-  image.rgb = image.had_alpha ? rgba_over_white(out) : std::move(out);
+  image.rgb = image.had_alpha ? drop_alpha(out) : std::move(out);
   return image;
 }
 

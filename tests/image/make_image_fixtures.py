@@ -4,8 +4,8 @@ the PNG layouts Pillow cannot write), each with the RGB that Pillow decodes from
 
 Run with Debian's python3-pil (a test package, scripts/setup.sh) from the repository root:
     /usr/bin/python3 tests/image/make_image_fixtures.py
-The expected pixels are Pillow's, through transformers' convert_to_rgb (an RGB image as it is; any other mode to
-RGBA, composited over opaque white with Image.alpha_composite, then RGB): what the Qwen3.5 processor resizes. They
+The expected pixels are Pillow's, through convert("RGB") (alpha and a palette's transparency dropped): what the
+Qwen3.5 processor resizes (transformers 5.17, measured by tools/make_vision_fixtures.py's rgb_rule). They
 are written as binary PPM (P6) by Pillow. Nothing here is produced by duet's code.
 """
 import base64
@@ -31,10 +31,7 @@ def pattern(height, width, seed):
 
 
 def convert_to_rgb(image):
-    if image.mode == "RGB":
-        return image
-    rgba = image.convert("RGBA")
-    return Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255)), rgba).convert("RGB")
+    return image if image.mode == "RGB" else image.convert("RGB")
 
 
 def chunk(kind, data):
@@ -86,9 +83,10 @@ def main():
     alpha[1, :5] = 255
     save("rgba8.png", pil(np.dstack([a, alpha]), "PNG"))
     save("gray8.png", pil(a, "PNG", mode="L"))
-    # Every (colour, alpha) pair once: 86 columns x 3 channels cover the 256 colour values, 256 rows the alphas.
-    values = np.minimum(np.arange(86 * 3).reshape(86, 3), 255)
-    every = np.dstack([np.broadcast_to(values, (256, 86, 3)), np.arange(256)[:, None].repeat(86, 1)])
+    # Every (colour, alpha) pair: 86 columns x 3 channels cover the 256 colour values, 256 rows the alphas; the colours
+    # shift by one a row, so that the colour kept under each alpha differs from row to row (the bottom-up control).
+    values = (np.arange(86 * 3).reshape(1, 86, 3) + np.arange(256).reshape(256, 1, 1)) % 256
+    every = np.dstack([values, np.arange(256)[:, None].repeat(86, 1)])
     save("alpha_every_pair.png", pil(every.astype(np.uint8), "PNG"))
     save("gray_alpha.png", _la_png(a[..., 0], alpha))
     palette_image = Image.fromarray(a).convert("P", palette=Image.ADAPTIVE, colors=16)
