@@ -177,6 +177,7 @@ int main(int argc, char** argv) {
     std::printf(" %sa%d/p%d/s%d", v.per_step_x ? "x" : " ", v.ahead, v.prefetch, v.max_slices);
   std::printf("   (GB/s of weights read; the best as %% of the read rate; * production's plan)\n");
   int failures = 0;
+  std::vector<std::string> fingerprints;
   for (const Shape& shape : shapes) {
     const size_t weight_elems = static_cast<size_t>(shape.n) * shape.k;
     const int copies = static_cast<int>(std::max<size_t>(1, kRotationBytes / (weight_elems * sizeof(bf16))));
@@ -188,6 +189,11 @@ int main(int argc, char** argv) {
     launch_skinny_gemm(x, 64, weights, shape.n, shape.k, y64, false, stream);
     cudaStreamSynchronize(stream);
     const auto production = download_bits(y64, static_cast<size_t>(64) * shape.n);
+    // A fingerprint of the production bits, so that two builds (a kernel change that must keep every bit) can be
+    // compared by running both.
+    uint64_t fnv = 0xcbf29ce484222325ull;
+    for (const uint16_t v : production) fnv = (fnv ^ v) * 0x100000001b3ull;
+    fingerprints.push_back(std::string(shape.name) + " " + std::to_string(fnv));
     for (int32_t m : row_counts) {
       std::printf("%-20s %4d", shape.name, m);
       double best = 0;
@@ -220,6 +226,7 @@ int main(int argc, char** argv) {
     }
     cudaFree(weights);
   }
+  for (const std::string& line : fingerprints) std::printf("production bits at m = 64 (FNV-1a): %s\n", line.c_str());
   std::printf("bit checks: %d failed\n", failures);
   return failures == 0 ? 0 : 1;
 }

@@ -26,8 +26,9 @@
 // Work split of the tensor-core kernel: a block of 8 warps owns 128 w rows (16 per warp) and one k slice for up to
 // 64 x rows; w streams straight into registers with 16-byte loads (each warp reads whole 128-byte lines of its 16
 // rows per step), one step ahead of its use, and each warp asks L2 for its rows a few steps further ahead. The x
-// rows of a step are staged once per block in shared memory (cp.async, double-buffered) and read by all 8 warps, so
-// x costs L2 at most half of w's bytes even at 64 rows. More than 64 rows take further launches of 64 that re-read w.
+// rows of a step are staged once per block in shared memory (cp.async, a ring of three steps) and read by all 8 warps,
+// so x costs L2 at most half of w's bytes even at 64 rows. More than 64 rows take further launches of 64 that re-read
+// w.
 //
 // CUDA cores (the fallback, k % 16 == 8):
 //  - k is cut into 16-byte chunks of 8 elements. Lane l of a warp owns chunks l, l + 32, l + 64, ... and adds them
@@ -222,10 +223,14 @@ int slices_for(int32_t k) {
   return std::clamp<int32_t>(steps / kMinStepsPerSlice, 1, kMaxSlices);
 }
 
+// x steps staged in a ring of three: while the block multiplies step s, step s + 1 arrives in the next buffer, and the
+// one after it was last read at step s - 1, which every warp finished before the barrier of step s: one barrier a step.
+constexpr int kXStages = 3;
+
 template <int kTiles>
 constexpr size_t smem_bytes() {
-  const size_t x_stage = 2 * sizeof(bf16) * kTiles * 8 * kXStride;   // double-buffered x step
-  const size_t partials = sizeof(float) * kTiles * 8 * kPartStride;  // reuses the x buffers after the k loop
+  const size_t x_stage = kXStages * sizeof(bf16) * kTiles * 8 * kXStride;  // the x steps in flight
+  const size_t partials = sizeof(float) * kTiles * 8 * kPartStride;        // reuses the x buffers after the k loop
   return x_stage > partials ? x_stage : partials;
 }
 static_assert(smem_bytes<kMaxTiles>() <= 48 * 1024, "over the shared memory a block gets without opting in");
@@ -239,10 +244,10 @@ __host__ __device__ constexpr int slice_stride(int64_t steps, int slices) {
 constexpr size_t kWholeSliceBytes = 96 * 1024;
 constexpr int kWholeSliceMaxTiles = 2;  // up to 16 rows
 
-// A hint: bring `bytes` (a multiple of 16, 16-byte aligned) of w into L2 ahead of the loads that need them.
-__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes));
-}
+// A hint: bring the 128-byte line that holds p into L2 ahead of the loads that need it. A plain per-thread prefetch:
+// the bulk form (cp.async.bulk.prefetch) takes its address in a uniform register, so a warp whose lanes prefetch
+// 16 different rows ran it as a loop of 16 rounds, about 130 instructions a step (the SASS, 2026-12-02).
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // This lane's w for one step: elements 16t .. 16t + 15 of its rows g ([0], [1]) and g + 8 ([2], [3]); rows past n
 // and chunks past k are zeros.
@@ -255,24 +260,39 @@ __device__ __forceinline__ void load_w_step(const bf16* row_a, const bf16* row_b
   v[3] = row_b != nullptr && first_k + kChunk < k ? load_weight_chunk(row_b + first_k + kChunk) : zero;
 }
 
-// The block's x rows for one step into `stage` ([kTiles * 8][kXStride]): rows past `rows` and chunks past k are
-// zeros, read from nowhere.
+// Stages the block's x rows one step at a time into `stage` ([kTiles * 8][kXStride]): rows past `rows` and chunks
+// past k are zeros, read from nowhere. Each thread's chunks (row, 16-byte chunk within the step) and their source
+// rows are worked out once; a step only moves the source along k.
 template <int kTiles>
-__device__ __forceinline__ void stage_x_step(const bf16* __restrict__ x, int32_t rows, int32_t k, int64_t step,
-                                             bf16* stage) {
-  constexpr int kChunksPerRow = kStep / kChunk;
-  constexpr int kChunks = kTiles * 8 * kChunksPerRow;
+struct XStepStager {
+  static constexpr int kChunksPerRow = kStep / kChunk;
+  static constexpr int kChunks = kTiles * 8 * kChunksPerRow;
+  static constexpr int kPerThread = (kChunks + kThreads - 1) / kThreads;
+  const bf16* source[kPerThread];  // x row r at this chunk's element of step 0; nullptr: a row past `rows`
+  int offset[kPerThread];          // element within one stage; -1: no chunk for this thread
+  int first_element[kPerThread];   // this chunk's element within a step
+
+  __device__ __forceinline__ XStepStager(const bf16* __restrict__ x, int32_t rows, int32_t k) {
 #pragma unroll
-  for (int i = 0; i < (kChunks + kThreads - 1) / kThreads; ++i) {
-    const int c = i * kThreads + static_cast<int>(threadIdx.x);
-    if (c >= kChunks) break;
-    const int r = c / kChunksPerRow, chunk = c % kChunksPerRow;
-    const int64_t at = step * kStep + chunk * kChunk;
-    const bool valid = r < rows && at < k;
-    cp_async_16(stage + r * kXStride + chunk * kChunk, valid ? x + r * static_cast<int64_t>(k) + at : x,
-                valid ? 16u : 0u);
+    for (int i = 0; i < kPerThread; ++i) {
+      const int c = i * kThreads + static_cast<int>(threadIdx.x);
+      const int r = c / kChunksPerRow, chunk = c % kChunksPerRow;
+      offset[i] = c < kChunks ? r * kXStride + chunk * kChunk : -1;
+      first_element[i] = chunk * kChunk;
+      source[i] = c < kChunks && r < rows ? x + r * static_cast<int64_t>(k) + chunk * kChunk : nullptr;
+    }
   }
-}
+
+  __device__ __forceinline__ void stage(const bf16* __restrict__ x, int32_t k, int64_t step, bf16* stage) const {
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      if (offset[i] < 0) break;
+      const int64_t at = step * kStep;
+      const bool valid = source[i] != nullptr && at + first_element[i] < k;
+      cp_async_16(stage + offset[i], valid ? source[i] + at : x, valid ? 16u : 0u);
+    }
+  }
+};
 
 // One step's MMAs: for each n8 tile j, the 4 MMAs q = 0..3 in order into acc[j] (see the top of the file for which
 // elements each takes).
@@ -341,7 +361,7 @@ __device__ __forceinline__ void store_output(const SkinnyOutputs& out, int r, in
 // kAhead + 1 so that every buffer index is a constant and no register array spills); kPrefetch: steps ahead that each
 // warp asks L2 for. kWholeSlice: the block's x rows for its whole k slice are staged once, before the loop (few rows:
 // a small copy), so the loop runs without a block barrier and each warp streams its w at its own pace; otherwise one
-// step of x at a time, double-buffered, two barriers a step. None of them changes an operation or its order: only
+// step of x at a time, in a ring of three, one barrier a step. None of them changes an operation or its order: only
 // when bytes arrive.
 template <int kTiles, bool kOutF32, int kAhead, int kPrefetch, bool kWholeSlice>
 __global__ void __launch_bounds__(kThreads, 2)
@@ -362,15 +382,19 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int64_t warp_row0 = block_row0 + warp * kWarpRows;
   const bf16* row_a = warp_row0 + g < n ? w + (warp_row0 + g) * k : nullptr;
   const bf16* row_b = warp_row0 + g + 8 < n ? w + (warp_row0 + g + 8) * k : nullptr;
-  // Lanes 0..15 each keep one of the warp's 16 rows coming into L2 ahead of the loads.
+  // Lanes 0..15 each keep one of the warp's 16 rows coming into L2 ahead of the loads: a step of a row is 128 bytes,
+  // one line when rows start on a line (k % 64 == 0, every Qwen3.5 shape), else it may reach into a second line.
   const bf16* prefetch_row = lane < kWarpRows && warp_row0 + lane < n ? w + (warp_row0 + lane) * k : nullptr;
+  const bool step_spans_two_lines = k % kStep != 0;
   auto prefetch_steps = [&](int64_t from, int64_t to) {  // steps [from, to) of this lane's row, clipped to k
-    if (prefetch_row == nullptr || from >= to) return;
-    const int64_t begin = from * kStep, end = min(to * kStep, static_cast<int64_t>(k));
-    prefetch_l2(prefetch_row + begin, static_cast<uint32_t>((end - begin) * sizeof(bf16)));
+    if (prefetch_row == nullptr) return;
+    for (int64_t s = from; s < to; ++s) {
+      prefetch_l2(prefetch_row + s * kStep);
+      if (step_spans_two_lines) prefetch_l2(prefetch_row + min(s * kStep + kStep - 1, static_cast<int64_t>(k) - 1));
+    }
   };
 
-  bf16* const stages = reinterpret_cast<bf16*>(smem);  // 2 x [kTiles * 8][kXStride]
+  bf16* const stages = reinterpret_cast<bf16*>(smem);  // kXStages x [kTiles * 8][kXStride]
   constexpr int kStageElems = kTiles * 8 * kXStride;
   float acc[kTiles][4];
 #pragma unroll
@@ -408,25 +432,29 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
   } else {
-    if (first < last) stage_x_step<kTiles>(x, rows, k, first, stages);
+    const XStepStager<kTiles> stager(x, rows, k);
+    if (first < last) stager.stage(x, k, first, stages);
     cp_async_commit();
+    int buffer = 0;  // this step's x: (s - first) % kXStages
     for (int64_t s0 = first; s0 < last; s0 += kBuffers) {
 #pragma unroll
       for (int b = 0; b < kBuffers; ++b) {
         const int64_t s = s0 + b;
         if (s >= last) break;  // the same for the whole block
-        const int buffer = static_cast<int>((s - first) & 1);
+        const int next = buffer + 1 == kXStages ? 0 : buffer + 1;
         // Next step's x and a later step's w on their way before this step's wait; a step further on asked of L2.
-        if (s + 1 < last) stage_x_step<kTiles>(x, rows, k, s + 1, stages + (buffer ^ 1) * kStageElems);
+        if (s + 1 < last) stager.stage(x, k, s + 1, stages + next * kStageElems);
         if (s + kAhead < last)
           load_w_step(row_a, row_b, k, static_cast<int32_t>((s + kAhead) * kStep) + t * 16,
                       wbuf[(b + kAhead) % kBuffers]);
         cp_async_commit();  // possibly empty: keeps "all but the newest group" meaning "this step's x"
         if (s + kPrefetch < last) prefetch_steps(s + kPrefetch, s + kPrefetch + 1);
         cp_async_wait<1>();
-        __syncthreads();  // this step's x, staged by every thread, is in place
+        // This step's x, staged by every thread, is in place; and every warp is done with step s - 1's buffer,
+        // which step s + 2 refills (kXStages).
+        __syncthreads();
         mma_step<kTiles, false>(stages + buffer * kStageElems, kXStride, rows, g, t, wbuf[b], acc);
-        __syncthreads();  // all warps are done with this stage before the next iteration refills it
+        buffer = next;
       }
     }
   }
