@@ -138,6 +138,27 @@ TEST_P(CudaModelTest, ASequencesRowsDoNotDependOnItsNeighbours) {
   }
 }
 
+// A step of more prefill rows than one pinned GEMM launch takes (32,768: `duet run --streams 64` of a 1K prompt asked
+// for 65,536 and failed): the backend cuts it into launches, and every sequence's logits are those it has alone.
+TEST_P(CudaModelTest, AStepPastOnePinnedLaunchGivesEachSequencesOwnLogits) {
+  constexpr int kSequences = 9, kTokens = 4000;  // 36,000 rows in one step
+  const int32_t vocab = static_cast<int32_t>(model_->config().vocab_size);
+  std::vector<std::vector<int32_t>> prompts(kSequences);
+  for (int s = 0; s < kSequences; ++s)
+    for (int i = 0; i < kTokens; ++i) prompts[s].push_back(static_cast<int32_t>((i * 7919 + s * 104729 + 13) % vocab));
+  engine::PieceRunner together(*model_, kSequences, kTokens + 1);
+  std::vector<Piece> step;
+  for (int s = 0; s < kSequences; ++s) step.push_back({.slot = together.open(), .tokens = prompts[s]});
+  const auto all = together.run(step);
+  for (int s : {0, kSequences - 1}) {
+    engine::PieceRunner alone(*model_, 1, kTokens + 1);
+    const std::vector<Piece> only = {{.slot = alone.open(), .tokens = prompts[s]}};
+    const auto one = alone.run(only);
+    EXPECT_TRUE(same_bytes(all[s].logits, one[0].logits)) << "sequence " << s;
+  }
+  EXPECT_FALSE(same_bytes(all[0].logits, all[kSequences - 1].logits)) << "the control: two prompts, two answers";
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaModelTest, ::testing::Values("tiny-mm", "tiny-text"));
 
 // tiny-mm keeps linear_attn.A_log and linear_attn.norm.weight in F32 with values BF16 cannot hold; the GPU must

@@ -727,23 +727,25 @@ class CudaBackend final : public Backend {
           " skinny");
     pinned_rows(name, x, rows, decode_rows, w, y, y_f32);
   }
-  // Rows [decode_rows, rows) of y = x w^T through the pinned cuBLASLt GEMM.
+  // Rows [decode_rows, rows) of y = x w^T through the pinned cuBLASLt GEMM, in launches of at most kPinnedMaxRows
+  // rows (a step may carry more: `duet run --streams 64` prefills 64 prompts at once). The pinned algorithm gives a row
+  // the same bits whatever m is (pinned_gemm.h), so where a step is cut changes nothing.
   void pinned_rows(const char* name, const bf16* x, int64_t rows, int64_t decode_rows, const Weight& w, void* y,
                    bool y_f32) {
     const int64_t n = w.rows, k = w.cols;
     const size_t out_size = y_f32 ? sizeof(float) : sizeof(bf16);
-    if (rows > decode_rows) {
+    for (int64_t first = decode_rows; first < rows; first += kPinnedMaxRows) {
+      const int64_t count = std::min(kPinnedMaxRows, rows - first);
       PinnedGemm& pinned = pinned_gemm(n, k, y_f32);
-      // cuBLASLt needs 16-byte aligned operands. The prefill rows' output starts decode_rows * n elements in, which
-      // is misaligned when n is small and odd-sized steps mix roles (a tiny model's n = 4): compute those rows into
+      // cuBLASLt needs 16-byte aligned operands. The prefill rows' output starts first * n elements in, which is
+      // misaligned when n is small and odd-sized steps mix roles (a tiny model's n = 4): compute those rows into
       // aligned scratch and copy them into place.
-      char* out = static_cast<char*>(y) + static_cast<size_t>(decode_rows * n) * out_size;
+      char* out = static_cast<char*>(y) + static_cast<size_t>(first * n) * out_size;
       const size_t mark = used_;
-      const size_t bytes = static_cast<size_t>((rows - decode_rows) * n) * out_size;
+      const size_t bytes = static_cast<size_t>(count * n) * out_size;
       char* target = reinterpret_cast<uintptr_t>(out) % 16 == 0 ? out : scratch<char>(static_cast<int64_t>(bytes));
       timer_.time(
-          name, stream_, [&] { pinned.run(x + decode_rows * k, rows - decode_rows, bf16_of(w), target, stream_); },
-          " pinned");
+          name, stream_, [&] { pinned.run(x + first * k, count, bf16_of(w), target, stream_); }, " pinned");
       if (target != out)
         check_cuda(cudaMemcpyAsync(out, target, bytes, cudaMemcpyDeviceToDevice, stream_), "aligned GEMM rows");
       used_ = mark;
