@@ -90,6 +90,9 @@ struct AttentionShape {
   int64_t rotary_dim = 0;  // RoPE on dims [0, rotary_dim), half-split pairs (i, i + rotary_dim / 2)
   double rope_theta = 10000.0;
   double norm_eps = 1e-6;
+  // M-RoPE (docs/vision.md 5): which position stream (0 time, 1 height, 2 width) rotary frequency i < rotary_dim / 2
+  // reads for rows with 3-D positions (StepPiece::rope_positions); from model/mrope.h. Empty: the model has none.
+  std::vector<int32_t> rope_streams = {};
 };
 
 // Attention K/V lives in pages: a page holds kKvPagePositions consecutive positions of one sequence, and one page
@@ -157,6 +160,12 @@ struct StepPiece {
   bool rewindable = false;
   int32_t slot = 0;
   std::span<const int32_t> page_table;
+  // Rotary positions (docs/vision.md 5). Empty rope_positions: row t rotates at start_position + t + rope_delta (a
+  // text row; rope_delta is nonzero after a prompt with images). Else [rows, 3]: row t's (time, height, width)
+  // positions, each frequency reading its stream (AttentionShape::rope_streams). Either way K/V go to, and attention
+  // spans, the row's own position. Only for a backend that applies_mrope().
+  std::span<const int32_t> rope_positions = {};
+  int64_t rope_delta = 0;
 };
 
 // A row sampled where its logits are (Backend::sample): the request's sampling settings and the ids its penalties
@@ -288,6 +297,9 @@ class Backend {
   // Whether the sublayers apply the weights' LoraFactors to the rows of adapted pieces. A backend that does not is
   // never given an adapter: loading one refuses by the backend's name.
   virtual bool applies_adapters() const { return false; }
+  // Whether attention_mixer reads StepPiece::rope_positions and rope_delta (images' 3-D positions). A backend that
+  // does not is never given a piece with them: the model refuses it by the backend's name.
+  virtual bool applies_mrope() const { return false; }
   // out[i]: the token picked for plan.sample_rows[i] from head · x[row], by plan.samples[i], as the CPU backend's
   // sampler picks it (cpu/sampler.h). The logits stay where they were computed: every token a step draws is drawn here.
   virtual void sample(const Weight& head, const Activations& x, SampledRow* out) = 0;

@@ -58,6 +58,15 @@ struct Piece {
   // With RowOutput::norm_rows: where the rows go instead of PieceResult::norm_rows (left empty), read where they
   // were computed (a decision head on the GPU); null: copied to the host.
   backend::RowConsumer* rows_to = nullptr;
+  // A prompt with images (docs/vision.md 4-5; only on a backend that applies_mrope()). image_rows: the rows that
+  // replace the embeddings of this piece's image tokens (config().image_token_id), in token order
+  // ([image tokens in this piece, hidden] fp32, the vision tower's rows): transformers' masked_scatter.
+  std::span<const float> image_rows = {};
+  // Rotary positions: empty, token t rotates at position + t + rope_delta in all three streams (text; rope_delta is
+  // the prompt's delta, model/mrope.h, for every piece after a prompt with images); else [tokens, 3], token t's
+  // (time, height, width) as model/mrope.h gives them. K/V and the causal span follow `position` either way.
+  std::span<const int32_t> rope_positions = {};
+  int32_t rope_delta = 0;
 };
 
 // A step refused before any state moved, because of one piece (its index in the step): the engine fails that

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "model/model.h"
 
 namespace duet::model {
@@ -24,6 +26,34 @@ void check_positions(const char* step, size_t index, int32_t position, std::span
   for (int32_t id : tokens)
     if (id < 0 || id >= config.vocab_size)
       refuse(fmt::format("has token id {} outside the vocabulary [0, {})", id, config.vocab_size));
+}
+
+void check_image_inputs(const char* step, size_t index, const Piece& piece, const Qwen35Config& config,
+                        const backend::AttentionShape& shape, const backend::Backend& backend) {
+  if (piece.image_rows.empty() && piece.rope_positions.empty() && piece.rope_delta == 0) return;  // text
+  auto refuse = [&](std::string reason) {
+    throw PieceRefused(index, fmt::format("{}: piece {} {}", step, index, reason));
+  };
+  if (!backend.applies_mrope())
+    refuse(
+        fmt::format("carries an image's rows or 3-D positions, which the {} backend does not read yet (images are "
+                    "served on the cpu backend only)",
+                    backend.name()));
+  if (!piece.rope_positions.empty()) {
+    if (shape.rope_streams.empty())
+      refuse("carries 3-D positions, but this model's config has no usable rope_parameters.mrope_section");
+    if (piece.rope_positions.size() != 3 * piece.tokens.size())
+      refuse(fmt::format("carries {} 3-D position values for {} tokens (3 each)", piece.rope_positions.size(),
+                         piece.tokens.size()));
+  }
+  if (piece.image_rows.empty()) return;
+  if (config.image_token_id < 0) refuse("carries image rows, but this model has no image token");
+  const auto h = static_cast<size_t>(config.hidden_size);
+  const auto image_tokens =
+      static_cast<size_t>(std::count(piece.tokens.begin(), piece.tokens.end(), config.image_token_id));
+  if (piece.image_rows.size() != image_tokens * h)
+    refuse(fmt::format("carries {} values of image rows for {} image tokens (id {}) of {} values each",
+                       piece.image_rows.size(), image_tokens, config.image_token_id, h));
 }
 
 }  // namespace duet::model

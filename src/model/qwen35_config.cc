@@ -233,6 +233,7 @@ Qwen35Config Qwen35Config::parse(const std::string& json_text, const std::string
       c.layer_types.push_back((i + 1) % interval == 0 ? LayerType::full_attention : LayerType::linear_attention);
   }
 
+  if (c.nested) c.image_token_id = top.integer("image_token_id", 248056);
   for (const Fields* f : {&top, &text}) {
     if (f->has("eos_token_id")) c.eos_token_ids = token_ids(source, "eos_token_id", f->raw("eos_token_id"));
     c.bos_token_id = f->has("bos_token_id") ? f->integer("bos_token_id") : c.bos_token_id;

@@ -32,6 +32,9 @@ struct Qwen35Config {
   double partial_rotary_factor = 0.25;
   std::vector<int64_t> mrope_section;
   bool mrope_interleaved = false;
+  // <|image_pad|>, whose embedding rows an image's replace (the multimodal config's top level; transformers' default
+  // 248056 when absent there); -1 for a text-only config.
+  int64_t image_token_id = -1;
 
   // Gated DeltaNet.
   int64_t linear_num_key_heads = 0;

@@ -28,6 +28,26 @@ void check_pieces(std::span<const Piece> pieces, const backend::StateStorage& st
   }
 }
 
+// transformers' masked_scatter (docs/vision.md 4): the piece's image rows, in order, over the embeddings of its image
+// tokens (rows [first_row, ...) of x), one run of consecutive image tokens at a time.
+void scatter_image_rows(backend::Backend& be, const Piece& piece, int64_t first_row, int64_t image_token, int64_t h,
+                        backend::Activations& x) {
+  const std::span<const int32_t> tokens = piece.tokens;
+  int64_t next = 0;  // image rows used so far
+  for (size_t t = 0; t < tokens.size();) {
+    if (tokens[t] != image_token) {
+      ++t;
+      continue;
+    }
+    size_t end = t;
+    while (end < tokens.size() && tokens[end] == image_token) ++end;
+    const auto count = static_cast<int64_t>(end - t);
+    be.write_rows(piece.image_rows.data() + next * h, first_row + static_cast<int64_t>(t), count, x);
+    next += count;
+    t = end;
+  }
+}
+
 }  // namespace
 
 std::vector<PieceResult> Qwen35Model::forward(backend::StateStorage& storage, std::span<const Piece> pieces) {
@@ -47,6 +67,7 @@ std::vector<PieceResult> Qwen35Model::forward(backend::StateStorage& storage, st
     if (pieces[i].adapted && adapter_ == nullptr)
       throw PieceRefused(i, fmt::format("forward: piece {} asks for the runtime adapter, but none is loaded", i));
   check_pieces(pieces, storage, config_);
+  for (size_t i = 0; i < pieces.size(); ++i) check_image_inputs("forward", i, pieces[i], config_, attention_shape_, be);
 
   // The step's layout: decode pieces first, then prefill pieces (each in the order given), so a backend sees each
   // role's rows as one block. Piece i owns rows [first_row, first_row + rows), its next positions.
@@ -65,7 +86,9 @@ std::vector<PieceResult> Qwen35Model::forward(backend::StateStorage& storage, st
                                     .adapted = pieces[i].adapted,
                                     .rewindable = pieces[i].rewindable,
                                     .slot = pieces[i].slot,
-                                    .page_table = pieces[i].page_table};
+                                    .page_table = pieces[i].page_table,
+                                    .rope_positions = pieces[i].rope_positions,
+                                    .rope_delta = pieces[i].rope_delta};
     plan_pieces.push_back(rows_of[i]);
     ids.insert(ids.end(), pieces[i].tokens.begin(), pieces[i].tokens.end());
   }
@@ -122,6 +145,9 @@ std::vector<PieceResult> Qwen35Model::forward(backend::StateStorage& storage, st
   auto normed = be.new_activations(R, h);  // [R, h] a norm's output, the sublayers' input
   auto delta = be.new_activations(R, h);   // [R, h] a sublayer's output, added to the residual
   be.embed(weights_.embed_tokens, *x);
+  for (size_t i : order)
+    if (!pieces[i].image_rows.empty())
+      scatter_image_rows(be, pieces[i], rows_of[i].first_row, config_.image_token_id, h, *x);
   if (dump_.enabled()) dump_.add(be, "hidden.0", *x);
 
   // Each residual add is fused with the norm that reads its result (Backend::add_rms_norm): the next sublayer's

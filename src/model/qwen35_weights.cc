@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "model/mrope.h"
 #include "model/weight_binder.h"
 
 namespace duet::model {
@@ -23,9 +24,30 @@ backend::GdnShape gdn_shape(const Qwen35Config& c) {
                            c.rms_norm_eps};
 }
 
+namespace {
+
+// The M-RoPE streams of the config's mrope_section (model/mrope.h). A text-only checkpoint may carry no section, or one
+// that does not fit: it loads as before, and a piece with 3-D positions is refused (model/piece_checks.h).
+std::vector<int32_t> rope_streams(const Qwen35Config& c) {
+  if (c.mrope_section.size() != 3) return {};
+  try {
+    return mrope_streams(c.rotary_dim(), c.mrope_section);
+  } catch (const Error&) {
+    return {};
+  }
+}
+
+}  // namespace
+
 backend::AttentionShape attention_shape(const Qwen35Config& c) {
-  return backend::AttentionShape{c.hidden_size,  c.num_attention_heads, c.num_key_value_heads, c.head_dim,
-                                 c.rotary_dim(), c.rope_theta,          c.rms_norm_eps};
+  return backend::AttentionShape{.hidden = c.hidden_size,
+                                 .q_heads = c.num_attention_heads,
+                                 .kv_heads = c.num_key_value_heads,
+                                 .head_dim = c.head_dim,
+                                 .rotary_dim = c.rotary_dim(),
+                                 .rope_theta = c.rope_theta,
+                                 .norm_eps = c.rms_norm_eps,
+                                 .rope_streams = rope_streams(c)};
 }
 
 Qwen35Weights bind_qwen35_weights(const checkpoint::Checkpoint& checkpoint, const Qwen35Config& c) {

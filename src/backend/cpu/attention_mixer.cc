@@ -1,6 +1,7 @@
 // Gated softmax attention on the CPU: q_proj gives per head [query | gate]; q_norm and k_norm (1 + w); partial
 // RoPE; causal attention over the sequence's KV cache (GQA); output times sigmoid(gate); o_proj. All fp32.
 #include <cmath>
+#include <span>
 #include <vector>
 
 #include "backend/cpu/adapted_projection.h"
@@ -8,6 +9,7 @@
 #include "backend/cpu/mixers.h"
 #include "backend/cpu/norms.h"
 #include "backend/cpu/scalar_math.h"
+#include "base/error.h"
 #include "base/thread_pool.h"
 
 namespace duet::backend::cpu {
@@ -15,14 +17,17 @@ namespace duet::backend::cpu {
 namespace {
 
 // Rotates dims [0, rotary_dim) of one head in place, pairing i with i + rotary_dim / 2 (rotate_half), at angle
-// position * inv_freq[i]; inv_freq[i] = theta^(-2i / rotary_dim) computed in fp32 as transformers does.
-void apply_rope(float* head, int64_t rotary_dim, int64_t position, double theta) {
+// position_of(i) * inv_freq[i]; inv_freq[i] = theta^(-2i / rotary_dim) computed in fp32 as transformers does. 1-D
+// RoPE gives every frequency the same position; M-RoPE gives frequency i its stream's (docs/vision.md 5), with the
+// same arithmetic, so a row whose three positions are equal gets the 1-D bits.
+template <class PositionOf>
+void rotate(float* head, int64_t rotary_dim, double theta, PositionOf position_of) {
   const int64_t half = rotary_dim / 2;
   for (int64_t i = 0; i < half; ++i) {
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(rotary_dim);
     const float base_power = static_cast<float>(std::pow(static_cast<double>(static_cast<float>(theta)), exponent));
     const float inv_freq = 1.0f / base_power;
-    const float angle = inv_freq * static_cast<float>(position);
+    const float angle = inv_freq * static_cast<float>(position_of(i));
     const float c = static_cast<float>(std::cos(static_cast<double>(angle)));
     const float s = static_cast<float>(std::sin(static_cast<double>(angle)));
     const float x1 = head[i], x2 = head[i + half];
@@ -30,6 +35,20 @@ void apply_rope(float* head, int64_t rotary_dim, int64_t position, double theta)
     head[i + half] = x2 * c + x1 * s;
   }
 }
+
+// Where a row rotates: one position (text), or its (time, height, width) positions and which one each frequency reads.
+struct RopeAt {
+  int64_t position = 0;
+  const int32_t* thw = nullptr;  // [3], or null for 1-D
+  std::span<const int32_t> streams;
+  void apply(float* head, int64_t rotary_dim, double theta) const {
+    if (thw == nullptr) {
+      rotate(head, rotary_dim, theta, [&](int64_t) { return position; });
+    } else {
+      rotate(head, rotary_dim, theta, [&](int64_t i) { return int64_t{thw[streams[i]]}; });
+    }
+  }
+};
 
 }  // namespace
 
@@ -44,25 +63,34 @@ void attention_mixer(const AttentionWeights& w, const AttentionShape& shape, con
   project(x.values.data(), rows, w.k_proj, w.adapter.k_proj, pieces, k.data());
   project(x.values.data(), rows, w.v_proj, w.adapter.v_proj, pieces, v.data());
 
-  // Per row: norms, RoPE at the row's absolute position, then K and V go into the sequence's cache.
+  // Per row: norms, RoPE at the row's rotary position(s), then K and V go into the sequence's cache at its position.
   const float eps = static_cast<float>(shape.norm_eps);
+  for (const StepPiece& piece : pieces)
+    if (!piece.rope_positions.empty() && (piece.rope_positions.size() != static_cast<size_t>(3 * piece.rows) ||
+                                          shape.rope_streams.size() != static_cast<size_t>(shape.rotary_dim / 2)))
+      fail("cpu attention: a piece of {} rows with {} 3-D rotary positions, {} M-RoPE streams for {} rotary dims",
+           piece.rows, piece.rope_positions.size(), shape.rope_streams.size(), shape.rotary_dim);
   std::vector<int64_t> row_piece(static_cast<size_t>(rows));
   for (size_t p = 0; p < pieces.size(); ++p)
     for (int64_t t = 0; t < pieces[p].rows; ++t) row_piece[pieces[p].first_row + t] = static_cast<int64_t>(p);
   global_thread_pool().parallel_for(static_cast<size_t>(rows), [&](size_t begin, size_t end) {
     for (size_t r = begin; r < end; ++r) {
       const auto& piece = pieces[row_piece[r]];
-      const int64_t position = piece.start_position + (static_cast<int64_t>(r) - piece.first_row);
+      const int64_t t = static_cast<int64_t>(r) - piece.first_row;
+      const int64_t position = piece.start_position + t;
+      const RopeAt rope{.position = position + piece.rope_delta,
+                        .thw = piece.rope_positions.empty() ? nullptr : piece.rope_positions.data() + 3 * t,
+                        .streams = shape.rope_streams};
       for (int64_t h = 0; h < qh; ++h) {
         float* query = q_gate.data() + (r * qh + h) * 2 * hd;
         rms_norm_one_plus(query, hd, w.q_norm, eps, query);
-        apply_rope(query, shape.rotary_dim, position, shape.rope_theta);
+        rope.apply(query, shape.rotary_dim, shape.rope_theta);
       }
       const CpuKvCache& cache = caches[row_piece[r]];
       for (int64_t h = 0; h < kvh; ++h) {
         float* key = k.data() + (r * kvh + h) * hd;
         rms_norm_one_plus(key, hd, w.k_norm, eps, key);
-        apply_rope(key, shape.rotary_dim, position, shape.rope_theta);
+        rope.apply(key, shape.rotary_dim, shape.rope_theta);
         std::copy(key, key + hd, cache.key(position, h));
         const float* value = v.data() + (r * kvh + h) * hd;
         std::copy(value, value + hd, cache.value(position, h));

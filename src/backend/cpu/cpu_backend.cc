@@ -123,6 +123,7 @@ class CpuBackend final : public Backend {
   }
 
   bool applies_adapters() const override { return true; }
+  bool applies_mrope() const override { return true; }  // cpu/attention_mixer.cc
 
   // Each sampled row's logits once (a row repeats for its forked choices' draws), then every draw by its own settings
   // (cpu/sampler.h), side by side on the pool: each is a pure function of its row and settings.
