@@ -1,0 +1,271 @@
+// The language model reading images on the CPU (docs/vision.md 4-5) against transformers FP32
+// (tools/make_vision_fixtures.py): tiny-vl's final-norm rows of the prompts `one`, `two` and `decode` (then its six
+// greedy decode steps), within the CPU gate's 1e-4 relative. Everything duet feeds in is its own: the encoded images
+// under tests/fixtures/vision/images decoded and preprocessed by src/image, the tower's rows from duet's CPU tower,
+// the 3-D positions and the rope delta from model/mrope.h. Planted controls that must fail the same gate: 1-D
+// positions for the image tokens, the height and width streams swapped, the image rows in transposed (column-major)
+// token order, decode steps without the rope delta. Also: a prompt cut into chunks at multiples of 64 gives the whole prompt's bytes, and malformed image
+// inputs are refused before anything runs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/piece_runner.h"
+#include "golden_fixtures.h"
+#include "image/decode.h"
+#include "image/patches.h"
+#include "image/resize.h"
+#include "image/smart_resize.h"
+#include "model/model.h"
+#include "model/mrope.h"
+#include "model/vision_tower.h"
+#include "model/weight_binder.h"
+
+namespace duet::model {
+namespace {
+
+using testing::relative_error;
+
+constexpr double kGate = 1e-4;  // design/targets.md: tiny models on the CPU within 1e-4 relative of transformers FP32
+// tiny-vl's preprocessor_config.json (the stock 9B settings): size.shortest_edge / longest_edge, in pixels.
+constexpr uint64_t kMinPixels = 256 * 256, kMaxPixels = 4096 * 4096;
+
+// Which images each golden prompt reads, in prompt order (make_vision_fixtures.py: names[1]; names[2], names[0];
+// names[0] of its image list small_png, portrait_jpg, wide_png, ...).
+struct PromptImages {
+  const char* label;
+  std::vector<std::string> images;
+};
+const PromptImages kPrompts[] = {{"one", {"portrait_jpg"}}, {"two", {"wide_png", "small_png"}}};
+
+enum class Plant { none, positions_1d, swapped_streams, transposed_rows, no_decode_delta };
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// One image as duet reads it: its rows (one per image token, block raster order) and its grid in patches.
+struct TowerImage {
+  std::vector<float> rows;  // [tokens, hidden]
+  VisionGrid grid;
+};
+
+class VisionLm : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    golden_ = testing::golden_fixture("vision", "fp32");
+    model_dir_ = testing::model_fixture("tiny-vl");
+    if (!std::filesystem::exists(golden_) || !std::filesystem::exists(model_dir_ + "/config.json"))
+      GTEST_SKIP() << golden_ << " or " << model_dir_ << " is not there: tools/make_vision_fixtures.py (tools/README.md)";
+    goldens_ = std::make_unique<testing::Goldens>(golden_);
+    golden_file_ = std::make_unique<checkpoint::Checkpoint>(checkpoint::Checkpoint::open_file(golden_));
+    model_ = Model::load(model_dir_);
+    vision_config_ = VisionConfig::load(model_dir_ + "/config.json");
+    checkpoint_ = std::make_unique<checkpoint::Checkpoint>(checkpoint::Checkpoint::open(model_dir_));
+    size_t bytes = 0;
+    WeightBinder bind(*checkpoint_, bytes);
+    vision_weights_ = bind_vision_weights(bind, vision_config_);
+    ASSERT_EQ(model_->config().image_token_id, vision_config_.image_token_id);
+  }
+
+  // tests/fixtures/vision/images/<name>.*: decoded, resized and cut into patches by src/image, through duet's tower.
+  TowerImage tower(const std::string& name) const {
+    std::string path;
+    for (const char* ext : {".png", ".jpg", ".webp", ".gif"})
+      if (const std::string p = testing::fixture_path("vision/images/" + name + ext); std::filesystem::exists(p))
+        path = p;
+    EXPECT_FALSE(path.empty()) << name;
+    const image::Image decoded = image::decode(read_file(path));
+    const image::Size size = image::smart_resize(decoded.height, decoded.width, 32, kMinPixels, kMaxPixels);
+    const image::Patches patches = image::to_patches(image::resize_bicubic(decoded, size.width, size.height));
+    TowerImage out;
+    out.grid = VisionGrid{patches.grid_t, patches.grid_h, patches.grid_w};
+    out.rows = vision_forward(vision_config_, vision_weights_, patches.values.data(), out.grid);
+    return out;
+  }
+
+  // The rows of `image` read in column-major token order: a permutation of the right rows, the wrong places.
+  static std::vector<float> transposed(const TowerImage& image, int64_t h) {
+    const int64_t rows = image.grid.h / 2, cols = image.grid.w / 2;
+    std::vector<float> out(image.rows.size());
+    for (int64_t k = 0; k < rows * cols; ++k) {
+      const int64_t source = (k % rows) * cols + k / rows;
+      std::copy_n(image.rows.begin() + source * h, h, out.begin() + k * h);
+    }
+    return out;
+  }
+
+  // A prompt's ids, image rows (every image's, in prompt order) and 3-D positions ([tokens, 3]) with its delta.
+  struct Prompt {
+    std::vector<int32_t> ids;
+    std::vector<float> image_rows;
+    std::vector<int32_t> positions;
+    int32_t delta = 0;
+  };
+  Prompt prompt(const std::string& label, const std::vector<std::string>& images, Plant plant) const {
+    const int64_t h = model_->config().hidden_size;
+    Prompt p;
+    p.ids = goldens_->i32(label + ".ids");
+    std::vector<ImageRun> runs;
+    const auto* grids = golden_file_->find(label + ".grids");
+    EXPECT_NE(grids, nullptr) << label;
+    for (size_t i = 0; i < p.ids.size(); ++i) {
+      if (p.ids[i] != model_->config().image_token_id || (i > 0 && p.ids[i - 1] == p.ids[i])) continue;
+      const TowerImage image = tower(images.at(runs.size()));
+      const int64_t* golden_grid = grids->data<int64_t>() + 3 * runs.size();  // a check of src/image, not an input
+      EXPECT_EQ(image.grid.h, golden_grid[1]) << label;
+      EXPECT_EQ(image.grid.w, golden_grid[2]) << label;
+      runs.push_back(ImageRun{.first = static_cast<int32_t>(i),
+                              .t = static_cast<int32_t>(image.grid.t),
+                              .h = static_cast<int32_t>(image.grid.h),
+                              .w = static_cast<int32_t>(image.grid.w)});
+      const std::vector<float> rows = plant == Plant::transposed_rows ? transposed(image, h) : image.rows;
+      p.image_rows.insert(p.image_rows.end(), rows.begin(), rows.end());
+    }
+    EXPECT_EQ(runs.size(), images.size()) << label;
+    if (plant == Plant::positions_1d) return p;  // every stream the index, no delta: the text path
+    const RopePositions positions = mrope_positions(static_cast<int32_t>(p.ids.size()), runs);
+    for (size_t t = 0; t < p.ids.size(); ++t)
+      if (plant == Plant::swapped_streams) {  // rows read as columns: the height and width streams traded
+        p.positions.insert(p.positions.end(), {positions.time[t], positions.width[t], positions.height[t]});
+      } else {
+        p.positions.insert(p.positions.end(), {positions.time[t], positions.height[t], positions.width[t]});
+      }
+    p.delta = positions.delta;
+    return p;
+  }
+
+  // The prompt's final-norm rows, as one prefill piece.
+  std::vector<float> prefill(engine::PieceRunner& runner, int32_t slot, const Prompt& p) const {
+    return runner
+        .run(Piece{.slot = slot,
+                   .tokens = p.ids,
+                   .wants = RowOutput::norm_rows,
+                   .image_rows = p.image_rows,
+                   .rope_positions = p.positions})[0]
+        .norm_rows;
+  }
+
+  // The relative error of the prompt's rows against transformers'.
+  double prompt_error(const PromptImages& which, Plant plant) const {
+    const Prompt p = prompt(which.label, which.images, plant);
+    engine::PieceRunner runner(*model_, 1, static_cast<int32_t>(p.ids.size()));
+    return relative_error(prefill(runner, runner.open(), p), goldens_->f32(std::string(which.label) + ".norm_rows"));
+  }
+
+  // `decode`: the prompt's error, then the worst of its six decode rows' (each row's own relative error).
+  std::pair<double, double> decode_errors(Plant plant) const {
+    const Prompt p = prompt("decode", {"small_png"}, plant);
+    const std::vector<int32_t> fed = goldens_->i32("decode.fed");
+    const std::vector<float> want = goldens_->f32("decode.decode_rows");
+    const int64_t h = model_->config().hidden_size;
+    engine::PieceRunner runner(*model_, 1, static_cast<int32_t>(p.ids.size() + fed.size()));
+    const int32_t slot = runner.open();
+    const double prompt = relative_error(prefill(runner, slot, p), goldens_->f32("decode.norm_rows"));
+    double worst = 0;
+    for (size_t i = 0; i < fed.size(); ++i) {
+      const auto out = runner.run(Piece{.slot = slot,
+                                        .tokens = {&fed[i], 1},
+                                        .wants = RowOutput::norm_rows,
+                                        .role = backend::RowRole::decode,
+                                        .rope_delta = plant == Plant::no_decode_delta ? 0 : p.delta});
+      worst = std::max(worst, relative_error(out[0].norm_rows, {want.data() + i * h, static_cast<size_t>(h)}));
+    }
+    return {prompt, worst};
+  }
+
+  std::string golden_, model_dir_;
+  std::unique_ptr<testing::Goldens> goldens_;
+  std::unique_ptr<checkpoint::Checkpoint> golden_file_, checkpoint_;
+  std::unique_ptr<Model> model_;
+  VisionConfig vision_config_;
+  VisionWeights vision_weights_;
+};
+
+TEST_F(VisionLm, PromptsWithImagesAreTransformers) {
+  for (const PromptImages& which : kPrompts) {
+    const double error = prompt_error(which, Plant::none);
+    const double flat = prompt_error(which, Plant::positions_1d);
+    const double swapped = prompt_error(which, Plant::swapped_streams);
+    const double transposed = prompt_error(which, Plant::transposed_rows);
+    std::printf(
+        "%-6s norm_rows relative error %.2e; controls: 1-D positions %.2e, height/width streams swapped %.2e, "
+        "transposed image rows %.2e\n",
+        which.label, error, flat, swapped, transposed);
+    EXPECT_LE(error, kGate) << which.label;
+    EXPECT_GT(flat, kGate) << which.label << ": the control with 1-D positions must fail the gate";
+    EXPECT_GT(swapped, kGate) << which.label << ": the control with the height and width streams swapped must fail";
+    EXPECT_GT(transposed, kGate) << which.label << ": the control with transposed image rows must fail the gate";
+  }
+}
+
+TEST_F(VisionLm, DecodeAfterAnImageIsTransformers) {
+  const auto [prompt, decode] = decode_errors(Plant::none);
+  const auto [flat_prompt, flat_decode] = decode_errors(Plant::positions_1d);
+  const auto [same_prompt, no_delta] = decode_errors(Plant::no_decode_delta);
+  std::printf("decode prompt %.2e, 6 decode rows %.2e; controls: 1-D positions %.2e / %.2e, no rope delta %.2e\n",
+              prompt, decode, flat_prompt, flat_decode, no_delta);
+  EXPECT_LE(prompt, kGate);
+  EXPECT_LE(decode, kGate);
+  EXPECT_GT(flat_decode, kGate) << "the control with 1-D positions must fail the gate";
+  EXPECT_EQ(same_prompt, prompt);
+  EXPECT_GT(no_delta, kGate) << "the control: decode rows without the prompt's rope delta must fail the gate";
+}
+
+// Row invariance (architecture.md): cut at multiples of 64, each chunk with its own image rows and positions, the
+// prompt gives the bytes of the whole.
+TEST_F(VisionLm, ChunkedPromptGivesTheWholePromptsBytes) {
+  const Prompt p = prompt("two", {"wide_png", "small_png"}, Plant::none);
+  const int64_t h = model_->config().hidden_size;
+  engine::PieceRunner runner(*model_, 2, static_cast<int32_t>(p.ids.size()));
+  const std::vector<float> whole = prefill(runner, runner.open(), p);
+  const int32_t slot = runner.open();
+  std::vector<float> chunked;
+  size_t image_rows_used = 0;
+  for (size_t start = 0; start < p.ids.size(); start += 64) {
+    const size_t end = std::min(p.ids.size(), start + 64);
+    const std::span<const int32_t> tokens(p.ids.data() + start, end - start);
+    const auto images =
+        static_cast<size_t>(std::count(tokens.begin(), tokens.end(), model_->config().image_token_id));
+    const auto out = runner.run(
+        Piece{.slot = slot,
+              .tokens = tokens,
+              .wants = RowOutput::norm_rows,
+              .image_rows = {p.image_rows.data() + image_rows_used * h, images * static_cast<size_t>(h)},
+              .rope_positions = {p.positions.data() + 3 * start, 3 * (end - start)}});
+    image_rows_used += images;
+    chunked.insert(chunked.end(), out[0].norm_rows.begin(), out[0].norm_rows.end());
+  }
+  ASSERT_EQ(chunked.size(), whole.size());
+  EXPECT_EQ(std::memcmp(chunked.data(), whole.data(), whole.size() * sizeof(float)), 0);
+}
+
+TEST_F(VisionLm, MalformedImageInputsAreRefused) {
+  const Prompt p = prompt("one", {"portrait_jpg"}, Plant::none);
+  const int64_t h = model_->config().hidden_size;
+  engine::PieceRunner runner(*model_, 1, static_cast<int32_t>(p.ids.size()));
+  const int32_t slot = runner.open();
+  const std::span<const float> one_short(p.image_rows.data(), p.image_rows.size() - static_cast<size_t>(h));
+  EXPECT_THROW(runner.run(Piece{.slot = slot, .tokens = p.ids, .image_rows = one_short}), PieceRefused);
+  const std::span<const int32_t> too_few(p.positions.data(), p.positions.size() - 1);
+  EXPECT_THROW(runner.run(Piece{.slot = slot, .tokens = p.ids, .rope_positions = too_few}), PieceRefused);
+  EXPECT_EQ(runner.position(slot), 0);
+  // A text-only model (qwen3_5_text) has no image token.
+  const auto text = Model::load(testing::model_fixture("tiny-text"));
+  ASSERT_EQ(text->config().image_token_id, -1);
+  engine::PieceRunner text_runner(*text, 1, static_cast<int32_t>(p.ids.size()));
+  EXPECT_THROW(text_runner.run(Piece{.slot = text_runner.open(), .tokens = p.ids, .image_rows = p.image_rows}),
+               PieceRefused);
+}
+
+}  // namespace
+}  // namespace duet::model
