@@ -64,7 +64,8 @@ struct Piece {
   std::span<const float> image_rows = {};
   // Rotary positions: empty, token t rotates at position + t + rope_delta in all three streams (text; rope_delta is
   // the prompt's delta, model/mrope.h, for every piece after a prompt with images); else [tokens, 3], token t's
-  // (time, height, width) as model/mrope.h gives them. K/V and the causal span follow `position` either way.
+  // (time, height, width) as model/mrope.h gives them (every chunk of such a prompt: its text between two images is
+  // not at index + the final delta). K/V and the causal span follow `position` either way.
   std::span<const int32_t> rope_positions = {};
   int32_t rope_delta = 0;
 };

@@ -4,8 +4,8 @@
 // under tests/fixtures/vision/images decoded and preprocessed by src/image, the tower's rows from duet's CPU tower,
 // the 3-D positions and the rope delta from model/mrope.h. Planted controls that must fail the same gate: 1-D
 // positions for the image tokens, the height and width streams swapped, the image rows in transposed (column-major)
-// token order, decode steps without the rope delta. Also: a prompt cut into chunks at multiples of 64 gives the whole prompt's bytes, and malformed image
-// inputs are refused before anything runs.
+// token order, decode steps without the rope delta. Also: a prompt cut into chunks at multiples of 64 gives the whole
+// prompt's bytes, and malformed image inputs are refused before anything runs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -65,7 +65,8 @@ class VisionLm : public ::testing::Test {
     golden_ = testing::golden_fixture("vision", "fp32");
     model_dir_ = testing::model_fixture("tiny-vl");
     if (!std::filesystem::exists(golden_) || !std::filesystem::exists(model_dir_ + "/config.json"))
-      GTEST_SKIP() << golden_ << " or " << model_dir_ << " is not there: tools/make_vision_fixtures.py (tools/README.md)";
+      GTEST_SKIP() << golden_ << " or " << model_dir_
+                   << " is not there: tools/make_vision_fixtures.py (tools/README.md)";
     goldens_ = std::make_unique<testing::Goldens>(golden_);
     golden_file_ = std::make_unique<checkpoint::Checkpoint>(checkpoint::Checkpoint::open_file(golden_));
     model_ = Model::load(model_dir_);
@@ -234,19 +235,45 @@ TEST_F(VisionLm, ChunkedPromptGivesTheWholePromptsBytes) {
   for (size_t start = 0; start < p.ids.size(); start += 64) {
     const size_t end = std::min(p.ids.size(), start + 64);
     const std::span<const int32_t> tokens(p.ids.data() + start, end - start);
-    const auto images =
-        static_cast<size_t>(std::count(tokens.begin(), tokens.end(), model_->config().image_token_id));
-    const auto out = runner.run(
-        Piece{.slot = slot,
-              .tokens = tokens,
-              .wants = RowOutput::norm_rows,
-              .image_rows = {p.image_rows.data() + image_rows_used * h, images * static_cast<size_t>(h)},
-              .rope_positions = {p.positions.data() + 3 * start, 3 * (end - start)}});
+    const auto images = static_cast<size_t>(std::count(tokens.begin(), tokens.end(), model_->config().image_token_id));
+    const auto out =
+        runner.run(Piece{.slot = slot,
+                         .tokens = tokens,
+                         .wants = RowOutput::norm_rows,
+                         .image_rows = {p.image_rows.data() + image_rows_used * h, images * static_cast<size_t>(h)},
+                         .rope_positions = {p.positions.data() + 3 * start, 3 * (end - start)}});
     image_rows_used += images;
     chunked.insert(chunked.end(), out[0].norm_rows.begin(), out[0].norm_rows.end());
   }
   ASSERT_EQ(chunked.size(), whole.size());
   EXPECT_EQ(std::memcmp(chunked.data(), whole.data(), whole.size() * sizeof(float)), 0);
+}
+
+// docs/vision.md 5: with T = H = W, M-RoPE is 1-D RoPE. A text prompt given 3-D positions equal to its indices (and
+// shifted by a delta) gives the bytes of the text path, which is the path every text-only request takes.
+TEST_F(VisionLm, EqualStreamsAreTheTextPathsBytes) {
+  const std::vector<int32_t> ids = goldens_->i32("decode.fed");
+  const auto rows = [&](int32_t delta, bool explicit_positions) {
+    std::vector<int32_t> positions;
+    for (size_t t = 0; t < ids.size(); ++t) {
+      const auto p = static_cast<int32_t>(t) + delta;
+      positions.insert(positions.end(), {p, p, p});
+    }
+    engine::PieceRunner runner(*model_, 1, static_cast<int32_t>(ids.size()));
+    return runner
+        .run(Piece{
+            .slot = runner.open(),
+            .tokens = ids,
+            .wants = RowOutput::norm_rows,
+            .rope_positions = explicit_positions ? std::span<const int32_t>(positions) : std::span<const int32_t>{},
+            .rope_delta = explicit_positions ? 0 : delta})[0]
+        .norm_rows;
+  };
+  const std::vector<float> text = rows(0, false), equal = rows(0, true);
+  EXPECT_EQ(std::memcmp(text.data(), equal.data(), text.size() * sizeof(float)), 0);
+  const std::vector<float> shifted = rows(-5, false), shifted_equal = rows(-5, true);
+  EXPECT_EQ(std::memcmp(shifted.data(), shifted_equal.data(), text.size() * sizeof(float)), 0);
+  EXPECT_NE(std::memcmp(shifted.data(), text.data(), text.size() * sizeof(float)), 0) << "the delta must move them";
 }
 
 TEST_F(VisionLm, MalformedImageInputsAreRefused) {
