@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -101,6 +102,24 @@ std::vector<uint16_t> download_bits(const bf16* p, size_t count) {
   return out;
 }
 
+float bf16_bits_to_float(uint16_t v) {
+  const uint32_t u = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// max |a - b| / max |b| over BF16 outputs.
+double relative_difference(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = bf16_bits_to_float(a[i]), y = bf16_bits_to_float(b[i]);
+    worst = std::max(worst, std::abs(x - y));
+    scale = std::max(scale, std::abs(y));
+  }
+  return scale > 0 ? worst / scale : worst;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -142,6 +161,9 @@ int main(int argc, char** argv) {
   for (SkinnyPipeline p : {SkinnyPipeline{1, 4, 2, true}, SkinnyPipeline{1, 4, 4, true}, SkinnyPipeline{2, 8, 7, true},
                            SkinnyPipeline{1, 4, 7, true}})
     variants.push_back(p);
+  // The warpgroup engine (wgmma) for every row count, by its k slices and the steps it asks of L2 ahead.
+  for (int slices : {2, 4, 7})
+    for (int prefetch : {0, 8, 16}) variants.push_back(SkinnyPipeline{1, prefetch, slices, false, true});
   if (argc > 3 && std::string(argv[1]) == "--profile") {
     for (const Shape& shape : shapes) {
       if (shape.name != std::string(argv[2])) continue;
@@ -160,7 +182,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--profile: no shape %s\n", argv[2]);
     return 1;
   }
-  const std::vector<int32_t> row_counts = quick ? std::vector<int32_t>{1, 64} : std::vector<int32_t>{1, 8, 64};
+  const std::vector<int32_t> row_counts = quick ? std::vector<int32_t>{1, 64} : std::vector<int32_t>{1, 8, 16, 32, 64};
 
   bf16* x = nullptr;
   check(cudaMalloc(&x, size_t{64} * 12288 * sizeof(bf16)), "malloc x");
@@ -173,11 +195,16 @@ int main(int argc, char** argv) {
   check(cudaMalloc(&y64, size_t{64} * widest * sizeof(bf16)), "malloc y");
 
   std::printf("%-20s %4s", "shape", "m");
-  for (const auto& v : variants)
-    std::printf(" %sa%d/p%d/s%d", v.per_step_x ? "x" : " ", v.ahead, v.prefetch, v.max_slices);
+  for (const auto& v : variants) {
+    if (v.warpgroup) {
+      std::printf("   wg/p%d/s%d", v.prefetch, v.max_slices);
+    } else {
+      std::printf(" %sa%d/p%d/s%d", v.per_step_x ? "x" : " ", v.ahead, v.prefetch, v.max_slices);
+    }
+  }
   std::printf("   (GB/s of weights read; the best as %% of the read rate; * production's plan)\n");
   int failures = 0;
-  std::vector<std::string> fingerprints;
+  std::vector<std::string> fingerprints, agreement;
   for (const Shape& shape : shapes) {
     const size_t weight_elems = static_cast<size_t>(shape.n) * shape.k;
     const int copies = static_cast<int>(std::max<size_t>(1, kRotationBytes / (weight_elems * sizeof(bf16))));
@@ -205,9 +232,15 @@ int main(int argc, char** argv) {
         const auto one = download_bits(y, static_cast<size_t>(shape.n));
         const bool invariant = std::equal(one.begin(), one.end(), all.begin());
         const SkinnyPipeline plan = skinny_plan_for(shape.n, shape.k);
-        const bool is_plan = plan.max_slices == v.max_slices && plan.ahead == v.ahead && plan.prefetch == v.prefetch &&
-                             plan.per_step_x == v.per_step_x;
+        const bool is_plan =
+            plan.max_slices == v.max_slices && plan.warpgroup == v.warpgroup &&
+            (v.warpgroup || (plan.ahead == v.ahead && plan.prefetch == v.prefetch && plan.per_step_x == v.per_step_x));
+        // Both engines sum in the same k16 groups and order, so the same slices give production's bits whichever
+        // engine runs (a variant with other slices sums in another order: only its distance is printed).
         const bool production_bits = plan.max_slices != v.max_slices || all == production;
+        if (m == row_counts.front() && plan.max_slices != v.max_slices && v.warpgroup)
+          agreement.push_back(std::string(shape.name) + " wg/s" + std::to_string(v.max_slices) + ": " +
+                              std::to_string(relative_difference(all, production)));
         if (!invariant || !production_bits) {
           ++failures;
           std::printf(" [%s]", !invariant ? "NOT INVARIANT" : "OTHER BITS");
@@ -227,6 +260,8 @@ int main(int argc, char** argv) {
     cudaFree(weights);
   }
   for (const std::string& line : fingerprints) std::printf("production bits at m = 64 (FNV-1a): %s\n", line.c_str());
+  for (const std::string& line : agreement)
+    std::printf("other slices against production, max |difference| / max |y| at m = 64: %s\n", line.c_str());
   std::printf("bit checks: %d failed\n", failures);
   return failures == 0 ? 0 : 1;
 }

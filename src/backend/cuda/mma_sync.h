@@ -16,6 +16,15 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, uint32_t
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_address(dst)), "l"(src), "r"(bytes)
                : "memory");
 }
+// 8 bytes global -> shared (through L1: the 8-byte form has no L1 bypass); `bytes` 0 writes zeros and reads nothing.
+__device__ __forceinline__ void cp_async_8(void* dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(smem_address(dst)), "l"(src), "r"(bytes)
+               : "memory");
+}
+// A hint: bring the 128-byte line that holds p into L2 ahead of the loads that need it. A plain per-thread prefetch:
+// the bulk form (cp.async.bulk.prefetch) takes its address in a uniform register, so a warp whose lanes prefetch
+// 16 different rows ran it as a loop of 16 rounds, about 130 instructions a step (the SASS, 2026-12-02).
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 // Waits until at most kPending of this thread's committed groups are still in flight.
 template <int kPending>

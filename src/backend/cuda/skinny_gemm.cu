@@ -48,6 +48,8 @@
 #include "backend/cuda/dependent_launch.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mma_sync.h"
+#include "backend/cuda/skinny_gemm_slices.h"
+#include "backend/cuda/skinny_gemm_wgmma.h"
 
 namespace duet::backend::cuda {
 
@@ -201,20 +203,19 @@ void launch(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, void*
 
 namespace mma {
 
+using skinny::kBlockRows;  // w rows per block (and per cluster)
+using skinny::kMaxSlices;  // k slices = blocks per cluster
+using skinny::kPartStride;
+using skinny::kStep;       // k per step: 2 chunks per lane per w row
 constexpr int kWarps = 8;  // warps per block
 constexpr int kThreads = kWarps * 32;
-constexpr int kWarpRows = 16;                   // w rows per warp: the MMA's M
-constexpr int kBlockRows = kWarps * kWarpRows;  // w rows per block (and per cluster)
-constexpr int kStep = 64;                       // k per step: 2 chunks per lane per w row
-constexpr int kMaxTiles = 8;                    // n8 tiles (8 x rows each) per launch: 64 x rows
-constexpr int kMaxSlices = 8;                   // k slices = blocks per cluster (8: the portable cluster limit)
-constexpr int kMinStepsPerSlice = 4;            // fewer slices for short k, so each block has a pipeline to run
+constexpr int kWarpRows = 16;  // w rows per warp: the MMA's M
+static_assert(kWarps * kWarpRows == kBlockRows);
+constexpr int kMaxTiles = 8;          // n8 tiles (8 x rows each) per launch: 64 x rows
+constexpr int kMinStepsPerSlice = 4;  // fewer slices for short k, so each block has a pipeline to run
 // Staged x row: 64 BF16 + 16 bytes of padding (144 bytes), so that a quarter warp's 16-byte reads (2 rows x 4 lanes
 // 32 bytes apart) fall on 32 distinct banks.
 constexpr int kXStride = kStep + 8;
-// Partial sums, [x row][w row of the block] fp32; the 4 floats of padding make the fragment stores (lanes t = 0..3
-// two x rows apart) land on distinct banks.
-constexpr int kPartStride = kBlockRows + 4;
 
 // The default k slices of a weight (plan_for may choose others for a shape): a function of k alone. The slices fix each
 // element's order of summation, so they must never depend on m.
@@ -243,11 +244,6 @@ __host__ __device__ constexpr int slice_stride(int64_t steps, int slices) {
 // Shared memory a whole-slice block may take (2 blocks an SM, as the registers allow); more rows stage step by step.
 constexpr size_t kWholeSliceBytes = 96 * 1024;
 constexpr int kWholeSliceMaxTiles = 2;  // up to 16 rows
-
-// A hint: bring the 128-byte line that holds p into L2 ahead of the loads that need it. A plain per-thread prefetch:
-// the bulk form (cp.async.bulk.prefetch) takes its address in a uniform register, so a warp whose lanes prefetch
-// 16 different rows ran it as a loop of 16 rounds, about 130 instructions a step (the SASS, 2026-12-02).
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // This lane's w for one step: elements 16t .. 16t + 15 of its rows g ([0], [1]) and g + 8 ([2], [3]); rows past n
 // and chunks past k are zeros.
@@ -333,29 +329,6 @@ __device__ __forceinline__ void stage_x_slice(const bf16* __restrict__ x, int32_
   }
 }
 
-// Output column `col` of x row r, to the segment that holds it (SkinnyOutputs: one GEMM over weights concatenated
-// at load writes each projection's columns to that projection's own [rows, width] array).
-template <bool kOutF32>
-__device__ __forceinline__ void store_output(const SkinnyOutputs& out, int r, int64_t col, float sum) {
-  // Constant indices only: a parameter array indexed at run time would be copied to local memory.
-  void* y = out.y[0];
-  int32_t first = 0, width = out.first[1];
-#pragma unroll
-  for (int i = 1; i < SkinnyOutputs::kMaxSegments; ++i) {
-    if (i < out.segments && col >= out.first[i]) {
-      y = out.y[i];
-      first = out.first[i];
-      width = out.first[i + 1] - out.first[i];
-    }
-  }
-  const int64_t at = r * static_cast<int64_t>(width) + (col - first);
-  if constexpr (kOutF32) {
-    static_cast<float*>(y)[at] = sum;
-  } else {
-    static_cast<bf16*>(y)[at] = __float2bfloat16_rn(sum);
-  }
-}
-
 // rows (<= kTiles * 8) x rows against w; grid: slices * ceil(n / kBlockRows) blocks in clusters of `slices`.
 // kAhead: steps of w each lane has in flight in registers beyond the one it multiplies (the loop is unrolled by
 // kAhead + 1 so that every buffer index is a constant and no register array spills); kPrefetch: steps ahead that each
@@ -376,8 +349,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int g = lane / 4, t = lane % 4;
 
   // This slice's steps: a function of (k, slice) only.
-  const int64_t steps = (k + kStep - 1) / kStep;
-  const int64_t first = slice * steps / slices, last = (slice + 1) * steps / slices;
+  const skinny::SliceSteps range(k, slice, slices);
+  const int64_t steps = range.steps, first = range.first, last = range.last;
 
   const int64_t warp_row0 = block_row0 + warp * kWarpRows;
   const bf16* row_a = warp_row0 + g < n ? w + (warp_row0 + g) * k : nullptr;
@@ -472,25 +445,12 @@ __global__ void __launch_bounds__(kThreads, 2)
     p[8] = acc[j][2];
     p[kPartStride + 8] = acc[j][3];
   }
-  cluster.sync();  // every slice's partials are written and visible across the cluster
-
-  // The cluster's rows x kBlockRows outputs, shared out among its blocks; each sums the slices in slice order.
-  for (int i = slice * kThreads + threadIdx.x; i < rows * kBlockRows; i += slices * kThreads) {
-    const int r = i / kBlockRows, local = i % kBlockRows;
-    const int64_t col = block_row0 + local;
-    if (col >= n) continue;
-    const int at = r * kPartStride + local;
-    float sum = cluster.map_shared_rank(partials, 0)[at];
-    for (int s = 1; s < slices; ++s) sum += cluster.map_shared_rank(partials, s)[at];
-    store_output<kOutF32>(out, r, col, sum);
-  }
-  cluster.sync();  // no block leaves (freeing its shared memory) while another still reads its partials
+  skinny::add_slices_and_store<kOutF32>(cluster, partials, rows, block_row0, n, out);
 }
 
 template <int kTiles, bool kOutF32, int kAhead, int kPrefetch, bool kWholeSlice>
 void launch_tiles(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out,
                   int slices, cudaStream_t stream) {
-  const int64_t groups = (static_cast<int64_t>(n) + kBlockRows - 1) / kBlockRows;
   auto* kernel = skinny_gemm_mma_kernel<kTiles, kOutF32, kAhead, kPrefetch, kWholeSlice>;
   size_t smem = smem_bytes<kTiles>();
   if constexpr (kWholeSlice) {
@@ -502,20 +462,8 @@ void launch_tiles(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t
     (void)opted_in;
     smem = std::max(smem, sizeof(bf16) * rows * slice_stride((k + kStep - 1) / kStep, slices));
   }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(groups * slices), 1, 1);
-  config.blockDim = dim3(kThreads, 1, 1);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attributes[2] = {};
-  attributes[0].id = cudaLaunchAttributeClusterDimension;
-  attributes[0].val.clusterDim.x = static_cast<unsigned>(slices);
-  attributes[0].val.clusterDim.y = 1;
-  attributes[0].val.clusterDim.z = 1;
-  attributes[1] = dependent_launch_attribute();
-  config.attrs = attributes;
-  config.numAttrs = 2;
-  check_cuda(cudaLaunchKernelEx(&config, kernel, x, rows, w, n, k, out), "launch_skinny_gemm (tensor cores)");
+  skinny::launch_clusters(kernel, kThreads, smem, n, slices, stream, "launch_skinny_gemm (tensor cores)", x, rows, w, n,
+                          k, out);
 }
 
 // Whole-slice staging when the rows' slices fit (kWholeSliceBytes) and the pipeline does not ask for steps.
@@ -599,6 +547,11 @@ void launch(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, const
     SkinnyOutputs out = outputs;  // each segment's rows from r0 on
     for (int i = 0; i < out.segments; ++i)
       out.y[i] = static_cast<char*>(out.y[i]) + static_cast<size_t>(r0) * static_cast<size_t>(out.width(i)) * out_size;
+    // Both engines give the same bits (skinny_gemm_wgmma.cu): the warpgroup one where its rows are many.
+    if (pipeline.warpgroup || (pipeline.warpgroup_rows > 0 && rows >= pipeline.warpgroup_rows)) {
+      skinny::launch_wgmma(xr, rows, w, n, k, out, y_f32, slices, pipeline.prefetch, stream);
+      continue;
+    }
     if (y_f32) {
       launch_pipeline<true>(pipeline, xr, rows, w, n, k, out, slices, stream);
     } else {

@@ -1,0 +1,98 @@
+#pragma once
+// What the decode GEMM's two tensor-core engines (skinny_gemm.cu: mma.sync; skinny_gemm_wgmma.cu: wgmma) share: a
+// block owns kBlockRows w rows and one k slice; the slices of a row block are one thread block cluster, whose partial
+// sums are added in slice order through distributed shared memory and rounded once, each output to its segment.
+#include <cooperative_groups.h>
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/dependent_launch.h"
+#include "backend/cuda/device_step.h"
+#include "backend/cuda/kernels.h"
+
+namespace duet::backend::cuda::skinny {
+
+namespace cg = cooperative_groups;
+
+constexpr int kBlockRows = 128;  // w rows per block (and per cluster)
+constexpr int kStep = 64;        // k per step
+constexpr int kMaxSlices = 8;    // k slices = blocks per cluster (8: the portable cluster limit)
+// Partial sums, [x row][w row of the block] fp32; the 4 floats of padding make the fragment stores (lanes t = 0..3
+// two x rows apart) land on distinct banks.
+constexpr int kPartStride = kBlockRows + 4;
+
+// Slice `slice` of `slices` over k's steps: [first, last), a function of (k, slice, slices) only.
+struct SliceSteps {
+  int64_t steps, first, last;
+  __device__ SliceSteps(int32_t k, int slice, int slices)
+      : steps((k + kStep - 1) / kStep), first(slice * steps / slices), last((slice + 1) * steps / slices) {}
+};
+
+// Output column `col` of x row r, to the segment that holds it (SkinnyOutputs: one GEMM over weights concatenated
+// at load writes each projection's columns to that projection's own [rows, width] array).
+template <bool kOutF32>
+__device__ __forceinline__ void store_output(const SkinnyOutputs& out, int r, int64_t col, float sum) {
+  // Constant indices only: a parameter array indexed at run time would be copied to local memory.
+  void* y = out.y[0];
+  int32_t first = 0, width = out.first[1];
+#pragma unroll
+  for (int i = 1; i < SkinnyOutputs::kMaxSegments; ++i) {
+    if (i < out.segments && col >= out.first[i]) {
+      y = out.y[i];
+      first = out.first[i];
+      width = out.first[i + 1] - out.first[i];
+    }
+  }
+  const int64_t at = r * static_cast<int64_t>(width) + (col - first);
+  if constexpr (kOutF32) {
+    static_cast<float*>(y)[at] = sum;
+  } else {
+    static_cast<bf16*>(y)[at] = __float2bfloat16_rn(sum);
+  }
+}
+
+// Every block of the cluster has written its slice's partials ([rows][kPartStride] at `partials`): the cluster's
+// rows x kBlockRows outputs are shared out among its blocks, each summing the slices in slice order.
+template <bool kOutF32>
+__device__ __forceinline__ void add_slices_and_store(cg::cluster_group& cluster, float* partials, int rows,
+                                                     int64_t block_row0, int32_t n, const SkinnyOutputs& out) {
+  const int slices = static_cast<int>(cluster.num_blocks());
+  const int slice = static_cast<int>(cluster.block_rank());
+  const int threads = static_cast<int>(blockDim.x);
+  cluster.sync();  // every slice's partials are written and visible across the cluster
+  for (int i = slice * threads + static_cast<int>(threadIdx.x); i < rows * kBlockRows; i += slices * threads) {
+    const int r = i / kBlockRows, local = i % kBlockRows;
+    const int64_t col = block_row0 + local;
+    if (col >= n) continue;
+    const int at = r * kPartStride + local;
+    float sum = cluster.map_shared_rank(partials, 0)[at];
+    for (int s = 1; s < slices; ++s) sum += cluster.map_shared_rank(partials, s)[at];
+    store_output<kOutF32>(out, r, col, sum);
+  }
+  cluster.sync();  // no block leaves (freeing its shared memory) while another still reads its partials
+}
+
+// The cluster launch both engines use: grid = ceil(n / kBlockRows) row blocks x `slices`, clusters of `slices`, launched
+// as a dependent (dependent_launch.h).
+template <typename... Params, typename... Args>
+void launch_clusters(void (*kernel)(Params...), int threads, size_t smem, int32_t n, int slices, cudaStream_t stream,
+                     const char* what, Args... args) {
+  const int64_t groups = (static_cast<int64_t>(n) + kBlockRows - 1) / kBlockRows;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(groups * slices), 1, 1);
+  config.blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attributes[2] = {};
+  attributes[0].id = cudaLaunchAttributeClusterDimension;
+  attributes[0].val.clusterDim.x = static_cast<unsigned>(slices);
+  attributes[0].val.clusterDim.y = 1;
+  attributes[0].val.clusterDim.z = 1;
+  attributes[1] = dependent_launch_attribute();
+  config.attrs = attributes;
+  config.numAttrs = 2;
+  check_cuda(cudaLaunchKernelEx(&config, kernel, args...), what);
+}
+
+}  // namespace duet::backend::cuda::skinny
