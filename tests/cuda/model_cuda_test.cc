@@ -316,6 +316,89 @@ TEST_P(CudaModelTest, GraphsWithPenaltiesSurviveThePageTableGrowing) {
   EXPECT_NE(run(*eager_model, false), eager) << "the penalties changed no token: the test could not see them";
 }
 
+// Structured outputs' masked steps replay as CUDA graphs too (issue 19: they ran eagerly, a few percent of a 64-stream
+// step). The masks have their own region of the step upload, re-sent every step, and the graph key says whether the
+// step has any. Eight sequences decode 24 steps; each step masks some of them with masks that change every step (20%
+// of the vocabulary, other ids each time), a few steps mask none and one step masks all, so masked and unmasked
+// graphs alternate and replay with new mask contents. Graphs on must equal graphs off token for token, every token
+// must be one its mask allows, and (the control) the masks must change tokens.
+TEST_P(CudaModelTest, GraphedMaskedStepsEqualEagerOnes) {
+  const Goldens goldens(testing::golden_fixture(GetParam(), "fp32"));
+  const std::vector<int32_t> source = goldens.i32("len300.ids");
+  const int64_t vocab = model_->config().vocab_size;
+  const size_t words = static_cast<size_t>((vocab + 31) / 32);
+  constexpr int kSequences = 8, kSteps = 24;
+  auto masked = [](int sequence, int step) {
+    if (step % 7 == 3) return false;  // no mask in the whole step
+    if (step == 10) return true;      // every row masked
+    return (sequence + step) % 3 != 0;
+  };
+  auto allows = [](int sequence, int step, int64_t id) {
+    const uint64_t h = (static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ull) ^ (sequence * 131u + step * 7919u);
+    return (h >> 17) % 5 == 0;
+  };
+  std::vector<std::vector<std::vector<uint32_t>>> masks(kSequences, std::vector<std::vector<uint32_t>>(kSteps));
+  for (int i = 0; i < kSequences; ++i)
+    for (int step = 0; step < kSteps; ++step) {
+      if (!masked(i, step)) continue;
+      masks[i][step].assign(words, 0u);
+      for (int64_t id = 0; id < vocab; ++id)
+        if (allows(i, step, id)) masks[i][step][id / 32] |= 1u << (id % 32);
+    }
+  auto run = [&](Model& model, bool use_masks) {
+    engine::PieceRunner runner(model, kSequences, 400);
+    std::vector<int32_t> slots;
+    std::vector<std::vector<int32_t>> prompts, generated(kSequences);
+    std::vector<Piece> prefill;
+    for (int i = 0; i < kSequences; ++i) {
+      const size_t start = static_cast<size_t>(i) * 5, length = 40 + static_cast<size_t>(i) * 7;
+      prompts.emplace_back(source.begin() + static_cast<std::ptrdiff_t>(start),
+                           source.begin() + static_cast<std::ptrdiff_t>(start + length));
+      slots.push_back(runner.open());
+    }
+    for (int i = 0; i < kSequences; ++i)
+      prefill.push_back({.slot = slots[i], .tokens = prompts[i], .wants = RowOutput::last_logits});
+    runner.run(prefill);
+    std::vector<int32_t> next(kSequences, 1);
+    for (int step = 0; step < kSteps; ++step) {
+      std::vector<backend::SampleSpec> specs(kSequences);
+      std::vector<Piece> pieces;
+      for (int i = 0; i < kSequences; ++i) {
+        backend::SampleSpec& spec = specs[i];
+        spec.temperature = i % 2 ? 0.9f : 0.0f;
+        spec.seed = 11 + static_cast<uint64_t>(i);
+        spec.position = static_cast<int64_t>(prompts[i].size()) + step;
+        if (use_masks) spec.allowed = masks[i][step];
+        pieces.push_back({.slot = slots[i],
+                          .tokens = std::span(&next[i], 1),
+                          .wants = RowOutput::sampled,
+                          .role = backend::RowRole::decode,
+                          .sample = &spec});
+      }
+      const auto results = runner.run(pieces);
+      for (int i = 0; i < kSequences; ++i) {
+        next[i] = results[i].sampled.id;
+        generated[i].push_back(next[i]);
+      }
+    }
+    return generated;
+  };
+  const auto graphed = run(*model_, true);
+  int outside = 0;
+  for (int i = 0; i < kSequences; ++i)
+    for (int step = 0; step < kSteps; ++step)
+      outside += masked(i, step) && !allows(i, step, graphed[i][step]) ? 1 : 0;
+  EXPECT_EQ(outside, 0) << outside << " tokens outside their masks";
+  setenv("DUET_CUDA_GRAPHS", "0", 1);
+  auto eager_model = Model::load(testing::model_fixture(GetParam()), "cuda");
+  unsetenv("DUET_CUDA_GRAPHS");
+  const auto eager = run(*eager_model, true);
+  int differing = 0;
+  for (int i = 0; i < kSequences; ++i) differing += graphed[i] != eager[i] ? 1 : 0;
+  EXPECT_EQ(differing, 0) << differing << " of " << kSequences << " sequences differ between graphs on and off";
+  EXPECT_NE(run(*eager_model, false), eager) << "the masks changed no token: the test could not see them";
+}
+
 // The CUDA backend's host products (a decision head's products): each output within fp32 rounding of a double sum,
 // and a row's bits the same alone, in a small call and in a large one.
 TEST_P(CudaModelTest, HostProductsAreBatchInvariantAndExact) {

@@ -163,7 +163,8 @@ int main(int argc, char** argv) {
     variants.push_back(p);
   // The warpgroup engine (wgmma) for every row count, by its k slices and the steps it asks of L2 ahead.
   for (int slices : {2, 4, 7})
-    for (int prefetch : {0, 8, 16}) variants.push_back(SkinnyPipeline{1, prefetch, slices, false, true});
+    for (int ahead : {3, 5})
+      for (int prefetch : {0, 8, 16}) variants.push_back(SkinnyPipeline{ahead, prefetch, slices, false, true});
   if (argc > 3 && std::string(argv[1]) == "--profile") {
     for (const Shape& shape : shapes) {
       if (shape.name != std::string(argv[2])) continue;
@@ -197,12 +198,12 @@ int main(int argc, char** argv) {
   std::printf("%-20s %4s", "shape", "m");
   for (const auto& v : variants) {
     if (v.warpgroup) {
-      std::printf("   wg/p%d/s%d", v.prefetch, v.max_slices);
+      std::printf(" wg%d/p%d/s%d", v.ahead + 1, v.prefetch, v.max_slices);
     } else {
       std::printf(" %sa%d/p%d/s%d", v.per_step_x ? "x" : " ", v.ahead, v.prefetch, v.max_slices);
     }
   }
-  std::printf("   (GB/s of weights read; the best as %% of the read rate; * production's plan)\n");
+  std::printf(" production   (GB/s of weights read; the best as %% of the read rate; * production's plan)\n");
   int failures = 0;
   std::vector<std::string> fingerprints, agreement;
   for (const Shape& shape : shapes) {
@@ -255,7 +256,15 @@ int main(int argc, char** argv) {
         best = std::max(best, gbs);
         std::printf("  %9.0f%s", gbs, is_plan ? "*" : " ");
       }
-      std::printf("   %3.0f%% of read\n", 100.0 * best / read_gbs);
+      // Production itself (skinny_plan_for: which engine for these rows, its pipeline).
+      const int calls = std::max(copies, 20);
+      const float production_ms = median_ms_per_call(
+          [&](int i) {
+            launch_skinny_gemm(x, m, weights + weight_elems * (i % copies), shape.n, shape.k, y, false, stream);
+          },
+          calls, stream);
+      std::printf("  %9.0f   %3.0f%% of read\n", weight_elems * sizeof(bf16) / (production_ms * 1e-3) / 1e9,
+                  100.0 * best / read_gbs);
     }
     cudaFree(weights);
   }

@@ -405,15 +405,14 @@ class CudaBackend final : public Backend {
     masks_ = masks.empty() ? nullptr : static_cast<const uint32_t*>(put(StepArray::masks, masks));
     upload_.send(stream_);
 
-    // A decode step whose every piece samples one row replays (or is captured into) its counts' graph.
-    // Steps with a masked row run eagerly for now (the masks have a fixed region like every array, but a graphed
-    // masked step has not been measured or tested on the device yet).
+    // A decode step whose every piece samples one row replays (or is captured into) its counts' graph. Structured
+    // outputs' masks, like the penalties, have their own region, sent with every step (model_cuda_test's
+    // GraphedMaskedStepsEqualEagerOnes).
     const bool graphed = graphs_on_ && decode_rows_ == rows_ && plan.logit_rows.empty() && adapted_rows.empty() &&
-                         masks.empty() &&
                          static_cast<int64_t>(plan.sample_rows.size()) == static_cast<int64_t>(pieces.size());
     if (graphed) {
       const StepGraphKey key{rows_, static_cast<int64_t>(pieces.size()), static_cast<int64_t>(plan.sample_rows.size()),
-                             penalties_ != nullptr};
+                             penalties_ != nullptr, masks_ != nullptr};
       mode_ = graphs_.begin(key, graph_arguments(), stream_) ? Mode::replay : Mode::capture;
     }
   }

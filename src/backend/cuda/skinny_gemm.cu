@@ -548,8 +548,13 @@ void launch(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, const
     for (int i = 0; i < out.segments; ++i)
       out.y[i] = static_cast<char*>(out.y[i]) + static_cast<size_t>(r0) * static_cast<size_t>(out.width(i)) * out_size;
     // Both engines give the same bits (skinny_gemm_wgmma.cu): the warpgroup one where its rows are many.
-    if (pipeline.warpgroup || (pipeline.warpgroup_rows > 0 && rows >= pipeline.warpgroup_rows)) {
-      skinny::launch_wgmma(xr, rows, w, n, k, out, y_f32, slices, pipeline.prefetch, stream);
+    if (pipeline.warpgroup) {
+      skinny::launch_wgmma(xr, rows, w, n, k, out, y_f32, slices, pipeline.ahead + 1, pipeline.prefetch, stream);
+      continue;
+    }
+    if (pipeline.warpgroup_rows > 0 && rows >= pipeline.warpgroup_rows) {
+      skinny::launch_wgmma(xr, rows, w, n, k, out, y_f32, slices, pipeline.warpgroup_stages,
+                           pipeline.warpgroup_prefetch, stream);
       continue;
     }
     if (y_f32) {

@@ -17,7 +17,7 @@
 // engine for any m (skinny_gemm.cu: the warpgroup engine where the rows are many); the bench and the GPU tests check
 // the bits across the switch. x rows past m and k past its end are zeros.
 //
-// Pipeline: kStages steps of w and x in a ring of shared-memory buffers, filled by cp.async kStages - 1 steps ahead
+// Pipeline: kStages (4 or 6) steps of w and x in a ring of shared-memory buffers, filled by cp.async kStages - 1 steps ahead
 // of the MMAs, the weights asked of L2 `prefetch` steps ahead; one block barrier a step (the buffer refilled at step s
 // is the one step s - 1 read, and every warpgroup waits for its MMAs before the next barrier). The weights of the
 // first steps are requested before the kernel waits for the one before it (dependent launch); x only after.
@@ -38,7 +38,6 @@ namespace duet::backend::cuda::skinny {
 namespace {
 
 constexpr int kThreads = 256;  // two warpgroups
-constexpr int kStages = 4;
 constexpr int kPiece = 4;                     // BF16 per 8-byte copy
 constexpr int kPiecesPerRow = kStep / kPiece;  // 16
 // A tile of R rows x one step in shared memory: [R / 8 row groups][8 chunks][8 rows][8 BF16], core matrices of 8 rows
@@ -53,7 +52,7 @@ template <int kN>
 constexpr size_t stage_bytes() {
   return kWTileBytes + kN / 8 * kGroupBytes;
 }
-template <int kN>
+template <int kN, int kStages>
 constexpr size_t smem_bytes() {
   return std::max(kStages * stage_bytes<kN>(), sizeof(float) * kN * kPartStride);
 }
@@ -100,8 +99,8 @@ struct TileCopies {
   }
 };
 
-template <int kN, bool kOutF32>
-__global__ void __launch_bounds__(kThreads, 2)
+template <int kN, int kStages, bool kOutF32>
+__global__ void __launch_bounds__(kThreads, 1)
     skinny_wgmma_kernel(const bf16* __restrict__ x, int32_t rows, const bf16* __restrict__ w, int32_t n, int32_t k,
                         const SkinnyOutputs out, int prefetch) {
   extern __shared__ __align__(128) unsigned char smem[];
@@ -183,11 +182,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   add_slices_and_store<kOutF32>(cluster, partials, rows, block_row0, n, out);
 }
 
-template <int kN, bool kOutF32>
+template <int kN, int kStages, bool kOutF32>
 void launch_width(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out,
                   int slices, int prefetch, cudaStream_t stream) {
-  auto* kernel = skinny_wgmma_kernel<kN, kOutF32>;
-  constexpr size_t smem = smem_bytes<kN>();
+  auto* kernel = skinny_wgmma_kernel<kN, kStages, kOutF32>;
+  constexpr size_t smem = smem_bytes<kN, kStages>();
   static const bool opted_in =  // once per instantiation
       (check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
                   "launch_skinny_gemm (wgmma): shared memory opt-in"),
@@ -197,21 +196,22 @@ void launch_width(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t
                   prefetch);
 }
 
-template <bool kOutF32>
+template <int kStages, bool kOutF32>
 void launch_rows(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out,
                  int slices, int prefetch, cudaStream_t stream) {
   // The narrowest N that holds the rows: fewer MMA columns and x bytes, the same bits per element.
-  if (rows <= 8) return launch_width<8, kOutF32>(x, rows, w, n, k, out, slices, prefetch, stream);
-  if (rows <= 16) return launch_width<16, kOutF32>(x, rows, w, n, k, out, slices, prefetch, stream);
-  if (rows <= 32) return launch_width<32, kOutF32>(x, rows, w, n, k, out, slices, prefetch, stream);
-  return launch_width<64, kOutF32>(x, rows, w, n, k, out, slices, prefetch, stream);
+  if (rows <= 8) return launch_width<8, kStages, kOutF32>(x, rows, w, n, k, out, slices, prefetch, stream);
+  if (rows <= 16) return launch_width<16, kStages, kOutF32>(x, rows, w, n, k, out, slices, prefetch, stream);
+  if (rows <= 32) return launch_width<32, kStages, kOutF32>(x, rows, w, n, k, out, slices, prefetch, stream);
+  return launch_width<64, kStages, kOutF32>(x, rows, w, n, k, out, slices, prefetch, stream);
 }
 
 }  // namespace
 
 void launch_wgmma(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& outputs,
-                  bool y_f32, int slices, int prefetch, cudaStream_t stream) {
+                  bool y_f32, int slices, int stages, int prefetch, cudaStream_t stream) {
   slices = std::clamp(slices, 1, kMaxSlices);
+  if (stages != 4 && stages != 6) check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm (wgmma): 4 or 6 stages");
   const size_t out_size = y_f32 ? sizeof(float) : sizeof(bf16);
   for (int32_t r0 = 0; r0 < m; r0 += kMaxRows) {
     const int32_t rows = std::min<int32_t>(kMaxRows, m - r0);
@@ -219,10 +219,16 @@ void launch_wgmma(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k,
     for (int i = 0; i < out.segments; ++i)
       out.y[i] = static_cast<char*>(out.y[i]) + static_cast<size_t>(r0) * static_cast<size_t>(out.width(i)) * out_size;
     const bf16* xr = x + static_cast<int64_t>(r0) * k;
-    if (y_f32) {
-      launch_rows<true>(xr, rows, w, n, k, out, slices, prefetch, stream);
+    if (stages == 6) {
+      if (y_f32) {
+        launch_rows<6, true>(xr, rows, w, n, k, out, slices, prefetch, stream);
+      } else {
+        launch_rows<6, false>(xr, rows, w, n, k, out, slices, prefetch, stream);
+      }
+    } else if (y_f32) {
+      launch_rows<4, true>(xr, rows, w, n, k, out, slices, prefetch, stream);
     } else {
-      launch_rows<false>(xr, rows, w, n, k, out, slices, prefetch, stream);
+      launch_rows<4, false>(xr, rows, w, n, k, out, slices, prefetch, stream);
     }
   }
 }

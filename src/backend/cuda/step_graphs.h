@@ -20,6 +20,7 @@ namespace duet::backend::cuda {
 struct StepGraphKey {
   int64_t rows = 0, pieces = 0, samples = 0;
   bool penalties = false;  // the sampling kernel's penalty table present
+  bool masks = false;      // structured outputs' token masks present
   auto operator<=>(const StepGraphKey&) const = default;
 };
 
