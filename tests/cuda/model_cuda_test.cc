@@ -241,6 +241,28 @@ TEST_P(CudaModelTest, GraphedDecodeStepsEqualEagerOnes) {
   EXPECT_EQ(graphed, eager);
 }
 
+// Opens `count` sequences and prefills sequence i with source[i * shift, i * shift + length + i * growth): prompts that
+// overlap but differ in start and length.
+struct PrefilledSlices {
+  std::vector<int32_t> slots;
+  std::vector<std::vector<int32_t>> prompts;
+};
+PrefilledSlices prefill_slices(engine::PieceRunner& runner, const std::vector<int32_t>& source, int count, size_t shift,
+                               size_t length, size_t growth) {
+  PrefilledSlices out;
+  std::vector<Piece> prefill;
+  for (int i = 0; i < count; ++i) {
+    const size_t start = static_cast<size_t>(i) * shift, size = length + static_cast<size_t>(i) * growth;
+    out.prompts.emplace_back(source.begin() + static_cast<std::ptrdiff_t>(start),
+                             source.begin() + static_cast<std::ptrdiff_t>(start + size));
+    out.slots.push_back(runner.open());
+  }
+  for (int i = 0; i < count; ++i)
+    prefill.push_back({.slot = out.slots[i], .tokens = out.prompts[i], .wants = RowOutput::last_logits});
+  runner.run(prefill);
+  return out;
+}
+
 // Issue 22's silent wrong tokens: with penalties on, the penalty table was placed after the page tables in the step
 // upload, so when the step's page total crossed a multiple of 64 (256-byte regions) the table moved while a replayed
 // decode graph kept reading the old place. Sixteen sequences of 200..245 prompt tokens hold 64 pages; decoding past
@@ -254,18 +276,8 @@ TEST_P(CudaModelTest, GraphsWithPenaltiesSurviveThePageTableGrowing) {
   constexpr int kSequences = 16, kSteps = 48;
   auto run = [&](Model& model, bool penalize) {
     engine::PieceRunner runner(model, kSequences, 400);
-    std::vector<int32_t> slots;
-    std::vector<std::vector<int32_t>> prompts, generated(kSequences);
-    std::vector<Piece> prefill;
-    for (int i = 0; i < kSequences; ++i) {
-      const size_t start = static_cast<size_t>(i) * 3, length = 200 + static_cast<size_t>(i) * 3;
-      prompts.emplace_back(source.begin() + static_cast<std::ptrdiff_t>(start),
-                           source.begin() + static_cast<std::ptrdiff_t>(start + length));
-      slots.push_back(runner.open());
-    }
-    for (int i = 0; i < kSequences; ++i)
-      prefill.push_back({.slot = slots[i], .tokens = prompts[i], .wants = RowOutput::last_logits});
-    runner.run(prefill);
+    const auto [slots, prompts] = prefill_slices(runner, source, kSequences, 3, 200, 3);
+    std::vector<std::vector<int32_t>> generated(kSequences);
     std::vector<int32_t> next(kSequences, 1);
     int64_t pages_before = 0, crossings = 0;
     for (int step = 0; step < kSteps; ++step) {
@@ -347,18 +359,8 @@ TEST_P(CudaModelTest, GraphedMaskedStepsEqualEagerOnes) {
     }
   auto run = [&](Model& model, bool use_masks) {
     engine::PieceRunner runner(model, kSequences, 400);
-    std::vector<int32_t> slots;
-    std::vector<std::vector<int32_t>> prompts, generated(kSequences);
-    std::vector<Piece> prefill;
-    for (int i = 0; i < kSequences; ++i) {
-      const size_t start = static_cast<size_t>(i) * 5, length = 40 + static_cast<size_t>(i) * 7;
-      prompts.emplace_back(source.begin() + static_cast<std::ptrdiff_t>(start),
-                           source.begin() + static_cast<std::ptrdiff_t>(start + length));
-      slots.push_back(runner.open());
-    }
-    for (int i = 0; i < kSequences; ++i)
-      prefill.push_back({.slot = slots[i], .tokens = prompts[i], .wants = RowOutput::last_logits});
-    runner.run(prefill);
+    const auto [slots, prompts] = prefill_slices(runner, source, kSequences, 5, 40, 7);
+    std::vector<std::vector<int32_t>> generated(kSequences);
     std::vector<int32_t> next(kSequences, 1);
     for (int step = 0; step < kSteps; ++step) {
       std::vector<backend::SampleSpec> specs(kSequences);
