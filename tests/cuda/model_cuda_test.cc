@@ -388,8 +388,7 @@ TEST_P(CudaModelTest, GraphedMaskedStepsEqualEagerOnes) {
   const auto graphed = run(*model_, true);
   int outside = 0;
   for (int i = 0; i < kSequences; ++i)
-    for (int step = 0; step < kSteps; ++step)
-      outside += masked(i, step) && !allows(i, step, graphed[i][step]) ? 1 : 0;
+    for (int step = 0; step < kSteps; ++step) outside += masked(i, step) && !allows(i, step, graphed[i][step]) ? 1 : 0;
   EXPECT_EQ(outside, 0) << outside << " tokens outside their masks";
   setenv("DUET_CUDA_GRAPHS", "0", 1);
   auto eager_model = Model::load(testing::model_fixture(GetParam()), "cuda");

@@ -25,8 +25,8 @@
 namespace {
 
 using bf16 = __nv_bfloat16;
-using duet::backend::cuda::mma_16x8x16;
 using duet::backend::cuda::fence_shared_for_async_proxy;
+using duet::backend::cuda::mma_16x8x16;
 using duet::backend::cuda::wgmma_bf16;
 using duet::backend::cuda::wgmma_commit;
 using duet::backend::cuda::wgmma_descriptor;
@@ -81,7 +81,8 @@ __global__ void wgmma_kernel(const bf16* a, const bf16* b, const float* c, float
     }
     wgmma_fence();
     for (int s = 0; s < kSteps; ++s)  // k16 step s: chunks 2s, 2s + 1
-      wgmma_bf16<64>(d, wgmma_descriptor(sa + s * 2 * 64, lead, stride), wgmma_descriptor(sb + s * 2 * 64, lead, stride));
+      wgmma_bf16<64>(d, wgmma_descriptor(sa + s * 2 * 64, lead, stride),
+                     wgmma_descriptor(sb + s * 2 * 64, lead, stride));
     wgmma_commit();
     wgmma_wait<0>();
     for (int j = 0; j < 8; ++j) {
@@ -181,8 +182,7 @@ int main() {
       for (int j = 0; j < kN; ++j) {
         double s = c[(tr * kM + i) * kN + j];
         for (int k = 0; k < kK; ++k)
-          s += static_cast<double>(bf16_to_float(a[(tr * kM + i) * kK + k])) *
-               bf16_to_float(b[(tr * kN + j) * kK + k]);
+          s += static_cast<double>(bf16_to_float(a[(tr * kM + i) * kK + k])) * bf16_to_float(b[(tr * kN + j) * kK + k]);
         ref[(tr * kM + i) * kN + j] = s;
       }
   auto fetch = [&] {

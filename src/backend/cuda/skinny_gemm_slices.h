@@ -73,8 +73,8 @@ __device__ __forceinline__ void add_slices_and_store(cg::cluster_group& cluster,
   cluster.sync();  // no block leaves (freeing its shared memory) while another still reads its partials
 }
 
-// The cluster launch both engines use: grid = ceil(n / kBlockRows) row blocks x `slices`, clusters of `slices`, launched
-// as a dependent (dependent_launch.h).
+// The cluster launch both engines use: grid = ceil(n / kBlockRows) row blocks x `slices`, clusters of `slices`,
+// launched as a dependent (dependent_launch.h).
 template <typename... Params, typename... Args>
 void launch_clusters(void (*kernel)(Params...), int threads, size_t smem, int32_t n, int slices, cudaStream_t stream,
                      const char* what, Args... args) {

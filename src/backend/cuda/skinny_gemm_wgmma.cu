@@ -17,10 +17,12 @@
 // engine for any m (skinny_gemm.cu: the warpgroup engine where the rows are many); the bench and the GPU tests check
 // the bits across the switch. x rows past m and k past its end are zeros.
 //
-// Pipeline: kStages (4 or 6) steps of w and x in a ring of shared-memory buffers, filled by cp.async kStages - 1 steps ahead
-// of the MMAs, the weights asked of L2 `prefetch` steps ahead; one block barrier a step (the buffer refilled at step s
-// is the one step s - 1 read, and every warpgroup waits for its MMAs before the next barrier). The weights of the
-// first steps are requested before the kernel waits for the one before it (dependent launch); x only after.
+// Pipeline: kStages (4 or 6) steps of w and x in a ring of shared-memory buffers, filled by cp.async kStages - 1 steps
+// ahead of the MMAs, the weights asked of L2 `prefetch` steps ahead; one block barrier a step (the buffer refilled at
+// step s is the one step s - 1 read, and every warpgroup waits for its MMAs before the next barrier). The weights of
+// the first steps are requested before the kernel waits for the one before it (dependent launch); x only after.
+#include "backend/cuda/skinny_gemm_wgmma.h"
+
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -30,22 +32,21 @@
 #include "backend/cuda/dependent_launch.h"
 #include "backend/cuda/mma_sync.h"
 #include "backend/cuda/skinny_gemm_slices.h"
-#include "backend/cuda/skinny_gemm_wgmma.h"
 #include "backend/cuda/wgmma.h"
 
 namespace duet::backend::cuda::skinny {
 
 namespace {
 
-constexpr int kThreads = 256;  // two warpgroups
-constexpr int kPiece = 4;                     // BF16 per 8-byte copy
+constexpr int kThreads = 256;                  // two warpgroups
+constexpr int kPiece = 4;                      // BF16 per 8-byte copy
 constexpr int kPiecesPerRow = kStep / kPiece;  // 16
 // A tile of R rows x one step in shared memory: [R / 8 row groups][8 chunks][8 rows][8 BF16], core matrices of 8 rows
 // x 16 bytes; wgmma's k16 step q reads chunks 2q (k slots 0..7) and 2q + 1 (slots 8..15) of every row group. Piece p
 // of a row (elements 4p .. 4p + 3; t = p / 4, q = p % 4) is the mma.sync engine's MMA q, so it goes to chunk
 // 2q + t / 2, bytes (t % 2) * 8 of the row's 16.
-constexpr uint32_t kChunkBytes = 128;                            // one core matrix: 8 rows x 16 bytes
-constexpr uint32_t kGroupBytes = 8 * kChunkBytes;                // a row group's whole step
+constexpr uint32_t kChunkBytes = 128;                           // one core matrix: 8 rows x 16 bytes
+constexpr uint32_t kGroupBytes = 8 * kChunkBytes;               // a row group's whole step
 constexpr uint32_t kWTileBytes = kBlockRows / 8 * kGroupBytes;  // 16 KiB
 
 template <int kN>
@@ -111,7 +112,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const SliceSteps range(k, slice, slices);
   const int64_t count = range.last - range.first;
 
-  constexpr int kWCopies = kBlockRows * kPiecesPerRow / kThreads;          // 8
+  constexpr int kWCopies = kBlockRows * kPiecesPerRow / kThreads;           // 8
   constexpr int kXCopies = (kN * kPiecesPerRow + kThreads - 1) / kThreads;  // 1 .. 4
   const TileCopies<kWCopies> w_copies(w, block_row0, n, k, kBlockRows * kPiecesPerRow);
   auto stage_at = [&](int64_t i) { return smem + (i % kStages) * stage_bytes<kN>(); };
@@ -197,8 +198,8 @@ void launch_width(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t
 }
 
 template <int kStages, bool kOutF32>
-void launch_rows(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out,
-                 int slices, int prefetch, cudaStream_t stream) {
+void launch_rows(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out, int slices,
+                 int prefetch, cudaStream_t stream) {
   // The narrowest N that holds the rows: fewer MMA columns and x bytes, the same bits per element.
   if (rows <= 8) return launch_width<8, kStages, kOutF32>(x, rows, w, n, k, out, slices, prefetch, stream);
   if (rows <= 16) return launch_width<16, kStages, kOutF32>(x, rows, w, n, k, out, slices, prefetch, stream);
