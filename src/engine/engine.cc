@@ -442,7 +442,10 @@ struct Engine::Impl {
     release_finished();
     std::vector<ScheduledPiece> planned = scheduler.plan_step();
     run_towers(planned);
-    if (planned.empty()) return;
+    if (planned.empty()) {
+      release_finished();  // a prompt whose tower failed gives its slot back now
+      return;
+    }
     in_step.clear();
     for (const ScheduledPiece& piece : planned) in_step.push_back(piece.sequence);
     if (options.test_device_fault_step > 0 && stats.steps_total + 1 == options.test_device_fault_step)
