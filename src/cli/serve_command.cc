@@ -149,7 +149,8 @@ sigset_t stop_signals() {
 // refused naming why.
 void load_vision(const ServeFlags& flags, const model::Model& model, engine::EngineOptions& engine,
                  server::ServerContext& context) {
-  if (!model::VisionModel::present(flags.model_dir)) {
+  // From the config the model already read: config.json is read again only for a model with a tower.
+  if (!model.config().has_vision_tower) {
     context.no_vision = "this model has no vision tower (its config.json has no vision_config)";
     return;
   }

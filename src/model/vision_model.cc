@@ -22,8 +22,6 @@ std::string config_text(const std::string& model_dir) {
 }
 }  // namespace
 
-bool VisionModel::present(const std::string& model_dir) { return VisionConfig::present(config_text(model_dir)); }
-
 VisionModel::VisionModel(VisionConfig config, checkpoint::Checkpoint checkpoint)
     : config_(std::move(config)), checkpoint_(std::move(checkpoint)) {
   WeightBinder bind(checkpoint_, weight_bytes_);

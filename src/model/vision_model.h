@@ -17,8 +17,6 @@ namespace duet::model {
 
 class VisionModel {
  public:
-  // Whether `model_dir`/config.json has a `vision_config` (a Qwen3_5ForConditionalGeneration checkpoint).
-  static bool present(const std::string& model_dir);
   // Reads the config and binds `model.visual.*` by name and shape; refuses (duet::Error) a missing or misshaped
   // tensor by name, and a config whose out_hidden_size is not `text_hidden_size`.
   static std::unique_ptr<VisionModel> load(const std::string& model_dir, int64_t text_hidden_size);

@@ -258,3 +258,19 @@ TEST(VisionServeOptions, NoVisionRefusesImagePartsByName) {
 }
 
 }  // namespace duet::testing::vision_e2e
+
+namespace duet::testing::vision_e2e {
+
+// A model without a vision tower (the demo: a text config) refuses image parts naming the part and why.
+TEST(VisionServeOptions, ModelWithoutATowerRefusesImageParts) {
+  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  ServerProcess server({"--backend", "cpu", "--parallel", "1", "--context", "256"});
+  Json body = image_chat({image_part(data_url(read_bytes(image_path("small_png.png"))))});
+  body.erase("model");
+  const Json error = refusal(server, body);
+  EXPECT_EQ(error.value("code", ""), "images_not_supported") << error.dump();
+  EXPECT_EQ(error.value("param", ""), "messages[0].content[0]") << error.dump();
+  EXPECT_NE(error.value("message", "").find("no vision tower"), std::string::npos) << error.dump();
+}
+
+}  // namespace duet::testing::vision_e2e
