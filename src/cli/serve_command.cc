@@ -21,7 +21,9 @@
 #include "decision/joint_head.h"
 #include "engine/engine.h"
 #include "engine/memory_plan.h"
+#include "image/processor_config.h"
 #include "model/model.h"
+#include "model/vision_model.h"
 #include "server/http_server.h"
 #include "server/server_context.h"
 #include "tokenizer/chat_template.h"
@@ -38,6 +40,7 @@ struct ServeFlags {
   std::string api_key_file;
   bool no_thinking = false;
   bool no_ui = false;
+  bool no_vision = false;  // skip the vision tower: image parts are refused
   int threads = 0;
   std::string backend = "auto";
   std::string clef_dir;                    // a runtime adapter folder: decisions through it, chat from the base alone
@@ -141,6 +144,46 @@ sigset_t stop_signals() {
   return set;
 }
 
+// The vision tower, when the checkpoint has one, the backend reads images and --no-vision is not set: the engine runs
+// it, chat takes image parts (decoded by the checkpoint's preprocessor_config.json). Otherwise image parts are
+// refused naming why.
+void load_vision(const ServeFlags& flags, const model::Model& model, engine::EngineOptions& engine,
+                 server::ServerContext& context) {
+  // From the config the model already read: config.json is read again only for a model with a tower.
+  if (!model.config().has_vision_tower) {
+    context.no_vision = "this model has no vision tower (its config.json has no vision_config)";
+    return;
+  }
+  if (flags.no_vision) {
+    context.no_vision = "this server was started with --no-vision";
+    log_info("vision tower: not loaded (--no-vision); image parts are refused");
+    return;
+  }
+  if (!model.reads_images()) {
+    context.no_vision = "images are served on the cpu backend only (--backend cpu)";
+    log_info("vision tower: not loaded ({}); image parts are refused", context.no_vision);
+    return;
+  }
+  auto vision = model::VisionModel::load(flags.model_dir, model.config().hidden_size);
+  const std::string processor_path = (std::filesystem::path(flags.model_dir) / "preprocessor_config.json").string();
+  if (!std::filesystem::exists(processor_path))
+    fail("{}: missing; a model with a vision tower needs its image processor's settings (or serve with --no-vision)",
+         processor_path);
+  server::VisionSupport support{.processor = image::ProcessorConfig::load(processor_path),
+                                .limits = {},
+                                .image_token_id = static_cast<int32_t>(vision->config().image_token_id)};
+  const image::PatchLayout& layout = support.processor.layout;
+  const model::VisionConfig& c = vision->config();
+  if (layout.patch != c.patch_size || layout.temporal != c.temporal_patch_size || layout.merge != c.spatial_merge_size)
+    fail("{}: patch_size {}, temporal_patch_size {}, merge_size {} are not the vision tower's {}, {}, {}",
+         processor_path, layout.patch, layout.temporal, layout.merge, c.patch_size, c.temporal_patch_size,
+         c.spatial_merge_size);
+  engine.vision = std::move(vision);
+  context.vision = support;
+  log_info("images: chat takes image_url parts (data: URLs), {} to {} pixels each after resizing",
+           support.processor.min_pixels, support.processor.max_pixels);
+}
+
 void serve(ServeFlags& flags) {
   check_flags(flags);
   flags.engine.draft = draft_options(flags.draft, flags.backend);  // refused here, before the weights load
@@ -239,6 +282,7 @@ void serve(ServeFlags& flags) {
     if (flags.engine.kv_cache_tokens > 0)
       context.options.context =
           static_cast<int32_t>(std::min<int64_t>(context.options.context, flags.engine.kv_cache_tokens));
+    load_vision(flags, *model, flags.engine, context);
     if (const char* step = std::getenv("DUET_TEST_DEVICE_FAULT_STEP"))  // test-only (engine.h)
       flags.engine.test_device_fault_step = std::atoll(step);
     engine = std::make_unique<engine::Engine>(*model, tokenizer.get(), flags.engine);
@@ -387,6 +431,8 @@ void add_serve_command(CLI::App& app) {
                   "Seconds running requests get to finish after SIGTERM/SIGINT before they are cancelled")
       ->capture_default_str();
   cmd->add_flag("--no-ui", flags->no_ui, "Do not answer GET / with the chat page");
+  cmd->add_flag("--no-vision", flags->no_vision,
+                "Do not load the model's vision tower: chat refuses image parts (by name) instead of reading them");
   cmd->add_option("--responses-store-mib", flags->responses_store_mib,
                   "Memory for stored responses (/v1/responses with store: true), least recently used evicted first; "
                   "0 keeps none")

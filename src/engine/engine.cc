@@ -16,6 +16,7 @@
 #include "engine/decision_workers.h"
 #include "engine/draft_policy.h"
 #include "engine/draft_verify.h"
+#include "engine/image_prompt.h"
 #include "engine/memory_plan.h"
 #include "engine/mtp_drafter.h"
 #include "engine/ngram_drafter.h"
@@ -25,6 +26,7 @@
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "model/model.h"
+#include "model/vision_model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace duet::engine {
@@ -74,9 +76,32 @@ std::optional<MtpDrafter> checked_drafter(model::Model& model, const backend::St
   return std::optional<MtpDrafter>(std::in_place, model, storage.pages());
 }
 
+// A vision tower needs a model that reads image rows (model/model.h), with the tower's image token and width.
+void check_vision(const model::Model& model, const EngineOptions& options) {
+  if (!options.vision) return;
+  if (!model.reads_images())
+    fail(
+        "engine: a vision tower was given, but this model does not read images on its backend (images are served "
+        "on the cpu backend only)");
+  const model::VisionConfig& c = options.vision->config();
+  if (c.image_token_id != model.config().image_token_id || c.out_hidden_size != model.config().hidden_size)
+    fail("engine: the vision tower's image token {} and width {} are not the model's ({} and {})", c.image_token_id,
+         c.out_hidden_size, model.config().image_token_id, model.config().hidden_size);
+}
+
+// What submit() checks a request's images against: the tower's, when there is one.
+RequestLimits with_images(RequestLimits limits, const EngineOptions& options) {
+  if (!options.vision) return limits;
+  limits.image_token_id = static_cast<int32_t>(options.vision->config().image_token_id);
+  limits.image_merge = static_cast<int32_t>(options.vision->config().spatial_merge_size);
+  limits.image_patch_row = options.vision->patch_row_size();
+  return limits;
+}
+
 // Checked before anything is allocated, so a plan that does not fit is refused with its numbers.
 MemoryPlan checked_plan(const model::Model& model, const EngineOptions& options) {
   check_options(options);
+  check_vision(model, options);
   const int64_t model_positions = model.config().max_position_embeddings;
   if (model_positions > 0 && options.context > model_positions) {
     fail("engine: context {} exceeds the model's max_position_embeddings {}", options.context, model_positions);
@@ -127,12 +152,13 @@ struct Engine::Impl {
         tokenizer(tokenizer),
         options(options),
         plan(checked_plan(model, options)),
-        limits{.vocab_size = static_cast<int32_t>(model.config().vocab_size),
-               .context = options.context,
-               .kv_pages = plan.kv_pages,
-               .kv_page_positions = plan.kv_page_positions,
-               .has_tokenizer = tokenizer != nullptr,
-               .has_adapter = model.has_adapter()},
+        limits(with_images({.vocab_size = static_cast<int32_t>(model.config().vocab_size),
+                            .context = options.context,
+                            .kv_pages = plan.kv_pages,
+                            .kv_page_positions = plan.kv_page_positions,
+                            .has_tokenizer = tokenizer != nullptr,
+                            .has_adapter = model.has_adapter()},
+                           options)),
         eos(eos_ids(model, tokenizer)),
         storage(model.new_state_storage(options.parallel, plan.kv_pages + plan.prompt_cache_pages,
                                         plan.prompt_cache_snapshots)),
@@ -166,8 +192,15 @@ struct Engine::Impl {
     thread.join();
   }
 
+  // A prompt with images: its positions and rope delta, made before the request waits (validate_request checked them).
+  std::optional<ImagePrompt> image_prompt(const Request& request) const {
+    if (!request.images || request.images->empty()) return std::nullopt;
+    return ImagePrompt(request.prompt, *request.images, limits.image_token_id, limits.image_merge);
+  }
+
   std::shared_ptr<RequestHandle> submit(Request request) {
     validate_request(request, limits);
+    std::optional<ImagePrompt> images = image_prompt(request);
     auto handle = std::make_shared<RequestHandle>();
     {
       std::lock_guard lock(mutex);
@@ -182,6 +215,7 @@ struct Engine::Impl {
       }
       ++stats.requests_total;
       waiting.push_back(std::make_unique<Sequence>(next_id++, std::move(request), handle, tokenizer));
+      if (images) waiting.back()->set_images(std::move(*images));
     }
     wake.notify_all();
     return handle;
@@ -195,6 +229,7 @@ struct Engine::Impl {
           request.prompt != requests[0].prompt)
         fail("engine: the choices of one request must be generate requests of one prompt");
     }
+    const std::optional<ImagePrompt> images = image_prompt(requests[0]);
     std::vector<std::shared_ptr<RequestHandle>> handles;
     {
       std::lock_guard lock(mutex);
@@ -214,6 +249,7 @@ struct Engine::Impl {
         ++stats.requests_total;
         auto sequence = std::make_unique<Sequence>(next_id++, std::move(request), handles.back(), tokenizer);
         if (sequence->id() != first) sequence->set_fork_of(first);
+        if (images) sequence->set_images(*images);
         waiting.push_back(std::move(sequence));
       }
     }
@@ -317,7 +353,10 @@ struct Engine::Impl {
       if (next->decides() && decisions_under_way() >= options.parallel) break;
       // A decision resumes (and is kept) only before its first span, where its sink keeps nothing but memory rows.
       const int64_t decision_limit = next->decides() ? next->request().decision->prefix_limit() : 0;
-      const bool cacheable = cache && (!next->decides() || decision_limit >= backend::kKvPagePositions);
+      // A prompt with images is neither resumed nor kept: its state depends on the images' pixels, which the cache's
+      // keys (token ids) do not see.
+      const bool cacheable =
+          cache && !next->has_images() && (!next->decides() || decision_limit >= backend::kKvPagePositions);
       const auto look_up = [&] {
         return cacheable ? cache->lookup(cache_salt(*next), next->request().prompt, next->decides(),
                                          next->decides() ? decision_limit : INT64_MAX)
@@ -401,8 +440,12 @@ struct Engine::Impl {
       if (sequence->abandoned()) end(*sequence, FinishReason::cancelled, {});
     }
     release_finished();
-    const std::vector<ScheduledPiece> planned = scheduler.plan_step();
-    if (planned.empty()) return;
+    std::vector<ScheduledPiece> planned = scheduler.plan_step();
+    run_towers(planned);
+    if (planned.empty()) {
+      release_finished();  // a prompt whose tower failed gives its slot back now
+      return;
+    }
     in_step.clear();
     for (const ScheduledPiece& piece : planned) in_step.push_back(piece.sequence);
     if (options.test_device_fault_step > 0 && stats.steps_total + 1 == options.test_device_fault_step)
@@ -448,6 +491,16 @@ struct Engine::Impl {
                         .role = piece.is_prefill ? backend::RowRole::prefill : backend::RowRole::decode,
                         .rewindable = verifies,
                         .adapted = piece.sequence->request().adapter == AdapterUse::clef});
+      if (piece.sequence->has_images()) {  // a prompt chunk's own positions and rows; every later row the delta
+        const ImagePrompt& images = piece.sequence->images();
+        const auto count = static_cast<int32_t>(piece.tokens.size());
+        if (piece.is_prefill) {
+          pieces.back().rope_positions = images.positions(static_cast<int32_t>(position), count);
+          pieces.back().image_rows = images.rows(static_cast<int32_t>(position), count);
+        } else {
+          pieces.back().rope_delta = images.rope_delta();
+        }
+      }
       if (piece.sequence->decides())  // a decision's rows may go where a device head reads them
         pieces.back().rows_to = piece.sequence->request().decision->device_rows();
       if (piece.samples && piece.is_prefill) forks[i] = scheduler.waiting_forks_of(*piece.sequence);
@@ -497,6 +550,7 @@ struct Engine::Impl {
         decide_chunk(sequence, static_cast<int32_t>(planned[i].tokens.size()), results[i]);
       } else {
         sequence.advance_prefill(static_cast<int32_t>(planned[i].tokens.size()));
+        if (sequence.has_images() && sequence.prefill_done()) sequence.images().drop_rows();
         keep_in_cache(sequence);
       }
     }
@@ -537,8 +591,34 @@ struct Engine::Impl {
 
   // `--draft mtp`: whether a piece of this sequence starting at `position` runs its MTP rows after the step (its
   // earlier positions all have theirs).
+  // A prompt with images does not: the MTP layer rotates its rows at 1-D positions (mtp_forward), not at the 3-D
+  // positions and rope delta its main rows take, so its drafts would be guesses; it decodes plainly instead (n-gram
+  // drafts are verified by main-model rows, which take the delta).
   bool runs_mtp(const Sequence& sequence, int64_t position) const {
-    return mtp && sequence.speculative() && sequence.mtp_positions() == position;
+    return mtp && sequence.speculative() && !sequence.has_images() && sequence.mtp_positions() == position;
+  }
+
+  // The vision tower of every prompt with images whose first chunk this step runs, before the step (whose prefill reads
+  // the rows), once per request. On the engine thread, like the steps: its host products never run beside a step's,
+  // and an image's rows depend on that image alone (model/vision_tower.h), so no other request's bits change. A prompt
+  // whose tower fails ends alone, its piece left out of the step.
+  void run_towers(std::vector<ScheduledPiece>& planned) {
+    std::erase_if(planned, [this](const ScheduledPiece& piece) {
+      Sequence& sequence = *piece.sequence;
+      if (!piece.is_prefill || !sequence.has_images() || sequence.images().has_rows()) return false;
+      try {
+        std::vector<float> rows;
+        for (const PromptImage& image : *sequence.request().images) {
+          const std::vector<float> own = options.vision->rows(image.pixel_values, {image.t, image.h, image.w});
+          rows.insert(rows.end(), own.begin(), own.end());
+        }
+        sequence.images().set_rows(std::move(rows), hidden);
+        return false;
+      } catch (const std::exception& e) {
+        end(sequence, FinishReason::error, fmt::format("engine: the vision tower failed: {}", e.what()));
+        return true;
+      }
+    });
   }
 
   // A verify piece's draws taken into its sequence (engine/draft_verify.h); its rows past the last kept one are taken

@@ -15,7 +15,8 @@
 
 namespace duet::model {
 class Model;
-}
+class VisionModel;
+}  // namespace duet::model
 namespace duet::tokenizer {
 class Tokenizer;
 }
@@ -78,6 +79,9 @@ struct EngineOptions {
   // DUET_TEST_DEVICE_FAULT_STEP.
   int64_t test_device_fault_step = 0;
   DraftOptions draft;  // off unless asked (`--draft`)
+  // The vision tower that turns a request's images (Request::images) into the rows of its image tokens; null: requests
+  // with images are refused (RequestInvalid "invalid_images"). Needs a model that reads_images().
+  std::shared_ptr<const model::VisionModel> vision;
 };
 
 // The decision workers an engine starts: options.decision_workers when set; otherwise one per four cores, 2 to 8, and

@@ -50,6 +50,15 @@ enum class RequestKind : uint8_t { generate, decide };
 // only decisions use. Chat rows never pass through the adapter, so chat is the same with or without one loaded.
 enum class AdapterUse : uint8_t { none, clef };
 
+// One image of a prompt (docs/vision.md 2-5), as the processor left it: its pixel_values and grid (in patches, before
+// the merge), and where its run of image tokens starts in the prompt. The engine runs the vision tower on it once,
+// before the prompt's first chunk, on the engine thread (EngineOptions::vision).
+struct PromptImage {
+  std::vector<float> pixel_values;  // [t * h * w, patch row] (model::VisionModel::patch_row_size())
+  int32_t t = 1, h = 0, w = 0;
+  int32_t first_token = 0;  // the prompt index of its first image token; t * h * w / merge^2 tokens follow
+};
+
 struct Request {
   RequestKind kind = RequestKind::generate;
   AdapterUse adapter = AdapterUse::none;
@@ -65,6 +74,9 @@ struct Request {
   // `grammar_after` (the model's "</think>": the reasoning before it is free).
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
   std::optional<int32_t> grammar_after;
+  // The prompt's images in prompt order (null or empty: text). Shared, not copied, by the n choices of one prompt.
+  // A prompt with images is never resumed from nor kept in the prompt cache, and is not drafted for by --draft mtp.
+  std::shared_ptr<const std::vector<PromptImage>> images;
 };
 
 struct TokenLogprob {

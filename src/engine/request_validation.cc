@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "engine/image_prompt.h"
+
 namespace duet::engine {
 
 namespace {
@@ -52,6 +54,7 @@ void validate_request(const Request& request, const RequestLimits& limits) {
   if (request.adapter == AdapterUse::clef && !limits.has_adapter)
     refuse("invalid_adapter", "the request asks for the runtime adapter, but the model was loaded without --clef");
   if (!decide) check_sampling(request.sampling, limits);
+  check_prompt_images(request, limits);
   const int32_t new_tokens = decide ? 0 : request.sampling.max_tokens;
   const int64_t needed = static_cast<int64_t>(request.prompt.size()) + new_tokens;
   if (needed > limits.context) {

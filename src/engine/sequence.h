@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/image_prompt.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
@@ -47,6 +48,14 @@ class Sequence {
   // Absolute position of the next token to sample (its seeded draw is keyed by it).
   int64_t next_position() const { return prompt_length() + static_cast<int64_t>(generated_.size()); }
   const TokenCounts& counts() const { return counts_; }
+
+  // A prompt with images (Request::images): its positions, rope delta and, once the tower ran, its image rows.
+  bool has_images() const { return images_.has_value(); }
+  ImagePrompt& images() { return *images_; }
+  const ImagePrompt& images() const { return *images_; }
+  void set_images(ImagePrompt images) { images_ = std::move(images); }
+  // What every row after the prompt adds to its rotary position (0 for text).
+  int32_t rope_delta() const { return images_ ? images_->rope_delta() : 0; }
 
   std::optional<int32_t> slot() const { return slot_; }
   void set_slot(std::optional<int32_t> slot) { slot_ = slot; }
@@ -107,6 +116,7 @@ class Sequence {
   TokenCounts counts_;
   std::optional<int32_t> slot_;
   std::optional<uint64_t> fork_of_;
+  std::optional<ImagePrompt> images_;
   int32_t prefilled_ = 0;
   int32_t cached_tokens_ = 0;
   std::vector<int32_t> cache_points_;

@@ -128,6 +128,9 @@ class Model {
 
   virtual const Qwen35Config& config() const = 0;
   virtual size_t weight_bytes() const = 0;
+  // Whether pieces may carry image rows and 3-D positions (Piece::image_rows, rope_positions): a model with an image
+  // token on a backend that applies M-RoPE (the CPU backend; others refuse such pieces by name).
+  virtual bool reads_images() const { return false; }
   // The runtime adapter, when one was loaded: pieces may then ask for it (Piece::adapted).
   virtual bool has_adapter() const { return false; }
   virtual size_t adapter_bytes() const { return 0; }  // its factors, as stored

@@ -234,6 +234,7 @@ Qwen35Config Qwen35Config::parse(const std::string& json_text, const std::string
   }
 
   if (c.nested) c.image_token_id = top.integer("image_token_id", 248056);
+  c.has_vision_tower = c.nested && top.has("vision_config");
   for (const Fields* f : {&top, &text}) {
     if (f->has("eos_token_id")) c.eos_token_ids = token_ids(source, "eos_token_id", f->raw("eos_token_id"));
     c.bos_token_id = f->has("bos_token_id") ? f->integer("bos_token_id") : c.bos_token_id;

@@ -35,6 +35,8 @@ struct Qwen35Config {
   // <|image_pad|>, whose embedding rows an image's replace (the multimodal config's top level; transformers' default
   // 248056 when absent there); -1 for a text-only config.
   int64_t image_token_id = -1;
+  // The multimodal config has a `vision_config`: the checkpoint carries a vision tower (model/vision_model.h).
+  bool has_vision_tower = false;
 
   // Gated DeltaNet.
   int64_t linear_num_key_heads = 0;

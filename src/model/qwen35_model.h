@@ -25,6 +25,7 @@ class Qwen35Model final : public Model {
 
   const Qwen35Config& config() const override { return config_; }
   size_t weight_bytes() const override { return weights_.bytes + (mtp_ ? mtp_->bytes : 0); }
+  bool reads_images() const override { return config_.image_token_id >= 0 && backend_->applies_mrope(); }
   bool has_adapter() const override { return adapter_ != nullptr; }
   size_t adapter_bytes() const override { return adapter_ ? adapter_->bytes() : 0; }
   int32_t kv_page_positions() const override { return static_cast<int32_t>(backend::kKvPagePositions); }

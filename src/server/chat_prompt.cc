@@ -1,7 +1,10 @@
 #include "server/chat_prompt.h"
 
+#include <fmt/format.h>
+
 #include "base/error.h"
 #include "server/errors.h"
+#include "server/prompt_images.h"
 
 namespace duet::server {
 namespace {
@@ -18,7 +21,11 @@ std::vector<int32_t> end_of_turn_ids(const tokenizer::Tokenizer& tokenizer) {
 
 ChatPrompt build_chat_prompt(const ServerContext& context, const std::vector<tokenizer::ChatMessage>& messages,
                              const Json& tools, bool enable_thinking, const SamplingRequest& sampling,
-                             const std::string& param, const std::string& answer_start) {
+                             const std::string& param, const std::string& answer_start,
+                             const std::vector<ImagePart>& images) {
+  if (!images.empty() && !context.vision)
+    throw ApiError(400, fmt::format("{}: {}: image parts cannot be read", images[0].param, context.no_vision),
+                   images[0].param, "images_not_supported");
   std::string prompt;
   try {
     tokenizer::ChatOptions chat_options;
@@ -32,9 +39,14 @@ ChatPrompt build_chat_prompt(const ServerContext& context, const std::vector<tok
   out.starts_in_reasoning = prompt.ends_with("<think>\n") || prompt.ends_with("<think>");
   out.answer_start = answer_start;
   out.request.prompt = context.tokenizer.encode(prompt + answer_start);
+  if (context.vision)
+    out.request.images =
+        expand_prompt_images(*context.vision, images, out.request.prompt, param, context.options.context);
   // The prompt cache keeps the state where the generation prompt starts (its `<|im_start|>` is a special token, so the
-  // text before it tokenizes as the prompt's own beginning): the next turn repeats everything before it.
-  if (const size_t header = prompt.rfind("<|im_start|>"); header != std::string::npos && header > 0)
+  // text before it tokenizes as the prompt's own beginning): the next turn repeats everything before it. A prompt with
+  // images is never kept (engine/request.h).
+  if (const size_t header = prompt.rfind("<|im_start|>");
+      !out.request.images && header != std::string::npos && header > 0)
     out.request.cache_hint = static_cast<int32_t>(context.tokenizer.encode(prompt.substr(0, header)).size());
   out.request.sampling = sampling.params;
   if (!out.request.sampling.ignore_eos)

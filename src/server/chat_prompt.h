@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "server/image_parts.h"
 #include "server/request_parsing.h"
 #include "server/server_context.h"
 #include "tokenizer/chat_template.h"
@@ -22,10 +23,13 @@ struct ChatPrompt {
 };
 
 // `param` names the field a refusal points at (`messages`, `input`). `answer_start` follows the template's generation
-// prompt. Throws ApiError 400 invalid_messages when the template cannot render the conversation,
-// context_length_exceeded when the prompt fills the context.
+// prompt. `images` are the messages' image parts in order (their markup already in the content): decoded and expanded
+// (server/prompt_images.h) when the server reads images, else refused naming the first. Throws ApiError 400
+// invalid_messages when the template cannot render the conversation, context_length_exceeded when the prompt fills the
+// context, and the refusals of expand_prompt_images.
 ChatPrompt build_chat_prompt(const ServerContext& context, const std::vector<tokenizer::ChatMessage>& messages,
                              const Json& tools, bool enable_thinking, const SamplingRequest& sampling,
-                             const std::string& param, const std::string& answer_start = {});
+                             const std::string& param, const std::string& answer_start = {},
+                             const std::vector<ImagePart>& images = {});
 
 }  // namespace duet::server

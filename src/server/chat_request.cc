@@ -3,13 +3,17 @@
 #include <fmt/format.h>
 
 #include "server/errors.h"
+#include "server/image_parts.h"
 #include "server/system_messages.h"
 
 namespace duet::server {
 namespace {
 
-// content: a string, null, or an array of {"type": "text", "text": ...} parts (joined).
-std::string message_content(const Json& message, const std::string& name, IgnoredFields& unknown) {
+// content: a string, null, or an array of {"type": "text", "text": ...} parts (joined), and, where `images` is given,
+// `image_url` parts: each rendered as the template renders an image (image_parts.h) and added to `images` in order.
+// The template refuses images in a system message, and so does this.
+std::string message_content(const Json& message, const std::string& name, const std::string& role,
+                            IgnoredFields& unknown, std::vector<ImagePart>* images) {
   auto it = message.find("content");
   if (it == message.end() || it->is_null()) return {};
   if (it->is_string()) return it->get<std::string>();
@@ -21,8 +25,17 @@ std::string message_content(const Json& message, const std::string& name, Ignore
     if (!part.is_object()) refuse_field(part_name, "expected a content part object");
     auto type = read_string(part, "type", part_name + ".type");
     if (!type) refuse_field(part_name + ".type", "missing");
+    if (*type == "image_url" && images != nullptr) {
+      if (role == "system" || role == "developer")
+        refuse_field(part_name, "a system message cannot contain images (as the chat template says)");
+      images->push_back(parse_image_part(part, part_name, unknown));
+      text += kImageMarkup;
+      continue;
+    }
     if (*type != "text")
-      refuse_field(part_name + ".type", fmt::format("`{}` parts are not supported; only text", *type));
+      refuse_field(part_name + ".type",
+                   fmt::format("`{}` parts are not supported {}", *type,
+                               images != nullptr ? "; only text and image_url" : "here; only text"));
     // cache_control is Anthropic-style prompt caching that OpenAI-compatible clients pass through: no effect here.
     check_known_fields(part, {"type", "text"}, {"cache_control"}, part_name + ".", unknown);
     auto part_text = read_string(part, "text", part_name + ".text");
@@ -66,7 +79,8 @@ std::vector<tokenizer::ToolCall> message_tool_calls(const Json& message, const s
 
 }  // namespace
 
-std::vector<tokenizer::ChatMessage> parse_chat_messages(const Json& body, IgnoredFields& unknown) {
+std::vector<tokenizer::ChatMessage> parse_chat_messages(const Json& body, IgnoredFields& unknown,
+                                                        std::vector<ImagePart>* images) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) refuse_field("messages", "missing");
   if (!it->is_array()) refuse_field("messages", "expected an array of messages");
@@ -92,7 +106,7 @@ std::vector<tokenizer::ChatMessage> parse_chat_messages(const Json& body, Ignore
       parsed.role = *role;
     else
       refuse_field(name + ".role", fmt::format("`{}` is not one of system, developer, user, assistant, tool", *role));
-    parsed.content = message_content(message, name, unknown);
+    parsed.content = message_content(message, name, *role, unknown, images);
     if (parsed.role == "assistant") {
       parsed.reasoning_content = read_string(message, "reasoning_content", name + ".reasoning_content");
       parsed.tool_calls = message_tool_calls(message, name);
@@ -200,7 +214,7 @@ ChatRequest parse_chat_request(const Json& body, const ServerOptions& options) {
   check_model(body, options.served_model_name);
   refuse_unsupported(body);
   check_fields_without_effect(body);
-  request.messages = parse_chat_messages(body, request.ignored);
+  request.messages = parse_chat_messages(body, request.ignored, &request.images);
   request.tools = parse_tools(body);
   request.tool_choice = parse_tool_choice(body, request.tools, ToolChoiceShape::chat);
   if (request.tool_choice.mode == ToolChoice::Mode::none) request.tools = Json::array();  // not shown to the model

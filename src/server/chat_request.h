@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "server/image_parts.h"
 #include "server/output_format.h"
 #include "server/request_parsing.h"
 #include "server/server_context.h"
@@ -26,10 +27,15 @@ struct ChatRequest {
   ClientTags client;
   IgnoredFields ignored;  // unknown fields the body carried (ignored_fields.h)
   OutputFormat format;    // response_format (structured_output.h)
+  // The image_url parts of every message, in the order the template renders them (their markup is in the messages'
+  // content); decoded by the route, which refuses them when the server cannot read images.
+  std::vector<ImagePart> images;
 };
 
-// messages[] (also used by POST /tokenize); unknown message and content-part fields go to `unknown`.
-std::vector<tokenizer::ChatMessage> parse_chat_messages(const Json& body, IgnoredFields& unknown);
+// messages[] (also used by POST /tokenize); unknown message and content-part fields go to `unknown`. With `images`,
+// image_url parts are read into it (their markup rendered into the content); without, they are refused.
+std::vector<tokenizer::ChatMessage> parse_chat_messages(const Json& body, IgnoredFields& unknown,
+                                                        std::vector<ImagePart>* images = nullptr);
 // tools[]: the tools to hand the template (tool_choice is read apart: tool_choice.h).
 Json parse_tools(const Json& body);
 // chat_template_kwargs: only enable_thinking is understood (the template reads nothing else); others go to `unknown`.

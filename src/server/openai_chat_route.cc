@@ -195,8 +195,10 @@ nlohmann::json chat_completion_json(const ServerContext& context, const ChatRepl
 void add_chat_route(RouteTable& table, ServerContext& context) {
   table.add(RouteTable::Method::post, "/v1/chat/completions", [&context](const HttpRequest& req) {
     ChatRequest request = parse_chat_request(request_json(req), context.options);
-    ChatPrompt prompt = build_chat_prompt(context, request.messages, request.tools, request.enable_thinking,
-                                          request.sampling, "messages", forced_answer_start(request.tool_choice));
+    ChatPrompt prompt =
+        build_chat_prompt(context, request.messages, request.tools, request.enable_thinking, request.sampling,
+                          "messages", forced_answer_start(request.tool_choice), request.images);
+    request.images = {};  // decoded into the prompt's images; the formatters copy the request
     apply_output_format(context, request.format, prompt.request, prompt.starts_in_reasoning);
     apply_tool_call_grammar(context, request.tools, request.tool_choice, request.parallel_tool_calls, request.format,
                             prompt.request, prompt.starts_in_reasoning);

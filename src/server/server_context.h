@@ -18,6 +18,7 @@
 #include "model/model.h"
 #include "server/http_limits.h"
 #include "server/metrics.h"
+#include "server/prompt_images.h"
 #include "server/response_store.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -121,6 +122,10 @@ struct ServerContext {
   std::atomic<bool> ready{true};
   // Stored responses of POST /v1/responses (store: true), per API key; its limits are set before the server starts.
   ResponseStore responses{};
+  // Set when the model's vision tower loaded: chat messages may carry images. Without it, image parts are refused
+  // (400, naming the part) with `no_vision` as the reason.
+  std::optional<VisionSupport> vision{};
+  std::string no_vision = "this model has no vision tower";
 };
 
 }  // namespace duet::server

@@ -151,7 +151,7 @@ TEST(ParseChat, NamesTheBadField) {
   EXPECT_EQ(param(R"({"messages": [{"role": "king", "content": "x"}]})"), "messages[0].role");
   EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": 5}]})"), "messages[0].content");
   EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})"),
-            "messages[0].content[0].type");
+            "messages[0].content[0].image_url");
   EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "x", "audio": {}}]})"), "messages[0].audio");
   EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web"}]})"), "tools[0].type");
   EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})"), "tool_choice");

@@ -1,0 +1,34 @@
+#pragma once
+// A chat prompt's images, from the request's data: URLs to what the engine takes (docs/vision.md 2, 4): each image
+// decoded, resized and cut into patches as the checkpoint's processor does, and the prompt's i-th <|image_pad|> token
+// repeated once per token of image i, as the processor's replace_image_token does before tokenizing.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/request.h"
+#include "image/limits.h"
+#include "image/processor_config.h"
+#include "server/image_parts.h"
+
+namespace duet::server {
+
+// What a server that reads images knows of them: set when the model's vision tower loaded (`duet serve`).
+struct VisionSupport {
+  image::ProcessorConfig processor;  // preprocessor_config.json
+  image::Limits limits;              // what an image may cost before it is decoded
+  int32_t image_token_id = -1;       // <|image_pad|>
+};
+
+// Expands `prompt` (the rendered template, tokenized: one image token per image part) in place and returns its images
+// for engine::Request::images (null without images). Throws ApiError 400: `invalid_image` naming the part whose data
+// URL or bytes are bad (not an image, truncated, too large, an aspect ratio over 200), `context_length_exceeded` naming
+// the part whose tokens do not fit in `context` with the prompt's, before it is resized, `invalid_messages` naming
+// `param` when the prompt's image tokens are not one per image part (a text that writes <|image_pad|> itself, say).
+std::shared_ptr<const std::vector<engine::PromptImage>> expand_prompt_images(const VisionSupport& vision,
+                                                                             const std::vector<ImagePart>& parts,
+                                                                             std::vector<int32_t>& prompt,
+                                                                             const std::string& param, int32_t context);
+
+}  // namespace duet::server

@@ -1,0 +1,192 @@
+// The engine serving a prompt with an image (issue 21) on tiny-vl and the CPU backend: the vision tower run by the
+// engine (EngineOptions::vision) on small_png as src/image preprocesses it, the prompt of transformers' `decode`
+// golden (vision.fp32.safetensors), and the tokens compared with transformers' six greedy tokens (decode.fed). The
+// prompt whole and cut into chunks of 64 (the cut falls inside the image, whose tokens are 4..73), with drafts verified
+// (right and wrong ones, so accepted and rewound rows), twice with the prompt cache on (never resumed: image prompts
+// bypass it), beside a text request, as two forked choices: always the same tokens. An engine without a tower refuses
+// images by name.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "../tests_dir.h"
+#include "../vision_golden_logprobs.h"
+#include "checkpoint/checkpoint.h"
+#include "engine/engine.h"
+#include "engine_harness.h"
+#include "image/decode.h"
+#include "image/processor_config.h"
+#include "image/resize.h"
+#include "image/smart_resize.h"
+#include "model/model.h"
+#include "model/vision_model.h"
+
+namespace duet::engine {
+namespace {
+
+using testing::drain;
+using testing::Outcome;
+
+const std::string kModelDir = ::duet::testing::tests_dir() + "/fixtures/models/tiny-vl";
+
+std::vector<int32_t> golden(const std::string& name) {
+  const auto file =
+      checkpoint::Checkpoint::open_file(::duet::testing::tests_dir() + "/fixtures/goldens/vision.fp32.safetensors");
+  const auto& t = file.require(name, {checkpoint::DType::i32}, file.find(name)->shape);
+  return {t.data<int32_t>(), t.data<int32_t>() + t.element_count()};
+}
+
+// small_png as the checkpoint's processor leaves it.
+PromptImage small_png(int32_t first_token) {
+  std::ifstream in(::duet::testing::tests_dir() + "/fixtures/vision/images/small_png.png", std::ios::binary);
+  const std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const auto processor = image::ProcessorConfig::load(kModelDir + "/preprocessor_config.json");
+  const image::Image decoded = image::decode(bytes);
+  const image::Size size = image::smart_resize(decoded.height, decoded.width, processor.factor(), processor.min_pixels,
+                                               processor.max_pixels);
+  image::Patches patches = image::to_patches(image::resize_bicubic(decoded, size.width, size.height), processor.layout);
+  return {.pixel_values = std::move(patches.values),
+          .t = static_cast<int32_t>(patches.grid_t),
+          .h = static_cast<int32_t>(patches.grid_h),
+          .w = static_cast<int32_t>(patches.grid_w),
+          .first_token = first_token};
+}
+
+// The tokens' log-probabilities against transformers' (vision_golden_logprobs.h): the largest difference.
+double logprob_error(const Outcome& out) {
+  const std::vector<double> want = ::duet::testing::vision_golden_logprobs();
+  double worst = out.logprobs.size() == want.size() ? 0 : INFINITY;
+  for (size_t k = 0; k < want.size() && k < out.logprobs.size(); ++k)
+    worst = std::max(worst, out.logprobs[k] ? std::abs(*out.logprobs[k] - want[k]) : INFINITY);
+  return worst;
+}
+
+// Within what the decode rows' 1e-4 relative gate allows; decode rows without the rope delta miss it by far.
+constexpr double kLogprobGate = 1e-3;
+
+class VisionEngine : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_ = model::Model::load(kModelDir);
+    vision_ = model::VisionModel::load(kModelDir, model_->config().hidden_size);
+  }
+  static void TearDownTestSuite() {
+    model_.reset();
+    vision_.reset();
+  }
+
+  // The golden prompt (3 text ids, the image's markup, 4 text ids) with small_png, greedy for six tokens.
+  static Request image_request() {
+    Request r = testing::greedy_request(golden("decode.ids"), 6);
+    r.sampling.top_logprobs = 0;  // the sampled token's log-probability
+    const auto first = std::find(r.prompt.begin(), r.prompt.end(), model_->config().image_token_id);
+    r.images = std::make_shared<std::vector<PromptImage>>(
+        std::vector{small_png(static_cast<int32_t>(first - r.prompt.begin()))});
+    return r;
+  }
+
+  static EngineOptions options() {
+    EngineOptions o;
+    o.parallel = 2;
+    o.context = 256;
+    o.vision = vision_;
+    return o;
+  }
+
+  static inline std::unique_ptr<model::Model> model_;
+  static inline std::shared_ptr<const model::VisionModel> vision_;
+};
+
+TEST_F(VisionEngine, WholeAndChunkedPromptsGiveTransformersTokens) {
+  const std::vector<int32_t> want = golden("decode.fed");
+  Engine whole(*model_, nullptr, options());
+  const Outcome a = drain(*whole.submit(image_request()));
+  EXPECT_EQ(a.tokens, want);
+  std::printf("image prompt through the engine: tokens %s transformers', log-probabilities within %.2e\n",
+              a.tokens == want ? "equal" : "differ from", logprob_error(a));
+  EXPECT_LE(logprob_error(a), kLogprobGate);
+  EXPECT_EQ(a.finished.prompt_tokens, 79);
+  EngineOptions chunked_options = options();
+  chunked_options.prefill_chunk = 64;
+  chunked_options.step_token_budget = 64;  // the 79-token prompt in two steps: 64 (cutting the image), then 15
+  Engine chunked(*model_, nullptr, chunked_options);
+  const Outcome b = drain(*chunked.submit(image_request()));
+  EXPECT_EQ(b.tokens, want);
+  EXPECT_EQ(b.logprobs, a.logprobs) << "chunks must give the whole prompt's bytes";
+  EXPECT_EQ(chunked.stats().steps_total, whole.stats().steps_total + 1) << "the prompt must have been cut";
+}
+
+// Drafts are verified by decode rows of the main model, which take the rope delta. The oracle proposes the right
+// continuation (accepted) or a wrong one (rejected, the rows taken back); the tokens are the same either way.
+TEST_F(VisionEngine, VerifiedDraftsTakeTheRopeDelta) {
+  const std::vector<int32_t> want = golden("decode.fed");
+  for (const bool right : {true, false}) {
+    EngineOptions o = options();
+    o.draft.kind = DraftKind::oracle;
+    o.draft.tokens = 3;
+    o.draft.test_oracle = [&](const Request&, std::span<const int32_t> generated, int32_t count) {
+      std::vector<int32_t> drafts;
+      for (size_t k = generated.size(); k < want.size() && drafts.size() < static_cast<size_t>(count); ++k)
+        drafts.push_back(right ? want[k] : (want[k] + 1) % 500);
+      return drafts;
+    };
+    Engine engine(*model_, nullptr, o);
+    const Outcome out = drain(*engine.submit(image_request()));
+    EXPECT_EQ(out.tokens, want) << (right ? "right" : "wrong") << " drafts";
+    EXPECT_LE(logprob_error(out), kLogprobGate) << (right ? "right" : "wrong") << " drafts";
+    const EngineStats stats = engine.stats();
+    EXPECT_GT(stats.verify_pieces_total, 0);
+    EXPECT_EQ(stats.drafts_accepted[0] > 0, right);
+  }
+}
+
+// A prompt with images is neither kept in nor resumed from the prompt cache: the cache's keys are token ids, and two
+// images with the same grid give the same ids.
+TEST_F(VisionEngine, PromptCacheIsBypassed) {
+  EngineOptions o = options();
+  o.prompt_cache_bytes = size_t{16} << 20;
+  Engine engine(*model_, nullptr, o);
+  for (int round = 0; round < 2; ++round) {
+    const Outcome out = drain(*engine.submit(image_request()));
+    EXPECT_EQ(out.tokens, golden("decode.fed"));
+    EXPECT_EQ(out.finished.cached_tokens, 0);
+  }
+  EXPECT_EQ(engine.stats().prompt_cache_hits, 0);
+  EXPECT_EQ(engine.stats().prompt_cache_misses, 0) << "not even looked up";
+}
+
+TEST_F(VisionEngine, BesideTextAndAsForkedChoices) {
+  Engine engine(*model_, nullptr, options());
+  const Request text = testing::greedy_request({5, 6, 7, 8, 9, 10, 11}, 10);
+  const Outcome text_alone = drain(*engine.submit(text));
+  auto image = engine.submit(image_request());
+  auto beside = engine.submit(text);
+  EXPECT_EQ(drain(*image).tokens, golden("decode.fed"));
+  EXPECT_EQ(drain(*beside).tokens, text_alone.tokens);
+  // Two choices: the second starts from a copy of the first's state after its last prompt chunk.
+  for (const auto& handle : engine.submit_choices({image_request(), image_request()})) {
+    const Outcome out = drain(*handle);
+    EXPECT_EQ(out.tokens, golden("decode.fed"));
+    EXPECT_LE(logprob_error(out), kLogprobGate);
+  }
+}
+
+TEST_F(VisionEngine, ImagesNeedATower) {
+  EngineOptions o = options();
+  o.vision = nullptr;
+  Engine engine(*model_, nullptr, o);
+  try {
+    engine.submit(image_request());
+    FAIL() << "an engine without a tower must refuse images";
+  } catch (const RequestInvalid& e) {
+    EXPECT_EQ(e.code(), "invalid_images");
+    EXPECT_NE(std::string(e.what()).find("no vision tower"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace duet::engine

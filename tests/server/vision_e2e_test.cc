@@ -1,0 +1,276 @@
+// Images end to end over HTTP (issue 21): `duet serve` on tiny-vl (the CPU backend, its vision tower, and the tokenizer
+// tools/make_vision_tokenizer.py made for it) answers a chat request holding one image with exactly the greedy tokens
+// transformers FP32 generated for the same prompt and image (vision.fp32.safetensors: decode.ids, decode.fed, from
+// tools/make_vision_fixtures.py), and their log-probabilities with transformers' (from its FP32 rows, within 1e-3).
+// The tokenizer puts the chat framing of one user message with one image at the text ids of that golden prompt, so the
+// request reaches the model as the very ids transformers read.
+// Also: the same request twice, beside concurrent text requests, as two choices (the second forked from the first's
+// state), streamed, and on a server with n-gram drafts, gives the same tokens;
+// the planted control (another image of the same grid) does not; broken and hostile images, remote URLs, images in a
+// system message, a prompt that writes the markup itself and an image past the context are refused with 400 naming
+// the part while the server stays up; --no-vision refuses image parts by name.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <future>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "../tests_dir.h"
+#include "../vision_golden_logprobs.h"
+#include "checkpoint/checkpoint.h"
+#include "server_process.h"
+
+namespace duet::testing::vision_e2e {
+
+using Json = nlohmann::json;
+
+std::string model_dir() { return tests_dir() + "/fixtures/models/tiny-vl"; }
+std::string image_path(const std::string& name) { return tests_dir() + "/fixtures/vision/images/" + name; }
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::string base64(const std::string& bytes) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    uint32_t v = static_cast<uint8_t>(bytes[i]) << 16;
+    if (i + 1 < bytes.size()) v |= static_cast<uint8_t>(bytes[i + 1]) << 8;
+    if (i + 2 < bytes.size()) v |= static_cast<uint8_t>(bytes[i + 2]);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += i + 1 < bytes.size() ? kAlphabet[(v >> 6) & 63] : '=';
+    out += i + 2 < bytes.size() ? kAlphabet[v & 63] : '=';
+  }
+  return out;
+}
+
+std::string data_url(const std::string& bytes, const std::string& type = "image/png") {
+  return "data:" + type + ";base64," + base64(bytes);
+}
+
+Json image_part(const std::string& url) {
+  return {{"type", "image_url"}, {"image_url", {{"url", url}, {"detail", "auto"}}}};
+}
+
+// One user message holding only `parts`, thinking off: with this tokenizer, the golden `decode` prompt for one image.
+Json image_chat(const std::vector<Json>& parts, int max_tokens = 6) {
+  Json body = {{"model", "tiny-vl"}, {"max_tokens", max_tokens}, {"temperature", 0}, {"return_token_ids", true}};
+  body["messages"] = Json::array({{{"role", "user"}, {"content", Json(parts)}}});
+  body["logprobs"] = true;
+  body["chat_template_kwargs"] = {{"enable_thinking", false}};
+  return body;
+}
+
+Json text_chat(const std::string& text) {
+  return {{"model", "tiny-vl"},
+          {"messages", Json::array({{{"role", "user"}, {"content", text}}})},
+          {"max_tokens", 8},
+          {"temperature", 0},
+          {"return_token_ids", true}};
+}
+
+Json post(const ServerProcess& server, const Json& body, int status = 200) {
+  auto res = server.client().Post("/v1/chat/completions", body.dump(), "application/json");
+  EXPECT_TRUE(res);
+  if (!res) return Json();
+  EXPECT_EQ(res->status, status) << res->body;
+  return Json::parse(res->body, nullptr, false);
+}
+
+// What must not change between runs: the choices and the usage (not the id or the time).
+Json answer_of(const Json& reply) { return {reply.value("choices", Json()), reply.value("usage", Json())}; }
+
+std::vector<int32_t> token_ids(const Json& reply) {
+  if (!reply.contains("choices") || reply["choices"].empty()) return {};
+  return reply["choices"][0].value("token_ids", std::vector<int32_t>{});
+}
+
+std::vector<int32_t> golden(const std::string& name) {
+  const auto file = checkpoint::Checkpoint::open_file(tests_dir() + "/fixtures/goldens/vision.fp32.safetensors");
+  const checkpoint::TensorView* found = file.find(name);
+  if (found == nullptr) return {};
+  const auto& t = file.require(name, {checkpoint::DType::i32}, found->shape);
+  return {t.data<int32_t>(), t.data<int32_t>() + t.element_count()};
+}
+
+// The refusal's error object, after checking its status and that the server still answers.
+Json refusal(const ServerProcess& server, const Json& body) {
+  const Json reply = post(server, body, 400);
+  EXPECT_TRUE(server.alive());
+  EXPECT_EQ(server.client().Get("/health")->status, 200);
+  return reply.value("error", Json());
+}
+
+class VisionServe : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!std::filesystem::exists(model_dir() + "/tokenizer.json")) return;
+    server_ = std::make_unique<ServerProcess>(
+        std::vector<std::string>{"--backend", "cpu", "--parallel", "4", "--context", "512"}, model_dir());
+  }
+  static void TearDownTestSuite() { server_.reset(); }
+  void SetUp() override {
+    if (!server_) GTEST_SKIP() << model_dir() << " has no tokenizer.json: tools/make_vision_tokenizer.py";
+  }
+
+  static inline std::unique_ptr<ServerProcess> server_;
+  const std::string small_png_ = data_url(read_bytes(image_path("small_png.png")));
+};
+
+TEST_F(VisionServe, AnswersWithTransformersGreedyTokens) {
+  const std::vector<int32_t> want = golden("decode.fed"), prompt = golden("decode.ids");
+  ASSERT_EQ(want.size(), 6u);
+  const Json reply = post(*server_, image_chat({image_part(small_png_)}));
+  EXPECT_EQ(token_ids(reply), want) << reply.dump();
+  // Their log-probabilities against transformers' (the tokens alone would not see decode rows without the rope delta).
+  const std::vector<double> logprobs = vision_golden_logprobs();
+  const Json content = reply["choices"][0]["logprobs"].value("content", Json::array());
+  ASSERT_EQ(content.size(), logprobs.size()) << reply.dump();
+  double worst = 0;
+  for (size_t k = 0; k < logprobs.size(); ++k)
+    worst = std::max(worst, std::abs(content[k]["logprob"].get<double>() - logprobs[k]));
+  std::printf("image chat over HTTP: token ids %s transformers', log-probabilities within %.2e\n",
+              token_ids(reply) == want ? "equal" : "differ from", worst);
+  EXPECT_LE(worst, 1e-3);
+  // usage counts the image's tokens: the golden prompt is 3 text ids, 72 image markup ids and 4 text ids.
+  EXPECT_EQ(reply["usage"]["prompt_tokens"], prompt.size());
+  EXPECT_EQ(reply["choices"][0]["finish_reason"], "length");
+  // The same request again gives the same bytes.
+  EXPECT_EQ(answer_of(post(*server_, image_chat({image_part(small_png_)}))), answer_of(reply));
+}
+
+// The planted control: another image with the same grid (so the same prompt ids) must not give transformers' tokens.
+TEST_F(VisionServe, AnotherImageGivesOtherTokens) {
+  for (const char* other : {"gray_png.png", "alpha_png.png"}) {
+    const Json reply = post(*server_, image_chat({image_part(data_url(read_bytes(image_path(other))))}));
+    EXPECT_EQ(reply["usage"]["prompt_tokens"], golden("decode.ids").size()) << other << ": the same grid";
+    EXPECT_NE(token_ids(reply), golden("decode.fed")) << other;
+  }
+}
+
+// Row invariance: the image request beside text requests (and text beside it) gives the bytes it gives alone.
+TEST_F(VisionServe, ConcurrentTextRequestsChangeNothing) {
+  const Json image_alone = answer_of(post(*server_, image_chat({image_part(small_png_)}, 12)));
+  const std::vector<std::string> texts = {"Hello there", "What is in the picture?", "abc def ghi jkl"};
+  std::vector<Json> texts_alone;
+  for (const std::string& text : texts) texts_alone.push_back(answer_of(post(*server_, text_chat(text))));
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::future<Json>> text_replies;
+    for (const std::string& text : texts)
+      text_replies.push_back(std::async(std::launch::async, [&, text] { return post(*server_, text_chat(text)); }));
+    auto image_reply =
+        std::async(std::launch::async, [&] { return post(*server_, image_chat({image_part(small_png_)}, 12)); });
+    EXPECT_EQ(answer_of(image_reply.get()), image_alone) << "round " << round;
+    for (size_t i = 0; i < texts.size(); ++i)
+      EXPECT_EQ(answer_of(text_replies[i].get()), texts_alone[i]) << texts[i] << ", round " << round;
+  }
+}
+
+// Two choices of one prompt: the second starts from a fork of the first's prefilled state and must keep the rope delta.
+TEST_F(VisionServe, ChoicesForkedFromAnImagePromptAgree) {
+  Json body = image_chat({image_part(small_png_)});
+  body["n"] = 2;
+  const Json reply = post(*server_, body);
+  ASSERT_EQ(reply["choices"].size(), 2u) << reply.dump();
+  for (const Json& choice : reply["choices"])
+    EXPECT_EQ(choice.value("token_ids", std::vector<int32_t>{}), golden("decode.fed"));
+}
+
+TEST_F(VisionServe, StreamedAnswerIsTheSame) {
+  Json body = image_chat({image_part(small_png_)});
+  body["stream"] = true;
+  auto res = server_->client().Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200);
+  std::vector<int32_t> ids;
+  std::istringstream lines(res->body);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.starts_with("data: {")) continue;
+    const Json chunk = Json::parse(line.substr(6));
+    for (const Json& choice : chunk["choices"])
+      for (int32_t id : choice.value("token_ids", std::vector<int32_t>{})) ids.push_back(id);
+  }
+  EXPECT_EQ(ids, golden("decode.fed"));
+}
+
+TEST_F(VisionServe, BadImagesAreRefusedNamingThePart) {
+  const std::string png = read_bytes(image_path("small_png.png"));
+  const Json text = {{"type", "text"}, {"text", "Look: "}};
+  // Truncated bytes, bytes that are no image, a declared 30000 x 30000 PNG (refused from its header), bad base64.
+  std::string bomb = png.substr(0, 16);
+  for (int shift : {24, 16, 8, 0}) bomb += static_cast<char>((30000 >> shift) & 255);  // width
+  for (int shift : {24, 16, 8, 0}) bomb += static_cast<char>((30000 >> shift) & 255);  // height
+  bomb += png.substr(24);
+  for (const std::string& url : {data_url(png.substr(0, png.size() / 2)), data_url("just some text, not an image"),
+                                 data_url(bomb), std::string("data:image/png;base64,!!!!")}) {
+    const Json error = refusal(*server_, image_chat({text, image_part(url)}));
+    EXPECT_EQ(error.value("param", ""), "messages[0].content[1]") << error.dump();
+    EXPECT_EQ(error.value("code", ""), "invalid_image") << error.dump();
+  }
+  // Remote URLs are never fetched.
+  for (const char* url : {"https://example.com/cat.png", "http://127.0.0.1:1/cat.png"}) {
+    const Json error = refusal(*server_, image_chat({text, image_part(url)}));
+    EXPECT_EQ(error.value("param", ""), "messages[0].content[1].image_url.url") << error.dump();
+    EXPECT_NE(error.value("message", "").find("not fetched"), std::string::npos) << error.dump();
+  }
+  // The template refuses images in a system message.
+  Json system = image_chat({image_part(small_png_)});
+  system["messages"].insert(system["messages"].begin(),
+                            Json{{"role", "system"}, {"content", Json::array({image_part(small_png_)})}});
+  EXPECT_EQ(refusal(*server_, system).value("param", ""), "messages[0].content[0]");
+  // A text that writes the image markup itself has an image token and no image.
+  const Json markup = refusal(*server_, text_chat("look <|image_pad|> here"));
+  EXPECT_EQ(markup.value("code", ""), "invalid_messages") << markup.dump();
+  // Eight images of 70 tokens do not fit the context of 512: the first part that overflows is named (the seventh:
+  // 23 text tokens and six images leave it 69), before it is resized.
+  const Json many = refusal(*server_, image_chat(std::vector<Json>(8, image_part(small_png_))));
+  EXPECT_EQ(many.value("code", ""), "context_length_exceeded") << many.dump();
+  EXPECT_EQ(many.value("param", ""), "messages[0].content[6]") << many.dump();
+  // After all that, the golden answer is still the golden answer.
+  EXPECT_EQ(token_ids(post(*server_, image_chat({image_part(small_png_)}))), golden("decode.fed"));
+}
+
+// A server that drafts (n-gram) answers the same. (Prompts cut into chunks, and drafts that are verified and rewound,
+// are checked below the HTTP layer, where the step budget and the drafts can be forced: tests/engine/
+// vision_engine_test.cc.)
+TEST(VisionServeOptions, DraftingServerGivesTheSameTokens) {
+  if (!std::filesystem::exists(model_dir() + "/tokenizer.json")) GTEST_SKIP() << "tools/make_vision_tokenizer.py";
+  ServerProcess server({"--backend", "cpu", "--parallel", "2", "--context", "512", "--draft", "ngram"}, model_dir());
+  const std::string url = data_url(read_bytes(image_path("small_png.png")));
+  EXPECT_EQ(token_ids(post(server, image_chat({image_part(url)}))), golden("decode.fed"));
+}
+
+TEST(VisionServeOptions, NoVisionRefusesImagePartsByName) {
+  if (!std::filesystem::exists(model_dir() + "/tokenizer.json")) GTEST_SKIP() << "tools/make_vision_tokenizer.py";
+  ServerProcess server({"--backend", "cpu", "--parallel", "1", "--context", "256", "--no-vision"}, model_dir());
+  const Json error = refusal(server, image_chat({{{"type", "text"}, {"text", "hi"}},
+                                                 image_part(data_url(read_bytes(image_path("small_png.png"))))}));
+  EXPECT_EQ(error.value("param", ""), "messages[0].content[1]") << error.dump();
+  EXPECT_NE(error.value("message", "").find("--no-vision"), std::string::npos) << error.dump();
+  EXPECT_EQ(post(server, text_chat("Hello"))["choices"].size(), 1u);  // text is served as before
+}
+
+}  // namespace duet::testing::vision_e2e
+
+namespace duet::testing::vision_e2e {
+
+// A model without a vision tower (the demo: a text config) refuses image parts naming the part and why.
+TEST(VisionServeOptions, ModelWithoutATowerRefusesImageParts) {
+  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  ServerProcess server({"--backend", "cpu", "--parallel", "1", "--context", "256"});
+  Json body = image_chat({image_part(data_url(read_bytes(image_path("small_png.png"))))});
+  body.erase("model");
+  const Json error = refusal(server, body);
+  EXPECT_EQ(error.value("code", ""), "images_not_supported") << error.dump();
+  EXPECT_EQ(error.value("param", ""), "messages[0].content[0]") << error.dump();
+  EXPECT_NE(error.value("message", "").find("no vision tower"), std::string::npos) << error.dump();
+}
+
+}  // namespace duet::testing::vision_e2e
