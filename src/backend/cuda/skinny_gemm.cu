@@ -43,6 +43,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dependent_launch.h"
@@ -505,7 +506,7 @@ void launch_rows(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t 
 // the shape alone, never on m) and the pipeline (which only moves when bytes arrive). Measured on the H200 with
 // tests/cuda/skinny_gemm_bench.cu (docs/benchmarks.md): about 2 blocks per SM in flight is what matters, so wide
 // weights take fewer slices; the Qwen3.5-9B's fused projections have their own measured rows.
-SkinnyPipeline plan_for(int32_t n, int32_t k) {
+SkinnyPipeline mma_plan_for(int32_t n, int32_t k) {
   // Up to 16 rows, x's whole slice is staged at once unless the plan says per_step_x (the 4th field): the bench at
   // 1 and 8 rows (receipts 2026-12-02) gave GDN qkv 3,151 / 2,945 GB/s against 2,880 / 2,804 step by step, out_proj
   // and o_proj 2,428 against 2,373, but gate | up 3,722 against 3,786 and down 3,064 against 3,122: each shape takes
@@ -519,6 +520,39 @@ SkinnyPipeline plan_for(int32_t n, int32_t k) {
   if (n == 4096 && k == 4096) return {1, 4, 7};         // out_proj, o_proj: 2,428 / 1,462 (8 slices: 2,535 / 1,070)
   if (n >= 65536) return {1, 4, 2};  // the LM head [248320, 4096]: 3,900 (8 slices 3,382), 88% of the read rate
   return {1, 4, slices_for(k)};
+}
+
+// Where the warpgroup engine (skinny_gemm_wgmma.cu) takes over from mma.sync: launches of at least `rows` rows, with
+// its stages and L2 prefetch distance. Both engines give the same bits, so this only moves time. Off (rows 0): its
+// cp.async form reads the weights at 600-2,000 GB/s where mma.sync reads 1,500-3,800 (docs/benchmarks.md, eleventh
+// round). The environment (DUET_SKINNY_WARPGROUP_ROWS, 0 for never; _STAGES, 4 or 6; _PREFETCH) sets it for
+// measurements.
+struct WarpgroupChoice {
+  int rows = 0, stages = 4, prefetch = 16;
+};
+WarpgroupChoice warpgroup_choice() {
+  static const WarpgroupChoice choice = [] {
+    WarpgroupChoice c;
+    auto read = [](const char* name, int& value) {
+      if (const char* text = std::getenv(name); text != nullptr && *text != '\0') value = std::atoi(text);
+    };
+    read("DUET_SKINNY_WARPGROUP_ROWS", c.rows);
+    read("DUET_SKINNY_WARPGROUP_STAGES", c.stages);
+    read("DUET_SKINNY_WARPGROUP_PREFETCH", c.prefetch);
+    if (c.stages != 4 && c.stages != 6) c.stages = 4;
+    c.prefetch = std::clamp(c.prefetch, 0, 64);
+    return c;
+  }();
+  return choice;
+}
+
+SkinnyPipeline plan_for(int32_t n, int32_t k) {
+  SkinnyPipeline p = mma_plan_for(n, k);
+  const WarpgroupChoice choice = warpgroup_choice();
+  p.warpgroup_rows = std::max(choice.rows, 0);
+  p.warpgroup_stages = choice.stages;
+  p.warpgroup_prefetch = choice.prefetch;
+  return p;
 }
 
 template <bool kOutF32>
