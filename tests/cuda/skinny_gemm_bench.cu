@@ -163,8 +163,8 @@ int main(int argc, char** argv) {
     variants.push_back(p);
   // The warpgroup engine (wgmma) for every row count, by its k slices and the steps it asks of L2 ahead.
   for (int slices : {2, 4, 7})
-    for (int ahead : {3, 5})
-      for (int prefetch : {0, 8, 16}) variants.push_back(SkinnyPipeline{ahead, prefetch, slices, false, true});
+    for (int ahead : {1, 2})
+      for (int prefetch : {4, 8, 16}) variants.push_back(SkinnyPipeline{ahead, prefetch, slices, false, true});
   if (argc > 3 && std::string(argv[1]) == "--profile") {
     for (const Shape& shape : shapes) {
       if (shape.name != std::string(argv[2])) continue;
@@ -198,7 +198,7 @@ int main(int argc, char** argv) {
   std::printf("%-20s %4s", "shape", "m");
   for (const auto& v : variants) {
     if (v.warpgroup) {
-      std::printf(" wg%d/p%d/s%d", v.ahead + 1, v.prefetch, v.max_slices);
+      std::printf(" wg%d/p%d/s%d", v.ahead, v.prefetch, v.max_slices);
     } else {
       std::printf(" %sa%d/p%d/s%d", v.per_step_x ? "x" : " ", v.ahead, v.prefetch, v.max_slices);
     }

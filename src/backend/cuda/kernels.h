@@ -75,11 +75,11 @@ struct SkinnyPipeline {
   bool per_step_x = false;  // x staged a step at a time even where its whole k slice fits (the bench's comparison)
   // The warpgroup engine (skinny_gemm_wgmma.cu: wgmma, both operands in shared memory). It gives the mma.sync
   // engine's bits for the same slices, so which one runs may depend on m. warpgroup: every launch takes it, with
-  // ahead + 1 stages and `prefetch` (the bench's variants); otherwise launches of at least warpgroup_rows rows do
-  // (0: none), with their own stages (4 or 6) and prefetch (steps asked of L2 ahead).
+  // `ahead` (steps loaded into registers ahead, 1 or 2) and `prefetch` (the bench's variants); otherwise launches of
+  // at least warpgroup_rows rows do (0: none), with their own steps ahead and prefetch (steps asked of L2 ahead).
   bool warpgroup = false;
   int warpgroup_rows = 0;
-  int warpgroup_stages = 4;
+  int warpgroup_ahead = 1;
   int warpgroup_prefetch = 8;
 };
 void launch_skinny_gemm_pipeline(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, bf16* y,

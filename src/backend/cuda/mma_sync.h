@@ -25,6 +25,14 @@ __device__ __forceinline__ void cp_async_8(void* dst, const void* src, uint32_t 
 // the bulk form (cp.async.bulk.prefetch) takes its address in a uniform register, so a warp whose lanes prefetch
 // 16 different rows ran it as a loop of 16 rounds, about 130 instructions a step (the SASS, 2026-12-02).
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+// A streamed weight chunk (16 bytes): read once per launch, so it bypasses L1 and leaves it to what is read again.
+__device__ __forceinline__ uint4 load_weight_chunk(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 // Waits until at most kPending of this thread's committed groups are still in flight.
 template <int kPending>

@@ -62,15 +62,6 @@ constexpr int kChunk = 8;  // BF16 per 16-byte chunk
 
 void refuse(const char* what) { check_cuda(cudaErrorInvalidValue, what); }
 
-// A streamed weight chunk: read once per launch (per row tile), so it bypasses L1 and leaves it to x.
-__device__ __forceinline__ uint4 load_weight_chunk(const bf16* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
 // ============================================================== CUDA cores (k % 16 == 8)
 
 namespace cuda_core {
@@ -523,12 +514,10 @@ SkinnyPipeline mma_plan_for(int32_t n, int32_t k) {
 }
 
 // Where the warpgroup engine (skinny_gemm_wgmma.cu) takes over from mma.sync: launches of at least `rows` rows, with
-// its stages and L2 prefetch distance. Both engines give the same bits, so this only moves time. Off (rows 0): its
-// cp.async form reads the weights at 600-2,000 GB/s where mma.sync reads 1,500-3,800 (docs/benchmarks.md, eleventh
-// round). The environment (DUET_SKINNY_WARPGROUP_ROWS, 0 for never; _STAGES, 4 or 6; _PREFETCH) sets it for
-// measurements.
+// its steps in registers ahead and L2 prefetch distance. Both engines give the same bits, so this only moves time.
+// The environment (DUET_SKINNY_WARPGROUP_ROWS, 0 for never; _AHEAD, 1 or 2; _PREFETCH) sets it for measurements.
 struct WarpgroupChoice {
-  int rows = 0, stages = 4, prefetch = 16;
+  int rows = 0, ahead = 1, prefetch = 8;
 };
 WarpgroupChoice warpgroup_choice() {
   static const WarpgroupChoice choice = [] {
@@ -537,9 +526,9 @@ WarpgroupChoice warpgroup_choice() {
       if (const char* text = std::getenv(name); text != nullptr && *text != '\0') value = std::atoi(text);
     };
     read("DUET_SKINNY_WARPGROUP_ROWS", c.rows);
-    read("DUET_SKINNY_WARPGROUP_STAGES", c.stages);
+    read("DUET_SKINNY_WARPGROUP_AHEAD", c.ahead);
     read("DUET_SKINNY_WARPGROUP_PREFETCH", c.prefetch);
-    if (c.stages != 4 && c.stages != 6) c.stages = 4;
+    if (c.ahead != 1 && c.ahead != 2) c.ahead = 1;
     c.prefetch = std::clamp(c.prefetch, 0, 64);
     return c;
   }();
@@ -550,7 +539,7 @@ SkinnyPipeline plan_for(int32_t n, int32_t k) {
   SkinnyPipeline p = mma_plan_for(n, k);
   const WarpgroupChoice choice = warpgroup_choice();
   p.warpgroup_rows = std::max(choice.rows, 0);
-  p.warpgroup_stages = choice.stages;
+  p.warpgroup_ahead = choice.ahead;
   p.warpgroup_prefetch = choice.prefetch;
   return p;
 }
@@ -583,12 +572,12 @@ void launch(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, const
       out.y[i] = static_cast<char*>(out.y[i]) + static_cast<size_t>(r0) * static_cast<size_t>(out.width(i)) * out_size;
     // Both engines give the same bits (skinny_gemm_wgmma.cu): the warpgroup one where its rows are many.
     if (pipeline.warpgroup) {
-      skinny::launch_wgmma(xr, rows, w, n, k, out, y_f32, slices, pipeline.ahead + 1, pipeline.prefetch, stream);
+      skinny::launch_wgmma(xr, rows, w, n, k, out, y_f32, slices, pipeline.ahead, pipeline.prefetch, stream);
       continue;
     }
     if (pipeline.warpgroup_rows > 0 && rows >= pipeline.warpgroup_rows) {
-      skinny::launch_wgmma(xr, rows, w, n, k, out, y_f32, slices, pipeline.warpgroup_stages,
-                           pipeline.warpgroup_prefetch, stream);
+      skinny::launch_wgmma(xr, rows, w, n, k, out, y_f32, slices, pipeline.warpgroup_ahead, pipeline.warpgroup_prefetch,
+                           stream);
       continue;
     }
     if (y_f32) {
