@@ -181,6 +181,22 @@ TEST(CudaExactLoading, F32GdnTensorsAreReadAsF32) {
   }
 }
 
+// The same fixture on a CUDA backend that launches every step (DUET_CUDA_GRAPHS=0), the graph tests' reference.
+std::unique_ptr<Model> load_without_graphs(const std::string& fixture) {
+  setenv("DUET_CUDA_GRAPHS", "0", 1);
+  auto model = Model::load(testing::model_fixture(fixture), "cuda");
+  unsetenv("DUET_CUDA_GRAPHS");
+  return model;
+}
+
+void expect_same_sequences(const std::vector<std::vector<int32_t>>& graphed,
+                           const std::vector<std::vector<int32_t>>& eager) {
+  ASSERT_EQ(graphed.size(), eager.size());
+  int differing = 0;
+  for (size_t i = 0; i < graphed.size(); ++i) differing += graphed[i] != eager[i] ? 1 : 0;
+  EXPECT_EQ(differing, 0) << differing << " of " << graphed.size() << " sequences differ between graphs on and off";
+}
+
 // Decode steps replayed as CUDA graphs (step_graphs.h) give the bits of the same steps launched one by one. Two
 // sequences prefill, then decode and sample together (greedy, and seeded with penalties), with a step of one of them
 // alone in between (another graph), then together again (a replay); the whole run with graphs on and off.
@@ -233,9 +249,7 @@ TEST_P(CudaModelTest, GraphedDecodeStepsEqualEagerOnes) {
     return out;
   };
   const std::vector<int32_t> graphed = run(*model_);
-  setenv("DUET_CUDA_GRAPHS", "0", 1);
-  auto eager_model = Model::load(testing::model_fixture(GetParam()), "cuda");
-  unsetenv("DUET_CUDA_GRAPHS");
+  auto eager_model = load_without_graphs(GetParam());
   const std::vector<int32_t> eager = run(*eager_model);
   ASSERT_FALSE(eager.empty());
   EXPECT_EQ(graphed, eager);
@@ -318,13 +332,9 @@ TEST_P(CudaModelTest, GraphsWithPenaltiesSurviveThePageTableGrowing) {
     return generated;
   };
   const auto graphed = run(*model_, true);
-  setenv("DUET_CUDA_GRAPHS", "0", 1);
-  auto eager_model = Model::load(testing::model_fixture(GetParam()), "cuda");
-  unsetenv("DUET_CUDA_GRAPHS");
+  auto eager_model = load_without_graphs(GetParam());
   const auto eager = run(*eager_model, true);
-  int differing = 0;
-  for (int i = 0; i < kSequences; ++i) differing += graphed[i] != eager[i] ? 1 : 0;
-  EXPECT_EQ(differing, 0) << differing << " of " << kSequences << " sequences differ between graphs on and off";
+  expect_same_sequences(graphed, eager);
   EXPECT_NE(run(*eager_model, false), eager) << "the penalties changed no token: the test could not see them";
 }
 
@@ -390,13 +400,9 @@ TEST_P(CudaModelTest, GraphedMaskedStepsEqualEagerOnes) {
   for (int i = 0; i < kSequences; ++i)
     for (int step = 0; step < kSteps; ++step) outside += masked(i, step) && !allows(i, step, graphed[i][step]) ? 1 : 0;
   EXPECT_EQ(outside, 0) << outside << " tokens outside their masks";
-  setenv("DUET_CUDA_GRAPHS", "0", 1);
-  auto eager_model = Model::load(testing::model_fixture(GetParam()), "cuda");
-  unsetenv("DUET_CUDA_GRAPHS");
+  auto eager_model = load_without_graphs(GetParam());
   const auto eager = run(*eager_model, true);
-  int differing = 0;
-  for (int i = 0; i < kSequences; ++i) differing += graphed[i] != eager[i] ? 1 : 0;
-  EXPECT_EQ(differing, 0) << differing << " of " << kSequences << " sequences differ between graphs on and off";
+  expect_same_sequences(graphed, eager);
   EXPECT_NE(run(*eager_model, false), eager) << "the masks changed no token: the test could not see them";
 }
 
