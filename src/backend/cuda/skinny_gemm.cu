@@ -515,7 +515,9 @@ SkinnyPipeline mma_plan_for(int32_t n, int32_t k) {
 
 // Where the warpgroup engine (skinny_gemm_wgmma.cu) takes over from mma.sync: launches of at least `rows` rows, with
 // its steps in registers ahead and L2 prefetch distance. Both engines give the same bits, so this only moves time.
-// The environment (DUET_SKINNY_WARPGROUP_ROWS, 0 for never; _AHEAD, 1 or 2; _PREFETCH) sets it for measurements.
+// Off (rows 0): on the H200 it read the weights 35-55% slower than mma.sync at every m (docs/benchmarks.md, eleventh
+// round). The environment (DUET_SKINNY_WARPGROUP_ROWS, 0 for never; _AHEAD, 1 or 2; _PREFETCH) sets it for
+// measurements.
 struct WarpgroupChoice {
   int rows = 0, ahead = 1, prefetch = 8;
 };
