@@ -3,7 +3,9 @@
 //
 // Batch invariance (architecture.md, "Row invariance"): an output element's bits depend only on its x row and w row,
 // never on m, on the other rows, or on the row's place among them. Two kernels keep it, each with its own fixed
-// order; a shape always takes the same one whatever m is (the choice depends on k alone).
+// order; a shape always takes the same one whatever m is (the choice depends on k alone). A third, the warpgroup
+// engine (skinny_gemm_wgmma.cu, off by default: slower on the H200), sums the tensor-core kernel's k16 groups in its
+// order by wgmma and gives its bits exactly (measured), so it could take any launch.
 //
 // Tensor cores (k % 16 == 0, every Qwen3.5 shape). mma.sync m16n8k16, BF16 in, fp32 accumulators: w rows are the
 // MMA's 16-row A operand, x rows its 8-column B operand, so one n8 tile holds 8 decode rows and more rows are more
