@@ -4,7 +4,8 @@
 // decoded together, one row each per step (the batched decode step a server runs at S streams, without HTTP); every
 // stream must give the same ids (row invariance), and a difference is an error. With --mtp-agreement, also the share
 // of the continuation the checkpoint's MTP layer would have drafted right (cli/mtp_agreement.h), on stderr. With
-// --draft KIND (none too), the streams run through the engine instead, drafting as asked (cli/run_engine.h).
+// --draft KIND (none too), the streams run through the engine instead, drafting as asked (cli/run_engine.h). The timed
+// pass follows --warmup untimed ones (default 1), so the figures are a warm server's, not a first step's.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -38,6 +39,7 @@ struct RunOptions {
   bool through_engine = false;  // --draft given
   DraftFlags draft;
   float temperature = 0.0f;
+  int warmup = 1;  // untimed passes before the timed one
 };
 
 std::vector<int32_t> parse_ids(const std::string& text) {
@@ -77,10 +79,63 @@ int32_t argmax(const std::vector<float>& logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
+// One greedy continuation of `prompt` on `streams` fresh slots of `runner` (closed again at the end), timed: the
+// prefill (every stream's piece of each chunk in one step) and the decode steps after it.
+struct GreedyRun {
+  std::vector<std::vector<int32_t>> generated;
+  double prefill_s = 0, decode_s = 0;
+};
+GreedyRun greedy_run(engine::PieceRunner& runner, const std::vector<int32_t>& prompt, size_t chunk, int streams,
+                     int max_tokens, const std::vector<int64_t>* eos) {
+  GreedyRun out;
+  std::vector<int32_t> slots;
+  for (int i = 0; i < streams; ++i) slots.push_back(runner.open());
+  auto start = std::chrono::steady_clock::now();
+  std::vector<std::vector<int32_t>>& generated = out.generated;
+  generated.resize(streams);
+  for (size_t done = 0; done < prompt.size(); done += chunk) {  // every stream's piece of the prompt in one step
+    const size_t n = std::min(chunk, prompt.size() - done);
+    std::vector<model::Piece> pieces;
+    for (int i = 0; i < streams; ++i)
+      pieces.push_back(model::Piece{.slot = slots[i],
+                                    .tokens = std::span<const int32_t>(prompt).subspan(done, n),
+                                    .wants = model::RowOutput::last_logits});
+    const auto results = runner.run(pieces);
+    if (done + n == prompt.size())
+      for (int i = 0; i < streams; ++i) generated[i].push_back(argmax(results[i].logits));
+  }
+  out.prefill_s = seconds_since(start);
+
+  // Decode steps as the server runs them: the backend picks the token (greedy: the first maximum, as argmax above),
+  // so only the id comes back and a GPU replays the step's graph, instead of copying every logit to the host.
+  backend::SampleSpec greedy;
+  greedy.temperature = 0.0f;
+  std::vector<backend::SampleSpec> specs(streams, greedy);
+  std::vector<model::Piece> pieces(streams);
+  start = std::chrono::steady_clock::now();
+  while (static_cast<int>(generated[0].size()) < max_tokens) {
+    if (eos != nullptr && std::find(eos->begin(), eos->end(), generated[0].back()) != eos->end()) break;
+    for (int i = 0; i < streams; ++i) {
+      specs[i].position = static_cast<int64_t>(prompt.size() + generated[i].size() - 1);
+      pieces[i] = model::Piece{.slot = slots[i],
+                               .tokens = {&generated[i].back(), 1},
+                               .wants = model::RowOutput::sampled,
+                               .role = backend::RowRole::decode,
+                               .sample = &specs[i]};
+    }
+    const auto results = runner.run(pieces);
+    for (int i = 0; i < streams; ++i) generated[i].push_back(results[i].sampled.id);
+  }
+  out.decode_s = seconds_since(start);
+  for (int32_t slot : slots) runner.close(slot);
+  return out;
+}
+
 void run(const RunOptions& options) {
   const std::vector<int32_t> prompt = parse_ids(options.prompt_ids);
   if (options.max_tokens < 1) fail("--max-tokens: {} must be at least 1", options.max_tokens);
   if (options.chunk < 0) fail("--chunk: {} must be positive (or 0 for the whole prompt)", options.chunk);
+  if (options.warmup < 0 || options.warmup > 100) fail("--warmup: {} must be in 0..100", options.warmup);
   if (options.streams < 1 || options.streams > 1024) fail("--streams: {} must be in 1..1024", options.streams);
   const std::string model_dir = options.model_dir.empty() ? default_model_dir() : options.model_dir;
   const engine::DraftOptions draft = draft_options(options.draft, options.backend);
@@ -111,45 +166,15 @@ void run(const RunOptions& options) {
 
   const int streams = options.streams;
   engine::PieceRunner runner(*model, streams, static_cast<int32_t>(prompt.size()) + options.max_tokens);
-  std::vector<int32_t> slots;
-  for (int i = 0; i < streams; ++i) slots.push_back(runner.open());
-  start = std::chrono::steady_clock::now();
   const size_t chunk = options.chunk == 0 ? prompt.size() : static_cast<size_t>(options.chunk);
-  std::vector<std::vector<int32_t>> generated(streams);
-  for (size_t done = 0; done < prompt.size(); done += chunk) {  // every stream's piece of the prompt in one step
-    const size_t n = std::min(chunk, prompt.size() - done);
-    std::vector<model::Piece> pieces;
-    for (int i = 0; i < streams; ++i)
-      pieces.push_back(model::Piece{.slot = slots[i],
-                                    .tokens = std::span<const int32_t>(prompt).subspan(done, n),
-                                    .wants = model::RowOutput::last_logits});
-    const auto results = runner.run(pieces);
-    if (done + n == prompt.size())
-      for (int i = 0; i < streams; ++i) generated[i].push_back(argmax(results[i].logits));
+  GreedyRun timed;
+  for (int pass = 0; pass <= options.warmup; ++pass) {
+    // Warm-up passes (untimed) pay what only a first step pays (kernel modules loaded, GEMM plans chosen, buffers
+    // grown, decode graphs captured), as a server has paid it before its first request; then fresh slots again.
+    timed = greedy_run(runner, prompt, chunk, streams, options.max_tokens, options.ignore_eos ? nullptr : &eos);
   }
-  const double prefill_s = seconds_since(start);
-
-  // Decode steps as the server runs them: the backend picks the token (greedy: the first maximum, as argmax above),
-  // so only the id comes back and a GPU replays the step's graph, instead of copying every logit to the host.
-  backend::SampleSpec greedy;
-  greedy.temperature = 0.0f;
-  std::vector<backend::SampleSpec> specs(streams, greedy);
-  std::vector<model::Piece> pieces(streams);
-  start = std::chrono::steady_clock::now();
-  while (static_cast<int>(generated[0].size()) < options.max_tokens) {
-    if (!options.ignore_eos && std::find(eos.begin(), eos.end(), generated[0].back()) != eos.end()) break;
-    for (int i = 0; i < streams; ++i) {
-      specs[i].position = static_cast<int64_t>(prompt.size() + generated[i].size() - 1);
-      pieces[i] = model::Piece{.slot = slots[i],
-                               .tokens = {&generated[i].back(), 1},
-                               .wants = model::RowOutput::sampled,
-                               .role = backend::RowRole::decode,
-                               .sample = &specs[i]};
-    }
-    const auto results = runner.run(pieces);
-    for (int i = 0; i < streams; ++i) generated[i].push_back(results[i].sampled.id);
-  }
-  const double decode_s = seconds_since(start);
+  const std::vector<std::vector<int32_t>>& generated = timed.generated;
+  const double prefill_s = timed.prefill_s, decode_s = timed.decode_s;
   const size_t decoded = generated[0].size() - 1;  // the first token came from the prefill
   for (int i = 1; i < streams; ++i)
     if (generated[i] != generated[0])
@@ -159,11 +184,13 @@ void run(const RunOptions& options) {
   std::fflush(stdout);
   std::fprintf(stderr, "%s\n",
                fmt::format("model {}: load {:.1f} ms | prefill {} tokens in {:.1f} ms ({:.0f} tok/s, chunk {}) | "
-                           "decode {} tokens in {:.1f} ms ({:.0f} tok/s){}",
+                           "decode {} tokens in {:.1f} ms ({:.0f} tok/s){}{}",
                            model_dir, load_s * 1e3, prompt.size() * streams, prefill_s * 1e3,
                            prompt.size() * streams / prefill_s, chunk, decoded * streams, decode_s * 1e3,
                            decoded > 0 ? decoded * streams / decode_s : 0.0,
-                           streams > 1 ? fmt::format(" over {} streams, all alike", streams) : std::string())
+                           streams > 1 ? fmt::format(" over {} streams, all alike", streams) : std::string(),
+                           options.warmup > 0 ? fmt::format(" | after {} warm-up pass(es)", options.warmup)
+                                              : std::string(" | cold: no warm-up pass"))
                    .c_str());
   if (options.mtp_agreement) {
     std::vector<int32_t> sequence = prompt;
@@ -188,6 +215,10 @@ void add_run_command(CLI::App& app) {
       ->capture_default_str();
   run_cmd->add_option("--backend", options->backend, "cpu, cuda, or auto (cuda when a GPU is present)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
+      ->capture_default_str();
+  run_cmd
+      ->add_option("--warmup", options->warmup,
+                   "Untimed passes of the same prefill and decode before the timed one (0: time the first, cold)")
       ->capture_default_str();
   run_cmd->add_flag("--ignore-eos", options->ignore_eos, "Keep generating past the end-of-sequence token");
   run_cmd

@@ -1,0 +1,114 @@
+// The GDN delta rule's GPU time (launch_gdn_delta_rule: the chunk matrices, the walk and the tail for prefill pieces,
+// one kernel for decode rows) at the Qwen3.5-9B shape (16 key heads, 32 value heads, 128/128), one layer, for a few
+// step shapes, with a fingerprint of every output and state bit of a run from the initial state: a change to the
+// kernels that is meant to keep every bit shows the same fingerprints before and after. Run by hand on the GPU
+// machine (not a test): bench_gdn_delta [REPS=20]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gdn_test_steps.h"
+
+namespace duet::backend::cuda::gdn_testing {
+namespace {
+
+constexpr GdnDims kQwen9B{16, 32, 128, 128};
+
+uint64_t fnv1a(const void* data, size_t bytes, uint64_t hash = 1469598103934665603ull) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) hash = (hash ^ p[i]) * 1099511628211ull;
+  return hash;
+}
+
+void check(cudaError_t status, const char* what) {
+  if (status == cudaSuccess) return;
+  std::fprintf(stderr, "bench_gdn_delta: %s: %s\n", what, cudaGetErrorString(status));
+  std::exit(1);
+}
+
+struct Case {
+  std::string name;
+  std::vector<PieceSpec> pieces;
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> all;
+  all.push_back({"prefill 1024 from 0", {{0, 1024, 0}}});
+  all.push_back({"prefill 4096 from 0", {{0, 4096, 0}}});
+  all.push_back({"prefill 1000 from 37", {{0, 1000, 37}}});
+  all.push_back({"prefill 4 x 256", {{0, 256, 0}, {1, 256, 64}, {2, 256, 5}, {3, 256, 640}}});
+  Case decode{"decode 64 rows", {}};
+  for (int32_t i = 0; i < 64; ++i) decode.pieces.push_back({i, 1, 64 * (i % 5) + (i * 7) % 64});
+  all.push_back(decode);
+  return all;
+}
+
+void run_case(const Case& c, int reps) {
+  const GdnDims d = kQwen9B;
+  const int32_t rows = total_rows(c.pieces);
+  std::vector<uint64_t> seeds;
+  for (size_t i = 0; i < c.pieces.size(); ++i) seeds.push_back(100 + i);
+  const DeltaInputs in = random_delta_inputs(d, rows, 42);
+  const DeviceDeltaInputs in_d(in);
+  DeviceBuffer<float> out(static_cast<size_t>(rows) * value_width(d));
+
+  // The fingerprint: one run from the initial state.
+  uint64_t out_hash = 0, state_hash = 0;
+  {
+    States states(d, seeds);
+    Step step(c.pieces, states);
+    launch_gdn_delta_rule(step.get(), kLayer, in_d.qkv.get(), in_d.beta.get(), in_d.g.get(), d, step.scratch(),
+                          out.get(), nullptr);
+    check(cudaDeviceSynchronize(), c.name.c_str());
+    const std::vector<float> o = out.download();
+    out_hash = fnv1a(o.data(), o.size() * sizeof(float));
+    state_hash = 1469598103934665603ull;
+    for (size_t s = 0; s < c.pieces.size(); ++s) {
+      const std::vector<float> st = states.delta_now(static_cast<int32_t>(s), kLayer);
+      state_hash = fnv1a(st.data(), st.size() * sizeof(float), state_hash);
+    }
+  }
+
+  // The timing: the same step again and again on one set of states (the values move on; the work does not).
+  States states(d, seeds);
+  Step step(c.pieces, states);
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "event");
+  check(cudaEventCreate(&stop), "event");
+  std::vector<float> ms;
+  for (int r = 0; r < reps + 3; ++r) {
+    check(cudaEventRecord(start), "record");
+    launch_gdn_delta_rule(step.get(), kLayer, in_d.qkv.get(), in_d.beta.get(), in_d.g.get(), d, step.scratch(),
+                          out.get(), nullptr);
+    check(cudaEventRecord(stop), "record");
+    check(cudaEventSynchronize(stop), c.name.c_str());
+    float t = 0;
+    check(cudaEventElapsedTime(&t, start, stop), "elapsed");
+    if (r >= 3) ms.push_back(t);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  std::printf("%-22s rows %5d  median %8.1f us  min %8.1f us  (x24 layers: %6.2f ms)  out %016llx state %016llx\n",
+              c.name.c_str(), rows, 1000 * ms[ms.size() / 2], 1000 * ms[0], 24 * ms[ms.size() / 2],
+              static_cast<unsigned long long>(out_hash), static_cast<unsigned long long>(state_hash));
+}
+
+}  // namespace
+}  // namespace duet::backend::cuda::gdn_testing
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 20;
+  if (const std::string why = duet::testing::no_gpu_reason(); !why.empty()) {
+    std::fprintf(stderr, "bench_gdn_delta: %s\n", why.c_str());
+    return 1;
+  }
+  for (const auto& c : duet::backend::cuda::gdn_testing::cases()) duet::backend::cuda::gdn_testing::run_case(c, reps);
+  return 0;
+}
