@@ -46,6 +46,14 @@ std::vector<Case> cases() {
   Case decode{"decode 64 rows", {}};
   for (int32_t i = 0; i < 64; ++i) decode.pieces.push_back({i, 1, 64 * (i % 5) + (i * 7) % 64});
   all.push_back(decode);
+  // The rare row that completes its chunk (the fold) apart: none of 64, and all of them.
+  Case none{"decode 64, no fold", {}}, every{"decode 64, all fold", {}};
+  for (int32_t i = 0; i < 64; ++i) {
+    none.pieces.push_back({i, 1, 64 * (i % 5) + (i * 7) % 63});
+    every.pieces.push_back({i, 1, 64 * (i % 5) + 63});
+  }
+  all.push_back(none);
+  all.push_back(every);
   return all;
 }
 

@@ -20,11 +20,13 @@
 // independent, but for the keys and G they share in the state: a piece that starts inside one chunk reads that
 // chunk's earlier keys and G from the state, and one that ends inside a chunk leaves its new rows' keys and G there,
 // in the same rows. chunk_tail_kernel writes those after the walk (stream order), so no group can overwrite what
-// another has not read yet. (A head's groups formed one cluster instead, synchronised before group 0 wrote: at 179 KB
-// of shared memory a block an SM, only 30 clusters of 4 fit on an H200 at once, so one prompt's 32 heads ran in two
-// waves and the walk took twice its time.)
-// Pieces of one row (decode steps) take one kernel instead, decode_delta_kernel, which computes the row's entries of
-// both with the same chains.
+// another has not read yet. The walk's blocks run 512 threads (the solve takes 256 of them, as the decode
+// kernel does), keep each column's d in registers during the solve, and copy the next chunk's inputs in while a chunk
+// is computed (bench_gdn_delta: 566 -> 450 us a layer for a 1K prompt, every bit the same). (A head's groups formed one
+// cluster instead, synchronised before group 0 wrote: at 179 KB of shared memory a block an SM, only 30 clusters of 4
+// fit on an H200 at once, so one prompt's 32 heads ran in two waves and the walk took twice its time.) Pieces of one
+// row (decode steps) take one kernel instead, decode_delta_kernel, which computes the row's entries of both with the
+// same chains.
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -263,45 +265,62 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- chunk_state_kernel: d, the outputs and the state, chunk after chunk (pieces of more than one row).
 
+// A chunk's inputs from the scratch and beta, twice: the next chunk's are copied in while this one is computed.
+struct WalkInputs {
+  float A[kC][kC + 1];
+  float Q[kC][kC + 1];
+  float G[kC];
+  float beta[kC];
+};
+
 template <int KD, int VC>
 struct StateSmem {
-  ChunkVectors<KD> cv;
+  ChunkVectors<KD> cv;  // (the walk keeps G and beta in `next`)
   RawVectors<KD> raw;
   bf16 raw_v[kC][VC];
   float S[KD][VC];
   float u[kC][VC + VC / 8];  // d of the earlier rows; v then d of the new rows (the padding spreads the solve's banks)
   float wk[kC][VC];          // S_b^T k_t
   float wq[kC][VC];          // S_b^T q_t
-  float A[kC][kC + 1];
-  float Q[kC][kC + 1];
-  float eG[kC];     // e^{G_t}
-  float decay[kC];  // e^{G_63 - G_t}, for the fold
+  WalkInputs next[2];        // chunk i of the piece's walk in next[i % 2]
+  float eG[kC];              // e^{G_t}
+  float decay[kC];           // e^{G_63 - G_t}, for the fold
 };
 
 constexpr int columns_for(int value_dim) { return value_dim < 32 ? value_dim : 32; }
 constexpr int lanes_for(int value_dim) { return kThreads / columns_for(value_dim); }
+// The walk runs twice as many threads: its tiled phases (S_b^T k and q, the fold, the outputs, the normalization) have
+// twice the warps to hide their latency, each thread half the elements (a tile of kWalkTileRows x 4); the solve stays
+// on kThreads, so its lanes per column, and with them its sums, are those of the decode kernel.
+constexpr int kWalkThreads = 2 * kThreads;
+constexpr int kWalkTileRows = 4 * kThreads / kWalkThreads;
 
 // d_t of one column from the sum over earlier rows: lane p of kLanes adds rows p, p + kLanes, ... (an fma chain from
-// zero), then a fixed butterfly gives every lane of the column the same total. Both state kernels call this, so a
-// row's d has the same bits whichever computed it.
+// zero), then a fixed butterfly gives every lane of the column the same total (each level adds two lanes' values,
+// and a + b = b + a). Both state kernels finish with this, so a row's d has the same bits whichever computed it.
+template <int kLanes>
+__device__ __forceinline__ float finish_corrected_value(float part, float v, float eG, float wk, float beta) {
+#pragma unroll
+  for (int offset = kLanes / 2; offset > 0; offset >>= 1) part += __shfl_xor_sync(kFullMask, part, offset);
+  return beta * (v - eG * wk) - part;
+}
 template <int kLanes>
 __device__ __forceinline__ float corrected_value(const float* A_row, const float* u_column, int u_stride, int t,
                                                  float v, float eG, float wk, float beta) {
   const int p = threadIdx.x % kLanes;
   float part = 0.0f;
   for (int s = p; s < t; s += kLanes) part = fmaf(A_row[s], u_column[s * u_stride], part);
-#pragma unroll
-  for (int offset = kLanes / 2; offset > 0; offset >>= 1) part += __shfl_xor_sync(kFullMask, part, offset);
-  return beta * (v - eG * wk) - part;
+  return finish_corrected_value<kLanes>(part, v, eG, wk, beta);
 }
 
 template <int KD, int VD>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kWalkThreads)
     chunk_state_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, GdnDims dims,
                        const float* scratch, float* out) {
   constexpr DeltaHeadState layout{KD, VD};
   constexpr int VC = columns_for(VD);
-  constexpr int kTileCols = VC / 4;      // 4x4 tiles over VC columns
+  constexpr int kTileCols = VC / 4;  // kTR x 4 tiles over VC columns
+  constexpr int kTR = kWalkTileRows;
   constexpr int kLanes = lanes_for(VD);  // lanes per column in the solve (8 or 16: within one warp)
   constexpr int kU = VC + VC / 8;        // u's row stride
   extern __shared__ float4 smem_raw[];
@@ -315,78 +334,110 @@ __global__ void __launch_bounds__(kThreads)
   const int tid = threadIdx.x;
   copy_state_columns_async<KD, VD, VC>(sm.S, state, col0);
 
-  const int64_t out_stride = static_cast<int64_t>(dims.value_heads) * VD;
-  bool folded = false;  // S_b changes only when a chunk completes
-  for (int32_t c = piece.first_chunk; c < piece.first_chunk + piece.chunk_count; ++c) {
-    const DeviceChunk chunk = step.chunk[c];
+  // Every copy of a chunk at once: its new rows' q, k and v (into the raw buffers), its G, beta and rows of A and Q
+  // (into `w`), and for the piece's first chunk the earlier rows' d, keys (for the fold) and G from the state. The
+  // first chunk's are issued here; each next chunk's once the raw buffers are normalized, so they arrive while the
+  // chunk before is computed.
+  auto issue_copies = [&](const DeviceChunk& chunk, WalkInputs& w, bool first) {
     const int a = chunk.filled, b = chunk.filled + chunk.rows;
-    const bool completes = b == kC;
     const float* A = scratch + chunk.scratch * dims.value_heads +
                      static_cast<int64_t>(head) * chunk_scratch_elems(chunk.filled, chunk.rows);
     const float* Q = A + chunk.rows * b;
     const float* G_new = Q + chunk.rows * b;
-    __syncthreads();  // the previous chunk is done with everything staged below
-
-    // Every copy of the chunk issued at once: new rows' q, k and v, the earlier rows' d, keys (for the fold) and G,
-    // the new rows' G, beta, and rows of A and Q.
     stage_raw_vectors_async<KD>(qkv, in, chunk, sm.raw);
     copy_bf16_rows_async(&sm.raw_v[0][0], qkv + static_cast<int64_t>(chunk.first_row) * in.width + in.v + col0,
                          in.width, chunk.rows, VC);
-    copy_rows_async(&sm.u[0][0], kU, state + layout.d() + col0, VD, a, VC);
-    if (completes) copy_rows_async(&cv.k[0][0], KD + 1, state + layout.keys(), KD, a, KD);
-    copy_floats_async(cv.G, state + layout.G(), a);
-    copy_floats_async(cv.G + a, G_new, chunk.rows);
-    for (int r = tid; r < chunk.rows; r += kThreads)
-      copy_async_4(&cv.beta[a + r], beta + static_cast<int64_t>(chunk.first_row + r) * in.heads + head);
-    copy_rows_async(&sm.A[a][0], kC + 1, A, b, chunk.rows, b);
-    copy_rows_async(&sm.Q[a][0], kC + 1, Q, b, chunk.rows, b);
+    if (first) {
+      copy_rows_async(&sm.u[0][0], kU, state + layout.d() + col0, VD, a, VC);
+      if (b == kC) copy_rows_async(&cv.k[0][0], KD + 1, state + layout.keys(), KD, a, KD);
+      copy_floats_async(w.G, state + layout.G(), a);
+    }
+    copy_floats_async(w.G + a, G_new, chunk.rows);
+    for (int r = tid; r < chunk.rows; r += kWalkThreads)
+      copy_async_4(&w.beta[a + r], beta + static_cast<int64_t>(chunk.first_row + r) * in.heads + head);
+    copy_rows_async(&w.A[a][0], kC + 1, A, b, chunk.rows, b);
+    copy_rows_async(&w.Q[a][0], kC + 1, Q, b, chunk.rows, b);
+  };
+  issue_copies(step.chunk[piece.first_chunk], sm.next[0], true);
+
+  const int64_t out_stride = static_cast<int64_t>(dims.value_heads) * VD;
+  bool folded = false;  // S_b changes only when a chunk completes
+  const int32_t end = piece.first_chunk + piece.chunk_count;
+  for (int32_t c = piece.first_chunk; c < end; ++c) {
+    const DeviceChunk chunk = step.chunk[c];
+    const int a = chunk.filled, b = chunk.filled + chunk.rows;
+    const bool completes = b == kC;
+    WalkInputs& w = sm.next[(c - piece.first_chunk) % 2];
+    __syncthreads();  // the previous chunk is done with everything but the raw buffers and this chunk's inputs
     wait_async_copies();
     __syncthreads();
 
     normalize_new_vectors<KD>(sm.raw, in, chunk, cv);
-    for (int idx = tid; idx < chunk.rows * VC; idx += kThreads)
+    for (int idx = tid; idx < chunk.rows * VC; idx += kWalkThreads)
       sm.u[a + idx / VC][idx % VC] = __bfloat162float(sm.raw_v[idx / VC][idx % VC]);
-    for (int t = tid; t < b; t += kThreads) {
-      sm.eG[t] = expf(cv.G[t]);
-      if (completes) sm.decay[t] = expf(cv.G[kC - 1] - cv.G[t]);
+    for (int t = tid; t < b; t += kWalkThreads) {
+      sm.eG[t] = expf(w.G[t]);
+      if (completes) sm.decay[t] = expf(w.G[kC - 1] - w.G[t]);
     }
     __syncthreads();
+    // The raw buffers are normalized: the next chunk's copies go out now, into the other inputs (the chunk before
+    // this one was done with them at the top of this one).
+    if (c + 1 < end) issue_copies(step.chunk[c + 1], sm.next[(c + 1 - piece.first_chunk) % 2], false);
 
-    // wk = S_b^T k_t and wq = S_b^T q_t for the new rows: [k; q] as 128 rows, a 4x4 tile per thread.
+    // wk = S_b^T k_t and wq = S_b^T q_t for the new rows: [k; q] as 128 rows, a kTR x 4 tile per thread.
     {
-      const int r0 = 4 * (tid / kTileCols), j0 = 4 * (tid % kTileCols);
+      const int r0 = kTR * (tid / kTileCols), j0 = 4 * (tid % kTileCols);
       const int t0 = r0 % kC;
-      if (r0 < 2 * kC && t0 + 3 >= a && t0 < b) {
+      if (r0 < 2 * kC && t0 + kTR - 1 >= a && t0 < b) {
         const float(*vec)[KD + 1] = r0 < kC ? cv.k : cv.q;
-        float acc[4][4] = {};
+        float acc[kTR][4] = {};
 #pragma unroll 4
         for (int i = 0; i < KD; ++i) {
-          float x4[4], s4[4];
+          float x4[kTR], s4[4];
 #pragma unroll
-          for (int x = 0; x < 4; ++x) x4[x] = vec[t0 + x][i], s4[x] = sm.S[i][j0 + x];
+          for (int x = 0; x < kTR; ++x) x4[x] = vec[t0 + x][i];
 #pragma unroll
-          for (int x = 0; x < 4; ++x)
+          for (int y = 0; y < 4; ++y) s4[y] = sm.S[i][j0 + y];
+#pragma unroll
+          for (int x = 0; x < kTR; ++x)
 #pragma unroll
             for (int y = 0; y < 4; ++y) acc[x][y] = fmaf(x4[x], s4[y], acc[x][y]);
         }
         float(*dst)[VC] = r0 < kC ? sm.wk : sm.wq;
 #pragma unroll
-        for (int x = 0; x < 4; ++x)
+        for (int x = 0; x < kTR; ++x)
 #pragma unroll
           for (int y = 0; y < 4; ++y) dst[t0 + x][j0 + y] = acc[x][y];
       }
     }
     __syncthreads();
 
-    // d of the new rows in order, kLanes lanes of one warp per column.
-    {
+    // d of the new rows in order, kLanes lanes of one warp per column. Lane p keeps the column's d of rows p,
+    // p + kLanes, ... (its terms of every later row's sum) in registers, so a row's sum needs no shared-memory round
+    // trip of the row before: the loop over the chunk's 64 rows is unrolled (the register indices are then constants),
+    // and the terms a row's sum takes from earlier rows can be added while the row before is still in its butterfly;
+    // only the last term waits for it. The same terms in the same order as corrected_value, so the same bits.
+    if (tid < kThreads) {  // kLanes x VC threads
+      constexpr int kMine = kC / kLanes;
       const int col = tid / kLanes, p = tid % kLanes;
-      for (int t = a; t < b; ++t) {
-        const float d =
-            corrected_value<kLanes>(sm.A[t], &sm.u[0][col], kU, t, sm.u[t][col], sm.eG[t], sm.wk[t][col], cv.beta[t]);
-        __syncwarp();  // every lane has read v_t before it becomes d_t
-        if (p == 0) sm.u[t][col] = d;
-        __syncwarp();
+      float mine[kMine];
+#pragma unroll
+      for (int m = 0; m < kMine; ++m) mine[m] = p + kLanes * m < a ? sm.u[p + kLanes * m][col] : 0.0f;
+#pragma unroll
+      for (int t = 0; t < kC; ++t) {
+        if (t < a || t >= b) continue;  // the same for the whole block
+        float part = 0.0f;
+#pragma unroll
+        for (int m = 0; m < kMine; ++m)
+          if (p + kLanes * m < t) part = fmaf(w.A[t][p + kLanes * m], mine[m], part);
+        const float d = finish_corrected_value<kLanes>(part, sm.u[t][col], sm.eG[t], sm.wk[t][col], w.beta[t]);
+        if (p == t % kLanes) mine[t / kLanes] = d;
+      }
+      __syncwarp();  // every lane of the column has read its v_t before d_t takes its place
+#pragma unroll
+      for (int m = 0; m < kMine; ++m) {
+        const int s = p + kLanes * m;
+        if (s >= a && s < b) sm.u[s][col] = mine[m];
       }
     }
     __syncthreads();
@@ -394,39 +445,41 @@ __global__ void __launch_bounds__(kThreads)
     // The new rows' outputs, one column per lane: o_t = e^{G_t} wq_t + sum_{s<=t} Q[t][s] d_s.
     {
       const int j = tid % VC;
-      for (int t = a + tid / VC; t < b; t += kThreads / VC) {
+      for (int t = a + tid / VC; t < b; t += kWalkThreads / VC) {
         float acc = 0.0f;
-        for (int s = 0; s <= t; ++s) acc = fmaf(sm.Q[t][s], sm.u[s][j], acc);
+        for (int s = 0; s <= t; ++s) acc = fmaf(w.Q[t][s], sm.u[s][j], acc);
         out[static_cast<int64_t>(chunk.first_row + t - a) * out_stride + static_cast<int64_t>(head) * VD + col0 + j] =
             fmaf(sm.eG[t], sm.wq[t][j], acc);
       }
     }
-    if (completes) {  // S_b of the next chunk, a 4x4 tile of S per thread (the outputs above do not read S)
+    if (completes) {  // S_b of the next chunk, a kTR x 4 tile of S per thread (the outputs above do not read S)
       folded = true;
-      const int i0 = 4 * (tid / kTileCols), j0 = 4 * (tid % kTileCols);
+      const int i0 = kTR * (tid / kTileCols), j0 = 4 * (tid % kTileCols);
       if (i0 < KD) {
         const float keep = sm.eG[kC - 1];
-        float acc[4][4];
+        float acc[kTR][4];
 #pragma unroll
-        for (int x = 0; x < 4; ++x)
+        for (int x = 0; x < kTR; ++x)
 #pragma unroll
           for (int y = 0; y < 4; ++y) acc[x][y] = sm.S[i0 + x][j0 + y] * keep;
         for (int s = 0; s < kC; ++s) {
-          float kd[4], d[4];
+          float kd[kTR], d[4];
 #pragma unroll
-          for (int x = 0; x < 4; ++x) kd[x] = cv.k[s][i0 + x] * sm.decay[s], d[x] = sm.u[s][j0 + x];
+          for (int x = 0; x < kTR; ++x) kd[x] = cv.k[s][i0 + x] * sm.decay[s];
 #pragma unroll
-          for (int x = 0; x < 4; ++x)
+          for (int y = 0; y < 4; ++y) d[y] = sm.u[s][j0 + y];
+#pragma unroll
+          for (int x = 0; x < kTR; ++x)
 #pragma unroll
             for (int y = 0; y < 4; ++y) acc[x][y] = fmaf(kd[x], d[y], acc[x][y]);
         }
 #pragma unroll
-        for (int x = 0; x < 4; ++x)
+        for (int x = 0; x < kTR; ++x)
 #pragma unroll
           for (int y = 0; y < 4; ++y) sm.S[i0 + x][j0 + y] = acc[x][y];
       }
     } else {  // the piece ends inside this chunk: its new rows' d join the state (keys and G below)
-      for (int idx = tid; idx < chunk.rows * VC; idx += kThreads) {
+      for (int idx = tid; idx < chunk.rows * VC; idx += kWalkThreads) {
         const int t = a + idx / VC, j = idx % VC;
         state[layout.d() + t * VD + col0 + j] = sm.u[t][j];
       }
@@ -435,7 +488,7 @@ __global__ void __launch_bounds__(kThreads)
   // The last chunk's keys and G join the state in chunk_tail_kernel, once every group has read the old ones.
   if (!folded) return;
   __syncthreads();
-  for (int idx = tid; idx < KD * VC; idx += kThreads)
+  for (int idx = tid; idx < KD * VC; idx += kWalkThreads)
     state[(idx / VC) * VD + col0 + idx % VC] = sm.S[idx / VC][idx % VC];
 }
 
@@ -473,7 +526,7 @@ __global__ void __launch_bounds__(kThreads)
 // memory. (Each group staged all 64 keys and computed all 64 entries before, and read S_b column by column from global
 // memory: 61 KB of shared memory, 3 blocks an SM and eight memory round trips per block made the kernel
 // latency-bound, a third of a 64-row step. Now 37 KB, 6 blocks an SM.) The rare row that completes its chunk reads
-// the other groups' keys from the state itself for the fold.
+// the other groups' keys from their shared memory for the fold.
 
 template <int KD, int VD, int VC = columns_for(VD)>
 struct DecodeSmem {
@@ -623,20 +676,31 @@ __global__ void __launch_bounds__(kThreads)
     }
     cluster.sync();  // no block leaves (freeing the outputs it shares) before group 0 has read them
   }
-  if (completes) {  // the next chunk's S_b, each thread its elements, the fold's chain of chunk_state_kernel
-    const float keep = eG;
-    const float* keys = state + layout.keys();  // the other groups' rows (t itself is in kt)
-    for (int idx = tid; idx < KD * VC; idx += kThreads) {
-      const int i = idx / VC, j = idx % VC;
-      float acc = sm.S[i][j] * keep;
-      for (int s = 0; s < kC; ++s) {
-        const float key = s == t                                    ? sm.kt[i]
-                          : s >= first_key && s < first_key + kRows ? sm.k[s - first_key][i]
-                                                                    : keys[s * KD + i];
-        acc = fmaf(key * sm.decay[s], sm.u[s][j], acc);
-      }
-      state[i * VD + col0 + j] = acc;  // read and written by this thread alone
+  if (completes) {  // the next chunk's S_b, each element the fold's chain of chunk_state_kernel
+    // A thread takes one row i of S and kCols of the group's columns, so each step of the chains reads one key. The
+    // keys of the chunk's rows are in the cluster's shared memory: this row's in kt, the group's own in k, the
+    // others' in their group's k (distributed shared memory: the same values the state holds, which each group
+    // staged this step). Reading them from the state instead, one global load a step of a 64-step chain, made this
+    // one block of a step's thousands (1 row in 64 completes a chunk) take longer than all the others together.
+    constexpr int kRowThreads = kThreads / KD, kCols = VC / kRowThreads;
+    static_assert(kThreads % KD == 0 && VC % kRowThreads == 0, "the fold's thread layout");
+    const int i = tid / kRowThreads, j0 = (tid % kRowThreads) * kCols;
+    float acc[kCols];
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) acc[c] = sm.S[i][j0 + c] * eG;
+#pragma unroll 4
+    for (int s = 0; s < kC; ++s) {
+      const int owner = s / kRows;
+      const float key = s == t           ? sm.kt[i]
+                        : owner == group ? sm.k[s % kRows][i]
+                                         : cluster.map_shared_rank(&sm.k[0][0], owner)[(s % kRows) * (KD + 1) + i];
+      const float kd = key * sm.decay[s];
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) acc[c] = fmaf(kd, sm.u[s][j0 + c], acc[c]);
     }
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) state[i * VD + col0 + j0 + c] = acc[c];  // read and written by this thread alone
+    cluster.sync();  // no block leaves (freeing its keys) before every group has read them
     return;
   }
   if (tid < VC) state[layout.d() + t * VD + col0 + tid] = sm.u[t][tid];
@@ -662,6 +726,7 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
   constexpr size_t decode_bytes = sizeof(DecodeSmem<KD, VD>);
   // Six blocks an SM (228 KB, 1 KB of each block's reserved) at the 9B's shape: the kernel is latency-bound.
   static_assert(KD != 128 || VD != 128 || decode_bytes <= 37 * 1024, "decode_delta_kernel: 6 blocks per SM");
+  static_assert(state_bytes <= 227 * 1024, "chunk_state_kernel: one block an SM at most");
   static const bool opted_in =
       (allow_smem(chunk_matrices_kernel<KD, VD>, matrices_bytes), allow_smem(chunk_state_kernel<KD, VD>, state_bytes),
        allow_smem(decode_delta_kernel<KD, VD>, decode_bytes), true);
@@ -674,7 +739,7 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
   }
   if (step.multi_pieces > 0) {
     const dim3 grid(static_cast<unsigned>(step.multi_pieces), static_cast<unsigned>(dims.value_heads), VD / VC);
-    chunk_state_kernel<KD, VD><<<grid, kThreads, state_bytes, stream>>>(step, layer, qkv, beta, dims, scratch, out);
+    chunk_state_kernel<KD, VD><<<grid, kWalkThreads, state_bytes, stream>>>(step, layer, qkv, beta, dims, scratch, out);
     check_launch("gdn chunk_state_kernel");
     chunk_tail_kernel<KD, VD>
         <<<dim3(step.multi_pieces, dims.value_heads), kThreads, 0, stream>>>(step, layer, qkv, dims, scratch);
