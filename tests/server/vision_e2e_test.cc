@@ -11,7 +11,8 @@
 // the part while the server stays up; --no-vision refuses image parts by name.
 // POST /v1/responses (input_image) and /v1/messages (image blocks, count_tokens) give chat's reply for the same image
 // and text, whole and streamed; another image gives another reply there too; hostile images are refused naming each
-// route's part path. tests/server/clients/images.mjs does the same through the official openai and Anthropic clients.
+// route's part path. tests/server/clients/images.mjs does the same through the official openai and Anthropic clients
+// (and the AI SDK and LangChain).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -314,6 +315,32 @@ TEST_F(VisionServe, ResponsesAndMessagesAnswerAsChatDoes) {
       want.size(), prompt.size());
 }
 
+// Text around the image keeps its place on every route: "Look: " IMAGE " now?" and "Look: " " now?" IMAGE (the same
+// tokens in another order, the control) each give one reply on all three routes, and the two replies differ.
+TEST_F(VisionServe, TextAroundTheImageKeepsItsPlaceOnEveryRoute) {
+  const std::string png = read_bytes(image_path("small_png.png"));
+  std::vector<std::string> replies;
+  for (const bool image_last : {false, true}) {
+    std::vector<Json> chat_parts = {
+        {{"type", "text"}, {"text", "Look: "}}, image_part(small_png_), {{"type", "text"}, {"text", " now?"}}};
+    std::vector<Json> response_parts = {{{"type", "input_text"}, {"text", "Look: "}},
+                                        input_image(small_png_),
+                                        {{"type", "input_text"}, {"text", " now?"}}};
+    std::vector<Json> message_blocks = {chat_parts[0], image_block(png), chat_parts[2]};
+    if (image_last)
+      for (auto* parts : {&chat_parts, &response_parts, &message_blocks}) std::swap((*parts)[1], (*parts)[2]);
+    const Json chat = post(*server_, image_chat(chat_parts, 8));
+    const Json response = post_to(*server_, "/v1/responses", image_response(response_parts, 8));
+    const Json message = post_to(*server_, "/v1/messages", image_message(message_blocks, 8));
+    EXPECT_EQ(response_text(response), chat_text(chat)) << "image last: " << image_last;
+    EXPECT_EQ(message_text(message), chat_text(chat)) << "image last: " << image_last;
+    EXPECT_EQ(response["usage"]["input_tokens"], chat["usage"]["prompt_tokens"]);
+    EXPECT_EQ(message["usage"]["input_tokens"], chat["usage"]["prompt_tokens"]);
+    replies.push_back(chat_text(chat));
+  }
+  EXPECT_NE(replies[0], replies[1]) << "the control: the image's place changes the reply";
+}
+
 // Streamed answers on both routes: the same text.
 TEST_F(VisionServe, StreamedResponsesAndMessagesAreTheSame) {
   const std::string text = chat_text(post(*server_, image_chat({image_part(small_png_)})));
@@ -422,9 +449,33 @@ TEST_F(VisionServe, BadImagesAreRefusedNamingThePartOnResponsesAndMessages) {
   EXPECT_EQ(token_ids(post(*server_, image_chat({image_part(small_png_)}))), golden("decode.fed"));
 }
 
-// The same through the official clients (openai: chat and Responses; @anthropic-ai/sdk: Messages and count_tokens).
+// A stored response keeps its image: the next turn through previous_response_id reads it again, and gives what the
+// whole conversation sent as input items gives.
+TEST_F(VisionServe, AStoredResponseCarriesItsImageToTheNextTurn) {
+  Json first = image_response({input_image(small_png_)});
+  first["store"] = true;
+  const Json stored = post_to(*server_, "/v1/responses", first);
+  ASSERT_EQ(response_text(stored), chat_text(post(*server_, image_chat({image_part(small_png_)}))));
+  Json next = image_response({});
+  next.erase("store");
+  next["input"] = "And then?";
+  next["previous_response_id"] = stored["id"];
+  const Json continued = post_to(*server_, "/v1/responses", next);
+  Json whole = image_response({});
+  whole["input"] = Json::array(
+      {first["input"][0],
+       {{"role", "assistant"}, {"content", Json::array({{{"type", "output_text"}, {"text", response_text(stored)}}})}},
+       {{"role", "user"}, {"content", "And then?"}}});
+  const Json sent_whole = post_to(*server_, "/v1/responses", whole);
+  EXPECT_EQ(response_text(continued), response_text(sent_whole)) << continued.dump();
+  EXPECT_EQ(continued["usage"]["input_tokens"], sent_whole["usage"]["input_tokens"]) << continued.dump();
+  EXPECT_GT(continued["usage"]["input_tokens"].get<int>(), stored["usage"]["input_tokens"].get<int>());
+}
+
+// The same through the official clients (openai: chat and Responses; @anthropic-ai/sdk: Messages and count_tokens), the
+// AI SDK and LangChain (chat and Responses each).
 TEST_F(VisionServe, OfficialClientsSendTheImageOnEveryRoute) {
-  for (const char* package : {"openai", "@anthropic-ai/sdk"})
+  for (const char* package : {"openai", "@anthropic-ai/sdk", "@ai-sdk/openai", "@langchain/openai"})
     if (!std::filesystem::exists(tests_dir() + "/node_modules/" + package))
       FAIL() << package << " is not installed: run scripts/test-deps.sh";
   std::string ids;

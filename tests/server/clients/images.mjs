@@ -1,6 +1,7 @@
 // One image through the official clients on every chat-like route (issue 21): the `openai` client's chat completions
 // (an image_url part) and Responses API (an input_image part), and `@anthropic-ai/sdk`'s Messages API (a base64 image
-// block, and count_tokens), against a server whose model has a vision tower. Greedy with thinking off, the three
+// block, and count_tokens), against a server whose model has a vision tower; the Vercel AI SDK and LangChain over
+// both OpenAI APIs too. Greedy with thinking off, the three
 // build the same prompt, so they give the same reply: chat's token ids are the golden ids the test passes (transformers'
 // own), and Responses and Messages give its text and usage. The planted control: another image of the same size gives
 // another reply, the same on all three. Hostile images and remote URLs come back as each SDK's BadRequestError naming
@@ -10,6 +11,10 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import OpenAI from "openai";
 import Anthropic from "@anthropic-ai/sdk";
+import { createOpenAI } from "@ai-sdk/openai";
+import { generateText } from "ai";
+import { ChatOpenAI } from "@langchain/openai";
+import { HumanMessage } from "@langchain/core/messages";
 
 const [url, key, model, images, goldenIds] = process.argv.slice(2);
 const openai = new OpenAI({ baseURL: `${url}/v1`, apiKey: key, maxRetries: 0 });
@@ -57,6 +62,30 @@ for (const [route, reply] of [["responses", onResponses], ["messages", onMessage
   assert.equal(reply.inputTokens, onChat.inputTokens, route);
   assert.equal(reply.outputTokens, onChat.outputTokens, route);
 }
+// The Vercel AI SDK (chat and its default Responses provider) and LangChain (ChatOpenAI with and without
+// useResponsesApi) send the image bytes as data URLs: the same reply. Thinking is turned off in their bodies.
+const thinkingOff = (target, init) => {
+  const body = JSON.parse(init.body);
+  if (String(target).endsWith("/chat/completions")) body.chat_template_kwargs = { enable_thinking: false };
+  else body.reasoning = { ...body.reasoning, effort: "none" };
+  return fetch(target, { ...init, body: JSON.stringify(body) });
+};
+const aiSdk = createOpenAI({ baseURL: `${url}/v1`, apiKey: key, fetch: thinkingOff });
+for (const [name, sdkModel] of [["ai sdk chat", aiSdk.chat(model)], ["ai sdk responses", aiSdk(model)]]) {
+  const reply = await generateText({ model: sdkModel, maxOutputTokens: maxTokens, temperature: 0, maxRetries: 0,
+    messages: [{ role: "user", content: [{ type: "image", image: new Uint8Array(png), mediaType: "image/png" }] }] });
+  assert.equal(reply.text, onChat.text, name);
+  assert.equal(reply.usage.inputTokens, onChat.inputTokens, name);
+}
+for (const useResponsesApi of [false, true]) {
+  const chatModel = new ChatOpenAI({ model, apiKey: key, temperature: 0, maxTokens, maxRetries: 0, useResponsesApi,
+    configuration: { baseURL: `${url}/v1`, fetch: thinkingOff } });
+  const reply = await chatModel.invoke([new HumanMessage({ content: [
+    { type: "image_url", image_url: { url: dataUrl(png) } }] })]);
+  assert.equal(reply.text, onChat.text, `langchain, useResponsesApi ${useResponsesApi}`);
+  assert.equal(reply.usage_metadata.input_tokens, onChat.inputTokens, `langchain, useResponsesApi ${useResponsesApi}`);
+}
+
 // A media type that disagrees with the bytes: the bytes decide, as for chat's data URLs.
 assert.equal((await messages([block(png, "image/webp")])).text, onChat.text);
 
