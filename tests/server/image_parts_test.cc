@@ -150,13 +150,12 @@ TEST(ImageParts, WhatDuetDoesNotKeepIsRefusedByName) {
   for (const auto& [source, param] :
        {std::pair{R"({"type": "base64", "media_type": "image/png;base64,AAAA", "data": "AAAA"})", "media_type"},
         std::pair{R"({"type": "base64", "data": "AAAA"})", "media_type"},
-        std::pair{R"({"type": "base64", "media_type": "image/png"})", "data"}})
-    EXPECT_EQ(refusal([&] {
-                messages(std::string(R"({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type":
-                  "image", "source": )") +
-                         source + "}]}]}");
-              }).first,
-              std::string("messages[0].content[0].source.") + param);
+        std::pair{R"({"type": "base64", "media_type": "image/png"})", "data"}}) {
+    const std::string body = std::string(R"({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type":
+      "image", "source": )") +
+                             source + "}]}]}";
+    EXPECT_EQ(refusal([&] { messages(body); }).first, std::string("messages[0].content[0].source.") + param);
+  }
   // A system message cannot hold images, on any route.
   EXPECT_EQ(refusal([] {
               responses(R"({"input": [{"role": "developer", "content": [{"type": "input_image",
