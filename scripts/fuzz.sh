@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing of what reads untrusted bytes (tests/fuzz): the HTTP request reader, the JSON body parser,
-# the chat / completions, Responses and System One request parsers, the model-output tool-call parser and the image
-# decoders (src/image), as libFuzzer targets built with Debian's clang under ASan and UBSan in the sanitizer build
-# (scripts/sanitize-build.sh: the objects the sanitizer unit tests link, assert() on for duet's code). Each runs SECONDS
-# from the committed seeds (tests/fuzz/seeds/TARGET) plus what earlier runs found (BUILD/fuzz/corpus/TARGET). A crash,
-# a leak, a sanitizer report or an abort fails the run and leaves the input in BUILD/fuzz (crash-*): make it a
-# regression test and a seed.
+# the chat / completions, Responses, Messages and System One request parsers, the model-output tool-call parser and
+# the image decoders (src/image), as libFuzzer targets built with Debian's clang under ASan and UBSan in the sanitizer
+# build (scripts/sanitize-build.sh: the objects the sanitizer unit tests link, assert() on for duet's code). Each
+# runs SECONDS from the committed seeds (tests/fuzz/seeds/TARGET) plus what earlier runs found
+# (BUILD/fuzz/corpus/TARGET). A crash, a leak, a sanitizer report or an abort fails the run and leaves the input in
+# BUILD/fuzz (crash-*): make it a regression test and a seed.
 # scripts/sanitize.sh runs it for 10 s a target; long runs are receipts in docs/benchmarks.md.
 #   scripts/fuzz.sh [SECONDS=10] [BUILD=build-sanitize] [TARGET...]   exit 77 (skipped) when clang++ is not installed
 set -euo pipefail
@@ -16,7 +16,7 @@ shift $(($# < 2 ? $# : 2))
 command -v clang++ >/dev/null || { echo "clang++ is not installed: the fuzz targets are skipped"; exit 77; }
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(request_reader_fuzz json_body_fuzz tool_call_fuzz chat_request_fuzz
-  responses_request_fuzz systemone_request_fuzz image_decode_fuzz)
+  responses_request_fuzz messages_request_fuzz systemone_request_fuzz image_decode_fuzz)
 scripts/sanitize-build.sh "$build_dir" "${targets[@]}"
 out=$build_dir/fuzz
 status=0

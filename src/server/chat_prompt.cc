@@ -17,15 +17,29 @@ std::vector<int32_t> end_of_turn_ids(const tokenizer::Tokenizer& tokenizer) {
   return ids;
 }
 
+// Before anything is rendered: a server that reads no images refuses the first image part, naming why.
+void refuse_unreadable_images(const ServerContext& context, const std::vector<ImagePart>& images) {
+  if (!images.empty() && !context.vision)
+    throw ApiError(400, fmt::format("{}: {}: image parts cannot be read", images[0].param, context.no_vision),
+                   images[0].param, "images_not_supported");
+}
+
 }  // namespace
+
+std::shared_ptr<const std::vector<engine::PromptImage>> prompt_images(const ServerContext& context,
+                                                                      const std::vector<ImagePart>& images,
+                                                                      std::vector<int32_t>& prompt,
+                                                                      const std::string& param) {
+  refuse_unreadable_images(context, images);
+  if (!context.vision) return nullptr;
+  return expand_prompt_images(*context.vision, images, prompt, param, context.options.context);
+}
 
 ChatPrompt build_chat_prompt(const ServerContext& context, const std::vector<tokenizer::ChatMessage>& messages,
                              const Json& tools, bool enable_thinking, const SamplingRequest& sampling,
                              const std::string& param, const std::string& answer_start,
                              const std::vector<ImagePart>& images) {
-  if (!images.empty() && !context.vision)
-    throw ApiError(400, fmt::format("{}: {}: image parts cannot be read", images[0].param, context.no_vision),
-                   images[0].param, "images_not_supported");
+  refuse_unreadable_images(context, images);
   std::string prompt;
   try {
     tokenizer::ChatOptions chat_options;
@@ -39,9 +53,7 @@ ChatPrompt build_chat_prompt(const ServerContext& context, const std::vector<tok
   out.starts_in_reasoning = prompt.ends_with("<think>\n") || prompt.ends_with("<think>");
   out.answer_start = answer_start;
   out.request.prompt = context.tokenizer.encode(prompt + answer_start);
-  if (context.vision)
-    out.request.images =
-        expand_prompt_images(*context.vision, images, out.request.prompt, param, context.options.context);
+  out.request.images = prompt_images(context, images, out.request.prompt, param);
   // The prompt cache keeps the state where the generation prompt starts (its `<|im_start|>` is a special token, so the
   // text before it tokenizes as the prompt's own beginning): the next turn repeats everything before it. A prompt with
   // images is never kept (engine/request.h).

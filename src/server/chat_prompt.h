@@ -1,6 +1,8 @@
 #pragma once
-// From a conversation to an engine request, as both chat routes (chat/completions and responses) build it: the chat
-// template rendered, tokenized, generation stopped at the end-of-turn tokens, the budget fitted to the context.
+// From a conversation to an engine request, as the chat-like routes (chat/completions, responses, messages) build it:
+// the chat template rendered, tokenized, its images decoded, generation stopped at the end-of-turn tokens, the budget
+// fitted to the context.
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +29,15 @@ struct ChatPrompt {
 // (server/prompt_images.h) when the server reads images, else refused naming the first. Throws ApiError 400
 // invalid_messages when the template cannot render the conversation, context_length_exceeded when the prompt fills the
 // context, and the refusals of expand_prompt_images.
+// The prompt's images for engine::Request::images (null without images): decoded, and their tokens expanded in
+// `prompt`, by expand_prompt_images (prompt_images.h) when the server reads images; on a server that does not, an
+// image part is refused (400 images_not_supported naming the first part and why). Every route that takes images
+// (chat/completions, responses, messages and its count_tokens) goes through here.
+std::shared_ptr<const std::vector<engine::PromptImage>> prompt_images(const ServerContext& context,
+                                                                      const std::vector<ImagePart>& images,
+                                                                      std::vector<int32_t>& prompt,
+                                                                      const std::string& param);
+
 ChatPrompt build_chat_prompt(const ServerContext& context, const std::vector<tokenizer::ChatMessage>& messages,
                              const Json& tools, bool enable_thinking, const SamplingRequest& sampling,
                              const std::string& param, const std::string& answer_start = {},

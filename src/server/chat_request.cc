@@ -26,8 +26,7 @@ std::string message_content(const Json& message, const std::string& name, const 
     auto type = read_string(part, "type", part_name + ".type");
     if (!type) refuse_field(part_name + ".type", "missing");
     if (*type == "image_url" && images != nullptr) {
-      if (role == "system" || role == "developer")
-        refuse_field(part_name, "a system message cannot contain images (as the chat template says)");
+      refuse_image_in_system(role, part_name);
       images->push_back(parse_image_part(part, part_name, unknown));
       text += kImageMarkup;
       continue;

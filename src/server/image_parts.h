@@ -1,7 +1,13 @@
 #pragma once
-// Image content parts of chat messages (`{"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}`):
-// read where the message is parsed, rendered as the Qwen3.5 chat template renders an image, and decoded later
-// (server/prompt_images.h) once the server knows it can read images.
+// Image content parts, as each chat-like route spells them, read into one shape where the message is parsed, rendered
+// as the Qwen3.5 chat template renders an image, and decoded later (server/prompt_images.h) once the server knows it
+// can read images:
+//   chat/completions  {"type": "image_url", "image_url": {"url": "data:image/png;base64,...", "detail": "auto"}}
+//   responses         {"type": "input_image", "image_url": "data:image/png;base64,...", "detail": "auto"}
+//   messages          {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "..."}}
+// Every route refuses the same things with the same words (400 naming the field): a missing image, a remote http(s)
+// URL (the server fetches nothing), any other scheme, an image in a system message.
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -19,10 +25,21 @@ struct ImagePart {
   std::string url;    // a data: URL
 };
 
-// Reads one `image_url` part named `param`. `image_url` is an object with `url` (or the URL as a string, which some
-// clients send); `detail` is accepted and ignored (the processor's own pixel range decides the size). Refused (400,
-// naming the part): a missing URL, a remote http(s) URL (the server fetches nothing: send the bytes as a data: URL),
-// any other scheme.
+// The template refuses images in a system message (`role` system or developer), and so does every route: 400 naming
+// `param`.
+void refuse_image_in_system(const std::string& role, const std::string& param);
+
+// chat/completions: one `image_url` part named `param`. `image_url` is an object with `url` (or the URL as a string,
+// which some clients send); `detail` is accepted and ignored (the processor's own pixel range decides the size).
 ImagePart parse_image_part(const Json& part, const std::string& param, IgnoredFields& unknown);
+
+// responses: one `input_image` part named `param`, its `image_url` a data: URL (`detail` accepted and ignored, as on
+// chat). `file_id` is refused by name (duet keeps no files).
+ImagePart parse_input_image(const Json& part, const std::string& param, IgnoredFields& unknown);
+
+// messages: one `image` block named `param`, its base64 `source` made into the data: URL chat would carry (the bytes'
+// own signature decides the decoder, whatever `media_type` says, as for chat's data URLs). A `url` source is checked
+// as chat checks its URLs (a remote one is refused); `file` and other sources are refused by name.
+ImagePart parse_image_block(const Json& block, const std::string& param, IgnoredFields& unknown);
 
 }  // namespace duet::server

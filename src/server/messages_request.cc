@@ -15,9 +15,10 @@ namespace {
 // out, as llama.cpp and others do.
 constexpr std::string_view kBillingHeader = "x-anthropic-billing-header:";
 
-// A content field: a string, or blocks of which only `text` ones are read here (tool results, system).
+// A content field: a string, or blocks of which only `text` ones are read here (system), and `image` ones where
+// `images` is given (tool results): rendered as the template renders an image and added to `images` in order.
 std::string text_of(const Json& content, const std::string& name, IgnoredFields& unknown,
-                    bool without_billing_header = false) {
+                    bool without_billing_header = false, std::vector<ImagePart>* images = nullptr) {
   if (content.is_null()) return {};
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) refuse_field(name, "expected a string or an array of text blocks");
@@ -26,8 +27,15 @@ std::string text_of(const Json& content, const std::string& name, IgnoredFields&
     const std::string block_name = fmt::format("{}[{}]", name, i);
     const Json& block = content[i];
     if (!block.is_object()) refuse_field(block_name, "expected a content block object");
-    if (read_string(block, "type", block_name + ".type") != "text")
-      refuse_field(block_name + ".type", "only text blocks are supported here");
+    const auto type = read_string(block, "type", block_name + ".type");
+    if (type == "image" && images != nullptr) {
+      images->push_back(parse_image_block(block, block_name, unknown));
+      text += kImageMarkup;
+      continue;
+    }
+    if (type != "text")
+      refuse_field(block_name + ".type", images != nullptr ? "only text and image blocks are supported here"
+                                                           : "only text blocks are supported here");
     check_known_fields(block, {"type", "text"}, {"cache_control", "citations"}, block_name + ".", unknown);
     const std::string part = read_string(block, "text", block_name + ".text").value_or("");
     if (without_billing_header && part.starts_with(kBillingHeader)) continue;
@@ -36,16 +44,18 @@ std::string text_of(const Json& content, const std::string& name, IgnoredFields&
   return text;
 }
 
-// A user turn: its tool_result blocks become tool turns (first, as Anthropic places them), its text one user turn.
+// A user turn: its tool_result blocks become tool turns (first, as Anthropic places them), its text and image blocks
+// one user turn. `images` gets the images in the order the template renders them: the tool turns' first.
 void add_user_turn(std::vector<tokenizer::ChatMessage>& messages, const Json& content, const std::string& name,
-                   IgnoredFields& unknown) {
+                   IgnoredFields& unknown, std::vector<ImagePart>& images) {
   if (content.is_string()) {
     messages.push_back({"user", content.get<std::string>(), std::nullopt, {}});
     return;
   }
   if (!content.is_array()) refuse_field(name + ".content", "expected a string or an array of content blocks");
   std::string text;
-  bool has_text = false;
+  std::vector<ImagePart> turn_images;
+  bool has_content = false;
   for (size_t i = 0; i < content.size(); ++i) {
     const std::string block_name = fmt::format("{}.content[{}]", name, i);
     const Json& block = content[i];
@@ -54,21 +64,30 @@ void add_user_turn(std::vector<tokenizer::ChatMessage>& messages, const Json& co
     if (type == "text") {
       check_known_fields(block, {"type", "text"}, {"cache_control", "citations"}, block_name + ".", unknown);
       text += read_string(block, "text", block_name + ".text").value_or("");
-      has_text = true;
+      has_content = true;
+    } else if (type == "image") {
+      turn_images.push_back(parse_image_block(block, block_name, unknown));
+      text += kImageMarkup;
+      has_content = true;
     } else if (type == "tool_result") {
       check_known_fields(block, {"type", "tool_use_id", "content"}, {"is_error", "cache_control"}, block_name + ".",
                          unknown);
       read_bool(block, "is_error", block_name + ".is_error");
       auto result = block.find("content");
       messages.push_back(
-          {"tool", result == block.end() ? "" : text_of(*result, block_name + ".content", unknown), std::nullopt, {}});
+          {"tool",
+           result == block.end() ? "" : text_of(*result, block_name + ".content", unknown, false, &images),
+           std::nullopt,
+           {}});
     } else {
-      refuse_field(block_name + ".type", fmt::format("`{}` blocks are not supported in user turns; send text and "
-                                                     "tool_result blocks",
+      refuse_field(block_name + ".type", fmt::format("`{}` blocks are not supported in user turns; send text, image "
+                                                     "and tool_result blocks",
                                                      type));
     }
   }
-  if (has_text) messages.push_back({"user", std::move(text), std::nullopt, {}});
+  if (!has_content) return;
+  messages.push_back({"user", std::move(text), std::nullopt, {}});
+  for (ImagePart& image : turn_images) images.push_back(std::move(image));
 }
 
 void add_assistant_turn(std::vector<tokenizer::ChatMessage>& messages, const Json& content, const std::string& name,
@@ -112,7 +131,8 @@ void add_assistant_turn(std::vector<tokenizer::ChatMessage>& messages, const Jso
   messages.push_back(std::move(turn));
 }
 
-std::vector<tokenizer::ChatMessage> parse_turns(const Json& body, IgnoredFields& unknown) {
+std::vector<tokenizer::ChatMessage> parse_turns(const Json& body, IgnoredFields& unknown,
+                                                std::vector<ImagePart>& images) {
   std::vector<tokenizer::ChatMessage> messages;
   if (auto system = body.find("system"); system != body.end() && !system->is_null())
     messages.push_back({"system", text_of(*system, "system", unknown, true), std::nullopt, {}});
@@ -128,7 +148,7 @@ std::vector<tokenizer::ChatMessage> parse_turns(const Json& body, IgnoredFields&
     auto content = message.find("content");
     if (content == message.end() || content->is_null()) refuse_field(name + ".content", "missing");
     if (role == "user")
-      add_user_turn(messages, *content, name, unknown);
+      add_user_turn(messages, *content, name, unknown, images);
     else if (role == "assistant")
       add_assistant_turn(messages, *content, name, unknown);
     else if (role == "system")  // Claude Code sends its environment as a system message after the first user turn
@@ -234,7 +254,7 @@ MessagesRequest parse_messages_request(const Json& body, const ServerOptions& op
                         "top_p", "top_k", "stop_sequences", "stream", "metadata", "ignore_eos"},
                        {"service_tier", "container", "mcp_servers", "context_management"}, "", request.ignored);
   check_model(body, options.served_model_name);
-  request.messages = parse_turns(body, request.ignored);
+  request.messages = parse_turns(body, request.ignored, request.images);
   join_leading_system_messages(request.messages);
   request.tools = parse_tools(body, request.ignored);
   request.tool_choice = parse_tool_choice(body, request.tools);

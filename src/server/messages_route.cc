@@ -36,8 +36,10 @@ void add_messages_routes(RouteTable& table, ServerContext& context) {
   table.add(RouteTable::Method::post, "/v1/messages", [&context](const HttpRequest& req) {
     return anthropic_errors([&] {
       MessagesRequest request = parse_messages_request(request_json(req), context.options);
-      ChatPrompt prompt = build_chat_prompt(context, request.messages, request.tools, request.enable_thinking,
-                                            request.sampling, "messages", forced_answer_start(request.tool_choice));
+      ChatPrompt prompt =
+          build_chat_prompt(context, request.messages, request.tools, request.enable_thinking, request.sampling,
+                            "messages", forced_answer_start(request.tool_choice), request.images);
+      request.images = {};  // decoded into the prompt's images; the formatters copy the request
       // A forced call (tool_choice any or tool) is held to the tools' input schemas.
       apply_tool_call_grammar(context, request.tools, request.tool_choice, /*parallel=*/true, OutputFormat{},
                               prompt.request, prompt.starts_in_reasoning);
@@ -58,7 +60,8 @@ void add_messages_routes(RouteTable& table, ServerContext& context) {
     });
   });
 
-  // The prompt's tokens exactly as POST /v1/messages would build it (template, tools, thinking, a forced call's start).
+  // The prompt's tokens exactly as POST /v1/messages would build it (template, tools, thinking, a forced call's start,
+  // each image's tokens: its image is decoded and resized for that, and refused as the message would be).
   table.add(RouteTable::Method::post, "/v1/messages/count_tokens", [&context](const HttpRequest& req) {
     return anthropic_errors([&] {
       MessagesRequest request = parse_messages_request(request_json(req), context.options, /*count_only=*/true);
@@ -67,8 +70,10 @@ void add_messages_routes(RouteTable& table, ServerContext& context) {
       options.enable_thinking = request.enable_thinking;
       const std::string prompt =
           context.render_chat(request.messages, options) + forced_answer_start(request.tool_choice);
+      std::vector<int32_t> ids = context.tokenizer.encode(prompt);
+      prompt_images(context, request.images, ids, "messages");
       HttpResponse answer;
-      answer.body = json_text(nlohmann::ordered_json{{"input_tokens", context.tokenizer.encode(prompt).size()}});
+      answer.body = json_text(nlohmann::ordered_json{{"input_tokens", ids.size()}});
       for (auto& header : report_ignored_fields(request.ignored, "/v1/messages/count_tokens"))
         answer.headers.push_back(std::move(header));
       return answer;

@@ -8,20 +8,29 @@
 namespace duet::server {
 namespace {
 
-// input_text / output_text parts (or a plain string) joined, as the chat route joins text parts.
-std::string item_text(const Json& item, const std::string& name, IgnoredFields& unknown) {
+// input_text / output_text parts (or a plain string) joined, as the chat route joins text parts, and input_image parts
+// rendered as the template renders an image and added to `images` in order, as the chat route's image_url parts
+// (image_parts.h; refused in a system message, as there).
+std::string item_text(const Json& item, const std::string& name, const std::string& role, IgnoredFields& unknown,
+                      std::vector<ImagePart>& images) {
   auto it = item.find("content");
   if (it == item.end() || it->is_null()) return {};
   if (it->is_string()) return it->get<std::string>();
-  if (!it->is_array()) refuse_field(name + ".content", "expected a string or an array of text parts");
+  if (!it->is_array()) refuse_field(name + ".content", "expected a string or an array of content parts");
   std::string text;
   for (size_t j = 0; j < it->size(); ++j) {
     const Json& part = (*it)[j];
     const std::string part_name = fmt::format("{}.content[{}]", name, j);
     if (!part.is_object()) refuse_field(part_name, "expected a content part object");
     auto type = read_string(part, "type", part_name + ".type");
+    if (type == "input_image") {
+      refuse_image_in_system(role, part_name);
+      images.push_back(parse_input_image(part, part_name, unknown));
+      text += kImageMarkup;
+      continue;
+    }
     if (!type || (*type != "input_text" && *type != "output_text" && *type != "text"))
-      refuse_field(part_name + ".type", "only input_text and output_text parts are supported");
+      refuse_field(part_name + ".type", "only input_text, output_text and input_image parts are supported");
     check_known_fields(part, {"type", "text"}, {"annotations", "logprobs", "cache_control"}, part_name + ".", unknown);
     text += read_string(part, "text", part_name + ".text").value_or("");
   }
@@ -35,7 +44,7 @@ tokenizer::ChatMessage& assistant_turn(std::vector<tokenizer::ChatMessage>& mess
 }
 
 void add_input_item(std::vector<tokenizer::ChatMessage>& messages, const Json& item, const std::string& name,
-                    IgnoredFields& unknown) {
+                    IgnoredFields& unknown, std::vector<ImagePart>& images) {
   if (!item.is_object()) refuse_field(name, "expected an input item object");
   const std::string type = read_string(item, "type", name + ".type").value_or("message");
   if (type == "message") {
@@ -44,7 +53,8 @@ void add_input_item(std::vector<tokenizer::ChatMessage>& messages, const Json& i
     if (!role) refuse_field(name + ".role", "missing");
     if (*role != "user" && *role != "assistant" && *role != "system" && *role != "developer")
       refuse_field(name + ".role", fmt::format("`{}` is not one of user, assistant, system, developer", *role));
-    messages.push_back({*role == "developer" ? "system" : *role, item_text(item, name, unknown), std::nullopt, {}});
+    messages.push_back(
+        {*role == "developer" ? "system" : *role, item_text(item, name, *role, unknown, images), std::nullopt, {}});
   } else if (type == "function_call") {
     check_known_fields(item, {"type", "name", "arguments", "call_id"}, {"id", "status"}, name + ".", unknown);
     auto function_name = read_string(item, "name", name + ".name");
@@ -60,7 +70,7 @@ void add_input_item(std::vector<tokenizer::ChatMessage>& messages, const Json& i
     if (output != item.end() && output->is_string())
       text = output->get<std::string>();
     else if (output != item.end() && output->is_array())
-      text = item_text({{"content", *output}}, name + ".output", unknown);
+      text = item_text({{"content", *output}}, name + ".output", "tool", unknown, images);
     else if (output != item.end() && !output->is_null())
       refuse_field(name + ".output", "expected a string or an array of text parts");
     messages.push_back({"tool", std::move(text), std::nullopt, {}});
@@ -75,7 +85,8 @@ void add_input_item(std::vector<tokenizer::ChatMessage>& messages, const Json& i
   }
 }
 
-std::vector<tokenizer::ChatMessage> parse_input(const Json& body, IgnoredFields& unknown) {
+std::vector<tokenizer::ChatMessage> parse_input(const Json& body, IgnoredFields& unknown,
+                                                std::vector<ImagePart>& images) {
   std::vector<tokenizer::ChatMessage> messages;
   if (auto instructions = read_string(body, "instructions", "instructions"))
     messages.push_back({"system", *instructions, std::nullopt, {}});
@@ -86,7 +97,7 @@ std::vector<tokenizer::ChatMessage> parse_input(const Json& body, IgnoredFields&
   } else if (it->is_array()) {
     for (size_t i = 0; i < it->size(); ++i) {
       const std::string name = fmt::format("input[{}]", i);
-      add_input_item(messages, (*it)[i], name, unknown);
+      add_input_item(messages, (*it)[i], name, unknown, images);
     }
   } else {
     refuse_field("input", "expected a string or an array of input items");
@@ -209,7 +220,7 @@ ResponsesRequest parse_responses_request(const Json& body, const ServerOptions& 
   request.format = read_text_format(body, request.ignored);
   if (auto truncation = read_string(body, "truncation", "truncation"); truncation && *truncation != "disabled")
     refuse_field("truncation", "only \"disabled\": a prompt over the context is refused, never cut");
-  request.messages = parse_input(body, request.ignored);
+  request.messages = parse_input(body, request.ignored, request.images);
   request.tools = parse_tools(body, request.ignored);
   request.tool_choice = parse_tool_choice(body, request.tools, ToolChoiceShape::responses);
   if (request.tool_choice.mode == ToolChoice::Mode::none) request.tools = Json::array();

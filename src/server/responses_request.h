@@ -1,11 +1,13 @@
 #pragma once
 // A POST /v1/responses body (OpenAI's Responses API) read into a conversation for the chat template:
 // `instructions` as the system message, `input` (a string, or message, function_call and function_call_output
-// items) as the turns, function `tools` in the Chat Completions shape the template takes. previous_response_id and
-// item references are resolved before (responses_state.h); conversation and background are refused by name.
+// items, their content parts text or input_image) as the turns, function `tools` in the Chat Completions shape the
+// template takes. previous_response_id and item references are resolved before (responses_state.h); conversation and
+// background are refused by name.
 #include <string>
 #include <vector>
 
+#include "server/image_parts.h"
 #include "server/output_format.h"
 #include "server/request_parsing.h"
 #include "server/server_context.h"
@@ -30,6 +32,9 @@ struct ResponsesRequest {
   // Echoed in the response object, as OpenAI does.
   Json echo = Json::object();  // instructions, tools, tool_choice, max_output_tokens, temperature, top_p, ...
   OutputFormat format;         // text.format (structured_output.h)
+  // The input_image parts of every item, in the order the template renders them (their markup is in the messages'
+  // content); decoded by the route as chat's image_url parts are (chat_prompt.h).
+  std::vector<ImagePart> images;
 };
 
 ResponsesRequest parse_responses_request(const Json& body, const ServerOptions& options);

@@ -19,8 +19,10 @@ void add_responses_route(RouteTable& table, ServerContext& context) {
     ResponsesState state;
     const Json body = resolve_responses_state(request_json(req), context.responses, owner, state);
     ResponsesRequest request = parse_responses_request(body, context.options);
-    ChatPrompt prompt = build_chat_prompt(context, request.messages, request.tools, request.enable_thinking,
-                                          request.sampling, "input", forced_answer_start(request.tool_choice));
+    ChatPrompt prompt =
+        build_chat_prompt(context, request.messages, request.tools, request.enable_thinking, request.sampling, "input",
+                          forced_answer_start(request.tool_choice), request.images);
+    request.images = {};  // decoded into the prompt's images; the formatters copy the request
     apply_output_format(context, request.format, prompt.request, prompt.starts_in_reasoning);
     // Responses tools reach the template without their `strict` (responses_request.cc): a forced call is held to the
     // schemas, leniently.

@@ -9,6 +9,10 @@
 // the planted control (another image of the same grid) does not; broken and hostile images, remote URLs, images in a
 // system message, a prompt that writes the markup itself and an image past the context are refused with 400 naming
 // the part while the server stays up; --no-vision refuses image parts by name.
+// POST /v1/responses (input_image) and /v1/messages (image blocks, count_tokens) give chat's reply for the same image
+// and text, whole and streamed; another image gives another reply there too; hostile images are refused naming each
+// route's part path. tests/server/clients/images.mjs does the same through the official openai and Anthropic clients
+// (and the AI SDK and LangChain).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -237,6 +241,252 @@ TEST_F(VisionServe, BadImagesAreRefusedNamingThePart) {
   EXPECT_EQ(token_ids(post(*server_, image_chat({image_part(small_png_)}))), golden("decode.fed"));
 }
 
+// The other chat-like routes (issue 21, route coverage): Responses' input_image and Messages' image blocks reach the
+// same prompt after the template as chat's image_url (thinking off), so the same greedy reply: chat's, whose token ids
+// are transformers' own (above). Their text, usage and count_tokens are compared with chat's.
+Json post_to(const ServerProcess& server, const std::string& path, const Json& body, int status = 200) {
+  auto res = server.client().Post(path, body.dump(), "application/json");
+  EXPECT_TRUE(res) << path;
+  if (!res) return Json();
+  EXPECT_EQ(res->status, status) << path << ": " << res->body;
+  return Json::parse(res->body, nullptr, false);
+}
+
+Json input_image(const std::string& url) { return {{"type", "input_image"}, {"image_url", url}, {"detail", "auto"}}; }
+
+Json image_response(const std::vector<Json>& parts, int max_tokens = 6) {
+  return {{"model", "tiny-vl"}, {"max_output_tokens", max_tokens},
+          {"temperature", 0},   {"reasoning", {{"effort", "none"}}},
+          {"store", false},     {"input", Json::array({{{"role", "user"}, {"content", Json(parts)}}})}};
+}
+
+Json image_block(const std::string& bytes, const std::string& media_type = "image/png") {
+  return {{"type", "image"}, {"source", {{"type", "base64"}, {"media_type", media_type}, {"data", base64(bytes)}}}};
+}
+
+Json image_message(const std::vector<Json>& blocks, int max_tokens = 6) {
+  return {{"model", "tiny-vl"},
+          {"max_tokens", max_tokens},
+          {"temperature", 0},
+          {"thinking", {{"type", "disabled"}}},
+          {"messages", Json::array({{{"role", "user"}, {"content", Json(blocks)}}})}};
+}
+
+std::string chat_text(const Json& reply) { return reply["choices"][0]["message"].value("content", ""); }
+std::string response_text(const Json& reply) { return reply.value("output_text", ""); }
+std::string message_text(const Json& reply) {
+  std::string text;
+  for (const Json& block : reply.value("content", Json::array()))
+    if (block.value("type", "") == "text") text += block.value("text", "");
+  return text;
+}
+
+TEST_F(VisionServe, ResponsesAndMessagesAnswerAsChatDoes) {
+  const std::vector<int32_t> want = golden("decode.fed"), prompt = golden("decode.ids");
+  const std::string png = read_bytes(image_path("small_png.png"));
+  const Json chat = post(*server_, image_chat({image_part(small_png_)}));
+  ASSERT_EQ(token_ids(chat), want) << chat.dump();
+  const std::string text = chat_text(chat);
+  ASSERT_FALSE(text.empty());
+
+  const Json response = post_to(*server_, "/v1/responses", image_response({input_image(small_png_)}));
+  EXPECT_EQ(response_text(response), text) << response.dump();
+  EXPECT_EQ(response["usage"]["input_tokens"], prompt.size()) << response.dump();
+  EXPECT_EQ(response["usage"]["output_tokens"], want.size()) << response.dump();
+  EXPECT_EQ(response["status"], "incomplete");  // max_output_tokens cut it, as length on chat
+
+  const Json message = post_to(*server_, "/v1/messages", image_message({image_block(png)}));
+  EXPECT_EQ(message_text(message), text) << message.dump();
+  EXPECT_EQ(message["usage"]["input_tokens"], prompt.size()) << message.dump();
+  EXPECT_EQ(message["usage"]["output_tokens"], want.size()) << message.dump();
+  EXPECT_EQ(message["stop_reason"], "max_tokens");
+  // count_tokens counts the image's tokens as the message did.
+  Json count = image_message({image_block(png)});
+  count.erase("max_tokens");
+  count.erase("temperature");
+  EXPECT_EQ(post_to(*server_, "/v1/messages/count_tokens", count)["input_tokens"], prompt.size());
+
+  // A media type that disagrees with the bytes: decoded by the bytes' signature, as chat's data URLs are.
+  EXPECT_EQ(message_text(post_to(*server_, "/v1/messages", image_message({image_block(png, "image/jpeg")}))), text);
+  EXPECT_EQ(token_ids(post(*server_, image_chat({image_part(data_url(png, "image/jpeg"))}))), want);
+  std::printf(
+      "responses and messages with an image: the text of chat's transformers-equal tokens (%zu), %zu prompt "
+      "tokens\n",
+      want.size(), prompt.size());
+}
+
+// Text around the image keeps its place on every route: "Look: " IMAGE " now?" and "Look: " " now?" IMAGE (the same
+// tokens in another order, the control) each give one reply on all three routes, and the two replies differ.
+TEST_F(VisionServe, TextAroundTheImageKeepsItsPlaceOnEveryRoute) {
+  const std::string png = read_bytes(image_path("small_png.png"));
+  std::vector<std::string> replies;
+  for (const bool image_last : {false, true}) {
+    std::vector<Json> chat_parts = {
+        {{"type", "text"}, {"text", "Look: "}}, image_part(small_png_), {{"type", "text"}, {"text", " now?"}}};
+    std::vector<Json> response_parts = {{{"type", "input_text"}, {"text", "Look: "}},
+                                        input_image(small_png_),
+                                        {{"type", "input_text"}, {"text", " now?"}}};
+    std::vector<Json> message_blocks = {chat_parts[0], image_block(png), chat_parts[2]};
+    if (image_last)
+      for (auto* parts : {&chat_parts, &response_parts, &message_blocks}) std::swap((*parts)[1], (*parts)[2]);
+    const Json chat = post(*server_, image_chat(chat_parts, 8));
+    const Json response = post_to(*server_, "/v1/responses", image_response(response_parts, 8));
+    const Json message = post_to(*server_, "/v1/messages", image_message(message_blocks, 8));
+    EXPECT_EQ(response_text(response), chat_text(chat)) << "image last: " << image_last;
+    EXPECT_EQ(message_text(message), chat_text(chat)) << "image last: " << image_last;
+    EXPECT_EQ(response["usage"]["input_tokens"], chat["usage"]["prompt_tokens"]);
+    EXPECT_EQ(message["usage"]["input_tokens"], chat["usage"]["prompt_tokens"]);
+    replies.push_back(chat_text(chat));
+  }
+  EXPECT_NE(replies[0], replies[1]) << "the control: the image's place changes the reply";
+}
+
+// Streamed answers on both routes: the same text.
+TEST_F(VisionServe, StreamedResponsesAndMessagesAreTheSame) {
+  const std::string text = chat_text(post(*server_, image_chat({image_part(small_png_)})));
+  Json response = image_response({input_image(small_png_)});
+  response["stream"] = true;
+  Json message = image_message({image_block(read_bytes(image_path("small_png.png")))});
+  message["stream"] = true;
+  for (const auto& [path, body, delta_type] : {std::tuple{"/v1/responses", response, "response.output_text.delta"},
+                                               std::tuple{"/v1/messages", message, "content_block_delta"}}) {
+    auto res = server_->client().Post(path, body.dump(), "application/json");
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << res->body;
+    std::string streamed;
+    std::istringstream lines(res->body);
+    for (std::string line; std::getline(lines, line);) {
+      if (!line.starts_with("data: {")) continue;
+      const Json event = Json::parse(line.substr(6));
+      if (event.value("type", "") != delta_type) continue;
+      streamed += event.contains("delta") && event["delta"].is_string() ? event["delta"].get<std::string>()
+                                                                        : event["delta"].value("text", "");
+    }
+    EXPECT_EQ(streamed, text) << path;
+  }
+}
+
+// The planted control on both routes: another image of the same grid (the same prompt ids) gives another reply, and
+// the one chat gives for it.
+TEST_F(VisionServe, AnotherImageGivesAnotherReplyOnEveryRoute) {
+  const std::string golden_text = chat_text(post(*server_, image_chat({image_part(small_png_)})));
+  for (const char* other : {"gray_png.png", "alpha_png.png"}) {
+    const std::string bytes = read_bytes(image_path(other));
+    const Json chat = post(*server_, image_chat({image_part(data_url(bytes))}));
+    ASSERT_NE(token_ids(chat), golden("decode.fed")) << other;
+    const std::string text = chat_text(chat);
+    EXPECT_NE(text, golden_text) << other << ": the control needs another text";
+    const Json response = post_to(*server_, "/v1/responses", image_response({input_image(data_url(bytes))}));
+    const Json message = post_to(*server_, "/v1/messages", image_message({image_block(bytes)}));
+    EXPECT_EQ(response_text(response), text) << other;
+    EXPECT_EQ(message_text(message), text) << other;
+    EXPECT_EQ(response["usage"]["input_tokens"], golden("decode.ids").size()) << other << ": the same grid";
+    EXPECT_EQ(message["usage"]["input_tokens"], golden("decode.ids").size()) << other;
+  }
+}
+
+TEST_F(VisionServe, BadImagesAreRefusedNamingThePartOnResponsesAndMessages) {
+  const std::string png = read_bytes(image_path("small_png.png"));
+  std::string bomb = png.substr(0, 16);  // a declared 30000 x 30000 PNG (refused from its header)
+  for (int shift : {24, 16, 8, 0}) bomb += static_cast<char>((30000 >> shift) & 255);
+  for (int shift : {24, 16, 8, 0}) bomb += static_cast<char>((30000 >> shift) & 255);
+  bomb += png.substr(24);
+  std::string wrong_magic = png;
+  wrong_magic[1] = 'X';
+  struct Hostile {
+    std::string what, bytes, base64_text;
+  };
+  const std::vector<Hostile> hostile = {{"truncated", png.substr(0, png.size() / 2), ""},
+                                        {"wrong magic", wrong_magic, ""},
+                                        {"not an image", "just some text, not an image", ""},
+                                        {"30000 x 30000", bomb, ""},
+                                        {"not base64", "", "!!!!"}};
+  const Json text = {{"type", "text"}, {"text", "Look: "}};
+  const Json input_text = {{"type", "input_text"}, {"text", "Look: "}};
+  for (const Hostile& h : hostile) {
+    const std::string payload = h.base64_text.empty() ? base64(h.bytes) : h.base64_text;
+    const Json response = post_to(*server_, "/v1/responses",
+                                  image_response({input_text, input_image("data:image/png;base64," + payload)}), 400);
+    EXPECT_EQ(response["error"].value("param", ""), "input[0].content[1]") << h.what << ": " << response.dump();
+    EXPECT_EQ(response["error"].value("code", ""), "invalid_image") << h.what << ": " << response.dump();
+    Json block = image_block("");
+    block["source"]["data"] = payload;
+    const Json message = post_to(*server_, "/v1/messages", image_message({text, block}), 400);
+    EXPECT_EQ(message["type"], "error") << message.dump();
+    EXPECT_EQ(message["error"].value("type", ""), "invalid_request_error") << message.dump();
+    EXPECT_TRUE(message["error"].value("message", "").starts_with("messages[0].content[1]: "))
+        << h.what << ": " << message.dump();
+    EXPECT_TRUE(server_->alive()) << h.what;
+  }
+  // Remote URLs are never fetched, on either route; Responses' file ids name duet's lack of files.
+  const Json remote =
+      post_to(*server_, "/v1/responses", image_response({input_text, input_image("https://example.com/cat.png")}), 400);
+  EXPECT_EQ(remote["error"].value("param", ""), "input[0].content[1].image_url") << remote.dump();
+  EXPECT_NE(remote["error"].value("message", "").find("not fetched"), std::string::npos) << remote.dump();
+  const Json file =
+      post_to(*server_, "/v1/responses",
+              image_response({{{"type", "input_image"}, {"file_id", "file-abc"}, {"detail", "auto"}}}), 400);
+  EXPECT_EQ(file["error"].value("param", ""), "input[0].content[0].file_id") << file.dump();
+  const Json url_source = post_to(
+      *server_, "/v1/messages",
+      image_message({text, {{"type", "image"}, {"source", {{"type", "url"}, {"url", "http://127.0.0.1:1/cat.png"}}}}}),
+      400);
+  EXPECT_TRUE(url_source["error"]
+                  .value("message", "")
+                  .starts_with("messages[0].content[1].source.url: remote image "
+                               "URLs are not fetched"))
+      << url_source.dump();
+  // Too many images for the context, named on both routes (as on chat: the seventh part overflows).
+  const Json many_response =
+      post_to(*server_, "/v1/responses", image_response(std::vector<Json>(8, input_image(small_png_))), 400);
+  EXPECT_EQ(many_response["error"].value("code", ""), "context_length_exceeded") << many_response.dump();
+  EXPECT_EQ(many_response["error"].value("param", ""), "input[0].content[6]") << many_response.dump();
+  const Json many_message =
+      post_to(*server_, "/v1/messages", image_message(std::vector<Json>(8, image_block(png))), 400);
+  EXPECT_TRUE(many_message["error"].value("message", "").starts_with("messages[0].content[6]: "))
+      << many_message.dump();
+  // After all that, the golden answer is still the golden answer.
+  EXPECT_EQ(token_ids(post(*server_, image_chat({image_part(small_png_)}))), golden("decode.fed"));
+}
+
+// A stored response keeps its image: the next turn through previous_response_id reads it again, and gives what the
+// whole conversation sent as input items gives.
+TEST_F(VisionServe, AStoredResponseCarriesItsImageToTheNextTurn) {
+  Json first = image_response({input_image(small_png_)});
+  first["store"] = true;
+  const Json stored = post_to(*server_, "/v1/responses", first);
+  ASSERT_EQ(response_text(stored), chat_text(post(*server_, image_chat({image_part(small_png_)}))));
+  Json next = image_response({});
+  next.erase("store");
+  next["input"] = "And then?";
+  next["previous_response_id"] = stored["id"];
+  const Json continued = post_to(*server_, "/v1/responses", next);
+  Json whole = image_response({});
+  whole["input"] = Json::array(
+      {first["input"][0],
+       {{"role", "assistant"}, {"content", Json::array({{{"type", "output_text"}, {"text", response_text(stored)}}})}},
+       {{"role", "user"}, {"content", "And then?"}}});
+  const Json sent_whole = post_to(*server_, "/v1/responses", whole);
+  EXPECT_EQ(response_text(continued), response_text(sent_whole)) << continued.dump();
+  EXPECT_EQ(continued["usage"]["input_tokens"], sent_whole["usage"]["input_tokens"]) << continued.dump();
+  EXPECT_GT(continued["usage"]["input_tokens"].get<int>(), stored["usage"]["input_tokens"].get<int>());
+}
+
+// The same through the official clients (openai: chat and Responses; @anthropic-ai/sdk: Messages and count_tokens), the
+// AI SDK and LangChain (chat and Responses each).
+TEST_F(VisionServe, OfficialClientsSendTheImageOnEveryRoute) {
+  for (const char* package : {"openai", "@anthropic-ai/sdk", "@ai-sdk/openai", "@langchain/openai"})
+    if (!std::filesystem::exists(tests_dir() + "/node_modules/" + package))
+      FAIL() << package << " is not installed: run scripts/test-deps.sh";
+  std::string ids;
+  for (int32_t id : golden("decode.fed")) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  const auto result = run_command("node " + tests_dir() + "/server/clients/images.mjs " + server_->url() +
+                                  " sk-none tiny-vl " + tests_dir() + "/fixtures/vision/images " + ids + " 2>&1");
+  EXPECT_EQ(result.status, 0) << result.output;
+  EXPECT_NE(result.output.find("images on every route: ok"), std::string::npos) << result.output;
+  EXPECT_TRUE(server_->alive());
+}
+
 // A server that drafts (n-gram) answers the same. (Prompts cut into chunks, and drafts that are verified and rewound,
 // are checked below the HTTP layer, where the step budget and the drafts can be forced: tests/engine/
 // vision_engine_test.cc.)
@@ -255,6 +505,15 @@ TEST(VisionServeOptions, NoVisionRefusesImagePartsByName) {
   EXPECT_EQ(error.value("param", ""), "messages[0].content[1]") << error.dump();
   EXPECT_NE(error.value("message", "").find("--no-vision"), std::string::npos) << error.dump();
   EXPECT_EQ(post(server, text_chat("Hello"))["choices"].size(), 1u);  // text is served as before
+  // The other routes refuse theirs the same way.
+  const Json response = post_to(server, "/v1/responses",
+                                image_response({input_image(data_url(read_bytes(image_path("small_png.png"))))}), 400);
+  EXPECT_EQ(response["error"].value("param", ""), "input[0].content[0]") << response.dump();
+  EXPECT_EQ(response["error"].value("code", ""), "images_not_supported") << response.dump();
+  const Json message =
+      post_to(server, "/v1/messages", image_message({image_block(read_bytes(image_path("small_png.png")))}), 400);
+  EXPECT_TRUE(message["error"].value("message", "").starts_with("messages[0].content[0]: ")) << message.dump();
+  EXPECT_NE(message["error"].value("message", "").find("--no-vision"), std::string::npos) << message.dump();
 }
 
 }  // namespace duet::testing::vision_e2e
