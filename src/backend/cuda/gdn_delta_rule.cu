@@ -123,11 +123,26 @@ __device__ __forceinline__ void wait_async_copies() { asm volatile("cp.async.wai
 __device__ __forceinline__ void copy_floats_async(float* dst, const float* src, int count) {
   for (int i = threadIdx.x; i < count; i += blockDim.x) copy_async_4(dst + i, src + i);
 }
-// `rows` rows of `width` floats into rows of `dst_stride`.
+// `rows` rows of `width` floats into rows of `dst_stride`: a warp a row, a lane a column (no division: the widths
+// of A's and Q's rows are known only at run time, and the index arithmetic of a division per copy was a tenth of
+// the walk's issue slots).
 __device__ __forceinline__ void copy_rows_async(float* dst, int dst_stride, const float* src, int64_t src_stride,
                                                 int rows, int width) {
-  for (int idx = threadIdx.x; idx < rows * width; idx += blockDim.x)
-    copy_async_4(dst + (idx / width) * dst_stride + idx % width, src + (idx / width) * src_stride + idx % width);
+  const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  for (int r = threadIdx.x / 32; r < rows; r += warps)
+    for (int c = lane; c < width; c += 32) copy_async_4(dst + r * dst_stride + c, src + r * src_stride + c);
+}
+// The same, 16 bytes at a time: `kWidth` a multiple of 4, both strides multiples of 4 floats, both bases 16-byte
+// aligned.
+template <int kWidth>
+__device__ __forceinline__ void copy_rows_async_16(float* dst, int dst_stride, const float* src, int64_t src_stride,
+                                                   int rows) {
+  static_assert(kWidth % 4 == 0, "whole 16-byte pieces");
+  constexpr int kPieces = kWidth / 4;
+  for (int idx = threadIdx.x; idx < rows * kPieces; idx += blockDim.x) {
+    const int r = idx / kPieces, c = 4 * (idx % kPieces);
+    copy_async_16(dst + r * dst_stride + c, src + r * src_stride + c);
+  }
 }
 // `rows` rows of `width` BF16 (a multiple of 8, 16-byte aligned) from rows `src_stride` apart, 16 bytes at a time.
 __device__ __forceinline__ void copy_bf16_rows_async(bf16* dst, const bf16* src, int64_t src_stride, int rows,
@@ -532,10 +547,11 @@ template <int KD, int VD, int VC = columns_for(VD)>
 struct DecodeSmem {
   static constexpr int kGroups = VD / VC;
   static constexpr int kRows = kC / kGroups;  // key rows per group
+  static constexpr int kKeyStride = KD + 4;   // 16-byte rows (the 16 threads reading a column meet 2-way at most)
   alignas(16) float S[KD][VC];                // the group's columns of S_b (16-byte copies)
-  float k[kRows][KD + 1];                     // the group's earlier key rows
+  alignas(16) float k[kRows][kKeyStride];     // the group's earlier key rows
   float kt[KD], q[KD];                        // this row's key and query, normalized
-  float u[kC][VC + VC / 8];                   // the group's columns of the earlier rows' d, then this row's v and d
+  alignas(16) float u[kC][VC + VC / 8];       // the group's columns of the earlier rows' d, then this row's v and d
   float A_part[kRows], Q_part[kRows];         // this row's A and Q entries for the group's key rows
   union {
     struct {
@@ -589,8 +605,13 @@ __global__ void __launch_bounds__(kThreads)
   copy_bf16_rows_async(sm.raw.k, row + in.k, 0, 1, KD);
   copy_bf16_rows_async(sm.raw_v, row + in.v + col0, 0, 1, VC);
   copy_state_columns_async<KD, VD, VC>(sm.S, state, col0);
-  copy_rows_async(&sm.u[0][0], kU, state + layout.d() + col0, VD, t, VC);
-  copy_rows_async(&sm.k[0][0], KD + 1, state + layout.keys() + static_cast<int64_t>(first_key) * KD, KD, own_keys, KD);
+  if constexpr (kU % 4 == 0) {
+    copy_rows_async_16<VC>(&sm.u[0][0], kU, state + layout.d() + col0, VD, t);
+  } else {
+    copy_rows_async(&sm.u[0][0], kU, state + layout.d() + col0, VD, t, VC);
+  }
+  copy_rows_async_16<KD>(&sm.k[0][0], Smem::kKeyStride, state + layout.keys() + static_cast<int64_t>(first_key) * KD,
+                         KD, own_keys);
   copy_floats_async(sm.G, state + layout.G(), t);
   if (tid == 0) {
     const int64_t at = static_cast<int64_t>(chunk.first_row) * in.heads + head;
@@ -691,9 +712,10 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll 4
     for (int s = 0; s < kC; ++s) {
       const int owner = s / kRows;
-      const float key = s == t           ? sm.kt[i]
-                        : owner == group ? sm.k[s % kRows][i]
-                                         : cluster.map_shared_rank(&sm.k[0][0], owner)[(s % kRows) * (KD + 1) + i];
+      const float key = s == t ? sm.kt[i]
+                        : owner == group
+                            ? sm.k[s % kRows][i]
+                            : cluster.map_shared_rank(&sm.k[0][0], owner)[(s % kRows) * Smem::kKeyStride + i];
       const float kd = key * sm.decay[s];
 #pragma unroll
       for (int c = 0; c < kCols; ++c) acc[c] = fmaf(kd, sm.u[s][j0 + c], acc[c]);
