@@ -49,5 +49,10 @@ fi
 
 [[ $build == 1 ]] || exit 0
 jobs=$(nproc)
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release ${DUET_CMAKE_ARGS:-}
+# A build directory made here compiles the libraries in unity batches (DUET_UNITY_LIBS): a fresh build's cheapest, and
+# what CI builds. An existing one keeps what it was configured with (-DDUET_UNITY_LIBS=OFF for file-by-file rebuilds
+# while editing the libraries, e.g. with ccache; CMakeLists.txt says why it is off by default).
+unity=()
+[[ -f $build_dir/CMakeCache.txt ]] || unity=(-DDUET_UNITY_LIBS=ON)
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${unity[@]}" ${DUET_CMAKE_ARGS:-}
 cmake --build "$build_dir" -j "$jobs"

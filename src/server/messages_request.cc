@@ -159,7 +159,8 @@ std::vector<tokenizer::ChatMessage> parse_turns(const Json& body, IgnoredFields&
   return messages;
 }
 
-Json parse_tools(const Json& body, IgnoredFields& unknown) {
+// Anthropic's custom tools ({type, name, description, input_schema}) in the Chat Completions shape the template takes.
+Json parse_custom_tools(const Json& body, IgnoredFields& unknown) {
   Json tools = Json::array();
   const Json* it = read_tools(body);
   if (it == nullptr) return tools;
@@ -256,7 +257,7 @@ MessagesRequest parse_messages_request(const Json& body, const ServerOptions& op
   check_model(body, options.served_model_name);
   request.messages = parse_turns(body, request.ignored, request.images);
   join_leading_system_messages(request.messages);
-  request.tools = parse_tools(body, request.ignored);
+  request.tools = parse_custom_tools(body, request.ignored);
   request.tool_choice = parse_tool_choice(body, request.tools);
   if (request.tool_choice.mode == ToolChoice::Mode::none) request.tools = Json::array();
   request.enable_thinking =

@@ -108,7 +108,7 @@ std::vector<tokenizer::ChatMessage> parse_input(const Json& body, IgnoredFields&
 
 // Responses function tools are flat ({type, name, description, parameters, strict}); the template takes the Chat
 // Completions shape. The client's order of name, description and parameters is kept.
-Json parse_tools(const Json& body, IgnoredFields& unknown) {
+Json parse_function_tools(const Json& body, IgnoredFields& unknown) {
   Json tools = Json::array();
   const Json* it = read_tools(body);
   if (it == nullptr) return tools;
@@ -221,7 +221,7 @@ ResponsesRequest parse_responses_request(const Json& body, const ServerOptions& 
   if (auto truncation = read_string(body, "truncation", "truncation"); truncation && *truncation != "disabled")
     refuse_field("truncation", "only \"disabled\": a prompt over the context is refused, never cut");
   request.messages = parse_input(body, request.ignored, request.images);
-  request.tools = parse_tools(body, request.ignored);
+  request.tools = parse_function_tools(body, request.ignored);
   request.tool_choice = parse_tool_choice(body, request.tools, ToolChoiceShape::responses);
   if (request.tool_choice.mode == ToolChoice::Mode::none) request.tools = Json::array();
   request.enable_thinking =

@@ -40,9 +40,6 @@ namespace {
 // The most rows a pinned prefill GEMM accepts (checked when the shape is first pinned).
 constexpr int64_t kPinnedMaxRows = 32768;
 constexpr size_t kCublasWorkspaceBytes = 64u << 20;
-constexpr size_t kAlign = 256;
-
-size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 DeviceWeight device_weight(const Weight& w) { return DeviceWeight{w.data, w.type == WeightType::f32, w.rows, w.cols}; }
 const bf16* bf16_of(const Weight& w) {

@@ -9,6 +9,10 @@
 
 namespace duet::backend::cuda {
 
+// Buffers carved out of one allocation start on 256-byte boundaries, as cudaMalloc's own do.
+constexpr size_t kAlign = 256;
+constexpr size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
 struct DeviceMemory {
   void* ptr = nullptr;
   size_t bytes = 0;

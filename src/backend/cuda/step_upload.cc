@@ -4,15 +4,13 @@
 #include <cstring>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_memory.h"
 #include "base/error.h"
 
 namespace duet::backend::cuda {
 namespace {
 
-constexpr size_t kAlign = 256;
 constexpr size_t kFirstCapacity = 4096;  // bytes per region: a decode step of a few hundred rows fits from the start
-
-size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 }  // namespace
 
