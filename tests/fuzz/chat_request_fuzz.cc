@@ -10,6 +10,7 @@
 #include "byte_tokenizer.h"
 #include "chat_prompt.h"
 #include "client_error.h"
+#include "fuzz_server_options.h"
 #include "server/chat_request.h"
 #include "server/completions_request.h"
 #include "server/errors.h"
@@ -17,10 +18,8 @@
 namespace {
 
 void read_chat(const duet::server::Json& body, bool thinking_by_default) {
-  duet::server::ServerOptions options;
-  options.served_model_name = "demo";
-  options.enable_thinking = thinking_by_default;
-  const duet::server::ChatRequest request = duet::server::parse_chat_request(body, options);
+  const duet::server::ChatRequest request =
+      duet::server::parse_chat_request(body, duet::fuzz::fuzz_server_options(thinking_by_default));
   duet::fuzz::render_prompt(request.messages, request.tools, request.enable_thinking);
 }
 

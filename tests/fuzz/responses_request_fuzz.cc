@@ -9,6 +9,7 @@
 
 #include "chat_prompt.h"
 #include "client_error.h"
+#include "fuzz_server_options.h"
 #include "server/errors.h"
 #include "server/responses_request.h"
 #include "server/responses_state.h"
@@ -36,9 +37,7 @@ duet::server::ResponseStore& store() {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
-  duet::server::ServerOptions options;
-  options.served_model_name = "demo";
-  options.enable_thinking = data[0] & 1;
+  const duet::server::ServerOptions options = duet::fuzz::fuzz_server_options(data[0] & 1);
   try {
     duet::server::ResponsesState state;
     const Json body = duet::server::resolve_responses_state(duet::server::parse_json_body(text), store(),
