@@ -413,8 +413,11 @@ struct Engine::Impl {
       sequence.set_cache_points(std::move(points));
       return;
     }
-    const int32_t hint = std::clamp(sequence.request().cache_hint, 0, length - 1);
-    for (int32_t point : {hint / block * block, (length - 1) / block * block, length / block * block})
+    std::vector<int32_t> candidates{(length - 1) / block * block, length / block * block};
+    for (int32_t hint : sequence.request().cache_hints)
+      candidates.push_back(std::clamp(hint, 0, length - 1) / block * block);
+    std::sort(candidates.begin(), candidates.end());
+    for (int32_t point : candidates)
       if (point > sequence.prefilled() && (points.empty() || points.back() < point)) points.push_back(point);
     sequence.set_cache_points(std::move(points));
   }

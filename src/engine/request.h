@@ -63,10 +63,12 @@ struct Request {
   RequestKind kind = RequestKind::generate;
   AdapterUse adapter = AdapterUse::none;
   std::vector<int32_t> prompt;
-  // A prompt position the prompt cache also keeps this prompt's state at (rounded down to a block end), besides its
-  // own last full block: where the next turn of the same conversation stops repeating this one (a chat prompt's
-  // generation prompt, which the next turn renders as the reply's header instead). 0: none.
-  int32_t cache_hint = 0;
+  // Prompt positions the prompt cache also keeps this prompt's state at (each rounded down to a block end), besides
+  // its own last full block. A chat prompt names three: where its generation prompt starts (the next turn of the same
+  // conversation repeats everything before it), where its last user turn starts (a retry, an edit or an agent's
+  // continuation of that turn repeats everything before it), and where its leading system turn ends (a new
+  // conversation with the same system prompt and tools repeats that). Positions of 0 are ignored.
+  std::vector<int32_t> cache_hints;
   SamplingParams sampling;
   std::shared_ptr<DecisionSink> decision;  // decide requests
   // A structured output: every sampled token keeps the text a prefix of a document of this grammar, and the request

@@ -122,7 +122,7 @@ TEST_F(PromptCacheEngine, TheHintKeepsTheStateWhereTheNextTurnParts) {
   for (const bool hinted : {true, false}) {
     Engine cached(*model_, nullptr, options(1, kRoomy));
     Request first = testing::greedy_request(join(history, header), 4);
-    if (hinted) first.cache_hint = static_cast<int32_t>(history.size());
+    if (hinted) first.cache_hints = {static_cast<int32_t>(history.size())};
     drain(*cached.submit(first));
     const Outcome second = drain(*cached.submit(testing::greedy_request(join(history, next_turn), 4)));
     EXPECT_EQ(second.finished.cached_tokens, hinted ? 128 : 0) << (hinted ? "hinted" : "the control, unhinted");

@@ -49,8 +49,9 @@ TEST(CodingAgent, ClaudeCodeAnswersOneTurnWithItsDefaultPrompt) {
   EXPECT_NE(result.output.find_first_not_of(" \n"), std::string::npos) << "no answer printed";
   // Planted control: the same turn with the agent's output budget at 2 tokens (its own setting) is cut at max_tokens
   // by the server, which Claude Code must report as a failure: exit 0 above means the turn was not cut. Claude Code
-  // asks three times more to continue a cut reply before it gives up, each a prefill the prompt cache does not hold
-  // (about a minute each here: the control costs twice the turn).
+  // asks three times more to continue a cut reply before it gives up, each with its user turn changed (a note
+  // appended): those resume the system prompt and tool list from the prompt cache (the state kept where the leading
+  // system turn ends, engine/request.h), checked below.
   const CommandResult cut = agent("CLAUDE_CODE_MAX_OUTPUT_TOKENS=2");
   EXPECT_NE(cut.status, 0) << cut.output;
   std::filesystem::remove_all(root);
@@ -63,6 +64,16 @@ TEST(CodingAgent, ClaudeCodeAnswersOneTurnWithItsDefaultPrompt) {
   for (auto it = std::sregex_iterator(log.begin(), log.end(), turn); it != std::sregex_iterator(); ++it)
     largest = std::max<int64_t>(largest, std::stoll((*it)[1].str()));
   EXPECT_GT(largest, 15000) << log;
+
+  // The continuations resumed the agent's system prompt and tools (about 13,700 tokens of the demo tokenizer) instead
+  // of prefilling them again: before the cache kept the state where the system turn ends, they resumed nothing. The
+  // last Messages request is the last continuation (the control's first request repeats the turn above and resumes
+  // it whole, so it does not count).
+  const std::regex resumed(R"(route="/v1/messages" status=200 .*cached_tokens=(\d+))");
+  int64_t last_resumed = -1;
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), resumed); it != std::sregex_iterator(); ++it)
+    last_resumed = std::stoll((*it)[1].str());
+  EXPECT_GT(last_resumed, 12000) << log;
 }
 
 }  // namespace
