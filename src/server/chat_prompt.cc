@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "server/errors.h"
 #include "server/prompt_images.h"
+#include "server/turn_start_hints.h"
 
 namespace duet::server {
 namespace {
@@ -61,16 +62,7 @@ ChatPrompt build_chat_prompt(const ServerContext& context, const std::vector<tok
   // The prompt cache also keeps the state where the generation prompt starts, where the last user turn starts and
   // where the leading system turn ends (engine/request.h says who repeats what). Each is a turn's `<|im_start|>`, a
   // special token, so the text before it tokenizes as the prompt's own beginning. A prompt with images is never kept.
-  if (!out.request.images) {
-    const size_t after_system = prompt.starts_with("<|im_start|>system") ? prompt.find("<|im_start|>", 1) : 0;
-    std::vector<size_t> headers{prompt.rfind("<|im_start|>"), prompt.rfind("<|im_start|>user"), after_system};
-    std::sort(headers.begin(), headers.end());
-    headers.erase(std::unique(headers.begin(), headers.end()), headers.end());
-    for (size_t header : headers)
-      if (header != std::string::npos && header > 0)
-        out.request.cache_hints.push_back(
-            static_cast<int32_t>(context.tokenizer.encode(prompt.substr(0, header)).size()));
-  }
+  if (!out.request.images) out.request.cache_hints = turn_start_hints(context.tokenizer, prompt, out.request.prompt);
   out.request.sampling = sampling.params;
   if (!out.request.sampling.ignore_eos)
     for (int32_t id : end_of_turn_ids(context.tokenizer)) out.request.sampling.stop_token_ids.push_back(id);
