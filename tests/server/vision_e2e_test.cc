@@ -21,6 +21,7 @@
 #include <future>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "../tests_dir.h"
@@ -102,6 +103,13 @@ std::vector<int32_t> golden(const std::string& name) {
   if (found == nullptr) return {};
   const auto& t = file.require(name, {checkpoint::DType::i32}, found->shape);
   return {t.data<int32_t>(), t.data<int32_t>() + t.element_count()};
+}
+
+// A fixture image's image_grid_thw as transformers' processor made it with the stock settings (tiny-vl's).
+std::vector<int64_t> stock_grid(const std::string& name) {
+  const auto file = checkpoint::Checkpoint::open_file(tests_dir() + "/fixtures/goldens/vision.fp32.safetensors");
+  const auto& t = file.require("img." + name + ".stock.grid", {checkpoint::DType::i64}, {3});
+  return {t.data<int64_t>(), t.data<int64_t>() + 3};
 }
 
 // The refusal's error object, after checking its status and that the server still answers.
@@ -487,6 +495,52 @@ TEST_F(VisionServe, OfficialClientsSendTheImageOnEveryRoute) {
   EXPECT_TRUE(server_->alive());
 }
 
+// POST /tokenize with images (issue 21): the messages' image_url parts go through chat's path, so the tokens are the
+// prompt transformers generated from (decode.ids: its processor's 70 image tokens for small_png) and the count is
+// chat's prompt_tokens. For every fixture image the count moves by the tokens transformers' processor gives it
+// (image_grid_thw, stock settings: t*h*w/4); the control is that two grids give two counts. Bad images are chat's 400s.
+Json tokenize_chat(const std::vector<Json>& parts) {
+  Json body = image_chat(parts);
+  return {{"messages", body["messages"]}, {"chat_template_kwargs", body["chat_template_kwargs"]}};
+}
+
+TEST_F(VisionServe, TokenizeCountsImagesAsChatDoes) {
+  const std::vector<int32_t> prompt = golden("decode.ids");
+  const Json small = post_to(*server_, "/tokenize", tokenize_chat({image_part(small_png_)}));
+  EXPECT_EQ(small.value("tokens", std::vector<int32_t>{}), prompt) << small.dump();
+  EXPECT_EQ(small["count"], prompt.size());
+  const auto tokens_of = [](const std::vector<int64_t>& grid) { return grid[0] * grid[1] * grid[2] / 4; };
+  const int64_t small_tokens = tokens_of(stock_grid("small_png"));
+  ASSERT_EQ(small_tokens, 70);
+  std::set<int64_t> counts;
+  for (const char* name :
+       {"small_png", "gray_png", "alpha_png", "wide_png", "large_jpg", "portrait_jpg", "lossy_webp", "palette_gif"}) {
+    const std::string file = std::string(name) + (std::string(name).ends_with("_jpg")    ? ".jpg"
+                                                  : std::string(name).ends_with("_webp") ? ".webp"
+                                                  : std::string(name).ends_with("_gif")  ? ".gif"
+                                                                                         : ".png");
+    const std::string url = data_url(read_bytes(image_path(file)));
+    const Json count = post_to(*server_, "/tokenize", tokenize_chat({image_part(url)}));
+    const int64_t want = static_cast<int64_t>(prompt.size()) - small_tokens + tokens_of(stock_grid(name));
+    EXPECT_EQ(count["count"], want) << name;
+    const Json chat = post(*server_, image_chat({image_part(url)}, 1));
+    EXPECT_EQ(chat["usage"]["prompt_tokens"], count["count"]) << name << ": chat's prompt_tokens";
+    counts.insert(count.value("count", int64_t{0}));
+  }
+  // The control: the grids 14x20 (five images), 8x44, 20x16 give three counts.
+  EXPECT_EQ(counts.size(), 3u) << "other grids must give other counts";
+  // Two images: each with its markup and its own run of tokens, in order.
+  const std::string wide = data_url(read_bytes(image_path("wide_png.png")));
+  const Json two = post_to(*server_, "/tokenize", tokenize_chat({image_part(small_png_), image_part(wide)}));
+  EXPECT_EQ(two["count"], prompt.size() + 2 + tokens_of(stock_grid("wide_png")));
+  EXPECT_EQ(post(*server_, image_chat({image_part(small_png_), image_part(wide)}, 1))["usage"]["prompt_tokens"],
+            two["count"]);
+  // chat's refusals, naming the part.
+  const Json bad = post_to(*server_, "/tokenize", tokenize_chat({image_part(data_url("not an image"))}), 400);
+  EXPECT_EQ(bad["error"].value("code", ""), "invalid_image") << bad.dump();
+  EXPECT_EQ(bad["error"].value("param", ""), "messages[0].content[0]") << bad.dump();
+}
+
 // A server that drafts (n-gram) answers the same. (Prompts cut into chunks, and drafts that are verified and rewound,
 // are checked below the HTTP layer, where the step budget and the drafts can be forced: tests/engine/
 // vision_engine_test.cc.)
@@ -514,6 +568,9 @@ TEST(VisionServeOptions, NoVisionRefusesImagePartsByName) {
       post_to(server, "/v1/messages", image_message({image_block(read_bytes(image_path("small_png.png")))}), 400);
   EXPECT_TRUE(message["error"].value("message", "").starts_with("messages[0].content[0]: ")) << message.dump();
   EXPECT_NE(message["error"].value("message", "").find("--no-vision"), std::string::npos) << message.dump();
+  const Json tokenize =
+      post_to(server, "/tokenize", tokenize_chat({image_part(data_url(read_bytes(image_path("small_png.png"))))}), 400);
+  EXPECT_EQ(tokenize["error"].value("code", ""), "images_not_supported") << tokenize.dump();
 }
 
 }  // namespace duet::testing::vision_e2e
