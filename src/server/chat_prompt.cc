@@ -60,16 +60,25 @@ ChatPrompt build_chat_prompt(const ServerContext& context, const std::vector<tok
   out.request.images = prompt_images(context, images, out.request.prompt, param);
   // The prompt cache also keeps the state where the generation prompt starts, where the last user turn starts and
   // where the leading system turn ends (engine/request.h says who repeats what). Each is a turn's `<|im_start|>`, a
-  // special token, so the text before it tokenizes as the prompt's own beginning. A prompt with images is never kept.
-  if (!out.request.images) {
-    const size_t after_system = prompt.starts_with("<|im_start|>system") ? prompt.find("<|im_start|>", 1) : 0;
-    std::vector<size_t> headers{prompt.rfind("<|im_start|>"), prompt.rfind("<|im_start|>user"), after_system};
-    std::sort(headers.begin(), headers.end());
-    headers.erase(std::unique(headers.begin(), headers.end()), headers.end());
-    for (size_t header : headers)
-      if (header != std::string::npos && header > 0)
-        out.request.cache_hints.push_back(
-            static_cast<int32_t>(context.tokenizer.encode(prompt.substr(0, header)).size()));
+  // special token, so the text before it tokenizes as the prompt's own beginning. The images before it, one
+  // <|image_pad|> in that text, are their whole runs of image tokens in the prompt.
+  const size_t after_system = prompt.starts_with("<|im_start|>system") ? prompt.find("<|im_start|>", 1) : 0;
+  std::vector<size_t> headers{prompt.rfind("<|im_start|>"), prompt.rfind("<|im_start|>user"), after_system};
+  std::sort(headers.begin(), headers.end());
+  headers.erase(std::unique(headers.begin(), headers.end()), headers.end());
+  for (size_t header : headers) {
+    if (header == std::string::npos || header == 0) continue;
+    const std::vector<int32_t> before = context.tokenizer.encode(prompt.substr(0, header));
+    auto position = static_cast<int32_t>(before.size());
+    if (out.request.images) {
+      const auto images = static_cast<size_t>(std::count(before.begin(), before.end(), context.vision->image_token_id));
+      const auto merge = static_cast<int32_t>(context.vision->processor.layout.merge);
+      for (size_t i = 0; i < images && i < out.request.images->size(); ++i) {
+        const engine::PromptImage& image = (*out.request.images)[i];
+        position += image.t * image.h * image.w / (merge * merge) - 1;
+      }
+    }
+    out.request.cache_hints.push_back(position);
   }
   out.request.sampling = sampling.params;
   if (!out.request.sampling.ignore_eos)

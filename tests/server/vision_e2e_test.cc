@@ -89,8 +89,13 @@ Json post(const ServerProcess& server, const Json& body, int status = 200) {
   return Json::parse(res->body, nullptr, false);
 }
 
-// What must not change between runs: the choices and the usage (not the id or the time).
-Json answer_of(const Json& reply) { return {reply.value("choices", Json()), reply.value("usage", Json())}; }
+// What must not change between runs: the choices and the usage (not the id or the time, nor how many prompt tokens
+// the prompt cache resumed, which depends on what ran before).
+Json answer_of(const Json& reply) {
+  Json usage = reply.value("usage", Json());
+  if (usage.is_object()) usage.erase("prompt_tokens_details");
+  return {reply.value("choices", Json()), usage};
+}
 
 std::vector<int32_t> token_ids(const Json& reply) {
   if (!reply.contains("choices") || reply["choices"].empty()) return {};
@@ -539,6 +544,58 @@ TEST_F(VisionServe, TokenizeCountsImagesAsChatDoes) {
   const Json bad = post_to(*server_, "/tokenize", tokenize_chat({image_part(data_url("not an image"))}), 400);
   EXPECT_EQ(bad["error"].value("code", ""), "invalid_image") << bad.dump();
   EXPECT_EQ(bad["error"].value("param", ""), "messages[0].content[0]") << bad.dump();
+}
+
+// The prompt cache keys images by their pixels (engine/image_cache_key.h). The golden prompt's first 64 tokens cut
+// small_png's image tokens: the same request again resumes them and gives the same reply; gray_png (the same grid, so
+// the same token ids) resumes nothing and gives what a server without a cache gives it, which is not small_png's reply
+// (the control). In a conversation, an edited last user turn after an image resumes up to where that turn starts: the
+// chat route's cache hint counts the image's whole run of tokens (the hint without it would fall a block earlier).
+TEST(VisionServeOptions, PromptCacheResumesOnlyTheSameImage) {
+  if (!std::filesystem::exists(model_dir() + "/tokenizer.json")) GTEST_SKIP() << "tools/make_vision_tokenizer.py";
+  ServerProcess cached({"--backend", "cpu", "--parallel", "1", "--context", "512"}, model_dir());
+  ServerProcess fresh({"--backend", "cpu", "--parallel", "1", "--context", "512", "--prompt-cache-gib", "0"},
+                      model_dir());
+  const std::string small = data_url(read_bytes(image_path("small_png.png")));
+  const std::string gray = data_url(read_bytes(image_path("gray_png.png")));
+  const auto resumed = [](const Json& reply) { return reply["usage"]["prompt_tokens_details"]["cached_tokens"]; };
+  const Json first = post(cached, image_chat({image_part(small)}));
+  EXPECT_EQ(token_ids(first), golden("decode.fed"));
+  EXPECT_EQ(resumed(first), 0);
+  const Json again = post(cached, image_chat({image_part(small)}));
+  EXPECT_EQ(resumed(again), 64) << again.dump();
+  EXPECT_EQ(again["choices"], first["choices"]);
+  const Json other = post(cached, image_chat({image_part(gray)}));
+  EXPECT_EQ(resumed(other), 0) << "another image resumed small_png's state";
+  EXPECT_EQ(other["choices"], post(fresh, image_chat({image_part(gray)}))["choices"]);
+  EXPECT_NE(other["choices"], first["choices"]) << "the control: the two images must answer differently";
+
+  const auto conversation = [&](const std::string& last) {
+    Json body = image_chat({image_part(small), {{"type", "text"}, {"text", std::string(90, 'a')}}});
+    body["messages"].push_back({{"role", "assistant"}, {"content", "Fine."}});
+    // A long last turn: the prompt's own block ends (and its generation prompt's hint, with or without the image's
+    // run) lie past where the edit parts from it.
+    body["messages"].push_back({{"role", "user"}, {"content", last + std::string(100, 'b')}});
+    return body;
+  };
+  const Json a = post(cached, conversation("What is it?"));
+  // Where the last user turn starts: the last <|im_start|> token of the prompt (tiny-vl's tokenizer writes the
+  // answer's header "\n<|im_start|>assistant\n" as one token of its own).
+  const Json ids = post_to(
+      cached, "/tokenize",
+      {{"messages", conversation("What is it?")["messages"]}, {"chat_template_kwargs", {{"enable_thinking", false}}}});
+  const int32_t im_start = post_to(cached, "/tokenize", {{"prompt", "<|im_start|>"}})["tokens"][0];
+  std::vector<size_t> starts;
+  for (size_t i = 0; i < ids["tokens"].size(); ++i)
+    if (ids["tokens"][i] == im_start) starts.push_back(i);
+  ASSERT_EQ(starts.size(), 2u) << ids.dump();
+  const size_t last_user = starts.back();
+  ASSERT_NE(last_user / 64, (last_user - 69) / 64) << "the hint without the image's run must fall elsewhere";
+  const Json b = post(cached, conversation("And the colour?"));
+  std::printf("conversation: the last user turn starts at %zu, the edited turn resumed %d (the first %d)\n", last_user,
+              resumed(b).get<int>(), resumed(a).get<int>());
+  EXPECT_EQ(resumed(b), last_user / 64 * 64) << "an edited last turn resumes where it starts; a: " << resumed(a);
+  EXPECT_EQ(b["choices"], post(fresh, conversation("And the colour?"))["choices"]);
 }
 
 // A server that drafts (n-gram) answers the same. (Prompts cut into chunks, and drafts that are verified and rewound,
