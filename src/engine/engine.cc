@@ -198,9 +198,16 @@ struct Engine::Impl {
     return ImagePrompt(request.prompt, *request.images, limits.image_token_id, limits.image_merge);
   }
 
+  // Its images' keys for the prompt cache: digests of their pixel values, taken here on the caller's thread (not the
+  // engine's), and only when there is a cache to key.
+  std::vector<ImageCacheKey> image_keys(const Request& request) const {
+    return cache && request.images ? image_cache_keys(*request.images) : std::vector<ImageCacheKey>{};
+  }
+
   std::shared_ptr<RequestHandle> submit(Request request) {
     validate_request(request, limits);
     std::optional<ImagePrompt> images = image_prompt(request);
+    std::vector<ImageCacheKey> keys = image_keys(request);
     auto handle = std::make_shared<RequestHandle>();
     {
       std::lock_guard lock(mutex);
@@ -216,6 +223,7 @@ struct Engine::Impl {
       ++stats.requests_total;
       waiting.push_back(std::make_unique<Sequence>(next_id++, std::move(request), handle, tokenizer));
       if (images) waiting.back()->set_images(std::move(*images));
+      waiting.back()->set_image_cache_keys(std::move(keys));
     }
     wake.notify_all();
     return handle;
@@ -230,6 +238,7 @@ struct Engine::Impl {
         fail("engine: the choices of one request must be generate requests of one prompt");
     }
     const std::optional<ImagePrompt> images = image_prompt(requests[0]);
+    const std::vector<ImageCacheKey> keys = image_keys(requests[0]);
     std::vector<std::shared_ptr<RequestHandle>> handles;
     {
       std::lock_guard lock(mutex);
@@ -250,6 +259,7 @@ struct Engine::Impl {
         auto sequence = std::make_unique<Sequence>(next_id++, std::move(request), handles.back(), tokenizer);
         if (sequence->id() != first) sequence->set_fork_of(first);
         if (images) sequence->set_images(*images);
+        sequence->set_image_cache_keys(keys);
         waiting.push_back(std::move(sequence));
       }
     }
@@ -353,13 +363,12 @@ struct Engine::Impl {
       if (next->decides() && decisions_under_way() >= options.parallel) break;
       // A decision resumes (and is kept) only before its first span, where its sink keeps nothing but memory rows.
       const int64_t decision_limit = next->decides() ? next->request().decision->prefix_limit() : 0;
-      // A prompt with images is neither resumed nor kept: its state depends on the images' pixels, which the cache's
-      // keys (token ids) do not see.
-      const bool cacheable =
-          cache && !next->has_images() && (!next->decides() || decision_limit >= backend::kKvPagePositions);
+      // A prompt with images is resumed and kept with its images' digests (image_cache_key.h): the same token ids
+      // with another image never resume its state.
+      const bool cacheable = cache && (!next->decides() || decision_limit >= backend::kKvPagePositions);
       const auto look_up = [&] {
         return cacheable ? cache->lookup(cache_salt(*next), next->request().prompt, next->decides(),
-                                         next->decides() ? decision_limit : INT64_MAX)
+                                         next->decides() ? decision_limit : INT64_MAX, next->image_cache_keys())
                          : std::nullopt;
       };
       std::optional<PromptCache::Hit> hit = look_up();
@@ -731,7 +740,7 @@ struct Engine::Impl {
     const std::vector<int32_t>& points = sequence.cache_points();
     if (!cache || std::find(points.begin(), points.end(), sequence.prefilled()) == points.end()) return;
     cache->insert(cache_salt(sequence), std::span(sequence.request().prompt).first(sequence.prefilled()),
-                  *sequence.slot());
+                  *sequence.slot(), nullptr, 0, sequence.image_cache_keys());
   }
 
   // The choices waiting for `first`'s prefill start from a copy of its state, each with its own first token drawn

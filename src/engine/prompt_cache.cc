@@ -1,6 +1,9 @@
 #include "engine/prompt_cache.h"
 
 #include <algorithm>
+#include <array>
+#include <functional>
+#include <string>
 
 #include "backend/seeded_draw.h"
 #include "base/error.h"
@@ -30,30 +33,42 @@ PromptCache::PromptCache(BlockManager& blocks, backend::StateStorage& storage, i
   for (int32_t s = snapshots - 1; s >= 0; --s) free_snapshots_.push_back(s);  // lowest id on top
 }
 
-std::vector<uint64_t> PromptCache::chain(uint64_t salt, std::span<const int32_t> tokens, int64_t blocks) const {
+std::vector<uint64_t> PromptCache::chain(uint64_t salt, std::span<const int32_t> tokens, int64_t blocks,
+                                         std::span<const ImageCacheKey> images) const {
   std::vector<uint64_t> keys;
   uint64_t h = backend::mix64(salt ^ 0x70726f6d7074ULL);
+  size_t image = 0;
   for (int64_t b = 0; b < blocks; ++b) {
     h = hash_(h, tokens.subspan(static_cast<size_t>(b * kBlock), kBlock));
+    // Each image whose first token is in this block, through the same block hash (so a planted collision collides
+    // images too, and the comparison on a hit is what tells them apart); every later block chains from it.
+    for (; image < images.size() && images[image].first_token < (b + 1) * kBlock; ++image) {
+      const uint64_t digest = std::hash<std::string>{}(images[image].digest);
+      const std::array<int32_t, 3> words{images[image].first_token, static_cast<int32_t>(digest),
+                                         static_cast<int32_t>(digest >> 32)};
+      h = hash_(h, words);
+    }
     keys.push_back(h);
   }
   return keys;
 }
 
 std::optional<PromptCache::Hit> PromptCache::lookup(uint64_t salt, std::span<const int32_t> prompt, bool decision,
-                                                    int64_t max_tokens) {
+                                                    int64_t max_tokens, std::span<const ImageCacheKey> images) {
   if (entries_.empty() || prompt.empty()) return std::nullopt;
   // Leave a token to prefill.
   const int64_t blocks = std::min((static_cast<int64_t>(prompt.size()) - 1) / kBlock, max_tokens / kBlock);
-  const std::vector<uint64_t> keys = chain(salt, prompt, blocks);
+  const std::vector<uint64_t> keys = chain(salt, prompt, blocks, images);
   for (int64_t b = blocks; b >= 1; --b) {
     const auto [first, last] = index_.equal_range(keys[static_cast<size_t>(b - 1)]);
     for (auto it = first; it != last; ++it) {
       Entry& entry = *entries_[static_cast<size_t>(it->second)];
       const auto length = static_cast<size_t>(b * kBlock);
-      // The hash only finds candidates; the tokens decide.
+      // The hash only finds candidates; the tokens and the images decide.
+      const std::span<const ImageCacheKey> own = images_before(images, static_cast<int64_t>(length));
       if (entry.salt != salt || entry.tokens.size() != length ||
-          !std::equal(entry.tokens.begin(), entry.tokens.end(), prompt.begin()))
+          !std::equal(entry.tokens.begin(), entry.tokens.end(), prompt.begin()) ||
+          !std::equal(entry.images.begin(), entry.images.end(), own.begin(), own.end()))
         continue;
       std::shared_ptr<const DecisionPrefix> kept;
       if (decision) {
@@ -78,7 +93,8 @@ void PromptCache::note_admitted(const std::optional<Hit>& hit) {
 }
 
 bool PromptCache::insert(uint64_t salt, std::span<const int32_t> prefix, int32_t slot,
-                         std::shared_ptr<PendingDecisionPrefix> decision, size_t decision_bytes) {
+                         std::shared_ptr<PendingDecisionPrefix> decision, size_t decision_bytes,
+                         std::span<const ImageCacheKey> images) {
   const int64_t blocks = static_cast<int64_t>(prefix.size()) / kBlock;
   if (entries_.empty() || blocks == 0) return false;
   if (decision != nullptr && decision_bytes > max_decision_bytes_) return false;
@@ -86,11 +102,13 @@ bool PromptCache::insert(uint64_t salt, std::span<const int32_t> prefix, int32_t
       blocks_.position(slot) != static_cast<int64_t>(prefix.size()))
     fail("prompt cache: slot {} at position {} cannot be cached as a prefix of {} tokens", slot, blocks_.position(slot),
          prefix.size());
-  const uint64_t key = chain(salt, prefix, blocks).back();
+  const std::span<const ImageCacheKey> own = images_before(images, static_cast<int64_t>(prefix.size()));
+  const uint64_t key = chain(salt, prefix, blocks, own).back();
   const auto [first, last] = index_.equal_range(key);
   for (auto it = first; it != last; ++it) {
     Entry& entry = *entries_[static_cast<size_t>(it->second)];
-    if (entry.salt == salt && std::equal(entry.tokens.begin(), entry.tokens.end(), prefix.begin(), prefix.end())) {
+    if (entry.salt == salt && std::equal(entry.tokens.begin(), entry.tokens.end(), prefix.begin(), prefix.end()) &&
+        std::equal(entry.images.begin(), entry.images.end(), own.begin(), own.end())) {
       entry.used = ++tick_;
       return false;
     }
@@ -103,6 +121,7 @@ bool PromptCache::insert(uint64_t salt, std::span<const int32_t> prefix, int32_t
   Entry entry{.key = key,
               .salt = salt,
               .tokens = {prefix.begin(), prefix.end()},
+              .images = {own.begin(), own.end()},
               .pages = {table.begin(), table.begin() + blocks},
               .decision = std::move(decision),
               .decision_bytes = decision_bytes,

@@ -7,7 +7,10 @@
 // prompt another's state. Only prefill-computed state is cached: entries are made while a prompt prefills.
 // Least-recently-used entries go first when the snapshots or the page budget run out. A decision's entry also holds
 // what its sink keeps of the prefix (engine/decision_sink.h: the head's memory rows), within a budget of bytes of
-// its own, and resumes only decisions (its salt is theirs). Engine thread only.
+// its own, and resumes only decisions (its salt is theirs). A prompt's images (image_cache_key.h) are part of its key:
+// each image's digest is chained in at the block of its first token, and an entry keeps the images of its prefix,
+// compared on every hit as the tokens are, so a prefix is resumed only with the very images it was computed from.
+// Engine thread only.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -19,6 +22,7 @@
 #include "backend/backend.h"
 #include "engine/block_manager.h"
 #include "engine/decision_sink.h"
+#include "engine/image_cache_key.h"
 
 namespace duet::engine {
 
@@ -41,16 +45,19 @@ class PromptCache {
   };
   // The longest cached prefix of `prompt` that leaves at least one token to prefill (its last row samples), or
   // nullopt. Counts nothing: the engine counts a hit when it admits the sequence with it (note_admitted). A
-  // decision's lookup (`decision`) takes only entries whose sink prefix is ready, of at most `max_tokens`.
+  // decision's lookup (`decision`) takes only entries whose sink prefix is ready, of at most `max_tokens`. `images`
+  // are the prompt's, in prompt order.
   std::optional<Hit> lookup(uint64_t salt, std::span<const int32_t> prompt, bool decision = false,
-                            int64_t max_tokens = INT64_MAX);
+                            int64_t max_tokens = INT64_MAX, std::span<const ImageCacheKey> images = {});
   void note_admitted(const std::optional<Hit>& hit);
   // Keeps the state of `slot`, which has just prefilled `prefix` (a whole number of blocks, its position now):
   // a snapshot of its GDN state and a reference to the prefix's pages, and for a decision its sink's prefix (set
-  // later by a decision worker) counted as `decision_bytes`. Nothing when the same prefix is cached; false when a
-  // decision's prefix alone is over the budget (nothing kept).
+  // later by a decision worker) counted as `decision_bytes`. Nothing when the same prefix (with the same images) is
+  // cached; false when a decision's prefix alone is over the budget (nothing kept). `images`: the prompt's (those
+  // past the prefix are left out).
   bool insert(uint64_t salt, std::span<const int32_t> prefix, int32_t slot,
-              std::shared_ptr<PendingDecisionPrefix> decision = nullptr, size_t decision_bytes = 0);
+              std::shared_ptr<PendingDecisionPrefix> decision = nullptr, size_t decision_bytes = 0,
+              std::span<const ImageCacheKey> images = {});
   // Drops the least recently used entry; false when there is none.
   bool evict_one();
   // Pages that only the cache holds (no sequence reads them): what evicting everything would give back.
@@ -68,13 +75,15 @@ class PromptCache {
   struct Entry {
     uint64_t key = 0;
     uint64_t salt = 0;
-    std::vector<int32_t> tokens;  // the whole prefix, compared on every hit
+    std::vector<int32_t> tokens;        // the whole prefix, compared on every hit
+    std::vector<ImageCacheKey> images;  // the images whose first token is in the prefix, compared likewise
     std::vector<int32_t> pages;
     std::shared_ptr<PendingDecisionPrefix> decision;  // a decision's entry: its sink's prefix, once set
     size_t decision_bytes = 0;
     uint64_t used = 0;  // the tick of its last insert or hit
   };
-  std::vector<uint64_t> chain(uint64_t salt, std::span<const int32_t> tokens, int64_t blocks) const;
+  std::vector<uint64_t> chain(uint64_t salt, std::span<const int32_t> tokens, int64_t blocks,
+                              std::span<const ImageCacheKey> images) const;
   void evict(int32_t snapshot);
 
   BlockManager& blocks_;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/image_cache_key.h"
 #include "engine/image_prompt.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
@@ -54,6 +55,9 @@ class Sequence {
   ImagePrompt& images() { return *images_; }
   const ImagePrompt& images() const { return *images_; }
   void set_images(ImagePrompt images) { images_ = std::move(images); }
+  // Its images as the prompt cache tells them apart (image_cache_key.h), set at submit when the engine has a cache.
+  std::span<const ImageCacheKey> image_cache_keys() const { return image_cache_keys_; }
+  void set_image_cache_keys(std::vector<ImageCacheKey> keys) { image_cache_keys_ = std::move(keys); }
   // What every row after the prompt adds to its rotary position (0 for text).
   int32_t rope_delta() const { return images_ ? images_->rope_delta() : 0; }
 
@@ -117,6 +121,7 @@ class Sequence {
   std::optional<int32_t> slot_;
   std::optional<uint64_t> fork_of_;
   std::optional<ImagePrompt> images_;
+  std::vector<ImageCacheKey> image_cache_keys_;
   int32_t prefilled_ = 0;
   int32_t cached_tokens_ = 0;
   std::vector<int32_t> cache_points_;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "image/decoders.h"
+#include "image/exif_orientation.h"
 #include "image/format.h"
 
 namespace duet::image {
@@ -23,8 +24,8 @@ Image decode(std::span<const uint8_t> bytes, const Limits& limits) {
   switch (*format) {
     case Format::kPng:
       return decode_png(bytes, limits);
-    case Format::kJpeg:
-      return decode_jpeg(bytes, limits);
+    case Format::kJpeg:  // turned as its EXIF orientation asks, as viewers show it (exif_orientation.h)
+      return apply_exif_orientation(decode_jpeg(bytes, limits), jpeg_exif_orientation(bytes));
     case Format::kWebp:
       return decode_webp(bytes, limits);
     case Format::kGif:

@@ -61,8 +61,9 @@ ChatPrompt build_chat_prompt(const ServerContext& context, const std::vector<tok
   out.request.images = prompt_images(context, images, out.request.prompt, param);
   // The prompt cache also keeps the state where the generation prompt starts, where the last user turn starts and
   // where the leading system turn ends (engine/request.h says who repeats what). Each is a turn's `<|im_start|>`, a
-  // special token, so the text before it tokenizes as the prompt's own beginning. A prompt with images is never kept.
-  if (!out.request.images) out.request.cache_hints = turn_start_hints(context.tokenizer, prompt, out.request.prompt);
+  // special token, so the text before it tokenizes as the prompt's own beginning. They are read off the prompt's ids,
+  // where each image is already its whole run of image tokens (prompt_images expanded them).
+  out.request.cache_hints = turn_start_hints(context.tokenizer, prompt, out.request.prompt);
   out.request.sampling = sampling.params;
   if (!out.request.sampling.ignore_eos)
     for (int32_t id : end_of_turn_ids(context.tokenizer)) out.request.sampling.stop_token_ids.push_back(id);

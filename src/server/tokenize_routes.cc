@@ -1,11 +1,14 @@
 // POST /tokenize (text, or chat messages through the template) and POST /detokenize: the server's own
-// tokenizer, so clients can count and build token-id prompts exactly as the server will.
+// tokenizer, so clients can count and build token-id prompts exactly as the server will. Chat messages may hold
+// image_url parts: each is decoded and its <|image_pad|> repeated once per image token, through the very path chat
+// takes (chat_prompt.h's prompt_images), so the count is chat's prompt_tokens and the refusals are chat's.
 #include <fmt/format.h>
 
 #include <limits>
 
 #include "base/error.h"
 #include "base/exact_json.h"
+#include "server/chat_prompt.h"
 #include "server/chat_request.h"
 #include "server/errors.h"
 #include "server/request_parsing.h"
@@ -24,12 +27,13 @@ void add_tokenize_routes(RouteTable& table, ServerContext& context) {
     bool has_messages = body.contains("messages") && !body["messages"].is_null();
     if (has_prompt == has_messages) refuse_field("prompt", "send exactly one of prompt and messages");
     std::string text;
+    std::vector<ImagePart> images;
     if (has_prompt) {
       for (const char* chat_only : {"tools", "chat_template_kwargs", "add_generation_prompt"})
         if (body.contains(chat_only)) refuse_field(chat_only, "only with messages");
       text = *read_string(body, "prompt", "prompt");
     } else {
-      auto messages = parse_chat_messages(body, ignored);
+      auto messages = parse_chat_messages(body, ignored, &images);
       tokenizer::ChatOptions options;
       options.tools = parse_tools(body);
       options.enable_thinking = parse_enable_thinking(body, context.options.enable_thinking, ignored);
@@ -41,6 +45,7 @@ void add_tokenize_routes(RouteTable& table, ServerContext& context) {
       }
     }
     std::vector<int32_t> ids = context.tokenizer.encode(text);
+    prompt_images(context, images, ids, "messages");
     HttpResponse res =
         json_response({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", context.options.context}});
     res.headers = report_ignored_fields(ignored, "/tokenize");

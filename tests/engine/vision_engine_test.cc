@@ -2,9 +2,9 @@
 // engine (EngineOptions::vision) on small_png as src/image preprocesses it, the prompt of transformers' `decode`
 // golden (vision.fp32.safetensors), and the tokens compared with transformers' six greedy tokens (decode.fed). The
 // prompt whole and cut into chunks of 64 (the cut falls inside the image, whose tokens are 4..73), with drafts verified
-// (right and wrong ones, so accepted and rewound rows), twice with the prompt cache on (never resumed: image prompts
-// bypass it), beside a text request, as two forked choices: always the same tokens. An engine without a tower refuses
-// images by name.
+// (right and wrong ones, so accepted and rewound rows), beside a text request, as two forked choices: always the same
+// tokens. The prompt cache keys images by their pixels: the same image resumes, another image of the same grid (the
+// same token ids) does not, and gives a fresh engine's bytes. An engine without a tower refuses images by name.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -40,9 +40,9 @@ std::vector<int32_t> golden(const std::string& name) {
   return {t.data<int32_t>(), t.data<int32_t>() + t.element_count()};
 }
 
-// small_png as the checkpoint's processor leaves it.
-PromptImage small_png(int32_t first_token) {
-  std::ifstream in(::duet::testing::tests_dir() + "/fixtures/vision/images/small_png.png", std::ios::binary);
+// A fixture image (small_png by default) as the checkpoint's processor leaves it.
+PromptImage small_png(int32_t first_token, const std::string& name = "small_png.png") {
+  std::ifstream in(::duet::testing::tests_dir() + "/fixtures/vision/images/" + name, std::ios::binary);
   const std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   const auto processor = image::ProcessorConfig::load(kModelDir + "/preprocessor_config.json");
   const image::Image decoded = image::decode(bytes);
@@ -79,13 +79,17 @@ class VisionEngine : public ::testing::Test {
     vision_.reset();
   }
 
-  // The golden prompt (3 text ids, the image's markup, 4 text ids) with small_png, greedy for six tokens.
-  static Request image_request() {
-    Request r = testing::greedy_request(golden("decode.ids"), 6);
+  // The golden prompt (3 text ids, the image's markup, 4 text ids) with small_png (or `image`, of the same grid),
+  // greedy for six tokens; after `text` when given.
+  static Request image_request(const std::string& image = "small_png.png", const std::vector<int32_t>& text = {}) {
+    std::vector<int32_t> prompt = text;
+    const std::vector<int32_t> golden_prompt = golden("decode.ids");
+    prompt.insert(prompt.end(), golden_prompt.begin(), golden_prompt.end());
+    Request r = testing::greedy_request(prompt, 6);
     r.sampling.top_logprobs = 0;  // the sampled token's log-probability
     const auto first = std::find(r.prompt.begin(), r.prompt.end(), model_->config().image_token_id);
     r.images = std::make_shared<std::vector<PromptImage>>(
-        std::vector{small_png(static_cast<int32_t>(first - r.prompt.begin()))});
+        std::vector{small_png(static_cast<int32_t>(first - r.prompt.begin()), image)});
     return r;
   }
 
@@ -144,19 +148,60 @@ TEST_F(VisionEngine, VerifiedDraftsTakeTheRopeDelta) {
   }
 }
 
-// A prompt with images is neither kept in nor resumed from the prompt cache: the cache's keys are token ids, and two
-// images with the same grid give the same ids.
-TEST_F(VisionEngine, PromptCacheIsBypassed) {
+// The prompt cache keys a prompt's images by their pixel values (engine/image_cache_key.h). The golden prompt's first
+// block (64 tokens) cuts small_png's run of image tokens (4..73): the same request again resumes it and gives the same
+// bytes; gray_png has the same grid, so the same token ids, and must not resume it: it gives what a fresh engine gives
+// it (and, the control, not small_png's answer). Again with a planted collision (every block hashes alike), where only
+// the comparison of the images on a hit tells them apart.
+TEST_F(VisionEngine, PromptCacheResumesOnlyTheSameImage) {
+  Engine fresh(*model_, nullptr, options());
+  const Outcome gray_fresh = drain(*fresh.submit(image_request("gray_png.png")));
+  for (const bool collide : {false, true}) {
+    EngineOptions o = options();
+    o.prompt_cache_bytes = size_t{16} << 20;
+    if (collide) o.prompt_cache_block_hash = [](uint64_t, std::span<const int32_t>) { return uint64_t{42}; };
+    Engine engine(*model_, nullptr, o);
+    const Outcome first = drain(*engine.submit(image_request()));
+    EXPECT_EQ(first.tokens, golden("decode.fed"));
+    EXPECT_EQ(first.finished.cached_tokens, 0);
+    const Outcome again = drain(*engine.submit(image_request()));
+    EXPECT_EQ(again.finished.cached_tokens, 64) << "collide " << collide;
+    EXPECT_EQ(again.tokens, first.tokens);
+    EXPECT_EQ(again.logprobs, first.logprobs) << "a resumed prompt gives the fresh one's bytes";
+    const Outcome gray = drain(*engine.submit(image_request("gray_png.png")));
+    EXPECT_EQ(gray.finished.cached_tokens, 0) << "collide " << collide << ": another image was resumed";
+    EXPECT_EQ(gray.tokens, gray_fresh.tokens);
+    EXPECT_EQ(gray.logprobs, gray_fresh.logprobs) << "collide " << collide;
+    EXPECT_NE(gray.logprobs, first.logprobs) << "the control: the two images must answer differently";
+    EXPECT_EQ(engine.stats().prompt_cache_hits, 1);
+  }
+}
+
+// Text before the image is resumed whatever the image: 100 text tokens, then the golden prompt (its image at 104), with
+// a cache hint at 100 (the block end 64, text only) beside the prompt's own block end 128 (inside the image). Another
+// image resumes the 64 text tokens only; the same image resumes 128.
+TEST_F(VisionEngine, PromptCacheResumesTheTextBeforeAnotherImage) {
+  std::vector<int32_t> text(100);
+  for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<int32_t>(10 + i * 3 % 200);
+  const auto with_hint = [&](const std::string& image) {
+    Request r = image_request(image, text);
+    r.cache_hints = {100};
+    return r;
+  };
+  Engine fresh(*model_, nullptr, options());
+  const Outcome gray_fresh = drain(*fresh.submit(with_hint("gray_png.png")));
   EngineOptions o = options();
   o.prompt_cache_bytes = size_t{16} << 20;
   Engine engine(*model_, nullptr, o);
-  for (int round = 0; round < 2; ++round) {
-    const Outcome out = drain(*engine.submit(image_request()));
-    EXPECT_EQ(out.tokens, golden("decode.fed"));
-    EXPECT_EQ(out.finished.cached_tokens, 0);
-  }
-  EXPECT_EQ(engine.stats().prompt_cache_hits, 0);
-  EXPECT_EQ(engine.stats().prompt_cache_misses, 0) << "not even looked up";
+  const Outcome small = drain(*engine.submit(with_hint("small_png.png")));
+  EXPECT_EQ(small.finished.cached_tokens, 0);
+  const Outcome gray = drain(*engine.submit(with_hint("gray_png.png")));
+  EXPECT_EQ(gray.finished.cached_tokens, 64);
+  EXPECT_EQ(gray.tokens, gray_fresh.tokens);
+  EXPECT_EQ(gray.logprobs, gray_fresh.logprobs);
+  const Outcome small_again = drain(*engine.submit(with_hint("small_png.png")));
+  EXPECT_EQ(small_again.finished.cached_tokens, 128);
+  EXPECT_EQ(small_again.logprobs, small.logprobs);
 }
 
 TEST_F(VisionEngine, BesideTextAndAsForkedChoices) {

@@ -21,6 +21,7 @@
 #include <future>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "../tests_dir.h"
@@ -88,8 +89,13 @@ Json post(const ServerProcess& server, const Json& body, int status = 200) {
   return Json::parse(res->body, nullptr, false);
 }
 
-// What must not change between runs: the choices and the usage (not the id or the time).
-Json answer_of(const Json& reply) { return {reply.value("choices", Json()), reply.value("usage", Json())}; }
+// What must not change between runs: the choices and the usage (not the id or the time, nor how many prompt tokens
+// the prompt cache resumed, which depends on what ran before).
+Json answer_of(const Json& reply) {
+  Json usage = reply.value("usage", Json());
+  if (usage.is_object()) usage.erase("prompt_tokens_details");
+  return {reply.value("choices", Json()), usage};
+}
 
 std::vector<int32_t> token_ids(const Json& reply) {
   if (!reply.contains("choices") || reply["choices"].empty()) return {};
@@ -102,6 +108,13 @@ std::vector<int32_t> golden(const std::string& name) {
   if (found == nullptr) return {};
   const auto& t = file.require(name, {checkpoint::DType::i32}, found->shape);
   return {t.data<int32_t>(), t.data<int32_t>() + t.element_count()};
+}
+
+// A fixture image's image_grid_thw as transformers' processor made it with the stock settings (tiny-vl's).
+std::vector<int64_t> stock_grid(const std::string& name) {
+  const auto file = checkpoint::Checkpoint::open_file(tests_dir() + "/fixtures/goldens/vision.fp32.safetensors");
+  const auto& t = file.require("img." + name + ".stock.grid", {checkpoint::DType::i64}, {3});
+  return {t.data<int64_t>(), t.data<int64_t>() + 3};
 }
 
 // The refusal's error object, after checking its status and that the server still answers.
@@ -487,6 +500,104 @@ TEST_F(VisionServe, OfficialClientsSendTheImageOnEveryRoute) {
   EXPECT_TRUE(server_->alive());
 }
 
+// POST /tokenize with images (issue 21): the messages' image_url parts go through chat's path, so the tokens are the
+// prompt transformers generated from (decode.ids: its processor's 70 image tokens for small_png) and the count is
+// chat's prompt_tokens. For every fixture image the count moves by the tokens transformers' processor gives it
+// (image_grid_thw, stock settings: t*h*w/4); the control is that two grids give two counts. Bad images are chat's 400s.
+Json tokenize_chat(const std::vector<Json>& parts) {
+  Json body = image_chat(parts);
+  return {{"messages", body["messages"]}, {"chat_template_kwargs", body["chat_template_kwargs"]}};
+}
+
+TEST_F(VisionServe, TokenizeCountsImagesAsChatDoes) {
+  const std::vector<int32_t> prompt = golden("decode.ids");
+  const Json small = post_to(*server_, "/tokenize", tokenize_chat({image_part(small_png_)}));
+  EXPECT_EQ(small.value("tokens", std::vector<int32_t>{}), prompt) << small.dump();
+  EXPECT_EQ(small["count"], prompt.size());
+  const auto tokens_of = [](const std::vector<int64_t>& grid) { return grid[0] * grid[1] * grid[2] / 4; };
+  const int64_t small_tokens = tokens_of(stock_grid("small_png"));
+  ASSERT_EQ(small_tokens, 70);
+  std::set<int64_t> counts;
+  for (const char* name :
+       {"small_png", "gray_png", "alpha_png", "wide_png", "large_jpg", "portrait_jpg", "lossy_webp", "palette_gif"}) {
+    const std::string file = std::string(name) + (std::string(name).ends_with("_jpg")    ? ".jpg"
+                                                  : std::string(name).ends_with("_webp") ? ".webp"
+                                                  : std::string(name).ends_with("_gif")  ? ".gif"
+                                                                                         : ".png");
+    const std::string url = data_url(read_bytes(image_path(file)));
+    const Json count = post_to(*server_, "/tokenize", tokenize_chat({image_part(url)}));
+    const int64_t want = static_cast<int64_t>(prompt.size()) - small_tokens + tokens_of(stock_grid(name));
+    EXPECT_EQ(count["count"], want) << name;
+    const Json chat = post(*server_, image_chat({image_part(url)}, 1));
+    EXPECT_EQ(chat["usage"]["prompt_tokens"], count["count"]) << name << ": chat's prompt_tokens";
+    counts.insert(count.value("count", int64_t{0}));
+  }
+  // The control: the grids 14x20 (five images), 8x44, 20x16 give three counts.
+  EXPECT_EQ(counts.size(), 3u) << "other grids must give other counts";
+  // Two images: each with its markup and its own run of tokens, in order.
+  const std::string wide = data_url(read_bytes(image_path("wide_png.png")));
+  const Json two = post_to(*server_, "/tokenize", tokenize_chat({image_part(small_png_), image_part(wide)}));
+  EXPECT_EQ(two["count"], prompt.size() + 2 + tokens_of(stock_grid("wide_png")));
+  EXPECT_EQ(post(*server_, image_chat({image_part(small_png_), image_part(wide)}, 1))["usage"]["prompt_tokens"],
+            two["count"]);
+  // chat's refusals, naming the part.
+  const Json bad = post_to(*server_, "/tokenize", tokenize_chat({image_part(data_url("not an image"))}), 400);
+  EXPECT_EQ(bad["error"].value("code", ""), "invalid_image") << bad.dump();
+  EXPECT_EQ(bad["error"].value("param", ""), "messages[0].content[0]") << bad.dump();
+}
+
+// The prompt cache keys images by their pixels (engine/image_cache_key.h). The golden prompt's first 64 tokens cut
+// small_png's image tokens: the same request again resumes them and gives the same reply; gray_png (the same grid, so
+// the same token ids) resumes nothing and gives what a server without a cache gives it, which is not small_png's reply
+// (the control). In a conversation, an edited last user turn after an image resumes up to where that turn starts: the
+// chat route's cache hint counts the image's whole run of tokens (the hint without it would fall a block earlier).
+TEST(VisionServeOptions, PromptCacheResumesOnlyTheSameImage) {
+  if (!std::filesystem::exists(model_dir() + "/tokenizer.json")) GTEST_SKIP() << "tools/make_vision_tokenizer.py";
+  ServerProcess cached({"--backend", "cpu", "--parallel", "1", "--context", "512"}, model_dir());
+  ServerProcess fresh({"--backend", "cpu", "--parallel", "1", "--context", "512", "--prompt-cache-gib", "0"},
+                      model_dir());
+  const std::string small = data_url(read_bytes(image_path("small_png.png")));
+  const std::string gray = data_url(read_bytes(image_path("gray_png.png")));
+  const auto resumed = [](const Json& reply) { return reply["usage"]["prompt_tokens_details"]["cached_tokens"]; };
+  const Json first = post(cached, image_chat({image_part(small)}));
+  EXPECT_EQ(token_ids(first), golden("decode.fed"));
+  EXPECT_EQ(resumed(first), 0);
+  const Json again = post(cached, image_chat({image_part(small)}));
+  EXPECT_EQ(resumed(again), 64) << again.dump();
+  EXPECT_EQ(again["choices"], first["choices"]);
+  const Json other = post(cached, image_chat({image_part(gray)}));
+  EXPECT_EQ(resumed(other), 0) << "another image resumed small_png's state";
+  EXPECT_EQ(other["choices"], post(fresh, image_chat({image_part(gray)}))["choices"]);
+  EXPECT_NE(other["choices"], first["choices"]) << "the control: the two images must answer differently";
+
+  const auto conversation = [&](const std::string& last) {
+    Json body = image_chat({image_part(small), {{"type", "text"}, {"text", std::string(90, 'a')}}});
+    body["messages"].push_back({{"role", "assistant"}, {"content", "Fine."}});
+    // A long last turn: the prompt's own block ends (and its generation prompt's hint, with or without the image's
+    // run) lie past where the edit parts from it.
+    body["messages"].push_back({{"role", "user"}, {"content", last + std::string(100, 'b')}});
+    return body;
+  };
+  const Json a = post(cached, conversation("What is it?"));
+  // Where the last user turn starts: the last <|im_start|> token of the prompt (tiny-vl's tokenizer writes the
+  // answer's header "\n<|im_start|>assistant\n" as one token of its own).
+  const Json ids = post_to(
+      cached, "/tokenize",
+      {{"messages", conversation("What is it?")["messages"]}, {"chat_template_kwargs", {{"enable_thinking", false}}}});
+  const int32_t im_start = post_to(cached, "/tokenize", {{"prompt", "<|im_start|>"}})["tokens"][0];
+  std::vector<size_t> starts;
+  for (size_t i = 0; i < ids["tokens"].size(); ++i)
+    if (ids["tokens"][i] == im_start) starts.push_back(i);
+  ASSERT_EQ(starts.size(), 2u) << ids.dump();
+  const size_t last_user = starts.back();
+  ASSERT_NE(last_user / 64, (last_user - 69) / 64) << "the hint without the image's run must fall elsewhere";
+  const Json b = post(cached, conversation("And the colour?"));
+  std::printf("conversation: the last user turn starts at %zu, the edited turn resumed %d (the first %d)\n", last_user,
+              resumed(b).get<int>(), resumed(a).get<int>());
+  EXPECT_EQ(resumed(b), last_user / 64 * 64) << "an edited last turn resumes where it starts; a: " << resumed(a);
+  EXPECT_EQ(b["choices"], post(fresh, conversation("And the colour?"))["choices"]);
+}
+
 // A server that drafts (n-gram) answers the same. (Prompts cut into chunks, and drafts that are verified and rewound,
 // are checked below the HTTP layer, where the step budget and the drafts can be forced: tests/engine/
 // vision_engine_test.cc.)
@@ -514,6 +625,9 @@ TEST(VisionServeOptions, NoVisionRefusesImagePartsByName) {
       post_to(server, "/v1/messages", image_message({image_block(read_bytes(image_path("small_png.png")))}), 400);
   EXPECT_TRUE(message["error"].value("message", "").starts_with("messages[0].content[0]: ")) << message.dump();
   EXPECT_NE(message["error"].value("message", "").find("--no-vision"), std::string::npos) << message.dump();
+  const Json tokenize =
+      post_to(server, "/tokenize", tokenize_chat({image_part(data_url(read_bytes(image_path("small_png.png"))))}), 400);
+  EXPECT_EQ(tokenize["error"].value("code", ""), "images_not_supported") << tokenize.dump();
 }
 
 }  // namespace duet::testing::vision_e2e
