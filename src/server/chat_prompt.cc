@@ -58,12 +58,25 @@ ChatPrompt build_chat_prompt(const ServerContext& context, const std::vector<tok
   out.starts_in_reasoning = prompt.ends_with("<think>\n") || prompt.ends_with("<think>");
   out.answer_start = answer_start;
   out.request.prompt = context.tokenizer.encode(prompt + answer_start);
-  out.request.images = prompt_images(context, images, out.request.prompt, param);
   // The prompt cache also keeps the state where the generation prompt starts, where the last user turn starts and
-  // where the leading system turn ends (engine/request.h says who repeats what). Each is a turn's `<|im_start|>`, a
-  // special token, so the text before it tokenizes as the prompt's own beginning. They are read off the prompt's ids,
-  // where each image is already its whole run of image tokens (prompt_images expanded them).
+  // where the leading system turn ends (engine/request.h says who repeats what), read off the ids while each image is
+  // still one <|image_pad|> as in the text; then each image before a point moves it by its run of image tokens.
   out.request.cache_hints = turn_start_hints(context.tokenizer, prompt, out.request.prompt);
+  std::vector<size_t> images_before(out.request.cache_hints.size(), 0);
+  if (!images.empty() && context.vision)
+    for (size_t h = 0; h < images_before.size(); ++h)
+      images_before[h] = static_cast<size_t>(std::count(out.request.prompt.begin(),
+                                                        out.request.prompt.begin() + out.request.cache_hints[h],
+                                                        context.vision->image_token_id));
+  out.request.images = prompt_images(context, images, out.request.prompt, param);
+  if (out.request.images) {
+    const auto merge = static_cast<int32_t>(context.vision->processor.layout.merge);
+    for (size_t h = 0; h < images_before.size(); ++h)
+      for (size_t i = 0; i < images_before[h] && i < out.request.images->size(); ++i) {
+        const engine::PromptImage& image = (*out.request.images)[i];
+        out.request.cache_hints[h] += image.t * image.h * image.w / (merge * merge) - 1;
+      }
+  }
   out.request.sampling = sampling.params;
   if (!out.request.sampling.ignore_eos)
     for (int32_t id : end_of_turn_ids(context.tokenizer)) out.request.sampling.stop_token_ids.push_back(id);

@@ -1,41 +1,35 @@
 #include "server/turn_start_hints.h"
 
-#include <algorithm>
 #include <optional>
+#include <span>
 #include <string_view>
 
 namespace duet::server {
 
-// Each is a turn's `<|im_start|>`, a special token that the tokenizer never merges with
-// its neighbours, so the n-th one in the text is the n-th one in the ids: the positions are read off the ids rather
-// than by encoding three prefixes again (up to three re-tokenizations of a long prompt on the request thread). Empty
-// when the counts differ (a tokenizer without the token as one id): no hints, only the engine's own cache points.
+// Each header is a turn's `<|im_start|>`, a special token, so the text before it is the prompt's own beginning: the
+// points are read off the prompt's ids (where images are already their whole runs of image tokens) rather than by
+// encoding three prefixes again on the request thread. A header id's place in the text is the decoded length of the ids
+// before it; a tokenizer that writes a header merged into a longer token (tiny-vl's test tokenizer writes
+// "\n<|im_start|>assistant\n" as one) has no header id there, and that turn gets no point.
 std::vector<int32_t> turn_start_hints(const tokenizer::Tokenizer& tokenizer, const std::string& text,
                                       const std::vector<int32_t>& ids) {
   constexpr std::string_view kTurn = "<|im_start|>";
   const std::optional<int32_t> turn_id = tokenizer.token_to_id(kTurn);
   if (!turn_id) return {};
-  std::vector<size_t> text_turns;  // byte offsets of every turn header
-  for (size_t at = text.find(kTurn); at != std::string::npos; at = text.find(kTurn, at + kTurn.size()))
-    text_turns.push_back(at);
-  std::vector<int32_t> id_turns;  // token positions of every turn header
-  for (size_t i = 0; i < ids.size(); ++i)
-    if (ids[i] == *turn_id) id_turns.push_back(static_cast<int32_t>(i));
-  if (text_turns.size() != id_turns.size() || text_turns.empty()) return {};
-  // Indices into the turn lists: the last turn (the generation prompt), the last user turn, the turn after a leading
-  // system turn.
-  std::vector<size_t> turns{text_turns.size() - 1};
-  for (size_t n = text_turns.size(); n-- > 0;)
-    if (text.compare(text_turns[n], kTurn.size() + 4, "<|im_start|>user") == 0) {
-      turns.push_back(n);
-      break;
-    }
-  if (text.starts_with("<|im_start|>system") && text_turns.size() > 1) turns.push_back(1);
+  const size_t generation = text.rfind(kTurn), last_user = text.rfind("<|im_start|>user");
+  const size_t after_system = text.starts_with("<|im_start|>system") ? text.find(kTurn, 1) : std::string::npos;
   std::vector<int32_t> hints;
-  for (size_t n : turns)
-    if (id_turns[n] > 0) hints.push_back(id_turns[n]);
-  std::sort(hints.begin(), hints.end());
-  hints.erase(std::unique(hints.begin(), hints.end()), hints.end());
+  size_t offset = 0, from = 0;  // the text's bytes decoded so far: ids [0, from)
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] != *turn_id) continue;
+    // Decoded between special tokens: a header is ASCII, so no character spans it.
+    offset += tokenizer.decode(std::span<const int32_t>(ids).subspan(from, i - from)).size();
+    if (text.compare(offset, kTurn.size(), kTurn) != 0) return hints;  // not the text's ids: no more points
+    if (i > 0 && (offset == generation || offset == last_user || offset == after_system))
+      hints.push_back(static_cast<int32_t>(i));
+    offset += kTurn.size();
+    from = i + 1;
+  }
   return hints;
 }
 
