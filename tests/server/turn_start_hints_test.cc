@@ -1,6 +1,8 @@
 // The prompt cache's turn points of a chat prompt (turn_start_hints) are read off the prompt's own `<|im_start|>`
 // ids. The reference is what they stand for: the length of the tokenized text before each turn header, the prompt
 // cache's resume point only when the text before it encodes to exactly those first ids.
+#include "server/turn_start_hints.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,7 +10,6 @@
 #include <vector>
 
 #include "../tests_dir.h"
-#include "server/turn_start_hints.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -49,10 +50,8 @@ TEST(TurnStartHints, EqualTheTokenCountsOfTheTextBeforeEachTurn) {
   const std::vector<std::vector<tokenizer::ChatMessage>> conversations = {
       {msg("user", "Say hello.")},
       {msg("system", "You are terse."), msg("user", "Say hello.")},
-      {msg("system", "You are terse. ünïcödé and <tags>."),
-       msg("user", "First question?"),
-       msg("assistant", "First answer."),
-       msg("user", "Second question, with\nnew lines\n\n and spaces   ")},
+      {msg("system", "You are terse. ünïcödé and <tags>."), msg("user", "First question?"),
+       msg("assistant", "First answer."), msg("user", "Second question, with\nnew lines\n\n and spaces   ")},
       {msg("user", "a"), msg("assistant", "b"), msg("user", "c")},
   };
   for (size_t c = 0; c < conversations.size(); ++c) {
