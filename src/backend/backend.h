@@ -134,9 +134,25 @@ class StateStorage {
   // drafting on it by the backend's name.
   virtual bool can_rewind() const { return false; }
   virtual void rewind(int32_t slot, int64_t position);
+  // The prompt cache without cutting steps (StepPiece::snapshots): whether a prefill piece may ask for snapshots of its
+  // GDN state at block ends inside its rows. Without it (the default) the engine ends a step at every position it
+  // keeps, and each extra step reads all the weights again (issue 16: most of a 1K prompt's time to first token on a
+  // GPU).
+  virtual bool snapshots_inside_steps() const { return false; }
+  // For tests: a snapshot's bytes as stored (conv history and delta-rule state of every GDN layer), to compare two
+  // snapshots bit for bit. A backend without it refuses by name.
+  virtual std::vector<std::byte> snapshot_bytes(int32_t snapshot) const;
 
  private:
   const Backend* owner_;
+};
+
+// A snapshot taken inside a step: when the piece's rows have reached `position` (a multiple of 64 inside them:
+// start_position < position <= start_position + rows), the GDN state of its slot is written into snapshot `snapshot`,
+// the same bytes save_snapshot would copy had the step ended there. Only where StateStorage::snapshots_inside_steps().
+struct StepSnapshot {
+  int64_t position = 0;
+  int32_t snapshot = 0;
 };
 
 // What a piece's rows are for. It may choose kernels (decode rows: a skinny batch-invariant GEMM), never a row's
@@ -166,6 +182,8 @@ struct StepPiece {
   // spans, the row's own position. Only for a backend that applies_mrope().
   std::span<const int32_t> rope_positions = {};
   int64_t rope_delta = 0;
+  // Prefill pieces only: GDN snapshots to take at block ends inside the rows, in position order (StepSnapshot).
+  std::span<const StepSnapshot> snapshots = {};
 };
 
 // A row sampled where its logits are (Backend::sample): the request's sampling settings and the ids its penalties

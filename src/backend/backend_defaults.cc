@@ -20,4 +20,8 @@ void StateStorage::rewind(int32_t, int64_t) {
        owner() != nullptr ? owner()->name() : "this");
 }
 
+std::vector<std::byte> StateStorage::snapshot_bytes(int32_t) const {
+  fail("the {} backend cannot read back a GDN snapshot's bytes", owner() != nullptr ? owner()->name() : "this");
+}
+
 }  // namespace duet::backend

@@ -25,6 +25,7 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/step_snapshots.h"
 #include "model/model.h"
 #include "model/vision_model.h"
 #include "tokenizer/tokenizer.h"
@@ -171,6 +172,7 @@ struct Engine::Impl {
                     options.prompt_cache_block_hash ? PromptCache::BlockHash(options.prompt_cache_block_hash)
                                                     : PromptCache::BlockHash(PromptCache::default_block_hash),
                     plan.prompt_cache_decision_bytes);
+    scheduler.set_cuts_at_cache_points(!snapshots_in_steps());
     model.reserve_workspace(max_step_rows(options));  // steps allocate nothing
     stats.slots_total = stats.slots_free = blocks.slots();
     stats.kv_pages_total = blocks.pages();
@@ -391,6 +393,11 @@ struct Engine::Impl {
     refresh_pool_stats_locked();
   }
 
+  // Whether a prompt's cached states inside a step come from the step itself (StepSnapshots) instead of cuts there.
+  bool snapshots_in_steps() const {
+    return cache && options.prompt_cache_snapshots_in_steps && storage->snapshots_inside_steps();
+  }
+
   // What changes a prompt's rows besides its tokens: the adapter (this engine has one model). A decision's entries
   // hold its sink's prefix too, and only decisions resume from them.
   static uint64_t cache_salt(const Sequence& sequence) {
@@ -484,6 +491,9 @@ struct Engine::Impl {
     std::vector<model::Piece> pieces;
     pieces.reserve(planned.size());
     int64_t prompt_tokens = 0;
+    // The cache points inside each prompt's piece, written by the step; given back if it fails.
+    std::optional<StepSnapshots> snapshots;
+    if (snapshots_in_steps()) snapshots.emplace(*cache, planned.size(), options.test_step_snapshot_shift);
     for (size_t i = 0; i < planned.size(); ++i) {
       const ScheduledPiece& piece = planned[i];
       const int32_t slot = *piece.sequence->slot();
@@ -513,6 +523,10 @@ struct Engine::Impl {
           pieces.back().rope_delta = images.rope_delta();
         }
       }
+      if (snapshots && piece.is_prefill && !piece.sequence->decides())
+        pieces.back().snapshots =
+            snapshots->reserve(i, cache_salt(*piece.sequence), piece.sequence->request().prompt,
+                               piece.sequence->image_cache_keys(), piece.sequence->cache_points(), position, end, slot);
       if (piece.sequence->decides())  // a decision's rows may go where a device head reads them
         pieces.back().rows_to = piece.sequence->request().decision->device_rows();
       if (piece.samples && piece.is_prefill) forks[i] = scheduler.waiting_forks_of(*piece.sequence);
@@ -554,6 +568,7 @@ struct Engine::Impl {
     }
     for (const model::Piece& piece : pieces)  // a verify piece advances by the rows it keeps, below
       if (!piece.rewindable) blocks.advance(piece.slot, static_cast<int64_t>(piece.tokens.size()));
+    if (snapshots) snapshots->commit();
 
     for (size_t i = 0; i < planned.size(); ++i) {
       if (!planned[i].is_prefill) continue;

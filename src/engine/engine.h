@@ -70,6 +70,13 @@ struct EngineOptions {
   // The prompt cache (engine/prompt_cache.h): GDN snapshots and KV pages kept for prompts that begin alike, within
   // this many bytes of the backend's memory, beside the state pool; 0 turns it off.
   size_t prompt_cache_bytes = 0;
+  // The prompt cache's states at block ends inside a prompt's step are written by that step (backend::StepSnapshot)
+  // where the backend can (StateStorage::snapshots_inside_steps), so a prompt is not cut there; false: cut there and
+  // keep them from the slot, as on a backend that cannot (tests compare the two).
+  bool prompt_cache_snapshots_in_steps = true;
+  // Tests only (a planted fault): each snapshot inside a step is taken this many positions before the block end it
+  // is kept for, so resumed prompts start from the wrong state and must differ from fresh ones.
+  int32_t test_step_snapshot_shift = 0;
   // Tests only: the prompt cache's block hash (a planted collision); empty: the cache's own.
   std::function<uint64_t(uint64_t previous, std::span<const int32_t> block)> prompt_cache_block_hash;
   // Threads that run decisions' head work (engine/decision_workers.h), so that one decision's head never waits for

@@ -92,6 +92,26 @@ void PromptCache::note_admitted(const std::optional<Hit>& hit) {
   stats_.cached_tokens += hit->tokens();
 }
 
+PromptCache::Entry* PromptCache::find(uint64_t key, uint64_t salt, std::span<const int32_t> prefix,
+                                      std::span<const ImageCacheKey> own) {
+  const auto [first, last] = index_.equal_range(key);
+  for (auto it = first; it != last; ++it) {
+    Entry& entry = *entries_[static_cast<size_t>(it->second)];
+    if (entry.salt == salt && std::equal(entry.tokens.begin(), entry.tokens.end(), prefix.begin(), prefix.end()) &&
+        std::equal(entry.images.begin(), entry.images.end(), own.begin(), own.end()))
+      return &entry;
+  }
+  return nullptr;
+}
+
+// A free snapshot, the least recently used entry's when none is free; nullopt when all are reserved.
+std::optional<int32_t> PromptCache::take_snapshot() {
+  if (free_snapshots_.empty() && !evict_one()) return std::nullopt;
+  const int32_t snapshot = free_snapshots_.back();
+  free_snapshots_.pop_back();
+  return snapshot;
+}
+
 bool PromptCache::insert(uint64_t salt, std::span<const int32_t> prefix, int32_t slot,
                          std::shared_ptr<PendingDecisionPrefix> decision, size_t decision_bytes,
                          std::span<const ImageCacheKey> images) {
@@ -104,19 +124,64 @@ bool PromptCache::insert(uint64_t salt, std::span<const int32_t> prefix, int32_t
          prefix.size());
   const std::span<const ImageCacheKey> own = images_before(images, static_cast<int64_t>(prefix.size()));
   const uint64_t key = chain(salt, prefix, blocks, own).back();
-  const auto [first, last] = index_.equal_range(key);
-  for (auto it = first; it != last; ++it) {
-    Entry& entry = *entries_[static_cast<size_t>(it->second)];
-    if (entry.salt == salt && std::equal(entry.tokens.begin(), entry.tokens.end(), prefix.begin(), prefix.end()) &&
-        std::equal(entry.images.begin(), entry.images.end(), own.begin(), own.end())) {
-      entry.used = ++tick_;
-      return false;
-    }
+  if (Entry* same = find(key, salt, prefix, own)) {
+    same->used = ++tick_;
+    return false;
   }
-  if (free_snapshots_.empty()) evict_one();
-  const int32_t snapshot = free_snapshots_.back();
-  free_snapshots_.pop_back();
-  storage_.save_snapshot(slot, snapshot);
+  const std::optional<int32_t> snapshot = take_snapshot();
+  if (!snapshot) return false;
+  storage_.save_snapshot(slot, *snapshot);
+  return add(*snapshot, key, salt, prefix, own, slot, std::move(decision), decision_bytes);
+}
+
+std::optional<int32_t> PromptCache::reserve(uint64_t salt, std::span<const int32_t> prefix,
+                                            std::span<const ImageCacheKey> images) {
+  const int64_t blocks = static_cast<int64_t>(prefix.size()) / kBlock;
+  if (entries_.empty() || blocks == 0) return std::nullopt;
+  if (static_cast<int64_t>(prefix.size()) % kBlock != 0)
+    fail("prompt cache: a snapshot reserved for a prefix of {} tokens, not a block end", prefix.size());
+  const std::span<const ImageCacheKey> own = images_before(images, static_cast<int64_t>(prefix.size()));
+  if (Entry* same = find(chain(salt, prefix, blocks, own).back(), salt, prefix, own)) {
+    same->used = ++tick_;
+    return std::nullopt;
+  }
+  const std::optional<int32_t> snapshot = take_snapshot();
+  if (snapshot) reserved_.push_back(*snapshot);
+  return snapshot;
+}
+
+bool PromptCache::commit(int32_t snapshot, uint64_t salt, std::span<const int32_t> prefix, int32_t slot,
+                         std::span<const ImageCacheKey> images) {
+  const auto it = std::find(reserved_.begin(), reserved_.end(), snapshot);
+  if (it == reserved_.end()) fail("prompt cache: snapshot {} committed without a reservation", snapshot);
+  reserved_.erase(it);
+  // The step ran the slot past the prefix's end: its pages before it are full, and the slot writes only after it.
+  if (blocks_.position(slot) < static_cast<int64_t>(prefix.size()))
+    fail("prompt cache: slot {} at position {} cannot be cached as a prefix of {} tokens", slot, blocks_.position(slot),
+         prefix.size());
+  const int64_t blocks = static_cast<int64_t>(prefix.size()) / kBlock;
+  const std::span<const ImageCacheKey> own = images_before(images, static_cast<int64_t>(prefix.size()));
+  const uint64_t key = chain(salt, prefix, blocks, own).back();
+  if (Entry* same = find(key, salt, prefix, own)) {  // another sequence of the same step kept it first
+    same->used = ++tick_;
+    free_snapshots_.push_back(snapshot);
+    return false;
+  }
+  return add(snapshot, key, salt, prefix, own, slot, nullptr, 0);
+}
+
+void PromptCache::release(int32_t snapshot) {
+  const auto it = std::find(reserved_.begin(), reserved_.end(), snapshot);
+  if (it == reserved_.end()) fail("prompt cache: snapshot {} released without a reservation", snapshot);
+  reserved_.erase(it);
+  free_snapshots_.push_back(snapshot);
+}
+
+// Snapshot `snapshot` (holding the prefix's GDN state) becomes the entry of `prefix`, whose pages are the slot's first.
+bool PromptCache::add(int32_t snapshot, uint64_t key, uint64_t salt, std::span<const int32_t> prefix,
+                      std::span<const ImageCacheKey> own, int32_t slot, std::shared_ptr<PendingDecisionPrefix> decision,
+                      size_t decision_bytes) {
+  const int64_t blocks = static_cast<int64_t>(prefix.size()) / kBlock;
   const std::vector<int32_t>& table = blocks_.table(slot);
   Entry entry{.key = key,
               .salt = salt,

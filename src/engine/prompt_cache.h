@@ -4,7 +4,9 @@
 // end (a snapshot in the backend's storage) and the KV pages of every position before it (shared through the
 // block manager's reference counts). Entries are named by a hash chained over every block's tokens, seeded by what
 // changes the rows (the salt: adapter or not); a hit also compares the tokens, so a collision never hands one
-// prompt another's state. Only prefill-computed state is cached: entries are made while a prompt prefills.
+// prompt another's state. Only prefill-computed state is cached: entries are made while a prompt prefills, from the
+// slot after a step that ended at the block end (insert), or from a snapshot the step wrote on its way past it
+// (reserve, commit: engine/step_snapshots.h).
 // Least-recently-used entries go first when the snapshots or the page budget run out. A decision's entry also holds
 // what its sink keeps of the prefix (engine/decision_sink.h: the head's memory rows), within a budget of bytes of
 // its own, and resumes only decisions (its salt is theirs). A prompt's images (image_cache_key.h) are part of its key:
@@ -58,6 +60,17 @@ class PromptCache {
   bool insert(uint64_t salt, std::span<const int32_t> prefix, int32_t slot,
               std::shared_ptr<PendingDecisionPrefix> decision = nullptr, size_t decision_bytes = 0,
               std::span<const ImageCacheKey> images = {});
+  // The same, for a state a step writes inside its rows (backend::StepSnapshot): reserve() before the step gives the
+  // snapshot it writes (taken from the free ones, else the least recently used entry's), or nullopt when this prefix
+  // is cached already (it counts as used) or every snapshot is reserved. After the step has run the slot at least to
+  // the prefix's end, commit() makes it the prefix's entry with the prefix's pages (full, and never written again by
+  // the slot: it writes only past the step); a step that failed or was refused gives it back with release(). Nothing
+  // else may be reserved across steps.
+  std::optional<int32_t> reserve(uint64_t salt, std::span<const int32_t> prefix,
+                                 std::span<const ImageCacheKey> images = {});
+  bool commit(int32_t snapshot, uint64_t salt, std::span<const int32_t> prefix, int32_t slot,
+              std::span<const ImageCacheKey> images = {});
+  void release(int32_t snapshot);
   // Drops the least recently used entry; false when there is none.
   bool evict_one();
   // Pages that only the cache holds (no sequence reads them): what evicting everything would give back.
@@ -85,6 +98,11 @@ class PromptCache {
   std::vector<uint64_t> chain(uint64_t salt, std::span<const int32_t> tokens, int64_t blocks,
                               std::span<const ImageCacheKey> images) const;
   void evict(int32_t snapshot);
+  Entry* find(uint64_t key, uint64_t salt, std::span<const int32_t> prefix, std::span<const ImageCacheKey> own);
+  std::optional<int32_t> take_snapshot();
+  bool add(int32_t snapshot, uint64_t key, uint64_t salt, std::span<const int32_t> prefix,
+           std::span<const ImageCacheKey> own, int32_t slot, std::shared_ptr<PendingDecisionPrefix> decision,
+           size_t decision_bytes);
 
   BlockManager& blocks_;
   backend::StateStorage& storage_;
@@ -94,6 +112,7 @@ class PromptCache {
   size_t decision_bytes_held_ = 0;
   std::vector<std::optional<Entry>> entries_;  // by snapshot id
   std::vector<int32_t> free_snapshots_;
+  std::vector<int32_t> reserved_;                     // snapshots a step writes into, not yet committed or released
   std::unordered_multimap<uint64_t, int32_t> index_;  // key -> snapshot id; collisions sit side by side
   std::unordered_map<int32_t, int32_t> page_holds_;   // page -> entries holding it
   uint64_t tick_ = 0;

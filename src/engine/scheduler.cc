@@ -85,11 +85,12 @@ std::vector<ScheduledPiece> Scheduler::plan_step() {
     int32_t length = own + more;
     if (length == 0) continue;
     tokens += more;
-    for (int32_t point : sequence->cache_points())  // ends at the next point, where its state is kept
-      if (point > sequence->prefilled() && point < sequence->prefilled() + length) {
-        length = point - sequence->prefilled();
-        break;
-      }
+    if (cuts_at_cache_points_ || sequence->decides())
+      for (int32_t point : sequence->cache_points())  // ends at the next point, where its state is kept
+        if (point > sequence->prefilled() && point < sequence->prefilled() + length) {
+          length = point - sequence->prefilled();
+          break;
+        }
     pieces.push_back({.sequence = sequence,
                       .tokens = std::span(sequence->request().prompt).subspan(sequence->prefilled(), length),
                       .is_prefill = true,

@@ -6,9 +6,11 @@
 // remaining first, ties to the older), each taking as much as is left in whole multiples of prefill_chunk (or the rest
 // of its prompt), so a short prompt or decision is not queued behind a long one's steps. One piece per sequence per
 // step, and a prompt is only ever cut at multiples of prefill_chunk, which the model's row invariance makes invisible
-// in the results. A prompt is also cut at its prompt cache points (block ends, multiples of 64, where row invariance
-// holds too), so that its state there can be kept. A decision is a prompt like any other (it shares steps, slots and
-// the token budget with chat) that never decodes: it ends with its prefill.
+// in the results. Where the backend cannot keep a prompt's state inside a step (set_cuts_at_cache_points), a prompt
+// is also cut at its prompt cache points (block ends, multiples of 64, where row invariance holds too), so that its
+// state there can be kept; so is a decision always (its sink keeps its prefix at the step's end). A decision is a
+// prompt like any other (it shares steps, slots and the token budget with chat) that never decodes: it ends with its
+// prefill.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -36,6 +38,8 @@ class Scheduler {
   // (and the sequence stays with the caller) when no slot is free or its pages cannot be reserved yet.
   bool try_admit(std::unique_ptr<Sequence>& sequence, std::span<const int32_t> shared = {});
   std::vector<ScheduledPiece> plan_step();
+  // Whether prompts end their steps at their cache points (true until told the backend takes snapshots inside steps).
+  void set_cuts_at_cache_points(bool cuts) { cuts_at_cache_points_ = cuts; }
   // The admitted choices waiting to be forked from `first` (Engine::submit_choices): not started, and admitted while
   // `first` still prefilled their shared prompt. plan_step gives them no prefill; the engine forks them when
   // `first`'s last chunk has run, or they prefill themselves once `first` is done or gone.
@@ -54,6 +58,7 @@ class Scheduler {
   BlockManager& blocks_;
   int32_t prefill_chunk_;
   int32_t step_token_budget_;
+  bool cuts_at_cache_points_ = true;
   std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
 };
 

@@ -67,7 +67,8 @@ class Sequence {
   // Starts from a prompt cache hit: its first `tokens` positions are already in its state.
   void resume_at(int32_t tokens) { prefilled_ = cached_tokens_ = tokens; }
   int32_t cached_tokens() const { return cached_tokens_; }
-  // Block ends where the prompt cache keeps this prompt's state (ascending): its prefill is cut there.
+  // Block ends where the prompt cache keeps this prompt's state (ascending): a step's snapshot inside the step takes it
+  // there (engine/step_snapshots.h), or, on a backend without them, its prefill is cut there.
   const std::vector<int32_t>& cache_points() const { return cache_points_; }
   void set_cache_points(std::vector<int32_t> points) { cache_points_ = std::move(points); }
 

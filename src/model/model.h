@@ -68,6 +68,9 @@ struct Piece {
   // not at index + the final delta). K/V and the causal span follow `position` either way.
   std::span<const int32_t> rope_positions = {};
   int32_t rope_delta = 0;
+  // A prefill piece's GDN snapshots inside its rows (backend::StepSnapshot; the prompt cache, issue 18): only on a
+  // storage that snapshots_inside_steps(), at multiples of 64 in (position, position + tokens], ascending.
+  std::span<const backend::StepSnapshot> snapshots = {};
 };
 
 // A step refused before any state moved, because of one piece (its index in the step): the engine fails that

@@ -28,6 +28,28 @@ void check_positions(const char* step, size_t index, int32_t position, std::span
       refuse(fmt::format("has token id {} outside the vocabulary [0, {})", id, config.vocab_size));
 }
 
+void check_snapshots(const char* step, size_t index, const Piece& piece, const backend::StateStorage& storage) {
+  if (piece.snapshots.empty()) return;
+  auto refuse = [&](std::string reason) {
+    throw PieceRefused(index, fmt::format("{}: piece {} {}", step, index, reason));
+  };
+  if (!storage.snapshots_inside_steps())
+    refuse(fmt::format("asks for GDN snapshots inside its rows, which the {} backend does not take",
+                       storage.owner() != nullptr ? storage.owner()->name() : "this"));
+  if (piece.role != backend::RowRole::prefill || piece.rewindable)
+    refuse("asks for GDN snapshots inside decode rows (only prefill pieces take them)");
+  const int64_t end = static_cast<int64_t>(piece.position) + static_cast<int64_t>(piece.tokens.size());
+  int64_t last = piece.position;
+  for (const backend::StepSnapshot& s : piece.snapshots) {
+    if (s.position % backend::kKvPagePositions != 0 || s.position <= last || s.position > end)
+      refuse(fmt::format("asks for a GDN snapshot at position {}: not a block end after {} and up to {}", s.position,
+                         last, end));
+    if (s.snapshot < 0 || s.snapshot >= storage.snapshots())
+      refuse(fmt::format("asks for GDN snapshot {} of a storage with {}", s.snapshot, storage.snapshots()));
+    last = s.position;
+  }
+}
+
 void check_image_inputs(const char* step, size_t index, const Piece& piece, const Qwen35Config& config,
                         const backend::AttentionShape& shape, const backend::Backend& backend) {
   if (piece.image_rows.empty() && piece.rope_positions.empty() && piece.rope_delta == 0) return;  // text

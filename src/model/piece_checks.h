@@ -18,6 +18,11 @@ void check_positions(const char* step, size_t index, int32_t position, std::span
                      std::span<const int32_t> page_table, const backend::StateStorage& storage,
                      const Qwen35Config& config);
 
+// Throws PieceRefused for a piece whose snapshots inside the step (Piece::snapshots) cannot be taken: on a storage
+// without them (named by its backend), on a decode or rewindable piece, off a block end inside its rows, out of
+// order, or naming a snapshot the storage lacks.
+void check_snapshots(const char* step, size_t index, const Piece& piece, const backend::StateStorage& storage);
+
 // Throws PieceRefused for a piece whose image inputs (Piece::image_rows, rope_positions, rope_delta) the step cannot
 // take: on a backend that does not apply M-RoPE (named), on a model without an image token or M-RoPE streams, image
 // rows that are not one per image token of the piece, or 3-D positions that are not three per token.

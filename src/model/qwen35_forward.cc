@@ -25,6 +25,7 @@ void check_pieces(std::span<const Piece> pieces, const backend::StateStorage& st
       refuse(fmt::format("names slot {} of a storage with {}", piece.slot, storage.slots()));
     if (!seen.insert(piece.slot).second) refuse("repeats a sequence already in this step");
     check_positions("forward", i, piece.position, piece.tokens, piece.page_table, storage, config);
+    check_snapshots("forward", i, piece, storage);
   }
 }
 
@@ -88,7 +89,8 @@ std::vector<PieceResult> Qwen35Model::forward(backend::StateStorage& storage, st
                                     .slot = pieces[i].slot,
                                     .page_table = pieces[i].page_table,
                                     .rope_positions = pieces[i].rope_positions,
-                                    .rope_delta = pieces[i].rope_delta};
+                                    .rope_delta = pieces[i].rope_delta,
+                                    .snapshots = pieces[i].snapshots};
     plan_pieces.push_back(rows_of[i]);
     ids.insert(ids.end(), pieces[i].tokens.begin(), pieces[i].tokens.end());
   }

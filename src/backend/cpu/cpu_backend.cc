@@ -94,11 +94,15 @@ class CpuBackend final : public Backend {
                  Activations& out) override {
     std::vector<cpu::CpuGdnState*> states;
     std::vector<cpu::CpuGdnRewind*> rewinds;
-    for (const StepPiece& piece : plan_.pieces) {
+    std::vector<std::vector<cpu::CpuGdnState*>> snapshots(plan_.pieces.size());
+    for (size_t p = 0; p < plan_.pieces.size(); ++p) {
+      const StepPiece& piece = plan_.pieces[p];
       states.push_back(&storage_->gdn(piece.slot, gdn_layer));
       rewinds.push_back(&storage_->gdn_rewind(piece.slot, gdn_layer));
+      for (const StepSnapshot& s : piece.snapshots)
+        snapshots[p].push_back(&storage_->snapshot_gdn(s.snapshot, gdn_layer));
     }
-    cpu::gdn_mixer(w, shape, cpu_of(x), plan_.pieces, states, rewinds, cpu_of(out));
+    cpu::gdn_mixer(w, shape, cpu_of(x), plan_.pieces, states, rewinds, snapshots, cpu_of(out));
   }
 
   void attention_mixer(const AttentionWeights& w, const AttentionShape& shape, int64_t attention_layer,

@@ -95,6 +95,22 @@ void CpuStateStorage::restore_snapshot(int32_t snapshot, int32_t slot) {
   }
 }
 
+std::vector<std::byte> CpuStateStorage::snapshot_bytes(int32_t snapshot) const {
+  check_snapshot(snapshot);
+  std::vector<std::byte> out;
+  auto append = [&out](const auto& values) {
+    const auto* bytes = reinterpret_cast<const std::byte*>(values.data());
+    out.insert(out.end(), bytes, bytes + values.size() * sizeof(values[0]));
+  };
+  for (int64_t l = 0; l < gdn_layers_; ++l) {
+    const CpuGdnState& state = snapshot_[static_cast<size_t>(snapshot * gdn_layers_ + l)];
+    append(state.conv_history), append(state.boundary_states), append(state.chunk_keys);
+    append(state.chunk_cum_decay), append(state.chunk_values);
+    append(std::span(&state.position, 1));
+  }
+  return out;
+}
+
 void CpuStateStorage::reset_slot(int32_t slot) {
   for (int64_t l = 0; l < gdn_layers_; ++l) gdn(slot, l).reset(), gdn_rewind(slot, l).start = -1;
 }

@@ -121,7 +121,14 @@ class CpuStateStorage final : public StateStorage {
   void restore_snapshot(int32_t snapshot, int32_t slot) override;
   bool can_rewind() const override { return true; }
   void rewind(int32_t slot, int64_t position) override;
+  // The GDN prefill walks its rows in order, so a block end inside a piece is a point it passes (gdn_mixer.cc).
+  bool snapshots_inside_steps() const override { return true; }
+  std::vector<std::byte> snapshot_bytes(int32_t snapshot) const override;
   CpuGdnState& gdn(int32_t slot, int64_t layer) { return gdn_[static_cast<size_t>(slot * gdn_layers_ + layer)]; }
+  CpuGdnState& snapshot_gdn(int32_t snapshot, int64_t layer) {
+    check_snapshot(snapshot);
+    return snapshot_[static_cast<size_t>(snapshot * gdn_layers_ + layer)];
+  }
   CpuGdnRewind& gdn_rewind(int32_t slot, int64_t layer) {
     return rewind_[static_cast<size_t>(slot * gdn_layers_ + layer)];
   }

@@ -50,7 +50,8 @@ void copy_head(const DeltaRuleHead& from, const DeltaRuleHead& to, int64_t key_d
 
 void delta_rule_chunked(const DeltaRuleHead& head, int64_t key_dim, int64_t value_dim, int64_t filled, int64_t rows,
                         const float* q, const float* k, const float* v, const float* g, const float* beta, float* out,
-                        const DeltaRuleHead* before_fold) {
+                        const DeltaRuleHead* before_fold, std::span<const DeltaRuleCopy> copies) {
+  size_t next_copy = 0;
   std::vector<float> k_beta(static_cast<size_t>(key_dim));
   std::vector<float> read(static_cast<size_t>(value_dim));
   for (int64_t r = 0; r < rows; ++r) {
@@ -92,6 +93,8 @@ void delta_rule_chunked(const DeltaRuleHead& head, int64_t key_dim, int64_t valu
       fold_chunk(head, key_dim, value_dim, kDeltaRuleChunk);
       filled = 0;
     }
+    for (; next_copy < copies.size() && copies[next_copy].rows == r + 1; ++next_copy)
+      copy_head(head, copies[next_copy].to, key_dim, value_dim);
   }
 }
 

@@ -18,10 +18,11 @@ namespace {
 
 // u[r, c] = silu(sum_j w[c, j] * in[c, t - (K-1) + j]) per piece, where inputs before the piece come from the
 // sequence's conv history (zeros at the start); then the history keeps the last K-1 inputs. In place on qkv. A
-// rewindable piece's window (history, then its inputs) is kept for StateStorage::rewind.
+// rewindable piece's window (history, then its inputs) is kept for StateStorage::rewind, and a snapshot at position s
+// gets the history a step ending at s would have left: the K-1 inputs before s, read off the same window.
 void causal_conv_silu(const Weight& conv, const GdnShape& shape, std::span<const StepPiece> pieces,
                       std::span<CpuGdnState* const> states, std::span<CpuGdnRewind* const> rewinds,
-                      std::vector<float>& qkv) {
+                      std::span<const std::vector<CpuGdnState*>> snapshots, std::vector<float>& qkv) {
   const int64_t channels = shape.conv_channels(), kernel = shape.conv_kernel, history = kernel - 1;
   for (size_t p = 0; p < pieces.size(); ++p)
     if (pieces[p].rewindable)
@@ -45,6 +46,11 @@ void causal_conv_silu(const Weight& conv, const GdnShape& shape, std::span<const
         }
         if (piece.rewindable)
           for (size_t j = 0; j < window.size(); ++j) rewinds[p]->conv_window[j * channels + c] = window[j];
+        for (size_t s = 0; s < piece.snapshots.size(); ++s) {
+          const int64_t at = piece.snapshots[s].position - piece.start_position;  // rows run before it
+          float* kept = snapshots[p][s]->conv_history.data();
+          for (int64_t j = 0; j < history; ++j) kept[j * channels + c] = window[at + j];
+        }
         for (int64_t j = 0; j < history; ++j) hist[j * channels + c] = window[piece.rows + j];
       }
     }
@@ -54,7 +60,8 @@ void causal_conv_silu(const Weight& conv, const GdnShape& shape, std::span<const
 }  // namespace
 
 void gdn_mixer(const GdnWeights& w, const GdnShape& shape, const CpuActivations& x, std::span<const StepPiece> pieces,
-               std::span<CpuGdnState* const> states, std::span<CpuGdnRewind* const> rewinds, CpuActivations& out) {
+               std::span<CpuGdnState* const> states, std::span<CpuGdnRewind* const> rewinds,
+               std::span<const std::vector<CpuGdnState*>> snapshots, CpuActivations& out) {
   const int64_t rows = x.rows();
   const int64_t channels = shape.conv_channels();
   const int64_t kd = shape.key_dim, vd = shape.value_dim, kh = shape.key_heads, vh = shape.value_heads;
@@ -68,7 +75,7 @@ void gdn_mixer(const GdnWeights& w, const GdnShape& shape, const CpuActivations&
   project(x.values.data(), rows, w.in_proj_z, w.adapter.in_proj_z, pieces, z.data());
   project(x.values.data(), rows, w.in_proj_b, w.adapter.in_proj_b, pieces, b.data());
   project(x.values.data(), rows, w.in_proj_a, w.adapter.in_proj_a, pieces, a.data());
-  causal_conv_silu(w.conv1d, shape, pieces, states, rewinds, qkv);
+  causal_conv_silu(w.conv1d, shape, pieces, states, rewinds, snapshots, qkv);
 
   // q, k: l2-normalized per key head (q also scaled by key_dim^-0.5); beta = sigmoid(b);
   // g = -exp(A_log) * softplus(a + dt_bias).
@@ -109,6 +116,7 @@ void gdn_mixer(const GdnWeights& w, const GdnShape& shape, const CpuActivations&
   const size_t tasks = pieces.size() * static_cast<size_t>(vh);
   global_thread_pool().parallel_for(tasks, [&](size_t begin, size_t end) {
     std::vector<float> q, k, v, gt, bt, o;
+    std::vector<DeltaRuleCopy> copies;
     for (size_t task = begin; task < end; ++task) {
       const size_t p = task / static_cast<size_t>(vh);
       const int64_t h = static_cast<int64_t>(task % static_cast<size_t>(vh)), key_head = h / group;
@@ -127,14 +135,18 @@ void gdn_mixer(const GdnWeights& w, const GdnShape& shape, const CpuActivations&
       DeltaRuleHead before_fold;
       const bool keep = piece.rewindable && rewinds[p]->folded_at >= 0;
       if (keep) before_fold = rewinds[p]->head(shape, h);
+      copies.clear();
+      for (size_t s = 0; s < piece.snapshots.size(); ++s)
+        copies.push_back({.rows = piece.snapshots[s].position - piece.start_position, .to = snapshots[p][s]->head(h)});
       delta_rule_chunked(state.head(h), kd, vd, piece.start_position % kDeltaRuleChunk, n, q.data(), k.data(), v.data(),
-                         gt.data(), bt.data(), o.data(), keep ? &before_fold : nullptr);
+                         gt.data(), bt.data(), o.data(), keep ? &before_fold : nullptr, copies);
       for (int64_t t = 0; t < n; ++t)
         for (int64_t i = 0; i < vd; ++i) core[(piece.first_row + t) * value_width + h * vd + i] = o[t * vd + i];
     }
   });
   for (size_t p = 0; p < pieces.size(); ++p) {
     states[p]->position = pieces[p].start_position + pieces[p].rows;
+    for (size_t s = 0; s < pieces[p].snapshots.size(); ++s) snapshots[p][s]->position = pieces[p].snapshots[s].position;
     if (!pieces[p].rewindable) rewinds[p]->start = -1;  // a later step: nothing to take back any more
   }
 

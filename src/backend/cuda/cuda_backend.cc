@@ -135,6 +135,32 @@ class CudaStateStorage final : public StateStorage {
     check_slot(slot), check_snapshot(snapshot);
     copy_gdn(conv(slot), conv_snapshot(snapshot), delta(slot), delta_snapshot(snapshot), "restore GDN snapshot");
   }
+  // Snapshots inside steps (StepSnapshot): the conv kernel and the delta-rule walk write them (DeviceSnapshot). Off
+  // unless DUET_CUDA_STEP_SNAPSHOTS=1 until the GPU tests (tests/cuda/step_snapshots_cuda_test.cc) have run on the
+  // H200: until then the engine cuts steps at cache points as before.
+  bool snapshots_inside_steps() const override { return snapshots_in_steps_; }
+  // Waits for the step stream, then copies the snapshot's conv run and delta-rule run to the host, in that order.
+  std::vector<std::byte> snapshot_bytes(int32_t snapshot) const override {
+    check_snapshot(snapshot);
+    check_cuda(cudaStreamSynchronize(stream_), "snapshot bytes: finish the step");
+    const size_t conv_bytes = static_cast<size_t>(gdn_layers_ * conv_layer_) * sizeof(bf16);
+    const size_t delta_bytes = static_cast<size_t>(gdn_layers_ * delta_layer_) * sizeof(float);
+    std::vector<std::byte> out(conv_bytes + delta_bytes);
+    check_cuda(cudaMemcpy(out.data(), conv_snapshot(snapshot), conv_bytes, cudaMemcpyDeviceToHost),
+               "snapshot bytes: conv");
+    check_cuda(cudaMemcpy(out.data() + conv_bytes, delta_snapshot(snapshot), delta_bytes, cudaMemcpyDeviceToHost),
+               "snapshot bytes: delta rule");
+    return out;
+  }
+  void check_snapshot(int32_t snapshot) const {
+    if (snapshot < 0 || snapshot >= snapshots_) fail("cuda state: GDN snapshot {} of {}", snapshot, snapshots_);
+  }
+  bf16* conv_snapshot(int32_t snapshot) const {
+    return static_cast<bf16*>(conv_snapshots_.ptr) + snapshot * gdn_layers_ * conv_layer_;
+  }
+  float* delta_snapshot(int32_t snapshot) const {
+    return static_cast<float*>(delta_snapshots_.ptr) + snapshot * gdn_layers_ * delta_layer_;
+  }
   bf16* conv(int32_t slot) const { return static_cast<bf16*>(conv_.ptr) + slot * gdn_layers_ * conv_layer_; }
   float* delta(int32_t slot) const { return static_cast<float*>(delta_.ptr) + slot * gdn_layers_ * delta_layer_; }
   bf16* kv() const { return static_cast<bf16*>(kv_.ptr); }
@@ -147,15 +173,6 @@ class CudaStateStorage final : public StateStorage {
   }
   void check_page(int32_t page) const {
     if (page < 0 || page >= pages_) fail("cuda state: KV page {} of {}", page, pages_);
-  }
-  void check_snapshot(int32_t snapshot) const {
-    if (snapshot < 0 || snapshot >= snapshots_) fail("cuda state: GDN snapshot {} of {}", snapshot, snapshots_);
-  }
-  bf16* conv_snapshot(int32_t snapshot) const {
-    return static_cast<bf16*>(conv_snapshots_.ptr) + snapshot * gdn_layers_ * conv_layer_;
-  }
-  float* delta_snapshot(int32_t snapshot) const {
-    return static_cast<float*>(delta_snapshots_.ptr) + snapshot * gdn_layers_ * delta_layer_;
   }
   // One slot's (or snapshot's) GDN state: its conv run and its delta-rule run, each contiguous.
   void copy_gdn(bf16* conv_to, const bf16* conv_from, float* delta_to, const float* delta_from, const char* what) {
@@ -174,6 +191,10 @@ class CudaStateStorage final : public StateStorage {
   DeviceMemory kv_;
   int64_t snapshots_;
   DeviceMemory conv_snapshots_, delta_snapshots_;  // [snapshots][gdn_layers][...] like conv_ and delta_
+  bool snapshots_in_steps_ = [] {
+    const char* on = std::getenv("DUET_CUDA_STEP_SNAPSHOTS");
+    return on != nullptr && std::strcmp(on, "1") == 0;
+  }();
 };
 
 class CudaBackend final : public Backend {
@@ -284,6 +305,7 @@ class CudaBackend final : public Backend {
     // pinned buffer and sent in one copy.
     std::vector<DevicePiece> pieces;
     std::vector<int32_t> row_piece, row_position, pages, logit_rows, adapted_rows;
+    std::vector<DeviceSnapshot> snapshots;
     decode_rows_ = 0;
     if (plan.storage == nullptr || plan.storage->owner() != this)
       fail("cuda backend: the step's state storage belongs to another backend");
@@ -314,6 +336,19 @@ class CudaBackend final : public Backend {
       d.delta_layer_stride = storage->delta_layer_stride();
       d.kv = storage->kv();
       d.kv_pages = storage->pages();
+      d.first_snapshot = static_cast<int32_t>(snapshots.size());
+      d.snapshot_count = static_cast<int32_t>(p.snapshots.size());
+      // The model checked them (model/piece_checks.h); a one-row piece runs the decode kernels, which write none.
+      if (!p.snapshots.empty() && (!storage->snapshots_inside_steps() || p.rows < 2 || p.role != RowRole::prefill))
+        fail(
+            "cuda backend: GDN snapshots inside a step of a {}-row {} piece (on: DUET_CUDA_STEP_SNAPSHOTS=1; prefill "
+            "pieces of several rows only)",
+            p.rows, p.role == RowRole::prefill ? "prefill" : "decode");
+      for (const StepSnapshot& s : p.snapshots) {
+        storage->check_snapshot(s.snapshot);
+        snapshots.push_back({static_cast<int32_t>(s.position), storage->conv_snapshot(s.snapshot),
+                             storage->delta_snapshot(s.snapshot)});
+      }
       pieces.push_back(d);
       pages.insert(pages.end(), p.page_table.begin(), p.page_table.end());
       for (int64_t t = 0; t < p.rows; ++t) {
@@ -372,6 +407,7 @@ class CudaBackend final : public Backend {
     size_of(StepArray::sample_rows) = bytes_of(sample_rows);
     size_of(StepArray::adapted_rows) = bytes_of(adapted_rows);
     size_of(StepArray::sample_params) = bytes_of(sample_params);
+    size_of(StepArray::snapshots) = bytes_of(snapshots);
     size_of(StepArray::page_table) = bytes_of(pages);
     size_of(StepArray::penalties) = bytes_of(penalties);
     size_of(StepArray::masks) = bytes_of(masks);
@@ -391,6 +427,8 @@ class CudaBackend final : public Backend {
     step_.multi_pieces = order.multi_pieces;
     step_.multi_chunks = order.multi_chunks;
     step_.decode_rows = static_cast<int32_t>(decode_rows_);
+    step_.snapshots = static_cast<int32_t>(snapshots.size());
+    step_.snapshot = static_cast<const DeviceSnapshot*>(put(StepArray::snapshots, snapshots));
     step_.page_table = static_cast<const int32_t*>(put(StepArray::page_table, pages));
     ids_ = static_cast<const int32_t*>(put(StepArray::ids, plan.ids));
     logit_rows_ = static_cast<const int32_t*>(put(StepArray::logit_rows, logit_rows));

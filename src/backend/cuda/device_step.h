@@ -37,6 +37,19 @@ struct DevicePiece {
   // The piece's delta-rule chunks: DeviceStep::chunk[first_chunk .. + chunk_count).
   int32_t first_chunk = 0;
   int32_t chunk_count = 0;
+  // The GDN snapshots it writes on its way (prefill pieces of several rows): DeviceStep::snapshot[first_snapshot ..
+  // + snapshot_count), in position order.
+  int32_t first_snapshot = 0;
+  int32_t snapshot_count = 0;
+};
+
+// A GDN snapshot taken inside a step (backend::StepSnapshot): when its piece's rows reach `position` (a chunk end), the
+// piece's GDN state as a step ending there would leave it goes to `conv` / `delta`, laid out like the piece's own
+// state (its layer strides): the conv kernel writes the history, the delta-rule walk each head's state.
+struct DeviceSnapshot {
+  int32_t position = 0;
+  bf16* conv = nullptr;
+  float* delta = nullptr;
 };
 
 // The delta rule runs in its chunked form over chunks of 64 positions that start at multiples of 64, for every row
@@ -69,6 +82,8 @@ struct DeviceStep {
   // Rows of decode pieces (DeviceRole::decode), when the host counted them: attention then leaves out the kernels
   // that would find no row of theirs. -1: not counted, every attention kernel launches and sorts rows by role.
   int32_t decode_rows = -1;
+  int32_t snapshots = 0;                     // GDN snapshots written inside this step
+  const DeviceSnapshot* snapshot = nullptr;  // [snapshots], each piece's in DevicePiece::first_snapshot order
 };
 
 constexpr int32_t kPagePositions = 64;

@@ -73,7 +73,8 @@ __global__ void __launch_bounds__(kThreads)
 
 // One thread per (piece, channel): the new state is the last K-1 entries of [old state | piece inputs]. A piece of
 // fewer than K-1 rows keeps part of the old state (shifted towards the oldest slot), so every new value is read into
-// registers before any slot is written.
+// registers before any slot is written. A snapshot at position s inside the piece (DeviceSnapshot) gets the K-1
+// entries before s of the same window, the history a step ending at s leaves, read before the state is written too.
 template <int K>
 __global__ void __launch_bounds__(kThreads)
     conv_state_kernel(DeviceStep step, int32_t layer, int32_t channels, const bf16* in) {
@@ -83,13 +84,21 @@ __global__ void __launch_bounds__(kThreads)
   if (c >= channels) return;
   const DevicePiece& piece = step.piece[blockIdx.y];
   bf16* state = conv_state(piece, layer);
+  // Entry `src` of [old state (K-1) | inputs].
+  auto window = [&](int32_t src) {
+    return src < K - 1 ? state[static_cast<int64_t>(src) * channels + c]
+                       : in[static_cast<int64_t>(piece.first_row + src - (K - 1)) * channels + c];
+  };
+  for (int32_t s = piece.first_snapshot; s < piece.first_snapshot + piece.snapshot_count; ++s) {
+    const DeviceSnapshot snapshot = step.snapshot[s];
+    const int32_t at = snapshot.position - piece.start_position;  // the piece's rows before it
+    bf16* kept = snapshot.conv + static_cast<int64_t>(layer) * piece.conv_layer_stride;
+#pragma unroll
+    for (int j = 0; j < K - 1; ++j) kept[static_cast<int64_t>(j) * channels + c] = window(at + j);
+  }
   bf16 kept[K - 1];
 #pragma unroll
-  for (int j = 0; j < K - 1; ++j) {
-    const int32_t src = piece.rows + j;  // index into [old state (K-1) | inputs]
-    kept[j] = src < K - 1 ? state[static_cast<int64_t>(src) * channels + c]
-                          : in[static_cast<int64_t>(piece.first_row + src - (K - 1)) * channels + c];
-  }
+  for (int j = 0; j < K - 1; ++j) kept[j] = window(piece.rows + j);
 #pragma unroll
   for (int j = 0; j < K - 1; ++j) state[static_cast<int64_t>(j) * channels + c] = kept[j];
 }
@@ -122,7 +131,7 @@ void launch_conv(const DeviceStep& step, int32_t layer, DeviceWeight w, int32_t 
                  const GdnGateArrays& gates, cudaStream_t stream) {
   const uint32_t channel_blocks = (static_cast<uint32_t>(channels) + kThreads - 1) / kThreads;
   const uint32_t blocks_per_row = channel_blocks + (gates.value_heads > 0 ? 1 : 0);
-  if (step.multi_pieces == 0 && step.pieces == step.rows) {
+  if (step.multi_pieces == 0 && step.pieces == step.rows && step.snapshots == 0) {
     launch_dependent("conv_decode_kernel", conv_decode_kernel<K>, dim3(step.pieces, blocks_per_row), kThreads, 0,
                      stream, step, layer, w, channels, in, out, gates);
     check_launch("gdn conv_decode_kernel");

@@ -78,6 +78,18 @@ __device__ __forceinline__ float* head_state(const DevicePiece& piece, int32_t l
   return piece.delta + static_cast<int64_t>(layer) * piece.delta_layer_stride + head * layout.elems();
 }
 
+// The head's place in a GDN snapshot the piece writes at `position` (DeviceSnapshot), laid out like head_state's; null
+// when it writes none there.
+template <int KD, int VD>
+__device__ __forceinline__ float* snapshot_head_state(const DeviceStep& step, const DevicePiece& piece, int32_t layer,
+                                                      int32_t head, int32_t position) {
+  constexpr DeltaHeadState layout{KD, VD};
+  for (int32_t s = piece.first_snapshot; s < piece.first_snapshot + piece.snapshot_count; ++s)
+    if (step.snapshot[s].position == position)
+      return step.snapshot[s].delta + static_cast<int64_t>(layer) * piece.delta_layer_stride + head * layout.elems();
+  return nullptr;
+}
+
 __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(kFullMask, x, offset);
@@ -469,6 +481,26 @@ __global__ void __launch_bounds__(kWalkThreads)
     }
     if (completes) {  // S_b of the next chunk, a kTR x 4 tile of S per thread (the outputs above do not read S)
       folded = true;
+      // A snapshot at this chunk's end (DeviceSnapshot): what a step ending here would leave in the state. That is
+      // the S_b just folded (each thread stores its own tile), and the chunk rows (d, keys, G) as the state held them
+      // before this step: a step whose last chunk completes writes only S_b (the rows are written by a piece ending
+      // inside a chunk, at the walk's end and in chunk_tail_kernel, after this). Extra stores only: no result moves.
+      float* const kept =
+          piece.snapshot_count == 0
+              ? nullptr
+              : snapshot_head_state<KD, VD>(step, piece, layer, head,
+                                            piece.start_position + (chunk.first_row - piece.first_row) + chunk.rows);
+      if (kept != nullptr) {
+        for (int idx = tid; idx < kC * VC; idx += kWalkThreads) {
+          const int64_t at = layout.d() + static_cast<int64_t>(idx / VC) * VD + col0 + idx % VC;
+          kept[at] = state[at];
+        }
+        if (blockIdx.z == 0) {  // the keys and G are the head's, not a column group's
+          for (int idx = tid; idx < kC * KD; idx += kWalkThreads)
+            kept[layout.keys() + idx] = state[layout.keys() + idx];
+          for (int t = tid; t < kC; t += kWalkThreads) kept[layout.G() + t] = state[layout.G() + t];
+        }
+      }
       const int i0 = kTR * (tid / kTileCols), j0 = 4 * (tid % kTileCols);
       if (i0 < KD) {
         const float keep = sm.eG[kC - 1];
@@ -492,6 +524,11 @@ __global__ void __launch_bounds__(kWalkThreads)
         for (int x = 0; x < kTR; ++x)
 #pragma unroll
           for (int y = 0; y < 4; ++y) sm.S[i0 + x][j0 + y] = acc[x][y];
+        if (kept != nullptr)
+#pragma unroll
+          for (int x = 0; x < kTR; ++x)
+#pragma unroll
+            for (int y = 0; y < 4; ++y) kept[(i0 + x) * VD + col0 + j0 + y] = acc[x][y];
       }
     } else {  // the piece ends inside this chunk: its new rows' d join the state (keys and G below)
       for (int idx = tid; idx < chunk.rows * VC; idx += kWalkThreads) {

@@ -29,6 +29,7 @@ enum class StepArray : int {
   sample_rows,
   adapted_rows,
   sample_params,
+  snapshots,   // GDN snapshots taken inside the step (prefill steps only)
   page_table,  // the growing ones last, so the bytes sent each step end soon after the last used one
   penalties,
   masks,  // structured outputs' allowed-token bitmasks
