@@ -1,7 +1,7 @@
 // The decode GEMM's bandwidth on the device (issue 16): for every projection shape of the Qwen3.5-9B and 1..64 rows,
 // the skinny GEMM's weight-read rate for each pipeline variant (kernels.h, SkinnyPipeline), against the device's own
 // copy rate measured in the same run. Not a test: a benchmark whose table goes into docs/benchmarks.md.
-//   bench_skinny_gemm [--quick]
+//   bench_skinny_gemm [--quick]          (--quick: 1, 16 and 64 rows, no warpgroup variants)
 //   bench_skinny_gemm --profile SHAPE M   (three production launches of one shape, for ncu; nothing timed)
 // Weights rotate over enough copies that every call reads from HBM, as a decode step does (each layer's weights are
 // cold). Each figure is the median of 7 timings of a CUDA graph of calls. It also checks, per variant, that m = 1
@@ -161,10 +161,27 @@ int main(int argc, char** argv) {
   for (SkinnyPipeline p : {SkinnyPipeline{1, 4, 2, true}, SkinnyPipeline{1, 4, 4, true}, SkinnyPipeline{2, 8, 7, true},
                            SkinnyPipeline{1, 4, 7, true}})
     variants.push_back(p);
+  // The kernel compiled for 3 blocks an SM (80 registers; one step of w ahead): by slices, and step by step.
+  for (int slices : {2, 4, 7}) {
+    SkinnyPipeline p{1, 4, slices};
+    p.min_blocks = 3;
+    variants.push_back(p);
+    p.per_step_x = true;
+    variants.push_back(p);
+  }
+  // w through a ring in shared memory: 4 steps (2 blocks an SM) or 2 (3 blocks an SM), by slices.
+  for (int slices : {2, 4, 7})
+    for (int ring : {4, 2}) {
+      SkinnyPipeline p{1, 8, slices, true};
+      p.w_ring = ring;
+      variants.push_back(p);
+    }
   // The warpgroup engine (wgmma) for every row count, by its k slices and the steps it asks of L2 ahead.
+  // (--quick leaves it out: off in production, 35-55% slower on the H200, eleventh round of docs/benchmarks.md.)
   for (int slices : {2, 4, 7})
     for (int ahead : {1, 2})
-      for (int prefetch : {4, 8, 16}) variants.push_back(SkinnyPipeline{ahead, prefetch, slices, false, true});
+      for (int prefetch : {4, 8, 16})
+        if (!quick) variants.push_back(SkinnyPipeline{ahead, prefetch, slices, false, true});
   if (argc > 3 && std::string(argv[1]) == "--profile") {
     for (const Shape& shape : shapes) {
       if (shape.name != std::string(argv[2])) continue;
@@ -183,7 +200,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--profile: no shape %s\n", argv[2]);
     return 1;
   }
-  const std::vector<int32_t> row_counts = quick ? std::vector<int32_t>{1, 64} : std::vector<int32_t>{1, 8, 16, 32, 64};
+  const std::vector<int32_t> row_counts =
+      quick ? std::vector<int32_t>{1, 16, 64} : std::vector<int32_t>{1, 8, 16, 32, 64};
 
   bf16* x = nullptr;
   check(cudaMalloc(&x, size_t{64} * 12288 * sizeof(bf16)), "malloc x");
@@ -200,7 +218,12 @@ int main(int argc, char** argv) {
     if (v.warpgroup) {
       std::printf(" wg%d/p%d/s%d", v.ahead, v.prefetch, v.max_slices);
     } else {
-      std::printf(" %sa%d/p%d/s%d", v.per_step_x ? "x" : " ", v.ahead, v.prefetch, v.max_slices);
+      if (v.w_ring > 0) {
+        std::printf("  ring%d/s%d", v.w_ring, v.max_slices);
+      } else {
+        std::printf(" %s%sa%d/p%d/s%d", v.min_blocks == 3 ? "3" : "", v.per_step_x ? "x" : " ", v.ahead, v.prefetch,
+                    v.max_slices);
+      }
     }
   }
   std::printf(" production   (GB/s of weights read; the best as %% of the read rate; * production's plan)\n");
@@ -235,7 +258,8 @@ int main(int argc, char** argv) {
         const SkinnyPipeline plan = skinny_plan_for(shape.n, shape.k);
         const bool is_plan =
             plan.max_slices == v.max_slices && plan.warpgroup == v.warpgroup &&
-            (v.warpgroup || (plan.ahead == v.ahead && plan.prefetch == v.prefetch && plan.per_step_x == v.per_step_x));
+            (v.warpgroup || (plan.ahead == v.ahead && plan.prefetch == v.prefetch && plan.per_step_x == v.per_step_x &&
+                             plan.min_blocks == v.min_blocks && plan.w_ring == v.w_ring));
         // Both engines sum in the same k16 groups and order, so the same slices give production's bits whichever
         // engine runs (a variant with other slices sums in another order: only its distance is printed).
         const bool production_bits = plan.max_slices != v.max_slices || all == production;

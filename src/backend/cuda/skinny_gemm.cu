@@ -32,6 +32,11 @@
 // so x costs L2 at most half of w's bytes even at 64 rows. More than 64 rows take further launches of 64 that re-read
 // w.
 //
+// Two variants move only when bytes arrive, never an operation: the kernel compiled for 3 blocks an SM (80 registers,
+// x read two tiles at a time; the plans of gate | up and attention q | k | v, which then fit one wave at 64 rows), and
+// the w ring (skinny_gemm_ring_kernel: each warp stages its own w rows in shared memory, a few steps ahead, instead of
+// loading them into registers; bench variants and DUET_SKINNY_W_RING, not in a plan yet).
+//
 // CUDA cores (the fallback, k % 16 == 8):
 //  - k is cut into 16-byte chunks of 8 elements. Lane l of a warp owns chunks l, l + 32, l + 64, ... and adds them
 //    into one fp32 partial sum in increasing chunk order, the 8 products of a chunk in element order (one fma each).
@@ -309,6 +314,36 @@ __device__ __forceinline__ void mma_step(const bf16* x, int stride, int rows, in
   }
 }
 
+// The same MMAs, each acc[j] still taking q = 0, 1, 2, 3 in order, with x read two tiles at a time just before their
+// MMAs: 8 registers of x live instead of 4 * kTiles, for the kernel compiled to fit 3 blocks an SM (80 registers).
+template <int kTiles, bool kMasked>
+__device__ __forceinline__ void mma_step_paired(const bf16* x, int stride, int rows, int g, int t, const uint4 (&wv)[4],
+                                                float (&acc)[kTiles][4]) {
+  const bf16* mine = x + g * stride + t * 16;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint4 &wa = wv[h], &wb = wv[2 + h];
+#pragma unroll
+    for (int j0 = 0; j0 < kTiles; j0 += 2) {
+      constexpr int kPair = 2;
+      uint4 xv[kPair];
+#pragma unroll
+      for (int i = 0; i < kPair; ++i) {
+        const int j = j0 + i;
+        xv[i] = j < kTiles && (!kMasked || 8 * j + g < rows)
+                    ? *reinterpret_cast<const uint4*>(mine + j * 8 * stride + h * kChunk)
+                    : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int i = 0; i < kPair; ++i)
+        if (j0 + i < kTiles) mma_16x8x16(acc[j0 + i], wa.x, wb.x, wa.y, wb.y, xv[i].x, xv[i].y);  // q = 2h
+#pragma unroll
+      for (int i = 0; i < kPair; ++i)
+        if (j0 + i < kTiles) mma_16x8x16(acc[j0 + i], wa.z, wb.z, wa.w, wb.w, xv[i].z, xv[i].w);  // q = 2h + 1
+    }
+  }
+}
+
 // The block's x rows [0, rows) for all of its slice's steps [first, last) into `slice` (rows `stride` apart, step
 // s at element (s - first) * kStep); elements past k are zeros, read from nowhere.
 __device__ __forceinline__ void stage_x_slice(const bf16* __restrict__ x, int32_t rows, int32_t k, int64_t first,
@@ -323,6 +358,30 @@ __device__ __forceinline__ void stage_x_slice(const bf16* __restrict__ x, int32_
   }
 }
 
+// After the k loop: the block's accumulators to shared memory (over the dead x stages), then the cluster's slices added
+// in slice order and stored (skinny_gemm_slices.h).
+template <int kTiles, bool kOutF32>
+__device__ __forceinline__ void finish_block(unsigned char* smem, const float (&acc)[kTiles][4],
+                                             cg::cluster_group& cluster, int32_t rows, int64_t block_row0, int32_t n,
+                                             const SkinnyOutputs& out) {
+  cp_async_wait<0>();
+  __syncthreads();  // the x stages are dead; the partials take their place
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+  // acc[j] holds w rows warp_row0 + g (c0, c1) and + g + 8 (c2, c3) for x rows 8j + 2t (c0, c2) and 8j + 2t + 1.
+  float* partials = reinterpret_cast<float*>(smem);
+  const int local_row = warp * kWarpRows + g;
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    float* p = partials + (8 * j + 2 * t) * kPartStride + local_row;
+    p[0] = acc[j][0];
+    p[kPartStride] = acc[j][1];
+    p[8] = acc[j][2];
+    p[kPartStride + 8] = acc[j][3];
+  }
+  skinny::add_slices_and_store<kOutF32>(cluster, partials, rows, block_row0, n, out);
+}
+
 // rows (<= kTiles * 8) x rows against w; grid: slices * ceil(n / kBlockRows) blocks in clusters of `slices`.
 // kAhead: steps of w each lane has in flight in registers beyond the one it multiplies (the loop is unrolled by
 // kAhead + 1 so that every buffer index is a constant and no register array spills); kPrefetch: steps ahead that each
@@ -330,8 +389,8 @@ __device__ __forceinline__ void stage_x_slice(const bf16* __restrict__ x, int32_
 // a small copy), so the loop runs without a block barrier and each warp streams its w at its own pace; otherwise one
 // step of x at a time, in a ring of three, one barrier a step. None of them changes an operation or its order: only
 // when bytes arrive.
-template <int kTiles, bool kOutF32, int kAhead, int kPrefetch, bool kWholeSlice>
-__global__ void __launch_bounds__(kThreads, 2)
+template <int kTiles, bool kOutF32, int kAhead, int kPrefetch, bool kWholeSlice, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     skinny_gemm_mma_kernel(const bf16* __restrict__ x, int32_t rows, const bf16* __restrict__ w, int32_t n, int32_t k,
                            const SkinnyOutputs out) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -395,7 +454,11 @@ __global__ void __launch_bounds__(kThreads, 2)
           load_w_step(row_a, row_b, k, static_cast<int32_t>((s + kAhead) * kStep) + t * 16,
                       wbuf[(b + kAhead) % kBuffers]);
         if (s + kPrefetch < last) prefetch_steps(s + kPrefetch, s + kPrefetch + 1);
-        mma_step<kTiles, true>(stages + (s - first) * kStep, stride, rows, g, t, wbuf[b], acc);
+        if constexpr (kMinBlocks > 2) {
+          mma_step_paired<kTiles, true>(stages + (s - first) * kStep, stride, rows, g, t, wbuf[b], acc);
+        } else {
+          mma_step<kTiles, true>(stages + (s - first) * kStep, stride, rows, g, t, wbuf[b], acc);
+        }
       }
     }
   } else {
@@ -420,32 +483,22 @@ __global__ void __launch_bounds__(kThreads, 2)
         // This step's x, staged by every thread, is in place; and every warp is done with step s - 1's buffer,
         // which step s + 2 refills (kXStages).
         __syncthreads();
-        mma_step<kTiles, false>(stages + buffer * kStageElems, kXStride, rows, g, t, wbuf[b], acc);
+        if constexpr (kMinBlocks > 2) {
+          mma_step_paired<kTiles, false>(stages + buffer * kStageElems, kXStride, rows, g, t, wbuf[b], acc);
+        } else {
+          mma_step<kTiles, false>(stages + buffer * kStageElems, kXStride, rows, g, t, wbuf[b], acc);
+        }
         buffer = next;
       }
     }
   }
-  cp_async_wait<0>();
-  __syncthreads();  // the x stages are dead; the partials take their place
-
-  // acc[j] holds w rows warp_row0 + g (c0, c1) and + g + 8 (c2, c3) for x rows 8j + 2t (c0, c2) and 8j + 2t + 1.
-  float* partials = reinterpret_cast<float*>(smem);
-  const int local_row = warp * kWarpRows + g;
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-    float* p = partials + (8 * j + 2 * t) * kPartStride + local_row;
-    p[0] = acc[j][0];
-    p[kPartStride] = acc[j][1];
-    p[8] = acc[j][2];
-    p[kPartStride + 8] = acc[j][3];
-  }
-  skinny::add_slices_and_store<kOutF32>(cluster, partials, rows, block_row0, n, out);
+  finish_block<kTiles, kOutF32>(smem, acc, cluster, rows, block_row0, n, out);
 }
 
-template <int kTiles, bool kOutF32, int kAhead, int kPrefetch, bool kWholeSlice>
+template <int kTiles, bool kOutF32, int kAhead, int kPrefetch, bool kWholeSlice, int kMinBlocks>
 void launch_tiles(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out,
                   int slices, cudaStream_t stream) {
-  auto* kernel = skinny_gemm_mma_kernel<kTiles, kOutF32, kAhead, kPrefetch, kWholeSlice>;
+  auto* kernel = skinny_gemm_mma_kernel<kTiles, kOutF32, kAhead, kPrefetch, kWholeSlice, kMinBlocks>;
   size_t smem = smem_bytes<kTiles>();
   if constexpr (kWholeSlice) {
     static const bool opted_in =  // once per instantiation
@@ -461,37 +514,164 @@ void launch_tiles(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t
 }
 
 // Whole-slice staging when the rows' slices fit (kWholeSliceBytes) and the pipeline does not ask for steps.
-template <int kTiles, bool kOutF32, int kAhead, int kPrefetch>
+template <int kTiles, bool kOutF32, int kAhead, int kPrefetch, int kMinBlocks>
 void launch_staged(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out,
                    int slices, bool per_step, cudaStream_t stream) {
   if constexpr (kTiles <= kWholeSliceMaxTiles) {
     if (!per_step && sizeof(bf16) * rows * slice_stride((k + kStep - 1) / kStep, slices) <= kWholeSliceBytes)
-      return launch_tiles<kTiles, kOutF32, kAhead, kPrefetch, true>(x, rows, w, n, k, out, slices, stream);
+      return launch_tiles<kTiles, kOutF32, kAhead, kPrefetch, true, kMinBlocks>(x, rows, w, n, k, out, slices, stream);
   }
-  launch_tiles<kTiles, kOutF32, kAhead, kPrefetch, false>(x, rows, w, n, k, out, slices, stream);
+  launch_tiles<kTiles, kOutF32, kAhead, kPrefetch, false, kMinBlocks>(x, rows, w, n, k, out, slices, stream);
 }
 
-template <bool kOutF32, int kAhead, int kPrefetch>
+template <bool kOutF32, int kAhead, int kPrefetch, int kMinBlocks = 2>
 void launch_rows(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out, int slices,
                  bool per_step, cudaStream_t stream) {
   // The narrowest tile count that holds the rows: fewer MMAs and x bytes, the same arithmetic per element.
   switch ((rows + 7) / 8) {
     case 1:
-      return launch_staged<1, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, per_step, stream);
+      return launch_staged<1, kOutF32, kAhead, kPrefetch, kMinBlocks>(x, rows, w, n, k, out, slices, per_step, stream);
     case 2:
-      return launch_staged<2, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, per_step, stream);
+      return launch_staged<2, kOutF32, kAhead, kPrefetch, kMinBlocks>(x, rows, w, n, k, out, slices, per_step, stream);
     case 3:
-      return launch_staged<3, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, per_step, stream);
+      return launch_staged<3, kOutF32, kAhead, kPrefetch, kMinBlocks>(x, rows, w, n, k, out, slices, per_step, stream);
     case 4:
-      return launch_staged<4, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, per_step, stream);
+      return launch_staged<4, kOutF32, kAhead, kPrefetch, kMinBlocks>(x, rows, w, n, k, out, slices, per_step, stream);
     case 5:
-      return launch_staged<5, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, per_step, stream);
+      return launch_staged<5, kOutF32, kAhead, kPrefetch, kMinBlocks>(x, rows, w, n, k, out, slices, per_step, stream);
     case 6:
-      return launch_staged<6, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, per_step, stream);
+      return launch_staged<6, kOutF32, kAhead, kPrefetch, kMinBlocks>(x, rows, w, n, k, out, slices, per_step, stream);
     case 7:
-      return launch_staged<7, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, per_step, stream);
+      return launch_staged<7, kOutF32, kAhead, kPrefetch, kMinBlocks>(x, rows, w, n, k, out, slices, per_step, stream);
     default:
-      return launch_staged<8, kOutF32, kAhead, kPrefetch>(x, rows, w, n, k, out, slices, per_step, stream);
+      return launch_staged<8, kOutF32, kAhead, kPrefetch, kMinBlocks>(x, rows, w, n, k, out, slices, per_step, stream);
+  }
+}
+
+// The same MMAs with w staged through shared memory instead of registers: each warp copies its own 16 rows of a step
+// (cp.async, 16 bytes a lane a chunk, the very chunks that lane multiplies) kRing - 1 steps ahead into a ring of kRing
+// steps of its own, so more steps of w are on their way without registers to hold them, and no lane waits for
+// another's copy (a lane reads only what it copied: the cp.async wait is its barrier; the block barrier of each step
+// is x's). x is staged a step at a time as in the kernel above. Only when bytes arrive changes: no bit.
+template <int kRing>
+constexpr size_t ring_bytes() {
+  return sizeof(uint4) * kWarps * kRing * 4 * 32;  // [warp][stage][chunk i][lane]
+}
+
+template <int kTiles, bool kOutF32, int kRing, int kPrefetch, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    skinny_gemm_ring_kernel(const bf16* __restrict__ x, int32_t rows, const bf16* __restrict__ w, int32_t n, int32_t k,
+                            const SkinnyOutputs out) {
+  static_assert(kRing >= 2);
+  extern __shared__ __align__(16) unsigned char smem[];
+  cg::cluster_group cluster = cg::this_cluster();
+  const int slices = static_cast<int>(cluster.num_blocks());
+  const int slice = static_cast<int>(cluster.block_rank());
+  const int64_t block_row0 = static_cast<int64_t>(blockIdx.x / slices) * kBlockRows;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+  const skinny::SliceSteps range(k, slice, slices);
+  const int64_t first = range.first, last = range.last;
+
+  const int64_t warp_row0 = block_row0 + warp * kWarpRows;
+  const bf16* row_a = warp_row0 + g < n ? w + (warp_row0 + g) * k : nullptr;
+  const bf16* row_b = warp_row0 + g + 8 < n ? w + (warp_row0 + g + 8) * k : nullptr;
+  const bf16* prefetch_row = lane < kWarpRows && warp_row0 + lane < n ? w + (warp_row0 + lane) * k : nullptr;
+  const bool step_spans_two_lines = k % kStep != 0;
+  auto prefetch_steps = [&](int64_t from, int64_t to) {
+    if (prefetch_row == nullptr) return;
+    for (int64_t s = from; s < to; ++s) {
+      prefetch_l2(prefetch_row + s * kStep);
+      if (step_spans_two_lines) prefetch_l2(prefetch_row + min(s * kStep + kStep - 1, static_cast<int64_t>(k) - 1));
+    }
+  };
+
+  bf16* const stages = reinterpret_cast<bf16*>(smem);  // kXStages x [kTiles * 8][kXStride]
+  constexpr int kStageElems = kTiles * 8 * kXStride;
+  uint4* const ring = reinterpret_cast<uint4*>(smem + smem_bytes<kTiles>()) + warp * kRing * 4 * 32;
+  // This lane's chunks of step s into ring stage `stage`, as load_w_step's v[0..3]; past n or k: zeros, read from
+  // nowhere.
+  auto copy_w_step = [&](int64_t s, int stage) {
+    const int32_t at = static_cast<int32_t>(s * kStep) + t * 16;
+    uint4* dst = ring + stage * 4 * 32 + lane;
+    const bool a0 = row_a != nullptr && at < k, a1 = row_a != nullptr && at + kChunk < k;
+    const bool b0 = row_b != nullptr && at < k, b1 = row_b != nullptr && at + kChunk < k;
+    cp_async_16(dst, a0 ? row_a + at : w, a0 ? 16u : 0u);
+    cp_async_16(dst + 32, a1 ? row_a + at + kChunk : w, a1 ? 16u : 0u);
+    cp_async_16(dst + 64, b0 ? row_b + at : w, b0 ? 16u : 0u);
+    cp_async_16(dst + 96, b1 ? row_b + at + kChunk : w, b1 ? 16u : 0u);
+  };
+
+  float acc[kTiles][4];
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  // The first kRing - 1 steps of w before the wait for the kernel before (weights do not depend on it), x after.
+  if (first < last) prefetch_steps(first, min(first + kPrefetch, last));
+  for (int b = 0; b + 1 < kRing; ++b)
+    if (first + b < last) copy_w_step(first + b, b);
+  wait_for_prerequisites();
+  let_dependents_launch();
+  const XStepStager<kTiles> stager(x, rows, k);
+  if (first < last) stager.stage(x, k, first, stages);
+  cp_async_commit();          // group: the first steps of w and x's first step
+  int buffer = 0, stage = 0;  // step s's x buffer and w stage
+  for (int64_t s = first; s < last; ++s) {
+    const int next = buffer + 1 == kXStages ? 0 : buffer + 1;
+    if (s + 1 < last) stager.stage(x, k, s + 1, stages + next * kStageElems);
+    // Into the stage step s - 1 used: this lane's reads of it fed step s - 1's MMAs, issued before this copy.
+    if (s + kRing - 1 < last) copy_w_step(s + kRing - 1, stage == 0 ? kRing - 1 : stage - 1);
+    cp_async_commit();  // possibly empty: keeps "all but the newest group" meaning "up to step s's x and w"
+    if (s + kPrefetch < last) prefetch_steps(s + kPrefetch, s + kPrefetch + 1);
+    cp_async_wait<1>();
+    __syncthreads();  // step s's x, staged by every thread, is in place; step s - 1's x buffer is free (3 stages)
+    const uint4* mine = ring + stage * 4 * 32 + lane;
+    const uint4 wv[4] = {mine[0], mine[32], mine[64], mine[96]};
+    if constexpr (kMinBlocks > 2) {
+      mma_step_paired<kTiles, false>(stages + buffer * kStageElems, kXStride, rows, g, t, wv, acc);
+    } else {
+      mma_step<kTiles, false>(stages + buffer * kStageElems, kXStride, rows, g, t, wv, acc);
+    }
+    buffer = next;
+    stage = stage + 1 == kRing ? 0 : stage + 1;
+  }
+  finish_block<kTiles, kOutF32>(smem, acc, cluster, rows, block_row0, n, out);
+}
+
+template <int kTiles, bool kOutF32, int kRing, int kMinBlocks>
+void launch_ring_tiles(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out,
+                       int slices, cudaStream_t stream) {
+  constexpr int kPrefetchAhead = 8;
+  auto* kernel = skinny_gemm_ring_kernel<kTiles, kOutF32, kRing, kPrefetchAhead, kMinBlocks>;
+  constexpr size_t smem = smem_bytes<kTiles>() + ring_bytes<kRing>();
+  static const bool opted_in =  // once per instantiation
+      (check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+                  "launch_skinny_gemm: shared memory opt-in"),
+       true);
+  (void)opted_in;
+  skinny::launch_clusters(kernel, kThreads, smem, n, slices, stream, "launch_skinny_gemm (tensor cores, w ring)", x,
+                          rows, w, n, k, out);
+}
+
+template <bool kOutF32, int kRing, int kMinBlocks>
+void launch_ring(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out, int slices,
+                 cudaStream_t stream) {
+  switch ((rows + 7) / 8) {
+    case 1:
+      return launch_ring_tiles<1, kOutF32, kRing, kMinBlocks>(x, rows, w, n, k, out, slices, stream);
+    case 2:
+      return launch_ring_tiles<2, kOutF32, kRing, kMinBlocks>(x, rows, w, n, k, out, slices, stream);
+    case 3:
+      return launch_ring_tiles<3, kOutF32, kRing, kMinBlocks>(x, rows, w, n, k, out, slices, stream);
+    case 4:
+      return launch_ring_tiles<4, kOutF32, kRing, kMinBlocks>(x, rows, w, n, k, out, slices, stream);
+    case 5:
+      return launch_ring_tiles<5, kOutF32, kRing, kMinBlocks>(x, rows, w, n, k, out, slices, stream);
+    case 6:
+      return launch_ring_tiles<6, kOutF32, kRing, kMinBlocks>(x, rows, w, n, k, out, slices, stream);
+    case 7:
+      return launch_ring_tiles<7, kOutF32, kRing, kMinBlocks>(x, rows, w, n, k, out, slices, stream);
+    default:
+      return launch_ring_tiles<8, kOutF32, kRing, kMinBlocks>(x, rows, w, n, k, out, slices, stream);
   }
 }
 
@@ -504,9 +684,18 @@ SkinnyPipeline mma_plan_for(int32_t n, int32_t k) {
   // 1 and 8 rows (receipts 2026-12-02) gave GDN qkv 3,151 / 2,945 GB/s against 2,880 / 2,804 step by step, out_proj
   // and o_proj 2,428 against 2,373, but gate | up 3,722 against 3,786 and down 3,064 against 3,122: each shape takes
   // its better one (no bit changes either way).
-  if (k == 4096 && n == 24576) return {1, 4, 2, true};  // MLP gate | up: 3,786 GB/s at 1 row (4 slices 3,124; 8: 2,986)
-  if (k == 4096 && n == 12352) return {1, 4, 2};        // GDN qkv | z | b | a: 3,151 (4 slices 2,569; 8: 2,647)
-  if (k == 4096 && n > 4096 && n <= 10240) return {1, 4, 4};  // attention q | k | v: 3,323 (8 slices 2,859)
+  // Compiled for 3 blocks an SM (80 registers, x read two tiles at a time): the same bits, more warps to hide the
+  // loads' latency and one wave instead of 1.45 for the 384 blocks of gate | up at 64 rows (receipts 2026-12-03, round
+  // 13): gate | up 2,217 GB/s against 1,944 at 64 rows, attention q | k | v 1,818 against 1,512, both the same at 1
+  // row; the others lose with it (out_proj 1,148 against 1,582, down 1,433 against 2,088: their 224 blocks already
+  // fit).
+  const auto three_blocks = [](SkinnyPipeline p) {
+    p.min_blocks = 3;
+    return p;
+  };
+  if (k == 4096 && n == 24576) return three_blocks({1, 4, 2, true});  // MLP gate | up: 3,786 GB/s at 1 row
+  if (k == 4096 && n == 12352) return {1, 4, 2};  // GDN qkv | z | b | a: 3,151 (4 slices 2,569; 8: 2,647)
+  if (k == 4096 && n > 4096 && n <= 10240) return three_blocks({1, 4, 4});  // attention q | k | v: 3,323 at 1 row
   // The [4096, k] weights are 32 row blocks; 8 slices make 32 clusters of 8, of which at most 30 run at once (ncu's
   // max active clusters), so the last two ran in a second wave. 7 slices fit in one:
   if (n == 4096 && k == 12288) return {2, 8, 7, true};  // MLP down: 3,122 at 1 row, 1,931 at 64 (8 slices: 2,300)
@@ -539,8 +728,27 @@ WarpgroupChoice warpgroup_choice() {
   return choice;
 }
 
+// Blocks an SM for the measurements: DUET_SKINNY_MIN_BLOCKS=2 or 3 overrides the plans (3 only where they take one step
+// ahead and prefetch 4); unset, each shape takes its plan's (0).
+int min_blocks_choice() {
+  static const int choice = [] {
+    const char* text = std::getenv("DUET_SKINNY_MIN_BLOCKS");
+    const int value = text != nullptr ? std::atoi(text) : 0;
+    return value == 2 || value == 3 ? value : 0;
+  }();
+  return choice;
+}
+
 SkinnyPipeline plan_for(int32_t n, int32_t k) {
   SkinnyPipeline p = mma_plan_for(n, k);
+  if (min_blocks_choice() == 2) p.min_blocks = 2;
+  if (min_blocks_choice() == 3 && p.ahead == 1 && p.prefetch == 4) p.min_blocks = 3;
+  static const int ring = [] {  // DUET_SKINNY_W_RING=2 or 4: every shape through the w ring, for measurements
+    const char* text = std::getenv("DUET_SKINNY_W_RING");
+    const int value = text != nullptr ? std::atoi(text) : 0;
+    return value == 2 || value == 4 ? value : 0;
+  }();
+  if (ring != 0) p.w_ring = ring;
   const WarpgroupChoice choice = warpgroup_choice();
   p.warpgroup_rows = std::max(choice.rows, 0);
   p.warpgroup_ahead = choice.ahead;
@@ -551,6 +759,14 @@ SkinnyPipeline plan_for(int32_t n, int32_t k) {
 template <bool kOutF32>
 void launch_pipeline(const SkinnyPipeline& p, const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k,
                      const SkinnyOutputs& out, int slices, cudaStream_t stream) {
+  if (p.w_ring == 4) return launch_ring<kOutF32, 4, 2>(x, rows, w, n, k, out, slices, stream);
+  if (p.w_ring == 2) return launch_ring<kOutF32, 2, 3>(x, rows, w, n, k, out, slices, stream);
+  if (p.w_ring != 0) refuse("launch_skinny_gemm: w rings of 2 (3 blocks an SM) or 4 steps only");
+  if (p.min_blocks == 3) {  // 80 registers, a third block an SM: with one step of w ahead only
+    if (p.ahead == 1 && p.prefetch == 4)
+      return launch_rows<kOutF32, 1, 4, 3>(x, rows, w, n, k, out, slices, p.per_step_x, stream);
+    refuse("launch_skinny_gemm: 3 blocks an SM need ahead 1, prefetch 4");
+  }
   if (p.ahead == 1 && p.prefetch == 4)
     return launch_rows<kOutF32, 1, 4>(x, rows, w, n, k, out, slices, p.per_step_x, stream);
   if (p.ahead == 2 && p.prefetch == 8)
