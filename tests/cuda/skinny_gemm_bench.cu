@@ -169,13 +169,6 @@ int main(int argc, char** argv) {
     p.per_step_x = true;
     variants.push_back(p);
   }
-  // w through a ring in shared memory: 4 steps (2 blocks an SM) or 2 (3 blocks an SM), by slices.
-  for (int slices : {2, 4, 7})
-    for (int ring : {4, 2}) {
-      SkinnyPipeline p{1, 8, slices, true};
-      p.w_ring = ring;
-      variants.push_back(p);
-    }
   // The warpgroup engine (wgmma) for every row count, by its k slices and the steps it asks of L2 ahead.
   // (--quick leaves it out: off in production, 35-55% slower on the H200, eleventh round of docs/benchmarks.md.)
   for (int slices : {2, 4, 7})
@@ -218,12 +211,8 @@ int main(int argc, char** argv) {
     if (v.warpgroup) {
       std::printf(" wg%d/p%d/s%d", v.ahead, v.prefetch, v.max_slices);
     } else {
-      if (v.w_ring > 0) {
-        std::printf("  ring%d/s%d", v.w_ring, v.max_slices);
-      } else {
-        std::printf(" %s%sa%d/p%d/s%d", v.min_blocks == 3 ? "3" : "", v.per_step_x ? "x" : " ", v.ahead, v.prefetch,
-                    v.max_slices);
-      }
+      std::printf(" %s%sa%d/p%d/s%d", v.min_blocks == 3 ? "3" : "", v.per_step_x ? "x" : " ", v.ahead, v.prefetch,
+                  v.max_slices);
     }
   }
   std::printf(" production   (GB/s of weights read; the best as %% of the read rate; * production's plan)\n");
@@ -256,10 +245,9 @@ int main(int argc, char** argv) {
         const auto one = download_bits(y, static_cast<size_t>(shape.n));
         const bool invariant = std::equal(one.begin(), one.end(), all.begin());
         const SkinnyPipeline plan = skinny_plan_for(shape.n, shape.k);
-        const bool is_plan =
-            plan.max_slices == v.max_slices && plan.warpgroup == v.warpgroup &&
-            (v.warpgroup || (plan.ahead == v.ahead && plan.prefetch == v.prefetch && plan.per_step_x == v.per_step_x &&
-                             plan.min_blocks == v.min_blocks && plan.w_ring == v.w_ring));
+        const bool is_plan = plan.max_slices == v.max_slices && plan.warpgroup == v.warpgroup &&
+                             (v.warpgroup || (plan.ahead == v.ahead && plan.prefetch == v.prefetch &&
+                                              plan.per_step_x == v.per_step_x && plan.min_blocks == v.min_blocks));
         // Both engines sum in the same k16 groups and order, so the same slices give production's bits whichever
         // engine runs (a variant with other slices sums in another order: only its distance is printed).
         const bool production_bits = plan.max_slices != v.max_slices || all == production;

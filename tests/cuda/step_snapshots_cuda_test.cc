@@ -2,7 +2,7 @@
 // DeviceSnapshot): the checks of tests/engine/step_snapshots_runs.h (bytes equal to a cut step's save_snapshot, rows
 // unchanged by the extra stores, resumed rows equal to fresh ones, with the one-block-early controls), and through the
 // engine, a 1,000-token prompt in one step whose resumed requests answer as an engine without a cache. The capability
-// is off by default on CUDA (DUET_CUDA_STEP_SNAPSHOTS=1 turns it on); these tests turn it on for themselves. Skipped
+// is on by default on CUDA (DUET_CUDA_STEP_SNAPSHOTS=0 turns it off); these tests set it on for themselves. Skipped
 // without a GPU.
 #include <gtest/gtest.h>
 

@@ -135,9 +135,10 @@ class CudaStateStorage final : public StateStorage {
     check_slot(slot), check_snapshot(snapshot);
     copy_gdn(conv(slot), conv_snapshot(snapshot), delta(slot), delta_snapshot(snapshot), "restore GDN snapshot");
   }
-  // Snapshots inside steps (StepSnapshot): the conv kernel and the delta-rule walk write them (DeviceSnapshot). Off
-  // unless DUET_CUDA_STEP_SNAPSHOTS=1 until the GPU tests (tests/cuda/step_snapshots_cuda_test.cc) have run on the
-  // H200: until then the engine cuts steps at cache points as before.
+  // Snapshots inside steps (StepSnapshot): the conv kernel and the delta-rule walk write them (DeviceSnapshot). On
+  // since the GPU suite with tests/cuda/step_snapshots_cuda_test.cc and the exactness bench passed on the H200
+  // (docs/benchmarks.md, thirteenth round); DUET_CUDA_STEP_SNAPSHOTS=0 turns them off (the engine then cuts steps at
+  // cache points, as before).
   bool snapshots_inside_steps() const override { return snapshots_in_steps_; }
   // Waits for the step stream, then copies the snapshot's conv run and delta-rule run to the host, in that order.
   std::vector<std::byte> snapshot_bytes(int32_t snapshot) const override {
@@ -192,8 +193,8 @@ class CudaStateStorage final : public StateStorage {
   int64_t snapshots_;
   DeviceMemory conv_snapshots_, delta_snapshots_;  // [snapshots][gdn_layers][...] like conv_ and delta_
   bool snapshots_in_steps_ = [] {
-    const char* on = std::getenv("DUET_CUDA_STEP_SNAPSHOTS");
-    return on != nullptr && std::strcmp(on, "1") == 0;
+    const char* off = std::getenv("DUET_CUDA_STEP_SNAPSHOTS");
+    return off == nullptr || std::strcmp(off, "0") != 0;
   }();
 };
 
@@ -341,7 +342,7 @@ class CudaBackend final : public Backend {
       // The model checked them (model/piece_checks.h); a one-row piece runs the decode kernels, which write none.
       if (!p.snapshots.empty() && (!storage->snapshots_inside_steps() || p.rows < 2 || p.role != RowRole::prefill))
         fail(
-            "cuda backend: GDN snapshots inside a step of a {}-row {} piece (on: DUET_CUDA_STEP_SNAPSHOTS=1; prefill "
+            "cuda backend: GDN snapshots inside a step of a {}-row {} piece (off: DUET_CUDA_STEP_SNAPSHOTS=0; prefill "
             "pieces of several rows only)",
             p.rows, p.role == RowRole::prefill ? "prefill" : "decode");
       for (const StepSnapshot& s : p.snapshots) {

@@ -84,9 +84,6 @@ struct SkinnyPipeline {
   // Blocks an SM the mma.sync kernel is compiled for: 2, or 3 (80 registers a thread, x read two tiles at a time;
   // ahead 1 and prefetch 4 only). Only when bytes arrive and how many blocks run at once: no bit changes.
   int min_blocks = 2;
-  // Steps of w staged in shared memory by each warp (a ring, copied kRing - 1 steps ahead) instead of loaded into
-  // registers: 0 (registers, `ahead`), 4 (2 blocks an SM) or 2 (3 blocks an SM). No bit changes either.
-  int w_ring = 0;
 };
 void launch_skinny_gemm_pipeline(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, bf16* y,
                                  const SkinnyPipeline& pipeline, cudaStream_t stream);

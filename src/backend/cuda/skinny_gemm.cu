@@ -32,10 +32,10 @@
 // so x costs L2 at most half of w's bytes even at 64 rows. More than 64 rows take further launches of 64 that re-read
 // w.
 //
-// Two variants move only when bytes arrive, never an operation: the kernel compiled for 3 blocks an SM (80 registers,
-// x read two tiles at a time; the plans of gate | up and attention q | k | v, which then fit one wave at 64 rows), and
-// the w ring (skinny_gemm_ring_kernel: each warp stages its own w rows in shared memory, a few steps ahead, instead of
-// loading them into registers; bench variants and DUET_SKINNY_W_RING, not in a plan yet).
+// One variant moves only when bytes arrive, never an operation: the kernel compiled for 3 blocks an SM (80 registers,
+// x read two tiles at a time), which the plans of gate | up and attention q | k | v take (they then fit one wave at 64
+// rows). Staging each warp's w through a ring in shared memory instead of registers was measured and dropped: 20-50%
+// slower at every row count (docs/benchmarks.md, thirteenth round).
 //
 // CUDA cores (the fallback, k % 16 == 8):
 //  - k is cut into 16-byte chunks of 8 elements. Lane l of a warp owns chunks l, l + 32, l + 64, ... and adds them
@@ -548,133 +548,6 @@ void launch_rows(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t 
   }
 }
 
-// The same MMAs with w staged through shared memory instead of registers: each warp copies its own 16 rows of a step
-// (cp.async, 16 bytes a lane a chunk, the very chunks that lane multiplies) kRing - 1 steps ahead into a ring of kRing
-// steps of its own, so more steps of w are on their way without registers to hold them, and no lane waits for
-// another's copy (a lane reads only what it copied: the cp.async wait is its barrier; the block barrier of each step
-// is x's). x is staged a step at a time as in the kernel above. Only when bytes arrive changes: no bit.
-template <int kRing>
-constexpr size_t ring_bytes() {
-  return sizeof(uint4) * kWarps * kRing * 4 * 32;  // [warp][stage][chunk i][lane]
-}
-
-template <int kTiles, bool kOutF32, int kRing, int kPrefetch, int kMinBlocks>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
-    skinny_gemm_ring_kernel(const bf16* __restrict__ x, int32_t rows, const bf16* __restrict__ w, int32_t n, int32_t k,
-                            const SkinnyOutputs out) {
-  static_assert(kRing >= 2);
-  extern __shared__ __align__(16) unsigned char smem[];
-  cg::cluster_group cluster = cg::this_cluster();
-  const int slices = static_cast<int>(cluster.num_blocks());
-  const int slice = static_cast<int>(cluster.block_rank());
-  const int64_t block_row0 = static_cast<int64_t>(blockIdx.x / slices) * kBlockRows;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int g = lane / 4, t = lane % 4;
-  const skinny::SliceSteps range(k, slice, slices);
-  const int64_t first = range.first, last = range.last;
-
-  const int64_t warp_row0 = block_row0 + warp * kWarpRows;
-  const bf16* row_a = warp_row0 + g < n ? w + (warp_row0 + g) * k : nullptr;
-  const bf16* row_b = warp_row0 + g + 8 < n ? w + (warp_row0 + g + 8) * k : nullptr;
-  const bf16* prefetch_row = lane < kWarpRows && warp_row0 + lane < n ? w + (warp_row0 + lane) * k : nullptr;
-  const bool step_spans_two_lines = k % kStep != 0;
-  auto prefetch_steps = [&](int64_t from, int64_t to) {
-    if (prefetch_row == nullptr) return;
-    for (int64_t s = from; s < to; ++s) {
-      prefetch_l2(prefetch_row + s * kStep);
-      if (step_spans_two_lines) prefetch_l2(prefetch_row + min(s * kStep + kStep - 1, static_cast<int64_t>(k) - 1));
-    }
-  };
-
-  bf16* const stages = reinterpret_cast<bf16*>(smem);  // kXStages x [kTiles * 8][kXStride]
-  constexpr int kStageElems = kTiles * 8 * kXStride;
-  uint4* const ring = reinterpret_cast<uint4*>(smem + smem_bytes<kTiles>()) + warp * kRing * 4 * 32;
-  // This lane's chunks of step s into ring stage `stage`, as load_w_step's v[0..3]; past n or k: zeros, read from
-  // nowhere.
-  auto copy_w_step = [&](int64_t s, int stage) {
-    const int32_t at = static_cast<int32_t>(s * kStep) + t * 16;
-    uint4* dst = ring + stage * 4 * 32 + lane;
-    const bool a0 = row_a != nullptr && at < k, a1 = row_a != nullptr && at + kChunk < k;
-    const bool b0 = row_b != nullptr && at < k, b1 = row_b != nullptr && at + kChunk < k;
-    cp_async_16(dst, a0 ? row_a + at : w, a0 ? 16u : 0u);
-    cp_async_16(dst + 32, a1 ? row_a + at + kChunk : w, a1 ? 16u : 0u);
-    cp_async_16(dst + 64, b0 ? row_b + at : w, b0 ? 16u : 0u);
-    cp_async_16(dst + 96, b1 ? row_b + at + kChunk : w, b1 ? 16u : 0u);
-  };
-
-  float acc[kTiles][4];
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-  // The first kRing - 1 steps of w before the wait for the kernel before (weights do not depend on it), x after.
-  if (first < last) prefetch_steps(first, min(first + kPrefetch, last));
-  for (int b = 0; b + 1 < kRing; ++b)
-    if (first + b < last) copy_w_step(first + b, b);
-  wait_for_prerequisites();
-  let_dependents_launch();
-  const XStepStager<kTiles> stager(x, rows, k);
-  if (first < last) stager.stage(x, k, first, stages);
-  cp_async_commit();          // group: the first steps of w and x's first step
-  int buffer = 0, stage = 0;  // step s's x buffer and w stage
-  for (int64_t s = first; s < last; ++s) {
-    const int next = buffer + 1 == kXStages ? 0 : buffer + 1;
-    if (s + 1 < last) stager.stage(x, k, s + 1, stages + next * kStageElems);
-    // Into the stage step s - 1 used: this lane's reads of it fed step s - 1's MMAs, issued before this copy.
-    if (s + kRing - 1 < last) copy_w_step(s + kRing - 1, stage == 0 ? kRing - 1 : stage - 1);
-    cp_async_commit();  // possibly empty: keeps "all but the newest group" meaning "up to step s's x and w"
-    if (s + kPrefetch < last) prefetch_steps(s + kPrefetch, s + kPrefetch + 1);
-    cp_async_wait<1>();
-    __syncthreads();  // step s's x, staged by every thread, is in place; step s - 1's x buffer is free (3 stages)
-    const uint4* mine = ring + stage * 4 * 32 + lane;
-    const uint4 wv[4] = {mine[0], mine[32], mine[64], mine[96]};
-    if constexpr (kMinBlocks > 2) {
-      mma_step_paired<kTiles, false>(stages + buffer * kStageElems, kXStride, rows, g, t, wv, acc);
-    } else {
-      mma_step<kTiles, false>(stages + buffer * kStageElems, kXStride, rows, g, t, wv, acc);
-    }
-    buffer = next;
-    stage = stage + 1 == kRing ? 0 : stage + 1;
-  }
-  finish_block<kTiles, kOutF32>(smem, acc, cluster, rows, block_row0, n, out);
-}
-
-template <int kTiles, bool kOutF32, int kRing, int kMinBlocks>
-void launch_ring_tiles(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out,
-                       int slices, cudaStream_t stream) {
-  constexpr int kPrefetchAhead = 8;
-  auto* kernel = skinny_gemm_ring_kernel<kTiles, kOutF32, kRing, kPrefetchAhead, kMinBlocks>;
-  constexpr size_t smem = smem_bytes<kTiles>() + ring_bytes<kRing>();
-  static const bool opted_in =  // once per instantiation
-      (check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-                  "launch_skinny_gemm: shared memory opt-in"),
-       true);
-  (void)opted_in;
-  skinny::launch_clusters(kernel, kThreads, smem, n, slices, stream, "launch_skinny_gemm (tensor cores, w ring)", x,
-                          rows, w, n, k, out);
-}
-
-template <bool kOutF32, int kRing, int kMinBlocks>
-void launch_ring(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out, int slices,
-                 cudaStream_t stream) {
-  switch ((rows + 7) / 8) {
-    case 1:
-      return launch_ring_tiles<1, kOutF32, kRing, kMinBlocks>(x, rows, w, n, k, out, slices, stream);
-    case 2:
-      return launch_ring_tiles<2, kOutF32, kRing, kMinBlocks>(x, rows, w, n, k, out, slices, stream);
-    case 3:
-      return launch_ring_tiles<3, kOutF32, kRing, kMinBlocks>(x, rows, w, n, k, out, slices, stream);
-    case 4:
-      return launch_ring_tiles<4, kOutF32, kRing, kMinBlocks>(x, rows, w, n, k, out, slices, stream);
-    case 5:
-      return launch_ring_tiles<5, kOutF32, kRing, kMinBlocks>(x, rows, w, n, k, out, slices, stream);
-    case 6:
-      return launch_ring_tiles<6, kOutF32, kRing, kMinBlocks>(x, rows, w, n, k, out, slices, stream);
-    case 7:
-      return launch_ring_tiles<7, kOutF32, kRing, kMinBlocks>(x, rows, w, n, k, out, slices, stream);
-    default:
-      return launch_ring_tiles<8, kOutF32, kRing, kMinBlocks>(x, rows, w, n, k, out, slices, stream);
-  }
-}
-
 // How a weight of shape [n, k] is read: its k slices (which fix every output's order of summation, so they depend on
 // the shape alone, never on m) and the pipeline (which only moves when bytes arrive). Measured on the H200 with
 // tests/cuda/skinny_gemm_bench.cu (docs/benchmarks.md): about 2 blocks per SM in flight is what matters, so wide
@@ -743,12 +616,6 @@ SkinnyPipeline plan_for(int32_t n, int32_t k) {
   SkinnyPipeline p = mma_plan_for(n, k);
   if (min_blocks_choice() == 2) p.min_blocks = 2;
   if (min_blocks_choice() == 3 && p.ahead == 1 && p.prefetch == 4) p.min_blocks = 3;
-  static const int ring = [] {  // DUET_SKINNY_W_RING=2 or 4: every shape through the w ring, for measurements
-    const char* text = std::getenv("DUET_SKINNY_W_RING");
-    const int value = text != nullptr ? std::atoi(text) : 0;
-    return value == 2 || value == 4 ? value : 0;
-  }();
-  if (ring != 0) p.w_ring = ring;
   const WarpgroupChoice choice = warpgroup_choice();
   p.warpgroup_rows = std::max(choice.rows, 0);
   p.warpgroup_ahead = choice.ahead;
@@ -759,9 +626,6 @@ SkinnyPipeline plan_for(int32_t n, int32_t k) {
 template <bool kOutF32>
 void launch_pipeline(const SkinnyPipeline& p, const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k,
                      const SkinnyOutputs& out, int slices, cudaStream_t stream) {
-  if (p.w_ring == 4) return launch_ring<kOutF32, 4, 2>(x, rows, w, n, k, out, slices, stream);
-  if (p.w_ring == 2) return launch_ring<kOutF32, 2, 3>(x, rows, w, n, k, out, slices, stream);
-  if (p.w_ring != 0) refuse("launch_skinny_gemm: w rings of 2 (3 blocks an SM) or 4 steps only");
   if (p.min_blocks == 3) {  // 80 registers, a third block an SM: with one step of w ahead only
     if (p.ahead == 1 && p.prefetch == 4)
       return launch_rows<kOutF32, 1, 4, 3>(x, rows, w, n, k, out, slices, p.per_step_x, stream);
