@@ -42,6 +42,7 @@ struct BenchFlags {
   std::string api_key;
   std::string model;
   bool text_prompts = false;
+  int prompt_tokens = 0;        // every prompt exactly this many ids (sentences joined, then cut), or 0: 1-3 sentences
   std::string response_format;  // JSON sent as every request's response_format (structured outputs), or empty
   double timeout_s = 600;
   bool decisions = false;   // bench POST /v1/systemone instead (bench_decisions.cc)
@@ -272,6 +273,8 @@ int bench(const BenchFlags& flags) {
   std::vector<int> levels = parse_positive_list(flags.levels, "--levels");
   if (flags.tokens < 1) fail("--tokens {}: must be at least 1", flags.tokens);
   if (flags.reps < 1) fail("--reps {}: must be at least 1", flags.reps);
+  if (flags.prompt_tokens < 0) fail("--prompt-tokens {}: must be 0 or more", flags.prompt_tokens);
+  if (flags.prompt_tokens > 0 && flags.text_prompts) fail("--prompt-tokens: token-id prompts only (not with --text)");
   if (!flags.response_format.empty() && !Json::accept(flags.response_format))
     fail("--response-format: not JSON: {}", flags.response_format);
   std::vector<std::pair<const char*, Sampling>> modes;
@@ -295,6 +298,16 @@ int bench(const BenchFlags& flags) {
   size_t count = static_cast<size_t>(*std::max_element(levels.begin(), levels.end()) * flags.reps);
   std::vector<Prompt> prompts(count);
   for (size_t p = 0; p < count; ++p) {
+    if (flags.prompt_tokens > 0) {  // a fixed length: sentences from the p-th on (each prompt its own start) until
+      // the ids reach it, then cut there
+      for (size_t k = 0; static_cast<int>(prompts[p].ids.size()) < flags.prompt_tokens; ++k) {
+        if (k > static_cast<size_t>(flags.prompt_tokens)) fail("--prompt-tokens: the prompts tokenize to nothing");
+        prompts[p].text += sentences[(p + k * 7) % sentences.size()] + " ";
+        prompts[p].ids = client.tokenize(prompts[p].text);
+      }
+      prompts[p].ids.resize(static_cast<size_t>(flags.prompt_tokens));
+      continue;
+    }
     // Mixed lengths: one to three sentences.
     for (size_t k = 0; k <= p % 3; ++k) prompts[p].text += sentences[(p + k * 7) % sentences.size()] + " ";
     if (!flags.text_prompts) prompts[p].ids = client.tokenize(prompts[p].text);
@@ -382,6 +395,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--api-key", flags->api_key, "Sent as `Authorization: Bearer KEY`");
   cmd->add_option("--model", flags->model, "The model id to send (default: none, the server's own)");
   cmd->add_flag("--text", flags->text_prompts, "Send text prompts instead of token ids from /tokenize");
+  cmd->add_option("--prompt-tokens", flags->prompt_tokens,
+                  "Every prompt exactly this many token ids (its sentences joined, then cut); 0: 1-3 sentences each")
+      ->capture_default_str();
   cmd->add_option("--response-format", flags->response_format,
                   "JSON sent as every request's response_format (e.g. a json_schema): the cost of structured outputs; "
                   "a request may then end before --tokens, when its document is complete");

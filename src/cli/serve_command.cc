@@ -92,6 +92,8 @@ void check_flags(const ServeFlags& flags) {
   if (flags.engine.prefill_chunk < 64 || flags.engine.prefill_chunk % 64 != 0)
     fail("--prefill-chunk {}: must be a positive multiple of 64 (prompts cut at multiples of 64 keep rows exact)",
          flags.engine.prefill_chunk);
+  if (flags.engine.step_token_budget < 1 || flags.engine.step_token_budget > 1 << 20)
+    fail("--step-tokens {}: must be between 1 and {}", flags.engine.step_token_budget, 1 << 20);
   if (flags.server.max_tokens < 1) fail("--max-tokens {}: must be at least 1", flags.server.max_tokens);
   if (flags.prompt_cache_gib > 1 << 20) fail("--prompt-cache-gib {}: too large", flags.prompt_cache_gib);
   if (flags.memory_limit_gib < 0 || flags.memory_limit_gib > 1 << 20)
@@ -443,6 +445,10 @@ void add_serve_command(CLI::App& app) {
                   "Requests that may wait for a slot; more are refused with 429")
       ->capture_default_str();
   cmd->add_option("--prefill-chunk", flags->engine.prefill_chunk, "Prompt tokens per prefill piece (multiple of 64)")
+      ->capture_default_str();
+  cmd->add_option("--step-tokens", flags->engine.step_token_budget,
+                  "Tokens a step carries: every decode row, then prompt pieces up to this (the oldest prompt's one "
+                  "piece may pass it)")
       ->capture_default_str();
   cmd->add_option("--backend", flags->backend, "cpu, cuda, or auto (cuda when a GPU is present)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))

@@ -2,6 +2,8 @@
 // the skinny GEMM's weight-read rate for each pipeline variant (kernels.h, SkinnyPipeline), against the device's own
 // copy rate measured in the same run. Not a test: a benchmark whose table goes into docs/benchmarks.md.
 //   bench_skinny_gemm [--quick]          (--quick: 1, 16 and 64 rows, no warpgroup variants)
+//   bench_skinny_gemm --tiles            (every tile count, 1 and 8..64 rows, only the variants that keep each shape's
+//                                         production slices, so production's bits: what a plan by row count picks from)
 //   bench_skinny_gemm --profile SHAPE M   (three production launches of one shape, for ncu; nothing timed)
 // Weights rotate over enough copies that every call reads from HBM, as a decode step does (each layer's weights are
 // cold). Each figure is the median of 7 timings of a CUDA graph of calls. It also checks, per variant, that m = 1
@@ -123,7 +125,8 @@ double relative_difference(const std::vector<uint16_t>& a, const std::vector<uin
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  const bool tiles = argc > 1 && std::string(argv[1]) == "--tiles";
+  const bool quick = tiles || (argc > 1 && std::string(argv[1]) == "--quick");
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
 
@@ -161,6 +164,8 @@ int main(int argc, char** argv) {
   for (SkinnyPipeline p : {SkinnyPipeline{1, 4, 2, true}, SkinnyPipeline{1, 4, 4, true}, SkinnyPipeline{2, 8, 7, true},
                            SkinnyPipeline{1, 4, 7, true}})
     variants.push_back(p);
+  if (tiles)  // the other step-by-step x variants of production's slices
+    for (SkinnyPipeline p : {SkinnyPipeline{2, 8, 2, true}, SkinnyPipeline{2, 8, 4, true}}) variants.push_back(p);
   // The kernel compiled for 3 blocks an SM (80 registers; one step of w ahead): by slices, and step by step.
   for (int slices : {2, 4, 7}) {
     SkinnyPipeline p{1, 4, slices};
@@ -193,8 +198,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--profile: no shape %s\n", argv[2]);
     return 1;
   }
-  const std::vector<int32_t> row_counts =
-      quick ? std::vector<int32_t>{1, 16, 64} : std::vector<int32_t>{1, 8, 16, 32, 64};
+  const std::vector<int32_t> row_counts = tiles   ? std::vector<int32_t>{1, 8, 16, 24, 32, 40, 48, 56, 64}
+                                          : quick ? std::vector<int32_t>{1, 16, 64}
+                                                  : std::vector<int32_t>{1, 8, 16, 32, 64};
 
   bf16* x = nullptr;
   check(cudaMalloc(&x, size_t{64} * 12288 * sizeof(bf16)), "malloc x");
@@ -238,13 +244,17 @@ int main(int argc, char** argv) {
       std::printf("%-20s %4d", shape.name, m);
       double best = 0;
       for (const SkinnyPipeline& v : variants) {
+        if (tiles && v.max_slices != skinny_plan_for(shape.n, shape.k, m).max_slices) {
+          std::printf("  %9s ", "-");  // other slices sum in another order: not a plan's choice
+          continue;
+        }
         launch_skinny_gemm_pipeline(x, 64, weights, shape.n, shape.k, y64, v, stream);
         launch_skinny_gemm_pipeline(x, 1, weights, shape.n, shape.k, y, v, stream);
         check(cudaStreamSynchronize(stream), "variant");
         const auto all = download_bits(y64, static_cast<size_t>(64) * shape.n);
         const auto one = download_bits(y, static_cast<size_t>(shape.n));
         const bool invariant = std::equal(one.begin(), one.end(), all.begin());
-        const SkinnyPipeline plan = skinny_plan_for(shape.n, shape.k);
+        const SkinnyPipeline plan = skinny_plan_for(shape.n, shape.k, m);
         const bool is_plan = plan.max_slices == v.max_slices && plan.warpgroup == v.warpgroup &&
                              (v.warpgroup || (plan.ahead == v.ahead && plan.prefetch == v.prefetch &&
                                               plan.per_step_x == v.per_step_x && plan.min_blocks == v.min_blocks));

@@ -87,8 +87,9 @@ struct SkinnyPipeline {
 };
 void launch_skinny_gemm_pipeline(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, bf16* y,
                                  const SkinnyPipeline& pipeline, cudaStream_t stream);
-// The pipeline launch_skinny_gemm takes for a weight of shape [n, k] (k % 16 == 0).
-SkinnyPipeline skinny_plan_for(int32_t n, int32_t k);
+// The pipeline launch_skinny_gemm takes for a weight of shape [n, k] (k % 16 == 0) in a launch of `rows` rows (1..64;
+// more are launched 64 at a time). Its slices depend on the shape alone.
+SkinnyPipeline skinny_plan_for(int32_t n, int32_t k, int32_t rows);
 
 // ---- fp32_gemm.cu
 // y[m, n] = sum_k x[m, k] * w[n, k] in fp32, each output one fma chain over k in order (batch-invariant). For the

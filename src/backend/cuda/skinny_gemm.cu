@@ -612,8 +612,34 @@ int min_blocks_choice() {
   return choice;
 }
 
-SkinnyPipeline plan_for(int32_t n, int32_t k) {
-  SkinnyPipeline p = mma_plan_for(n, k);
+// Where a shape reads faster another way at some row counts (bench_skinny_gemm --tiles, which times every variant that
+// keeps the shape's slices at every tile count): the pipeline, staging and blocks an SM for launches of up to
+// `max_rows` rows. The slices stay the shape's, so every bit stays (only when bytes arrive and how many blocks run at
+// once move).
+struct RowsPlan {
+  int32_t n, k, min_rows, max_rows;
+  int ahead, prefetch;
+  bool per_step_x;
+  int min_blocks;
+};
+constexpr RowsPlan kRowsPlans[] = {
+    {0, 0, 0, 0, 1, 4, false, 2},  // (none yet: filled from the H200's --tiles table)
+};
+
+SkinnyPipeline with_rows(SkinnyPipeline p, int32_t n, int32_t k, int32_t rows) {
+  for (const RowsPlan& r : kRowsPlans) {
+    if (r.n != n || r.k != k || rows < r.min_rows || rows > r.max_rows) continue;
+    p.ahead = r.ahead;
+    p.prefetch = r.prefetch;
+    p.per_step_x = r.per_step_x;
+    p.min_blocks = r.min_blocks;
+    break;
+  }
+  return p;
+}
+
+SkinnyPipeline plan_for(int32_t n, int32_t k, int32_t rows) {
+  SkinnyPipeline p = with_rows(mma_plan_for(n, k), n, k, rows);
   if (min_blocks_choice() == 2) p.min_blocks = 2;
   if (min_blocks_choice() == 3 && p.ahead == 1 && p.prefetch == 4) p.min_blocks = 3;
   const WarpgroupChoice choice = warpgroup_choice();
@@ -644,12 +670,16 @@ void launch_pipeline(const SkinnyPipeline& p, const bf16* x, int32_t rows, const
   refuse("launch_skinny_gemm: a pipeline that is not built");
 }
 
+// Runs x's rows in launches of up to 64, each with pipeline_for(rows) (production: the plan for that many rows; the
+// bench: one fixed variant).
+template <typename PipelineFor>
 void launch(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& outputs, bool y_f32,
-            const SkinnyPipeline& pipeline, cudaStream_t stream) {
-  const int slices = std::clamp(pipeline.max_slices, 1, kMaxSlices);
+            PipelineFor&& pipeline_for, cudaStream_t stream) {
   const size_t out_size = y_f32 ? sizeof(float) : sizeof(bf16);
   for (int32_t r0 = 0; r0 < m; r0 += kMaxTiles * 8) {
     const int32_t rows = std::min<int32_t>(kMaxTiles * 8, m - r0);
+    const SkinnyPipeline pipeline = pipeline_for(rows);
+    const int slices = std::clamp(pipeline.max_slices, 1, kMaxSlices);
     const bf16* xr = x + static_cast<int64_t>(r0) * k;
     SkinnyOutputs out = outputs;  // each segment's rows from r0 on
     for (int i = 0; i < out.segments; ++i)
@@ -705,14 +735,15 @@ void launch_skinny_gemm_segments(const bf16* x, int32_t m, const bf16* w, int32_
   if (m == 0 || n == 0) return;
   // By k alone, so that a weight always takes the same kernel (and order of summation) whatever m is.
   if (k % 16 == 0) {
-    mma::launch(x, m, w, n, k, out, y_f32, mma::plan_for(n, k), stream);
+    mma::launch(
+        x, m, w, n, k, out, y_f32, [&](int32_t rows) { return mma::plan_for(n, k, rows); }, stream);
   } else {
     if (out.segments != 1) refuse("launch_skinny_gemm: output segments need k % 16 == 0");
     cuda_core::launch(x, m, w, n, k, out.y[0], y_f32, stream);
   }
 }
 
-SkinnyPipeline skinny_plan_for(int32_t n, int32_t k) { return mma::plan_for(n, k); }
+SkinnyPipeline skinny_plan_for(int32_t n, int32_t k, int32_t rows) { return mma::plan_for(n, k, rows); }
 
 void launch_skinny_gemm_pipeline(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, bf16* y,
                                  const SkinnyPipeline& pipeline, cudaStream_t stream) {
@@ -722,7 +753,9 @@ void launch_skinny_gemm_pipeline(const bf16* x, int32_t m, const bf16* w, int32_
   out.segments = 1;
   out.y[0] = y;
   out.first[1] = n;
-  if (m > 0 && n > 0) mma::launch(x, m, w, n, k, out, false, pipeline, stream);
+  if (m > 0 && n > 0)
+    mma::launch(
+        x, m, w, n, k, out, false, [&](int32_t) { return pipeline; }, stream);
 }
 
 }  // namespace duet::backend::cuda
