@@ -55,8 +55,12 @@ struct EngineOptions {
   int32_t prefill_chunk = 256;  // prompts are cut only at multiples of this; a multiple of 64
   int32_t queue_limit = 64;     // requests waiting for a slot before submit() refuses with QueueFull
   // Tokens per step: every running sequence's decode token first, then prompt pieces in whole chunks (the
-  // oldest prompt always gets at least one chunk, so it may be exceeded by that one chunk).
-  int32_t step_token_budget = 1024;
+  // oldest prompt always gets at least one chunk, so it may be exceeded by that one chunk). 4,096 from the H200's
+  // serving load (64 requests of 1,024-token prompts and 256-token replies, docs/benchmarks.md fourteenth round):
+  // 1,024 / 2,048 / 4,096 / 8,192 gave 2,433 / 2,644 / 2,850 / 2,857 tok/s with a median time to first token of
+  // 1,605 / 1,361 / 1,094 / 1,170 ms on a fresh server, 2,817 / 2,970 / 3,025 / 2,915 tok/s and 809 / 691 / 792 / 1,177
+  // ms after it.
+  int32_t step_token_budget = 4096;
   size_t memory_limit_bytes = 0;  // the memory plan must fit in this; 0: the GPU's memory, or physical RAM
   // What decisions hold beyond the model's own state (set when the model has a joint head): the head's weights, and
   // per prompt position of a running decision its head memory row (the head's width in fp32). Host memory: the head

@@ -27,6 +27,7 @@
 #include "backend/cuda/op_timer.h"
 #include "backend/cuda/pinned_gemm.h"
 #include "backend/cuda/sampling.h"
+#include "backend/cuda/step_gaps.h"
 #include "backend/cuda/step_graphs.h"
 #include "backend/cuda/step_upload.h"
 #include "base/error.h"
@@ -440,6 +441,7 @@ class CudaBackend final : public Backend {
     penalties_ = penalties.empty() ? nullptr : static_cast<const PenaltyEntry*>(put(StepArray::penalties, penalties));
     masks_ = masks.empty() ? nullptr : static_cast<const uint32_t*>(put(StepArray::masks, masks));
     upload_.send(stream_);
+    gaps_.began(rows_);
 
     // A decode step whose every piece samples one row replays (or is captured into) its counts' graph. Structured
     // outputs' masks, like the penalties, have their own region, sent with every step (model_cuda_test's
@@ -627,6 +629,7 @@ class CudaBackend final : public Backend {
       });
     if (mode_ != Mode::eager) graphs_.launch(stream_);  // ends the capture (if this step made it), then replays
     mode_ = Mode::eager;
+    gaps_.enqueued();
     std::vector<DeviceSample> host(static_cast<size_t>(n));
     std::vector<DeviceTopLogprob> host_top(static_cast<size_t>(n * kMaxTopLogprobs));
     check_cuda(
@@ -636,6 +639,7 @@ class CudaBackend final : public Backend {
                                stream_),
                "top logprobs to the host");
     check_cuda(cudaStreamSynchronize(stream_), "sample");
+    gaps_.done();
     timer_.collect();
     for (int64_t i = 0; i < n; ++i) {
       out[i].id = host[i].id;
@@ -798,6 +802,7 @@ class CudaBackend final : public Backend {
   }
 
   OpTimer timer_;          // DUET_PROFILE=1: GPU time per operation, printed at exit
+  StepGaps gaps_;          // DUET_STEP_GAPS=1: the host's share of a step's wall time, printed at exit
   HostProducts products_;  // a decision head's products, beside the steps
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;

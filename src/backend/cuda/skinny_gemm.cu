@@ -622,8 +622,17 @@ struct RowsPlan {
   bool per_step_x;
   int min_blocks;
 };
+// bench_skinny_gemm --tiles on the H200 (docs/benchmarks.md, fourteenth round), GB/s of weights read, the shape's plan
+// against the entry: GDN qkv | z | b | a 2,487 -> 2,842 at 16 rows, 2,435 -> 2,646 at 24, 2,308 -> 2,390 at 32 (3
+// blocks an SM; 2 blocks win from 40 rows on); attention q | k | v 2,837 -> 2,956 at 16 (x step by step); MLP down
+// 2,716 -> 2,975 at 16, 2,529 -> 2,696 at 32, 2,092 -> 2,189 at 64 (one step ahead instead of two; 2,877 -> 3,019 at 8
+// with two ahead and x whole); the LM head 3,555 -> 3,710 at 16, 3,370 -> 3,591 at 24, 3,143 -> 3,337 at 32 (3 blocks).
+// The first entry that holds a launch's rows is taken. Shapes and row counts where no variant won by more than the
+// run's noise (about 2%) keep their plan.
 constexpr RowsPlan kRowsPlans[] = {
-    {0, 0, 0, 0, 1, 4, false, 2},  // (none yet: filled from the H200's --tiles table)
+    {12352, 4096, 1, 8, 1, 4, false, 3}, {12352, 4096, 9, 16, 1, 4, true, 3},   {12352, 4096, 17, 32, 1, 4, false, 3},
+    {10240, 4096, 9, 16, 1, 4, true, 3}, {4096, 12288, 1, 8, 2, 8, false, 2},   {4096, 12288, 9, 64, 1, 4, false, 2},
+    {248320, 4096, 1, 8, 1, 4, true, 3}, {248320, 4096, 9, 32, 1, 4, false, 3},
 };
 
 SkinnyPipeline with_rows(SkinnyPipeline p, int32_t n, int32_t k, int32_t rows) {

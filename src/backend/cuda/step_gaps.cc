@@ -1,0 +1,56 @@
+#include "backend/cuda/step_gaps.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace duet::backend::cuda {
+
+namespace {
+double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+}  // namespace
+
+StepGaps::StepGaps() {
+  const char* env = std::getenv("DUET_STEP_GAPS");
+  on_ = env != nullptr && env[0] != '\0' && std::strcmp(env, "0") != 0;
+}
+
+void StepGaps::began(int64_t rows) {
+  if (!on_) return;
+  rows_ = rows;
+  began_ = enqueued_ = Clock::now();
+}
+
+void StepGaps::enqueued() {
+  if (on_) enqueued_ = Clock::now();
+}
+
+void StepGaps::done() {
+  if (!on_) return;
+  const Clock::time_point now = Clock::now();
+  Totals& t = by_rows_[rows_];
+  ++t.steps;
+  // The first step has no earlier one; a gap longer than a second is an idle server, not a stall.
+  if (have_last_ && began_ - last_done_ < std::chrono::seconds(1)) t.between += seconds(began_ - last_done_);
+  t.before_launch += seconds(enqueued_ - began_);
+  t.on_gpu += seconds(now - enqueued_);
+  last_done_ = now;
+  have_last_ = true;
+}
+
+StepGaps::~StepGaps() {
+  if (!on_ || by_rows_.empty()) return;
+  std::fprintf(stderr,
+               "DUET_STEP_GAPS: per step, ms: host between steps (GPU idle) / host before the step's work is all "
+               "enqueued / enqueued to results back\n%8s %8s %10s %10s %10s %8s\n",
+               "rows", "steps", "between", "before", "on GPU", "idle %");
+  for (const auto& [rows, t] : by_rows_) {
+    const double n = static_cast<double>(t.steps);
+    const double all = t.between + t.before_launch + t.on_gpu;
+    std::fprintf(stderr, "%8lld %8lld %10.3f %10.3f %10.3f %7.1f%%\n", static_cast<long long>(rows),
+                 static_cast<long long>(t.steps), 1e3 * t.between / n, 1e3 * t.before_launch / n, 1e3 * t.on_gpu / n,
+                 all > 0 ? 100.0 * (t.between + t.before_launch) / all : 0.0);
+  }
+}
+
+}  // namespace duet::backend::cuda

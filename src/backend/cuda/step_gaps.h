@@ -1,0 +1,41 @@
+#pragma once
+// Where a step's wall time goes on the host side (issue 16 item 5, "the host never stalls the GPU"): with
+// DUET_STEP_GAPS=1 in the environment the CUDA backend notes, per step, the host clock when the last step's results
+// were back (the GPU idle from then on), when this step's first copy was enqueued (begin_step), when its work was all
+// enqueued (the graph launched, or the sampler enqueued when eager), and when its results were back. Printed when the
+// backend is destroyed, per step on average and by rows: the host's time between steps and before the GPU gets the
+// step's work, against the time the GPU had work. For graphed (decode) steps the GPU idles through both host parts; an
+// eager step's launches run while the host enqueues the next, so its "before" overlaps GPU work. Off by default; off,
+// it only tests a flag.
+#include <chrono>
+#include <cstdint>
+#include <map>
+
+namespace duet::backend::cuda {
+
+class StepGaps {
+ public:
+  StepGaps();
+  ~StepGaps();
+  StepGaps(const StepGaps&) = delete;
+  StepGaps& operator=(const StepGaps&) = delete;
+
+  bool on() const { return on_; }
+  void began(int64_t rows);  // begin_step: the step's upload is enqueued
+  void enqueued();           // every launch of the step is in the stream (or the graph launched)
+  void done();               // the step's results are on the host
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Totals {
+    int64_t steps = 0;
+    double between = 0, before_launch = 0, on_gpu = 0;  // seconds
+  };
+  bool on_ = false;
+  bool have_last_ = false;
+  int64_t rows_ = 0;
+  Clock::time_point last_done_, began_, enqueued_;
+  std::map<int64_t, Totals> by_rows_;
+};
+
+}  // namespace duet::backend::cuda
