@@ -51,8 +51,8 @@ using testing::VisionPlant;
 using testing::VisionPrompt;
 using testing::VisionPromptImages;
 
-constexpr double kBf16Slack = 1.25;   // model_cuda_test's: at most 1.25x the BF16 yardstick's mean |error|
-constexpr double kEffectGate = 0.5;   // the positions' effect within half of itself (measure 2 above)
+constexpr double kBf16Slack = 1.25;    // model_cuda_test's: at most 1.25x the BF16 yardstick's mean |error|
+constexpr double kEffectGate = 0.5;    // the positions' effect within half of itself (measure 2 above)
 constexpr float kLogitMargin = 0.25f;  // targets.md: where FP32's top-1 leads by more, the GPU must pick it too
 
 double mean_abs_error(const std::vector<float>& got, const std::vector<float>& want) {
@@ -71,11 +71,11 @@ std::vector<float> minus(const std::vector<float>& a, const std::vector<float>& 
 // transformers' greedy tokens (decode.fed) back one by one; and after the prompt and each step, the token the backend
 // sampled (greedy) or the row's logits.
 struct PromptRun {
-  std::vector<float> prompt_rows;               // [prompt tokens, hidden]
-  std::vector<float> decode_rows;               // [fed tokens, hidden]
-  std::vector<int32_t> tokens;                  // RowOutput::sampled: the greedy token after the prompt, each step
-  std::vector<int32_t> logprob_bits;            // and its log-probability's bits
-  std::vector<std::vector<float>> logits;       // RowOutput::last_logits: the logits there
+  std::vector<float> prompt_rows;          // [prompt tokens, hidden]
+  std::vector<float> decode_rows;          // [fed tokens, hidden]
+  std::vector<int32_t> tokens;             // RowOutput::sampled: the greedy token after the prompt, each step
+  std::vector<int32_t> logprob_bits;       // and its log-probability's bits
+  std::vector<std::vector<float>> logits;  // RowOutput::last_logits: the logits there
 };
 
 class CudaVision : public ::testing::Test {
@@ -143,10 +143,10 @@ class CudaVision : public ::testing::Test {
 // The runs both measures read, for one golden prompt: the prompt's rows, and for `decode` its decode rows too.
 struct Measured {
   std::string label;
-  std::vector<float> golden;     // transformers FP32
-  std::vector<float> gpu;        // 3-D positions, the delta in decode
-  std::vector<float> gpu_text;   // the prompt read as text: 1-D positions, no delta (the text path)
-  std::vector<float> cpu_text;   // the same on the CPU (FP32)
+  std::vector<float> golden;    // transformers FP32
+  std::vector<float> gpu;       // 3-D positions, the delta in decode
+  std::vector<float> gpu_text;  // the prompt read as text: 1-D positions, no delta (the text path)
+  std::vector<float> cpu_text;  // the same on the CPU (FP32)
   std::vector<float> gpu_transposed, gpu_swapped, gpu_time_only, gpu_no_delta;  // planted faults
 };
 
@@ -163,7 +163,8 @@ class CudaVisionMeasured : public CudaVision {
       const PromptRun gpu = run(*cuda_, prompt(which, VisionPlant::none), fed, true, RowOutput::sampled);
       const PromptRun gpu_text = run(*cuda_, prompt(which, VisionPlant::positions_1d), fed, false, RowOutput::sampled);
       const PromptRun cpu_text = run(*cpu_, prompt(which, VisionPlant::positions_1d), fed, false, RowOutput::none);
-      const PromptRun transposed = run(*cuda_, prompt(which, VisionPlant::transposed_rows), fed, true, RowOutput::sampled);
+      const PromptRun transposed =
+          run(*cuda_, prompt(which, VisionPlant::transposed_rows), fed, true, RowOutput::sampled);
       const PromptRun swapped = run(*cuda_, prompt(which, VisionPlant::swapped_streams), fed, true, RowOutput::sampled);
       const PromptRun time = run(*cuda_, time_only(which), fed, true, RowOutput::sampled);
       const PromptRun no_delta = run(*cuda_, prompt(which, VisionPlant::none), fed, false, RowOutput::sampled);
@@ -346,8 +347,8 @@ TEST_F(CudaVision, ATextSequencesBytesDoNotChangeBesideAnImageSequence) {
                        beside.begin() + static_cast<std::ptrdiff_t>(at + n));
     at += n;
   };
-  copy(2 + text_prompt * h);     // the text prefill: its token, logprob and rows
-  at += 2 + p.ids.size() * h;    // the image prefill's
+  copy(2 + text_prompt * h);   // the text prefill: its token, logprob and rows
+  at += 2 + p.ids.size() * h;  // the image prefill's
   for (int step = 0; step < 12; ++step) {
     if (step % 3 != 2) at += record;  // the image row comes first in its steps (decode rows in piece order)
     if (step % 3 != 1) copy(record);
@@ -356,7 +357,8 @@ TEST_F(CudaVision, ATextSequencesBytesDoNotChangeBesideAnImageSequence) {
   // Alone, the text sequence decodes in all 12 steps; beside the image, in 8 of them, each feeding its own last
   // token at its next position either way: its prefill and first 8 decode steps are the same computation.
   ASSERT_LE(text_beside.size(), alone.size());
-  const std::vector<int32_t> alone_first(alone.begin(), alone.begin() + static_cast<std::ptrdiff_t>(text_beside.size()));
+  const std::vector<int32_t> alone_first(alone.begin(),
+                                         alone.begin() + static_cast<std::ptrdiff_t>(text_beside.size()));
   EXPECT_EQ(text_beside, alone_first) << "a text sequence's bits changed beside an image sequence";
 }
 

@@ -51,7 +51,7 @@ enum class VisionPlant { none, positions_1d, swapped_streams, transposed_rows, n
 // A prompt as model::Piece takes it.
 struct VisionPrompt {
   std::vector<int32_t> ids;
-  std::vector<float> image_rows;  // every image's rows, in prompt order [image tokens, hidden]
+  std::vector<float> image_rows;   // every image's rows, in prompt order [image tokens, hidden]
   std::vector<int32_t> positions;  // [tokens, 3] (time, height, width); empty for VisionPlant::positions_1d
   int32_t delta = 0;               // the rope delta of later rows (0 for VisionPlant::positions_1d)
 };
@@ -175,11 +175,12 @@ inline std::vector<float> prefill_in_chunks(model::Model& model, const VisionPro
     const auto images = static_cast<size_t>(std::count(tokens.begin(), tokens.end(), image_token));
     const std::span<const int32_t> positions =
         p.positions.empty() ? std::span<const int32_t>{} : std::span(p.positions).subspan(3 * start, 3 * (end - start));
-    const auto out = runner.run(model::Piece{.slot = slot,
-                                             .tokens = tokens,
-                                             .wants = model::RowOutput::norm_rows,
-                                             .image_rows = std::span(p.image_rows).subspan(image_rows_used * h, images * h),
-                                             .rope_positions = positions});
+    const auto out =
+        runner.run(model::Piece{.slot = slot,
+                                .tokens = tokens,
+                                .wants = model::RowOutput::norm_rows,
+                                .image_rows = std::span(p.image_rows).subspan(image_rows_used * h, images * h),
+                                .rope_positions = positions});
     image_rows_used += images;
     rows.insert(rows.end(), out[0].norm_rows.begin(), out[0].norm_rows.end());
   }
