@@ -162,7 +162,7 @@ void load_vision(const ServeFlags& flags, const model::Model& model, engine::Eng
     return;
   }
   if (!model.reads_images()) {
-    context.no_vision = "images are served on the cpu backend only (--backend cpu)";
+    context.no_vision = "this model does not read images on its backend (it does not apply M-RoPE)";
     log_info("vision tower: not loaded ({}); image parts are refused", context.no_vision);
     return;
   }

@@ -82,8 +82,8 @@ void check_vision(const model::Model& model, const EngineOptions& options) {
   if (!options.vision) return;
   if (!model.reads_images())
     fail(
-        "engine: a vision tower was given, but this model does not read images on its backend (images are served "
-        "on the cpu backend only)");
+        "engine: a vision tower was given, but this model does not read images on its backend (no image token, or "
+        "a backend that does not apply M-RoPE)");
   const model::VisionConfig& c = options.vision->config();
   if (c.image_token_id != model.config().image_token_id || c.out_hidden_size != model.config().hidden_size)
     fail("engine: the vision tower's image token {} and width {} are not the model's ({} and {})", c.image_token_id,

@@ -58,8 +58,8 @@ void check_image_inputs(const char* step, size_t index, const Piece& piece, cons
   };
   if (!backend.applies_mrope())
     refuse(
-        fmt::format("carries an image's rows or 3-D positions, which the {} backend does not read yet (images are "
-                    "served on the cpu backend only)",
+        fmt::format("carries an image's rows or 3-D positions, which the {} backend does not read (it does not "
+                    "apply M-RoPE)",
                     backend.name()));
   if (!piece.rope_positions.empty()) {
     if (shape.rope_streams.empty())

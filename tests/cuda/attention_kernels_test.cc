@@ -22,6 +22,7 @@
 #include "backend/cuda/device_step.h"
 #include "backend/cuda/kernels.h"
 #include "cuda_test_util.h"
+#include "model/mrope.h"
 
 namespace duet::backend::cuda {
 namespace {
@@ -120,8 +121,10 @@ struct Norms {
 // ---- Host references, following attention_mixer.cc with the BF16 roundings the CUDA contract adds.
 
 // (1+w) RMSNorm in fp32 (statistics summed in double), rounded to BF16, then RoPE: cos/sin rounded to BF16, each
-// rotated value computed in fp32 and rounded to BF16 once.
-std::vector<float> ref_norm_rope(const float* x, const std::vector<float>& w, const AttentionDims& d, int position) {
+// rotated value computed in fp32 and rounded to BF16 once. Rotary pair i turns at pair_positions[i] (M-RoPE: the
+// position of its stream; 1-D RoPE: the same position for every pair).
+std::vector<float> ref_norm_rope_pairs(const float* x, const std::vector<float>& w, const AttentionDims& d,
+                                       const std::vector<int>& pair_positions) {
   const int n = d.head_dim;
   double sum_sq = 0;
   for (int i = 0; i < n; ++i) sum_sq += static_cast<double>(x[i]) * x[i];
@@ -133,13 +136,16 @@ std::vector<float> ref_norm_rope(const float* x, const std::vector<float>& w, co
   for (int i = 0; i < half; ++i) {
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(d.rotary_dim);
     const float base_power = static_cast<float>(std::pow(static_cast<double>(d.rope_theta), exponent));
-    const float angle = (1.0f / base_power) * static_cast<float>(position);
+    const float angle = (1.0f / base_power) * static_cast<float>(pair_positions.at(i));
     const float c = round_bf16(static_cast<float>(std::cos(static_cast<double>(angle))));
     const float s = round_bf16(static_cast<float>(std::sin(static_cast<double>(angle))));
     out[i] = round_bf16(y[i] * c - y[i + half] * s);
     out[i + half] = round_bf16(y[i + half] * c + y[i] * s);
   }
   return out;
+}
+std::vector<float> ref_norm_rope(const float* x, const std::vector<float>& w, const AttentionDims& d, int position) {
+  return ref_norm_rope_pairs(x, w, d, std::vector<int>(static_cast<size_t>(d.rotary_dim / 2), position));
 }
 
 // Where position `pos` of KV head `h` lives in the storage, from the layout documented in device_step.h.
@@ -159,10 +165,11 @@ struct StepPiece {
   DeviceRole role = DeviceRole::prefill;
 };
 
-// The step as DeviceStep describes it, built on the host and copied to the device.
+// The step as DeviceStep describes it, built on the host and copied to the device; with `row_rope` ([rows][3]), the
+// rows' rotary positions (M-RoPE).
 class StepOnDevice {
  public:
-  StepOnDevice(const std::vector<StepPiece>& parts, bf16* kv) {
+  StepOnDevice(const std::vector<StepPiece>& parts, bf16* kv, const std::vector<int32_t>& row_rope = {}) {
     std::vector<DevicePiece> pieces;
     std::vector<int32_t> row_piece, row_position, page_table;
     for (size_t p = 0; p < parts.size(); ++p) {
@@ -193,12 +200,17 @@ class StepOnDevice {
     step_.row_piece = row_piece_->get();
     step_.row_position = row_position_->get();
     step_.page_table = page_table_->get();
+    if (!row_rope.empty()) {
+      EXPECT_EQ(row_rope.size(), 3 * row_piece.size());
+      row_rope_ = std::make_unique<DeviceBuffer<int32_t>>(row_rope);
+      step_.row_rope = row_rope_->get();
+    }
   }
   const DeviceStep& step() const { return step_; }
 
  private:
   std::unique_ptr<DeviceBuffer<DevicePiece>> pieces_;
-  std::unique_ptr<DeviceBuffer<int32_t>> row_piece_, row_position_, page_table_;
+  std::unique_ptr<DeviceBuffer<int32_t>> row_piece_, row_position_, page_table_, row_rope_;
   DeviceStep step_;
 };
 
@@ -237,20 +249,29 @@ void append_rows(const std::vector<float>& src, int start, int rows, size_t widt
   dst->insert(dst->end(), src.begin() + start * width, src.begin() + (start + rows) * width);
 }
 
+// A step's pre-norm inputs, rows in the order of `parts`.
+struct StepInputs {
+  std::vector<float> q_gate, k, v;
+};
+StepInputs step_inputs(const AttentionDims& d, const std::vector<StepPiece>& parts) {
+  const size_t q_width = static_cast<size_t>(d.q_heads) * 2 * d.head_dim;
+  const size_t kv_width = static_cast<size_t>(d.kv_heads) * d.head_dim;
+  StepInputs in;
+  for (const StepPiece& part : parts) {
+    append_rows(part.seq->q_gate, part.start, part.rows, q_width, &in.q_gate);
+    append_rows(part.seq->k, part.start, part.rows, kv_width, &in.k);
+    append_rows(part.seq->v, part.start, part.rows, kv_width, &in.v);
+  }
+  return in;
+}
+
 // Runs prep then attention for one step over `kv` (device storage), rows in the order of `parts`.
 StepOutput run_step(const AttentionDims& d, const std::vector<StepPiece>& parts, const Norms& norms,
                     DeviceBuffer<bf16>& kv) {
-  const size_t q_width = static_cast<size_t>(d.q_heads) * 2 * d.head_dim;
-  const size_t kv_width = static_cast<size_t>(d.kv_heads) * d.head_dim;
-  std::vector<float> q_gate, k, v;
-  for (const StepPiece& part : parts) {
-    append_rows(part.seq->q_gate, part.start, part.rows, q_width, &q_gate);
-    append_rows(part.seq->k, part.start, part.rows, kv_width, &k);
-    append_rows(part.seq->v, part.start, part.rows, kv_width, &v);
-  }
-  const size_t rows = q_gate.size() / q_width;
+  const StepInputs in = step_inputs(d, parts);
+  const size_t rows = in.q_gate.size() / (static_cast<size_t>(d.q_heads) * 2 * d.head_dim);
   StepOnDevice step(parts, kv.get());
-  DeviceBuffer<bf16> q_dev(to_bf16(q_gate)), k_dev(to_bf16(k)), v_dev(to_bf16(v));
+  DeviceBuffer<bf16> q_dev(to_bf16(in.q_gate)), k_dev(to_bf16(in.k)), v_dev(to_bf16(in.v));
   DeviceBuffer<bf16> out_dev(rows * d.q_heads * d.head_dim);
   out_dev.poison();
   launch_attention_prep(step.step(), kLayer, q_dev.get(), k_dev.get(), v_dev.get(), norms.weight(true),
@@ -709,6 +730,149 @@ TEST_P(AttentionKernels, RowByRowEqualsOnePiece) {
   const CutRun rows = run_cut(d, std::vector<int>(130, 1), norms);
   EXPECT_EQ(bit_differences(rows.out, 0, whole.out, 0, whole.out.size()), 0u);
   EXPECT_EQ(bit_differences(rows.pages, 0, whole.pages, 0, whole.pages.size()), 0u);
+}
+
+// ---- M-RoPE (docs/vision.md 5): rows whose rotary positions are (time, height, width), in DeviceStep::row_rope.
+
+// The stream of each rotary pair for the shape, laid out as model/mrope.h does: tiny-vl's mrope_section [2, 1, 1]
+// (rotary_dim 8), the 9B's [11, 11, 10] (rotary_dim 64).
+std::vector<int32_t> streams_of(const AttentionDims& d) {
+  const std::vector<int64_t> section =
+      d.rotary_dim == 8 ? std::vector<int64_t>{2, 1, 1} : std::vector<int64_t>{11, 11, 10};
+  return model::mrope_streams(d.rotary_dim, section);
+}
+RopeStreams device_streams(const std::vector<int32_t>& streams) {
+  RopeStreams out;
+  for (size_t i = 0; i < streams.size(); ++i) out.stream[i] = static_cast<uint8_t>(streams[i]);
+  return out;
+}
+
+// Prep alone over one step, on a storage that starts all NaN: q_gate after it and the whole storage.
+struct PrepResult {
+  std::vector<bf16> q_gate, kv;
+};
+PrepResult run_prep(const AttentionDims& d, const std::vector<StepPiece>& parts, const Norms& norms,
+                    const std::vector<int32_t>& row_rope, const RopeStreams& streams) {
+  const StepInputs in = step_inputs(d, parts);
+  std::vector<bf16> nan(static_cast<size_t>(storage_elems(d, parts.at(0).seq->storage_pages)));
+  std::memset(static_cast<void*>(nan.data()), 0xff, nan.size() * sizeof(bf16));
+  DeviceBuffer<bf16> kv(nan);
+  StepOnDevice step(parts, kv.get(), row_rope);
+  DeviceBuffer<bf16> q_dev(to_bf16(in.q_gate)), k_dev(to_bf16(in.k)), v_dev(to_bf16(in.v));
+  launch_attention_prep(step.step(), kLayer, q_dev.get(), k_dev.get(), v_dev.get(), norms.weight(true),
+                        norms.weight(false), d, nullptr, streams);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
+  return {q_dev.download(), kv.download()};
+}
+
+// Elements of a head further from the reference than one BF16 ulp of the head's largest value, doubled (check_prep's
+// bound: the norm statistics summed in another order move a normed value to its neighbour at most).
+size_t outside_ulp(const float* got, const std::vector<float>& want) {
+  float scale = 0;
+  for (float x : want) scale = std::max(scale, std::fabs(x));
+  size_t outside = 0;
+  for (size_t i = 0; i < want.size(); ++i) outside += std::fabs(got[i] - want[i]) > std::ldexp(scale, -6) ? 1 : 0;
+  return outside;
+}
+
+// An image's rows rotate each pair at the position of its stream, text rows after images at their position plus the
+// delta, against the host reference; K and V go to each row's own position, whatever its rotary positions. The
+// controls the comparison must see: the image rows at 1-D positions, and every pair reading the time stream.
+TEST_P(AttentionKernels, PrepRotatesEachPairAtItsStreamsPosition) {
+  DUET_REQUIRE_GPU();
+  const AttentionDims& d = dims();
+  const std::vector<int32_t> streams = streams_of(d);
+  PagePool pool(900);
+  // An image of 5 x 8 merged tokens whose run starts at position 7 (rows at 7..46: time 7, height 7 + row, width
+  // 7 + column), and three text rows at positions 130..132 after images (delta -60).
+  const Sequence image = make_sequence(d, 47, pool.take(47), 901);
+  const Sequence text = make_sequence(d, 133, pool.take(133), 911);
+  const std::vector<StepPiece> parts = {{&text, 130, 3}, {&image, 7, 40}};
+  std::vector<int32_t> row_rope;
+  for (int t = 0; t < 3; ++t) row_rope.insert(row_rope.end(), {70 + t, 70 + t, 70 + t});
+  for (int r = 0; r < 40; ++r) row_rope.insert(row_rope.end(), {7, 7 + r / 8, 7 + r % 8});
+  Norms norms(d, false, 903);
+  const PrepResult got = run_prep(d, parts, norms, row_rope, device_streams(streams));
+  const std::vector<float> q_gate = to_float(got.q_gate), kv = to_float(got.kv);
+
+  const int hd = d.head_dim;
+  const size_t q_width = static_cast<size_t>(d.q_heads) * 2 * hd, pairs = static_cast<size_t>(d.rotary_dim / 2);
+  size_t compared = 0, differing = 0, outside = 0, outside_1d = 0, outside_time = 0;
+  int row = 0;
+  for (const StepPiece& part : parts) {
+    for (int r = 0; r < part.rows; ++r, ++row) {
+      const int pos = part.start + r;
+      const int32_t* thw = &row_rope[3 * static_cast<size_t>(row)];
+      std::vector<int> at;
+      for (int32_t s : streams) at.push_back(thw[s]);
+      const std::vector<int> one_d(pairs, pos), time(pairs, thw[0]);
+      auto check = [&](const float* got_head, const float* x, const std::vector<float>& w) {
+        const std::vector<float> want = ref_norm_rope_pairs(x, w, d, at);
+        outside += outside_ulp(got_head, want);
+        for (int i = 0; i < hd; ++i) differing += got_head[i] != want[i] ? 1 : 0;
+        compared += static_cast<size_t>(hd);
+        if (part.seq == &image) {
+          outside_1d += outside_ulp(got_head, ref_norm_rope_pairs(x, w, d, one_d));
+          outside_time += outside_ulp(got_head, ref_norm_rope_pairs(x, w, d, time));
+        }
+      };
+      for (int h = 0; h < d.q_heads; ++h) {
+        const size_t offset = static_cast<size_t>(h) * 2 * hd;
+        check(&q_gate[row * q_width + offset], &part.seq->q_gate[pos * q_width + offset], norms.q);
+      }
+      for (int h = 0; h < d.kv_heads; ++h) {
+        const size_t in = (static_cast<size_t>(pos) * d.kv_heads + h) * hd;
+        check(&kv[slot_offset(d, *part.seq, pos, h, false)], &part.seq->k[in], norms.k);
+        const int64_t value = slot_offset(d, *part.seq, pos, h, true);
+        for (int i = 0; i < hd; ++i) ASSERT_EQ(kv[value + i], part.seq->v[in + i]) << "value at position " << pos;
+      }
+    }
+  }
+  EXPECT_EQ(outside, 0u) << "queries or keys rotated otherwise than at their streams' positions";
+  EXPECT_LE(differing, compared / 100) << differing << " of " << compared << " values differ";
+  EXPECT_GT(outside_1d, 0u) << "the control: image rows at 1-D positions must fail the comparison";
+  EXPECT_GT(outside_time, 0u) << "the control: every pair at the time stream must fail the comparison";
+}
+
+// With every row's three rotary positions equal to its position, a step has the bytes of the same step without
+// rotary positions (the text path); and a row at p + k in all three streams rotates as a row at position p + k does.
+TEST_P(AttentionKernels, EqualStreamsHaveTheTextPathsBits) {
+  DUET_REQUIRE_GPU();
+  const AttentionDims& d = dims();
+  const RopeStreams streams = device_streams(streams_of(d));
+  MixedStep m = mixed_step(d, 300);
+  Norms norms(d, false, 301);
+  std::vector<int32_t> same;
+  for (const StepPiece& part : m.parts)
+    for (int r = 0; r < part.rows; ++r) same.insert(same.end(), {part.start + r, part.start + r, part.start + r});
+  const PrepResult text = run_prep(d, m.parts, norms, {}, streams), equal = run_prep(d, m.parts, norms, same, streams);
+  EXPECT_EQ(bit_differences(text.q_gate, 0, equal.q_gate, 0, text.q_gate.size()), 0u) << "queries";
+  EXPECT_EQ(bit_differences(text.kv, 0, equal.kv, 0, text.kv.size()), 0u) << "K/V pages";
+
+  // 65 rows at positions 10.. rotating at 47..; the same inputs 37 positions later in a sequence moved by 37.
+  constexpr int kShift = 37;
+  PagePool pool(310);
+  const Sequence seq = make_sequence(d, 75, pool.take(75), 311);
+  Sequence moved = seq;
+  moved.length += kShift;
+  moved.pages = pool.take(moved.length);
+  for (std::vector<float>* v : {&moved.q_gate, &moved.k, &moved.v}) {
+    const size_t width = v->size() / static_cast<size_t>(seq.length);
+    const std::vector<float> front = random_bf16_values(width * kShift, 312);
+    v->insert(v->begin(), front.begin(), front.end());
+  }
+  std::vector<int32_t> shifted;
+  for (int r = 0; r < 65; ++r) shifted.insert(shifted.end(), {10 + kShift + r, 10 + kShift + r, 10 + kShift + r});
+  const PrepResult rope = run_prep(d, {{&seq, 10, 65}}, norms, shifted, streams);
+  const PrepResult plain = run_prep(d, {{&moved, 10 + kShift, 65}}, norms, {}, streams);
+  EXPECT_EQ(bit_differences(rope.q_gate, 0, plain.q_gate, 0, rope.q_gate.size()), 0u) << "shifted queries";
+  size_t keys = 0;
+  for (int r = 0; r < 65; ++r)
+    for (int h = 0; h < d.kv_heads; ++h)
+      keys += bit_differences(rope.kv, static_cast<size_t>(slot_offset(d, seq, 10 + r, h, false)), plain.kv,
+                              static_cast<size_t>(slot_offset(d, moved, 10 + kShift + r, h, false)),
+                              static_cast<size_t>(d.head_dim));
+  EXPECT_EQ(keys, 0u) << "shifted keys";
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionKernels, ::testing::Values(kTiny, k9B),

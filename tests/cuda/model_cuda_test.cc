@@ -451,30 +451,5 @@ TEST_P(CudaModelTest, HostProductsAreBatchInvariantAndExact) {
   }
 }
 
-// Images are read on the CPU backend only (docs/vision.md): a piece with 3-D positions, a rope delta or image rows
-// is refused on the GPU, naming the backend, before anything runs; never run with 1-D positions instead.
-TEST(CudaImages, APieceWithImageInputsIsRefusedNamingTheBackend) {
-  DUET_REQUIRE_GPU();
-  auto model = Model::load(testing::model_fixture("tiny-vl"), "cuda");
-  const auto image = static_cast<int32_t>(model->config().image_token_id);
-  const std::vector<int32_t> ids{5, 500, image, image, image, image, 501, 8};
-  std::vector<int32_t> positions;
-  for (int32_t t = 0; t < static_cast<int32_t>(ids.size()); ++t) positions.insert(positions.end(), {t, t, t});
-  const std::vector<float> rows(4 * static_cast<size_t>(model->config().hidden_size), 0.5f);
-  engine::PieceRunner runner(*model, 1, static_cast<int32_t>(ids.size()));
-  const int32_t slot = runner.open();
-  for (const Piece& piece : {Piece{.slot = slot, .tokens = ids, .rope_positions = positions},
-                             Piece{.slot = slot, .tokens = ids, .image_rows = rows, .rope_positions = positions},
-                             Piece{.slot = slot, .tokens = ids, .rope_delta = -3}}) {
-    try {
-      runner.run(piece);
-      ADD_FAILURE() << "a piece with image inputs ran on the cuda backend";
-    } catch (const PieceRefused& refused) {
-      EXPECT_NE(std::string(refused.what()).find("the cuda backend"), std::string::npos) << refused.what();
-    }
-  }
-  EXPECT_EQ(runner.position(slot), 0);
-}
-
 }  // namespace
 }  // namespace duet::model

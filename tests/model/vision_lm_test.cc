@@ -11,138 +11,37 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/piece_runner.h"
 #include "golden_fixtures.h"
-#include "image/decode.h"
-#include "image/patches.h"
-#include "image/resize.h"
-#include "image/smart_resize.h"
 #include "model/model.h"
-#include "model/mrope.h"
-#include "model/vision_tower.h"
-#include "model/weight_binder.h"
+#include "vision_prompts.h"
 
 namespace duet::model {
 namespace {
 
 using testing::relative_error;
+using Plant = testing::VisionPlant;
+using Prompt = testing::VisionPrompt;
+using PromptImages = testing::VisionPromptImages;
 
 constexpr double kGate = 1e-4;  // design/targets.md: tiny models on the CPU within 1e-4 relative of transformers FP32
-// tiny-vl's preprocessor_config.json (the stock 9B settings): size.shortest_edge / longest_edge, in pixels.
-constexpr uint64_t kMinPixels = 256 * 256, kMaxPixels = 4096 * 4096;
-
-// Which images each golden prompt reads, in prompt order (make_vision_fixtures.py: names[1]; names[2], names[0];
-// names[0] of its image list small_png, portrait_jpg, wide_png, ...).
-struct PromptImages {
-  const char* label;
-  std::vector<std::string> images;
-};
-const PromptImages kPrompts[] = {{"one", {"portrait_jpg"}}, {"two", {"wide_png", "small_png"}}};
-
-enum class Plant { none, positions_1d, swapped_streams, transposed_rows, no_decode_delta };
-
-std::vector<uint8_t> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-// One image as duet reads it: its rows (one per image token, block raster order) and its grid in patches.
-struct TowerImage {
-  std::vector<float> rows;  // [tokens, hidden]
-  VisionGrid grid;
-};
 
 class VisionLm : public ::testing::Test {
  protected:
   void SetUp() override {
-    golden_ = testing::golden_fixture("vision", "fp32");
-    model_dir_ = testing::model_fixture("tiny-vl");
-    if (!std::filesystem::exists(golden_) || !std::filesystem::exists(model_dir_ + "/config.json"))
-      GTEST_SKIP() << golden_ << " or " << model_dir_
-                   << " is not there: tools/make_vision_fixtures.py (tools/README.md)";
-    goldens_ = std::make_unique<testing::Goldens>(golden_);
-    golden_file_ = std::make_unique<checkpoint::Checkpoint>(checkpoint::Checkpoint::open_file(golden_));
-    model_ = Model::load(model_dir_);
-    vision_config_ = VisionConfig::load(model_dir_ + "/config.json");
-    checkpoint_ = std::make_unique<checkpoint::Checkpoint>(checkpoint::Checkpoint::open(model_dir_));
-    size_t bytes = 0;
-    WeightBinder bind(*checkpoint_, bytes);
-    vision_weights_ = bind_vision_weights(bind, vision_config_);
-    ASSERT_EQ(model_->config().image_token_id, vision_config_.image_token_id);
+    if (const std::string why = testing::VisionFixture::missing(); !why.empty()) GTEST_SKIP() << why;
+    fixture_ = std::make_unique<testing::VisionFixture>();
+    goldens_ = &fixture_->goldens();
+    model_ = Model::load(fixture_->model_dir());
+    ASSERT_EQ(model_->config().image_token_id, fixture_->config().image_token_id);
   }
 
-  // tests/fixtures/vision/images/<name>.*: decoded, resized and cut into patches by src/image, through duet's tower.
-  TowerImage tower(const std::string& name) const {
-    std::string path;
-    for (const char* ext : {".png", ".jpg", ".webp", ".gif"})
-      if (const std::string p = testing::fixture_path("vision/images/" + name + ext); std::filesystem::exists(p))
-        path = p;
-    EXPECT_FALSE(path.empty()) << name;
-    const image::Image decoded = image::decode(read_file(path));
-    const image::Size size = image::smart_resize(decoded.height, decoded.width, 32, kMinPixels, kMaxPixels);
-    const image::Patches patches = image::to_patches(image::resize_bicubic(decoded, size.width, size.height));
-    TowerImage out;
-    out.grid = VisionGrid{patches.grid_t, patches.grid_h, patches.grid_w};
-    out.rows = vision_forward(vision_config_, vision_weights_, patches.values.data(), out.grid);
-    return out;
-  }
-
-  // The rows of `image` read in column-major token order: a permutation of the right rows, the wrong places.
-  static std::vector<float> transposed(const TowerImage& image, int64_t h) {
-    const int64_t rows = image.grid.h / 2, cols = image.grid.w / 2;
-    std::vector<float> out(image.rows.size());
-    for (int64_t k = 0; k < rows * cols; ++k) {
-      const int64_t source = (k % rows) * cols + k / rows;
-      std::copy_n(image.rows.begin() + source * h, h, out.begin() + k * h);
-    }
-    return out;
-  }
-
-  // A prompt's ids, image rows (every image's, in prompt order) and 3-D positions ([tokens, 3]) with its delta.
-  struct Prompt {
-    std::vector<int32_t> ids;
-    std::vector<float> image_rows;
-    std::vector<int32_t> positions;
-    int32_t delta = 0;
-  };
   Prompt prompt(const std::string& label, const std::vector<std::string>& images, Plant plant) const {
-    const int64_t h = model_->config().hidden_size;
-    Prompt p;
-    p.ids = goldens_->i32(label + ".ids");
-    std::vector<ImageRun> runs;
-    const auto* grids = golden_file_->find(label + ".grids");
-    EXPECT_NE(grids, nullptr) << label;
-    for (size_t i = 0; i < p.ids.size(); ++i) {
-      if (p.ids[i] != model_->config().image_token_id || (i > 0 && p.ids[i - 1] == p.ids[i])) continue;
-      const TowerImage image = tower(images.at(runs.size()));
-      const int64_t* golden_grid = grids->data<int64_t>() + 3 * runs.size();  // a check of src/image, not an input
-      EXPECT_EQ(image.grid.h, golden_grid[1]) << label;
-      EXPECT_EQ(image.grid.w, golden_grid[2]) << label;
-      runs.push_back(ImageRun{.first = static_cast<int32_t>(i),
-                              .t = static_cast<int32_t>(image.grid.t),
-                              .h = static_cast<int32_t>(image.grid.h),
-                              .w = static_cast<int32_t>(image.grid.w)});
-      const std::vector<float> rows = plant == Plant::transposed_rows ? transposed(image, h) : image.rows;
-      p.image_rows.insert(p.image_rows.end(), rows.begin(), rows.end());
-    }
-    EXPECT_EQ(runs.size(), images.size()) << label;
-    if (plant == Plant::positions_1d) return p;  // every stream the index, no delta: the text path
-    const RopePositions positions = mrope_positions(static_cast<int32_t>(p.ids.size()), runs);
-    for (size_t t = 0; t < p.ids.size(); ++t)
-      if (plant == Plant::swapped_streams) {  // rows read as columns: the height and width streams traded
-        p.positions.insert(p.positions.end(), {positions.time[t], positions.width[t], positions.height[t]});
-      } else {
-        p.positions.insert(p.positions.end(), {positions.time[t], positions.height[t], positions.width[t]});
-      }
-    p.delta = positions.delta;
-    return p;
+    return fixture_->prompt(label, images, plant);
   }
 
   // The prompt's final-norm rows, as one prefill piece.
@@ -184,16 +83,13 @@ class VisionLm : public ::testing::Test {
     return {prompt, worst};
   }
 
-  std::string golden_, model_dir_;
-  std::unique_ptr<testing::Goldens> goldens_;
-  std::unique_ptr<checkpoint::Checkpoint> golden_file_, checkpoint_;
+  std::unique_ptr<testing::VisionFixture> fixture_;
+  const testing::Goldens* goldens_ = nullptr;
   std::unique_ptr<Model> model_;
-  VisionConfig vision_config_;
-  VisionWeights vision_weights_;
 };
 
 TEST_F(VisionLm, PromptsWithImagesAreTransformers) {
-  for (const PromptImages& which : kPrompts) {
+  for (const PromptImages& which : testing::vision_golden_prompts()) {
     const double error = prompt_error(which, Plant::none);
     const double flat = prompt_error(which, Plant::positions_1d);
     const double swapped = prompt_error(which, Plant::swapped_streams);
@@ -226,25 +122,8 @@ TEST_F(VisionLm, DecodeAfterAnImageIsTransformers) {
 // prompt gives the bytes of the whole.
 TEST_F(VisionLm, ChunkedPromptGivesTheWholePromptsBytes) {
   const Prompt p = prompt("two", {"wide_png", "small_png"}, Plant::none);
-  const int64_t h = model_->config().hidden_size;
-  engine::PieceRunner runner(*model_, 2, static_cast<int32_t>(p.ids.size()));
-  const std::vector<float> whole = prefill(runner, runner.open(), p);
-  const int32_t slot = runner.open();
-  std::vector<float> chunked;
-  size_t image_rows_used = 0;
-  for (size_t start = 0; start < p.ids.size(); start += 64) {
-    const size_t end = std::min(p.ids.size(), start + 64);
-    const std::span<const int32_t> tokens(p.ids.data() + start, end - start);
-    const auto images = static_cast<size_t>(std::count(tokens.begin(), tokens.end(), model_->config().image_token_id));
-    const auto out =
-        runner.run(Piece{.slot = slot,
-                         .tokens = tokens,
-                         .wants = RowOutput::norm_rows,
-                         .image_rows = {p.image_rows.data() + image_rows_used * h, images * static_cast<size_t>(h)},
-                         .rope_positions = {p.positions.data() + 3 * start, 3 * (end - start)}});
-    image_rows_used += images;
-    chunked.insert(chunked.end(), out[0].norm_rows.begin(), out[0].norm_rows.end());
-  }
+  const std::vector<float> whole = testing::prefill_in_chunks(*model_, p, p.ids.size());
+  const std::vector<float> chunked = testing::prefill_in_chunks(*model_, p, 64);
   ASSERT_EQ(chunked.size(), whole.size());
   EXPECT_EQ(std::memcmp(chunked.data(), whole.data(), whole.size() * sizeof(float)), 0);
 }

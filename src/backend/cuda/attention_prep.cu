@@ -2,9 +2,14 @@
 // key head (written into the row's page slot), and the value copied unchanged into its page slot.
 //
 // One warp per head, kPrepWarps heads (of the row's q_heads + kv_heads) per block, so a decode row's 20 heads run on
-// 5 SMs at once instead of one after another on one. Each block computes the RoPE table of its row's position
-// (cos/sin for each rotary pair) itself. Every value depends on its own row only, so the result is row invariant by
-// construction.
+// 5 SMs at once instead of one after another on one. Each block computes the RoPE table of its row's rotary
+// positions (cos/sin for each rotary pair) itself. Every value depends on its own row only, so the result is row
+// invariant by construction.
+//
+// Rotary positions (docs/vision.md 5): a text-only step has no DeviceStep::row_rope and every pair rotates at the row's
+// sequence position. A step with images or a rope delta carries each row's (time, height, width) positions, and pair
+// i reads the one RopeStreams names; a text row there has three equal positions, so its angles, and its bits, are
+// the ones the first form gives at that position. K and V still go to the row's sequence position.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -32,16 +37,24 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
-// cos/sin of the position's angle for each rotary pair i < rotary_dim / 2, spelled as the CPU reference
-// (attention_mixer.cc) and transformers compute them: the exponent and inv_freq in fp32, theta^exponent in double
-// rounded to fp32, angle = inv_freq * position in fp32, cos/sin of the fp32 angle rounded to fp32 and then to BF16
-// (transformers casts cos/sin to the activation dtype before rotating).
-__device__ void rope_table(int32_t position, int32_t rotary_dim, float theta, float* cos_out, float* sin_out) {
+// A row's rotary positions: (time, height, width), all three its sequence position in a text-only step.
+struct RowRope {
+  int32_t time, height, width;
+  __device__ int32_t of_stream(int stream) const { return stream == 0 ? time : stream == 1 ? height : width; }
+};
+
+// cos/sin of each rotary pair i < rotary_dim / 2 at the angle of the position pair i reads (streams), spelled as the
+// CPU reference (attention_mixer.cc) and transformers compute them: the exponent and inv_freq in fp32,
+// theta^exponent in double rounded to fp32, angle = inv_freq * position in fp32, cos/sin of the fp32 angle rounded to
+// fp32 and then to BF16 (transformers casts cos/sin to the activation dtype before rotating).
+__device__ void rope_table(RowRope rope, const RopeStreams& streams, int32_t rotary_dim, float theta, float* cos_out,
+                           float* sin_out) {
   const int half = rotary_dim / 2;
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     const float exponent = __fdiv_rn(static_cast<float>(2 * i), static_cast<float>(rotary_dim));
     const float base_power = static_cast<float>(pow(static_cast<double>(theta), static_cast<double>(exponent)));
     const float inv_freq = __fdiv_rn(1.0f, base_power);
+    const int32_t position = rope.of_stream(streams.stream[i]);
     const float angle = __fmul_rn(inv_freq, static_cast<float>(position));
     double s, c;
     sincos(static_cast<double>(angle), &s, &c);
@@ -87,7 +100,7 @@ __device__ void norm_rope_head(const bf16* src, bf16* dst, const DeviceWeight& w
 
 __global__ void __launch_bounds__(kPrepThreads)
     attention_prep_kernel(DeviceStep step, int32_t layer, bf16* q_gate, const bf16* k, const bf16* v,
-                          DeviceWeight q_norm, DeviceWeight k_norm, AttentionDims dims) {
+                          DeviceWeight q_norm, DeviceWeight k_norm, AttentionDims dims, RopeStreams streams) {
   wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
   let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
   __shared__ float cos_t[kMaxHeadDim / 2];
@@ -97,7 +110,10 @@ __global__ void __launch_bounds__(kPrepThreads)
   const int32_t position = step.row_position[row];
   const DevicePiece piece = step.piece[step.row_piece[row]];
   const int hd = dims.head_dim;
-  rope_table(position, dims.rotary_dim, dims.rope_theta, cos_t, sin_t);
+  const RowRope rope = step.row_rope == nullptr
+                           ? RowRope{position, position, position}
+                           : RowRope{step.row_rope[3 * row], step.row_rope[3 * row + 1], step.row_rope[3 * row + 2]};
+  rope_table(rope, streams, dims.rotary_dim, dims.rope_theta, cos_t, sin_t);
   __syncthreads();
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -119,15 +135,19 @@ __global__ void __launch_bounds__(kPrepThreads)
 }  // namespace
 
 void launch_attention_prep(const DeviceStep& step, int32_t attn_layer, bf16* q_gate, const bf16* k, const bf16* v,
-                           DeviceWeight q_norm, DeviceWeight k_norm, AttentionDims dims, cudaStream_t stream) {
+                           DeviceWeight q_norm, DeviceWeight k_norm, AttentionDims dims, cudaStream_t stream,
+                           const RopeStreams& streams) {
+  static_assert(kMaxHeadDim / 2 <= kMaxRotaryPairs, "a rotary pair without a stream");
   if (dims.head_dim <= 0 || dims.head_dim > kMaxHeadDim || dims.rotary_dim < 0 || dims.rotary_dim % 2 != 0 ||
       dims.rotary_dim > dims.head_dim || dims.q_heads <= 0 || dims.kv_heads <= 0) {
     check_cuda(cudaErrorInvalidValue, "launch_attention_prep: head_dim must be 1..512 and rotary_dim even <= head_dim");
   }
+  for (int i = 0; i < dims.rotary_dim / 2; ++i)
+    if (streams.stream[i] > 2) check_cuda(cudaErrorInvalidValue, "launch_attention_prep: a rotary stream above 2");
   if (step.rows <= 0) return;
   const unsigned head_blocks = static_cast<unsigned>((dims.q_heads + dims.kv_heads + kPrepWarps - 1) / kPrepWarps);
   launch_dependent("attention_prep_kernel", attention_prep_kernel, dim3(step.rows, head_blocks), kPrepThreads, 0,
-                   stream, step, attn_layer, q_gate, k, v, q_norm, k_norm, dims);
+                   stream, step, attn_layer, q_gate, k, v, q_norm, k_norm, dims, streams);
   check_launch("attention_prep_kernel");
 }
 

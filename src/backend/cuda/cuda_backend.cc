@@ -308,6 +308,13 @@ class CudaBackend final : public Backend {
     std::vector<DevicePiece> pieces;
     std::vector<int32_t> row_piece, row_position, pages, logit_rows, adapted_rows;
     std::vector<DeviceSnapshot> snapshots;
+    // Rotary positions (M-RoPE, docs/vision.md 5): a step where some piece carries 3-D positions or a rope delta
+    // uploads every row's (time, height, width), a text row's three equal; any other step uploads none, and its rows
+    // rotate at their positions exactly as before images existed.
+    const bool rope = std::any_of(plan.pieces.begin(), plan.pieces.end(),
+                                  [](const StepPiece& p) { return !p.rope_positions.empty() || p.rope_delta != 0; });
+    std::vector<int32_t> row_rope;
+    three_d_positions_ = false;
     decode_rows_ = 0;
     if (plan.storage == nullptr || plan.storage->owner() != this)
       fail("cuda backend: the step's state storage belongs to another backend");
@@ -321,6 +328,10 @@ class CudaBackend final : public Backend {
       for (int32_t page : p.page_table)
         if (page < 0 || page >= storage->pages())
           fail("cuda backend: KV page {} of a storage with {} pages", page, storage->pages());
+      if (!p.rope_positions.empty() && p.rope_positions.size() != static_cast<size_t>(3 * p.rows))
+        fail("cuda backend: a piece of {} rows with {} 3-D rotary position values (3 a row)", p.rows,
+             p.rope_positions.size());
+      three_d_positions_ = three_d_positions_ || !p.rope_positions.empty();
       if (p.role == RowRole::decode) {
         if (p.first_row != decode_rows_) fail("cuda backend: decode pieces must come first in a step");
         decode_rows_ += p.rows;
@@ -357,6 +368,12 @@ class CudaBackend final : public Backend {
         row_piece.push_back(static_cast<int32_t>(pieces.size() - 1));
         row_position.push_back(static_cast<int32_t>(p.start_position + t));
         if (p.adapted) adapted_rows.push_back(static_cast<int32_t>(p.first_row + t));
+        if (rope && p.rope_positions.empty()) {  // a text row: start + t + delta in all three streams
+          const auto at = static_cast<int32_t>(p.start_position + t + p.rope_delta);
+          row_rope.insert(row_rope.end(), {at, at, at});
+        } else if (rope) {
+          row_rope.insert(row_rope.end(), p.rope_positions.begin() + 3 * t, p.rope_positions.begin() + 3 * t + 3);
+        }
       }
     }
     for (int64_t r : plan.logit_rows) logit_rows.push_back(static_cast<int32_t>(r));
@@ -413,6 +430,7 @@ class CudaBackend final : public Backend {
     size_of(StepArray::page_table) = bytes_of(pages);
     size_of(StepArray::penalties) = bytes_of(penalties);
     size_of(StepArray::masks) = bytes_of(masks);
+    size_of(StepArray::row_rope) = bytes_of(row_rope);
     if (upload_.arrange(sizes)) graphs_.clear();
     auto put = [&](StepArray a, const auto& v) { return upload_.put(a, v.data(), bytes_of(v)); };
     step_ = DeviceStep{};
@@ -421,6 +439,7 @@ class CudaBackend final : public Backend {
     step_.piece = static_cast<const DevicePiece*>(put(StepArray::pieces, pieces));
     step_.row_piece = static_cast<const int32_t*>(put(StepArray::row_piece, row_piece));
     step_.row_position = static_cast<const int32_t*>(put(StepArray::row_position, row_position));
+    step_.row_rope = row_rope.empty() ? nullptr : static_cast<const int32_t*>(put(StepArray::row_rope, row_rope));
     step_.chunks = static_cast<int32_t>(chunks.size());
     step_.chunk = static_cast<const DeviceChunk*>(put(StepArray::chunks, chunks));
     chunk_scratch_ = chunk_scratch;
@@ -445,12 +464,18 @@ class CudaBackend final : public Backend {
 
     // A decode step whose every piece samples one row replays (or is captured into) its counts' graph. Structured
     // outputs' masks, like the penalties, have their own region, sent with every step (model_cuda_test's
-    // GraphedMaskedStepsEqualEagerOnes).
+    // GraphedMaskedStepsEqualEagerOnes); so do the rows' rotary positions of decode steps after a prompt with images,
+    // whose graphs are their own (the key's `rope`: attention prep reads row_rope there, row_position elsewhere;
+    // vision_cuda_test's GraphedDecodeAfterAnImageEqualsEager).
     const bool graphed = graphs_on_ && decode_rows_ == rows_ && plan.logit_rows.empty() && adapted_rows.empty() &&
                          static_cast<int64_t>(plan.sample_rows.size()) == static_cast<int64_t>(pieces.size());
     if (graphed) {
-      const StepGraphKey key{rows_, static_cast<int64_t>(pieces.size()), static_cast<int64_t>(plan.sample_rows.size()),
-                             penalties_ != nullptr, masks_ != nullptr};
+      const StepGraphKey key{rows_,
+                             static_cast<int64_t>(pieces.size()),
+                             static_cast<int64_t>(plan.sample_rows.size()),
+                             penalties_ != nullptr,
+                             masks_ != nullptr,
+                             step_.row_rope != nullptr};
       mode_ = graphs_.begin(key, graph_arguments(), stream_) ? Mode::replay : Mode::capture;
     }
   }
@@ -550,9 +575,10 @@ class CudaBackend final : public Backend {
     const AttentionDims dims{static_cast<int32_t>(s.q_heads),  static_cast<int32_t>(s.kv_heads),
                              static_cast<int32_t>(hd),         static_cast<int32_t>(s.rotary_dim),
                              static_cast<float>(s.rope_theta), static_cast<float>(s.norm_eps)};
+    const RopeStreams streams = rope_streams(s);
     timer_.time("attn.prep", stream_, [&] {
       launch_attention_prep(step_, static_cast<int32_t>(attention_layer), q_gate, k, v, device_weight(w.q_norm),
-                            device_weight(w.k_norm), dims, stream_);
+                            device_weight(w.k_norm), dims, stream_, streams);
     });
     bf16* attended = scratch<bf16>(R * s.q_heads * hd);
     timer_.time("attn.attention", stream_, [&] {
@@ -594,6 +620,45 @@ class CudaBackend final : public Backend {
   }
 
   bool applies_adapters() const override { return true; }
+  // Images' 3-D rotary positions and the rope delta after them (StepPiece::rope_positions, rope_delta): attention prep
+  // reads them from the step's row_rope (attention_prep.cu).
+  bool applies_mrope() const override { return true; }
+
+  // Host fp32 rows into BF16 activations, rounded to nearest even as transformers' BF16 embeddings take an image's
+  // rows (model/qwen35_forward.cc, scatter_image_rows). Between the embedding and the first layer of a prefill step,
+  // never in a graphed one. Synchronous: `in` may be freed when it returns, whatever memory it is in.
+  void write_rows(const float* in, int64_t first, int64_t count, Activations& x) override {
+    if (mode_ != Mode::eager) fail("cuda backend: rows written into a graphed step");
+    if (first < 0 || count < 0 || first + count > x.rows())
+      fail("cuda backend: rows [{}, {}) written into activations of {} rows", first, first + count, x.rows());
+    if (count == 0) return;
+    const size_t mark = used_;
+    const int64_t n = count * x.width();
+    float* staged = scratch<float>(n);
+    check_cuda(cudaMemcpyAsync(staged, in, static_cast<size_t>(n) * sizeof(float), cudaMemcpyHostToDevice, stream_),
+               "rows to the GPU");
+    timer_.time("write_rows", stream_, [&] { launch_f32_to_bf16(staged, n, data_of(x) + first * x.width(), stream_); });
+    check_cuda(cudaStreamSynchronize(stream_), "write_rows");
+    used_ = mark;
+  }
+
+  // The model's M-RoPE streams as attention prep takes them (all 0, the time stream, for a model without M-RoPE: a
+  // rope delta alone then shifts every pair alike).
+  RopeStreams rope_streams(const AttentionShape& s) const {
+    RopeStreams out;
+    const auto pairs = static_cast<size_t>(s.rotary_dim / 2);
+    if (s.rope_streams.empty()) {
+      if (three_d_positions_) fail("cuda attention: 3-D rotary positions for a model without M-RoPE streams");
+      return out;
+    }
+    if (s.rope_streams.size() != pairs || pairs > static_cast<size_t>(kMaxRotaryPairs))
+      fail("cuda attention: {} M-RoPE streams for {} rotary dims", s.rope_streams.size(), s.rotary_dim);
+    for (size_t i = 0; i < pairs; ++i) {
+      if (s.rope_streams[i] < 0 || s.rope_streams[i] > 2) fail("cuda attention: M-RoPE stream {}", s.rope_streams[i]);
+      out.stream[i] = static_cast<uint8_t>(s.rope_streams[i]);
+    }
+    return out;
+  }
 
   // device_rows.h: the step's stream for work on its rows, never inside a capture.
   cudaStream_t stream_for_rows() const {
@@ -827,6 +892,7 @@ class CudaBackend final : public Backend {
   int64_t decode_sample_rows_ = 0;
   int64_t rows_ = 0;
   int64_t decode_rows_ = 0;
+  bool three_d_positions_ = false;  // some piece of the step carries 3-D rotary positions (not only a delta)
   int64_t decode_logit_rows_ = 0;
   int32_t logit_row_count_ = 0;
   // Decode steps as CUDA graphs: off with DUET_CUDA_GRAPHS=0, and while profiling (per-launch events) or dumping.
@@ -843,6 +909,7 @@ class CudaBackend final : public Backend {
             address(step_.piece),
             address(step_.row_piece),
             address(step_.row_position),
+            address(step_.row_rope),
             address(step_.page_table),
             address(step_.chunk),
             address(step_.piece_order),

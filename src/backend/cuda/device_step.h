@@ -71,9 +71,13 @@ struct DeviceStep {
   const DevicePiece* piece = nullptr;     // [pieces]
   const int32_t* row_piece = nullptr;     // [rows] the piece of each row
   const int32_t* row_position = nullptr;  // [rows] the sequence position of each row
-  const int32_t* page_table = nullptr;    // every piece's page ids, position order, concatenated
-  int32_t chunks = 0;                     // delta-rule chunks of all pieces
-  const DeviceChunk* chunk = nullptr;     // [chunks]
+  // [rows][3] each row's rotary positions (time, height, width: M-RoPE, docs/vision.md 5), in steps where a piece
+  // carries 3-D positions or a rope delta (backend::StepPiece); null in every other step, whose rows rotate at
+  // row_position. Only attention prep reads it: K/V and the causal span follow row_position either way.
+  const int32_t* row_rope = nullptr;
+  const int32_t* page_table = nullptr;  // every piece's page ids, position order, concatenated
+  int32_t chunks = 0;                   // delta-rule chunks of all pieces
+  const DeviceChunk* chunk = nullptr;   // [chunks]
   // The pieces and chunks of pieces of more than one row first (chunk_state_kernel's), then those of one-row
   // pieces (the decode kernels'): indices into piece and chunk.
   const int32_t* piece_order = nullptr;  // [pieces]

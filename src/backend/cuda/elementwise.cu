@@ -258,6 +258,13 @@ __global__ void bf16_to_f32_kernel(const bf16* __restrict__ x, int64_t n, float*
   for (int64_t i = body * kVec + start; i < n; i += stride) out[i] = __bfloat162float(x[i]);
 }
 
+// One element a thread: image rows are written once per prompt, never on a decode step's path.
+__global__ void f32_to_bf16_kernel(const float* __restrict__ x, int64_t n, bf16* __restrict__ out) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = __float2bfloat16_rn(x[i]);
+}
+
 constexpr int kElementwiseThreads = 256;
 
 }  // namespace
@@ -340,6 +347,12 @@ void launch_bf16_to_f32(const bf16* x, int64_t n, float* out, cudaStream_t strea
   bf16_to_f32_kernel<<<grid_for(vec ? n / kVec + kVec : n, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(
       x, n, out, vec);
   check_launch("launch_bf16_to_f32");
+}
+
+void launch_f32_to_bf16(const float* x, int64_t n, bf16* out, cudaStream_t stream) {
+  if (n <= 0) return;
+  f32_to_bf16_kernel<<<grid_for(n, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(x, n, out);
+  check_launch("launch_f32_to_bf16");
 }
 
 }  // namespace duet::backend::cuda

@@ -45,6 +45,9 @@ void launch_add_rows(const float* delta, int32_t width, const int32_t* rows, int
                      cudaStream_t stream);
 // out = float(x), n elements.
 void launch_bf16_to_f32(const bf16* x, int64_t n, float* out, cudaStream_t stream);
+// out = bf16(x) rounded to nearest even (as torch's .to(bfloat16)), n elements: host rows written into activations
+// (CudaBackend::write_rows: an image's rows over its tokens' embeddings).
+void launch_f32_to_bf16(const float* x, int64_t n, bf16* out, cudaStream_t stream);
 
 // ---- skinny_gemm.cu
 // y[m, n] = sum_k x[m, k] * w[n, k], fp32 accumulation, y as BF16 (y_f32 false) or fp32. For the few rows of decode
@@ -154,16 +157,26 @@ void launch_gdn_gated_norm(const float* o, const bf16* z, DeviceWeight w, float 
 
 // ---- attention_prep.cu
 // For attention layer `attn_layer`: per row, per query head, (1+w) RMSNorm of the query half of q_gate (in place)
-// then RoPE; per KV head, (1+w) RMSNorm of k and RoPE, and k, v written into the row's page (positions from
-// step.row_position). RoPE on dims [0, rotary_dim), pairs (i, i + rotary_dim/2), inv_freq = theta^(-2i/rotary_dim),
-// angle and cos/sin in fp32 as transformers computes them, cos/sin rounded to BF16, the rotated values rounded once.
+// then RoPE; per KV head, (1+w) RMSNorm of k and RoPE, and k, v written into the row's page (at step.row_position).
+// RoPE on dims [0, rotary_dim), pairs (i, i + rotary_dim/2), inv_freq = theta^(-2i/rotary_dim), angle and cos/sin in
+// fp32 as transformers computes them, cos/sin rounded to BF16, the rotated values rounded once. The angle's position:
+// step.row_position, or with step.row_rope (M-RoPE, docs/vision.md 5) the row's position of the stream that
+// `streams` gives pair i, as the CPU's attention_mixer.cc reads AttentionShape::rope_streams.
 // q_gate: [rows, q_heads, 2, head_dim] (per head the query then the gate), k, v: [rows, kv_heads * head_dim].
 struct AttentionDims {
   int32_t q_heads, kv_heads, head_dim, rotary_dim;
   float rope_theta, norm_eps;
 };
+constexpr int kMaxRotaryPairs = 256;  // head_dim up to 512
+// Which of a row's rotary positions (0 time, 1 height, 2 width; DeviceStep::row_rope) rotary pair i reads: the
+// model's AttentionShape::rope_streams, all 0 for a model without M-RoPE. A kernel argument (256 bytes), fixed per
+// model, so a captured graph holds the same values it would be launched with again.
+struct RopeStreams {
+  uint8_t stream[kMaxRotaryPairs] = {};
+};
 void launch_attention_prep(const DeviceStep& step, int32_t attn_layer, bf16* q_gate, const bf16* k, const bf16* v,
-                           DeviceWeight q_norm, DeviceWeight k_norm, AttentionDims dims, cudaStream_t stream);
+                           DeviceWeight q_norm, DeviceWeight k_norm, AttentionDims dims, cudaStream_t stream,
+                           const RopeStreams& streams = {});
 
 // ---- attention.cu
 // Causal softmax attention of every row over its sequence's pages (positions 0 .. its own), scale head_dim^-0.5,

@@ -21,6 +21,7 @@ struct StepGraphKey {
   int64_t rows = 0, pieces = 0, samples = 0;
   bool penalties = false;  // the sampling kernel's penalty table present
   bool masks = false;      // structured outputs' token masks present
+  bool rope = false;       // rows' 3-D rotary positions present (DeviceStep::row_rope: a rope delta after images)
   auto operator<=>(const StepGraphKey&) const = default;
 };
 
