@@ -7,7 +7,7 @@ Run on the GPU machine (transformers 5.17.0, torch 2.11, one H200); nothing here
 
 Writes, under OUT:
   model/            Qwen3_5ForConditionalGeneration layout (model.language_model.*, lm_head.weight, a tiny
-                    model.visual.*), sharded safetensors, BF16 except linear_attn.A_log and linear_attn.norm.weight
+                    model.visual.* with its preprocessor_config.json), sharded safetensors, BF16 except linear_attn.A_log and linear_attn.norm.weight
                     kept F32 with values BF16 cannot hold (as the stock releases store them); the Qwen3.5-like
                     tokenizer of tests/fixtures/tokenizer/qwen35-synthetic beside it, so `duet serve` runs on it.
   prompts.json      {"prompts": [[ids], ...], "buckets": [...]}: per-bucket random prompts in the four length
@@ -108,7 +108,21 @@ def make_checkpoint(out, seed):
                        "qwen35-synthetic")
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(tok, name), os.path.join(folder, name))
+    write_image_processor(folder, vision)
     return model
+
+
+def write_image_processor(folder, vision):
+    """The image processor's settings for the tiny tower (the releases ship preprocessor_config.json beside the weights;
+    a server that loads a tower needs them): Qwen2-VL's processor with the tower's patch, merge and temporal sizes."""
+    factor = vision["patch_size"] * vision["spatial_merge_size"]
+    processor = {"do_convert_rgb": True, "do_normalize": True, "do_rescale": True, "do_resize": True,
+                 "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+                 "image_processor_type": "Qwen2VLImageProcessor", "merge_size": vision["spatial_merge_size"],
+                 "patch_size": vision["patch_size"], "temporal_patch_size": vision["temporal_patch_size"],
+                 "resample": 3, "rescale_factor": 1 / 255,
+                 "size": {"shortest_edge": 16 * factor * factor, "longest_edge": 4096 * factor * factor}}
+    json.dump(processor, open(os.path.join(folder, "preprocessor_config.json"), "w"), indent=2)
 
 
 def make_prompts(out, per_bucket, seed):
