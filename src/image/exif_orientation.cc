@@ -1,5 +1,6 @@
 #include "image/exif_orientation.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <utility>
@@ -20,8 +21,44 @@ struct TiffReader {
 constexpr uint32_t kOrientationTag = 0x0112;
 constexpr uint32_t kTypeShort = 3, kTypeLong = 4;
 
-// The Orientation in IFD0 of an EXIF block (after "Exif\0\0"): a TIFF header, then IFD0's 12-byte entries.
-int tiff_orientation(std::span<const uint8_t> tiff) {
+constexpr std::array<uint8_t, 6> kExifPrefix{'E', 'x', 'i', 'f', 0, 0};
+
+bool starts_with(std::span<const uint8_t> bytes, std::span<const uint8_t> prefix) {
+  return bytes.size() >= prefix.size() && std::memcmp(bytes.data(), prefix.data(), prefix.size()) == 0;
+}
+
+bool fourcc_is(std::span<const uint8_t> bytes, size_t at, const char (&code)[5]) {
+  return std::memcmp(bytes.data() + at, code, 4) == 0;
+}
+
+uint32_t big32(std::span<const uint8_t> b, size_t at) {
+  return uint32_t{b[at]} << 24 | uint32_t{b[at + 1]} << 16 | uint32_t{b[at + 2]} << 8 | b[at + 3];
+}
+
+uint32_t little32(std::span<const uint8_t> b, size_t at) {
+  return uint32_t{b[at]} | uint32_t{b[at + 1]} << 8 | uint32_t{b[at + 2]} << 16 | uint32_t{b[at + 3]} << 24;
+}
+
+// PNG's CRC-32 (ISO 3309, reflected polynomial 0xEDB88320), as the chunk's last four bytes hold it.
+uint32_t crc32(std::span<const uint8_t> bytes) {
+  static const std::array<uint32_t, 256> table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t n = 0; n < 256; ++n) {
+      uint32_t c = n;
+      for (int k = 0; k < 8; ++k) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[n] = c;
+    }
+    return t;
+  }();
+  uint32_t c = 0xFFFFFFFFu;
+  for (const uint8_t b : bytes) c = table[(c ^ b) & 0xFF] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
+}
+
+}  // namespace
+
+// A TIFF header, then IFD0's 12-byte entries.
+int exif_tiff_orientation(std::span<const uint8_t> tiff) {
   TiffReader r{tiff};
   if (!r.has(0, 8)) return 1;
   if (tiff[0] == 'I' && tiff[1] == 'I')
@@ -47,8 +84,6 @@ int tiff_orientation(std::span<const uint8_t> tiff) {
   return 1;
 }
 
-}  // namespace
-
 int jpeg_exif_orientation(std::span<const uint8_t> jpeg) {
   if (jpeg.size() < 4 || jpeg[0] != 0xFF || jpeg[1] != 0xD8) return 1;
   size_t at = 2;
@@ -68,11 +103,61 @@ int jpeg_exif_orientation(std::span<const uint8_t> jpeg) {
     const size_t length = size_t{jpeg[at + 2]} << 8 | jpeg[at + 3];
     if (length < 2 || length > jpeg.size() - at - 2) return 1;
     const std::span<const uint8_t> payload = jpeg.subspan(at + 4, length - 2);
-    static constexpr std::array<uint8_t, 6> kExif{'E', 'x', 'i', 'f', 0, 0};
     // The first EXIF segment is the one read (Pillow keeps the first too).
-    if (marker == 0xE1 && payload.size() >= kExif.size() && std::memcmp(payload.data(), kExif.data(), 6) == 0)
-      return tiff_orientation(payload.subspan(kExif.size()));
+    if (marker == 0xE1 && starts_with(payload, kExifPrefix))
+      return exif_tiff_orientation(payload.subspan(kExifPrefix.size()));
     at += 2 + length;
+  }
+  return 1;
+}
+
+int png_exif_orientation(std::span<const uint8_t> png) {
+  static constexpr std::array<uint8_t, 8> kSignature{0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+  if (!starts_with(png, kSignature)) return 1;
+  // Chunks: a big-endian length (at most 2^31 - 1), the type, the data, a CRC over type and data.
+  for (size_t at = kSignature.size(); png.size() - at >= 12;) {
+    const uint32_t length = big32(png, at);
+    if (length > 0x7FFFFFFFu || length > png.size() - at - 12) return 1;
+    if (fourcc_is(png, at + 4, "IEND")) return 1;
+    if (fourcc_is(png, at + 4, "eXIf")) {
+      const std::span<const uint8_t> typed = png.subspan(at + 4, size_t{4} + length);
+      if (crc32(typed) != big32(png, at + 8 + length)) return 1;
+      return exif_tiff_orientation(typed.subspan(4));
+    }
+    at += size_t{12} + length;
+  }
+  return 1;
+}
+
+int webp_exif_orientation(std::span<const uint8_t> webp) {
+  // "RIFF", the RIFF size (little-endian, counting from byte 8), "WEBP", then chunks: a FourCC, a little-endian size,
+  // the payload and a pad byte when the size is odd. EXIF needs the extended layout: VP8X first, its flags' bit 3 set.
+  if (webp.size() < 12 + 8 + 10 || !fourcc_is(webp, 0, "RIFF") || !fourcc_is(webp, 8, "WEBP")) return 1;
+  const size_t end = std::min<size_t>(webp.size(), size_t{little32(webp, 4)} + 8);
+  if (!fourcc_is(webp, 12, "VP8X") || little32(webp, 16) < 10 || (webp[20] & 0x08) == 0) return 1;
+  for (size_t at = 12; end >= at && end - at >= 8;) {
+    const size_t size = little32(webp, at + 4);
+    if (size > end - at - 8) return 1;
+    if (fourcc_is(webp, at, "EXIF")) {
+      std::span<const uint8_t> exif = webp.subspan(at + 8, size);
+      if (starts_with(exif, kExifPrefix)) exif = exif.subspan(kExifPrefix.size());
+      return exif_tiff_orientation(exif);
+    }
+    at += 8 + size + (size & 1);
+  }
+  return 1;
+}
+
+int exif_orientation(Format format, std::span<const uint8_t> bytes) {
+  switch (format) {
+    case Format::kJpeg:
+      return jpeg_exif_orientation(bytes);
+    case Format::kPng:
+      return png_exif_orientation(bytes);
+    case Format::kWebp:
+      return webp_exif_orientation(bytes);
+    case Format::kGif:
+      return 1;
   }
   return 1;
 }

@@ -1,8 +1,11 @@
 #pragma once
-// A JPEG's EXIF orientation (docs/vision.md 2.1, open question 1): cameras store the sensor's pixels and say in the
-// EXIF Orientation tag (0x0112) how to turn them for display. Browsers, viewers and transformers' own image loader
-// (load_image: ImageOps.exif_transpose) show the turned image, so duet reads that one: the tag is read from the
-// JPEG's bytes here (no EXIF library), and the decoded pixels are turned before smart_resize sees their size.
+// EXIF orientation (docs/vision.md 2.1, open question 1): cameras store the sensor's pixels and say in the EXIF
+// Orientation tag (0x0112) how to turn them for display. Browsers, viewers and transformers' own image loader
+// (load_image: ImageOps.exif_transpose) show the turned image, so duet reads that one: the tag is read from the file's
+// bytes here (no EXIF library), and the decoded pixels are turned before smart_resize sees their size. The EXIF block
+// comes from where Pillow's getexif finds it: a JPEG's APP1 "Exif" segment, a PNG's eXIf chunk, a WebP's EXIF chunk;
+// one reader (exif_tiff_orientation) reads the TIFF block inside each. What cannot be read leaves the pixels as stored:
+// never a refusal, as Pillow's exif_transpose leaves an image without a readable tag.
 #include <cstdint>
 #include <span>
 
@@ -10,9 +13,25 @@
 
 namespace duet::image {
 
-// The Orientation of the first APP1 "Exif" segment before the scan, 1 to 8; 1 (as stored) when there is none, or when
-// the segment or the tag cannot be read or holds another value (Pillow's exif_transpose then leaves the image as is).
+// The Orientation in IFD0 of a TIFF block (its "II" or "MM" header first), 1 to 8; 1 (as stored) when the block or the
+// tag cannot be read, or the tag holds another value or several values (Pillow's exif_transpose then leaves the image).
+int exif_tiff_orientation(std::span<const uint8_t> tiff);
+
+// The Orientation of the first APP1 "Exif" segment before the scan; 1 when there is none.
 int jpeg_exif_orientation(std::span<const uint8_t> jpeg);
+
+// The Orientation of the first eXIf chunk (before or after the image data: Pillow reads both) whose CRC holds (libpng
+// discards one whose CRC fails); 1 when there is none. The chunk is a bare TIFF block (PNG 1.5 eXIf): one that starts
+// "Exif\0\0" is not read, as libpng drops it ("incorrect byte-order specifier") and Pillow cannot parse it.
+int png_exif_orientation(std::span<const uint8_t> png);
+
+// The Orientation of the first EXIF chunk of an extended WebP (VP8X first) whose VP8X flags announce EXIF (libwebp's
+// demux, which Pillow reads chunks through, keeps it only then); one leading "Exif\0\0" is skipped, as Pillow's
+// Exif.load skips it. 1 when there is none.
+int webp_exif_orientation(std::span<const uint8_t> webp);
+
+// The orientation of `bytes` read as `format` (above); 1 for GIF, which has no EXIF.
+int exif_orientation(Format format, std::span<const uint8_t> bytes);
 
 // `image` turned as EXIF orientation `orientation` asks, as Pillow's exif_transpose turns it: 2 mirrors left-right,
 // 3 turns 180 degrees, 4 mirrors top-bottom, 5 transposes (swaps x and y), 6 turns 90 degrees clockwise, 7

@@ -1,12 +1,17 @@
-// EXIF orientation (exif_orientation.h): JPEGs made here from a committed fixture by writing an APP1 "Exif" segment
-// after its SOI, one per Orientation value and TIFF byte order, decode to the plain file's pixels turned as a viewer
-// turns them. The expectation is built independently of the decoder's per-orientation formulas, from three plain
-// operations (mirror left-right, mirror top-bottom, transpose) composed as the EXIF specification describes each
-// value. Unreadable or odd EXIF leaves the image as stored. Planted control: orientation 6 is not the plain decode.
+// EXIF orientation (exif_orientation.h): JPEGs, PNGs and WebPs made here from committed fixtures (encoded by Pillow,
+// libjpeg-turbo, zlib and libwebp) by writing an APP1 "Exif" segment after the JPEG's SOI, an eXIf chunk into the PNG
+// (before or after IDAT) or an EXIF chunk into the WebP (turned into the extended layout), one per Orientation value
+// and TIFF byte order, decode to the plain file's pixels turned as a viewer turns them. The expectation is built
+// independently of the decoder's per-orientation formulas, from three plain operations (mirror left-right, mirror
+// top-bottom, transpose) composed as the EXIF specification describes each value. Files Pillow wrote with the tag
+// (exif*.png, exif*.webp) decode to Pillow's exif_transpose. Unreadable or odd EXIF leaves the image as stored.
+// Planted controls: every value's image differs from the other seven values' references, and 6 is not the plain decode.
 #include "image/exif_orientation.h"
 
 #include <gtest/gtest.h>
+#include <zlib.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -18,6 +23,7 @@ namespace {
 
 using testing::fixture_path;
 using testing::read_bytes;
+using testing::read_ppm;
 
 Image mirror_left_right(const Image& in) {
   Image out = in;
@@ -183,6 +189,265 @@ TEST_F(ExifOrientation, UnreadableOrOddExifLeavesTheImage) {
   const std::vector<uint8_t> twice =
       with_app1(with_app1(plain_bytes_, exif_block(true, 6)), exif_block(true, 1, 3, 1, 0x0110));
   EXPECT_EQ(jpeg_exif_orientation(twice), 1);
+}
+
+// ---- PNG (eXIf) and WebP (EXIF) ----
+
+void put_big32(std::vector<uint8_t>& out, uint32_t v) {
+  out.insert(out.end(), {uint8_t(v >> 24), uint8_t(v >> 16), uint8_t(v >> 8), uint8_t(v)});
+}
+
+void put_little(std::vector<uint8_t>& out, uint32_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(uint8_t(v >> (8 * i)));
+}
+
+// A PNG chunk with its CRC (zlib's crc32: not duet's).
+std::vector<uint8_t> png_chunk(const char (&type)[5], const std::vector<uint8_t>& data) {
+  std::vector<uint8_t> out;
+  put_big32(out, static_cast<uint32_t>(data.size()));
+  out.insert(out.end(), type, type + 4);
+  out.insert(out.end(), data.begin(), data.end());
+  const uLong crc = crc32(crc32(0, reinterpret_cast<const Bytef*>(type), 4), data.data(), data.size());
+  put_big32(out, static_cast<uint32_t>(crc));
+  return out;
+}
+
+// The EXIF block without the JPEG's "Exif\0\0": the bare TIFF block a PNG's eXIf holds.
+std::vector<uint8_t> tiff_block(bool little, uint32_t value, uint32_t type = 3, uint32_t count = 1,
+                                uint32_t tag = 0x0112) {
+  const std::vector<uint8_t> b = exif_block(little, value, type, count, tag);
+  return {b.begin() + 6, b.end()};
+}
+
+// `png` with `chunk` written after IHDR (8 + 25 bytes in) or, when `after_idat`, right before IEND (its last 12).
+std::vector<uint8_t> with_png_chunk(const std::vector<uint8_t>& png, const std::vector<uint8_t>& chunk,
+                                    bool after_idat = false) {
+  const size_t at = after_idat ? png.size() - 12 : 33;
+  std::vector<uint8_t> out = png;
+  out.insert(out.begin() + static_cast<long>(at), chunk.begin(), chunk.end());
+  return out;
+}
+
+// A simple (VP8 only) WebP turned into the extended layout: VP8X with `flags` and the canvas size, its image chunk,
+// then an EXIF chunk holding `exif` (padded to even), the RIFF size recomputed.
+std::vector<uint8_t> extended_webp(const std::vector<uint8_t>& simple, uint32_t width, uint32_t height,
+                                   const std::vector<uint8_t>& exif, uint8_t flags = 0x08) {
+  std::vector<uint8_t> body{'W', 'E', 'B', 'P', 'V', 'P', '8', 'X'};
+  put_little(body, 10, 4);
+  body.insert(body.end(), {flags, 0, 0, 0});
+  put_little(body, width - 1, 3);
+  put_little(body, height - 1, 3);
+  body.insert(body.end(), simple.begin() + 12, simple.end());
+  body.insert(body.end(), {'E', 'X', 'I', 'F'});
+  put_little(body, static_cast<uint32_t>(exif.size()), 4);
+  body.insert(body.end(), exif.begin(), exif.end());
+  if (exif.size() % 2) body.push_back(0);
+  std::vector<uint8_t> out{'R', 'I', 'F', 'F'};
+  put_little(out, static_cast<uint32_t>(body.size()), 4);
+  out.insert(out.end(), body.begin(), body.end());
+  return out;
+}
+
+// `got` equals the reference for `orientation` and none of the other seven (the planted controls).
+void expect_only(const Image& got, const Image& plain, int orientation, const std::string& what) {
+  for (int other = 1; other <= 8; ++other) {
+    const Image ref = viewer_image(plain, other);
+    const bool same = got.width == ref.width && got.height == ref.height && got.rgb == ref.rgb;
+    EXPECT_EQ(same, other == orientation) << what << ": decoded as " << orientation << ", compared with " << other;
+  }
+}
+
+class ExifOrientationPng : public ::testing::Test {
+ protected:
+  const std::vector<uint8_t> plain_bytes_ = read_bytes(fixture_path("rgb8.png"));  // 37 x 23
+  const Image plain_ = decode(plain_bytes_);
+};
+
+TEST_F(ExifOrientationPng, EachValueGivesTheViewersImage) {
+  ASSERT_NE(plain_.width, plain_.height);
+  for (const bool after_idat : {false, true})
+    for (const bool little : {true, false})
+      for (int orientation = 1; orientation <= 8; ++orientation) {
+        const std::string what = std::string(little ? "II" : "MM") + (after_idat ? " after IDAT" : " before IDAT");
+        const std::vector<uint8_t> tagged =
+            with_png_chunk(plain_bytes_, png_chunk("eXIf", tiff_block(little, orientation)), after_idat);
+        EXPECT_EQ(png_exif_orientation(tagged), orientation) << what;
+        expect_only(decode(tagged), plain_, orientation, what);
+      }
+  EXPECT_EQ(png_exif_orientation(with_png_chunk(plain_bytes_, png_chunk("eXIf", tiff_block(false, 8, 4)))), 8);
+}
+
+// Odd or broken eXIf chunks leave the image as stored (the file still decodes: libpng drops such chunks too).
+TEST_F(ExifOrientationPng, UnreadableOrOddExifLeavesTheImage) {
+  std::vector<std::vector<uint8_t>> chunks;
+  for (std::vector<uint8_t> tiff :
+       {tiff_block(true, 9), tiff_block(true, 6, 7), tiff_block(true, 6, 3, 2), tiff_block(true, 6, 3, 1, 0x0110)})
+    chunks.push_back(png_chunk("eXIf", tiff));
+  std::vector<uint8_t> truncated = tiff_block(false, 6);
+  truncated.resize(truncated.size() - 10);  // IFD0's entry cut
+  chunks.push_back(png_chunk("eXIf", truncated));
+  chunks.push_back(png_chunk("eXIf", {'M', 'M'}));  // the header cut
+  std::vector<uint8_t> wrong_order = tiff_block(true, 6);
+  wrong_order[0] = 'X';  // neither II nor MM
+  chunks.push_back(png_chunk("eXIf", wrong_order));
+  std::vector<uint8_t> mixed_order = tiff_block(true, 6);
+  mixed_order[1] = 'M';  // "IM"
+  chunks.push_back(png_chunk("eXIf", mixed_order));
+  std::vector<uint8_t> far_ifd = tiff_block(true, 6);
+  far_ifd[4] = 0xF0;  // IFD0 offset past the block
+  chunks.push_back(png_chunk("eXIf", far_ifd));
+  std::vector<uint8_t> wrapped_ifd = tiff_block(false, 6);
+  wrapped_ifd[4] = wrapped_ifd[5] = wrapped_ifd[6] = wrapped_ifd[7] = 0xFF;  // IFD0 offset 2^32 - 1
+  chunks.push_back(png_chunk("eXIf", wrapped_ifd));
+  std::vector<uint8_t> many_entries = tiff_block(true, 6, 3, 1, 0x0110);
+  many_entries[8] = many_entries[9] = 0xFF;  // 65535 entries in a block of one (not the Orientation)
+  chunks.push_back(png_chunk("eXIf", many_entries));
+  std::vector<uint8_t> prefixed = exif_block(true, 6);  // "Exif\0\0" first: not a bare TIFF block
+  chunks.push_back(png_chunk("eXIf", prefixed));
+  std::vector<uint8_t> bad_crc = png_chunk("eXIf", tiff_block(true, 6));
+  bad_crc.back() ^= 1;
+  chunks.push_back(bad_crc);
+  chunks.push_back(png_chunk("exIf", tiff_block(true, 6)));  // another chunk type
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const std::vector<uint8_t> tagged = with_png_chunk(plain_bytes_, chunks[i]);
+    EXPECT_EQ(png_exif_orientation(tagged), 1) << "case " << i;
+    EXPECT_TRUE(decode(tagged).rgb == plain_.rgb) << "case " << i;
+  }
+  // The first eXIf is the one read: an untagged one before a tagged one leaves the image.
+  const std::vector<uint8_t> twice =
+      with_png_chunk(with_png_chunk(plain_bytes_, png_chunk("eXIf", tiff_block(true, 6))),
+                     png_chunk("eXIf", tiff_block(true, 1, 3, 1, 0x0110)));
+  EXPECT_EQ(png_exif_orientation(twice), 1);
+  // A chunk length past the end, or a length over 2^31 - 1: the walk stops (the decoder refuses such a file or not).
+  for (const uint8_t high : {uint8_t{0x00}, uint8_t{0x7F}, uint8_t{0xFF}}) {
+    std::vector<uint8_t> cut = with_png_chunk(plain_bytes_, png_chunk("eXIf", tiff_block(true, 6)));
+    cut[33] = high;
+    cut[34] = 0xFF;
+    EXPECT_EQ(png_exif_orientation(cut), 1);
+    try {
+      EXPECT_TRUE(decode(cut).rgb == plain_.rgb);
+    } catch (const ImageError&) {
+    }
+  }
+  // After IEND nothing is read.
+  std::vector<uint8_t> after_end = plain_bytes_;
+  const std::vector<uint8_t> late = png_chunk("eXIf", tiff_block(true, 6));
+  after_end.insert(after_end.end(), late.begin(), late.end());
+  EXPECT_EQ(png_exif_orientation(after_end), 1);
+  EXPECT_EQ(png_exif_orientation(std::vector<uint8_t>{0x89, 'P', 'N', 'G'}), 1);
+  EXPECT_EQ(png_exif_orientation(std::vector<uint8_t>{}), 1);
+}
+
+class ExifOrientationWebp : public ::testing::Test {
+ protected:
+  const std::vector<uint8_t> plain_bytes_ = read_bytes(fixture_path("lossy.webp"));  // 29 x 41, VP8 only
+  const Image plain_ = decode(plain_bytes_);
+
+  std::vector<uint8_t> tagged(const std::vector<uint8_t>& exif, uint8_t flags = 0x08) const {
+    return extended_webp(plain_bytes_, plain_.width, plain_.height, exif, flags);
+  }
+};
+
+TEST_F(ExifOrientationWebp, EachValueGivesTheViewersImage) {
+  ASSERT_NE(plain_.width, plain_.height);
+  for (const bool prefixed : {false, true})  // a bare TIFF block, or "Exif\0\0" first (Pillow skips one)
+    for (const bool little : {true, false})
+      for (int orientation = 1; orientation <= 8; ++orientation) {
+        const std::string what = std::string(little ? "II" : "MM") + (prefixed ? " Exif-prefixed" : " bare");
+        const std::vector<uint8_t> bytes =
+            tagged(prefixed ? exif_block(little, orientation) : tiff_block(little, orientation));
+        EXPECT_EQ(webp_exif_orientation(bytes), orientation) << what;
+        expect_only(decode(bytes), plain_, orientation, what);
+      }
+}
+
+TEST_F(ExifOrientationWebp, UnreadableOrOddExifLeavesTheImage) {
+  std::vector<std::vector<uint8_t>> files;
+  files.push_back(tagged(tiff_block(true, 6), /*flags=*/0x00));  // VP8X does not announce EXIF: libwebp ignores it
+  files.push_back(tagged(tiff_block(true, 0)));
+  files.push_back(tagged(tiff_block(false, 6, 3, 3)));
+  std::vector<uint8_t> truncated = tiff_block(false, 6);
+  truncated.resize(truncated.size() - 9);  // odd size: the pad byte follows
+  files.push_back(tagged(truncated));
+  std::vector<uint8_t> wrong_order = tiff_block(true, 6);
+  wrong_order[0] = wrong_order[1] = 'Q';
+  files.push_back(tagged(wrong_order));
+  std::vector<uint8_t> far_ifd = tiff_block(false, 6);
+  far_ifd[7] = 0x40;  // IFD0 offset past the block
+  files.push_back(tagged(far_ifd));
+  std::vector<uint8_t> twice_prefixed = exif_block(true, 6);  // "Exif\0\0" twice: Pillow skips one only
+  twice_prefixed.insert(twice_prefixed.begin(), twice_prefixed.begin(), twice_prefixed.begin() + 6);
+  files.push_back(tagged(twice_prefixed));
+  for (size_t i = 0; i < files.size(); ++i) {
+    EXPECT_EQ(webp_exif_orientation(files[i]), 1) << "case " << i;
+    EXPECT_TRUE(decode(files[i]).rgb == plain_.rgb) << "case " << i;
+  }
+  // Sizes that point past the end: the EXIF chunk's, the RIFF's, VP8X's; none may read out of bounds.
+  const std::vector<uint8_t> good = tagged(tiff_block(true, 6));
+  const size_t exif_at = good.size() - 8 - tiff_block(true, 6).size();
+  ASSERT_EQ(good[exif_at], 'E');
+  for (const uint32_t size : {0x30u, 0x7FFFFFFFu, 0xFFFFFFFFu}) {
+    std::vector<uint8_t> bytes = good;
+    for (int i = 0; i < 4; ++i) bytes[exif_at + 4 + i] = uint8_t(size >> (8 * i));
+    EXPECT_EQ(webp_exif_orientation(bytes), 1) << size;
+    std::vector<uint8_t> riff = good;
+    for (int i = 0; i < 4; ++i) riff[4 + i] = uint8_t(size >> (8 * i));
+    webp_exif_orientation(riff);  // the RIFF size is clamped to the bytes: only no out-of-bounds read is asked
+    std::vector<uint8_t> vp8x = good;
+    for (int i = 0; i < 4; ++i) vp8x[16 + i] = uint8_t(size >> (8 * i));
+    EXPECT_EQ(webp_exif_orientation(vp8x), 1) << size;
+    for (const auto& hostile : {bytes, riff, vp8x}) try {
+        decode(hostile);
+      } catch (const ImageError&) {
+      }
+  }
+  // The file cut inside the EXIF chunk: not read.
+  const std::vector<uint8_t> cut(good.begin(), good.end() - 5);
+  EXPECT_EQ(webp_exif_orientation(cut), 1);
+  // A simple WebP (no VP8X) has no EXIF.
+  EXPECT_EQ(webp_exif_orientation(plain_bytes_), 1);
+  EXPECT_EQ(webp_exif_orientation(std::vector<uint8_t>{'R', 'I', 'F', 'F'}), 1);
+}
+
+// Files Pillow wrote with the tag (make_image_fixtures.py): duet's pixels are Pillow's exif_transpose's, and they are
+// not the stored pixels (the file's header size; for 6 and 7, swapped).
+TEST(ExifOrientationPillow, PngAndWebpAsExifTransposeTurnsThem) {
+  for (const std::string name : {"exif3.png", "exif6.png", "exif6.webp", "exif7.webp"}) {
+    const std::vector<uint8_t> bytes = read_bytes(fixture_path(name));
+    const Image got = decode(bytes);
+    const testing::Rgb want = read_ppm(fixture_path(name + ".ppm"));
+    EXPECT_EQ(got.width, want.width) << name;
+    EXPECT_EQ(got.height, want.height) << name;
+    EXPECT_TRUE(got.rgb == want.pixels) << name;
+    const int orientation = exif_orientation(got.format, bytes);
+    EXPECT_EQ(orientation, name[4] - '0') << name;
+    // Control: the stored pixels (turned back) are not Pillow's.
+    const int back = orientation == 6 ? 8 : orientation;  // 3 and 7 undo themselves, 8 undoes 6
+    const Image stored = apply_exif_orientation(got, back);
+    EXPECT_FALSE(stored.width == want.width && stored.height == want.height && stored.rgb == want.pixels) << name;
+  }
+}
+
+// Flipped bytes in the tagged files: an ImageError or an image of a consistent size, and no sanitizer finding.
+TEST(ExifOrientationPillow, CorruptedBytesNeverCrash) {
+  std::mt19937 random(20261203);
+  for (const std::string name : {"exif3.png", "exif6.png", "exif6.webp", "exif7.webp"}) {
+    const std::vector<uint8_t> original = read_bytes(fixture_path(name));
+    for (int trial = 0; trial < 400; ++trial) {
+      std::vector<uint8_t> bytes = original;
+      for (int i = 0; i < 1 + trial % 3; ++i) {
+        // Half the flips land in the first 64 bytes, where the PNG's eXIf is; the rest anywhere (the WebP's is last).
+        const size_t at = trial % 2 ? random() % std::min<size_t>(64, bytes.size()) : random() % bytes.size();
+        bytes[at] ^= static_cast<uint8_t>(1 + random() % 255);
+      }
+      EXPECT_LE(exif_orientation(name.ends_with("png") ? Format::kPng : Format::kWebp, bytes), 8);
+      try {
+        const Image image = decode(bytes);
+        EXPECT_EQ(image.rgb.size(), size_t{image.width} * image.height * 3) << name;
+      } catch (const ImageError&) {
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -15,7 +15,7 @@ import struct
 import zlib
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageOps
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 HOSTILE = os.path.join(HERE, "hostile")
@@ -56,11 +56,15 @@ def adam7_rows(pixels, bytes_per_pixel):
     return rows
 
 
-def save(name, data):
+def save(name, data, exif_transpose=False):
+    """The file and Pillow's RGB of it; exif_transpose: turned first, as transformers' load_image turns it."""
     path = os.path.join(HERE, name)
     with open(path, "wb") as f:
         f.write(data)
-    expected = convert_to_rgb(Image.open(path))
+    expected = Image.open(path)
+    if exif_transpose:
+        expected = ImageOps.exif_transpose(expected)
+    expected = convert_to_rgb(expected)
     expected.save(os.path.join(HERE, name + ".ppm"))
     return data
 
@@ -105,6 +109,16 @@ def main():
     save("progressive.jpg", pil(b, "JPEG", quality=85, progressive=True))
     save("lossy.webp", pil(b, "WEBP", quality=75))
     save("lossless_alpha.webp", pil(np.dstack([b, (b[..., 0] // 2 + 60)]), "WEBP", lossless=True))
+    # EXIF orientation outside JPEG (exif_orientation.h): Pillow 9.4 writes a bare TIFF block ("MM") in a PNG's eXIf
+    # chunk before IDAT, and in a WebP's EXIF chunk after the image data in the extended layout (VP8X, EXIF flag).
+    for orientation in (3, 6):
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        save(f"exif{orientation}.png", pil(a, "PNG", exif=exif), exif_transpose=True)
+    for orientation in (6, 7):
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        save(f"exif{orientation}.webp", pil(b, "WEBP", quality=75, exif=exif), exif_transpose=True)
     c = pattern(30, 20, 3)
     save("interlaced.gif", pil(c, "GIF", mode="P", interlace=True))
     save("plain.gif", pil(c, "GIF", mode="P", interlace=False))
