@@ -1,5 +1,7 @@
 // The page GET / answers (src/server/web/index.html): served without a key, off with --no-ui, and used in Debian's
-// chromium (tests/server/clients/browser_ui.mjs): a chat message streamed, the stop button, a decision's bars.
+// chromium (tests/server/clients/browser_ui.mjs): a chat message streamed, the stop button, a decision's bars; and
+// (browser_ui_images.mjs) an image sent from the chat to tiny-vl, which has a vision tower, and to the demo model,
+// which refuses it by name.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -22,6 +24,7 @@ TEST(WebUi, ServedWithoutAKeyAndOffWithNoUi) {
   EXPECT_EQ(page->get_header_value("Content-Type"), "text/html; charset=utf-8");
   EXPECT_NE(page->body.find("<title>duet</title>"), std::string::npos);
   EXPECT_NE(page->get_header_value("Content-Security-Policy").find("connect-src 'self'"), std::string::npos);
+  EXPECT_NE(page->get_header_value("Content-Security-Policy").find("img-src data:;"), std::string::npos);
   EXPECT_EQ(on.client().Get("/v1/models")->status, 401) << "the API still needs the key";
   ServerProcess off({"--api-key", kKey, "--context", "256", "--no-ui"});
   auto none = off.client().Get("/", {{"Authorization", "Bearer " + kKey}});
@@ -41,6 +44,22 @@ TEST(WebUi, ChromiumChatsStopsAndDecides) {
                             (screenshot ? screenshot : "") + " 2>&1");
   EXPECT_EQ(result.status, 0) << result.output;
   EXPECT_NE(result.output.find("browser ui: ok"), std::string::npos) << result.output;
+}
+
+TEST(WebUi, ChromiumSendsAnImage) {
+  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  const std::string tests = tests_dir();
+  const std::string tiny_vl = tests + "/fixtures/models/tiny-vl";
+  if (!std::filesystem::exists(tiny_vl + "/tokenizer.json")) GTEST_SKIP() << "tools/make_vision_tokenizer.py";
+  if (!std::filesystem::exists(tests + "/node_modules/puppeteer-core"))
+    FAIL() << "puppeteer-core is not installed: run scripts/test-deps.sh";
+  if (!std::filesystem::exists("/usr/bin/chromium")) FAIL() << "chromium is not installed: run scripts/setup.sh";
+  ServerProcess vision({"--api-key", kKey, "--backend", "cpu", "--parallel", "1", "--context", "512"}, tiny_vl);
+  ServerProcess text_only({"--api-key", kKey, "--context", "512"});  // the demo model: no vision tower
+  auto result = run_command("node " + tests + "/server/clients/browser_ui_images.mjs " + vision.url() + " " +
+                            text_only.url() + " " + kKey + " " + tests + "/fixtures/vision/images/small_png.png 2>&1");
+  EXPECT_EQ(result.status, 0) << result.output;
+  EXPECT_NE(result.output.find("browser ui images: ok"), std::string::npos) << result.output;
 }
 
 }  // namespace
