@@ -31,8 +31,7 @@ enum class StepArray : int {
   sample_params,
   snapshots,   // GDN snapshots taken inside the step (prefill steps only)
   page_table,  // the growing ones last, so the bytes sent each step end soon after the last used one
-  penalties,
-  masks,  // structured outputs' allowed-token bitmasks
+  penalties,   // (structured outputs' masks go up apart, after the forward: mask_upload.h)
   count,
 };
 constexpr size_t kStepArrays = static_cast<size_t>(StepArray::count);
