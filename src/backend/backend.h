@@ -186,6 +186,19 @@ struct StepPiece {
   std::span<const StepSnapshot> snapshots = {};
 };
 
+// A structured output's token mask (grammar/token_mask.h), written when the backend asks for it instead of before the
+// step (issue 19, masks beside the forward): Backend::sample calls write() once for each spec that carries one, in the
+// order of StepPlan::samples, on the thread that runs the step, after the step's forward and logits are on their way
+// (a GPU's kernels enqueued, so the host makes the masks while the device computes) and before any row is drawn.
+// `words` (words() of them) is where the sampler reads the mask from, pinned upload memory on a GPU: write() sets every
+// word (the memory holds an earlier step's bits). What it throws fails the step.
+class MaskWriter {
+ public:
+  virtual ~MaskWriter() = default;
+  virtual size_t words() const = 0;
+  virtual void write(std::span<uint32_t> words) = 0;
+};
+
 // A row sampled where its logits are (Backend::sample): the request's sampling settings and the ids its penalties
 // look at, with the semantics of the CPU backend's sampler (cpu/sampler.h; the same token for the same logits), the
 // draw keyed by (seed, position).
@@ -204,6 +217,11 @@ struct SampleSpec : SamplingKnobs {
   // drawn; every other logit is -inf after the penalties (cpu/sampler.h step 2c). Empty: no mask. Valid until the
   // step ends.
   std::span<const uint32_t> allowed;
+  // The same mask written when the backend asks for it (MaskWriter): what the engine uses, so that its masks are made
+  // while the forward runs. At most one of `allowed` and `mask_writer` per spec; null: none.
+  MaskWriter* mask_writer = nullptr;
+  bool masked() const { return !allowed.empty() || mask_writer != nullptr; }
+  size_t mask_words() const { return mask_writer != nullptr ? mask_writer->words() : allowed.size(); }
 };
 
 struct SampledRow {
@@ -320,6 +338,8 @@ class Backend {
   virtual bool applies_mrope() const { return false; }
   // out[i]: the token picked for plan.sample_rows[i] from head · x[row], by plan.samples[i], as the CPU backend's
   // sampler picks it (cpu/sampler.h). The logits stay where they were computed: every token a step draws is drawn here.
+  // The specs' mask writers are called in here, as MaskWriter says: a spec's mask is the same bits whichever way it
+  // comes, so the tokens are too.
   virtual void sample(const Weight& head, const Activations& x, SampledRow* out) = 0;
   // Copies rows [first, first + count) to host memory as fp32.
   virtual void read_rows(const Activations& x, int64_t first, int64_t count, float* out) = 0;

@@ -25,6 +25,7 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/step_masks.h"
 #include "engine/step_snapshots.h"
 #include "model/model.h"
 #include "model/vision_model.h"
@@ -477,14 +478,9 @@ struct Engine::Impl {
     std::vector<std::vector<Sequence*>> forks(planned.size());
     std::vector<std::vector<backend::SampleSpec>> fork_specs(planned.size());
     std::vector<std::vector<const backend::SampleSpec*>> fork_spec_ptrs(planned.size());
-    // Structured outputs: each constrained sequence's mask for the token this step draws (its own grammar state
-    // alone, so a row's mask never depends on what else runs), forks' too.
-    for (const ScheduledPiece& piece : planned) {
-      if (!piece.samples) continue;
-      prepare_mask(*piece.sequence);
-      if (piece.is_prefill)
-        for (Sequence* fork : scheduler.waiting_forks_of(*piece.sequence)) prepare_mask(*fork);
-    }
+    // Structured outputs: each constrained sequence's mask for the token this step draws, forks' too, written by the
+    // backend's call once the step's forward is on its way (engine/step_masks.h).
+    StepMasks masks;
     // Verify pieces (engine/draft_verify.h): every row's draw, the last one's in specs.
     std::vector<std::vector<backend::SampleSpec>> row_specs(planned.size());
     std::vector<std::vector<const backend::SampleSpec*>> row_spec_ptrs(planned.size());
@@ -539,12 +535,14 @@ struct Engine::Impl {
           for (const backend::SampleSpec& spec : row_specs[i]) row_spec_ptrs[i].push_back(&spec);
           pieces.back().row_samples = row_spec_ptrs[i];
         } else {
-          specs[i] = sample_spec(sequence.sampling(), sequence.counts(), sequence.next_position(), sequence.allowed());
+          specs[i] = sample_spec(sequence.sampling(), sequence.counts(), sequence.next_position());
+          specs[i].mask_writer = masks.add(*piece.sequence, stop_ids(sequence));
         }
         pieces.back().sample = &specs[i];
-        for (const Sequence* fork : forks[i])
-          fork_specs[i].push_back(
-              sample_spec(fork->sampling(), fork->counts(), fork->next_position(), fork->allowed()));
+        for (Sequence* fork : forks[i]) {
+          fork_specs[i].push_back(sample_spec(fork->sampling(), fork->counts(), fork->next_position()));
+          fork_specs[i].back().mask_writer = masks.add(*fork, stop_ids(*fork));
+        }
         for (const backend::SampleSpec& spec : fork_specs[i]) fork_spec_ptrs[i].push_back(&spec);
         pieces.back().fork_samples = fork_spec_ptrs[i];
       }
@@ -554,8 +552,10 @@ struct Engine::Impl {
     std::vector<model::PieceResult> results;
     try {
       results = model.forward(*storage, pieces);
+      count_masks(masks);
     } catch (const model::PieceRefused& refused) {
       // Nothing moved: the piece the model named fails alone, the others run again next step.
+      count_masks(masks);
       if (refused.piece() >= planned.size()) throw;
       log_warn("engine: step refused: {}", refused.what());
       end(*planned[refused.piece()].sequence, FinishReason::error, refused.what());
@@ -921,12 +921,11 @@ struct Engine::Impl {
     return ids;
   }
 
-  void prepare_mask(Sequence& sequence) {
-    if (!sequence.constrained()) return;
-    const double seconds = sequence.prepare_mask(stop_ids(sequence));
+  void count_masks(const StepMasks& masks) {
+    if (masks.written() == 0) return;
     std::lock_guard lock(mutex);
-    ++stats.grammar_masks_total;
-    stats.grammar_mask_seconds_total += seconds;
+    stats.grammar_masks_total += masks.written();
+    stats.grammar_mask_seconds_total += masks.seconds();
   }
 
   bool is_stop_token(const Sequence& sequence, int32_t id) const {

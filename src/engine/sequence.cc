@@ -32,14 +32,18 @@ std::string Sequence::text_for(int32_t id) {
   }
 }
 
-double Sequence::prepare_mask(std::span<const int32_t> end_ids) {
-  const auto started = Clock::now();
-  mask_.resize(static_cast<size_t>(matcher_->compiled().vocabulary().words()));
-  matcher_->fill_mask(mask_);
+size_t Sequence::mask_words() const {
+  if (matcher_ == nullptr) fail("engine: sequence {} has no grammar to mask its tokens", id_);
+  return static_cast<size_t>(matcher_->compiled().vocabulary().words());
+}
+
+void Sequence::write_mask(std::span<uint32_t> words, std::span<const int32_t> end_ids) {
+  if (!constrained()) fail("engine: sequence {} has no grammar holding for its next token", id_);
+  if (words.size() != mask_words()) fail("engine: a mask of {} words for a grammar of {}", words.size(), mask_words());
+  matcher_->fill_mask(words);
   if (matcher_->can_end())
     for (int32_t id : end_ids)
-      if (id >= 0 && static_cast<size_t>(id) / 32 < mask_.size()) grammar::set_bit(mask_, id);
-  return std::chrono::duration<double>(Clock::now() - started).count();
+      if (id >= 0 && static_cast<size_t>(id) / 32 < words.size()) grammar::set_bit(words, id);
 }
 
 std::optional<FinishReason> Sequence::accept(const SampledToken& token, bool is_stop_token) {

@@ -74,13 +74,12 @@ class Sequence {
 
   // A structured output (Request::grammar) whose grammar holds for the next token.
   bool constrained() const { return matcher_ != nullptr && grammar_started_; }
-  // Makes the next token's mask (grammar/token_mask.h): the grammar's tokens, and `end_ids` (its stop tokens) when
-  // the document may end here. Returns the seconds it took.
-  double prepare_mask(std::span<const int32_t> end_ids);
-  // The mask prepare_mask made, for the sampler; empty when the next token is not constrained.
-  std::span<const uint32_t> allowed() const {
-    return constrained() ? std::span<const uint32_t>(mask_) : std::span<const uint32_t>();
-  }
+  // The words of its masks: its grammar's vocabulary's (grammar/token_mask.h).
+  size_t mask_words() const;
+  // Writes the next token's mask into `words` (mask_words() of them, every one set): the grammar's tokens, and
+  // `end_ids` (its stop tokens) when the document may end here. Only while constrained(); where the words are is the
+  // caller's (the backend's upload memory, engine/step_masks.h).
+  void write_mask(std::span<uint32_t> words, std::span<const int32_t> end_ids);
 
   // Records a sampled token and sends what it produced; returns the reason if the sequence ends with it. A stop
   // token (eos unless ignore_eos, or one of stop_token_ids) is counted but sends no TokenEvent. A constrained
@@ -137,7 +136,6 @@ class Sequence {
   bool finished_ = false;
   std::unique_ptr<grammar::Matcher> matcher_;  // structured outputs only
   bool grammar_started_ = false;               // false until grammar_after was generated
-  std::vector<uint32_t> mask_;
 };
 
 }  // namespace duet::engine

@@ -5,7 +5,7 @@
 namespace duet::grammar {
 
 int32_t StackArena::intern(int32_t node, int32_t parent) {
-  auto [it, fresh] = ids_.emplace(key(node, parent), static_cast<int32_t>(frames_.size()));
+  auto [it, fresh] = ids_.try_emplace(key(node, parent), static_cast<int32_t>(frames_.size()));
   if (fresh) frames_.push_back({node, parent});
   return it->second;
 }

@@ -15,6 +15,7 @@
 #include "../model/golden_fixtures.h"
 #include "../model/piece_runs.h"
 #include "cuda_test_util.h"
+#include "graphed_runs.h"
 #include "model/model.h"
 
 namespace duet::model {
@@ -26,6 +27,10 @@ using testing::relative_error;
 using testing::Rows;
 using testing::run_in_pieces;
 using testing::same_bytes;
+
+using testing::expect_same_sequences;
+using testing::load_without_graphs;
+using testing::prefill_slices;
 
 class CudaModelTest : public ::testing::TestWithParam<std::string> {
  protected:
@@ -181,22 +186,6 @@ TEST(CudaExactLoading, F32GdnTensorsAreReadAsF32) {
   }
 }
 
-// The same fixture on a CUDA backend that launches every step (DUET_CUDA_GRAPHS=0), the graph tests' reference.
-std::unique_ptr<Model> load_without_graphs(const std::string& fixture) {
-  setenv("DUET_CUDA_GRAPHS", "0", 1);
-  auto model = Model::load(testing::model_fixture(fixture), "cuda");
-  unsetenv("DUET_CUDA_GRAPHS");
-  return model;
-}
-
-void expect_same_sequences(const std::vector<std::vector<int32_t>>& graphed,
-                           const std::vector<std::vector<int32_t>>& eager) {
-  ASSERT_EQ(graphed.size(), eager.size());
-  int differing = 0;
-  for (size_t i = 0; i < graphed.size(); ++i) differing += graphed[i] != eager[i] ? 1 : 0;
-  EXPECT_EQ(differing, 0) << differing << " of " << graphed.size() << " sequences differ between graphs on and off";
-}
-
 // Decode steps replayed as CUDA graphs (step_graphs.h) give the bits of the same steps launched one by one. Two
 // sequences prefill, then decode and sample together (greedy, and seeded with penalties), with a step of one of them
 // alone in between (another graph), then together again (a replay); the whole run with graphs on and off.
@@ -253,28 +242,6 @@ TEST_P(CudaModelTest, GraphedDecodeStepsEqualEagerOnes) {
   const std::vector<int32_t> eager = run(*eager_model);
   ASSERT_FALSE(eager.empty());
   EXPECT_EQ(graphed, eager);
-}
-
-// Opens `count` sequences and prefills sequence i with source[i * shift, i * shift + length + i * growth): prompts that
-// overlap but differ in start and length.
-struct PrefilledSlices {
-  std::vector<int32_t> slots;
-  std::vector<std::vector<int32_t>> prompts;
-};
-PrefilledSlices prefill_slices(engine::PieceRunner& runner, const std::vector<int32_t>& source, int count, size_t shift,
-                               size_t length, size_t growth) {
-  PrefilledSlices out;
-  std::vector<Piece> prefill;
-  for (int i = 0; i < count; ++i) {
-    const size_t start = static_cast<size_t>(i) * shift, size = length + static_cast<size_t>(i) * growth;
-    out.prompts.emplace_back(source.begin() + static_cast<std::ptrdiff_t>(start),
-                             source.begin() + static_cast<std::ptrdiff_t>(start + size));
-    out.slots.push_back(runner.open());
-  }
-  for (int i = 0; i < count; ++i)
-    prefill.push_back({.slot = out.slots[i], .tokens = out.prompts[i], .wants = RowOutput::last_logits});
-  runner.run(prefill);
-  return out;
 }
 
 // Issue 22's silent wrong tokens: with penalties on, the penalty table was placed after the page tables in the step
@@ -339,11 +306,12 @@ TEST_P(CudaModelTest, GraphsWithPenaltiesSurviveThePageTableGrowing) {
 }
 
 // Structured outputs' masked steps replay as CUDA graphs too (issue 19: they ran eagerly, a few percent of a 64-stream
-// step). The masks have their own region of the step upload, re-sent every step, and the graph key says whether the
-// step has any. Eight sequences decode 24 steps; each step masks some of them with masks that change every step (20%
-// of the vocabulary, other ids each time), a few steps mask none and one step masks all, so masked and unmasked
-// graphs alternate and replay with new mask contents. Graphs on must equal graphs off token for token, every token
-// must be one its mask allows, and (the control) the masks must change tokens.
+// step). The graph key says whether the step has masks; a masked step's graph ends at the logits, and its masks, given
+// ready-made here, go up after it (masked_steps_test.cc has masks written during the step). Eight sequences decode 24
+// steps; each step masks some of them with masks that change every step (20% of the vocabulary, other ids each time), a
+// few steps mask none and one step masks all, so masked and unmasked graphs alternate and replay with new mask
+// contents. Graphs on must equal graphs off token for token, every token must be one its mask allows, and (the control)
+// the masks must change tokens.
 TEST_P(CudaModelTest, GraphedMaskedStepsEqualEagerOnes) {
   const Goldens goldens(testing::golden_fixture(GetParam(), "fp32"));
   const std::vector<int32_t> source = goldens.i32("len300.ids");
@@ -351,8 +319,8 @@ TEST_P(CudaModelTest, GraphedMaskedStepsEqualEagerOnes) {
   const size_t words = static_cast<size_t>((vocab + 31) / 32);
   constexpr int kSequences = 8, kSteps = 24;
   auto masked = [](int sequence, int step) {
+    if (step == 10) return true;      // every row masked (before the next line, which 10 % 7 == 3 would take)
     if (step % 7 == 3) return false;  // no mask in the whole step
-    if (step == 10) return true;      // every row masked
     return (sequence + step) % 3 != 0;
   };
   auto allows = [](int sequence, int step, int64_t id) {

@@ -3,7 +3,8 @@
 // temperature, top-k, top-p, min-p and penalties, masks from one allowed id to nearly all, and short masks (a missing
 // word allows nothing). Rows are independent: a masked row alone equals the same row among unmasked ones, and the
 // unmasked rows equal themselves without the masked one beside them. Planted control: the kernel run without its
-// masks must draw ids the masks forbid.
+// masks must draw ids the masks forbid. And the masks' own upload (mask_upload.h) as the CUDA backend uses it since the
+// masks are written beside the forward (issue 19): the sampler reads what the host wrote before the copy, never less.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/cuda/mask_upload.h"
 #include "backend/cuda/sampling.h"
 #include "cuda_test_util.h"
 #include "engine/sampler.h"
@@ -76,12 +78,12 @@ std::vector<DeviceSample> run(const std::vector<Row>& rows, bool pass_masks, con
   return d_out.download();
 }
 
-std::vector<Row> make_rows(int32_t vocab, uint32_t seed) {
+std::vector<Row> make_rows(int32_t vocab, uint32_t seed, int count = 48) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 3.0f);
   std::vector<Row> rows;
   const int32_t words = (vocab + 31) / 32;
-  for (int k = 0; k < 48; ++k) {
+  for (int k = 0; k < count; ++k) {
     Row r;
     for (int32_t i = 0; i < vocab; ++i) r.logits.push_back(normal(rng));
     switch (k % 6) {
@@ -167,6 +169,107 @@ TEST(CudaSamplingMask, PlantedKernelIgnoringMasksIsCaught) {
   int outside = 0;
   for (size_t k = 0; k < rows.size(); ++k) outside += !allowed(rows[k], got[k].id);
   EXPECT_GT(outside, 10);
+}
+
+}  // namespace
+}  // namespace duet::backend::cuda
+
+namespace duet::backend::cuda {
+namespace {
+
+// The rows sampled on `stream` as a masked step of the CUDA backend samples them: each row's mask placed at a 16-byte
+// aligned offset of the upload's words, the host writing them into the staging words, the copy sent on the upload's
+// own stream and the sampler waiting for it. copy_first: the planted fault (DUET_TEST_MASKS_AFTER_COPY), the copy sent
+// and done before the host writes the masks.
+std::vector<DeviceSample> run_through_upload(const std::vector<Row>& rows, MaskUpload& upload, cudaStream_t stream,
+                                             bool copy_first) {
+  const auto vocab = static_cast<int32_t>(rows.front().logits.size());
+  std::vector<float> logits;
+  std::vector<SamplingRowParams> params;
+  std::vector<PenaltyEntry> entries;
+  size_t words = 0;
+  for (const Row& r : rows) {
+    logits.insert(logits.end(), r.logits.begin(), r.logits.end());
+    SamplingRowParams p;
+    static_cast<SamplingKnobs&>(p) = r.params;
+    p.seed = r.params.seed;
+    p.position = r.position;
+    p.penalty_offset = static_cast<int32_t>(entries.size());
+    const engine::TokenCounts c = counts_of(r);
+    for (int32_t id : c.seen()) {
+      const auto g = c.generated().find(id);
+      entries.push_back(PenaltyEntry{id, g == c.generated().end() ? 0 : g->second, 0, 0.0f});
+    }
+    p.penalty_count = static_cast<int32_t>(entries.size()) - p.penalty_offset;
+    if (!r.mask.empty()) {
+      p.mask_offset = static_cast<int64_t>(words);
+      p.mask_words = static_cast<int32_t>(r.mask.size());
+      words += (r.mask.size() + 3) / 4 * 4;
+    }
+    params.push_back(p);
+  }
+  entries.push_back(PenaltyEntry{});
+  const auto n = static_cast<int32_t>(rows.size());
+  DeviceBuffer<float> d_logits(logits);
+  DeviceBuffer<SamplingRowParams> d_params(params);
+  DeviceBuffer<PenaltyEntry> d_entries(entries);
+  DeviceBuffer<DeviceSample> d_out(static_cast<size_t>(n));
+  const size_t bytes = sampling_scratch_bytes(n, vocab);
+  DeviceBuffer<unsigned char> scratch(bytes);
+  upload.arrange(words);
+  if (copy_first) {
+    upload.send(words, stream);
+    upload.wait_sent();
+  }
+  for (size_t k = 0; k < rows.size(); ++k) {
+    if (rows[k].mask.empty()) continue;
+    const std::span<uint32_t> staged = upload.staging(static_cast<size_t>(params[k].mask_offset), rows[k].mask.size());
+    std::copy(rows[k].mask.begin(), rows[k].mask.end(), staged.begin());
+  }
+  if (!copy_first) upload.send(words, stream);
+  launch_sample(d_logits.get(), n, vocab, d_params.get(), d_entries.get(), d_out.get(), nullptr, scratch.get(), bytes,
+                stream, {}, upload.device());
+  upload.read_by(stream);
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  return d_out.download();
+}
+
+// Four rounds on the real-size vocabulary (248,320 columns: a copy of tens of microseconds, which a sampler started
+// early would overtake), 12, 24, 36 and 48 rows with new logits and masks each (the buffers grow, and move, between
+// rounds): every draw equals the CPU sampler's under its round's masks. Then the planted fault over the same rounds:
+// draws under the last round's masks must differ from the CPU's, or the check could not see a stale mask.
+TEST(CudaSamplingMask, MaskUploadFeedsTheSamplerWhatTheHostWrote) {
+  DUET_REQUIRE_GPU();
+  constexpr int32_t kVocab = 248320;
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  std::vector<std::vector<Row>> rounds;
+  for (int r = 1; r <= 4; ++r) rounds.push_back(make_rows(kVocab, 100 + static_cast<uint32_t>(r), 12 * r));
+  for (const bool copy_first : {false, true}) {
+    MaskUpload upload;
+    int differing = 0, outside = 0;
+    for (size_t r = 0; r < rounds.size(); ++r) {
+      const std::vector<Row>& rows = rounds[r];
+      const auto got = run_through_upload(rows, upload, stream, copy_first);
+      for (size_t k = 0; k < rows.size(); ++k) {
+        const Row& row = rows[k];
+        const auto want = engine::sample_token(row.logits, row.params, counts_of(row), row.position, row.mask);
+        differing += got[k].id != want.id ? 1 : 0;
+        outside += allowed(row, got[k].id) ? 0 : 1;
+        if (!copy_first) {
+          EXPECT_EQ(got[k].id, want.id) << "round " << r << " row " << k;
+        }
+      }
+    }
+    if (copy_first) {
+      EXPECT_GT(outside, 10) << "the planted fault (the copy before the host wrote the masks) drew only allowed ids: "
+                                "the test cannot see a stale mask";
+    } else {
+      EXPECT_EQ(differing, 0) << differing << " draws differ from the CPU sampler's under the masks the host wrote";
+      EXPECT_EQ(outside, 0) << outside << " draws outside the masks the host wrote";
+    }
+  }
+  cudaStreamDestroy(stream);
 }
 
 }  // namespace

@@ -130,8 +130,11 @@ class CpuBackend final : public Backend {
   bool applies_mrope() const override { return true; }  // cpu/attention_mixer.cc
 
   // Each sampled row's logits once (a row repeats for its forked choices' draws), then every draw by its own settings
-  // (cpu/sampler.h), side by side on the pool: each is a pure function of its row and settings.
+  // (cpu/sampler.h), side by side on the pool: each is a pure function of its row and settings. The masks that come
+  // through a MaskWriter are written first, in order, on this thread (the forward has run: there is nothing to overlap
+  // them with here), each into a vector of its own that the draw then reads as it reads a given mask.
   void sample(const Weight& head, const Activations& x, SampledRow* out) override {
+    const std::vector<SampleSpec> written = written_masks();
     const auto& in = cpu_of(x);
     const std::span<const int64_t> rows = plan_.sample_rows;
     std::vector<int64_t> distinct;
@@ -151,8 +154,8 @@ class CpuBackend final : public Backend {
     const auto draw = [&](size_t begin, size_t end) {
       for (size_t i = begin; i < end; ++i) {
         try {
-          out[i] =
-              cpu::sample_row(std::span<const float>(logits.data() + logits_of[i] * vocab, vocab), *plan_.samples[i]);
+          const SampleSpec& spec = plan_.samples[i]->mask_writer != nullptr ? written[i] : *plan_.samples[i];
+          out[i] = cpu::sample_row(std::span<const float>(logits.data() + logits_of[i] * vocab, vocab), spec);
         } catch (...) {
           errors[i] = std::current_exception();  // a pool worker must not throw
         }
@@ -191,9 +194,29 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // For each spec of plan_.samples with a MaskWriter, a copy whose `allowed` is the mask it wrote into written_[i]
+  // (other entries unused). The words start all ones, so a writer that leaves some unset allows every id there: seen
+  // by the tests here as on a GPU, whose memory holds another step's bits.
+  std::vector<SampleSpec> written_masks() {
+    std::vector<SampleSpec> out(plan_.samples.size());
+    written_.resize(plan_.samples.size());
+    for (size_t i = 0; i < plan_.samples.size(); ++i) {
+      const SampleSpec& spec = *plan_.samples[i];
+      if (spec.mask_writer == nullptr) continue;
+      if (!spec.allowed.empty()) fail("cpu backend: sample {} carries both a mask and a mask writer", i);
+      written_[i].assign(spec.mask_writer->words(), ~0u);
+      spec.mask_writer->write(written_[i]);
+      out[i] = spec;
+      out[i].allowed = written_[i];
+      out[i].mask_writer = nullptr;
+    }
+    return out;
+  }
+
   StepPlan plan_;
   cpu::CpuStateStorage* storage_ = nullptr;  // plan_.storage
   size_t workspace_bytes_ = 0;
+  std::vector<std::vector<uint32_t>> written_;  // masks written by MaskWriters this step (written_masks)
 };
 
 }  // namespace

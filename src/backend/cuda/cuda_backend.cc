@@ -24,6 +24,7 @@
 #include "backend/cuda/device_step.h"
 #include "backend/cuda/host_products.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/mask_upload.h"
 #include "backend/cuda/op_timer.h"
 #include "backend/cuda/pinned_gemm.h"
 #include "backend/cuda/sampling.h"
@@ -380,12 +381,14 @@ class CudaBackend final : public Backend {
     int64_t chunk_scratch = 0;
     const std::vector<DeviceChunk> chunks = plan_delta_chunks(pieces, &chunk_scratch);
     const DeltaOrder order = delta_order(pieces);
-    // Rows sampled here: their settings and penalty ids travel in the same upload.
+    // Rows sampled here: their settings and penalty ids travel in the same upload; a masked row's place in the masks
+    // too, the mask itself is written during sample() (mask_upload.h).
     std::vector<int32_t> sample_rows;
     std::vector<SamplingRowParams> sample_params;
     std::vector<PenaltyEntry> penalties;
-    std::vector<uint32_t> masks;
     samples_ = plan.samples;
+    masked_.clear();
+    mask_words_ = 0;
     decode_sample_rows_ = 0;
     for (size_t i = 0; i < plan.sample_rows.size(); ++i) {
       const SampleSpec& spec = *plan.samples[i];
@@ -399,13 +402,19 @@ class CudaBackend final : public Backend {
       p.penalty_offset = static_cast<int32_t>(penalties.size());
       p.penalty_count = static_cast<int32_t>(spec.penalties.size());
       for (const auto& e : spec.penalties) penalties.push_back(PenaltyEntry{e.id, e.generated, e.in_prompt, e.bias});
-      if (!spec.allowed.empty()) {  // a structured output's mask travels in the same upload, after the penalties
-        p.mask_offset = static_cast<int64_t>(masks.size());
-        p.mask_words = static_cast<int32_t>(spec.allowed.size());
-        masks.insert(masks.end(), spec.allowed.begin(), spec.allowed.end());
+      if (spec.masked()) {
+        if (!spec.allowed.empty() && spec.mask_writer != nullptr)
+          fail("cuda backend: sample {} carries both a mask and a mask writer", i);
+        const size_t words = spec.mask_words();
+        p.mask_offset = static_cast<int64_t>(mask_words_);
+        p.mask_words = static_cast<int32_t>(words);
+        masked_.push_back({i, mask_words_, words});
+        mask_words_ += (words + 3) / 4 * 4;  // each row's mask on a 16-byte boundary
       }
       sample_params.push_back(p);
     }
+    if (!masked_.empty()) mask_upload_.arrange(mask_words_);
+    masks_ = masked_.empty() ? nullptr : mask_upload_.device();
     decode_logit_rows_ = 0;
     for (int64_t r : plan.logit_rows) decode_logit_rows_ += r < decode_rows_ ? 1 : 0;
     logit_row_count_ = static_cast<int32_t>(plan.logit_rows.size());
@@ -429,7 +438,6 @@ class CudaBackend final : public Backend {
     size_of(StepArray::snapshots) = bytes_of(snapshots);
     size_of(StepArray::page_table) = bytes_of(pages);
     size_of(StepArray::penalties) = bytes_of(penalties);
-    size_of(StepArray::masks) = bytes_of(masks);
     size_of(StepArray::row_rope) = bytes_of(row_rope);
     if (upload_.arrange(sizes)) graphs_.clear();
     auto put = [&](StepArray a, const auto& v) { return upload_.put(a, v.data(), bytes_of(v)); };
@@ -458,15 +466,15 @@ class CudaBackend final : public Backend {
     adapted_count_ = static_cast<int32_t>(adapted_rows.size());
     sample_params_ = static_cast<const SamplingRowParams*>(put(StepArray::sample_params, sample_params));
     penalties_ = penalties.empty() ? nullptr : static_cast<const PenaltyEntry*>(put(StepArray::penalties, penalties));
-    masks_ = masks.empty() ? nullptr : static_cast<const uint32_t*>(put(StepArray::masks, masks));
     upload_.send(stream_);
     gaps_.began(rows_);
 
-    // A decode step whose every piece samples one row replays (or is captured into) its counts' graph. Structured
-    // outputs' masks, like the penalties, have their own region, sent with every step (model_cuda_test's
-    // GraphedMaskedStepsEqualEagerOnes); so do the rows' rotary positions of decode steps after a prompt with images,
-    // whose graphs are their own (the key's `rope`: attention prep reads row_rope there, row_position elsewhere;
-    // vision_cuda_test's GraphedDecodeAfterAnImageEqualsEager).
+    // A decode step whose every piece samples one row replays (or is captured into) its counts' graph. A step with
+    // structured outputs' masks has a graph of its own that ends at the logits: its sampler runs after the host has
+    // written the masks (sample(); model_cuda_test's GraphedMaskedStepsEqualEagerOnes, MaskedStepsSplitAroundTheMasks).
+    // The rows' rotary positions of decode steps after a prompt with images have their own region and graphs (the
+    // key's `rope`: attention prep reads row_rope there, row_position elsewhere; vision_cuda_test's
+    // GraphedDecodeAfterAnImageEqualsEager).
     const bool graphed = graphs_on_ && decode_rows_ == rows_ && plan.logit_rows.empty() && adapted_rows.empty() &&
                          static_cast<int64_t>(plan.sample_rows.size()) == static_cast<int64_t>(pieces.size());
     if (graphed) {
@@ -687,13 +695,24 @@ class CudaBackend final : public Backend {
     void* sampling_scratch = scratch<char>(static_cast<int64_t>(scratch_bytes));
     auto* picked = scratch<DeviceSample>(n);
     auto* top = scratch<DeviceTopLogprob>(n * kMaxTopLogprobs);
-    if (mode_ != Mode::replay)
+    const auto launch = [&] {
       timer_.time("sample.kernel", stream_, [&] {
         launch_sample(logits, static_cast<int32_t>(n), static_cast<int32_t>(V), sample_params_, penalties_, picked, top,
                       sampling_scratch, scratch_bytes, stream_, {}, masks_);
       });
-    if (mode_ != Mode::eager) graphs_.launch(stream_);  // ends the capture (if this step made it), then replays
-    mode_ = Mode::eager;
+    };
+    if (masked_.empty()) {
+      if (mode_ != Mode::replay) launch();
+      launch_graph();
+    } else {
+      // Issue 19, masks beside the forward: the step's graph (or its eager launches) ends at the logits and goes to
+      // the device now; while it runs, the host writes the masks and they go up on their own stream (mask_upload.h);
+      // the sampler waits for both. One launch after the graph: a graph of it alone would save nothing.
+      launch_graph();
+      upload_masks();
+      launch();
+      mask_upload_.read_by(stream_);
+    }
     gaps_.enqueued();
     std::vector<DeviceSample> host(static_cast<size_t>(n));
     std::vector<DeviceTopLogprob> host_top(static_cast<size_t>(n * kMaxTopLogprobs));
@@ -731,6 +750,32 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // Ends the capture (if this step made it) and launches the step's graph; nothing when the step runs eagerly.
+  void launch_graph() {
+    if (mode_ != Mode::eager) graphs_.launch(stream_);
+    mode_ = Mode::eager;
+  }
+
+  // Every masked row's mask written into the staging words (by its MaskWriter, or a given mask copied), in the order
+  // of the step's samples, then sent. DUET_TEST_MASKS_AFTER_COPY=1 plants the fault the GPU tests must catch: the copy
+  // goes first and the masks are written once it is done, so the sampler reads the last step's masks.
+  void upload_masks() {
+    if (test_masks_after_copy_) {
+      mask_upload_.send(mask_words_, stream_);
+      mask_upload_.wait_sent();
+    }
+    for (const MaskedSample& m : masked_) {
+      const SampleSpec& spec = *samples_[m.sample];
+      const std::span<uint32_t> words = mask_upload_.staging(m.offset, m.words);
+      if (spec.mask_writer != nullptr) {
+        spec.mask_writer->write(words);
+      } else {
+        std::memcpy(words.data(), spec.allowed.data(), m.words * sizeof(uint32_t));
+      }
+    }
+    if (!test_masks_after_copy_) mask_upload_.send(mask_words_, stream_);
+  }
+
   // Bump allocation from the workspace; released by begin_step (and by each sublayer for its own scratch).
   template <typename T>
   T* scratch(int64_t count) {
@@ -887,7 +932,19 @@ class CudaBackend final : public Backend {
   int32_t adapted_count_ = 0;
   const SamplingRowParams* sample_params_ = nullptr;
   const PenaltyEntry* penalties_ = nullptr;
-  const uint32_t* masks_ = nullptr;  // this step's token masks (SamplingRowParams::mask_offset), or null
+  // This step's token masks: which samples have one and where (SamplingRowParams::mask_offset, in words), their words
+  // in all, and the device words the sampler reads (null when no row is masked).
+  struct MaskedSample {
+    size_t sample, offset, words;
+  };
+  std::vector<MaskedSample> masked_;
+  size_t mask_words_ = 0;
+  MaskUpload mask_upload_;
+  const uint32_t* masks_ = nullptr;
+  const bool test_masks_after_copy_ = [] {
+    const char* fault = std::getenv("DUET_TEST_MASKS_AFTER_COPY");  // a planted fault, for the GPU tests only
+    return fault != nullptr && std::string_view(fault) == "1";
+  }();
   std::span<const SampleSpec* const> samples_;
   int64_t decode_sample_rows_ = 0;
   int64_t rows_ = 0;
@@ -902,7 +959,8 @@ class CudaBackend final : public Backend {
   Mode mode_ = Mode::eager;
 
   // Every value a graphed decode step's launches take besides the weights and the step's counts: a graph captured
-  // with other values must not replay (StepGraphs checks, and refuses loudly instead of computing wrong tokens).
+  // with other values must not replay (StepGraphs checks, and refuses loudly instead of computing wrong tokens). The
+  // masks' address is not one: no graph reads it (a masked step's sampler runs outside its graph).
   std::vector<uintptr_t> graph_arguments() const {
     auto address = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
     return {address(workspace_.ptr),
@@ -924,7 +982,6 @@ class CudaBackend final : public Backend {
             address(sample_rows_),
             address(sample_params_),
             address(penalties_),
-            address(masks_),
             static_cast<uintptr_t>(decode_rows_),
             static_cast<uintptr_t>(decode_sample_rows_)};
   }

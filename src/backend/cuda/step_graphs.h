@@ -6,6 +6,8 @@
 // same key launch exactly the same kernels with exactly the same arguments, and the second can replay the first's
 // graph: the plan upload before it carries everything that differs (ids, positions, pages, sampling settings).
 // Replaying changes no result: the graph holds the same kernels in the same order on the same stream.
+// A step with structured outputs' masks stops its graph before the sampler, whose masks the host writes while the
+// graph runs (StepGraphKey::masks).
 #include <cuda_runtime.h>
 
 #include <compare>
@@ -20,8 +22,10 @@ namespace duet::backend::cuda {
 struct StepGraphKey {
   int64_t rows = 0, pieces = 0, samples = 0;
   bool penalties = false;  // the sampling kernel's penalty table present
-  bool masks = false;      // structured outputs' token masks present
-  bool rope = false;       // rows' 3-D rotary positions present (DeviceStep::row_rope: a rope delta after images)
+  // Structured outputs' token masks present: the graph ends at the logits, and the sampler is launched after it, once
+  // the host has written the masks (cuda_backend.cc sample(), mask_upload.h). Without: the graph holds the sampler.
+  bool masks = false;
+  bool rope = false;  // rows' 3-D rotary positions present (DeviceStep::row_rope: a rope delta after images)
   auto operator<=>(const StepGraphKey&) const = default;
 };
 

@@ -1,0 +1,19 @@
+#include "engine/step_masks.h"
+
+#include <chrono>
+
+namespace duet::engine {
+
+backend::MaskWriter* StepMasks::add(Sequence& sequence, std::vector<int32_t> end_ids) {
+  if (!sequence.constrained()) return nullptr;
+  return &writers_.emplace_back(*this, sequence, std::move(end_ids));
+}
+
+void StepMasks::Writer::write(std::span<uint32_t> words) {
+  const auto started = std::chrono::steady_clock::now();
+  sequence_.write_mask(words, end_ids_);
+  owner_.seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  ++owner_.written_;
+}
+
+}  // namespace duet::engine

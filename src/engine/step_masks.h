@@ -1,0 +1,52 @@
+#pragma once
+// A step's structured-output masks, written when the backend asks for them (backend::MaskWriter; issue 19): each
+// constrained sequence of the step writes its next token's mask straight into the backend's memory (the pinned upload
+// buffer on a GPU) while the device runs the step's forward, instead of into a vector of its own before the step. A
+// mask comes from its own sequence's grammar state alone, so a row's mask never depends on what else runs. One per
+// step, engine thread only (a backend calls the writers on the thread that runs the step).
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "engine/sequence.h"
+
+namespace duet::engine {
+
+class StepMasks {
+ public:
+  StepMasks() = default;
+  StepMasks(const StepMasks&) = delete;
+  StepMasks& operator=(const StepMasks&) = delete;
+
+  // The writer of `sequence`'s mask for the token this step draws for it, allowing `end_ids` (its stop tokens) where
+  // its document may end; null when that token is not constrained. Valid while this lives; the sequence's grammar
+  // state must not move until the step has drawn.
+  backend::MaskWriter* add(Sequence& sequence, std::vector<int32_t> end_ids);
+
+  // What the writers did: masks written and the seconds they took (EngineStats::grammar_mask*).
+  int64_t written() const { return written_; }
+  double seconds() const { return seconds_; }
+
+ private:
+  class Writer final : public backend::MaskWriter {
+   public:
+    Writer(StepMasks& owner, Sequence& sequence, std::vector<int32_t> end_ids)
+        : owner_(owner), sequence_(sequence), end_ids_(std::move(end_ids)), words_(sequence.mask_words()) {}
+    size_t words() const override { return words_; }
+    void write(std::span<uint32_t> words) override;
+
+   private:
+    StepMasks& owner_;
+    Sequence& sequence_;
+    std::vector<int32_t> end_ids_;
+    size_t words_;
+  };
+
+  std::deque<Writer> writers_;  // a deque: the backend holds pointers to them
+  int64_t written_ = 0;
+  double seconds_ = 0;
+};
+
+}  // namespace duet::engine

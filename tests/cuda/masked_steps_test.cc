@@ -1,0 +1,208 @@
+// Structured outputs' masks written beside the forward on the CUDA backend (issue 19; backend::MaskWriter,
+// mask_upload.h): a masked step's graph (or its eager launches) ends at the logits and goes to the device first; the
+// host then writes every mask into pinned memory, the masks go up on a stream of their own, and the sampler, launched
+// after the graph, waits for that copy. Unmasked steps keep one graph with the sampler inside. On a machine without a
+// GPU every test reports skipped with the reason.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <span>
+#include <vector>
+
+#include "../model/golden_fixtures.h"
+#include "backend/cuda/device_rows.h"
+#include "cuda_test_util.h"
+#include "graphed_runs.h"
+#include "model/model.h"
+
+namespace duet::model {
+namespace {
+
+using testing::expect_same_sequences;
+using testing::Goldens;
+using testing::load_with_env;
+using testing::load_without_graphs;
+using testing::prefill_slices;
+
+class CudaMaskedSteps : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    DUET_REQUIRE_GPU();
+    model_ = Model::load(testing::model_fixture(GetParam()), "cuda");
+  }
+  std::unique_ptr<Model> model_;
+};
+
+// Eight sequences decode 24 steps. Sequences 0 and 5 are never masked (the unconstrained rows beside constrained
+// ones); the others are masked in most steps, with masks that change every step (20% of the vocabulary, other ids
+// each time); now and then no row of a step is masked (its single graph replays), and step 12 masks all the others.
+constexpr int kSequences = 8, kSteps = 24;
+bool never_masked(int sequence) { return sequence == 0 || sequence == 5; }
+bool masked(int sequence, int step) {
+  if (never_masked(sequence) || step % 7 == 3) return false;
+  return step == 12 || (sequence + step) % 3 != 0;
+}
+bool allows(int sequence, int step, int64_t id) {
+  const uint64_t h = (static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ull) ^ (sequence * 131u + step * 7919u);
+  return (h >> 17) % 5 == 0;
+}
+
+enum class Masks { none, ready, writers };
+
+// Writes its mask when the backend asks, and checks when that is: the step's stream is asked for
+// (cuda::step_stream_of), which the backend refuses while the step is being captured or replayed, i.e. before its graph
+// went to the device. Counts the writes, those asked too early, and those made while the device was still busy with the
+// step.
+struct CheckingWriter final : backend::MaskWriter {
+  const std::vector<uint32_t>* mask = nullptr;
+  backend::Backend* backend = nullptr;
+  int* writes = nullptr;
+  int* too_early = nullptr;
+  int* while_busy = nullptr;
+  size_t words() const override { return mask->size(); }
+  void write(std::span<uint32_t> words) override {
+    ++*writes;
+    try {
+      if (cudaStreamQuery(backend::cuda::step_stream_of(*backend)) == cudaErrorNotReady) {
+        ++*while_busy;
+        // "Not ready" is no error; should the runtime keep it as the last one, the backend's next launch check must
+        // not read it as its own.
+        if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError();
+      }
+    } catch (const std::exception&) {
+      ++*too_early;
+    }
+    std::copy(mask->begin(), mask->end(), words.begin());
+  }
+};
+
+struct MaskedRun {
+  std::vector<std::vector<int32_t>> tokens;  // per sequence
+  int writes = 0, too_early = 0, while_busy = 0;
+};
+
+MaskedRun run_masked(Model& model, Masks how, const std::vector<int32_t>& source,
+                     const std::vector<std::vector<std::vector<uint32_t>>>& masks) {
+  engine::PieceRunner runner(model, kSequences, 400);
+  const auto [slots, prompts] = prefill_slices(runner, source, kSequences, 5, 40, 7);
+  MaskedRun out;
+  out.tokens.resize(kSequences);
+  std::vector<int32_t> next(kSequences, 1);
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<backend::SampleSpec> specs(kSequences);
+    std::vector<CheckingWriter> writers(kSequences);
+    std::vector<Piece> pieces;
+    for (int i = 0; i < kSequences; ++i) {
+      backend::SampleSpec& spec = specs[i];
+      spec.temperature = i % 2 ? 0.9f : 0.0f;
+      spec.seed = 11 + static_cast<uint64_t>(i);
+      spec.position = static_cast<int64_t>(prompts[i].size()) + step;
+      if (masked(i, step) && how == Masks::ready) spec.allowed = masks[i][step];
+      if (masked(i, step) && how == Masks::writers) {
+        writers[i].mask = &masks[i][step];
+        writers[i].backend = model.products_backend();
+        writers[i].writes = &out.writes, writers[i].too_early = &out.too_early;
+        writers[i].while_busy = &out.while_busy;
+        spec.mask_writer = &writers[i];
+      }
+      pieces.push_back({.slot = slots[i],
+                        .tokens = std::span(&next[i], 1),
+                        .wants = RowOutput::sampled,
+                        .role = backend::RowRole::decode,
+                        .sample = &spec});
+    }
+    const auto results = runner.run(pieces);
+    for (int i = 0; i < kSequences; ++i) {
+      next[i] = results[i].sampled.id;
+      out.tokens[i].push_back(next[i]);
+    }
+  }
+  return out;
+}
+
+struct Scenario {
+  std::vector<int32_t> source;
+  std::vector<std::vector<std::vector<uint32_t>>> masks;  // [sequence][step], empty where unmasked
+  int masked_draws = 0;
+};
+Scenario scenario(const std::string& fixture, int64_t vocab) {
+  Scenario s;
+  s.source = Goldens(testing::golden_fixture(fixture, "fp32")).i32("len300.ids");
+  const size_t words = static_cast<size_t>((vocab + 31) / 32);
+  s.masks.assign(kSequences, std::vector<std::vector<uint32_t>>(kSteps));
+  for (int i = 0; i < kSequences; ++i)
+    for (int step = 0; step < kSteps; ++step) {
+      if (!masked(i, step)) continue;
+      ++s.masked_draws;
+      s.masks[i][step].assign(words, 0u);
+      for (int64_t id = 0; id < vocab; ++id)
+        if (allows(i, step, id)) s.masks[i][step][id / 32] |= 1u << (id % 32);
+    }
+  return s;
+}
+
+int outside_masks(const MaskedRun& run) {
+  int outside = 0;
+  for (int i = 0; i < kSequences; ++i)
+    for (int step = 0; step < kSteps; ++step)
+      outside += masked(i, step) && !allows(i, step, run.tokens[i][step]) ? 1 : 0;
+  return outside;
+}
+
+// Masks by writer, graphed: each writer runs once per masked draw, never before its step's graph went to the device;
+// every masked token is inside its mask; the tokens equal the same masks handed over ready-made (graphed) and the
+// writers' on a backend without graphs; the never-masked sequences draw exactly what they draw when no row of any step
+// is masked. Control: the masks change the masked sequences' tokens.
+TEST_P(CudaMaskedSteps, MaskedStepsSplitAroundTheMasks) {
+  const Scenario s = scenario(GetParam(), model_->config().vocab_size);
+  ASSERT_NE(model_->products_backend(), nullptr);
+  const MaskedRun written = run_masked(*model_, Masks::writers, s.source, s.masks);
+  std::printf("%s: %d masks written, %d while the device still ran the step's forward\n", GetParam().c_str(),
+              written.writes, written.while_busy);
+  EXPECT_EQ(written.writes, s.masked_draws) << "a mask writer was not called exactly once per masked draw";
+  EXPECT_EQ(written.too_early, 0) << written.too_early
+                                  << " masks were asked for before their step's graph was launched";
+  EXPECT_EQ(outside_masks(written), 0) << outside_masks(written) << " tokens outside their masks";
+
+  const MaskedRun ready = run_masked(*model_, Masks::ready, s.source, s.masks);
+  expect_same_sequences(written.tokens, ready.tokens);
+  auto eager_model = load_without_graphs(GetParam());
+  const MaskedRun eager = run_masked(*eager_model, Masks::writers, s.source, s.masks);
+  expect_same_sequences(written.tokens, eager.tokens);
+  EXPECT_EQ(eager.too_early, 0);
+
+  const MaskedRun plain = run_masked(*model_, Masks::none, s.source, s.masks);
+  const MaskedRun plain_eager = run_masked(*eager_model, Masks::none, s.source, s.masks);
+  expect_same_sequences(plain.tokens, plain_eager.tokens);
+  int changed = 0;
+  for (int i = 0; i < kSequences; ++i) {
+    if (never_masked(i)) {
+      EXPECT_EQ(written.tokens[i], plain.tokens[i]) << "unmasked sequence " << i << " changed beside masked rows";
+    } else {
+      changed += written.tokens[i] != plain.tokens[i] ? 1 : 0;
+    }
+  }
+  EXPECT_GT(changed, 0) << "the masks changed no token: the test could not see them";
+}
+
+// The planted fault the test above must catch (DUET_TEST_MASKS_AFTER_COPY=1): the copy goes up first and the host
+// writes the masks once it is done, so each masked row is drawn under the masks of an earlier step. Graphed and eager,
+// the tokens must then leave their masks.
+TEST_P(CudaMaskedSteps, MasksWrittenAfterTheirCopyAreCaught) {
+  const Scenario s = scenario(GetParam(), model_->config().vocab_size);
+  for (const char* graphs : {"1", "0"}) {
+    setenv("DUET_CUDA_GRAPHS", graphs, 1);
+    auto faulty = load_with_env(GetParam(), "DUET_TEST_MASKS_AFTER_COPY", "1");
+    unsetenv("DUET_CUDA_GRAPHS");
+    const MaskedRun run = run_masked(*faulty, Masks::writers, s.source, s.masks);
+    EXPECT_GT(outside_masks(run), 10) << "graphs " << graphs
+                                      << ": masks written after their copy drew only allowed tokens; the check of "
+                                         "MaskedStepsSplitAroundTheMasks cannot see a mask that comes too late";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaMaskedSteps, ::testing::Values("tiny-mm", "tiny-text"));
+
+}  // namespace
+}  // namespace duet::model
