@@ -196,7 +196,9 @@ TEST_P(CudaMaskedSteps, MasksWrittenAfterTheirCopyAreCaught) {
     auto faulty = load_with_env(GetParam(), "DUET_TEST_MASKS_AFTER_COPY", "1");
     unsetenv("DUET_CUDA_GRAPHS");
     const MaskedRun run = run_masked(*faulty, Masks::writers, s.source, s.masks);
-    EXPECT_GT(outside_masks(run), 10) << "graphs " << graphs
+    // MaskedStepsSplitAroundTheMasks wants none outside: one is enough to fail it (the H200 drew 5 of the run's tokens
+    // outside their masks here, graphed and eager).
+    EXPECT_GT(outside_masks(run), 0) << "graphs " << graphs
                                       << ": masks written after their copy drew only allowed tokens; the check of "
                                          "MaskedStepsSplitAroundTheMasks cannot see a mask that comes too late";
   }
