@@ -199,8 +199,8 @@ TEST_P(CudaMaskedSteps, MasksWrittenAfterTheirCopyAreCaught) {
     // MaskedStepsSplitAroundTheMasks wants none outside: one is enough to fail it (the H200 drew 5 of the run's tokens
     // outside their masks here, graphed and eager).
     EXPECT_GT(outside_masks(run), 0) << "graphs " << graphs
-                                      << ": masks written after their copy drew only allowed tokens; the check of "
-                                         "MaskedStepsSplitAroundTheMasks cannot see a mask that comes too late";
+                                     << ": masks written after their copy drew only allowed tokens; the check of "
+                                        "MaskedStepsSplitAroundTheMasks cannot see a mask that comes too late";
   }
 }
 

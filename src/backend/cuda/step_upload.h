@@ -31,8 +31,8 @@ enum class StepArray : int {
   sample_params,
   snapshots,   // GDN snapshots taken inside the step (prefill steps only)
   page_table,  // the growing ones last, so the bytes sent each step end soon after the last used one
-  penalties,  // (structured outputs' masks go up apart, after the forward: mask_upload.h)
-  row_rope,   // rows' 3-D rotary positions, only in steps with images or a rope delta: last, so other steps send none
+  penalties,   // (structured outputs' masks go up apart, after the forward: mask_upload.h)
+  row_rope,    // rows' 3-D rotary positions, only in steps with images or a rope delta: last, so other steps send none
   count,
 };
 constexpr size_t kStepArrays = static_cast<size_t>(StepArray::count);
