@@ -134,6 +134,13 @@ class StateStorage {
   // drafting on it by the backend's name.
   virtual bool can_rewind() const { return false; }
   virtual void rewind(int32_t slot, int64_t position);
+  // Whether rewind may take back the row that completed a 64-position chunk (the step folded the chunk into the
+  // boundary state). A backend that keeps no copy of the state from before a fold says no, and the engine never
+  // drafts a verify piece whose row t >= 1 completes a chunk (row 0's token is always kept).
+  virtual bool can_rewind_folds() const { return true; }
+  // Drafting is on, with verify pieces of up to `rows` rows: a backend that needs memory to rewind takes it now (at
+  // start, counted in the memory plan: Backend::gdn_rewind_bytes), and refuses pieces longer than it planned for.
+  virtual void prepare_rewind(int64_t rows) { (void)rows; }
   // The prompt cache without cutting steps (StepPiece::snapshots): whether a prefill piece may ask for snapshots of its
   // GDN state at block ends inside its rows. Without it (the default) the engine ends a step at every position it
   // keeps, and each extra step reads all the weights again (issue 16: most of a 1K prompt's time to first token on a
@@ -292,7 +299,12 @@ class Backend {
   virtual std::unique_ptr<StateStorage> new_state_storage(const GdnShape& gdn, int64_t gdn_layers, int64_t slots,
                                                           const AttentionShape& attention, int64_t attention_layers,
                                                           int64_t pages, int64_t snapshots) = 0;
-  virtual size_t gdn_state_bytes(const GdnShape& shape) const = 0;      // one slot of one GDN layer
+  virtual size_t gdn_state_bytes(const GdnShape& shape) const = 0;  // one slot of one GDN layer
+  // What StateStorage::prepare_rewind(rows) takes per slot of one GDN layer (0: nothing beyond the state).
+  virtual size_t gdn_rewind_bytes(const GdnShape& shape, int64_t rows) const {
+    (void)shape, (void)rows;
+    return 0;
+  }
   virtual size_t kv_page_bytes(const AttentionShape& shape) const = 0;  // one page of one attention layer (K and V)
 
   // Room for the activations of steps whose scratch needs up to `bytes` (the model sizes it from its widths and

@@ -1,5 +1,5 @@
 // Backend methods with a refusal for a default: the ones only the MTP layer and speculative decoding use, which a
-// backend gains when it runs them (the CPU backend does; the CUDA backend does not yet, issue 20).
+// backend gains when it runs them (the CPU and CUDA backends do).
 #include "backend/backend.h"
 #include "base/error.h"
 

@@ -1,6 +1,5 @@
 #include "cli/draft_flags.h"
 
-#include "backend/backend.h"
 #include "base/error.h"
 
 namespace duet::cli {
@@ -26,7 +25,7 @@ void add_draft_flags(CLI::App& cmd, DraftFlags& flags, bool with_oracle) {
   cmd.add_flag("--draft-fixed", flags.fixed, "With --draft: always draft --draft-tokens tokens a step");
 }
 
-engine::DraftOptions draft_options(const DraftFlags& flags, const std::string& backend) {
+engine::DraftOptions draft_options(const DraftFlags& flags) {
   engine::DraftOptions options;
   options.kind = flags.kind == "mtp"      ? engine::DraftKind::mtp
                  : flags.kind == "ngram"  ? engine::DraftKind::ngram
@@ -36,11 +35,6 @@ engine::DraftOptions draft_options(const DraftFlags& flags, const std::string& b
   options.measured = !flags.fixed;
   if (options.kind == engine::DraftKind::none) return options;
   if (flags.tokens < 1 || flags.tokens > 4) fail("--draft-tokens {}: must be 1 to 4", flags.tokens);
-  // The CUDA backend has neither the MTP layer's calls nor a rewind of verify rows yet (issue 20): refused now, not
-  // after loading the weights onto the GPU.
-  if (backend == "cuda" || (backend == "auto" && backend::cuda_backend_available()))
-    fail("--draft {}: the cuda backend cannot verify drafts yet; draft with --backend cpu, or leave --draft out",
-         flags.kind);
   return options;
 }
 

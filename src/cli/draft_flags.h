@@ -17,8 +17,7 @@ struct DraftFlags {
 
 // `with_oracle`: also the benchmarks' oracle drafter (`duet run`; cli/run_engine.h).
 void add_draft_flags(CLI::App& cmd, DraftFlags& flags, bool with_oracle = false);
-// The engine's options from the flags; refuses (duet::Error, before the model loads) K outside 1..4, and drafting on a
-// backend that cannot verify yet: `backend` as given (cpu, cuda, auto: cuda when this build has it and a GPU answers).
-engine::DraftOptions draft_options(const DraftFlags& flags, const std::string& backend);
+// The engine's options from the flags; refuses (duet::Error, before the model loads) K outside 1..4.
+engine::DraftOptions draft_options(const DraftFlags& flags);
 
 }  // namespace duet::cli

@@ -138,7 +138,7 @@ void run(const RunOptions& options) {
   if (options.warmup < 0 || options.warmup > 100) fail("--warmup: {} must be in 0..100", options.warmup);
   if (options.streams < 1 || options.streams > 1024) fail("--streams: {} must be in 1..1024", options.streams);
   const std::string model_dir = options.model_dir.empty() ? default_model_dir() : options.model_dir;
-  const engine::DraftOptions draft = draft_options(options.draft, options.backend);
+  const engine::DraftOptions draft = draft_options(options.draft);
   if (options.temperature != 0.0f && !options.through_engine)
     fail("--temperature: only with --draft (the engine's seeded sampling)");
 

@@ -188,7 +188,7 @@ void load_vision(const ServeFlags& flags, const model::Model& model, engine::Eng
 
 void serve(ServeFlags& flags) {
   check_flags(flags);
-  flags.engine.draft = draft_options(flags.draft, flags.backend);  // refused here, before the weights load
+  flags.engine.draft = draft_options(flags.draft);
   set_http_limits(flags);
   // A client that disconnects makes a write fail; it must not kill the process.
   std::signal(SIGPIPE, SIG_IGN);

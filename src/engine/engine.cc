@@ -59,7 +59,7 @@ void check_options(const EngineOptions& options) {
 
 // Drafting needs a backend that can take verify rows back, and for MTP drafts a model with an MTP layer: refused at
 // start by name.
-std::optional<MtpDrafter> checked_drafter(model::Model& model, const backend::StateStorage& storage,
+std::optional<MtpDrafter> checked_drafter(model::Model& model, backend::StateStorage& storage,
                                           const EngineOptions& options) {
   const DraftKind kind = options.draft.kind;
   if (kind == DraftKind::none) return std::nullopt;
@@ -70,6 +70,7 @@ std::optional<MtpDrafter> checked_drafter(model::Model& model, const backend::St
         to_string(kind), storage.owner() != nullptr ? storage.owner()->name() : "model's");
   if (kind == DraftKind::oracle && !options.draft.test_oracle)
     fail("engine: the oracle drafter (benchmarks) needs DraftOptions::test_oracle");
+  storage.prepare_rewind(verify_rows(options));
   if (kind != DraftKind::mtp) return std::nullopt;
   if (!model.has_mtp())
     fail(
@@ -506,7 +507,9 @@ struct Engine::Impl {
                         .position = static_cast<int32_t>(position),
                         .tokens = piece.tokens,
                         .wants = wants,
-                        .role = piece.is_prefill ? backend::RowRole::prefill : backend::RowRole::decode,
+                        .role = piece.is_prefill || (verifies && options.draft.test_verify_as_prefill)
+                                    ? backend::RowRole::prefill
+                                    : backend::RowRole::decode,
                         .rewindable = verifies,
                         .adapted = piece.sequence->request().adapter == AdapterUse::clef});
       if (piece.sequence->has_images()) {  // a prompt chunk's own positions and rows; every later row the delta
@@ -688,7 +691,9 @@ struct Engine::Impl {
       if (sequence.decides()) continue;
       sequence.set_drafts({});
       if (sequence.finished() || !sequence.speculative()) continue;
-      const int32_t count = sequence.prefill_done() ? std::min(draft_count(sequence), drafted_k) : 0;
+      const int64_t next = blocks.position(*sequence.slot());  // the next verify piece's first row
+      const int32_t count =
+          sequence.prefill_done() ? fold_safe_drafts(next, std::min(draft_count(sequence), drafted_k)) : 0;
       if (!mtp) {
         if (count > 0) sequence.set_drafts(lookup_drafts(sequence, count));
         continue;
@@ -741,6 +746,15 @@ struct Engine::Impl {
   int32_t draft_count(const Sequence& sequence) const {
     const auto left = sequence.sampling().max_tokens - static_cast<int32_t>(sequence.generated().size());
     return std::clamp(left - 1, 0, options.draft.tokens);
+  }
+
+  // A backend that cannot take back a chunk's fold (StateStorage::can_rewind_folds) gets no verify piece whose row
+  // t >= 1 completes a chunk: with its first row at `next`, the row completing the chunk is row 63 - next % 64, so
+  // the drafts stop before it (row 0 is the last token, always kept, so a fold there is never taken back).
+  int32_t fold_safe_drafts(int64_t next, int32_t count) const {
+    const auto fold_row = static_cast<int32_t>(backend::kKvPagePositions - 1 - next % backend::kKvPagePositions);
+    if ((storage->can_rewind_folds() && !options.draft.test_no_fold_rewinds) || fold_row == 0) return count;
+    return std::min(count, fold_row - 1);
   }
 
   static int32_t token_at(const Sequence& sequence, int64_t position) {

@@ -38,8 +38,10 @@ struct DraftOptions {
   // K chosen per step from measured costs and acceptance, 0..tokens (engine/draft_policy.h); else always `tokens`.
   bool measured = false;
   // Tests only: planted faults that the exactness tests must catch.
-  bool test_accept_unchecked = false;  // every row's draw is taken, whether or not the draft before it was confirmed
-  bool test_skip_rewind = false;       // the GDN state of rejected rows is left in place
+  bool test_accept_unchecked = false;   // every row's draw is taken, whether or not the draft before it was confirmed
+  bool test_skip_rewind = false;        // the GDN state of rejected rows is left in place
+  bool test_verify_as_prefill = false;  // verify rows computed as prefill rows (a GPU's prefill GEMM): other bits
+  bool test_no_fold_rewinds = false;    // drafts stop before chunk ends, as on a backend that cannot rewind folds
   // DraftKind::oracle: up to `count` drafts for a request that generated `generated` so far.
   std::function<std::vector<int32_t>(const Request& request, std::span<const int32_t> generated, int32_t count)>
       test_oracle;

@@ -32,6 +32,8 @@ int64_t planned_kv_pages(const model::Model& model, const EngineOptions& options
   return static_cast<int64_t>(options.parallel) * ((options.context + page - 1) / page);
 }
 
+int64_t verify_rows(const EngineOptions& options) { return 1 + options.draft.tokens; }
+
 int64_t max_step_rows(const EngineOptions& options) {
   const int32_t drafts = options.draft.kind == DraftKind::none ? 0 : options.draft.tokens;
   return static_cast<int64_t>(options.step_token_budget) + options.prefill_chunk +
@@ -67,7 +69,10 @@ MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options) 
   plan.model_positions = config.max_position_embeddings;
   plan.adapter_bytes = model.adapter_bytes();
   plan.sequences = options.parallel;
-  plan.state_bytes_per_sequence = model.sequence_fixed_bytes();
+  // With drafts, what the backend keeps per slot to take back a verify piece's rejected rows.
+  plan.state_bytes_per_sequence =
+      model.sequence_fixed_bytes() +
+      (options.draft.kind == DraftKind::none ? 0 : model.sequence_rewind_bytes(verify_rows(options)));
   plan.kv_pages = planned_kv_pages(model, options);
   plan.kv_page_positions = model.kv_page_positions();
   // With MTP drafts, each page id also names a page of the MTP layer's K/V (Model::new_mtp_storage).

@@ -19,7 +19,7 @@ struct MemoryPlan {
   int64_t model_positions = 0;          // the model's max_position_embeddings (0: not given)
   size_t adapter_bytes = 0;             // a runtime adapter's factors (--clef), beside the weights
   int32_t sequences = 0;                // parallel
-  size_t state_bytes_per_sequence = 0;  // fixed per slot: GDN conv + delta-rule state
+  size_t state_bytes_per_sequence = 0;  // fixed per slot: GDN conv + delta-rule state (+ rewind copies, drafting)
   int64_t kv_pages = 0;                 // the shared KV page pool
   int32_t kv_page_positions = 0;
   size_t kv_page_bytes = 0;
@@ -46,6 +46,8 @@ size_t physical_memory_bytes();
 int64_t planned_kv_pages(const model::Model& model, const EngineOptions& options);
 // The most rows one step can have (the scheduler's budget plus a chunk and a decode row per sequence of slack).
 int64_t max_step_rows(const EngineOptions& options);
+// The most rows of one verify piece with drafts on: the last token and the drafts after it.
+int64_t verify_rows(const EngineOptions& options);
 MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options);
 // The context a server gets when none is asked: the model's max_position_embeddings (4096 when config.json has none),
 // bounded by the KV cache when kv_cache_tokens sets its size, and by memory: the largest whole number of KV pages

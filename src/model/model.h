@@ -144,6 +144,11 @@ class Model {
   virtual int32_t kv_page_positions() const = 0;
   virtual size_t kv_page_bytes() const = 0;         // one page, K and V of every attention layer
   virtual size_t sequence_fixed_bytes() const = 0;  // one sequence's GDN state (conv history, delta rule)
+  // What the backend keeps per sequence to take back verify pieces of up to `rows` rows (StateStorage::prepare_rewind).
+  virtual size_t sequence_rewind_bytes(int64_t rows) const {
+    (void)rows;
+    return 0;
+  }
   // Bytes of one sequence's fixed state plus the K/V of max_positions positions.
   virtual size_t sequence_state_bytes(int32_t max_positions) const = 0;
 

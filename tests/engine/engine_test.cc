@@ -33,7 +33,7 @@ constexpr int32_t kVocab = 97;
 constexpr int32_t kChunk = testing::kSmallChunk;
 
 // Drafting needs a backend that can take verify rows back (StateStorage::rewind): one that cannot (the fake model's
-// storage here; the CUDA backend's today) is refused at start, by name, instead of failing at the first rejection.
+// storage here) is refused at start, by name, instead of failing at the first rejection.
 TEST(Engine, DraftingOnAStorageThatCannotRewindIsRefused) {
   FakeModel model(kVocab);
   EngineOptions options = small_options(2);

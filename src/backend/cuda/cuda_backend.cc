@@ -22,6 +22,7 @@
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/device_rows.h"
 #include "backend/cuda/device_step.h"
+#include "backend/cuda/gdn_rewind.h"
 #include "backend/cuda/host_products.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mask_upload.h"
@@ -87,14 +88,16 @@ class CudaStateStorage final : public StateStorage {
         snapshots_(snapshots),
         conv_snapshots_(static_cast<size_t>(snapshots * gdn_layers * conv_layer_) * sizeof(bf16), "GDN conv snapshots"),
         delta_snapshots_(static_cast<size_t>(snapshots * gdn_layers * delta_layer_) * sizeof(float),
-                         "GDN delta-rule snapshots") {}
+                         "GDN delta-rule snapshots"),
+        rewind_(slots, gdn_layers, gdn.conv_channels(), gdn.conv_kernel, stream) {}
   int64_t slots() const override { return slots_; }
   int64_t pages() const override { return pages_; }
   int64_t snapshots() const override { return snapshots_; }
   size_t bytes() const override {
-    return conv_.bytes + delta_.bytes + kv_.bytes + conv_snapshots_.bytes + delta_snapshots_.bytes;
+    return conv_.bytes + delta_.bytes + kv_.bytes + conv_snapshots_.bytes + delta_snapshots_.bytes + rewind_.bytes();
   }
   void reset_slot(int32_t slot) override {
+    rewind_.forget(slot);
     check_cuda(cudaMemsetAsync(conv(slot), 0, static_cast<size_t>(gdn_layers_ * conv_layer_) * sizeof(bf16), stream_),
                "reset GDN conv state");
     check_cuda(
@@ -106,6 +109,7 @@ class CudaStateStorage final : public StateStorage {
   void copy_slot(int32_t from, int32_t to) override {
     if (from == to) return;
     check_slot(from), check_slot(to);
+    rewind_.forget(to);
     check_cuda(cudaMemcpyAsync(conv(to), conv(from), static_cast<size_t>(gdn_layers_ * conv_layer_) * sizeof(bf16),
                                cudaMemcpyDeviceToDevice, stream_),
                "fork GDN conv state");
@@ -135,7 +139,22 @@ class CudaStateStorage final : public StateStorage {
   }
   void restore_snapshot(int32_t snapshot, int32_t slot) override {
     check_slot(slot), check_snapshot(snapshot);
+    rewind_.forget(slot);
     copy_gdn(conv(slot), conv_snapshot(snapshot), delta(slot), delta_snapshot(snapshot), "restore GDN snapshot");
+  }
+  // Speculative decoding (gdn_rewind.h): the conv history comes back from the verify piece's window; the delta rule
+  // needs only the host's position to move back, except across a fold, which the engine never drafts over here.
+  bool can_rewind() const override { return true; }
+  bool can_rewind_folds() const override { return false; }
+  void prepare_rewind(int64_t rows) override { rewind_.prepare(rows); }
+  void rewind(int32_t slot, int64_t position) override {
+    check_slot(slot);
+    rewind_.rewind(slot, position, conv(slot), conv_layer_);
+  }
+  // begin_step: a piece's window for rewinding (GdnRewind::note_piece), null unless it is rewindable. The step keeps
+  // this storage const; what it notes is bookkeeping for rewind(), which only the step's caller calls.
+  bf16* note_piece(int32_t slot, int64_t start_position, int64_t rows, bool rewindable, int64_t* layer_stride) const {
+    return rewind_.note_piece(slot, start_position, rows, rewindable, layer_stride);
   }
   // Snapshots inside steps (StepSnapshot): the conv kernel and the delta-rule walk write them (DeviceSnapshot). On
   // since the GPU suite with tests/cuda/step_snapshots_cuda_test.cc and the exactness bench passed on the H200
@@ -194,6 +213,7 @@ class CudaStateStorage final : public StateStorage {
   DeviceMemory kv_;
   int64_t snapshots_;
   DeviceMemory conv_snapshots_, delta_snapshots_;  // [snapshots][gdn_layers][...] like conv_ and delta_
+  mutable GdnRewind rewind_;                       // verify pieces' conv windows, and what each slot can take back
   bool snapshots_in_steps_ = [] {
     const char* off = std::getenv("DUET_CUDA_STEP_SNAPSHOTS");
     return off == nullptr || std::strcmp(off, "0") != 0;
@@ -290,6 +310,9 @@ class CudaBackend final : public Backend {
   size_t kv_page_bytes(const AttentionShape& s) const override {
     return static_cast<size_t>(2 * kPagePositions * s.kv_heads * s.head_dim) * sizeof(bf16);
   }
+  size_t gdn_rewind_bytes(const GdnShape& s, int64_t rows) const override {
+    return GdnRewind::bytes_per_layer(s.conv_channels(), s.conv_kernel, rows);
+  }
 
   void reserve_workspace(size_t bytes) override {
     if (bytes <= workspace_.bytes) return;
@@ -350,6 +373,7 @@ class CudaBackend final : public Backend {
       d.delta_layer_stride = storage->delta_layer_stride();
       d.kv = storage->kv();
       d.kv_pages = storage->pages();
+      d.rewind_conv = storage->note_piece(p.slot, p.start_position, p.rows, p.rewindable, &d.rewind_layer_stride);
       d.first_snapshot = static_cast<int32_t>(snapshots.size());
       d.snapshot_count = static_cast<int32_t>(p.snapshots.size());
       // The model checked them (model/piece_checks.h); a one-row piece runs the decode kernels, which write none.
@@ -648,6 +672,32 @@ class CudaBackend final : public Backend {
     timer_.time("write_rows", stream_, [&] { launch_f32_to_bf16(staged, n, data_of(x) + first * x.width(), stream_); });
     check_cuda(cudaStreamSynchronize(stream_), "write_rows");
     used_ = mark;
+  }
+
+  // The MTP layer's own steps (model/mtp_forward.cc): [a | b] per row, two strided copies on the step stream; and its
+  // fc projection through the sublayers' GEMMs (decode rows on the skinny GEMM, the rest on the pinned one), no
+  // adapter. MTP steps ask for logits, so they are never graphed.
+  void concat(const Activations& a, const Activations& b, Activations& out) override {
+    if (mode_ != Mode::eager) fail("cuda backend: concat inside a graphed step");
+    if (a.rows() != b.rows() || out.rows() != a.rows() || out.width() != a.width() + b.width())
+      fail("cuda backend: concat of [{}, {}] and [{}, {}] into [{}, {}]", a.rows(), a.width(), b.rows(), b.width(),
+           out.rows(), out.width());
+    if (a.rows() == 0) return;
+    const size_t e = sizeof(bf16), pitch = static_cast<size_t>(out.width()) * e;
+    const auto rows = static_cast<size_t>(a.rows());
+    check_cuda(cudaMemcpy2DAsync(data_of(out), pitch, data_of(a), static_cast<size_t>(a.width()) * e,
+                                 static_cast<size_t>(a.width()) * e, rows, cudaMemcpyDeviceToDevice, stream_),
+               "concat: left");
+    check_cuda(cudaMemcpy2DAsync(data_of(out) + a.width(), pitch, data_of(b), static_cast<size_t>(b.width()) * e,
+                                 static_cast<size_t>(b.width()) * e, rows, cudaMemcpyDeviceToDevice, stream_),
+               "concat: right");
+  }
+  void project(const Weight& w, const Activations& x, Activations& out) override {
+    if (mode_ == Mode::replay) return;  // the step's graph holds these launches
+    if (w.cols != x.width() || out.width() != w.rows || out.rows() != x.rows())
+      fail("cuda backend: project [{}, {}] by a [{}, {}] weight into [{}, {}]", x.rows(), x.width(), w.rows, w.cols,
+           out.rows(), out.width());
+    gemm("project", data_of(x), x.rows(), w, LoraFactors{}, data_of(out));
   }
 
   // The model's M-RoPE streams as attention prep takes them (all 0, the time stream, for a model without M-RoPE: a

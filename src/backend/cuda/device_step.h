@@ -41,6 +41,11 @@ struct DevicePiece {
   // + snapshot_count), in position order.
   int32_t first_snapshot = 0;
   int32_t snapshot_count = 0;
+  // A rewindable piece (verify rows, gdn_rewind.h): the conv kernels write its window [history before the step | its
+  // inputs] for GDN layer g at  rewind_conv + g * rewind_layer_stride  ([K-1 + rows][conv_channels] bf16); null for
+  // any other piece.
+  bf16* rewind_conv = nullptr;
+  int64_t rewind_layer_stride = 0;
 };
 
 // A GDN snapshot taken inside a step (backend::StepSnapshot): when its piece's rows reach `position` (a chunk end), the

@@ -74,7 +74,8 @@ __global__ void __launch_bounds__(kThreads)
 // One thread per (piece, channel): the new state is the last K-1 entries of [old state | piece inputs]. A piece of
 // fewer than K-1 rows keeps part of the old state (shifted towards the oldest slot), so every new value is read into
 // registers before any slot is written. A snapshot at position s inside the piece (DeviceSnapshot) gets the K-1
-// entries before s of the same window, the history a step ending at s leaves, read before the state is written too.
+// entries before s of the same window, the history a step ending at s leaves, read before the state is written too;
+// a rewindable piece (gdn_rewind.h) gets the whole window, for the same reason before the state is written.
 template <int K>
 __global__ void __launch_bounds__(kThreads)
     conv_state_kernel(DeviceStep step, int32_t layer, int32_t channels, const bf16* in) {
@@ -96,6 +97,10 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int j = 0; j < K - 1; ++j) kept[static_cast<int64_t>(j) * channels + c] = window(at + j);
   }
+  if (piece.rewind_conv != nullptr) {  // a verify piece's window, for rewinding (gdn_rewind.h)
+    bf16* to = piece.rewind_conv + static_cast<int64_t>(layer) * piece.rewind_layer_stride;
+    for (int32_t j = 0; j < K - 1 + piece.rows; ++j) to[static_cast<int64_t>(j) * channels + c] = window(j);
+  }
   bf16 kept[K - 1];
 #pragma unroll
   for (int j = 0; j < K - 1; ++j) kept[j] = window(piece.rows + j);
@@ -104,7 +109,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Pieces of one row: one thread per (piece, channel) reads its state's K-1 inputs and the row's, writes the output
-// (conv_rows_kernel's, t = 0) and then the state shifted by one (conv_state_kernel's, rows = 1).
+// (conv_rows_kernel's, t = 0) and then the state shifted by one (conv_state_kernel's, rows = 1), and a rewindable
+// piece's window as conv_state_kernel does.
 template <int K>
 __global__ void __launch_bounds__(kThreads)
     conv_decode_kernel(DeviceStep step, int32_t layer, DeviceWeight w, int32_t channels, const bf16* in, bf16* out,
@@ -122,6 +128,11 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j < K - 1; ++j) x[j] = state[static_cast<int64_t>(j) * channels + c];
   x[K - 1] = in[static_cast<int64_t>(row) * channels + c];
   out[static_cast<int64_t>(row) * channels + c] = conv_output<K>(w, c, x);
+  if (piece.rewind_conv != nullptr) {  // a one-row verify piece's window (conv_state_kernel's, rows = 1)
+    bf16* to = piece.rewind_conv + static_cast<int64_t>(layer) * piece.rewind_layer_stride;
+#pragma unroll
+    for (int j = 0; j < K; ++j) to[static_cast<int64_t>(j) * channels + c] = x[j];
+  }
 #pragma unroll
   for (int j = 0; j < K - 1; ++j) state[static_cast<int64_t>(j) * channels + c] = x[j + 1];
 }
