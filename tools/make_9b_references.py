@@ -10,6 +10,8 @@ Writes, under OUT:
                     model.visual.* with its preprocessor_config.json), sharded safetensors, BF16 except linear_attn.A_log and linear_attn.norm.weight
                     kept F32 with values BF16 cannot hold (as the stock releases store them); the Qwen3.5-like
                     tokenizer of tests/fixtures/tokenizer/qwen35-synthetic beside it, so `duet serve` runs on it.
+                    With --mtp also a random MTP layer (mtp.* in model-mtp.safetensors, mtp_num_hidden_layers 1):
+                    useless drafts, but the GPU time MTP drafting costs at this shape.
   prompts.json      {"prompts": [[ids], ...], "buckets": [...]}: per-bucket random prompts in the four length
                     buckets of design/targets.md (<=1K, 1-4K, 4-10K, 10-16K).
   ref/<i>.fp32.f32  transformers FP32 final-norm rows [tokens, 4096] (raw little-endian fp32)
@@ -75,6 +77,37 @@ def randomize(model, seed):
             if not name.endswith(KEEP_F32):
                 value = value.to(torch.bfloat16).to(torch.float32)
             param.copy_(value)
+
+
+def add_random_mtp(folder, model, seed):
+    """An MTP layer of random weights (`mtp.*` as Qwen3.5 checkpoints store it: tools/qwen35_mtp_spec.md): its full
+    attention decoder layer shaped like the main model's layer 3, fc [h, 2h], the three norms. Transformers does not run
+    it and its drafts are noise, but it costs on the GPU what a real one costs: for the speed of MTP drafting."""
+    from safetensors.torch import save_file
+    gen = torch.Generator(device="cuda").manual_seed(seed + 7)
+    h = model.config.text_config.hidden_size
+    tensors = {}
+    layer = "model.language_model.layers.3."
+    for name, param in model.state_dict().items():
+        if name.startswith(layer):
+            shape = param.shape
+            value = (torch.randn(shape, device="cuda", generator=gen) / (shape[-1] ** 0.5) if param.dim() >= 2
+                     else torch.randn(shape, device="cuda", generator=gen) * 0.3)
+            tensors["mtp.layers.0." + name[len(layer):]] = value.to(torch.bfloat16).contiguous()
+    tensors["mtp.fc.weight"] = (torch.randn(h, 2 * h, device="cuda", generator=gen) / (2 * h) ** 0.5).to(torch.bfloat16)
+    for norm in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
+        tensors[f"mtp.{norm}.weight"] = (torch.randn(h, device="cuda", generator=gen) * 0.3).to(torch.bfloat16)
+    shard = "model-mtp.safetensors"
+    save_file({k: v.cpu() for k, v in tensors.items()}, os.path.join(folder, shard), metadata={"format": "pt"})
+    index_path = os.path.join(folder, "model.safetensors.index.json")
+    index = json.load(open(index_path))
+    for key in tensors:
+        index["weight_map"][key] = shard
+    json.dump(index, open(index_path, "w"), indent=2)
+    config_path = os.path.join(folder, "config.json")
+    config = json.load(open(config_path))
+    config["text_config"]["mtp_num_hidden_layers"] = 1
+    json.dump(config, open(config_path, "w"), indent=2)
 
 
 def make_checkpoint(out, seed):
@@ -208,11 +241,14 @@ def main():
     parser.add_argument("--per-bucket", type=int, default=10)
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--checkpoint-only", action="store_true", help="write model/ and prompts.json, nothing else")
+    parser.add_argument("--mtp", action="store_true", help="also a random MTP layer (mtp.*), for drafting's speed")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     print(f"transformers {transformers.__version__}, torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
     start = time.time()
     model = make_checkpoint(args.out, args.seed)
+    if args.mtp:
+        add_random_mtp(os.path.join(args.out, "model"), model, args.seed)
     print(f"checkpoint: {time.time() - start:.1f} s", flush=True)
     prompts = make_prompts(args.out, args.per_bucket, args.seed + 1)
     print(f"prompts: {[len(p) for p in prompts]}", flush=True)

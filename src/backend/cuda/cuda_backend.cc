@@ -499,15 +499,21 @@ class CudaBackend final : public Backend {
     // The rows' rotary positions of decode steps after a prompt with images have their own region and graphs (the
     // key's `rope`: attention prep reads row_rope there, row_position elsewhere; vision_cuda_test's
     // GraphedDecodeAfterAnImageEqualsEager).
+    // Verify pieces (drafts: several decode rows of one sequence, every row sampled) replay graphs too: their key also
+    // holds the delta rule's chunk counts, the only launch sizes of such a step that its rows and pieces do not fix.
     const bool graphed = graphs_on_ && decode_rows_ == rows_ && plan.logit_rows.empty() && adapted_rows.empty() &&
-                         static_cast<int64_t>(plan.sample_rows.size()) == static_cast<int64_t>(pieces.size());
+                         snapshots.empty() && !pieces.empty() &&
+                         static_cast<int64_t>(plan.sample_rows.size()) >= static_cast<int64_t>(pieces.size());
     if (graphed) {
       const StepGraphKey key{rows_,
                              static_cast<int64_t>(pieces.size()),
                              static_cast<int64_t>(plan.sample_rows.size()),
                              penalties_ != nullptr,
                              masks_ != nullptr,
-                             step_.row_rope != nullptr};
+                             step_.row_rope != nullptr,
+                             step_.chunks,
+                             step_.multi_pieces,
+                             step_.multi_chunks};
       mode_ = graphs_.begin(key, graph_arguments(), stream_) ? Mode::replay : Mode::capture;
     }
   }

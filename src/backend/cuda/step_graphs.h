@@ -26,6 +26,9 @@ struct StepGraphKey {
   // the host has written the masks (cuda_backend.cc sample(), mask_upload.h). Without: the graph holds the sampler.
   bool masks = false;
   bool rope = false;  // rows' 3-D rotary positions present (DeviceStep::row_rope: a rope delta after images)
+  // The delta rule's chunks, pieces of several rows and their chunks (DeviceStep): fixed by rows and pieces when every
+  // piece is one row; a verify piece's rows may end one chunk and start the next.
+  int32_t chunks = 0, multi_pieces = 0, multi_chunks = 0;
   auto operator<=>(const StepGraphKey&) const = default;
 };
 
