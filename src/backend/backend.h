@@ -248,6 +248,9 @@ struct StepPlan {
   // by its own settings: forked choices), and how.
   std::span<const int64_t> sample_rows;
   std::span<const SampleSpec* const> samples;
+  // The step writes host rows into its activations (Backend::write_rows: the MTP layer's input rows), so a backend
+  // that records steps to replay them (CUDA graphs) runs this one as it comes.
+  bool host_rows = false;
 };
 
 // [rows, width] activations in the backend's memory and element type.

@@ -6,12 +6,6 @@
 
 namespace duet::engine {
 
-namespace {
-int32_t argmax(std::span<const float> logits) {
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
-}  // namespace
-
 MtpDrafter::MtpDrafter(model::Model& model, int64_t pages) : model_(model), storage_(model.new_mtp_storage(pages)) {}
 
 std::vector<std::vector<int32_t>> MtpDrafter::run(std::span<const Rows> rows) {
@@ -25,7 +19,7 @@ std::vector<std::vector<int32_t>> MtpDrafter::run(std::span<const Rows> rows) {
          .position = r.position,
          .hidden = r.hidden,
          .tokens = r.tokens,
-         .wants = r.drafts > 0 ? model::RowOutput::last_logits | model::RowOutput::norm_rows : model::RowOutput::none,
+         .wants = r.drafts > 0 ? model::RowOutput::sampled | model::RowOutput::norm_rows : model::RowOutput::none,
          .role = backend::RowRole::decode});
   std::vector<model::MtpResult> results = model_.mtp_forward(*storage_, pieces);
   // Each drafting entry's last row so far: its row after mtp.norm (the next draft row's hidden input) and its draft.
@@ -33,7 +27,7 @@ std::vector<std::vector<int32_t>> MtpDrafter::run(std::span<const Rows> rows) {
   std::vector<int32_t> last(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
     if (rows[i].drafts == 0) continue;
-    drafts[i].push_back(argmax(results[i].logits));
+    drafts[i].push_back(results[i].sampled);
     hidden[i].assign(results[i].norm_rows.end() - static_cast<std::ptrdiff_t>(h), results[i].norm_rows.end());
   }
   const int32_t most = std::max_element(rows.begin(), rows.end(), [](const Rows& a, const Rows& b) {
@@ -50,12 +44,12 @@ std::vector<std::vector<int32_t>> MtpDrafter::run(std::span<const Rows> rows) {
                         .position = rows[i].position + static_cast<int32_t>(rows[i].tokens.size()) + k - 1,
                         .hidden = hidden[i],
                         .tokens = std::span(&last[i], 1),
-                        .wants = model::RowOutput::last_logits | model::RowOutput::norm_rows,
+                        .wants = model::RowOutput::sampled | model::RowOutput::norm_rows,
                         .role = backend::RowRole::decode});
     }
     results = model_.mtp_forward(*storage_, pieces);
     for (size_t n = 0; n < of.size(); ++n) {
-      drafts[of[n]].push_back(argmax(results[n].logits));
+      drafts[of[n]].push_back(results[n].sampled);
       hidden[of[n]] = std::move(results[n].norm_rows);
     }
   }

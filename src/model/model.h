@@ -106,7 +106,7 @@ struct MtpPiece {
   int32_t position = 0;                      // j of the first row
   std::span<const float> hidden = {};        // [tokens.size(), hidden_size] fp32
   std::span<const int32_t> tokens = {};      // ids in [0, vocab_size)
-  RowOutput wants = RowOutput::last_logits;  // last_logits or all_logits, and norm_rows; nothing else
+  RowOutput wants = RowOutput::last_logits;  // last_logits or all_logits, norm_rows, sampled; nothing else
   backend::RowRole role = backend::RowRole::prefill;
 };
 
@@ -117,6 +117,9 @@ struct MtpResult {
   // pre_norm_rows: the decoder layer's output before mtp.norm (DeepSeek-V3's MTP feeds that one back instead).
   std::vector<float> norm_rows;
   std::vector<float> pre_norm_rows;
+  // With RowOutput::sampled: the last row's most likely next token, the backend's greedy draw on its own logits (a GPU
+  // keeps them on the device); -1 without.
+  int32_t sampled = -1;
 };
 
 class Model {

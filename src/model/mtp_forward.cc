@@ -17,7 +17,18 @@ namespace duet::model {
 
 namespace {
 
-constexpr RowOutput kMtpOutputs = RowOutput::last_logits | RowOutput::all_logits | RowOutput::norm_rows;
+constexpr RowOutput kMtpOutputs =
+    RowOutput::last_logits | RowOutput::all_logits | RowOutput::norm_rows | RowOutput::sampled;
+
+// RowOutput::sampled: the most likely token, drawn by the backend's greedy sampler (the first maximum).
+const backend::SampleSpec& greedy() {
+  static const backend::SampleSpec spec = [] {
+    backend::SampleSpec s;
+    s.temperature = 0.0f;
+    return s;
+  }();
+  return spec;
+}
 
 // Checks every piece before anything is written, so a refused step leaves every MTP page as it was.
 void check_mtp_pieces(std::span<const MtpPiece> pieces, const backend::StateStorage& storage,
@@ -31,7 +42,7 @@ void check_mtp_pieces(std::span<const MtpPiece> pieces, const backend::StateStor
       refuse(fmt::format("has {} hidden values for {} rows of {}", piece.hidden.size(), piece.tokens.size(),
                          config.hidden_size));
     if ((static_cast<uint8_t>(piece.wants) & ~static_cast<uint8_t>(kMtpOutputs)) != 0)
-      refuse("asks for an output the MTP layer does not give (last_logits, all_logits, norm_rows)");
+      refuse("asks for an output the MTP layer does not give (last_logits, all_logits, norm_rows, sampled)");
     check_positions("mtp_forward", i, piece.position, piece.tokens, piece.page_table, storage, config);
   }
 }
@@ -50,7 +61,8 @@ std::vector<MtpResult> Qwen35Model::mtp_forward(backend::StateStorage& storage, 
   std::vector<backend::StepPiece> plan_pieces;
   std::vector<int32_t> ids;   // [R] the tokens one position ahead
   std::vector<float> hidden;  // [R, h]
-  std::vector<int64_t> logit_rows;
+  std::vector<int64_t> logit_rows, sample_rows;
+  std::vector<const backend::SampleSpec*> samples;
   for (const MtpPiece& piece : pieces) {
     const auto first = static_cast<int64_t>(ids.size()), rows = static_cast<int64_t>(piece.tokens.size());
     plan_pieces.push_back(backend::StepPiece{.first_row = first,
@@ -67,16 +79,22 @@ std::vector<MtpResult> Qwen35Model::mtp_forward(backend::StateStorage& storage, 
     } else if (has(piece.wants, RowOutput::last_logits)) {
       logit_rows.push_back(first + rows - 1);
     }
+    if (has(piece.wants, RowOutput::sampled)) {
+      sample_rows.push_back(first + rows - 1);
+      samples.push_back(&greedy());
+    }
   }
   const auto R = static_cast<int64_t>(ids.size());
-  if (const size_t bytes = step_bytes(R, static_cast<int64_t>(logit_rows.size())); bytes > be.workspace_bytes())
+  if (const size_t bytes = step_bytes(R, static_cast<int64_t>(logit_rows.size() + sample_rows.size()));
+      bytes > be.workspace_bytes())
     be.reserve_workspace(bytes);
   be.begin_step(backend::StepPlan{.storage = &storage,
                                   .ids = ids,
                                   .pieces = plan_pieces,
                                   .logit_rows = logit_rows,
-                                  .sample_rows = {},
-                                  .samples = {}});
+                                  .sample_rows = sample_rows,
+                                  .samples = samples,
+                                  .host_rows = true});
 
   auto x = be.new_activations(R, h);       // the residual stream: fc's output, then the decoder layer's
   auto normed = be.new_activations(R, h);  // a norm's output
@@ -100,9 +118,12 @@ std::vector<MtpResult> Qwen35Model::mtp_forward(backend::StateStorage& storage, 
 
   std::vector<float> logits(logit_rows.size() * static_cast<size_t>(V));
   if (!logit_rows.empty()) be.lm_head(weights_.lm_head, *normed, logits.data());
+  std::vector<backend::SampledRow> sampled(sample_rows.size());
+  if (!sample_rows.empty()) be.sample(weights_.lm_head, *normed, sampled.data());
   std::vector<MtpResult> results(pieces.size());
-  size_t logit_first = 0;
+  size_t logit_first = 0, sample_next = 0;
   for (size_t i = 0; i < pieces.size(); ++i) {
+    if (has(pieces[i].wants, RowOutput::sampled)) results[i].sampled = sampled[sample_next++].id;
     const backend::StepPiece& p = plan_pieces[i];
     const RowOutput wants = pieces[i].wants;
     const int64_t count = has(wants, RowOutput::all_logits) ? p.rows : has(wants, RowOutput::last_logits) ? 1 : 0;

@@ -151,12 +151,14 @@ TEST_F(MtpTest, DraftingThreeTokensMatchesReference) {
                         .position = static_cast<int32_t>(T - 1 + static_cast<int64_t>(k)),
                         .hidden = row,
                         .tokens = std::span(chain_ids).subspan(k, 1),
-                        .wants = RowOutput::last_logits | RowOutput::norm_rows,
+                        .wants = RowOutput::last_logits | RowOutput::norm_rows | RowOutput::sampled,
                         .role = backend::RowRole::decode};
     auto result = model_->mtp_forward(*storage, std::span(&step, 1));
     if (k + 1 < chain_ids.size()) {
       EXPECT_EQ(argmax(result[0].logits), chain_ids[k + 1]) << "step " << k;
     }
+    // The drafter's token (engine/mtp_drafter.h): the backend's greedy draw, the first maximum of the same logits.
+    EXPECT_EQ(result[0].sampled, argmax(result[0].logits)) << "step " << k;
     row = result[0].norm_rows;
     out.insert(out.end(), row.begin(), row.end());
     pre_norm.insert(pre_norm.end(), result[0].pre_norm_rows.begin(), result[0].pre_norm_rows.end());

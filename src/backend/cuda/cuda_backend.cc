@@ -502,7 +502,7 @@ class CudaBackend final : public Backend {
     // Verify pieces (drafts: several decode rows of one sequence, every row sampled) replay graphs too: their key also
     // holds the delta rule's chunk counts, the only launch sizes of such a step that its rows and pieces do not fix.
     const bool graphed = graphs_on_ && decode_rows_ == rows_ && plan.logit_rows.empty() && adapted_rows.empty() &&
-                         snapshots.empty() && !pieces.empty() &&
+                         snapshots.empty() && !pieces.empty() && !plan.host_rows &&
                          static_cast<int64_t>(plan.sample_rows.size()) >= static_cast<int64_t>(pieces.size());
     if (graphed) {
       const StepGraphKey key{rows_,
