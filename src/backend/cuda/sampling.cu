@@ -49,9 +49,12 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dependent_launch.h"
+#include "backend/cuda/sampling_binned.h"
 #include "backend/cuda/sampling_cluster.h"
 
 namespace duet::backend::cuda {
@@ -563,11 +566,6 @@ struct RowCtx {
   }
 };
 
-struct Pick {
-  int32_t id;
-  uint32_t path;
-};
-
 // Whether the CPU's walk certainly stops at the element with these approximate sums: C_{j-1} <= u < C_j.
 __device__ __forceinline__ bool certified_draw(uint32_t before_count, double before_w, double w, double total, double u,
                                                double mu) {
@@ -957,6 +955,9 @@ struct Args {
   int32_t cap;
   bool flip_draw;
   bool force_stream;
+  bool binned;  // top-p rows try the binned path first (sampling_binned.h)
+  int32_t keep_shift;
+  int32_t draw_shift;
 };
 
 __device__ void sample_row(int32_t row, const Args& a, Smem& sm) {
@@ -1039,8 +1040,15 @@ __device__ void sample_row(int32_t row, const Args& a, Smem& sm) {
     c.mu = (8.0 * static_cast<double>(n) + 64.0) * kEps;
     c.none = best_id;
     c.force_stream = a.force_stream;
-    const bool sorted = (p.top_k > 0 && p.top_k < n) || p.top_p < 1.0f;
-    pick = sorted ? sample_sorted(c, sm) : sample_by_id(c, sm);
+    const bool topk = p.top_k > 0 && p.top_k < n;
+    const bool topp = p.top_p < 1.0f;
+    pick.path = 0;
+    if (topp && !topk && a.binned && !a.force_stream && isfinite(top)) {
+      const BinnedRow r{s,       n,     c.top, c.u,          static_cast<double>(p.top_p),
+                        c.min_p, c.cap, c.mu,  a.keep_shift, a.draw_shift};
+      pick = sample_top_p_binned(r, sm);
+    }
+    if (pick.path == 0) pick = topk || topp ? sample_sorted(c, sm) : sample_by_id(c, sm);
   }
 
   // Logprobs of the raw logits (sampler.cc raw_logprob / raw_top_logprobs).
@@ -1129,6 +1137,15 @@ size_t slot_bytes(int32_t vocab) { return 2 * align256(static_cast<size_t>(vocab
 
 void refuse(const char* what) { check_cuda(cudaErrorInvalidValue, what); }
 
+// DUET_SAMPLING_TOPP=old: top-p rows by the radix path alone, to compare the binned path with it on one machine.
+bool old_top_p_asked() {
+  static const bool old = [] {
+    const char* value = std::getenv("DUET_SAMPLING_TOPP");
+    return value != nullptr && std::string_view(value) == "old";
+  }();
+  return old;
+}
+
 }  // namespace
 
 size_t sampling_scratch_bytes(int32_t rows, int32_t vocab) {
@@ -1162,6 +1179,9 @@ void launch_sample(const float* logits, int32_t rows, int32_t vocab, const Sampl
   a.cap = hooks.tile_cap == 0 ? kSamplingTile : hooks.tile_cap;
   a.flip_draw = hooks.flip_draw;
   a.force_stream = hooks.force_stream;
+  a.binned = !hooks.old_top_p && !old_top_p_asked();
+  a.keep_shift = hooks.binned_keep_shift;
+  a.draw_shift = hooks.binned_draw_shift;
   const size_t smem = sizeof(Smem);
   check_cuda(cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
              "launch_sample: cudaFuncSetAttribute");

@@ -33,6 +33,12 @@ constexpr int kDecided = 0, kAmbiguous = 1, kPastTile = 2;
 
 enum class Goal : int { count, weight_ge, weight_gt };
 
+// A row's token and how it was decided (SamplingPath bits; 0: not decided, another path must run).
+struct Pick {
+  int32_t id;
+  uint32_t path;
+};
+
 struct ArgBest {
   float v;
   int32_t id;
