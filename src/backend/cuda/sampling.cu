@@ -38,7 +38,10 @@
 //                 on the top-p target), one thread runs the CPU's loops over the whole order, a tile at a time (the
 //                 sorted order is produced tile by tile by radix select and bitonic sort). Slow (milliseconds for
 //                 a full vocabulary) and rare.
-//  - The draw: seeded_uniform(seed, position) ported below bit for bit (integer mixing, exact conversion).
+//    Top-p rows without top-k try a fourth way first, sampling_binned.h: certified decisions on weight bins (one
+//    binning pass, the bins at the cut and at the draw gathered and sorted, parallel scans), falling back to the
+//    three above whenever its bounds cannot decide. DUET_SAMPLING_TOPP=old skips it.
+//  - The draw: seeded_uniform(seed, position) ported bit for bit (integer mixing, exact conversion).
 //  - Logprobs: log_softmax of the raw logits with max and sum of exp in double (parallel order: the result is within
 //    a few ulps of the CPU's, then rounded to float as the CPU does); top-n ids by the same total order as
 //    raw_top_logprobs.
@@ -940,6 +943,27 @@ __device__ __noinline__ Pick sample_sorted(const RowCtx& c, Smem& sm) {
   return exact_sorted_stream(c, in0, s0, topk, topp, sm, path);
 }
 
+// This block's part of sum(exp(x - m)) over the row's raw logits (m: their finite maximum), for log-sum-exp. The
+// weights by bins' series and table (sampling_cluster.h: within 2^-40 of exp), which do not depend on one another, so
+// kUnroll of them are in flight; weights below 2^-1000 are left out (they cannot move a sum of at least 1).
+__device__ double exp_sum_part(const float* v, int32_t n, float m, Smem& sm) {
+  __syncthreads();  // bin_scale may still be read by the binned path
+  if (threadIdx.x < kBinsPerHalving)
+    sm.bin_scale[threadIdx.x] = exp2(-static_cast<double>(threadIdx.x) / kBinsPerHalving);
+  __syncthreads();
+  const double top = static_cast<double>(m);
+  double part = 0;
+  for_each_value(v, n, [&](int32_t, float x, bool valid) {
+    const double d = __dsub_rn(static_cast<double>(sane(x)), top);
+    const double t = -d * kBinScale;
+    if (valid && t < 64000.0) {
+      const int j = static_cast<int>(t);
+      part += scaled_bin_weight(d, j, sm.bin_scale) * pow2(-(j >> 6));
+    }
+  });
+  return part;
+}
+
 struct Args {
   const float* logits;
   int32_t rows;
@@ -1055,24 +1079,21 @@ __device__ void sample_row(int32_t row, const Args& a, Smem& sm) {
   float logprob = __int_as_float(0x7fc00000);  // NaN: not asked
   int32_t top_count = 0;
   if (p.top_logprobs >= 0) {
-    // log-sum-exp with a running maximum per thread, then one rescale per thread.
-    float m = -INFINITY;
-    double sum = 0;
-    for_each_value(raw, n, [&](int32_t, float x, bool valid) {
-      if (!valid) return;
-      x = sane(x);
-      if (x == -INFINITY) return;
-      if (x > m) {
-        sum = sum * exp(static_cast<double>(m) - static_cast<double>(x)) + 1.0;
-        m = x;
-      } else {
-        sum += exp(static_cast<double>(x) - static_cast<double>(m));
-      }
-    });
-    const float max_all = cluster_max(m, sm);
-    const double part = m == -INFINITY ? 0.0 : sum * exp(static_cast<double>(m) - static_cast<double>(max_all));
-    const double total = cluster_sum(part, sm);
-    const double lse = max_all == -INFINITY ? -INFINITY : static_cast<double>(max_all) + log(total);
+    // log-sum-exp: the raw maximum (pass 1's when it read the raw logits), then one pass of independent weights.
+    float max_all = best;
+    if (penalized != raw) {
+      float m = -INFINITY;
+      for_each_value(raw, n, [&](int32_t, float x, bool valid) {
+        if (valid) m = fmaxf(m, sane(x));
+      });
+      max_all = cluster_max(m, sm);
+    }
+    double lse = -INFINITY;
+    if (max_all == INFINITY) {
+      lse = __longlong_as_double(0x7ff8000000000000ll);  // as sampler.cc: exp(inf - inf) makes the sum NaN
+    } else if (max_all != -INFINITY) {
+      lse = static_cast<double>(max_all) + log(cluster_sum(exp_sum_part(raw, n, max_all, sm), sm));
+    }
     logprob = static_cast<float>(static_cast<double>(sane(raw[pick.id])) - lse);
     top_count = min(min(p.top_logprobs, kMaxTopLogprobs), n);
     if (top_count > 0) {

@@ -12,10 +12,11 @@
 //  1. One pass bins every element by its weight, 64 bins per halving (bin j: weights near 2^(-j/64)), counting the
 //     elements and adding their weights as fixed-point integers scaled per bin (relative precision 2^-(q-1), q = 63 -
 //     bit_length(vocab): integer sums are exact in any order, so the bins do not depend on scheduling), and the min-p
-//     candidates' count and weight. Each bin is a contiguous run of the CPU's order (values descending, ties by id),
-//     since the bin index is monotone in the value. The cluster combines the bins: each block owns 512, adds the
-//     ranks' counts and weights, scans them; every block then holds, for every bin j, the exact count and an
-//     approximate weight of all elements before the bin.
+//     candidates' count and weight. A weight there is a short series around its bin's edge times a table entry, not
+//     an exp call; weights below 2^-63 are only counted. Both errors are bounded and folded into mu. Each bin is a
+//     contiguous run of the CPU's order (values descending, ties by id), since the bin index is monotone in the value.
+//     The cluster combines the bins: each block owns 512, adds the ranks' counts and weights, scans them; every block
+//     then holds, for every bin j, the exact count and an approximate weight of all elements before the bin.
 //  2. T1 is the grand total (the CPU's id-order sum, to a known relative bound). The bins whose boundaries could
 //     straddle the cut under the bounds are gathered (usually one bin: a few hundred elements on a flat row), sorted
 //     into a tile, and scanned in parallel from the weight before them. The cut is the tile entry at which the CPU's
@@ -47,32 +48,14 @@ struct BinnedRow {
   int32_t draw_shift;
 };
 
-static_assert(kBinsPerHalving == 64, "bin_shift divides by 64 with a shift");
-static_assert(kWeightBins == kCluster * kThreads, "each thread of the cluster owns one bin");
-constexpr double kBinScale = kBinsPerHalving * 1.4426950408889634;  // bins per unit of log weight: 64 log2(e)
-
-// 2^e for -1022 <= e <= 1023: scaling by it is exact.
-__device__ __forceinline__ double pow2(int e) { return __longlong_as_double(static_cast<long long>(1023 + e) << 52); }
-
-// The bin of an element of weight exp(d), d = s - top <= 0 (-inf for an impossible id): floor(-d * 64 log2 e), or the
-// last bin for everything lighter. Monotone in s: a bin is a contiguous run of the CPU's order, ties in one bin.
-__device__ __forceinline__ int weight_bin(double d) {
-  const double t = -d * kBinScale;
-  return t >= static_cast<double>(kWeightBins - 1) ? kWeightBins - 1 : static_cast<int>(t);
-}
-
-// Bin j's fixed point: its weights are at most 2^(-j/64) (to rounding), so w * 2^(q + floor(j/64)) stays within
-// 2^q (1 + 2^-40), and n of them below 2^64 with q = 63 - bit_length(n). Truncation loses less than 2^-q of a weight
-// that is at least 2^-(floor(j/64) + 1): relative 2^-(q-1). The last bin's weights can be far lighter, but every sum
-// compared holds the heaviest element (weight 1), so their absolute error (n * 2^-(q+63)) stays negligible.
-__device__ __forceinline__ int bin_shift(int q, int j) { return q + (j >> 6); }
-
 struct Candidates {
   uint32_t count;  // elements with w > 0 && w >= min_p (the CPU's candidates, when top-p does not stop first)
-  double w;        // their weight, summed in parallel
+  double w;        // their weight, summed in parallel (to the bins' bound)
 };
 
 // Pass 1 of the header comment: every block bins its slice, then the cluster's bins go into sm.bins in every block.
+// Weights of the last bin (below 2^-63 each) are left out of the sums; n of them change no sum compared by more than
+// n 2^-63 relative (each such sum holds the heaviest element, weight 1), and the bound says so.
 __device__ __noinline__ Candidates build_bins(const BinnedRow r, int q, Smem& sm) {
   const int tid = static_cast<int>(threadIdx.x), lane = lane_id(), wp = warp_id();
   exchange_open();
@@ -80,35 +63,69 @@ __device__ __noinline__ Candidates build_bins(const BinnedRow r, int q, Smem& sm
     sm.x_hist.w[j] = 0;
     sm.x_hist.c[j] = 0;
   }
+  if (tid < kBinsPerHalving)
+    sm.bin_scale[tid] = exp2(static_cast<double>(q) - tid / static_cast<double>(kBinsPerHalving));
   __syncthreads();
   const double top = r.top, min_p = r.min_p;
+  const double min_p_hi = min_p * (1.0 + 0x1.0p-40), min_p_lo = min_p * (1.0 - 0x1.0p-40);
+  const double unscale = pow2(-q);
   uint32_t count = 0;
   double cw = 0;
-  for_each_value(r.s, r.n, [&](int32_t, float x, bool valid) {
-    const double d = __dsub_rn(static_cast<double>(x), top);
-    const int j = valid ? weight_bin(d) : -1;
-    unsigned long long fixed = 0;
-    if (valid) {
-      const double w = d < -760.0 ? 0.0 : exp(d);  // weight(x, top)
-      fixed = __double2ull_rz(w * pow2(bin_shift(q, j)));
-      if (w > 0.0 && w >= min_p) {
-        ++count;
-        cw += w;
+  const Slice mine = rank_slice(r.n, block_rank());
+  for (int32_t base = mine.begin; base < mine.end; base += kThreads * kUnroll) {
+    float x[kUnroll];
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      const int32_t i = base + k * kThreads + tid;
+      x[k] = i < mine.end ? r.s[i] : -INFINITY;
+    }
+    // The bins and weights of all kUnroll elements first (independent arithmetic in flight), then the updates.
+    int bin[kUnroll];
+    unsigned long long fixed[kUnroll];
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      const int32_t i = base + k * kThreads + tid;
+      const double d = __dsub_rn(static_cast<double>(x[k]), top);
+      bin[k] = i < mine.end ? weight_bin(d) : -1;
+      fixed[k] = 0;
+      bool in = false;
+      if (bin[k] >= 0 && bin[k] < kWeightBins - 1) {
+        const double scaled = scaled_bin_weight(d, bin[k], sm.bin_scale);
+        fixed[k] = __double2ull_rz(scaled);
+        const double w = scaled * unscale * pow2(-(bin[k] >> 6));  // exp(d) within kBinWeightError
+        // min-p on the exact weight (as the radix path: CUDA's exp standing in for the host's) only near the edge.
+        in = w >= min_p_hi || (w >= min_p_lo && exp(d) >= min_p);
+        if (in) {
+          ++count;
+          cw += w;
+        }
+      } else if (bin[k] == kWeightBins - 1) {
+        // Weights below 2^-63: candidates only under a smaller min_p; w > 0 is certain above d = -744.
+        if (min_p <= 0x1.0p-63) {
+          const bool positive = d > -744.0 || (d >= -760.0 && exp(d) > 0.0);
+          in = positive && (min_p == 0.0 || exp(d) >= min_p);
+        }
+        if (in) ++count;
       }
     }
-    // A warp whose 32 elements share a bin (ties) adds once: 32 updates of one address would run one after another.
-    const int j0 = __shfl_sync(kFull, j, 0);
-    if (__all_sync(kFull, j == j0)) {
-      const unsigned long long sum = warp_sum(fixed);
-      if (lane == 0 && j0 >= 0) {
-        atomicAdd(&sm.x_hist.c[j0], 32u);
-        atomicAdd(&sm.x_hist.w[j0], sum);
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      const int j = bin[k];
+      // A warp whose 32 elements share a bin (ties, or the lightest bin) adds once: 32 updates of one address would
+      // run one after another.
+      const int j0 = __shfl_sync(kFull, j, 0);
+      if (__all_sync(kFull, j == j0)) {
+        const unsigned long long sum = warp_sum(fixed[k]);
+        if (lane == 0 && j0 >= 0) {
+          atomicAdd(&sm.x_hist.c[j0], 32u);
+          if (sum != 0) atomicAdd(&sm.x_hist.w[j0], sum);
+        }
+      } else if (j >= 0) {
+        atomicAdd(&sm.x_hist.c[j], 1u);
+        if (fixed[k] != 0) atomicAdd(&sm.x_hist.w[j], fixed[k]);
       }
-    } else if (valid) {
-      atomicAdd(&sm.x_hist.c[j], 1u);
-      atomicAdd(&sm.x_hist.w[j], fixed);
     }
-  });
+  }
   count = block_sum(count, sm);
   cw = block_sum(cw, sm);
   if (tid == 0) {
@@ -267,9 +284,12 @@ __device__ __noinline__ Pick sample_top_p_binned(const BinnedRow r, Smem& sm) {
   const double* before_w = sm.bins.before_w;
   const uint32_t* before_c = sm.bins.before_c;
   if (before_c[kWeightBins] != static_cast<uint32_t>(r.n) || cand.count == 0) return undecided;
-  // The radix path's mu covers the CPU's sums against any parallel order; the bins add their fixed point (twice the
-  // relative 2^-(q-1), before and after), and the double additions over bins and tiles (each within 2^-53 per term).
-  const double mu = r.mu + 4.0 * (pow2(2 - q) + (kWeightBins + 3.0 * kSamplingTile + 64.0) * kEps);
+  // The radix path's mu covers the CPU's sums against any parallel order. The bins add, relative to any sum compared
+  // (each holds weight 1): their weights' error, the fixed point's 2^-(q-1), the last bin's left-out weights, the
+  // double additions over bins and tiles (2^-53 per term); doubled for our side and the CPU's, doubled again to spare.
+  const double bins_error =
+      kBinWeightError + pow2(1 - q) + r.n * 0x1.0p-63 + (kWeightBins + 3.0 * kSamplingTile + 64.0) * kEps;
+  const double mu = r.mu + 4.0 * bins_error;
   const auto empty = [&](int j) { return before_c[j + 1] == before_c[j]; };
 
   // The cut: the first position k (0-based) where the CPU's running sum C(k) >= target, k = 0 whatever the target.
@@ -283,6 +303,11 @@ __device__ __noinline__ Pick sample_top_p_binned(const BinnedRow r, Smem& sm) {
       },
       a, b, sm);
   if (a < 0) return undecided;
+  const auto next_bin = [&](int j) {  // the planted faults need the entry after the decided one in the tile
+    while (j + 1 < kWeightBins - 1 && empty(j + 1)) ++j;
+    return min(j + 1, kWeightBins - 1);
+  };
+  if (r.keep_shift != 0) b = next_bin(b);
   int32_t len = static_cast<int32_t>(before_c[b + 1] - before_c[a]);
   if (len > r.cap || !load_bins(r, a, b, len, before_w[a], sm)) return undecided;
   uint32_t first = before_c[a];
@@ -312,6 +337,7 @@ __device__ __noinline__ Pick sample_top_p_binned(const BinnedRow r, Smem& sm) {
         },
         da, db, sm);
     if (da < 0) return undecided;
+    if (r.draw_shift != 0) db = next_bin(db);
   }
   if (da < a || db > b) {
     len = static_cast<int32_t>(before_c[db + 1] - before_c[da]);

@@ -82,7 +82,8 @@ struct Smem {
     double hist_w[32][kBins + 1];
     BinPrefix bins;  // the binned path's cluster-wide bins (sampling_binned.h); never in use with hist_w
   };
-  double bin_w[kBins];  // radix bins: this block's, then (after the exchange) the cluster's totals
+  double bin_scale[kBinsPerHalving];  // the binned path's fixed-point scales: 2^(q - k/64)
+  double bin_w[kBins];                // radix bins: this block's, then (after the exchange) the cluster's totals
   uint32_t bin_c[kBins];
   int32_t bin_min_id[kBins];
   double seg_w[kSegments];  // per-segment totals of the whole cluster (segment_totals)
@@ -225,6 +226,43 @@ __device__ __forceinline__ double candidate_weight(float s, double top, double m
   const double w = d < -760.0 ? 0.0 : exp(d);
   in = w > 0.0 && w >= min_p;
   return w;
+}
+
+// ---- weights by bins (sampling_binned.h, and the logprobs' log-sum-exp)
+
+static_assert(kBinsPerHalving == 64, "bin_shift divides by 64 with a shift");
+static_assert(kWeightBins == kCluster * kThreads, "each thread of the cluster owns one bin");
+constexpr double kBinScale = kBinsPerHalving * 1.4426950408889634;  // bins per unit of log weight: 64 log2(e)
+
+// 2^e for -1022 <= e <= 1023: scaling by it is exact.
+__device__ __forceinline__ double pow2(int e) { return __longlong_as_double(static_cast<long long>(1023 + e) << 52); }
+
+// The bin of an element of weight exp(d), d = s - top <= 0 (-inf for an impossible id): floor(-d * 64 log2 e), or the
+// last bin for everything lighter. Monotone in s: a bin is a contiguous run of the CPU's order, ties in one bin.
+__device__ __forceinline__ int weight_bin(double d) {
+  const double t = -d * kBinScale;
+  return t >= static_cast<double>(kWeightBins - 1) ? kWeightBins - 1 : static_cast<int>(t);
+}
+
+// Bin j's fixed point: its weights are at most 2^(-j/64) (to rounding), so w * 2^(q + floor(j/64)) stays within
+// 2^q (1 + 2^-40), and n of them below 2^64 with q = 63 - bit_length(n). Truncation loses less than 2^-q of a weight
+// that is at least 2^-(floor(j/64) + 1): relative 2^-(q-1). The last bin's weights can be far lighter, but every sum
+// compared holds the heaviest element (weight 1), so their absolute error (n * 2^-(q+63)) stays negligible.
+__device__ __forceinline__ int bin_shift(int q, int j) { return q + (j >> 6); }
+
+constexpr double kLn2Over64 = 0.010830424696249145;  // ln(2) / 64: a bin's width in log weight
+// Relative error of scaled_bin_weight against the exact exp(d), for j < kWeightBins: the reduced argument's (the
+// product j ln2/64 is fused; the constant's error times j leaves < 4e-15), the series' truncation (|r|^6 / 720 <
+// 3e-15) and a few roundings, well inside this. (Up to j = 64000, as the log-sum-exp goes, it stays below 2^-40.)
+constexpr double kBinWeightError = 0x1.0p-44;
+
+// exp(d) for an element of bin j < kWeightBins - 1, times 2^(q + floor(j/64)): exp(r) 2^(-(j mod 64)/64) 2^q with
+// r = d + j ln2/64 in (-ln2/64, 0], exp(r) by five terms of its series, 2^(q - k/64) from the table. No exp call:
+// five fused multiply-adds and a table read instead of a full exp (most of the pass's arithmetic).
+__device__ __forceinline__ double scaled_bin_weight(double d, int j, const double* scale) {
+  const double r = fma(static_cast<double>(j), kLn2Over64, d);
+  const double e = fma(r, fma(r, fma(r, fma(r, fma(r, 1.0 / 120, 1.0 / 24), 1.0 / 6), 0.5), 1.0), 1.0);
+  return e * scale[j & (kBinsPerHalving - 1)];
 }
 
 // ---- the draw: backend/seeded_draw.h, ported (integer mixing; the conversion of a 53-bit integer is exact)
