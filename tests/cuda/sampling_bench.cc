@@ -2,8 +2,8 @@
 // 1, 16 and 64 rows, greedy and the settings users send (temperature 0.7 with top-p 0.9; top-k 40; min-p 0.05; with
 // penalties), on two kinds of logits: flat ones like a random-weight model's (normal, sigma 1) and peaked ones like a
 // trained model's (sigma 4, a few clear leaders). Prints the median time per call of 9 and the paths the rows took
-// (SamplingPath bits: which of the kernel's routes decided them). Top-p settings without top-k run twice: the binned
-// path (the default) and, on the line marked "old", the radix path alone (DUET_SAMPLING_TOPP=old), in the same process
+// (SamplingPath bits: which of the kernel's routes decided them). Top-p and top-k settings run twice: with the weight
+// bins (the default) and, on the line marked "old", the radix path alone (DUET_SAMPLING_TOPP=old), in the same process
 // on the same logits, with the number of rows whose ids differ between the two (must be 0: both are the CPU's).
 // Not a test: numbers for docs/benchmarks.md.
 //   bench_sampling [--only KIND SETTING ROWS]   (one line of the table, e.g. for ncu: --only flat "t0.7 top_p 0.9" 1)
@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
         std::vector<DeviceSample> results;
         const float us = measure({}, results);
         std::printf("%-8s %-22s %6d %12.1f  %s\n", kind, s.name, rows, us, all_paths(results).c_str());
-        if (s.top_p < 1.0f && s.top_k == 0) {
+        if (s.top_p < 1.0f || s.top_k > 0) {
           SamplingTestHooks old;
           old.old_top_p = true;
           std::vector<DeviceSample> old_results;

@@ -550,24 +550,27 @@ TEST(Sampling, FlippedDrawChangesIds) {
 
 // ============================================================== the binned top-p path
 
-// Flat top-p rows (normal logits at several scales, BF16-rounded ones with their ties), the shapes the binned path
-// exists for: the recipes with top-p on and top-k off.
-std::vector<Case> top_p_cases(int32_t vocab, int reps, uint64_t seed) {
+// Flat rows (normal logits at several scales, BF16-rounded ones with their ties), the shapes the binned path exists
+// for: the recipes with top-p on and top-k off, or (with_top_k) those with a top-k set that fits a tile.
+std::vector<Case> top_p_cases(int32_t vocab, int reps, uint64_t seed, bool with_top_k = false) {
   std::vector<Case> out;
   for (const Case& c : make_cases(vocab, reps, seed)) {
     const bool topk = c.params.top_k > 0 && c.params.top_k < vocab;
     const bool flat = c.label.rfind("normal", 0) == 0 || c.label.rfind("bf16", 0) == 0;
-    if (c.params.temperature > 0 && c.params.top_p < 1.0f && !topk && flat) out.push_back(c);
+    const bool wanted = with_top_k ? topk && c.params.top_k <= kSamplingTile : c.params.top_p < 1.0f && !topk;
+    if (c.params.temperature > 0 && wanted && flat) out.push_back(c);
   }
   return out;
 }
 
-// The binned path must decide most flat top-p rows (a broken one would hand every row to the radix path and still
-// match the CPU), match the CPU on all of them, and give the radix path's bytes, row for row.
+// The binned path must decide most flat top-p rows and gather most small top-k sets (a broken one would hand every
+// row to the radix path and still match the CPU), match the CPU on all of them, and give the radix path's bytes, row
+// for row.
 TEST(Sampling, BinnedTopPDecidesFlatRowsAsTheRadixPath) {
   DUET_REQUIRE_GPU();
-  for (int32_t vocab : {512, 6080, 248320}) {
-    const std::vector<Case> cases = top_p_cases(vocab, vocab == 248320 ? 2 : 6, 21);
+  for (const auto& [vocab, with_top_k] :
+       {std::pair{512, false}, {6080, false}, {248320, false}, {6080, true}, {248320, true}}) {
+    const std::vector<Case> cases = top_p_cases(vocab, vocab == 248320 ? 2 : 6, 21, with_top_k);
     ASSERT_GT(cases.size(), 10u);
     const Tally binned = run_and_compare(cases);
     EXPECT_EQ(binned.mismatches, 0u) << describe(binned);
@@ -586,8 +589,8 @@ TEST(Sampling, BinnedTopPDecidesFlatRowsAsTheRadixPath) {
       decided += (paths.out[r].path & kPathBinned) != 0;
     }
     EXPECT_GE(decided * 20, spread * 19) << "vocab " << vocab << ": " << describe(binned);
-    std::printf("vocab %d: binned path decided %zu of %zu rows with spread >= 1; %s\n", vocab, decided, spread,
-                describe(binned).c_str());
+    std::printf("vocab %d%s: binned path decided %zu of %zu rows with spread >= 1; %s\n", vocab,
+                with_top_k ? " (top-k)" : "", decided, spread, describe(binned).c_str());
     SamplingTestHooks old;
     old.old_top_p = true;
     for (size_t b = 0; b < cases.size(); b += 64) {

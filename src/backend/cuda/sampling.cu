@@ -946,7 +946,7 @@ __device__ __noinline__ Pick sample_sorted(const RowCtx& c, Smem& sm) {
 // This block's part of sum(exp(x - m)) over the row's raw logits (m: their finite maximum), for log-sum-exp. The
 // weights by bins' series and table (sampling_cluster.h: within 2^-40 of exp), which do not depend on one another, so
 // kUnroll of them are in flight; weights below 2^-1000 are left out (they cannot move a sum of at least 1).
-__device__ double exp_sum_part(const float* v, int32_t n, float m, Smem& sm) {
+__device__ __noinline__ double exp_sum_part(const float* v, int32_t n, float m, Smem& sm) {
   __syncthreads();  // bin_scale may still be read by the binned path
   if (threadIdx.x < kBinsPerHalving)
     sm.bin_scale[threadIdx.x] = exp2(-static_cast<double>(threadIdx.x) / kBinsPerHalving);

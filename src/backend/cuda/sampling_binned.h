@@ -1,6 +1,7 @@
 #pragma once
 // Top-p without top-k by weight bins: sampling.cu tries this path first and hands the row to the radix-select path
-// (tile, certified, stream) whenever it cannot prove the CPU's answer. DUET_SAMPLING_TOPP=old skips it.
+// (tile, certified, stream) whenever it cannot prove the CPU's answer. The same bins also gather a small top-k set
+// for the radix path's tile logic (top_k_tile, at the end). DUET_SAMPLING_TOPP=old skips both.
 //
 // Why. On a flat row (a random checkpoint's, or any wide nucleus) the top-p prefix holds about half the vocabulary.
 // The radix path found its cut and the draw with three radix selects of four 8-bit passes each (weighted ones adding
@@ -258,9 +259,9 @@ __device__ void tile_prefix(double base, int32_t len, Smem& sm) {
   __syncthreads();
 }
 
-// Bins [a, b] (len elements: the bins' count) sorted into the tile, with running sums from base (the weight before
-// bin a). False when the gather does not find the bins' count (it cannot: the same arithmetic binned them).
-__device__ __noinline__ bool load_bins(const BinnedRow r, int a, int b, int32_t len, double base, Smem& sm) {
+// Bins [a, b] (len elements: the bins' count) sorted into the tile with their weights. False when the gather does
+// not find the bins' count (it cannot: the same arithmetic binned them).
+__device__ __noinline__ bool gather_bins(const BinnedRow r, int a, int b, int32_t len, Smem& sm) {
   const double top = r.top;
   const int32_t got = gather_sorted_if(
       r.s, r.n,
@@ -271,8 +272,31 @@ __device__ __noinline__ bool load_bins(const BinnedRow r, int a, int b, int32_t 
       sm);
   if (got != len) return false;
   tile_weights(len, r.top, sm);
+  return true;
+}
+
+// gather_bins, then the tile's running sums from base (the weight before bin a).
+__device__ bool load_bins(const BinnedRow r, int a, int b, int32_t len, double base, Smem& sm) {
+  if (!gather_bins(r, a, b, len, sm)) return false;
   tile_prefix(base, len, sm);
   return true;
+}
+
+// Top-k's set (the first k positions of the CPU's order, k <= cap) sorted into tile entries [0, k) with their weights,
+// for the radix path's tile logic to go on from: the bins up to the one holding position k - 1 are gathered, which
+// replaces two radix selects of four passes each. False when those bins hold more than a tile (ties or a dense bin
+// at the k-th value): the radix path selects instead.
+__device__ __noinline__ bool top_k_tile(const BinnedRow r, int32_t k, Smem& sm) {
+  build_bins(r, 63 - (32 - __clz(r.n)), sm);
+  const uint32_t* before_c = sm.bins.before_c;
+  if (before_c[kWeightBins] != static_cast<uint32_t>(r.n)) return false;
+  int a = -1, b = -1;
+  bin_range(
+      [&](int j) { return before_c[j] < static_cast<uint32_t>(k) && before_c[j + 1] >= static_cast<uint32_t>(k); }, a,
+      b, sm);
+  if (a < 0) return false;
+  const int32_t len = static_cast<int32_t>(before_c[a + 1]);
+  return len <= r.cap && gather_bins(r, 0, a, len, sm);
 }
 
 // The row's token when the bounds prove it, else path 0 (the caller runs the radix path).
