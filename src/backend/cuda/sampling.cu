@@ -40,7 +40,8 @@
 //                 a full vocabulary) and rare.
 //    Top-p rows without top-k try a fourth way first, sampling_binned.h: certified decisions on weight bins (one
 //    binning pass, the bins at the cut and at the draw gathered and sorted, parallel scans), falling back to the
-//    three above whenever its bounds cannot decide. DUET_SAMPLING_TOPP=old skips it.
+//    three above whenever its bounds cannot decide; a top-k set that fits a tile is gathered from the same bins
+//    instead of two radix selects. DUET_SAMPLING_TOPP=old skips both.
 //  - The draw: seeded_uniform(seed, position) ported bit for bit (integer mixing, exact conversion).
 //  - Logprobs: log_softmax of the raw logits with max and sum of exp in double (parallel order: the result is within
 //    a few ulps of the CPU's, then rounded to float as the CPU does); top-n ids by the same total order as
@@ -557,7 +558,13 @@ struct RowCtx {
   double mu;     // relative bound between our parallel sums and the CPU's sequential ones
   int32_t none;  // the answer when no candidate survives
   bool force_stream;
+  bool binned;  // the weight bins may decide (sampling_binned.h)
+  int32_t keep_shift;
+  int32_t draw_shift;
 
+  __device__ BinnedRow binned_row() const {
+    return BinnedRow{s, n, top, u, static_cast<double>(top_p), min_p, cap, mu, keep_shift, draw_shift};
+  }
   __device__ Spec all() const {
     Spec b;
     b.v = s;
@@ -802,7 +809,14 @@ __device__ __noinline__ Pick sample_sorted(const RowCtx& c, Smem& sm) {
   // S0: the top-k set, or everything.
   Spec in0 = c.all();
   int32_t s0 = c.n;
-  if (topk) {
+  // A top-k set that fits a tile comes from the weight bins, sorted, straight into the tile.
+  const bool tiled = topk && c.binned && !c.force_stream && c.top_k <= c.cap && top_k_tile(c.binned_row(), c.top_k, sm);
+  if (tiled) {
+    in0.use_hi = true;
+    in0.hi = sm.key[c.top_k - 1];
+    s0 = c.top_k;
+    path |= kPathBinned;
+  } else if (topk) {
     const Hit k = radix_select(in0, Goal::count, static_cast<uint32_t>(c.top_k), 0.0, sm);
     in0.use_hi = true;
     in0.hi = make_key(k.d, k.id);
@@ -812,14 +826,16 @@ __device__ __noinline__ Pick sample_sorted(const RowCtx& c, Smem& sm) {
 
   // The first g elements of S0, sorted, in the tile.
   const int32_t g = min(s0, c.cap);
-  Spec first = in0;
-  if (g < s0) {
-    const Hit t = radix_select(in0, Goal::count, static_cast<uint32_t>(g), 0.0, sm);
-    first.use_hi = true;
-    first.hi = make_key(t.d, t.id);
+  if (!tiled) {
+    Spec first = in0;
+    if (g < s0) {
+      const Hit t = radix_select(in0, Goal::count, static_cast<uint32_t>(g), 0.0, sm);
+      first.use_hi = true;
+      first.hi = make_key(t.d, t.id);
+    }
+    gather_sorted(first, sm);
+    tile_weights(g, c.top, sm);
   }
-  gather_sorted(first, sm);
-  tile_weights(g, c.top, sm);
 
   // T1, exactly when S0 is in the tile (sampler.cc sums top-k in sorted order), else with a relative bound.
   double t1 = 0, t1_rel = 0;
@@ -979,7 +995,7 @@ struct Args {
   int32_t cap;
   bool flip_draw;
   bool force_stream;
-  bool binned;  // top-p rows try the binned path first (sampling_binned.h)
+  bool binned;  // top-p and small top-k rows try the weight bins first (sampling_binned.h)
   int32_t keep_shift;
   int32_t draw_shift;
 };
@@ -1064,14 +1080,13 @@ __device__ void sample_row(int32_t row, const Args& a, Smem& sm) {
     c.mu = (8.0 * static_cast<double>(n) + 64.0) * kEps;
     c.none = best_id;
     c.force_stream = a.force_stream;
+    c.binned = a.binned && isfinite(top);
+    c.keep_shift = a.keep_shift;
+    c.draw_shift = a.draw_shift;
     const bool topk = p.top_k > 0 && p.top_k < n;
     const bool topp = p.top_p < 1.0f;
     pick.path = 0;
-    if (topp && !topk && a.binned && !a.force_stream && isfinite(top)) {
-      const BinnedRow r{s,       n,     c.top, c.u,          static_cast<double>(p.top_p),
-                        c.min_p, c.cap, c.mu,  a.keep_shift, a.draw_shift};
-      pick = sample_top_p_binned(r, sm);
-    }
+    if (topp && !topk && c.binned && !c.force_stream) pick = sample_top_p_binned(c.binned_row(), sm);
     if (pick.path == 0) pick = topk || topp ? sample_sorted(c, sm) : sample_by_id(c, sm);
   }
 
@@ -1158,7 +1173,8 @@ size_t slot_bytes(int32_t vocab) { return 2 * align256(static_cast<size_t>(vocab
 
 void refuse(const char* what) { check_cuda(cudaErrorInvalidValue, what); }
 
-// DUET_SAMPLING_TOPP=old: top-p rows by the radix path alone, to compare the binned path with it on one machine.
+// DUET_SAMPLING_TOPP=old: top-p and top-k rows by the radix path alone, to compare the weight bins with it on one
+// machine.
 bool old_top_p_asked() {
   static const bool old = [] {
     const char* value = std::getenv("DUET_SAMPLING_TOPP");

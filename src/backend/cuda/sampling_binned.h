@@ -27,7 +27,8 @@
 //     the same way, gathered unless it is already in the tile, and the drawn entry certified the same way.
 // Three passes over the row instead of sixteen, two sorts of at most kSamplingTile keys, no sequential walk. When a
 // bound cannot decide (a sum within about 1e-10 relative of a target, exact ties on it), or a bin run holds more than
-// a tile, nothing is decided here and the radix path starts over: the answer is the CPU's either way.
+// a tile (ties in the thousands; at 248,320 ids, scaled logits flatter than a normal of sigma 0.5), nothing is decided
+// here and the radix path starts over: the answer is the CPU's either way.
 #include <climits>
 #include <cstdint>
 
