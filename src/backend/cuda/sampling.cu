@@ -1094,20 +1094,41 @@ __device__ void sample_row(int32_t row, const Args& a, Smem& sm) {
   float logprob = __int_as_float(0x7fc00000);  // NaN: not asked
   int32_t top_count = 0;
   if (p.top_logprobs >= 0) {
-    // log-sum-exp: the raw maximum (pass 1's when it read the raw logits), then one pass of independent weights.
-    float max_all = best;
-    if (penalized != raw) {
-      float m = -INFINITY;
-      for_each_value(raw, n, [&](int32_t, float x, bool valid) {
-        if (valid) m = fmaxf(m, sane(x));
-      });
-      max_all = cluster_max(m, sm);
-    }
     double lse = -INFINITY;
-    if (max_all == INFINITY) {
-      lse = __longlong_as_double(0x7ff8000000000000ll);  // as sampler.cc: exp(inf - inf) makes the sum NaN
-    } else if (max_all != -INFINITY) {
-      lse = static_cast<double>(max_all) + log(cluster_sum(exp_sum_part(raw, n, max_all, sm), sm));
+    if (a.binned) {
+      // log-sum-exp: the raw maximum (pass 1's when it read the raw logits), then one pass of independent weights.
+      float max_all = best;
+      if (penalized != raw) {
+        float m = -INFINITY;
+        for_each_value(raw, n, [&](int32_t, float x, bool valid) {
+          if (valid) m = fmaxf(m, sane(x));
+        });
+        max_all = cluster_max(m, sm);
+      }
+      if (max_all == INFINITY) {
+        lse = __longlong_as_double(0x7ff8000000000000ll);  // as sampler.cc: exp(inf - inf) makes the sum NaN
+      } else if (max_all != -INFINITY) {
+        lse = static_cast<double>(max_all) + log(cluster_sum(exp_sum_part(raw, n, max_all, sm), sm));
+      }
+    } else {
+      // As before the weight bins (DUET_SAMPLING_TOPP=old): a running maximum per thread, then one rescale per thread.
+      float m = -INFINITY;
+      double sum = 0;
+      for_each_value(raw, n, [&](int32_t, float x, bool valid) {
+        if (!valid) return;
+        x = sane(x);
+        if (x == -INFINITY) return;
+        if (x > m) {
+          sum = sum * exp(static_cast<double>(m) - static_cast<double>(x)) + 1.0;
+          m = x;
+        } else {
+          sum += exp(static_cast<double>(x) - static_cast<double>(m));
+        }
+      });
+      const float max_all = cluster_max(m, sm);
+      const double part = m == -INFINITY ? 0.0 : sum * exp(static_cast<double>(m) - static_cast<double>(max_all));
+      const double total = cluster_sum(part, sm);
+      lse = max_all == -INFINITY ? -INFINITY : static_cast<double>(max_all) + log(total);
     }
     logprob = static_cast<float>(static_cast<double>(sane(raw[pick.id])) - lse);
     top_count = min(min(p.top_logprobs, kMaxTopLogprobs), n);
@@ -1173,8 +1194,8 @@ size_t slot_bytes(int32_t vocab) { return 2 * align256(static_cast<size_t>(vocab
 
 void refuse(const char* what) { check_cuda(cudaErrorInvalidValue, what); }
 
-// DUET_SAMPLING_TOPP=old: top-p and top-k rows by the radix path alone, to compare the weight bins with it on one
-// machine.
+// DUET_SAMPLING_TOPP=old: the kernel as it was before the weight bins (top-p and top-k rows by the radix path alone,
+// log-sum-exp with a running maximum), to compare the two on one machine.
 bool old_top_p_asked() {
   static const bool old = [] {
     const char* value = std::getenv("DUET_SAMPLING_TOPP");

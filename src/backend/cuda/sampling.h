@@ -80,11 +80,12 @@ struct DeviceTopLogprob {
 
 // For tests only: the default leaves results untouched.
 struct SamplingTestHooks {
-  bool flip_draw = false;         // draw with 1 - u instead of u (a planted fault: ids must change)
-  bool force_stream = false;      // skip the tile and certified shortcuts: the CPU's loops over the whole order
-  int32_t tile_cap = 0;           // candidates per tile, 1..kSamplingTile (0: kSamplingTile); small values force the
-                                  // paths that large vocabularies take
-  bool old_top_p = false;         // top-p and top-k rows skip the weight bins, as DUET_SAMPLING_TOPP=old does
+  bool flip_draw = false;     // draw with 1 - u instead of u (a planted fault: ids must change)
+  bool force_stream = false;  // skip the tile and certified shortcuts: the CPU's loops over the whole order
+  int32_t tile_cap = 0;       // candidates per tile, 1..kSamplingTile (0: kSamplingTile); small values force the
+                              // paths that large vocabularies take
+  bool old_top_p = false;     // the kernel as before the weight bins (radix top-p / top-k, running-max log-sum-exp), as
+                              // DUET_SAMPLING_TOPP=old does
   int32_t binned_keep_shift = 0;  // planted faults in the binned path: its top-p cut and its drawn entry moved by
   int32_t binned_draw_shift = 0;  // this many places (ids must change)
 };
