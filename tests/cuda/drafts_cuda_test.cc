@@ -11,8 +11,8 @@
 #include <memory>
 #include <string>
 
+#include "../engine/demo_model.h"
 #include "../engine/draft_runs.h"
-#include "../tests_dir.h"
 #include "cuda_test_util.h"
 #include "engine/engine.h"
 #include "model/model.h"
@@ -23,23 +23,14 @@ namespace {
 
 using testing::Outcome;
 
-class CudaDrafts : public ::testing::Test {
+class CudaDrafts : public testing::DemoModelTest {
  protected:
   static void SetUpTestSuite() {
-    if (!::duet::testing::no_gpu_reason().empty()) return;
-    const std::string dir = ::duet::testing::tests_dir() + "/../models/demo";
-    model_ = model::Model::load(dir, "cuda").release();
-    tokenizer_ = tokenizer::Tokenizer::load_dir(dir).release();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete tokenizer_;
-    model_ = nullptr;
-    tokenizer_ = nullptr;
+    if (::duet::testing::no_gpu_reason().empty()) load("cuda");
   }
   void SetUp() override {
     DUET_REQUIRE_GPU();
-    ASSERT_NE(model_, nullptr);
+    DemoModelTest::SetUp();
     ASSERT_TRUE(model_->has_mtp());
   }
 
@@ -53,9 +44,6 @@ class CudaDrafts : public ::testing::Test {
     static const std::vector<Outcome> outcomes = run(requests(), testing::draft_options(4));
     return outcomes;
   }
-
-  static inline model::Model* model_ = nullptr;
-  static inline tokenizer::Tokenizer* tokenizer_ = nullptr;
 };
 
 // The GPU's plain decoding is itself row-invariant: alone (1 stream) = 4 at once = 16 at once.
@@ -105,18 +93,9 @@ TEST_F(CudaDrafts, MeasuredDraftCountsGiveThePlainTokens) {
 
 // n > 1: choices forked from one prefill (CudaStateStorage::copy_slot) decode with drafts like any sequence.
 TEST_F(CudaDrafts, ChoicesGiveThePlainTokens) {
-  std::vector<Request> choices;
-  for (int i = 0; i < 3; ++i) {
-    Request r = requests()[1];
-    r.sampling.seed = 900 + static_cast<uint64_t>(i);
-    r.sampling.top_logprobs = 2;
-    choices.push_back(std::move(r));
-  }
+  const std::vector<Request> choices = testing::draft_choices(*tokenizer_);
   const auto run_choices = [&](const EngineOptions& o) {
-    Engine engine(*model_, tokenizer_, o);
-    std::vector<Outcome> outcomes;
-    for (const auto& handle : engine.submit_choices(choices)) outcomes.push_back(testing::drain(*handle));
-    return outcomes;
+    return testing::run_draft_choices(*model_, tokenizer_, choices, o);
   };
   const auto expected = run_choices(testing::draft_options(4));
   for (DraftKind kind : {DraftKind::mtp, DraftKind::ngram})

@@ -16,9 +16,11 @@ class DemoModelTest : public ::testing::Test {
  public:
   static inline const std::string kDemoDir = ::duet::testing::tests_dir() + "/../models/demo";
 
-  static void SetUpTestSuite() {
+  static void SetUpTestSuite() { load("cpu"); }
+  // The demo on `backend` (tests/cuda loads it on "cuda"), once per suite.
+  static void load(const std::string& backend) {
     if (!std::filesystem::exists(kDemoDir + "/tokenizer.json")) return;
-    model_ = model::Model::load(kDemoDir).release();
+    model_ = model::Model::load(kDemoDir, backend).release();
     tokenizer_ = tokenizer::Tokenizer::load_dir(kDemoDir).release();
   }
   static void TearDownTestSuite() {

@@ -155,19 +155,9 @@ TEST_F(Drafts, OptedOutRequestsAreNotDrafted) {
 
 // n > 1: the choices forked from one prefill decode with drafts like any sequence.
 TEST_F(Drafts, ChoicesGiveThePlainTokens) {
-  std::vector<Request> choices;
-  for (int i = 0; i < 3; ++i) {
-    Request r = requests()[1];
-    r.sampling.seed = 900 + static_cast<uint64_t>(i);
-    r.sampling.top_logprobs = 2;
-    choices.push_back(std::move(r));
-  }
+  const std::vector<Request> choices = testing::draft_choices(*tokenizer_);
   const auto run_choices = [&](EngineOptions o, EngineStats* stats) {
-    Engine engine(*model_, tokenizer_, o);
-    std::vector<Outcome> outcomes;
-    for (const auto& handle : engine.submit_choices(choices)) outcomes.push_back(drain(*handle));
-    if (stats) *stats = engine.stats();
-    return outcomes;
+    return testing::run_draft_choices(*model_, tokenizer_, choices, o, stats);
   };
   const auto expected = run_choices(options(4), nullptr);
   for (DraftKind kind : {DraftKind::mtp, DraftKind::ngram}) {

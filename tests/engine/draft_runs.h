@@ -108,6 +108,28 @@ inline std::vector<Outcome> run_drafts(model::Model& model, const tokenizer::Tok
   return outcomes;
 }
 
+// n = 3 choices of one seeded request, each with its own seed and logprobs: forked from one prefill.
+inline std::vector<Request> draft_choices(const tokenizer::Tokenizer& tokenizer) {
+  std::vector<Request> choices;
+  for (int i = 0; i < 3; ++i) {
+    Request r = draft_requests(tokenizer)[1];
+    r.sampling.seed = 900 + static_cast<uint64_t>(i);
+    r.sampling.top_logprobs = 2;
+    choices.push_back(std::move(r));
+  }
+  return choices;
+}
+
+inline std::vector<Outcome> run_draft_choices(model::Model& model, const tokenizer::Tokenizer* tokenizer,
+                                              const std::vector<Request>& choices, const EngineOptions& o,
+                                              EngineStats* stats = nullptr) {
+  Engine engine(model, tokenizer, o);
+  std::vector<Outcome> outcomes;
+  for (const auto& handle : engine.submit_choices(choices)) outcomes.push_back(drain(*handle));
+  if (stats) *stats = engine.stats();
+  return outcomes;
+}
+
 inline int64_t drafts_accepted(const EngineStats& stats) {
   int64_t n = 0;
   for (int64_t a : stats.drafts_accepted) n += a;
