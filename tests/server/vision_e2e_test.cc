@@ -722,6 +722,33 @@ TEST_F(VisionImageUrls, WhatIsNotFetchedIsRefusedNamingThePartAndWhy) {
   EXPECT_EQ(token_ids(post(*server_, image_chat({image_part(images_->url("/image.png"))}))), golden("decode.fed"));
 }
 
+// GET /metrics counts the images the vision tower encoded and its time: a text request adds none, a prompt with two
+// images two, and the same prompt again, resumed from the prompt cache past its first image and into its second, one.
+TEST_F(VisionServe, MetricsCountTheTowersImages) {
+  const auto images = [&] { return server_->metric("duet_vision_tower_images_total").value_or(-1); };
+  const auto seconds = [&] { return server_->metric("duet_vision_tower_seconds_total").value_or(-1); };
+  const double images_before = images(), seconds_before = seconds();
+  ASSERT_GE(images_before, 0);
+  post(*server_, text_chat("metrics: no image here"));
+  EXPECT_EQ(images(), images_before);
+  // A text first that no other test sends, so that nothing of this prompt is in the cache yet.
+  const Json body = image_chat({{{"type", "text"}, {"text", "metrics: two pictures"}},
+                                image_part(data_url(read_bytes(image_path("gray_png.png")))),
+                                image_part(small_png_)});
+  const Json first = post(*server_, body);
+  EXPECT_EQ(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0) << first.dump();
+  EXPECT_EQ(images(), images_before + 2);
+  EXPECT_GT(seconds(), seconds_before);
+  const Json again = post(*server_, body);
+  const int cached = again["usage"]["prompt_tokens_details"]["cached_tokens"];
+  const int prompt = again["usage"]["prompt_tokens"];
+  // The prompt ends with the second image's 70 tokens, <|vision_end|> and the 4 tokens of the answer's header.
+  EXPECT_GT(cached, prompt - 75) << "the resumed prefix must reach into the second image; " << again.dump();
+  EXPECT_LT(cached, prompt - 5) << "and not past it; " << again.dump();
+  EXPECT_EQ(images(), images_before + 3) << "only the image the resumed prefix cuts is encoded again";
+  EXPECT_EQ(answer_of(again), answer_of(first));
+}
+
 // Without --allow-image-urls nothing is fetched: the URL's field is named with the flag, and the image server never
 // hears from duet.
 TEST_F(VisionServe, RemoteUrlsAreRefusedWithoutTheFlag) {
