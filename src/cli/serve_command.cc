@@ -1,5 +1,7 @@
 // `duet serve`: load a model and its tokenizer (and its joint head, when it has one), start the engine, and answer
 // the OpenAI-compatible HTTP API and System One decisions.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -25,6 +27,7 @@
 #include "model/model.h"
 #include "model/vision_model.h"
 #include "server/http_server.h"
+#include "server/image_fetch.h"
 #include "server/server_context.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -41,6 +44,11 @@ struct ServeFlags {
   bool no_thinking = false;
   bool no_ui = false;
   bool no_vision = false;  // skip the vision tower: image parts are refused
+  // Remote image URLs: fetched only with --allow-image-urls, within the timeout, never from a private address but the
+  // endpoints --allow-image-urls-from-private names.
+  bool allow_image_urls = false;
+  int image_url_timeout_s = 10;
+  std::vector<std::string> image_urls_private;
   int threads = 0;
   std::string backend = "auto";
   std::string clef_dir;                    // a runtime adapter folder: decisions through it, chat from the base alone
@@ -122,6 +130,16 @@ void check_flags(const ServeFlags& flags) {
     fail("--decision-workers {}: must be 0 (from the cores) to 256", flags.engine.decision_workers);
   for (const auto& key : flags.api_keys)
     if (key.empty()) fail("--api-key: an empty key would accept anyone; leave the flag out instead");
+  if (flags.image_url_timeout_s < 1 || flags.image_url_timeout_s > 600)
+    fail("--image-url-timeout {}: must be 1 to 600 seconds", flags.image_url_timeout_s);
+  if (!flags.image_urls_private.empty() && !flags.allow_image_urls)
+    fail("--allow-image-urls-from-private: remote image URLs are fetched only with --allow-image-urls; give both");
+  for (const std::string& text : flags.image_urls_private) {
+    const std::optional<server::ImageEndpoint> endpoint = server::parse_image_endpoint(text);
+    if (!endpoint) fail("--allow-image-urls-from-private {}: expected ADDRESS:PORT (an IP address, [IPV6]:PORT)", text);
+    if (!server::non_public_address(endpoint->address))
+      fail("--allow-image-urls-from-private {}: a public address, which --allow-image-urls reaches already", text);
+  }
 }
 
 void set_http_limits(ServeFlags& flags) {
@@ -180,9 +198,19 @@ void load_vision(const ServeFlags& flags, const model::Model& model, engine::Eng
     fail("{}: patch_size {}, temporal_patch_size {}, merge_size {} are not the vision tower's {}, {}, {}",
          processor_path, layout.patch, layout.temporal, layout.merge, c.patch_size, c.temporal_patch_size,
          c.spatial_merge_size);
+  std::string urls = "http(s) URLs refused without --allow-image-urls";
+  if (flags.allow_image_urls) {
+    server::ImageFetchOptions fetch{.max_bytes = support.limits.max_bytes,
+                                    .timeout = std::chrono::seconds(flags.image_url_timeout_s)};
+    for (const std::string& text : flags.image_urls_private)
+      fetch.private_allowed.push_back(*server::parse_image_endpoint(text));
+    support.fetcher = std::make_shared<server::ImageFetcher>(std::move(fetch));
+    urls = fmt::format("http(s) URLs fetched within {} s from public addresses", flags.image_url_timeout_s);
+    for (const std::string& text : flags.image_urls_private) urls += " and " + text;
+  }
   engine.vision = std::move(vision);
   context.vision = support;
-  log_info("images: chat takes image_url parts (data: URLs), {} to {} pixels each after resizing",
+  log_info("images: chat takes image_url parts (data: URLs; {}), {} to {} pixels each after resizing", urls,
            support.processor.min_pixels, support.processor.max_pixels);
 }
 
@@ -435,6 +463,14 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--no-ui", flags->no_ui, "Do not answer GET / with the chat page");
   cmd->add_flag("--no-vision", flags->no_vision,
                 "Do not load the model's vision tower: chat refuses image parts (by name) instead of reading them");
+  cmd->add_flag("--allow-image-urls", flags->allow_image_urls,
+                "Fetch image parts' http(s) URLs (from public addresses only; off: they are refused by name)");
+  cmd->add_option("--image-url-timeout", flags->image_url_timeout_s,
+                  "Seconds a remote image URL's fetch may take in all (resolving, connecting, redirects, the body)")
+      ->capture_default_str();
+  cmd->add_option("--allow-image-urls-from-private", flags->image_urls_private,
+                  "ADDRESS:PORT of a private image server that --allow-image-urls may reach too (repeatable); every "
+                  "other private, loopback or link-local address stays refused");
   cmd->add_option("--responses-store-mib", flags->responses_store_mib,
                   "Memory for stored responses (/v1/responses with store: true), least recently used evicted first; "
                   "0 keeps none")

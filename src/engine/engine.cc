@@ -629,26 +629,39 @@ struct Engine::Impl {
   }
 
   // The vision tower of every prompt with images whose first chunk this step runs, before the step (whose prefill reads
-  // the rows), once per request. On the engine thread, like the steps: its host products never run beside a step's,
-  // and an image's rows depend on that image alone (model/vision_tower.h), so no other request's bits change. A prompt
-  // whose tower fails ends alone, its piece left out of the step.
+  // the rows), once per request, on the images from the first one the prompt still needs: a prompt resumed from the
+  // prompt cache starts at its resumed position, and an image wholly before it is in the resumed state already. On the
+  // engine thread, like the steps: its host products never run beside a step's, and an image's rows depend on that
+  // image alone (model/vision_tower.h), so no other request's bits change. A prompt whose tower fails ends alone, its
+  // piece left out of the step.
   void run_towers(std::vector<ScheduledPiece>& planned) {
-    std::erase_if(planned, [this](const ScheduledPiece& piece) {
+    int64_t images = 0;
+    const auto started = Clock::now();
+    std::erase_if(planned, [&](const ScheduledPiece& piece) {
       Sequence& sequence = *piece.sequence;
       if (!piece.is_prefill || !sequence.has_images() || sequence.images().has_rows()) return false;
       try {
+        const auto position = static_cast<int32_t>(blocks.position(*sequence.slot()));
+        const size_t first = sequence.images().first_needed_image(position);
+        const std::vector<PromptImage>& prompt_images = *sequence.request().images;
         std::vector<float> rows;
-        for (const PromptImage& image : *sequence.request().images) {
+        for (size_t i = first; i < prompt_images.size(); ++i) {
+          const PromptImage& image = prompt_images[i];
           const std::vector<float> own = options.vision->rows(image.pixel_values, {image.t, image.h, image.w});
           rows.insert(rows.end(), own.begin(), own.end());
+          ++images;
         }
-        sequence.images().set_rows(std::move(rows), hidden);
+        sequence.images().set_rows(std::move(rows), hidden, first);
         return false;
       } catch (const std::exception& e) {
         end(sequence, FinishReason::error, fmt::format("engine: the vision tower failed: {}", e.what()));
         return true;
       }
     });
+    if (images == 0) return;
+    std::lock_guard lock(mutex);
+    stats.vision_images_total += images;
+    stats.vision_seconds_total += std::chrono::duration<double>(Clock::now() - started).count();
   }
 
   // A verify piece's draws taken into its sequence (engine/draft_verify.h); its rows past the last kept one are taken

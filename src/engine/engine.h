@@ -121,6 +121,9 @@ struct EngineStats {
   double step_seconds_total = 0;
   double step_seconds_last = 0;
   double time_to_first_token_seconds_total = 0;  // over requests that produced a token
+  // The vision tower: images it encoded (a prompt resumed past an image does not encode it) and the time it ran.
+  int64_t vision_images_total = 0;
+  double vision_seconds_total = 0;
   // Structured outputs: token masks made (one per constrained draw) and the time spent making them.
   int64_t grammar_masks_total = 0;
   double grammar_mask_seconds_total = 0;

@@ -56,8 +56,11 @@ void check_prompt_images(const Request& request, const RequestLimits& limits) {
 ImagePrompt::ImagePrompt(std::span<const int32_t> prompt, const std::vector<PromptImage>& images,
                          int32_t image_token_id, int32_t merge) {
   std::vector<model::ImageRun> runs;
-  for (const PromptImage& image : images)
+  for (const PromptImage& image : images) {
     runs.push_back({.first = image.first_token, .t = image.t, .h = image.h, .w = image.w});
+    image_ends_.push_back(
+        static_cast<int32_t>(image.first_token + int64_t{image.t} * image.h * image.w / (int64_t{merge} * merge)));
+  }
   const model::RopePositions p = model::mrope_positions(static_cast<int32_t>(prompt.size()), runs, merge);
   positions_.reserve(3 * prompt.size());
   for (size_t t = 0; t < prompt.size(); ++t) positions_.insert(positions_.end(), {p.time[t], p.height[t], p.width[t]});
@@ -67,11 +70,21 @@ ImagePrompt::ImagePrompt(std::span<const int32_t> prompt, const std::vector<Prom
     image_tokens_before_[t + 1] = image_tokens_before_[t] + (prompt[t] == image_token_id ? 1 : 0);
 }
 
-void ImagePrompt::set_rows(std::vector<float> rows, int64_t hidden) {
-  if (rows.size() != static_cast<size_t>(image_tokens() * hidden))
-    fail("engine: the vision tower gave {} values for {} image tokens of {}", rows.size(), image_tokens(), hidden);
+size_t ImagePrompt::first_needed_image(int32_t position) const {
+  return static_cast<size_t>(std::upper_bound(image_ends_.begin(), image_ends_.end(), position) - image_ends_.begin());
+}
+
+void ImagePrompt::set_rows(std::vector<float> rows, int64_t hidden, size_t first_image) {
+  if (first_image > image_ends_.size())
+    fail("engine: rows from image {} of a prompt with {} images", first_image, image_ends_.size());
+  const int64_t from = first_image == 0 ? 0 : image_tokens_before_[static_cast<size_t>(image_ends_[first_image - 1])];
+  if (rows.size() != static_cast<size_t>((image_tokens() - from) * hidden))
+    fail("engine: the vision tower gave {} values for {} image tokens of {}", rows.size(), image_tokens() - from,
+         hidden);
   rows_ = std::move(rows);
+  rows_from_ = from;
   hidden_ = hidden;
+  has_rows_ = true;
 }
 
 std::span<const int32_t> ImagePrompt::positions(int32_t start, int32_t count) const {
@@ -82,7 +95,11 @@ std::span<const float> ImagePrompt::rows(int32_t start, int32_t count) const {
   const int64_t first = image_tokens_before_[static_cast<size_t>(start)];
   const int64_t last = image_tokens_before_[static_cast<size_t>(start + count)];
   if (first == last) return {};
-  return std::span(rows_).subspan(static_cast<size_t>(first * hidden_), static_cast<size_t>((last - first) * hidden_));
+  if (!has_rows_ || first < rows_from_)
+    fail("engine: prompt chunk {} to {} holds image tokens whose rows the vision tower did not give", start,
+         start + count);
+  return std::span(rows_).subspan(static_cast<size_t>((first - rows_from_) * hidden_),
+                                  static_cast<size_t>((last - first) * hidden_));
 }
 
 }  // namespace duet::engine

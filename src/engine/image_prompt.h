@@ -29,22 +29,34 @@ class ImagePrompt {
   // The prompt's image tokens, in all images.
   int64_t image_tokens() const { return image_tokens_before_.back(); }
 
-  // The tower's rows of every image, in prompt order: [image_tokens(), hidden].
-  bool has_rows() const { return !rows_.empty(); }
-  void set_rows(std::vector<float> rows, int64_t hidden);
-  void drop_rows() { rows_ = {}; }  // once the prompt is prefilled
+  // The images a prompt prefilled from `position` on needs the rows of: the first image with a token at or after
+  // `position` and every one after it. An image wholly before it (inside a prefix resumed from the prompt cache) is
+  // read from the resumed state, never from rows, so the tower need not run on it.
+  size_t first_needed_image(int32_t position) const;
+
+  // The tower's rows of images [first_image, last image], in prompt order: [their image tokens, hidden].
+  bool has_rows() const { return has_rows_; }
+  void set_rows(std::vector<float> rows, int64_t hidden, size_t first_image = 0);
+  void drop_rows() {  // once the prompt is prefilled
+    rows_ = {};
+    has_rows_ = false;
+  }
 
   // Prompt chunk [start, start + count): its tokens' (time, height, width) positions, [count, 3], and the rows of its
-  // image tokens, [image tokens in the chunk, hidden] (needs has_rows()).
+  // image tokens, [image tokens in the chunk, hidden] (needs has_rows() from an image at or before the chunk's first;
+  // fails naming the chunk otherwise).
   std::span<const int32_t> positions(int32_t start, int32_t count) const;
   std::span<const float> rows(int32_t start, int32_t count) const;
 
  private:
   std::vector<int32_t> positions_;            // [prompt, 3]
   std::vector<int64_t> image_tokens_before_;  // [prompt + 1]: image tokens among the first i prompt tokens
+  std::vector<int32_t> image_ends_;           // [images]: the prompt index after each image's last token
   std::vector<float> rows_;
+  int64_t rows_from_ = 0;  // the image tokens before rows_'s first (those of the images the tower skipped)
   int64_t hidden_ = 0;
   int32_t delta_ = 0;
+  bool has_rows_ = false;
 };
 
 }  // namespace duet::engine

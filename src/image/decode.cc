@@ -39,9 +39,9 @@ Image decode(std::span<const uint8_t> bytes, const Limits& limits) {
     for (size_t i = 0; i < std::min<size_t>(bytes.size(), 8); ++i) start += fmt::format("{:02x}", bytes[i]);
     throw ImageError(fmt::format("image: not a PNG, JPEG, WebP or GIF file (its first bytes are {})", start));
   }
-  // Turned as its EXIF orientation asks, as viewers show it (exif_orientation.h); the tag is read after the pixels
-  // decode, so a file the decoder refuses is refused the same with or without EXIF.
-  return apply_exif_orientation(decode_pixels(*format, bytes, limits), exif_orientation(*format, bytes));
+  // Turned as its EXIF (or XMP) orientation asks, as viewers show it (exif_orientation.h); the tag is read after the
+  // pixels decode, so a file the decoder refuses is refused the same with or without it.
+  return apply_exif_orientation(decode_pixels(*format, bytes, limits), image_orientation(*format, bytes));
 }
 
 }  // namespace duet::image

@@ -4,9 +4,12 @@
 // (load_image: ImageOps.exif_transpose) show the turned image, so duet reads that one: the tag is read from the file's
 // bytes here (no EXIF library), and the decoded pixels are turned before smart_resize sees their size. The EXIF block
 // comes from where Pillow's getexif finds it: a JPEG's APP1 "Exif" segment, a PNG's eXIf chunk, a WebP's EXIF chunk;
-// one reader (exif_tiff_orientation) reads the TIFF block inside each. What cannot be read leaves the pixels as stored:
-// never a refusal, as Pillow's exif_transpose leaves an image without a readable tag.
+// one reader (exif_tiff_orientation) reads the TIFF block inside each. When the EXIF has no Orientation tag, the XMP
+// packet's tiff:Orientation is read instead, as Pillow's Image.getexif falls back to it (Pillow 11 and later for every
+// format; Debian's Pillow 9.4 reads only PNG's). What cannot be read leaves the pixels as stored: never a refusal, as
+// Pillow's exif_transpose leaves an image without a readable tag.
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "image/image.h"
@@ -30,8 +33,31 @@ int png_exif_orientation(std::span<const uint8_t> png);
 // Exif.load skips it. 1 when there is none.
 int webp_exif_orientation(std::span<const uint8_t> webp);
 
-// The orientation of `bytes` read as `format` (above); 1 for GIF, which has no EXIF.
+// The EXIF orientation of `bytes` read as `format` (above); 1 for GIF, which has no EXIF.
 int exif_orientation(Format format, std::span<const uint8_t> bytes);
+
+// The digit after the first `tiff:Orientation="` or `tiff:Orientation>` of an XMP packet (its attribute and element
+// forms), as Pillow's getexif finds it with re.search(r'tiff:Orientation(="|>)([0-9])', packet); nullopt when neither
+// form is there.
+std::optional<int> xmp_packet_orientation(std::span<const uint8_t> xmp);
+
+// The XMP orientation of the last text chunk (tEXt, zTXt or iTXt, before or after the image data) keyed
+// "XML:com.adobe.xmp" whose CRC holds and that Pillow keeps: zlib streams inflated up to 1 MiB (a corrupt zTXt stream
+// is kept as empty text), iTXt in strict UTF-8; nullopt when there is none.
+std::optional<int> png_xmp_orientation(std::span<const uint8_t> png);
+
+// The XMP orientation of the last APP1 segment "http://ns.adobe.com/xap/1.0/\0" before the scan (the packet follows
+// the NUL); nullopt when there is none.
+std::optional<int> jpeg_xmp_orientation(std::span<const uint8_t> jpeg);
+
+// The XMP orientation of the first "XMP " chunk of an extended WebP whose VP8X flags announce XMP (bit 2); nullopt
+// when there is none.
+std::optional<int> webp_xmp_orientation(std::span<const uint8_t> webp);
+
+// How `bytes` (read as `format`) ask to be turned, 1 to 8: the EXIF Orientation tag when IFD0 has one, whatever its
+// value (1 unless it is one value from 1 to 8; Pillow then never looks at XMP), else the XMP orientation (1 unless it
+// is 1 to 8).
+int image_orientation(Format format, std::span<const uint8_t> bytes);
 
 // `image` turned as EXIF orientation `orientation` asks, as Pillow's exif_transpose turns it: 2 mirrors left-right,
 // 3 turns 180 degrees, 4 mirrors top-bottom, 5 transposes (swaps x and y), 6 turns 90 degrees clockwise, 7

@@ -16,19 +16,24 @@ bool starts_with_no_case(std::string_view text, std::string_view prefix) {
          });
 }
 
+bool is_remote(std::string_view url) {
+  return starts_with_no_case(url, "http://") || starts_with_no_case(url, "https://");
+}
+
 // The checks of every image URL, wherever it came from: `url_param` names the field that holds it, `how_inline` says
 // how this API sends the bytes instead of a remote URL.
 ImagePart image_part_from_url(const std::optional<std::string>& url, const std::string& param,
                               const std::string& url_param, std::string_view how_inline) {
   if (!url || url->empty()) refuse_field(url_param, "missing");
-  if (starts_with_no_case(*url, "http://") || starts_with_no_case(*url, "https://"))
-    refuse_field(url_param, fmt::format("remote image URLs are not fetched; send the image inline {}", how_inline));
-  if (!starts_with_no_case(*url, "data:")) refuse_field(url_param, "expected a data: URL (data:image/png;base64,...)");
-  return {param, *url};
+  if (!is_remote(*url) && !starts_with_no_case(*url, "data:"))
+    refuse_field(url_param, "expected a data: URL (data:image/png;base64,...) or an http(s) URL");
+  return {param, *url, url_param, how_inline};
 }
 
 constexpr std::string_view kAsDataUrl = "as a data: URL (data:image/png;base64,...)";
 }  // namespace
+
+bool ImagePart::remote() const { return is_remote(url); }
 
 void refuse_image_in_system(const std::string& role, const std::string& param) {
   if (role == "system" || role == "developer")
@@ -90,7 +95,7 @@ ImagePart parse_image_block(const Json& block, const std::string& param, Ignored
     refuse_field(source_param + ".media_type", "expected a media type such as image/png");
   const auto data = read_string(*source, "data", source_param + ".data");
   if (!data || data->empty()) refuse_field(source_param + ".data", "missing");
-  return {param, fmt::format("data:{};base64,{}", *media_type, *data)};
+  return {param, fmt::format("data:{};base64,{}", *media_type, *data), source_param + ".data", kAsBase64};
 }
 
 }  // namespace duet::server

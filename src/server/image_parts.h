@@ -5,8 +5,9 @@
 //   chat/completions  {"type": "image_url", "image_url": {"url": "data:image/png;base64,...", "detail": "auto"}}
 //   responses         {"type": "input_image", "image_url": "data:image/png;base64,...", "detail": "auto"}
 //   messages          {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "..."}}
-// Every route refuses the same things with the same words (400 naming the field): a missing image, a remote http(s)
-// URL (the server fetches nothing), any other scheme, an image in a system message.
+// Every route refuses the same things with the same words (400 naming the field): a missing image, a scheme other than
+// data: and http(s), an image in a system message. A remote http(s) URL is read here as it is; prompt_images.h fetches
+// it on a server started with --allow-image-urls and refuses it, naming the field, on any other.
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,8 +22,12 @@ namespace duet::server {
 inline constexpr std::string_view kImageMarkup = "<|vision_start|><|image_pad|><|vision_end|>";
 
 struct ImagePart {
-  std::string param;  // where the request has it, for refusals: "messages[1].content[0]"
-  std::string url;    // a data: URL
+  std::string param;            // where the request has it, for refusals: "messages[1].content[0]"
+  std::string url;              // a data: URL, or a remote http(s) one
+  std::string url_param;        // the field that holds the URL: "messages[1].content[0].image_url.url"
+  std::string_view how_inline;  // how this API sends the bytes instead of a remote URL (static text)
+
+  bool remote() const;
 };
 
 // The template refuses images in a system message (`role` system or developer), and so does every route: 400 naming

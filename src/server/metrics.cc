@@ -143,6 +143,12 @@ std::string ServerMetrics::render(const engine::EngineStats& engine, const std::
   metric(out, "duet_process_resident_bytes", "gauge", "Resident memory of the server process.");
   sample(out, "duet_process_resident_bytes", resident_bytes());
 
+  metric(out, "duet_vision_tower_images_total", "counter",
+         "Images the vision tower encoded (not those inside a prompt prefix resumed from the prompt cache).");
+  sample(out, "duet_vision_tower_images_total", engine.vision_images_total, model);
+  metric(out, "duet_vision_tower_seconds_total", "counter", "Time the vision tower ran.");
+  sample(out, "duet_vision_tower_seconds_total", engine.vision_seconds_total, model);
+
   metric(out, "duet_grammar_requests_total", "counter", "Requests with a structured output (a grammar).");
   sample(out, "duet_grammar_requests_total", constrained_requests.load(), model);
   metric(out, "duet_grammar_masks_total", "counter", "Token masks made for structured outputs.");

@@ -10,6 +10,7 @@
 #include "image/resize.h"
 #include "image/smart_resize.h"
 #include "server/errors.h"
+#include "server/image_fetch.h"
 
 namespace duet::server {
 
@@ -18,9 +19,17 @@ namespace {
 // One part's image as the processor leaves it (docs/vision.md 2): RGB, resized to smart_resize's size, in patches.
 // `room` is how many image tokens the context leaves it: a larger image is refused before it is resized.
 engine::PromptImage preprocess(const VisionSupport& vision, const ImagePart& part, int64_t room) {
+  std::vector<uint8_t> bytes;
+  if (part.remote()) {
+    try {
+      bytes = vision.fetcher->fetch(part.url);
+    } catch (const ImageFetchError& error) {
+      throw ApiError(400, fmt::format("{}: {}", part.param, error.what()), part.param, "invalid_image_url");
+    }
+  }
   try {
-    const image::DataUrl data = image::parse_data_url(part.url, vision.limits.max_bytes);
-    const image::Image decoded = image::decode(data.bytes, vision.limits);
+    if (!part.remote()) bytes = image::parse_data_url(part.url, vision.limits.max_bytes).bytes;
+    const image::Image decoded = image::decode(bytes, vision.limits);
     const image::ProcessorConfig& p = vision.processor;
     const image::Size size = image::smart_resize(decoded.height, decoded.width, p.factor(), p.min_pixels, p.max_pixels);
     const int64_t tokens = int64_t{size.height} * size.width / (int64_t{p.factor()} * p.factor());
@@ -36,7 +45,8 @@ engine::PromptImage preprocess(const VisionSupport& vision, const ImagePart& par
             .h = static_cast<int32_t>(patches.grid_h),
             .w = static_cast<int32_t>(patches.grid_w)};
   } catch (const image::ImageError& error) {
-    throw ApiError(400, fmt::format("{}: {}", part.param, error.what()), part.param, "invalid_image");
+    const std::string from = part.remote() ? fmt::format(" (the body of {})", part.url.substr(0, 200)) : "";
+    throw ApiError(400, fmt::format("{}: {}{}", part.param, error.what(), from), part.param, "invalid_image");
   }
 }
 
@@ -55,6 +65,11 @@ std::shared_ptr<const std::vector<engine::PromptImage>> expand_prompt_images(con
                                markers, vision.image_token_id, parts.size()),
                    param, "invalid_messages");
   if (parts.empty()) return nullptr;
+  for (const ImagePart& part : parts)
+    if (part.remote() && !vision.fetcher)
+      refuse_field(part.url_param, fmt::format("remote image URLs are not fetched; send the image inline {} (or start "
+                                               "the server with --allow-image-urls)",
+                                               part.how_inline));
   auto images = std::make_shared<std::vector<engine::PromptImage>>();
   const uint32_t merge = vision.processor.layout.merge;
   int64_t room = int64_t{context} - static_cast<int64_t>(prompt.size() - parts.size());

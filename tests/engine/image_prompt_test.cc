@@ -91,5 +91,33 @@ TEST(ImagePrompt, PositionsDeltaAndChunkSlices) {
   EXPECT_FALSE(p.has_rows());
 }
 
+// A prompt resumed at a position needs no rows for the images wholly before it: the tower's rows then start at the
+// first image with a token at or after the position, and each chunk from there takes its own rows from them.
+TEST(ImagePrompt, RowsFromTheFirstNeededImage) {
+  const Request r = request();  // image 1 at 2..3, image 2 at 7..10, 12 tokens
+  ImagePrompt p(r.prompt, *r.images, kImage, 2);
+  for (const auto& [position, first] :
+       std::vector<std::pair<int32_t, size_t>>{{0, 0}, {2, 0}, {3, 0}, {4, 1}, {7, 1}, {10, 1}, {11, 2}, {12, 2}})
+    EXPECT_EQ(p.first_needed_image(position), first) << position;
+  const int64_t hidden = 3;
+  std::vector<float> rows(static_cast<size_t>(4 * hidden));  // image 2's tokens, each holding its index among all six
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>(2 + i / hidden);
+  EXPECT_THROW(p.set_rows(rows, hidden), Error);  // 4 rows for the 6 tokens of both images
+  EXPECT_THROW(p.set_rows(rows, hidden, 3), Error);
+  p.set_rows(rows, hidden, 1);
+  EXPECT_TRUE(p.has_rows());
+  const auto tail = p.rows(8, 4);  // image 2's last three tokens, then text
+  EXPECT_EQ(std::vector<float>(tail.begin(), tail.end()), (std::vector<float>{3, 3, 3, 4, 4, 4, 5, 5, 5}));
+  EXPECT_TRUE(p.rows(4, 3).empty());  // the text between the images
+  EXPECT_THROW(p.rows(3, 2), Error);  // image 1's last token has no row
+  // Every image before the position: no rows at all, and the chunks after them need none.
+  ImagePrompt q(r.prompt, *r.images, kImage, 2);
+  q.set_rows({}, hidden, 2);
+  EXPECT_TRUE(q.has_rows());
+  EXPECT_TRUE(q.rows(11, 1).empty());
+  q.drop_rows();
+  EXPECT_FALSE(q.has_rows());
+}
+
 }  // namespace
 }  // namespace duet::engine

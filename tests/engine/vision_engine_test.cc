@@ -174,6 +174,7 @@ TEST_F(VisionEngine, PromptCacheResumesOnlyTheSameImage) {
     EXPECT_EQ(gray.logprobs, gray_fresh.logprobs) << "collide " << collide;
     EXPECT_NE(gray.logprobs, first.logprobs) << "the control: the two images must answer differently";
     EXPECT_EQ(engine.stats().prompt_cache_hits, 1);
+    EXPECT_EQ(engine.stats().vision_images_total, 3) << "the image cut by the resumed prefix is encoded again";
   }
 }
 
@@ -202,6 +203,45 @@ TEST_F(VisionEngine, PromptCacheResumesTheTextBeforeAnotherImage) {
   const Outcome small_again = drain(*engine.submit(with_hint("small_png.png")));
   EXPECT_EQ(small_again.finished.cached_tokens, 128);
   EXPECT_EQ(small_again.logprobs, small.logprobs);
+}
+
+// A prompt resumed from the prompt cache past an image does not run the tower on it: the golden prompt twice,
+// small_png at 4..73 and gray_png at 83..152 (158 tokens, its last full block, 128, kept). The same request again
+// resumes 128 tokens, the first image wholly inside them and the second cut by them: the tower encodes 2 images for the
+// first request and 1 for the second (EngineStats::vision_images_total), and the resumed answer is the fresh one's
+// bytes, and those of an engine without a cache. (The control, an image cut by the resumed prefix, which is encoded
+// again: PromptCacheResumesOnlyTheSameImage.)
+TEST_F(VisionEngine, AResumedPromptRunsTheTowerOnlyOnImagesItStillReads) {
+  std::vector<int32_t> prompt = golden("decode.ids");
+  const std::vector<int32_t> once = prompt;
+  prompt.insert(prompt.end(), once.begin(), once.end());
+  Request request = testing::greedy_request(prompt, 6);
+  request.sampling.top_logprobs = 0;
+  const auto image_token = model_->config().image_token_id;
+  const auto first = std::find(prompt.begin(), prompt.end(), image_token) - prompt.begin();
+  const auto second =
+      std::find(prompt.begin() + static_cast<long>(once.size()), prompt.end(), image_token) - prompt.begin();
+  request.images = std::make_shared<std::vector<PromptImage>>(
+      std::vector{small_png(static_cast<int32_t>(first)), small_png(static_cast<int32_t>(second), "gray_png.png")});
+  ASSERT_EQ(first, 4);
+  ASSERT_EQ(second, 83);
+
+  Engine fresh(*model_, nullptr, options());
+  const Outcome alone = drain(*fresh.submit(request));
+  EXPECT_EQ(fresh.stats().vision_images_total, 2);
+  EngineOptions o = options();
+  o.prompt_cache_bytes = size_t{16} << 20;
+  Engine engine(*model_, nullptr, o);
+  const Outcome a = drain(*engine.submit(request));
+  EXPECT_EQ(a.finished.cached_tokens, 0);
+  EXPECT_EQ(engine.stats().vision_images_total, 2);
+  const Outcome b = drain(*engine.submit(request));
+  EXPECT_EQ(b.finished.cached_tokens, 128);
+  EXPECT_EQ(engine.stats().vision_images_total, 3) << "the image inside the resumed prefix was encoded again";
+  EXPECT_EQ(b.tokens, a.tokens);
+  EXPECT_EQ(b.logprobs, a.logprobs) << "a resumed prompt gives the fresh one's bytes";
+  EXPECT_EQ(a.logprobs, alone.logprobs);
+  EXPECT_GT(engine.stats().vision_seconds_total, 0);
 }
 
 TEST_F(VisionEngine, BesideTextAndAsForkedChoices) {

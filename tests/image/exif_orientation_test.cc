@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -229,16 +230,17 @@ std::vector<uint8_t> with_png_chunk(const std::vector<uint8_t>& png, const std::
 }
 
 // A simple (VP8 only) WebP turned into the extended layout: VP8X with `flags` and the canvas size, its image chunk,
-// then an EXIF chunk holding `exif` (padded to even), the RIFF size recomputed.
+// then an EXIF (or `fourcc`) chunk holding `exif` (padded to even), the RIFF size recomputed.
 std::vector<uint8_t> extended_webp(const std::vector<uint8_t>& simple, uint32_t width, uint32_t height,
-                                   const std::vector<uint8_t>& exif, uint8_t flags = 0x08) {
+                                   const std::vector<uint8_t>& exif, uint8_t flags = 0x08,
+                                   const char (&fourcc)[5] = "EXIF") {
   std::vector<uint8_t> body{'W', 'E', 'B', 'P', 'V', 'P', '8', 'X'};
   put_little(body, 10, 4);
   body.insert(body.end(), {flags, 0, 0, 0});
   put_little(body, width - 1, 3);
   put_little(body, height - 1, 3);
   body.insert(body.end(), simple.begin() + 12, simple.end());
-  body.insert(body.end(), {'E', 'X', 'I', 'F'});
+  body.insert(body.end(), fourcc, fourcc + 4);
   put_little(body, static_cast<uint32_t>(exif.size()), 4);
   body.insert(body.end(), exif.begin(), exif.end());
   if (exif.size() % 2) body.push_back(0);
@@ -409,16 +411,22 @@ TEST_F(ExifOrientationWebp, UnreadableOrOddExifLeavesTheImage) {
   EXPECT_EQ(webp_exif_orientation(std::vector<uint8_t>{'R', 'I', 'F', 'F'}), 1);
 }
 
+// A fixture's decoded image, checked against the pixels Pillow wrote beside it (NAME.ppm).
+Image expect_pillows_pixels(const std::string& name, const std::vector<uint8_t>& bytes, const testing::Rgb& want) {
+  const Image got = decode(bytes);
+  EXPECT_EQ(got.width, want.width) << name;
+  EXPECT_EQ(got.height, want.height) << name;
+  EXPECT_TRUE(got.rgb == want.pixels) << name;
+  return got;
+}
+
 // Files Pillow wrote with the tag (make_image_fixtures.py): duet's pixels are Pillow's exif_transpose's, and they are
 // not the stored pixels (the file's header size; for 6 and 7, swapped).
 TEST(ExifOrientationPillow, PngAndWebpAsExifTransposeTurnsThem) {
   for (const std::string name : {"exif3.png", "exif6.png", "exif6.webp", "exif7.webp"}) {
     const std::vector<uint8_t> bytes = read_bytes(fixture_path(name));
-    const Image got = decode(bytes);
     const testing::Rgb want = read_ppm(fixture_path(name + ".ppm"));
-    EXPECT_EQ(got.width, want.width) << name;
-    EXPECT_EQ(got.height, want.height) << name;
-    EXPECT_TRUE(got.rgb == want.pixels) << name;
+    const Image got = expect_pillows_pixels(name, bytes, want);
     const int orientation = exif_orientation(got.format, bytes);
     EXPECT_EQ(orientation, name[4] - '0') << name;
     // Control: the stored pixels (turned back) are not Pillow's.
@@ -441,6 +449,277 @@ TEST(ExifOrientationPillow, CorruptedBytesNeverCrash) {
         bytes[at] ^= static_cast<uint8_t>(1 + random() % 255);
       }
       EXPECT_LE(exif_orientation(name.ends_with("png") ? Format::kPng : Format::kWebp, bytes), 8);
+      try {
+        const Image image = decode(bytes);
+        EXPECT_EQ(image.rgb.size(), size_t{image.width} * image.height * 3) << name;
+      } catch (const ImageError&) {
+      }
+    }
+  }
+}
+
+// ---- XMP orientation: Pillow's fallback (Image.getexif) when the EXIF has no Orientation tag ----
+
+std::vector<uint8_t> bytes_of(std::string_view text) { return {text.begin(), text.end()}; }
+
+// An XMP packet as Adobe's tools and exiftool write one, tiff:Orientation as an attribute or as an element.
+std::string xmp_packet(int orientation, bool element) {
+  const std::string value = std::to_string(orientation);
+  return std::string(
+             "<?xpacket begin=\"\xEF\xBB\xBF\" id=\"W5M0MpCehiHzreSzNTczkc9d\"?><x:xmpmeta "
+             "xmlns:x=\"adobe:ns:meta/\">") +
+         "<rdf:RDF xmlns:rdf=\"http://www.w3.org/1999/02/22-rdf-syntax-ns#\"><rdf:Description rdf:about=\"\" " +
+         "xmlns:tiff=\"http://ns.adobe.com/tiff/1.0/\"" + (element ? "" : " tiff:Orientation=\"" + value + "\"") + ">" +
+         (element ? "<tiff:Orientation>" + value + "</tiff:Orientation>" : "") +
+         "</rdf:Description></rdf:RDF></x:xmpmeta><?xpacket end=\"w\"?>";
+}
+
+std::vector<uint8_t> zlib_bytes(std::string_view text) {
+  std::vector<uint8_t> out(compressBound(text.size()));
+  uLongf size = out.size();
+  compress2(out.data(), &size, reinterpret_cast<const Bytef*>(text.data()), text.size(), 9);
+  out.resize(size);
+  return out;
+}
+
+// PNG text chunks keyed "XML:com.adobe.xmp" (or `keyword`) as PNG 1.2 lays them out.
+std::vector<uint8_t> xmp_text_chunk(const char (&type)[5], std::string_view packet,
+                                    std::string_view keyword = "XML:com.adobe.xmp") {
+  std::vector<uint8_t> data = bytes_of(keyword);
+  data.push_back(0);
+  const std::string_view kind(type, 4);
+  if (kind == "tEXt") {
+    data.insert(data.end(), packet.begin(), packet.end());
+  } else if (kind == "zTXt") {
+    data.push_back(0);  // method: zlib
+    const std::vector<uint8_t> z = zlib_bytes(packet);
+    data.insert(data.end(), z.begin(), z.end());
+  } else {  // iTXt, uncompressed: flag 0, method 0, an empty language tag and translated keyword
+    data.insert(data.end(), {0, 0, 0, 0});
+    data.insert(data.end(), packet.begin(), packet.end());
+  }
+  return png_chunk(type, data);
+}
+
+std::vector<uint8_t> compressed_itxt(std::string_view packet) {
+  std::vector<uint8_t> data = bytes_of("XML:com.adobe.xmp");
+  data.insert(data.end(), {0, 1, 0, 'e', 'n', 0, 0});
+  const std::vector<uint8_t> z = zlib_bytes(packet);
+  data.insert(data.end(), z.begin(), z.end());
+  return png_chunk("iTXt", data);
+}
+
+// A JPEG APP1 XMP segment's payload: the namespace, its NUL, the packet.
+std::vector<uint8_t> xmp_app1(std::string_view packet) {
+  std::vector<uint8_t> payload = bytes_of("http://ns.adobe.com/xap/1.0/");
+  payload.push_back(0);
+  payload.insert(payload.end(), packet.begin(), packet.end());
+  return payload;
+}
+
+// `webp` (extended) with one more chunk at its end, the RIFF size recomputed.
+std::vector<uint8_t> with_webp_chunk(std::vector<uint8_t> webp, const char (&fourcc)[5], std::string_view payload) {
+  webp.insert(webp.end(), fourcc, fourcc + 4);
+  std::vector<uint8_t> size;
+  put_little(size, static_cast<uint32_t>(payload.size()), 4);
+  webp.insert(webp.end(), size.begin(), size.end());
+  webp.insert(webp.end(), payload.begin(), payload.end());
+  if (payload.size() % 2) webp.push_back(0);
+  std::vector<uint8_t> riff;
+  put_little(riff, static_cast<uint32_t>(webp.size() - 8), 4);
+  std::copy(riff.begin(), riff.end(), webp.begin() + 4);
+  return webp;
+}
+
+TEST(XmpPacket, FindsWhatPillowsPatternFinds) {
+  const std::vector<std::pair<std::string, std::optional<int>>> cases = {
+      {xmp_packet(6, false), 6},
+      {xmp_packet(8, true), 8},
+      {"tiff:Orientation='6'", std::nullopt},  // single quotes: not the pattern
+      {"tiff:Orientation = \"6\"", std::nullopt},
+      {"<tiff:Orientation> 6</tiff:Orientation>", std::nullopt},
+      {"tiff:orientation=\"6\"", std::nullopt},  // case matters
+      {"exif:Orientation=\"6\"", std::nullopt},
+      {"tiff:Orientation=\"x\" tiff:Orientation=\"3\"", 3},  // the first place where it matches
+      {"<tiff:Orientation>7</tiff:Orientation> tiff:Orientation=\"5\"", 7},
+      {"tiff:Orientation=\"12\"", 1},  // one digit
+      {"tiff:Orientation=\"0\"", 0},
+      {"tiff:Orientation>9", 9},
+      {"tiff:Orientation=\"", std::nullopt},
+      {"tiff:Orientation", std::nullopt},
+      {"", std::nullopt},
+  };
+  for (const auto& [text, want] : cases) EXPECT_EQ(xmp_packet_orientation(bytes_of(text)), want) << text;
+}
+
+class XmpOrientation : public ::testing::Test {
+ protected:
+  const std::vector<uint8_t> png_ = read_bytes(fixture_path("rgb8.png"));      // 37 x 23
+  const std::vector<uint8_t> jpeg_ = read_bytes(fixture_path("q95_444.jpg"));  // 29 x 41
+  const std::vector<uint8_t> webp_ = read_bytes(fixture_path("lossy.webp"));   // 29 x 41, VP8 only
+  const Image png_plain_ = decode(png_);
+  const Image jpeg_plain_ = decode(jpeg_);
+  const Image webp_plain_ = decode(webp_);
+
+  // The WebP in the extended layout with `flags`, an empty JUNK chunk where extended_webp writes EXIF; the tests add
+  // their chunks after it.
+  std::vector<uint8_t> extended(uint8_t flags) const {
+    return extended_webp(webp_, webp_plain_.width, webp_plain_.height, {}, flags, "JUNK");
+  }
+};
+
+// Every value in both forms, in every place each format keeps XMP, decodes to the viewer's image of that value and
+// none other (the planted controls).
+TEST_F(XmpOrientation, EachValueGivesTheViewersImage) {
+  for (const bool element : {false, true})
+    for (int orientation = 1; orientation <= 8; ++orientation) {
+      const std::string packet = xmp_packet(orientation, element);
+      const std::string what = std::string(element ? "element " : "attribute ") + std::to_string(orientation);
+      std::vector<std::pair<std::string, std::vector<uint8_t>>> pngs;
+      for (const bool after_idat : {false, true}) {
+        const std::string where = after_idat ? " after IDAT" : " before IDAT";
+        pngs.push_back({"tEXt" + where, with_png_chunk(png_, xmp_text_chunk("tEXt", packet), after_idat)});
+        pngs.push_back({"zTXt" + where, with_png_chunk(png_, xmp_text_chunk("zTXt", packet), after_idat)});
+        pngs.push_back({"iTXt" + where, with_png_chunk(png_, xmp_text_chunk("iTXt", packet), after_idat)});
+        pngs.push_back({"iTXt zlib" + where, with_png_chunk(png_, compressed_itxt(packet), after_idat)});
+      }
+      for (const auto& [kind, bytes] : pngs) {
+        EXPECT_EQ(png_xmp_orientation(bytes), orientation) << what << ", " << kind;
+        EXPECT_EQ(png_exif_orientation(bytes), 1) << "XMP is not EXIF";
+        expect_only(decode(bytes), png_plain_, orientation, what + ", PNG " + kind);
+      }
+      const std::vector<uint8_t> jpeg = with_app1(jpeg_, xmp_app1(packet));
+      EXPECT_EQ(jpeg_xmp_orientation(jpeg), orientation) << what;
+      expect_only(decode(jpeg), jpeg_plain_, orientation, what + ", JPEG");
+      const std::vector<uint8_t> webp = with_webp_chunk(extended(0x04), "XMP ", packet);
+      EXPECT_EQ(webp_xmp_orientation(webp), orientation) << what;
+      expect_only(decode(webp), webp_plain_, orientation, what + ", WebP");
+    }
+}
+
+// Pillow reads XMP only when IFD0 has no Orientation tag: a tag of 1, or one Pillow cannot use (0, 9, two values),
+// still wins; EXIF without the tag leaves the choice to XMP.
+TEST_F(XmpOrientation, ExifsTagWinsWhateverItsValue) {
+  const std::string xmp6 = xmp_packet(6, false);
+  struct Tag {
+    std::string what;
+    uint32_t value, count, tag;
+    int want;
+  };
+  for (const Tag& t :
+       {Tag{"1", 1, 1, 0x0112, 1}, Tag{"3", 3, 1, 0x0112, 3}, Tag{"0", 0, 1, 0x0112, 1}, Tag{"9", 9, 1, 0x0112, 1},
+        Tag{"two values", 6, 2, 0x0112, 1}, Tag{"no Orientation tag", 3, 1, 0x0110, 6}}) {
+    const std::vector<uint8_t> png = with_png_chunk(with_png_chunk(png_, xmp_text_chunk("iTXt", xmp6)),
+                                                    png_chunk("eXIf", tiff_block(true, t.value, 3, t.count, t.tag)));
+    EXPECT_EQ(image_orientation(Format::kPng, png), t.want) << "PNG, EXIF " << t.what;
+    expect_only(decode(png), png_plain_, t.want, "PNG, EXIF " + t.what);
+    const std::vector<uint8_t> jpeg =
+        with_app1(with_app1(jpeg_, xmp_app1(xmp6)), exif_block(false, t.value, 3, t.count, t.tag));
+    EXPECT_EQ(image_orientation(Format::kJpeg, jpeg), t.want) << "JPEG, EXIF " << t.what;
+    const std::vector<uint8_t> exif = exif_block(true, t.value, 3, t.count, t.tag);
+    const std::vector<uint8_t> webp =
+        with_webp_chunk(with_webp_chunk(extended(0x0C), "EXIF",
+                                        std::string_view(reinterpret_cast<const char*>(exif.data()), exif.size())),
+                        "XMP ", xmp6);
+    EXPECT_EQ(image_orientation(Format::kWebp, webp), t.want) << "WebP, EXIF " << t.what;
+  }
+  // GIF has neither.
+  EXPECT_EQ(image_orientation(Format::kGif, read_bytes(fixture_path("plain.gif"))), 1);
+}
+
+// Which packet Pillow keeps: a PNG's last XMP text chunk (a later one replaces an earlier one), not one whose CRC
+// fails, another keyword, an iTXt that is not strict UTF-8 or whose compression is unknown, a zlib stream that inflates
+// past 1 MiB; a corrupt zTXt stream is kept as empty text. A JPEG's last APP1 XMP segment; a WebP's first XMP chunk,
+// and only when VP8X announces XMP.
+TEST_F(XmpOrientation, ThePacketPillowKeeps) {
+  const auto png_with = [&](std::initializer_list<std::vector<uint8_t>> chunks) {
+    std::vector<uint8_t> png = png_;
+    for (const std::vector<uint8_t>& chunk : chunks) png = with_png_chunk(png, chunk, true);  // in this order
+    return png;
+  };
+  const std::vector<uint8_t> three = xmp_text_chunk("iTXt", xmp_packet(3, false));
+  const std::vector<uint8_t> six = xmp_text_chunk("tEXt", xmp_packet(6, true));
+  EXPECT_EQ(png_xmp_orientation(png_with({three, six})), 6);
+  EXPECT_EQ(png_xmp_orientation(png_with({six, three})), 3);
+  std::vector<uint8_t> bad_crc = six;
+  bad_crc.back() ^= 1;
+  EXPECT_EQ(png_xmp_orientation(png_with({three, bad_crc})), 3);
+  EXPECT_EQ(png_xmp_orientation(png_with({three, xmp_text_chunk("iTXt", xmp_packet(6, false), "XML:com.adobe.xm")})),
+            3);
+  EXPECT_EQ(png_xmp_orientation(png_with({three, xmp_text_chunk("iTXt", xmp_packet(6, false) + "\xC0\x80")})), 3);
+  std::vector<uint8_t> method = compressed_itxt(xmp_packet(6, false));
+  method[8 + 18 + 1] = 1;  // iTXt's compression method (after the keyword, its NUL and the flag): unknown
+  method = png_chunk("iTXt", std::vector<uint8_t>(method.begin() + 8, method.end() - 4));
+  EXPECT_EQ(png_xmp_orientation(png_with({three, method})), 3);
+  EXPECT_EQ(
+      png_xmp_orientation(png_with({three, xmp_text_chunk("zTXt", xmp_packet(6, false) + std::string(2 << 20, ' '))})),
+      3)
+      << "over 1 MiB inflated: Pillow refuses the file";
+  std::vector<uint8_t> corrupt = bytes_of("XML:com.adobe.xmp");
+  corrupt.insert(corrupt.end(), {0, 0, 0x78, 0x9C, 0xFF, 0xFF, 0xFF, 0xFF});
+  EXPECT_EQ(png_xmp_orientation(png_with({three, png_chunk("zTXt", corrupt)})), std::nullopt)
+      << "a corrupt zTXt stream is kept as empty text, replacing the packet before it";
+  EXPECT_EQ(png_xmp_orientation(png_), std::nullopt);
+
+  const std::vector<uint8_t> jpeg =
+      with_app1(with_app1(jpeg_, xmp_app1(xmp_packet(6, false))), xmp_app1(xmp_packet(3, false)));
+  EXPECT_EQ(jpeg_xmp_orientation(jpeg), 6) << "with_app1 writes right after SOI: the 6 comes last";
+  std::vector<uint8_t> app2 = with_app1(jpeg_, xmp_app1(xmp_packet(6, false)));
+  app2[3] = 0xE2;
+  EXPECT_EQ(jpeg_xmp_orientation(app2), std::nullopt);
+  EXPECT_EQ(jpeg_xmp_orientation(with_app1(jpeg_, bytes_of("http://ns.adobe.com/xap/1.0/ tiff:Orientation=\"6\""))),
+            std::nullopt)
+      << "no NUL after the namespace";
+
+  EXPECT_EQ(webp_xmp_orientation(with_webp_chunk(with_webp_chunk(extended(0x04), "XMP ", xmp_packet(6, false)), "XMP ",
+                                                 xmp_packet(3, false))),
+            6);
+  EXPECT_EQ(webp_xmp_orientation(with_webp_chunk(extended(0x08), "XMP ", xmp_packet(6, false))), std::nullopt)
+      << "VP8X without the XMP flag";
+  EXPECT_EQ(webp_xmp_orientation(with_webp_chunk(webp_, "XMP ", xmp_packet(6, false))), std::nullopt) << "no VP8X";
+}
+
+// Files Pillow wrote with XMP (make_image_fixtures.py) decode to Pillow's pixels: PNG's through Debian's Pillow 9.4
+// exif_transpose, JPEG's and WebP's through Pillow 11's rule written over 9.4 (xmp_transpose there); EXIF's tag beside
+// XMP wins (exif1_xmp6.png stays as stored, exif3_xmp6.jpg turns by 3). Control: each is not the stored image.
+TEST(XmpOrientationPillow, FilesAsExifTransposeTurnsThem) {
+  for (const auto& [name, orientation] : std::vector<std::pair<std::string, int>>{{"xmp6.png", 6},
+                                                                                  {"xmp8_zip.png", 8},
+                                                                                  {"xmp3_late.png", 3},
+                                                                                  {"exif1_xmp6.png", 1},
+                                                                                  {"xmp5.jpg", 5},
+                                                                                  {"exif3_xmp6.jpg", 3},
+                                                                                  {"xmp7.webp", 7}}) {
+    const std::vector<uint8_t> bytes = read_bytes(fixture_path(name));
+    const testing::Rgb want = read_ppm(fixture_path(name + ".ppm"));
+    const Image got = expect_pillows_pixels(name, bytes, want);
+    EXPECT_EQ(image_orientation(got.format, bytes), orientation) << name;
+    // Control: the image turned by the other orientations is not Pillow's.
+    for (int other = 1; other <= 8; ++other) {
+      if (other == orientation) continue;
+      const std::vector<int> undo = {1, 2, 3, 4, 5, 8, 7, 6};  // the value that turns `orientation` back
+      const Image stored = apply_exif_orientation(got, undo[orientation - 1]);
+      const Image turned = apply_exif_orientation(stored, other);
+      EXPECT_FALSE(turned.width == want.width && turned.height == want.height && turned.rgb == want.pixels)
+          << name << " turned by " << other;
+    }
+  }
+}
+
+// Flipped bytes in the XMP files: an ImageError or an image of a consistent size, and no sanitizer finding.
+TEST(XmpOrientationPillow, CorruptedBytesNeverCrash) {
+  std::mt19937 random(20261204);
+  for (const std::string name : {"xmp6.png", "xmp8_zip.png", "xmp3_late.png", "xmp5.jpg", "xmp7.webp"}) {
+    const std::vector<uint8_t> original = read_bytes(fixture_path(name));
+    for (int trial = 0; trial < 300; ++trial) {
+      std::vector<uint8_t> bytes = original;
+      for (int i = 0; i < 1 + trial % 3; ++i)
+        bytes[random() % bytes.size()] ^= static_cast<uint8_t>(1 + random() % 255);
+      const Format format = name.ends_with("png")   ? Format::kPng
+                            : name.ends_with("jpg") ? Format::kJpeg
+                                                    : Format::kWebp;
+      const int orientation = image_orientation(format, bytes);
+      EXPECT_TRUE(orientation >= 1 && orientation <= 8) << name;
       try {
         const Image image = decode(bytes);
         EXPECT_EQ(image.rgb.size(), size_t{image.width} * image.height * 3) << name;

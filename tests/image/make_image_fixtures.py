@@ -11,11 +11,12 @@ are written as binary PPM (P6) by Pillow. Nothing here is produced by duet's cod
 import base64
 import io
 import os
+import re
 import struct
 import zlib
 
 import numpy as np
-from PIL import Image, ImageOps
+from PIL import Image, ImageOps, PngImagePlugin
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 HOSTILE = os.path.join(HERE, "hostile")
@@ -56,17 +57,69 @@ def adam7_rows(pixels, bytes_per_pixel):
     return rows
 
 
-def save(name, data, exif_transpose=False):
-    """The file and Pillow's RGB of it; exif_transpose: turned first, as transformers' load_image turns it."""
+def save(name, data, exif_transpose=False, turn=None):
+    """The file and Pillow's RGB of it; exif_transpose: turned first, as transformers' load_image turns it; turn: a
+    function that turns the opened image instead (xmp_transpose)."""
     path = os.path.join(HERE, name)
     with open(path, "wb") as f:
         f.write(data)
     expected = Image.open(path)
     if exif_transpose:
         expected = ImageOps.exif_transpose(expected)
+    if turn:
+        expected = turn(expected)
     expected = convert_to_rgb(expected)
     expected.save(os.path.join(HERE, name + ".ppm"))
     return data
+
+
+# XMP orientation (exif_orientation.h): Pillow's Image.getexif falls back, when the EXIF has no Orientation, to the
+# first tiff:Orientation of the XMP packet, attribute or element form (this pattern). Debian's Pillow 9.4 looks in
+# info["XML:com.adobe.xmp"] only, which PNG text chunks set; Pillow 11 and later also in info["xmp"], which a JPEG's
+# APP1 XMP segment and a WebP's XMP chunk set.
+XMP_ORIENTATION = re.compile(rb'tiff:Orientation(="|>)([0-9])')
+TRANSPOSE = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180, 4: Image.Transpose.FLIP_TOP_BOTTOM,
+             5: Image.Transpose.TRANSPOSE, 6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
+             8: Image.Transpose.ROTATE_90}
+XMP_APP1 = b"http://ns.adobe.com/xap/1.0/\x00"
+
+
+def xmp_packet(orientation, element=False):
+    """An XMP packet as Adobe's tools and exiftool write it, with tiff:Orientation as an attribute or an element."""
+    attribute = "" if element else f' tiff:Orientation="{orientation}"'
+    inside = f"<tiff:Orientation>{orientation}</tiff:Orientation>" if element else ""
+    return ('<?xpacket begin="\ufeff" id="W5M0MpCehiHzreSzNTczkc9d"?><x:xmpmeta xmlns:x="adobe:ns:meta/">'
+            '<rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#"><rdf:Description rdf:about="" '
+            f'xmlns:tiff="http://ns.adobe.com/tiff/1.0/"{attribute}>{inside}</rdf:Description></rdf:RDF>'
+            '</x:xmpmeta><?xpacket end="w"?>')
+
+
+def xmp_transpose(image):
+    """Pillow 11's exif_transpose of a JPEG or WebP whose EXIF has no Orientation, with Debian's Pillow 9.4: the same
+    pattern over the packet Pillow 11 keeps in info["xmp"] (the last APP1 XMP segment of a JPEG, the XMP chunk of a
+    WebP), which Pillow 9.4 also reads (applist, info["xmp"]); then Pillow's own transpose."""
+    assert 0x0112 not in image.getexif()
+    if image.format == "JPEG":
+        packets = [c.split(b"\x00", 1)[1] for m, c in image.applist if m == "APP1" and c.startswith(XMP_APP1)]
+        packet = packets[-1] if packets else b""
+    else:
+        packet = image.info.get("xmp", b"")
+    match = XMP_ORIENTATION.search(packet)
+    method = TRANSPOSE.get(int(match[2])) if match else None
+    return image.transpose(method) if method else image
+
+
+def jpeg_xmp(data, packet):
+    """A JPEG with an APP1 XMP segment (its namespace, NUL, the packet) right after SOI."""
+    segment = XMP_APP1 + packet.encode()
+    return data[:2] + b"\xff\xe1" + struct.pack(">H", 2 + len(segment)) + segment + data[2:]
+
+
+def png_text(data, kind, keyword, text, before_iend=False):
+    """A PNG with one more text chunk (tEXt, or iTXt uncompressed), after IHDR or just before IEND."""
+    body = keyword + b"\x00" + (text if kind == b"tEXt" else b"\x00\x00\x00\x00" + text)
+    at = data.rfind(b"IEND") - 4 if before_iend else 8 + 25
+    return data[:at] + chunk(kind, body) + data[at:]
 
 
 def pil(array, fmt, mode=None, **kwargs):
@@ -119,6 +172,27 @@ def main():
         exif = Image.Exif()
         exif[0x0112] = orientation
         save(f"exif{orientation}.webp", pil(b, "WEBP", quality=75, exif=exif), exif_transpose=True)
+    # XMP orientation, where the EXIF has none: PNG iTXt (attribute form; element form compressed), a tEXt chunk after
+    # IDAT (read once the pixels are), EXIF's Orientation 1 beside XMP's 6 (EXIF's tag wins: not turned); JPEG APP1
+    # (element form) and EXIF's 3 beside XMP's 6; a WebP XMP chunk (Pillow writes VP8X with the XMP flag).
+    info = PngImagePlugin.PngInfo()
+    info.add_itxt("XML:com.adobe.xmp", xmp_packet(6))
+    save("xmp6.png", pil(a, "PNG", pnginfo=info), exif_transpose=True)
+    info = PngImagePlugin.PngInfo()
+    info.add_itxt("XML:com.adobe.xmp", xmp_packet(8, element=True), zip=True)
+    save("xmp8_zip.png", pil(a, "PNG", pnginfo=info), exif_transpose=True)
+    save("xmp3_late.png", png_text(pil(a, "PNG"), b"tEXt", b"XML:com.adobe.xmp", xmp_packet(3).encode(), True),
+         exif_transpose=True)
+    info = PngImagePlugin.PngInfo()
+    info.add_itxt("XML:com.adobe.xmp", xmp_packet(6))
+    exif = Image.Exif()
+    exif[0x0112] = 1
+    save("exif1_xmp6.png", pil(a, "PNG", pnginfo=info, exif=exif), exif_transpose=True)
+    save("xmp5.jpg", jpeg_xmp(pil(b, "JPEG", quality=90), xmp_packet(5, element=True)), turn=xmp_transpose)
+    exif = Image.Exif()
+    exif[0x0112] = 3
+    save("exif3_xmp6.jpg", jpeg_xmp(pil(b, "JPEG", quality=90, exif=exif), xmp_packet(6)), exif_transpose=True)
+    save("xmp7.webp", pil(b, "WEBP", quality=75, xmp=xmp_packet(7).encode()), turn=xmp_transpose)
     c = pattern(30, 20, 3)
     save("interlaced.gif", pil(c, "GIF", mode="P", interlace=True))
     save("plain.gif", pil(c, "GIF", mode="P", interlace=False))

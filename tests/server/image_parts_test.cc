@@ -8,6 +8,7 @@
 #include "api_error_of.h"
 #include "server/chat_request.h"
 #include "server/messages_request.h"
+#include "server/prompt_images.h"
 #include "server/responses_request.h"
 
 namespace duet::server::image_parts_test {
@@ -98,34 +99,48 @@ TEST(ImageParts, ImagesFollowTheRenderedOrder) {
   EXPECT_EQ(on_responses.messages[2].content, kMarkup);
 }
 
+// A remote URL is read as it is on every route, and refused with the same words where the images are read
+// (prompt_images.h) by a server that does not fetch them (no --allow-image-urls), before anything is fetched.
 TEST(ImageParts, RemoteUrlsAreRefusedWithTheSameWordsEverywhere) {
   const std::string remote = "https://example.com/cat.png";
-  const auto on_chat = refusal([&] {
-    chat(R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": ")" + remote +
-         R"("}}]}]})");
-  });
-  const auto on_responses = refusal([&] {
-    responses(R"({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": ")" + remote +
-              R"("}]}]})");
-  });
-  const auto on_messages = refusal([&] {
-    messages(R"({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "image", "source":
+  const auto on_chat =
+      chat(R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": ")" + remote +
+           R"("}}]}]})")
+          .images;
+  const auto on_responses =
+      responses(R"({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": ")" + remote +
+                R"("}]}]})")
+          .images;
+  const auto on_messages =
+      messages(R"({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "image", "source":
       {"type": "url", "url": ")" +
-             remote + R"("}}]}]})");
-  });
-  EXPECT_EQ(on_chat.first, "messages[0].content[0].image_url.url");
-  EXPECT_EQ(on_responses.first, "input[0].content[0].image_url");
-  EXPECT_EQ(on_messages.first, "messages[0].content[0].source.url");
-  for (const auto& [param, message] : {on_chat, on_responses, on_messages}) {
+               remote + R"("}}]}]})")
+          .images;
+  const auto refused = [](const std::vector<ImagePart>& parts) {
+    EXPECT_EQ(parts.size(), 1u);
+    EXPECT_TRUE(!parts.empty() && parts[0].remote());
+    VisionSupport no_fetcher;
+    no_fetcher.image_token_id = 7;
+    std::vector<int32_t> prompt = {1, 7, 2};
+    return refusal([&] { expand_prompt_images(no_fetcher, parts, prompt, "messages", 512); });
+  };
+  const auto chat_refusal = refused(on_chat);
+  const auto responses_refusal = refused(on_responses);
+  const auto messages_refusal = refused(on_messages);
+  EXPECT_EQ(chat_refusal.first, "messages[0].content[0].image_url.url");
+  EXPECT_EQ(responses_refusal.first, "input[0].content[0].image_url");
+  EXPECT_EQ(messages_refusal.first, "messages[0].content[0].source.url");
+  for (const auto& [param, message] : {chat_refusal, responses_refusal, messages_refusal}) {
     EXPECT_TRUE(message.starts_with(param + ": remote image URLs are not fetched; send the image inline")) << message;
+    EXPECT_TRUE(message.ends_with("(or start the server with --allow-image-urls)")) << message;
   }
-  EXPECT_NE(on_messages.second.find("base64 source"), std::string::npos) << on_messages.second;
+  EXPECT_NE(messages_refusal.second.find("base64 source"), std::string::npos) << messages_refusal.second;
   // Other schemes, and no image at all.
   EXPECT_EQ(refusal([] {
               responses(R"({"input": [{"role": "user", "content": [{"type": "input_image",
                 "image_url": "file:///etc/passwd"}]}]})");
             }).second,
-            "input[0].content[0].image_url: expected a data: URL (data:image/png;base64,...)");
+            "input[0].content[0].image_url: expected a data: URL (data:image/png;base64,...) or an http(s) URL");
   EXPECT_EQ(refusal([] { responses(R"({"input": [{"role": "user", "content": [{"type": "input_image"}]}]})"); }).first,
             "input[0].content[0].image_url");
   EXPECT_EQ(refusal([] {

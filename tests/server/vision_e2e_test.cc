@@ -27,6 +27,7 @@
 #include "../tests_dir.h"
 #include "../vision_golden_logprobs.h"
 #include "checkpoint/checkpoint.h"
+#include "image_server.h"
 #include "server_process.h"
 
 namespace duet::testing::vision_e2e {
@@ -628,6 +629,134 @@ TEST(VisionServeOptions, NoVisionRefusesImagePartsByName) {
   const Json tokenize =
       post_to(server, "/tokenize", tokenize_chat({image_part(data_url(read_bytes(image_path("small_png.png"))))}), 400);
   EXPECT_EQ(tokenize["error"].value("code", ""), "images_not_supported") << tokenize.dump();
+}
+
+// Remote image URLs (duet serve --allow-image-urls, server/image_fetch.h) from a test server on 127.0.0.1, which
+// --allow-image-urls-from-private lets the server reach (loopback is refused otherwise, as every private address is):
+// the fetched image gives the answer its data URL gives (transformers' tokens) on chat, Responses and Messages, after
+// redirects too; what is not fetched is refused with 400 naming the part and why (a body over 20 MiB, declared or sent;
+// a port that never answers, at the one-second --image-url-timeout; redirects to another loopback port and to the cloud
+// metadata address, loopback's first; a page; bytes that are no image), the server alive.
+class VisionImageUrls : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!std::filesystem::exists(model_dir() + "/tokenizer.json")) return;
+    images_ = std::make_unique<ImageServer>(read_bytes(image_path("small_png.png")), false, (size_t{20} << 20) + 1);
+    silent_ = std::make_unique<SilentPort>();
+    server_ = std::make_unique<ServerProcess>(
+        std::vector<std::string>{"--backend", "cpu", "--parallel", "2", "--context", "512", "--allow-image-urls",
+                                 "--image-url-timeout", "1", "--allow-image-urls-from-private", images_->endpoint(),
+                                 "--allow-image-urls-from-private", silent_->endpoint()},
+        model_dir());
+  }
+  static void TearDownTestSuite() {
+    server_.reset();
+    images_.reset();
+    silent_.reset();
+  }
+  void SetUp() override {
+    if (!server_) GTEST_SKIP() << model_dir() << " has no tokenizer.json: tools/make_vision_tokenizer.py";
+  }
+
+  static inline std::unique_ptr<ImageServer> images_;
+  static inline std::unique_ptr<SilentPort> silent_;
+  static inline std::unique_ptr<ServerProcess> server_;
+};
+
+TEST_F(VisionImageUrls, AFetchedImageAnswersAsItsDataUrl) {
+  const Json inline_reply = post(*server_, image_chat({image_part(data_url(read_bytes(image_path("small_png.png"))))}));
+  ASSERT_EQ(token_ids(inline_reply), golden("decode.fed")) << inline_reply.dump();
+  for (const std::string path : {"/image.png", "/hops/3", "/relative"}) {
+    const Json reply = post(*server_, image_chat({image_part(images_->url(path))}));
+    EXPECT_EQ(answer_of(reply), answer_of(inline_reply)) << path;
+  }
+  const std::string text = chat_text(inline_reply);
+  EXPECT_EQ(
+      response_text(post_to(*server_, "/v1/responses", image_response({input_image(images_->url("/image.png"))}))),
+      text);
+  const Json url_block = {{"type", "image"}, {"source", {{"type", "url"}, {"url", images_->url("/image.png")}}}};
+  EXPECT_EQ(message_text(post_to(*server_, "/v1/messages", image_message({url_block}))), text);
+  Json count = image_message({url_block});
+  count.erase("max_tokens");
+  count.erase("temperature");
+  EXPECT_EQ(post_to(*server_, "/v1/messages/count_tokens", count)["input_tokens"], golden("decode.ids").size());
+}
+
+TEST_F(VisionImageUrls, WhatIsNotFetchedIsRefusedNamingThePartAndWhy) {
+  const Json text = {{"type", "text"}, {"text", "Look: "}};
+  struct Case {
+    std::string url, code, why;
+  };
+  const std::string metadata = "http://169.254.169.254/latest/meta-data/";
+  const std::string other_port = "http://127.0.0.1:1/image.png";
+  const std::vector<Case> cases = {
+      {images_->url("/large.png"), "invalid_image_url", "the server declares more than 20971520 bytes, the limit"},
+      {images_->url("/endless.png"), "invalid_image_url", "the body passed 20971520 bytes, the limit"},
+      {"http://" + silent_->endpoint() + "/image.png", "invalid_image_url", "no answer within 1 s"},
+      {images_->url("/redirect?to=" + other_port), "invalid_image_url",
+       "redirected to " + other_port + ": 127.0.0.1 is a loopback address; image URLs may reach public addresses only"},
+      {images_->url("/redirect?to=" + metadata), "invalid_image_url",
+       "redirected to " + metadata + ": 169.254.169.254 is a link-local address"},
+      {images_->url("/page.html"), "invalid_image_url", "the server sent text/html, not an image"},
+      {images_->url("/not-image.png"), "invalid_image", "(the body of " + images_->url("/not-image.png") + ")"},
+  };
+  for (const Case& c : cases) {
+    const auto start = std::chrono::steady_clock::now();
+    const Json error = refusal(*server_, image_chat({text, image_part(c.url)}));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(error.value("param", ""), "messages[0].content[1]") << error.dump();
+    EXPECT_EQ(error.value("code", ""), c.code) << error.dump();
+    const std::string message = error.value("message", "");
+    EXPECT_TRUE(message.starts_with("messages[0].content[1]: ")) << message;
+    // An assertion: a planted fault of the address check stops here, before a case could reach off this machine.
+    ASSERT_NE(message.find(c.why), std::string::npos) << c.why << " in " << message;
+    EXPECT_LT(seconds, 5.0) << c.url;
+  }
+  // On Responses, its own part's path.
+  const Json response = post_to(*server_, "/v1/responses",
+                                image_response({{{"type", "input_text"}, {"text", "Look: "}},
+                                                input_image(images_->url("/redirect?to=" + metadata))}),
+                                400);
+  EXPECT_EQ(response["error"].value("param", ""), "input[0].content[1]") << response.dump();
+  EXPECT_EQ(response["error"].value("code", ""), "invalid_image_url") << response.dump();
+  EXPECT_EQ(token_ids(post(*server_, image_chat({image_part(images_->url("/image.png"))}))), golden("decode.fed"));
+}
+
+// GET /metrics counts the images the vision tower encoded and its time: a text request adds none, a prompt with two
+// images two, and the same prompt again, resumed from the prompt cache past its first image and into its second, one.
+TEST_F(VisionServe, MetricsCountTheTowersImages) {
+  const auto images = [&] { return server_->metric("duet_vision_tower_images_total").value_or(-1); };
+  const auto seconds = [&] { return server_->metric("duet_vision_tower_seconds_total").value_or(-1); };
+  const double images_before = images(), seconds_before = seconds();
+  ASSERT_GE(images_before, 0);
+  post(*server_, text_chat("metrics: no image here"));
+  EXPECT_EQ(images(), images_before);
+  // A text first that no other test sends, so that nothing of this prompt is in the cache yet.
+  const Json body = image_chat({{{"type", "text"}, {"text", "metrics: two pictures"}},
+                                image_part(data_url(read_bytes(image_path("gray_png.png")))),
+                                image_part(small_png_)});
+  const Json first = post(*server_, body);
+  EXPECT_EQ(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0) << first.dump();
+  EXPECT_EQ(images(), images_before + 2);
+  EXPECT_GT(seconds(), seconds_before);
+  const Json again = post(*server_, body);
+  const int cached = again["usage"]["prompt_tokens_details"]["cached_tokens"];
+  const int prompt = again["usage"]["prompt_tokens"];
+  // The prompt ends with the second image's 70 tokens, <|vision_end|> and the 4 tokens of the answer's header.
+  EXPECT_GT(cached, prompt - 75) << "the resumed prefix must reach into the second image; " << again.dump();
+  EXPECT_LT(cached, prompt - 5) << "and not past it; " << again.dump();
+  EXPECT_EQ(images(), images_before + 3) << "only the image the resumed prefix cuts is encoded again";
+  EXPECT_EQ(answer_of(again), answer_of(first));
+}
+
+// Without --allow-image-urls nothing is fetched: the URL's field is named with the flag, and the image server never
+// hears from duet.
+TEST_F(VisionServe, RemoteUrlsAreRefusedWithoutTheFlag) {
+  ImageServer images(read_bytes(image_path("small_png.png")));
+  const Json error = refusal(*server_, image_chat({image_part(images.url("/image.png"))}));
+  EXPECT_EQ(error.value("param", ""), "messages[0].content[0].image_url.url") << error.dump();
+  EXPECT_NE(error.value("message", "").find("--allow-image-urls"), std::string::npos) << error.dump();
+  EXPECT_EQ(images.requests(), 0);
 }
 
 }  // namespace duet::testing::vision_e2e
