@@ -56,8 +56,8 @@ TEST_F(CudaDrafts, PlainDecodingIsTheSameAtEveryParallelism) {
 TEST_F(CudaDrafts, MtpDraftsGiveThePlainTokens) {
   for (int32_t parallel : {1, 4, 16}) {
     EngineStats stats;
-    testing::expect_same_outcomes(run(requests(), testing::draft_options(parallel, DraftKind::mtp, 3), &stats),
-                                  plain(), "mtp K=3 parallel " + std::to_string(parallel));
+    testing::expect_same_outcomes(run(requests(), testing::draft_options(parallel, DraftKind::mtp, 3), &stats), plain(),
+                                  "mtp K=3 parallel " + std::to_string(parallel));
     EXPECT_GT(testing::drafts_accepted(stats), 0) << "no MTP draft accepted at parallel " << parallel;
     EXPECT_GT(stats.verify_pieces_total, 0);
   }

@@ -87,7 +87,7 @@ inline std::vector<Request> draft_requests(const tokenizer::Tokenizer& tokenizer
 }
 
 inline void expect_same_outcomes(const std::vector<Outcome>& got, const std::vector<Outcome>& expected,
-                               const std::string& what) {
+                                 const std::string& what) {
   expect_same_tokens(got, expected, what);
   for (size_t i = 0; i < got.size() && i < expected.size(); ++i) {
     EXPECT_EQ(got[i].text, expected[i].text) << what << ": request " << i;

@@ -9,8 +9,7 @@ void GdnRewind::prepare(int64_t rows) {
   if (rows <= rows_) return;
   if (rows_ > 0) fail("cuda state: rewinding was prepared for pieces of {} rows, then asked for {}", rows_, rows);
   rows_ = rows;
-  windows_ = DeviceMemory(static_cast<size_t>(slots_ * gdn_layers_) *
-                              bytes_per_layer(channels_, history_ + 1, rows_),
+  windows_ = DeviceMemory(static_cast<size_t>(slots_ * gdn_layers_) * bytes_per_layer(channels_, history_ + 1, rows_),
                           "GDN conv windows for rewinding");
 }
 

@@ -25,7 +25,11 @@ namespace duet::backend::cuda {
 class GdnRewind {
  public:
   GdnRewind(int64_t slots, int64_t gdn_layers, int64_t channels, int64_t conv_kernel, cudaStream_t stream)
-      : slots_(slots), gdn_layers_(gdn_layers), channels_(channels), history_(conv_kernel - 1), stream_(stream),
+      : slots_(slots),
+        gdn_layers_(gdn_layers),
+        channels_(channels),
+        history_(conv_kernel - 1),
+        stream_(stream),
         last_(static_cast<size_t>(slots)) {}
 
   // Bytes per slot of one GDN layer for pieces of up to `rows` rows (Backend::gdn_rewind_bytes).
@@ -58,9 +62,9 @@ class GdnRewind {
 
   int64_t slots_, gdn_layers_, channels_, history_;
   cudaStream_t stream_;
-  int64_t rows_ = 0;         // the longest piece prepared for; 0: not prepared
-  DeviceMemory windows_;     // [slots][gdn_layers][history + rows_][channels] bf16
-  std::vector<Last> last_;   // per slot
+  int64_t rows_ = 0;        // the longest piece prepared for; 0: not prepared
+  DeviceMemory windows_;    // [slots][gdn_layers][history + rows_][channels] bf16
+  std::vector<Last> last_;  // per slot
 };
 
 }  // namespace duet::backend::cuda
