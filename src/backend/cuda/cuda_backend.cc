@@ -682,7 +682,7 @@ class CudaBackend final : public Backend {
 
   // The MTP layer's own steps (model/mtp_forward.cc): [a | b] per row, two strided copies on the step stream; and its
   // fc projection through the sublayers' GEMMs (decode rows on the skinny GEMM, the rest on the pinned one), no
-  // adapter. MTP steps ask for logits, so they are never graphed.
+  // adapter. MTP steps write host rows (StepPlan::host_rows), so they are never graphed.
   void concat(const Activations& a, const Activations& b, Activations& out) override {
     if (mode_ != Mode::eager) fail("cuda backend: concat inside a graphed step");
     if (a.rows() != b.rows() || out.rows() != a.rows() || out.width() != a.width() + b.width())

@@ -38,6 +38,7 @@ void GdnRewind::rewind(int32_t slot, int64_t position, bf16* conv_state, int64_t
          position);
   const int64_t kept = position - last.start;
   last = {};  // once: the state is now that of a step that ran `kept` rows
+  if (gdn_layers_ == 0) return;
   const size_t element = sizeof(bf16);
   check_cuda(cudaMemcpy2DAsync(conv_state, static_cast<size_t>(conv_layer_stride) * element,
                                window(slot) + kept * channels_, static_cast<size_t>(window_layer_stride()) * element,
