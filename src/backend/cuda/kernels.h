@@ -95,9 +95,19 @@ void launch_skinny_gemm_pipeline(const bf16* x, int32_t m, const bf16* w, int32_
 SkinnyPipeline skinny_plan_for(int32_t n, int32_t k, int32_t rows);
 
 // ---- fp32_gemm.cu
-// y[m, n] = sum_k x[m, k] * w[n, k] in fp32, each output one fma chain over k in order (batch-invariant). For the
-// decision head's products (CudaBackend::host_fp32_matmul), not the model's.
+// y[m, n] = sum_k x[m, k] * w[n, k] in fp32, each output one fma chain over k in order from +0 (batch-invariant). For
+// the decision head's products (CudaBackend::host_fp32_matmul), not the model's. Every kernel computes the same
+// chains, so the same bits; launch_fp32_gemm picks one by shape (fp32_gemm_kernel_for), DUET_FP32_GEMM=tiles64 pins
+// the first one (for before/after figures).
 void launch_fp32_gemm(const float* x, int32_t m, const float* w, int32_t n, int32_t k, float* y, cudaStream_t stream);
+enum class Fp32GemmKernel { tiles64, skinny, wide };
+const char* fp32_gemm_kernel_name(Fp32GemmKernel kernel);
+// Whether `kernel` takes these operands (skinny and wide: k % 16 == 0, x and w 16-byte aligned; tiles64: any).
+bool fp32_gemm_kernel_fits(Fp32GemmKernel kernel, const float* x, const float* w, int32_t k);
+Fp32GemmKernel fp32_gemm_kernel_for(const float* x, int32_t m, const float* w, int32_t n, int32_t k);
+// One kernel by name (tests and benchmarks); throws std::invalid_argument when it does not fit the operands.
+void launch_fp32_gemm_with(Fp32GemmKernel kernel, const float* x, int32_t m, const float* w, int32_t n, int32_t k,
+                           float* y, cudaStream_t stream);
 
 // ---- gdn_conv.cu
 // The GDN gates' inputs and outputs (launch_gdn_gates below): b, a [rows, value_heads] BF16 in; beta, g out.

@@ -20,6 +20,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
+constexpr int kBatch = 8;               // keys a warp loads at once in the head's attention
 constexpr float kLayerNormEps = 1e-5f;  // decision/head_math.h
 
 unsigned grid_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
@@ -122,30 +123,64 @@ __global__ void __launch_bounds__(kThreads)
     const int c = lane + 32 * t;
     qv[t] = c < d ? q[static_cast<int64_t>(query) * width + column0 + c] : 0.0f;
   }
+  // Both passes load kBatch keys' (or values') columns before using any: a warp that walked its keys one at a time
+  // waited out an L2 round trip per key (at 16K memory rows and 136 options the routing's attention was latency-bound,
+  // docs/benchmarks.md). The arithmetic and its order per key are as they were.
+  constexpr int kColumns = kMaxHeadDim / 32;
   float top = -INFINITY;
-  for (int32_t j = warp; j < nm; j += kWarps) {
-    const float* kj = k + static_cast<int64_t>(j) * width + column0;
-    float dot = 0;
+  for (int32_t j0 = warp; j0 < nm; j0 += kWarps * kBatch) {
+    float kv[kBatch][kColumns];
 #pragma unroll
-    for (int t = 0; t < kMaxHeadDim / 32; ++t) {
-      const int c = lane + 32 * t;
-      if (c < d) dot += qv[t] * kj[c];
+    for (int b = 0; b < kBatch; ++b) {
+      const int32_t j = j0 + b * kWarps;
+      const float* kj = k + static_cast<int64_t>(j) * width + column0;
+#pragma unroll
+      for (int t = 0; t < kColumns; ++t) {
+        const int c = lane + 32 * t;
+        kv[b][t] = j < nm && c < d ? kj[c] : 0.0f;
+      }
     }
-    const float s = warp_sum(dot) * scale;
-    if (lane == 0) scores[j] = s;
-    top = fmaxf(top, s);
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int32_t j = j0 + b * kWarps;
+      if (j >= nm) break;  // the same for every lane of the warp
+      float dot = 0;
+#pragma unroll
+      for (int t = 0; t < kColumns; ++t) {
+        const int c = lane + 32 * t;
+        if (c < d) dot += qv[t] * kv[b][t];
+      }
+      const float s = warp_sum(dot) * scale;
+      if (lane == 0) scores[j] = s;
+      top = fmaxf(top, s);
+    }
   }
   top = block_max(top, shared_max);  // its barriers also publish the scores
   double sum = 0;
-  float acc[kMaxHeadDim / 32] = {};
-  for (int32_t j = warp; j < nm; j += kWarps) {
-    const float p = expf(scores[j] - top);
-    sum += p;
-    const float* vj = v + static_cast<int64_t>(j) * width + column0;
+  float acc[kColumns] = {};
+  for (int32_t j0 = warp; j0 < nm; j0 += kWarps * kBatch) {
+    float vv[kBatch][kColumns];
 #pragma unroll
-    for (int t = 0; t < kMaxHeadDim / 32; ++t) {
-      const int c = lane + 32 * t;
-      if (c < d) acc[t] += p * vj[c];
+    for (int b = 0; b < kBatch; ++b) {
+      const int32_t j = j0 + b * kWarps;
+      const float* vj = v + static_cast<int64_t>(j) * width + column0;
+#pragma unroll
+      for (int t = 0; t < kColumns; ++t) {
+        const int c = lane + 32 * t;
+        vv[b][t] = j < nm && c < d ? vj[c] : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int32_t j = j0 + b * kWarps;
+      if (j >= nm) break;
+      const float p = expf(scores[j] - top);
+      sum += p;
+#pragma unroll
+      for (int t = 0; t < kColumns; ++t) {
+        const int c = lane + 32 * t;
+        if (c < d) acc[t] += p * vv[b][t];
+      }
     }
   }
   if (lane == 0) shared_sum[warp] = sum;  // every lane of a warp holds the same sum
