@@ -486,6 +486,12 @@ void add_serve_command(CLI::App& app) {
                   "Tokens a step carries: every decode row, then prompt pieces up to this (the oldest prompt's one "
                   "piece may pass it)")
       ->capture_default_str();
+  cmd->add_option("--finishing-step-factor", flags->engine.finishing_step_factor,
+                  "A step that finishes a prompt of N tokens carries no partial prompt pieces and other finishing "
+                  "prompts only up to this many times N, so short prompts beside long ones wait about their own "
+                  "prefill (0: off)")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
   cmd->add_option("--backend", flags->backend, "cpu, cuda, or auto (cuda when a GPU is present)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();

@@ -50,6 +50,8 @@ void check_options(const EngineOptions& options) {
   if (options.step_token_budget < 1) {
     fail("engine: step_token_budget must be at least 1, got {}", options.step_token_budget);
   }
+  if (options.finishing_step_factor < 0)
+    fail("engine: finishing_step_factor must not be negative, got {}", options.finishing_step_factor);
   if (options.decision_workers < 0 || options.decision_workers > kMaxDecisionWorkers)
     fail("engine: decision_workers must be 0 (from the cores) to {}, got {}", kMaxDecisionWorkers,
          options.decision_workers);
@@ -166,7 +168,7 @@ struct Engine::Impl {
         storage(model.new_state_storage(options.parallel, plan.kv_pages + plan.prompt_cache_pages,
                                         plan.prompt_cache_snapshots)),
         blocks(options.parallel, plan.kv_pages + plan.prompt_cache_pages),
-        scheduler(blocks, options.prefill_chunk, options.step_token_budget),
+        scheduler(blocks, options.prefill_chunk, options.step_token_budget, options.finishing_step_factor),
         mtp(checked_drafter(model, *storage, options)) {
     if (options.draft.kind != DraftKind::none && options.draft.measured) draft_policy.emplace(options.draft.tokens);
     if (plan.prompt_cache_snapshots > 0)

@@ -63,6 +63,10 @@ struct EngineOptions {
   // 1,605 / 1,361 / 1,094 / 1,170 ms on a fresh server, 2,817 / 2,970 / 3,025 / 2,915 tok/s and 809 / 691 / 792 / 1,177
   // ms after it.
   int32_t step_token_budget = 4096;
+  // A step in which a prompt finishes takes no other prompt's partial chunks, and other finishing prompts only within
+  // this many times its tokens (Scheduler): a short prompt or decision beside long ones then waits for about its own
+  // prefill instead of a whole budget of theirs (issue 17: decisions at 4 at once against alone). 0: off.
+  int32_t finishing_step_factor = 4;
   size_t memory_limit_bytes = 0;  // the memory plan must fit in this; 0: the GPU's memory, or physical RAM
   // What decisions hold beyond the model's own state (set when the model has a joint head): the head's weights, and
   // per prompt position of a running decision its head memory row (the head's width in fp32). Host memory: the head

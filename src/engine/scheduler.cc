@@ -6,8 +6,12 @@
 
 namespace duet::engine {
 
-Scheduler::Scheduler(BlockManager& blocks, int32_t prefill_chunk, int32_t step_token_budget)
-    : blocks_(blocks), prefill_chunk_(prefill_chunk), step_token_budget_(step_token_budget) {}
+Scheduler::Scheduler(BlockManager& blocks, int32_t prefill_chunk, int32_t step_token_budget,
+                     int32_t finishing_step_factor)
+    : blocks_(blocks),
+      prefill_chunk_(prefill_chunk),
+      step_token_budget_(step_token_budget),
+      finishing_step_factor_(finishing_step_factor) {}
 
 int64_t Scheduler::pages_needed(const Sequence& sequence) const {
   return BlockManager::pages_for(static_cast<int64_t>(sequence.prompt_length()) + sequence.max_new_tokens());
@@ -75,22 +79,36 @@ std::vector<ScheduledPiece> Scheduler::plan_step() {
   // short prompt or decision is not queued behind the steps a long one needs.
   std::stable_sort(waiting.begin(), waiting.end(),
                    [&](const Sequence* a, const Sequence* b) { return remaining(a) < remaining(b); });
+  // Once a piece finishes its prompt, the step is kept short for it (finishing_step_factor): later pieces join only
+  // when they finish their prompts too, within that many times the first finisher's tokens; a long prompt's partial
+  // chunks wait for a step where nothing finishes (the oldest keeps its one chunk). A short prompt or decision then
+  // pays about its own prefill, not a full budget of a long neighbour's; equal prompts still share whole steps.
+  int32_t finishing_limit = -1;  // the step's most prefill tokens, once a piece finishes its prompt
+  int32_t prefill_tokens = guaranteed;
   for (Sequence* sequence : waiting) {
     const int32_t own = sequence == oldest ? guaranteed : 0;
     const int32_t left = remaining(sequence) - own;
     const int32_t room = std::max(step_token_budget_ - tokens, 0);
     // The rest of the prompt if it fits, else as many whole chunks as fit: prefilled() is always a multiple of 64
     // (of the chunk, or a cache point, or a cached prefix's end), so every cut lands on a multiple of 64.
-    const int32_t more = left <= room ? left : room / prefill_chunk_ * prefill_chunk_;
+    int32_t more = left <= room ? left : room / prefill_chunk_ * prefill_chunk_;
+    if (finishing_limit >= 0 && (more < left || prefill_tokens + more > finishing_limit)) more = 0;
     int32_t length = own + more;
     if (length == 0) continue;
+    // It takes the rest of its prompt, though a cache point below may end this piece early (a decision's always
+    // does): the rest then follows in the next step, itself a finishing one.
+    const bool finishes = length == remaining(sequence);
     tokens += more;
+    prefill_tokens += more;
     if (cuts_at_cache_points_ || sequence->decides())
       for (int32_t point : sequence->cache_points())  // ends at the next point, where its state is kept
         if (point > sequence->prefilled() && point < sequence->prefilled() + length) {
           length = point - sequence->prefilled();
           break;
         }
+    if (finishing_limit < 0 && finishing_step_factor_ > 0 && finishes)
+      finishing_limit =
+          std::max(prefill_tokens, finishing_step_factor_ * (own + more) + (sequence == oldest ? 0 : guaranteed));
     pieces.push_back({.sequence = sequence,
                       .tokens = std::span(sequence->request().prompt).subspan(sequence->prefilled(), length),
                       .is_prefill = true,

@@ -4,11 +4,13 @@
 // are prefilled: the oldest waiting prompt gets one chunk every step, even past the budget, so every prompt
 // progresses; the rest of the step's token budget goes to the prompts with the least left to prefill first (shortest
 // remaining first, ties to the older), each taking as much as is left in whole multiples of prefill_chunk (or the rest
-// of its prompt), so a short prompt or decision is not queued behind a long one's steps. One piece per sequence per
-// step, and a prompt is only ever cut at multiples of prefill_chunk, which the model's row invariance makes invisible
-// in the results. Where the backend cannot keep a prompt's state inside a step (set_cuts_at_cache_points), a prompt
-// is also cut at its prompt cache points (block ends, multiples of 64, where row invariance holds too), so that its
-// state there can be kept; so is a decision always (its sink keeps its prefix at the step's end). A decision is a
+// of its prompt), so a short prompt or decision is not queued behind a long one's steps; and a step in which a prompt
+// finishes takes no partial chunks beside it and other finishing prompts only within finishing_step_factor times
+// its tokens, so that prompt's wait is about its own prefill, not a budget of its neighbours'. One piece per sequence
+// per step, and a prompt is only ever cut at multiples of prefill_chunk, which the model's row invariance makes
+// invisible in the results. Where the backend cannot keep a prompt's state inside a step (set_cuts_at_cache_points), a
+// prompt is also cut at its prompt cache points (block ends, multiples of 64, where row invariance holds too), so that
+// its state there can be kept; so is a decision always (its sink keeps its prefix at the step's end). A decision is a
 // prompt like any other (it shares steps, slots and the token budget with chat) that never decodes: it ends with its
 // prefill.
 #include <cstdint>
@@ -30,7 +32,8 @@ struct ScheduledPiece {
 
 class Scheduler {
  public:
-  Scheduler(BlockManager& blocks, int32_t prefill_chunk, int32_t step_token_budget);
+  // finishing_step_factor 0: a finishing prompt's step is filled like any other.
+  Scheduler(BlockManager& blocks, int32_t prefill_chunk, int32_t step_token_budget, int32_t finishing_step_factor = 4);
 
   // KV pages the sequence can ever hold: its prompt and every token it may generate.
   int64_t pages_needed(const Sequence& sequence) const;
@@ -58,6 +61,7 @@ class Scheduler {
   BlockManager& blocks_;
   int32_t prefill_chunk_;
   int32_t step_token_budget_;
+  int32_t finishing_step_factor_;
   bool cuts_at_cache_points_ = true;
   std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
 };

@@ -27,6 +27,7 @@ using testing::FakeModel;
 using testing::FakeTokenizer;
 using testing::greedy_request;
 using testing::Outcome;
+using testing::RecordedPiece;
 using testing::small_options;
 
 constexpr int32_t kVocab = 97;
@@ -168,6 +169,51 @@ TEST(Engine, AShortPromptIsPrefilledBesideALongOne) {
   EXPECT_EQ(long_done, 448);
   ASSERT_TRUE(short_in_step);
   EXPECT_LE(*short_in_step, 2) << "the short prompt waited for the long one's prefill";
+}
+
+// A step in which a short prompt finishes is not filled with a long prompt's partial chunks nor with a much longer
+// finisher (EngineOptions::finishing_step_factor): its prefill tokens stay within 4 x its own + the oldest's one
+// chunk. The control, the factor at 0, fills that step to the budget as before, so the bound can fail.
+// The prefill tokens of the step that prefilled a whole prompt of `length` (decode rows, of length 1, not counted).
+int32_t prefill_tokens_of_the_step_finishing(const std::vector<std::vector<RecordedPiece>>& steps, int32_t length) {
+  for (const auto& step : steps) {
+    bool finishes = false;
+    int32_t tokens = 0;
+    for (const auto& piece : step) {
+      if (piece.length > 1) tokens += piece.length;
+      if (piece.start_position == 0 && piece.length == length) finishes = true;
+    }
+    if (finishes) return tokens;
+  }
+  return -1;
+}
+
+TEST(Engine, AFinishingShortPromptGetsAShortStep) {
+  for (const int32_t factor : {4, 0}) {
+    FakeModel model(kVocab);
+    model.set_step_delay(std::chrono::milliseconds(20));
+    EngineOptions options = small_options(3);
+    options.context = 2048;
+    options.step_token_budget = 640;
+    options.finishing_step_factor = factor;
+    {
+      Engine engine(model, nullptr, options);
+      auto long_prompt = engine.submit(greedy_request(std::vector<int32_t>(1500, 3), 2));
+      auto medium_prompt = engine.submit(greedy_request(std::vector<int32_t>(300, 4), 2));
+      auto short_prompt = engine.submit(greedy_request(std::vector<int32_t>(50, 5), 2));
+      for (auto* handle : {&long_prompt, &medium_prompt, &short_prompt}) {
+        const Outcome outcome = drain(**handle);
+        EXPECT_EQ(outcome.tokens.size(), 2u);
+      }
+    }
+    const int32_t tokens = prefill_tokens_of_the_step_finishing(model.steps(), 50);
+    ASSERT_GT(tokens, 0) << "the short prompt was cut";
+    if (factor == 4) {
+      EXPECT_LE(tokens, 4 * 50 + kChunk) << "a finishing short prompt's step carried its neighbours' chunks";
+    } else {
+      EXPECT_GT(tokens, 4 * 50 + kChunk) << "control: without the factor the step is filled to the budget";
+    }
+  }
 }
 
 TEST(Engine, ThirtyTwoConcurrentRequestsAllFinish) {
