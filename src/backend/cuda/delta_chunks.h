@@ -61,7 +61,8 @@ constexpr int32_t kDecodePieceRows = 8;
 // (so only its last row can complete the chunk: every row reads the same S_b) that writes no snapshot. decode_rows 1
 // is the chunked form for every piece of several rows (DUET_VERIFY_ROWS=chunked).
 inline bool decode_kernels_take(const DevicePiece& p, int32_t decode_rows) {
-  return p.rows >= 1 && p.rows <= decode_rows && p.chunk_count == 1 && p.snapshot_count == 0;
+  return p.rows >= 1 && p.rows <= std::min(decode_rows, kDecodePieceRows) && p.chunk_count == 1 &&
+         p.snapshot_count == 0;
 }
 
 // The order the delta-rule kernels take pieces and chunks in (DeviceStep::piece_order, chunk_order): those the
