@@ -1,8 +1,8 @@
 // The GDN delta rule's GPU time (launch_gdn_delta_rule: the chunk matrices, the walk and the tail for prefill pieces,
-// one kernel for decode rows) at the Qwen3.5-9B shape (16 key heads, 32 value heads, 128/128), one layer, for a few
-// step shapes, with a fingerprint of every output and state bit of a run from the initial state: a change to the
-// kernels that is meant to keep every bit shows the same fingerprints before and after. Run by hand on the GPU
-// machine (not a test): bench_gdn_delta [REPS=20]
+// one kernel for decode rows, one for verify pieces of a few rows) at the Qwen3.5-9B shape (16 key heads, 32 value
+// heads, 128/128), one layer, for a few step shapes, with a fingerprint of every output and state bit of a run from the
+// initial state: a change to the kernels that is meant to keep every bit shows the same fingerprints before and after.
+// Run by hand on the GPU machine (not a test): bench_gdn_delta [REPS=20]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -35,6 +35,7 @@ void check(cudaError_t status, const char* what) {
 struct Case {
   std::string name;
   std::vector<PieceSpec> pieces;
+  int32_t decode_rows = kDecodePieceRows;  // 1: pieces of several rows in the chunked form (DUET_VERIFY_ROWS=chunked)
 };
 
 std::vector<Case> cases() {
@@ -54,6 +55,16 @@ std::vector<Case> cases() {
   }
   all.push_back(none);
   all.push_back(every);
+  // Verify pieces (the last token and 3 drafts) of 1, 16 and 64 streams, inside their chunks, through the decode
+  // kernels a row at a time and through the chunked form: the same fingerprints, two times.
+  for (int32_t streams : {1, 16, 64}) {
+    Case verify{"verify " + std::to_string(streams) + " x 4", {}};
+    for (int32_t i = 0; i < streams; ++i) verify.pieces.push_back({i, 4, 64 * (i % 5) + (i * 7) % 59});
+    all.push_back(verify);
+    verify.name += " chunked";
+    verify.decode_rows = 1;
+    all.push_back(verify);
+  }
   return all;
 }
 
@@ -70,7 +81,7 @@ void run_case(const Case& c, int reps) {
   uint64_t out_hash = 0, state_hash = 0;
   {
     States states(d, seeds);
-    Step step(c.pieces, states);
+    Step step(c.pieces, states, StepOptions{c.decode_rows, {}});
     launch_gdn_delta_rule(step.get(), kLayer, in_d.qkv.get(), in_d.beta.get(), in_d.g.get(), d, step.scratch(),
                           out.get(), nullptr);
     check(cudaDeviceSynchronize(), c.name.c_str());
@@ -85,7 +96,7 @@ void run_case(const Case& c, int reps) {
 
   // The timing: the same step again and again on one set of states (the values move on; the work does not).
   States states(d, seeds);
-  Step step(c.pieces, states);
+  Step step(c.pieces, states, StepOptions{c.decode_rows, {}});
   cudaEvent_t start, stop;
   check(cudaEventCreate(&start), "event");
   check(cudaEventCreate(&stop), "event");

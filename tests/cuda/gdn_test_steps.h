@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/delta_chunks.h"
@@ -107,7 +109,16 @@ struct HostStep {
   DeltaOrder order;
 };
 
-inline HostStep build_host_step(const std::vector<PieceSpec>& specs, const States& states) {
+// How a test step is planned, beyond its pieces: the most rows of a piece the GDN decode kernels take (delta_chunks.h;
+// 1: every piece of several rows in the chunked form, as DUET_VERIFY_ROWS=chunked), and per piece a conv window for
+// rewinding (DevicePiece::rewind_conv and its layer stride; none when empty or null).
+struct StepOptions {
+  int32_t decode_rows = kDecodePieceRows;
+  std::vector<std::pair<bf16*, int64_t>> rewind;
+};
+
+inline HostStep build_host_step(const std::vector<PieceSpec>& specs, const States& states,
+                                const StepOptions& options = {}) {
   HostStep host;
   int32_t row = 0;
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -121,6 +132,7 @@ inline HostStep build_host_step(const std::vector<PieceSpec>& specs, const State
     piece.delta = states.delta(spec.sequence);
     piece.conv_layer_stride = states.conv_layer_elems();
     piece.delta_layer_stride = states.delta_layer_elems();
+    if (i < options.rewind.size()) std::tie(piece.rewind_conv, piece.rewind_layer_stride) = options.rewind[i];
     host.pieces.push_back(piece);
     for (int32_t t = 0; t < spec.rows; ++t) {
       host.row_piece.push_back(static_cast<int32_t>(i));
@@ -129,15 +141,15 @@ inline HostStep build_host_step(const std::vector<PieceSpec>& specs, const State
     row += spec.rows;
   }
   host.chunks = plan_delta_chunks(host.pieces, &host.chunk_scratch);
-  host.order = delta_order(host.pieces);
+  host.order = delta_order(host.pieces, options.decode_rows);
   return host;
 }
 
 // A DeviceStep whose arrays live on the device, as CudaBackend::begin_step builds it, with its chunk scratch.
 class Step {
  public:
-  Step(const std::vector<PieceSpec>& specs, const States& states)
-      : host_(build_host_step(specs, states)),
+  Step(const std::vector<PieceSpec>& specs, const States& states, const StepOptions& options = {})
+      : host_(build_host_step(specs, states, options)),
         pieces_(host_.pieces),
         row_piece_(host_.row_piece),
         row_position_(host_.row_position),
@@ -156,6 +168,7 @@ class Step {
     step_.chunk_order = chunk_order_.get();
     step_.multi_pieces = host_.order.multi_pieces;
     step_.multi_chunks = host_.order.multi_chunks;
+    step_.few_pieces = host_.order.few_pieces;
     scratch_.poison();  // a kernel reading scratch nobody wrote gets NaNs
   }
   const DeviceStep& get() const { return step_; }

@@ -404,7 +404,7 @@ class CudaBackend final : public Backend {
     for (int64_t r : plan.logit_rows) logit_rows.push_back(static_cast<int32_t>(r));
     int64_t chunk_scratch = 0;
     const std::vector<DeviceChunk> chunks = plan_delta_chunks(pieces, &chunk_scratch);
-    const DeltaOrder order = delta_order(pieces);
+    const DeltaOrder order = delta_order(pieces, decode_piece_rows_);
     // Rows sampled here: their settings and penalty ids travel in the same upload; a masked row's place in the masks
     // too, the mask itself is written during sample() (mask_upload.h).
     std::vector<int32_t> sample_rows;
@@ -479,6 +479,7 @@ class CudaBackend final : public Backend {
     step_.chunk_order = static_cast<const int32_t*>(put(StepArray::chunk_order, order.chunks));
     step_.multi_pieces = order.multi_pieces;
     step_.multi_chunks = order.multi_chunks;
+    step_.few_pieces = order.few_pieces;
     step_.decode_rows = static_cast<int32_t>(decode_rows_);
     step_.snapshots = static_cast<int32_t>(snapshots.size());
     step_.snapshot = static_cast<const DeviceSnapshot*>(put(StepArray::snapshots, snapshots));
@@ -513,7 +514,8 @@ class CudaBackend final : public Backend {
                              step_.row_rope != nullptr,
                              step_.chunks,
                              step_.multi_pieces,
-                             step_.multi_chunks};
+                             step_.multi_chunks,
+                             step_.few_pieces};
       mode_ = graphs_.begin(key, graph_arguments(), stream_) ? Mode::replay : Mode::capture;
     }
   }
@@ -997,6 +999,15 @@ class CudaBackend final : public Backend {
   size_t mask_words_ = 0;
   MaskUpload mask_upload_;
   const uint32_t* masks_ = nullptr;
+  // The most rows of a piece the GDN decode kernels take, a row at a time (delta_chunks.h: a verify piece's last token
+  // and drafts; docs/mtp.md). DUET_VERIFY_ROWS=chunked gives every piece of several rows to the chunked form and the
+  // two-kernel conv instead, as before: the same bits, for comparing the two on the GPU.
+  const int32_t decode_piece_rows_ = [] {
+    const char* v = std::getenv("DUET_VERIFY_ROWS");
+    if (v == nullptr || *v == 0 || std::string_view(v) == "decode") return kDecodePieceRows;
+    if (std::string_view(v) == "chunked") return int32_t{1};
+    fail("DUET_VERIFY_ROWS={}: expected decode (the default) or chunked", v);
+  }();
   const bool test_masks_after_copy_ = [] {
     const char* fault = std::getenv("DUET_TEST_MASKS_AFTER_COPY");  // a planted fault, for the GPU tests only
     return fault != nullptr && std::string_view(fault) == "1";
@@ -1033,6 +1044,7 @@ class CudaBackend final : public Backend {
             static_cast<uintptr_t>(step_.chunks),
             static_cast<uintptr_t>(step_.multi_pieces),
             static_cast<uintptr_t>(step_.multi_chunks),
+            static_cast<uintptr_t>(step_.few_pieces),
             address(ids_),
             address(logit_rows_),
             address(sample_rows_),

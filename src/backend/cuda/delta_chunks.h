@@ -52,21 +52,41 @@ inline std::vector<DeviceChunk> plan_delta_chunks(std::vector<DevicePiece>& piec
   return chunks;
 }
 
-// The order the delta-rule kernels take pieces and chunks in (DeviceStep::piece_order, chunk_order): those of pieces
-// of more than one row first.
+// The most rows a piece may have to run the decode kernels (a row at a time inside them; gdn_delta_rule.cu's
+// decode_rows_kernel): a verify piece's last token and its drafts (K + 1 <= 5) with room to spare. The kernels keep
+// every row's vectors in shared memory, so this bounds their size.
+constexpr int32_t kDecodePieceRows = 8;
+
+// Whether the decode kernels take `p` when they take pieces of up to `decode_rows` rows: a piece inside one chunk
+// (so only its last row can complete the chunk: every row reads the same S_b) that writes no snapshot. decode_rows 1
+// is the chunked form for every piece of several rows (DUET_VERIFY_ROWS=chunked).
+inline bool decode_kernels_take(const DevicePiece& p, int32_t decode_rows) {
+  return p.rows >= 1 && p.rows <= std::min(decode_rows, kDecodePieceRows) && p.chunk_count == 1 &&
+         p.snapshot_count == 0;
+}
+
+// The order the delta-rule kernels take pieces and chunks in (DeviceStep::piece_order, chunk_order): those the
+// chunked form takes (multi: pieces of more than one row that the decode kernels do not take) first, then those of
+// pieces of a few rows (few), then those of one-row pieces. Every row of a piece gets the same bits in each class.
 struct DeltaOrder {
   std::vector<int32_t> pieces, chunks;
-  int32_t multi_pieces = 0, multi_chunks = 0;
+  int32_t multi_pieces = 0, multi_chunks = 0, few_pieces = 0;
 };
-inline DeltaOrder delta_order(const std::vector<DevicePiece>& pieces) {
+inline DeltaOrder delta_order(const std::vector<DevicePiece>& pieces, int32_t decode_rows = kDecodePieceRows) {
+  enum Class { multi, few, one };
+  auto class_of = [&](const DevicePiece& p) {
+    if (p.rows == 1) return one;  // as before pieces of several rows could take the decode kernels
+    return decode_kernels_take(p, decode_rows) ? few : multi;
+  };
   DeltaOrder order;
-  for (bool multi : {true, false})
+  for (Class c : {multi, few, one})
     for (size_t i = 0; i < pieces.size(); ++i) {
       const DevicePiece& p = pieces[i];
-      if ((p.rows > 1) != multi) continue;
+      if (class_of(p) != c) continue;
       order.pieces.push_back(static_cast<int32_t>(i));
-      for (int32_t c = 0; c < p.chunk_count; ++c) order.chunks.push_back(p.first_chunk + c);
-      if (multi) ++order.multi_pieces, order.multi_chunks += p.chunk_count;
+      for (int32_t k = 0; k < p.chunk_count; ++k) order.chunks.push_back(p.first_chunk + k);
+      if (c == multi) ++order.multi_pieces, order.multi_chunks += p.chunk_count;
+      if (c == few) ++order.few_pieces;
     }
   return order;
 }

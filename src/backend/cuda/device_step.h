@@ -83,11 +83,13 @@ struct DeviceStep {
   const int32_t* page_table = nullptr;  // every piece's page ids, position order, concatenated
   int32_t chunks = 0;                   // delta-rule chunks of all pieces
   const DeviceChunk* chunk = nullptr;   // [chunks]
-  // The pieces and chunks of pieces of more than one row first (chunk_state_kernel's), then those of one-row
-  // pieces (the decode kernels'): indices into piece and chunk.
+  // The pieces and chunks the chunked form takes first (pieces of several rows: chunk_state_kernel's), then those of
+  // pieces of a few rows inside one chunk (decode_rows_kernel's, delta_chunks.h: decode_kernels_take), then those of
+  // one-row pieces (decode_delta_kernel's): indices into piece and chunk.
   const int32_t* piece_order = nullptr;  // [pieces]
   const int32_t* chunk_order = nullptr;  // [chunks]
   int32_t multi_pieces = 0, multi_chunks = 0;
+  int32_t few_pieces = 0;  // 0 unless pieces of a few rows take the decode kernels (not DUET_VERIFY_ROWS=chunked)
   // Rows of decode pieces (DeviceRole::decode), when the host counted them: attention then leaves out the kernels
   // that would find no row of theirs. -1: not counted, every attention kernel launches and sorts rows by role.
   int32_t decode_rows = -1;

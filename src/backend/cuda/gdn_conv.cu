@@ -4,14 +4,16 @@
 // from the step's inputs and the piece's conv state as it was before the step; the second then rewrites each piece's
 // state. Splitting them is what makes the state update safe: no output thread can read a history value after it has
 // been overwritten, and the output kernel gets one thread per element, so long prefill pieces use the whole GPU.
-// Steps whose pieces are all one row (decode): one kernel, each thread the output and the new state of its own
-// (piece, channel), which nothing else reads. Both compute an output with the same fma chain over the same inputs.
+// Steps whose pieces all take the decode kernels (one row, or a few rows inside one chunk: a verify piece's last token
+// and drafts, delta_chunks.h): one kernel, each thread the outputs and the new state of its own (piece, channel),
+// which nothing else reads. Both compute an output with the same fma chain over the same inputs.
 // The gates (gdn_gate.h) ride along in one more block per row.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/delta_chunks.h"
 #include "backend/cuda/dependent_launch.h"
 #include "backend/cuda/gdn_gate.h"
 #include "backend/cuda/kernels.h"
@@ -108,33 +110,60 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j < K - 1; ++j) state[static_cast<int64_t>(j) * channels + c] = kept[j];
 }
 
-// Pieces of one row: one thread per (piece, channel) reads its state's K-1 inputs and the row's, writes the output
-// (conv_rows_kernel's, t = 0) and then the state shifted by one (conv_state_kernel's, rows = 1), and a rewindable
-// piece's window as conv_state_kernel does.
+// Pieces of one row or a few (up to kDecodePieceRows): one thread per (piece, channel) holds the window [its state's
+// K-1 inputs | the piece's rows] in registers, writes each row's output (conv_rows_kernel's: row t reads window
+// entries t .. t + K-1), a rewindable piece's whole window (conv_state_kernel's) and then the state: the window's last
+// K-1 entries (conv_state_kernel's). Every register index is a constant (the loops over rows are unrolled and guarded),
+// so the window never goes to local memory.
 template <int K>
 __global__ void __launch_bounds__(kThreads)
     conv_decode_kernel(DeviceStep step, int32_t layer, DeviceWeight w, int32_t channels, const bf16* in, bf16* out,
                        GdnGateArrays gates) {
   wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
   let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
+  constexpr int kMaxRows = kDecodePieceRows;
   const DevicePiece& piece = step.piece[blockIdx.x];
-  const int32_t row = piece.first_row;
-  if (blockIdx.y == gridDim.y - 1 && gates.value_heads > 0) return row_gates(gates, row);
+  const int32_t rows = piece.rows;
+  if (blockIdx.y == gridDim.y - 1 && gates.value_heads > 0) {  // the piece's rows' gates (row_gates's, row by row)
+    const int64_t first = static_cast<int64_t>(piece.first_row) * gates.value_heads;
+    for (int32_t i = threadIdx.x; i < rows * gates.value_heads; i += kThreads)
+      gdn_gate(gates.b, gates.a, gates.A_log, gates.dt_bias, gates.value_heads, first + i, gates.beta, gates.g);
+    return;
+  }
   const int32_t c = blockIdx.y * kThreads + threadIdx.x;
   if (c >= channels) return;
   bf16* state = conv_state(piece, layer);
-  bf16 x[K];
+  bf16 x[K - 1 + kMaxRows];  // the window, oldest first
 #pragma unroll
   for (int j = 0; j < K - 1; ++j) x[j] = state[static_cast<int64_t>(j) * channels + c];
-  x[K - 1] = in[static_cast<int64_t>(row) * channels + c];
-  out[static_cast<int64_t>(row) * channels + c] = conv_output<K>(w, c, x);
-  if (piece.rewind_conv != nullptr) {  // a one-row verify piece's window (conv_state_kernel's, rows = 1)
+#pragma unroll
+  for (int t = 0; t < kMaxRows; ++t)
+    if (t < rows) x[K - 1 + t] = in[static_cast<int64_t>(piece.first_row + t) * channels + c];
+#pragma unroll
+  for (int t = 0; t < kMaxRows; ++t) {
+    if (t < rows) {
+      bf16 row_x[K];
+#pragma unroll
+      for (int j = 0; j < K; ++j) row_x[j] = x[t + j];
+      out[static_cast<int64_t>(piece.first_row + t) * channels + c] = conv_output<K>(w, c, row_x);
+    }
+  }
+  if (piece.rewind_conv != nullptr) {  // a verify piece's window (conv_state_kernel's)
     bf16* to = piece.rewind_conv + static_cast<int64_t>(layer) * piece.rewind_layer_stride;
 #pragma unroll
-    for (int j = 0; j < K; ++j) to[static_cast<int64_t>(j) * channels + c] = x[j];
+    for (int j = 0; j < K - 1 + kMaxRows; ++j)
+      if (j < K - 1 + rows) to[static_cast<int64_t>(j) * channels + c] = x[j];
   }
+  bf16 kept[K - 1];  // window entries rows .. rows + K-2, picked with constant indices
 #pragma unroll
-  for (int j = 0; j < K - 1; ++j) state[static_cast<int64_t>(j) * channels + c] = x[j + 1];
+  for (int j = 0; j < K - 1; ++j) kept[j] = x[1 + j];  // one row
+#pragma unroll
+  for (int r = 2; r <= kMaxRows; ++r)
+    if (r == rows)
+#pragma unroll
+      for (int j = 0; j < K - 1; ++j) kept[j] = x[r + j];
+#pragma unroll
+  for (int j = 0; j < K - 1; ++j) state[static_cast<int64_t>(j) * channels + c] = kept[j];
 }
 
 template <int K>
@@ -142,7 +171,9 @@ void launch_conv(const DeviceStep& step, int32_t layer, DeviceWeight w, int32_t 
                  const GdnGateArrays& gates, cudaStream_t stream) {
   const uint32_t channel_blocks = (static_cast<uint32_t>(channels) + kThreads - 1) / kThreads;
   const uint32_t blocks_per_row = channel_blocks + (gates.value_heads > 0 ? 1 : 0);
-  if (step.multi_pieces == 0 && step.pieces == step.rows && step.snapshots == 0) {
+  // No piece for the chunked form: every piece is one row or a few inside one chunk (delta_chunks.h), none writes a
+  // snapshot. (With DUET_VERIFY_ROWS=chunked, only steps of one-row pieces.)
+  if (step.multi_pieces == 0 && step.snapshots == 0) {
     launch_dependent("conv_decode_kernel", conv_decode_kernel<K>, dim3(step.pieces, blocks_per_row), kThreads, 0,
                      stream, step, layer, w, channels, in, out, gates);
     check_launch("gdn conv_decode_kernel");

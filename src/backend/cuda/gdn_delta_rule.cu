@@ -26,7 +26,8 @@
 // cluster instead, synchronised before group 0 wrote: at 179 KB of shared memory a block an SM, only 30 clusters of 4
 // fit on an H200 at once, so one prompt's 32 heads ran in two waves and the walk took twice its time.) Pieces of one
 // row (decode steps) take one kernel instead, decode_delta_kernel, which computes the row's entries of both with the
-// same chains.
+// same chains; pieces of a few rows inside one chunk (a verify piece's last token and drafts) take decode_rows_kernel,
+// the same chains again a row at a time (DUET_VERIFY_ROWS=chunked sends them through the three kernels instead).
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -627,7 +628,7 @@ __global__ void __launch_bounds__(kThreads)
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
 
-  const DevicePiece& piece = step.piece[step.piece_order[step.multi_pieces + blockIdx.x]];
+  const DevicePiece& piece = step.piece[step.piece_order[step.multi_pieces + step.few_pieces + blockIdx.x]];
   const DeviceChunk chunk = step.chunk[piece.first_chunk];
   const int32_t head = blockIdx.y, group = blockIdx.z, col0 = group * VC;
   const HeadInputs in = head_inputs<KD, VD>(dims, head);
@@ -769,6 +770,232 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// ---- decode_rows_kernel: decode_delta_kernel for a piece of a few rows inside one chunk (a verify piece: the last
+// token and its drafts, delta_chunks.h: decode_kernels_take), its rows one after another in one kernel. Each row's
+// entries are the chains decode_delta_kernel computes for it when the rows come one step at a time (and so the chunked
+// form's): a row's A and Q entries, S_b^T k and S_b^T q, d, the output, the gated norm and the fold are the same fma
+// chains over the same operands. The piece's earlier rows' keys, d and G, which a one-row step would read back from
+// the state, are here the very floats it would have written there, kept in shared memory. Only d (and the outputs,
+// which read every d) depend on the rows before; everything else of all rows is computed at once, and the solve walks
+// the rows in order. Only the last row can complete the chunk, so every row reads the same S_b.
+template <int KD, int VD, int VC = columns_for(VD)>
+struct RowsSmem {
+  static constexpr int kPieceRows = kDecodePieceRows;
+  static constexpr int kGroups = VD / VC;
+  static constexpr int kRows = kC / kGroups;  // key rows per group, as DecodeSmem
+  static constexpr int kKeyStride = KD + 4;   // as DecodeSmem (the fold reads other groups' rows by it)
+  static constexpr int kVecStride = KD + 4;   // the piece's rows' vectors: rows read at once fall in different banks
+  alignas(16) float S[KD][VC];                // the group's columns of S_b
+  alignas(16) float k[kRows][kKeyStride];     // the group's key rows from before the piece
+  float kt[kPieceRows][kVecStride];           // the piece's rows' keys and queries, normalized
+  float q[kPieceRows][kVecStride];
+  alignas(16) float u[kC][VC + VC / 8];  // the group's columns of the earlier rows' d, then the piece's v and d
+  float A_part[kPieceRows][kRows], Q_part[kPieceRows][kRows];  // the rows' entries for the group's key rows
+  union {
+    struct {
+      float A_row[kPieceRows][kC], Q_row[kPieceRows][kC];  // the whole A and Q rows, gathered
+    } rows;
+    float o_head[kPieceRows][VD];  // group 0, once the rows are used: the head's outputs, for the gated norm
+  };
+  float G[kC], decay[kC];
+  float eG[kPieceRows];  // e^{G_t} of the piece's rows
+  float wk[kPieceRows][VC], wq[kPieceRows][VC];
+  float o[kPieceRows][VC];  // this group's outputs, read by group 0 for the gated norm
+  union {                   // (16-byte rows: the copies into them are 16 bytes at a time)
+    struct {
+      alignas(16) bf16 q[kPieceRows][KD];
+      bf16 k[kPieceRows][KD];
+    } raw;                               // the rows' raw queries and keys, until normalized
+    alignas(16) bf16 z[kPieceRows][VD];  // then group 0: the head's gates, for the gated norm
+  };
+  alignas(16) bf16 raw_v[kPieceRows][VC];
+  float g[kPieceRows], beta[kPieceRows];
+};
+
+template <int KD, int VD>
+__global__ void __launch_bounds__(kThreads)
+    decode_rows_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, const float* g, GdnDims dims,
+                       float* out, GdnNormArrays norm) {
+  wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
+  let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
+  constexpr DeltaHeadState layout{KD, VD};
+  constexpr int VC = columns_for(VD);
+  constexpr int kLanes = lanes_for(VD);
+  constexpr int kU = VC + VC / 8;
+  using Smem = RowsSmem<KD, VD>;
+  constexpr int kRows = Smem::kRows;
+  static_assert(32 % kLanes == 0, "a column's lanes in one warp (the solve syncs a warp between rows)");
+  extern __shared__ float4 smem_raw[];
+  Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+
+  const DevicePiece& piece = step.piece[step.piece_order[step.multi_pieces + blockIdx.x]];
+  const DeviceChunk chunk = step.chunk[piece.first_chunk];  // its only chunk
+  const int32_t head = blockIdx.y, group = blockIdx.z, col0 = group * VC;
+  const HeadInputs in = head_inputs<KD, VD>(dims, head);
+  float* state = head_state<KD, VD>(piece, layer, head);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int a = chunk.filled, rows = chunk.rows;  // the piece's rows are the chunk's rows [a, a + rows)
+  const bool completes = a + rows == kC;          // its last row completes the chunk
+  const int first_key = group * kRows;            // the group's key rows, as decode_delta_kernel's
+  const int own_keys = max(0, min(kRows, a - first_key));
+
+  const bf16* first = qkv + static_cast<int64_t>(chunk.first_row) * in.width;
+  copy_bf16_rows_async(&sm.raw.q[0][0], first + in.q, in.width, rows, KD);
+  copy_bf16_rows_async(&sm.raw.k[0][0], first + in.k, in.width, rows, KD);
+  copy_bf16_rows_async(&sm.raw_v[0][0], first + in.v + col0, in.width, rows, VC);
+  copy_state_columns_async<KD, VD, VC>(sm.S, state, col0);
+  if constexpr (kU % 4 == 0) {
+    copy_rows_async_16<VC>(&sm.u[0][0], kU, state + layout.d() + col0, VD, a);
+  } else {
+    copy_rows_async(&sm.u[0][0], kU, state + layout.d() + col0, VD, a, VC);
+  }
+  copy_rows_async_16<KD>(&sm.k[0][0], Smem::kKeyStride, state + layout.keys() + static_cast<int64_t>(first_key) * KD,
+                         KD, own_keys);
+  copy_floats_async(sm.G, state + layout.G(), a);
+  for (int r = tid; r < rows; r += kThreads) {
+    const int64_t at = static_cast<int64_t>(chunk.first_row + r) * in.heads + head;
+    copy_async_4(&sm.g[r], g + at);
+    copy_async_4(&sm.beta[r], beta + at);
+  }
+  wait_async_copies();
+  __syncthreads();
+
+  // Every row's key and query normalized (l2_normalize_to, as every path), its v into u, and G_t = G_{t-1} + g_t in
+  // order (e^{G_t} beside it, decode_delta_kernel's eG).
+  for (int vec = warp; vec < 2 * rows; vec += kThreads / 32) {  // even: row vec / 2's key, odd: its query
+    const int r = vec / 2;
+    const bool is_query = vec % 2 == 1;
+    l2_normalize_to<KD>(is_query ? sm.raw.q[r] : sm.raw.k[r], in.q_scale, is_query, is_query ? sm.q[r] : sm.kt[r]);
+  }
+  for (int idx = tid; idx < rows * VC; idx += kThreads)
+    sm.u[a + idx / VC][idx % VC] = __bfloat162float(sm.raw_v[idx / VC][idx % VC]);
+  if (tid == 0) {
+    float G = a > 0 ? sm.G[a - 1] : 0.0f;
+    for (int r = 0; r < rows; ++r) {
+      G = G + sm.g[r];
+      sm.G[a + r] = G;
+      sm.eG[r] = expf(G);
+    }
+  }
+  __syncthreads();
+
+  const int64_t out_stride = static_cast<int64_t>(dims.value_heads) * VD;
+  const int64_t head_at = static_cast<int64_t>(chunk.first_row) * out_stride + static_cast<int64_t>(head) * VD;
+  // The raw vectors are dead: group 0's gates come in behind the arithmetic, for the gated norm at the end.
+  if (norm.out != nullptr && group == 0) copy_bf16_rows_async(&sm.z[0][0], norm.z + head_at, out_stride, rows, VD);
+
+  // What does not depend on d, for every row at once, one chain per task: entry (r, s) of row r's A and Q for the
+  // group's key rows s <= t (decode_delta_kernel's chain: the piece's own earlier keys in kt, as the state would hold
+  // them), and S_b^T k_t, S_b^T q_t per column (its chain too).
+  const int entries = rows * kRows, chains = 2 * rows * VC;
+  for (int task = tid; task < entries + chains; task += kThreads) {
+    if (task < entries) {
+      const int r = task / kRows, s = first_key + task % kRows, t = a + r;
+      if (s > t) continue;
+      const float* key = s >= a ? sm.kt[s - a] : sm.k[s - first_key];
+      float kk = 0.0f, qk = 0.0f;
+#pragma unroll 8
+      for (int i = 0; i < KD; ++i) {
+        kk = fmaf(sm.kt[r][i], key[i], kk);
+        qk = fmaf(sm.q[r][i], key[i], qk);
+      }
+      const float decay = expf(sm.G[t] - sm.G[s]);
+      if (s < t) sm.A_part[r][s - first_key] = (kk * decay) * sm.beta[r];
+      sm.Q_part[r][s - first_key] = qk * decay;
+    } else {
+      const int x = task - entries, j = x % VC, which = x / VC;  // which: 2 r for k_t, 2 r + 1 for q_t
+      const int r = which / 2;
+      const float* vec = which % 2 == 0 ? sm.kt[r] : sm.q[r];
+      float acc = 0.0f;
+#pragma unroll 16
+      for (int i = 0; i < KD; ++i) acc = fmaf(vec[i], sm.S[i][j], acc);
+      (which % 2 == 0 ? sm.wk[r] : sm.wq[r])[j] = acc;
+    }
+  }
+  if (completes)  // the fold's decays
+    for (int s = tid; s < kC; s += kThreads) sm.decay[s] = expf(sm.G[kC - 1] - sm.G[s]);
+  cluster.sync();  // every group's A and Q entries are written and visible across the cluster
+  for (int idx = tid; idx < rows * kC; idx += kThreads) {
+    const int r = idx / kC, s = idx % kC;
+    if (s > a + r) continue;
+    const int owner = s / kRows, at = s % kRows;
+    if (s < a + r) sm.rows.A_row[r][s] = cluster.map_shared_rank(&sm.A_part[r][0], owner)[at];
+    sm.rows.Q_row[r][s] = cluster.map_shared_rank(&sm.Q_part[r][0], owner)[at];
+  }
+  __syncthreads();
+
+  // d of the rows in order (corrected_value, as decode_delta_kernel): a column's kLanes lanes are one warp's, and
+  // only they read and write the column, so a warp sync between rows orders d_t before row t + 1's sum reads it.
+  const int col = tid / kLanes, p = tid % kLanes;
+  for (int r = 0; r < rows; ++r) {
+    const int t = a + r;
+    const float d = corrected_value<kLanes>(sm.rows.A_row[r], &sm.u[0][col], kU, t, sm.u[t][col], sm.eG[r],
+                                            sm.wk[r][col], sm.beta[r]);
+    __syncwarp();  // every lane of the column has read v_t before d_t takes its place
+    if (p == 0) sm.u[t][col] = d;
+    __syncwarp();
+  }
+  __syncthreads();
+
+  for (int idx = tid; idx < rows * VC; idx += kThreads) {  // o_t = e^{G_t} wq_t + sum_{s<=t} Q[t][s] d_s
+    const int r = idx / VC, j = idx % VC, t = a + r;
+    float acc = 0.0f;
+    for (int s = 0; s <= t; ++s) acc = fmaf(sm.rows.Q_row[r][s], sm.u[s][j], acc);
+    const float o = fmaf(sm.eG[r], sm.wq[r][j], acc);
+    out[head_at + r * out_stride + col0 + j] = o;
+    sm.o[r][j] = o;
+  }
+  // Every group's outputs are visible, and no group reads another's A and Q entries any more.
+  cluster.sync();
+  if (norm.out != nullptr) {  // the same for every block: the whole cluster takes part or none of it
+    if (group == 0) {
+      wait_async_copies();  // the gates, copied by several warps: each waits for its own, then the block
+      __syncthreads();
+      for (int r = warp; r < rows; r += kThreads / 32) {  // a warp a row, as gated_norm_kernel
+        for (int i = lane; i < VD; i += 32) sm.o_head[r][i] = cluster.map_shared_rank(&sm.o[r][0], i / VC)[i % VC];
+        __syncwarp();
+        gated_norm_head(sm.o_head[r], sm.z[r], norm.w, norm.eps, VD, norm.out + head_at + r * out_stride);
+      }
+    }
+    cluster.sync();  // no block leaves (freeing the outputs it shares) before group 0 has read them
+  }
+  if (completes) {  // the next chunk's S_b: decode_delta_kernel's fold, the piece's keys from kt
+    constexpr int kRowThreads = kThreads / KD, kCols = VC / kRowThreads;
+    static_assert(kThreads % KD == 0 && VC % kRowThreads == 0, "the fold's thread layout");
+    const int i = tid / kRowThreads, j0 = (tid % kRowThreads) * kCols;
+    const float eG = sm.eG[rows - 1];
+    float acc[kCols];
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) acc[c] = sm.S[i][j0 + c] * eG;
+#pragma unroll 4
+    for (int s = 0; s < kC; ++s) {
+      const int owner = s / kRows;
+      const float key = s >= a ? sm.kt[s - a][i]
+                        : owner == group
+                            ? sm.k[s % kRows][i]
+                            : cluster.map_shared_rank(&sm.k[0][0], owner)[(s % kRows) * Smem::kKeyStride + i];
+      const float kd = key * sm.decay[s];
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) acc[c] = fmaf(kd, sm.u[s][j0 + c], acc[c]);
+    }
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) state[i * VD + col0 + j0 + c] = acc[c];  // read and written by this thread alone
+    cluster.sync();  // no block leaves (freeing its keys) before every group has read them
+    return;
+  }
+  // The piece's rows join the chunk's in the state: d by each group, keys and G by group 0 (no group reads the
+  // state's rows [a, a + rows) in this step).
+  for (int idx = tid; idx < rows * VC; idx += kThreads)
+    state[layout.d() + static_cast<int64_t>(a + idx / VC) * VD + col0 + idx % VC] = sm.u[a + idx / VC][idx % VC];
+  if (group == 0) {
+    for (int idx = tid; idx < rows * KD; idx += kThreads)
+      state[layout.keys() + static_cast<int64_t>(a + idx / KD) * KD + idx % KD] = sm.kt[idx / KD][idx % KD];
+    for (int r = tid; r < rows; r += kThreads) state[layout.G() + a + r] = sm.G[a + r];
+  }
+}
+
 // Kernels needing more than 48 KiB of shared memory opt in (once per instantiation).
 template <typename Kernel>
 void allow_smem(Kernel kernel, size_t bytes) {
@@ -783,14 +1010,17 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
   constexpr size_t matrices_bytes = sizeof(MatricesSmem<KD>);
   constexpr size_t state_bytes = sizeof(StateSmem<KD, VC>);
   constexpr size_t decode_bytes = sizeof(DecodeSmem<KD, VD>);
+  constexpr size_t rows_bytes = sizeof(RowsSmem<KD, VD>);
   // Six blocks an SM (228 KB, 1 KB of each block's reserved) at the 9B's shape: the kernel is latency-bound.
   static_assert(KD != 128 || VD != 128 || decode_bytes <= 37 * 1024, "decode_delta_kernel: 6 blocks per SM");
   static_assert(state_bytes <= 227 * 1024, "chunk_state_kernel: one block an SM at most");
+  // Four blocks an SM at the 9B's shape (55 KB: every row's vectors); a verify step of one stream is 128 blocks.
+  static_assert(KD != 128 || VD != 128 || rows_bytes <= 56 * 1024, "decode_rows_kernel: 4 blocks per SM");
   static const bool opted_in =
       (allow_smem(chunk_matrices_kernel<KD, VD>, matrices_bytes), allow_smem(chunk_state_kernel<KD, VD>, state_bytes),
-       allow_smem(decode_delta_kernel<KD, VD>, decode_bytes), true);
+       allow_smem(decode_delta_kernel<KD, VD>, decode_bytes), allow_smem(decode_rows_kernel<KD, VD>, rows_bytes), true);
   (void)opted_in;
-  const int32_t single_pieces = step.pieces - step.multi_pieces;
+  const int32_t single_pieces = step.pieces - step.multi_pieces - step.few_pieces;
   if (step.multi_chunks > 0) {
     chunk_matrices_kernel<KD, VD><<<dim3(step.multi_chunks, dims.value_heads), kThreads, matrices_bytes, stream>>>(
         step, layer, qkv, beta, g, dims, scratch);
@@ -803,6 +1033,12 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
     chunk_tail_kernel<KD, VD>
         <<<dim3(step.multi_pieces, dims.value_heads), kThreads, 0, stream>>>(step, layer, qkv, dims, scratch);
     check_launch("gdn chunk_tail_kernel");
+  }
+  if (step.few_pieces > 0) {  // a cluster per head, as decode_delta_kernel
+    launch_dependent_clusters("decode_rows_kernel", decode_rows_kernel<KD, VD>,
+                              dim3(step.few_pieces, dims.value_heads, VD / VC), dim3(1, 1, VD / VC), kThreads,
+                              rows_bytes, stream, step, layer, qkv, beta, g, dims, out, norm);
+    check_launch("gdn decode_rows_kernel");
   }
   if (single_pieces > 0) {
     // A head's column groups form one cluster (the gated norm gathers their outputs).

@@ -123,8 +123,9 @@ struct GdnGateArrays {
 //   out[t, c] = bf16(silu(sum_j w[c, j] * in[c, t - (K-1) + j]))   (fp32 sum, w [channels, K])
 // where inputs before the piece come from the piece's conv state; then the state keeps the piece's last K-1 inputs.
 // With `gates`, the same launches also compute every row's gates, with launch_gdn_gates's bits (one launch less per
-// layer). A step whose pieces are all one row (decode) takes one kernel, a thread per (piece, channel) that reads
-// and shifts its own channel's state; other steps take two (outputs, then states).
+// layer). A step whose pieces all take the GDN decode kernels (one row, or a few rows inside one chunk:
+// delta_chunks.h, decode_kernels_take) takes one kernel, a thread per (piece, channel) that reads and shifts its own
+// channel's state; other steps take two (outputs, then states).
 void launch_gdn_conv_silu(const DeviceStep& step, int32_t gdn_layer, DeviceWeight conv_w, int32_t channels,
                           int32_t kernel, const bf16* in, bf16* out, cudaStream_t stream,
                           const GdnGateArrays* gates = nullptr);
@@ -147,8 +148,9 @@ void launch_gdn_gates(const bf16* b, const bf16* a, DeviceWeight A_log, DeviceWe
 struct GdnDims {
   int32_t key_heads, value_heads, key_dim, value_dim;
 };
-// With `norm`, the rows of one-row pieces (decode) also get their gated norm (launch_gdn_gated_norm's bits) written
-// to norm->out by the same kernel; a step whose pieces are all one row then needs no launch_gdn_gated_norm.
+// With `norm`, the rows of the pieces the decode kernels take (one row, or a few inside one chunk: DeviceStep's
+// few_pieces) also get their gated norm (launch_gdn_gated_norm's bits) written to norm->out by the same kernel; a step
+// with no piece for the chunked form (multi_pieces 0) then needs no launch_gdn_gated_norm.
 struct GdnNormArrays {
   const bf16* z = nullptr;  // [rows, value_heads * value_dim]
   DeviceWeight w;           // [value_dim]

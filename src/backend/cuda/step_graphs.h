@@ -27,8 +27,9 @@ struct StepGraphKey {
   bool masks = false;
   bool rope = false;  // rows' 3-D rotary positions present (DeviceStep::row_rope: a rope delta after images)
   // The delta rule's chunks, pieces of several rows and their chunks (DeviceStep): fixed by rows and pieces when every
-  // piece is one row; a verify piece's rows may end one chunk and start the next.
-  int32_t chunks = 0, multi_pieces = 0, multi_chunks = 0;
+  // piece is one row; a verify piece's rows may end one chunk and start the next. few_pieces: the pieces of a few rows
+  // the decode kernels take (not fixed by the rest: 4 + 1 rows and 3 + 2 rows are both 2 pieces of 5 rows).
+  int32_t chunks = 0, multi_pieces = 0, multi_chunks = 0, few_pieces = 0;
   auto operator<=>(const StepGraphKey&) const = default;
 };
 
