@@ -2,7 +2,7 @@
 // output is one fma chain over k in order, from +0, so its bits depend on its x row and w row alone, never on m, on
 // the tile it sits in or on which kernel ran. The kernel is picked by shape for speed only:
 // - tiles64: one 64 x 64 tile per block, 256 threads of 4 x 4 outputs, k in steps of 16 (the first kernel; any k);
-// - skinny (m <= 128): the head's few-row products (a decision's options and questions against [1024, 4096] weights):
+// - skinny (m <= 192): the head's few-row products (a decision's options and questions against [1024, 4096] weights):
 //   8 rows x 16 columns per block of 128 threads, one output a thread, k staged 128 at a time through a ring of three
 //   cp.async stages, so the weights stream from many SMs at once (tiles64 gave such a product 16-64 blocks);
 // - wide (many rows): the memory rows' products ([L, 4096] x [4096, 1024] as the prompt arrives, [L, 1024] x
@@ -224,7 +224,9 @@ bool fp32_gemm_kernel_fits(Fp32GemmKernel kernel, const float* x, const float* w
 
 Fp32GemmKernel fp32_gemm_kernel_for(const float* x, int32_t m, const float* w, int32_t n, int32_t k) {
   if (!fp32_gemm_kernel_fits(Fp32GemmKernel::skinny, x, w, k)) return Fp32GemmKernel::tiles64;
-  if (m <= 128) return Fp32GemmKernel::skinny;
+  // skinny re-reads the weights once per 8 rows, so its time grows with m: on the H200 (bench_fp32_gemm, [1024, 4096]
+  // weights) 64 rows took 64 us, 136 rows 132 us against tiles64's 270 us at any of these m; 192 keeps it ahead.
+  if (m <= 192) return Fp32GemmKernel::skinny;
   // The wide kernel's tiles are four times tiles64's: with fewer than half a wave of them (2 blocks an SM) the GPU
   // would idle; such mid-sized products stay on tiles64.
   const int64_t wide_tiles = ((m + kWideTile - 1) / kWideTile) * static_cast<int64_t>((n + kWideTile - 1) / kWideTile);
