@@ -264,7 +264,8 @@ void PromptCache::evict(int32_t snapshot) {
   Entry& entry = *entries_[static_cast<size_t>(snapshot)];
   // To the host tier, copied before the pages' references go (the copies are ordered before any step that reuses
   // them). A decision's entry is not kept there: its sink's prefix may be device memory.
-  if (host_ && entry.decision == nullptr)
+  // Nor one over the device budget alone (add_entry's): it could never come back.
+  if (host_ && entry.decision == nullptr && static_cast<int64_t>(entry.pages.size()) <= max_pages_)
     host_->keep(entry.key, entry.salt, entry.tokens, entry.images, snapshot, entry.pages, entry.used);
   const auto [first, last] = index_.equal_range(entry.key);
   for (auto it = first; it != last; ++it)

@@ -28,6 +28,9 @@ TEST_P(CudaPromptCacheHostTier, ResumedFromTheHostEqualsFresh) {
 TEST_P(CudaPromptCacheHostTier, EvictionFollowsRecentUseAndTheHostBudget) {
   testing::expect_host_tier_eviction_by_recent_use_and_budget(*model_);
 }
+TEST_P(CudaPromptCacheHostTier, APlantedHashCollisionIsCaughtByTheTokens) {
+  testing::expect_host_tier_collision_caught_by_the_tokens(*model_);
+}
 TEST_P(CudaPromptCacheHostTier, PagesRestoredOutOfOrderFail) {
   testing::expect_host_pages_out_of_order_to_fail(*model_);
 }

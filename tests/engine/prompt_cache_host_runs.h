@@ -120,6 +120,40 @@ inline void expect_host_tier_eviction_by_recent_use_and_budget(model::Model& mod
   EXPECT_LE(stats.host_pages_held, 3);
   EXPECT_LE(stats.host_snapshots_held, 2);
   EXPECT_EQ(runner.blocks().free_pages(), runner.blocks().pages() - stats.pages_held);
+
+  // An entry over the device tier's page budget alone is dropped, not moved to the host: it could never come back.
+  PromptCache small(runner.blocks(), runner.storage(), 1, /*max_pages=*/3);
+  const std::unique_ptr<backend::HostStateTier> roomy = runner.storage().new_host_tier(4, 16);
+  small.add_host_tier(*roomy);
+  warm(runner, small, prompt_of(256, 16, v));
+  const auto longest = small.lookup(0, concat(prompt_of(256, 16, v), one));
+  ASSERT_TRUE(longest);
+  EXPECT_TRUE(longest->on_host());
+  EXPECT_EQ(longest->tokens(), 192);
+  EXPECT_EQ(small.stats().host_entries, 3) << "64, 128 and 192 on the host, 256 nowhere";
+  EXPECT_EQ(small.stats().entries, 0);
+}
+
+// Every block hashes alike: the host tier's entries too are told apart by their tokens alone.
+inline void expect_host_tier_collision_caught_by_the_tokens(model::Model& model) {
+  PieceRunner runner(model, 2, 512, 0, /*snapshots=*/1);
+  PromptCache cache(runner.blocks(), runner.storage(), 1, 64,
+                    [](uint64_t, std::span<const int32_t>) { return uint64_t{42}; });
+  const std::unique_ptr<backend::HostStateTier> memory = runner.storage().new_host_tier(4, 8);
+  cache.add_host_tier(*memory);
+  const int32_t v = vocab_of(model);
+  const std::vector<int32_t> a = prompt_of(64, 5, v), c = prompt_of(64, 6, v), d = prompt_of(64, 7, v),
+                             tail = prompt_of(30, 8, v);
+  warm(runner, cache, a);
+  warm(runner, cache, c);
+  warm(runner, cache, prompt_of(64, 15, v));  // a and c on the host, under one hash
+  ASSERT_EQ(cache.stats().host_entries, 2);
+  EXPECT_FALSE(cache.lookup(0, concat(d, tail))) << "same hash, other tokens: no hit";
+  const std::vector<int32_t> prompt_c = concat(c, tail);
+  const auto hit = brought_back(cache, prompt_c, 64);
+  ASSERT_TRUE(hit);
+  EXPECT_TRUE(same_bytes(resumed_rows(runner, hit->pages, hit->snapshot, prompt_c).norm_rows,
+                         fresh_rows(model, prompt_c, 64).norm_rows));
 }
 
 // The planted control: the honest tier resumes equal to fresh (above); pages restored in reverse order must not.

@@ -14,6 +14,9 @@ TEST_F(PromptCacheHostTier, ResumedFromTheHostEqualsFresh) { testing::expect_hos
 TEST_F(PromptCacheHostTier, EvictionFollowsRecentUseAndTheHostBudget) {
   testing::expect_host_tier_eviction_by_recent_use_and_budget(*model_);
 }
+TEST_F(PromptCacheHostTier, APlantedHashCollisionIsCaughtByTheTokens) {
+  testing::expect_host_tier_collision_caught_by_the_tokens(*model_);
+}
 TEST_F(PromptCacheHostTier, PagesRestoredOutOfOrderFail) { testing::expect_host_pages_out_of_order_to_fail(*model_); }
 TEST_F(PromptCacheHostTier, EngineAnswersEqualFreshAndResumeFromTheHost) {
   testing::expect_engine_host_tier_answers_equal_fresh(*model_);
