@@ -37,6 +37,9 @@ TEST_P(CudaPromptCacheHostTier, PagesRestoredOutOfOrderFail) {
 TEST_P(CudaPromptCacheHostTier, EngineAnswersEqualFreshAndResumeFromTheHost) {
   testing::expect_engine_host_tier_answers_equal_fresh(*model_);
 }
+TEST_P(CudaPromptCacheHostTier, CancellingASharerOfABroughtBackEntryFreesNothingAnotherReads) {
+  testing::expect_cancelling_a_sharer_of_a_brought_back_entry_to_free_nothing(*model_);
+}
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaPromptCacheHostTier, ::testing::Values("tiny-text", "tiny-mm"));
 

@@ -228,4 +228,33 @@ inline void expect_engine_host_tier_answers_equal_fresh(model::Model& model) {
   EXPECT_EQ(without[2].finished.cached_tokens, 0) << "the device tier alone kept the other conversation's entry";
 }
 
+// An entry brought back from the host tier is shared like any other: two requests resume it (its pages shared three
+// ways with the cache), one is cancelled mid-decode, and a long newcomer then takes pages (lowest ids first) and writes
+// them while the other decodes. Had the cancel or an eviction freed a page the survivor reads, its answer would change.
+inline void expect_cancelling_a_sharer_of_a_brought_back_entry_to_free_nothing(model::Model& model) {
+  const int32_t v = vocab_of(model);
+  const std::vector<int32_t> system = prompt_of(200, 50, v);
+  const Request survivor = greedy_request(concat(system, prompt_of(10, 51, v)), 40);
+  const Request newcomer = greedy_request(prompt_of(400, 52, v), 20);
+  Engine fresh(model, nullptr, host_tier_options(model, 0, /*cache=*/false));
+  const Outcome want_survivor = drain(*fresh.submit(survivor)), want_newcomer = drain(*fresh.submit(newcomer));
+
+  EngineOptions o = host_tier_options(model, 4 * model.sequence_fixed_bytes() + 16 * model.kv_page_bytes());
+  o.prompt_cache_bytes = model.sequence_fixed_bytes() + 3 * model.kv_page_bytes();
+  Engine tiered(model, nullptr, o);
+  drain(*tiered.submit(greedy_request(concat(system, prompt_of(5, 53, v)), 1)));  // leaves the prefix at 192
+  drain(*tiered.submit(greedy_request(prompt_of(205, 54, v), 1)));                // pushes it to the host tier
+  auto cancelled = tiered.submit(greedy_request(concat(system, prompt_of(7, 55, v)), 300));
+  const std::optional<Event> first = cancelled->next(std::chrono::seconds(60));
+  ASSERT_TRUE(first && std::holds_alternative<TokenEvent>(*first));
+  auto kept = tiered.submit(survivor);
+  cancelled->cancel();
+  EXPECT_EQ(drain(*cancelled).finished.reason, FinishReason::cancelled);
+  auto late = tiered.submit(newcomer);
+  const Outcome got_survivor = drain(*kept), got_newcomer = drain(*late);
+  EXPECT_EQ(got_survivor.finished.cached_tokens, 192);
+  expect_same_tokens({got_survivor, got_newcomer}, {want_survivor, want_newcomer}, "after the cancel");
+  EXPECT_GE(tiered.stats().prompt_cache_host_hits, 1);
+}
+
 }  // namespace duet::engine::testing

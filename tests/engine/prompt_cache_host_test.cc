@@ -21,6 +21,9 @@ TEST_F(PromptCacheHostTier, PagesRestoredOutOfOrderFail) { testing::expect_host_
 TEST_F(PromptCacheHostTier, EngineAnswersEqualFreshAndResumeFromTheHost) {
   testing::expect_engine_host_tier_answers_equal_fresh(*model_);
 }
+TEST_F(PromptCacheHostTier, CancellingASharerOfABroughtBackEntryFreesNothingAnotherReads) {
+  testing::expect_cancelling_a_sharer_of_a_brought_back_entry_to_free_nothing(*model_);
+}
 
 }  // namespace
 }  // namespace duet::engine
