@@ -34,14 +34,21 @@ struct Shape {
 
 int main() {
   const Shape shapes[] = {
-      {"option/question rows x [1024, 4096]", 6, 1024, 4096},   {"", 64, 1024, 4096},
-      {"", 136, 1024, 4096},                                    {"", 192, 1024, 4096},                                    {"few rows x [4096, 1024] (ff in)", 6, 4096, 1024},
-      {"few rows x [1024, 1024]", 6, 1024, 1024},               {"memory rows, a 4K chunk x [1024, 4096]", 4096, 1024, 4096},
-      {"keys / values over L rows, L = 809", 809, 1024, 1024}, {"", 4096, 1024, 1024},
-      {"", 8192, 1024, 1024},                                   {"", 16384, 1024, 1024},
+      {"option/question rows x [1024, 4096]", 6, 1024, 4096},
+      {"", 64, 1024, 4096},
+      {"", 136, 1024, 4096},
+      {"", 192, 1024, 4096},
+      {"few rows x [4096, 1024] (ff in)", 6, 4096, 1024},
+      {"few rows x [1024, 1024]", 6, 1024, 1024},
+      {"memory rows, a 4K chunk x [1024, 4096]", 4096, 1024, 4096},
+      {"keys / values over L rows, L = 809", 809, 1024, 1024},
+      {"", 4096, 1024, 1024},
+      {"", 8192, 1024, 1024},
+      {"", 16384, 1024, 1024},
   };
   int32_t max_m = 0, max_n = 0, max_k = 0;
-  for (const Shape& s : shapes) max_m = std::max(max_m, s.m), max_n = std::max(max_n, s.n), max_k = std::max(max_k, s.k);
+  for (const Shape& s : shapes)
+    max_m = std::max(max_m, s.m), max_n = std::max(max_n, s.n), max_k = std::max(max_k, s.k);
   std::vector<float> host(static_cast<size_t>(std::max(max_m, max_n)) * max_k);
   std::mt19937_64 rng(1);
   std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
@@ -86,8 +93,8 @@ int main() {
         check(cudaMemcpy(got.data(), y, outs * sizeof(float), cudaMemcpyDeviceToHost), "y down");
         bits = std::memcmp(got.data(), first.data(), outs * sizeof(float)) == 0 ? "equal" : "DIFFER";
       }
-      std::printf("%-42s %6d %5d %5d %8s%s %9.1f %9.0f %9.0f %s\n", s.what, s.m, s.n, s.k, fp32_gemm_kernel_name(kernel),
-                  kernel == picked ? "*" : " ", us, 2.0 * s.m * s.n * s.k / us * 1e-3,
+      std::printf("%-42s %6d %5d %5d %8s%s %9.1f %9.0f %9.0f %s\n", s.what, s.m, s.n, s.k,
+                  fp32_gemm_kernel_name(kernel), kernel == picked ? "*" : " ", us, 2.0 * s.m * s.n * s.k / us * 1e-3,
                   4.0 * s.n * s.k / us * 1e-3, bits);
     }
   }
