@@ -2,7 +2,10 @@
 // 1, 16 and 64 rows, greedy and the settings users send (temperature 0.7 with top-p 0.9; top-k 40; min-p 0.05; with
 // penalties), on two kinds of logits: flat ones like a random-weight model's (normal, sigma 1) and peaked ones like a
 // trained model's (sigma 4, a few clear leaders). Prints the median time per call of 9 and the paths the rows took
-// (SamplingPath bits: which of the kernel's routes decided them). Not a test: numbers for docs/benchmarks.md.
+// (SamplingPath bits: which of the kernel's routes decided them). Top-p and top-k settings run twice: with the weight
+// bins (the default) and, on the line marked "old", the radix path alone (DUET_SAMPLING_TOPP=old), in the same process
+// on the same logits, with the number of rows whose ids differ between the two (must be 0: both are the CPU's).
+// Not a test: numbers for docs/benchmarks.md.
 //   bench_sampling [--only KIND SETTING ROWS]   (one line of the table, e.g. for ncu: --only flat "t0.7 top_p 0.9" 1)
 #include <cuda_runtime.h>
 
@@ -27,9 +30,10 @@ void check(cudaError_t status, const char* what) {
 }
 
 std::string paths(uint32_t bits) {
-  static const char* names[] = {"greedy", "nofinite", "sorted", "tile", "certified", "stream", "exact_top_p", "empty"};
+  static const char* names[] = {"greedy", "nofinite",    "sorted", "tile",  "certified",
+                                "stream", "exact_top_p", "empty",  "binned"};
   std::string out;
-  for (int i = 0; i < 8; ++i)
+  for (int i = 0; i < 9; ++i)
     if (bits & (1u << i)) out += std::string(out.empty() ? "" : "+") + names[i];
   return out;
 }
@@ -116,29 +120,47 @@ int main(int argc, char** argv) {
           }
         }
         check(cudaMemcpy(params, p.data(), p.size() * sizeof(SamplingRowParams), cudaMemcpyHostToDevice), "params");
-        cudaEvent_t a, b;
-        cudaEventCreate(&a);
-        cudaEventCreate(&b);
-        std::vector<float> times;
-        for (int rep = 0; rep < 10; ++rep) {
-          cudaEventRecord(a, stream);
-          launch_sample(logits, rows, vocab, params, s.penalties ? penalties : nullptr, out, top, scratch,
-                        scratch_bytes, stream);
-          cudaEventRecord(b, stream);
-          check(cudaEventSynchronize(b), "sample");
-          float ms = 0;
-          cudaEventElapsedTime(&ms, a, b);
-          if (rep > 0) times.push_back(ms);
+        // The median of 9 timed calls (after one untimed), and the rows' results.
+        const auto measure = [&](const SamplingTestHooks& hooks, std::vector<DeviceSample>& results) {
+          cudaEvent_t a, b;
+          cudaEventCreate(&a);
+          cudaEventCreate(&b);
+          std::vector<float> times;
+          for (int rep = 0; rep < 10; ++rep) {
+            cudaEventRecord(a, stream);
+            launch_sample(logits, rows, vocab, params, s.penalties ? penalties : nullptr, out, top, scratch,
+                          scratch_bytes, stream, hooks);
+            cudaEventRecord(b, stream);
+            check(cudaEventSynchronize(b), "sample");
+            float ms = 0;
+            cudaEventElapsedTime(&ms, a, b);
+            if (rep > 0) times.push_back(ms);
+          }
+          cudaEventDestroy(a);
+          cudaEventDestroy(b);
+          std::sort(times.begin(), times.end());
+          results.resize(static_cast<size_t>(rows));
+          check(cudaMemcpy(results.data(), out, results.size() * sizeof(DeviceSample), cudaMemcpyDeviceToHost), "out");
+          return times[times.size() / 2] * 1000.0f;
+        };
+        const auto all_paths = [](const std::vector<DeviceSample>& results) {
+          uint32_t all = 0;
+          for (const auto& r : results) all |= r.path;
+          return paths(all);
+        };
+        std::vector<DeviceSample> results;
+        const float us = measure({}, results);
+        std::printf("%-8s %-22s %6d %12.1f  %s\n", kind, s.name, rows, us, all_paths(results).c_str());
+        if (s.top_p < 1.0f || s.top_k > 0) {
+          SamplingTestHooks old;
+          old.old_top_p = true;
+          std::vector<DeviceSample> old_results;
+          const float old_us = measure(old, old_results);
+          int differ = 0;
+          for (int32_t r = 0; r < rows; ++r) differ += results[r].id != old_results[r].id;
+          std::printf("%-8s %-22s %6d %12.1f  %s (old; ids differing from the binned path's: %d)\n", kind, s.name, rows,
+                      old_us, all_paths(old_results).c_str(), differ);
         }
-        std::sort(times.begin(), times.end());
-        std::vector<DeviceSample> results(static_cast<size_t>(rows));
-        check(cudaMemcpy(results.data(), out, results.size() * sizeof(DeviceSample), cudaMemcpyDeviceToHost), "out");
-        uint32_t all = 0;
-        for (const auto& r : results) all |= r.path;
-        std::printf("%-8s %-22s %6d %12.1f  %s\n", kind, s.name, rows, times[times.size() / 2] * 1000.0f,
-                    paths(all).c_str());
-        cudaEventDestroy(a);
-        cudaEventDestroy(b);
       }
     }
   }

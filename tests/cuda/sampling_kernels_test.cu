@@ -7,7 +7,9 @@
 // rows with -inf, NaN and signed zeros. Parameters: greedy, temperature alone, top-k (inside and beyond one tile),
 // top-p, min-p, all together, each penalty, with prompt and generated ids. The test hooks shrink the tile and force
 // the stream path, so a 512-wide vocabulary takes every path a 248,320-wide one takes. Also: row invariance (a row
-// alone and inside a batch of 33), and a planted fault (the draw flipped to 1 - u) that must change ids.
+// alone and inside a batch of 33), and a planted fault (the draw flipped to 1 - u) that must change ids. Top-p rows
+// without top-k take the binned path first (sampling_binned.h): it must decide most flat rows, agree with the radix
+// path it replaces (run with old_top_p), and its planted faults (the cut or the drawn entry one place off) must show.
 // engine/sampler.h reaches fmt (through base/error.h). fmt turns its constexpr off when it sees nvcc, and GCC's C++20
 // mode then rejects fmt's remaining constexpr functions; turned back on, it compiles (fmt runs on the host only).
 #define FMT_USE_CONSTEXPR 1
@@ -391,17 +393,20 @@ void expect_parity(const std::vector<Case>& cases, const SamplingTestHooks& hook
 
 TEST(Sampling, MatchesCpuSamplerVocab512) {
   DUET_REQUIRE_GPU();
-  expect_parity(make_cases(512, 8, 1), {}, kPathGreedy | kPathSorted | kPathTile | kPathExactTopP);
+  expect_parity(make_cases(512, 8, 1), {}, kPathGreedy | kPathSorted | kPathTile | kPathBinned);
+  SamplingTestHooks old;
+  old.old_top_p = true;
+  expect_parity(make_cases(512, 8, 1), old, kPathGreedy | kPathSorted | kPathTile | kPathExactTopP);
 }
 
 TEST(Sampling, MatchesCpuSamplerVocab6080) {
   DUET_REQUIRE_GPU();
-  expect_parity(make_cases(6080, 3, 2), {}, kPathGreedy | kPathSorted | kPathTile | kPathCertified);
+  expect_parity(make_cases(6080, 3, 2), {}, kPathGreedy | kPathSorted | kPathTile | kPathCertified | kPathBinned);
 }
 
 TEST(Sampling, MatchesCpuSamplerVocab248320) {
   DUET_REQUIRE_GPU();
-  expect_parity(make_cases(248320, 1, 3), {}, kPathGreedy | kPathSorted | kPathTile | kPathCertified);
+  expect_parity(make_cases(248320, 1, 3), {}, kPathGreedy | kPathSorted | kPathTile | kPathCertified | kPathBinned);
 }
 
 // Small tiles send a 512- or 6080-wide row down the paths of a full vocabulary: the certified cuts, the tile after
@@ -411,9 +416,13 @@ TEST(Sampling, SmallTilesAndStreamsMatchCpuSampler) {
   const std::vector<Case> small = make_cases(512, 2, 4);
   SamplingTestHooks tiny;
   tiny.tile_cap = 16;
+  expect_parity(small, tiny, kPathCertified | kPathTile | kPathSorted | kPathBinned);
+  tiny.old_top_p = true;  // the radix path's certified cuts, which the binned path now takes first
   expect_parity(small, tiny, kPathCertified | kPathTile | kPathSorted);
   SamplingTestHooks one;
   one.tile_cap = 1;
+  expect_parity(small, one, kPathCertified);
+  one.old_top_p = true;
   expect_parity(small, one, kPathCertified);
   SamplingTestHooks stream;
   stream.force_stream = true;
@@ -422,6 +431,8 @@ TEST(Sampling, SmallTilesAndStreamsMatchCpuSampler) {
   expect_parity(small, stream, kPathStream | kPathExactTopP | kPathSorted);
   SamplingTestHooks mid;
   mid.tile_cap = 100;
+  expect_parity(make_cases(6080, 1, 5), mid, kPathCertified | kPathTile | kPathBinned);
+  mid.old_top_p = true;
   expect_parity(make_cases(6080, 1, 5), mid, kPathCertified | kPathTile);
 }
 
@@ -453,6 +464,9 @@ TEST(Sampling, ExactTiesOnTheTopPBoundary) {
     SamplingTestHooks tiny;
     tiny.tile_cap = 16;
     expect_parity(cases, tiny, kPathSorted);
+    SamplingTestHooks old;
+    old.old_top_p = true;
+    expect_parity(cases, old, kPathSorted);
   }
 }
 
@@ -532,6 +546,88 @@ TEST(Sampling, FlippedDrawChangesIds) {
   const Tally t = run_and_compare(cases, flip);
   EXPECT_GT(t.mismatches, cases.size() / 3) << describe(t);
   std::printf("flipped draw: %s\n", describe(t).c_str());
+}
+
+// ============================================================== the binned top-p path
+
+// Flat rows (normal logits at several scales, BF16-rounded ones with their ties), the shapes the binned path exists
+// for: the recipes with top-p on and top-k off, or (with_top_k) those with a top-k set that fits a tile.
+std::vector<Case> top_p_cases(int32_t vocab, int reps, uint64_t seed, bool with_top_k = false) {
+  std::vector<Case> out;
+  for (const Case& c : make_cases(vocab, reps, seed)) {
+    const bool topk = c.params.top_k > 0 && c.params.top_k < vocab;
+    const bool flat = c.label.rfind("normal", 0) == 0 || c.label.rfind("bf16", 0) == 0;
+    const bool wanted = with_top_k ? topk && c.params.top_k <= kSamplingTile : c.params.top_p < 1.0f && !topk;
+    if (c.params.temperature > 0 && wanted && flat) out.push_back(c);
+  }
+  return out;
+}
+
+// The binned path must decide most flat top-p rows and gather most small top-k sets (a broken one would hand every
+// row to the radix path and still match the CPU), match the CPU on all of them, and give the radix path's ids, row
+// for row (logprobs to the CPU tolerance: old_top_p also brings back the old log-sum-exp).
+TEST(Sampling, BinnedTopPDecidesFlatRowsAsTheRadixPath) {
+  DUET_REQUIRE_GPU();
+  for (const auto& [vocab, with_top_k] :
+       {std::pair{512, false}, {6080, false}, {248320, false}, {6080, true}, {248320, true}}) {
+    const std::vector<Case> cases = top_p_cases(vocab, vocab == 248320 ? 2 : 6, 21, with_top_k);
+    ASSERT_GT(cases.size(), 10u);
+    const Tally binned = run_and_compare(cases);
+    EXPECT_EQ(binned.mismatches, 0u) << describe(binned);
+    // Rows of logits with a spread of at least one unit must all be decided here. Flatter ones (normal * 0.5 at a
+    // temperature of 1 or more, at the full vocabulary) can put more than a tile of elements in one bin: the radix
+    // path decides those (a host simulation of the binned path decides about 5 in 6 of them).
+    size_t decided = 0, spread = 0;
+    const GpuRun paths = run_gpu([&] {
+      std::vector<const Case*> all;
+      for (const Case& c : cases) all.push_back(&c);
+      return all;
+    }());
+    for (size_t r = 0; r < cases.size(); ++r) {
+      if (cases[r].label.rfind("normal*0.5", 0) == 0) continue;
+      ++spread;
+      decided += (paths.out[r].path & kPathBinned) != 0;
+    }
+    EXPECT_GE(decided * 20, spread * 19) << "vocab " << vocab << ": " << describe(binned);
+    std::printf("vocab %d%s: binned path decided %zu of %zu rows with spread >= 1; %s\n", vocab,
+                with_top_k ? " (top-k)" : "", decided, spread, describe(binned).c_str());
+    SamplingTestHooks old;
+    old.old_top_p = true;
+    for (size_t b = 0; b < cases.size(); b += 64) {
+      std::vector<const Case*> part;
+      for (size_t i = b; i < std::min(cases.size(), b + 64); ++i) part.push_back(&cases[i]);
+      const GpuRun x = run_gpu(part);
+      const GpuRun y = run_gpu(part, old);
+      for (size_t r = 0; r < part.size(); ++r) {
+        EXPECT_EQ(x.out[r].id, y.out[r].id) << part[r]->label;
+        EXPECT_TRUE(logprob_close(x.out[r].logprob, y.out[r].logprob)) << part[r]->label;  // two log-sum-exps
+        EXPECT_EQ(y.out[r].path & kPathBinned, 0u) << "old_top_p still took the binned path: " << part[r]->label;
+      }
+    }
+  }
+}
+
+// Planted faults: the binned path's cut one place late (T2 then holds one more weight: the draw moves on about a
+// fifth of flat rows in a host simulation of these shapes, rarely where top-p 0.999 cuts deep in the tail), and its
+// drawn entry one place late (every row where a next entry exists). Both must make rows differ from the CPU.
+TEST(Sampling, BinnedPathPlantedFaultsChangeIds) {
+  DUET_REQUIRE_GPU();
+  std::vector<Case> cases;
+  for (const Case& c : top_p_cases(6080, 12, 22)) {
+    if (c.label.rfind("normal", 0) == 0 && c.params.min_p == 0.0f) cases.push_back(c);
+  }
+  ASSERT_GT(cases.size(), 40u);
+  const Tally clean = run_and_compare(cases);
+  EXPECT_EQ(clean.mismatches, 0u) << describe(clean);
+  SamplingTestHooks keep;
+  keep.binned_keep_shift = 1;
+  const Tally late_cut = run_and_compare(cases, keep);
+  EXPECT_GE(late_cut.mismatches * 20, cases.size()) << describe(late_cut);
+  SamplingTestHooks draw;
+  draw.binned_draw_shift = 1;
+  const Tally late_draw = run_and_compare(cases, draw);
+  EXPECT_GE(late_draw.mismatches * 2, cases.size()) << describe(late_draw);
+  std::printf("cut one late: %s\ndraw one late: %s\n", describe(late_cut).c_str(), describe(late_draw).c_str());
 }
 
 // Penalties alone decide these greedy picks: each penalty kind must move the argmax as the CPU does.

@@ -38,368 +38,34 @@
 //                 on the top-p target), one thread runs the CPU's loops over the whole order, a tile at a time (the
 //                 sorted order is produced tile by tile by radix select and bitonic sort). Slow (milliseconds for
 //                 a full vocabulary) and rare.
-//  - The draw: seeded_uniform(seed, position) ported below bit for bit (integer mixing, exact conversion).
+//    Top-p rows without top-k try a fourth way first, sampling_binned.h: certified decisions on weight bins (one
+//    binning pass, the bins at the cut and at the draw gathered and sorted, parallel scans), falling back to the
+//    three above whenever its bounds cannot decide; a top-k set that fits a tile is gathered from the same bins
+//    instead of two radix selects. DUET_SAMPLING_TOPP=old skips both.
+//  - The draw: seeded_uniform(seed, position) ported bit for bit (integer mixing, exact conversion).
 //  - Logprobs: log_softmax of the raw logits with max and sum of exp in double (parallel order: the result is within
 //    a few ulps of the CPU's, then rounded to float as the CPU does); top-n ids by the same total order as
 //    raw_top_logprobs.
 #include "backend/cuda/sampling.h"
 
-#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dependent_launch.h"
+#include "backend/cuda/sampling_binned.h"
+#include "backend/cuda/sampling_cluster.h"
 
 namespace duet::backend::cuda {
 
 namespace {
 
-namespace cg = cooperative_groups;
-
-constexpr int kCluster = 8;  // blocks per row: the portable cluster size (every Hopper GPC holds 8 co-scheduled SMs)
-constexpr int kThreads = 512;
-constexpr int kWarps = kThreads / 32;
-constexpr int kBins = 256;   // radix digit: 8 bits
-constexpr int kUnroll = 16;  // loads in flight per thread in full-row passes (bytes in flight set a row's pass time)
-constexpr int32_t kMaxSlots = 128;            // clusters in the grid (rows beyond share their scratch slots in turn)
-constexpr int kSegments = kCluster * kWarps;  // id-order scans: one segment per warp of the cluster, rank-major
-constexpr unsigned kFull = 0xffffffffu;
-constexpr double kEps = 0x1.0p-53;  // unit roundoff of double
-// Absolute slack in certified comparisons: covers subnormal weights and probabilities, whose errors are not relative.
-constexpr double kTiny = 1e-290;
-constexpr uint64_t kNoKey = ~0ull;
-
-// Statuses of the top-p walk on a tile.
-constexpr int kDecided = 0, kAmbiguous = 1, kPastTile = 2;
-
-enum class Goal : int { count, weight_ge, weight_gt };
-
-struct ArgBest {
-  float v;
-  int32_t id;
-};
-
-struct Smem {
-  uint64_t key[kSamplingTile];  // a tile: keys (value desc, id asc) or plain ids in the low 32 bits
-  double w[kSamplingTile];      // the tile's weights
-  // Per-lane radix histograms of weights (lane l of every warp adds into hist_w[l]: the lanes of a warp never contend
-  // for one address, which on a concentrated digit would serialize 32 atomic updates); rows padded by one so that the
-  // lanes' rows start on different banks. Also the staging area of exact_t1_by_id.
-  double hist_w[32][kBins + 1];
-  double bin_w[kBins];  // radix bins: this block's, then (after the exchange) the cluster's totals
-  uint32_t bin_c[kBins];
-  int32_t bin_min_id[kBins];
-  double seg_w[kSegments];  // per-segment totals of the whole cluster (segment_totals)
-  uint32_t seg_c[kSegments];
-  double red_d[kWarps];
-  float red_f[kWarps];
-  int32_t red_i[kWarps];
-  uint32_t red_u[kWarps];
-  uint64_t red_k[kWarps];
-  int32_t counter;
-  int32_t bi[8];
-  uint32_t bu[8];
-  double bd[8];
-  // What the other blocks of the cluster read (the exchange protocol below): written only between exchange_open and
-  // exchange_publish.
-  double x_d;
-  float x_f;
-  uint32_t x_u;
-  uint64_t x_k;
-  ArgBest x_best;
-  int32_t x_count;
-  double x_seg_w[kWarps];
-  uint32_t x_seg_c[kWarps];
-  double x_bin_w[kBins];
-  uint32_t x_bin_c[kBins];
-  int32_t x_bin_min_id[kBins];
-  uint64_t x_key[kSamplingTile];  // this block's part of a gathered tile
-  double x_w[kSamplingTile];
-};
-static_assert(32 * (kBins + 1) >= kSamplingTile, "exact_t1_by_id stages a tile in hist_w");
-static_assert(kSamplingTile >= kMaxTopLogprobs, "the top logprobs are gathered into one tile");
-
-__device__ __forceinline__ int lane_id() { return static_cast<int>(threadIdx.x) & 31; }
-__device__ __forceinline__ int warp_id() { return static_cast<int>(threadIdx.x) >> 5; }
-__device__ __forceinline__ int block_rank() { return static_cast<int>(cg::this_cluster().block_rank()); }
-
-// ---- the cluster: slices and the exchange protocol
-
-// A contiguous id range.
-struct Slice {
-  int32_t begin;
-  int32_t end;
-};
-// Block `rank`'s slice of a row of n: whole warps of ids, in rank order.
-__device__ __forceinline__ Slice rank_slice(int32_t n, int rank) {
-  const int32_t per = ((n + kCluster - 1) / kCluster + 31) / 32 * 32;
-  const int32_t begin = min(n, rank * per);
-  return {begin, min(n, begin + per)};
-}
-// Segment k (rank k / kWarps, warp k % kWarps) of the id-order scans: warp-sized pieces of its rank's slice.
-__device__ __forceinline__ Slice segment(int32_t n, int k) {
-  const Slice b = rank_slice(n, k / kWarps);
-  const int32_t per_warp = ((b.end - b.begin + kWarps - 1) / kWarps + 31) / 32 * 32;
-  const int32_t begin = min(b.end, b.begin + (k % kWarps) * per_warp);
-  return {begin, min(b.end, begin + per_warp)};
-}
-
-// Another block's copy of a shared-memory field.
-template <typename T>
-__device__ __forceinline__ T* at_rank(T* p, int rank) {
-  return cg::this_cluster().map_shared_rank(p, rank);
-}
-
-// The exchange protocol, on the cluster barrier's two halves (arrive: release, wait: acquire). Every thread of every
-// block runs the same sequence, so each arrive is matched by one wait:
-//   exchange_open()      wait: every block has finished reading the previous exchange (it arrived after reading)
-//   write the x_ fields
-//   exchange_publish()   arrive + wait: every block has written
-//   read other blocks' x_ fields (at_rank)
-//   exchange_close()     arrive: done reading; the next exchange_open waits for everyone's
-// The kernel arrives once at its start (so the first open finds the phase complete, and no block touches another's
-// shared memory before all have started) and waits once at its end (so no block exits while another still reads it).
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;\n" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory"); }
-__device__ __forceinline__ void exchange_open() { cluster_wait(); }
-__device__ __forceinline__ void exchange_publish() {
-  cluster_arrive();
-  cluster_wait();
-}
-__device__ __forceinline__ void exchange_close() { cluster_arrive(); }
-
-// One value per block (thread 0's), combined over the ranks in rank order: the same bits on every thread of the
-// cluster.
-template <typename T, typename Op>
-__device__ T cluster_combine(T mine, T* slot, Op op) {
-  exchange_open();
-  if (threadIdx.x == 0) *slot = mine;
-  exchange_publish();
-  T t = *at_rank(slot, 0);
-#pragma unroll
-  for (int r = 1; r < kCluster; ++r) t = op(t, *at_rank(slot, r));
-  exchange_close();
-  return t;
-}
-
-// ---- values, keys, weights
-
-// sampler.cc's sane(): NaN is impossible (-inf).
-__device__ __forceinline__ float sane(float x) { return isnan(x) ? -INFINITY : x; }
-// sane() and -0 -> +0, so that values the CPU compares equal get equal keys.
-__device__ __forceinline__ float canonical(float x) {
-  x = sane(x);
-  return x == 0.0f ? 0.0f : x;
-}
-// An order key of a canonical value: smaller key = larger value.
-__device__ __forceinline__ uint32_t desc_key(float x) {
-  const uint32_t u = __float_as_uint(x);
-  return (u & 0x80000000u) ? u : ~(u | 0x80000000u);
-}
-__device__ __forceinline__ float key_value(uint32_t d) {
-  return __uint_as_float((d & 0x80000000u) ? d : (~d & 0x7fffffffu));
-}
-// (value desc, id asc) as one integer: the CPU's more_likely() order.
-__device__ __forceinline__ uint64_t make_key(uint32_t d, int32_t id) {
-  return (static_cast<uint64_t>(d) << 32) | static_cast<uint32_t>(id);
-}
-__device__ __forceinline__ uint32_t key_d(uint64_t k) { return static_cast<uint32_t>(k >> 32); }
-__device__ __forceinline__ int32_t key_id(uint64_t k) { return static_cast<int32_t>(k & 0xffffffffu); }
-
-// sampler.cc's weight(): exp(double(logit) - max_logit). Below -760 both exps return +0; skipping the call there only
-// saves time.
-__device__ __forceinline__ double weight(float s, double top) {
-  const double d = __dsub_rn(static_cast<double>(s), top);
-  return d < -760.0 ? 0.0 : exp(d);
-}
-
-// The weight and whether it survives min-p (w > 0 && w >= min_p, as sampler.cc). Weights certainly below min_p skip
-// the exp: exp(d) < min_p * e^-0.01 whatever the last-ulp behaviour of either exp.
-__device__ __forceinline__ double candidate_weight(float s, double top, double min_p, double log_min_p, bool& in) {
-  const double d = __dsub_rn(static_cast<double>(s), top);
-  if (min_p > 0.0 && d < log_min_p - 0.01) {
-    in = false;
-    return 0.0;
-  }
-  const double w = d < -760.0 ? 0.0 : exp(d);
-  in = w > 0.0 && w >= min_p;
-  return w;
-}
-
-// ---- the draw: backend/seeded_draw.h, ported (integer mixing; the conversion of a 53-bit integer is exact)
-__device__ __forceinline__ uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-__device__ __forceinline__ double seeded_uniform(uint64_t seed, int64_t position) {
-  const uint64_t bits = mix64(mix64(seed) ^ static_cast<uint64_t>(position));
-  return static_cast<double>(bits >> 11) * 0x1.0p-53;
-}
-
-// ---- warp and block reductions. Every thread calls them and gets the same bits (the warp butterflies add
-// commutatively, the block step sums the warp results in one fixed order on every thread).
-template <typename T>
-__device__ __forceinline__ T warp_sum(T v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
-  return v;
-}
-
-// The sums of (count, weight) over the lanes before this one, added in lane order (lane 0 gets zeros): where each
-// lane's run starts in a scan that walks the lanes' runs one after another.
-__device__ __forceinline__ void warp_exclusive_scan(uint32_t& count, double& weight) {
-  const int lane = lane_id();
-  uint32_t ic = count;
-  double iw = weight;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint32_t tc = __shfl_up_sync(kFull, ic, o);
-    const double tw = __shfl_up_sync(kFull, iw, o);
-    if (lane >= o) {
-      ic += tc;
-      iw += tw;
-    }
-  }
-  count = __shfl_up_sync(kFull, ic, 1);
-  weight = __shfl_up_sync(kFull, iw, 1);
-  if (lane == 0) {
-    count = 0;
-    weight = 0;
-  }
-}
-
-__device__ double block_sum(double v, Smem& sm) {
-  v = warp_sum(v);
-  __syncthreads();  // red_d may still be read by a previous reduction
-  if (lane_id() == 0) sm.red_d[warp_id()] = v;
-  __syncthreads();
-  double t = 0;
-  for (int k = 0; k < kWarps; ++k) t += sm.red_d[k];
-  return t;
-}
-
-__device__ uint32_t block_sum(uint32_t v, Smem& sm) {
-  v = warp_sum(v);
-  __syncthreads();
-  if (lane_id() == 0) sm.red_u[warp_id()] = v;
-  __syncthreads();
-  uint32_t t = 0;
-  for (int k = 0; k < kWarps; ++k) t += sm.red_u[k];
-  return t;
-}
-
-__device__ float block_max(float v, Smem& sm) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
-  __syncthreads();
-  if (lane_id() == 0) sm.red_f[warp_id()] = v;
-  __syncthreads();
-  float t = sm.red_f[0];
-  for (int k = 1; k < kWarps; ++k) t = fmaxf(t, sm.red_f[k]);
-  return t;
-}
-
-__device__ uint64_t block_min(uint64_t v, Smem& sm) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const uint64_t other = __shfl_xor_sync(kFull, v, o);
-    v = other < v ? other : v;
-  }
-  __syncthreads();
-  if (lane_id() == 0) sm.red_k[warp_id()] = v;
-  __syncthreads();
-  uint64_t t = sm.red_k[0];
-  for (int k = 1; k < kWarps; ++k) t = sm.red_k[k] < t ? sm.red_k[k] : t;
-  return t;
-}
-
-// (value, id): larger value first, then lower id: a total order, so the result does not depend on the tree.
-__device__ __forceinline__ void take_better(float& v, int32_t& id, float ov, int32_t oid) {
-  if (ov > v || (ov == v && oid < id)) {
-    v = ov;
-    id = oid;
-  }
-}
-__device__ void block_argmax(float& v, int32_t& id, Smem& sm) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(kFull, v, o);
-    const int32_t oid = __shfl_xor_sync(kFull, id, o);
-    take_better(v, id, ov, oid);
-  }
-  __syncthreads();
-  if (lane_id() == 0) {
-    sm.red_f[warp_id()] = v;
-    sm.red_i[warp_id()] = id;
-  }
-  __syncthreads();
-  v = sm.red_f[0];
-  id = sm.red_i[0];
-  for (int k = 1; k < kWarps; ++k) take_better(v, id, sm.red_f[k], sm.red_i[k]);
-}
-
-// The cluster-wide reductions: the block's result, then the ranks' results in rank order.
-__device__ double cluster_sum(double v, Smem& sm) {
-  return cluster_combine(block_sum(v, sm), &sm.x_d, [](double a, double b) { return a + b; });
-}
-__device__ uint32_t cluster_sum(uint32_t v, Smem& sm) {
-  return cluster_combine(block_sum(v, sm), &sm.x_u, [](uint32_t a, uint32_t b) { return a + b; });
-}
-__device__ float cluster_max(float v, Smem& sm) {
-  return cluster_combine(block_max(v, sm), &sm.x_f, [](float a, float b) { return fmaxf(a, b); });
-}
-__device__ uint64_t cluster_min(uint64_t v, Smem& sm) {
-  return cluster_combine(block_min(v, sm), &sm.x_k, [](uint64_t a, uint64_t b) { return b < a ? b : a; });
-}
-__device__ void cluster_argmax(float& v, int32_t& id, Smem& sm) {
-  block_argmax(v, id, sm);
-  const ArgBest best = cluster_combine(ArgBest{v, id}, &sm.x_best, [](ArgBest a, ArgBest b) {
-    take_better(a.v, a.id, b.v, b.id);
-    return a;
-  });
-  v = best.v;
-  id = best.id;
-}
-
-// Thread 0's value to every thread.
-__device__ int32_t bcast_i(int32_t v, Smem& sm) {
-  __syncthreads();
-  if (threadIdx.x == 0) sm.bi[7] = v;
-  __syncthreads();
-  return sm.bi[7];
-}
-__device__ double bcast_d(double v, Smem& sm) {
-  __syncthreads();
-  if (threadIdx.x == 0) sm.bd[7] = v;
-  __syncthreads();
-  return sm.bd[7];
-}
-
-// f(i, v[i], valid) for every i of this block's slice of [0, n), kUnroll loads in flight per thread. Every lane of
-// every warp makes the same number of calls (valid false past the slice), so f may use warp-wide intrinsics.
-template <typename F>
-__device__ __forceinline__ void for_each_value(const float* v, int32_t n, F&& f) {
-  const Slice mine = rank_slice(n, block_rank());
-  for (int32_t base = mine.begin; base < mine.end; base += kThreads * kUnroll) {
-    float x[kUnroll];
-#pragma unroll
-    for (int j = 0; j < kUnroll; ++j) {
-      const int32_t i = base + j * kThreads + static_cast<int32_t>(threadIdx.x);
-      x[j] = i < mine.end ? v[i] : 0.0f;
-    }
-#pragma unroll
-    for (int j = 0; j < kUnroll; ++j) {
-      const int32_t i = base + j * kThreads + static_cast<int32_t>(threadIdx.x);
-      f(i, x[j], i < mine.end);
-    }
-  }
-}
+using namespace sampling;
 
 // ---- element sets: a contiguous range of the (value desc, id asc) order, optionally only min-p survivors
 
@@ -812,76 +478,16 @@ __device__ __noinline__ Hit radix_select(const Spec s, Goal goal, uint32_t targe
 
 // ---- tiles
 
-// a[0, size) ascending; size a power of two, at most kSamplingTile.
-__device__ void bitonic_sort(uint64_t* a, int32_t size) {
-  for (int32_t k = 2; k <= size; k <<= 1) {
-    for (int32_t j = k >> 1; j > 0; j >>= 1) {
-      for (int32_t i = static_cast<int32_t>(threadIdx.x); i < size; i += kThreads) {
-        const int32_t p = i ^ j;
-        if (p > i) {
-          const uint64_t x = a[i], y = a[p];
-          const bool up = (i & k) == 0;
-          if ((x > y) == up) {
-            a[i] = y;
-            a[p] = x;
-          }
-        }
-      }
-      __syncthreads();
-    }
-  }
-}
-
 // The elements of s (at most kSamplingTile in the cluster: the caller bounded s by a count select) into every block's
-// tile as keys, sorted in the CPU's order. Returns how many. Each block gathers its slice's members into its x_ tile
-// (in any order: the keys are distinct, and the sort fixes the order), then copies every rank's.
+// tile as keys, sorted in the CPU's order. Returns how many.
 __device__ __noinline__ int32_t gather_sorted(const Spec s, Smem& sm) {
-  __syncthreads();
-  if (threadIdx.x == 0) sm.counter = 0;
-  __syncthreads();
-  const int lane = lane_id();
-  exchange_open();
-  for_each_value(s.v, s.n, [&](int32_t i, float raw, bool valid) {
-    const float x = canonical(raw);
-    const uint32_t d = desc_key(x);
-    double w = 0;
-    const bool in = valid && member(s, x, d, i, false, w);
-    // One atomic per warp, not per element: the members of a warp take consecutive slots.
-    const unsigned ballot = __ballot_sync(kFull, in);
-    if (ballot == 0) return;
-    const int leader = __ffs(ballot) - 1;
-    int32_t base = 0;
-    if (lane == leader) base = atomicAdd(&sm.counter, __popc(ballot));
-    base = __shfl_sync(kFull, base, leader);
-    const int32_t slot = base + __popc(ballot & ((1u << lane) - 1u));
-    if (in && slot < kSamplingTile) sm.x_key[slot] = make_key(d, i);
-  });
-  __syncthreads();
-  if (threadIdx.x == 0) sm.x_count = min(sm.counter, kSamplingTile);
-  exchange_publish();
-  int32_t count = 0;
-  for (int r = 0; r < kCluster; ++r) {
-    const int32_t part = min(*at_rank(&sm.x_count, r), kSamplingTile - count);
-    const uint64_t* keys = at_rank(sm.x_key, r);
-    for (int32_t j = static_cast<int32_t>(threadIdx.x); j < part; j += kThreads) sm.key[count + j] = keys[j];
-    count += part;
-  }
-  exchange_close();
-  __syncthreads();
-  int32_t size = 1;
-  while (size < count) size <<= 1;
-  for (int32_t j = count + static_cast<int32_t>(threadIdx.x); j < size; j += kThreads) sm.key[j] = kNoKey;
-  __syncthreads();
-  bitonic_sort(sm.key, size);
-  return count;
-}
-
-// The tile's weights from its keys.
-__device__ void tile_weights(int32_t count, double top, Smem& sm) {
-  for (int32_t j = static_cast<int32_t>(threadIdx.x); j < count; j += kThreads) {
-    sm.w[j] = weight(key_value(key_d(sm.key[j])), top);
-  }
-  __syncthreads();
+  return gather_sorted_if(
+      s.v, s.n,
+      [&](int32_t i, float x) {
+        double w = 0;
+        return member(s, x, desc_key(x), i, false, w);
+      },
+      sm);
 }
 
 // sampler.cc from the candidate list on: the min-p filter, total, probability = w / total, and the walk, over tile
@@ -952,7 +558,13 @@ struct RowCtx {
   double mu;     // relative bound between our parallel sums and the CPU's sequential ones
   int32_t none;  // the answer when no candidate survives
   bool force_stream;
+  bool binned;  // the weight bins may decide (sampling_binned.h)
+  int32_t keep_shift;
+  int32_t draw_shift;
 
+  __device__ BinnedRow binned_row() const {
+    return BinnedRow{s, n, top, u, static_cast<double>(top_p), min_p, cap, mu, keep_shift, draw_shift};
+  }
   __device__ Spec all() const {
     Spec b;
     b.v = s;
@@ -962,11 +574,6 @@ struct RowCtx {
     b.log_min_p = log_min_p;
     return b;
   }
-};
-
-struct Pick {
-  int32_t id;
-  uint32_t path;
 };
 
 // Whether the CPU's walk certainly stops at the element with these approximate sums: C_{j-1} <= u < C_j.
@@ -1202,7 +809,14 @@ __device__ __noinline__ Pick sample_sorted(const RowCtx& c, Smem& sm) {
   // S0: the top-k set, or everything.
   Spec in0 = c.all();
   int32_t s0 = c.n;
-  if (topk) {
+  // A top-k set that fits a tile comes from the weight bins, sorted, straight into the tile.
+  const bool tiled = topk && c.binned && !c.force_stream && c.top_k <= c.cap && top_k_tile(c.binned_row(), c.top_k, sm);
+  if (tiled) {
+    in0.use_hi = true;
+    in0.hi = sm.key[c.top_k - 1];
+    s0 = c.top_k;
+    path |= kPathBinned;
+  } else if (topk) {
     const Hit k = radix_select(in0, Goal::count, static_cast<uint32_t>(c.top_k), 0.0, sm);
     in0.use_hi = true;
     in0.hi = make_key(k.d, k.id);
@@ -1212,14 +826,16 @@ __device__ __noinline__ Pick sample_sorted(const RowCtx& c, Smem& sm) {
 
   // The first g elements of S0, sorted, in the tile.
   const int32_t g = min(s0, c.cap);
-  Spec first = in0;
-  if (g < s0) {
-    const Hit t = radix_select(in0, Goal::count, static_cast<uint32_t>(g), 0.0, sm);
-    first.use_hi = true;
-    first.hi = make_key(t.d, t.id);
+  if (!tiled) {
+    Spec first = in0;
+    if (g < s0) {
+      const Hit t = radix_select(in0, Goal::count, static_cast<uint32_t>(g), 0.0, sm);
+      first.use_hi = true;
+      first.hi = make_key(t.d, t.id);
+    }
+    gather_sorted(first, sm);
+    tile_weights(g, c.top, sm);
   }
-  gather_sorted(first, sm);
-  tile_weights(g, c.top, sm);
 
   // T1, exactly when S0 is in the tile (sampler.cc sums top-k in sorted order), else with a relative bound.
   double t1 = 0, t1_rel = 0;
@@ -1343,6 +959,27 @@ __device__ __noinline__ Pick sample_sorted(const RowCtx& c, Smem& sm) {
   return exact_sorted_stream(c, in0, s0, topk, topp, sm, path);
 }
 
+// This block's part of sum(exp(x - m)) over the row's raw logits (m: their finite maximum), for log-sum-exp. The
+// weights by bins' series and table (sampling_cluster.h: within 2^-40 of exp), which do not depend on one another, so
+// kUnroll of them are in flight; weights below 2^-1000 are left out (they cannot move a sum of at least 1).
+__device__ __noinline__ double exp_sum_part(const float* v, int32_t n, float m, Smem& sm) {
+  __syncthreads();  // bin_scale may still be read by the binned path
+  if (threadIdx.x < kBinsPerHalving)
+    sm.bin_scale[threadIdx.x] = exp2(-static_cast<double>(threadIdx.x) / kBinsPerHalving);
+  __syncthreads();
+  const double top = static_cast<double>(m);
+  double part = 0;
+  for_each_value(v, n, [&](int32_t, float x, bool valid) {
+    const double d = __dsub_rn(static_cast<double>(sane(x)), top);
+    const double t = -d * kBinScale;
+    if (valid && t < 64000.0) {
+      const int j = static_cast<int>(t);
+      part += scaled_bin_weight(d, j, sm.bin_scale) * pow2(-(j >> 6));
+    }
+  });
+  return part;
+}
+
 struct Args {
   const float* logits;
   int32_t rows;
@@ -1358,6 +995,9 @@ struct Args {
   int32_t cap;
   bool flip_draw;
   bool force_stream;
+  bool binned;  // top-p and small top-k rows try the weight bins first (sampling_binned.h)
+  int32_t keep_shift;
+  int32_t draw_shift;
 };
 
 __device__ void sample_row(int32_t row, const Args& a, Smem& sm) {
@@ -1440,32 +1080,56 @@ __device__ void sample_row(int32_t row, const Args& a, Smem& sm) {
     c.mu = (8.0 * static_cast<double>(n) + 64.0) * kEps;
     c.none = best_id;
     c.force_stream = a.force_stream;
-    const bool sorted = (p.top_k > 0 && p.top_k < n) || p.top_p < 1.0f;
-    pick = sorted ? sample_sorted(c, sm) : sample_by_id(c, sm);
+    c.binned = a.binned && isfinite(top);
+    c.keep_shift = a.keep_shift;
+    c.draw_shift = a.draw_shift;
+    const bool topk = p.top_k > 0 && p.top_k < n;
+    const bool topp = p.top_p < 1.0f;
+    pick.path = 0;
+    if (topp && !topk && c.binned && !c.force_stream) pick = sample_top_p_binned(c.binned_row(), sm);
+    if (pick.path == 0) pick = topk || topp ? sample_sorted(c, sm) : sample_by_id(c, sm);
   }
 
   // Logprobs of the raw logits (sampler.cc raw_logprob / raw_top_logprobs).
   float logprob = __int_as_float(0x7fc00000);  // NaN: not asked
   int32_t top_count = 0;
   if (p.top_logprobs >= 0) {
-    // log-sum-exp with a running maximum per thread, then one rescale per thread.
-    float m = -INFINITY;
-    double sum = 0;
-    for_each_value(raw, n, [&](int32_t, float x, bool valid) {
-      if (!valid) return;
-      x = sane(x);
-      if (x == -INFINITY) return;
-      if (x > m) {
-        sum = sum * exp(static_cast<double>(m) - static_cast<double>(x)) + 1.0;
-        m = x;
-      } else {
-        sum += exp(static_cast<double>(x) - static_cast<double>(m));
+    double lse = -INFINITY;
+    if (a.binned) {
+      // log-sum-exp: the raw maximum (pass 1's when it read the raw logits), then one pass of independent weights.
+      float max_all = best;
+      if (penalized != raw) {
+        float m = -INFINITY;
+        for_each_value(raw, n, [&](int32_t, float x, bool valid) {
+          if (valid) m = fmaxf(m, sane(x));
+        });
+        max_all = cluster_max(m, sm);
       }
-    });
-    const float max_all = cluster_max(m, sm);
-    const double part = m == -INFINITY ? 0.0 : sum * exp(static_cast<double>(m) - static_cast<double>(max_all));
-    const double total = cluster_sum(part, sm);
-    const double lse = max_all == -INFINITY ? -INFINITY : static_cast<double>(max_all) + log(total);
+      if (max_all == INFINITY) {
+        lse = __longlong_as_double(0x7ff8000000000000ll);  // as sampler.cc: exp(inf - inf) makes the sum NaN
+      } else if (max_all != -INFINITY) {
+        lse = static_cast<double>(max_all) + log(cluster_sum(exp_sum_part(raw, n, max_all, sm), sm));
+      }
+    } else {
+      // As before the weight bins (DUET_SAMPLING_TOPP=old): a running maximum per thread, then one rescale per thread.
+      float m = -INFINITY;
+      double sum = 0;
+      for_each_value(raw, n, [&](int32_t, float x, bool valid) {
+        if (!valid) return;
+        x = sane(x);
+        if (x == -INFINITY) return;
+        if (x > m) {
+          sum = sum * exp(static_cast<double>(m) - static_cast<double>(x)) + 1.0;
+          m = x;
+        } else {
+          sum += exp(static_cast<double>(x) - static_cast<double>(m));
+        }
+      });
+      const float max_all = cluster_max(m, sm);
+      const double part = m == -INFINITY ? 0.0 : sum * exp(static_cast<double>(m) - static_cast<double>(max_all));
+      const double total = cluster_sum(part, sm);
+      lse = max_all == -INFINITY ? -INFINITY : static_cast<double>(max_all) + log(total);
+    }
     logprob = static_cast<float>(static_cast<double>(sane(raw[pick.id])) - lse);
     top_count = min(min(p.top_logprobs, kMaxTopLogprobs), n);
     if (top_count > 0) {
@@ -1530,6 +1194,16 @@ size_t slot_bytes(int32_t vocab) { return 2 * align256(static_cast<size_t>(vocab
 
 void refuse(const char* what) { check_cuda(cudaErrorInvalidValue, what); }
 
+// DUET_SAMPLING_TOPP=old: the kernel as it was before the weight bins (top-p and top-k rows by the radix path alone,
+// log-sum-exp with a running maximum), to compare the two on one machine.
+bool old_top_p_asked() {
+  static const bool old = [] {
+    const char* value = std::getenv("DUET_SAMPLING_TOPP");
+    return value != nullptr && std::string_view(value) == "old";
+  }();
+  return old;
+}
+
 }  // namespace
 
 size_t sampling_scratch_bytes(int32_t rows, int32_t vocab) {
@@ -1563,6 +1237,9 @@ void launch_sample(const float* logits, int32_t rows, int32_t vocab, const Sampl
   a.cap = hooks.tile_cap == 0 ? kSamplingTile : hooks.tile_cap;
   a.flip_draw = hooks.flip_draw;
   a.force_stream = hooks.force_stream;
+  a.binned = !hooks.old_top_p && !old_top_p_asked();
+  a.keep_shift = hooks.binned_keep_shift;
+  a.draw_shift = hooks.binned_draw_shift;
   const size_t smem = sizeof(Smem);
   check_cuda(cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
              "launch_sample: cudaFuncSetAttribute");

@@ -63,6 +63,7 @@ enum SamplingPath : uint32_t {
   kPathStream = 1u << 5,     // the CPU's loops ran over the whole candidate order, tile after tile
   kPathExactTopP = 1u << 6,  // the top-p total was summed in the CPU's order because bounds did not decide
   kPathEmpty = 1u << 7,      // no candidate survived (the CPU has undefined behaviour there): the argmax
+  kPathBinned = 1u << 8,     // top-p decided by weight bins (sampling_binned.h), or top-k's set gathered by them
 };
 
 struct DeviceSample {
@@ -83,6 +84,10 @@ struct SamplingTestHooks {
   bool force_stream = false;  // skip the tile and certified shortcuts: the CPU's loops over the whole order
   int32_t tile_cap = 0;       // candidates per tile, 1..kSamplingTile (0: kSamplingTile); small values force the
                               // paths that large vocabularies take
+  bool old_top_p = false;     // the kernel as before the weight bins (radix top-p / top-k, running-max log-sum-exp), as
+                              // DUET_SAMPLING_TOPP=old does
+  int32_t binned_keep_shift = 0;  // planted faults in the binned path: its top-p cut and its drawn entry moved by
+  int32_t binned_draw_shift = 0;  // this many places (ids must change)
 };
 
 // Bytes of device scratch launch_sample needs for `rows` rows of `vocab` logits (about 8 * vocab bytes per row, for
