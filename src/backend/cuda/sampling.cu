@@ -53,7 +53,9 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string_view>
 
 #include "backend/cuda/cuda_check.h"
@@ -1204,7 +1206,60 @@ bool old_top_p_asked() {
   return old;
 }
 
+#ifdef DUET_SAMPLING_TRACE
+// The hang locator's slots (sampling_trace.h): host-mapped, one per thread of the largest grid, zeroed before each
+// launch so that a stuck launch's record is its own.
+SamplingTraceSlot* trace_slots() {
+  static SamplingTraceSlot* slots = [] {
+    void* host = nullptr;
+    check_cuda(cudaHostAlloc(&host, sizeof(SamplingTraceSlot) * kMaxSlots * kCluster * kThreads, cudaHostAllocMapped),
+               "sampling trace: cudaHostAlloc");
+    void* device = nullptr;
+    check_cuda(cudaHostGetDevicePointer(&device, host, 0), "sampling trace: cudaHostGetDevicePointer");
+    check_cuda(cudaMemcpyToSymbol(g_trace, &device, sizeof(device)), "sampling trace: cudaMemcpyToSymbol");
+    return static_cast<SamplingTraceSlot*>(host);
+  }();
+  return slots;
+}
+#endif
+
 }  // namespace
+
+#ifdef DUET_SAMPLING_TRACE
+void print_sampling_trace(int32_t clusters) {
+  const volatile SamplingTraceSlot* slots = trace_slots();
+  for (int32_t b = 0; b < clusters * kCluster; ++b) {
+    // Threads grouped by (sync line, cluster line and kind, entered, cluster ops): a stuck block shows one group per
+    // place its threads wait.
+    struct Group {
+      SamplingTraceSlot at;
+      int first, count;
+    };
+    Group groups[kThreads];
+    int n = 0;
+    for (int t = 0; t < kThreads; ++t) {
+      const volatile SamplingTraceSlot& v = slots[b * kThreads + t];
+      const SamplingTraceSlot at{v.sync_line, v.cluster_line, v.entered, v.cluster_ops};
+      int g = 0;
+      while (g < n && std::memcmp(&groups[g].at, &at, sizeof(at)) != 0) ++g;
+      if (g == n) groups[n++] = Group{at, t, 0};
+      ++groups[g].count;
+    }
+    for (int g = 0; g < n; ++g) {
+      const SamplingTraceSlot& at = groups[g].at;
+      const char* kind = (at.cluster_line & kSamplingTraceWait)     ? "wait"
+                         : (at.cluster_line & kSamplingTraceArrive) ? "arrive"
+                                                                    : "-";
+      std::fprintf(stdout,
+                   "trace: block %d (cluster %d rank %d): %d threads from %d: last __syncthreads at line %u, last "
+                   "cluster %s at line %u, %u barriers entered, %u cluster halves\n",
+                   b, b / kCluster, b % kCluster, groups[g].count, groups[g].first, at.sync_line, kind,
+                   at.cluster_line & 0x3fffffffu, at.entered, at.cluster_ops);
+    }
+  }
+  std::fflush(stdout);
+}
+#endif
 
 size_t sampling_scratch_bytes(int32_t rows, int32_t vocab) {
   if (rows <= 0 || vocab <= 0) return 0;
@@ -1244,6 +1299,10 @@ void launch_sample(const float* logits, int32_t rows, int32_t vocab, const Sampl
   check_cuda(cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
              "launch_sample: cudaFuncSetAttribute");
   const unsigned grid = static_cast<unsigned>(std::min(rows, kMaxSlots) * kCluster);
+#ifdef DUET_SAMPLING_TRACE
+  check_cuda(cudaStreamSynchronize(stream), "sampling trace: cudaStreamSynchronize");
+  std::memset(trace_slots(), 0, sizeof(SamplingTraceSlot) * grid * kThreads);
+#endif
   launch_dependent("sample_kernel", sample_kernel, grid, kThreads, smem, stream, a);
   check_launch("launch_sample");
 }

@@ -90,6 +90,21 @@ struct SamplingTestHooks {
   int32_t binned_draw_shift = 0;  // this many places (ids must change)
 };
 
+#ifdef DUET_SAMPLING_TRACE
+// The hang locator's record of one thread (sampling_trace.h); cluster_line carries kSamplingTraceArrive or
+// kSamplingTraceWait in its high bits.
+struct SamplingTraceSlot {
+  uint32_t sync_line;
+  uint32_t cluster_line;
+  uint32_t entered;
+  uint32_t cluster_ops;
+};
+constexpr uint32_t kSamplingTraceArrive = 0x40000000u, kSamplingTraceWait = 0x80000000u;
+// Prints, per block of the last traced launch's first `clusters` clusters, the threads grouped by where they are; to
+// be called while a launch is stuck (it reads host-mapped memory only, no CUDA call).
+void print_sampling_trace(int32_t clusters);
+#endif
+
 // Bytes of device scratch launch_sample needs for `rows` rows of `vocab` logits (about 8 * vocab bytes per row, for
 // at most 128 rows: rows beyond share the slots, one after another). Each row is sampled by a cluster of 8 blocks
 // (sampling.cu): one scratch slot per cluster.

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "backend/cuda/sampling.h"
+#include "backend/cuda/sampling_trace.h"
 
 namespace duet::backend::cuda::sampling {
 
@@ -161,14 +162,35 @@ __device__ __forceinline__ T* at_rank(T* p, int rank) {
 //   exchange_close()     arrive: done reading; the next exchange_open waits for everyone's
 // The kernel arrives once at its start (so the first open finds the phase complete, and no block touches another's
 // shared memory before all have started) and waits once at its end (so no block exits while another still reads it).
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;\n" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory"); }
-__device__ __forceinline__ void exchange_open() { cluster_wait(); }
-__device__ __forceinline__ void exchange_publish() {
-  cluster_arrive();
-  cluster_wait();
+// Each half reconverges the warp before and after its barrier (__syncwarp). The halves are inline PTX without
+// .aligned, which the compiler does not treat as a point of convergence, and threads of a warp that left a
+// per-thread loop just before (the tile copies of gather_sorted_if) could reach the next __syncthreads (bar.sync,
+// which is .aligned: every thread of a warp must execute it together) still diverged. On the H200 that hung the
+// kernel on a 512-wide row's top-logprobs gather (compute-sanitizer --tool synccheck: "Barrier error detected.
+// Divergent thread(s) in warp" at the __syncthreads after exchange_close), in one build and not in another.
+// `line`: the caller's, for the hang locator (sampling_trace.h); unused otherwise.
+__device__ __forceinline__ void cluster_arrive(int line = __builtin_LINE()) {
+#ifdef DUET_SAMPLING_TRACE
+  trace_cluster_site(line, kSamplingTraceArrive);
+#endif
+  __syncwarp();
+  asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
+  __syncwarp();
 }
-__device__ __forceinline__ void exchange_close() { cluster_arrive(); }
+__device__ __forceinline__ void cluster_wait(int line = __builtin_LINE()) {
+#ifdef DUET_SAMPLING_TRACE
+  trace_cluster_site(line, kSamplingTraceWait);
+#endif
+  __syncwarp();
+  asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
+  __syncwarp();
+}
+__device__ __forceinline__ void exchange_open(int line = __builtin_LINE()) { cluster_wait(line); }
+__device__ __forceinline__ void exchange_publish(int line = __builtin_LINE()) {
+  cluster_arrive(line);
+  cluster_wait(line);
+}
+__device__ __forceinline__ void exchange_close(int line = __builtin_LINE()) { cluster_arrive(line); }
 
 // One value per block (thread 0's), combined over the ranks in rank order: the same bits on every thread of the
 // cluster.
