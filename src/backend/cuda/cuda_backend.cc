@@ -29,6 +29,7 @@
 #include "backend/cuda/op_timer.h"
 #include "backend/cuda/pinned_gemm.h"
 #include "backend/cuda/sampling.h"
+#include "backend/cuda/sampling_paths.h"
 #include "backend/cuda/step_gaps.h"
 #include "backend/cuda/step_graphs.h"
 #include "backend/cuda/step_upload.h"
@@ -784,6 +785,7 @@ class CudaBackend final : public Backend {
     gaps_.done();
     timer_.collect();
     for (int64_t i = 0; i < n; ++i) {
+      if (paths_.on()) paths_.count(host[i].path);
       out[i].id = host[i].id;
       out[i].logprob = host[i].logprob;
       out[i].top.clear();
@@ -970,6 +972,7 @@ class CudaBackend final : public Backend {
   }
 
   OpTimer timer_;          // DUET_PROFILE=1: GPU time per operation, printed at exit
+  SamplingPaths paths_;    // DUET_SAMPLING_PATHS=1: how the sampler decided its rows, printed at exit
   StepGaps gaps_;          // DUET_STEP_GAPS=1: the host's share of a step's wall time, printed at exit
   HostProducts products_;  // a decision head's products, beside the steps
   cudaStream_t stream_ = nullptr;

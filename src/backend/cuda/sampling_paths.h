@@ -1,0 +1,26 @@
+#pragma once
+// Which way the device sampler decided its rows (DeviceSample::path, the SamplingPath bits of sampling.h), counted
+// with DUET_SAMPLING_PATHS=1 in the environment and printed when the backend is destroyed: a seeded step's cost
+// depends on how often rows fall back from the tile or the weight bins to the radix passes or the stream, which a
+// kernel benchmark on synthetic rows cannot tell for a real model's rows. Off by default; off, it only tests a flag.
+#include <cstdint>
+#include <map>
+
+namespace duet::backend::cuda {
+
+class SamplingPaths {
+ public:
+  SamplingPaths();
+  ~SamplingPaths();
+  SamplingPaths(const SamplingPaths&) = delete;
+  SamplingPaths& operator=(const SamplingPaths&) = delete;
+
+  bool on() const { return on_; }
+  void count(uint32_t path) { ++counts_[path]; }
+
+ private:
+  bool on_ = false;
+  std::map<uint32_t, int64_t> counts_;
+};
+
+}  // namespace duet::backend::cuda
