@@ -76,7 +76,6 @@ inline T emu_warp(int op, unsigned mask, T v, int arg, int line) {
 #define __ballot_sync(m, p) static_cast<unsigned>(emu_warp(3, (m), static_cast<uint32_t>((p) ? 1u : 0u), 0, __LINE__))
 #define __all_sync(m, p) static_cast<int>(emu_warp(4, (m), static_cast<uint32_t>((p) ? 1u : 0u), 0, __LINE__))
 #define __match_any_sync(m, v) static_cast<unsigned>(emu_warp(5, (m), (v), 0, __LINE__))
-#define __syncwarp() ((void)emu_warp(4, 0xffffffffu, 1u, 0, __LINE__))  // a warp rendezvous
 
 template <class T>
 inline T min(T a, T b) {

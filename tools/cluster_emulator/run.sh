@@ -20,13 +20,14 @@ prepare() {
   mkdir -p "$dst"
   cp "$repo"/src/backend/cuda/{sampling.cu,sampling_binned.h,sampling_cluster.h} "$dst"/
   cp "$here"/stub/{cuda_check.h,dependent_launch.h} "$dst"/
-  sed -i 's|asm volatile("barrier.cluster.arrive.release;\\n" ::: "memory");|emu_cluster_arrive(__LINE__);|;
-          s|asm volatile("barrier.cluster.wait.acquire;\\n" ::: "memory");|emu_cluster_wait(__LINE__);|' \
+  sed -i 's|asm volatile("barrier.cluster.arrive.release;\\n" ::: "memory");|emu_cluster_arrive(line);|;
+          s|asm volatile("barrier.cluster.wait.acquire;\\n" ::: "memory");|emu_cluster_wait(line);|;
+          s|asm volatile("barrier.sync 0;\\n" ::: "memory");|emu_syncthreads(line);|' \
     "$dst"/sampling_cluster.h
   sed -i 's|extern __shared__ __align__(16) unsigned char smem_raw\[\];|unsigned char* smem_raw = emu_smem();|' \
     "$dst"/sampling.cu
-  [ "$(grep -c 'emu_cluster_\(arrive\|wait\)(__LINE__)' "$dst"/sampling_cluster.h)" = 2 ] ||
-    { echo "run.sh: the cluster barrier's inline PTX was not found in sampling_cluster.h" >&2; exit 1; }
+  [ "$(grep -c 'emu_\(cluster_arrive\|cluster_wait\|syncthreads\)(line)' "$dst"/sampling_cluster.h)" = 3 ] ||
+    { echo "run.sh: the barriers' inline PTX was not found in sampling_cluster.h" >&2; exit 1; }
   grep -q 'smem_raw = emu_smem()' "$dst"/sampling.cu ||
     { echo "run.sh: the dynamic shared memory declaration was not found in sampling.cu" >&2; exit 1; }
   local anchor='  const Candidates cand = build_bins(r, q, sm);'
@@ -35,7 +36,7 @@ prepare() {
       sed -i "s|^$anchor\$|$anchor\n  if (block_rank() == 3) { exchange_open(); exchange_publish(); exchange_close(); }|" \
         "$dst"/sampling_binned.h ;;
     partial_barrier)
-      sed -i "s|^$anchor\$|$anchor\n  if (block_rank() == 3 \&\& threadIdx.x < 64) __syncthreads();|" "$dst"/sampling_binned.h ;;
+      sed -i "s|^$anchor\$|$anchor\n  if (block_rank() == 3 \&\& threadIdx.x < 64) block_sync();|" "$dst"/sampling_binned.h ;;
   esac
   [ "$2" = none ] || grep -q 'block_rank() == 3' "$dst"/sampling_binned.h ||
     { echo "run.sh: could not plant $2" >&2; exit 1; }

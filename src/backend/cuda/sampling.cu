@@ -172,7 +172,7 @@ __device__ void segment_totals(const float* v, int32_t n, const F& f, Smem& sm) 
     sm.seg_w[k] = at_rank(sm.x_seg_w, k / kWarps)[k % kWarps];
   }
   exchange_close();
-  __syncthreads();
+  block_sync();
 }
 
 // After segment_totals with the same f: the first admitted element (id order) at which the running count or weight
@@ -183,7 +183,7 @@ template <typename F>
 __device__ Hit find_in_segments(const float* v, int32_t n, const F& f, Goal goal, uint32_t target_count,
                                 double target_w, Smem& sm) {
   const int lane = lane_id(), wp = warp_id();
-  __syncthreads();
+  block_sync();
   if (threadIdx.x == 0) {
     uint32_t c = 0;
     double w = 0;
@@ -203,7 +203,7 @@ __device__ Hit find_in_segments(const float* v, int32_t n, const F& f, Goal goal
     sm.bd[2] = w;
     sm.bi[2] = -1;
   }
-  __syncthreads();
+  block_sync();
   const int32_t cw = sm.bi[1];
   if (cw >= 0 && wp == 0) {
     const uint32_t base_c = sm.bu[2];
@@ -245,7 +245,7 @@ __device__ Hit find_in_segments(const float* v, int32_t n, const F& f, Goal goal
       }
     }
   }
-  __syncthreads();
+  block_sync();
   Hit h;
   h.id = sm.bi[2];
   h.found = h.id >= 0;
@@ -305,7 +305,7 @@ __device__ void compact_segments(const float* v, int32_t n, const F& f, Smem& sm
     begin = end;
   }
   exchange_close();
-  __syncthreads();
+  block_sync();
 }
 
 // ---- radix select over the (value desc, id asc) order
@@ -335,7 +335,7 @@ __device__ __noinline__ Hit radix_select(const Spec s, Goal goal, uint32_t targe
     const int shift = 24 - 8 * pass;
     const uint32_t high = pass == 0 ? 0u : (~0u << (shift + 8));
     const bool last = pass == 3;
-    __syncthreads();  // the previous pass's readers are done
+    block_sync();  // the previous pass's readers are done
     for (int j = static_cast<int>(threadIdx.x); j < kBins; j += kThreads) {
       sm.bin_c[j] = 0;
       sm.bin_w[j] = 0;
@@ -344,7 +344,7 @@ __device__ __noinline__ Hit radix_select(const Spec s, Goal goal, uint32_t targe
     if (weighted) {
       for (int j = static_cast<int>(threadIdx.x); j < 32 * (kBins + 1); j += kThreads) (&sm.hist_w[0][0])[j] = 0;
     }
-    __syncthreads();
+    block_sync();
     for_each_value(s.v, s.n, [&](int32_t i, float raw, bool valid) {
       bool take = false;
       uint32_t b = kBins;  // not a bin: lanes that take nothing match each other only
@@ -368,14 +368,14 @@ __device__ __noinline__ Hit radix_select(const Spec s, Goal goal, uint32_t targe
       // stay exact.
       if (weighted && take) atomicAdd(&sm.hist_w[lane][b], w);
     });
-    __syncthreads();
+    block_sync();
     if (weighted) {
       for (int j = static_cast<int>(threadIdx.x); j < kBins; j += kThreads) {
         double w = 0;
         for (int l = 0; l < 32; ++l) w += sm.hist_w[l][j];
         sm.bin_w[j] = w;
       }
-      __syncthreads();
+      block_sync();
     }
     // The cluster's bins: every block's, added in rank order.
     exchange_open();
@@ -399,7 +399,7 @@ __device__ __noinline__ Hit radix_select(const Spec s, Goal goal, uint32_t targe
       sm.bin_min_id[j] = min_id;
     }
     exchange_close();
-    __syncthreads();
+    block_sync();
     if (wp == 0) {
       // Lane l scans bins [8l, 8l + 8) after an exclusive scan of the lanes' totals.
       uint32_t c[8];
@@ -443,7 +443,7 @@ __device__ __noinline__ Hit radix_select(const Spec s, Goal goal, uint32_t targe
         sm.bd[0] = hw;
       }
     }
-    __syncthreads();
+    block_sync();
     if (sm.bi[0] == 0) return Hit{};
     bin = sm.bu[0];
     prefix |= bin << shift;
@@ -592,9 +592,9 @@ __device__ __noinline__ double exact_t1_by_id(const RowCtx& c, Smem& sm) {
   double total = 0;
   for (int32_t pos = 0; pos < c.n; pos += c.cap) {
     const int32_t len = min(c.cap, c.n - pos);
-    __syncthreads();
+    block_sync();
     for (int32_t j = static_cast<int32_t>(threadIdx.x); j < len; j += kThreads) stage[j] = weight(c.s[pos + j], c.top);
-    __syncthreads();
+    block_sync();
     if (threadIdx.x == 0) {
       for (int32_t j = 0; j < len; ++j) total += stage[j];
     }
@@ -606,12 +606,12 @@ __device__ __noinline__ double exact_t1_by_id(const RowCtx& c, Smem& sm) {
 __device__ __noinline__ Pick exact_by_id_stream(const RowCtx& c, Smem& sm) {
   const uint32_t path = kPathStream;
   const auto load = [&](int32_t pos, int32_t len) {
-    __syncthreads();
+    block_sync();
     for (int32_t j = static_cast<int32_t>(threadIdx.x); j < len; j += kThreads) {
       sm.key[j] = static_cast<uint64_t>(pos + j);
       sm.w[j] = weight(c.s[pos + j], c.top);
     }
-    __syncthreads();
+    block_sync();
   };
   double total = 0;  // thread 0's
   int32_t count = 0, first = -1, last = -1;
@@ -679,15 +679,15 @@ __device__ __noinline__ Pick exact_sorted_stream(const RowCtx& c, const Spec& in
       for (int32_t j = static_cast<int32_t>(threadIdx.x); j < r; j += kThreads) c.list[made + j] = key_id(sm.key[j]);
       last = sm.key[r - 1];
       made += r;
-      __syncthreads();
+      block_sync();
     }
-    __syncthreads();
+    block_sync();
     for (int32_t j = static_cast<int32_t>(threadIdx.x); j < len; j += kThreads) {
       const int32_t id = c.list[pos + j];
       sm.key[j] = static_cast<uint64_t>(static_cast<uint32_t>(id));
       sm.w[j] = weight(c.s[id], c.top);
     }
-    __syncthreads();
+    block_sync();
   };
 
   int32_t keep = s0;
@@ -965,10 +965,10 @@ __device__ __noinline__ Pick sample_sorted(const RowCtx& c, Smem& sm) {
 // weights by bins' series and table (sampling_cluster.h: within 2^-40 of exp), which do not depend on one another, so
 // kUnroll of them are in flight; weights below 2^-1000 are left out (they cannot move a sum of at least 1).
 __device__ __noinline__ double exp_sum_part(const float* v, int32_t n, float m, Smem& sm) {
-  __syncthreads();  // bin_scale may still be read by the binned path
+  block_sync();  // bin_scale may still be read by the binned path
   if (threadIdx.x < kBinsPerHalving)
     sm.bin_scale[threadIdx.x] = exp2(-static_cast<double>(threadIdx.x) / kBinsPerHalving);
-  __syncthreads();
+  block_sync();
   const double top = static_cast<double>(m);
   double part = 0;
   for_each_value(v, n, [&](int32_t, float x, bool valid) {
@@ -1028,7 +1028,7 @@ __device__ void sample_row(int32_t row, const Args& a, Smem& sm) {
       }
       s[i] = x;
     });
-    __syncthreads();
+    block_sync();
     const PenaltyEntry* entries = a.penalties + p.penalty_offset;
     const Slice mine = rank_slice(n, block_rank());
     for (int32_t e = static_cast<int32_t>(threadIdx.x); e < p.penalty_count; e += kThreads) {
@@ -1045,7 +1045,7 @@ __device__ void sample_row(int32_t row, const Args& a, Smem& sm) {
       if (pe.bias != 0.0f) x = __fadd_rn(x, pe.bias);
       s[pe.id] = x;
     }
-    __syncthreads();
+    block_sync();
     penalized = s;
   }
 
@@ -1186,7 +1186,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 1) 
     cluster_arrive();
     cluster_wait();
     cluster_arrive();
-    __syncthreads();
+    block_sync();
   }
   cluster_wait();  // no block leaves while another may still read its shared memory
 }
@@ -1251,7 +1251,7 @@ void print_sampling_trace(int32_t clusters) {
                          : (at.cluster_line & kSamplingTraceArrive) ? "arrive"
                                                                     : "-";
       std::fprintf(stdout,
-                   "trace: block %d (cluster %d rank %d): %d threads from %d: last __syncthreads at line %u, last "
+                   "trace: block %d (cluster %d rank %d): %d threads from %d: last block_sync at line %u, last "
                    "cluster %s at line %u, %u barriers entered, %u cluster halves\n",
                    b, b / kCluster, b % kCluster, groups[g].count, groups[g].first, at.sync_line, kind,
                    at.cluster_line & 0x3fffffffu, at.entered, at.cluster_ops);

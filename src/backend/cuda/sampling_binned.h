@@ -67,7 +67,7 @@ __device__ __noinline__ Candidates build_bins(const BinnedRow r, int q, Smem& sm
   }
   if (tid < kBinsPerHalving)
     sm.bin_scale[tid] = exp2(static_cast<double>(q) - tid / static_cast<double>(kBinsPerHalving));
-  __syncthreads();
+  block_sync();
   const double top = r.top, min_p = r.min_p;
   const double min_p_hi = min_p * (1.0 + 0x1.0p-40), min_p_lo = min_p * (1.0 - 0x1.0p-40);
   const double unscale = pow2(-q);
@@ -152,12 +152,12 @@ __device__ __noinline__ Candidates build_bins(const BinnedRow r, int q, Smem& sm
   uint32_t ec = c;
   double ev = v;
   warp_exclusive_scan(ec, ev);
-  __syncthreads();  // red_u / red_d may still be read by block_sum
+  block_sync();  // red_u / red_d may still be read by block_sum
   if (lane == 31) {
     sm.red_u[wp] = ec + c;
     sm.red_d[wp] = ev + v;
   }
-  __syncthreads();
+  block_sync();
   uint32_t bc = 0, tc = 0;
   double bw = 0, tw = 0;
   for (int k = 0; k < kWarps; ++k) {
@@ -190,19 +190,19 @@ __device__ __noinline__ Candidates build_bins(const BinnedRow r, int q, Smem& sm
     sm.bins.before_c[kWeightBins] = base_c;
   }
   exchange_close();
-  __syncthreads();
+  block_sync();
   return cand;
 }
 
 // [first, last]: the bins where possible(j) holds (first = -1 when none). Every thread gets the same answer.
 template <typename F>
 __device__ __forceinline__ void bin_range(const F& possible, int& first, int& last, Smem& sm) {
-  __syncthreads();
+  block_sync();
   if (threadIdx.x == 0) {
     sm.bi[5] = INT_MAX;
     sm.bi[6] = -1;
   }
-  __syncthreads();
+  block_sync();
   int lo = INT_MAX, hi = -1;
   for (int j = static_cast<int>(threadIdx.x); j < kWeightBins; j += kThreads) {
     if (possible(j)) {
@@ -214,7 +214,7 @@ __device__ __forceinline__ void bin_range(const F& possible, int& first, int& la
     atomicMin(&sm.bi[5], lo);
     atomicMax(&sm.bi[6], hi);
   }
-  __syncthreads();
+  block_sync();
   first = sm.bi[5] == INT_MAX ? -1 : sm.bi[5];
   last = sm.bi[6];
 }
@@ -222,16 +222,16 @@ __device__ __forceinline__ void bin_range(const F& possible, int& first, int& la
 // The first tile entry t in [0, len) where ok(t) holds, -1 when none. Every thread gets the same answer.
 template <typename Ok>
 __device__ __forceinline__ int32_t first_where(int32_t len, const Ok& ok, Smem& sm) {
-  __syncthreads();
+  block_sync();
   if (threadIdx.x == 0) sm.bi[5] = INT_MAX;
-  __syncthreads();
+  block_sync();
   for (int32_t t = static_cast<int32_t>(threadIdx.x); t < len; t += kThreads) {
     if (ok(t)) {
       atomicMin(&sm.bi[5], t);
       break;  // this thread's later entries come after t
     }
   }
-  __syncthreads();
+  block_sync();
   return sm.bi[5] == INT_MAX ? -1 : sm.bi[5];
 }
 
@@ -247,9 +247,9 @@ __device__ void tile_prefix(double base, int32_t len, Smem& sm) {
   uint32_t unused = 0;
   double before = own;
   warp_exclusive_scan(unused, before);
-  __syncthreads();  // red_d may still be read
+  block_sync();  // red_d may still be read
   if (lane == 31) sm.red_d[wp] = before + own;
-  __syncthreads();
+  block_sync();
   double run = base;
   for (int k = 0; k < wp; ++k) run += sm.red_d[k];
   run += before;
@@ -257,7 +257,7 @@ __device__ void tile_prefix(double base, int32_t len, Smem& sm) {
     run += sm.w[t];
     sm.w[t] = run;
   }
-  __syncthreads();
+  block_sync();
 }
 
 // Bins [a, b] (len elements: the bins' count) sorted into the tile with their weights. False when the gather does

@@ -162,28 +162,31 @@ __device__ __forceinline__ T* at_rank(T* p, int rank) {
 //   exchange_close()     arrive: done reading; the next exchange_open waits for everyone's
 // The kernel arrives once at its start (so the first open finds the phase complete, and no block touches another's
 // shared memory before all have started) and waits once at its end (so no block exits while another still reads it).
-// Each half reconverges the warp before and after its barrier (__syncwarp). The halves are inline PTX without
-// .aligned, which the compiler does not treat as a point of convergence, and threads of a warp that left a
-// per-thread loop just before (the tile copies of gather_sorted_if) could reach the next __syncthreads (bar.sync,
-// which is .aligned: every thread of a warp must execute it together) still diverged. On the H200 that hung the
-// kernel on a 512-wide row's top-logprobs gather (compute-sanitizer --tool synccheck: "Barrier error detected.
-// Divergent thread(s) in warp" at the __syncthreads after exchange_close), in one build and not in another.
+// The block barrier of the whole kernel: barrier.sync without .aligned, which (unlike __syncthreads, bar.sync, which
+// is .aligned) does not require the threads of a warp to reach it converged. On the H200 a warp could arrive at the
+// __syncthreads after gather_sorted_if's exchange_close still diverged from the per-thread copy loop before it (the
+// cluster barrier halves are inline PTX, no point of convergence to the compiler): compute-sanitizer --tool synccheck
+// reported "Divergent thread(s) in warp" there, and the kernel hung on 512-wide rows in one build and not in another
+// (__syncwarp around the cluster halves did not help). Every thread of the block still reaches every block_sync.
+__device__ __forceinline__ void block_sync(int line = __builtin_LINE()) {
+#ifdef DUET_SAMPLING_TRACE
+  trace_sync_site(line);
+#endif
+  asm volatile("barrier.sync 0;\n" ::: "memory");
+}
+
 // `line`: the caller's, for the hang locator (sampling_trace.h); unused otherwise.
 __device__ __forceinline__ void cluster_arrive(int line = __builtin_LINE()) {
 #ifdef DUET_SAMPLING_TRACE
   trace_cluster_site(line, kSamplingTraceArrive);
 #endif
-  __syncwarp();
   asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
-  __syncwarp();
 }
 __device__ __forceinline__ void cluster_wait(int line = __builtin_LINE()) {
 #ifdef DUET_SAMPLING_TRACE
   trace_cluster_site(line, kSamplingTraceWait);
 #endif
-  __syncwarp();
   asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
-  __syncwarp();
 }
 __device__ __forceinline__ void exchange_open(int line = __builtin_LINE()) { cluster_wait(line); }
 __device__ __forceinline__ void exchange_publish(int line = __builtin_LINE()) {
@@ -333,9 +336,9 @@ __device__ __forceinline__ void warp_exclusive_scan(uint32_t& count, double& wei
 
 __device__ double block_sum(double v, Smem& sm) {
   v = warp_sum(v);
-  __syncthreads();  // red_d may still be read by a previous reduction
+  block_sync();  // red_d may still be read by a previous reduction
   if (lane_id() == 0) sm.red_d[warp_id()] = v;
-  __syncthreads();
+  block_sync();
   double t = 0;
   for (int k = 0; k < kWarps; ++k) t += sm.red_d[k];
   return t;
@@ -343,9 +346,9 @@ __device__ double block_sum(double v, Smem& sm) {
 
 __device__ uint32_t block_sum(uint32_t v, Smem& sm) {
   v = warp_sum(v);
-  __syncthreads();
+  block_sync();
   if (lane_id() == 0) sm.red_u[warp_id()] = v;
-  __syncthreads();
+  block_sync();
   uint32_t t = 0;
   for (int k = 0; k < kWarps; ++k) t += sm.red_u[k];
   return t;
@@ -354,9 +357,9 @@ __device__ uint32_t block_sum(uint32_t v, Smem& sm) {
 __device__ float block_max(float v, Smem& sm) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
-  __syncthreads();
+  block_sync();
   if (lane_id() == 0) sm.red_f[warp_id()] = v;
-  __syncthreads();
+  block_sync();
   float t = sm.red_f[0];
   for (int k = 1; k < kWarps; ++k) t = fmaxf(t, sm.red_f[k]);
   return t;
@@ -368,9 +371,9 @@ __device__ uint64_t block_min(uint64_t v, Smem& sm) {
     const uint64_t other = __shfl_xor_sync(kFull, v, o);
     v = other < v ? other : v;
   }
-  __syncthreads();
+  block_sync();
   if (lane_id() == 0) sm.red_k[warp_id()] = v;
-  __syncthreads();
+  block_sync();
   uint64_t t = sm.red_k[0];
   for (int k = 1; k < kWarps; ++k) t = sm.red_k[k] < t ? sm.red_k[k] : t;
   return t;
@@ -390,12 +393,12 @@ __device__ void block_argmax(float& v, int32_t& id, Smem& sm) {
     const int32_t oid = __shfl_xor_sync(kFull, id, o);
     take_better(v, id, ov, oid);
   }
-  __syncthreads();
+  block_sync();
   if (lane_id() == 0) {
     sm.red_f[warp_id()] = v;
     sm.red_i[warp_id()] = id;
   }
-  __syncthreads();
+  block_sync();
   v = sm.red_f[0];
   id = sm.red_i[0];
   for (int k = 1; k < kWarps; ++k) take_better(v, id, sm.red_f[k], sm.red_i[k]);
@@ -426,15 +429,15 @@ __device__ void cluster_argmax(float& v, int32_t& id, Smem& sm) {
 
 // Thread 0's value to every thread.
 __device__ int32_t bcast_i(int32_t v, Smem& sm) {
-  __syncthreads();
+  block_sync();
   if (threadIdx.x == 0) sm.bi[7] = v;
-  __syncthreads();
+  block_sync();
   return sm.bi[7];
 }
 __device__ double bcast_d(double v, Smem& sm) {
-  __syncthreads();
+  block_sync();
   if (threadIdx.x == 0) sm.bd[7] = v;
-  __syncthreads();
+  block_sync();
   return sm.bd[7];
 }
 
@@ -475,7 +478,7 @@ __device__ void bitonic_sort(uint64_t* a, int32_t size) {
           }
         }
       }
-      __syncthreads();
+      block_sync();
     }
   }
 }
@@ -486,9 +489,9 @@ __device__ void bitonic_sort(uint64_t* a, int32_t size) {
 // every rank's.
 template <typename In>
 __device__ __forceinline__ int32_t gather_sorted_if(const float* v, int32_t n, const In& in, Smem& sm) {
-  __syncthreads();
+  block_sync();
   if (threadIdx.x == 0) sm.counter = 0;
-  __syncthreads();
+  block_sync();
   const int lane = lane_id();
   exchange_open();
   for_each_value(v, n, [&](int32_t i, float raw, bool valid) {
@@ -504,7 +507,7 @@ __device__ __forceinline__ int32_t gather_sorted_if(const float* v, int32_t n, c
     const int32_t slot = base + __popc(ballot & ((1u << lane) - 1u));
     if (member && slot < kSamplingTile) sm.x_key[slot] = make_key(desc_key(x), i);
   });
-  __syncthreads();
+  block_sync();
   if (threadIdx.x == 0) sm.x_count = min(sm.counter, kSamplingTile);
   exchange_publish();
   int32_t count = 0;
@@ -515,11 +518,11 @@ __device__ __forceinline__ int32_t gather_sorted_if(const float* v, int32_t n, c
     count += part;
   }
   exchange_close();
-  __syncthreads();
+  block_sync();
   int32_t size = 1;
   while (size < count) size <<= 1;
   for (int32_t j = count + static_cast<int32_t>(threadIdx.x); j < size; j += kThreads) sm.key[j] = kNoKey;
-  __syncthreads();
+  block_sync();
   bitonic_sort(sm.key, size);
   return count;
 }
@@ -529,7 +532,7 @@ __device__ void tile_weights(int32_t count, double top, Smem& sm) {
   for (int32_t j = static_cast<int32_t>(threadIdx.x); j < count; j += kThreads) {
     sm.w[j] = weight(key_value(key_d(sm.key[j])), top);
   }
-  __syncthreads();
+  block_sync();
 }
 
 }  // namespace duet::backend::cuda::sampling
