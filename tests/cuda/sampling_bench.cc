@@ -7,9 +7,12 @@
 // on the same logits, with the number of rows whose ids differ between the two (must be 0: both are the CPU's).
 // Not a test: numbers for docs/benchmarks.md.
 //   bench_sampling [--only KIND SETTING ROWS]   (one line of the table, e.g. for ncu: --only flat "t0.7 top_p 0.9" 1)
+//   bench_sampling --logits FILE   (rows a real model produced: `DUET_DUMP_LOGITS=FILE:N duet serve ...` writes them;
+//                                   each row alone, the seeded settings at 16 draws each, binned and old, min/median/max)
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -48,7 +51,98 @@ struct Setting {
 
 }  // namespace
 
+// --logits FILE: every row of FILE (248,320 floats each) alone, at the seeded settings users send, 16 draws each
+// (positions 0..15: the draw's u changes, so the bins gathered for it do), with the weight bins and old; the row's
+// spread printed beside (a sampler's cost follows how many logits share a weight bin near the cut).
+int bench_real_rows(const char* file, int32_t vocab) {
+  std::FILE* f = std::fopen(file, "rb");
+  if (f == nullptr) {
+    std::fprintf(stderr, "cannot open %s\n", file);
+    return 1;
+  }
+  std::vector<float> all;
+  std::vector<float> row(static_cast<size_t>(vocab));
+  while (std::fread(row.data(), sizeof(float), row.size(), f) == row.size()) all.insert(all.end(), row.begin(), row.end());
+  std::fclose(f);
+  const int32_t rows = static_cast<int32_t>(all.size() / vocab);
+  std::printf("%d rows of %d logits from %s\n", rows, vocab, file);
+  cudaStream_t stream;
+  check(cudaStreamCreate(&stream), "stream");
+  float* logits = nullptr;
+  check(cudaMalloc(&logits, sizeof(float) * vocab), "logits");
+  SamplingRowParams* params = nullptr;
+  check(cudaMalloc(&params, sizeof(SamplingRowParams)), "params");
+  DeviceSample* out = nullptr;
+  check(cudaMalloc(&out, sizeof(DeviceSample)), "out");
+  DeviceTopLogprob* top = nullptr;
+  check(cudaMalloc(&top, sizeof(DeviceTopLogprob) * kMaxTopLogprobs), "top");
+  const size_t scratch_bytes = sampling_scratch_bytes(1, vocab);
+  void* scratch = nullptr;
+  check(cudaMalloc(&scratch, scratch_bytes), "scratch");
+  struct Real {
+    const char* name;
+    float temperature, top_p;
+  };
+  const Real settings[] = {{"t0.8 top_p 0.95", 0.8f, 0.95f}, {"t0.7 top_p 0.9", 0.7f, 0.9f}};
+  std::printf("%4s %8s %8s  %-16s %-4s %8s %8s %8s %8s  %s\n", "row", "max", "sigma", "setting", "path", "min us",
+              "med us", "max us", "inside", "paths");
+  for (int32_t r = 0; r < rows; ++r) {
+    const float* v = all.data() + static_cast<size_t>(r) * vocab;
+    double sum = 0, sq = 0;
+    float mx = v[0];
+    for (int32_t i = 0; i < vocab; ++i) {
+      sum += v[i];
+      sq += static_cast<double>(v[i]) * v[i];
+      mx = std::max(mx, v[i]);
+    }
+    const double mean = sum / vocab, sigma = std::sqrt(std::max(0.0, sq / vocab - mean * mean));
+    check(cudaMemcpy(logits, v, sizeof(float) * vocab, cudaMemcpyHostToDevice), "logits");
+    for (const Real& s : settings) {
+      for (const bool old : {false, true}) {
+        SamplingTestHooks hooks;
+        hooks.old_top_p = old;
+        std::vector<float> times, inside;
+        uint32_t all_bits = 0;
+        for (int32_t position = -1; position < 16; ++position) {
+          SamplingRowParams p;
+          p.temperature = s.temperature;
+          p.top_p = s.top_p;
+          p.seed = 1234;
+          p.position = std::max(position, 0);
+          p.top_logprobs = -1;
+          check(cudaMemcpy(params, &p, sizeof(p), cudaMemcpyHostToDevice), "params");
+          cudaEvent_t a, b;
+          cudaEventCreate(&a);
+          cudaEventCreate(&b);
+          cudaEventRecord(a, stream);
+          launch_sample(logits, 1, vocab, params, nullptr, out, top, scratch, scratch_bytes, stream, hooks);
+          cudaEventRecord(b, stream);
+          check(cudaEventSynchronize(b), "sample");
+          float ms = 0;
+          cudaEventElapsedTime(&ms, a, b);
+          cudaEventDestroy(a);
+          cudaEventDestroy(b);
+          DeviceSample result;
+          check(cudaMemcpy(&result, out, sizeof(result), cudaMemcpyDeviceToHost), "out");
+          if (position >= 0) {  // position -1: an untimed first call
+            times.push_back(ms * 1000.0f);
+            inside.push_back(result.ns / 1e3f);
+            all_bits |= result.path;
+          }
+        }
+        std::sort(times.begin(), times.end());
+        std::sort(inside.begin(), inside.end());
+        std::printf("%4d %8.3f %8.4f  %-16s %-4s %8.1f %8.1f %8.1f %8.1f  %s\n", r, mx, sigma, s.name, old ? "old" : "bins",
+                    times.front(), times[times.size() / 2], times.back(), inside[inside.size() / 2],
+                    paths(all_bits).c_str());
+      }
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 2 && std::string(argv[1]) == "--logits") return bench_real_rows(argv[2], 248320);
   const bool only = argc > 4 && std::string(argv[1]) == "--only";
   const int32_t vocab = 248320;
   const int32_t max_rows = 64;

@@ -25,6 +25,7 @@
 #include "backend/cuda/gdn_rewind.h"
 #include "backend/cuda/host_products.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/logits_dump.h"
 #include "backend/cuda/mask_upload.h"
 #include "backend/cuda/op_timer.h"
 #include "backend/cuda/pinned_gemm.h"
@@ -783,9 +784,10 @@ class CudaBackend final : public Backend {
                "top logprobs to the host");
     check_cuda(cudaStreamSynchronize(stream_), "sample");
     gaps_.done();
+    if (logits_dump_.on()) logits_dump_.append(logits, n, V);
     timer_.collect();
     for (int64_t i = 0; i < n; ++i) {
-      if (paths_.on()) paths_.count(host[i].path);
+      if (paths_.on()) paths_.count(host[i].path, host[i].ns);
       out[i].id = host[i].id;
       out[i].logprob = host[i].logprob;
       out[i].top.clear();
@@ -972,6 +974,7 @@ class CudaBackend final : public Backend {
   }
 
   OpTimer timer_;          // DUET_PROFILE=1: GPU time per operation, printed at exit
+  LogitsDump logits_dump_;  // DUET_DUMP_LOGITS=FILE:N: the first N sampled rows' logits, for bench_sampling --logits
   SamplingPaths paths_;    // DUET_SAMPLING_PATHS=1: how the sampler decided its rows, printed at exit
   StepGaps gaps_;          // DUET_STEP_GAPS=1: the host's share of a step's wall time, printed at exit
   HostProducts products_;  // a decision head's products, beside the steps

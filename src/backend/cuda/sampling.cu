@@ -1002,7 +1002,14 @@ struct Args {
   int32_t draw_shift;
 };
 
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 __device__ void sample_row(int32_t row, const Args& a, Smem& sm) {
+  const uint64_t began = threadIdx.x == 0 && block_rank() == 0 ? global_ns() : 0;
   const SamplingRowParams p = a.params[row];
   const int32_t n = a.vocab;
   const float* raw = a.logits + static_cast<int64_t>(row) * n;
@@ -1167,6 +1174,7 @@ __device__ void sample_row(int32_t row, const Args& a, Smem& sm) {
     o.logprob = logprob;
     o.top_count = top_count;
     o.path = pick.path;
+    o.ns = static_cast<uint32_t>(min(global_ns() - began, static_cast<uint64_t>(UINT32_MAX)));
     a.out[row] = o;
   }
 }

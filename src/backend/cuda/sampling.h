@@ -71,6 +71,7 @@ struct DeviceSample {
   float logprob = 0;      // log_softmax(raw logits)[id] when top_logprobs >= 0, else NaN
   int32_t top_count = 0;  // top logprobs written: min(top_logprobs, kMaxTopLogprobs, vocab), 0 when none asked
   uint32_t path = 0;      // SamplingPath bits
+  uint32_t ns = 0;        // the row's time inside the kernel (block 0's thread 0, %globaltimer): a diagnostic
 };
 
 struct DeviceTopLogprob {
