@@ -54,6 +54,17 @@ CacheSplit split_cache_budget(size_t budget, size_t snapshot, size_t page) {
   return {snapshots, static_cast<int64_t>((budget - static_cast<size_t>(snapshots) * snapshot) / page)};
 }
 
+// The host tier's: one snapshot the tier keeps free for swaps (prompt_cache_host.h: a bring_back's victim moves there
+// before the entry brought back frees its own), and the device tier's split of the rest for its entries. Without it a
+// budget whose quarter holds one snapshot (tiny models, where a page is small against a GDN state) would hold one entry
+// and drop every victim of bringing it back. None when the budget holds less than two snapshots and a page.
+CacheSplit split_host_budget(size_t budget, size_t snapshot, size_t page) {
+  if (budget < 2 * snapshot + page) return {};
+  const CacheSplit entries = split_cache_budget(budget - snapshot, snapshot, page);
+  if (entries.snapshots == 0) return {};
+  return {entries.snapshots + 1, entries.pages};
+}
+
 // With a decision head, each page may come with a decision's memory rows of its positions (a decision's kept
 // prefix), and the budget counts them beside it. The host tier keeps no decision rows (prompt_cache_host.h), and
 // only with a device tier to take entries from.
@@ -69,7 +80,7 @@ void plan_prompt_cache(const model::Model& model, const EngineOptions& options, 
   plan.prompt_cache_decision_bytes = static_cast<size_t>(plan.prompt_cache_pages) * rows;
   plan.prompt_cache_bytes =
       static_cast<size_t>(plan.prompt_cache_snapshots) * snapshot + static_cast<size_t>(plan.prompt_cache_pages) * page;
-  const CacheSplit host = split_cache_budget(options.prompt_cache_host_bytes, snapshot, model.kv_page_bytes());
+  const CacheSplit host = split_host_budget(options.prompt_cache_host_bytes, snapshot, model.kv_page_bytes());
   plan.prompt_cache_host_snapshots = host.snapshots;
   plan.prompt_cache_host_pages = host.pages;
   plan.prompt_cache_host_bytes =
@@ -138,10 +149,11 @@ std::string MemoryPlan::describe() const {
                         prompt_cache_snapshots, prompt_cache_pages,
                         prompt_cache_decision_bytes == 0 ? std::string()
                                                          : " with decision rows " + mib(prompt_cache_decision_bytes)) +
-                (prompt_cache_host_bytes == 0 ? std::string()
-                                              : fmt::format(" + its host tier {} ({} GDN snapshots + {} KV pages{})",
-                                                            mib(prompt_cache_host_bytes), prompt_cache_host_snapshots,
-                                                            prompt_cache_host_pages, on_device ? ", in RAM" : "")),
+                (prompt_cache_host_bytes == 0
+                     ? std::string()
+                     : fmt::format(" + its host tier {} ({} GDN snapshots, one free for swaps, + {} KV pages{})",
+                                   mib(prompt_cache_host_bytes), prompt_cache_host_snapshots, prompt_cache_host_pages,
+                                   on_device ? ", in RAM" : "")),
       mib(workspace_bytes),
       on_device
           ? (decision_device_bytes == 0 ? std::string() : " + decision head products " + mib(decision_device_bytes))

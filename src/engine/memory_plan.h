@@ -30,7 +30,7 @@ struct MemoryPlan {
   size_t prompt_cache_bytes = 0;
   size_t prompt_cache_decision_bytes = 0;  // of prompt_cache_bytes: decisions' kept memory rows, beside their pages
   // Its host tier (--prompt-cache-host-gib): snapshots and pages the device tier lets go, in host memory (RAM even
-  // when the rest is on a GPU).
+  // when the rest is on a GPU). One of the snapshots is kept free for swaps (engine/prompt_cache_host.h): at least two.
   int64_t prompt_cache_host_snapshots = 0;
   int64_t prompt_cache_host_pages = 0;
   size_t prompt_cache_host_bytes = 0;

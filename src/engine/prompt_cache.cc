@@ -98,12 +98,14 @@ void PromptCache::add_host_tier(backend::HostStateTier& memory) { host_.emplace(
 std::optional<PromptCache::Hit> PromptCache::bring_back(const Hit& hit) {
   if (!hit.on_host()) return hit;
   if (!host_) fail("prompt cache: a host tier hit without a host tier");
+  // A device snapshot is free or an entry's to take (not every one reserved by a step), else it stays on the host.
+  if (free_snapshots_.empty() &&
+      std::none_of(entries_.begin(), entries_.end(), [](const auto& e) { return e.has_value(); }))
+    return std::nullopt;
   // Out of the host tier's reach first: making room below moves device entries there, which may evict host entries.
   HostCacheTier::Entry entry = host_->take(hit.host);
   std::optional<std::vector<int32_t>> pages = blocks_.take_unpromised(static_cast<int64_t>(entry.pages.size()));
-  std::optional<int32_t> snapshot = pages ? take_snapshot() : std::nullopt;
-  if (!snapshot) {
-    if (pages) blocks_.drop(*pages);
+  if (!pages) {
     host_->put_back(std::move(entry));
     return std::nullopt;
   }
@@ -115,7 +117,13 @@ std::optional<PromptCache::Hit> PromptCache::bring_back(const Hit& hit) {
                .decision = nullptr,
                .decision_bytes = 0,
                .used = ++tick_};
-  host_->restore(std::move(entry), *snapshot, *pages);
+  // The pages first, which frees their host copies; then the snapshot, which may push the device tier's least recently
+  // used entry to the host (into the tier's swap room: this entry's host snapshot is still its own until restored
+  // into the snapshot that victim leaves). Every copy is ordered after the ones before it (prompt_cache_host.h).
+  host_->restore_pages(entry, *pages);
+  const std::optional<int32_t> snapshot = take_snapshot();
+  if (!snapshot) fail("prompt cache: no device snapshot to bring a host tier entry back into");  // checked above
+  host_->restore_snapshot(std::move(entry), *snapshot);
   // The pages' one reference (take_unpromised's) is the entry's.
   if (add_entry(*snapshot, std::move(device)) < 0) return std::nullopt;
   ++stats_.host_hits;

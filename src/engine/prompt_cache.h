@@ -64,9 +64,10 @@ class PromptCache {
                             int64_t max_tokens = INT64_MAX, std::span<const ImageCacheKey> images = {});
   void note_admitted(const std::optional<Hit>& hit);
   // A host tier hit (lookup) made a device tier one: its pages taken from the unpromised free pages (a request that
-  // would fit without a hit has them), a device snapshot taken (the least recently used device entry goes to the host),
-  // both filled from the host copy, and the entry moved to the device tier as the most recently used. A device hit
-  // comes back as it is; nullopt (the entry stays on the host) when the pages or a snapshot cannot be had.
+  // would fit without a hit has them), a device snapshot taken (the least recently used device entry goes to the host,
+  // into the host tier's swap room: prompt_cache_host.h), both filled from the host copy, and the entry moved to the
+  // device tier as the most recently used. A device hit comes back as it is; nullopt (the entry stays on the host) when
+  // the pages or a snapshot cannot be had.
   std::optional<Hit> bring_back(const Hit& hit);
   // The second tier, in `memory` (which outlives the cache): from now on evicted entries go there.
   void add_host_tier(backend::HostStateTier& memory);

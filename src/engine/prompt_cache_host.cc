@@ -6,7 +6,8 @@
 
 namespace duet::engine {
 
-HostCacheTier::HostCacheTier(backend::HostStateTier& memory) : memory_(memory) {
+HostCacheTier::HostCacheTier(backend::HostStateTier& memory)
+    : memory_(memory), swap_room_(memory.snapshots() > 1 ? 1 : 0) {
   for (int64_t s = memory.snapshots() - 1; s >= 0; --s) free_snapshots_.push_back(static_cast<int32_t>(s));
   for (int64_t p = memory.pages() - 1; p >= 0; --p) free_pages_.push_back(static_cast<int32_t>(p));
 }
@@ -19,9 +20,13 @@ bool HostCacheTier::keep(uint64_t key, uint64_t salt, std::span<const int32_t> t
     touch(same, tick);
     return true;
   }
-  while ((free_snapshots_.empty() || free_pages_.size() < pages.size()) && evict_one()) {
+  // A bring_back's victim (an entry is taken out, its snapshot about to be freed) may use the swap room; anything else
+  // leaves it free.
+  const size_t snapshots = 1 + static_cast<size_t>(taken_ > 0 ? 0 : swap_room_);
+  const auto fits = [&] { return free_snapshots_.size() >= snapshots && free_pages_.size() >= pages.size(); };
+  while (!fits() && evict_one()) {
   }
-  if (free_snapshots_.empty() || free_pages_.size() < pages.size()) return false;  // what is left is taken out
+  if (!fits()) return false;  // what is left is taken out
   Entry entry{.key = key,
               .salt = salt,
               .tokens = {tokens.begin(), tokens.end()},
@@ -62,6 +67,12 @@ int32_t HostCacheTier::find(uint64_t key, uint64_t salt, std::span<const int32_t
 }
 
 HostCacheTier::Entry HostCacheTier::take(int32_t id) {
+  Entry out = unlink(id);
+  ++taken_;
+  return out;
+}
+
+HostCacheTier::Entry HostCacheTier::unlink(int32_t id) {
   std::optional<Entry>& slot = entries_.at(static_cast<size_t>(id));
   if (!slot) fail("prompt cache host tier: entry {} is not held", id);
   const auto [first, last] = index_.equal_range(slot->key);
@@ -75,16 +86,27 @@ HostCacheTier::Entry HostCacheTier::take(int32_t id) {
   return out;
 }
 
-void HostCacheTier::restore(Entry entry, int32_t snapshot, std::span<const int32_t> pages) {
-  if (pages.size() != entry.pages.size())
+void HostCacheTier::restore_pages(Entry& entry, std::span<const int32_t> pages) {
+  if (pages.empty() || pages.size() != entry.pages.size())
     fail("prompt cache host tier: an entry of {} pages restored into {}", entry.pages.size(), pages.size());
-  memory_.restore_snapshot(entry.snapshot, snapshot);
   memory_.restore_pages(entry.pages, pages);
   // Reused only by later copies, which the backend orders after these.
-  free_memory(entry);
+  free_pages_.insert(free_pages_.end(), entry.pages.rbegin(), entry.pages.rend());
+  entry.pages.clear();
 }
 
-void HostCacheTier::put_back(Entry entry) { insert(std::move(entry)); }
+void HostCacheTier::restore_snapshot(Entry entry, int32_t snapshot) {
+  if (!entry.pages.empty()) fail("prompt cache host tier: a snapshot restored before its entry's pages");
+  memory_.restore_snapshot(entry.snapshot, snapshot);
+  free_snapshots_.push_back(entry.snapshot);
+  --taken_;
+}
+
+void HostCacheTier::put_back(Entry entry) {
+  if (entry.pages.empty()) fail("prompt cache host tier: an entry put back after its pages were restored");
+  insert(std::move(entry));
+  --taken_;
+}
 
 void HostCacheTier::free_memory(const Entry& entry) {
   free_snapshots_.push_back(entry.snapshot);
@@ -97,7 +119,7 @@ bool HostCacheTier::evict_one() {
     if (entries_[i] && (oldest < 0 || entries_[i]->used < entries_[static_cast<size_t>(oldest)]->used))
       oldest = static_cast<int32_t>(i);
   if (oldest < 0) return false;
-  free_memory(take(oldest));
+  free_memory(unlink(oldest));
   ++evictions_;
   return true;
 }

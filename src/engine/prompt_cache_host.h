@@ -8,7 +8,15 @@
 // Each entry keeps its own copy of every page of its prefix (the device tier shares pages between entries of one
 // conversation; here two entries of one prompt hold two copies): simpler, and host memory is the cheap kind.
 // A decision's entries are not kept here (their sink's prefix is device memory on a GPU head): they are dropped.
-// Engine thread only, like the cache.
+//
+// Swap room: bringing an entry back usually takes the device tier's least recently used entry's snapshot, and that
+// victim moves here while the entry brought back still holds its host snapshot (the victim's device snapshot is where
+// the entry's is restored, so the victim's must be copied out first). So the tier keeps one snapshot free while no
+// entry is being brought back (take() .. restore_snapshot()), and only that bring_back's victim may take it; the
+// entry's own snapshot, freed right after, is the next swap room. Without it a full tier drops one more of its entries
+// at every bring_back, and a tier of one snapshot drops every victim (the H200's host tier failure: the plan gave tiny
+// models one snapshot). Pages need no room of their own: an entry's pages are restored into fresh device pages and
+// freed here before the victim moves (restore_pages, then restore_snapshot). Engine thread only, like the cache.
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -34,7 +42,8 @@ class HostCacheTier {
   };
 
   // Copies device snapshot `snapshot` and device `pages` (the prefix's, in position order; nobody writes them) into a
-  // new entry, making room by dropping the least recently used entries; false when it cannot fit even alone.
+  // new entry, making room by dropping the least recently used entries (and keeping the swap room free unless an entry
+  // is being brought back); false when it cannot fit even alone.
   bool keep(uint64_t key, uint64_t salt, std::span<const int32_t> tokens, std::span<const ImageCacheKey> images,
             int32_t snapshot, std::span<const int32_t> pages, uint64_t tick);
   // The entry of exactly `prefix` (tokens and images compared, the hash only finds candidates), or -1.
@@ -42,9 +51,13 @@ class HostCacheTier {
   const Entry& entry(int32_t id) const { return *entries_.at(static_cast<size_t>(id)); }
   void touch(int32_t id, uint64_t tick) { entries_.at(static_cast<size_t>(id))->used = tick; }
   // Takes entry `id` out of the tier's index and eviction order (nothing evicts it), its host memory still its own:
-  // then restore() copies it into a device snapshot and pages and frees it, or put_back() returns it.
+  // then restore_pages() copies its pages into device `pages` and frees them here, and restore_snapshot() its snapshot
+  // into device snapshot `snapshot` and frees it (pages first: the device tier's victim, moved here in between, may
+  // need them); or, before restore_pages, put_back() returns it. The copies are ordered before any later copy into the
+  // host memory they free (the backend's: one stream on a GPU).
   Entry take(int32_t id);
-  void restore(Entry entry, int32_t snapshot, std::span<const int32_t> pages);
+  void restore_pages(Entry& entry, std::span<const int32_t> pages);
+  void restore_snapshot(Entry entry, int32_t snapshot);
   void put_back(Entry entry);
 
   struct Stats {
@@ -56,6 +69,7 @@ class HostCacheTier {
  private:
   bool evict_one();
   int32_t insert(Entry entry);
+  Entry unlink(int32_t id);
   void free_memory(const Entry& entry);
 
   backend::HostStateTier& memory_;
@@ -63,6 +77,8 @@ class HostCacheTier {
   std::unordered_multimap<uint64_t, int32_t> index_;
   std::vector<int32_t> free_snapshots_, free_pages_;  // host ids nobody holds
   int64_t evictions_ = 0;
+  int64_t swap_room_ = 0;  // snapshots kept free for a bring_back's victim: one when the memory has two or more
+  int64_t taken_ = 0;      // entries taken out (take) and not yet restored or put back
 };
 
 }  // namespace duet::engine

@@ -1,8 +1,9 @@
 // The prompt cache's host tier on the CUDA backend (backend/cuda/host_tier.h: pinned host memory, copies on the step
 // stream between steps): the checks of tests/engine/prompt_cache_host_runs.h, as the CPU runs them. Entries pushed
 // out of a one-snapshot device tier and brought back resume equal to fresh, byte for byte (rows below the engine,
-// tokens and logprobs through it, beside decode steps replayed as CUDA graphs); the host tier's LRU and budget; and
-// the planted control (pages restored in reverse order) must fail. Skipped without a GPU.
+// tokens and logprobs through it, beside decode steps replayed as CUDA graphs); the host tier's LRU and budget; a
+// bring_back from a full host tier drops nothing (its swap room); and the planted control (pages restored in reverse
+// order) must fail. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include "../engine/prompt_cache_host_runs.h"
@@ -33,6 +34,9 @@ TEST_P(CudaPromptCacheHostTier, APlantedHashCollisionIsCaughtByTheTokens) {
 }
 TEST_P(CudaPromptCacheHostTier, PagesRestoredOutOfOrderFail) {
   testing::expect_host_pages_out_of_order_to_fail(*model_);
+}
+TEST_P(CudaPromptCacheHostTier, BringingBackFromAFullHostTierDropsNothing) {
+  testing::expect_bringing_back_from_a_full_host_tier_to_drop_nothing(*model_);
 }
 TEST_P(CudaPromptCacheHostTier, EngineAnswersEqualFreshAndResumeFromTheHost) {
   testing::expect_engine_host_tier_answers_equal_fresh(*model_);

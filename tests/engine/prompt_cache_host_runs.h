@@ -87,7 +87,8 @@ inline void expect_host_tier_resumes_equal_fresh(model::Model& model) {
 inline void expect_host_tier_eviction_by_recent_use_and_budget(model::Model& model) {
   PieceRunner runner(model, 2, 512, 0, /*snapshots=*/1);
   PromptCache cache(runner.blocks(), runner.storage(), 1, 64);
-  const std::unique_ptr<backend::HostStateTier> memory = runner.storage().new_host_tier(2, 3);
+  // Three snapshots: room for two entries, the third kept free for swaps (prompt_cache_host.h).
+  const std::unique_ptr<backend::HostStateTier> memory = runner.storage().new_host_tier(3, 3);
   cache.add_host_tier(*memory);
   const int32_t v = vocab_of(model);
   const std::vector<int32_t> a = prompt_of(64, 9, v), b = prompt_of(64, 10, v), c = prompt_of(64, 11, v),
@@ -173,6 +174,57 @@ inline void expect_host_pages_out_of_order_to_fail(model::Model& model) {
   const Rows fresh = fresh_rows(model, prompt, 128);
   EXPECT_FALSE(same_bytes(off.norm_rows, fresh.norm_rows)) << "pages restored out of order went unnoticed";
   EXPECT_FALSE(same_bytes(off.logits, fresh.logits));
+}
+
+// Bringing an entry back from a full host tier: the device tier's victim moves into the tier's swap room
+// (prompt_cache_host.h), so no host entry is dropped for it, and it resumes from the host afterwards, equal to fresh.
+// Before the swap room the victim took the place of the tier's least recently used entry, and a tier of one snapshot
+// (what the plan gave tiny-mm on the CPU, and both fixtures on the GPU) dropped the victim itself: the engine's later
+// turn of the other conversation then resumed nothing (the H200 failure). Checked with room for one entry and for two.
+inline void expect_bringing_back_from_a_full_host_tier_to_drop_nothing(model::Model& model) {
+  const int32_t v = vocab_of(model);
+  const std::vector<int32_t> tail = prompt_of(20, 70, v);
+  for (const int64_t host_snapshots : {2, 3}) {
+    SCOPED_TRACE(::testing::Message() << host_snapshots << " host snapshots");
+    PieceRunner runner(model, 2, 512, 0, /*snapshots=*/1);
+    PromptCache cache(runner.blocks(), runner.storage(), 1, 64);
+    const std::unique_ptr<backend::HostStateTier> memory = runner.storage().new_host_tier(host_snapshots, 16);
+    cache.add_host_tier(*memory);
+    // Entries of one block each until the host tier is full (it has dropped one for room); the last is on the device.
+    std::vector<std::vector<int32_t>> prompts;
+    while (cache.stats().host_evictions == 0) {
+      ASSERT_LT(prompts.size(), 8u);
+      prompts.push_back(prompt_of(64, 60 + static_cast<uint32_t>(prompts.size()), v));
+      warm(runner, cache, prompts.back());
+    }
+    const PromptCache::Stats full = cache.stats();
+    ASSERT_EQ(full.entries, 1);
+    ASSERT_GE(full.host_entries, 1);
+    const size_t n = prompts.size(), victim = n - 1, back = n - 2;
+    // Brought back: the most recent host entry, into the snapshot the device tier's only entry (the victim) leaves.
+    const std::vector<int32_t> prompt = concat(prompts[back], tail);
+    const auto hit = brought_back(cache, prompt, 64);
+    ASSERT_TRUE(hit);
+    EXPECT_TRUE(same_bytes(resumed_rows(runner, hit->pages, hit->snapshot, prompt).norm_rows,
+                           fresh_rows(model, prompt, 64).norm_rows));
+    const PromptCache::Stats after = cache.stats();
+    EXPECT_EQ(after.host_evictions, full.host_evictions) << "a host entry was dropped to make room for the victim";
+    EXPECT_EQ(after.host_entries, full.host_entries);
+    EXPECT_EQ(after.entries, 1);
+    // Every other entry the full tier held is still there, and so is the victim.
+    for (size_t i = n - 1 - static_cast<size_t>(full.host_entries); i < n; ++i) {
+      if (i == back) continue;
+      const auto found = cache.lookup(0, concat(prompts[i], tail));
+      EXPECT_TRUE(found && found->on_host()) << "entry " << i << " of " << n;
+    }
+    const std::vector<int32_t> again = concat(prompts[victim], tail);
+    const auto victim_hit = brought_back(cache, again, 64);
+    ASSERT_TRUE(victim_hit);
+    EXPECT_TRUE(same_bytes(resumed_rows(runner, victim_hit->pages, victim_hit->snapshot, again).norm_rows,
+                           fresh_rows(model, again, 64).norm_rows));
+    EXPECT_EQ(cache.stats().host_evictions, full.host_evictions);
+    EXPECT_EQ(runner.blocks().free_pages(), runner.blocks().pages() - cache.stats().pages_held);
+  }
 }
 
 inline void expect_same_answers(const std::vector<Outcome>& got, const std::vector<Outcome>& want,
