@@ -2,8 +2,8 @@
 // stream between steps): the checks of tests/engine/prompt_cache_host_runs.h, as the CPU runs them. Entries pushed
 // out of a one-snapshot device tier and brought back resume equal to fresh, byte for byte (rows below the engine,
 // tokens and logprobs through it, beside decode steps replayed as CUDA graphs); the host tier's LRU and budget; a
-// bring_back from a full host tier drops nothing (its swap room); and the planted control (pages restored in reverse
-// order) must fail. Skipped without a GPU.
+// bring_back from a full host tier drops nothing (its swap room); and the planted control (the first page restored
+// into every page) must fail. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include "../engine/prompt_cache_host_runs.h"
@@ -32,8 +32,8 @@ TEST_P(CudaPromptCacheHostTier, EvictionFollowsRecentUseAndTheHostBudget) {
 TEST_P(CudaPromptCacheHostTier, APlantedHashCollisionIsCaughtByTheTokens) {
   testing::expect_host_tier_collision_caught_by_the_tokens(*model_);
 }
-TEST_P(CudaPromptCacheHostTier, PagesRestoredOutOfOrderFail) {
-  testing::expect_host_pages_out_of_order_to_fail(*model_);
+TEST_P(CudaPromptCacheHostTier, APageRestoredFromTheWrongHostPageFails) {
+  testing::expect_a_page_restored_from_the_wrong_host_page_to_fail(*model_);
 }
 TEST_P(CudaPromptCacheHostTier, BringingBackFromAFullHostTierDropsNothing) {
   testing::expect_bringing_back_from_a_full_host_tier_to_drop_nothing(*model_);

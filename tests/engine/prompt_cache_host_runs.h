@@ -3,7 +3,7 @@
 // (tests/engine/prompt_cache_host_test.cc on the CPU, tests/cuda/prompt_cache_host_cuda_test.cc on the GPU). The device
 // tier is given one snapshot, so every new entry pushes the last one out to the host tier; a prompt that resumes from
 // there is brought back and must equal the same prompt computed fresh, byte for byte. Planted control: a host tier
-// that restores an entry's pages in reverse order must make the resumed rows differ.
+// that restores an entry's first page into all of its pages must make the resumed rows differ.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,10 +15,19 @@
 
 namespace duet::engine::testing {
 
-// A host tier that hands every call to `real`, except that restore_pages fills the pages in reverse order.
-class ReversedPagesTier final : public backend::HostStateTier {
+// A host tier that hands every call to `real`, except that restore_pages fills every page with the entry's first page:
+// the planted control. It must change the rows of a prompt resumed from a prefix of two or more pages: positions 64 ..
+// on are read back as the keys and values of 0 .. 63 (another set of keys and values, with the rotary positions of the
+// first block), which moves every attention output by far more than rounding. (Pages restored in reverse order, the
+// first control, cannot be relied on to fail: each row after the prefix attends to every key of it, and attention over
+// a set of keys does not depend on their order, since each key carries its own rotary position and no causal mask
+// falls inside the prefix; the page order only changes the reduction's order, so reversed pages move the rows by
+// rounding alone, and on tiny-mm, whose one attention layer's output is rounded to BF16 on the GPU, not at all. That
+// is why the control did not fail there on the H200. On the CPU, in fp32, reversed pages moved tiny-mm's final norm
+// rows by 1.7e-7 of their largest value and tiny-text's by 4e-6; the repeated first page by 5e-2 and 0.48.)
+class RepeatedFirstPageTier final : public backend::HostStateTier {
  public:
-  explicit ReversedPagesTier(backend::HostStateTier& real) : real_(real) {}
+  explicit RepeatedFirstPageTier(backend::HostStateTier& real) : real_(real) {}
   int64_t snapshots() const override { return real_.snapshots(); }
   int64_t pages() const override { return real_.pages(); }
   size_t bytes() const override { return real_.bytes(); }
@@ -28,8 +37,8 @@ class ReversedPagesTier final : public backend::HostStateTier {
     real_.save_pages(pages, host);
   }
   void restore_pages(std::span<const int32_t> host, std::span<const int32_t> pages) override {
-    std::vector<int32_t> reversed(pages.rbegin(), pages.rend());
-    real_.restore_pages(host, reversed);
+    const std::vector<int32_t> first(host.size(), host.front());
+    real_.restore_pages(first, pages);
   }
 
  private:
@@ -157,22 +166,25 @@ inline void expect_host_tier_collision_caught_by_the_tokens(model::Model& model)
                          fresh_rows(model, prompt_c, 64).norm_rows));
 }
 
-// The planted control: the honest tier resumes equal to fresh (above); pages restored in reverse order must not.
-inline void expect_host_pages_out_of_order_to_fail(model::Model& model) {
+// The planted control: the honest tier resumes equal to fresh (above); a tier that restores the first page into every
+// page (RepeatedFirstPageTier says why it must fail) must not. The prefix is two pages of distinct tokens.
+inline void expect_a_page_restored_from_the_wrong_host_page_to_fail(model::Model& model) {
   PieceRunner runner(model, 2, 512, 0, /*snapshots=*/1);
   PromptCache cache(runner.blocks(), runner.storage(), 1, 64);
   const std::unique_ptr<backend::HostStateTier> memory = runner.storage().new_host_tier(2, 8);
-  ReversedPagesTier reversed(*memory);
-  cache.add_host_tier(reversed);
+  RepeatedFirstPageTier repeated(*memory);
+  cache.add_host_tier(repeated);
   const std::vector<int32_t> base = prompt_of(150, 3, vocab_of(model));
+  ASSERT_FALSE(std::equal(base.begin(), base.begin() + 64, base.begin() + 64)) << "the two blocks must differ";
   warm(runner, cache, base);
   warm(runner, cache, prompt_of(64, 32, vocab_of(model)));  // base's 128 goes to the host
   const std::vector<int32_t> prompt = concat(std::span(base).first(128), prompt_of(40, 4, vocab_of(model)));
   const auto hit = brought_back(cache, prompt, 128);
   ASSERT_TRUE(hit);
+  ASSERT_EQ(hit->pages.size(), 2u);
   const Rows off = resumed_rows(runner, hit->pages, hit->snapshot, prompt);
   const Rows fresh = fresh_rows(model, prompt, 128);
-  EXPECT_FALSE(same_bytes(off.norm_rows, fresh.norm_rows)) << "pages restored out of order went unnoticed";
+  EXPECT_FALSE(same_bytes(off.norm_rows, fresh.norm_rows)) << "a page restored from the wrong host page went unnoticed";
   EXPECT_FALSE(same_bytes(off.logits, fresh.logits));
 }
 

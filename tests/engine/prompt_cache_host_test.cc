@@ -33,7 +33,9 @@ TEST_P(PromptCacheHostTier, EvictionFollowsRecentUseAndTheHostBudget) {
 TEST_P(PromptCacheHostTier, APlantedHashCollisionIsCaughtByTheTokens) {
   testing::expect_host_tier_collision_caught_by_the_tokens(model());
 }
-TEST_P(PromptCacheHostTier, PagesRestoredOutOfOrderFail) { testing::expect_host_pages_out_of_order_to_fail(model()); }
+TEST_P(PromptCacheHostTier, APageRestoredFromTheWrongHostPageFails) {
+  testing::expect_a_page_restored_from_the_wrong_host_page_to_fail(model());
+}
 TEST_P(PromptCacheHostTier, BringingBackFromAFullHostTierDropsNothing) {
   testing::expect_bringing_back_from_a_full_host_tier_to_drop_nothing(model());
 }
