@@ -6,8 +6,8 @@
 set -euo pipefail
 duet=$1 demo=$2
 source "$(dirname "$0")/bench_server.sh"
-# The cached tokens of turn N in the bench's table (column 3).
-cached() { awk -v t="$2" '$1 == t && NF == 5 {print $3}' "$1"; }
+# The cached tokens of turn N in the bench's table (turn, conversation, prompt tokens, cached tokens, ttft, total).
+cached() { awk -v t="$2" '$1 == t && NF == 6 {print $4}' "$1"; }
 
 bench=(bench --multi-turn --turns 3 --system-tokens 600 --reply-tokens 8)
 start

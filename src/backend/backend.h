@@ -102,6 +102,25 @@ constexpr int64_t kKvPagePositions = 64;
 
 class Backend;
 
+// The prompt cache's second tier (issue 18): GDN snapshots and KV pages of a StateStorage kept in host memory (pinned
+// on a GPU, so the copies run asynchronously) once the device tier lets them go, `snapshots` snapshots and `pages`
+// pages, allocated once. Ids are the host tier's own; which are free is the engine's business (engine/prompt_cache.h).
+// Copies are ordered with the steps around them like StateStorage's own: a GPU copies on its step stream, and only
+// between steps, never while a step is being captured into a graph (it refuses then).
+class HostStateTier {
+ public:
+  virtual ~HostStateTier() = default;
+  virtual int64_t snapshots() const = 0;
+  virtual int64_t pages() const = 0;
+  virtual size_t bytes() const = 0;
+  // Device snapshot `snapshot` (a StateStorage snapshot) into host snapshot `host`, and back.
+  virtual void save_snapshot(int32_t snapshot, int32_t host) = 0;
+  virtual void restore_snapshot(int32_t host, int32_t snapshot) = 0;
+  // Device KV page pages[i] (every attention layer) into host page host[i], and back.
+  virtual void save_pages(std::span<const int32_t> pages, std::span<const int32_t> host) = 0;
+  virtual void restore_pages(std::span<const int32_t> host, std::span<const int32_t> pages) = 0;
+};
+
 // Per-sequence state in the backend's memory, allocated once: `slots` GDN states (the conv history and delta-rule
 // state of every GDN layer), `pages` KV pages (K and V of every attention layer) and `snapshots` GDN snapshots (the
 // prompt cache's copies of a slot taken at a block end). Which slots and pages are free, and who shares a page, is
@@ -149,6 +168,9 @@ class StateStorage {
   // For tests: a snapshot's bytes as stored (conv history and delta-rule state of every GDN layer), to compare two
   // snapshots bit for bit. A backend without it refuses by name.
   virtual std::vector<std::byte> snapshot_bytes(int32_t snapshot) const;
+  // The prompt cache's host tier for this storage's snapshots and pages (HostStateTier). A backend without one refuses
+  // by name (the default).
+  virtual std::unique_ptr<HostStateTier> new_host_tier(int64_t snapshots, int64_t pages);
 
  private:
   const Backend* owner_;

@@ -24,4 +24,9 @@ std::vector<std::byte> StateStorage::snapshot_bytes(int32_t) const {
   fail("the {} backend cannot read back a GDN snapshot's bytes", owner() != nullptr ? owner()->name() : "this");
 }
 
+std::unique_ptr<HostStateTier> StateStorage::new_host_tier(int64_t, int64_t) {
+  fail("the {} backend has no host tier for the prompt cache: leave --prompt-cache-host-gib at 0",
+       owner() != nullptr ? owner()->name() : "this");
+}
+
 }  // namespace duet::backend

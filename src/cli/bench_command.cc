@@ -53,6 +53,7 @@ struct BenchFlags {
   int turns = 4;
   int system_tokens = 2000;
   int reply_tokens = 32;
+  int conversations = 1;
 };
 
 // Sentences joined into prompts of mixed lengths when no --prompts file is given.
@@ -423,6 +424,9 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--reply-tokens", flags->reply_tokens, "With --multi-turn: max_tokens of each reply")
       ->capture_default_str();
+  cmd->add_option("--conversations", flags->conversations,
+                  "With --multi-turn: conversations (each its own system prompt) taking turns, one request at a time")
+      ->capture_default_str();
   cmd->callback([flags] {
     const BenchServer server{.url = flags->url, .api_key = flags->api_key, .timeout_s = flags->timeout_s};
     if (flags->multi_turn) {
@@ -430,7 +434,8 @@ void add_bench_command(CLI::App& app) {
                             .model = flags->model,
                             .turns = flags->turns,
                             .system_tokens = flags->system_tokens,
-                            .reply_tokens = flags->reply_tokens}) != 0)
+                            .reply_tokens = flags->reply_tokens,
+                            .conversations = flags->conversations}) != 0)
         fail("duet bench: a turn failed (see above)");
       return;
     }

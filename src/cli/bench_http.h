@@ -72,6 +72,7 @@ struct MultiTurnOptions {
   int turns = 4;             // user turns, each a request with the whole conversation so far
   int system_tokens = 2000;  // the system prompt's length (at least), by the server's tokenizer
   int reply_tokens = 32;     // max_tokens of each reply
+  int conversations = 1;     // conversations taking turns (each its own system prompt)
 };
 
 // `duet bench --multi-turn`; returns the exit code (non-zero when a turn failed).

@@ -3,6 +3,9 @@
 // (/v1/chat/completions, streaming, greedy). Per turn: the prompt's tokens, how many of them the server resumed
 // from its prompt cache (usage.prompt_tokens_details.cached_tokens), the time to the first streamed token and the
 // whole reply's time. Run it against a server with the cache on and one with `--prompt-cache-gib 0` to compare.
+// With --conversations N, N such conversations (each its own system prompt) take turns, one request at a time: what
+// several agent sessions on one server look like, and what pushes each other's entries out of a small prompt cache
+// (into its host tier, --prompt-cache-host-gib, when there is one).
 #include <fmt/format.h>
 
 #include <chrono>
@@ -62,9 +65,11 @@ class MultiTurnBench {
   }
 
   // Numbered rules until the system prompt alone is at least the target's tokens (counted by the server).
-  std::string system_prompt() const {
+  std::string system_prompt(int conversation) const {
     auto client = options_.server.connect();
-    std::string text = "You are a careful coding assistant. Follow these rules.\n";
+    // The session number first: conversations share no block of their prompts.
+    std::string text =
+        fmt::format("Session {}. You are a careful coding assistant. Follow these rules.\n", conversation + 1);
     for (int n = 1;; ++n) {
       text += fmt::format("Rule {}: {}\n", n, kRules[n % std::size(kRules)]);
       if (n % 16 != 0) continue;
@@ -140,30 +145,35 @@ class MultiTurnBench {
 
   int run() {
     discover();
-    const std::string system = system_prompt();
-    Json messages = Json::array({{{"role", "system"}, {"content", system}}});
+    const int n = options_.conversations;
+    std::vector<Json> conversations;
+    for (int c = 0; c < n; ++c)
+      conversations.push_back(Json::array({{{"role", "system"}, {"content", system_prompt(c)}}}));
     auto client = options_.server.connect();
-    std::printf("multi-turn: %d turns, replies of up to %d tokens, model %s, %s\n", options_.turns,
-                options_.reply_tokens, model_.c_str(), options_.server.url.c_str());
-    std::printf("%5s %14s %14s %10s %10s\n", "turn", "prompt tokens", "cached tokens", "ttft ms", "total ms");
+    std::printf("multi-turn: %d conversation(s) of %d turns, replies of up to %d tokens, model %s, %s\n", n,
+                options_.turns, options_.reply_tokens, model_.c_str(), options_.server.url.c_str());
+    std::printf("%5s %5s %14s %14s %10s %10s\n", "turn", "conv", "prompt tokens", "cached tokens", "ttft ms",
+                "total ms");
     int failed = 0;
     double first_ttft = 0, later_ttft = 0;
-    for (int t = 0; t < options_.turns; ++t) {
-      messages.push_back({{"role", "user"}, {"content", kQuestions[t % std::size(kQuestions)]}});
-      const Turn turn = send(*client, messages);
-      if (!turn.ok) {
-        std::printf("%5d  error: %s\n", t + 1, turn.error.c_str());
-        ++failed;
-        break;  // the next turn would repeat a conversation that did not happen
+    for (int t = 0; t < options_.turns && failed == 0; ++t)
+      for (int c = 0; c < n; ++c) {
+        Json& messages = conversations[static_cast<size_t>(c)];
+        messages.push_back({{"role", "user"}, {"content", kQuestions[t % std::size(kQuestions)]}});
+        const Turn turn = send(*client, messages);
+        if (!turn.ok) {
+          std::printf("%5d %5d  error: %s\n", t + 1, c + 1, turn.error.c_str());
+          ++failed;
+          break;  // the next turn would repeat a conversation that did not happen
+        }
+        std::printf("%5d %5d %14d %14d %10.1f %10.1f\n", t + 1, c + 1, turn.prompt_tokens, turn.cached_tokens,
+                    turn.ttft_s * 1e3, turn.seconds * 1e3);
+        (t == 0 ? first_ttft : later_ttft) += turn.ttft_s;
+        messages.push_back({{"role", "assistant"}, {"content", turn.reply}});
       }
-      std::printf("%5d %14d %14d %10.1f %10.1f\n", t + 1, turn.prompt_tokens, turn.cached_tokens, turn.ttft_s * 1e3,
-                  turn.seconds * 1e3);
-      (t == 0 ? first_ttft : later_ttft) += turn.ttft_s;
-      messages.push_back({{"role", "assistant"}, {"content", turn.reply}});
-    }
     if (failed == 0 && options_.turns > 1)
-      std::printf("ttft: first turn %.1f ms, later turns %.1f ms on average\n", first_ttft * 1e3,
-                  later_ttft * 1e3 / (options_.turns - 1));
+      std::printf("ttft: first turn %.1f ms, later turns %.1f ms on average\n", first_ttft * 1e3 / n,
+                  later_ttft * 1e3 / ((options_.turns - 1) * n));
     std::fflush(stdout);
     return failed == 0 ? 0 : 1;
   }
@@ -176,8 +186,8 @@ class MultiTurnBench {
 }  // namespace
 
 int bench_multi_turn(const MultiTurnOptions& options) {
-  if (options.turns < 1 || options.reply_tokens < 1 || options.system_tokens < 1)
-    fail("--multi-turn: --turns, --reply-tokens and --system-tokens must be positive");
+  if (options.turns < 1 || options.reply_tokens < 1 || options.system_tokens < 1 || options.conversations < 1)
+    fail("--multi-turn: --turns, --reply-tokens, --system-tokens and --conversations must be positive");
   return MultiTurnBench(options).run();
 }
 

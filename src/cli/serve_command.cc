@@ -65,7 +65,8 @@ struct ServeFlags {
   int64_t responses_ttl_s = 3600;
   // The prompt cache's budget in GiB; negative: the default for the backend (kDefaultPromptCacheGib).
   double prompt_cache_gib = -1;
-  double memory_limit_gib = 0;  // 0: the GPU's memory, or physical RAM
+  double prompt_cache_host_gib = 0;  // its host tier; 0: none
+  double memory_limit_gib = 0;       // 0: the GPU's memory, or physical RAM
   // --max-buffered-body-bytes 0: from the machine's memory while the model loads, then from what its plan leaves.
   bool body_budget_from_plan = false;
 };
@@ -104,6 +105,13 @@ void check_flags(const ServeFlags& flags) {
     fail("--step-tokens {}: must be between 1 and {}", flags.engine.step_token_budget, 1 << 20);
   if (flags.server.max_tokens < 1) fail("--max-tokens {}: must be at least 1", flags.server.max_tokens);
   if (flags.prompt_cache_gib > 1 << 20) fail("--prompt-cache-gib {}: too large", flags.prompt_cache_gib);
+  if (flags.prompt_cache_host_gib < 0 || flags.prompt_cache_host_gib > 1 << 20)
+    fail("--prompt-cache-host-gib {}: must be 0 (no host tier) or a size in GiB", flags.prompt_cache_host_gib);
+  if (flags.prompt_cache_host_gib > 0 && flags.prompt_cache_gib == 0)
+    fail(
+        "--prompt-cache-host-gib {} with --prompt-cache-gib 0: the host tier keeps what the device tier lets go, and "
+        "there is none",
+        flags.prompt_cache_host_gib);
   if (flags.memory_limit_gib < 0 || flags.memory_limit_gib > 1 << 20)
     fail("--memory-limit-gib {}: must be 0 (the GPU's memory, or RAM) or a size in GiB", flags.memory_limit_gib);
   const server::HttpLimits& http = flags.server.http;
@@ -305,6 +313,8 @@ void serve(ServeFlags& flags) {
                              : model->device_memory_bytes() != 0 ? kDefaultPromptCacheGibGpu
                                                                  : kDefaultPromptCacheGibCpu;
     flags.engine.prompt_cache_bytes = static_cast<size_t>(cache_gib * static_cast<double>(1ull << 30));
+    flags.engine.prompt_cache_host_bytes =
+        static_cast<size_t>(flags.prompt_cache_host_gib * static_cast<double>(1ull << 30));
     flags.engine.memory_limit_bytes = static_cast<size_t>(flags.memory_limit_gib * static_cast<double>(1ull << 30));
     if (flags.engine.context == 0) flags.engine.context = engine::default_context(*model, flags.engine);
     // Requests are fitted to what one sequence can hold: its context, and the whole KV cache when that is smaller.
@@ -410,6 +420,11 @@ void add_serve_command(CLI::App& app) {
                   "Memory for the prompt cache (GDN snapshots and KV pages of prompts that begin alike, resumed "
                   "bit-identical to fresh), in GiB of the backend's memory; 0 turns it off (default: 4 on a GPU, "
                   "0.25 on the CPU)");
+  cmd->add_option("--prompt-cache-host-gib", flags->prompt_cache_host_gib,
+                  "A second tier for the prompt cache in host RAM (pinned on a GPU), in GiB: entries the "
+                  "--prompt-cache-gib budget lets go are copied there instead of dropped, and copied back when a "
+                  "prompt resumes from them; 0: none")
+      ->capture_default_str();
   cmd->add_option("--max-tokens", flags->server.max_tokens,
                   "Completion tokens for a request that names no max_tokens (any budget is fitted to the context)")
       ->capture_default_str();

@@ -131,6 +131,13 @@ void BlockManager::retain(std::span<const int32_t> pages) {
   }
 }
 
+std::optional<std::vector<int32_t>> BlockManager::take_unpromised(int64_t count) {
+  if (count < 0 || count > free_pages() - reserved_) return std::nullopt;
+  std::vector<int32_t> pages;
+  for (int64_t i = 0; i < count; ++i) pages.push_back(take_page());
+  return pages;
+}
+
 void BlockManager::drop(std::span<const int32_t> pages) {
   for (int32_t page : pages) unref(page);
 }

@@ -51,6 +51,9 @@ class BlockManager {
 
   // References held outside any slot (the prompt cache's): retain adds one to each page, drop removes one.
   void retain(std::span<const int32_t> pages);
+  // `count` free pages nobody was promised (lowest first), each with one such reference (the prompt cache filling
+  // them from its host tier); nullopt, with nothing taken, when too few are.
+  std::optional<std::vector<int32_t>> take_unpromised(int64_t count);
   void drop(std::span<const int32_t> pages);
 
   const std::vector<int32_t>& table(int32_t slot) const { return slot_at(slot).table; }

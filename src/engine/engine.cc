@@ -176,6 +176,16 @@ struct Engine::Impl {
                     options.prompt_cache_block_hash ? PromptCache::BlockHash(options.prompt_cache_block_hash)
                                                     : PromptCache::BlockHash(PromptCache::default_block_hash),
                     plan.prompt_cache_decision_bytes);
+    if (cache && plan.prompt_cache_host_snapshots > 0) {
+      // The MTP layer's K/V pages share the cache's page ids but live in the drafter's storage, which the host tier
+      // does not copy: an entry brought back would resume drafts from pages another prompt wrote.
+      if (options.draft.kind == DraftKind::mtp)
+        fail(
+            "engine: --prompt-cache-host-gib with --draft mtp: the host tier does not keep the MTP layer's K/V pages; "
+            "leave --prompt-cache-host-gib at 0 or draft with ngram");
+      host_tier = storage->new_host_tier(plan.prompt_cache_host_snapshots, plan.prompt_cache_host_pages);
+      cache->add_host_tier(*host_tier);
+    }
     scheduler.set_cuts_at_cache_points(!snapshots_in_steps());
     model.reserve_workspace(max_step_rows(options));  // steps allocate nothing
     stats.slots_total = stats.slots_free = blocks.slots();
@@ -184,6 +194,7 @@ struct Engine::Impl {
     stats.weight_bytes = plan.weight_bytes;
     stats.state_pool_bytes = plan.state_pool_bytes;
     stats.prompt_cache_bytes = plan.prompt_cache_bytes;
+    stats.prompt_cache_host_bytes = plan.prompt_cache_host_bytes;
     stats.workspace_bytes = plan.workspace_bytes;
     stats.memory_limit_bytes = plan.limit_bytes;
     thread = std::thread([this] { run(); });
@@ -379,15 +390,19 @@ struct Engine::Impl {
       };
       std::optional<PromptCache::Hit> hit = look_up();
       const int64_t limit = scheduler.pages_needed(*next);
-      const auto fits = [&] { return blocks.can_acquire(limit, hit ? static_cast<int64_t>(hit->pages.size()) : 0); };
+      // A host tier hit holds no device pages yet: it needs as many free pages as a miss (bring_back takes them).
+      const auto shared = [&] { return hit ? static_cast<int64_t>(hit->pages.size()) : 0; };
+      const auto fits = [&] { return blocks.can_acquire(limit, shared()); };
       // Pages only the cache holds come back, oldest entry first, when a request needs them; when running
       // sequences' promises are what is short, evicting would not help and the cache is left alone.
       if (cache && !fits()) {
-        const int64_t short_by = limit - (hit ? static_cast<int64_t>(hit->pages.size()) : 0) -
-                                 (blocks.free_pages() - blocks.reserved_pages());
+        const int64_t short_by = limit - shared() - (blocks.free_pages() - blocks.reserved_pages());
         if (short_by <= cache->reclaimable_pages())
           while (!fits() && cache->evict_one()) hit = look_up();
       }
+      // Brought back only for a request that fits now, so that its pages come from pages it could have taken anyway;
+      // after that it is a device tier hit like any other (it still fits: the pages it took are the ones it shares).
+      if (hit && hit->on_host()) hit = fits() ? cache->bring_back(*hit) : std::nullopt;
       if (!scheduler.try_admit(waiting.front(),
                                hit ? std::span<const int32_t>(hit->pages) : std::span<const int32_t>()))
         break;
@@ -455,6 +470,10 @@ struct Engine::Impl {
       stats.prompt_cache_tokens_total = c.cached_tokens;
       stats.prompt_cache_bytes_held = static_cast<size_t>(c.entries) * model.sequence_fixed_bytes() +
                                       static_cast<size_t>(c.pages_held) * model.kv_page_bytes() + c.decision_bytes_held;
+      stats.prompt_cache_host_hits = c.host_hits;
+      stats.prompt_cache_host_evictions = c.host_evictions;
+      stats.prompt_cache_host_bytes_held = static_cast<size_t>(c.host_snapshots_held) * model.sequence_fixed_bytes() +
+                                           static_cast<size_t>(c.host_pages_held) * model.kv_page_bytes();
     }
   }
 
@@ -1026,10 +1045,11 @@ struct Engine::Impl {
   // Engine thread only: the memory of every sequence's state, its one bookkeeper, and the prompt cache over both.
   std::unique_ptr<backend::StateStorage> storage;
   BlockManager blocks;
-  std::optional<PromptCache> cache;  // when the plan gives it room
-  Scheduler scheduler;               // engine thread only
-  std::vector<Sequence*> in_step;    // engine thread only: the sequences of the step being run, failed if it throws
-  std::optional<MtpDrafter> mtp;     // `--draft mtp` (engine thread only)
+  std::unique_ptr<backend::HostStateTier> host_tier;  // the prompt cache's second tier, when planned; outlives `cache`
+  std::optional<PromptCache> cache;                   // when the plan gives it room
+  Scheduler scheduler;                                // engine thread only
+  std::vector<Sequence*> in_step;  // engine thread only: the sequences of the step being run, failed if it throws
+  std::optional<MtpDrafter> mtp;   // `--draft mtp` (engine thread only)
   // Engine thread only: with DraftOptions::measured, K per step from measured costs; the K the last drafting chose.
   std::optional<DraftPolicy> draft_policy;
   int32_t drafted_k = 0;

@@ -80,6 +80,9 @@ struct EngineOptions {
   // The prompt cache (engine/prompt_cache.h): GDN snapshots and KV pages kept for prompts that begin alike, within
   // this many bytes of the backend's memory, beside the state pool; 0 turns it off.
   size_t prompt_cache_bytes = 0;
+  // Its host tier (engine/prompt_cache_host.h): entries the budget above lets go are copied into this many bytes of
+  // host memory (pinned on a GPU) instead of dropped, and brought back when a prompt resumes from them; 0: none.
+  size_t prompt_cache_host_bytes = 0;
   // The prompt cache's states at block ends inside a prompt's step are written by that step (backend::StepSnapshot)
   // where the backend can (StateStorage::snapshots_inside_steps), so a prompt is not cut there; false: cut there and
   // keep them from the slot, as on a backend that cannot (tests compare the two).
@@ -121,6 +124,10 @@ struct EngineStats {
   int64_t prompt_cache_hits = 0, prompt_cache_misses = 0, prompt_cache_evictions = 0;
   int64_t prompt_cache_tokens_total = 0;
   size_t prompt_cache_bytes_held = 0, prompt_cache_bytes = 0;
+  // Its host tier: admissions resumed from an entry brought back from it (counted in prompt_cache_hits too), entries
+  // dropped there for room, and the bytes its entries hold now of its budget.
+  int64_t prompt_cache_host_hits = 0, prompt_cache_host_evictions = 0;
+  size_t prompt_cache_host_bytes_held = 0, prompt_cache_host_bytes = 0;
   int64_t steps_total = 0;
   double step_seconds_total = 0;
   double step_seconds_last = 0;

@@ -41,23 +41,50 @@ int64_t max_step_rows(const EngineOptions& options) {
 }
 
 namespace {
-// A quarter of the budget for GDN snapshots (at least one), the rest for the pages of the prefixes they resume; none
-// when the budget holds less than one of each. With a decision head, each page may come with a decision's memory
-// rows of its positions (a decision's kept prefix), and the budget counts them beside it.
+struct CacheSplit {
+  int64_t snapshots = 0, pages = 0;
+};
+// A quarter of a budget for GDN snapshots (at least one), the rest for the pages of the prefixes they resume; none
+// when the budget holds less than one of each.
+CacheSplit split_cache_budget(size_t budget, size_t snapshot, size_t page) {
+  if (budget == 0 || page == 0 || budget < snapshot + page) return {};
+  constexpr int64_t kMostSnapshots = 4096;  // each is a linear scan away from eviction
+  const int64_t snapshots =
+      snapshot == 0 ? 64 : std::clamp<int64_t>(static_cast<int64_t>(budget / 4 / snapshot), 1, kMostSnapshots);
+  return {snapshots, static_cast<int64_t>((budget - static_cast<size_t>(snapshots) * snapshot) / page)};
+}
+
+// The host tier's: one snapshot the tier keeps free for swaps (prompt_cache_host.h: a bring_back's victim moves there
+// before the entry brought back frees its own), and the device tier's split of the rest for its entries. Without it a
+// budget whose quarter holds one snapshot (tiny models, where a page is small against a GDN state) would hold one entry
+// and drop every victim of bringing it back. None when the budget holds less than two snapshots and a page.
+CacheSplit split_host_budget(size_t budget, size_t snapshot, size_t page) {
+  if (budget < 2 * snapshot + page) return {};
+  const CacheSplit entries = split_cache_budget(budget - snapshot, snapshot, page);
+  if (entries.snapshots == 0) return {};
+  return {entries.snapshots + 1, entries.pages};
+}
+
+// With a decision head, each page may come with a decision's memory rows of its positions (a decision's kept
+// prefix), and the budget counts them beside it. The host tier keeps no decision rows (prompt_cache_host.h), and
+// only with a device tier to take entries from.
 void plan_prompt_cache(const model::Model& model, const EngineOptions& options, MemoryPlan& plan) {
-  const size_t budget = options.prompt_cache_bytes;
   const size_t snapshot = model.sequence_fixed_bytes(),
                rows = static_cast<size_t>(plan.kv_page_positions) * options.decision_bytes_per_position,
                page = plan.kv_page_bytes + rows;
-  if (budget == 0 || plan.kv_page_bytes == 0 || budget < snapshot + page) return;
-  constexpr int64_t kMostSnapshots = 4096;  // each is a linear scan away from eviction
-  plan.prompt_cache_snapshots =
-      snapshot == 0 ? 64 : std::clamp<int64_t>(static_cast<int64_t>(budget / 4 / snapshot), 1, kMostSnapshots);
-  plan.prompt_cache_pages =
-      static_cast<int64_t>((budget - static_cast<size_t>(plan.prompt_cache_snapshots) * snapshot) / page);
+  if (plan.kv_page_bytes == 0) return;
+  const CacheSplit device = split_cache_budget(options.prompt_cache_bytes, snapshot, page);
+  if (device.snapshots == 0) return;
+  plan.prompt_cache_snapshots = device.snapshots;
+  plan.prompt_cache_pages = device.pages;
   plan.prompt_cache_decision_bytes = static_cast<size_t>(plan.prompt_cache_pages) * rows;
   plan.prompt_cache_bytes =
       static_cast<size_t>(plan.prompt_cache_snapshots) * snapshot + static_cast<size_t>(plan.prompt_cache_pages) * page;
+  const CacheSplit host = split_host_budget(options.prompt_cache_host_bytes, snapshot, model.kv_page_bytes());
+  plan.prompt_cache_host_snapshots = host.snapshots;
+  plan.prompt_cache_host_pages = host.pages;
+  plan.prompt_cache_host_bytes =
+      static_cast<size_t>(host.snapshots) * snapshot + static_cast<size_t>(host.pages) * model.kv_page_bytes();
 }
 }  // namespace
 
@@ -100,7 +127,9 @@ MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options) 
     plan.decision_device_bytes = options.decision_device_weight_bytes +
                                  static_cast<size_t>(options.context) * options.decision_device_bytes_per_position;
   plan.total_bytes = plan.weight_bytes + plan.adapter_bytes + plan.state_pool_bytes + plan.prompt_cache_bytes +
-                     plan.workspace_bytes + (plan.on_device ? plan.decision_device_bytes : plan.decision_bytes);
+                     plan.workspace_bytes + (plan.on_device ? plan.decision_device_bytes : plan.decision_bytes) +
+                     (plan.on_device ? 0 : plan.prompt_cache_host_bytes);
+  if (plan.on_device) plan.host_limit_bytes = physical_memory_bytes();
   plan.limit_bytes = options.memory_limit_bytes != 0 ? options.memory_limit_bytes
                      : plan.on_device                ? model.device_memory_bytes()
                                                      : physical_memory_bytes();
@@ -119,7 +148,12 @@ std::string MemoryPlan::describe() const {
           : fmt::format(" + prompt cache {} ({} GDN snapshots + {} KV pages{})", mib(prompt_cache_bytes),
                         prompt_cache_snapshots, prompt_cache_pages,
                         prompt_cache_decision_bytes == 0 ? std::string()
-                                                         : " with decision rows " + mib(prompt_cache_decision_bytes)),
+                                                         : " with decision rows " + mib(prompt_cache_decision_bytes)) +
+                (prompt_cache_host_bytes == 0
+                     ? std::string()
+                     : fmt::format(" + its host tier {} ({} GDN snapshots, one free for swaps, + {} KV pages{})",
+                                   mib(prompt_cache_host_bytes), prompt_cache_host_snapshots, prompt_cache_host_pages,
+                                   on_device ? ", in RAM" : "")),
       mib(workspace_bytes),
       on_device
           ? (decision_device_bytes == 0 ? std::string() : " + decision head products " + mib(decision_device_bytes))
@@ -152,6 +186,10 @@ int32_t default_context(const model::Model& model, EngineOptions options) {
 void check_memory_plan(const MemoryPlan& plan) {
   if (plan.limit_bytes != 0 && plan.total_bytes > plan.limit_bytes) {
     fail("memory plan does not fit: {}; lower --parallel, --context or --kv-cache-tokens", plan.describe());
+  }
+  // On a GPU the host tier is RAM beside the decisions' (pinned: it cannot be swapped out).
+  if (plan.host_limit_bytes != 0 && plan.prompt_cache_host_bytes + plan.decision_bytes > plan.host_limit_bytes) {
+    fail("memory plan does not fit in RAM: {}; lower --prompt-cache-host-gib", plan.describe());
   }
 }
 

@@ -29,12 +29,18 @@ struct MemoryPlan {
   int64_t prompt_cache_pages = 0;
   size_t prompt_cache_bytes = 0;
   size_t prompt_cache_decision_bytes = 0;  // of prompt_cache_bytes: decisions' kept memory rows, beside their pages
-  size_t workspace_bytes = 0;              // an estimate of one step's activations and logits
-  size_t decision_bytes = 0;  // a joint head's weights + every slot's head memory and each running head's scratch
+  // Its host tier (--prompt-cache-host-gib): snapshots and pages the device tier lets go, in host memory (RAM even
+  // when the rest is on a GPU). One of the snapshots is kept free for swaps (engine/prompt_cache_host.h): at least two.
+  int64_t prompt_cache_host_snapshots = 0;
+  int64_t prompt_cache_host_pages = 0;
+  size_t prompt_cache_host_bytes = 0;
+  size_t workspace_bytes = 0;  // an estimate of one step's activations and logits
+  size_t decision_bytes = 0;   // a joint head's weights + every slot's head memory and each running head's scratch
   size_t decision_device_bytes = 0;  // on a GPU: the head's products, fp32 weights + one context's rows in and out
   size_t total_bytes = 0;
   size_t limit_bytes = 0;
-  bool on_device = false;  // the limit is a GPU's memory (free + held by the model), not the host's RAM
+  bool on_device = false;       // the limit is a GPU's memory (free + held by the model), not the host's RAM
+  size_t host_limit_bytes = 0;  // on a GPU: physical RAM, which the host tier and decisions must fit in
 
   std::string describe() const;  // one line with every number, for the start log and the refusal
 };

@@ -76,10 +76,59 @@ std::optional<PromptCache::Hit> PromptCache::lookup(uint64_t salt, std::span<con
         if (kept == nullptr || kept->positions() != static_cast<int64_t>(length)) continue;  // not (yet) kept
       }
       entry.used = ++tick_;
-      return Hit{.snapshot = it->second, .pages = entry.pages, .decision = std::move(kept)};
+      return Hit{
+          .snapshot = it->second, .pages = entry.pages, .decision = std::move(kept), .host = -1, .host_tokens = 0};
+    }
+    if (host_ && !decision) {
+      const auto length = static_cast<size_t>(b * kBlock);
+      const int32_t id = host_->find(keys[static_cast<size_t>(b - 1)], salt, prompt.first(length),
+                                     images_before(images, static_cast<int64_t>(length)));
+      if (id >= 0) {
+        host_->touch(id, ++tick_);
+        return Hit{
+            .snapshot = -1, .pages = {}, .decision = nullptr, .host = id, .host_tokens = static_cast<int64_t>(length)};
+      }
     }
   }
   return std::nullopt;
+}
+
+void PromptCache::add_host_tier(backend::HostStateTier& memory) { host_.emplace(memory); }
+
+std::optional<PromptCache::Hit> PromptCache::bring_back(const Hit& hit) {
+  if (!hit.on_host()) return hit;
+  if (!host_) fail("prompt cache: a host tier hit without a host tier");
+  // A device snapshot is free or an entry's to take (not every one reserved by a step), else it stays on the host.
+  if (free_snapshots_.empty() &&
+      std::none_of(entries_.begin(), entries_.end(), [](const auto& e) { return e.has_value(); }))
+    return std::nullopt;
+  // Out of the host tier's reach first: making room below moves device entries there, which may evict host entries.
+  HostCacheTier::Entry entry = host_->take(hit.host);
+  std::optional<std::vector<int32_t>> pages = blocks_.take_unpromised(static_cast<int64_t>(entry.pages.size()));
+  if (!pages) {
+    host_->put_back(std::move(entry));
+    return std::nullopt;
+  }
+  Entry device{.key = entry.key,
+               .salt = entry.salt,
+               .tokens = entry.tokens,
+               .images = entry.images,
+               .pages = *pages,
+               .decision = nullptr,
+               .decision_bytes = 0,
+               .used = ++tick_};
+  // The pages first, which frees their host copies; then the snapshot, which may push the device tier's least recently
+  // used entry to the host (into the tier's swap room: this entry's host snapshot is still its own until restored
+  // into the snapshot that victim leaves). Every copy is ordered after the ones before it (prompt_cache_host.h).
+  host_->restore_pages(entry, *pages);
+  const std::optional<int32_t> snapshot = take_snapshot();
+  if (!snapshot) fail("prompt cache: no device snapshot to bring a host tier entry back into");  // checked above
+  host_->restore_snapshot(std::move(entry), *snapshot);
+  // The pages' one reference (take_unpromised's) is the entry's.
+  if (add_entry(*snapshot, std::move(device)) < 0) return std::nullopt;
+  ++stats_.host_hits;
+  const Entry& kept = *entries_[static_cast<size_t>(*snapshot)];
+  return Hit{.snapshot = *snapshot, .pages = kept.pages, .decision = nullptr, .host = -1, .host_tokens = 0};
 }
 
 void PromptCache::note_admitted(const std::optional<Hit>& hit) {
@@ -191,16 +240,21 @@ bool PromptCache::add(int32_t snapshot, uint64_t key, uint64_t salt, std::span<c
               .decision = std::move(decision),
               .decision_bytes = decision_bytes,
               .used = ++tick_};
-  decision_bytes_held_ += entry.decision_bytes;
   blocks_.retain(entry.pages);
+  return add_entry(snapshot, std::move(entry)) >= 0;
+}
+
+// `entry` (its pages referenced once for it) becomes snapshot `snapshot`'s; the oldest entries go to keep within the
+// budgets, this one too if it alone is too big. Its snapshot, or -1 when it went.
+int32_t PromptCache::add_entry(int32_t snapshot, Entry entry) {
+  decision_bytes_held_ += entry.decision_bytes;
   for (int32_t page : entry.pages) ++page_holds_[page];
+  index_.emplace(entry.key, snapshot);
   entries_[static_cast<size_t>(snapshot)] = std::move(entry);
-  index_.emplace(key, snapshot);
-  // Within the budgets: the oldest entries go, this one too if it alone is too big.
   while ((static_cast<int64_t>(page_holds_.size()) > max_pages_ || decision_bytes_held_ > max_decision_bytes_) &&
          evict_one()) {
   }
-  return entries_[static_cast<size_t>(snapshot)].has_value();
+  return entries_[static_cast<size_t>(snapshot)].has_value() ? snapshot : -1;
 }
 
 bool PromptCache::evict_one() {
@@ -216,6 +270,11 @@ bool PromptCache::evict_one() {
 
 void PromptCache::evict(int32_t snapshot) {
   Entry& entry = *entries_[static_cast<size_t>(snapshot)];
+  // To the host tier, copied before the pages' references go (the copies are ordered before any step that reuses
+  // them). A decision's entry is not kept there: its sink's prefix may be device memory.
+  // Nor one over the device budget alone (add_entry's): it could never come back.
+  if (host_ && entry.decision == nullptr && static_cast<int64_t>(entry.pages.size()) <= max_pages_)
+    host_->keep(entry.key, entry.salt, entry.tokens, entry.images, snapshot, entry.pages, entry.used);
   const auto [first, last] = index_.equal_range(entry.key);
   for (auto it = first; it != last; ++it)
     if (it->second == snapshot) {
@@ -242,6 +301,13 @@ PromptCache::Stats PromptCache::stats() const {
       std::count_if(entries_.begin(), entries_.end(), [](const auto& e) { return e.has_value(); }));
   out.pages_held = static_cast<int64_t>(page_holds_.size());
   out.decision_bytes_held = decision_bytes_held_;
+  if (host_) {
+    const HostCacheTier::Stats h = host_->stats();
+    out.host_evictions = h.evictions;
+    out.host_entries = h.entries;
+    out.host_snapshots_held = h.snapshots_held;
+    out.host_pages_held = h.pages_held;
+  }
   return out;
 }
 

@@ -9,10 +9,12 @@
 // (reserve, commit: engine/step_snapshots.h).
 // Least-recently-used entries go first when the snapshots or the page budget run out. A decision's entry also holds
 // what its sink keeps of the prefix (engine/decision_sink.h: the head's memory rows), within a budget of bytes of
-// its own, and resumes only decisions (its salt is theirs). A prompt's images (image_cache_key.h) are part of its key:
-// each image's digest is chained in at the block of its first token, and an entry keeps the images of its prefix,
-// compared on every hit as the tokens are, so a prefix is resumed only with the very images it was computed from.
-// Engine thread only.
+// its own, and resumes only decisions (its salt is theirs). With a host tier (add_host_tier, prompt_cache_host.h) an
+// entry the device tier lets go is copied to host memory instead of dropped, and a prompt that finds it there has it
+// brought back (bring_back) before it resumes, exactly as from the device tier. A prompt's images (image_cache_key.h)
+// are part of its key: each image's digest is chained in at the block of its first token, and an entry keeps the images
+// of its prefix, compared on every hit as the tokens are, so a prefix is resumed only with the very images it was
+// computed from. Engine thread only.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -25,6 +27,7 @@
 #include "engine/block_manager.h"
 #include "engine/decision_sink.h"
 #include "engine/image_cache_key.h"
+#include "engine/prompt_cache_host.h"
 
 namespace duet::engine {
 
@@ -43,15 +46,31 @@ class PromptCache {
     int32_t snapshot = -1;
     std::vector<int32_t> pages;                      // the prefix's pages, one per block
     std::shared_ptr<const DecisionPrefix> decision;  // a decision lookup's: what the sink kept of the prefix
-    int64_t tokens() const { return static_cast<int64_t>(pages.size()) * backend::kKvPagePositions; }
+    // A hit in the host tier: its host entry and length, no snapshot or pages until bring_back() makes it a device
+    // tier hit.
+    int32_t host = -1;
+    int64_t host_tokens = 0;
+    bool on_host() const { return host >= 0; }
+    int64_t tokens() const {
+      return on_host() ? host_tokens : static_cast<int64_t>(pages.size()) * backend::kKvPagePositions;
+    }
   };
   // The longest cached prefix of `prompt` that leaves at least one token to prefill (its last row samples), or
-  // nullopt. Counts nothing: the engine counts a hit when it admits the sequence with it (note_admitted). A
+  // nullopt. A host tier entry is found as well (a device tier one first at the same length); decisions look only in
+  // the device tier. Counts nothing: the engine counts a hit when it admits the sequence with it (note_admitted). A
   // decision's lookup (`decision`) takes only entries whose sink prefix is ready, of at most `max_tokens`. `images`
   // are the prompt's, in prompt order.
   std::optional<Hit> lookup(uint64_t salt, std::span<const int32_t> prompt, bool decision = false,
                             int64_t max_tokens = INT64_MAX, std::span<const ImageCacheKey> images = {});
   void note_admitted(const std::optional<Hit>& hit);
+  // A host tier hit (lookup) made a device tier one: its pages taken from the unpromised free pages (a request that
+  // would fit without a hit has them), a device snapshot taken (the least recently used device entry goes to the host,
+  // into the host tier's swap room: prompt_cache_host.h), both filled from the host copy, and the entry moved to the
+  // device tier as the most recently used. A device hit comes back as it is; nullopt (the entry stays on the host) when
+  // the pages or a snapshot cannot be had.
+  std::optional<Hit> bring_back(const Hit& hit);
+  // The second tier, in `memory` (which outlives the cache): from now on evicted entries go there.
+  void add_host_tier(backend::HostStateTier& memory);
   // Keeps the state of `slot`, which has just prefilled `prefix` (a whole number of blocks, its position now):
   // a snapshot of its GDN state and a reference to the prefix's pages, and for a decision its sink's prefix (set
   // later by a decision worker) counted as `decision_bytes`. Nothing when the same prefix (with the same images) is
@@ -81,6 +100,9 @@ class PromptCache {
     int64_t hits = 0, misses = 0, evictions = 0, cached_tokens = 0;
     int64_t entries = 0, pages_held = 0;
     size_t decision_bytes_held = 0;
+    // The host tier: hits brought back from it (counted in hits too), entries dropped there for room, and what it
+    // holds.
+    int64_t host_hits = 0, host_evictions = 0, host_entries = 0, host_snapshots_held = 0, host_pages_held = 0;
   };
   Stats stats() const;
 
@@ -98,6 +120,7 @@ class PromptCache {
   std::vector<uint64_t> chain(uint64_t salt, std::span<const int32_t> tokens, int64_t blocks,
                               std::span<const ImageCacheKey> images) const;
   void evict(int32_t snapshot);
+  int32_t add_entry(int32_t snapshot, Entry entry);
   Entry* find(uint64_t key, uint64_t salt, std::span<const int32_t> prefix, std::span<const ImageCacheKey> own);
   std::optional<int32_t> take_snapshot();
   bool add(int32_t snapshot, uint64_t key, uint64_t salt, std::span<const int32_t> prefix,
@@ -117,6 +140,7 @@ class PromptCache {
   std::unordered_map<int32_t, int32_t> page_holds_;   // page -> entries holding it
   uint64_t tick_ = 0;
   Stats stats_;
+  std::optional<HostCacheTier> host_;
 };
 
 }  // namespace duet::engine

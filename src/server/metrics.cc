@@ -123,6 +123,15 @@ std::string ServerMetrics::render(const engine::EngineStats& engine, const std::
   sample(out, "duet_prompt_cache_bytes_held", engine.prompt_cache_bytes_held, model);
   metric(out, "duet_prompt_cache_bytes", "gauge", "The prompt cache's budget (--prompt-cache-gib); 0: off.");
   sample(out, "duet_prompt_cache_bytes", engine.prompt_cache_bytes, model);
+  metric(out, "duet_prompt_cache_host_hits_total", "counter",
+         "Requests resumed from an entry brought back from the prompt cache's host tier (in the hits too).");
+  sample(out, "duet_prompt_cache_host_hits_total", engine.prompt_cache_host_hits, model);
+  metric(out, "duet_prompt_cache_host_evictions_total", "counter", "Host tier entries dropped for room.");
+  sample(out, "duet_prompt_cache_host_evictions_total", engine.prompt_cache_host_evictions, model);
+  metric(out, "duet_prompt_cache_host_bytes_held", "gauge", "Bytes the host tier's entries hold (snapshots, pages).");
+  sample(out, "duet_prompt_cache_host_bytes_held", engine.prompt_cache_host_bytes_held, model);
+  metric(out, "duet_prompt_cache_host_bytes", "gauge", "The host tier's budget (--prompt-cache-host-gib); 0: off.");
+  sample(out, "duet_prompt_cache_host_bytes", engine.prompt_cache_host_bytes, model);
   metric(out, "duet_engine_steps_total", "counter", "Engine steps run.");
   sample(out, "duet_engine_steps_total", engine.steps_total, model);
   metric(out, "duet_engine_step_seconds_total", "counter", "Time spent in engine steps.");

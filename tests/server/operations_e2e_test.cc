@@ -178,6 +178,51 @@ TEST(Operations, TheSecondTurnReportsCachedTokensAndAnswersAsWithoutACache) {
   EXPECT_GT(value_of("duet_prompt_cache_bytes_held"), 0);
 }
 
+// The prompt cache's host tier over HTTP (--prompt-cache-host-gib): a device tier of one GDN snapshot, so the other
+// conversation's first turn pushes this one's entries out to the host tier; its second turn resumes from there,
+// reports cached tokens, answers as a server without a cache does, and /metrics and the memory plan show the tier.
+TEST(Operations, ASecondTurnResumesFromTheHostTier) {
+  if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
+  ServerProcess tiered({"--no-thinking", "--prompt-cache-gib", "0.0015", "--prompt-cache-host-gib", "0.1"});
+  ServerProcess off({"--no-thinking", "--prompt-cache-gib", "0"});
+  EXPECT_NE(log_text(tiered).find("(1 GDN snapshots + "), std::string::npos) << log_text(tiered);
+  EXPECT_NE(log_text(tiered).find("+ its host tier "), std::string::npos) << log_text(tiered);
+  auto conversation = [](const std::string& name) {
+    std::string text = "This is conversation " + name + ". ";
+    for (int i = 0; i < 40; ++i)
+      text += "The quick brown fox jumps over the lazy dog number " + std::to_string(i) + ". ";
+    return Json{{{"role", "system"}, {"content", text}}, {{"role", "user"}, {"content", "Say something."}}};
+  };
+  auto ask = [&](ServerProcess& server, const Json& history) {
+    const Json body = {{"messages", history}, {"max_tokens", 8}, {"ignore_eos", true}, {"temperature", 0}};
+    auto reply = server.client().Post("/v1/chat/completions", body.dump(), "application/json");
+    if (!reply || reply->status != 200) throw std::runtime_error(reply ? reply->body : "no answer");
+    return Json::parse(reply->body);
+  };
+  Json a = conversation("A"), b = conversation("B");
+  const Json first = ask(tiered, a);
+  ask(tiered, b);  // pushes A's entries to the host tier
+  a.push_back({{"role", "assistant"}, {"content", first["choices"][0]["message"]["content"]}});
+  a.push_back({{"role", "user"}, {"content", "And once more."}});
+  const Json second = ask(tiered, a);
+  const int cached_tokens = second["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
+  EXPECT_GT(cached_tokens, 0) << second;
+  EXPECT_EQ(second["choices"][0]["message"]["content"], ask(off, a)["choices"][0]["message"]["content"]);
+  auto metrics = tiered.client().Get("/metrics");
+  ASSERT_TRUE(metrics);
+  auto value_of = [&](const std::string& name) {
+    const size_t at = metrics->body.find("\n" + name + "{");
+    if (at == std::string::npos) return -1.0;
+    return std::stod(metrics->body.substr(metrics->body.find("} ", at) + 2));
+  };
+  EXPECT_EQ(value_of("duet_prompt_cache_host_hits_total"), 1) << metrics->body;
+  EXPECT_EQ(value_of("duet_prompt_cache_hits_total"), 1);
+  EXPECT_GT(value_of("duet_prompt_cache_evictions_total"), 0);
+  EXPECT_GT(value_of("duet_prompt_cache_host_bytes_held"), 0);
+  EXPECT_GT(value_of("duet_prompt_cache_host_bytes"), 0);
+  EXPECT_EQ(value_of("duet_prompt_cache_host_evictions_total"), 0);
+}
+
 TEST(Operations, HealthSaysLoadingUntilTheModelIsLoaded) {
   if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
   const auto dir = demo_behind_a_pipe("duet-loading-");

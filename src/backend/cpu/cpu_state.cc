@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <new>
 
+#include "backend/cpu/cpu_host_tier.h"
 #include "base/error.h"
 
 namespace duet::backend::cpu {
@@ -109,6 +110,10 @@ std::vector<std::byte> CpuStateStorage::snapshot_bytes(int32_t snapshot) const {
     append(std::span(&state.position, 1));
   }
   return out;
+}
+
+std::unique_ptr<HostStateTier> CpuStateStorage::new_host_tier(int64_t snapshots, int64_t pages) {
+  return std::make_unique<CpuHostTier>(*this, snapshots, pages);
 }
 
 void CpuStateStorage::reset_slot(int32_t slot) {

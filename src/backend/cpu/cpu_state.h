@@ -124,6 +124,8 @@ class CpuStateStorage final : public StateStorage {
   // The GDN prefill walks its rows in order, so a block end inside a piece is a point it passes (gdn_mixer.cc).
   bool snapshots_inside_steps() const override { return true; }
   std::vector<std::byte> snapshot_bytes(int32_t snapshot) const override;
+  std::unique_ptr<HostStateTier> new_host_tier(int64_t snapshots, int64_t pages) override;  // cpu_host_tier.h
+  int64_t gdn_layers() const { return gdn_layers_; }
   CpuGdnState& gdn(int32_t slot, int64_t layer) { return gdn_[static_cast<size_t>(slot * gdn_layers_ + layer)]; }
   CpuGdnState& snapshot_gdn(int32_t snapshot, int64_t layer) {
     check_snapshot(snapshot);

@@ -24,6 +24,7 @@
 #include "backend/cuda/device_step.h"
 #include "backend/cuda/gdn_rewind.h"
 #include "backend/cuda/host_products.h"
+#include "backend/cuda/host_tier.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/logits_dump.h"
 #include "backend/cuda/mask_upload.h"
@@ -175,6 +176,20 @@ class CudaStateStorage final : public StateStorage {
     check_cuda(cudaMemcpy(out.data() + conv_bytes, delta_snapshot(snapshot), delta_bytes, cudaMemcpyDeviceToHost),
                "snapshot bytes: delta rule");
     return out;
+  }
+  // The prompt cache's host tier (host_tier.h): pinned copies of these snapshots and pages, on the step stream.
+  std::unique_ptr<HostStateTier> new_host_tier(int64_t snapshots, int64_t pages) override {
+    const DeviceStateLayout layout{.stream = stream_,
+                                   .conv_snapshots = static_cast<std::byte*>(conv_snapshots_.ptr),
+                                   .delta_snapshots = static_cast<std::byte*>(delta_snapshots_.ptr),
+                                   .conv_bytes = static_cast<size_t>(gdn_layers_ * conv_layer_) * sizeof(bf16),
+                                   .delta_bytes = static_cast<size_t>(gdn_layers_ * delta_layer_) * sizeof(float),
+                                   .snapshots = snapshots_,
+                                   .kv = static_cast<std::byte*>(kv_.ptr),
+                                   .pages = pages_,
+                                   .attention_layers = attention_layers_,
+                                   .page_bytes = static_cast<size_t>(page_elems_) * sizeof(bf16)};
+    return std::make_unique<CudaHostTier>(layout, snapshots, pages);
   }
   void check_snapshot(int32_t snapshot) const {
     if (snapshot < 0 || snapshot >= snapshots_) fail("cuda state: GDN snapshot {} of {}", snapshot, snapshots_);
