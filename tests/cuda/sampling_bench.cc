@@ -54,6 +54,61 @@ struct Setting {
 // --logits FILE: every row of FILE (248,320 floats each) alone, at the seeded settings users send, 16 draws each
 // (positions 0..15: the draw's u changes, so the bins gathered for it do), with the weight bins and old; the row's
 // spread printed beside (a sampler's cost follows how many logits share a weight bin near the cut).
+// The CPU sampler's top-p walk on one row (backend/cpu/sampler.cc, without top-k, min-p or penalties), and how close
+// its two decisions came to going the other way: the cut (the running sum against top_p * total) and the draw (the
+// running probability against u), each as the smallest relative distance from a running sum to its target. A row
+// whose distance is within the kernel's bounds (about 1e-10) must take the slow stream path; a row far from them
+// that takes it points at a bound that is looser than it needs to be.
+void print_margins(const float* v, int32_t vocab, const SamplingRowParams& p) {
+  std::vector<std::pair<float, int32_t>> order(static_cast<size_t>(vocab));
+  float top = -INFINITY;
+  for (int32_t i = 0; i < vocab; ++i) {
+    order[i] = {v[i] / p.temperature, i};
+    top = std::max(top, order[i].first);
+  }
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  const auto weight = [&](size_t k) { return std::exp(static_cast<double>(order[k].first) - top); };
+  double total = 0;
+  for (int32_t i = 0; i < vocab; ++i) total += std::exp(static_cast<double>(v[i] / p.temperature) - top);
+  const double target = static_cast<double>(p.top_p) * total;
+  double cumulative = 0, cut_margin = INFINITY;
+  size_t keep = 0;
+  while (keep < order.size() && (keep == 0 || cumulative < target)) {
+    cumulative += weight(keep);
+    cut_margin = std::min(cut_margin, std::abs(cumulative - target) / target);
+    ++keep;
+  }
+  size_t ties = 0;
+  for (size_t k = 1; k < keep + 2 && k < order.size(); ++k) ties += order[k].first == order[k - 1].first;
+  const double u = static_cast<double>((([](uint64_t seed, int64_t position) {
+    auto mix = [](uint64_t x) {
+      x += 0x9e3779b97f4a7c15ULL;
+      x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+      x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+      return x ^ (x >> 31);
+    };
+    return mix(mix(seed) ^ static_cast<uint64_t>(position)) >> 11;
+  })(p.seed, p.position))) * 0x1.0p-53;
+  double t2 = 0;
+  for (size_t k = 0; k < keep; ++k) t2 += weight(k);
+  double run = 0, draw_margin = INFINITY;
+  size_t drawn = keep - 1;
+  for (size_t k = 0; k < keep; ++k) {
+    run += weight(k) / t2;
+    draw_margin = std::min(draw_margin, std::abs(run - u) / std::max(u, 1e-300));
+    if (u < run) {
+      drawn = k;
+      break;
+    }
+  }
+  std::printf("     cpu walk: keep %zu of %d (top_p %.3f, target %.6e of total %.6e), nearest running sum to the cut "
+              "%.3e relative; u %.17g drew position %zu (id %d), nearest running probability %.3e relative; equal "
+              "neighbours in the prefix %zu\n",
+              keep, vocab, p.top_p, target, total, cut_margin, u, drawn, order[drawn].second, draw_margin, ties);
+}
+
 int bench_real_rows(const char* file, int32_t vocab) {
   std::FILE* f = std::fopen(file, "rb");
   if (f == nullptr) {
@@ -65,6 +120,13 @@ int bench_real_rows(const char* file, int32_t vocab) {
   while (std::fread(row.data(), sizeof(float), row.size(), f) == row.size()) all.insert(all.end(), row.begin(), row.end());
   std::fclose(f);
   const int32_t rows = static_cast<int32_t>(all.size() / vocab);
+  // FILE.params (DUET_DUMP_SLOW_ROWS): each row's own parameters, replayed at its seed and position.
+  std::vector<SamplingRowParams> recorded;
+  if (std::FILE* pf = std::fopen((std::string(file) + ".params").c_str(), "rb")) {
+    SamplingRowParams p;
+    while (std::fread(&p, sizeof(p), 1, pf) == 1) recorded.push_back(p);
+    std::fclose(pf);
+  }
   std::printf("%d rows of %d logits from %s\n", rows, vocab, file);
   cudaStream_t stream;
   check(cudaStreamCreate(&stream), "stream");
@@ -97,6 +159,28 @@ int bench_real_rows(const char* file, int32_t vocab) {
     }
     const double mean = sum / vocab, sigma = std::sqrt(std::max(0.0, sq / vocab - mean * mean));
     check(cudaMemcpy(logits, v, sizeof(float) * vocab, cudaMemcpyHostToDevice), "logits");
+    if (static_cast<size_t>(r) < recorded.size()) {
+      const SamplingRowParams& p = recorded[static_cast<size_t>(r)];
+      std::printf("%4d %8.3f %8.4f  recorded: temperature %g top_k %d top_p %g min_p %g seed %llu position %lld "
+                  "top_logprobs %d penalties %d mask %lld\n",
+                  r, mx, sigma, p.temperature, p.top_k, p.top_p, p.min_p, static_cast<unsigned long long>(p.seed),
+                  static_cast<long long>(p.position), p.top_logprobs, p.penalty_count,
+                  static_cast<long long>(p.mask_offset));
+      for (const bool old : {false, true}) {
+        SamplingRowParams q = p;
+        q.penalty_count = 0;  // the entries were not recorded (the bench's seeded rows have none)
+        q.mask_offset = -1;
+        check(cudaMemcpy(params, &q, sizeof(q), cudaMemcpyHostToDevice), "params");
+        SamplingTestHooks hooks;
+        hooks.old_top_p = old;
+        launch_sample(logits, 1, vocab, params, nullptr, out, top, scratch, scratch_bytes, stream, hooks);
+        DeviceSample result;
+        check(cudaMemcpy(&result, out, sizeof(result), cudaMemcpyDeviceToHost), "out");
+        std::printf("     replayed %s: id %d, %.1f us inside, %s\n", old ? "old " : "bins", result.id, result.ns / 1e3,
+                    paths(result.path).c_str());
+      }
+      if (p.top_k == 0 && p.min_p == 0 && p.top_p < 1) print_margins(v, vocab, p);
+    }
     for (const Real& s : settings) {
       for (const bool old : {false, true}) {
         SamplingTestHooks hooks;

@@ -454,6 +454,7 @@ class CudaBackend final : public Backend {
       }
       sample_params.push_back(p);
     }
+    if (slow_rows_.on()) sample_params_host_ = sample_params;
     if (!masked_.empty()) mask_upload_.arrange(mask_words_);
     masks_ = masked_.empty() ? nullptr : mask_upload_.device();
     decode_logit_rows_ = 0;
@@ -800,6 +801,9 @@ class CudaBackend final : public Backend {
     check_cuda(cudaStreamSynchronize(stream_), "sample");
     gaps_.done();
     if (logits_dump_.on()) logits_dump_.append(logits, n, V);
+    for (int64_t i = 0; i < n && slow_rows_.on(); ++i) {
+      if (host[i].path & kPathStream) slow_rows_.append_row(logits + i * V, V, sample_params_host_[i]);
+    }
     timer_.collect();
     for (int64_t i = 0; i < n; ++i) {
       if (paths_.on()) paths_.count(host[i].path, host[i].ns);
@@ -989,7 +993,9 @@ class CudaBackend final : public Backend {
   }
 
   OpTimer timer_;          // DUET_PROFILE=1: GPU time per operation, printed at exit
-  LogitsDump logits_dump_;  // DUET_DUMP_LOGITS=FILE:N: the first N sampled rows' logits, for bench_sampling --logits
+  LogitsDump logits_dump_{"DUET_DUMP_LOGITS"};  // the first N sampled rows' logits, for bench_sampling --logits
+  LogitsDump slow_rows_{"DUET_DUMP_SLOW_ROWS"};  // rows only the stream path decided, with their parameters
+  std::vector<SamplingRowParams> sample_params_host_;  // this step's, kept only for slow_rows_
   SamplingPaths paths_;    // DUET_SAMPLING_PATHS=1: how the sampler decided its rows, printed at exit
   StepGaps gaps_;          // DUET_STEP_GAPS=1: the host's share of a step's wall time, printed at exit
   HostProducts products_;  // a decision head's products, beside the steps
