@@ -66,7 +66,10 @@ class RandomVisionTower {
  private:
   backend::Weight tensor(int64_t rows, int64_t cols, float scale, float offset) {
     auto& data = storage_.emplace_back(static_cast<size_t>(rows * cols));
-    for (uint16_t& x : data) x = float_to_bf16(offset + scale * values_.next());
+    // Qualified: cuda_test_util.h declares duet::testing::float_to_bf16 (returning __nv_bfloat16), which an
+    // unqualified call here finds first, and whose implicit conversion to uint16_t is the value rounded to an
+    // integer, not its bits: every weight in (-1, 1) became 0 and the random towers computed zeros.
+    for (uint16_t& x : data) x = ::duet::float_to_bf16(offset + scale * values_.next());
     return {backend::WeightType::bf16, data.data(), rows, cols};
   }
   model::VisionLinear linear(int64_t out, int64_t in) {
