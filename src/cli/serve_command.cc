@@ -172,6 +172,10 @@ sigset_t stop_signals() {
   return set;
 }
 
+// The most patches the GPU tower is sized for: a 4096 x 4096 image (the stock processor's max_pixels), about 2.5 GB of
+// scratch for the 9B's tower.
+constexpr int64_t kMaxDevicePatches = 65536;
+
 // The vision tower, when the checkpoint has one, the backend reads images and --no-vision is not set: the engine runs
 // it, chat takes image parts (decoded by the checkpoint's preprocessor_config.json). Otherwise image parts are
 // refused naming why.
@@ -215,6 +219,14 @@ void load_vision(const ServeFlags& flags, const model::Model& model, engine::Eng
     support.fetcher = std::make_shared<server::ImageFetcher>(std::move(fetch));
     urls = fmt::format("http(s) URLs fetched within {} s from public addresses", flags.image_url_timeout_s);
     for (const std::string& text : flags.image_urls_private) urls += " and " + text;
+  }
+  // With the language model on a GPU the tower runs there too, sized for the largest image the processor makes (at
+  // most kMaxDevicePatches: a larger one runs on the host). Its weights and scratch are taken before the memory plan
+  // reads what the GPU has free.
+  if (model.device_memory_bytes() != 0 && model::device_vision_wanted()) {
+    const auto patch_area = static_cast<uint64_t>(c.patch_size * c.patch_size);
+    const auto patches = static_cast<int64_t>((support.processor.max_pixels + patch_area - 1) / patch_area);
+    vision->use_device(std::min(patches, kMaxDevicePatches));
   }
   engine.vision = std::move(vision);
   context.vision = support;
@@ -316,13 +328,14 @@ void serve(ServeFlags& flags) {
     flags.engine.prompt_cache_host_bytes =
         static_cast<size_t>(flags.prompt_cache_host_gib * static_cast<double>(1ull << 30));
     flags.engine.memory_limit_bytes = static_cast<size_t>(flags.memory_limit_gib * static_cast<double>(1ull << 30));
+    // Before the context is planned: a tower on the GPU holds memory the plan must not count as free.
+    load_vision(flags, *model, flags.engine, context);
     if (flags.engine.context == 0) flags.engine.context = engine::default_context(*model, flags.engine);
     // Requests are fitted to what one sequence can hold: its context, and the whole KV cache when that is smaller.
     context.options.context = flags.engine.context;
     if (flags.engine.kv_cache_tokens > 0)
       context.options.context =
           static_cast<int32_t>(std::min<int64_t>(context.options.context, flags.engine.kv_cache_tokens));
-    load_vision(flags, *model, flags.engine, context);
     if (const char* step = std::getenv("DUET_TEST_DEVICE_FAULT_STEP"))  // test-only (engine.h)
       flags.engine.test_device_fault_step = std::atoll(step);
     engine = std::make_unique<engine::Engine>(*model, tokenizer.get(), flags.engine);

@@ -1,15 +1,26 @@
 #include "model/vision_model.h"
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include "base/error.h"
 #include "base/log.h"
 #include "model/vision_tower.h"
 #include "model/weight_binder.h"
+#if DUET_HAVE_CUDA
+#include "model/cuda/device_vision_tower.h"
+#endif
 
 namespace duet::model {
+
+#if !DUET_HAVE_CUDA
+namespace cuda {
+class DeviceVisionTower {};  // this build has no CUDA backend: the tower always runs on the host
+}  // namespace cuda
+#endif
 
 namespace {
 std::string config_text(const std::string& model_dir) {
@@ -26,6 +37,34 @@ VisionModel::VisionModel(VisionConfig config, checkpoint::Checkpoint checkpoint)
     : config_(std::move(config)), checkpoint_(std::move(checkpoint)) {
   WeightBinder bind(checkpoint_, weight_bytes_);
   weights_ = bind_vision_weights(bind, config_);
+}
+
+VisionModel::~VisionModel() = default;
+
+bool device_vision_wanted() {
+  const char* value = std::getenv("DUET_DEVICE_VISION");
+  return value == nullptr || std::string_view(value) != "0";
+}
+
+void VisionModel::use_device(int64_t max_patches) {
+#if DUET_HAVE_CUDA
+  device_ = std::make_unique<cuda::DeviceVisionTower>(config_, weights_, max_patches);
+  log_info(
+      "vision tower: on the GPU, {:.1f} MB of weights (BF16 linear layers, the rest fp32) + {:.1f} MB of scratch "
+      "for images of up to {} patches",
+      static_cast<double>(device_->weight_bytes()) / 1e6, static_cast<double>(device_->scratch_bytes()) / 1e6,
+      max_patches);
+#else
+  (void)max_patches;
+  fail("vision tower: this build has no CUDA backend to run it on");
+#endif
+}
+
+size_t VisionModel::device_bytes() const {
+#if DUET_HAVE_CUDA
+  if (device_) return device_->weight_bytes() + device_->scratch_bytes();
+#endif
+  return 0;
 }
 
 std::unique_ptr<VisionModel> VisionModel::load(const std::string& model_dir, int64_t text_hidden_size) {
@@ -46,6 +85,9 @@ std::vector<float> VisionModel::rows(std::span<const float> pixel_values, const 
   if (pixel_values.size() != expected)
     fail("vision tower: {} pixel values for a {} x {} x {} grid, expected {}", pixel_values.size(), grid.t, grid.h,
          grid.w, expected);
+#if DUET_HAVE_CUDA
+  if (device_ && grid.patches() <= device_->max_patches()) return device_->rows(pixel_values.data(), grid);
+#endif
   return vision_forward(config_, weights_, pixel_values.data(), grid);
 }
 

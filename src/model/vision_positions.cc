@@ -33,9 +33,8 @@ float linspace_f32(float start, float end, int64_t steps, int64_t i) {
   return end - step * static_cast<float>(steps - i - 1);
 }
 
-void add_position_embedding(const VisionConfig& c, const backend::Weight& table, const VisionGrid& g,
-                            const std::vector<PatchPosition>& positions, float* x) {
-  const int64_t side = c.grid_side(), hidden = c.hidden_size;
+PositionTaps position_taps(const VisionConfig& c, const VisionGrid& g, const std::vector<PatchPosition>& positions) {
+  const int64_t side = c.grid_side();
   const float last = static_cast<float>(side - 1);
   // Per axis, as Qwen3-VL's fast_pos_embed_interpolate: linspace(0, G - 1, n), floor, the next index clipped, and
   // the fraction, all in float32.
@@ -48,12 +47,28 @@ void add_position_embedding(const VisionConfig& c, const backend::Weight& table,
     const auto lo = static_cast<int64_t>(s);
     return Axis{lo, std::min(lo + 1, side - 1), s - static_cast<float>(lo)};
   };
+  PositionTaps taps;
+  taps.index.reserve(4 * positions.size());
+  taps.weight.reserve(4 * positions.size());
+  for (const PatchPosition& p : positions) {
+    const Axis y = axis(g.h, p.row), x = axis(g.w, p.col);
+    for (const int64_t index : {y.lo * side + x.lo, y.lo * side + x.hi, y.hi * side + x.lo, y.hi * side + x.hi})
+      taps.index.push_back(static_cast<int32_t>(index));
+    for (const float weight :
+         {(1.0f - y.frac) * (1.0f - x.frac), (1.0f - y.frac) * x.frac, y.frac * (1.0f - x.frac), y.frac * x.frac})
+      taps.weight.push_back(weight);
+  }
+  return taps;
+}
+
+void add_position_embedding(const VisionConfig& c, const backend::Weight& table, const VisionGrid& g,
+                            const std::vector<PatchPosition>& positions, float* x) {
+  const int64_t hidden = c.hidden_size;
+  const PositionTaps taps = position_taps(c, g, positions);
   std::vector<float> corner(static_cast<size_t>(4 * hidden));
   for (size_t p = 0; p < positions.size(); ++p) {
-    const Axis y = axis(g.h, positions[p].row), xa = axis(g.w, positions[p].col);
-    const int64_t index[4] = {y.lo * side + xa.lo, y.lo * side + xa.hi, y.hi * side + xa.lo, y.hi * side + xa.hi};
-    const float weight[4] = {(1.0f - y.frac) * (1.0f - xa.frac), (1.0f - y.frac) * xa.frac, y.frac * (1.0f - xa.frac),
-                             y.frac * xa.frac};
+    const int32_t* index = taps.index.data() + 4 * p;
+    const float* weight = taps.weight.data() + 4 * p;
     for (int k = 0; k < 4; ++k)
       backend::cpu::weight_to_float(table, index[k] * hidden, hidden, corner.data() + k * hidden);
     float* row = x + static_cast<int64_t>(p) * hidden;

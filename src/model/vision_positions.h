@@ -28,8 +28,18 @@ void check_vision_grid(const VisionConfig& config, const VisionGrid& grid);
 // patches row by row. [grid.patches()]
 std::vector<PatchPosition> patch_positions(const VisionGrid& grid, int64_t merge);
 
-// x[i] += the position table bilinearly interpolated (align_corners) at positions[i] on a grid.h x grid.w grid, the
-// table being a G x G grid. x: [positions.size(), hidden].
+// The position table bilinearly interpolated (align_corners) at each of `positions` on a grid.h x grid.w grid, the
+// table being a G x G grid: per patch the four table rows it reads and their weights, in the order they are summed,
+// pos = ((T[index[0]] w[0] + T[index[1]] w[1]) + T[index[2]] w[2]) + T[index[3]] w[3]. The host tower sums them here,
+// the device tower (model/cuda) on the GPU from these same numbers. [positions.size() * 4] each.
+struct PositionTaps {
+  std::vector<int32_t> index;
+  std::vector<float> weight;
+};
+PositionTaps position_taps(const VisionConfig& config, const VisionGrid& grid,
+                           const std::vector<PatchPosition>& positions);
+
+// x[i] += the interpolated table at positions[i] (position_taps). x: [positions.size(), hidden].
 void add_position_embedding(const VisionConfig& config, const backend::Weight& table, const VisionGrid& grid,
                             const std::vector<PatchPosition>& positions, float* x);
 

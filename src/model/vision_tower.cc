@@ -4,6 +4,7 @@
 
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/weight_rows.h"
+#include "base/bf16.h"
 #include "base/error.h"
 #include "base/thread_pool.h"
 
@@ -15,9 +16,15 @@ using backend::cpu::dot;
 using backend::cpu::matmul;
 using backend::cpu::weight_at;
 
-// y = x · W^T + b: [m, in] -> [m, out].
-std::vector<float> linear(const float* x, int64_t m, const VisionLinear& l) {
+// y = x · W^T + b: [m, in] -> [m, out], x first rounded to BF16 under VisionRounding::linear_inputs_bf16.
+std::vector<float> linear(const float* x, int64_t m, const VisionLinear& l, VisionRounding rounding) {
   std::vector<float> y(static_cast<size_t>(m * l.weight.rows));
+  std::vector<float> rounded;
+  if (rounding == VisionRounding::linear_inputs_bf16) {
+    rounded.assign(x, x + m * l.weight.cols);
+    for (float& v : rounded) v = round_to_bf16(v);
+    x = rounded.data();
+  }
   matmul(x, m, l.weight, y.data());
   const int64_t n = l.weight.rows;
   std::vector<float> bias(static_cast<size_t>(n));
@@ -89,40 +96,41 @@ void frame_attention(const float* qkv, int64_t n, int64_t frame_rows, int64_t he
 }
 
 void block_forward(const VisionConfig& c, const VisionBlockWeights& b, const VisionRotary& rope, int64_t frame_rows,
-                   int64_t n, std::vector<float>& x) {
+                   int64_t n, VisionRounding rounding, std::vector<float>& x) {
   const int64_t hidden = c.hidden_size, heads = c.num_heads, d = c.head_dim();
   // Attention.
   std::vector<float> y = layer_norm(x.data(), n, hidden, b.norm1, c.layer_norm_eps);
-  std::vector<float> qkv = linear(y.data(), n, b.qkv);  // [n, 3 * hidden]
+  std::vector<float> qkv = linear(y.data(), n, b.qkv, rounding);  // [n, 3 * hidden]
   for (int64_t i = 0; i < n; ++i)
     for (int64_t h = 0; h < heads; ++h)
       for (const int64_t part : {int64_t{0}, hidden})  // q, then k
         apply_vision_rotary(rope.cos.data() + i * d, rope.sin.data() + i * d, d,
                             qkv.data() + i * 3 * hidden + part + h * d);
   frame_attention(qkv.data(), n, frame_rows, heads, d, y.data());
-  std::vector<float> a = linear(y.data(), n, b.proj);
+  std::vector<float> a = linear(y.data(), n, b.proj, rounding);
   for (size_t i = 0; i < x.size(); ++i) x[i] += a[i];
   // MLP.
   y = layer_norm(x.data(), n, hidden, b.norm2, c.layer_norm_eps);
-  std::vector<float> f = linear(y.data(), n, b.fc1);
+  std::vector<float> f = linear(y.data(), n, b.fc1, rounding);
   for (float& v : f) v = gelu_tanh(v);
-  a = linear(f.data(), n, b.fc2);
+  a = linear(f.data(), n, b.fc2, rounding);
   for (size_t i = 0; i < x.size(); ++i) x[i] += a[i];
 }
 
 }  // namespace
 
 std::vector<float> vision_forward(const VisionConfig& c, const VisionWeights& w, const float* pixel_values,
-                                  const VisionGrid& grid, VisionTrace* trace) {
+                                  const VisionGrid& grid, VisionTrace* trace, VisionRounding rounding) {
   check_vision_grid(c, grid);
   VisionPatchPlaces places;
   places.table = patch_positions(grid, c.spatial_merge_size);
   places.rotary = places.table;
-  return vision_forward_at(c, w, pixel_values, grid, places, trace);
+  return vision_forward_at(c, w, pixel_values, grid, places, trace, rounding);
 }
 
 std::vector<float> vision_forward_at(const VisionConfig& c, const VisionWeights& w, const float* pixel_values,
-                                     const VisionGrid& grid, const VisionPatchPlaces& places, VisionTrace* trace) {
+                                     const VisionGrid& grid, const VisionPatchPlaces& places, VisionTrace* trace,
+                                     VisionRounding rounding) {
   check_vision_grid(c, grid);
   const int64_t n = grid.patches(), hidden = c.hidden_size;
   if (static_cast<int64_t>(places.table.size()) != n || static_cast<int64_t>(places.rotary.size()) != n)
@@ -130,20 +138,20 @@ std::vector<float> vision_forward_at(const VisionConfig& c, const VisionWeights&
   if (static_cast<int64_t>(w.blocks.size()) != c.depth)
     fail("vision tower: {} blocks bound, config says {}", w.blocks.size(), c.depth);
 
-  std::vector<float> x = linear(pixel_values, n, w.patch_embed);  // [n, hidden]
+  std::vector<float> x = linear(pixel_values, n, w.patch_embed, rounding);  // [n, hidden]
   if (trace != nullptr) trace->patch_embed = x;
   add_position_embedding(c, w.pos_embed, grid, places.table, x.data());
   if (trace != nullptr) trace->pos_added = x;
 
   const VisionRotary rope = vision_rotary(c, places.rotary);
-  for (const auto& block : w.blocks) block_forward(c, block, rope, grid.h * grid.w, n, x);
+  for (const auto& block : w.blocks) block_forward(c, block, rope, grid.h * grid.w, n, rounding, x);
 
   // Merger: LayerNorm per patch, the 2x2 group's four rows side by side, fc1, exact GELU, fc2.
   const std::vector<float> y = layer_norm(x.data(), n, hidden, w.merger_norm, c.layer_norm_eps);
   const int64_t tokens = n / c.merge_group();
-  std::vector<float> f = linear(y.data(), tokens, w.merger_fc1);
+  std::vector<float> f = linear(y.data(), tokens, w.merger_fc1, rounding);
   for (float& v : f) v = gelu_erf(v);
-  return linear(f.data(), tokens, w.merger_fc2);
+  return linear(f.data(), tokens, w.merger_fc2, rounding);
 }
 
 }  // namespace duet::model

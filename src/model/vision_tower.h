@@ -25,6 +25,12 @@ struct VisionTrace {
   std::vector<float> pos_added;    // [N, hidden] the input of block 0
 };
 
+// Where the forward rounds. none: nowhere, fp32 throughout (transformers FP32's arithmetic). linear_inputs_bf16: the
+// input of every linear layer (the pixel values, the LayerNorms' outputs, the attention's output, the GELUs' outputs)
+// rounded to BF16, nearest even, and nothing else: exactly where the device tower (model/cuda/device_vision_tower.h)
+// rounds to feed its BF16 GEMMs, so tests measure the GPU against this as BF16's yardstick.
+enum class VisionRounding { none, linear_inputs_bf16 };
+
 // Where each patch is for the position table and for the rotary angles: both patch_positions(grid) in the forward;
 // tests plant other ones (a transposed order, 1-D positions) to show the output depends on them.
 struct VisionPatchPlaces {
@@ -34,11 +40,12 @@ struct VisionPatchPlaces {
 
 // One image. Throws duet::Error on a grid the config cannot take.
 std::vector<float> vision_forward(const VisionConfig& config, const VisionWeights& weights, const float* pixel_values,
-                                  const VisionGrid& grid, VisionTrace* trace = nullptr);
+                                  const VisionGrid& grid, VisionTrace* trace = nullptr,
+                                  VisionRounding rounding = VisionRounding::none);
 
 // The same with the patch places given (vision_forward passes patch_positions(grid) for both).
 std::vector<float> vision_forward_at(const VisionConfig& config, const VisionWeights& weights,
                                      const float* pixel_values, const VisionGrid& grid, const VisionPatchPlaces& places,
-                                     VisionTrace* trace = nullptr);
+                                     VisionTrace* trace = nullptr, VisionRounding rounding = VisionRounding::none);
 
 }  // namespace duet::model

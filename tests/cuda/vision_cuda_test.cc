@@ -1,17 +1,20 @@
-// Images on the CUDA backend (docs/vision.md 4-5, issue 21): tiny-vl's prompts with images, fed exactly as
-// model_vision_lm_test feeds the CPU (tests/model/vision_prompts.h: src/image, duet's tower on the host, 3-D
-// positions and the rope delta from model/mrope.h), through the GPU's M-RoPE (attention_prep.cu reading the step's
-// row_rope) and write_rows, against transformers FP32 (tools/make_vision_fixtures.py).
+// Images on the CUDA backend (docs/vision.md 4-5, issue 21): tiny-vl's prompts with images, fed as a server on the GPU
+// feeds them (tests/model/vision_prompts.h: src/image, the image rows from the vision tower on the GPU through
+// VisionModel::use_device, 3-D positions and the rope delta from model/mrope.h), through the GPU's M-RoPE
+// (attention_prep.cu reading the step's row_rope) and write_rows, against transformers FP32
+// (tools/make_vision_fixtures.py). The CPU's runs are fed as model_vision_lm_test feeds them: duet's tower on the host,
+// in fp32, so that the CPU stands for transformers FP32 end to end.
 //
 // Why two measures. The GPU's rows carry BF16 rounding: on these tiny random models about 0.02 mean |error| per
 // value (model_cuda_test's text goldens), as large as what the positions themselves change (the 1-D control moves the
 // FP32 rows by 0.025 mean |error|, the swapped streams by 0.005-0.01). So:
 //  1. Fidelity, with model_cuda_test's slack: the GPU's rows of a prompt with images are within 1.25x of transformers
 //     FP32 of what the GPU's text path gets on the same prompt read as text (1-D positions, no delta) against the
-//     CPU's FP32 rows of that run (the CPU's text path is transformers' within 1e-4, golden_test): no transformers
-//     BF16 goldens exist for images, and the two runs share every bit up to tiny-vl's one attention layer (its
-//     last), so this is the BF16 yardstick of this very prompt. Control: the image rows in transposed token order
-//     (write_rows placing rows wrongly) fails it by far.
+//     CPU's FP32 rows of that run (the CPU's text path and tower are transformers' within 1e-4, golden_test and
+//     model_vision_test; the GPU's run has the GPU tower's rows, so the yardstick holds the tower's BF16 rounding
+//     too): no transformers BF16 goldens exist for images, and the two GPU runs share every bit up to tiny-vl's one
+//     attention layer (its last), so this is the BF16 yardstick of this very prompt. Control: the image rows in
+//     transposed token order (write_rows placing rows wrongly) fails it by far.
 //  2. The positions' effect, where BF16 noise cancels: the GPU's rows with 3-D positions minus its rows of the same
 //     prompt read as text, against transformers FP32's rows minus the CPU's text-path rows. Everything before the
 //     attention layer is bit-identical in the two GPU runs, so what is left is the rotation's effect and the rounding
@@ -87,12 +90,18 @@ class CudaVision : public ::testing::Test {
     cuda_ = Model::load(fixture_->model_dir(), "cuda");
     cpu_ = Model::load(fixture_->model_dir(), "cpu");
     ASSERT_TRUE(cuda_->reads_images()) << "the cuda backend must apply M-RoPE";
+    gpu_tower_ = VisionModel::load(fixture_->model_dir(), cuda_->config().hidden_size);
+    gpu_tower_->use_device(4096);  // as `duet serve --backend cuda` does (sized for every fixture image)
     fed_ = fixture_->goldens().i32("decode.fed");
     greedy_.temperature = 0.0f;
     greedy_.top_logprobs = 0;
   }
 
+  // The prompt as the GPU's runs read it (the image rows from the GPU tower) and as the CPU's do (its host tower).
   VisionPrompt prompt(const VisionPromptImages& which, VisionPlant plant) const {
+    return fixture_->prompt(which.label, which.images, plant, gpu_tower_.get());
+  }
+  VisionPrompt cpu_prompt(const VisionPromptImages& which, VisionPlant plant) const {
     return fixture_->prompt(which.label, which.images, plant);
   }
   // Every pair of every token reads its time stream: M-RoPE with the streams ignored.
@@ -136,6 +145,7 @@ class CudaVision : public ::testing::Test {
 
   std::unique_ptr<testing::VisionFixture> fixture_;
   std::unique_ptr<Model> cuda_, cpu_;
+  std::unique_ptr<VisionModel> gpu_tower_;
   std::vector<int32_t> fed_;
   backend::SampleSpec greedy_;
 };
@@ -162,7 +172,7 @@ class CudaVisionMeasured : public CudaVision {
       const std::vector<int32_t> fed = decode ? fed_ : std::vector<int32_t>{};
       const PromptRun gpu = run(*cuda_, prompt(which, VisionPlant::none), fed, true, RowOutput::sampled);
       const PromptRun gpu_text = run(*cuda_, prompt(which, VisionPlant::positions_1d), fed, false, RowOutput::sampled);
-      const PromptRun cpu_text = run(*cpu_, prompt(which, VisionPlant::positions_1d), fed, false, RowOutput::none);
+      const PromptRun cpu_text = run(*cpu_, cpu_prompt(which, VisionPlant::positions_1d), fed, false, RowOutput::none);
       const PromptRun transposed =
           run(*cuda_, prompt(which, VisionPlant::transposed_rows), fed, true, RowOutput::sampled);
       const PromptRun swapped = run(*cuda_, prompt(which, VisionPlant::swapped_streams), fed, true, RowOutput::sampled);
@@ -231,9 +241,10 @@ TEST_F(CudaVisionMeasured, PositionsMoveTheRowsAsTheyMoveTransformers) {
 // by more than 0.25 logits the GPU picks it, and elsewhere a token within 0.25 of it (a near tie of a random model).
 // FP32's logits are the CPU backend's, whose top-1 is each of transformers' greedy tokens (checked here).
 TEST_F(CudaVision, GreedyTokensAfterAnImageAreTransformersWhereFp32Decides) {
-  const VisionPrompt p = prompt(testing::vision_decode_prompt(), VisionPlant::none);
-  const PromptRun gpu = run(*cuda_, p, fed_, true, RowOutput::sampled);
-  const PromptRun cpu = run(*cpu_, p, fed_, true, RowOutput::last_logits);
+  const PromptRun gpu =
+      run(*cuda_, prompt(testing::vision_decode_prompt(), VisionPlant::none), fed_, true, RowOutput::sampled);
+  const PromptRun cpu =
+      run(*cpu_, cpu_prompt(testing::vision_decode_prompt(), VisionPlant::none), fed_, true, RowOutput::last_logits);
   ASSERT_EQ(gpu.tokens.size(), fed_.size() + 1);
   ASSERT_EQ(cpu.logits.size(), fed_.size() + 1);
   int decided = 0;

@@ -5,6 +5,8 @@
 // committed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/weight_rows.h"
 #include "checkpoint/checkpoint.h"
 #include "golden_fixtures.h"
 #include "image/patches.h"
@@ -109,6 +112,71 @@ TEST_F(VisionGolden, TowerIsTransformers) {
                 name.c_str(), static_cast<long long>(g.t), static_cast<long long>(g.h), static_cast<long long>(g.w),
                 patch, pos, embeds);
   }
+}
+
+double mean_abs_error(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size() || want.empty()) return INFINITY;
+  double sum = 0;
+  for (size_t i = 0; i < got.size(); ++i) sum += std::fabs(static_cast<double>(got[i]) - want[i]);
+  return sum / static_cast<double>(got.size());
+}
+
+// The BF16 yardstick the GPU tower is measured with (VisionRounding::linear_inputs_bf16, cuda_vision_tower_cuda_test):
+// it is off transformers by a measurable amount, its patch embedding within BF16's per-element bound (2^-8 of
+// sum_k |x_k w_k|), and the GPU test's planted faults (the transposed patch order, 1-D rotary positions, block 0's
+// attention projection without its bias), made with the same rounding, are all beyond its 1.25x gate.
+TEST_F(VisionGolden, Bf16YardstickSeesThePlantedFaults) {
+  const VisionConfig config = VisionConfig::load(model_ + "/config.json");
+  const auto checkpoint = checkpoint::Checkpoint::open(model_);
+  size_t bytes = 0;
+  WeightBinder bind(checkpoint, bytes);
+  const VisionWeights weights = bind_vision_weights(bind, config);
+  VisionWeights no_bias = weights;
+  const std::vector<float> zeros(static_cast<size_t>(config.hidden_size), 0.0f);
+  no_bias.blocks[0].proj.bias = {backend::WeightType::f32, zeros.data(), 1, config.hidden_size};
+  const int64_t h = config.hidden_size, k = config.patch_row_size();
+  std::vector<float> w(static_cast<size_t>(h * k));
+  for (int64_t i = 0; i < h * k; ++i)
+    w[static_cast<size_t>(i)] = backend::cpu::weight_at(weights.patch_embed.weight, i);
+  constexpr auto kRound = VisionRounding::linear_inputs_bf16;
+  double yardstick = 0, transposed = 0, one_d = 0, bias = 0;
+  for (const std::string& name : images_) {
+    const image::Patches p = patches(name);
+    const VisionGrid g{p.grid_t, p.grid_h, p.grid_w};
+    VisionTrace trace;
+    const auto golden = f32("tower." + name + ".embeds");
+    yardstick += mean_abs_error(vision_forward(config, weights, p.values.data(), g, &trace, kRound), golden);
+    const auto right = patch_positions(g, config.spatial_merge_size);
+    std::vector<PatchPosition> t, line;
+    for (const auto& q : patch_positions({g.t, g.w, g.h}, 2)) t.push_back({q.col, q.row});
+    for (int64_t i = 0; i < g.patches(); ++i) line.push_back({i, i});
+    transposed +=
+        mean_abs_error(vision_forward_at(config, weights, p.values.data(), g, {t, t}, nullptr, kRound), golden);
+    one_d +=
+        mean_abs_error(vision_forward_at(config, weights, p.values.data(), g, {right, line}, nullptr, kRound), golden);
+    bias += mean_abs_error(vision_forward(config, no_bias, p.values.data(), g, nullptr, kRound), golden);
+    const auto golden_patch = f32("tower." + name + ".patch_embed");
+    int64_t over = 0;
+    double worst = 0;
+    for (int64_t r = 0; r < g.patches(); ++r)
+      for (int64_t j = 0; j < h; ++j) {
+        double magnitude = 0;
+        for (int64_t c = 0; c < k; ++c) magnitude += std::fabs(static_cast<double>(p.values[r * k + c]) * w[j * k + c]);
+        const double bound = (std::ldexp(1.0, -8) + std::ldexp(1.0, -12)) * magnitude + 1e-6;
+        const double error = std::fabs(static_cast<double>(trace.patch_embed[r * h + j]) - golden_patch[r * h + j]);
+        over += error > bound ? 1 : 0;
+        worst = std::max(worst, error / bound);
+      }
+    EXPECT_EQ(over, 0) << name << ": the rounded patch embedding beyond BF16's bound (worst " << worst << " of it)";
+  }
+  std::printf(
+      "BF16 yardstick mean|err| %.4g; with it, transposed patch order %.4g, 1-D rotary positions %.4g, a "
+      "missing bias %.4g\n",
+      yardstick, transposed, one_d, bias);
+  EXPECT_GT(yardstick, 0.0);
+  EXPECT_GT(transposed, 1.25 * yardstick);
+  EXPECT_GT(one_d, 1.25 * yardstick);
+  EXPECT_GT(bias, 1.25 * yardstick);
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 #pragma once
 // The vision goldens' prompts (tools/make_vision_fixtures.py: `one`, `two` and `decode` on tiny-vl) as duet feeds them
 // to the language model: the encoded images under tests/fixtures/vision/images decoded and preprocessed by src/image,
-// each image's rows from duet's CPU tower, the 3-D positions and the rope delta from model/mrope.h; and the planted
-// faults the golden tests must catch. Shared by model_vision_lm_test (CPU) and cuda_vision_cuda_test (GPU).
+// each image's rows from duet's CPU tower (or a given VisionModel's: the GPU test's served path), the 3-D positions and
+// the rope delta from model/mrope.h; and the planted faults the golden tests must catch. Shared by model_vision_lm_test
+// (CPU) and cuda_vision_cuda_test (GPU).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include "image/smart_resize.h"
 #include "model/model.h"
 #include "model/mrope.h"
+#include "model/vision_model.h"
 #include "model/vision_tower.h"
 #include "model/weight_binder.h"
 
@@ -87,8 +89,9 @@ class VisionFixture {
   const Goldens& goldens() const { return goldens_; }
   const model::VisionConfig& config() const { return config_; }
 
-  // tests/fixtures/vision/images/<name>.*: decoded, resized and cut into patches by src/image, through duet's tower.
-  TowerImage tower(const std::string& name) const {
+  // tests/fixtures/vision/images/<name>.*: decoded, resized and cut into patches by src/image, through duet's host
+  // tower in fp32, or through `on` (a server's VisionModel, e.g. on the GPU) when given.
+  TowerImage tower(const std::string& name, const model::VisionModel* on = nullptr) const {
     std::string path;
     for (const char* ext : {".png", ".jpg", ".webp", ".gif"})
       if (const std::string p = fixture_path("vision/images/" + name + ext); std::filesystem::exists(p)) path = p;
@@ -100,12 +103,14 @@ class VisionFixture {
     const image::Patches patches = image::to_patches(image::resize_bicubic(decoded, size.width, size.height));
     TowerImage out;
     out.grid = model::VisionGrid{patches.grid_t, patches.grid_h, patches.grid_w};
-    out.rows = model::vision_forward(config_, weights_, patches.values.data(), out.grid);
+    out.rows = on != nullptr ? on->rows(patches.values, out.grid)
+                             : model::vision_forward(config_, weights_, patches.values.data(), out.grid);
     return out;
   }
 
-  // The golden prompt `label` reading `images`, with `plant` planted.
-  VisionPrompt prompt(const std::string& label, const std::vector<std::string>& images, VisionPlant plant) const {
+  // The golden prompt `label` reading `images`, with `plant` planted; the images' rows from tower(name, on).
+  VisionPrompt prompt(const std::string& label, const std::vector<std::string>& images, VisionPlant plant,
+                      const model::VisionModel* on = nullptr) const {
     const int64_t h = config_.out_hidden_size, image_token = config_.image_token_id;
     VisionPrompt p;
     p.ids = goldens_.i32(label + ".ids");
@@ -114,7 +119,7 @@ class VisionFixture {
     EXPECT_NE(grids, nullptr) << label;
     for (size_t i = 0; i < p.ids.size(); ++i) {
       if (p.ids[i] != image_token || (i > 0 && p.ids[i - 1] == p.ids[i])) continue;
-      const TowerImage image = tower(images.at(runs.size()));
+      const TowerImage image = tower(images.at(runs.size()), on);
       const int64_t* golden_grid = grids->data<int64_t>() + 3 * runs.size();  // a check of src/image, not an input
       EXPECT_EQ(image.grid.h, golden_grid[1]) << label;
       EXPECT_EQ(image.grid.w, golden_grid[2]) << label;
