@@ -8,7 +8,8 @@
 // Not a test: numbers for docs/benchmarks.md.
 //   bench_sampling [--only KIND SETTING ROWS]   (one line of the table, e.g. for ncu: --only flat "t0.7 top_p 0.9" 1)
 //   bench_sampling --logits FILE   (rows a real model produced: `DUET_DUMP_LOGITS=FILE:N duet serve ...` writes them;
-//                                   each row alone, the seeded settings at 16 draws each, binned and old, min/median/max)
+//                                   each row alone, the seeded settings at 16 draws each, binned and old,
+//                                   min/median/max)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -83,14 +84,15 @@ void print_margins(const float* v, int32_t vocab, const SamplingRowParams& p) {
   size_t ties = 0;
   for (size_t k = 1; k < keep + 2 && k < order.size(); ++k) ties += order[k].first == order[k - 1].first;
   const double u = static_cast<double>((([](uint64_t seed, int64_t position) {
-    auto mix = [](uint64_t x) {
-      x += 0x9e3779b97f4a7c15ULL;
-      x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-      x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-      return x ^ (x >> 31);
-    };
-    return mix(mix(seed) ^ static_cast<uint64_t>(position)) >> 11;
-  })(p.seed, p.position))) * 0x1.0p-53;
+                     auto mix = [](uint64_t x) {
+                       x += 0x9e3779b97f4a7c15ULL;
+                       x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+                       x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+                       return x ^ (x >> 31);
+                     };
+                     return mix(mix(seed) ^ static_cast<uint64_t>(position)) >> 11;
+                   })(p.seed, p.position))) *
+                   0x1.0p-53;
   double t2 = 0;
   for (size_t k = 0; k < keep; ++k) t2 += weight(k);
   double run = 0, draw_margin = INFINITY;
@@ -103,10 +105,11 @@ void print_margins(const float* v, int32_t vocab, const SamplingRowParams& p) {
       break;
     }
   }
-  std::printf("     cpu walk: keep %zu of %d (top_p %.3f, target %.6e of total %.6e), nearest running sum to the cut "
-              "%.3e relative; u %.17g drew position %zu (id %d), nearest running probability %.3e relative; equal "
-              "neighbours in the prefix %zu\n",
-              keep, vocab, p.top_p, target, total, cut_margin, u, drawn, order[drawn].second, draw_margin, ties);
+  std::printf(
+      "     cpu walk: keep %zu of %d (top_p %.3f, target %.6e of total %.6e), nearest running sum to the cut "
+      "%.3e relative; u %.17g drew position %zu (id %d), nearest running probability %.3e relative; equal "
+      "neighbours in the prefix %zu\n",
+      keep, vocab, p.top_p, target, total, cut_margin, u, drawn, order[drawn].second, draw_margin, ties);
 }
 
 int bench_real_rows(const char* file, int32_t vocab) {
@@ -117,7 +120,8 @@ int bench_real_rows(const char* file, int32_t vocab) {
   }
   std::vector<float> all;
   std::vector<float> row(static_cast<size_t>(vocab));
-  while (std::fread(row.data(), sizeof(float), row.size(), f) == row.size()) all.insert(all.end(), row.begin(), row.end());
+  while (std::fread(row.data(), sizeof(float), row.size(), f) == row.size())
+    all.insert(all.end(), row.begin(), row.end());
   std::fclose(f);
   const int32_t rows = static_cast<int32_t>(all.size() / vocab);
   // FILE.params (DUET_DUMP_SLOW_ROWS): each row's own parameters, replayed at its seed and position.
@@ -161,11 +165,11 @@ int bench_real_rows(const char* file, int32_t vocab) {
     check(cudaMemcpy(logits, v, sizeof(float) * vocab, cudaMemcpyHostToDevice), "logits");
     if (static_cast<size_t>(r) < recorded.size()) {
       const SamplingRowParams& p = recorded[static_cast<size_t>(r)];
-      std::printf("%4d %8.3f %8.4f  recorded: temperature %g top_k %d top_p %g min_p %g seed %llu position %lld "
-                  "top_logprobs %d penalties %d mask %lld\n",
-                  r, mx, sigma, p.temperature, p.top_k, p.top_p, p.min_p, static_cast<unsigned long long>(p.seed),
-                  static_cast<long long>(p.position), p.top_logprobs, p.penalty_count,
-                  static_cast<long long>(p.mask_offset));
+      std::printf(
+          "%4d %8.3f %8.4f  recorded: temperature %g top_k %d top_p %g min_p %g seed %llu position %lld "
+          "top_logprobs %d penalties %d mask %lld\n",
+          r, mx, sigma, p.temperature, p.top_k, p.top_p, p.min_p, static_cast<unsigned long long>(p.seed),
+          static_cast<long long>(p.position), p.top_logprobs, p.penalty_count, static_cast<long long>(p.mask_offset));
       for (const bool old : {false, true}) {
         SamplingRowParams q = p;
         q.penalty_count = 0;  // the entries were not recorded (the bench's seeded rows have none)
@@ -216,9 +220,9 @@ int bench_real_rows(const char* file, int32_t vocab) {
         }
         std::sort(times.begin(), times.end());
         std::sort(inside.begin(), inside.end());
-        std::printf("%4d %8.3f %8.4f  %-16s %-4s %8.1f %8.1f %8.1f %8.1f  %s\n", r, mx, sigma, s.name, old ? "old" : "bins",
-                    times.front(), times[times.size() / 2], times.back(), inside[inside.size() / 2],
-                    paths(all_bits).c_str());
+        std::printf("%4d %8.3f %8.4f  %-16s %-4s %8.1f %8.1f %8.1f %8.1f  %s\n", r, mx, sigma, s.name,
+                    old ? "old" : "bins", times.front(), times[times.size() / 2], times.back(),
+                    inside[inside.size() / 2], paths(all_bits).c_str());
       }
     }
   }

@@ -992,9 +992,9 @@ class CudaBackend final : public Backend {
     return *it->second;
   }
 
-  OpTimer timer_;          // DUET_PROFILE=1: GPU time per operation, printed at exit
-  LogitsDump logits_dump_{"DUET_DUMP_LOGITS"};  // the first N sampled rows' logits, for bench_sampling --logits
-  LogitsDump slow_rows_{"DUET_DUMP_SLOW_ROWS"};  // rows only the stream path decided, with their parameters
+  OpTimer timer_;                                      // DUET_PROFILE=1: GPU time per operation, printed at exit
+  LogitsDump logits_dump_{"DUET_DUMP_LOGITS"};         // the first N sampled rows' logits, for bench_sampling --logits
+  LogitsDump slow_rows_{"DUET_DUMP_SLOW_ROWS"};        // rows only the stream path decided, with their parameters
   std::vector<SamplingRowParams> sample_params_host_;  // this step's, kept only for slow_rows_
   SamplingPaths paths_;    // DUET_SAMPLING_PATHS=1: how the sampler decided its rows, printed at exit
   StepGaps gaps_;          // DUET_STEP_GAPS=1: the host's share of a step's wall time, printed at exit

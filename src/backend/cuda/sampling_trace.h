@@ -2,9 +2,9 @@
 // A hang locator for sampling.cu, off unless the file is compiled with -DDUET_SAMPLING_TRACE (tests/cuda builds a
 // separate test binary so; production never). A kernel stuck at a barrier cannot be inspected with CUDA calls (they
 // wait behind it), so every thread records, in host-mapped memory that the host reads while the kernel is stuck, the
-// source line of the last block barrier (block_sync) it entered, the line and kind of the last cluster barrier half it entered,
-// and how many of either it has entered. Threads that wait at different lines, or blocks of a cluster whose cluster
-// barrier counts differ, name the unbalanced path. Device code for sampling.cu only (one translation unit).
+// source line of the last block barrier (block_sync) it entered, the line and kind of the last cluster barrier half it
+// entered, and how many of either it has entered. Threads that wait at different lines, or blocks of a cluster whose
+// cluster barrier counts differ, name the unbalanced path. Device code for sampling.cu only (one translation unit).
 #ifdef DUET_SAMPLING_TRACE
 #include <cuda_runtime.h>
 
