@@ -24,6 +24,32 @@ bool device_head_wanted() {
   return value == nullptr || std::string_view(value) != "0";
 }
 
+AttentionFold attention_fold_from_env() {
+  const char* value = std::getenv("DUET_HEAD_FOLD");
+  if (value == nullptr) return AttentionFold::by_cost;
+  if (std::string_view(value) == "0") return AttentionFold::never;
+  if (std::string_view(value) == "1") return AttentionFold::always;
+  return AttentionFold::by_cost;
+}
+
+bool attention_folds(AttentionFold fold, int64_t queries, int64_t heads, int64_t width) {
+  switch (fold) {
+    case AttentionFold::never:
+      return false;
+    case AttentionFold::always:
+    case AttentionFold::always_without_value_bias:
+      return true;
+    case AttentionFold::by_cost:
+      break;
+  }
+  // Unfolded: 2 nm w^2 multiply-adds for the keys and values, then the kernel's 2 nm nq w; folded: 2 nm (nq heads) w
+  // for the scores and the weighted sums of the rows, and about nq w^2 + nq w^2 for u and the value heads, which do
+  // not grow with nm. Leading terms: folding pays when nq heads < w. (With the unfolded kernel's own work counted,
+  // the bound is nq (heads - 1) < w: up to 68 queries rather than 63 for the gate's head; the rule keeps the simpler,
+  // safer side. How fast each path's kernels run moves the real crossover: DUET_HEAD_FOLD=1 measures it.)
+  return queries * heads < width;
+}
+
 namespace {
 
 // Every tensor of the head laid out in one host array, then uploaded at once: offsets now, pointers after.
@@ -132,8 +158,8 @@ class StageTimer {
     check_cuda(cudaEventRecord(event, stream_), "joint head: profile event");
     marks_.emplace_back(name, event);
   }
-  // After the stream has synchronised.
-  void log(int64_t rows, int64_t options) const {
+  // After the stream has synchronised; `folded` of `attentions` over the memory rows took the folded path.
+  void log(int64_t rows, int64_t options, int folded, int attentions) const {
     if (!on_ || marks_.size() < 2) return;
     std::string line;
     for (size_t i = 1; i < marks_.size(); ++i) {
@@ -141,7 +167,8 @@ class StageTimer {
       cudaEventElapsedTime(&ms, marks_[i - 1].second, marks_[i].second);
       line += fmt::format(" {} {:.2f}", marks_[i].first, ms);
     }
-    log_info("joint head on the device: {} rows, {} options; ms:{}", rows, options, line);
+    log_info("joint head on the device: {} rows, {} options; ms:{}; folded attentions {} of {}", rows, options, line,
+             folded, attentions);
   }
 
  private:
@@ -156,6 +183,8 @@ struct HeadRun {
   int32_t width, heads;
   cudaStream_t stream;
   StreamArena& arena;
+  AttentionFold fold;
+  int folded = 0, attentions = 0;  // the attentions over memory rows, and how many of them were folded
 
   float* linear(const float* x, int64_t rows, const DeviceLinear& l, bool gelu = false) {
     float* y = arena.get<float>(rows * l.out);
@@ -178,6 +207,32 @@ struct HeadRun {
     launch_attention(q, static_cast<int32_t>(nq), k, v, static_cast<int32_t>(nm), width, heads, mixed, stream);
     arena.release(k);  // [nm, w] each: a long prompt's keys and values are the run's largest buffers
     arena.release(v);
+    return linear(mixed, nq, a.out);
+  }
+  // The same over the memory rows (the routing's and the decoder's cross-attention): folded where
+  // attention_folds() says so. The folded path's scratch (R = nq heads): scores [nm, R], the chunks' partial sums
+  // (at most about nm w / 2) and a few [R, w]: with R < w less than the unfolded path's keys and values [nm, 2w].
+  float* memory_attention(const float* query, int64_t nq, const float* memory, int64_t nm, const DeviceAttention& a) {
+    ++attentions;
+    if (!attention_folds(fold, nq, heads, width)) return attention(query, nq, memory, nm, a);
+    ++folded;
+    const float* q = linear(query, nq, a.query);
+    const FoldedAttention folded_attention{
+        .q = q,
+        .queries = static_cast<int32_t>(nq),
+        .memory = memory,
+        .rows = static_cast<int32_t>(nm),
+        .key_weight = a.key.weight,
+        .key_bias = a.key.bias,
+        .value_weight = a.value.weight,
+        .value_bias = fold == AttentionFold::always_without_value_bias ? nullptr : a.value.bias,
+        .width = width,
+        .heads = heads};
+    auto* scratch = arena.get<unsigned char>(static_cast<int64_t>(
+        folded_attention_scratch_bytes(static_cast<int32_t>(nq), static_cast<int32_t>(nm), width, heads)));
+    float* mixed = arena.get<float>(nq * width);
+    launch_folded_attention(folded_attention, scratch, mixed, stream);
+    arena.release(scratch);
     return linear(mixed, nq, a.out);
   }
 };
@@ -456,7 +511,7 @@ HeadOutput DeviceHeadSink::run() {
     StageTimer timer(stream);
     check_cuda(cudaStreamWaitEvent(stream, rows_done_, 0), "joint head: wait for the rows");
     timer.mark("start");
-    HeadRun run{w, static_cast<int32_t>(width), static_cast<int32_t>(head.config().heads), stream, arena};
+    HeadRun run{w, static_cast<int32_t>(width), static_cast<int32_t>(head.config().heads), stream, arena, fold_};
     const int32_t* owner = arena.upload<int32_t>(layout_.owner);
     const int32_t* types = arena.upload<int32_t>(layout_.question_types);
     const int32_t* sizes = arena.upload<int32_t>(layout_.sizes);
@@ -478,7 +533,7 @@ HeadOutput DeviceHeadSink::run() {
     // Routing
     for (const DeviceEvidenceLayer& layer : w.evidence_layers) {
       const float* memory = run.layer_norm(memory_, L, layer.memory_norm);
-      run.add(r, run.attention(run.layer_norm(r, N, layer.query_norm), N, memory, L, layer.attention), N);
+      run.add(r, run.memory_attention(run.layer_norm(r, N, layer.query_norm), N, memory, L, layer.attention), N);
       arena.release(memory);
       const float* hidden = run.linear(run.layer_norm(r, N, layer.feedforward_norm), N, layer.feedforward_in, true);
       run.add(r, run.linear(hidden, N, layer.feedforward_out), N);
@@ -501,7 +556,7 @@ HeadOutput DeviceHeadSink::run() {
     for (const DeviceDecoderLayer& layer : w.layers) {
       const float* x = run.layer_norm(f, Q, layer.norm1);
       run.add(f, run.attention(x, Q, x, Q, layer.self_attention), Q);
-      run.add(f, run.attention(run.layer_norm(f, Q, layer.norm2), Q, memory_, L, layer.cross_attention), Q);
+      run.add(f, run.memory_attention(run.layer_norm(f, Q, layer.norm2), Q, memory_, L, layer.cross_attention), Q);
       const float* hidden = run.linear(run.layer_norm(f, Q, layer.norm3), Q, layer.linear1, true);
       run.add(f, run.linear(hidden, Q, layer.linear2), Q);
     }
@@ -536,7 +591,8 @@ HeadOutput DeviceHeadSink::run() {
                "joint head: logits down");
     timer.mark("scores");
     check_cuda(cudaStreamSynchronize(stream), "joint head");
-    timer.log(L, N);
+    timer.log(L, N, run.folded, run.attentions);
+    folded_ = {run.folded, run.attentions};
     out.logits.assign(values.begin(), values.begin() + N);
     out.prior.assign(values.begin() + N, values.begin() + 2 * N);
     out.joint.assign(values.begin() + 2 * N, values.end());

@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -81,6 +82,22 @@ class DeviceJointHead {
 
 class DeviceDecisionPrefix;
 
+// How the head's attentions over the memory rows (the routing layers' and the decoder's cross-attention) take their
+// keys and values. Unfolded: every memory row projected, K = M W_k^T + b_k and V = M W_v^T + b_v (2 nm w^2
+// multiply-adds), then launch_attention. Folded (head_kernels.h, launch_folded_attention): the projections moved onto
+// the queries, about 2 nq heads nm w. The rule (by_cost): fold when nq * heads < w (for the gate's head, 16 heads of
+// 64: fewer than 64 queries), i.e. the decoder's questions, and routing only with fewer than 64 options. The decoder's
+// self-attention (nm = nq) is never folded. The two paths differ by fp32 rounding only.
+enum class AttentionFold {
+  by_cost,                    // the default
+  never,                      // DUET_HEAD_FOLD=0: every memory row projected, as before the fold
+  always,                     // DUET_HEAD_FOLD=1: folded whatever nq (measurements)
+  always_without_value_bias,  // tests only, a planted fault: folded with the value bias left out
+};
+// DUET_HEAD_FOLD: 0 never, 1 always; unset or anything else by_cost.
+AttentionFold attention_fold_from_env();
+bool attention_folds(AttentionFold fold, int64_t queries, int64_t heads, int64_t width);
+
 // One decision on the device: an engine::DecisionSink whose rows the model hands over on the device
 // (device_rows()), and whose finish() runs the head there.
 class DeviceHeadSink final : public engine::DecisionSink, public backend::RowConsumer {
@@ -110,6 +127,11 @@ class DeviceHeadSink final : public engine::DecisionSink, public backend::RowCon
   HeadOutput run();
   bool complete() const { return seen_ == layout_.length; }
 
+  // The fold of the attentions over the memory rows (DUET_HEAD_FOLD when the sink was made); tests set it. After
+  // run(): how many of those attentions it folded, of how many.
+  void set_attention_fold(AttentionFold fold) { fold_ = fold; }
+  std::pair<int, int> folded_attentions() const { return folded_; }
+
  private:
   void allocate(cudaStream_t stream);
   void release(cudaStream_t stream);
@@ -122,6 +144,8 @@ class DeviceHeadSink final : public engine::DecisionSink, public backend::RowCon
   SpanLayout layout_;
   int64_t hidden_, width_;
   int64_t seen_ = 0;
+  AttentionFold fold_ = attention_fold_from_env();
+  std::pair<int, int> folded_{0, 0};
   std::string error_;                                      // the first refusal while taking rows, thrown by finish()
   cudaStream_t rows_stream_ = nullptr;                     // where the buffers below were made and last written
   cudaEvent_t rows_done_ = nullptr;                        // recorded after each chunk's work

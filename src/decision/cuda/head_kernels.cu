@@ -6,10 +6,12 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
 
 namespace duet::decision::cuda {
 
@@ -315,6 +317,173 @@ __global__ void __launch_bounds__(kThreads)
   logits[n] = __fadd_rn(prior, __fmul_rn(in.gate, joint));
 }
 
+// ---- The folded attention (head_kernels.h, launch_folded_attention). Rows r of U, columns of S^T and rows of Z are
+// (query, head) pairs, r = query * heads + head.
+
+constexpr int kFoldKeysQueries = 8;                           // queries a thread of folded_keys takes at once
+constexpr int kFoldColumns = 32, kFoldLanes = kThreads / 32;  // the softmax's blocks: 32 columns r x 8 row lanes
+constexpr int kFoldTile = 64, kFoldStep = 16;                 // folded_rows: 64 r x 64 columns, 16 rows a step
+
+// u[r, column] = sum_i q[query, head d + i] W_k[head d + i, column], the fma chain over i in order from +0 (a thread
+// per column and head, its queries 8 at a time); c[r] = q_h . b_k,h the same way (0 without a key bias).
+__global__ void __launch_bounds__(kThreads)
+    folded_keys_kernel(const float* q, int32_t nq, const float* wk, const float* bk, int32_t width, int32_t d,
+                       int32_t heads, float* u, float* c) {
+  const int32_t head = blockIdx.y, column = static_cast<int32_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t first = static_cast<int64_t>(head) * d;  // the head's rows of W_k, its columns of q
+  if (column < width)
+    for (int32_t q0 = 0; q0 < nq; q0 += kFoldKeysQueries) {
+      float acc[kFoldKeysQueries] = {};
+      for (int32_t i = 0; i < d; ++i) {
+        const float w = wk[(first + i) * width + column];
+#pragma unroll
+        for (int t = 0; t < kFoldKeysQueries; ++t)
+          if (q0 + t < nq) acc[t] = fmaf(q[static_cast<int64_t>(q0 + t) * width + first + i], w, acc[t]);
+      }
+#pragma unroll
+      for (int t = 0; t < kFoldKeysQueries; ++t)
+        if (q0 + t < nq) u[(static_cast<int64_t>(q0 + t) * heads + head) * width + column] = acc[t];
+    }
+  if (blockIdx.x != 0) return;
+  for (int32_t query = threadIdx.x; query < nq; query += kThreads) {
+    float dot = 0;
+    if (bk != nullptr)
+      for (int32_t i = 0; i < d; ++i)
+        dot = fmaf(q[static_cast<int64_t>(query) * width + first + i], bk[first + i], dot);
+    c[static_cast<int64_t>(query) * heads + head] = dot;
+  }
+}
+
+__device__ __forceinline__ float folded_score(float dot, float c, float scale) {
+  return __fmul_rn(__fadd_rn(dot, c), scale);
+}
+
+// Per chunk of rows and column r of S^T [nm, R]: the largest score. A warp reads 32 adjacent columns of a row; its
+// 8 warps take the chunk's rows 8 apart, then one thread per column takes their maxima.
+__global__ void __launch_bounds__(kThreads)
+    folded_max_kernel(const float* scores, int32_t nm, int32_t R, const float* c, float scale, int32_t chunk_rows,
+                      float* chunk_max) {
+  __shared__ float part[kFoldLanes][kFoldColumns];
+  const int32_t r = static_cast<int32_t>(blockIdx.x) * kFoldColumns + threadIdx.x, chunk = blockIdx.y;
+  const int32_t begin = chunk * chunk_rows, end = min(nm, begin + chunk_rows);
+  float top = -INFINITY;
+  if (r < R) {
+    const float cr = c[r];
+    for (int32_t j = begin + threadIdx.y; j < end; j += kFoldLanes)
+      top = fmaxf(top, folded_score(scores[static_cast<int64_t>(j) * R + r], cr, scale));
+  }
+  part[threadIdx.y][threadIdx.x] = top;
+  __syncthreads();
+  if (threadIdx.y != 0 || r >= R) return;
+  for (int i = 1; i < kFoldLanes; ++i) top = fmaxf(top, part[i][threadIdx.x]);
+  chunk_max[static_cast<int64_t>(chunk) * R + r] = top;
+}
+
+// The same walk: e_j = exp(s_j - max over every chunk), written over the score, and the chunk's sum of e in double
+// (each thread's rows in order, then the 8 warps' sums in warp order).
+__global__ void __launch_bounds__(kThreads)
+    folded_exp_kernel(float* scores, int32_t nm, int32_t R, const float* c, float scale, int32_t chunk_rows,
+                      int32_t chunks, const float* chunk_max, double* chunk_sum) {
+  __shared__ double part[kFoldLanes][kFoldColumns];
+  const int32_t r = static_cast<int32_t>(blockIdx.x) * kFoldColumns + threadIdx.x, chunk = blockIdx.y;
+  const int32_t begin = chunk * chunk_rows, end = min(nm, begin + chunk_rows);
+  double sum = 0;
+  if (r < R) {
+    float top = -INFINITY;
+    for (int32_t s = 0; s < chunks; ++s) top = fmaxf(top, chunk_max[static_cast<int64_t>(s) * R + r]);
+    const float cr = c[r];
+    for (int32_t j = begin + threadIdx.y; j < end; j += kFoldLanes) {
+      float* at = scores + static_cast<int64_t>(j) * R + r;
+      const float e = expf(__fsub_rn(folded_score(*at, cr, scale), top));
+      *at = e;
+      sum += e;
+    }
+  }
+  part[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y != 0 || r >= R) return;
+  double total = 0;
+  for (int i = 0; i < kFoldLanes; ++i) total += part[i][threadIdx.x];
+  chunk_sum[static_cast<int64_t>(chunk) * R + r] = total;
+}
+
+// partial[chunk, r, column] = sum over the chunk's rows j in order of e[j, r] m[j, column], one fma chain from +0:
+// 64 x 64 outputs a block (4 x 4 a thread), e [nm, R] and m [nm, w] staged 16 rows at a time. Rows past the chunk
+// are staged as zeros (fmaf(0, 0, acc) is acc).
+__global__ void __launch_bounds__(kThreads)
+    folded_rows_kernel(const float* e, int32_t R, const float* memory, int32_t nm, int32_t width, int32_t chunk_rows,
+                       float* partial) {
+  __shared__ float es[kFoldStep][kFoldTile + 4];
+  __shared__ float ms[kFoldStep][kFoldTile + 4];
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const int32_t c0 = static_cast<int32_t>(blockIdx.x) * kFoldTile, r0 = static_cast<int32_t>(blockIdx.y) * kFoldTile;
+  const int32_t chunk = blockIdx.z, begin = chunk * chunk_rows, end = min(nm, begin + chunk_rows);
+  float acc[4][4] = {};
+  for (int32_t j0 = begin; j0 < end; j0 += kFoldStep) {
+#pragma unroll
+    for (int s = 0; s < kFoldTile * kFoldStep / kThreads; ++s) {
+      const int idx = tid + s * kThreads, kk = idx / kFoldTile, col = idx % kFoldTile;
+      const int32_t j = j0 + kk;
+      const bool in = j < end;
+      es[kk][col] = in && r0 + col < R ? e[static_cast<int64_t>(j) * R + r0 + col] : 0.0f;
+      ms[kk][col] = in && c0 + col < width ? memory[static_cast<int64_t>(j) * width + c0 + col] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kFoldStep; ++kk) {
+      float a[4], b[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[i] = es[kk][ty * 4 + i], b[i] = ms[kk][tx * 4 + i];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) acc[i][jj] = fmaf(a[i], b[jj], acc[i][jj]);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      const int32_t r = r0 + ty * 4 + i, col = c0 + tx * 4 + jj;
+      if (r < R && col < width) partial[(static_cast<int64_t>(chunk) * R + r) * width + col] = acc[i][jj];
+    }
+}
+
+// z[r, column] = (the chunks' partial sums added in chunk order) * float(1 / the chunks' sums of e added in order).
+__global__ void folded_sum_kernel(const float* partial, const double* chunk_sum, int32_t chunks, int32_t R,
+                                  int32_t width, float* z) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x,
+                outputs = static_cast<int64_t>(R) * width;
+  if (i >= outputs) return;
+  const int64_t r = i / width;
+  double total = 0;
+  float value = 0;
+  for (int32_t s = 0; s < chunks; ++s) {
+    total += chunk_sum[static_cast<int64_t>(s) * R + r];
+    value = __fadd_rn(value, partial[s * outputs + i]);
+  }
+  z[i] = __fmul_rn(value, static_cast<float>(1.0 / total));
+}
+
+// out[query, column] = W_v[column, :] . z[query * heads + column / d, :] + b_v[column]: a warp per output, each lane's
+// fma chain over the columns lane, lane + 32, ..., then the warp's fixed shuffle tree.
+__global__ void __launch_bounds__(kThreads)
+    folded_values_kernel(const float* z, int32_t nq, int32_t heads, int32_t width, int32_t d, const float* wv,
+                         const float* bv, float* out) {
+  const int64_t output = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (output >= static_cast<int64_t>(nq) * width) return;  // whole warps
+  const int64_t query = output / width;
+  const auto column = static_cast<int32_t>(output % width);
+  const float* zr = z + (query * heads + column / d) * width;
+  const float* wr = wv + static_cast<int64_t>(column) * width;
+  float dot = 0;
+  for (int32_t k = lane; k < width; k += 32) dot = fmaf(wr[k], zr[k], dot);
+  dot = warp_sum(dot);
+  if (lane == 0) out[output] = bv != nullptr ? __fadd_rn(dot, bv[column]) : dot;
+}
+
 }  // namespace
 
 void launch_layer_norm(const float* x, int64_t rows, int32_t width, const float* weight, const float* bias, float* out,
@@ -373,6 +542,78 @@ void launch_attention(const float* q, int32_t nq, const float* k, const float* v
   attention_kernel<<<dim3(static_cast<unsigned>(nq), static_cast<unsigned>(heads)), kThreads, scores_bytes, stream>>>(
       q, k, v, nm, width, width / heads, out);
   check_launch("head attention");
+}
+
+namespace {
+// The folded attention's scratch: each part 256-byte aligned (the products' operands must be 16-byte aligned).
+struct FoldLayout {
+  int32_t R = 0, chunk_rows = 0, chunks = 0;
+  size_t u = 0, c = 0, scores = 0, chunk_max = 0, chunk_sum = 0, partial = 0, z = 0, bytes = 0;
+};
+FoldLayout fold_layout(int32_t queries, int32_t rows, int32_t width, int32_t heads) {
+  FoldLayout l;
+  l.R = queries * heads;
+  // Chunks of at least 2 R rows keep the partial sums [chunks, R, w] within about half the memory rows' size.
+  l.chunk_rows = static_cast<int32_t>(
+      std::max<int64_t>(1, (2 * static_cast<int64_t>(l.R) + kFoldChunkRows - 1) / kFoldChunkRows) * kFoldChunkRows);
+  l.chunks = (rows + l.chunk_rows - 1) / l.chunk_rows;
+  const auto R = static_cast<size_t>(l.R), w = static_cast<size_t>(width), chunks = static_cast<size_t>(l.chunks);
+  const auto take = [&](size_t bytes) {
+    const size_t at = l.bytes;
+    l.bytes += (bytes + 255) / 256 * 256;
+    return at;
+  };
+  l.u = take(R * w * sizeof(float));
+  l.c = take(R * sizeof(float));
+  l.scores = take(static_cast<size_t>(rows) * R * sizeof(float));
+  l.chunk_max = take(chunks * R * sizeof(float));
+  l.chunk_sum = take(chunks * R * sizeof(double));
+  l.partial = take(chunks * R * w * sizeof(float));
+  l.z = take(R * w * sizeof(float));
+  return l;
+}
+}  // namespace
+
+size_t folded_attention_scratch_bytes(int32_t queries, int32_t rows, int32_t width, int32_t heads) {
+  return fold_layout(queries, rows, width, heads).bytes;
+}
+
+void launch_folded_attention(const FoldedAttention& a, void* scratch, float* out, cudaStream_t stream) {
+  if (a.queries <= 0 || a.rows <= 0) return;
+  const FoldLayout l = fold_layout(a.queries, a.rows, a.width, a.heads);
+  auto* base = static_cast<char*>(scratch);
+  auto* u = reinterpret_cast<float*>(base + l.u);
+  auto* c = reinterpret_cast<float*>(base + l.c);
+  auto* scores = reinterpret_cast<float*>(base + l.scores);
+  auto* chunk_max = reinterpret_cast<float*>(base + l.chunk_max);
+  auto* chunk_sum = reinterpret_cast<double*>(base + l.chunk_sum);
+  auto* partial = reinterpret_cast<float*>(base + l.partial);
+  auto* z = reinterpret_cast<float*>(base + l.z);
+  const int32_t d = a.width / a.heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));  // launch_attention's, correctly rounded on both sides
+
+  folded_keys_kernel<<<dim3(grid_for(a.width), static_cast<unsigned>(a.heads)), kThreads, 0, stream>>>(
+      a.q, a.queries, a.key_weight, a.key_bias, a.width, d, a.heads, u, c);
+  check_launch("head folded_keys");
+  backend::cuda::launch_fp32_gemm(a.memory, a.rows, u, l.R, a.width, scores, stream);  // S^T [nm, R]
+  const dim3 columns(static_cast<unsigned>((l.R + kFoldColumns - 1) / kFoldColumns), static_cast<unsigned>(l.chunks));
+  const dim3 lanes(kFoldColumns, kFoldLanes);
+  folded_max_kernel<<<columns, lanes, 0, stream>>>(scores, a.rows, l.R, c, scale, l.chunk_rows, chunk_max);
+  check_launch("head folded_max");
+  folded_exp_kernel<<<columns, lanes, 0, stream>>>(scores, a.rows, l.R, c, scale, l.chunk_rows, l.chunks, chunk_max,
+                                                   chunk_sum);
+  check_launch("head folded_exp");
+  const dim3 tiles(static_cast<unsigned>((a.width + kFoldTile - 1) / kFoldTile),
+                   static_cast<unsigned>((l.R + kFoldTile - 1) / kFoldTile), static_cast<unsigned>(l.chunks));
+  folded_rows_kernel<<<tiles, kThreads, 0, stream>>>(scores, l.R, a.memory, a.rows, a.width, l.chunk_rows, partial);
+  check_launch("head folded_rows");
+  folded_sum_kernel<<<grid_for(static_cast<int64_t>(l.R) * a.width), kThreads, 0, stream>>>(partial, chunk_sum,
+                                                                                            l.chunks, l.R, a.width, z);
+  check_launch("head folded_sum");
+  const int64_t warps = static_cast<int64_t>(a.queries) * a.width;
+  folded_values_kernel<<<grid_for(warps * 32), kThreads, 0, stream>>>(z, a.queries, a.heads, a.width, d, a.value_weight,
+                                                                      a.value_bias, out);
+  check_launch("head folded_values");
 }
 
 void launch_span_sums(const float* normed, int32_t count, int32_t hidden, const int32_t* span_at, int64_t first,

@@ -29,6 +29,37 @@ int64_t attention_max_memory_rows();
 void launch_attention(const float* q, int32_t nq, const float* k, const float* v, int32_t nm, int32_t width,
                       int32_t heads, float* out, cudaStream_t stream);
 
+// The same core over memory rows m_j with the key and value projections folded into the queries instead of applied
+// to every row (device_head.cc chooses per call). For head h (d columns) of query row i, q_h its slice of q:
+//   u = W_k,h^T q_h (w values), c = q_h . b_k,h        a thread per (head, column), the fma chain over the d rows
+//   s_j = scale (u . m_j + c)                          launch_fp32_gemm: S^T [nm, R] = M U^T (R = nq heads rows
+//                                                      u, one fma chain over the w columns per score)
+//   e_j = exp(s_j - max_j s_j), sum_j e_j in double    over chunks of rows (kFoldChunkRows or more), chunks in order
+//   z = sum_j e_j m_j / sum_j e_j                      per chunk a 64 x 64 tile of (u, column) walking its rows in
+//                                                      order, the chunks' partial sums then added in chunk order
+//   out_h = W_v,h z + b_v,h                            a warp per output column: lanes' fma chains, then a fixed tree
+// which is softmax(scale q_h k_j) v_j with k_j = W_k,h m_j + b_k,h and v_j = W_v,h m_j + b_v,h up to fp32 rounding
+// (c is the same for every row j, so it cancels in the softmax; it is kept so the scores are the unfolded ones).
+// About 2 R nm w multiply-adds against the 2 nm w^2 of projecting every row (plus nm R w of the unfolded kernel).
+// Every sum is in an order fixed by (nq, nm, w, heads) alone, no atomics: a decision's output depends on its own
+// rows alone; a query's output depends on its own row and the memory rows alone (not on the other queries).
+constexpr int32_t kFoldChunkRows = 512;
+struct FoldedAttention {
+  const float* q = nullptr;  // [nq, w] the projected queries, bias added
+  int32_t queries = 0;
+  const float* memory = nullptr;  // [nm, w]
+  int32_t rows = 0;
+  const float* key_weight = nullptr;    // [w, w] (out, in)
+  const float* key_bias = nullptr;      // [w] or null
+  const float* value_weight = nullptr;  // [w, w]
+  const float* value_bias = nullptr;    // [w] or null
+  int32_t width = 0, heads = 0;
+};
+// The device scratch launch_folded_attention takes (the caller's, 256-byte aligned; free after the launch's work).
+size_t folded_attention_scratch_bytes(int32_t queries, int32_t rows, int32_t width, int32_t heads);
+// out [nq, w]: the heads' outputs side by side, as launch_attention's (the out projection is the caller's).
+void launch_folded_attention(const FoldedAttention& a, void* scratch, float* out, cudaStream_t stream);
+
 // A chunk's share of the span sums: for each of its rows r (positions first..first+count-1, in order), the row of
 // normed [count, h] is added in double to sums[span_at[first + r]] when that span is >= 0. One thread per column walks
 // the rows in position order, so the sums do not depend on where the prompt was cut.
