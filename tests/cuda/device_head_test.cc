@@ -3,7 +3,9 @@
 // probability of the independent fp32 PyTorch head (tools/decision_reference.py), as the host head is
 // (tests/decision/head_test.cc), and within a few ulps of the host head on the same rows. Also: the result does not
 // depend on how the rows were cut into chunks, nor on another decision's chunks and head running beside it, bit for
-// bit; a planted fault (two rows of an option's span swapped with state rows) fails the same check.
+// bit; a planted fault (two rows of an option's span swapped with state rows) fails the same check. The attentions over
+// the memory rows folded (AttentionFold) and unfolded: both meet the same bars, and they agree within 1e-5 with each
+// other; the folded path without its value bias (a planted fault) does not.
 #include "decision/cuda/device_head.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +14,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "../decision/decision_fixtures.h"
@@ -67,15 +70,22 @@ void feed(DeviceHeadSink& sink, const std::vector<float>& rows, int64_t hidden, 
   }
 }
 
-std::shared_ptr<DeviceHeadSink> sink_for(const Loaded& l, const Encoding& encoding) {
-  return std::static_pointer_cast<DeviceHeadSink>(l.device->new_sink(encoding));
+std::shared_ptr<DeviceHeadSink> sink_for(const Loaded& l, const Encoding& encoding,
+                                         AttentionFold fold = AttentionFold::by_cost) {
+  auto sink = std::static_pointer_cast<DeviceHeadSink>(l.device->new_sink(encoding));
+  sink->set_attention_fold(fold);
+  return sink;
 }
 
-HeadOutput device_head(const Loaded& l, const Encoding& encoding, const std::vector<float>& rows, int64_t chunk) {
-  auto sink = sink_for(l, encoding);
+// `folded`, when given: how many attentions over the memory rows the run folded, of how many.
+HeadOutput device_head(const Loaded& l, const Encoding& encoding, const std::vector<float>& rows, int64_t chunk,
+                       AttentionFold fold = AttentionFold::by_cost, std::pair<int, int>* folded = nullptr) {
+  auto sink = sink_for(l, encoding, fold);
   feed(*sink, rows, l.head->config().hidden_size, chunk, nullptr);
   EXPECT_TRUE(sink->complete());
-  return sink->run();
+  HeadOutput out = sink->run();
+  if (folded != nullptr) *folded = sink->folded_attentions();
+  return out;
 }
 
 HeadOutput host_head(const Loaded& l, const Encoding& encoding, const std::vector<float>& rows) {
@@ -105,8 +115,8 @@ struct Comparison {
   int cases = 0;
 };
 
-Comparison compare(const std::string& file,
-                   const std::function<void(std::vector<float>&, const Encoding&)>& plant = {}) {
+Comparison compare(const std::string& file, const std::function<void(std::vector<float>&, const Encoding&)>& plant = {},
+                   AttentionFold fold = AttentionFold::by_cost) {
   const Loaded& l = loaded(file);
   Comparison out;
   for (const auto& golden : decision_goldens(file).at("cases")) {
@@ -114,7 +124,7 @@ Comparison compare(const std::string& file,
     const Encoding encoding = encoding_of(file == "demo" ? golden.at("encoding") : golden);
     std::vector<float> rows = rows_of(file, golden.at("name"));
     if (plant) plant(rows, encoding);
-    const HeadOutput got = device_head(l, encoding, rows, 64);
+    const HeadOutput got = device_head(l, encoding, rows, 64, fold);
     const HeadOutput host = host_head(l, encoding, rows);
     const nlohmann::json& results = golden.at("results");
     out.golden_probability =
@@ -130,13 +140,26 @@ Comparison compare(const std::string& file,
   return out;
 }
 
-void expect_matches(const std::string& file, int min_cases) {
-  DUET_REQUIRE_GPU();
-  const Comparison c = compare(file);
+const char* fold_name(AttentionFold fold) {
+  switch (fold) {
+    case AttentionFold::by_cost:
+      return "by cost";
+    case AttentionFold::never:
+      return "never";
+    case AttentionFold::always:
+      return "always";
+    case AttentionFold::always_without_value_bias:
+      return "always, without the value bias (planted)";
+  }
+  return "?";
+}
+
+void expect_matches(const std::string& file, int min_cases, AttentionFold fold = AttentionFold::by_cost) {
+  const Comparison c = compare(file, {}, fold);
   std::printf(
-      "%s device head: %d requests, max |dp| %.3g against the golden head, max relative logit error %.3g; "
+      "%s device head (fold: %s): %d requests, max |dp| %.3g against the golden head, max relative logit error %.3g; "
       "against the host head on the same rows %.3g\n",
-      file.c_str(), c.cases, c.golden_probability, c.golden_logit, c.host_logit);
+      file.c_str(), fold_name(fold), c.cases, c.golden_probability, c.golden_logit, c.host_logit);
   EXPECT_GE(c.cases, min_cases);
   EXPECT_LE(c.golden_probability, kProbabilityTolerance);
   EXPECT_LE(c.golden_logit, 1e-5);
@@ -144,9 +167,108 @@ void expect_matches(const std::string& file, int min_cases) {
   EXPECT_LE(c.host_logit, 2e-5);
 }
 
-TEST(DeviceHead, DemoHeadOnGoldenRows) { expect_matches("demo", 13); }
+TEST(DeviceHead, DemoHeadOnGoldenRows) {
+  DUET_REQUIRE_GPU();
+  expect_matches("demo", 13);
+}
 
-TEST(DeviceHead, TinyClefHeadOnGoldenRows) { expect_matches("tiny-mm-clef", 6); }
+TEST(DeviceHead, TinyClefHeadOnGoldenRows) {
+  DUET_REQUIRE_GPU();
+  expect_matches("tiny-mm-clef", 6);
+}
+
+// The same bars with every attention over the memory rows folded, and with none (DUET_HEAD_FOLD=1 and =0).
+TEST(DeviceHead, EitherFoldOnGoldenRows) {
+  DUET_REQUIRE_GPU();
+  for (AttentionFold fold : {AttentionFold::always, AttentionFold::never}) {
+    expect_matches("demo", 13, fold);
+    expect_matches("tiny-mm-clef", 6, fold);
+  }
+}
+
+// The folded path against the unfolded one on the same rows: every option's probability within 1e-5, its logit,
+// prior and joint terms within 1e-5 relative (to max(1, |x|)).
+constexpr double kFoldTolerance = 1e-5;
+struct FoldDifference {
+  double probability = 0, logit = 0;
+  int cases = 0;
+  bool within() const { return cases > 0 && probability <= kFoldTolerance && logit <= kFoldTolerance; }
+};
+
+FoldDifference fold_difference(const std::string& file, AttentionFold fold) {
+  const Loaded& l = loaded(file);
+  const JointHeadConfig& config = l.head->config();
+  const int attentions = static_cast<int>(config.routing_layers + config.layers);
+  FoldDifference out;
+  for (const auto& golden : decision_goldens(file).at("cases")) {
+    if (file == "demo" && !golden.value("rows_stored", false)) continue;
+    const Encoding encoding = encoding_of(file == "demo" ? golden.at("encoding") : golden);
+    const std::vector<float> rows = rows_of(file, golden.at("name"));
+    std::pair<int, int> folded, unfolded;
+    const HeadOutput got = device_head(l, encoding, rows, 64, fold, &folded);
+    const HeadOutput want = device_head(l, encoding, rows, 64, AttentionFold::never, &unfolded);
+    EXPECT_EQ(folded, std::make_pair(attentions, attentions)) << golden.at("name");
+    EXPECT_EQ(unfolded, std::make_pair(0, attentions)) << golden.at("name");
+    out.probability = std::max(out.probability, max_difference(question_probabilities(got.logits, encoding),
+                                                               question_probabilities(want.logits, encoding)));
+    out.logit = std::max({out.logit, max_relative(got.logits, want.logits), max_relative(got.prior, want.prior),
+                          max_relative(got.joint, want.joint)});
+    ++out.cases;
+  }
+  std::printf("%s, fold %s against none: %d requests, max |dp| %.3g, max relative logit difference %.3g\n",
+              file.c_str(), fold_name(fold), out.cases, out.probability, out.logit);
+  return out;
+}
+
+TEST(DeviceHead, FoldedMatchesUnfolded) {
+  DUET_REQUIRE_GPU();
+  for (const std::string file : {"demo", "tiny-mm-clef"}) {
+    const FoldDifference d = fold_difference(file, AttentionFold::always);
+    EXPECT_GE(d.cases, 6) << file;
+    EXPECT_LE(d.probability, kFoldTolerance) << file;
+    EXPECT_LE(d.logit, kFoldTolerance) << file;
+  }
+}
+
+// The control: the folded path with the value bias left out (out_h = W_v,h z, its b_v,h dropped) fails the same
+// comparison on both heads.
+TEST(DeviceHead, AFoldWithoutTheValueBiasFailsTheSameCheck) {
+  DUET_REQUIRE_GPU();
+  for (const std::string file : {"demo", "tiny-mm-clef"})
+    EXPECT_FALSE(fold_difference(file, AttentionFold::always_without_value_bias).within()) << file;
+}
+
+// The rule (attention_folds): an attention over the memory rows is folded when its queries times the heads are fewer
+// than the width. Both heads here have heads of 16 columns: fewer than 16 options fold the routing, fewer than 16
+// questions the decoder's cross-attention. The stored requests take both sides (questions-64 neither, mixed-5 the
+// decoder alone, the demo's requests everything).
+TEST(DeviceHead, TheRuleFoldsFewQueries) {
+  DUET_REQUIRE_GPU();
+  std::set<std::pair<bool, bool>> seen;  // (routing folded, decoder folded)
+  for (const std::string file : {"demo", "tiny-mm-clef"}) {
+    const Loaded& l = loaded(file);
+    const JointHeadConfig& config = l.head->config();
+    for (const auto& golden : decision_goldens(file).at("cases")) {
+      if (file == "demo" && !golden.value("rows_stored", false)) continue;
+      const Encoding encoding = encoding_of(file == "demo" ? golden.at("encoding") : golden);
+      int64_t options = 0;
+      for (const auto& question : encoding.questions) options += static_cast<int64_t>(question.options.size());
+      const auto questions = static_cast<int64_t>(encoding.questions.size());
+      const bool routing = options * config.heads < config.width, decoder = questions * config.heads < config.width;
+      EXPECT_EQ(routing, attention_folds(AttentionFold::by_cost, options, config.heads, config.width));
+      std::pair<int, int> folded;
+      device_head(l, encoding, rows_of(file, golden.at("name")), 64, AttentionFold::by_cost, &folded);
+      const int want =
+          (routing ? static_cast<int>(config.routing_layers) : 0) + (decoder ? static_cast<int>(config.layers) : 0);
+      EXPECT_EQ(folded, std::make_pair(want, static_cast<int>(config.routing_layers + config.layers)))
+          << file << " " << golden.at("name");
+      seen.emplace(routing, decoder);
+    }
+  }
+  EXPECT_TRUE(seen.contains({true, true}));
+  EXPECT_TRUE(seen.contains({false, true}));
+  EXPECT_TRUE(seen.contains({false, false}));
+}
 
 // The control: the first option's first row traded with the prompt's first row (a state or prefix row) moves the
 // probabilities past the bar on some request.
@@ -162,8 +284,8 @@ TEST(DeviceHead, AMovedRowFailsTheSameCheck) {
 
 // Chunks of 7, 64 and the whole prompt give the same bits; so does a second decision's chunks interleaved with this
 // one's on the same stream and its head run at the same time from another thread.
-TEST(DeviceHead, ChunksAndNeighboursChangeNoBit) {
-  DUET_REQUIRE_GPU();
+void expect_chunks_and_neighbours_change_no_bit(AttentionFold fold) {
+  SCOPED_TRACE(fold_name(fold));
   const Loaded& l = loaded("demo");
   const int64_t h = l.head->config().hidden_size;
   std::vector<std::pair<Encoding, std::vector<float>>> cases;
@@ -173,14 +295,14 @@ TEST(DeviceHead, ChunksAndNeighboursChangeNoBit) {
   ASSERT_GE(cases.size(), 2u);
   const auto& [a_encoding, a_rows] = cases[0];
   const auto& [b_encoding, b_rows] = cases[1];
-  const HeadOutput alone = device_head(l, a_encoding, a_rows, 64);
-  const HeadOutput b_alone = device_head(l, b_encoding, b_rows, 64);
+  const HeadOutput alone = device_head(l, a_encoding, a_rows, 64, fold);
+  const HeadOutput b_alone = device_head(l, b_encoding, b_rows, 64, fold);
   for (int64_t chunk : {int64_t{7}, int64_t{1} << 20}) {
-    const HeadOutput cut = device_head(l, a_encoding, a_rows, chunk);
+    const HeadOutput cut = device_head(l, a_encoding, a_rows, chunk, fold);
     EXPECT_EQ(cut.logits, alone.logits) << "chunk " << chunk;
   }
   // Interleaved: a's and b's chunks alternate on one stream, then both heads run at once.
-  auto a = sink_for(l, a_encoding), b = sink_for(l, b_encoding);
+  auto a = sink_for(l, a_encoding, fold), b = sink_for(l, b_encoding, fold);
   const int64_t a_length = static_cast<int64_t>(a_rows.size()) / h, b_length = static_cast<int64_t>(b_rows.size()) / h;
   for (int64_t first = 0; first < std::max(a_length, b_length); first += 5) {
     const auto slice = [&](const std::vector<float>& rows, int64_t length) {
@@ -198,6 +320,13 @@ TEST(DeviceHead, ChunksAndNeighboursChangeNoBit) {
   EXPECT_EQ(b_out.logits, b_alone.logits);
   // The control: the two decisions differ, so equal outputs are not an artefact of reading one decision's buffers.
   EXPECT_NE(alone.logits, std::vector<float>(b_alone.logits.begin(), b_alone.logits.end()));
+}
+
+// The demo's requests fold every attention over the memory rows by the rule; both paths, each against itself.
+TEST(DeviceHead, ChunksAndNeighboursChangeNoBit) {
+  DUET_REQUIRE_GPU();
+  expect_chunks_and_neighbours_change_no_bit(AttentionFold::always);
+  expect_chunks_and_neighbours_change_no_bit(AttentionFold::never);
 }
 
 // The prompt cache (issue 18 item 4): a sink resumed from another's kept prefix (its memory rows before the first
