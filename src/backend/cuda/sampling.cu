@@ -36,7 +36,8 @@
 //                 checking the element found and the one before it fixes the CPU's index.
 //      stream:    when the bounds cannot decide (u within ~1e-10 of a boundary, or exact ties that land a sum exactly
 //                 on the top-p target), one thread runs the CPU's loops over the whole order, a tile at a time (the
-//                 sorted order is produced tile by tile by radix select and bitonic sort). Slow (milliseconds for
+//                 sorted order is produced tile by tile by radix select and bitonic sort; for top-p without top-k,
+//                 from the weight bins at once, sampling_binned.h's sorted_prefix_by_bins). Slow (milliseconds for
 //                 a full vocabulary) and rare.
 //    Top-p rows without top-k try a fourth way first, sampling_binned.h: certified decisions on weight bins (one
 //    binning pass, the bins at the cut and at the draw gathered and sorted, parallel scans), falling back to the
@@ -655,13 +656,23 @@ __device__ __noinline__ Pick exact_by_id_stream(const RowCtx& c, Smem& sm) {
   return {picked >= 0 ? picked : last, path};
 }
 
-// Sorted order by the CPU's loops over S0 itself: S0's order is written to c.list a tile at a time (count select of
-// the next tile past the last key, gather, sort) as far as the loops need it.
+// Sorted order by the CPU's loops over S0 itself: S0's order is written to c.list as far as the loops need it. A
+// top-p row without top-k gets it from the weight bins at once (sorted_prefix_by_bins: the prefix the top-p walk can
+// reach, sorted bin run by bin run); otherwise, and past that prefix, a tile at a time (count select of the next
+// tile past the last key, gather, sort).
 __device__ __noinline__ Pick exact_sorted_stream(const RowCtx& c, const Spec& in0, int32_t s0, bool topk, bool topp,
                                                  Smem& sm, uint32_t path) {
   path |= kPathSorted | kPathStream;
   int32_t made = 0;   // list[0, made) holds S0's first `made` elements in order
   uint64_t last = 0;  // the key of list[made - 1]
+  if (topp && !topk && s0 == c.n && c.binned) {
+    made = sorted_prefix_by_bins(c.binned_row(), c.list, sm);
+    if (made > 0) {
+      const int32_t id = c.list[made - 1];
+      last = make_key(desc_key(c.s[id]), id);
+      path |= kPathStreamBins;
+    }
+  }
   const auto load = [&](int32_t pos, int32_t len) {
     while (made < pos + len) {
       const int32_t r = min(c.cap, s0 - made);
