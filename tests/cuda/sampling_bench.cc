@@ -5,6 +5,8 @@
 // (SamplingPath bits: which of the kernel's routes decided them). Top-p and top-k settings run twice: with the weight
 // bins (the default) and, on the line marked "old", the radix path alone (DUET_SAMPLING_TOPP=old), in the same process
 // on the same logits, with the number of rows whose ids differ between the two (must be 0: both are the CPU's).
+// The "stream" setting forces the slow stream path (SamplingTestHooks::force_stream) on every row: the sorted order
+// from the weight bins at once, and on its "old" line tile by tile.
 // Not a test: numbers for docs/benchmarks.md.
 //   bench_sampling [--only KIND SETTING ROWS]   (one line of the table, e.g. for ncu: --only flat "t0.7 top_p 0.9" 1)
 //   bench_sampling --logits FILE   (rows a real model produced: `DUET_DUMP_LOGITS=FILE:N duet serve ...` writes them;
@@ -34,10 +36,10 @@ void check(cudaError_t status, const char* what) {
 }
 
 std::string paths(uint32_t bits) {
-  static const char* names[] = {"greedy", "nofinite",    "sorted", "tile",  "certified",
-                                "stream", "exact_top_p", "empty",  "binned"};
+  static const char* names[] = {"greedy", "nofinite",    "sorted", "tile",   "certified",
+                                "stream", "exact_top_p", "empty",  "binned", "stream_bins"};
   std::string out;
-  for (int i = 0; i < 9; ++i)
+  for (int i = 0; i < 10; ++i)
     if (bits & (1u << i)) out += std::string(out.empty() ? "" : "+") + names[i];
   return out;
 }
@@ -47,7 +49,8 @@ struct Setting {
   float temperature, top_p, min_p;
   int32_t top_k;
   bool penalties;
-  int32_t top_logprobs = 0;  // the sampled token's logprob (a full log-sum-exp pass); -1: none, the server's default
+  int32_t top_logprobs = 0;   // the sampled token's logprob (a full log-sum-exp pass); -1: none, the server's default
+  bool force_stream = false;  // the stream path (SamplingTestHooks::force_stream): the CPU's loops over the order
 };
 
 }  // namespace
@@ -270,6 +273,10 @@ int main(int argc, char** argv) {
       {"t0.7 top_p 0.9 + pen", 0.7f, 0.9f, 0.0f, 0, true},
       {"greedy, no logprobs", 0.0f, 1.0f, 0.0f, 0, false, -1},
       {"t0.7 top_p 0.9, no lp", 0.7f, 0.9f, 0.0f, 0, false, -1},
+      // The rows whose top-p cut lies within the bounds (0.1% of a random model's seeded rows) as the stream path
+      // takes them: the sorted order from the weight bins at once (stream_bins), and on the "old" line tile by tile
+      // (a radix select and a sort per 2,048 positions: 77 tiles for a flat row's nucleus).
+      {"t0.8 top_p 0.95 stream", 0.8f, 0.95f, 0.0f, 0, false, -1, true},
   };
   std::printf("%-8s %-22s %6s %12s  %s\n", "logits", "setting", "rows", "us per call", "paths");
   for (const char* kind : {"flat", "peaked"}) {
@@ -331,10 +338,12 @@ int main(int argc, char** argv) {
           return paths(all);
         };
         std::vector<DeviceSample> results;
-        const float us = measure({}, results);
+        SamplingTestHooks hooks;
+        hooks.force_stream = s.force_stream;
+        const float us = measure(hooks, results);
         std::printf("%-8s %-22s %6d %12.1f  %s\n", kind, s.name, rows, us, all_paths(results).c_str());
         if (s.top_p < 1.0f || s.top_k > 0) {
-          SamplingTestHooks old;
+          SamplingTestHooks old = hooks;
           old.old_top_p = true;
           std::vector<DeviceSample> old_results;
           const float old_us = measure(old, old_results);

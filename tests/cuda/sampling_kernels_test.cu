@@ -492,9 +492,10 @@ TEST(Sampling, SmallTilesAndStreamsMatchCpuSampler) {
   expect_parity(small, one, kPathCertified);
   SamplingTestHooks stream;
   stream.force_stream = true;
-  expect_parity(small, stream, kPathStream | kPathExactTopP | kPathSorted);
-  stream.tile_cap = 7;  // streams of many tiles, the last one short
-  expect_parity(small, stream, kPathStream | kPathExactTopP | kPathSorted);
+  // Top-p rows take their order from the weight bins (kPathStreamBins), the others tile by tile.
+  expect_parity(small, stream, kPathStream | kPathExactTopP | kPathSorted | kPathStreamBins);
+  stream.tile_cap = 7;  // streams of many tiles, the last one short; bin runs wider than two tiles end the bins' prefix
+  expect_parity(small, stream, kPathStream | kPathExactTopP | kPathSorted | kPathStreamBins);
   SamplingTestHooks mid;
   mid.tile_cap = 100;
   expect_parity(make_cases(6080, 1, 5), mid, kPathCertified | kPathTile | kPathBinned);

@@ -24,12 +24,15 @@ prepare() {
           s|asm volatile("barrier.cluster.wait.acquire;\\n" ::: "memory");|emu_cluster_wait(line);|;
           s|asm volatile("barrier.sync 0;\\n" ::: "memory");|emu_syncthreads(line);|' \
     "$dst"/sampling_cluster.h
-  sed -i 's|extern __shared__ __align__(16) unsigned char smem_raw\[\];|unsigned char* smem_raw = emu_smem();|' \
+  sed -i 's|extern __shared__ __align__(16) unsigned char smem_raw\[\];|unsigned char* smem_raw = emu_smem();|;
+          s|asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));|t = 0;|' \
     "$dst"/sampling.cu
   [ "$(grep -c 'emu_\(cluster_arrive\|cluster_wait\|syncthreads\)(line)' "$dst"/sampling_cluster.h)" = 3 ] ||
     { echo "run.sh: the barriers' inline PTX was not found in sampling_cluster.h" >&2; exit 1; }
   grep -q 'smem_raw = emu_smem()' "$dst"/sampling.cu ||
     { echo "run.sh: the dynamic shared memory declaration was not found in sampling.cu" >&2; exit 1; }
+  grep -q 'globaltimer' "$dst"/sampling.cu &&
+    { echo "run.sh: the globaltimer read (global_ns) was not replaced in sampling.cu" >&2; exit 1; }
   local anchor='  const Candidates cand = build_bins(r, q, sm);'
   case $2 in
     extra_exchange)

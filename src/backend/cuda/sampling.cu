@@ -36,7 +36,8 @@
 //                 checking the element found and the one before it fixes the CPU's index.
 //      stream:    when the bounds cannot decide (u within ~1e-10 of a boundary, or exact ties that land a sum exactly
 //                 on the top-p target), one thread runs the CPU's loops over the whole order, a tile at a time (the
-//                 sorted order is produced tile by tile by radix select and bitonic sort). Slow (milliseconds for
+//                 sorted order is produced tile by tile by radix select and bitonic sort; for top-p without top-k,
+//                 from the weight bins at once, sampling_binned.h's sorted_prefix_by_bins). Slow (milliseconds for
 //                 a full vocabulary) and rare.
 //    Top-p rows without top-k try a fourth way first, sampling_binned.h: certified decisions on weight bins (one
 //    binning pass, the bins at the cut and at the draw gathered and sorted, parallel scans), falling back to the
@@ -586,6 +587,74 @@ __device__ __forceinline__ bool certified_draw(uint32_t before_count, double bef
   return after_previous && before_this;
 }
 
+// ---- the streams' walks: sampler.cc's loops on one thread, kWalk entries at a time. The entries' loads are all in
+// flight at once and the comparisons stay off the chain of additions, which are the CPU's, one after another in its
+// order (the same bits); an entry's comparison only decides whether the walk stops there, and the additions past
+// that point are dropped. (One entry at a time, each step waited for its load, its add and its compare in turn.)
+constexpr int kWalk = 8;
+
+// sampler.cc's top-p loop from position k (cumulative: the sum of the entries before it) over the tile's entries up
+// to position end (w[k - pos]: position k's weight): true when it stops (a position past the first whose running sum
+// is not below the target), false when it reaches end first. Thread 0 only.
+__device__ __forceinline__ bool top_p_walk(const double* w, int32_t pos, int32_t end, double target, int32_t& k,
+                                           double& cumulative) {
+  for (;;) {
+    if (k > 0 && !(cumulative < target)) return true;
+    if (k == end) return false;
+    const int32_t b = min(kWalk, end - k);
+    double x[kWalk];
+#pragma unroll
+    for (int u = 0; u < kWalk; ++u) x[u] = u < b ? w[k - pos + u] : 0.0;
+    double run = cumulative, through = cumulative;
+    int32_t took = 0;
+    bool reached = false;
+#pragma unroll
+    for (int u = 0; u < kWalk; ++u) {
+      run += x[u];  // past b: +0, and not taken
+      if (u < b && !reached) {
+        took = u + 1;
+        through = run;
+        reached = !(run < target);
+      }
+    }
+    k += took;
+    cumulative = through;
+  }
+}
+
+// Every thread: the tile's weights w[0, len) become sampler.cc's probabilities w / total for the candidates (w > 0 &&
+// w >= min_p: the same division, hence the same bits, on any thread) and +0 for the others.
+__device__ void tile_probabilities(int32_t len, double total, double min_p, Smem& sm) {
+  for (int32_t j = static_cast<int32_t>(threadIdx.x); j < len; j += kThreads) {
+    const double w = sm.w[j];
+    sm.w[j] = w > 0.0 && w >= min_p ? w / total : 0.0;
+  }
+  block_sync();
+}
+
+// sampler.cc's draw loop over a tile of probabilities (tile_probabilities) from the running sum `cumulative`: the
+// first entry where u < cumulative, -1 when none (cumulative then holds the sum through the tile). Adding a +0 leaves
+// the sum's bits alone, and an entry that is not a candidate is never the first where u < cumulative (the candidate
+// before it, or the start, would have been), so the CPU's loop over candidates only stops at the same entry. Thread 0
+// only.
+__device__ __forceinline__ int32_t draw_walk(const double* q, int32_t len, double u, double& cumulative) {
+  for (int32_t j = 0; j < len; j += kWalk) {
+    double x[kWalk];
+#pragma unroll
+    for (int t = 0; t < kWalk; ++t) x[t] = j + t < len ? q[j + t] : 0.0;
+    double run = cumulative;
+    int32_t hit = -1;
+#pragma unroll
+    for (int t = 0; t < kWalk; ++t) {
+      run += x[t];
+      if (hit < 0 && u < run) hit = j + t;
+    }
+    if (hit >= 0) return hit;
+    cumulative = run;
+  }
+  return -1;
+}
+
 // The CPU's top-p total over every id in id order, one thread adding as sampler.cc does.
 __device__ __noinline__ double exact_t1_by_id(const RowCtx& c, Smem& sm) {
   double* stage = &sm.hist_w[0][0];  // leaves the tile alone
@@ -635,19 +704,16 @@ __device__ __noinline__ Pick exact_by_id_stream(const RowCtx& c, Smem& sm) {
   last = bcast_i(last, sm);
   if (count == 0) return {c.none, path | kPathEmpty};
   if (count == 1) return {first, path};
+  total = bcast_d(total, sm);
   double cumulative = 0;
   int32_t picked = -1;
   for (int32_t pos = 0; pos < c.n; pos += c.cap) {
     const int32_t len = min(c.cap, c.n - pos);
     load(pos, len);
+    tile_probabilities(len, total, c.min_p, sm);
     if (threadIdx.x == 0) {
-      for (int32_t j = 0; j < len && picked < 0; ++j) {
-        const double w = sm.w[j];
-        if (w > 0.0 && w >= c.min_p) {
-          cumulative += w / total;
-          if (c.u < cumulative) picked = pos + j;
-        }
-      }
+      const int32_t j = draw_walk(sm.w, len, c.u, cumulative);
+      if (j >= 0) picked = pos + j;
     }
     if (bcast_i(picked, sm) >= 0) break;
   }
@@ -655,13 +721,23 @@ __device__ __noinline__ Pick exact_by_id_stream(const RowCtx& c, Smem& sm) {
   return {picked >= 0 ? picked : last, path};
 }
 
-// Sorted order by the CPU's loops over S0 itself: S0's order is written to c.list a tile at a time (count select of
-// the next tile past the last key, gather, sort) as far as the loops need it.
+// Sorted order by the CPU's loops over S0 itself: S0's order is written to c.list as far as the loops need it. A
+// top-p row without top-k gets it from the weight bins at once (sorted_prefix_by_bins: the prefix the top-p walk can
+// reach, sorted bin run by bin run); otherwise, and past that prefix, a tile at a time (count select of the next
+// tile past the last key, gather, sort).
 __device__ __noinline__ Pick exact_sorted_stream(const RowCtx& c, const Spec& in0, int32_t s0, bool topk, bool topp,
                                                  Smem& sm, uint32_t path) {
   path |= kPathSorted | kPathStream;
   int32_t made = 0;   // list[0, made) holds S0's first `made` elements in order
   uint64_t last = 0;  // the key of list[made - 1]
+  if (topp && !topk && s0 == c.n && c.binned) {
+    made = sorted_prefix_by_bins(c.binned_row(), c.list, sm);
+    if (made > 0) {
+      const int32_t id = c.list[made - 1];
+      last = make_key(desc_key(c.s[id]), id);
+      path |= kPathStreamBins;
+    }
+  }
   const auto load = [&](int32_t pos, int32_t len) {
     while (made < pos + len) {
       const int32_t r = min(c.cap, s0 - made);
@@ -713,18 +789,7 @@ __device__ __noinline__ Pick exact_sorted_stream(const RowCtx& c, const Spec& in
       const int32_t len = min(c.cap, s0 - pos);
       load(pos, len);
       int32_t stop = 0;
-      if (threadIdx.x == 0) {
-        while (k < s0) {
-          if (k > 0 && !(cumulative < target)) {
-            stop = 1;
-            break;
-          }
-          if (k == pos + len) break;
-          cumulative += sm.w[k - pos];
-          ++k;
-        }
-        if (k == s0) stop = 1;
-      }
+      if (threadIdx.x == 0) stop = top_p_walk(sm.w, pos, pos + len, target, k, cumulative) || k == s0 ? 1 : 0;
       keep = bcast_i(k, sm);
       if (bcast_i(stop, sm) != 0) break;
     }
@@ -753,19 +818,16 @@ __device__ __noinline__ Pick exact_sorted_stream(const RowCtx& c, const Spec& in
   last_id = bcast_i(last_id, sm);
   if (count == 0) return {c.none, path | kPathEmpty};
   if (count == 1) return {first, path};
+  total = bcast_d(total, sm);
   double cumulative = 0;
   int32_t picked = -1;
   for (int32_t pos = 0; pos < keep; pos += c.cap) {
     const int32_t len = min(c.cap, keep - pos);
     load(pos, len);
+    tile_probabilities(len, total, c.min_p, sm);
     if (threadIdx.x == 0) {
-      for (int32_t j = 0; j < len && picked < 0; ++j) {
-        const double w = sm.w[j];
-        if (w > 0.0 && w >= c.min_p) {
-          cumulative += w / total;
-          if (c.u < cumulative) picked = key_id(sm.key[j]);
-        }
-      }
+      const int32_t j = draw_walk(sm.w, len, c.u, cumulative);
+      if (j >= 0) picked = key_id(sm.key[j]);
     }
     if (bcast_i(picked, sm) >= 0) break;
   }

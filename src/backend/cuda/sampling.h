@@ -55,15 +55,17 @@ struct PenaltyEntry {
 
 // How a row was decided (bits of DeviceSample::path), for tests and counters; never needed to use the result.
 enum SamplingPath : uint32_t {
-  kPathGreedy = 1u << 0,     // temperature <= 0: the argmax of the penalized logits
-  kPathNoFinite = 1u << 1,   // every scaled logit was -inf: the argmax of the penalized logits, as the CPU
-  kPathSorted = 1u << 2,     // candidates in (logit desc, id asc) order (top-k or top-p on); else id order
-  kPathTile = 1u << 3,       // the candidates fit one tile: the CPU's loops ran on them as they are
-  kPathCertified = 1u << 4,  // a cut or the draw was decided by bounds that prove the CPU's answer
-  kPathStream = 1u << 5,     // the CPU's loops ran over the whole candidate order, tile after tile
-  kPathExactTopP = 1u << 6,  // the top-p total was summed in the CPU's order because bounds did not decide
-  kPathEmpty = 1u << 7,      // no candidate survived (the CPU has undefined behaviour there): the argmax
-  kPathBinned = 1u << 8,     // top-p decided by weight bins (sampling_binned.h), or top-k's set gathered by them
+  kPathGreedy = 1u << 0,      // temperature <= 0: the argmax of the penalized logits
+  kPathNoFinite = 1u << 1,    // every scaled logit was -inf: the argmax of the penalized logits, as the CPU
+  kPathSorted = 1u << 2,      // candidates in (logit desc, id asc) order (top-k or top-p on); else id order
+  kPathTile = 1u << 3,        // the candidates fit one tile: the CPU's loops ran on them as they are
+  kPathCertified = 1u << 4,   // a cut or the draw was decided by bounds that prove the CPU's answer
+  kPathStream = 1u << 5,      // the CPU's loops ran over the whole candidate order, tile after tile
+  kPathExactTopP = 1u << 6,   // the top-p total was summed in the CPU's order because bounds did not decide
+  kPathEmpty = 1u << 7,       // no candidate survived (the CPU has undefined behaviour there): the argmax
+  kPathBinned = 1u << 8,      // top-p decided by weight bins (sampling_binned.h), or top-k's set gathered by them
+  kPathStreamBins = 1u << 9,  // with kPathStream: its sorted order (a prefix of it at least) came from the weight
+                              // bins at once (sampling_binned.h, sorted_prefix_by_bins), not tile by tile
 };
 
 struct DeviceSample {

@@ -300,6 +300,155 @@ __device__ __noinline__ bool top_k_tile(const BinnedRow r, int32_t k, Smem& sm) 
   return len <= r.cap && gather_bins(r, 0, a, len, sm);
 }
 
+// The stream path's order (sampling.cu, exact_sorted_stream) for a top-p row without top-k, from the weight bins at
+// once instead of a radix select per tile: list[0, made) becomes the first `made` positions of the CPU's order (value
+// desc, id asc), and made is returned (0: nothing usable, list untouched in meaning; the caller produces the order
+// tile by tile as before, and goes on that way from `made` when its walks need more).
+//  - The prefix: through the bin where the running sum certainly reaches top_p times the bins' total (by a margin of
+//    2^-20 relative, far beyond the bins' bounds: the margin only costs a little more sorting, and a prefix too short
+//    only falls back to the tile-by-tile order), rounded up to whole walk tiles (the walk loads tiles of `cap`).
+//  - Chunks: chunk k holds the bins whose first position lies in [k cap, (k + 1) cap); bins are contiguous runs of the
+//    order, so a chunk is one too, and sorting each chunk on its own sorts the prefix. The prefix stops inside the
+//    first chunk wider than two tiles (ties in the thousands, or the lightest bin's everything below 2^-63), at its
+//    last bin boundary within two tiles of its start.
+//  - Scatter: each element of the prefix's bins goes to list[before_c[bin] + the lower ranks' counts in the bin (from
+//    build_bins' histograms) + a shared-memory counter]: its bin's run, in no particular order.
+//  - Sort: block r sorts chunks r, r + kCluster, ... by key (bitonic, in its x_sort) and writes the ids back.
+// Three exchanges after build_bins: the ranks' counts, the scatter (whose publish also publishes list, in global
+// memory, as the cluster barrier's release / acquire order every access of the cluster's threads, as for the scaled
+// logits), the sort. Every block computes the same bins, chunks and checks, so all take the same branches.
+__device__ __noinline__ int32_t sorted_prefix_by_bins(const BinnedRow r, int32_t* list, Smem& sm) {
+  constexpr int kPer = kWeightBins / kThreads;  // bins per thread in the per-bin loops: j = m * kThreads + tid
+  const int tid = static_cast<int>(threadIdx.x), lane = lane_id(), rank = block_rank();
+  build_bins(r, 63 - (32 - __clz(r.n)), sm);
+  const uint32_t* before_c = sm.bins.before_c;
+  const double* before_w = sm.bins.before_w;
+  const uint32_t n = static_cast<uint32_t>(r.n), cap = static_cast<uint32_t>(r.cap);
+  if (before_c[kWeightBins] != n) return 0;
+  // Where chunk k starts: the first bin boundary at or after k cap (n past the end).
+  const auto chunk_start = [&](uint32_t k) -> uint32_t {
+    const uint64_t at = static_cast<uint64_t>(k) * cap;
+    if (at >= n) return n;
+    int lo = 0, hi = kWeightBins;  // before_c[hi] = n >= at
+    while (lo < hi) {
+      const int mid = (lo + hi) >> 1;
+      if (before_c[mid] >= at) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    return before_c[lo];
+  };
+  const double margin = 0x1.0p-20;
+  const double goal = r.top_p * before_w[kWeightBins] * (1.0 + margin);
+  int cut_bin = -1, unused = -1;
+  bin_range([&](int j) { return before_w[j + 1] * (1.0 - margin) >= goal; }, cut_bin, unused, sm);
+  const uint32_t need = cut_bin < 0 ? n : before_c[cut_bin + 1];
+  const int32_t chunks = static_cast<int32_t>((need + cap - 1) / cap);
+  const int32_t wide = first_where(
+      chunks,
+      [&](int32_t k) {
+        return chunk_start(static_cast<uint32_t>(k) + 1) - chunk_start(static_cast<uint32_t>(k)) > 2 * cap;
+      },
+      sm);
+  // The prefix: the chunks before the first wide one, and of that one the bins that fit in two tiles.
+  const int32_t sorted_chunks = wide < 0 ? chunks : wide + 1;
+  uint32_t made = n;
+  if (wide < 0) {
+    made = chunk_start(static_cast<uint32_t>(chunks));
+  } else {
+    const uint64_t at = static_cast<uint64_t>(chunk_start(static_cast<uint32_t>(wide))) + 2 * cap;
+    int lo = 0, hi = kWeightBins;  // the last bin boundary at or before `at` (before_c[0] = 0)
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (before_c[mid] <= at) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    made = before_c[lo];
+  }
+  if (made == 0) return 0;
+
+  // Each of this thread's bins: where this block's elements start in it, and how many it has.
+  uint32_t first[kPer], own[kPer];
+  exchange_open();
+  exchange_publish();
+#pragma unroll
+  for (int m = 0; m < kPer; ++m) {
+    const int j = m * kThreads + tid;
+    uint32_t before = 0;
+    for (int r2 = 0; r2 < rank; ++r2) before += at_rank(sm.x_hist.c, r2)[j];
+    first[m] = before_c[j] + before;
+    own[m] = sm.x_hist.c[j];
+  }
+  exchange_close();
+
+  exchange_open();
+#pragma unroll
+  for (int m = 0; m < kPer; ++m) sm.x_slot[m * kThreads + tid] = first[m];
+  block_sync();
+  const double top = r.top;
+  for_each_value(r.s, r.n, [&](int32_t i, float x, bool valid) {
+    int j = -1;
+    if (valid) {
+      j = weight_bin(__dsub_rn(static_cast<double>(x), top));  // build_bins' arithmetic: the same bin
+      if (before_c[j] >= made) j = -1;
+    }
+    // One shared atomic per distinct bin in the warp.
+    const unsigned peers = __match_any_sync(kFull, j);
+    const int leader = __ffs(peers) - 1;
+    uint32_t base = 0;
+    if (j >= 0 && lane == leader) base = atomicAdd(&sm.x_slot[j], static_cast<uint32_t>(__popc(peers)));
+    base = __shfl_sync(kFull, base, leader);
+    const uint32_t slot = base + static_cast<uint32_t>(__popc(peers & ((1u << lane) - 1u)));
+    if (j >= 0 && slot < made) list[slot] = i;
+  });
+  block_sync();
+  // Every bin of the prefix got exactly this block's count (it cannot differ: build_bins counted the same bins), so
+  // every position of list[0, made) was written once.
+  uint32_t bad = 0;
+#pragma unroll
+  for (int m = 0; m < kPer; ++m) {
+    const int j = m * kThreads + tid;
+    if (before_c[j] < made && sm.x_slot[j] != first[m] + own[m]) bad = 1;
+  }
+  bad = block_sum(bad, sm);
+  if (tid == 0) sm.x_u = bad;
+  exchange_publish();
+  bad = 0;
+  for (int r2 = 0; r2 < kCluster; ++r2) bad += *at_rank(&sm.x_u, r2);
+  exchange_close();
+  if (bad != 0) return 0;
+
+  exchange_open();
+  for (int32_t k = rank; k < sorted_chunks; k += kCluster) {
+    const uint32_t a = chunk_start(static_cast<uint32_t>(k));
+    const uint32_t len = min(chunk_start(static_cast<uint32_t>(k) + 1), made) - a;
+    if (len < 2) continue;
+    uint32_t size = 1;
+    while (size < len) size <<= 1;
+    block_sync();  // the previous chunk's ids are written
+    for (uint32_t t = static_cast<uint32_t>(tid); t < size; t += kThreads) {
+      uint64_t key = kNoKey;
+      if (t < len) {
+        const int32_t id = list[a + t];
+        key = make_key(desc_key(r.s[id]), id);
+      }
+      sm.x_sort[t] = key;
+    }
+    block_sync();
+    bitonic_sort(sm.x_sort, static_cast<int32_t>(size));
+    for (uint32_t t = static_cast<uint32_t>(tid); t < len; t += kThreads) list[a + t] = key_id(sm.x_sort[t]);
+  }
+  block_sync();  // blocks sort different numbers of chunks: every block's last barrier before the exchange is this one
+  exchange_publish();
+  exchange_close();
+  return static_cast<int32_t>(made);
+}
+
 // The row's token when the bounds prove it, else path 0 (the caller runs the radix path).
 __device__ __noinline__ Pick sample_top_p_binned(const BinnedRow r, Smem& sm) {
   constexpr uint32_t kPath = kPathSorted | kPathCertified | kPathBinned;

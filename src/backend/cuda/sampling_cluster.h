@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <climits>
+#include <cstddef>
 #include <cstdint>
 
 #include "backend/cuda/sampling.h"
@@ -116,8 +117,14 @@ struct Smem {
   union {  // the binned path's exchanges: this block's histogram, then its share of the cluster's bins
     BinHistogram x_hist;
     OwnedBins x_owned;
+    // The stream path's order by bins (sampling_binned.h, sorted_prefix_by_bins), only while its own exchanges are
+    // open: the block's slot counters per bin, then its sort buffer (two tiles).
+    uint32_t x_slot[kWeightBins];
+    uint64_t x_sort[2 * kSamplingTile];
   };
 };
+// build_bins publishes x_owned after x_hist, and sorted_prefix_by_bins reads the ranks' counts (x_hist.c) after both.
+static_assert(sizeof(OwnedBins) <= offsetof(BinHistogram, c), "x_owned must leave the histogram's counts intact");
 static_assert(32 * (kBins + 1) >= kSamplingTile, "exact_t1_by_id stages a tile in hist_w");
 static_assert(kSamplingTile >= kMaxTopLogprobs, "the top logprobs are gathered into one tile");
 static_assert(sizeof(Smem) <= 227 * 1024, "more shared memory than an H200 block may have");
@@ -463,7 +470,7 @@ __device__ __forceinline__ void for_each_value(const float* v, int32_t n, F&& f)
 
 // ---- tiles
 
-// a[0, size) ascending; size a power of two, at most kSamplingTile.
+// a[0, size) ascending; size a power of two.
 __device__ void bitonic_sort(uint64_t* a, int32_t size) {
   for (int32_t k = 2; k <= size; k <<= 1) {
     for (int32_t j = k >> 1; j > 0; j >>= 1) {
