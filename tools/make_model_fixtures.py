@@ -146,7 +146,10 @@ def final_norm_module(model):
 
 def goldens(folder, dtype, vocab, generator_seed, all_rows_up_to=65, stride=4):
     """Logits are stored for every row of prompts up to all_rows_up_to tokens, else every stride-th row and the last."""
-    model_cls = Qwen3_5ForConditionalGeneration if "mm" in os.path.basename(folder) else Qwen3_5ForCausalLM
+    # The class config.json names: tiny-mm and the demo (since issue 21 item 5, with its vision tower) are
+    # Qwen3_5ForConditionalGeneration, tiny-text Qwen3_5ForCausalLM.
+    arch = json.load(open(os.path.join(folder, "config.json")))["architectures"][0]
+    model_cls = Qwen3_5ForConditionalGeneration if arch == "Qwen3_5ForConditionalGeneration" else Qwen3_5ForCausalLM
     model = model_cls.from_pretrained(folder, dtype=dtype, attn_implementation="eager").eval()
     captured = []
     final_norm_module(model).register_forward_hook(lambda m, i, o: captured.append(o.detach().float().clone()))
@@ -185,9 +188,11 @@ def goldens(folder, dtype, vocab, generator_seed, all_rows_up_to=65, stride=4):
 
 def write_demo_goldens(out, folder, seed):
     """The FP32 goldens of the trained demo. Its config must be the one transformers reads back (8 layers, the MTP
-    layer's mtp.* tensors are not part of Qwen3_5ForCausalLM and are left out of these goldens: tests/model/mtp_test.cc
-    checks them against tools/mtp_reference.py)."""
-    vocab = json.load(open(os.path.join(folder, "config.json")))["vocab_size"]
+    layer's mtp.* tensors are not part of transformers' Qwen3.5 classes and are left out of these goldens:
+    tests/model/mtp_test.cc checks them against tools/mtp_reference.py). Text only: the demo's vision tower
+    (model.visual.*, tools/add_demo_vision_tower.py) is loaded and not run."""
+    config = json.load(open(os.path.join(folder, "config.json")))
+    vocab = config.get("text_config", config)["vocab_size"]
     tensors = goldens(folder, torch.float32, vocab, seed, all_rows_up_to=1, stride=16)
     os.makedirs(os.path.join(out, "goldens"), exist_ok=True)
     path = os.path.join(out, "goldens", "demo.fp32.safetensors")

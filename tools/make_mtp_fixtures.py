@@ -91,7 +91,9 @@ def main():
     config = json.load(open(os.path.join(args.model, "config.json")))
     config = config.get("text_config", config)
     tensors, _ = safetensors_file.read(os.path.join(args.model, "model.safetensors"))
-    embed = tensors["model.embed_tokens.weight"].float()
+    # The demo's stock multimodal layout (tools/add_demo_vision_tower.py), or a text-only one (tools/train_demo.py).
+    prefix = "model.language_model." if "model.language_model.embed_tokens.weight" in tensors else "model."
+    embed = tensors[prefix + "embed_tokens.weight"].float()
     head = tensors["lm_head.weight"].float() if "lm_head.weight" in tensors else embed
     mtp = load_mtp(tensors, config)
 

@@ -33,10 +33,12 @@ step "versions"
 python3 -c 'import torch, transformers, tokenizers, safetensors; print("torch", torch.__version__, "transformers",
 transformers.__version__, "tokenizers", tokenizers.__version__, "safetensors", safetensors.__version__)'
 
-step "the demo is the trained one (8 layers, MTP layer) and matches tools/fixtures.sha256"
+step "the demo is the trained one (8 layers, MTP layer, a vision tower) and matches tools/fixtures.sha256"
 python3 - <<'EOF'
 import json
-c = json.load(open("models/demo/config.json"))
+top = json.load(open("models/demo/config.json"))
+assert top["architectures"] == ["Qwen3_5ForConditionalGeneration"] and "vision_config" in top, top.keys()
+c = top["text_config"]
 assert c["num_hidden_layers"] == 8 and c.get("mtp_num_hidden_layers") == 1 and c["hidden_size"] == 128, c
 print("models/demo: layers", c["num_hidden_layers"], "hidden", c["hidden_size"], "intermediate",
       c["intermediate_size"], "mtp layers", c["mtp_num_hidden_layers"])

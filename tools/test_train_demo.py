@@ -35,6 +35,7 @@ MTP_NAMES = sorted(["fc.weight", "pre_fc_norm_embedding.weight", "pre_fc_norm_hi
 
 def small_mtp(seed=0):
     config = json.load(open(os.path.join(DEMO, "config.json")))
+    config = dict(config.get("text_config", config))  # the demo is multimodal (tools/add_demo_vision_tower.py)
     config["mtp_num_hidden_layers"] = 1
     torch.manual_seed(seed)
     mtp = Qwen35Mtp.from_config(config).double().eval()

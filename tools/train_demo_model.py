@@ -10,8 +10,13 @@ F32_SUFFIXES = ("linear_attn.A_log", "linear_attn.norm.weight")  # stored F32 in
 
 
 def model_config(args):
-    """The demo's config.json with the new sizes and the MTP fields Qwen3.5 configs carry."""
+    """The demo's config.json with the new sizes and the MTP fields Qwen3.5 configs carry: a text-only
+    (Qwen3_5ForCausalLM) config. models/demo's is multimodal since it carries a vision tower
+    (tools/add_demo_vision_tower.py): its text_config is taken, with the top level's class and version."""
     c = json.load(open(os.path.join(args.tokenizer, "config.json")))
+    if "text_config" in c:
+        c = dict(c["text_config"], architectures=["Qwen3_5ForCausalLM"],
+                 transformers_version=c.get("transformers_version", "5.17.0"))
     assert args.layers % 4 == 0, "--layers must be a multiple of 4"
     c["hidden_size"] = args.hidden
     c["intermediate_size"] = args.ffn

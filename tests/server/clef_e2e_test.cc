@@ -40,7 +40,7 @@ bool is_projection(const std::string& name) {
 void make_merged_demo(const fs::path& dir) {
   fs::create_directories(dir);
   for (const char* file : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-                           "joint_head.safetensors", "joint_head_config.json"})
+                           "preprocessor_config.json", "joint_head.safetensors", "joint_head_config.json"})
     fs::copy_file(fs::path(demo_model_dir()) / file, dir / file);
   const auto demo = checkpoint::Checkpoint::open_file(demo_model_dir() + "/model.safetensors");
   std::mt19937_64 rng(99);

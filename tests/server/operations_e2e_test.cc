@@ -36,7 +36,8 @@ std::filesystem::path demo_behind_a_pipe(const std::string& prefix) {
   const auto dir = std::filesystem::temp_directory_path() / (prefix + std::to_string(getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  for (const char* file : {"tokenizer.json", "tokenizer_config.json", "model.safetensors", "generation_config.json"})
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json", "model.safetensors", "generation_config.json",
+                           "preprocessor_config.json"})
     std::filesystem::create_symlink(std::filesystem::absolute(demo_model_dir() + "/" + file), dir / file);
   if (mkfifo((dir / "config.json").c_str(), 0600) != 0) throw std::runtime_error("mkfifo failed");
   return dir;
@@ -228,7 +229,9 @@ TEST(Operations, HealthSaysLoadingUntilTheModelIsLoaded) {
   const auto dir = demo_behind_a_pipe("duet-loading-");
   const auto fifo = dir / "config.json";
 
-  ServerProcess server({"--no-thinking"}, dir.string(), /*wait_until_ready=*/false);
+  // --no-vision: the demo's vision tower would read config.json a second time (model/vision_model.cc), and the pipe
+  // is written once.
+  ServerProcess server({"--no-thinking", "--no-vision"}, dir.string(), /*wait_until_ready=*/false);
   auto client = server.client();
   auto health = client.Get("/health");
   ASSERT_TRUE(health);

@@ -40,7 +40,9 @@ std::string read_line(int fd, std::chrono::seconds timeout) {
 
 ServerProcess::ServerProcess(std::vector<std::string> flags, const std::string& model_dir, bool wait_until_ready) {
   signal(SIGPIPE, SIG_IGN);
-  std::vector<std::string> args = {DUET_BINARY, "serve", model_dir, "--port", "0"};
+  std::vector<std::string> args = {DUET_BINARY, "serve"};
+  if (!model_dir.empty()) args.push_back(model_dir);  // empty: the binary's own default model, as scripts/run.sh
+  args.insert(args.end(), {"--port", "0"});
   args.insert(args.end(), flags.begin(), flags.end());
   int out[2];
   if (pipe(out) != 0) throw std::runtime_error("pipe");

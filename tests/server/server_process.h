@@ -32,7 +32,9 @@ inline std::string demo_model_missing_reason() {
 
 class ServerProcess {
  public:
-  // Returns once /health says the model is loaded, or (wait_until_ready false) as soon as the server listens.
+  // Returns once /health says the model is loaded, or (wait_until_ready false) as soon as the server listens. An
+  // empty `model_dir` starts `duet serve` without a model argument: the binary's default (models/demo), as
+  // scripts/run.sh starts it.
   explicit ServerProcess(std::vector<std::string> flags, const std::string& model_dir = demo_model_dir(),
                          bool wait_until_ready = true);
   ~ServerProcess();

@@ -13,13 +13,20 @@
 // and text, whole and streamed; another image gives another reply there too; hostile images are refused naming each
 // route's part path. tests/server/clients/images.mjs does the same through the official openai and Anthropic clients
 // (and the AI SDK and LangChain).
+// The demo model (issue 21 item 5: a small random tower, tools/add_demo_vision_tower.py), served as scripts/run.sh
+// serves it, answers a chat request with a PNG and counts its image tokens; another image of the same grid moves its
+// log-probabilities. A copy of the demo without vision_config refuses image parts by name.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <iterator>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -763,10 +770,100 @@ TEST_F(VisionServe, RemoteUrlsAreRefusedWithoutTheFlag) {
 
 namespace duet::testing::vision_e2e {
 
-// A model without a vision tower (the demo: a text config) refuses image parts naming the part and why.
+// The demo model carries a small random vision tower (tools/add_demo_vision_tower.py, issue 21 item 5), so a newcomer's
+// first image request works with nothing downloaded. Its processor (preprocessor_config.json) keeps images between
+// 64 x 64 and 256 x 256 pixels: small_png (64 x 48) becomes a 64 x 64 image, 4 x 4 patches, 2 x 2 = 4 image tokens;
+// alpha_png (160 x 120) 128 x 160, 8 x 10 patches, 4 x 5 = 20 tokens (docs/vision.md 2.2).
+constexpr int kSmallPngTokens = 4, kAlphaPngTokens = 20;
+
+// `duet serve` as scripts/run.sh starts it: no model argument (the binary's default, models/demo) and no flags but
+// the port, so the tower loads because the checkpoint has one.
+class DemoVision : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (demo_model_available()) server_ = std::make_unique<ServerProcess>(std::vector<std::string>{}, "");
+  }
+  static void TearDownTestSuite() { server_.reset(); }
+  void SetUp() override {
+    if (!server_) GTEST_SKIP() << demo_model_missing_reason();
+  }
+
+  // One user message: `parts` then a question, greedy, 8 tokens, with the first token's log-probabilities.
+  static Json chat(std::vector<Json> parts) {
+    parts.push_back({{"type", "text"}, {"text", "What is in the image?"}});
+    Json body = {{"model", "demo"}, {"max_tokens", 8}, {"temperature", 0}, {"logprobs", true}, {"top_logprobs", 5}};
+    body["messages"] = Json::array({{{"role", "user"}, {"content", Json(parts)}}});
+    return body;
+  }
+  static Json png(const std::string& name) { return image_part(data_url(read_bytes(image_path(name)))); }
+
+  static inline std::unique_ptr<ServerProcess> server_;
+};
+
+TEST_F(DemoVision, AnswersAChatWithAnImageAsRunShServesIt) {
+  const double images_before = server_->metric("duet_vision_tower_images_total").value_or(-1);
+  const Json text = post(*server_, chat({}));
+  const Json small = post(*server_, chat({png("small_png.png")}));
+  const Json alpha = post(*server_, chat({png("alpha_png.png")}));
+  for (const Json* reply : {&small, &alpha}) {
+    ASSERT_TRUE(reply->contains("choices")) << reply->dump();
+    const std::string finish = (*reply)["choices"][0].value("finish_reason", "");
+    EXPECT_TRUE(finish == "stop" || finish == "length") << reply->dump();
+  }
+  // The markup <|vision_start|><|image_pad|><|vision_end|> with <|image_pad|> repeated once per image token.
+  const int text_tokens = text["usage"]["prompt_tokens"];
+  EXPECT_EQ(small["usage"]["prompt_tokens"], text_tokens + 2 + kSmallPngTokens) << small.dump();
+  EXPECT_EQ(alpha["usage"]["prompt_tokens"], text_tokens + 2 + kAlphaPngTokens) << alpha.dump();
+  // In ids: 6009, 6012 x 4, 6010 (config.json's vision_start, image and vision_end token ids) before the question.
+  Json tokenize = chat({png("small_png.png")});
+  tokenize = {{"messages", tokenize["messages"]}};
+  const Json ids = post_to(*server_, "/tokenize", tokenize);
+  const auto tokens = ids.value("tokens", std::vector<int32_t>{});
+  const std::vector<int32_t> run = {6009, 6012, 6012, 6012, 6012, 6010};
+  EXPECT_NE(std::search(tokens.begin(), tokens.end(), run.begin(), run.end()), tokens.end()) << ids.dump();
+  EXPECT_EQ(std::count(tokens.begin(), tokens.end(), 6012), kSmallPngTokens) << ids.dump();
+  EXPECT_EQ(ids["count"], small["usage"]["prompt_tokens"]);
+  EXPECT_EQ(server_->metric("duet_vision_tower_images_total").value_or(-1), images_before + 2)
+      << "each image through the tower";
+}
+
+// The tower's rows reach the language model: gray_png (70 x 50) has small_png's grid, so the prompt's ids are the
+// same, and only the rows differ; the first token's log-probabilities must differ too. The same image twice gives the
+// same bytes.
+TEST_F(DemoVision, TheImageItselfReachesTheModel) {
+  const auto first = [](const Json& reply) { return reply["choices"][0]["logprobs"]["content"][0]; };
+  const Json small = post(*server_, chat({png("small_png.png")}));
+  const Json gray = post(*server_, chat({png("gray_png.png")}));
+  ASSERT_TRUE(small.contains("choices") && gray.contains("choices")) << small.dump() << gray.dump();
+  EXPECT_EQ(small["usage"]["prompt_tokens"], gray["usage"]["prompt_tokens"]) << "the same grid: the same ids";
+  EXPECT_NE(first(small)["top_logprobs"], first(gray)["top_logprobs"]) << first(small).dump();
+  EXPECT_EQ(answer_of(post(*server_, chat({png("small_png.png")}))), answer_of(small));
+}
+
+// A copy of the demo whose config.json has no vision_config: a model without a vision tower (its checkpoint's
+// model.visual.* tensors unread), as the demo was before it had one.
+class DemoWithoutATower {
+ public:
+  DemoWithoutATower() : dir_(std::filesystem::temp_directory_path() / ("duet-no-tower-" + std::to_string(getpid()))) {
+    std::filesystem::remove_all(dir_);
+    std::filesystem::copy(demo_model_dir(), dir_);
+    std::filesystem::remove(dir_ / "preprocessor_config.json");
+    Json config = Json::parse(read_bytes((dir_ / "config.json").string()));
+    config.erase("vision_config");
+    std::ofstream((dir_ / "config.json").string()) << config.dump(2);
+  }
+  ~DemoWithoutATower() { std::filesystem::remove_all(dir_); }
+  std::string dir() const { return dir_.string(); }
+
+ private:
+  std::filesystem::path dir_;
+};
+
+// A model without a vision tower refuses image parts naming the part and why.
 TEST(VisionServeOptions, ModelWithoutATowerRefusesImageParts) {
   if (!demo_model_available()) GTEST_SKIP() << demo_model_missing_reason();
-  ServerProcess server({"--backend", "cpu", "--parallel", "1", "--context", "256"});
+  DemoWithoutATower demo;
+  ServerProcess server({"--backend", "cpu", "--parallel", "1", "--context", "256"}, demo.dir());
   Json body = image_chat({image_part(data_url(read_bytes(image_path("small_png.png"))))});
   body.erase("model");
   const Json error = refusal(server, body);

@@ -1,7 +1,7 @@
 // The page GET / answers (src/server/web/index.html): served without a key, off with --no-ui, and used in Debian's
 // chromium (tests/server/clients/browser_ui.mjs): a chat message streamed, the stop button, a decision's bars; and
-// (browser_ui_images.mjs) an image sent from the chat to tiny-vl, which has a vision tower, and to the demo model,
-// which refuses it by name.
+// (browser_ui_images.mjs) an image sent from the chat to tiny-vl, which has a vision tower, and to the demo model
+// served with --no-vision, which refuses it by name.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -55,7 +55,8 @@ TEST(WebUi, ChromiumSendsAnImage) {
     FAIL() << "puppeteer-core is not installed: run scripts/test-deps.sh";
   if (!std::filesystem::exists("/usr/bin/chromium")) FAIL() << "chromium is not installed: run scripts/setup.sh";
   ServerProcess vision({"--api-key", kKey, "--backend", "cpu", "--parallel", "1", "--context", "512"}, tiny_vl);
-  ServerProcess text_only({"--api-key", kKey, "--context", "512"});  // the demo model: no vision tower
+  // The demo has a vision tower (tools/add_demo_vision_tower.py); --no-vision makes it a server that reads no images.
+  ServerProcess text_only({"--api-key", kKey, "--context", "512", "--no-vision"});
   auto result = run_command("node " + tests + "/server/clients/browser_ui_images.mjs " + vision.url() + " " +
                             text_only.url() + " " + kKey + " " + tests + "/fixtures/vision/images/small_png.png 2>&1");
   EXPECT_EQ(result.status, 0) << result.output;

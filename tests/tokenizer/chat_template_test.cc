@@ -1,6 +1,8 @@
 // render_chat must equal, byte for byte, tools/qwen35_chat_template.jinja rendered by real Jinja engines:
 // Jinja2 set up as transformers sets it up (the reference the model was trained with) and @huggingface/jinja
-// (independent; it differs from Python on a few scalars, so cases marked python_only skip it).
+// (independent; it differs from Python on a few scalars, so cases marked python_only skip it). Cases with image parts
+// check that the template renders an image where it stands as the markup the server writes into the text before
+// render_chat (server/image_parts.h), and refuses one in a system message as the server does.
 #include "tokenizer/chat_template.h"
 
 #include <gtest/gtest.h>
@@ -38,12 +40,35 @@ std::optional<std::string> run(const std::string& command) {
   return result.output;
 }
 
+// What duet's server writes in place of an image part before rendering (server/image_parts.h, kImageMarkup): the
+// published template's markup, which tools/qwen35_chat_template.jinja renders for such a part too.
+constexpr std::string_view kImageMarkup = "<|vision_start|><|image_pad|><|vision_end|>";
+
+// A message's content as the server hands it to render_chat: a string, or parts joined with images as their markup
+// (an image in a system message refused, as the server refuses it).
+std::string content_of(const ojson& m) {
+  if (!m.contains("content")) return "";
+  const ojson& content = m["content"];
+  if (content.is_string()) return content;
+  std::string out;
+  if (content.is_array())
+    for (const ojson& part : content) {
+      if (part.contains("text")) {
+        out += part["text"].get<std::string>();
+      } else {
+        if (m.at("role") == "system") throw Error("an image in a system message");
+        out += kImageMarkup;
+      }
+    }
+  return out;
+}
+
 std::vector<ChatMessage> to_messages(const ojson& messages) {
   std::vector<ChatMessage> out;
   for (const ojson& m : messages) {
     ChatMessage c;
     c.role = m.at("role");
-    if (m.contains("content") && m["content"].is_string()) c.content = m["content"];
+    c.content = content_of(m);
     if (m.contains("reasoning_content")) c.reasoning_content = m["reasoning_content"].get<std::string>();
     if (m.contains("tool_calls")) {
       for (const ojson& call : m["tool_calls"]) {
@@ -64,7 +89,7 @@ std::map<std::string, std::string> render_native(const ojson& cases) {
     if (c.contains("tools")) options.tools = c["tools"];
     options.add_generation_prompt = c.value("add_generation_prompt", true);
     options.enable_thinking = c.value("enable_thinking", true);
-    try {
+    try {  // to_messages refuses what the server refuses before rendering
       out[c["name"]] = render_chat(to_messages(c["messages"]), options);
     } catch (const Error& e) {
       out[c["name"]] = "ERROR";
@@ -78,7 +103,7 @@ void compare(const std::string& engine, const std::string& command, bool skip_py
   if (!output) FAIL() << engine << " is not available (" << command << ")";
   const auto rendered = nlohmann::json::parse(*output);
   const ojson cases = read_cases();
-  ASSERT_GE(cases.size(), 30u);
+  ASSERT_GE(cases.size(), 43u);
   const auto native = render_native(cases);
   size_t compared = 0;
   for (size_t k = 0; k < cases.size(); ++k) {

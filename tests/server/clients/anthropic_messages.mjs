@@ -62,13 +62,13 @@ assert.equal(counted.input_tokens, withTools.usage.input_tokens);
 const withoutTools = await client.messages.countTokens({ model, messages: conversation, thinking: { type: "disabled" } });
 assert.ok(counted.input_tokens > withoutTools.input_tokens, "the tools reach the prompt");
 
-// Refusals: Anthropic's error shape (an image on the demo, which has no vision tower, names the block and why), and
-// a wrong key.
+// Refusals: Anthropic's error shape (an image block whose bytes are no image names the block and why), and a wrong
+// key.
 await assert.rejects(client.messages.create({ ...base, messages: [{ role: "user", content: [{ type: "image",
   source: { type: "base64", media_type: "image/png", data: "AA==" } }] }] }),
   (e) => e instanceof Anthropic.BadRequestError && e.error?.type === "error" &&
     e.error?.error?.type === "invalid_request_error" &&
-    /^messages\[0\]\.content\[0\]: .*no vision tower/.test(e.error.error.message));
+    /^messages\[0\]\.content\[0\]: .*not a PNG, JPEG, WebP or GIF/.test(e.error.error.message));
 const stranger = new Anthropic({ baseURL: url, apiKey: "sk-wrong", maxRetries: 0 });
 await assert.rejects(stranger.messages.create({ ...base, messages }), Anthropic.AuthenticationError);
 console.log("anthropic messages: ok");

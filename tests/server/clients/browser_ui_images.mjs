@@ -2,8 +2,8 @@
 // as an image_url part with the file's bytes in a data: URL before the message's text, shows as a thumbnail in the
 // conversation, and the streamed reply equals the official openai client's greedy answer to the same request (on a
 // server with a vision tower); the image stays in the history for the next turn; a pasted and a dropped image are
-// attached too, and a click on a pending thumbnail removes it. On a server without a vision tower the page shows the
-// server's own refusal (the status-400 error's message), and the refused message leaves the conversation.
+// attached too, and a click on a pending thumbnail removes it. On a server that reads no images (--no-vision) the page
+// shows the server's own refusal (the status-400 error's message), and the refused message leaves the conversation.
 // Usage: node browser_ui_images.mjs VISION_URL TEXT_ONLY_URL API_KEY IMAGE.png
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -106,7 +106,7 @@ try {
     body: JSON.stringify({ messages: [{ role: "user", content: parts }], max_tokens: 8 }) });
   assert.equal(direct.status, 400);
   const refusal = (await direct.json()).error.message;
-  assert.match(refusal, /messages\[0\]\.content\[0\]: .*vision tower/);
+  assert.match(refusal, /messages\[0\]\.content\[0\]: .*--no-vision/);
   assert.equal(await text.page.$eval("#chat-error", (el) => el.textContent), refusal);
   assert.ok(await text.page.$eval(".turn.user", (el) => el.classList.contains("refused")));
   await text.page.type("#prompt", "Say hello.");
