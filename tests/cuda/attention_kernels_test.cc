@@ -516,6 +516,42 @@ TEST_P(AttentionKernels, LongPrefillRowsMatchReference) {
   RecordProperty("max_abs_error", std::to_string(expect_matches_reference(d, parts, result, kv.download())));
 }
 
+// Value slices (attention_prefill.cu): a tile's output dims computed by 1, 2 or 4 blocks give the same bits, on rows
+// deep into a sequence (positions 2030-2099 over 33 pages) beside a short piece. Head dims under 128 take one slice
+// whatever is asked, so the tiny shape compares a launch with itself. Control: the same launch over pages with one
+// value changed differs, so the comparison sees the values.
+TEST_P(AttentionKernels, ValueSlicesGiveIdenticalRows) {
+  DUET_REQUIRE_GPU();
+  struct Slices {
+    explicit Slices(int n) { set_prefill_value_slices_for_tests(n); }
+    ~Slices() { set_prefill_value_slices_for_tests(0); }
+  };
+  const AttentionDims& d = dims();
+  constexpr int kStoragePages = 40;
+  PagePool pool(1400, kStoragePages);
+  const Sequence seq = make_sequence(d, 2100, pool.take(2100), 1401, kStoragePages);
+  const Sequence other = make_sequence(d, 70, pool.take(70), 1402, kStoragePages);
+  const std::vector<StepPiece> parts = {{&seq, 2030, 70}, {&other, 67, 3}};
+  Norms norms(d, false, 37);
+  const std::vector<bf16> storage = initial_storage(d, parts, norms);
+  std::vector<std::vector<bf16>> outs;
+  for (int slices : {1, 2, 4}) {
+    const Slices use(slices);
+    DeviceBuffer<bf16> kv(storage);
+    outs.push_back(run_step(d, parts, norms, kv).out);
+  }
+  for (size_t i = 1; i < outs.size(); ++i) {
+    ASSERT_EQ(outs[i].size(), outs[0].size());
+    EXPECT_EQ(bit_differences(outs[i], 0, outs[0], 0, outs[0].size()), 0u) << (i == 1 ? "2 slices" : "4 slices");
+  }
+  std::vector<bf16> changed = storage;
+  const int64_t at = slot_offset(d, seq, 5, 0, true);
+  for (int i = 0; i < d.head_dim; ++i) changed[at + i] = changed[at + (i + 1) % d.head_dim];
+  const Slices use(4);
+  DeviceBuffer<bf16> kv(changed);
+  EXPECT_GT(bit_differences(run_step(d, parts, norms, kv).out, 0, outs[0], 0, outs[0].size()), 0u);
+}
+
 // The planted control of the reference check: the same step's output against pages with two keys swapped must fail
 // it (a kernel that read the wrong key would be caught).
 TEST_P(AttentionKernels, ReferenceCheckCatchesASwappedKey) {

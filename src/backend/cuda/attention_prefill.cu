@@ -22,6 +22,14 @@
 // alone, so the tile's other queries never touch it. A query's bits therefore depend only on its position and its
 // sequence's data: not on the tile, the piece, the cut or the step (architecture.md, row invariance), and a prompt
 // prefilled one row at a time equals the same prompt in one piece.
+//
+// Value slices. A step of few prefill rows over a long context (a decision's questions after a resumed 8K state, a
+// chat turn after a cached 20K prompt) has few tiles: 383 rows are 96 blocks on 132 SMs, each walking every key block
+// alone. Such a launch splits each tile's output dims over 2 or 4 blocks (blockIdx.z: dims [z DV, (z + 1) DV)); every
+// one of them computes the tile's scores and softmax statistics in full, with the same operations, so m, l and p are
+// the same bits in all, and an output dim's acc is the same chain of mma.sync steps over the same p and V column
+// (each n-tile of 8 dims keeps its place in its 16-dim pair): the bits do not depend on the slices, only the work
+// per block and the number of blocks do (AttentionKernels.ValueSlicesGiveIdenticalRows).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -46,8 +54,7 @@ template <int D>
 struct Tiles {
   static constexpr int kChunks = D / 8;
   static constexpr int kSwizzle = kChunks < 8 ? kChunks : 8;
-  static constexpr int kTileBytes = kKeys * D * 2;  // 64 rows: the Q tile, a key block's K or V
-  static constexpr int kBytes = 3 * kTileBytes;
+  static constexpr int kTileBytes = kKeys * D * 2;  // 64 rows: the Q tile, a key block's K or V (or its slice)
   __device__ static int at(int row, int chunk) { return row * D + 8 * (chunk ^ (row % kSwizzle)); }
 };
 
@@ -62,7 +69,8 @@ __device__ __forceinline__ void split_bf16(float p0, float p1, uint32_t& hi, uin
   lo = pack_bf16(__fsub_rn(p0, __low2float(h)), __fsub_rn(p1, __high2float(h)));
 }
 
-// Stages 64 rows of keys or values of the key block at `src` (rows `stride` apart): rows [0, n) copied, the rest zeros.
+// Stages 64 rows of D keys or values of the key block at `src` (rows `stride` apart): rows [0, n) copied, the rest
+// zeros. (A value slice stages DV of a row's dims: `src` then points at its first dim.)
 template <int D>
 __device__ __forceinline__ void stage_kv(bf16* dst, const bf16* src, int64_t stride, int n) {
   using T = Tiles<D>;
@@ -72,17 +80,25 @@ __device__ __forceinline__ void stage_kv(bf16* dst, const bf16* src, int64_t str
   }
 }
 
-template <int D>
+// Shared memory of a block: the Q tile and a key block's K (D dims each) and V (the slice's DV dims).
+template <int D, int DV>
+constexpr int kPrefillBytes = 2 * Tiles<D>::kTileBytes + Tiles<DV>::kTileBytes;
+
+// DV: the output dims this block computes (D, or a slice of D / 2 or D / 4 dims: blockIdx.z is the slice).
+template <int D, int DV>
 __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(AttentionParams p) {
   wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
   let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
   static_assert(D % 16 == 0 && D <= 256, "k-steps of 16 dims");
+  static_assert(DV % 16 == 0 && D % DV == 0, "value slices of whole 16-dim pairs");
   using T = Tiles<D>;
-  constexpr int kDimTiles = D / 8;  // n-tiles of 8 dims in the output
+  using TV = Tiles<DV>;
+  constexpr int kDimTiles = DV / 8;  // n-tiles of 8 dims in this block's output
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);
   bf16* ks = reinterpret_cast<bf16*>(smem + T::kTileBytes);
   bf16* vs = reinterpret_cast<bf16*>(smem + 2 * T::kTileBytes);
+  const int first_dim = static_cast<int>(blockIdx.z) * DV;  // this block's output dims: first_dim .. + DV - 1
 
   // The heaviest tiles (a piece's last) are taken first.
   int piece_index, first_row, tile_rows;
@@ -100,7 +116,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
     cp_async_16(qs + T::at(qi, c), src, used ? 16u : 0u);
   }
   const int64_t stride = static_cast<int64_t>(p.kv_heads) * D;
-  const int64_t value_offset = kv_page_elems(p.kv_heads, D);
+  const int64_t value_offset = kv_page_elems(p.kv_heads, D) + first_dim;
   const bf16* first_key = kv_key(piece, p.step.page_table, p.layer, 0, kvh, p.kv_heads, D);
   stage_kv<D>(ks, first_key, stride, keys_in_block(last_position, 0));
   cp_async_commit();
@@ -117,7 +133,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
   for (int block_start = 0; block_start <= last_position; block_start += kKeys) {
     const int n = keys_in_block(last_position, block_start);
     const bf16* key = kv_key(piece, p.step.page_table, p.layer, block_start, kvh, p.kv_heads, D);
-    stage_kv<D>(vs, key + value_offset, stride, n);
+    stage_kv<DV>(vs, key + value_offset, stride, n);
     cp_async_commit();
     cp_async_wait<1>();  // Q and this block's K are in
     __syncthreads();
@@ -206,9 +222,9 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
       split_bf16(s[2 * j + 1][0], s[2 * j + 1][1], hi[2], lo[2]);
       split_bf16(s[2 * j + 1][2], s[2 * j + 1][3], hi[3], lo[3]);
 #pragma unroll
-      for (int dp = 0; dp < D / 16; ++dp) {
+      for (int dp = 0; dp < DV / 16; ++dp) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, vs + T::at(16 * j + ((lane / 8) % 2) * 8 + lane % 8, 2 * dp + lane / 16));
+        ldmatrix_x4_trans(b, vs + TV::at(16 * j + ((lane / 8) % 2) * 8 + lane % 8, 2 * dp + lane / 16));
         mma_16x8x16(acc[2 * dp], hi[0], hi[1], hi[2], hi[3], b[0], b[1]);
         mma_16x8x16(acc[2 * dp], lo[0], lo[1], lo[2], lo[3], b[0], b[1]);
         mma_16x8x16(acc[2 * dp + 1], hi[0], hi[1], hi[2], hi[3], b[2], b[3]);
@@ -229,7 +245,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
     bf16* out = p.out + (static_cast<int64_t>(row) * p.q_heads + head) * D;
 #pragma unroll
     for (int i = 0; i < kDimTiles; ++i) {
-      const int d = 8 * i + 2 * (lane % 4);
+      const int d = first_dim + 8 * i + 2 * (lane % 4);
       const __nv_bfloat162 g2 = *reinterpret_cast<const __nv_bfloat162*>(gate + d);
       __nv_bfloat162 y;
       y.x = __float2bfloat16(gated_output(acc[i][2 * half], l, __low2float(g2)));
@@ -239,17 +255,51 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
   }
 }
 
+int value_slices_for_tests = 0;  // set_prefill_value_slices_for_tests
+
+int multiprocessors() {
+  static const int count = [] {
+    int device = 0, n = 0;
+    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+    check_cuda(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+    return n;
+  }();
+  return count;
+}
+
+template <int D, int DV>
+void launch_sliced(const AttentionParams& p, int tiles, cudaStream_t stream) {
+  constexpr int kBytes = kPrefillBytes<D, DV>;
+  static const bool configured =
+      (allow_smem(attention_prefill_kernel<D, DV>, kBytes, "attention_prefill_kernel smem"), true);
+  (void)configured;
+  launch_dependent("attention_prefill_kernel", attention_prefill_kernel<D, DV>, dim3(tiles, p.kv_heads, D / DV),
+                   kThreads, kBytes, stream, p);
+  check_launch("attention_prefill_kernel");
+}
+
 template <int D>
 void launch_for_head_dim(const AttentionParams& p, cudaStream_t stream) {
-  constexpr int kBytes = Tiles<D>::kBytes;
-  static const bool configured =
-      (allow_smem(attention_prefill_kernel<D>, kBytes, "attention_prefill_kernel smem"), true);
-  (void)configured;
   // At most rows / tile_rows full tiles plus one partial tile per piece.
   const int tiles = (p.step.rows + p.tile_rows - 1) / p.tile_rows + p.step.pieces;
-  launch_dependent("attention_prefill_kernel", attention_prefill_kernel<D>, dim3(tiles, p.kv_heads), kThreads, kBytes,
-                   stream, p);
-  check_launch("attention_prefill_kernel");
+  // Value slices where the tiles would leave SMs idle: the fewest (1, 2, 4) that give two blocks an SM. Head dims
+  // under 128 keep one (their blocks are short). Which one a launch takes changes no bit (see the top of the file).
+  int slices = 1;
+  if constexpr (D >= 128) {
+    const int prefill_rows = p.step.decode_rows >= 0 ? p.step.rows - p.step.decode_rows : p.step.rows;
+    const int blocks = ((prefill_rows + p.tile_rows - 1) / p.tile_rows + 1) * p.kv_heads, wanted = 2 * multiprocessors();
+    slices = value_slices_for_tests > 0 ? value_slices_for_tests : blocks >= wanted ? 1 : 2 * blocks >= wanted ? 2 : 4;
+  }
+  switch (slices) {
+    case 4:
+      if constexpr (D >= 128) return launch_sliced<D, D / 4>(p, tiles, stream);
+      [[fallthrough]];
+    case 2:
+      if constexpr (D >= 128) return launch_sliced<D, D / 2>(p, tiles, stream);
+      [[fallthrough]];
+    default:
+      return launch_sliced<D, D>(p, tiles, stream);
+  }
 }
 
 }  // namespace
@@ -269,3 +319,9 @@ void launch_prefill(const AttentionParams& p, int head_dim, cudaStream_t stream)
 }
 
 }  // namespace duet::backend::cuda::attention
+
+namespace duet::backend::cuda {
+
+void set_prefill_value_slices_for_tests(int slices) { attention::value_slices_for_tests = slices; }
+
+}  // namespace duet::backend::cuda

@@ -199,5 +199,8 @@ void launch_attention_prep(const DeviceStep& step, int32_t attn_layer, bf16* q_g
 // own sequence too, but may differ in the last bits from the same row computed as a prefill row.
 void launch_attention(const DeviceStep& step, int32_t attn_layer, const bf16* q_gate, AttentionDims dims, bf16* out,
                       cudaStream_t stream);
+// Tests: prefill launches split each tile's output dims over this many blocks (1, 2 or 4; head dims of 128 and 256),
+// instead of the launch's own choice (0, the default). The bits are the same whichever (attention_prefill.cu).
+void set_prefill_value_slices_for_tests(int slices);
 
 }  // namespace duet::backend::cuda
