@@ -85,9 +85,13 @@ void rows(const RowsOptions& options) {
   for (size_t i = 0; i < prompts.size(); ++i) {
     if (prompts[i].images.empty()) continue;
     if (!vision) vision = RowsVision::load(options.model_dir, *model);
-    images[i] =
-        read_prompt_images(prompts[i], vision->processor, static_cast<int32_t>(vision->tower->config().image_token_id),
-                           vision->tower->patch_row_size());
+    try {
+      images[i] = read_prompt_images(prompts[i], vision->processor,
+                                     static_cast<int32_t>(vision->tower->config().image_token_id),
+                                     vision->tower->patch_row_size());
+    } catch (const Error& error) {
+      fail("--prompts {}: prompt {}: {}", options.prompts_file, i, error.what());
+    }
     for (const auto& image : images[i]) max_patches = std::max(max_patches, int64_t{image.t} * image.h * image.w);
   }
   if (vision) vision->use_device_for(*model, max_patches);

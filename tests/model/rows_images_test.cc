@@ -62,8 +62,9 @@ class RowsImages : public ::testing::Test {
 };
 
 TEST_F(RowsImages, ImagePromptsMatchTransformersAndTheControlsDoNot) {
-  const nlohmann::json prompts = {entry("one", {"portrait_jpg.jpg"}), entry("two", {"wide_png.png", "small_png.png"}),
-                                  nlohmann::json(std::vector<int32_t>{5, 17, 300, 42})};
+  const nlohmann::json prompts =
+      nlohmann::json::array({entry("one", {"portrait_jpg.jpg"}), entry("two", {"wide_png.png", "small_png.png"}),
+                             nlohmann::json(std::vector<int32_t>{5, 17, 300, 42})});
   const CommandResult result = rows(prompts, "out", "--image-controls");
   ASSERT_EQ(result.status, 0) << result.output;
   const char* labels[] = {"one", "two"};
@@ -93,21 +94,24 @@ TEST_F(RowsImages, ImagePromptsMatchTransformersAndTheControlsDoNot) {
 
 TEST_F(RowsImages, ImageTokensThatDoNotFitTheImagesAreRefused) {
   // `one`'s ids hold one image's run; two images cannot fit it.
-  const CommandResult two = rows({entry("one", {"portrait_jpg.jpg", "small_png.png"})}, "out");
+  const CommandResult two = rows(nlohmann::json::array({entry("one", {"portrait_jpg.jpg", "small_png.png"})}), "out");
   EXPECT_NE(two.status, 0);
   EXPECT_NE(two.output.find("image tokens"), std::string::npos) << two.output;
-  // The right count of images of another grid: the run's length is not the image's.
-  const CommandResult other = rows({entry("one", {"small_png.png"})}, "out");
+  EXPECT_NE(two.output.find("leave the prompt"), std::string::npos) << two.output;
+  // The right count of images, of another size: wide_png has 88 tokens, the run 70. (small_png would pass: its 7 x 10
+  // tokens are as many as portrait_jpg's 10 x 7, and ids carry only the count.)
+  const CommandResult other = rows(nlohmann::json::array({entry("one", {"wide_png.png"})}), "out");
   EXPECT_NE(other.status, 0);
-  EXPECT_NE(other.output.find("small_png.png"), std::string::npos) << other.output;
+  EXPECT_NE(other.output.find("wide_png.png"), std::string::npos) << other.output;
   // A file that is not there, named.
   nlohmann::json missing = entry("one", {"portrait_jpg.jpg"});
-  missing["images"] = {"nowhere.png"};
-  const CommandResult absent = rows({missing}, "out");
+  missing["images"] = nlohmann::json::array({"nowhere.png"});
+  const CommandResult absent = rows(nlohmann::json::array({missing}), "out");
   EXPECT_NE(absent.status, 0);
   EXPECT_NE(absent.output.find("nowhere.png"), std::string::npos) << absent.output;
   // Images for a model without a tower.
-  std::ofstream(dir_ / "prompts.json") << nlohmann::json{{"prompts", {entry("one", {"portrait_jpg.jpg"})}}}.dump();
+  std::ofstream(dir_ / "prompts.json")
+      << nlohmann::json{{"prompts", nlohmann::json::array({entry("one", {"portrait_jpg.jpg"})})}}.dump();
   const CommandResult text_model =
       run_command(std::string(DUET_BINARY) + " rows " + model_fixture("tiny-text") + " --prompts " +
                   (dir_ / "prompts.json").string() + " --out " + (dir_ / "out").string() + " --backend cpu 2>&1");
