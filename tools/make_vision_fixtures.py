@@ -146,20 +146,11 @@ def encode_image(image, fmt, **kwargs):
 
 # ------------------------------------------------------------------------------- independent references (docs)
 def smart_resize(height, width, factor, min_pixels, max_pixels):
-    """docs/vision.md 2.2."""
-    if max(height, width) / min(height, width) > 200:
-        raise ValueError("aspect ratio over 200")
-    h_bar = round(height / factor) * factor
-    w_bar = round(width / factor) * factor
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt((height * width) / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
+    """docs/vision.md 2.2 (tools/smart_resize.py)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from smart_resize import smart_resize as from_docs
+
+    return from_docs(height, width, factor, min_pixels, max_pixels)
 
 
 def unpatchify(pixel_values, grid):

@@ -7,9 +7,9 @@ sizes that take each branch of smart_resize (docs/vision.md 2.2): 224 x 224 is u
 resized to a multiple of 32, 448 x 320 and 1024 x 1024 are kept, and aspect ratios from 1:7.5 to 1:1.
 """
 import base64
-import math
 import os
 import random
+import sys
 
 SEED = 20261221
 IMAGE_TOKEN, VISION_START, VISION_END = 248056, 248053, 248054
@@ -92,18 +92,11 @@ def write_images(folder):
 
 
 def smart_resize(height, width, factor=32, min_pixels=256 * 256, max_pixels=4096 * 4096):
-    """docs/vision.md 2.2 (the sizes the tower sees)."""
-    h_bar = round(height / factor) * factor
-    w_bar = round(width / factor) * factor
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt((height * width) / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
+    """docs/vision.md 2.2 (the sizes the tower sees; tools/smart_resize.py)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from smart_resize import smart_resize as from_docs
+
+    return from_docs(height, width, factor, min_pixels, max_pixels)
 
 
 def image_tokens(name):

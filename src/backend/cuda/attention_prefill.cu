@@ -287,7 +287,8 @@ void launch_for_head_dim(const AttentionParams& p, cudaStream_t stream) {
   int slices = 1;
   if constexpr (D >= 128) {
     const int prefill_rows = p.step.decode_rows >= 0 ? p.step.rows - p.step.decode_rows : p.step.rows;
-    const int blocks = ((prefill_rows + p.tile_rows - 1) / p.tile_rows + 1) * p.kv_heads, wanted = 2 * multiprocessors();
+    const int blocks = ((prefill_rows + p.tile_rows - 1) / p.tile_rows + 1) * p.kv_heads,
+              wanted = 2 * multiprocessors();
     slices = value_slices_for_tests > 0 ? value_slices_for_tests : blocks >= wanted ? 1 : 2 * blocks >= wanted ? 2 : 4;
   }
   switch (slices) {
