@@ -500,16 +500,27 @@ TEST_P(AttentionKernels, DecodeRowsMatchReference) {
   RecordProperty("max_abs_error", std::to_string(worst));
 }
 
-// Prefill rows deep into a sequence (keys over 33 pages, the piece crossing a page boundary) and a short piece beside
-// them, against the reference.
+// Prefill rows deep into a sequence (positions 2030-2099, keys over 33 pages, the piece crossing a page boundary) and a
+// short piece beside them. Holds the sequences its pieces point to, so it stays where it was made.
+struct LongRowsStep {
+  static constexpr int kStoragePages = 40;
+  PagePool pool{1400, kStoragePages};
+  Sequence seq, other;
+  std::vector<StepPiece> parts;
+  explicit LongRowsStep(const AttentionDims& d)
+      : seq(make_sequence(d, 2100, pool.take(2100), 1401, kStoragePages)),
+        other(make_sequence(d, 70, pool.take(70), 1402, kStoragePages)),
+        parts{{&seq, 2030, 70}, {&other, 67, 3}} {}
+  LongRowsStep(const LongRowsStep&) = delete;
+  LongRowsStep& operator=(const LongRowsStep&) = delete;
+};
+
+// LongRowsStep against the reference.
 TEST_P(AttentionKernels, LongPrefillRowsMatchReference) {
   DUET_REQUIRE_GPU();
   const AttentionDims& d = dims();
-  constexpr int kStoragePages = 40;
-  PagePool pool(1400, kStoragePages);
-  const Sequence seq = make_sequence(d, 2100, pool.take(2100), 1401, kStoragePages);
-  const Sequence other = make_sequence(d, 70, pool.take(70), 1402, kStoragePages);
-  const std::vector<StepPiece> parts = {{&seq, 2030, 70}, {&other, 67, 3}};
+  const LongRowsStep step(d);
+  const std::vector<StepPiece>& parts = step.parts;
   Norms norms(d, false, 37);
   DeviceBuffer<bf16> kv(initial_storage(d, parts, norms));
   const StepOutput result = run_step(d, parts, norms, kv);
@@ -527,11 +538,8 @@ TEST_P(AttentionKernels, ValueSlicesGiveIdenticalRows) {
     ~Slices() { set_prefill_value_slices_for_tests(0); }
   };
   const AttentionDims& d = dims();
-  constexpr int kStoragePages = 40;
-  PagePool pool(1400, kStoragePages);
-  const Sequence seq = make_sequence(d, 2100, pool.take(2100), 1401, kStoragePages);
-  const Sequence other = make_sequence(d, 70, pool.take(70), 1402, kStoragePages);
-  const std::vector<StepPiece> parts = {{&seq, 2030, 70}, {&other, 67, 3}};
+  const LongRowsStep step(d);
+  const std::vector<StepPiece>& parts = step.parts;
   Norms norms(d, false, 37);
   const std::vector<bf16> storage = initial_storage(d, parts, norms);
   std::vector<std::vector<bf16>> outs;
@@ -545,7 +553,7 @@ TEST_P(AttentionKernels, ValueSlicesGiveIdenticalRows) {
     EXPECT_EQ(bit_differences(outs[i], 0, outs[0], 0, outs[0].size()), 0u) << (i == 1 ? "2 slices" : "4 slices");
   }
   std::vector<bf16> changed = storage;
-  const int64_t at = slot_offset(d, seq, 5, 0, true);
+  const int64_t at = slot_offset(d, step.seq, 5, 0, true);
   for (int i = 0; i < d.head_dim; ++i) changed[at + i] = changed[at + (i + 1) % d.head_dim];
   const Slices use(4);
   DeviceBuffer<bf16> kv(changed);
