@@ -12,7 +12,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <array>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
@@ -66,6 +68,48 @@ struct Preference {
   }
 };
 
+// Configurations measured faster at every row count that matters on the H200 (sm_90, cuBLAS 13.0) than the heuristic's
+// first at the largest m (tests/cuda/pinned_gemm_bench.cc; docs/pinned_gemm_h200.txt, session 30: down_proj at 383
+// rows 136.6 -> 70.4 us, at 4,096 563.9 -> 538.0). Picked by what they are, never by a timing taken at start, so the
+// pinned algorithm (and so every row's bits) is the same on every start of the same GPU and library; every candidate
+// there was row-invariant, and the pin is still checked against every m below. DUET_PINNED_PREFERRED=0: the heuristic.
+struct PreferredConfig {
+  int64_t n, k;
+  uint32_t tile, custom;
+  uint16_t cluster;
+};
+constexpr PreferredConfig kPreferredSm90[] = {
+    {4096, 12288, 20, 1, 3},  // mlp.down_proj
+    {4096, 4096, 20, 1, 3},   // gdn.in_proj_z, gdn.out_proj, attn.o_proj
+    {8192, 4096, 24, 7, 5},   // gdn.in_proj_qkv, attn.q_proj
+    {1024, 4096, 18, 3, 5},   // attn.k_proj, attn.v_proj
+};
+
+bool preferred_enabled() {
+  const char* env = std::getenv("DUET_PINNED_PREFERRED");
+  return env == nullptr || std::string(env) != "0";
+}
+
+const PreferredConfig* preferred_for(int64_t n, int64_t k, bool y_f32) {
+  if (y_f32 || !preferred_enabled()) return nullptr;  // measured with BF16 outputs
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess || major != 9 ||
+      minor != 0)
+    return nullptr;
+  for (const PreferredConfig& c : kPreferredSm90)
+    if (c.n == n && c.k == k) return &c;
+  return nullptr;
+}
+
+bool is_config(const cublasLtMatmulAlgo_t& algo, const PreferredConfig& c) {
+  return config_of<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) <= 1 &&
+         config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID) == c.tile &&
+         config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION) == c.custom &&
+         config_of<uint16_t>(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID) == c.cluster;
+}
+
 }  // namespace
 
 PinnedGemm::PinnedGemm(cublasLtHandle_t handle, int64_t n, int64_t k, int64_t max_m, bool y_f32, void* workspace,
@@ -110,6 +154,24 @@ PinnedGemm::PinnedGemm(cublasLtHandle_t handle, int64_t n, int64_t k, int64_t ma
         candidates.push_back(results[i].algo);
     std::stable_sort(candidates.begin(), candidates.end(),
                      [](const auto& a, const auto& b) { return split_k_rank(a) < split_k_rank(b); });
+    // A preferred configuration goes first: it may be among the heuristic's answers for a smaller m only, so those
+    // are asked too (the bench's union), and the first match is moved to the front.
+    if (const PreferredConfig* preferred = preferred_for(n, k, y_f32)) {
+      for (int64_t m : {int64_t{4096}, int64_t{1024}, int64_t{383}, int64_t{128}}) {
+        if (m > max_m) continue;
+        set_m(m);
+        int more = 0;
+        check_cublas(cublasLtMatmulAlgoGetHeuristic(handle_, op_, w_layout_, x_layout_, y_layout_, y_layout_,
+                                                    preference.p, kCandidates, results.data(), &more),
+                     "cublasLtMatmulAlgoGetHeuristic");
+        for (int i = 0; i < more; ++i)
+          if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= workspace_bytes_)
+            candidates.push_back(results[i].algo);
+      }
+      const auto match = std::find_if(candidates.begin(), candidates.end(),
+                                      [&](const auto& a) { return is_config(a, *preferred); });
+      if (match != candidates.end()) std::rotate(candidates.begin(), match, match + 1);
+    }
 
     // The first candidate that every m we will call it with accepts. The small m are where cuBLASLt's own choice
     // would differ; 64/65 straddle a common tile edge.
