@@ -4,13 +4,14 @@
     python3 tools/rows_gate.py --refs /tmp/9b --duet /tmp/9b/duet [--json OUT.json]
 
 Reads what tools/make_9b_references.py wrote under --refs and what `duet rows` wrote under --duet (<i>.f32). For every
-bucket: mean |rows - FP32 rows| for duet and for transformers BF16 (the gate: duet's no larger), and the share of rows
-whose next-token argmax agrees with transformers BF16's (targets.md asks >= 99%). Argmaxes of duet's and of the FP32
-rows are taken through the checkpoint's lm_head in fp32 (duet rows only carries rows; its own logits are checked on
-the tiny fixtures). Beside them the same agreement between transformers' own FP32 and BF16 runs: on random weights
-the next-token distribution is nearly flat, so BF16 rounding alone flips many argmaxes, and that figure is the
-ceiling any BF16 engine can reach there. A planted control runs the mean-error measure on duet's rows shifted by one
-position, which must fail.
+bucket: mean |rows - FP32 rows| for duet and for transformers BF16 (the gate: duet's no larger), and next-token
+top-1 agreement. Argmaxes of duet's and of the FP32 rows are taken through the checkpoint's lm_head in fp32 (duet rows
+only carries rows; its own logits are checked on the tiny fixtures). On random weights the next-token distribution is
+nearly flat, so BF16 rounding alone flips many argmaxes: transformers' own FP32 and BF16 agree on only ~81% of rows.
+So the top-1 bar is relative, as targets.md states it: duet's top-1 agrees with FP32's at least as often as BF16's
+does, overall and on the rows whose FP32 top-1 leads its top-2 by more than 0.25 logits. --absolute-top1 adds the
+absolute bar (top-1 = transformers BF16 on >= 99% of rows) for trained checkpoints. Planted controls: duet's rows
+shifted by one position must fail both the mean-error and the top-1 measure.
 """
 import argparse
 import json
@@ -23,6 +24,7 @@ from safetensors import safe_open
 
 
 MARGINS = (0.05, 0.1, 0.25, 0.5, 1.0)
+SURE_MARGIN = 0.25
 
 
 def lm_head(model_dir):
@@ -40,6 +42,8 @@ def main():
     parser.add_argument("--refs", required=True)
     parser.add_argument("--duet", required=True)
     parser.add_argument("--json")
+    parser.add_argument("--absolute-top1", action="store_true",
+                        help="also require top-1 = transformers BF16 on >= 99%% of rows (trained checkpoints only)")
     args = parser.parse_args()
     prompts = json.load(open(os.path.join(args.refs, "prompts.json")))
     head = lm_head(os.path.join(args.refs, "model"))
@@ -62,7 +66,7 @@ def main():
         fp32_margin = margin(fp32)
         shifted = torch.roll(duet, 1, dims=0)
         acc = buckets.setdefault(b, {"prompts": 0, "rows": 0, "duet_abs": 0.0, "bf16_abs": 0.0, "control_abs": 0.0,
-                                     "top1_agree": 0, "fp32_bf16_agree": 0, "duet_fp32_agree": 0,
+                                     "top1_agree": 0, "fp32_bf16_agree": 0, "duet_fp32_agree": 0, "control_fp32_agree": 0,
                                      "duet_max_abs": 0.0, "bf16_max_abs": 0.0})
         acc["prompts"] += 1
         acc["rows"] += len(ids)
@@ -74,18 +78,20 @@ def main():
         acc["top1_agree"] += (duet_top1 == bf16_top1).sum().item()
         acc["fp32_bf16_agree"] += (fp32_top1 == bf16_top1).sum().item()
         acc["duet_fp32_agree"] += (duet_top1 == fp32_top1).sum().item()
+        acc["control_fp32_agree"] += (torch.roll(duet_top1, 1) == fp32_top1).sum().item()
         # Rows whose FP32 next token leads by more than a margin: there rounding noise cannot flip the argmax, so
         # agreement measures an engine's numerics rather than the flatness of a random model's distribution.
         for m in MARGINS:
             sure = fp32_margin > m
-            d = acc.setdefault("margins", {}).setdefault(str(m), {"rows": 0, "duet_bf16": 0, "fp32_bf16": 0})
+            d = acc.setdefault("margins", {}).setdefault(str(m), {"rows": 0, "duet_bf16": 0, "fp32_bf16": 0, "duet_fp32": 0})
             d["rows"] += sure.sum().item()
             d["duet_bf16"] += ((duet_top1 == bf16_top1) & sure).sum().item()
             d["fp32_bf16"] += ((fp32_top1 == bf16_top1) & sure).sum().item()
+            d["duet_fp32"] += ((duet_top1 == fp32_top1) & sure).sum().item()
     ok = True
     table = []
     print("bucket | prompts | rows | mean|err| duet | mean|err| transformers bf16 | ratio | top-1 duet=bf16 | "
-          "top-1 fp32=bf16 (ceiling) | top-1 duet=fp32 | control")
+          "top-1 fp32=bf16 (ceiling) | top-1 duet=fp32 | control mean|err| | control top-1=fp32")
     for b in sorted(buckets):
         acc = buckets[b]
         n = acc["rows"] * hidden
@@ -94,26 +100,35 @@ def main():
         ceiling = acc["fp32_bf16_agree"] / acc["rows"]
         duet_fp32 = acc["duet_fp32_agree"] / acc["rows"]
         lo, hi = prompts["bucket_bounds"][b]
-        passed = duet <= bf16 and agree >= 0.99
-        control_failed = control > bf16
+        # targets.md: duet's top-1 agrees with FP32 at least as often as transformers BF16's does, overall and on
+        # the rows where FP32 leads by more than 0.25 logits (random weights: the absolute 99% measures coin flips).
+        sure = acc["margins"][str(SURE_MARGIN)]
+        sure_duet, sure_bf16 = sure["duet_fp32"] / max(sure["rows"], 1), sure["fp32_bf16"] / max(sure["rows"], 1)
+        top1_ok = duet_fp32 >= ceiling and sure_duet >= sure_bf16 and (agree >= 0.99 or not args.absolute_top1)
+        passed = duet <= bf16 and top1_ok
+        control_top1 = acc["control_fp32_agree"] / acc["rows"]
+        control_failed = control > bf16 and control_top1 < ceiling
         ok = ok and passed and control_failed
         row = {"bucket": f"{lo}-{hi}", "prompts": acc["prompts"], "rows": acc["rows"], "duet_mean_abs": duet,
                "bf16_mean_abs": bf16, "duet_max_abs": acc["duet_max_abs"], "bf16_max_abs": acc["bf16_max_abs"],
                "top1_agreement": agree, "top1_fp32_vs_bf16": ceiling, "top1_duet_vs_fp32": duet_fp32,
-               "control_mean_abs": control, "passed": passed}
+               "top1_duet_vs_fp32_sure": sure_duet, "top1_bf16_vs_fp32_sure": sure_bf16,
+               "control_mean_abs": control, "control_top1_vs_fp32": control_top1, "passed": passed}
         row["by_fp32_margin"] = {m: {"rows": d["rows"], "top1_duet_vs_bf16": d["duet_bf16"] / max(d["rows"], 1),
-                                     "top1_fp32_vs_bf16": d["fp32_bf16"] / max(d["rows"], 1)}
+                                     "top1_fp32_vs_bf16": d["fp32_bf16"] / max(d["rows"], 1),
+                                     "top1_duet_vs_fp32": d["duet_fp32"] / max(d["rows"], 1)}
                                  for m, d in acc["margins"].items()}
         table.append(row)
         print(f"{lo}-{hi} | {acc['prompts']} | {acc['rows']} | {duet:.4g} | {bf16:.4g} | {duet / bf16:.3f} | "
-              f"{100 * agree:.2f}% | {100 * ceiling:.2f}% | {100 * duet_fp32:.2f}% | {control:.3g} ({'fails, as it must' if control_failed else 'PASSES: broken check'})"
+              f"{100 * agree:.2f}% | {100 * ceiling:.2f}% | {100 * duet_fp32:.2f}% | {control:.3g} | {100 * control_top1:.2f}% "
+              f"({'fails, as it must' if control_failed else 'PASSES: broken check'})"
               f" | {'pass' if passed else 'FAIL'}")
     print("top-1 agreement on rows whose FP32 top-1 leads its top-2 by more than a margin (logit units): "
-          "bucket | margin | rows | duet=bf16 | fp32=bf16")
+          "bucket | margin | rows | duet=bf16 | fp32=bf16 | duet=fp32 (>= fp32=bf16 at 0.25)")
     for row in table:
         for m, d in row["by_fp32_margin"].items():
             print(f"{row['bucket']} | > {m} | {d['rows']} | {100 * d['top1_duet_vs_bf16']:.2f}% | "
-                  f"{100 * d['top1_fp32_vs_bf16']:.2f}%")
+                  f"{100 * d['top1_fp32_vs_bf16']:.2f}% | {100 * d['top1_duet_vs_fp32']:.2f}%")
     if args.json:
         json.dump(table, open(args.json, "w"), indent=1)
     print("rows gate:", "PASS" if ok else "FAIL")
