@@ -101,6 +101,8 @@ void check_flags(const ServeFlags& flags) {
   if (flags.engine.prefill_chunk < 64 || flags.engine.prefill_chunk % 64 != 0)
     fail("--prefill-chunk {}: must be a positive multiple of 64 (prompts cut at multiples of 64 keep rows exact)",
          flags.engine.prefill_chunk);
+  if (!(flags.engine.vision_step_ms >= 0 && flags.engine.vision_step_ms <= 60000))
+    fail("--vision-step-ms {}: must be between 0 and 60000", flags.engine.vision_step_ms);
   if (flags.engine.step_token_budget < 1 || flags.engine.step_token_budget > 1 << 20)
     fail("--step-tokens {}: must be between 1 and {}", flags.engine.step_token_budget, 1 << 20);
   if (flags.server.max_tokens < 1) fail("--max-tokens {}: must be at least 1", flags.server.max_tokens);
@@ -491,6 +493,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--no-ui", flags->no_ui, "Do not answer GET / with the chat page");
   cmd->add_flag("--no-vision", flags->no_vision,
                 "Do not load the model's vision tower: chat refuses image parts (by name) instead of reading them");
+  cmd->add_option("--vision-step-ms", flags->engine.vision_step_ms,
+                  "The vision tower's share of a step beside other requests, in whole tower blocks (at least one a "
+                  "step), so a large image does not hold their decode steps for the whole tower; 0: one block a step")
+      ->capture_default_str();
   cmd->add_flag("--allow-image-urls", flags->allow_image_urls,
                 "Fetch image parts' http(s) URLs (from public addresses only; off: they are refused by name)");
   cmd->add_option("--image-url-timeout", flags->image_url_timeout_s,

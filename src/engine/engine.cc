@@ -17,6 +17,7 @@
 #include "engine/draft_policy.h"
 #include "engine/draft_verify.h"
 #include "engine/image_prompt.h"
+#include "engine/tower_runner.h"
 #include "engine/memory_plan.h"
 #include "engine/mtp_drafter.h"
 #include "engine/ngram_drafter.h"
@@ -171,6 +172,8 @@ struct Engine::Impl {
         scheduler(blocks, options.prefill_chunk, options.step_token_budget, options.finishing_step_factor),
         mtp(checked_drafter(model, *storage, options)) {
     if (options.draft.kind != DraftKind::none && options.draft.measured) draft_policy.emplace(options.draft.tokens);
+    if (options.vision)
+      tower.emplace(*options.vision, model.config().hidden_size, std::max(0.0, options.vision_step_ms) / 1e3);
     if (plan.prompt_cache_snapshots > 0)
       cache.emplace(blocks, *storage, static_cast<int32_t>(plan.prompt_cache_snapshots), plan.prompt_cache_pages,
                     options.prompt_cache_block_hash ? PromptCache::BlockHash(options.prompt_cache_block_hash)
@@ -482,12 +485,9 @@ struct Engine::Impl {
       if (sequence->abandoned()) end(*sequence, FinishReason::cancelled, {});
     }
     release_finished();
+    if (run_tower()) release_finished();  // a prompt whose tower failed gives its slot back now
     std::vector<ScheduledPiece> planned = scheduler.plan_step();
-    run_towers(planned);
-    if (planned.empty()) {
-      release_finished();  // a prompt whose tower failed gives its slot back now
-      return;
-    }
+    if (planned.empty()) return;
     in_step.clear();
     for (const ScheduledPiece& piece : planned) in_step.push_back(piece.sequence);
     if (options.test_device_fault_step > 0 && stats.steps_total + 1 == options.test_device_fault_step)
@@ -649,40 +649,31 @@ struct Engine::Impl {
     return mtp && sequence.speculative() && !sequence.has_images() && sequence.mtp_positions() == position;
   }
 
-  // The vision tower of every prompt with images whose first chunk this step runs, before the step (whose prefill reads
-  // the rows), once per request, on the images from the first one the prompt still needs: a prompt resumed from the
-  // prompt cache starts at its resumed position, and an image wholly before it is in the resumed state already. On the
-  // engine thread, like the steps: its host products never run beside a step's, and an image's rows depend on that
-  // image alone (model/vision_tower.h), so no other request's bits change. A prompt whose tower fails ends alone, its
-  // piece left out of the step.
-  void run_towers(std::vector<ScheduledPiece>& planned) {
-    int64_t images = 0;
-    const auto started = Clock::now();
-    std::erase_if(planned, [&](const ScheduledPiece& piece) {
-      Sequence& sequence = *piece.sequence;
-      if (!piece.is_prefill || !sequence.has_images() || sequence.images().has_rows()) return false;
-      try {
-        const auto position = static_cast<int32_t>(blocks.position(*sequence.slot()));
-        const size_t first = sequence.images().first_needed_image(position);
-        const std::vector<PromptImage>& prompt_images = *sequence.request().images;
-        std::vector<float> rows;
-        for (size_t i = first; i < prompt_images.size(); ++i) {
-          const PromptImage& image = prompt_images[i];
-          const std::vector<float> own = options.vision->rows(image.pixel_values, {image.t, image.h, image.w});
-          rows.insert(rows.end(), own.begin(), own.end());
-          ++images;
-        }
-        sequence.images().set_rows(std::move(rows), hidden, first);
-        return false;
-      } catch (const std::exception& e) {
-        end(sequence, FinishReason::error, fmt::format("engine: the vision tower failed: {}", e.what()));
-        return true;
-      }
-    });
-    if (images == 0) return;
+  // The vision tower's share of this step (engine/tower_runner.h): stages of the tower of the next prompt that waits
+  // for its rows, before the step plans, so a prompt whose rows are made now prefills in this step. On the engine
+  // thread, like the steps: its host products never run beside a step's, and an image's rows depend on that image
+  // alone (model/vision_tower.h), so no other request's bits change. A prompt whose tower fails ends alone; returns
+  // whether one did.
+  bool run_tower() {
+    if (!tower) return false;
+    Sequence* next = scheduler.next_tower(tower->current());
+    if (next == nullptr) {
+      tower->drop();  // its prompt ended
+      return false;
+    }
+    TowerRunner::Progress progress;
+    try {
+      progress = tower->advance(*next, static_cast<int32_t>(blocks.position(*next->slot())), !scheduler.has_pieces());
+    } catch (const std::exception& e) {
+      end(*next, FinishReason::error, fmt::format("engine: the vision tower failed: {}", e.what()));
+      return true;
+    }
     std::lock_guard lock(mutex);
-    stats.vision_images_total += images;
-    stats.vision_seconds_total += std::chrono::duration<double>(Clock::now() - started).count();
+    stats.vision_images_total += progress.images;
+    stats.vision_stages_total += progress.stages;
+    stats.vision_seconds_total += progress.seconds;
+    ++stats.vision_steps_total;
+    return false;
   }
 
   // A verify piece's draws taken into its sequence (engine/draft_verify.h); its rows past the last kept one are taken
@@ -1048,6 +1039,7 @@ struct Engine::Impl {
   std::unique_ptr<backend::HostStateTier> host_tier;  // the prompt cache's second tier, when planned; outlives `cache`
   std::optional<PromptCache> cache;                   // when the plan gives it room
   Scheduler scheduler;                                // engine thread only
+  std::optional<TowerRunner> tower;                   // engine thread only; with options.vision
   std::vector<Sequence*> in_step;  // engine thread only: the sequences of the step being run, failed if it throws
   std::optional<MtpDrafter> mtp;   // `--draft mtp` (engine thread only)
   // Engine thread only: with DraftOptions::measured, K per step from measured costs; the K the last drafting chose.

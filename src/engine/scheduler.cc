@@ -67,6 +67,7 @@ std::vector<ScheduledPiece> Scheduler::plan_step() {
   for (const auto& sequence : running_) {
     if (sequence->finished() || sequence->prefill_done()) continue;
     if (sequence->fork_of() && waits_for_fork(*sequence, find(*sequence->fork_of()))) continue;
+    if (sequence->waits_for_tower()) continue;
     waiting.push_back(sequence.get());
   }
   if (waiting.empty()) return pieces;
@@ -121,6 +122,24 @@ bool Scheduler::has_work() const {
   return std::any_of(running_.begin(), running_.end(), [](const std::unique_ptr<Sequence>& s) {
     return !s->finished() && !(s->decides() && s->prefill_done());
   });
+}
+
+bool Scheduler::has_pieces() const {
+  return std::any_of(running_.begin(), running_.end(), [this](const std::unique_ptr<Sequence>& s) {
+    if (s->finished() || (s->decides() && s->prefill_done()) || s->waits_for_tower()) return false;
+    return !(s->fork_of() && waits_for_fork(*s, find(*s->fork_of())));
+  });
+}
+
+Sequence* Scheduler::next_tower(std::optional<uint64_t> current) const {
+  Sequence* oldest = nullptr;
+  for (const auto& sequence : running_) {
+    if (sequence->finished() || !sequence->waits_for_tower()) continue;
+    if (sequence->fork_of() && waits_for_fork(*sequence, find(*sequence->fork_of()))) continue;
+    if (current && sequence->id() == *current) return sequence.get();
+    if (oldest == nullptr) oldest = sequence.get();
+  }
+  return oldest;
 }
 
 void Scheduler::release_finished() {

@@ -8,13 +8,15 @@
 // finishes takes no partial chunks beside it and other finishing prompts only within finishing_step_factor times
 // its tokens, so that prompt's wait is about its own prefill, not a budget of its neighbours'. One piece per sequence
 // per step, and a prompt is only ever cut at multiples of prefill_chunk, which the model's row invariance makes
-// invisible in the results. Where the backend cannot keep a prompt's state inside a step (set_cuts_at_cache_points), a
+// invisible in the results. A prompt whose images' rows are not made yet waits, unplanned, for its vision tower (run
+// between steps by engine/tower_runner.h). Where the backend cannot keep a prompt's state inside a step (set_cuts_at_cache_points), a
 // prompt is also cut at its prompt cache points (block ends, multiples of 64, where row invariance holds too), so that
 // its state there can be kept; so is a decision always (its sink keeps its prefix at the step's end). A decision is a
 // prompt like any other (it shares steps, slots and the token budget with chat) that never decodes: it ends with its
 // prefill.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -54,6 +56,12 @@ class Scheduler {
   bool idle() const { return running_.empty(); }
   // Whether a step would have anything to run: a running sequence that is not a decision waiting for its head.
   bool has_work() const;
+  // Whether plan_step would plan a piece now: has_work() less the prompts that wait for their vision tower or for
+  // the choice they fork from.
+  bool has_pieces() const;
+  // The prompt whose vision tower runs next (engine/tower_runner.h): `current` while it still waits for it, else the
+  // oldest admitted prompt that does (not one waiting to be forked); null when none does.
+  Sequence* next_tower(std::optional<uint64_t> current) const;
   std::span<const std::unique_ptr<Sequence>> running() const { return running_; }
   const Sequence* find(uint64_t id) const;
 

@@ -55,6 +55,8 @@ class Sequence {
   ImagePrompt& images() { return *images_; }
   const ImagePrompt& images() const { return *images_; }
   void set_images(ImagePrompt images) { images_ = std::move(images); }
+  // A prompt that cannot prefill yet: its images' rows are not made (engine/tower_runner.h).
+  bool waits_for_tower() const { return images_ && !images_->has_rows() && !prefill_done(); }
   // Its images as the prompt cache tells them apart (image_cache_key.h), set at submit when the engine has a cache.
   std::span<const ImageCacheKey> image_cache_keys() const { return image_cache_keys_; }
   void set_image_cache_keys(std::vector<ImageCacheKey> keys) { image_cache_keys_ = std::move(keys); }

@@ -79,16 +79,25 @@ std::unique_ptr<VisionModel> VisionModel::load(const std::string& model_dir, int
   return model;
 }
 
-std::vector<float> VisionModel::rows(std::span<const float> pixel_values, const VisionGrid& grid) const {
+std::unique_ptr<VisionRun> VisionModel::start(std::span<const float> pixel_values, const VisionGrid& grid) const {
   check_vision_grid(config_, grid);
   const auto expected = static_cast<size_t>(grid.patches() * patch_row_size());
   if (pixel_values.size() != expected)
     fail("vision tower: {} pixel values for a {} x {} x {} grid, expected {}", pixel_values.size(), grid.t, grid.h,
          grid.w, expected);
 #if DUET_HAVE_CUDA
-  if (device_ && grid.patches() <= device_->max_patches()) return device_->rows(pixel_values.data(), grid);
+  if (device_ && grid.patches() <= device_->max_patches()) return device_->start(pixel_values.data(), grid);
 #endif
-  return vision_forward(config_, weights_, pixel_values.data(), grid);
+  VisionPatchPlaces places;
+  places.table = patch_positions(grid, config_.spatial_merge_size);
+  places.rotary = places.table;
+  return std::make_unique<HostVisionRun>(config_, weights_, pixel_values.data(), grid, std::move(places));
+}
+
+std::vector<float> VisionModel::rows(std::span<const float> pixel_values, const VisionGrid& grid) const {
+  std::unique_ptr<VisionRun> run = start(pixel_values, grid);
+  while (!run->done()) run->run_stage();
+  return run->take_rows();
 }
 
 }  // namespace duet::model

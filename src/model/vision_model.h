@@ -12,6 +12,7 @@
 #include "checkpoint/checkpoint.h"
 #include "model/vision_config.h"
 #include "model/vision_positions.h"
+#include "model/vision_run.h"
 #include "model/vision_weights.h"
 
 namespace duet::model {
@@ -47,6 +48,10 @@ class VisionModel {
   // on this image alone (vision_tower.h). Thread-safe (the host tower reads only; the device tower runs one image at a
   // time); throws duet::Error on a grid it cannot take.
   std::vector<float> rows(std::span<const float> pixel_values, const VisionGrid& grid) const;
+  // The same image a stage at a time (model/vision_run.h), where rows() would run it, the same bits. `pixel_values`
+  // must stay valid until the first stage has run, and this model for the run's life. A GPU run holds the device tower
+  // until it is destroyed (rows() and start() on other threads wait): create, run and destroy it on one thread.
+  std::unique_ptr<VisionRun> start(std::span<const float> pixel_values, const VisionGrid& grid) const;
 
  private:
   VisionConfig config_;

@@ -131,27 +131,52 @@ std::vector<float> vision_forward(const VisionConfig& c, const VisionWeights& w,
 std::vector<float> vision_forward_at(const VisionConfig& c, const VisionWeights& w, const float* pixel_values,
                                      const VisionGrid& grid, const VisionPatchPlaces& places, VisionTrace* trace,
                                      VisionRounding rounding) {
+  HostVisionRun run(c, w, pixel_values, grid, places, trace, rounding);
+  while (!run.done()) run.run_stage();
+  return run.take_rows();
+}
+
+HostVisionRun::HostVisionRun(const VisionConfig& c, const VisionWeights& w, const float* pixel_values,
+                             const VisionGrid& grid, VisionPatchPlaces places, VisionTrace* trace,
+                             VisionRounding rounding)
+    : VisionRun(static_cast<int32_t>(c.depth) + 2),
+      config_(c),
+      weights_(w),
+      pixel_values_(pixel_values),
+      grid_(grid),
+      places_(std::move(places)),
+      trace_(trace),
+      rounding_(rounding) {
   check_vision_grid(c, grid);
-  const int64_t n = grid.patches(), hidden = c.hidden_size;
-  if (static_cast<int64_t>(places.table.size()) != n || static_cast<int64_t>(places.rotary.size()) != n)
-    fail("vision tower: {} and {} patch places for {} patches", places.table.size(), places.rotary.size(), n);
+  const int64_t n = grid.patches();
+  if (static_cast<int64_t>(places_.table.size()) != n || static_cast<int64_t>(places_.rotary.size()) != n)
+    fail("vision tower: {} and {} patch places for {} patches", places_.table.size(), places_.rotary.size(), n);
   if (static_cast<int64_t>(w.blocks.size()) != c.depth)
     fail("vision tower: {} blocks bound, config says {}", w.blocks.size(), c.depth);
+}
 
-  std::vector<float> x = linear(pixel_values, n, w.patch_embed, rounding);  // [n, hidden]
-  if (trace != nullptr) trace->patch_embed = x;
-  add_position_embedding(c, w.pos_embed, grid, places.table, x.data());
-  if (trace != nullptr) trace->pos_added = x;
-
-  const VisionRotary rope = vision_rotary(c, places.rotary);
-  for (const auto& block : w.blocks) block_forward(c, block, rope, grid.h * grid.w, n, rounding, x);
-
-  // Merger: LayerNorm per patch, the 2x2 group's four rows side by side, fc1, exact GELU, fc2.
-  const std::vector<float> y = layer_norm(x.data(), n, hidden, w.merger_norm, c.layer_norm_eps);
-  const int64_t tokens = n / c.merge_group();
-  std::vector<float> f = linear(y.data(), tokens, w.merger_fc1, rounding);
-  for (float& v : f) v = gelu_erf(v);
-  return linear(f.data(), tokens, w.merger_fc2, rounding);
+void HostVisionRun::run(int32_t stage) {
+  const VisionConfig& c = config_;
+  const VisionWeights& w = weights_;
+  const int64_t n = grid_.patches(), hidden = c.hidden_size;
+  if (stage == 0) {
+    x_ = linear(pixel_values_, n, w.patch_embed, rounding_);  // [n, hidden]
+    pixel_values_ = nullptr;
+    if (trace_ != nullptr) trace_->patch_embed = x_;
+    add_position_embedding(c, w.pos_embed, grid_, places_.table, x_.data());
+    if (trace_ != nullptr) trace_->pos_added = x_;
+    rope_ = vision_rotary(c, places_.rotary);
+  } else if (stage <= c.depth) {
+    block_forward(c, w.blocks[static_cast<size_t>(stage - 1)], rope_, grid_.h * grid_.w, n, rounding_, x_);
+  } else {
+    // Merger: LayerNorm per patch, the 2x2 group's four rows side by side, fc1, exact GELU, fc2.
+    const std::vector<float> y = layer_norm(x_.data(), n, hidden, w.merger_norm, c.layer_norm_eps);
+    x_ = {};
+    const int64_t tokens = n / c.merge_group();
+    std::vector<float> f = linear(y.data(), tokens, w.merger_fc1, rounding_);
+    for (float& v : f) v = gelu_erf(v);
+    rows_ = linear(f.data(), tokens, w.merger_fc2, rounding_);
+  }
 }
 
 }  // namespace duet::model

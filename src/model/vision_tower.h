@@ -15,6 +15,7 @@
 
 #include "model/vision_config.h"
 #include "model/vision_positions.h"
+#include "model/vision_run.h"
 #include "model/vision_weights.h"
 
 namespace duet::model {
@@ -36,6 +37,29 @@ enum class VisionRounding { none, linear_inputs_bf16 };
 struct VisionPatchPlaces {
   std::vector<PatchPosition> table;
   std::vector<PatchPosition> rotary;
+};
+
+// One image's forward a stage at a time (model/vision_run.h): the same arithmetic, in the same order, as
+// vision_forward_at. `pixel_values` must stay valid until the first stage has run; `config`, `weights` and `trace`
+// for the run's life. Throws duet::Error on a grid the config cannot take or places that do not fit it.
+class HostVisionRun final : public VisionRun {
+ public:
+  HostVisionRun(const VisionConfig& config, const VisionWeights& weights, const float* pixel_values,
+                const VisionGrid& grid, VisionPatchPlaces places, VisionTrace* trace = nullptr,
+                VisionRounding rounding = VisionRounding::none);
+
+ private:
+  void run(int32_t stage) override;
+
+  const VisionConfig& config_;
+  const VisionWeights& weights_;
+  const float* pixel_values_;
+  VisionGrid grid_;
+  VisionPatchPlaces places_;
+  VisionTrace* trace_;
+  VisionRounding rounding_;
+  VisionRotary rope_;
+  std::vector<float> x_;  // [N, hidden] the residual stream between stages
 };
 
 // One image. Throws duet::Error on a grid the config cannot take.

@@ -157,6 +157,11 @@ std::string ServerMetrics::render(const engine::EngineStats& engine, const std::
   sample(out, "duet_vision_tower_images_total", engine.vision_images_total, model);
   metric(out, "duet_vision_tower_seconds_total", "counter", "Time the vision tower ran.");
   sample(out, "duet_vision_tower_seconds_total", engine.vision_seconds_total, model);
+  metric(out, "duet_vision_tower_stages_total", "counter",
+         "Vision tower stages run (the embedding, each block, the merger: --vision-step-ms spreads them over steps).");
+  sample(out, "duet_vision_tower_stages_total", engine.vision_stages_total, model);
+  metric(out, "duet_vision_tower_steps_total", "counter", "Engine steps in which the vision tower ran.");
+  sample(out, "duet_vision_tower_steps_total", engine.vision_steps_total, model);
 
   metric(out, "duet_grammar_requests_total", "counter", "Requests with a structured output (a grammar).");
   sample(out, "duet_grammar_requests_total", constrained_requests.load(), model);

@@ -27,6 +27,8 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
+#include <chrono>
 #include <vector>
 
 #include "../model/golden_fixtures.h"
@@ -246,6 +248,30 @@ TEST_F(VisionTowerCuda, AnImagesRowsAreTheSameBitsAloneOrAfterOthers) {
   fresh.rows(pixels_of.pixels(large, 7).data(), large);
   EXPECT_TRUE(same_bits(fresh.rows(a.patches.values.data(), a.grid), alone)) << a.name << " after other images";
   EXPECT_TRUE(same_bits(tower_->rows(a.patches.values.data(), a.grid), alone)) << a.name << " on another tower";
+}
+
+// The tower a stage at a time (model/vision_run.h, as the engine's TowerRunner runs it between steps) is rows()'s
+// bits, with another thread's rows() waiting for the run to end rather than writing its scratch meanwhile; a run of
+// another image between two runs changes nothing either. The control: the other image's rows differ.
+TEST_F(VisionTowerCuda, AStagedRunIsTheWholeRunsBits) {
+  const FixtureImage& a = images_.front();
+  const FixtureImage& b = images_.back();
+  const std::vector<float> whole = tower_->rows(a.patches.values.data(), a.grid);
+  const std::vector<float> other = tower_->rows(b.patches.values.data(), b.grid);
+  std::unique_ptr<model::VisionRun> run = tower_->start(a.patches.values.data(), a.grid);
+  EXPECT_EQ(run->stages(), config_.depth + 2);
+  run->run_stage();
+  std::vector<float> waited;
+  std::thread meanwhile([&] { waited = tower_->rows(b.patches.values.data(), b.grid); });
+  while (!run->done()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    run->run_stage();
+  }
+  EXPECT_TRUE(same_bits(run->take_rows(), whole)) << a.name << " a stage at a time";
+  run.reset();  // lets the other thread's rows() run
+  meanwhile.join();
+  EXPECT_TRUE(same_bits(waited, other)) << b.name << " from another thread during the run";
+  EXPECT_FALSE(same_bits(other, whole)) << "the control: another image's rows";
 }
 
 // The yardstick gates of RowsAreAsCloseToTransformersAsBf16Allows, on a random tower and pixels, against the CPU tower

@@ -4,7 +4,8 @@
 // prompt whole and cut into chunks of 64 (the cut falls inside the image, whose tokens are 4..73), with drafts verified
 // (right and wrong ones, so accepted and rewound rows), beside a text request, as two forked choices: always the same
 // tokens. The prompt cache keys images by their pixels: the same image resumes, another image of the same grid (the
-// same token ids) does not, and gives a fresh engine's bytes. An engine without a tower refuses images by name.
+// same token ids) does not, and gives a fresh engine's bytes. The tower spread over steps a stage at a time beside a
+// decoding request gives the same bits as run whole. An engine without a tower refuses images by name.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -258,6 +259,60 @@ TEST_F(VisionEngine, BesideTextAndAsForkedChoices) {
     EXPECT_EQ(out.tokens, golden("decode.fed"));
     EXPECT_LE(logprob_error(out), kLogprobGate);
   }
+}
+
+// The tower as a step kind of its own (engine/tower_runner.h): beside a decoding text request, --vision-step-ms 0 runs
+// one tower stage a step (tiny-vl: the embedding, 2 blocks, the merger), and the image prompt prefills once its rows
+// are whole; alone, the tower runs whole in one step. Either way every token is the same. The control: a share no
+// stage fills runs the whole tower in the step it starts in, beside the text as well.
+TEST_F(VisionEngine, TheTowerRunsAStageAStepBesideOthers) {
+  const Request text = testing::greedy_request({5, 6, 7, 8, 9, 10, 11}, 64);
+  const int32_t stages = static_cast<int32_t>(vision_->config().depth) + 2;
+  Outcome text_alone;
+  {
+    Engine engine(*model_, nullptr, options());
+    text_alone = drain(*engine.submit(text));
+  }
+  struct Run {
+    Outcome image, text;
+    EngineStats stats;
+  };
+  auto beside_text = [&](double step_ms) {
+    EngineOptions o = options();
+    o.vision_step_ms = step_ms;
+    Engine engine(*model_, nullptr, o);
+    auto text_handle = engine.submit(text);
+    auto image_handle = engine.submit(image_request());
+    Run run{.image = drain(*image_handle), .text = drain(*text_handle), .stats = {}};
+    run.stats = engine.stats();
+    return run;
+  };
+  const Run sliced = beside_text(0);
+  EXPECT_EQ(sliced.image.tokens, golden("decode.fed"));
+  EXPECT_LE(logprob_error(sliced.image), kLogprobGate);
+  EXPECT_EQ(sliced.text.tokens, text_alone.tokens);
+  EXPECT_EQ(sliced.text.logprobs, text_alone.logprobs);
+  EXPECT_EQ(sliced.stats.vision_images_total, 1);
+  EXPECT_EQ(sliced.stats.vision_stages_total, stages);
+  EXPECT_EQ(sliced.stats.vision_steps_total, stages) << "one stage a step beside the decoding text";
+
+  const Run whole = beside_text(1e6);  // the control: the whole tower in one step
+  EXPECT_EQ(whole.stats.vision_stages_total, stages);
+  EXPECT_EQ(whole.stats.vision_steps_total, 1);
+  EXPECT_EQ(whole.image.tokens, sliced.image.tokens);
+  EXPECT_EQ(whole.image.logprobs, sliced.image.logprobs) << "how the stages are spread must change no bits";
+  EXPECT_EQ(whole.text.logprobs, sliced.text.logprobs);
+
+  EngineOptions o = options();
+  o.vision_step_ms = 0;
+  Engine alone(*model_, nullptr, o);
+  const Outcome image_alone = drain(*alone.submit(image_request()));
+  EXPECT_EQ(image_alone.logprobs, sliced.image.logprobs);
+  EXPECT_EQ(alone.stats().vision_steps_total, 1) << "with nothing beside it the tower stalls nobody: it runs whole";
+  // Two choices of one image prompt, a stage a step: the second forks from the first's state.
+  for (const auto& handle : alone.submit_choices({image_request(), image_request()}))
+    EXPECT_EQ(drain(*handle).logprobs, sliced.image.logprobs);
+  EXPECT_EQ(alone.stats().vision_images_total, 2);
 }
 
 TEST_F(VisionEngine, ImagesNeedATower) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/cpu/weight_rows.h"
+#include "base/error.h"
 #include "checkpoint/checkpoint.h"
 #include "golden_fixtures.h"
 #include "image/patches.h"
@@ -112,6 +113,39 @@ TEST_F(VisionGolden, TowerIsTransformers) {
                 name.c_str(), static_cast<long long>(g.t), static_cast<long long>(g.h), static_cast<long long>(g.w),
                 patch, pos, embeds);
   }
+}
+
+// The tower a stage at a time (HostVisionRun, as the engine spreads it over steps): two images' runs interleaved stage
+// by stage give each image's rows from vision_forward, bit for bit (a run keeps its state to itself).
+TEST_F(VisionGolden, InterleavedStagedRunsAreEachImagesRows) {
+  const VisionConfig config = VisionConfig::load(model_ + "/config.json");
+  const auto checkpoint = checkpoint::Checkpoint::open(model_);
+  size_t bytes = 0;
+  WeightBinder bind(checkpoint, bytes);
+  const VisionWeights weights = bind_vision_weights(bind, config);
+  ASSERT_GE(images_.size(), 2u);
+  const image::Patches pa = patches(images_.front()), pb = patches(images_.back());
+  const VisionGrid ga{pa.grid_t, pa.grid_h, pa.grid_w}, gb{pb.grid_t, pb.grid_h, pb.grid_w};
+  auto places = [&](const VisionGrid& g) {
+    VisionPatchPlaces p;
+    p.table = p.rotary = patch_positions(g, config.spatial_merge_size);
+    return p;
+  };
+  HostVisionRun a(config, weights, pa.values.data(), ga, places(ga));
+  HostVisionRun b(config, weights, pb.values.data(), gb, places(gb));
+  ASSERT_EQ(a.stages(), config.depth + 2);
+  while (!a.done() || !b.done()) {
+    if (!a.done()) a.run_stage();
+    if (!b.done()) b.run_stage();
+  }
+  const std::vector<float> want_a = vision_forward(config, weights, pa.values.data(), ga);
+  const std::vector<float> want_b = vision_forward(config, weights, pb.values.data(), gb);
+  const std::vector<float> got_a = a.take_rows(), got_b = b.take_rows();
+  ASSERT_EQ(got_a.size(), want_a.size());
+  ASSERT_EQ(got_b.size(), want_b.size());
+  EXPECT_EQ(std::memcmp(got_a.data(), want_a.data(), got_a.size() * sizeof(float)), 0) << images_.front();
+  EXPECT_EQ(std::memcmp(got_b.data(), want_b.data(), got_b.size() * sizeof(float)), 0) << images_.back();
+  EXPECT_THROW(a.run_stage(), Error) << "a finished run refuses another stage";
 }
 
 double mean_abs_error(const std::vector<float>& got, const std::vector<float>& want) {

@@ -230,38 +230,96 @@ std::vector<std::string> DeviceVisionTower::describe_gemms() const {
           "merger fc2 " + gemms_->merger_fc2->describe()};
 }
 
-std::vector<float> DeviceVisionTower::rows(const float* pixel_values, const VisionGrid& grid, VisionTrace* trace) {
+// One image's run (model/vision_run.h): the host's share (checks, position taps, rotary tables) made here, before it
+// takes the tower; each stage then runs on the tower's stream and waits for it.
+class DeviceVisionRun final : public VisionRun {
+ public:
+  DeviceVisionRun(DeviceVisionTower& tower, const float* pixel_values, const VisionGrid& grid,
+                  const VisionPatchPlaces& places, VisionTrace* trace)
+      : VisionRun(static_cast<int32_t>(tower.config_.depth) + 2),
+        tower_(tower),
+        pixel_values_(pixel_values),
+        n_(grid.patches()),
+        frame_rows_(grid.h * grid.w),
+        trace_(trace) {
+    const VisionConfig& c = tower.config_;
+    check_vision_grid(c, grid);
+    if (n_ > tower.max_patches_)
+      fail("vision tower on the GPU: an image of {} patches; it was sized for at most {}", n_, tower.max_patches_);
+    if (static_cast<int64_t>(places.table.size()) != n_ || static_cast<int64_t>(places.rotary.size()) != n_)
+      fail("vision tower on the GPU: {} and {} patch places for {} patches", places.table.size(),
+           places.rotary.size(), n_);
+    // The positions as the host tower computes them (the same functions), sent up with the pixels.
+    taps_ = position_taps(c, grid, places.table);
+    for (const int32_t index : taps_.index)  // the kernel reads the table at them unchecked
+      if (index < 0 || index >= c.num_position_embeddings)
+        fail("vision tower on the GPU: a patch place reads position {} of a table of {}", index,
+             c.num_position_embeddings);
+    rope_ = vision_rotary(c, places.rotary);
+    lock_ = std::unique_lock(tower.mutex_);
+  }
+
+ private:
+  void run(int32_t stage) override {
+    if (stage == 0) {
+      tower_.embed(pixel_values_, n_, taps_, rope_, trace_);
+      pixel_values_ = nullptr;
+    } else if (stage <= tower_.config_.depth) {
+      tower_.block_forward(tower_.weights_.blocks[static_cast<size_t>(stage - 1)], n_, frame_rows_);
+    } else {
+      tower_.merge(n_, rows_);
+    }
+    tower_.finish_stage();
+  }
+
+  DeviceVisionTower& tower_;
+  const float* pixel_values_;
+  int64_t n_, frame_rows_;
+  VisionTrace* trace_;
+  PositionTaps taps_;
+  VisionRotary rope_;
+  std::unique_lock<std::mutex> lock_;
+};
+
+std::unique_ptr<VisionRun> DeviceVisionTower::start(const float* pixel_values, const VisionGrid& grid,
+                                                    VisionTrace* trace) {
   check_vision_grid(config_, grid);
   VisionPatchPlaces places;
   places.table = patch_positions(grid, config_.spatial_merge_size);
   places.rotary = places.table;
-  return rows_at(pixel_values, grid, places, trace);
+  return start_at(pixel_values, grid, places, trace);
+}
+
+std::unique_ptr<VisionRun> DeviceVisionTower::start_at(const float* pixel_values, const VisionGrid& grid,
+                                                       const VisionPatchPlaces& places, VisionTrace* trace) {
+  return std::make_unique<DeviceVisionRun>(*this, pixel_values, grid, places, trace);
+}
+
+std::vector<float> DeviceVisionTower::rows(const float* pixel_values, const VisionGrid& grid, VisionTrace* trace) {
+  std::unique_ptr<VisionRun> run = start(pixel_values, grid, trace);
+  while (!run->done()) run->run_stage();
+  return run->take_rows();
+}
+
+std::vector<float> DeviceVisionTower::rows_at(const float* pixel_values, const VisionGrid& grid,
+                                              const VisionPatchPlaces& places, VisionTrace* trace) {
+  std::unique_ptr<VisionRun> run = start_at(pixel_values, grid, places, trace);
+  while (!run->done()) run->run_stage();
+  return run->take_rows();
 }
 
 void DeviceVisionTower::copy_down(const float* from, int64_t count, std::vector<float>& to) {
   to.resize(static_cast<size_t>(count));
   check_cuda(cudaMemcpyAsync(to.data(), from, to.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_),
              "vision tower: rows down");
-  check_cuda(cudaStreamSynchronize(stream_), "vision tower: a run");
+  finish_stage();
 }
 
-std::vector<float> DeviceVisionTower::rows_at(const float* pixel_values, const VisionGrid& grid,
-                                              const VisionPatchPlaces& places, VisionTrace* trace) {
-  check_vision_grid(config_, grid);
-  const int64_t n = grid.patches(), h = config_.hidden_size, row = config_.patch_row_size();
-  if (n > max_patches_)
-    fail("vision tower on the GPU: an image of {} patches; it was sized for at most {}", n, max_patches_);
-  if (static_cast<int64_t>(places.table.size()) != n || static_cast<int64_t>(places.rotary.size()) != n)
-    fail("vision tower on the GPU: {} and {} patch places for {} patches", places.table.size(), places.rotary.size(),
-         n);
-  // The positions as the host tower computes them (the same functions), then sent up with the pixels.
-  const PositionTaps taps = position_taps(config_, grid, places.table);
-  for (const int32_t index : taps.index)  // the kernel reads the table at them unchecked
-    if (index < 0 || index >= config_.num_position_embeddings)
-      fail("vision tower on the GPU: a patch place reads position {} of a table of {}", index,
-           config_.num_position_embeddings);
-  const VisionRotary rope = vision_rotary(config_, places.rotary);
-  std::lock_guard lock(mutex_);
+void DeviceVisionTower::finish_stage() { check_cuda(cudaStreamSynchronize(stream_), "vision tower: a run"); }
+
+void DeviceVisionTower::embed(const float* pixel_values, int64_t n, const PositionTaps& taps,
+                              const VisionRotary& rope, VisionTrace* trace) {
+  const int64_t h = config_.hidden_size, row = config_.patch_row_size();
   const Scratch& s = scratch_;
   auto up = [&](void* to, const void* from, size_t bytes) {
     check_cuda(cudaMemcpyAsync(to, from, bytes, cudaMemcpyHostToDevice, stream_), "vision tower: inputs up");
@@ -279,10 +337,12 @@ std::vector<float> DeviceVisionTower::rows_at(const float* pixel_values, const V
   if (trace != nullptr) copy_down(s.x, n * h, trace->patch_embed);
   launch_add_positions(s.x, n, width, weights_.pos_embed, s.tap_index, s.tap_weight, stream_);
   if (trace != nullptr) copy_down(s.x, n * h, trace->pos_added);
+}
 
-  for (const DeviceVisionBlock& block : weights_.blocks) block_forward(block, n, grid.h * grid.w);
-
-  // The merger: LayerNorm per patch; the 2x2 groups' rows are contiguous, so [N, hidden] is already [N / 4, 4 hidden].
+// The merger: LayerNorm per patch; the 2x2 groups' rows are contiguous, so [N, hidden] is already [N / 4, 4 hidden].
+void DeviceVisionTower::merge(int64_t n, std::vector<float>& rows) {
+  const Scratch& s = scratch_;
+  const auto width = static_cast<int32_t>(config_.hidden_size);
   const int64_t tokens = n / config_.merge_group(), merged = config_.merged_size(), out = config_.out_hidden_size;
   launch_layer_norm(s.x, n, width, weights_.merger_norm.weight, weights_.merger_norm.bias, config_.layer_norm_eps,
                     s.normed, stream_);
@@ -291,9 +351,7 @@ std::vector<float> DeviceVisionTower::rows_at(const float* pixel_values, const V
                    stream_);
   gemm(*gemms_->merger_fc2, s.wide_bf16, tokens, weights_.merger_fc2.weight, s.out, stream_);
   launch_add_bias(s.out, tokens, static_cast<int32_t>(out), weights_.merger_fc2.bias, stream_);
-  std::vector<float> rows;
   copy_down(s.out, tokens * out, rows);
-  return rows;
 }
 
 void DeviceVisionTower::block_forward(const DeviceVisionBlock& b, int64_t n, int64_t frame_rows) {

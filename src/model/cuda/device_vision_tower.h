@@ -74,6 +74,12 @@ class DeviceVisionTower {
   // The same with the patch places given (tests plant wrong ones, as model::vision_forward_at).
   std::vector<float> rows_at(const float* pixel_values, const VisionGrid& grid, const VisionPatchPlaces& places,
                              VisionTrace* trace = nullptr);
+  // The same image a stage at a time (model/vision_run.h), the same bits: the run holds the tower (its scratch) from
+  // here to its destruction, so another rows() or start() waits for it; create and destroy it on one thread. Each stage
+  // returns once the device has run it. `pixel_values` must stay valid until the first stage has run.
+  std::unique_ptr<VisionRun> start(const float* pixel_values, const VisionGrid& grid, VisionTrace* trace = nullptr);
+  std::unique_ptr<VisionRun> start_at(const float* pixel_values, const VisionGrid& grid,
+                                      const VisionPatchPlaces& places, VisionTrace* trace = nullptr);
 
   int64_t max_patches() const { return max_patches_; }
   size_t weight_bytes() const { return weights_memory_.bytes; }
@@ -95,14 +101,20 @@ class DeviceVisionTower {
     float* cos = nullptr;          // [N, head_dim]
     float* sin = nullptr;          // [N, head_dim]
   };
+  friend class DeviceVisionRun;
   void upload_weights(const VisionWeights& weights);
   void plan_scratch();
+  // The run's stages: the embedding (inputs up, patch embedding, positions), a block, the merger (rows down).
+  void embed(const float* pixel_values, int64_t n, const PositionTaps& taps, const VisionRotary& rope,
+             VisionTrace* trace);
   void block_forward(const DeviceVisionBlock& block, int64_t n, int64_t frame_rows);
+  void merge(int64_t n, std::vector<float>& rows);
   void copy_down(const float* from, int64_t count, std::vector<float>& to);
+  void finish_stage();  // waits for the stream
 
   VisionConfig config_;
   int64_t max_patches_;
-  std::mutex mutex_;  // one image at a time through the scratch
+  std::mutex mutex_;  // one image at a time through the scratch (a run holds it)
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t handle_ = nullptr;
   backend::cuda::DeviceMemory weights_memory_, scratch_memory_, gemm_workspace_;
