@@ -327,6 +327,11 @@ def transformers_ttft(model, tokenizer, processor, paths):
             "attn": "sdpa"}
 
 
+def checkpoint_only(args):
+    make_vision_checkpoint(os.path.join(args.work, "model"), os.path.join(args.work, "model-vl"), SEED)
+    return 0
+
+
 def reference(args):
     import torch
     import transformers
@@ -628,6 +633,8 @@ def selftest(_args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
+    checkpoint = sub.add_parser("checkpoint", help="only WORK/model-vl (for benchmarks: tools/vision_stall_bench.py)")
+    checkpoint.add_argument("--work", default="/tmp/9b")
     for name in ("reference", "gate"):
         p = sub.add_parser(name)
         p.add_argument("--work", default="/tmp/9b")
@@ -636,7 +643,7 @@ def main():
             p.add_argument("--duet", help="duet rows' folder (default WORK/vl/duet)")
     sub.add_parser("selftest")
     args = parser.parse_args()
-    return {"reference": reference, "gate": gate, "selftest": selftest}[args.command](args) or 0
+    return {"reference": reference, "gate": gate, "selftest": selftest, "checkpoint": checkpoint_only}[args.command](args) or 0
 
 
 if __name__ == "__main__":

@@ -672,7 +672,7 @@ struct Engine::Impl {
     stats.vision_images_total += progress.images;
     stats.vision_stages_total += progress.stages;
     stats.vision_seconds_total += progress.seconds;
-    ++stats.vision_steps_total;
+    if (progress.stages > 0) ++stats.vision_steps_total;
     return false;
   }
 

@@ -17,6 +17,7 @@ struct TowerRunner::Run {
   size_t first = 0, next = 0;  // the first image the prompt reads the rows of; the next to start
   std::unique_ptr<model::VisionRun> image;
   std::vector<float> rows;
+  bool ready = false;  // every image done: the rows go to the sequence at the next advance()
 };
 
 TowerRunner::TowerRunner(const model::VisionModel& vision, int64_t hidden, double step_seconds)
@@ -39,6 +40,11 @@ TowerRunner::Progress TowerRunner::advance(Sequence& sequence, int32_t position,
   }
   Run& run = *run_;
   Progress progress;
+  if (run.ready) {
+    sequence.images().set_rows(std::move(run.rows), hidden_, run.first);
+    run_.reset();
+    return progress;
+  }
   const auto started = Clock::now();
   double last_stage = 0;
   try {
@@ -66,8 +72,12 @@ TowerRunner::Progress TowerRunner::advance(Sequence& sequence, int32_t position,
   }
   progress.seconds = since(started);
   if (!run.image && run.next == run.images->size()) {
-    sequence.images().set_rows(std::move(run.rows), hidden_, run.first);
-    run_.reset();
+    if (alone) {
+      sequence.images().set_rows(std::move(run.rows), hidden_, run.first);
+      run_.reset();
+    } else {
+      run.ready = true;  // its prefill starts next step, not on top of this step's tower share
+    }
   }
   return progress;
 }

@@ -31,7 +31,9 @@ class TowerRunner {
   // Runs the tower of `sequence` (Scheduler::next_tower) from `position`, where its prefill starts (an image wholly
   // before it is in a resumed state already, so not run): starts its run when it is not the current one (dropping
   // that), runs stages for the step's share (all that are left when `alone`), and gives the sequence its rows when its
-  // last image ends. Throws what the tower throws; the run is dropped then.
+  // last image ends: at once when `alone`, else at the next call, which runs no stage (so the step that ends the tower
+  // beside others does not also carry the prompt's first prefill chunk: at worst a step holds the others for a tower
+  // share or a prefill, not both). Throws what the tower throws; the run is dropped then.
   Progress advance(Sequence& sequence, int32_t position, bool alone);
   // The sequence whose run is under way, if any.
   std::optional<uint64_t> current() const;
