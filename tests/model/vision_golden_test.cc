@@ -61,6 +61,21 @@ class VisionGolden : public ::testing::Test {
     return image::to_patches(resized);
   }
 
+  // The fixture model's tower, its weights bound into its mapped checkpoint (kept with them).
+  struct Tower {
+    VisionConfig config;
+    checkpoint::Checkpoint checkpoint;
+    VisionWeights weights;
+  };
+  std::unique_ptr<Tower> tower() const {
+    auto t = std::unique_ptr<Tower>(new Tower{VisionConfig::load(model_ + "/config.json"),
+                                              checkpoint::Checkpoint::open(model_), {}});
+    size_t bytes = 0;
+    WeightBinder bind(t->checkpoint, bytes);
+    t->weights = bind_vision_weights(bind, t->config);
+    return t;
+  }
+
   std::string golden_, model_;
   std::unique_ptr<checkpoint::Checkpoint> file_;
   std::vector<std::string> images_;
@@ -83,11 +98,9 @@ TEST_F(VisionGolden, EveryVisualTensorIsBound) {
 }
 
 TEST_F(VisionGolden, TowerIsTransformers) {
-  const VisionConfig config = VisionConfig::load(model_ + "/config.json");
-  const auto checkpoint = checkpoint::Checkpoint::open(model_);
-  size_t bytes = 0;
-  WeightBinder bind(checkpoint, bytes);
-  const VisionWeights weights = bind_vision_weights(bind, config);
+  const std::unique_ptr<Tower> t = tower();
+  const VisionConfig& config = t->config;
+  const VisionWeights& weights = t->weights;
   for (const std::string& name : images_) {
     const image::Patches p = patches(name);
     const auto* grid = file_->find("img." + name + ".stock.grid");
@@ -118,11 +131,9 @@ TEST_F(VisionGolden, TowerIsTransformers) {
 // The tower a stage at a time (HostVisionRun, as the engine spreads it over steps): two images' runs interleaved stage
 // by stage give each image's rows from vision_forward, bit for bit (a run keeps its state to itself).
 TEST_F(VisionGolden, InterleavedStagedRunsAreEachImagesRows) {
-  const VisionConfig config = VisionConfig::load(model_ + "/config.json");
-  const auto checkpoint = checkpoint::Checkpoint::open(model_);
-  size_t bytes = 0;
-  WeightBinder bind(checkpoint, bytes);
-  const VisionWeights weights = bind_vision_weights(bind, config);
+  const std::unique_ptr<Tower> t = tower();
+  const VisionConfig& config = t->config;
+  const VisionWeights& weights = t->weights;
   ASSERT_GE(images_.size(), 2u);
   const image::Patches pa = patches(images_.front()), pb = patches(images_.back());
   const VisionGrid ga{pa.grid_t, pa.grid_h, pa.grid_w}, gb{pb.grid_t, pb.grid_h, pb.grid_w};
@@ -160,11 +171,9 @@ double mean_abs_error(const std::vector<float>& got, const std::vector<float>& w
 // sum_k |x_k w_k|), and the GPU test's planted faults (the transposed patch order, 1-D rotary positions, block 0's
 // attention projection without its bias), made with the same rounding, are all beyond its 1.25x gate.
 TEST_F(VisionGolden, Bf16YardstickSeesThePlantedFaults) {
-  const VisionConfig config = VisionConfig::load(model_ + "/config.json");
-  const auto checkpoint = checkpoint::Checkpoint::open(model_);
-  size_t bytes = 0;
-  WeightBinder bind(checkpoint, bytes);
-  const VisionWeights weights = bind_vision_weights(bind, config);
+  const std::unique_ptr<Tower> t = tower();
+  const VisionConfig& config = t->config;
+  const VisionWeights& weights = t->weights;
   VisionWeights no_bias = weights;
   const std::vector<float> zeros(static_cast<size_t>(config.hidden_size), 0.0f);
   no_bias.blocks[0].proj.bias = {backend::WeightType::f32, zeros.data(), 1, config.hidden_size};
