@@ -11,6 +11,10 @@
 #   usage: tools/gpu_decision_gate.sh OUT [WORK=/tmp/9b] [--per-bucket N] [--fp32-floor] [decision_gate_9b.py flags]
 #   environment: GATE_BUDGET_S (510), DGATE_PORT (18091), DUET_SERVE_FLAGS (more `duet serve` flags, e.g.
 #   "--prefill-chunk 1024")
+# --fp32-floor adds transformers FP32 + head as a second reference, and the fidelity bar is then the relative one of
+# issue 17 (duet no worse than transformers BF16 against it); without it, the absolute bars, which a random head fails
+# for any BF16 engine. The FP32 pass stops 120 s before the reference stage's own deadline (the budget less the duet
+# phase's reserve), so give it GATE_BUDGET_S of about 450 or more: at 250 (session 31) it stopped before any request.
 set -euo pipefail
 out=$1; shift
 work=/tmp/9b
