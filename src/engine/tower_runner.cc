@@ -25,9 +25,7 @@ TowerRunner::TowerRunner(const model::VisionModel& vision, int64_t hidden, doubl
 
 TowerRunner::~TowerRunner() = default;
 
-std::optional<uint64_t> TowerRunner::current() const {
-  return run_ ? std::optional(run_->sequence) : std::nullopt;
-}
+std::optional<uint64_t> TowerRunner::current() const { return run_ ? std::optional(run_->sequence) : std::nullopt; }
 
 void TowerRunner::drop() { run_.reset(); }
 

@@ -1,9 +1,9 @@
 // Which cuBLASLt algorithm to pin for a prefill GEMM (issue 18's same-state decisions; backend/cuda/pinned_gemm.h):
-// for each of the 9B's prefill projection shapes, every algorithm cuBLASLt's heuristic offers at m = 32,768 (the backend's pinned
-// maximum) or at a few smaller m (the union, each accepted for every m the pinned GEMM is called with), timed at m = 383, 1,024 and
-// 4,096 (median of 9 calls, CUDA events), and whether its first 383 rows at m = 4,096 equal the same rows at m = 383
-// bit for bit (row invariance, the pin's reason). The line marked "pinned" is PinnedGemm's own choice today.
-// Not a test: numbers for docs/benchmarks.md.
+// for each of the 9B's prefill projection shapes, every algorithm cuBLASLt's heuristic offers at m = 32,768 (the
+// backend's pinned maximum) or at a few smaller m (the union, each accepted for every m the pinned GEMM is called
+// with), timed at m = 383, 1,024 and 4,096 (median of 9 calls, CUDA events), and whether its first 383 rows at m =
+// 4,096 equal the same rows at m = 383 bit for bit (row invariance, the pin's reason). The line marked "pinned" is
+// PinnedGemm's own choice today. Not a test: numbers for docs/benchmarks.md.
 //   bench_pinned_gemm [N K ...]   (default: the 9B's shapes)
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -45,7 +45,8 @@ T config_of(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes
 std::string describe(const cublasLtMatmulAlgo_t& algo) {
   char text[200];
   std::snprintf(text, sizeof(text), "algo %d tile %u stages %u split-k %d red %u swz %u cust %u cluster %u",
-                config_of<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID), config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
+                config_of<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID),
+                config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
                 config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
                 config_of<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
                 config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME),
@@ -113,8 +114,8 @@ bool same_algo(const cublasLtMatmulAlgo_t& a, const cublasLtMatmulAlgo_t& b) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::pair<int64_t, int64_t>> shapes = {{4096, 12288}, {12288, 4096}, {8192, 4096}, {4096, 4096},
-                                                     {1024, 4096}};
+  std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {4096, 12288}, {12288, 4096}, {8192, 4096}, {4096, 4096}, {1024, 4096}};
   if (argc > 2) {
     shapes.clear();
     for (int i = 1; i + 1 < argc; i += 2) shapes.push_back({std::atoll(argv[i]), std::atoll(argv[i + 1])});

@@ -21,6 +21,7 @@
 // every test reports skipped with the reason.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -28,7 +29,6 @@
 #include <memory>
 #include <string>
 #include <thread>
-#include <chrono>
 #include <vector>
 
 #include "../model/golden_fixtures.h"

@@ -68,8 +68,8 @@ class VisionGolden : public ::testing::Test {
     VisionWeights weights;
   };
   std::unique_ptr<Tower> tower() const {
-    auto t = std::unique_ptr<Tower>(new Tower{VisionConfig::load(model_ + "/config.json"),
-                                              checkpoint::Checkpoint::open(model_), {}});
+    auto t = std::unique_ptr<Tower>(
+        new Tower{VisionConfig::load(model_ + "/config.json"), checkpoint::Checkpoint::open(model_), {}});
     size_t bytes = 0;
     WeightBinder bind(t->checkpoint, bytes);
     t->weights = bind_vision_weights(bind, t->config);

@@ -12,8 +12,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <array>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -168,8 +168,8 @@ PinnedGemm::PinnedGemm(cublasLtHandle_t handle, int64_t n, int64_t k, int64_t ma
           if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= workspace_bytes_)
             candidates.push_back(results[i].algo);
       }
-      const auto match = std::find_if(candidates.begin(), candidates.end(),
-                                      [&](const auto& a) { return is_config(a, *preferred); });
+      const auto match =
+          std::find_if(candidates.begin(), candidates.end(), [&](const auto& a) { return is_config(a, *preferred); });
       if (match != candidates.end()) std::rotate(candidates.begin(), match, match + 1);
     }
 

@@ -247,8 +247,8 @@ class DeviceVisionRun final : public VisionRun {
     if (n_ > tower.max_patches_)
       fail("vision tower on the GPU: an image of {} patches; it was sized for at most {}", n_, tower.max_patches_);
     if (static_cast<int64_t>(places.table.size()) != n_ || static_cast<int64_t>(places.rotary.size()) != n_)
-      fail("vision tower on the GPU: {} and {} patch places for {} patches", places.table.size(),
-           places.rotary.size(), n_);
+      fail("vision tower on the GPU: {} and {} patch places for {} patches", places.table.size(), places.rotary.size(),
+           n_);
     // The positions as the host tower computes them (the same functions), sent up with the pixels.
     taps_ = position_taps(c, grid, places.table);
     for (const int32_t index : taps_.index)  // the kernel reads the table at them unchecked
@@ -317,8 +317,8 @@ void DeviceVisionTower::copy_down(const float* from, int64_t count, std::vector<
 
 void DeviceVisionTower::finish_stage() { check_cuda(cudaStreamSynchronize(stream_), "vision tower: a run"); }
 
-void DeviceVisionTower::embed(const float* pixel_values, int64_t n, const PositionTaps& taps,
-                              const VisionRotary& rope, VisionTrace* trace) {
+void DeviceVisionTower::embed(const float* pixel_values, int64_t n, const PositionTaps& taps, const VisionRotary& rope,
+                              VisionTrace* trace) {
   const int64_t h = config_.hidden_size, row = config_.patch_row_size();
   const Scratch& s = scratch_;
   auto up = [&](void* to, const void* from, size_t bytes) {
