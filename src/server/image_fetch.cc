@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <boost/asio/async_result.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
@@ -270,6 +271,86 @@ struct Redirect {
   std::string location;
 };
 
+// The streams that the HTTP request and answer go over (TCP, or TLS) and that TLS goes over (TCP) behind one type:
+// Beast's HTTP write and reads are compiled once over it, not once for each stream, and TCP's reads and writes once,
+// with one handler type, not once for each HTTP and TLS operation that calls them. Those instantiations were most of
+// this file's compile time (docs/benchmarks.md, "Build time", seventh pass). Each stream gets the same calls with the
+// same buffers (copied into a vector), so the expiry and TLS work as before; everything runs on the fetch's io_context.
+class ByteStream {
+ public:
+  using executor_type = asio::any_io_executor;
+  using lowest_layer_type = ByteStream;  // what asio::ssl::stream asks of the stream under it
+  // A read's or a write's completion handler behind one type (move-only; Asio 1.26's any_completion_handler cannot be
+  // posted: its executor lacks blocking.never). It has no executor of its own, so the stream's is used, as it was.
+  class Handler {
+   public:
+    template <typename H>
+    explicit Handler(H handler) : call_(std::make_unique<Call<H>>(std::move(handler))) {}
+    void operator()(beast::error_code ec, std::size_t bytes) {
+      const std::unique_ptr<Base> call = std::move(call_);
+      call->run(ec, bytes);
+    }
+
+   private:
+    struct Base {
+      virtual ~Base() = default;
+      virtual void run(beast::error_code ec, std::size_t bytes) = 0;
+    };
+    template <typename H>
+    struct Call final : Base {
+      explicit Call(H h) : handler(std::move(h)) {}
+      void run(beast::error_code ec, std::size_t bytes) override { std::move(handler)(ec, bytes); }
+      H handler;
+    };
+    std::unique_ptr<Base> call_;
+  };
+  template <typename Token>
+  using Result = typename asio::async_result<std::decay_t<Token>, void(beast::error_code, std::size_t)>::return_type;
+
+  virtual ~ByteStream() = default;
+  virtual executor_type get_executor() = 0;
+  ByteStream& lowest_layer() { return *this; }
+
+  template <typename MutableBuffers, typename Token>
+  Result<Token> async_read_some(const MutableBuffers& buffers, Token&& token) {
+    return asio::async_initiate<Token, void(beast::error_code, std::size_t)>(
+        [this](auto handler, std::vector<asio::mutable_buffer> copied) {
+          read_some(std::move(copied), Handler(std::move(handler)));
+        },
+        token,
+        std::vector<asio::mutable_buffer>(asio::buffer_sequence_begin(buffers), asio::buffer_sequence_end(buffers)));
+  }
+  template <typename ConstBuffers, typename Token>
+  Result<Token> async_write_some(const ConstBuffers& buffers, Token&& token) {
+    return asio::async_initiate<Token, void(beast::error_code, std::size_t)>(
+        [this](auto handler, std::vector<asio::const_buffer> copied) {
+          write_some(std::move(copied), Handler(std::move(handler)));
+        },
+        token,
+        std::vector<asio::const_buffer>(asio::buffer_sequence_begin(buffers), asio::buffer_sequence_end(buffers)));
+  }
+
+ private:
+  virtual void read_some(std::vector<asio::mutable_buffer> buffers, Handler handler) = 0;
+  virtual void write_some(std::vector<asio::const_buffer> buffers, Handler handler) = 0;
+};
+
+template <typename Stream>
+class ByteStreamOf final : public ByteStream {
+ public:
+  explicit ByteStreamOf(Stream& stream) : stream_(stream) {}
+  executor_type get_executor() override { return stream_.get_executor(); }
+
+ private:
+  void read_some(std::vector<asio::mutable_buffer> buffers, Handler handler) override {
+    stream_.async_read_some(std::move(buffers), std::move(handler));
+  }
+  void write_some(std::vector<asio::const_buffer> buffers, Handler handler) override {
+    stream_.async_write_some(std::move(buffers), std::move(handler));
+  }
+  Stream& stream_;
+};
+
 }  // namespace
 
 struct ImageFetcher::Tls {
@@ -301,7 +382,7 @@ class Fetch {
     std::string next(url_);
     for (int redirects = 0;; ++redirects) {
       const Url url = redirects == 0 ? parse_url(next) : redirected([&] { return parse_url(next); });
-      auto answer = url.https ? exchange<beast::ssl_stream<beast::tcp_stream>>(url) : exchange<beast::tcp_stream>(url);
+      auto answer = exchange(url);
       if (auto* body = std::get_if<std::vector<uint8_t>>(&answer)) return std::move(*body);
       if (redirects == options_.max_redirects)
         refuse(url_, fmt::format("more than {} redirects", options_.max_redirects));
@@ -364,44 +445,50 @@ class Fetch {
     return out;
   }
 
-  template <typename Stream>
   std::variant<std::vector<uint8_t>, Redirect> exchange(const Url& url) {
     const std::vector<asio::ip::tcp::endpoint> checked = endpoints(url);
     asio::io_context io;
-    std::optional<Stream> stream;
-    if constexpr (std::is_same_v<Stream, beast::tcp_stream>)
-      stream.emplace(io);
-    else
-      stream.emplace(io, tls_);
-    beast::tcp_stream& tcp = beast::get_lowest_layer(*stream);
+    beast::tcp_stream tcp(io);
+    connect(io, tcp, checked);
+    ByteStreamOf<beast::tcp_stream> bytes(tcp);
+    if (!url.https) return http_exchange(io, bytes, url);
+    // TLS over the same one stream type, so that its reads and writes of TCP are compiled once too.
+    beast::ssl_stream<ByteStream&> tls(bytes, tls_);
+    SSL* ssl = tls.native_handle();
+    if (url.literal) {
+      X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), url.host.c_str());
+    } else {
+      SSL_set_tlsext_host_name(ssl, url.host.c_str());
+      SSL_set1_host(ssl, url.host.c_str());
+    }
+    tls.set_verify_mode(asio::ssl::verify_peer);
+    check(wait(io, [&](auto handler) { tls.async_handshake(asio::ssl::stream_base::client, std::move(handler)); }),
+          "TLS handshake failed");
+    ByteStreamOf<beast::ssl_stream<ByteStream&>> tls_bytes(tls);
+    return http_exchange(io, tls_bytes, url);
+  }
+
+  // The one deadline bounds every step from here on (the stream's expiry).
+  void connect(asio::io_context& io, beast::tcp_stream& tcp, const std::vector<asio::ip::tcp::endpoint>& checked) {
     tcp.expires_at(deadline_);
     check(wait(io, [&](auto handler) { tcp.async_connect(checked, std::move(handler)); }), "cannot connect");
-    if constexpr (!std::is_same_v<Stream, beast::tcp_stream>) {
-      SSL* ssl = stream->native_handle();
-      if (url.literal) {
-        X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), url.host.c_str());
-      } else {
-        SSL_set_tlsext_host_name(ssl, url.host.c_str());
-        SSL_set1_host(ssl, url.host.c_str());
-      }
-      stream->set_verify_mode(asio::ssl::verify_peer);
-      check(
-          wait(io, [&](auto handler) { stream->async_handshake(asio::ssl::stream_base::client, std::move(handler)); }),
-          "TLS handshake failed");
-    }
+  }
+
+  // The GET and its answer, over a connected (and, for https, handshaken) stream.
+  std::variant<std::vector<uint8_t>, Redirect> http_exchange(asio::io_context& io, ByteStream& stream, const Url& url) {
     http::request<http::empty_body> request{http::verb::get, url.target, 11};
     request.set(http::field::host, url.authority());
     request.set(http::field::user_agent, "duet");
     request.set(http::field::accept, "image/*");
     request.set(http::field::connection, "close");
-    check(wait(io, [&](auto handler) { http::async_write(*stream, request, std::move(handler)); }),
+    check(wait(io, [&](auto handler) { http::async_write(stream, request, std::move(handler)); }),
           "cannot send the request");
     http::response_parser<http::vector_body<uint8_t>> parser;
     parser.header_limit(64 * 1024);
     parser.body_limit(options_.max_bytes);
     beast::flat_buffer buffer;
     const beast::error_code header =
-        wait(io, [&](auto handler) { http::async_read_header(*stream, buffer, parser, std::move(handler)); });
+        wait(io, [&](auto handler) { http::async_read_header(stream, buffer, parser, std::move(handler)); });
     if (header == http::error::body_limit)
       refuse_hop(fmt::format("the server declares more than {} bytes, the limit", options_.max_bytes));
     check(header, "no answer read");
@@ -422,7 +509,7 @@ class Fetch {
       refuse_hop(
           fmt::format("the body is encoded ({}); duet reads plain bodies only", std::string_view(encoding->value())));
     const beast::error_code body =
-        wait(io, [&](auto handler) { http::async_read(*stream, buffer, parser, std::move(handler)); });
+        wait(io, [&](auto handler) { http::async_read(stream, buffer, parser, std::move(handler)); });
     if (body == http::error::body_limit)
       refuse_hop(fmt::format("the body passed {} bytes, the limit", options_.max_bytes));
     check(body, "the body was not read whole");
