@@ -225,11 +225,11 @@ void load_vision(const ServeFlags& flags, const model::Model& model, engine::Eng
   // With the language model on a GPU the tower runs there too, sized for the largest image the processor makes (at
   // most kMaxDevicePatches: a larger one runs on the host). Its weights and scratch are taken before the memory plan
   // reads what the GPU has free.
-  if (model.device_memory_bytes() != 0 && model::device_vision_wanted()) {
-    const auto patch_area = static_cast<uint64_t>(c.patch_size * c.patch_size);
-    const auto patches = static_cast<int64_t>((support.processor.max_pixels + patch_area - 1) / patch_area);
+  const auto patch_area = static_cast<uint64_t>(c.patch_size * c.patch_size);
+  const auto patches = static_cast<int64_t>((support.processor.max_pixels + patch_area - 1) / patch_area);
+  vision->set_max_patches(patches);  // the memory plan counts its workspace for the largest image
+  if (model.device_memory_bytes() != 0 && model::device_vision_wanted())
     vision->use_device(std::min(patches, kMaxDevicePatches));
-  }
   engine.vision = std::move(vision);
   context.vision = support;
   log_info("images: chat takes image_url parts (data: URLs; {}), {} to {} pixels each after resizing", urls,

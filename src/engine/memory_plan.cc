@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "engine/engine.h"
 #include "model/model.h"
+#include "model/vision_model.h"
 
 namespace duet::engine {
 
@@ -126,9 +127,13 @@ MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options) 
   if (plan.on_device)
     plan.decision_device_bytes = options.decision_device_weight_bytes +
                                  static_cast<size_t>(options.context) * options.decision_device_bytes_per_position;
+  if (options.vision) {
+    plan.vision_bytes = options.vision->plan_bytes();
+    plan.vision_on_device = options.vision->on_device();
+  }
   plan.total_bytes = plan.weight_bytes + plan.adapter_bytes + plan.state_pool_bytes + plan.prompt_cache_bytes +
                      plan.workspace_bytes + (plan.on_device ? plan.decision_device_bytes : plan.decision_bytes) +
-                     (plan.on_device ? 0 : plan.prompt_cache_host_bytes);
+                     (plan.on_device ? 0 : plan.prompt_cache_host_bytes + plan.vision_bytes);
   if (plan.on_device) plan.host_limit_bytes = physical_memory_bytes();
   plan.limit_bytes = options.memory_limit_bytes != 0 ? options.memory_limit_bytes
                      : plan.on_device                ? model.device_memory_bytes()
@@ -139,7 +144,7 @@ MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options) 
 std::string MemoryPlan::describe() const {
   return fmt::format(
       "context {} positions per sequence (model: {}); weights {}{} + state pool {} ({} sequences x {} GDN state + {} "
-      "KV pages x {} = {} tokens){} + workspace ~{}{} = {} (limit {} of {}){}",
+      "KV pages x {} = {} tokens){} + workspace ~{}{}{} = {} (limit {} of {}){}{}",
       context, model_positions > 0 ? std::to_string(model_positions) : std::string("no max_position_embeddings"),
       mib(weight_bytes), adapter_bytes == 0 ? std::string() : " + adapter " + mib(adapter_bytes), mib(state_pool_bytes),
       sequences, mib(state_bytes_per_sequence), kv_pages, mib(kv_page_bytes), kv_pages * kv_page_positions,
@@ -158,8 +163,12 @@ std::string MemoryPlan::describe() const {
       on_device
           ? (decision_device_bytes == 0 ? std::string() : " + decision head products " + mib(decision_device_bytes))
           : (decision_bytes == 0 ? std::string() : " + decisions " + mib(decision_bytes)),
-      mib(total_bytes), mib(limit_bytes), on_device ? "GPU memory" : "RAM",
-      decision_bytes == 0 || !on_device ? std::string() : "; decisions " + mib(decision_bytes) + " in RAM");
+      vision_bytes == 0 || on_device ? std::string() : " + vision tower " + mib(vision_bytes), mib(total_bytes),
+      mib(limit_bytes), on_device ? "GPU memory" : "RAM",
+      decision_bytes == 0 || !on_device ? std::string() : "; decisions " + mib(decision_bytes) + " in RAM",
+      vision_bytes == 0 || !on_device ? std::string()
+      : vision_on_device ? "; vision tower " + mib(vision_bytes) + " on the GPU, taken before the limit was read"
+                         : "; vision tower " + mib(vision_bytes) + " in RAM");
 }
 
 int32_t default_context(const model::Model& model, EngineOptions options) {

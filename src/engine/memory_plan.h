@@ -37,6 +37,11 @@ struct MemoryPlan {
   size_t workspace_bytes = 0;  // an estimate of one step's activations and logits
   size_t decision_bytes = 0;   // a joint head's weights + every slot's head memory and each running head's scratch
   size_t decision_device_bytes = 0;  // on a GPU: the head's products, fp32 weights + one context's rows in and out
+  // The vision tower (EngineOptions::vision, model/vision_model.h plan_bytes()): on the GPU its weights and scratch,
+  // taken before the plan reads the GPU's free memory (so outside the limit and the total, shown); on the host its
+  // weights and one largest image's activations, in the total (in RAM beside a GPU plan: shown).
+  size_t vision_bytes = 0;
+  bool vision_on_device = false;
   size_t total_bytes = 0;
   size_t limit_bytes = 0;
   bool on_device = false;       // the limit is a GPU's memory (free + held by the model), not the host's RAM

@@ -47,6 +47,7 @@ bool device_vision_wanted() {
 }
 
 void VisionModel::use_device(int64_t max_patches) {
+  max_patches_ = max_patches;
 #if DUET_HAVE_CUDA
   device_ = std::make_unique<cuda::DeviceVisionTower>(config_, weights_, max_patches);
   log_info(
@@ -65,6 +66,12 @@ size_t VisionModel::device_bytes() const {
   if (device_) return device_->weight_bytes() + device_->scratch_bytes();
 #endif
   return 0;
+}
+
+size_t VisionModel::plan_bytes() const {
+  if (on_device()) return device_bytes();
+  const int64_t h = config_.hidden_size, f = config_.intermediate_size;
+  return weight_bytes_ + static_cast<size_t>(max_patches_) * static_cast<size_t>(6 * h + f) * sizeof(float);
 }
 
 std::unique_ptr<VisionModel> VisionModel::load(const std::string& model_dir, int64_t text_hidden_size) {

@@ -38,6 +38,14 @@ class VisionModel {
   void use_device(int64_t max_patches);
   bool on_device() const { return device_ != nullptr; }
   size_t device_bytes() const;  // its weights and scratch on the GPU; 0 on the host
+  // The largest image a server lets through (its processor's max_pixels, in patches): what the memory plan sizes the
+  // tower's workspace for. use_device() sets it too.
+  void set_max_patches(int64_t max_patches) { max_patches_ = max_patches; }
+  int64_t max_patches() const { return max_patches_; }
+  // What the memory plan counts for it (engine/memory_plan.h): on the GPU, device_bytes(); on the host, its weights
+  // and one image's activations at max_patches() (the residual stream, a LayerNorm's output, q/k/v, the attention's
+  // output and the MLP's hidden rows, fp32).
+  size_t plan_bytes() const;
 
   const VisionConfig& config() const { return config_; }
   size_t weight_bytes() const { return weight_bytes_; }
@@ -59,6 +67,7 @@ class VisionModel {
   VisionWeights weights_;
   size_t weight_bytes_ = 0;
   std::unique_ptr<cuda::DeviceVisionTower> device_;  // set by use_device()
+  int64_t max_patches_ = 0;
 };
 
 // Whether a model on a GPU runs its vision tower there (VisionModel::use_device): yes unless DUET_DEVICE_VISION=0 (then

@@ -18,6 +18,7 @@
 #include "../vision_golden_logprobs.h"
 #include "checkpoint/checkpoint.h"
 #include "engine/engine.h"
+#include "engine/memory_plan.h"
 #include "engine_harness.h"
 #include "image/decode.h"
 #include "image/processor_config.h"
@@ -313,6 +314,27 @@ TEST_F(VisionEngine, TheTowerRunsAStageAStepBesideOthers) {
   for (const auto& handle : alone.submit_choices({image_request(), image_request()}))
     EXPECT_EQ(drain(*handle).logprobs, sliced.image.logprobs);
   EXPECT_EQ(alone.stats().vision_images_total, 2);
+}
+
+// The memory plan counts the tower (issue 21 item 6): on the CPU backend its weights and one largest image's
+// activations are in the total and named in the plan's line; a larger largest image costs more; no tower, no line.
+TEST_F(VisionEngine, TheMemoryPlanCountsTheTower) {
+  auto tower = model::VisionModel::load(kModelDir, model_->config().hidden_size);
+  tower->set_max_patches(1024);
+  EngineOptions o = options();
+  o.vision = nullptr;
+  const MemoryPlan without = plan_memory(*model_, o);
+  EXPECT_EQ(without.vision_bytes, 0u);
+  EXPECT_EQ(without.describe().find("vision tower"), std::string::npos) << without.describe();
+  o.vision = std::shared_ptr<const model::VisionModel>(std::move(tower));
+  const MemoryPlan with = plan_memory(*model_, o);
+  EXPECT_GT(with.vision_bytes, o.vision->weight_bytes()) << "weights and a workspace";
+  EXPECT_EQ(with.total_bytes, without.total_bytes + with.vision_bytes);
+  EXPECT_NE(with.describe().find("vision tower"), std::string::npos) << with.describe();
+  auto larger = model::VisionModel::load(kModelDir, model_->config().hidden_size);
+  larger->set_max_patches(4096);
+  o.vision = std::shared_ptr<const model::VisionModel>(std::move(larger));
+  EXPECT_GT(plan_memory(*model_, o).vision_bytes, with.vision_bytes) << "a larger largest image needs more";
 }
 
 TEST_F(VisionEngine, ImagesNeedATower) {
