@@ -2,7 +2,7 @@
 """The decisions gate of design/targets.md on the 9B shape: duet (CUDA) against transformers BF16 + the fp32 head.
 
 Run by tools/gpu_decision_gate.sh on the GPU machine (one H200, torch 2.11, transformers 5.17.0, tokenizers), in
-three phases; only `reference` needs torch, the other two are the standard library alone:
+four phases; `reference` and `head` need torch, the other two are the standard library alone:
 
   reference  WORK/model: the random Qwen3.5-9B-shaped checkpoint of tools/make_9b_references.py (made in this
              process by its make_checkpoint() when absent: the same files `--checkpoint-only` writes).
@@ -32,6 +32,8 @@ three phases; only `reference` needs torch, the other two are the standard libra
              (duet's answer to the partner request, same questions over another state; duet's own answer with the
              options rotated) that must fail both the KL and the top-option bound. Writes OUT/decision_gate.json,
              OUT/decision_gate.log.
+  head       WORK/clef-flash with the plain random head only (no transformers, seconds): for `duet bench --decisions`
+             speed figures, which do not read the answers.
   selftest   the pure-Python parts (buckets, percentiles, softmax, KL, margins, parsing of raw answers, the report,
              the controls, the decisive head's calibration) on answers built from docs/api.md; runs anywhere (ctest
              runs it as decision_gate_selftest).
@@ -1105,9 +1107,22 @@ def selftest_calibration_pairs():
     assert all(requests[chosen[a]]["partner"] == chosen[b] for a, b in pairs)
 
 
+def head_phase(args):
+    """WORK/clef-flash with the plain random head of --head-seed and no reference (no transformers run): for speed
+    measurements that do not read the answers (`duet bench --decisions`: decisions per second, latency ratios)."""
+    import torch
+    mdf = import_fixture_tools()
+    if not os.path.isdir(os.path.join(args.work, "model")):
+        sys.exit(f"head: {args.work}/model is missing (tools/make_9b_references.py --out {args.work} --checkpoint-only)")
+    base = mdf.random_head(CLEF_FLASH_HEAD, HEAD_SCALARS, torch.Generator().manual_seed(args.head_seed))
+    folder, _ = make_head_folder(mdf, args.work, CLEF_FLASH_HEAD, base)
+    print(f"head: {folder}: the plain random head (seed {args.head_seed}) over {args.work}/model; no reference made",
+          flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("phase", choices=("reference", "duet", "selftest"))
+    parser.add_argument("phase", choices=("reference", "duet", "selftest", "head"))
     parser.add_argument("--work", default="/tmp/9b", help="WORK: model/ (made if absent), clef-flash/, dgate/")
     parser.add_argument("--out", default="/tmp/dgate", help="where the duet phase writes its report")
     parser.add_argument("--per-bucket", type=int, default=10, help="requests per length bucket (pairs: even is best)")
@@ -1135,7 +1150,8 @@ def main():
     args = parser.parse_args()
     if args.per_bucket < 1:
         parser.error("--per-bucket must be at least 1")
-    return {"reference": reference_phase, "duet": duet_phase, "selftest": selftest}[args.phase](args)
+    phases = {"reference": reference_phase, "duet": duet_phase, "selftest": selftest, "head": head_phase}
+    return phases[args.phase](args)
 
 
 if __name__ == "__main__":

@@ -55,6 +55,12 @@ std::vector<Case> cases() {
   }
   all.push_back(none);
   all.push_back(every);
+  // One stream's decode step, and sixteen's: few blocks, so their time is the kernel's latency.
+  for (int32_t streams : {1, 16}) {
+    Case few{"decode " + std::to_string(streams) + (streams == 1 ? " row" : " rows"), {}};
+    for (int32_t i = 0; i < streams; ++i) few.pieces.push_back({i, 1, 64 * (i % 5) + (i * 7) % 64});
+    all.push_back(few);
+  }
   // Verify pieces (the last token and 3 drafts) of 1, 16 and 64 streams, inside their chunks, through the decode
   // kernels a row at a time and through the chunked form: the same fingerprints, two times.
   for (int32_t streams : {1, 16, 64}) {
