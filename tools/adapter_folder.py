@@ -27,7 +27,8 @@ import json
 import os
 import re
 import shutil
-import struct
+
+import safetensors_raw
 
 FACTORS_FILE = "adapter.safetensors"
 HEAD_FILES = ("joint_head.safetensors", "joint_head_config.json")
@@ -41,48 +42,15 @@ GDN_MODULES = ("linear_attn.in_proj_qkv", "linear_attn.in_proj_z", "linear_attn.
                "linear_attn.out_proj")
 ATTENTION_MODULES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj")
 MLP_MODULES = ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
-SIZES = {"BF16": 2, "F16": 2, "F32": 4, "I32": 4, "I64": 8}
 
 
 def module_key(layer, module):
     return f"layers.{layer}.{module}"
 
 
-def write_safetensors(path, tensors, metadata=None):
-    """tensors: [(name, dtype, shape, raw little-endian bytes)] in file order. As the C++ writer: compact JSON header
-    (metadata first) padded with spaces to a multiple of 8, each tensor at the next multiple of 8."""
-    header, blobs, offset = {}, [], 0
-    if metadata:
-        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
-    for name, dtype, shape, raw in tensors:
-        count = 1
-        for n in shape:
-            count *= n
-        assert len(raw) == count * SIZES[dtype], f"{name}: {len(raw)} bytes for {dtype} {shape}"
-        pad = (-offset) % 8
-        blobs.append(b"\0" * pad)
-        offset += pad
-        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(raw)]}
-        blobs.append(raw)
-        offset += len(raw)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * ((-len(text)) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for blob in blobs:
-            f.write(blob)
-
-
-def read_safetensors(path):
-    """{name: (dtype, shape, raw bytes)} and the metadata."""
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    metadata = header.pop("__metadata__", {})
-    return {k: (v["dtype"], v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in header.items()}, \
-        metadata
+# The factors file's reader and writer (the layout of the C++ writer).
+write_safetensors = safetensors_raw.write
+read_safetensors = safetensors_raw.read
 
 
 def file_sha256(path):

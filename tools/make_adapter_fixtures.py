@@ -21,6 +21,8 @@ import random
 import shutil
 import struct
 
+import safetensors_raw
+
 BASE = "tests/fixtures/models/tiny-mm-clef"
 MERGED = "tests/fixtures/models/tiny-mm-clef-merged"
 DELTA = "tests/fixtures/adapter/tiny-mm-clef-delta.safetensors"
@@ -30,35 +32,15 @@ SEED = 20261130
 PROJECTIONS = ("linear_attn.in_proj_qkv", "linear_attn.in_proj_z", "linear_attn.in_proj_b", "linear_attn.in_proj_a",
                "linear_attn.out_proj", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
-SIZES = {"BF16": 2, "F32": 4}
 
 
 def read_safetensors(path):
     """[(name, dtype, shape, bytes)] in data order, and the metadata."""
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    meta = header.pop("__metadata__", {})
-    tensors = sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0])
-    return [(k, v["dtype"], v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in tensors], meta
+    tensors, meta = safetensors_raw.read(path, data_order=True)
+    return [(name, *entry) for name, entry in tensors.items()], meta
 
 
-def write_safetensors(path, tensors, meta):
-    header, offset, blobs = {}, 0, []
-    if meta:
-        header["__metadata__"] = meta
-    for name, dtype, shape, raw in tensors:
-        pad = (-offset) % 8
-        blobs.append(b"\0" * pad)
-        offset += pad
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(raw)]}
-        blobs.append(raw)
-        offset += len(raw)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * ((-len(text)) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+write_safetensors = safetensors_raw.write
 
 
 def bf16_values(raw):
