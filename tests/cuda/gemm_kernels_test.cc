@@ -591,7 +591,10 @@ TEST_P(PinnedGemmTest, MatchesDoubleAndIsBatchInvariant) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, PinnedGemmTest,
                          ::testing::Values(GemmShape{96, 64}, GemmShape{512, 64}, GemmShape{4096, 4096},
-                                           GemmShape{12288, 4096}, GemmShape{4096, 12288}),
+                                           GemmShape{12288, 4096}, GemmShape{4096, 12288},
+                                           // preferred pins of their own (pinned_gemm.cc): in_proj_b / a, and a
+                                           // rank-256 adapter's first product
+                                           GemmShape{32, 4096}, GemmShape{256, 4096}, GemmShape{256, 12288}),
                          name_of);
 
 TEST(PinnedGemmArgs, RefusesMPastMaxM) {

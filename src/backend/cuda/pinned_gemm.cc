@@ -83,6 +83,14 @@ constexpr PreferredConfig kPreferredSm90[] = {
     {4096, 4096, 20, 1, 3},   // gdn.in_proj_z, gdn.out_proj, attn.o_proj
     {8192, 4096, 24, 7, 5},   // gdn.in_proj_qkv, attn.q_proj
     {1024, 4096, 18, 3, 5},   // attn.k_proj, attn.v_proj
+    // gdn.in_proj_b, in_proj_a and their full-rank adapters' A: 23.4 -> 14.8 us at 383 rows, 23.5 -> 16.5 at 4,096.
+    {32, 4096, 12, 2, 5},
+    // A runtime adapter's first product x A^T at rank 256 (issue 17 item 4: the adapter's prefill cost): few output
+    // columns over a long k, where the heuristic's choice at the largest m ran 50-121 us at every m
+    // (docs/benchmarks.md, twenty-first round): [256, 4096] 50.3 -> 19.6 us at 383 rows, 51.0 -> 30.7 at 4,096; [256,
+    // 12288] (down_proj's) 120.4 -> 37.7, 121.4 -> 53.6.
+    {256, 4096, 15, 1, 3},
+    {256, 12288, 17, 0, 3},
 };
 
 bool preferred_enabled() {
