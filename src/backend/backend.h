@@ -32,6 +32,9 @@ struct Weight {
 struct LoraFactors {
   Weight A;  // [rank, in], orthonormal rows as duet adapter writes them
   Weight B;  // [out, rank], the scale folded in
+  // bf16(W + B A), [out, in]: where the backend keeps the adapter merged into a copy of its projection
+  // (Backend::merge_adapter), adapted rows take this one product instead of the three; absent otherwise.
+  Weight merged;
   bool present() const { return A.data != nullptr; }
 };
 
@@ -370,6 +373,14 @@ class Backend {
   // Whether the sublayers apply the weights' LoraFactors to the rows of adapted pieces. A backend that does not is
   // never given an adapter: loading one refuses by the backend's name.
   virtual bool applies_adapters() const { return false; }
+  // Called once per adapted projection after the weights are resident: a backend may keep bf16(W + B A) beside W
+  // (into lora.merged) so that adapted rows take one GEMM; it returns the device bytes that copy holds (0: it keeps
+  // the low-rank products). Never changes what rows without the adapter compute.
+  virtual size_t merge_adapter(const Weight& w, LoraFactors& lora) {
+    (void)w;
+    (void)lora;
+    return 0;
+  }
   // Whether attention_mixer reads StepPiece::rope_positions and rope_delta (images' 3-D positions). A backend that
   // does not is never given a piece with them: the model refuses it by the backend's name.
   virtual bool applies_mrope() const { return false; }

@@ -94,6 +94,10 @@ Qwen35Model::Qwen35Model(Qwen35Config config, checkpoint::Checkpoint checkpoint,
           lora_row_elements_ = std::max(lora_row_elements_, p.lora->A.cols + p.lora->A.rows + p.lora->B.rows);
   }
   weights_ = resident_weights(bound, *backend_);
+  if (adapter_)
+    for (Qwen35LayerWeights& layer : weights_.layers)
+      for (const AdaptableProjection& p : adaptable_projections(layer))
+        if (p.lora->present()) merged_adapter_bytes_ += backend_->merge_adapter(*p.weight, *p.lora);
   if (auto mtp = bind_mtp_weights(checkpoint_, config_)) mtp_ = resident_mtp(*mtp, *backend_);
 }
 
@@ -194,8 +198,12 @@ std::unique_ptr<Model> Model::load(const std::string& model_dir, std::string_vie
            model->config().num_hidden_layers, model->has_mtp() ? " and an MTP layer" : "",
            static_cast<double>(model->weight_bytes()) / 1e6, model->backend().name(), ms);
   if (const RuntimeAdapter* adapter = model->adapter())
-    log_info("runtime adapter {}: {} modules, rank up to {}, {:.1f} MB of factors (decision passes only)", adapter_dir,
-             adapter->modules(), adapter->max_rank(), static_cast<double>(adapter->bytes()) / 1e6);
+    log_info("runtime adapter {}: {} modules, rank up to {}, {:.1f} MB of factors (decision passes only){}",
+             adapter_dir, adapter->modules(), adapter->max_rank(), static_cast<double>(adapter->bytes()) / 1e6,
+             model->merged_adapter_bytes() == 0
+                 ? std::string()
+                 : fmt::format("; merged into a second copy of its projections for decisions, {:.1f} MB",
+                               static_cast<double>(model->merged_adapter_bytes()) / 1e6));
   return model;
 }
 

@@ -27,7 +27,9 @@ class Qwen35Model final : public Model {
   size_t weight_bytes() const override { return weights_.bytes + (mtp_ ? mtp_->bytes : 0); }
   bool reads_images() const override { return config_.image_token_id >= 0 && backend_->applies_mrope(); }
   bool has_adapter() const override { return adapter_ != nullptr; }
-  size_t adapter_bytes() const override { return adapter_ ? adapter_->bytes() : 0; }
+  size_t adapter_bytes() const override { return (adapter_ ? adapter_->bytes() : 0) + merged_adapter_bytes_; }
+  // What the backend holds for the adapter merged into its projections (Backend::merge_adapter), in adapter_bytes().
+  size_t merged_adapter_bytes() const { return merged_adapter_bytes_; }
   int32_t kv_page_positions() const override { return static_cast<int32_t>(backend::kKvPagePositions); }
   size_t kv_page_bytes() const override;
   size_t sequence_fixed_bytes() const override;
@@ -64,6 +66,7 @@ class Qwen35Model final : public Model {
   int64_t gdn_layers_ = 0;
   // Per adapted row, the most elements one adapter product needs beside its projection (input + rank + output).
   int64_t lora_row_elements_ = 0;
+  size_t merged_adapter_bytes_ = 0;  // Backend::merge_adapter's copies
   DebugDump dump_;
 };
 

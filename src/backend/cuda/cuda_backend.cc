@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/adapter_merge.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/delta_chunks.h"
 #include "backend/cuda/device_memory.h"
@@ -309,6 +310,7 @@ class CudaBackend final : public Backend {
     check_cuda(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
     size_t held = workspace_.bytes + cublas_workspace_.bytes;
     for (const auto& [host, copy] : resident_) held += copy.bytes;
+    for (const DeviceMemory& copy : merged_) held += copy.bytes;
     return free + held;
   }
 
@@ -507,6 +509,14 @@ class CudaBackend final : public Backend {
     sample_rows_ = static_cast<const int32_t*>(put(StepArray::sample_rows, sample_rows));
     adapted_rows_ = static_cast<const int32_t*>(put(StepArray::adapted_rows, adapted_rows));
     adapted_count_ = static_cast<int32_t>(adapted_rows.size());
+    // The adapted pieces' rows as ranges, for the merged adapter's GEMMs (prefill_rows); only while they are all
+    // prefill rows (a decision's are): otherwise adapt() takes them.
+    adapted_ranges_.clear();
+    for (const StepPiece& p : plan.pieces)
+      if (p.adapted && p.rows > 0) adapted_ranges_.push_back({p.first_row, p.first_row + p.rows});
+    std::sort(adapted_ranges_.begin(), adapted_ranges_.end());
+    adapted_in_prefill_ = std::all_of(adapted_ranges_.begin(), adapted_ranges_.end(),
+                                      [&](const auto& r) { return r.first >= decode_rows_; });
     sample_params_ = static_cast<const SamplingRowParams*>(put(StepArray::sample_params, sample_params));
     penalties_ = penalties.empty() ? nullptr : static_cast<const PenaltyEntry*>(put(StepArray::penalties, penalties));
     upload_.send(stream_);
@@ -678,6 +688,24 @@ class CudaBackend final : public Backend {
   }
 
   bool applies_adapters() const override { return true; }
+  // The adapter merged into a copy of each projection (adapter_merge.h), unless DUET_ADAPTER_PRODUCTS=1 keeps the
+  // low-rank products (adapt(): no second copy, 1.26-1.55x the merged checkpoint's latency at rank 256 on the H200).
+  size_t merge_adapter(const Weight& w, LoraFactors& lora) override {
+    static const bool products = [] {
+      const char* env = std::getenv("DUET_ADAPTER_PRODUCTS");
+      return env != nullptr && std::string_view(env) == "1";
+    }();
+    if (products || !lora.present()) return 0;
+    if (w.type != WeightType::bf16 || lora.A.cols != w.cols || lora.B.rows != w.rows || lora.B.cols != lora.A.rows)
+      fail("cuda backend: adapter factors A [{}, {}] B [{}, {}] do not fit a [{}, {}] projection", lora.A.rows,
+           lora.A.cols, lora.B.rows, lora.B.cols, w.rows, w.cols);
+    DeviceMemory& copy = merged_.emplace_back(w.bytes(), "adapter merged into its projection");
+    merge_lora(lt_, bf16_of(w), bf16_of(lora.A), bf16_of(lora.B), w.rows, w.cols, lora.A.rows,
+               static_cast<bf16*>(copy.ptr), cublas_workspace_.ptr, cublas_workspace_.bytes, stream_);
+    lora.merged = w;
+    lora.merged.data = copy.ptr;
+    return copy.bytes;
+  }
   // Images' 3-D rotary positions and the rope delta after them (StepPiece::rope_positions, rope_delta): attention prep
   // reads them from the step's row_rope (attention_prep.cu).
   bool applies_mrope() const override { return true; }
@@ -872,8 +900,30 @@ class CudaBackend final : public Backend {
   // A projection y = x w^T (BF16 out) for the step's rows: the first decode_rows_ through the skinny GEMM, the rest
   // through the pinned one; then the adapted rows get their adapter's correction.
   void gemm(const char* name, const bf16* x, int64_t rows, const Weight& w, const LoraFactors& lora, bf16* y) {
-    gemm_split(name, x, rows, std::min<int64_t>(decode_rows_, rows), w, y, false);
-    if (lora.present() && adapted_count_ > 0) adapt(name, x, w, lora, y);
+    const int64_t decode = std::min<int64_t>(decode_rows_, rows);
+    gemm_split(name, x, decode, decode, w, y, false);
+    prefill_rows(name, x, rows, decode, w, lora, y);
+  }
+  // Rows [decode, rows) of a projection through the pinned GEMM, with the adapter where it applies: the adapted
+  // pieces' rows over the merged weight (merge_adapter) and the others over W, each range on its own (the pinned GEMM
+  // gives a row the same bits wherever a launch is cut); without a merged copy, all rows over W, then adapt().
+  void prefill_rows(const char* name, const bf16* x, int64_t rows, int64_t decode, const Weight& w,
+                    const LoraFactors& lora, bf16* y) {
+    const bool adapted = lora.present() && adapted_count_ > 0;
+    if (!adapted || lora.merged.data == nullptr || !adapted_in_prefill_) {
+      pinned_rows(name, x, rows, decode, w, y, false);
+      if (adapted) adapt(name, x, w, lora, y);
+      return;
+    }
+    int64_t at = decode;
+    for (auto [first, last] : adapted_ranges_) {
+      first = std::clamp(first, at, rows);
+      last = std::clamp(last, first, rows);
+      pinned_rows(name, x, first, at, w, y, false);
+      pinned_rows(name, x, last, first, lora.merged, y, false);
+      at = last;
+    }
+    pinned_rows(name, x, rows, at, w, y, false);
   }
   // y[r] = bf16(y[r] + (x[r] A^T) B^T) for the adapted rows r. The rows are gathered so that no other row passes
   // through the adapter, and both products run on pinned GEMMs (tensor cores): x A^T rounded to BF16 (the input of
@@ -939,10 +989,7 @@ class CudaBackend final : public Backend {
                                       static_cast<int32_t>(first.cols), out, false, stream_);
         },
         " skinny");
-    for (const Projection& p : projections) {
-      pinned_rows(p.name, x, rows, decode, p.w, p.y, false);
-      if (p.lora.present() && adapted_count_ > 0) adapt(p.name, x, p.w, p.lora, p.y);
-    }
+    for (const Projection& p : projections) prefill_rows(p.name, x, rows, decode, p.w, p.lora, p.y);
   }
   void gemm_split(const char* name, const bf16* x, int64_t rows, int64_t decode_rows, const Weight& w, void* y,
                   bool y_f32) {
@@ -1015,6 +1062,9 @@ class CudaBackend final : public Backend {
   const int32_t* sample_rows_ = nullptr;
   const int32_t* adapted_rows_ = nullptr;  // rows of adapted pieces, ascending
   int32_t adapted_count_ = 0;
+  std::vector<std::pair<int64_t, int64_t>> adapted_ranges_;  // [first, last) rows of adapted pieces, ascending
+  bool adapted_in_prefill_ = false;                          // all of them past the decode rows
+  std::vector<DeviceMemory> merged_;                         // merge_adapter's copies
   const SamplingRowParams* sample_params_ = nullptr;
   const PenaltyEntry* penalties_ = nullptr;
   // This step's token masks: which samples have one and where (SamplingRowParams::mask_offset, in words), their words
