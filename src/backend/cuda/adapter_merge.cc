@@ -23,8 +23,8 @@ struct MergeCall {
 
 }  // namespace
 
-void merge_lora(cublasLtHandle_t lt, const bf16* w, const bf16* a, const bf16* b, int64_t out, int64_t in,
-                int64_t rank, bf16* merged, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+void merge_lora(cublasLtHandle_t lt, const bf16* w, const bf16* a, const bf16* b, int64_t out, int64_t in, int64_t rank,
+                bf16* merged, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   // Column-major, as cuBLASLt sees memory: a [rank, in] row-major is [in, rank] with ld in; b [out, rank] is
   // [rank, out] with ld rank; w and merged [out, in] are [in, out] with ld in. So merged = a * b + w, no transposes.
   MergeCall call;
@@ -39,13 +39,13 @@ void merge_lora(cublasLtHandle_t lt, const bf16* w, const bf16* a, const bf16* b
                "adapter merge: workspace limit");
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  check_cublas(cublasLtMatmulAlgoGetHeuristic(lt, call.op, call.a, call.b, call.c, call.c, call.preference, 1, &result,
-                                              &found),
-               "adapter merge: heuristic");
+  check_cublas(
+      cublasLtMatmulAlgoGetHeuristic(lt, call.op, call.a, call.b, call.c, call.c, call.preference, 1, &result, &found),
+      "adapter merge: heuristic");
   if (found == 0) fail("adapter merge: cuBLASLt offers no algorithm for [{}, {}] at rank {}", out, in, rank);
   const float alpha = 1.0f, beta = 1.0f;
-  check_cublas(cublasLtMatmul(lt, call.op, &alpha, a, call.a, b, call.b, &beta, w, call.c, merged, call.c,
-                              &result.algo, workspace, limit, stream),
+  check_cublas(cublasLtMatmul(lt, call.op, &alpha, a, call.a, b, call.b, &beta, w, call.c, merged, call.c, &result.algo,
+                              workspace, limit, stream),
                "adapter merge: matmul");
   check_cuda(cudaStreamSynchronize(stream), "adapter merge");
 }

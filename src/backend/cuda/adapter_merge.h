@@ -17,7 +17,7 @@ namespace duet::backend::cuda {
 // merged [out, in] = bf16(w [out, in] + b [out, rank] a [rank, in]), every operand row-major BF16 on the device,
 // fp32 accumulation and one rounding (cuBLASLt with w as C, beta = 1). Synchronous; the same algorithm for the same
 // shapes on every start (cuBLASLt's first heuristic answer), so the merged bits are the same on every load.
-void merge_lora(cublasLtHandle_t lt, const bf16* w, const bf16* a, const bf16* b, int64_t out, int64_t in,
-                int64_t rank, bf16* merged, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+void merge_lora(cublasLtHandle_t lt, const bf16* w, const bf16* a, const bf16* b, int64_t out, int64_t in, int64_t rank,
+                bf16* merged, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace duet::backend::cuda
