@@ -543,10 +543,11 @@ struct Engine::Impl {
           pieces.back().rope_delta = images.rope_delta();
         }
       }
-      if (snapshots && piece.is_prefill && !piece.sequence->decides())
+      if (snapshots && piece.is_prefill)
         pieces.back().snapshots =
             snapshots->reserve(i, cache_salt(*piece.sequence), piece.sequence->request().prompt,
-                               piece.sequence->image_cache_keys(), piece.sequence->cache_points(), position, end, slot);
+                               piece.sequence->image_cache_keys(), piece.sequence->cache_points(), position, end, slot,
+                               piece.sequence->decides(), options.decision_bytes_per_position);
       if (piece.sequence->decides())  // a decision's rows may go where a device head reads them
         pieces.back().rows_to = piece.sequence->request().decision->device_rows();
       if (piece.samples && piece.is_prefill) forks[i] = scheduler.waiting_forks_of(*piece.sequence);
@@ -592,13 +593,14 @@ struct Engine::Impl {
     }
     for (const model::Piece& piece : pieces)  // a verify piece advances by the rows it keeps, below
       if (!piece.rewindable) blocks.advance(piece.slot, static_cast<int64_t>(piece.tokens.size()));
-    if (snapshots) snapshots->commit();
+    const std::vector<StepSnapshots::DecisionEntry> kept_decisions =
+        snapshots ? snapshots->commit() : std::vector<StepSnapshots::DecisionEntry>{};
 
     for (size_t i = 0; i < planned.size(); ++i) {
       if (!planned[i].is_prefill) continue;
       Sequence& sequence = *planned[i].sequence;
       if (sequence.decides()) {
-        decide_chunk(sequence, static_cast<int32_t>(planned[i].tokens.size()), results[i]);
+        decide_chunk(sequence, static_cast<int32_t>(planned[i].tokens.size()), results[i], kept_decisions, i);
       } else {
         sequence.advance_prefill(static_cast<int32_t>(planned[i].tokens.size()));
         if (sequence.has_images() && sequence.prefill_done()) sequence.images().drop_rows();
@@ -847,7 +849,9 @@ struct Engine::Impl {
     double prefill_s = 0, head_s = 0;  // FinishedEvent::decision_prefill_s, decision_head_s
   };
 
-  void decide_chunk(Sequence& sequence, int32_t count, model::PieceResult& result) {
+  // `kept`: the step's decision entries made inside its rows (StepSnapshots::commit), this one's are piece `piece`'s.
+  void decide_chunk(Sequence& sequence, int32_t count, model::PieceResult& result,
+                    std::span<const StepSnapshots::DecisionEntry> kept, size_t piece) {
     // A sink that reads its rows on the device took them during the step (Piece::rows_to): no host rows to pass on.
     const bool on_device = sequence.request().decision->device_rows() != nullptr;
     if (!on_device && result.norm_rows.size() != static_cast<size_t>(count) * static_cast<size_t>(hidden)) {
@@ -873,7 +877,9 @@ struct Engine::Impl {
       });
     result.norm_rows = {};
     sequence.advance_prefill(count);
-    keep_decision_in_cache(sequence, job);
+    keep_decision_in_cache(sequence);
+    for (const StepSnapshots::DecisionEntry& entry : kept)  // cache points inside this step's rows, before the head
+      if (entry.piece == piece) keep_decision_prefix(sequence, entry.pending, entry.positions);
     if (!sequence.prefill_done()) return;
     const auto prefilled_at = std::chrono::steady_clock::now();
     decision_workers.post(
@@ -898,7 +904,7 @@ struct Engine::Impl {
 
   // A decision that just reached its cache point leaves its backbone state there to the prompt cache, with what its
   // sink keeps of the prefix: a decision worker sets that after the sink's rows up to there (its tasks run in order).
-  void keep_decision_in_cache(const Sequence& sequence, const std::shared_ptr<DecisionJob>& job) {
+  void keep_decision_in_cache(const Sequence& sequence) {
     const std::vector<int32_t>& points = sequence.cache_points();
     const int32_t positions = sequence.prefilled();
     if (!cache || std::find(points.begin(), points.end(), positions) == points.end()) return;
@@ -906,7 +912,14 @@ struct Engine::Impl {
     if (!cache->insert(cache_salt(sequence), std::span(sequence.request().prompt).first(positions), *sequence.slot(),
                        pending, static_cast<size_t>(positions) * options.decision_bytes_per_position))
       return;
-    decision_workers.post(sequence.id(), [job, pending, positions] {
+    keep_decision_prefix(sequence, std::move(pending), positions);
+  }
+  // The sink's prefix of `positions` into a cache entry's `pending`, once a decision worker has the rows up to there.
+  void keep_decision_prefix(const Sequence& sequence, std::shared_ptr<PendingDecisionPrefix> pending,
+                            int64_t positions) {
+    const auto found = decision_jobs.find(sequence.id());
+    if (found == decision_jobs.end() || !found->second) return;  // the decision ended with an error
+    decision_workers.post(sequence.id(), [job = found->second, pending, positions] {
       if (job->cancelled || !job->error.empty()) return;
       try {
         pending->set(job->sink->keep_prefix(positions));

@@ -200,7 +200,8 @@ std::optional<int32_t> PromptCache::reserve(uint64_t salt, std::span<const int32
 }
 
 bool PromptCache::commit(int32_t snapshot, uint64_t salt, std::span<const int32_t> prefix, int32_t slot,
-                         std::span<const ImageCacheKey> images) {
+                         std::span<const ImageCacheKey> images, std::shared_ptr<PendingDecisionPrefix> decision,
+                         size_t decision_bytes) {
   const auto it = std::find(reserved_.begin(), reserved_.end(), snapshot);
   if (it == reserved_.end()) fail("prompt cache: snapshot {} committed without a reservation", snapshot);
   reserved_.erase(it);
@@ -216,7 +217,11 @@ bool PromptCache::commit(int32_t snapshot, uint64_t salt, std::span<const int32_
     free_snapshots_.push_back(snapshot);
     return false;
   }
-  return add(snapshot, key, salt, prefix, own, slot, nullptr, 0);
+  if (decision != nullptr && decision_bytes > max_decision_bytes_) {
+    free_snapshots_.push_back(snapshot);
+    return false;
+  }
+  return add(snapshot, key, salt, prefix, own, slot, std::move(decision), decision_bytes);
 }
 
 void PromptCache::release(int32_t snapshot) {

@@ -87,8 +87,11 @@ class PromptCache {
   // else may be reserved across steps.
   std::optional<int32_t> reserve(uint64_t salt, std::span<const int32_t> prefix,
                                  std::span<const ImageCacheKey> images = {});
+  // A decision's entry carries its sink's prefix and counts `decision_bytes`, as insert()'s; false when that alone is
+  // over the budget (the snapshot goes back).
   bool commit(int32_t snapshot, uint64_t salt, std::span<const int32_t> prefix, int32_t slot,
-              std::span<const ImageCacheKey> images = {});
+              std::span<const ImageCacheKey> images = {}, std::shared_ptr<PendingDecisionPrefix> decision = nullptr,
+              size_t decision_bytes = 0);
   void release(int32_t snapshot);
   // Drops the least recently used entry; false when there is none.
   bool evict_one();

@@ -96,12 +96,12 @@ std::vector<ScheduledPiece> Scheduler::plan_step() {
     if (finishing_limit >= 0 && (more < left || prefill_tokens + more > finishing_limit)) more = 0;
     int32_t length = own + more;
     if (length == 0) continue;
-    // It takes the rest of its prompt, though a cache point below may end this piece early (a decision's always
-    // does): the rest then follows in the next step, itself a finishing one.
+    // It takes the rest of its prompt, though a cache point below may end this piece early: the rest then follows
+    // in the next step, itself a finishing one.
     const bool finishes = length == remaining(sequence);
     tokens += more;
     prefill_tokens += more;
-    if (cuts_at_cache_points_ || sequence->decides())
+    if (cuts_at_cache_points_)
       for (int32_t point : sequence->cache_points())  // ends at the next point, where its state is kept
         if (point > sequence->prefilled() && point < sequence->prefilled() + length) {
           length = point - sequence->prefilled();

@@ -11,9 +11,9 @@
 // invisible in the results. A prompt whose images' rows are not made yet waits, unplanned, for its vision tower (run
 // between steps by engine/tower_runner.h). Where the backend cannot keep a prompt's state inside a step
 // (set_cuts_at_cache_points), a prompt is also cut at its prompt cache points (block ends, multiples of 64, where row
-// invariance holds too), so that its state there can be kept; so is a decision always (its sink keeps its prefix at the
-// step's end). A decision is a prompt like any other (it shares steps, slots and the token budget with chat) that never
-// decodes: it ends with its prefill.
+// invariance holds too), so that its state there can be kept; a decision too (where the backend can, its sink keeps
+// the prefix of rows it took past that point, engine/step_snapshots.h). A decision is a prompt like any other (it
+// shares steps, slots and the token budget with chat) that never decodes: it ends with its prefill.
 #include <cstdint>
 #include <memory>
 #include <optional>
