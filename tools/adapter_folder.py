@@ -54,11 +54,8 @@ read_safetensors = safetensors_raw.read
 
 
 def file_sha256(path):
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 24), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def revision_of(folder):
