@@ -898,7 +898,7 @@ class CudaBackend final : public Backend {
   }
 
   // A projection y = x w^T (BF16 out) for the step's rows: the first decode_rows_ through the skinny GEMM, the rest
-  // through the pinned one; then the adapted rows get their adapter's correction.
+  // through the pinned one, with the adapter on the adapted rows (prefill_rows).
   void gemm(const char* name, const bf16* x, int64_t rows, const Weight& w, const LoraFactors& lora, bf16* y) {
     const int64_t decode = std::min<int64_t>(decode_rows_, rows);
     gemm_split(name, x, decode, decode, w, y, false);
