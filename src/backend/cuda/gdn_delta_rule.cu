@@ -591,15 +591,12 @@ struct DecodeSmem {
   float kt[KD], q[KD];                        // this row's key and query, normalized
   alignas(16) float u[kC][VC + VC / 8];       // the group's columns of the earlier rows' d, then this row's v and d
   float A_part[kRows], Q_part[kRows];         // this row's A and Q entries for the group's key rows
-  union {
-    struct {
-      float A_row[kC], Q_row[kC];  // the whole A and Q rows, gathered
-    } rows;
-    float o_head[VD];  // group 0, once the rows are used: the head's outputs, gathered for the gated norm
-  };
+  struct {
+    float A_row[kC], Q_row[kC];  // the whole A and Q rows, gathered
+  } rows;
+  float o_head[VD];  // group 0: the head's outputs, each group's stored there by the group, for the gated norm
   float G[kC], decay[kC];
   float wk[VC], wq[VC];
-  float o[VC];  // this group's outputs, read by group 0 for the gated norm
   union {
     struct {
       bf16 q[KD], k[KD];
@@ -719,21 +716,18 @@ __global__ void __launch_bounds__(kThreads)
     for (int s = 0; s <= t; ++s) acc = fmaf(sm.rows.Q_row[s], sm.u[s][tid], acc);
     const float o = fmaf(eG, sm.wq[tid], acc);
     out[head_at + col0 + tid] = o;
-    sm.o[tid] = o;
+    // The head's VD outputs are spread over its column groups: each stores its own into group 0's shared memory
+    // (distributed shared memory), where group 0's first warp norms the head as gated_norm_kernel would.
+    if (norm.out != nullptr) cluster.map_shared_rank(sm.o_head, 0)[col0 + tid] = o;
   }
-  // Every group's outputs are visible, and no group reads another's A and Q entries any more (a block may leave
-  // after this only when there is no norm).
+  // Every group's outputs are in group 0, and no group reads another's shared memory any more (but for the keys of a
+  // row that completes its chunk, below): the other groups need not wait for the norm. (Group 0 gathered them after
+  // this barrier before, and every group waited at a third one until it had: three of a cluster's four blocks held
+  // their slots through the norm.)
   cluster.sync();
-  if (norm.out != nullptr) {  // the same for every block: the whole cluster takes part or none of it
-    // The head's VD outputs are spread over its column groups: group 0 gathers them through distributed shared
-    // memory and its first warp norms the head as gated_norm_kernel would.
-    if (group == 0) wait_async_copies();  // the gate
-    if (group == 0 && warp == 0) {
-      for (int i = tid; i < VD; i += 32) sm.o_head[i] = cluster.map_shared_rank(sm.o, i / VC)[i % VC];
-      __syncwarp();
-      gated_norm_head(sm.o_head, sm.z, norm.w, norm.eps, VD, norm.out + head_at);
-    }
-    cluster.sync();  // no block leaves (freeing the outputs it shares) before group 0 has read them
+  if (norm.out != nullptr && group == 0) {
+    wait_async_copies();  // the gate
+    if (warp == 0) gated_norm_head(sm.o_head, sm.z, norm.w, norm.eps, VD, norm.out + head_at);
   }
   if (completes) {  // the next chunk's S_b, each element the fold's chain of chunk_state_kernel
     // A thread takes one row i of S and kCols of the group's columns, so each step of the chains reads one key. The
