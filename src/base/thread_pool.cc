@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <exception>
 #include <string>
 
 namespace duet {
@@ -14,9 +15,13 @@ std::pair<size_t, size_t> block_of(size_t index, size_t parts, size_t n) {
 }
 }  // namespace
 
+// Blocks a thread: enough that a late worker's share is taken by the others in small pieces, few enough that a body's
+// own setup (its scratch vectors) stays small beside its work.
+constexpr size_t kBlocksPerThread = 4;
+
 ThreadPool::ThreadPool(size_t threads) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  for (size_t i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  for (size_t i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -28,6 +33,15 @@ ThreadPool::~ThreadPool() {
   for (auto& worker : workers_) worker.join();
 }
 
+void ThreadPool::take_blocks(Loop& loop) {
+  for (;;) {
+    const size_t block = loop.next.fetch_add(1, std::memory_order_relaxed);
+    if (block >= loop.blocks) return;
+    auto [begin, end] = block_of(block, loop.blocks, loop.n);
+    (*loop.body)(begin, end);
+  }
+}
+
 void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)>& body) {
   if (n == 0) return;
   if (workers_.empty() || n == 1) {
@@ -35,39 +49,45 @@ void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)
     return;
   }
   std::lock_guard turn(callers_);
+  Loop loop{.body = &body, .n = n, .blocks = std::min(n, size() * kBlocksPerThread)};
   {
     std::lock_guard lock(mutex_);
-    body_ = &body;
-    n_ = n;
-    pending_ = workers_.size();
+    loop_ = &loop;
     ++generation_;
   }
   wake_.notify_all();
-  auto [begin, end] = block_of(0, size(), n);
-  if (begin < end) body(begin, end);
+  std::exception_ptr error;
+  try {
+    take_blocks(loop);
+  } catch (...) {
+    loop.next.store(loop.blocks, std::memory_order_relaxed);  // no one takes another block
+    error = std::current_exception();
+  }
+  // No worker joins after this; the ones inside finish the blocks they took (the loop lives on this stack).
   std::unique_lock lock(mutex_);
-  done_.wait(lock, [this] { return pending_ == 0; });
-  body_ = nullptr;
+  loop_ = nullptr;
+  done_.wait(lock, [this] { return inside_ == 0; });
+  lock.unlock();
+  if (error) std::rethrow_exception(error);
 }
 
-void ThreadPool::worker_loop(size_t index) {
+void ThreadPool::worker_loop() {
   size_t seen = 0;
   for (;;) {
-    const std::function<void(size_t, size_t)>* body;
-    size_t n;
+    Loop* loop;
     {
       std::unique_lock lock(mutex_);
       wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
       if (stopping_) return;
       seen = generation_;
-      body = body_;
-      n = n_;
+      loop = loop_;
+      if (loop == nullptr) continue;  // woken after its loop had ended: the others took every block
+      ++inside_;
     }
-    auto [begin, end] = block_of(index, size(), n);
-    if (begin < end) (*body)(begin, end);
+    take_blocks(*loop);
     {
       std::lock_guard lock(mutex_);
-      if (--pending_ == 0) done_.notify_all();
+      if (--inside_ == 0) done_.notify_all();
     }
   }
 }
