@@ -89,15 +89,11 @@ std::vector<float> attention(std::span<const float> query, std::span<const float
     for (size_t task = begin; task < end; ++task) {
       const int64_t head = static_cast<int64_t>(task) / nq, i = static_cast<int64_t>(task) % nq;
       const float* qi = q.data() + i * width + head * d;
-      for (int64_t j = 0; j < nm; ++j)
-        scores[static_cast<size_t>(j)] = backend::cpu::dot(qi, k.data() + j * width + head * d, d) * scale;
+      backend::cpu::dot_rows(qi, k.data() + head * d, width, nm, d, scores.data());
+      for (float& score : scores) score *= scale;
       softmax(scores);
       std::fill(sum.begin(), sum.end(), 0.0f);
-      for (int64_t j = 0; j < nm; ++j) {
-        const float p = scores[static_cast<size_t>(j)];
-        const float* vj = v.data() + j * width + head * d;
-        for (int64_t c = 0; c < d; ++c) sum[static_cast<size_t>(c)] += p * vj[c];
-      }
+      backend::cpu::accumulate_rows(scores.data(), v.data() + head * d, width, nm, d, sum.data());
       std::copy(sum.begin(), sum.end(), mixed.begin() + i * width + head * d);
     }
   });

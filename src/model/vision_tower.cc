@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/scalar_math.h"
 #include "backend/cpu/weight_rows.h"
 #include "base/bf16.h"
 #include "base/error.h"
@@ -12,8 +13,10 @@ namespace duet::model {
 
 namespace {
 
-using backend::cpu::dot;
+using backend::cpu::accumulate_rows;
+using backend::cpu::dot_rows;
 using backend::cpu::matmul;
+using backend::cpu::scaled_softmax;
 using backend::cpu::weight_at;
 
 // y = x · W^T + b: [m, in] -> [m, out], x first rounded to BF16 under VisionRounding::linear_inputs_bf16.
@@ -73,23 +76,11 @@ void frame_attention(const float* qkv, int64_t n, int64_t frame_rows, int64_t he
       const int64_t first = i / frame_rows * frame_rows;
       for (int64_t h = 0; h < heads; ++h) {
         const float* q = qkv + i * stride + h * d;
-        float top = -INFINITY;
-        for (int64_t j = 0; j < frame_rows; ++j) {
-          p[j] = dot(q, qkv + (first + j) * stride + hidden + h * d, d) * scale;
-          top = std::max(top, p[j]);
-        }
-        float total = 0;
-        for (int64_t j = 0; j < frame_rows; ++j) {
-          p[j] = std::exp(p[j] - top);
-          total += p[j];
-        }
+        dot_rows(q, qkv + first * stride + hidden + h * d, stride, frame_rows, d, p.data());
+        scaled_softmax(p.data(), frame_rows, scale);
         float* o = out + i * hidden + h * d;
         for (int64_t e = 0; e < d; ++e) o[e] = 0;
-        for (int64_t j = 0; j < frame_rows; ++j) {
-          const float w = p[j] / total;
-          const float* v = qkv + (first + j) * stride + 2 * hidden + h * d;
-          for (int64_t e = 0; e < d; ++e) o[e] += w * v[e];
-        }
+        accumulate_rows(p.data(), qkv + first * stride + 2 * hidden + h * d, stride, frame_rows, d, o);
       }
     }
   });

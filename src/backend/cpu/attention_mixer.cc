@@ -1,5 +1,6 @@
 // Gated softmax attention on the CPU: q_proj gives per head [query | gate]; q_norm and k_norm (1 + w); partial
 // RoPE; causal attention over the sequence's KV cache (GQA); output times sigmoid(gate); o_proj. All fp32.
+#include <algorithm>
 #include <cmath>
 #include <span>
 #include <vector>
@@ -98,38 +99,48 @@ void attention_mixer(const AttentionWeights& w, const AttentionShape& shape, con
     }
   });
 
-  // Causal softmax attention, one task per (row, query head): scores over positions [0, position].
+  // Causal softmax attention, one task per (row, KV head): scores over positions [0, position] for each query head
+  // of the group, then the group's weighted sums of values two heads at a time (each value row read once for both).
+  // A head's arithmetic is the same whichever heads share its task.
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   const int64_t group = qh / kvh;
   std::vector<float> attended(static_cast<size_t>(rows * qh * hd));  // [rows, q_heads * head_dim]
-  global_thread_pool().parallel_for(static_cast<size_t>(rows * qh), [&](size_t begin, size_t end) {
-    std::vector<float> weights;
+  global_thread_pool().parallel_for(static_cast<size_t>(rows * kvh), [&](size_t begin, size_t end) {
+    std::vector<float> weights;  // [group, position + 1]
     for (size_t task = begin; task < end; ++task) {
-      const int64_t r = static_cast<int64_t>(task) / qh, h = static_cast<int64_t>(task) % qh, kv = h / group;
+      const int64_t r = static_cast<int64_t>(task) / kvh, kv = static_cast<int64_t>(task) % kvh;
       const auto& piece = pieces[row_piece[r]];
       const CpuKvCache& cache = caches[row_piece[r]];
       const int64_t position = piece.start_position + (r - piece.first_row);
-      const float* query = q_gate.data() + (r * qh + h) * 2 * hd;
-      weights.resize(static_cast<size_t>(position + 1));
-      float max_score = -INFINITY;
-      for (int64_t j = 0; j <= position; ++j) {
-        weights[j] = dot(query, cache.key(j, kv), hd) * scale;
-        max_score = std::max(max_score, weights[j]);
+      const int64_t length = position + 1;
+      // A page's keys (and values) lie kv_heads * head_dim floats apart: each page is one call.
+      const int64_t stride = kvh * hd;
+      weights.resize(static_cast<size_t>(group * length));
+      for (int64_t g = 0; g < group; ++g) {
+        const float* query = q_gate.data() + (r * qh + kv * group + g) * 2 * hd;
+        float* p = weights.data() + g * length;
+        for (int64_t first = 0; first < length; first += kKvPagePositions)
+          dot_rows(query, cache.key(first, kv), stride, std::min(kKvPagePositions, length - first), hd, p + first);
+        scaled_softmax(p, length, scale);
+        float* o = attended.data() + (r * qh + kv * group + g) * hd;
+        std::fill(o, o + hd, 0.0f);
       }
-      float sum = 0.0f;
-      for (int64_t j = 0; j <= position; ++j) {
-        weights[j] = std::exp(weights[j] - max_score);
-        sum += weights[j];
+      for (int64_t g = 0; g < group; g += 2) {
+        const float* p = weights.data() + g * length;
+        float* o = attended.data() + (r * qh + kv * group + g) * hd;
+        for (int64_t first = 0; first < length; first += kKvPagePositions) {
+          const int64_t count = std::min(kKvPagePositions, length - first);
+          if (g + 1 < group)
+            accumulate_rows2(p + first, p + length + first, cache.value(first, kv), stride, count, hd, o, o + hd);
+          else
+            accumulate_rows(p + first, cache.value(first, kv), stride, count, hd, o);
+        }
       }
-      float* o = attended.data() + (r * qh + h) * hd;
-      std::fill(o, o + hd, 0.0f);
-      for (int64_t j = 0; j <= position; ++j) {
-        const float p = weights[j] / sum;
-        const float* value = cache.value(j, kv);
-        for (int64_t i = 0; i < hd; ++i) o[i] += p * value[i];
+      for (int64_t g = 0; g < group; ++g) {
+        const float* gate = q_gate.data() + (r * qh + kv * group + g) * 2 * hd + hd;
+        float* o = attended.data() + (r * qh + kv * group + g) * hd;
+        for (int64_t i = 0; i < hd; ++i) o[i] *= sigmoid(gate[i]);
       }
-      const float* gate = query + hd;
-      for (int64_t i = 0; i < hd; ++i) o[i] *= sigmoid(gate[i]);
     }
   });
   project(attended.data(), rows, w.o_proj, w.adapter.o_proj, pieces, out.values.data());
