@@ -2,11 +2,13 @@
 // per-token one (and its own invariance to how rows arrive), the matmul against a double-precision loop.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "backend/cpu/cpu_state.h"
 #include "backend/cpu/delta_rule.h"
 #include "backend/cpu/matmul.h"
 #include "base/bf16.h"
@@ -174,6 +176,37 @@ TEST(AttentionRows, ScoresAreDotAndSumsAreThePlainLoopBitForBit) {
   // Planted control: the same sums in the other order round differently somewhere, so bit equality above is a real
   // constraint on the order, not something any order would meet.
   EXPECT_GT(reversed_differs, 10);
+}
+
+// The prompt cache's snapshot states are made when first used (a server start made hundreds of them): until then none
+// exists, a state made on use reads as a new one, a snapshot never taken serializes as a new state's bytes, and a
+// saved one as the slot's.
+TEST(LazyGdnStates, MadeOnFirstUseAndNewUntilWritten) {
+  const GdnShape shape{
+      .hidden = 64, .key_heads = 2, .value_heads = 4, .key_dim = 16, .value_dim = 32, .conv_kernel = 4};
+  LazyGdnStates states(shape, 1000);
+  for (size_t i = 0; i < states.size(); ++i) ASSERT_EQ(states.made(i), nullptr) << i;
+  CpuGdnState& used = states[7];
+  EXPECT_EQ(states.made(7), &used);
+  EXPECT_EQ(states.made(6), nullptr);
+  const CpuGdnState fresh(shape);
+  EXPECT_EQ(used.conv_history, fresh.conv_history);
+  EXPECT_EQ(used.boundary_states, fresh.boundary_states);
+  EXPECT_EQ(used.chunk_values, fresh.chunk_values);
+  EXPECT_EQ(used.position, 0);
+
+  const AttentionShape attention{.hidden = 64, .q_heads = 2, .kv_heads = 1, .head_dim = 32};
+  CpuStateStorage storage(nullptr, shape, 3, 2, attention, 1, 4, 50);
+  const std::vector<std::byte> untouched = storage.snapshot_bytes(9);
+  EXPECT_EQ(untouched.size(), 3 * (CpuGdnState::bytes_for(shape) + sizeof(int64_t)));
+  EXPECT_TRUE(std::all_of(untouched.begin(), untouched.end(), [](std::byte b) { return b == std::byte{0}; }));
+  storage.gdn(1, 2).boundary_states[5] = 1.5f;
+  storage.gdn(1, 2).position = 3;
+  storage.save_snapshot(1, 9);
+  EXPECT_EQ(storage.snapshot_gdn(9, 2).boundary_states[5], 1.5f);
+  EXPECT_NE(storage.snapshot_bytes(9), untouched);  // control: the bytes do follow what was saved
+  storage.restore_snapshot(9, 0);
+  EXPECT_EQ(storage.gdn(0, 2).position, 3);
 }
 
 }  // namespace

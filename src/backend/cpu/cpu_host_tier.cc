@@ -11,17 +11,15 @@ CpuHostTier::CpuHostTier(CpuStateStorage& storage, int64_t snapshots, int64_t pa
       snapshots_(snapshots),
       pages_(pages),
       page_floats_(static_cast<size_t>(kKvPagePositions * storage.kv.shape.kv_heads * storage.kv.shape.head_dim)),
-      kv_(static_cast<size_t>(std::max<int64_t>(pages, 0)) * storage.kv.keys.size() * 2 * page_floats_) {
+      kv_(static_cast<size_t>(std::max<int64_t>(pages, 0)) * storage.kv.keys.size() * 2 * page_floats_),
+      gdn_(storage.gdn_shape(), std::max<int64_t>(snapshots, 0) * storage.gdn_layers()) {
   if (snapshots < 0 || pages < 0) fail("cpu host tier: {} snapshots and {} pages", snapshots, pages);
   if (storage.gdn_layers() > 0 && storage.snapshots() == 0)
     fail("cpu host tier: the storage has no device snapshots to take GDN states from");
-  gdn_.reserve(static_cast<size_t>(snapshots * storage.gdn_layers()));
-  for (int64_t i = 0; i < snapshots * storage.gdn_layers(); ++i)
-    gdn_.emplace_back(storage.snapshot_gdn(0, i % storage.gdn_layers()).shape);
 }
 
 size_t CpuHostTier::bytes() const {
-  const size_t states = gdn_.empty() ? 0 : gdn_.size() * CpuGdnState::bytes_for(gdn_.front().shape);
+  const size_t states = gdn_.size() * CpuGdnState::bytes_for(gdn_.shape());
   return states + static_cast<size_t>(pages_) * storage_.kv.keys.size() * 2 * page_floats_ * sizeof(float);
 }
 

@@ -28,9 +28,9 @@ class CpuHostTier final : public HostStateTier {
 
   CpuStateStorage& storage_;
   int64_t snapshots_, pages_;
-  std::vector<CpuGdnState> gdn_;  // [snapshots][gdn_layers], whole states as the device tier keeps them
-  size_t page_floats_;            // one page of one layer's K (or V)
-  ZeroedFloats kv_;               // [pages][attention_layers][K | V][64][kv_heads][head_dim]: untouched until used
+  size_t page_floats_;  // one page of one layer's K (or V)
+  ZeroedFloats kv_;     // [pages][attention_layers][K | V][64][kv_heads][head_dim]: untouched until used
+  LazyGdnStates gdn_;   // [snapshots][gdn_layers], whole states as the device tier keeps them
 };
 
 }  // namespace duet::backend::cpu

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <new>
+#include <optional>
 
 #include "backend/cpu/cpu_host_tier.h"
 #include "base/error.h"
@@ -58,19 +59,16 @@ CpuStateStorage::CpuStateStorage(const Backend* owner, const GdnShape& gdn, int6
       kv(attention, attention_layers, pages),
       gdn_layers_(gdn_layers),
       slots_(slots),
-      snapshots_(snapshots) {
+      snapshots_(snapshots),
+      snapshot_(gdn, snapshots * gdn_layers) {
   gdn_.reserve(static_cast<size_t>(slots * gdn_layers));
   for (int64_t i = 0; i < slots * gdn_layers; ++i) gdn_.emplace_back(gdn);
   rewind_.resize(static_cast<size_t>(slots * gdn_layers));
-  snapshot_.reserve(static_cast<size_t>(snapshots * gdn_layers));
-  for (int64_t i = 0; i < snapshots * gdn_layers; ++i) snapshot_.emplace_back(gdn);
 }
 
 size_t CpuStateStorage::bytes() const {
   const size_t states = gdn_.size() + snapshot_.size();
-  return kv.bytes() +
-         (states == 0 ? 0
-                      : states * CpuGdnState::bytes_for(gdn_.empty() ? snapshot_.front().shape : gdn_.front().shape));
+  return kv.bytes() + states * CpuGdnState::bytes_for(snapshot_.shape());
 }
 
 void CpuStateStorage::check_slot(int32_t slot) const {
@@ -104,7 +102,9 @@ std::vector<std::byte> CpuStateStorage::snapshot_bytes(int32_t snapshot) const {
     out.insert(out.end(), bytes, bytes + values.size() * sizeof(values[0]));
   };
   for (int64_t l = 0; l < gdn_layers_; ++l) {
-    const CpuGdnState& state = snapshot_[static_cast<size_t>(snapshot * gdn_layers_ + l)];
+    std::optional<CpuGdnState> zeros;  // a state never used reads as a new one
+    const CpuGdnState* made = snapshot_.made(static_cast<size_t>(snapshot * gdn_layers_ + l));
+    const CpuGdnState& state = made != nullptr ? *made : zeros.emplace(snapshot_.shape());
     append(state.conv_history), append(state.boundary_states), append(state.chunk_keys);
     append(state.chunk_cum_decay), append(state.chunk_values);
     append(std::span(&state.position, 1));

@@ -35,6 +35,25 @@ class CpuGdnState {
   int64_t position = 0;                // tokens consumed; position % 64 rows of the current chunk are filled
 };
 
+// GDN states made when first used, zeros as a new CpuGdnState: a prompt cache's hundreds of snapshot states (each
+// tens of kilobytes written at construction) cost nothing until a snapshot is taken. A `duet serve` start spent most
+// of its CPU time making them, and a test run starts hundreds of servers.
+class LazyGdnStates {
+ public:
+  LazyGdnStates(const GdnShape& shape, int64_t count) : shape_(shape), states_(static_cast<size_t>(count)) {}
+  const GdnShape& shape() const { return shape_; }
+  size_t size() const { return states_.size(); }
+  CpuGdnState& operator[](size_t i) {
+    if (!states_[i]) states_[i] = std::make_unique<CpuGdnState>(shape_);
+    return *states_[i];
+  }
+  const CpuGdnState* made(size_t i) const { return states_[i].get(); }  // null: never used, all zeros
+
+ private:
+  GdnShape shape_;
+  std::vector<std::unique_ptr<CpuGdnState>> states_;
+};
+
 // What StateStorage::rewind needs of a GDN layer's last rewindable step (StepPiece::rewindable), kept beside the
 // state by the step itself. Within a chunk, taking rows back costs nothing: the delta rule reads only the chunk's rows
 // before `position % 64`, so rewinding is moving `position` back. The conv history is rebuilt from the window the conv
@@ -131,6 +150,7 @@ class CpuStateStorage final : public StateStorage {
     check_snapshot(snapshot);
     return snapshot_[static_cast<size_t>(snapshot * gdn_layers_ + layer)];
   }
+  const GdnShape& gdn_shape() const { return snapshot_.shape(); }
   CpuGdnRewind& gdn_rewind(int32_t slot, int64_t layer) {
     return rewind_[static_cast<size_t>(slot * gdn_layers_ + layer)];
   }
@@ -144,9 +164,9 @@ class CpuStateStorage final : public StateStorage {
   int64_t gdn_layers_;
   int64_t slots_;
   int64_t snapshots_;
-  std::vector<CpuGdnState> gdn_;       // [slots][gdn_layers]
-  std::vector<CpuGdnState> snapshot_;  // [snapshots][gdn_layers]
-  std::vector<CpuGdnRewind> rewind_;   // [slots][gdn_layers]
+  std::vector<CpuGdnState> gdn_;      // [slots][gdn_layers]
+  LazyGdnStates snapshot_;            // [snapshots][gdn_layers]
+  std::vector<CpuGdnRewind> rewind_;  // [slots][gdn_layers]
 };
 
 }  // namespace duet::backend::cpu
