@@ -16,8 +16,9 @@ struct CublasLtLibrary {
   std::string error;  // why not, when handle is null
 };
 
-// The soname the headers were built against first (LD_LIBRARY_PATH, the executable's run path, the loader's cache),
-// then the toolkit's library folder this build used, then the toolkit's usual places.
+// The soname the headers were built against first, found as the linked library was (LD_LIBRARY_PATH, then the
+// executable's run path, which holds the build's toolkit folder: src/backend/cuda/CMakeLists.txt, then the loader's
+// cache), then that folder by its path (a binary whose run path was removed), then the toolkit's usual places.
 const CublasLtLibrary& cublaslt_library() {
   static const CublasLtLibrary opened = [] {
     const std::string name = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
