@@ -30,8 +30,12 @@ trap '[[ -z $san ]] || kill -- -"$san" 2>/dev/null || true; rm -f "$deps_log" "$
 deps=$!
 # The sanitizer build compiles at the lowest priority from here on: it takes the core time that the release build's
 # single-job tail and the tests (the end-to-end ones wait on sockets and sleeps) leave idle, and little else.
-# The background jobs' end times go to their logs' last lines.
-setsid -w nice -n 19 bash -c 'scripts/sanitize.sh --build-only build-sanitize; s=$?; echo "sanitizer build ended at +$(($(date +%s) - $1)) s"; exit $s' _ "$t0" >"$san_log" 2>&1 &
+# setsid makes it a session of its own, and where the kernel groups each session for scheduling (autogroup, on in
+# Debian's kernels) the group's nice, not its processes', sets its share against the release build's session: without
+# the autogroup line it took half of the cores, and two compilers a core cost the builds 15 % more CPU time than each
+# build alone (docs/benchmarks.md, "Build time", tenth pass). The background jobs' end times go to their logs' last lines.
+setsid -w nice -n 19 bash -c '{ echo 19 >/proc/self/autogroup; } 2>/dev/null || true
+  scripts/sanitize.sh --build-only build-sanitize; s=$?; echo "sanitizer build ended at +$(($(date +%s) - $1)) s"; exit $s' _ "$t0" >"$san_log" 2>&1 &
 san=$!
 scripts/setup.sh --build-packages build
 phase "the release build ended"
