@@ -54,7 +54,7 @@ done
 
 cat > "$out/run_gpu_tests.sh" <<'EOF'
 #!/usr/bin/env bash
-# Runs every CUDA test (cuda_*) packed here with the libraries packed beside them, then prints a summary.
+# Runs every CUDA test (cuda_*) packed here with the libraries packed beside them, then prints a summary of the suites.
 # The tests find their fixtures through tests_dir() (tests/tests_dir.h): the build machine's path compiled in, unless
 # DUET_TESTS_DIR_OVERRIDE says otherwise; here the repository is elsewhere, so it points them at this checkout's
 # tests/ (device/ sits at the repo root).
@@ -64,10 +64,14 @@ repo=$(cd "$here/.." && pwd)
 export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export DUET_TESTS_DIR_OVERRIDE="${DUET_TESTS_DIR_OVERRIDE:-$repo/tests}"
 cd "$repo"
+# One process a test suite (cuda_tests holds every GPU test file), as when each file was its own binary: a crash or a
+# leaked setting ends one suite, not the run. DUET_GPU_SUITES (a grep -E pattern) picks suites.
 passed=() failed=()
 while IFS= read -r test; do
-  echo "=== ${test#"$here/"}"
-  if "$test" --gtest_brief=1; then passed+=("${test##*/}"); else failed+=("${test##*/}"); fi
+  while IFS= read -r suite; do
+    echo "=== ${test#"$here/"} $suite"
+    if "$test" --gtest_brief=1 --gtest_filter="$suite*"; then passed+=("$suite"); else failed+=("$suite"); fi
+  done < <("$test" --gtest_list_tests | awk '/^[^ ]/ {print $1}' | grep -E "${DUET_GPU_SUITES:-.}")
 done < <(find "$here/tests" -type f -executable -name 'cuda_*' | sort)
 echo "=== summary: ${#passed[@]} passed, ${#failed[@]} failed"
 for name in "${failed[@]}"; do echo "FAILED: $name"; done

@@ -38,12 +38,12 @@ constexpr int kLayers = 2;
 constexpr int kLayer = 1;   // the second attention layer, so the layer offset into the pages is exercised
 constexpr int kPages = 64;  // pages per layer of the storage most tests use
 
-struct Shape {
+struct AttentionCase {
   const char* name;
   AttentionDims dims;
 };
-const Shape kTiny{"Tiny", {4, 2, 32, 8, 1e4f, 1e-6f}};
-const Shape k9B{"Qwen35_9B", {16, 4, 256, 64, 1e7f, 1e-6f}};
+const AttentionCase kTinyAttention{"Tiny", {4, 2, 32, 8, 1e4f, 1e-6f}};
+const AttentionCase k9BAttention{"Qwen35_9B", {16, 4, 256, 64, 1e7f, 1e-6f}};
 
 // One sequence's pre-norm inputs at every position, as floats exactly representable in BF16, and its pages.
 struct Sequence {
@@ -318,7 +318,7 @@ MixedStep mixed_step(const AttentionDims& d, uint64_t seed) {
   return m;
 }
 
-class AttentionKernels : public ::testing::TestWithParam<Shape> {
+class AttentionKernels : public ::testing::TestWithParam<AttentionCase> {
  protected:
   const AttentionDims& dims() const { return GetParam().dims; }
 };
@@ -919,8 +919,10 @@ TEST_P(AttentionKernels, EqualStreamsHaveTheTextPathsBits) {
   EXPECT_EQ(keys, 0u) << "shifted keys";
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, AttentionKernels, ::testing::Values(kTiny, k9B),
-                         [](const ::testing::TestParamInfo<Shape>& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionKernels, ::testing::Values(kTinyAttention, k9BAttention),
+                         [](const ::testing::TestParamInfo<AttentionCase>& info) {
+                           return std::string(info.param.name);
+                         });
 
 TEST(AttentionKernelsRefusal, UnsupportedHeadDimIsRefused) {
   DUET_REQUIRE_GPU();

@@ -116,4 +116,22 @@ inline double max_relative_error(const std::vector<float>& a, const std::vector<
   return scale == 0 ? diff : diff / scale;
 }
 
+// Whether two floats, or two float vectors, hold the same bits (NaNs and signed zeros included).
+inline bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Mean |got - want| in double; infinite when the sizes differ or there is nothing to compare.
+inline double mean_abs_error(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size() || want.empty()) return INFINITY;
+  double sum = 0;
+  for (size_t i = 0; i < got.size(); ++i) sum += std::fabs(static_cast<double>(got[i]) - want[i]);
+  return sum / static_cast<double>(got.size());
+}
+
+// The rows gates' slack on the GPU: duet's mean |error| against transformers FP32 at most 1.25x transformers BF16's
+// own (model_cuda_test.cc says why).
+constexpr double kBf16Slack = 1.25;
+
 }  // namespace duet::testing

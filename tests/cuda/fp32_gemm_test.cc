@@ -16,9 +16,10 @@
 namespace duet::backend::cuda {
 namespace {
 
+using ::duet::testing::same_bits;
 using testing::DeviceBuffer;
 
-struct Shape {
+struct Fp32Shape {
   int32_t m, n, k;
 };
 
@@ -44,9 +45,7 @@ float host_chain(const float* x, const float* w, int32_t k, bool reversed = fals
   return acc;
 }
 
-bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
-
-std::vector<float> run(Fp32GemmKernel kernel, const DeviceBuffer<float>& x, const Shape& s,
+std::vector<float> run(Fp32GemmKernel kernel, const DeviceBuffer<float>& x, const Fp32Shape& s,
                        const DeviceBuffer<float>& w) {
   DeviceBuffer<float> y(static_cast<size_t>(s.m) * s.n);
   y.poison();
@@ -55,11 +54,11 @@ std::vector<float> run(Fp32GemmKernel kernel, const DeviceBuffer<float>& x, cons
   return y.download();
 }
 
-class Fp32Gemm : public ::testing::TestWithParam<Shape> {};
+class Fp32Gemm : public ::testing::TestWithParam<Fp32Shape> {};
 
 TEST_P(Fp32Gemm, EveryKernelGivesTheHostChainsBits) {
   DUET_REQUIRE_GPU();
-  const Shape s = GetParam();
+  const Fp32Shape s = GetParam();
   const std::vector<float> xh = mixed_values(static_cast<size_t>(s.m) * s.k, 11 + s.m);
   const std::vector<float> wh = mixed_values(static_cast<size_t>(s.n) * s.k, 29 + s.n);
   const DeviceBuffer<float> x(xh), w(wh);
@@ -97,10 +96,11 @@ TEST_P(Fp32Gemm, EveryKernelGivesTheHostChainsBits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(HeadShapes, Fp32Gemm,
-                         ::testing::Values(Shape{1, 1024, 4096}, Shape{6, 1024, 4096}, Shape{8, 4096, 1024},
-                                           Shape{9, 1000, 1024}, Shape{33, 1030, 1024}, Shape{136, 1024, 4096},
-                                           Shape{129, 1024, 1024}, Shape{809, 1024, 1024}, Shape{2048, 1024, 4096},
-                                           Shape{4100, 1030, 1024}, Shape{16, 48, 80}, Shape{70, 70, 72}),
+                         ::testing::Values(Fp32Shape{1, 1024, 4096}, Fp32Shape{6, 1024, 4096}, Fp32Shape{8, 4096, 1024},
+                                           Fp32Shape{9, 1000, 1024}, Fp32Shape{33, 1030, 1024},
+                                           Fp32Shape{136, 1024, 4096}, Fp32Shape{129, 1024, 1024},
+                                           Fp32Shape{809, 1024, 1024}, Fp32Shape{2048, 1024, 4096},
+                                           Fp32Shape{4100, 1030, 1024}, Fp32Shape{16, 48, 80}, Fp32Shape{70, 70, 72}),
                          [](const auto& info) {
                            return "m" + std::to_string(info.param.m) + "n" + std::to_string(info.param.n) + "k" +
                                   std::to_string(info.param.k);
@@ -109,7 +109,7 @@ INSTANTIATE_TEST_SUITE_P(HeadShapes, Fp32Gemm,
 // A row's bits do not depend on how many rows share the launch, nor on the kernel the shape picks.
 TEST(Fp32GemmRows, ARowAloneEqualsTheSameRowAmongThousands) {
   DUET_REQUIRE_GPU();
-  const Shape many{3000, 1024, 1024};
+  const Fp32Shape many{3000, 1024, 1024};
   const std::vector<float> xh = mixed_values(static_cast<size_t>(many.m) * many.k, 5);
   const std::vector<float> wh = mixed_values(static_cast<size_t>(many.n) * many.k, 6);
   const DeviceBuffer<float> x(xh), w(wh);

@@ -8,9 +8,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "backend/cuda/delta_chunks.h"
 #include "backend/cuda/kernels.h"
 #include "cuda_test_util.h"
@@ -24,16 +26,14 @@ using ::duet::testing::DeviceBuffer;
 using ::duet::testing::max_relative_error;
 using ::duet::testing::random_bf16_values;
 using ::duet::testing::round_bf16;
+using ::duet::testing::same_bits;
 using ::duet::testing::to_bf16;
 using ::duet::testing::to_float;
 
-constexpr float kNormEps = 1e-6f;
 // Rounding a value to BF16 moves it by at most half an ulp, which is at most 2^-8 of its magnitude.
 constexpr double kHalfBf16Ulp = 1.0 / 256;
 
 double silu(double x) { return x / (1.0 + std::exp(-x)); }
-
-void sync_ok() { ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError()); }
 
 // A weight on the device as f32 or bf16 (the same values: they are BF16-representable).
 class Weight {
@@ -53,23 +53,11 @@ class Weight {
   DeviceWeight weight_;
 };
 
-// Rows [first, first + count) of a row-major [rows, width] array.
-std::vector<float> rows_of(const std::vector<float>& v, int64_t width, int64_t first, int64_t count) {
-  return std::vector<float>(v.begin() + first * width, v.begin() + (first + count) * width);
-}
 std::vector<float> concat(const std::vector<std::vector<float>>& parts) {
   std::vector<float> all;
   for (const auto& part : parts) all.insert(all.end(), part.begin(), part.end());
   return all;
 }
-// Unwritten outputs keep the NaN poison, which compares equal bit for bit between two runs: check this first.
-bool all_finite(const std::vector<float>& v) {
-  return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
-}
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 // ---- Host references, following the CPU backend (gdn_mixer.cc, delta_rule.cc, norms.cc) in double.
 
 // The conv + SiLU of one piece (before rounding to BF16) and the history it leaves. history: [K-1, channels].
@@ -118,20 +106,6 @@ std::vector<double> full_state(const GdnDims& d, const std::vector<float>& layer
   return S;
 }
 
-// A layer's chunked state at `position` with what it does not hold zeroed: rows of the chunk store at and past
-// position % 64 are left over from earlier chunks and never read.
-std::vector<float> live_state(const GdnDims& d, std::vector<float> layer_state, int32_t position) {
-  const DeltaHeadState layout = delta_head(d);
-  const int32_t rows = position % kDeltaChunk;
-  for (int32_t h = 0; h < d.value_heads; ++h) {
-    float* head = layer_state.data() + h * layout.elems();
-    std::fill(head + layout.keys() + rows * d.key_dim, head + layout.d(), 0.0f);
-    std::fill(head + layout.d() + rows * d.value_dim, head + layout.G(), 0.0f);
-    std::fill(head + layout.G() + rows, head + layout.elems(), 0.0f);
-  }
-  return layer_state;
-}
-
 // The per-token delta rule of one piece in double: state [value_heads, key_dim, value_dim] is advanced in place,
 // out: [rows, value_heads * value_dim] at the piece's rows.
 void delta_reference(const GdnDims& d, const std::vector<float>& qkv, const std::vector<float>& beta,
@@ -170,15 +144,6 @@ void delta_reference(const GdnDims& d, const std::vector<float>& qkv, const std:
 std::vector<float> to_float(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
 
 // ---- The fixture: one parameter per shape.
-
-struct Shape {
-  const char* name;
-  GdnDims dims;
-};
-// Tiny test models: 2 key heads, 4 value heads (two per key head), key_dim 16, value_dim 32: 192 conv channels.
-constexpr Shape kTiny{"tiny", {2, 4, 16, 32}};
-// Qwen3.5-9B: 16 key heads, 32 value heads, 128/128: 8192 conv channels.
-constexpr Shape kQwen9B{"qwen35_9b", {16, 32, 128, 128}};
 
 // Pieces of different lengths (a decode row, a short prefill, a whole chunk, a chunk and one) at non-zero positions,
 // each its own sequence.
@@ -556,6 +521,30 @@ TEST_P(GdnKernelsTest, PieceCutAnywhereGivesTheSameBitsAsWhole) {
     EXPECT_TRUE(same_bits(whole.delta_out, cut.delta_out)) << "delta-rule output";
     EXPECT_TRUE(same_bits(whole.conv_state, cut.conv_state)) << "conv state";
     EXPECT_TRUE(same_bits(whole.delta_state, cut.delta_state)) << "delta-rule state";
+  }
+}
+
+// The kernels exist for the two shapes above only; the backend refuses any other when a model's state is planned (its
+// bytes, its storage), not at a step. The answer of gdn_delta_rule_supports needs no GPU; the backend's refusal does.
+// Control: the two shapes with kernels are planned.
+TEST(GdnDeltaRuleShapes, OnlyTheCompiledShapesArePlanned) {
+  EXPECT_TRUE(gdn_delta_rule_supports(16, 32));
+  EXPECT_TRUE(gdn_delta_rule_supports(128, 128));
+  EXPECT_FALSE(gdn_delta_rule_supports(64, 64));
+  EXPECT_FALSE(gdn_delta_rule_supports(128, 64));
+  EXPECT_FALSE(gdn_delta_rule_supports(32, 16));
+  DUET_REQUIRE_GPU();
+  const std::unique_ptr<Backend> backend = make_cuda_backend();
+  GdnShape shape{.hidden = 256, .key_heads = 2, .value_heads = 4, .key_dim = 64, .value_dim = 64, .conv_kernel = 4};
+  try {
+    backend->gdn_state_bytes(shape);
+    ADD_FAILURE() << "a 64 x 64 head was planned";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("key_dim 64 x value_dim 64"), std::string::npos) << e.what();
+  }
+  for (const Shape& planned : {kTiny, kQwen9B}) {
+    shape.key_dim = planned.dims.key_dim, shape.value_dim = planned.dims.value_dim;
+    EXPECT_GT(backend->gdn_state_bytes(shape), 0u) << planned.name;
   }
 }
 

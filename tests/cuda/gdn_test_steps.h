@@ -2,8 +2,10 @@
 // GDN steps and states on the device for the GPU tests and the delta-rule bench: sequences' conv and delta-rule
 // states seeded per sequence, and DeviceSteps built from pieces as CudaBackend::begin_step builds them.
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <tuple>
 #include <utility>
@@ -203,5 +205,45 @@ struct DeviceDeltaInputs {
   DeviceBuffer<bf16> qkv;
   DeviceBuffer<float> beta, g;
 };
+
+constexpr float kNormEps = 1e-6f;
+
+// The two head shapes the delta-rule kernels are compiled for (gdn_delta_rule_supports).
+struct Shape {
+  const char* name;
+  GdnDims dims;
+};
+// Tiny test models: 2 key heads, 4 value heads (two per key head), key_dim 16, value_dim 32: 192 conv channels; one
+// column group of 32, the whole head in one block.
+constexpr Shape kTiny{"tiny", {2, 4, 16, 32}};
+// Qwen3.5-9B: 16 key heads, 32 value heads, 128/128: 8192 conv channels; 4 column groups a head, a cluster of 4.
+constexpr Shape kQwen9B{"qwen35_9b", {16, 32, 128, 128}};
+
+inline void sync_ok() { ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError()); }
+
+// Unwritten outputs keep the NaN poison, which compares equal bit for bit between two runs: check this first.
+inline bool all_finite(const std::vector<float>& v) {
+  return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
+}
+
+// Rows [first, first + count) of a row-major [rows, width] array.
+inline std::vector<float> rows_of(const std::vector<float>& v, int64_t width, int64_t first, int64_t count) {
+  return std::vector<float>(v.begin() + first * width, v.begin() + (first + count) * width);
+}
+
+// A layer's chunked state at `position` with what it does not hold zeroed: rows of the chunk store at and past
+// position % 64 are left over from earlier chunks and never read (one-row steps write each row's keys, d and G as
+// they go, a piece that completes its chunk writes none of them).
+inline std::vector<float> live_state(const GdnDims& d, std::vector<float> layer_state, int32_t position) {
+  const DeltaHeadState layout = delta_head(d);
+  const int32_t rows = position % kDeltaChunk;
+  for (int32_t h = 0; h < d.value_heads; ++h) {
+    float* head = layer_state.data() + h * layout.elems();
+    std::fill(head + layout.keys() + rows * d.key_dim, head + layout.d(), 0.0f);
+    std::fill(head + layout.d() + rows * d.value_dim, head + layout.G(), 0.0f);
+    std::fill(head + layout.G() + rows, head + layout.elems(), 0.0f);
+  }
+  return layer_state;
+}
 
 }  // namespace duet::backend::cuda::gdn_testing

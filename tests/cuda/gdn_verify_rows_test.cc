@@ -27,43 +27,9 @@ namespace {
 using namespace ::duet::backend::cuda::gdn_testing;  // NOLINT: the steps and states of every test here
 using ::duet::testing::DeviceBuffer;
 using ::duet::testing::random_bf16_values;
+using ::duet::testing::same_bits;
 using ::duet::testing::to_bf16;
 using ::duet::testing::to_float;
-
-constexpr float kNormEps = 1e-6f;
-
-void sync_ok() { ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError()); }
-
-// Unwritten outputs keep the NaN poison, which compares equal bit for bit between two runs: check this first.
-bool all_finite(const std::vector<float>& v) {
-  return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
-}
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-std::vector<float> rows_of(const std::vector<float>& v, int64_t width, int64_t first, int64_t count) {
-  return std::vector<float>(v.begin() + first * width, v.begin() + (first + count) * width);
-}
-// A layer's chunked state at `position` with the chunk rows it does not hold zeroed (gdn_kernels_test.cc's): one-row
-// steps write each row's keys, d and G as they go, a piece that completes its chunk writes none of them.
-std::vector<float> live_state(const GdnDims& d, std::vector<float> layer_state, int32_t position) {
-  const DeltaHeadState layout = delta_head(d);
-  const int32_t rows = position % kDeltaChunk;
-  for (int32_t h = 0; h < d.value_heads; ++h) {
-    float* head = layer_state.data() + h * layout.elems();
-    std::fill(head + layout.keys() + rows * d.key_dim, head + layout.d(), 0.0f);
-    std::fill(head + layout.d() + rows * d.value_dim, head + layout.G(), 0.0f);
-    std::fill(head + layout.G() + rows, head + layout.elems(), 0.0f);
-  }
-  return layer_state;
-}
-
-struct Shape {
-  const char* name;
-  GdnDims dims;
-};
-constexpr Shape kTiny{"tiny", {2, 4, 16, 32}};             // 1 column group of 32: the whole head in one block
-constexpr Shape kQwen9B{"qwen35_9b", {16, 32, 128, 128}};  // 4 column groups a head: a cluster of 4
 
 // A GDN layer's weights for the conv, gates and gated norm, and one step's inputs for `rows` rows (from the in_proj:
 // the conv's input, b and a for the gates, z for the norm), on the device.

@@ -30,6 +30,7 @@ using ::duet::testing::bf16_to_float;
 using ::duet::testing::DeviceBuffer;
 using ::duet::testing::float_to_bf16;
 using ::duet::testing::round_bf16;
+using ::duet::testing::same_bits;
 
 // ---- host helpers
 
@@ -74,8 +75,6 @@ std::vector<float> floats_of(const std::vector<bf16>& v) {
   for (size_t i = 0; i < v.size(); ++i) out[i] = bf16_to_float(v[i]);
   return out;
 }
-
-bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 // How many of `count` values differ in their bits.
 size_t differing(const float* a, const float* b, size_t count) {

@@ -49,21 +49,16 @@
 namespace duet::model {
 namespace {
 
+using ::duet::testing::kBf16Slack;
+using ::duet::testing::mean_abs_error;
 using testing::same_bytes;
 using testing::VisionPlant;
 using testing::VisionPrompt;
 using testing::VisionPromptImages;
 
-constexpr double kBf16Slack = 1.25;    // model_cuda_test's: at most 1.25x the BF16 yardstick's mean |error|
 constexpr double kEffectGate = 0.5;    // the positions' effect within half of itself (measure 2 above)
 constexpr float kLogitMargin = 0.25f;  // targets.md: where FP32's top-1 leads by more, the GPU must pick it too
 
-double mean_abs_error(const std::vector<float>& got, const std::vector<float>& want) {
-  if (got.size() != want.size() || want.empty()) return INFINITY;
-  double sum = 0;
-  for (size_t i = 0; i < got.size(); ++i) sum += std::fabs(static_cast<double>(got[i]) - want[i]);
-  return sum / static_cast<double>(got.size());
-}
 std::vector<float> minus(const std::vector<float>& a, const std::vector<float>& b) {
   std::vector<float> out(a.size());
   for (size_t i = 0; i < a.size() && i < b.size(); ++i) out[i] = a[i] - b[i];

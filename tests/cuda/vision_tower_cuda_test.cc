@@ -46,22 +46,14 @@
 namespace duet::model {
 namespace {
 
+using ::duet::testing::kBf16Slack;
+using ::duet::testing::mean_abs_error;
+using ::duet::testing::same_bits;
+
 using cuda::DeviceVisionTower;
 
-constexpr double kBf16Slack = 1.25;    // model_cuda_test's: at most 1.25x the BF16 yardstick's mean |error|
 constexpr double kSameRounding = 1.0;  // the GPU against the yardstick: within the yardstick's own error
 constexpr int64_t kMaxPatches = 4096;  // the test towers' size: every fixture image and the 64 x 64 grid
-
-double mean_abs_error(const std::vector<float>& got, const std::vector<float>& want) {
-  if (got.size() != want.size() || want.empty()) return INFINITY;
-  double sum = 0;
-  for (size_t i = 0; i < got.size(); ++i) sum += std::fabs(static_cast<double>(got[i]) - want[i]);
-  return sum / static_cast<double>(got.size());
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 // The patch places of model_vision_test's planted faults: the grid read transposed, and 1-D rotary positions.
 std::vector<PatchPosition> transposed_places(const VisionGrid& grid) {

@@ -61,7 +61,14 @@ class CudaActivations final : public Activations {
 };
 bf16* data_of(const Activations& a) { return static_cast<const CudaActivations&>(a).data; }
 
+// Refused where the delta-rule kernels have no instantiation for the heads (gdn_delta_rule_supports): at the memory
+// plan and the state storage, when a model loads, instead of at its first step.
 DeltaHeadState delta_head(const GdnShape& s) {
+  if (!gdn_delta_rule_supports(s.key_dim, s.value_dim))
+    fail(
+        "cuda backend: no delta-rule kernel for GDN heads of key_dim {} x value_dim {} (there are 16 x 32 and 128 x "
+        "128); --backend cpu runs any shape",
+        s.key_dim, s.value_dim);
   return DeltaHeadState{static_cast<int32_t>(s.key_dim), static_cast<int32_t>(s.value_dim)};
 }
 

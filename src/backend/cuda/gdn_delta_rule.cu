@@ -1046,24 +1046,15 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
   }
 }
 
-template <int KD>
-void launch_for_value_dim(const DeviceStep& step, int32_t layer, const bf16* qkv, const float* beta, const float* g,
-                          GdnDims dims, float* scratch, float* out, const GdnNormArrays& norm, cudaStream_t stream) {
-  switch (dims.value_dim) {
-    case 16:
-      return launch<KD, 16>(step, layer, qkv, beta, g, dims, scratch, out, norm, stream);
-    case 32:
-      return launch<KD, 32>(step, layer, qkv, beta, g, dims, scratch, out, norm, stream);
-    case 64:
-      return launch<KD, 64>(step, layer, qkv, beta, g, dims, scratch, out, norm, stream);
-    case 128:
-      return launch<KD, 128>(step, layer, qkv, beta, g, dims, scratch, out, norm, stream);
-    default:
-      check_cuda(cudaErrorInvalidValue, "launch_gdn_delta_rule: value_dim must be 16, 32, 64 or 128");
-  }
-}
-
 }  // namespace
+
+// The shapes the kernels are compiled for: Qwen3.5's GDN heads (128 x 128) and the tiny test models' (16 x 32), the two
+// the GPU tests check. Each pair is four kernels' instantiations (a sixth of this file's compile time each, which every
+// fresh build paid for 16 pairs: docs/benchmarks.md, "Build time", tenth pass); a model with other heads is refused
+// when its state storage is planned (cuda_backend.cc) and runs on the CPU backend.
+bool gdn_delta_rule_supports(int64_t key_dim, int64_t value_dim) {
+  return (key_dim == 16 && value_dim == 32) || (key_dim == 128 && value_dim == 128);
+}
 
 void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16* qkv, const float* beta,
                            const float* g, GdnDims dims, float* chunk_scratch, float* out, cudaStream_t stream,
@@ -1077,18 +1068,11 @@ void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16
     check_cuda(cudaErrorInvalidValue, "launch_gdn_delta_rule: a gated norm needs z, out and a value_dim weight");
   const GdnNormArrays none;
   const GdnNormArrays& n = norm != nullptr ? *norm : none;
-  switch (dims.key_dim) {
-    case 16:
-      return launch_for_value_dim<16>(step, gdn_layer, qkv, beta, g, dims, chunk_scratch, out, n, stream);
-    case 32:
-      return launch_for_value_dim<32>(step, gdn_layer, qkv, beta, g, dims, chunk_scratch, out, n, stream);
-    case 64:
-      return launch_for_value_dim<64>(step, gdn_layer, qkv, beta, g, dims, chunk_scratch, out, n, stream);
-    case 128:
-      return launch_for_value_dim<128>(step, gdn_layer, qkv, beta, g, dims, chunk_scratch, out, n, stream);
-    default:
-      check_cuda(cudaErrorInvalidValue, "launch_gdn_delta_rule: key_dim must be 16, 32, 64 or 128");
-  }
+  if (dims.key_dim == 16 && dims.value_dim == 32)
+    return launch<16, 32>(step, gdn_layer, qkv, beta, g, dims, chunk_scratch, out, n, stream);
+  if (dims.key_dim == 128 && dims.value_dim == 128)
+    return launch<128, 128>(step, gdn_layer, qkv, beta, g, dims, chunk_scratch, out, n, stream);
+  check_cuda(cudaErrorInvalidValue, "launch_gdn_delta_rule: key_dim x value_dim must be 16 x 32 or 128 x 128");
 }
 
 }  // namespace duet::backend::cuda

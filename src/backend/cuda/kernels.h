@@ -157,6 +157,8 @@ struct GdnNormArrays {
   float eps = 0.0f;
   bf16* out = nullptr;  // [rows, value_heads * value_dim]; must not alias qkv
 };
+// Whether launch_gdn_delta_rule has kernels for heads of key_dim x value_dim (16 x 32 and 128 x 128).
+bool gdn_delta_rule_supports(int64_t key_dim, int64_t value_dim);
 void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16* qkv, const float* beta,
                            const float* g, GdnDims dims, float* chunk_scratch, float* out, cudaStream_t stream,
                            const GdnNormArrays* norm = nullptr);

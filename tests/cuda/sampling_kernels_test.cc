@@ -10,10 +10,6 @@
 // alone and inside a batch of 33), and a planted fault (the draw flipped to 1 - u) that must change ids. Top-p rows
 // without top-k take the binned path first (sampling_binned.h): it must decide most flat rows, agree with the radix
 // path it replaces (run with old_top_p), and its planted faults (the cut or the drawn entry one place off) must show.
-// engine/sampler.h reaches fmt (through base/error.h). fmt turns its constexpr off when it sees nvcc, and GCC's C++20
-// mode then rejects fmt's remaining constexpr functions; turned back on, it compiles (fmt runs on the host only).
-#define FMT_USE_CONSTEXPR 1
-
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -35,6 +31,7 @@
 
 #include "backend/cuda/sampling.h"
 #include "cuda_test_util.h"
+#include "device_exp.h"
 #include "engine/sampler.h"
 
 namespace duet::backend::cuda {
@@ -730,10 +727,6 @@ TEST(Sampling, EachPenaltyMovesTheArgmaxAsTheCpu) {
 
 // How often CUDA's double exp and the host's differ (the one operation the certified bounds allow for rather than
 // reproduce); printed, and failed only past 2 ulps, which would break those bounds.
-__global__ void exp_kernel(const double* x, double* y, int n) {
-  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (i < n) y[i] = exp(x[i]);
-}
 
 TEST(Sampling, DeviceExpIsWithinTwoUlpsOfHostExp) {
   DUET_REQUIRE_GPU();
@@ -743,8 +736,7 @@ TEST(Sampling, DeviceExpIsWithinTwoUlpsOfHostExp) {
   std::vector<double> x(n);
   for (double& v : x) v = static_cast<double>(dist(rng)) - static_cast<double>(dist(rng) * 0.001f);
   DeviceBuffer<double> d_x(x), d_y(static_cast<size_t>(n));
-  exp_kernel<<<(n + 255) / 256, 256>>>(d_x.get(), d_y.get(), n);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(::duet::testing::device_exp(d_x.get(), d_y.get(), n), cudaSuccess);
   const std::vector<double> y = d_y.download();
   size_t differ = 0;
   int64_t worst = 0;
