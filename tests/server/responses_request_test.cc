@@ -7,7 +7,8 @@
 
 #include "api_error_of.h"
 
-namespace duet::server {
+// A namespace of its own: server_unit_test's files compile as one (a unity build), and helper names repeat.
+namespace duet::server::responses_request_test {
 namespace {
 
 ResponsesRequest parse(const std::string& body) {
@@ -107,4 +108,4 @@ TEST(ResponsesRequest, StateAndUnsupportedFeaturesAreRefusedByName) {
 }
 
 }  // namespace
-}  // namespace duet::server
+}  // namespace duet::server::responses_request_test

@@ -15,7 +15,8 @@
 #include "../tests_dir.h"
 #include "server/responses_output.h"
 
-namespace duet::server {
+// A namespace of its own: server_unit_test's files compile as one (a unity build), and helper names repeat.
+namespace duet::server::responses_stream_test {
 namespace {
 
 using Json = nlohmann::json;
@@ -179,4 +180,4 @@ TEST(ResponsesStream, OfficialClientsReadReasoningAndText) {
 }
 
 }  // namespace
-}  // namespace duet::server
+}  // namespace duet::server::responses_stream_test

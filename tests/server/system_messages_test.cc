@@ -7,7 +7,8 @@
 #include "server/messages_request.h"
 #include "server/responses_request.h"
 
-namespace duet::server {
+// A namespace of its own: server_unit_test's files compile as one (a unity build), and helper names repeat.
+namespace duet::server::system_messages_test {
 namespace {
 
 ServerOptions options() {
@@ -85,4 +86,4 @@ TEST(SystemMessages, ClaudeCodesBillingHeaderIsLeftOut) {
 }
 
 }  // namespace
-}  // namespace duet::server
+}  // namespace duet::server::system_messages_test

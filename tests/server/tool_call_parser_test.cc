@@ -4,7 +4,8 @@
 
 #include "base/json_depth.h"
 
-namespace duet::server {
+// A namespace of its own: server_unit_test's files compile as one (a unity build), and helper names repeat.
+namespace duet::server::tool_call_parser_test {
 namespace {
 
 using Json = nlohmann::json;
@@ -142,4 +143,4 @@ TEST(ChatOutput, ModelOpenedThinkIsReasoning) {
 }
 
 }  // namespace
-}  // namespace duet::server
+}  // namespace duet::server::tool_call_parser_test

@@ -9,7 +9,8 @@
 #include "server/responses_request.h"
 #include "server/tool_call_parser.h"
 
-namespace duet::server {
+// A namespace of its own: server_unit_test's files compile as one (a unity build), and helper names repeat.
+namespace duet::server::tool_choice_test {
 namespace {
 
 ServerOptions options(bool thinking) {
@@ -122,4 +123,4 @@ TEST(ToolChoice, TheParserReadsTheForcedStartAsTheReply) {
 }
 
 }  // namespace
-}  // namespace duet::server
+}  // namespace duet::server::tool_choice_test

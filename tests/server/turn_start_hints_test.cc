@@ -13,7 +13,8 @@
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
-namespace duet::server {
+// A namespace of its own: server_unit_test's files compile as one (a unity build), and helper names repeat.
+namespace duet::server::turn_start_hints_test {
 namespace {
 
 const std::string kDemo = ::duet::testing::tests_dir() + "/../models/demo";
@@ -80,4 +81,4 @@ TEST(TurnStartHints, IdsWithoutTheTextsTurnHeadersGiveNone) {
 }
 
 }  // namespace
-}  // namespace duet::server
+}  // namespace duet::server::turn_start_hints_test
