@@ -13,4 +13,7 @@ inline std::string tests_dir() {
   return DUET_TESTS_DIR;
 }
 
+// The bundled demo model (models/demo beside tests/).
+inline std::string demo_model_dir() { return tests_dir() + "/../models/demo"; }
+
 }  // namespace duet::testing

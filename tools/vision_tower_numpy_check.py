@@ -2,11 +2,11 @@
 """Cross-check of duet's CPU vision tower against docs/vision.md written again in NumPy, on the build machine (no
 torch, no transformers): writes a fake fixture tree (a random tiny tower in the stock layout, BF16, config.json with
 the layout keys left out as save_pretrained leaves them, and goldens of the NumPy tower under the names
-make_vision_fixtures.py uses), then runs model_vision_test's VisionGolden cases on it through
+make_vision_fixtures.py uses), then runs model_test's VisionGolden cases on it through
 DUET_TESTS_DIR_OVERRIDE. It checks duet against the document, not against transformers: the fixtures of
 make_vision_fixtures.py do that.
 
-    python3 tools/vision_tower_numpy_check.py build/tests/model/model_vision_test
+    python3 tools/vision_tower_numpy_check.py build/tests/model/model_test
 """
 import json
 import math
@@ -140,7 +140,7 @@ def tower(w, pv, grid):
 
 
 def main():
-    test = sys.argv[1] if len(sys.argv) > 1 else "build/tests/model/model_vision_test"
+    test = sys.argv[1] if len(sys.argv) > 1 else "build/tests/model/model_test"
     rng = np.random.default_rng(20261202)
     weights, stored = make_weights(rng)
     root = tempfile.mkdtemp(prefix="vision-numpy-")

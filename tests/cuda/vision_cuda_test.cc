@@ -2,8 +2,8 @@
 // feeds them (tests/model/vision_prompts.h: src/image, the image rows from the vision tower on the GPU through
 // VisionModel::use_device, 3-D positions and the rope delta from model/mrope.h), through the GPU's M-RoPE
 // (attention_prep.cu reading the step's row_rope) and write_rows, against transformers FP32
-// (tools/make_vision_fixtures.py). The CPU's runs are fed as model_vision_lm_test feeds them: duet's tower on the host,
-// in fp32, so that the CPU stands for transformers FP32 end to end.
+// (tools/make_vision_fixtures.py). The CPU's runs are fed as model_test (vision_lm_test.cc) feeds them: duet's tower on
+// the host, in fp32, so that the CPU stands for transformers FP32 end to end.
 //
 // Why two measures. The GPU's rows carry BF16 rounding: on these tiny random models about 0.02 mean |error| per
 // value (model_cuda_test's text goldens), as large as what the positions themselves change (the 1-D control moves the
@@ -11,10 +11,10 @@
 //  1. Fidelity, with model_cuda_test's slack: the GPU's rows of a prompt with images are within 1.25x of transformers
 //     FP32 of what the GPU's text path gets on the same prompt read as text (1-D positions, no delta) against the
 //     CPU's FP32 rows of that run (the CPU's text path and tower are transformers' within 1e-4, golden_test and
-//     model_vision_test; the GPU's run has the GPU tower's rows, so the yardstick holds the tower's BF16 rounding
-//     too): no transformers BF16 goldens exist for images, and the two GPU runs share every bit up to tiny-vl's one
-//     attention layer (its last), so this is the BF16 yardstick of this very prompt. Control: the image rows in
-//     transposed token order (write_rows placing rows wrongly) fails it by far.
+//     model_test (vision_golden_test.cc); the GPU's run has the GPU tower's rows, so the yardstick holds the tower's
+//     BF16 rounding too): no transformers BF16 goldens exist for images, and the two GPU runs share every bit up to
+//     tiny-vl's one attention layer (its last), so this is the BF16 yardstick of this very prompt. Control: the image
+//     rows in transposed token order (write_rows placing rows wrongly) fails it by far.
 //  2. The positions' effect, where BF16 noise cancels: the GPU's rows with 3-D positions minus its rows of the same
 //     prompt read as text, against transformers FP32's rows minus the CPU's text-path rows. Everything before the
 //     attention layer is bit-identical in the two GPU runs, so what is left is the rotation's effect and the rounding

@@ -12,7 +12,8 @@
 //    every GEMM output of the CPU yardstick (tried by hand) moved its rows by 0.1-0.6 of its own error, as values
 //    near BF16's rounding points go the other way, while its error against FP32 stayed within 2%;
 //  - the first two stages (the patch embedding, one GEMM; the positions added) per element within BF16's bound;
-//  - planted faults fail the first gate: the transposed patch order and 1-D rotary positions of model_vision_test, and
+//  - planted faults fail the first gate: the transposed patch order and 1-D rotary positions of model_test
+//  (vision_tower_test.cc), and
 //    a missing bias (block 0's attention projection);
 //  - batch invariance: an image's rows alone are the same bits after other images, and a frame's rows the same bits
 //    in a two-frame grid as alone.
@@ -55,7 +56,8 @@ using cuda::DeviceVisionTower;
 constexpr double kSameRounding = 1.0;  // the GPU against the yardstick: within the yardstick's own error
 constexpr int64_t kMaxPatches = 4096;  // the test towers' size: every fixture image and the 64 x 64 grid
 
-// The patch places of model_vision_test's planted faults: the grid read transposed, and 1-D rotary positions.
+// The patch places of model_test's planted faults (vision_tower_test.cc): the grid read transposed, and 1-D rotary
+// positions.
 std::vector<PatchPosition> transposed_places(const VisionGrid& grid) {
   std::vector<PatchPosition> out;
   for (const auto& p : patch_positions({grid.t, grid.w, grid.h}, 2)) out.push_back({p.col, p.row});

@@ -267,7 +267,10 @@ TEST_F(VisionEngine, BesideTextAndAsForkedChoices) {
 // are whole; alone, the tower runs whole in one step. Either way every token is the same. The control: a share no
 // stage fills runs the whole tower in the step it starts in, beside the text as well.
 TEST_F(VisionEngine, TheTowerRunsAStageAStepBesideOthers) {
-  const Request text = testing::greedy_request({5, 6, 7, 8, 9, 10, 11}, 64);
+  // The text decodes nearly to the context's end (256), so that it is still decoding when the image arrives even if
+  // this thread loses its core between the two submits: with 64 tokens a busy machine (ctest beside a build) let the
+  // text end first now and then, and the tower then ran alone, whole in one step.
+  const Request text = testing::greedy_request({5, 6, 7, 8, 9, 10, 11}, 240);
   const int32_t stages = static_cast<int32_t>(vision_->config().depth) + 2;
   Outcome text_alone;
   {
@@ -281,7 +284,7 @@ TEST_F(VisionEngine, TheTowerRunsAStageAStepBesideOthers) {
   auto beside_text = [&](double step_ms) {
     EngineOptions o = options();
     o.vision_step_ms = step_ms;
-    // The image request is made (its PNG read and processed) before the text starts: made in between, the text's 64
+    // The image request is made (its PNG read and processed) before the text starts: made in between, the text's
     // tokens could end first, and the tower would then run alone, whole in one step.
     const Request image = image_request();
     Engine engine(*model_, nullptr, o);

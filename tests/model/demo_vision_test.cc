@@ -26,8 +26,6 @@
 namespace duet::model {
 namespace {
 
-const std::string kDemo = ::duet::testing::tests_dir() + "/../models/demo";
-
 // The mean square of BF16 values, as float.
 double rms_of_bf16(const checkpoint::TensorView& t) {
   const auto* v = t.data<uint16_t>();
@@ -42,8 +40,8 @@ double rms_of_bf16(const checkpoint::TensorView& t) {
 }
 
 TEST(DemoVision, ConfigIsTheLanguageModelPlusATower) {
-  if (!std::filesystem::exists(kDemo + "/config.json")) FAIL() << "models/demo is missing";
-  const Qwen35Config c = Qwen35Config::load(kDemo + "/config.json");
+  if (!std::filesystem::exists(::duet::testing::demo_model_dir() + "/config.json")) FAIL() << "models/demo is missing";
+  const Qwen35Config c = Qwen35Config::load(::duet::testing::demo_model_dir() + "/config.json");
   EXPECT_EQ(c.model_type, "qwen3_5");
   EXPECT_TRUE(c.nested);
   EXPECT_TRUE(c.has_vision_tower);
@@ -64,8 +62,8 @@ TEST(DemoVision, ConfigIsTheLanguageModelPlusATower) {
 }
 
 TEST(DemoVision, TheTowerLoadsAndReadsAPng) {
-  if (!std::filesystem::exists(kDemo + "/config.json")) FAIL() << "models/demo is missing";
-  const auto tower = VisionModel::load(kDemo, 128);
+  if (!std::filesystem::exists(::duet::testing::demo_model_dir() + "/config.json")) FAIL() << "models/demo is missing";
+  const auto tower = VisionModel::load(::duet::testing::demo_model_dir(), 128);
   const VisionConfig& v = tower->config();
   EXPECT_EQ(v.depth, 2);
   EXPECT_EQ(v.hidden_size, 32);
@@ -83,7 +81,7 @@ TEST(DemoVision, TheTowerLoadsAndReadsAPng) {
   EXPECT_EQ(tower->weight_bytes(), 202816u);  // 33 BF16 tensors (tools/add_demo_vision_tower.py prints it)
 
   // The stock layout: the language model under model.language_model., lm_head and mtp.* beside it, BF16 tower.
-  const auto checkpoint = checkpoint::Checkpoint::open(kDemo);
+  const auto checkpoint = checkpoint::Checkpoint::open(::duet::testing::demo_model_dir());
   EXPECT_NE(checkpoint.find("model.language_model.embed_tokens.weight"), nullptr);
   EXPECT_EQ(checkpoint.find("model.embed_tokens.weight"), nullptr);
   EXPECT_NE(checkpoint.find("lm_head.weight"), nullptr);
@@ -97,7 +95,7 @@ TEST(DemoVision, TheTowerLoadsAndReadsAPng) {
   EXPECT_EQ(visual, 33u);
 
   // The demo's processor: 64 x 64 to 256 x 256 pixels, the tower's patch layout.
-  const auto processor = image::ProcessorConfig::load(kDemo + "/preprocessor_config.json");
+  const auto processor = image::ProcessorConfig::load(::duet::testing::demo_model_dir() + "/preprocessor_config.json");
   EXPECT_EQ(processor.min_pixels, 64u * 64u);
   EXPECT_EQ(processor.max_pixels, 256u * 256u);
   EXPECT_EQ(processor.layout.patch, 16u);

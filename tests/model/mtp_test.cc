@@ -23,7 +23,6 @@ using testing::relative_error;
 
 constexpr double kTolerance = 1e-4;  // the model goldens' CPU gate
 constexpr int64_t kTop = 16;         // logits stored per row
-const std::string kDemo = ::duet::testing::tests_dir() + "/../models/demo";
 
 // The logits at the ids the reference found most likely, row by row: [rows, kTop].
 std::vector<float> at_top_ids(std::span<const float> logits, std::span<const int32_t> top_ids, int64_t vocab) {
@@ -45,7 +44,7 @@ struct Errors {
 class MtpTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    model_ = Model::load(kDemo).release();
+    model_ = Model::load(::duet::testing::demo_model_dir()).release();
     golden_ = new Goldens(testing::fixture_path("goldens/demo.mtp.safetensors"));
   }
   static void TearDownTestSuite() {
@@ -182,7 +181,7 @@ TEST_F(MtpTest, ControlTokenOnePositionEarlyFails) {
 // Planted control: fc's two column halves swapped in a copy of the checkpoint, which is the same as concatenating
 // [hidden ; embedding]: the same code on that layout must fail the gate.
 TEST_F(MtpTest, ControlSwappedHalvesFails) {
-  testing::DamagedCopy copy(kDemo, testing::DamagedCopy::Folder{});
+  testing::DamagedCopy copy(::duet::testing::demo_model_dir(), testing::DamagedCopy::Folder{});
   const size_t half = static_cast<size_t>(h()) * 2;  // bytes of one half-row of BF16
   copy.edit_tensor_bytes("model.safetensors", "mtp.fc.weight", [half](char* data, size_t size) {
     for (size_t row = 0; row < size; row += 2 * half)
@@ -228,7 +227,7 @@ TEST(MtpAbsent, DeclaredButNotStoredLoadsWithoutIt) {
 
 // Stored in part: refused with the missing tensor's name, rather than run without it.
 TEST(MtpAbsent, StoredInPartIsRefused) {
-  testing::DamagedCopy copy(kDemo, testing::DamagedCopy::Folder{});
+  testing::DamagedCopy copy(::duet::testing::demo_model_dir(), testing::DamagedCopy::Folder{});
   copy.edit_header("model.safetensors", [](nlohmann::json& header) {
     header["mtp.unused.weight"] = header["mtp.norm.weight"];
     header.erase("mtp.norm.weight");

@@ -16,14 +16,13 @@
 #include <vector>
 
 #include "../run_command.h"
+#include "cpu_gate.h"
 #include "golden_fixtures.h"
 
 namespace duet::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr double kGate = 1e-4;  // design/targets.md: tiny models on the CPU within 1e-4 relative of transformers FP32
 
 std::vector<float> read_f32(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -74,10 +73,10 @@ TEST_F(RowsImages, ImagePromptsMatchTransformersAndTheControlsDoNot) {
     const double transposed = relative_error(read_f32(dir_ / "out" / (std::to_string(i) + ".transposed.f32")), want);
     const double flat = relative_error(read_f32(dir_ / "out" / (std::to_string(i) + ".positions1d.f32")), want);
     std::printf("%s: duet %.3g, transposed rows %.3g, 1-D positions %.3g (gate %.0e)\n", labels[i], error, transposed,
-                flat, kGate);
-    EXPECT_LT(error, kGate) << labels[i];
-    EXPECT_GT(transposed, 10 * kGate) << labels[i];
-    EXPECT_GT(flat, 10 * kGate) << labels[i];
+                flat, ::duet::model::kCpuGate);
+    EXPECT_LT(error, ::duet::model::kCpuGate) << labels[i];
+    EXPECT_GT(transposed, 10 * ::duet::model::kCpuGate) << labels[i];
+    EXPECT_GT(flat, 10 * ::duet::model::kCpuGate) << labels[i];
   }
   EXPECT_EQ(read_f32(dir_ / "out" / "2.f32").size(), 4u * 64u);  // tiny-vl's width: the text entry's rows
   EXPECT_FALSE(fs::exists(dir_ / "out" / "2.transposed.f32"));   // no controls for a text prompt

@@ -2,8 +2,8 @@
 // The vision goldens' prompts (tools/make_vision_fixtures.py: `one`, `two` and `decode` on tiny-vl) as duet feeds them
 // to the language model: the encoded images under tests/fixtures/vision/images decoded and preprocessed by src/image,
 // each image's rows from duet's CPU tower (or a given VisionModel's: the GPU test's served path), the 3-D positions and
-// the rope delta from model/mrope.h; and the planted faults the golden tests must catch. Shared by model_vision_lm_test
-// (CPU) and cuda_vision_cuda_test (GPU).
+// the rope delta from model/mrope.h; and the planted faults the golden tests must catch. Shared by model_test
+// (vision_lm_test.cc) (CPU) and cuda_vision_cuda_test (GPU).
 #include <gtest/gtest.h>
 
 #include <algorithm>

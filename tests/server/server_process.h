@@ -18,8 +18,6 @@
 
 namespace duet::testing {
 
-inline std::string demo_model_dir() { return tests_dir() + "/../models/demo"; }
-
 inline bool demo_model_available() {
   return std::filesystem::exists(demo_model_dir() + "/config.json") &&
          std::filesystem::exists(demo_model_dir() + "/tokenizer.json");
