@@ -11,9 +11,8 @@ cd "$(dirname "$0")/.."
 build_only=0
 if [[ ${1:-} == --build-only ]]; then build_only=1; shift; fi
 build_dir=${1:-build-sanitize}
-# Longest first (their release-build times in ctest), so that the last to end is a short one.
-tests=(engine_test checkpoint_test decision_golden_test grammar_test tokenizer_test model_golden_test model_kv_pages_test
-  server_unit_test model_fork_state_test engine_sampler_test decision_unit_test base_test model_cpu_math_test image_test)
+# The binaries, longest first: scripts/sanitized_tests.txt (tests/CMakeLists.txt labels their tests `sanitized`).
+mapfile -t tests < <(grep -E '^[a-z_]+$' scripts/sanitized_tests.txt)
 
 # With clang++ the same build has the libFuzzer targets (fuzz_targets): their run, a minute on one core, is one job
 # among the tests, first, beside the longest test.

@@ -47,7 +47,9 @@ scripts/check-format.sh
 phase "ctest"
 # Twice as many jobs as cores: the end-to-end tests wait on sockets, sleeps and node much of the time (docs/benchmarks.md,
 # "Build time", fourth pass: 2 cores, -j2 430 s, -j4 340 s wall, 5 % more CPU).
-(cd build && ctest --output-on-failure -j "$((2 * $(nproc)))" --timeout 1500)
+# The unit tests that scripts/sanitize.sh runs under ASan + UBSan below (label `sanitized`, scripts/sanitized_tests.txt)
+# are built here too (g++, -Werror) but run there only: once each, in the build that checks more.
+(cd build && ctest --output-on-failure -j "$((2 * $(nproc)))" --timeout 1500 -LE sanitized)
 # ctest's critical path: the longest tests (wall seconds), which bound the run's tail.
 echo "test.sh: the longest tests:"
 sort -k3 -g -r build/Testing/Temporary/CTestCostData.txt 2>/dev/null | awk 'NF == 3 && NR <= 8 {printf "  %7.1f s %s\n", $3, $1}'
