@@ -71,7 +71,7 @@ while IFS= read -r test; do
   while IFS= read -r suite; do
     echo "=== ${test#"$here/"} $suite"
     if "$test" --gtest_brief=1 --gtest_filter="$suite*"; then passed+=("$suite"); else failed+=("$suite"); fi
-  done < <("$test" --gtest_list_tests | awk '/^[^ ]/ {print $1}' | grep -E "${DUET_GPU_SUITES:-.}")
+  done < <("$test" --gtest_list_tests | awk '/^[A-Za-z0-9_\/]+\.( |$)/ {print $1}' | grep -E "${DUET_GPU_SUITES:-.}")
 done < <(find "$here/tests" -type f -executable -name 'cuda_*' | sort)
 echo "=== summary: ${#passed[@]} passed, ${#failed[@]} failed"
 for name in "${failed[@]}"; do echo "FAILED: $name"; done
