@@ -4,6 +4,8 @@
 //   bench_skinny_gemm [--quick]          (--quick: 1, 16 and 64 rows, no warpgroup variants)
 //   bench_skinny_gemm --tiles            (every tile count, 1 and 8..64 rows, only the variants that keep each shape's
 //                                         production slices, so production's bits: what a plan by row count picks from)
+//   bench_skinny_gemm --blocks           (every tile count; each shape's production slices with every pipeline the
+//                                         plans use, in blocks of 8, 4 and 2 warps: the same bits, other block sizes)
 //   bench_skinny_gemm --profile SHAPE M   (three production launches of one shape, for ncu; nothing timed)
 // Weights rotate over enough copies that every call reads from HBM, as a decode step does (each layer's weights are
 // cold). Each figure is the median of 7 timings of a CUDA graph of calls. It also checks, per variant, that m = 1
@@ -125,7 +127,8 @@ double relative_difference(const std::vector<uint16_t>& a, const std::vector<uin
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool tiles = argc > 1 && std::string(argv[1]) == "--tiles";
+  const bool blocks = argc > 1 && std::string(argv[1]) == "--blocks";
+  const bool tiles = blocks || (argc > 1 && std::string(argv[1]) == "--tiles");
   const bool quick = tiles || (argc > 1 && std::string(argv[1]) == "--quick");
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
@@ -198,7 +201,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--profile: no shape %s\n", argv[2]);
     return 1;
   }
-  const std::vector<int32_t> row_counts = tiles   ? std::vector<int32_t>{1, 8, 16, 24, 32, 40, 48, 56, 64}
+  const std::vector<int32_t> row_counts = blocks  ? std::vector<int32_t>{1, 2, 4, 8, 12, 16}
+                                          : tiles ? std::vector<int32_t>{1, 8, 16, 24, 32, 40, 48, 56, 64}
                                           : quick ? std::vector<int32_t>{1, 16, 64}
                                                   : std::vector<int32_t>{1, 8, 16, 32, 64};
 
@@ -212,15 +216,29 @@ int main(int argc, char** argv) {
   bf16* y64 = nullptr;
   check(cudaMalloc(&y64, size_t{64} * widest * sizeof(bf16)), "malloc y");
 
-  std::printf("%-20s %4s", "shape", "m");
-  for (const auto& v : variants) {
-    if (v.warpgroup) {
-      std::printf(" wg%d/p%d/s%d", v.ahead, v.prefetch, v.max_slices);
-    } else {
-      std::printf(" %s%sa%d/p%d/s%d", v.min_blocks == 3 ? "3" : "", v.per_step_x ? "x" : " ", v.ahead, v.prefetch,
-                  v.max_slices);
-    }
+  // --blocks: the plans' pipelines in each block size, the shape's slices filled in per shape (max_slices 0).
+  if (blocks) {  // the pipeline blocks of 4 and 2 warps are built for (skinny_gemm.cu), against 8-warp blocks
+    variants.clear();
+    for (int warps : {8, 4, 2})
+      for (bool per_step : {false, true}) {
+        SkinnyPipeline p{1, 4, 0, per_step};
+        p.block_warps = warps;
+        variants.push_back(p);
+      }
   }
+  auto label = [](const SkinnyPipeline& v) {
+    char text[48];
+    if (v.warpgroup) {
+      std::snprintf(text, sizeof text, "wg%d/p%d/s%d", v.ahead, v.prefetch, v.max_slices);
+    } else {
+      std::snprintf(text, sizeof text, "%s%s%sa%d/p%d/s%d",
+                    v.block_warps != 8 ? (v.block_warps == 4 ? "w4" : "w2") : "", v.min_blocks == 3 ? "3" : "",
+                    v.per_step_x ? "x" : " ", v.ahead, v.prefetch, v.max_slices);
+    }
+    return std::string(text);
+  };
+  std::printf("%-20s %4s", "shape", "m");
+  for (const auto& v : variants) std::printf(" %s", label(v).c_str());
   std::printf(" production   (GB/s of weights read; the best as %% of the read rate; * production's plan)\n");
   int failures = 0;
   std::vector<std::string> fingerprints, agreement;
@@ -243,24 +261,29 @@ int main(int argc, char** argv) {
     for (int32_t m : row_counts) {
       std::printf("%-20s %4d", shape.name, m);
       double best = 0;
-      for (const SkinnyPipeline& v : variants) {
+      for (SkinnyPipeline v : variants) {
+        if (v.max_slices == 0) v.max_slices = skinny_plan_for(shape.n, shape.k, m).max_slices;  // --blocks
         if (tiles && v.max_slices != skinny_plan_for(shape.n, shape.k, m).max_slices) {
           std::printf("  %9s ", "-");  // other slices sum in another order: not a plan's choice
           continue;
         }
-        launch_skinny_gemm_pipeline(x, 64, weights, shape.n, shape.k, y64, v, stream);
+        // Blocks of 4 or 2 warps are built for up to 16 rows: their bits against production's first 16.
+        const int32_t check_rows = v.block_warps == 8 ? 64 : 16;
+        launch_skinny_gemm_pipeline(x, check_rows, weights, shape.n, shape.k, y64, v, stream);
         launch_skinny_gemm_pipeline(x, 1, weights, shape.n, shape.k, y, v, stream);
         check(cudaStreamSynchronize(stream), "variant");
-        const auto all = download_bits(y64, static_cast<size_t>(64) * shape.n);
+        const auto all = download_bits(y64, static_cast<size_t>(check_rows) * shape.n);
         const auto one = download_bits(y, static_cast<size_t>(shape.n));
         const bool invariant = std::equal(one.begin(), one.end(), all.begin());
         const SkinnyPipeline plan = skinny_plan_for(shape.n, shape.k, m);
-        const bool is_plan = plan.max_slices == v.max_slices && plan.warpgroup == v.warpgroup &&
-                             (v.warpgroup || (plan.ahead == v.ahead && plan.prefetch == v.prefetch &&
-                                              plan.per_step_x == v.per_step_x && plan.min_blocks == v.min_blocks));
+        const bool is_plan =
+            plan.max_slices == v.max_slices && plan.warpgroup == v.warpgroup &&
+            (v.warpgroup || (plan.ahead == v.ahead && plan.prefetch == v.prefetch && plan.per_step_x == v.per_step_x &&
+                             plan.min_blocks == v.min_blocks && plan.block_warps == v.block_warps));
         // Both engines sum in the same k16 groups and order, so the same slices give production's bits whichever
         // engine runs (a variant with other slices sums in another order: only its distance is printed).
-        const bool production_bits = plan.max_slices != v.max_slices || all == production;
+        const bool production_bits =
+            plan.max_slices != v.max_slices || std::equal(all.begin(), all.end(), production.begin());
         if (m == row_counts.front() && plan.max_slices != v.max_slices && v.warpgroup)
           agreement.push_back(std::string(shape.name) + " wg/s" + std::to_string(v.max_slices) + ": " +
                               std::to_string(relative_difference(all, production)));

@@ -87,6 +87,9 @@ struct SkinnyPipeline {
   // Blocks an SM the mma.sync kernel is compiled for: 2, or 3 (80 registers a thread, x read two tiles at a time;
   // ahead 1 and prefetch 4 only). Only when bytes arrive and how many blocks run at once: no bit changes.
   int min_blocks = 2;
+  // Warps a block of the mma.sync kernel: 8 (128 w rows), 4 or 2 (BF16 out). Each warp's 16 rows are computed alike
+  // whatever its block: more, smaller blocks (and clusters) for the same bits.
+  int block_warps = 8;
 };
 void launch_skinny_gemm_pipeline(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, bf16* y,
                                  const SkinnyPipeline& pipeline, cudaStream_t stream);

@@ -51,6 +51,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <string_view>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dependent_launch.h"
@@ -202,14 +203,14 @@ void launch(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, void*
 
 namespace mma {
 
-using skinny::kBlockRows;  // w rows per block (and per cluster)
-using skinny::kMaxSlices;  // k slices = blocks per cluster
-using skinny::kPartStride;
-using skinny::kStep;       // k per step: 2 chunks per lane per w row
-constexpr int kWarps = 8;  // warps per block
-constexpr int kThreads = kWarps * 32;
+using skinny::kMaxSlices;      // k slices = blocks per cluster
+using skinny::kStep;           // k per step: 2 chunks per lane per w row
+using skinny::part_stride;     // of a block's partial sums
 constexpr int kWarpRows = 16;  // w rows per warp: the MMA's M
-static_assert(kWarps * kWarpRows == kBlockRows);
+// Warps per block (kWarps, a template parameter): 8 (128 w rows, skinny_gemm_slices.h's kBlockRows), 4 or 2. Each warp
+// computes its 16 rows alone, so a block's size changes no operation: only how many blocks (and clusters) share the
+// work. kMinBlocks counts an SM's blocks as 8-warp ones (its registers a thread: 128 at 2, 80 at 3).
+static_assert(8 * kWarpRows == skinny::kBlockRows);
 constexpr int kMaxTiles = 8;          // n8 tiles (8 x rows each) per launch: 64 x rows
 constexpr int kMinStepsPerSlice = 4;  // fewer slices for short k, so each block has a pipeline to run
 // Staged x row: 64 BF16 + 16 bytes of padding (144 bytes), so that a quarter warp's 16-byte reads (2 rows x 4 lanes
@@ -227,13 +228,13 @@ int slices_for(int32_t k) {
 // one after it was last read at step s - 1, which every warp finished before the barrier of step s: one barrier a step.
 constexpr int kXStages = 3;
 
-template <int kTiles>
+template <int kTiles, int kWarps>
 constexpr size_t smem_bytes() {
-  const size_t x_stage = kXStages * sizeof(bf16) * kTiles * 8 * kXStride;  // the x steps in flight
-  const size_t partials = sizeof(float) * kTiles * 8 * kPartStride;        // reuses the x buffers after the k loop
+  const size_t x_stage = kXStages * sizeof(bf16) * kTiles * 8 * kXStride;                // the x steps in flight
+  const size_t partials = sizeof(float) * kTiles * 8 * part_stride(kWarps * kWarpRows);  // over the dead x buffers
   return x_stage > partials ? x_stage : partials;
 }
-static_assert(smem_bytes<kMaxTiles>() <= 48 * 1024, "over the shared memory a block gets without opting in");
+static_assert(smem_bytes<kMaxTiles, 8>() <= 48 * 1024, "over the shared memory a block gets without opting in");
 
 // Whole-slice x staging: a row's slice takes at most ceil(steps / slices) steps, + 16 bytes of padding per row (the
 // same banks as kXStride: 144 bytes = 16 modulo 128).
@@ -258,7 +259,7 @@ __device__ __forceinline__ void load_w_step(const bf16* row_a, const bf16* row_b
 // Stages the block's x rows one step at a time into `stage` ([kTiles * 8][kXStride]): rows past `rows` and chunks
 // past k are zeros, read from nowhere. Each thread's chunks (row, 16-byte chunk within the step) and their source
 // rows are worked out once; a step only moves the source along k.
-template <int kTiles>
+template <int kTiles, int kThreads>
 struct XStepStager {
   static constexpr int kChunksPerRow = kStep / kChunk;
   static constexpr int kChunks = kTiles * 8 * kChunksPerRow;
@@ -346,6 +347,7 @@ __device__ __forceinline__ void mma_step_paired(const bf16* x, int stride, int r
 
 // The block's x rows [0, rows) for all of its slice's steps [first, last) into `slice` (rows `stride` apart, step
 // s at element (s - first) * kStep); elements past k are zeros, read from nowhere.
+template <int kThreads>
 __device__ __forceinline__ void stage_x_slice(const bf16* __restrict__ x, int32_t rows, int32_t k, int64_t first,
                                               int64_t last, bf16* slice, int stride) {
   const int chunks_per_row = static_cast<int>(last - first) * (kStep / kChunk);
@@ -360,7 +362,7 @@ __device__ __forceinline__ void stage_x_slice(const bf16* __restrict__ x, int32_
 
 // After the k loop: the block's accumulators to shared memory (over the dead x stages), then the cluster's slices added
 // in slice order and stored (skinny_gemm_slices.h).
-template <int kTiles, bool kOutF32>
+template <int kTiles, bool kOutF32, int kWarps>
 __device__ __forceinline__ void finish_block(unsigned char* smem, const float (&acc)[kTiles][4],
                                              cg::cluster_group& cluster, int32_t rows, int64_t block_row0, int32_t n,
                                              const SkinnyOutputs& out) {
@@ -373,31 +375,33 @@ __device__ __forceinline__ void finish_block(unsigned char* smem, const float (&
   const int local_row = warp * kWarpRows + g;
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
-    float* p = partials + (8 * j + 2 * t) * kPartStride + local_row;
+    constexpr int kStride = part_stride(kWarps * kWarpRows);
+    float* p = partials + (8 * j + 2 * t) * kStride + local_row;
     p[0] = acc[j][0];
-    p[kPartStride] = acc[j][1];
+    p[kStride] = acc[j][1];
     p[8] = acc[j][2];
-    p[kPartStride + 8] = acc[j][3];
+    p[kStride + 8] = acc[j][3];
   }
-  skinny::add_slices_and_store<kOutF32>(cluster, partials, rows, block_row0, n, out);
+  skinny::add_slices_and_store<kOutF32, kWarps * kWarpRows>(cluster, partials, rows, block_row0, n, out);
 }
 
-// rows (<= kTiles * 8) x rows against w; grid: slices * ceil(n / kBlockRows) blocks in clusters of `slices`.
+// rows (<= kTiles * 8) x rows against w; grid: slices * ceil(n / (16 kWarps)) blocks in clusters of `slices`.
 // kAhead: steps of w each lane has in flight in registers beyond the one it multiplies (the loop is unrolled by
 // kAhead + 1 so that every buffer index is a constant and no register array spills); kPrefetch: steps ahead that each
 // warp asks L2 for. kWholeSlice: the block's x rows for its whole k slice are staged once, before the loop (few rows:
 // a small copy), so the loop runs without a block barrier and each warp streams its w at its own pace; otherwise one
 // step of x at a time, in a ring of three, one barrier a step. None of them changes an operation or its order: only
 // when bytes arrive.
-template <int kTiles, bool kOutF32, int kAhead, int kPrefetch, bool kWholeSlice, int kMinBlocks>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
+template <int kTiles, bool kOutF32, int kAhead, int kPrefetch, bool kWholeSlice, int kMinBlocks, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks * 8 / kWarps)
     skinny_gemm_mma_kernel(const bf16* __restrict__ x, int32_t rows, const bf16* __restrict__ w, int32_t n, int32_t k,
                            const SkinnyOutputs out) {
   extern __shared__ __align__(16) unsigned char smem[];
   cg::cluster_group cluster = cg::this_cluster();
   const int slices = static_cast<int>(cluster.num_blocks());
   const int slice = static_cast<int>(cluster.block_rank());
-  const int64_t block_row0 = static_cast<int64_t>(blockIdx.x / slices) * kBlockRows;
+  constexpr int kThreads = kWarps * 32;
+  const int64_t block_row0 = static_cast<int64_t>(blockIdx.x / slices) * (kWarps * kWarpRows);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
 
@@ -441,7 +445,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   let_dependents_launch();
   if constexpr (kWholeSlice) {
     const int stride = slice_stride(steps, slices);
-    if (first < last) stage_x_slice(x, rows, k, first, last, stages, stride);
+    if (first < last) stage_x_slice<kThreads>(x, rows, k, first, last, stages, stride);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();  // the slice's x, staged by every thread, is in place; no other barrier until the loop ends
@@ -462,7 +466,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       }
     }
   } else {
-    const XStepStager<kTiles> stager(x, rows, k);
+    const XStepStager<kTiles, kThreads> stager(x, rows, k);
     if (first < last) stager.stage(x, k, first, stages);
     cp_async_commit();
     int buffer = 0;  // this step's x: (s - first) % kXStages
@@ -492,14 +496,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       }
     }
   }
-  finish_block<kTiles, kOutF32>(smem, acc, cluster, rows, block_row0, n, out);
+  finish_block<kTiles, kOutF32, kWarps>(smem, acc, cluster, rows, block_row0, n, out);
 }
 
-template <int kTiles, bool kOutF32, int kAhead, int kPrefetch, bool kWholeSlice, int kMinBlocks>
+template <int kTiles, bool kOutF32, int kAhead, int kPrefetch, bool kWholeSlice, int kMinBlocks, int kWarps>
 void launch_tiles(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out,
                   int slices, cudaStream_t stream) {
-  auto* kernel = skinny_gemm_mma_kernel<kTiles, kOutF32, kAhead, kPrefetch, kWholeSlice, kMinBlocks>;
-  size_t smem = smem_bytes<kTiles>();
+  auto* kernel = skinny_gemm_mma_kernel<kTiles, kOutF32, kAhead, kPrefetch, kWholeSlice, kMinBlocks, kWarps>;
+  size_t smem = smem_bytes<kTiles, kWarps>();
   if constexpr (kWholeSlice) {
     static const bool opted_in =  // once per instantiation
         (check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -509,42 +513,51 @@ void launch_tiles(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t
     (void)opted_in;
     smem = std::max(smem, sizeof(bf16) * rows * slice_stride((k + kStep - 1) / kStep, slices));
   }
-  skinny::launch_clusters(kernel, kThreads, smem, n, slices, stream, "launch_skinny_gemm (tensor cores)", x, rows, w, n,
-                          k, out);
+  skinny::launch_clusters(kernel, kWarps * 32, kWarps * kWarpRows, smem, n, slices, stream,
+                          "launch_skinny_gemm (tensor cores)", x, rows, w, n, k, out);
 }
 
 // Whole-slice staging when the rows' slices fit (kWholeSliceBytes) and the pipeline does not ask for steps.
-template <int kTiles, bool kOutF32, int kAhead, int kPrefetch, int kMinBlocks>
+template <int kTiles, bool kOutF32, int kAhead, int kPrefetch, int kMinBlocks, int kWarps>
 void launch_staged(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out,
                    int slices, bool per_step, cudaStream_t stream) {
   if constexpr (kTiles <= kWholeSliceMaxTiles) {
     if (!per_step && sizeof(bf16) * rows * slice_stride((k + kStep - 1) / kStep, slices) <= kWholeSliceBytes)
-      return launch_tiles<kTiles, kOutF32, kAhead, kPrefetch, true, kMinBlocks>(x, rows, w, n, k, out, slices, stream);
+      return launch_tiles<kTiles, kOutF32, kAhead, kPrefetch, true, kMinBlocks, kWarps>(x, rows, w, n, k, out, slices,
+                                                                                        stream);
   }
-  launch_tiles<kTiles, kOutF32, kAhead, kPrefetch, false, kMinBlocks>(x, rows, w, n, k, out, slices, stream);
+  launch_tiles<kTiles, kOutF32, kAhead, kPrefetch, false, kMinBlocks, kWarps>(x, rows, w, n, k, out, slices, stream);
 }
 
-template <bool kOutF32, int kAhead, int kPrefetch, int kMinBlocks = 2>
+template <bool kOutF32, int kAhead, int kPrefetch, int kMinBlocks = 2, int kWarps = 8>
 void launch_rows(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out, int slices,
                  bool per_step, cudaStream_t stream) {
   // The narrowest tile count that holds the rows: fewer MMAs and x bytes, the same arithmetic per element.
   switch ((rows + 7) / 8) {
     case 1:
-      return launch_staged<1, kOutF32, kAhead, kPrefetch, kMinBlocks>(x, rows, w, n, k, out, slices, per_step, stream);
+      return launch_staged<1, kOutF32, kAhead, kPrefetch, kMinBlocks, kWarps>(x, rows, w, n, k, out, slices, per_step,
+                                                                              stream);
     case 2:
-      return launch_staged<2, kOutF32, kAhead, kPrefetch, kMinBlocks>(x, rows, w, n, k, out, slices, per_step, stream);
+      return launch_staged<2, kOutF32, kAhead, kPrefetch, kMinBlocks, kWarps>(x, rows, w, n, k, out, slices, per_step,
+                                                                              stream);
     case 3:
-      return launch_staged<3, kOutF32, kAhead, kPrefetch, kMinBlocks>(x, rows, w, n, k, out, slices, per_step, stream);
+      return launch_staged<3, kOutF32, kAhead, kPrefetch, kMinBlocks, kWarps>(x, rows, w, n, k, out, slices, per_step,
+                                                                              stream);
     case 4:
-      return launch_staged<4, kOutF32, kAhead, kPrefetch, kMinBlocks>(x, rows, w, n, k, out, slices, per_step, stream);
+      return launch_staged<4, kOutF32, kAhead, kPrefetch, kMinBlocks, kWarps>(x, rows, w, n, k, out, slices, per_step,
+                                                                              stream);
     case 5:
-      return launch_staged<5, kOutF32, kAhead, kPrefetch, kMinBlocks>(x, rows, w, n, k, out, slices, per_step, stream);
+      return launch_staged<5, kOutF32, kAhead, kPrefetch, kMinBlocks, kWarps>(x, rows, w, n, k, out, slices, per_step,
+                                                                              stream);
     case 6:
-      return launch_staged<6, kOutF32, kAhead, kPrefetch, kMinBlocks>(x, rows, w, n, k, out, slices, per_step, stream);
+      return launch_staged<6, kOutF32, kAhead, kPrefetch, kMinBlocks, kWarps>(x, rows, w, n, k, out, slices, per_step,
+                                                                              stream);
     case 7:
-      return launch_staged<7, kOutF32, kAhead, kPrefetch, kMinBlocks>(x, rows, w, n, k, out, slices, per_step, stream);
+      return launch_staged<7, kOutF32, kAhead, kPrefetch, kMinBlocks, kWarps>(x, rows, w, n, k, out, slices, per_step,
+                                                                              stream);
     default:
-      return launch_staged<8, kOutF32, kAhead, kPrefetch, kMinBlocks>(x, rows, w, n, k, out, slices, per_step, stream);
+      return launch_staged<8, kOutF32, kAhead, kPrefetch, kMinBlocks, kWarps>(x, rows, w, n, k, out, slices, per_step,
+                                                                              stream);
   }
 }
 
@@ -621,36 +634,55 @@ struct RowsPlan {
   int ahead, prefetch;
   bool per_step_x;
   int min_blocks;
+  int block_warps = 8;
 };
 // bench_skinny_gemm --tiles on the H200 (docs/benchmarks.md, fourteenth round), GB/s of weights read, the shape's plan
 // against the entry: GDN qkv | z | b | a 2,487 -> 2,842 at 16 rows, 2,435 -> 2,646 at 24, 2,308 -> 2,390 at 32 (3
 // blocks an SM; 2 blocks win from 40 rows on); attention q | k | v 2,837 -> 2,956 at 16 (x step by step); MLP down
 // 2,716 -> 2,975 at 16, 2,529 -> 2,696 at 32, 2,092 -> 2,189 at 64 (one step ahead instead of two; 2,877 -> 3,019 at 8
 // with two ahead and x whole); the LM head 3,555 -> 3,710 at 16, 3,370 -> 3,591 at 24, 3,143 -> 3,337 at 32 (3 blocks).
+// Blocks of 2 or 4 warps, x step by step (bench_skinny_gemm --blocks, twenty-third round): out_proj and o_proj 2,420
+// -> 2,799 GB/s at 1 row and 2,264 -> 2,456 at 8 (2 warps; 8 warps from 12 rows); MLP down 3,197 -> 3,434 at 1 row and
+// 3,069 -> 3,184 at 4 (2 warps; at 8 rows 2,898 against 3,009: 8 warps); GDN qkv | z | b | a 3,298 -> 3,377 at 1 row
+// (4 warps).
 // The first entry that holds a launch's rows is taken. Shapes and row counts where no variant won by more than the
 // run's noise (about 2%) keep their plan.
 constexpr RowsPlan kRowsPlans[] = {
-    {12352, 4096, 1, 8, 1, 4, false, 3}, {12352, 4096, 9, 16, 1, 4, true, 3},   {12352, 4096, 17, 32, 1, 4, false, 3},
-    {10240, 4096, 9, 16, 1, 4, true, 3}, {4096, 12288, 1, 8, 2, 8, false, 2},   {4096, 12288, 9, 64, 1, 4, false, 2},
-    {248320, 4096, 1, 8, 1, 4, true, 3}, {248320, 4096, 9, 32, 1, 4, false, 3},
+    {4096, 4096, 1, 8, 1, 4, true, 2, 2}, {4096, 12288, 1, 4, 1, 4, true, 2, 2}, {12352, 4096, 1, 1, 1, 4, true, 2, 4},
+    {12352, 4096, 1, 8, 1, 4, false, 3},  {12352, 4096, 9, 16, 1, 4, true, 3},   {12352, 4096, 17, 32, 1, 4, false, 3},
+    {10240, 4096, 9, 16, 1, 4, true, 3},  {4096, 12288, 1, 8, 2, 8, false, 2},   {4096, 12288, 9, 64, 1, 4, false, 2},
+    {248320, 4096, 1, 8, 1, 4, true, 3},  {248320, 4096, 9, 32, 1, 4, false, 3},
 };
 
-SkinnyPipeline with_rows(SkinnyPipeline p, int32_t n, int32_t k, int32_t rows) {
+SkinnyPipeline with_rows(SkinnyPipeline p, int32_t n, int32_t k, int32_t rows, bool small_blocks = true) {
   for (const RowsPlan& r : kRowsPlans) {
     if (r.n != n || r.k != k || rows < r.min_rows || rows > r.max_rows) continue;
+    if (!small_blocks && r.block_warps != 8) continue;
     p.ahead = r.ahead;
     p.prefetch = r.prefetch;
     p.per_step_x = r.per_step_x;
     p.min_blocks = r.min_blocks;
+    p.block_warps = r.block_warps;
     break;
   }
   return p;
 }
 
+// DUET_SKINNY_EIGHT_WARPS=1: every launch in blocks of 8 warps (the plans before the twenty-third round), for
+// before / after figures on one binary; the bits are the same either way.
+bool eight_warps_only() {
+  static const bool only = [] {
+    const char* text = std::getenv("DUET_SKINNY_EIGHT_WARPS");
+    return text != nullptr && std::string_view(text) == "1";
+  }();
+  return only;
+}
+
 SkinnyPipeline plan_for(int32_t n, int32_t k, int32_t rows) {
   SkinnyPipeline p = with_rows(mma_plan_for(n, k), n, k, rows);
+  if (eight_warps_only() && p.block_warps != 8) p = with_rows(mma_plan_for(n, k), n, k, rows, /*small_blocks=*/false);
   if (min_blocks_choice() == 2) p.min_blocks = 2;
-  if (min_blocks_choice() == 3 && p.ahead == 1 && p.prefetch == 4) p.min_blocks = 3;
+  if (min_blocks_choice() == 3 && p.ahead == 1 && p.prefetch == 4 && p.block_warps == 8) p.min_blocks = 3;
   const WarpgroupChoice choice = warpgroup_choice();
   p.warpgroup_rows = std::max(choice.rows, 0);
   p.warpgroup_ahead = choice.ahead;
@@ -658,9 +690,36 @@ SkinnyPipeline plan_for(int32_t n, int32_t k, int32_t rows) {
   return p;
 }
 
+SkinnyPipeline with_block_warps(SkinnyPipeline p, int warps) {
+  p.block_warps = warps;
+  return p;
+}
+
+// Blocks of 4 or 2 warps (64 or 32 w rows): BF16 out, one step of w ahead, L2 asked 4 steps ahead, up to 16 rows.
+// At one row they read the [4096, k] weights 8-16% faster than 8-warp blocks (more clusters, each a short k slice:
+// more loads in flight across the SMs), and lose from 16 rows on (docs/benchmarks.md, twenty-third round).
+constexpr int kSmallBlockMaxRows = 16;
+template <int kWarps>
+void launch_small_blocks(const SkinnyPipeline& p, const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k,
+                         const SkinnyOutputs& out, int slices, cudaStream_t stream) {
+  if (p.min_blocks != 2 || p.ahead != 1 || p.prefetch != 4 || rows > kSmallBlockMaxRows)
+    refuse("launch_skinny_gemm: blocks of 4 or 2 warps take ahead 1, prefetch 4, 2 blocks an SM, up to 16 rows");
+  if (rows <= 8) return launch_staged<1, false, 1, 4, 2, kWarps>(x, rows, w, n, k, out, slices, p.per_step_x, stream);
+  launch_staged<2, false, 1, 4, 2, kWarps>(x, rows, w, n, k, out, slices, p.per_step_x, stream);
+}
+
 template <bool kOutF32>
 void launch_pipeline(const SkinnyPipeline& p, const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k,
                      const SkinnyOutputs& out, int slices, cudaStream_t stream) {
+  if (p.block_warps != 8) {
+    if constexpr (kOutF32) {  // built for BF16 out only; 8-warp blocks give the same bits
+      return launch_pipeline<true>(with_block_warps(p, 8), x, rows, w, n, k, out, slices, stream);
+    } else {
+      if (p.block_warps == 4) return launch_small_blocks<4>(p, x, rows, w, n, k, out, slices, stream);
+      if (p.block_warps == 2) return launch_small_blocks<2>(p, x, rows, w, n, k, out, slices, stream);
+      refuse("launch_skinny_gemm: blocks of 8, 4 or 2 warps");
+    }
+  }
   if (p.min_blocks == 3) {  // 80 registers, a third block an SM: with one step of w ahead only
     if (p.ahead == 1 && p.prefetch == 4)
       return launch_rows<kOutF32, 1, 4, 3>(x, rows, w, n, k, out, slices, p.per_step_x, stream);

@@ -15,12 +15,14 @@ namespace duet::backend::cuda::skinny {
 
 namespace cg = cooperative_groups;
 
-constexpr int kBlockRows = 128;  // w rows per block (and per cluster)
+constexpr int kBlockRows = 128;  // w rows per block (and per cluster) of the warpgroup engine, and of the mma.sync
+                                 // one's 8-warp blocks (it may take 4- or 2-warp blocks: 64 or 32 rows)
 constexpr int kStep = 64;        // k per step
 constexpr int kMaxSlices = 8;    // k slices = blocks per cluster (8: the portable cluster limit)
 // Partial sums, [x row][w row of the block] fp32; the 4 floats of padding make the fragment stores (lanes t = 0..3
-// two x rows apart) land on distinct banks.
-constexpr int kPartStride = kBlockRows + 4;
+// two x rows apart, 2 * (32 m + 4) = 8 modulo 32 banks) land on distinct banks.
+constexpr int part_stride(int block_rows) { return block_rows + 4; }
+constexpr int kPartStride = part_stride(kBlockRows);
 
 // Slice `slice` of `slices` over k's steps: [first, last), a function of (k, slice, slices) only.
 struct SliceSteps {
@@ -52,20 +54,23 @@ __device__ __forceinline__ void store_output(const SkinnyOutputs& out, int r, in
   }
 }
 
-// Every block of the cluster has written its slice's partials ([rows][kPartStride] at `partials`): the cluster's
-// rows x kBlockRows outputs are shared out among its blocks, each summing the slices in slice order.
-template <bool kOutF32>
+// Every block of the cluster has written its slice's partials ([rows][part_stride(kRows)] at `partials`): the
+// cluster's rows x kRows outputs are shared out among its blocks, each summing the slices in slice order. A thread
+// reads the slices of kBatch outputs before it adds any: the remote reads (distributed shared memory, hundreds of
+// cycles each) overlap instead of running one after another. The sums and their order are the same.
+constexpr int kBatch = 4;
+template <bool kOutF32, int kRows = kBlockRows>
 __device__ __forceinline__ void add_slices_and_store(cg::cluster_group& cluster, float* partials, int rows,
                                                      int64_t block_row0, int32_t n, const SkinnyOutputs& out) {
   const int slices = static_cast<int>(cluster.num_blocks());
   const int slice = static_cast<int>(cluster.block_rank());
   const int threads = static_cast<int>(blockDim.x);
   cluster.sync();  // every slice's partials are written and visible across the cluster
-  for (int i = slice * threads + static_cast<int>(threadIdx.x); i < rows * kBlockRows; i += slices * threads) {
-    const int r = i / kBlockRows, local = i % kBlockRows;
+  for (int i = slice * threads + static_cast<int>(threadIdx.x); i < rows * kRows; i += slices * threads) {
+    const int r = i / kRows, local = i % kRows;
     const int64_t col = block_row0 + local;
     if (col >= n) continue;
-    const int at = r * kPartStride + local;
+    const int at = r * part_stride(kRows) + local;
     float sum = cluster.map_shared_rank(partials, 0)[at];
     for (int s = 1; s < slices; ++s) sum += cluster.map_shared_rank(partials, s)[at];
     store_output<kOutF32>(out, r, col, sum);
@@ -73,12 +78,12 @@ __device__ __forceinline__ void add_slices_and_store(cg::cluster_group& cluster,
   cluster.sync();  // no block leaves (freeing its shared memory) while another still reads its partials
 }
 
-// The cluster launch both engines use: grid = ceil(n / kBlockRows) row blocks x `slices`, clusters of `slices`,
+// The cluster launch both engines use: grid = ceil(n / block_rows) row blocks x `slices`, clusters of `slices`,
 // launched as a dependent (dependent_launch.h).
 template <typename... Params, typename... Args>
-void launch_clusters(void (*kernel)(Params...), int threads, size_t smem, int32_t n, int slices, cudaStream_t stream,
-                     const char* what, Args... args) {
-  const int64_t groups = (static_cast<int64_t>(n) + kBlockRows - 1) / kBlockRows;
+void launch_clusters(void (*kernel)(Params...), int threads, int block_rows, size_t smem, int32_t n, int slices,
+                     cudaStream_t stream, const char* what, Args... args) {
+  const int64_t groups = (static_cast<int64_t>(n) + block_rows - 1) / block_rows;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(groups * slices), 1, 1);
   config.blockDim = dim3(static_cast<unsigned>(threads), 1, 1);

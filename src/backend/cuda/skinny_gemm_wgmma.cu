@@ -229,8 +229,8 @@ void launch_width(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t
                   "launch_skinny_gemm (wgmma): shared memory opt-in"),
        true);
   (void)opted_in;
-  launch_clusters(kernel, kThreads, smem, n, slices, stream, "launch_skinny_gemm (wgmma)", x, rows, w, n, k, out,
-                  prefetch);
+  launch_clusters(kernel, kThreads, kBlockRows, smem, n, slices, stream, "launch_skinny_gemm (wgmma)", x, rows, w, n, k,
+                  out, prefetch);
 }
 
 template <int kAhead, bool kOutF32>
