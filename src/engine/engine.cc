@@ -17,6 +17,7 @@
 #include "engine/draft_policy.h"
 #include "engine/draft_verify.h"
 #include "engine/image_prompt.h"
+#include "engine/listener_notifier.h"
 #include "engine/memory_plan.h"
 #include "engine/mtp_drafter.h"
 #include "engine/ngram_drafter.h"
@@ -27,6 +28,7 @@
 #include "engine/sequence.h"
 #include "engine/step_masks.h"
 #include "engine/step_snapshots.h"
+#include "engine/step_times.h"
 #include "engine/tower_runner.h"
 #include "model/model.h"
 #include "model/vision_model.h"
@@ -481,6 +483,7 @@ struct Engine::Impl {
   }
 
   void step() {
+    step_times.entered();
     for (const auto& sequence : scheduler.running()) {
       if (sequence->abandoned()) end(*sequence, FinishReason::cancelled, {});
     }
@@ -574,6 +577,7 @@ struct Engine::Impl {
       if (piece.is_prefill) prompt_tokens += static_cast<int64_t>(piece.tokens.size());
     }
     const auto started = Clock::now();
+    step_times.forward();
     std::vector<model::PieceResult> results;
     try {
       results = model.forward(*storage, pieces);
@@ -591,6 +595,9 @@ struct Engine::Impl {
     if (results.size() != planned.size()) {
       fail("engine: model returned {} results for {} pieces", results.size(), planned.size());
     }
+    step_times.returned();
+    // The events of the step's tokens, decisions and ends: announced from the notifier's thread when the step is done.
+    const DeferredListeners deferred(notifier);
     for (const model::Piece& piece : pieces)  // a verify piece advances by the rows it keeps, below
       if (!piece.rewindable) blocks.advance(piece.slot, static_cast<int64_t>(piece.tokens.size()));
     const std::vector<StepSnapshots::DecisionEntry> kept_decisions =
@@ -640,6 +647,7 @@ struct Engine::Impl {
     stats.step_seconds_last = seconds;
     stats.prompt_tokens_total += prompt_tokens;
     stats.generated_tokens_total += generated;
+    step_times.left(static_cast<int64_t>(planned.size()));
   }
 
   // `--draft mtp`: whether a piece of this sequence starting at `position` runs its MTP rows after the step (its
@@ -1058,6 +1066,10 @@ struct Engine::Impl {
   // Engine thread only: with DraftOptions::measured, K per step from measured costs; the K the last drafting chose.
   std::optional<DraftPolicy> draft_policy;
   int32_t drafted_k = 0;
+  // Engine thread only: announces the events of a step's tokens to their listeners from its own thread
+  // (listener_notifier.h). Joined after the engine thread (in ~Impl), announcing what it still holds.
+  ListenerNotifier notifier;
+  StepTimes step_times;  // engine thread only: DUET_STEP_GAPS=1
 
   mutable std::mutex mutex;  // guards everything below
   std::condition_variable wake;

@@ -1,5 +1,7 @@
 #include "engine/request.h"
 
+#include "engine/listener_notifier.h"
+
 namespace duet::engine {
 
 const char* to_string(FinishReason reason) {
@@ -71,6 +73,12 @@ void RequestHandle::push(Event event) {
     events_.push_back(std::move(event));
   }
   ready_.notify_all();
+  if (DeferredListeners* deferred = DeferredListeners::current()) {
+    if (std::shared_ptr<RequestHandle> self = weak_from_this().lock()) {
+      deferred->add(std::move(self));
+      return;
+    }
+  }
   notify_listener();
 }
 

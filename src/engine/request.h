@@ -140,14 +140,15 @@ class RequestInvalid : public Error {
 
 // The consumer side of a request: events in order, ending with exactly one FinishedEvent. A consumer either waits in
 // next() or, without holding a thread, sets a listener and takes events with try_next() when it is called.
-class RequestHandle {
+class RequestHandle : public std::enable_shared_from_this<RequestHandle> {
  public:
   // Blocks until an event is ready or the timeout passes (nullopt).
   std::optional<Event> next(std::chrono::milliseconds timeout);
   // The next event if one is ready; never blocks.
   std::optional<Event> try_next();
-  // Called after every push, on the engine thread and outside the event lock: it must be quick and must not throw
-  // (an HTTP server posts a drain to the connection's event loop). Called at once if events already wait. Once
+  // Called after every push, outside the event lock, on the engine thread or, for the events of a step's tokens, on
+  // the engine's notifier thread just after the step (listener_notifier.h): it must be quick and must not throw (an
+  // HTTP server posts a drain to the connection's event loop). Called at once if events already wait. Once
   // set_listener(nullptr) returns, the old listener is not running and never runs again.
   void set_listener(std::function<void()> listener);
   // Asks the engine to stop this request; it frees its slot at the next step and sends FinishedEvent
@@ -155,10 +156,12 @@ class RequestHandle {
   void cancel();
   bool cancelled() const;
 
-  // Engine side.
+  // Engine side. Within a DeferredListeners scope on this thread (and this handle owned by a shared_ptr), the
+  // listener call is left to the scope.
   void push(Event event);
 
  private:
+  friend class ListenerNotifier;
   void notify_listener();
 
   mutable std::mutex mutex_;
