@@ -129,7 +129,7 @@ TEST(ListenerNotifier, TheNotifierMayHoldTheLastReference) {
       handle->set_listener([&called] { ++called; });
       handle->push(token(4));
     }  // the handle's owner is gone
-  }  // the scope ends: the notifier's copy keeps the handle alive for the call
+  }    // the scope ends: the notifier's copy keeps the handle alive for the call
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (called == 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
