@@ -7,8 +7,7 @@ std::vector<backend::SampleSpec> verify_specs(const Sequence& sequence) {
   std::vector<backend::SampleSpec> specs;
   specs.reserve(rows.size());
   const SamplingParams& params = sequence.sampling();
-  const bool penalized =
-      params.repetition_penalty != 1.0f || params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f;
+  const bool penalized = engine::penalized(params);
   // Only the penalties read the counts: the copy is made for penalized requests alone.
   std::optional<TokenCounts> counts;
   if (penalized) counts = sequence.counts();

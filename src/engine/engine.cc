@@ -564,12 +564,12 @@ struct Engine::Impl {
           pieces.back().row_samples = row_spec_ptrs[i];
         } else {
           specs[i] = sample_spec(sequence.sampling(), sequence.counts(), sequence.next_position());
-          specs[i].mask_writer = masks.add(*piece.sequence, stop_ids(sequence));
+          specs[i].mask_writer = mask_writer(masks, *piece.sequence);
         }
         pieces.back().sample = &specs[i];
         for (Sequence* fork : forks[i]) {
           fork_specs[i].push_back(sample_spec(fork->sampling(), fork->counts(), fork->next_position()));
-          fork_specs[i].back().mask_writer = masks.add(*fork, stop_ids(*fork));
+          fork_specs[i].back().mask_writer = mask_writer(masks, *fork);
         }
         for (const backend::SampleSpec& spec : fork_specs[i]) fork_spec_ptrs[i].push_back(&spec);
         pieces.back().fork_samples = fork_spec_ptrs[i];
@@ -974,6 +974,12 @@ struct Engine::Impl {
   }
 
   // The sequence's stop tokens (what may end a complete document): eos unless ignore_eos, and stop_token_ids.
+  // A constrained sequence's writer of this step's mask (its end ids allowed where the grammar may end); nullptr for
+  // the others, without building their end ids.
+  backend::MaskWriter* mask_writer(StepMasks& masks, Sequence& sequence) const {
+    return sequence.constrained() ? masks.add(sequence, stop_ids(sequence)) : nullptr;
+  }
+
   std::vector<int32_t> stop_ids(const Sequence& sequence) const {
     const SamplingParams& sampling = sequence.sampling();
     std::vector<int32_t> ids = sampling.stop_token_ids;

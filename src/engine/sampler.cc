@@ -21,9 +21,7 @@ backend::SampleSpec sample_spec(const SamplingParams& params, const TokenCounts&
   spec.top_logprobs = params.top_logprobs;
   spec.seed = params.seed;
   spec.position = position;
-  const bool penalized =
-      params.repetition_penalty != 1.0f || params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f;
-  if (penalized) {
+  if (penalized(params)) {
     // Every id seen (prompt or generated) once; the repetition penalty reads `seen`, the others `generated`.
     spec.penalties.reserve(counts.seen().size());
     for (int32_t id : counts.seen()) {

@@ -15,6 +15,11 @@
 
 namespace duet::engine {
 
+// Whether any penalty is on: the penalties are the only readers of a sequence's TokenCounts.
+inline bool penalized(const SamplingParams& params) {
+  return params.repetition_penalty != 1.0f || params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f;
+}
+
 // What the penalties look at: ids seen in prompt + generated, and how often each was generated.
 class TokenCounts {
  public:

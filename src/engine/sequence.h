@@ -48,6 +48,8 @@ class Sequence {
   const std::vector<int32_t>& generated() const { return generated_; }
   // Absolute position of the next token to sample (its seeded draw is keyed by it).
   int64_t next_position() const { return prompt_length() + static_cast<int64_t>(generated_.size()); }
+  // The penalties' view of its tokens, kept only when a penalty is on (sampler.h: penalized); empty otherwise: a
+  // hash set over the prompt and two hash updates a token that nothing would read.
   const TokenCounts& counts() const { return counts_; }
 
   // A prompt with images (Request::images): its positions, rope delta and, once the tower ran, its image rows.
