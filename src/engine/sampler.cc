@@ -6,11 +6,21 @@
 
 namespace duet::engine {
 
-void TokenCounts::add_prompt(std::span<const int32_t> ids) { seen_.insert(ids.begin(), ids.end()); }
+backend::SampleSpec::Penalty& TokenCounts::entry_for(int32_t id) {
+  const auto [it, added] = index_.try_emplace(id, entries_.size());
+  if (added) entries_.push_back({.id = id, .generated = 0, .in_prompt = 1, .bias = 0.0f});
+  return entries_[it->second];
+}
 
-void TokenCounts::add_generated(int32_t id) {
-  seen_.insert(id);
-  ++generated_[id];
+void TokenCounts::add_prompt(std::span<const int32_t> ids) {
+  for (int32_t id : ids) entry_for(id);
+}
+
+void TokenCounts::add_generated(int32_t id) { ++entry_for(id).generated; }
+
+std::optional<size_t> TokenCounts::index_of(int32_t id) const {
+  const auto it = index_.find(id);
+  return it == index_.end() ? std::nullopt : std::optional<size_t>(it->second);
 }
 
 backend::SampleSpec sample_spec(const SamplingParams& params, const TokenCounts& counts, int64_t position,
@@ -21,21 +31,15 @@ backend::SampleSpec sample_spec(const SamplingParams& params, const TokenCounts&
   spec.top_logprobs = params.top_logprobs;
   spec.seed = params.seed;
   spec.position = position;
-  if (penalized(params)) {
-    // Every id seen (prompt or generated) once; the repetition penalty reads `seen`, the others `generated`.
-    spec.penalties.reserve(counts.seen().size());
-    for (int32_t id : counts.seen()) {
-      const auto generated = counts.generated().find(id);
-      spec.penalties.push_back({id, generated == counts.generated().end() ? 0 : generated->second, 1});
-    }
-  }
+  // Every id seen (prompt or generated) once; the repetition penalty reads in_prompt, the others generated.
+  const bool penalties = penalized(params);
+  if (penalties) spec.penalties.assign(counts.entries().begin(), counts.entries().end());
   if (!params.logit_bias.empty()) {
     // Each id once: a biased id the penalties already look at carries its bias on that entry.
-    std::unordered_map<int32_t, size_t> at;
-    for (size_t i = 0; i < spec.penalties.size(); ++i) at.emplace(spec.penalties[i].id, i);
+    spec.penalties.reserve(spec.penalties.size() + params.logit_bias.size());
     for (const auto& [id, bias] : params.logit_bias) {
-      if (auto it = at.find(id); it != at.end())
-        spec.penalties[it->second].bias = bias;
+      if (const std::optional<size_t> at = penalties ? counts.index_of(id) : std::nullopt)
+        spec.penalties[*at].bias = bias;
       else
         spec.penalties.push_back({id, 0, 0, bias});
     }

@@ -36,6 +36,11 @@ engine::TokenCounts counts_of(const Row& r) {
   return c;
 }
 
+// The counts' entries as the kernel takes them (what the engine's sample_spec copies, without the biases).
+void append_penalty_entries(const engine::TokenCounts& c, std::vector<PenaltyEntry>& entries) {
+  for (const auto& e : c.entries()) entries.push_back(PenaltyEntry{e.id, e.generated, 0, 0.0f});
+}
+
 std::vector<DeviceSample> run(const std::vector<Row>& rows, bool pass_masks, const SamplingTestHooks& hooks) {
   const auto vocab = static_cast<int32_t>(rows.front().logits.size());
   std::vector<float> logits;
@@ -50,10 +55,7 @@ std::vector<DeviceSample> run(const std::vector<Row>& rows, bool pass_masks, con
     p.position = r.position;
     p.penalty_offset = static_cast<int32_t>(entries.size());
     const engine::TokenCounts c = counts_of(r);
-    for (int32_t id : c.seen()) {
-      const auto g = c.generated().find(id);
-      entries.push_back(PenaltyEntry{id, g == c.generated().end() ? 0 : g->second, 0, 0.0f});
-    }
+    append_penalty_entries(c, entries);
     p.penalty_count = static_cast<int32_t>(entries.size()) - p.penalty_offset;
     if (!r.mask.empty()) {
       p.mask_offset = static_cast<int64_t>(masks.size());
@@ -196,10 +198,7 @@ std::vector<DeviceSample> run_through_upload(const std::vector<Row>& rows, MaskU
     p.position = r.position;
     p.penalty_offset = static_cast<int32_t>(entries.size());
     const engine::TokenCounts c = counts_of(r);
-    for (int32_t id : c.seen()) {
-      const auto g = c.generated().find(id);
-      entries.push_back(PenaltyEntry{id, g == c.generated().end() ? 0 : g->second, 0, 0.0f});
-    }
+    append_penalty_entries(c, entries);
     p.penalty_count = static_cast<int32_t>(entries.size()) - p.penalty_offset;
     if (!r.mask.empty()) {
       p.mask_offset = static_cast<int64_t>(words);
