@@ -1,8 +1,8 @@
 #include "engine/step_times.h"
 
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
+
+#include "base/env_flag.h"
 
 namespace duet::engine {
 
@@ -10,10 +10,7 @@ namespace {
 double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 }  // namespace
 
-StepTimes::StepTimes() {
-  const char* env = std::getenv("DUET_STEP_GAPS");
-  on_ = env != nullptr && env[0] != '\0' && std::strcmp(env, "0") != 0;
-}
+StepTimes::StepTimes() : on_(env_flag("DUET_STEP_GAPS")) {}
 
 void StepTimes::entered() {
   if (on_) entered_ = Clock::now();

@@ -4,15 +4,12 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
+
+#include "base/env_flag.h"
 
 namespace duet::backend::cuda {
 
-OpTimer::OpTimer() {
-  const char* env = std::getenv("DUET_PROFILE");
-  on_ = env != nullptr && std::strcmp(env, "0") != 0 && env[0] != '\0';
-}
+OpTimer::OpTimer() : on_(env_flag("DUET_PROFILE")) {}
 
 cudaEvent_t OpTimer::event() {
   if (free_.empty()) {

@@ -1,8 +1,8 @@
 #include "backend/cuda/step_gaps.h"
 
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
+
+#include "base/env_flag.h"
 
 namespace duet::backend::cuda {
 
@@ -10,10 +10,7 @@ namespace {
 double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 }  // namespace
 
-StepGaps::StepGaps() {
-  const char* env = std::getenv("DUET_STEP_GAPS");
-  on_ = env != nullptr && env[0] != '\0' && std::strcmp(env, "0") != 0;
-}
+StepGaps::StepGaps() : on_(env_flag("DUET_STEP_GAPS")) {}
 
 void StepGaps::began(int64_t rows) {
   if (!on_) return;
