@@ -973,13 +973,13 @@ struct Engine::Impl {
     release_finished();
   }
 
-  // The sequence's stop tokens (what may end a complete document): eos unless ignore_eos, and stop_token_ids.
   // A constrained sequence's writer of this step's mask (its end ids allowed where the grammar may end); nullptr for
   // the others, without building their end ids.
   backend::MaskWriter* mask_writer(StepMasks& masks, Sequence& sequence) const {
     return sequence.constrained() ? masks.add(sequence, stop_ids(sequence)) : nullptr;
   }
 
+  // The sequence's stop tokens (what may end a complete document): eos unless ignore_eos, and stop_token_ids.
   std::vector<int32_t> stop_ids(const Sequence& sequence) const {
     const SamplingParams& sampling = sequence.sampling();
     std::vector<int32_t> ids = sampling.stop_token_ids;
