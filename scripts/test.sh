@@ -37,7 +37,8 @@ deps=$!
 setsid -w nice -n 19 bash -c '{ echo 19 >/proc/self/autogroup; } 2>/dev/null || true
   scripts/sanitize.sh --build-only build-sanitize; s=$?; echo "sanitizer build ended at +$(($(date +%s) - $1)) s"; exit $s' _ "$t0" >"$san_log" 2>&1 &
 san=$!
-scripts/setup.sh --build-packages build
+# The unit tests the sanitizer run covers are not built here (DUET_SANITIZED_TESTS_HERE, CMakeLists.txt): they run there.
+DUET_CMAKE_ARGS="${DUET_CMAKE_ARGS:-} -DDUET_SANITIZED_TESTS_HERE=OFF" scripts/setup.sh --build-packages build
 phase "the release build ended"
 deps_status=0
 wait "$deps" || deps_status=$?
@@ -48,7 +49,8 @@ phase "ctest"
 # Twice as many jobs as cores: the end-to-end tests wait on sockets, sleeps and node much of the time (docs/benchmarks.md,
 # "Build time", fourth pass: 2 cores, -j2 430 s, -j4 340 s wall, 5 % more CPU).
 # The unit tests that scripts/sanitize.sh runs under ASan + UBSan below (label `sanitized`, scripts/sanitized_tests.txt)
-# are built here too (g++, -Werror) but run there only: once each, in the build that checks more.
+# run there only, once each, in the build that checks more (clang, -Werror); model_golden_test, built here for
+# tests_dir_override, carries the label too.
 (cd build && ctest --output-on-failure -j "$((2 * $(nproc)))" --timeout 1500 -LE sanitized)
 # ctest's critical path: the longest tests (wall seconds), which bound the run's tail.
 echo "test.sh: the longest tests:"
