@@ -5,7 +5,8 @@
 # build (scripts/sanitize-build.sh: the objects the sanitizer unit tests link, assert() on for duet's code). Each
 # runs SECONDS from the committed seeds (tests/fuzz/seeds/TARGET) plus what earlier runs found
 # (BUILD/fuzz/corpus/TARGET). A crash, a leak, a sanitizer report or an abort fails the run and leaves the input in
-# BUILD/fuzz (crash-*): make it a regression test and a seed.
+# BUILD/fuzz (crash-*): make it a regression test and a seed. The targets are one binary (tests/fuzz/fuzz_targets.h):
+# `DUET_FUZZ_TARGET=TARGET BUILD/tests/fuzz/fuzz_targets crash-...` runs one on an input again.
 # scripts/sanitize.sh runs it for 10 s a target; long runs are receipts in docs/benchmarks.md.
 #   scripts/fuzz.sh [SECONDS=10] [BUILD=build-sanitize] [TARGET...]   exit 77 (skipped) when clang++ is not installed
 set -euo pipefail
@@ -17,14 +18,14 @@ command -v clang++ >/dev/null || { echo "clang++ is not installed: the fuzz targ
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(request_reader_fuzz json_body_fuzz tool_call_fuzz chat_request_fuzz
   responses_request_fuzz messages_request_fuzz systemone_request_fuzz image_decode_fuzz)
-scripts/sanitize-build.sh "$build_dir" "${targets[@]}"
+scripts/sanitize-build.sh "$build_dir" fuzz_targets
 out=$build_dir/fuzz
 status=0
 for name in "${targets[@]}"; do
   mkdir -p "$out/corpus/$name"
   log="$out/$name.log"
   ran=0
-  (cd "$out" && "../tests/fuzz/$name" -max_total_time="$seconds" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
+  (cd "$out" && DUET_FUZZ_TARGET=$name ../tests/fuzz/fuzz_targets -max_total_time="$seconds" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
     -print_final_stats=1 "corpus/$name" "$OLDPWD/tests/fuzz/seeds/$name") >"$log" 2>&1 || ran=$?
   echo "== $name, $seconds s: $(grep -E '^stat::number_of_executed_units' "$log" | awk '{print $2}') executions," \
     "$(grep -oE 'cov: [0-9]+ ft: [0-9]+' "$log" | tail -1), exit $ran"

@@ -1,7 +1,7 @@
-// libFuzzer target: a body as POST /v1/chat/completions and /v1/completions read it. The first byte picks the route
-// (bit 0: chat or completions) and the server's default thinking (bit 1); the rest is the body, parsed by
-// parse_json_body as the routes do. Chat: parse_chat_request, then the chat template over what it read (the prompt the
-// route renders, chat_prompt.h). Completions: parse_completion_request, a text prompt tokenized one id per byte.
+// A libFuzzer target (fuzz_targets.h): a body as POST /v1/chat/completions and /v1/completions read it. The first byte
+// picks the route (bit 0: chat or completions) and the server's default thinking (bit 1); the rest is the body, parsed
+// by parse_json_body as the routes do. Chat: parse_chat_request, then the chat template over what it read (the prompt
+// the route renders, chat_prompt.h). Completions: parse_completion_request, a text prompt tokenized one id per byte.
 // Refusals must be 4xx (client_error.h).
 #include <cstddef>
 #include <cstdint>
@@ -11,6 +11,7 @@
 #include "chat_prompt.h"
 #include "client_error.h"
 #include "fuzz_server_options.h"
+#include "fuzz_targets.h"
 #include "server/chat_request.h"
 #include "server/completions_request.h"
 #include "server/errors.h"
@@ -30,7 +31,7 @@ void read_completion(const duet::server::Json& body) {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+int duet::fuzz::chat_request(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
   try {

@@ -4,10 +4,11 @@
 #include <cstdint>
 #include <string>
 
+#include "fuzz_targets.h"
 #include "image/data_url.h"
 #include "image/decode.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+int duet::fuzz::image_decode(const uint8_t* data, size_t size) {
   duet::image::Limits limits;
   limits.max_pixels = 1 << 22;  // a fuzzer's bomb must stay cheap
   try {

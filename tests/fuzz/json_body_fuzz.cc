@@ -1,14 +1,16 @@
-// libFuzzer target: request bodies as every POST route reads them first (parse_exact_json with the default limits:
-// depth, keys per object, values), then written out again, which recurses once per level: a body within the limits
-// must come back as JSON that parses to the same value; past them only JsonLimitError or a syntax error may escape.
+// A libFuzzer target (fuzz_targets.h): request bodies as every POST route reads them first (parse_exact_json with the
+// default limits: depth, keys per object, values), then written out again, which recurses once per level: a body within
+// the limits must come back as JSON that parses to the same value; past them only JsonLimitError or a syntax error may
+// escape.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
 
 #include "base/exact_json.h"
+#include "fuzz_targets.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+int duet::fuzz::json_body(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   nlohmann::ordered_json parsed;
   try {

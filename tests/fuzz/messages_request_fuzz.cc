@@ -1,8 +1,8 @@
-// libFuzzer target: a body as POST /v1/messages and /v1/messages/count_tokens read it. The first byte picks the
-// server's default thinking (bit 0) and the route (bit 1: count_tokens, whose body has no max_tokens); the rest is the
-// body, parsed by parse_json_body. Then as the route: parse_messages_request (text, image, tool_result, thinking and
-// tool_use blocks), the chat template over the conversation (chat_prompt.h), and each image part's data URL as the
-// decoder reads it (image/data_url.h). Refusals must be 4xx (client_error.h).
+// A libFuzzer target (fuzz_targets.h): a body as POST /v1/messages and /v1/messages/count_tokens read it. The first
+// byte picks the server's default thinking (bit 0) and the route (bit 1: count_tokens, whose body has no max_tokens);
+// the rest is the body, parsed by parse_json_body. Then as the route: parse_messages_request (text, image, tool_result,
+// thinking and tool_use blocks), the chat template over the conversation (chat_prompt.h), and each image part's data
+// URL as the decoder reads it (image/data_url.h). Refusals must be 4xx (client_error.h).
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -10,12 +10,13 @@
 #include "chat_prompt.h"
 #include "client_error.h"
 #include "fuzz_server_options.h"
+#include "fuzz_targets.h"
 #include "image/data_url.h"
 #include "image/image.h"
 #include "server/errors.h"
 #include "server/messages_request.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+int duet::fuzz::messages_request(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
   const duet::server::ServerOptions options = duet::fuzz::fuzz_server_options(data[0] & 1);

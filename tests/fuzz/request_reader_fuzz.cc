@@ -1,15 +1,16 @@
-// libFuzzer target: the HTTP request reader on arbitrary bytes, fed in pieces whose size the first byte picks (as a
-// socket delivers them), requests read one after another on the same bytes (pipelining). Every refusal must be an
-// ApiError with a 4xx or 5xx status; anything else escaping, or a sanitizer report, is a finding.
+// A libFuzzer target (fuzz_targets.h): the HTTP request reader on arbitrary bytes, fed in pieces whose size the first
+// byte picks (as a socket delivers them), requests read one after another on the same bytes (pipelining). Every refusal
+// must be an ApiError with a 4xx or 5xx status; anything else escaping, or a sanitizer report, is a finding.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <string_view>
 
+#include "fuzz_targets.h"
 #include "server/request_reader.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+int duet::fuzz::request_reader(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const size_t step = 1 + data[0] % 64;
   std::string_view bytes(reinterpret_cast<const char*>(data) + 1, size - 1);

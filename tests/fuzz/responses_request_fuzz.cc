@@ -1,8 +1,8 @@
-// libFuzzer target: a body as POST /v1/responses reads it. The first byte picks the server's default thinking (bit
-// 0) and the caller's key (bit 1: the stored response's owner or another key, who must not find it); the rest is the
-// body, parsed by parse_json_body. Then as the route: stored state resolved (previous_response_id, item_reference)
-// against a store holding one response, parse_responses_request, and the chat template over the conversation
-// (chat_prompt.h). Refusals must be 4xx (client_error.h).
+// A libFuzzer target (fuzz_targets.h): a body as POST /v1/responses reads it. The first byte picks the server's default
+// thinking (bit 0) and the caller's key (bit 1: the stored response's owner or another key, who must not find it); the
+// rest is the body, parsed by parse_json_body. Then as the route: stored state resolved (previous_response_id,
+// item_reference) against a store holding one response, parse_responses_request, and the chat template over the
+// conversation (chat_prompt.h). Refusals must be 4xx (client_error.h).
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -10,6 +10,7 @@
 #include "chat_prompt.h"
 #include "client_error.h"
 #include "fuzz_server_options.h"
+#include "fuzz_targets.h"
 #include "server/errors.h"
 #include "server/responses_request.h"
 #include "server/responses_state.h"
@@ -34,7 +35,7 @@ duet::server::ResponseStore& store() {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+int duet::fuzz::responses_request(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
   const duet::server::ServerOptions options = duet::fuzz::fuzz_server_options(data[0] & 1);

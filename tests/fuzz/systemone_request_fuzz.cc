@@ -1,7 +1,7 @@
-// libFuzzer target: a body as POST /v1/systemone reads it. The first byte picks the limits (bit 0: hosted or
-// reference) and the token budget (the other bits: 64 to 8,192 tokens, so prompts over it, truncated or refused, are
-// reached); the rest is the body. As the route: parse_decision_body, validate_decision_request, then the prompt
-// encoded (decision::encode_decision, one id per byte). Refusals must be DecisionErrors of 4xx (client_error.h).
+// A libFuzzer target (fuzz_targets.h): a body as POST /v1/systemone reads it. The first byte picks the limits (bit 0:
+// hosted or reference) and the token budget (the other bits: 64 to 8,192 tokens, so prompts over it, truncated or
+// refused, are reached); the rest is the body. As the route: parse_decision_body, validate_decision_request, then the
+// prompt encoded (decision::encode_decision, one id per byte). Refusals must be DecisionErrors of 4xx (client_error.h).
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -11,8 +11,9 @@
 #include "decision/encoder.h"
 #include "decision/errors.h"
 #include "decision/request.h"
+#include "fuzz_targets.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+int duet::fuzz::systemone_request(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   static const duet::fuzz::ByteTokenizer tokenizer;
   const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);

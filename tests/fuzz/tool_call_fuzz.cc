@@ -1,10 +1,12 @@
-// libFuzzer target: model output through the chat output parser (reasoning, content, <tool_call> blocks in the XML
-// or the JSON form, `arguments` strings holding JSON), pushed in pieces whose size the first byte picks, with a tool
-// whose schema types its parameters. Parsed arguments are written out as the routes do (dump recurses per level).
+// A libFuzzer target (fuzz_targets.h): model output through the chat output parser (reasoning, content, <tool_call>
+// blocks in the XML or the JSON form, `arguments` strings holding JSON), pushed in pieces whose size the first byte
+// picks, with a tool whose schema types its parameters. Parsed arguments are written out as the routes do (dump
+// recurses per level).
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
+#include "fuzz_targets.h"
 #include "server/tool_call_parser.h"
 
 namespace {
@@ -13,7 +15,7 @@ const nlohmann::ordered_json kTools = nlohmann::ordered_json::parse(R"([{"type":
   "n": {"type": "integer"}, "s": {"type": "string"}}}}}])");
 }
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+int duet::fuzz::tool_call(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const size_t step = 1 + data[0] % 32;
   const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
