@@ -1,11 +1,11 @@
 // libFuzzer's entry points for every target of fuzz_targets.h: LLVMFuzzerInitialize picks the one the environment's
 // DUET_FUZZ_TARGET names (the names scripts/fuzz.sh uses, e.g. json_body_fuzz) and refuses to start without one, so a
 // run never fuzzes a target other than the one it reports.
+#include "fuzz_targets.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
-
-#include "fuzz_targets.h"
 
 namespace {
 
