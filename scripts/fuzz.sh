@@ -16,9 +16,12 @@ build_dir=${2:-build-sanitize}
 shift $(($# < 2 ? $# : 2))
 command -v clang++ >/dev/null || { echo "clang++ is not installed: the fuzz targets are skipped"; exit 77; }
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(request_reader_fuzz json_body_fuzz tool_call_fuzz chat_request_fuzz
-  responses_request_fuzz messages_request_fuzz systemone_request_fuzz image_decode_fuzz)
-scripts/sanitize-build.sh "$build_dir" fuzz_targets
+# DUET_FUZZ_BUILT=1: the caller built fuzz_targets just now (scripts/sanitize.sh, which runs two of these at once in
+# the same build folder, where two builds at a time would race).
+[[ ${DUET_FUZZ_BUILT:-0} == 1 ]] || scripts/sanitize-build.sh "$build_dir" fuzz_targets
+# Every target by default, as the binary lists them (tests/fuzz/fuzz_targets.cc).
+[ ${#targets[@]} -gt 0 ] || mapfile -t targets < <(DUET_FUZZ_LIST=1 "$build_dir/tests/fuzz/fuzz_targets")
+[ ${#targets[@]} -gt 0 ] || { echo "fuzz: $build_dir/tests/fuzz/fuzz_targets listed no targets" >&2; exit 1; }
 out=$build_dir/fuzz
 status=0
 for name in "${targets[@]}"; do

@@ -1,6 +1,6 @@
 // libFuzzer's entry points for every target of fuzz_targets.h: LLVMFuzzerInitialize picks the one the environment's
 // DUET_FUZZ_TARGET names (the names scripts/fuzz.sh uses, e.g. json_body_fuzz) and refuses to start without one, so a
-// run never fuzzes a target other than the one it reports.
+// run never fuzzes a target other than the one it reports; with DUET_FUZZ_LIST set it prints the names and exits.
 #include "fuzz_targets.h"
 
 #include <cstdio>
@@ -29,6 +29,10 @@ Target chosen = nullptr;
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
+  if (std::getenv("DUET_FUZZ_LIST") != nullptr) {  // the targets' names, one a line (scripts/fuzz.sh, sanitize.sh)
+    for (const NamedTarget& t : kTargets) std::printf("%.*s\n", static_cast<int>(t.name.size()), t.name.data());
+    std::exit(0);
+  }
   const char* name = std::getenv("DUET_FUZZ_TARGET");
   for (const NamedTarget& t : kTargets)
     if (name != nullptr && t.name == name) chosen = t.target;
