@@ -28,8 +28,9 @@ for name in "${targets[@]}"; do
   mkdir -p "$out/corpus/$name"
   log="$out/$name.log"
   ran=0
-  (cd "$out" && DUET_FUZZ_TARGET=$name ../tests/fuzz/fuzz_targets -max_total_time="$seconds" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
-    -print_final_stats=1 "corpus/$name" "$OLDPWD/tests/fuzz/seeds/$name") >"$log" 2>&1 || ran=$?
+  (cd "$out" && DUET_FUZZ_TARGET=$name ../tests/fuzz/fuzz_targets -max_total_time="$seconds" -max_len=65536 \
+    -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 "corpus/$name" "$OLDPWD/tests/fuzz/seeds/$name") >"$log" 2>&1 ||
+    ran=$?
   echo "== $name, $seconds s: $(grep -E '^stat::number_of_executed_units' "$log" | awk '{print $2}') executions," \
     "$(grep -oE 'cov: [0-9]+ ft: [0-9]+' "$log" | tail -1), exit $ran"
   if [ "$ran" -ne 0 ]; then

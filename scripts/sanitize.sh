@@ -15,8 +15,9 @@ build_dir=${1:-build-sanitize}
 mapfile -t tests < <(grep -E '^[a-z_]+$' scripts/sanitized_tests.txt)
 
 # With clang++ the same build has the libFuzzer targets (fuzz_targets): their run, 10 s a target, is two jobs among
-# the tests (four targets each, first): as one job of about 95 s it outlasted all of the tests on the other core
-# (about 62 s once the grammar walks left this run), which left a core idle for half a minute.
+# the tests (half of the targets each, first), so that no one job is as long as all of the tests beside it: as one
+# job of 95 s it was about as long as the 14 binaries on the other core (95-116 s), and a little shorter tests would
+# have left that core idle at the end (docs/benchmarks.md, "Build time", eleventh pass: 104-109 s either way today).
 fuzz=()
 command -v clang++ >/dev/null && fuzz=(fuzz_targets)
 scripts/sanitize-build.sh "$build_dir" "${tests[@]}" "${fuzz[@]+"${fuzz[@]}"}"
