@@ -16,6 +16,15 @@ phase() {
   echo "=== test.sh +$(($(date +%s) - t0)) s: $* (CPU $cpu s so far; cores busy $(((busy - busy0) * 100 / (busy - busy0 + idle - idle0 + 1))) % since the last line)"
   busy0=$busy idle0=$idle
 }
+# This machine's speed now, on a fixed piece of work (SHA-256 of 256 MB of zeros, one core): the same run's CPU
+# seconds moved by 16 % from one run to the next on the dev machine (docs/benchmarks.md, "Build time", eleventh pass),
+# so a log's times are read beside this line, printed at the start and at the end.
+speed() {
+  local t=$(date +%s%N)
+  head -c 268435456 /dev/zero | sha256sum >/dev/null
+  echo "=== test.sh: machine speed: SHA-256 of 256 MB in $((($(date +%s%N) - t) / 1000000)) ms (one core)"
+}
+speed
 phase "apt: what the builds need (scripts/setup.sh --build-packages)"
 scripts/setup.sh --build-packages --no-build
 phase "the tests' packages and npm references, the sanitizer build (nice 19) and the release build, beside each other"
@@ -62,4 +71,5 @@ wait "$san" || san_status=$?
 tail -1 "$san_log"
 phase "the sanitizer tests and fuzz targets (scripts/sanitize.sh)"
 scripts/sanitize.sh build-sanitize
+speed
 phase "done"
