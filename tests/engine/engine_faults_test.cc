@@ -128,6 +128,9 @@ TEST(EngineFaults, TheListenerAnnouncesEventsAndNeverRunsAfterItIsCleared) {
   }
   EXPECT_EQ(tokens, 5);
   EXPECT_EQ(finished, 1);
+  // The announcements come from the notifier's thread after each step (engine/listener_notifier.h), a moment after
+  // try_next can already see the step's events: wait for them (a busy CI machine under ASan saw 4 of 5 at once).
+  for (int i = 0; i < 2000 && calls.load() < 5; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_GE(calls.load(), 5) << "every event pushed after the listener was set is announced";
   EXPECT_FALSE(handle->try_next()) << "nothing follows the FinishedEvent";
 
