@@ -9,8 +9,10 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "backend/penalty_counts.h"
 #include "backend/sampling_knobs.h"
 
 namespace duet::backend {
@@ -174,6 +176,15 @@ class StateStorage {
   // The prompt cache's host tier for this storage's snapshots and pages (HostStateTier). A backend without one refuses
   // by name (the default).
   virtual std::unique_ptr<HostStateTier> new_host_tier(int64_t snapshots, int64_t pages);
+  // The penalties' token counts per slot (backend/penalty_counts.h) for a vocabulary of `vocab` ids, all zero: made
+  // once at start (counted in the memory plan: Backend::penalty_counts_bytes). A storage without them refuses by name
+  // (the default), and so does update_counts before this.
+  virtual void prepare_counts(int32_t vocab);
+  // Applies a batch of updates, checked first (check_counts_updates: a bad one refuses the whole batch), its clears
+  // first (for_counts_updates). Ordered with the steps around it like copy_slot: a GPU updates on its step stream, only
+  // between steps (it refuses while a step is being captured into a graph). A step's SampleSpec::counts_slot reads the
+  // counts as the updates before the step left them.
+  virtual void update_counts(std::span<const CountsUpdate> updates);
 
  private:
   const Backend* owner_;
@@ -231,20 +242,24 @@ class MaskWriter {
   virtual void write(std::span<uint32_t> words) = 0;
 };
 
-// A row sampled where its logits are (Backend::sample): the request's sampling settings and the ids its penalties
-// look at, with the semantics of the CPU backend's sampler (cpu/sampler.h; the same token for the same logits), the
-// draw keyed by (seed, position).
+// OpenAI's logit_bias entry: added to the id's logit after the penalties.
+using LogitBias = std::pair<int32_t, float>;
+
+// A row sampled where its logits are (Backend::sample): the request's sampling settings and where the counts its
+// penalties read are, with the semantics of the CPU backend's sampler (cpu/sampler.h; the same token for the same
+// logits), the draw keyed by (seed, position).
 struct SampleSpec : SamplingKnobs {
   int32_t top_logprobs = -1;  // -1: none; 0: the sampled token's; n: also the n most likely
   uint64_t seed = 0;
   int64_t position = 0;
-  struct Penalty {
-    int32_t id = 0;
-    int32_t generated = 0;  // times generated so far
-    int32_t in_prompt = 0;  // nonzero: seen in the prompt (or generated)
-    float bias = 0.0f;      // logit_bias, added after the penalties
-  };
-  std::vector<Penalty> penalties;  // empty when no penalty is on and no logit_bias is given
+  // The slot of the step's storage whose penalty counts (StateStorage::update_counts) the penalties read; -1: none (no
+  // penalty is on, or nothing was seen).
+  int32_t counts_slot = -1;
+  // Ids generated before this row that the slot's counts do not hold yet, each one more generated: a verify row's
+  // earlier drafts in the same step (engine/draft_verify.h). Valid until the step ends.
+  std::span<const int32_t> extra_generated;
+  // logit_bias, each id once, added after the penalties. Valid until the step ends.
+  std::span<const LogitBias> logit_bias;
   // A structured output's token mask (grammar/token_mask.h): bit (id % 32) of word (id / 32) set where the id may be
   // drawn; every other logit is -inf after the penalties (cpu/sampler.h step 2c). Empty: no mask. Valid until the
   // step ends.
@@ -334,6 +349,12 @@ class Backend {
     return 0;
   }
   virtual size_t kv_page_bytes(const AttentionShape& shape) const = 0;  // one page of one attention layer (K and V)
+  // What StateStorage::prepare_counts(vocab) takes per slot (0: host counts that grow with the ids seen, a few bytes
+  // an id).
+  virtual size_t penalty_counts_bytes(int32_t vocab) const {
+    (void)vocab;
+    return 0;
+  }
 
   // Room for the activations of steps whose scratch needs up to `bytes` (the model sizes it from its widths and
   // the most rows a step will have): reserved before serving, so steps allocate nothing.

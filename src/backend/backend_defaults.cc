@@ -29,4 +29,12 @@ std::unique_ptr<HostStateTier> StateStorage::new_host_tier(int64_t, int64_t) {
        owner() != nullptr ? owner()->name() : "this");
 }
 
+void StateStorage::prepare_counts(int32_t) {
+  fail("the {} backend's state storage keeps no penalty counts", owner() != nullptr ? owner()->name() : "this");
+}
+
+void StateStorage::update_counts(std::span<const CountsUpdate>) {
+  fail("the {} backend's state storage keeps no penalty counts", owner() != nullptr ? owner()->name() : "this");
+}
+
 }  // namespace duet::backend

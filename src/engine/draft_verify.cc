@@ -6,16 +6,10 @@ std::vector<backend::SampleSpec> verify_specs(const Sequence& sequence) {
   const std::span<const int32_t> rows = sequence.verify_tokens();
   std::vector<backend::SampleSpec> specs;
   specs.reserve(rows.size());
-  const SamplingParams& params = sequence.sampling();
-  const bool penalized = engine::penalized(params);
-  // Only the penalties read the counts: the copy is made for penalized requests alone.
-  std::optional<TokenCounts> counts;
-  if (penalized) counts = sequence.counts();
-  const TokenCounts& now = penalized ? *counts : sequence.counts();
-  for (size_t t = 0; t < rows.size(); ++t) {
-    if (t > 0 && penalized) counts->add_generated(rows[t]);  // draft t - 1, as if accepted
-    specs.push_back(sample_spec(params, now, sequence.next_position() + static_cast<int64_t>(t)));
-  }
+  // Row t's extras are drafts 0..t-1 (rows 1..t): its slot's counts hold the tokens accepted before the step.
+  for (size_t t = 0; t < rows.size(); ++t)
+    specs.push_back(sample_spec(sequence.sampling(), *sequence.slot(),
+                                sequence.next_position() + static_cast<int64_t>(t), {}, rows.subspan(1, t)));
   return specs;
 }
 

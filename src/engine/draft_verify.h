@@ -33,7 +33,8 @@
 namespace duet::engine {
 
 // The draws of a verify piece's rows (the sequence's verify_tokens()): row t at position next_position() + t, with
-// the penalties counting drafts before it as generated, as plain decoding would count them once accepted.
+// the penalties counting drafts before it as generated (SampleSpec::extra_generated, beside the counts of the
+// sequence's slot), as plain decoding would count them once accepted. The specs view the sequence's verify tokens.
 std::vector<backend::SampleSpec> verify_specs(const Sequence& sequence);
 
 struct Verified {

@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "engine/block_manager.h"
+#include "engine/counts_sync.h"
 #include "engine/decision_workers.h"
 #include "engine/draft_policy.h"
 #include "engine/draft_verify.h"
@@ -172,7 +173,9 @@ struct Engine::Impl {
                                         plan.prompt_cache_snapshots)),
         blocks(options.parallel, plan.kv_pages + plan.prompt_cache_pages),
         scheduler(blocks, options.prefill_chunk, options.step_token_budget, options.finishing_step_factor),
+        counts_sync(options.parallel, static_cast<int32_t>(model.config().vocab_size)),
         mtp(checked_drafter(model, *storage, options)) {
+    storage->prepare_counts(static_cast<int32_t>(model.config().vocab_size));  // counted in the plan
     if (options.draft.kind != DraftKind::none && options.draft.measured) draft_policy.emplace(options.draft.tokens);
     if (options.vision)
       tower.emplace(*options.vision, model.config().hidden_size, std::max(0.0, options.vision_step_ms) / 1e3);
@@ -511,6 +514,7 @@ struct Engine::Impl {
     std::vector<std::vector<const backend::SampleSpec*>> row_spec_ptrs(planned.size());
     std::vector<model::Piece> pieces;
     pieces.reserve(planned.size());
+    std::vector<backend::CountsUpdate> counts_updates;  // the penalized sequences' tokens new since their last step
     int64_t prompt_tokens = 0;
     // The cache points inside each prompt's piece, written by the step; given back if it fails.
     std::optional<StepSnapshots> snapshots;
@@ -556,6 +560,11 @@ struct Engine::Impl {
       if (piece.samples && piece.is_prefill) forks[i] = scheduler.waiting_forks_of(*piece.sequence);
       if (piece.samples) {
         const Sequence& sequence = *piece.sequence;
+        // The slot's penalty counts, brought up to date when this sequence or a choice forked from it reads them: a
+        // fork's first draw is from this row, before it has a token of its own, so its counts are these.
+        if (penalized(sequence.sampling()) ||
+            std::any_of(forks[i].begin(), forks[i].end(), [](const Sequence* f) { return penalized(f->sampling()); }))
+          counts_sync.sync(slot, sequence.id(), sequence.request().prompt, sequence.generated(), counts_updates);
         if (verifies) {
           row_specs[i] = verify_specs(sequence);
           specs[i] = std::move(row_specs[i].back());
@@ -563,12 +572,12 @@ struct Engine::Impl {
           for (const backend::SampleSpec& spec : row_specs[i]) row_spec_ptrs[i].push_back(&spec);
           pieces.back().row_samples = row_spec_ptrs[i];
         } else {
-          specs[i] = sample_spec(sequence.sampling(), sequence.counts(), sequence.next_position());
+          specs[i] = sample_spec(sequence.sampling(), slot, sequence.next_position());
           specs[i].mask_writer = mask_writer(masks, *piece.sequence);
         }
         pieces.back().sample = &specs[i];
         for (Sequence* fork : forks[i]) {
-          fork_specs[i].push_back(sample_spec(fork->sampling(), fork->counts(), fork->next_position()));
+          fork_specs[i].push_back(sample_spec(fork->sampling(), slot, fork->next_position()));
           fork_specs[i].back().mask_writer = mask_writer(masks, *fork);
         }
         for (const backend::SampleSpec& spec : fork_specs[i]) fork_spec_ptrs[i].push_back(&spec);
@@ -576,6 +585,7 @@ struct Engine::Impl {
       }
       if (piece.is_prefill) prompt_tokens += static_cast<int64_t>(piece.tokens.size());
     }
+    send_counts(counts_updates);
     const auto started = Clock::now();
     step_times.forward();
     std::vector<model::PieceResult> results;
@@ -648,6 +658,18 @@ struct Engine::Impl {
     stats.prompt_tokens_total += prompt_tokens;
     stats.generated_tokens_total += generated;
     step_times.left(static_cast<int64_t>(planned.size()));
+  }
+
+  // A step's counts updates, before its forward reads them. A batch that fails leaves its slots' counts unknown: their
+  // next sync starts over.
+  void send_counts(std::span<const backend::CountsUpdate> updates) {
+    if (updates.empty()) return;
+    try {
+      storage->update_counts(updates);
+    } catch (...) {
+      for (const backend::CountsUpdate& u : updates) counts_sync.forget(u.slot);
+      throw;
+    }
   }
 
   // `--draft mtp`: whether a piece of this sequence starting at `position` runs its MTP rows after the step (its
@@ -1068,6 +1090,7 @@ struct Engine::Impl {
   Scheduler scheduler;                                // engine thread only
   std::optional<TowerRunner> tower;                   // engine thread only; with options.vision
   std::vector<Sequence*> in_step;  // engine thread only: the sequences of the step being run, failed if it throws
+  CountsSync counts_sync;          // engine thread only: what the storage's penalty counts hold
   std::optional<MtpDrafter> mtp;   // `--draft mtp` (engine thread only)
   // Engine thread only: with DraftOptions::measured, K per step from measured costs; the K the last drafting chose.
   std::optional<DraftPolicy> draft_policy;

@@ -97,9 +97,10 @@ MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options) 
   plan.model_positions = config.max_position_embeddings;
   plan.adapter_bytes = model.adapter_bytes();
   plan.sequences = options.parallel;
-  // With drafts, what the backend keeps per slot to take back a verify piece's rejected rows.
+  // The penalties' token counts of each slot, and with drafts what the backend keeps per slot to take back a verify
+  // piece's rejected rows.
   plan.state_bytes_per_sequence =
-      model.sequence_fixed_bytes() +
+      model.sequence_fixed_bytes() + model.sequence_counts_bytes() +
       (options.draft.kind == DraftKind::none ? 0 : model.sequence_rewind_bytes(verify_rows(options)));
   plan.kv_pages = planned_kv_pages(model, options);
   plan.kv_page_positions = model.kv_page_positions();
@@ -143,7 +144,8 @@ MemoryPlan plan_memory(const model::Model& model, const EngineOptions& options) 
 
 std::string MemoryPlan::describe() const {
   return fmt::format(
-      "context {} positions per sequence (model: {}); weights {}{} + state pool {} ({} sequences x {} GDN state + {} "
+      "context {} positions per sequence (model: {}); weights {}{} + state pool {} ({} sequences x {} GDN state and "
+      "penalty counts + {} "
       "KV pages x {} = {} tokens){} + workspace ~{}{}{} = {} (limit {} of {}){}{}",
       context, model_positions > 0 ? std::to_string(model_positions) : std::string("no max_position_embeddings"),
       mib(weight_bytes), adapter_bytes == 0 ? std::string() : " + adapter " + mib(adapter_bytes), mib(state_pool_bytes),

@@ -15,12 +15,13 @@ struct EngineOptions;
 
 struct MemoryPlan {
   size_t weight_bytes = 0;
-  int32_t context = 0;                  // positions per sequence
-  int64_t model_positions = 0;          // the model's max_position_embeddings (0: not given)
-  size_t adapter_bytes = 0;             // a runtime adapter's factors (--clef), beside the weights
-  int32_t sequences = 0;                // parallel
-  size_t state_bytes_per_sequence = 0;  // fixed per slot: GDN conv + delta-rule state (+ rewind copies, drafting)
-  int64_t kv_pages = 0;                 // the shared KV page pool
+  int32_t context = 0;          // positions per sequence
+  int64_t model_positions = 0;  // the model's max_position_embeddings (0: not given)
+  size_t adapter_bytes = 0;     // a runtime adapter's factors (--clef), beside the weights
+  int32_t sequences = 0;        // parallel
+  // fixed per slot: GDN conv + delta-rule state, the penalties' token counts (+ rewind copies, drafting)
+  size_t state_bytes_per_sequence = 0;
+  int64_t kv_pages = 0;  // the shared KV page pool
   int32_t kv_page_positions = 0;
   size_t kv_page_bytes = 0;
   size_t state_pool_bytes = 0;  // sequences * state_bytes_per_sequence + kv_pages * kv_page_bytes

@@ -15,7 +15,6 @@ Sequence::Sequence(uint64_t id, Request request, std::shared_ptr<RequestHandle> 
       tokenizer_(tokenizer),
       stop_matcher_(request_.sampling.stop) {
   if (tokenizer_ != nullptr) decoder_.emplace(*tokenizer_, request_.sampling.skip_special_tokens);
-  if (penalized(request_.sampling)) counts_.add_prompt(request_.prompt);
   if (request_.grammar) {
     matcher_ = std::make_unique<grammar::Matcher>(request_.grammar);
     grammar_started_ = !request_.grammar_after.has_value();
@@ -59,7 +58,6 @@ std::optional<FinishReason> Sequence::accept(const SampledToken& token, bool is_
     }
   }
   generated_.push_back(token.id);
-  if (penalized(request_.sampling)) counts_.add_generated(token.id);
   if (!first_token_at_) first_token_at_ = Clock::now();
   if (is_stop_token) {
     matched_stop_token_ = token.id;

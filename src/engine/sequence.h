@@ -48,9 +48,6 @@ class Sequence {
   const std::vector<int32_t>& generated() const { return generated_; }
   // Absolute position of the next token to sample (its seeded draw is keyed by it).
   int64_t next_position() const { return prompt_length() + static_cast<int64_t>(generated_.size()); }
-  // The penalties' view of its tokens, kept only when a penalty is on (sampler.h: penalized); empty otherwise: a
-  // hash set over the prompt and two hash updates a token that nothing would read.
-  const TokenCounts& counts() const { return counts_; }
 
   // A prompt with images (Request::images): its positions, rope delta and, once the tower ran, its image rows.
   bool has_images() const { return images_.has_value(); }
@@ -121,7 +118,6 @@ class Sequence {
   const tokenizer::Tokenizer* tokenizer_;
   std::optional<tokenizer::StreamDecoder> decoder_;
   StopMatcher stop_matcher_;
-  TokenCounts counts_;
   std::optional<int32_t> slot_;
   std::optional<uint64_t> fork_of_;
   std::optional<ImagePrompt> images_;

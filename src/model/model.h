@@ -152,6 +152,9 @@ class Model {
     (void)rows;
     return 0;
   }
+  // What the backend keeps per sequence for the penalties' token counts (StateStorage::prepare_counts, which the engine
+  // calls at start).
+  virtual size_t sequence_counts_bytes() const { return 0; }
   // Bytes of one sequence's fixed state plus the K/V of max_positions positions.
   virtual size_t sequence_state_bytes(int32_t max_positions) const = 0;
 

@@ -121,6 +121,10 @@ size_t Qwen35Model::sequence_rewind_bytes(int64_t rows) const {
   return static_cast<size_t>(gdn_layers_) * backend_->gdn_rewind_bytes(gdn_shape_, rows);
 }
 
+size_t Qwen35Model::sequence_counts_bytes() const {
+  return backend_->penalty_counts_bytes(static_cast<int32_t>(config_.vocab_size));
+}
+
 size_t Qwen35Model::sequence_state_bytes(int32_t max_positions) const {
   return sequence_fixed_bytes() + kv_page_bytes() / backend::kKvPagePositions * static_cast<size_t>(max_positions);
 }

@@ -35,6 +35,7 @@ class Qwen35Model final : public Model {
   size_t sequence_fixed_bytes() const override;
   size_t sequence_state_bytes(int32_t max_positions) const override;
   size_t sequence_rewind_bytes(int64_t rows) const override;
+  size_t sequence_counts_bytes() const override;
   backend::Backend* products_backend() const override {
     return backend_->has_host_products() ? backend_.get() : nullptr;
   }

@@ -10,11 +10,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
+#include <set>
 
 #include "../checkpoint/damaged_copies.h"
 #include "../model/golden_fixtures.h"
 #include "../model/piece_runs.h"
 #include "cuda_test_util.h"
+#include "engine/counts_sync.h"
 #include "graphed_runs.h"
 #include "model/model.h"
 
@@ -182,8 +185,11 @@ TEST(CudaExactLoading, F32GdnTensorsAreReadAsF32) {
 }
 
 // Decode steps replayed as CUDA graphs (step_graphs.h) give the bits of the same steps launched one by one. Two
-// sequences prefill, then decode and sample together (greedy, and seeded with penalties), with a step of one of them
-// alone in between (another graph), then together again (a replay); the whole run with graphs on and off.
+// sequences prefill, then decode and sample together (greedy, and seeded with penalties read from their slots' counts),
+// with a step of one of them alone in between (another graph), then together again (a replay); the whole run with
+// graphs on and off. Each step runs twice, on two storages of the same model: their penalty counts are at two
+// addresses, which the sampler takes as a kernel argument, so every switch must forget the graphs (the backend's
+// graphed_counts_; without it StepGraphs refuses to replay a graph captured with the other address).
 TEST_P(CudaModelTest, GraphedDecodeStepsEqualEagerOnes) {
   const Goldens goldens(testing::golden_fixture(GetParam(), "fp32"));
   const auto first = goldens.i32("len130.ids"), second = goldens.i32("len300.ids");
@@ -195,42 +201,59 @@ TEST_P(CudaModelTest, GraphedDecodeStepsEqualEagerOnes) {
   seeded.top_p = 0.9f;
   seeded.seed = 7;
   seeded.repetition_penalty = 1.1f;
-  seeded.penalties = {{first[0], 1, 1}, {first[1], 0, 1}};
-  auto run = [&](Model& model) {
-    std::vector<int32_t> out;
-    engine::PieceRunner runner(model, 2, 200);
-    const int32_t a = runner.open(), b = runner.open();
-    const Piece prefill[2] = {{.slot = a, .tokens = std::span(first).first(60), .wants = RowOutput::last_logits},
-                              {.slot = b, .tokens = std::span(second).first(33), .wants = RowOutput::last_logits}};
-    runner.run(prefill);
-    int32_t next_a = 1, next_b = 2;
-    for (int step = 0; step < 12; ++step) {
-      const bool alone = step == 5;
-      backend::SampleSpec spec_a = step % 2 ? seeded : greedy, spec_b = seeded;
-      spec_a.position = spec_b.position = 100 + step;
-      std::vector<Piece> pieces{{.slot = a,
-                                 .tokens = std::span(&next_a, 1),
-                                 .wants = RowOutput::sampled,
-                                 .role = backend::RowRole::decode,
-                                 .sample = &spec_a}};
-      if (!alone)
-        pieces.push_back({.slot = b,
-                          .tokens = std::span(&next_b, 1),
-                          .wants = RowOutput::sampled,
-                          .role = backend::RowRole::decode,
-                          .sample = &spec_b});
-      const auto results = runner.run(pieces);
-      next_a = results[0].sampled.id;
-      out.push_back(next_a);
-      out.push_back(std::bit_cast<int32_t>(results[0].sampled.logprob));
-      for (const auto& [id, logprob] : results[0].sampled.top)
-        out.insert(out.end(), {id, std::bit_cast<int32_t>(logprob)});
-      if (!alone) {
-        next_b = results[1].sampled.id;
-        out.insert(out.end(), {next_b, std::bit_cast<int32_t>(results[1].sampled.logprob)});
-      }
+  // Both slots' counts: first[0] generated once, first[1] in the prompt.
+  const backend::CountsUpdate counts[] = {{0, first[0], backend::CountsUpdate::Kind::generated},
+                                          {0, first[1], backend::CountsUpdate::Kind::prompt},
+                                          {1, first[0], backend::CountsUpdate::Kind::generated},
+                                          {1, first[1], backend::CountsUpdate::Kind::prompt}};
+  auto run_on = [&](engine::PieceRunner& runner, int step, int32_t& next_a, int32_t& next_b,
+                    std::vector<int32_t>& out) {
+    const int32_t a = 0, b = 1;
+    const bool alone = step == 5;
+    backend::SampleSpec spec_a = step % 2 ? seeded : greedy, spec_b = seeded;
+    spec_a.position = spec_b.position = 100 + step;
+    if (step % 2) spec_a.counts_slot = a;
+    spec_b.counts_slot = b;
+    std::vector<Piece> pieces{{.slot = a,
+                               .tokens = std::span(&next_a, 1),
+                               .wants = RowOutput::sampled,
+                               .role = backend::RowRole::decode,
+                               .sample = &spec_a}};
+    if (!alone)
+      pieces.push_back({.slot = b,
+                        .tokens = std::span(&next_b, 1),
+                        .wants = RowOutput::sampled,
+                        .role = backend::RowRole::decode,
+                        .sample = &spec_b});
+    const auto results = runner.run(pieces);
+    next_a = results[0].sampled.id;
+    out.push_back(next_a);
+    out.push_back(std::bit_cast<int32_t>(results[0].sampled.logprob));
+    for (const auto& [id, logprob] : results[0].sampled.top)
+      out.insert(out.end(), {id, std::bit_cast<int32_t>(logprob)});
+    if (!alone) {
+      next_b = results[1].sampled.id;
+      out.insert(out.end(), {next_b, std::bit_cast<int32_t>(results[1].sampled.logprob)});
     }
-    return out;
+  };
+  auto run = [&](Model& model) {
+    std::vector<int32_t> out[2];
+    std::optional<engine::PieceRunner> runners[2];
+    int32_t next_a[2] = {1, 1}, next_b[2] = {2, 2};
+    for (auto& runner : runners) {
+      runner.emplace(model, 2, 200);
+      const int32_t a = runner->open(), b = runner->open();
+      EXPECT_TRUE(a == 0 && b == 1) << "the counts above are for slots 0 and 1";
+      runner->storage().prepare_counts(static_cast<int32_t>(model.config().vocab_size));
+      runner->storage().update_counts(counts);
+      const Piece prefill[2] = {{.slot = a, .tokens = std::span(first).first(60), .wants = RowOutput::last_logits},
+                                {.slot = b, .tokens = std::span(second).first(33), .wants = RowOutput::last_logits}};
+      runner->run(prefill);
+    }
+    for (int step = 0; step < 12; ++step)
+      for (int r = 0; r < 2; ++r) run_on(*runners[r], step, next_a[r], next_b[r], out[r]);
+    EXPECT_EQ(out[0], out[1]) << "two storages with the same state gave other tokens";
+    return out[0];
   };
   const std::vector<int32_t> graphed = run(*model_);
   auto eager_model = load_without_graphs(GetParam());
@@ -241,22 +264,33 @@ TEST_P(CudaModelTest, GraphedDecodeStepsEqualEagerOnes) {
 
 // Issue 22's silent wrong tokens: with penalties on, the penalty table was placed after the page tables in the step
 // upload, so when the step's page total crossed a multiple of 64 (256-byte regions) the table moved while a replayed
-// decode graph kept reading the old place. Sixteen sequences of 200..245 prompt tokens hold 64 pages; decoding past
-// position 256 takes them to 80, one page at a time, while the same-shaped graph replays. Greedy with repetition,
-// presence and frequency penalties and a logit_bias: graphs on must equal graphs off token for token. The run also
-// checks that it did cross the boundary while replaying, and (the control) that the penalties change the tokens, so
-// a penalty table read from the wrong place would show.
+// decode graph kept reading the old place (the counts now live in the storage, the biases still go up with the step).
+// Sixteen sequences of 200..245 prompt tokens hold 64 pages; decoding past position 256 takes them to 80, one page at a
+// time, while the same-shaped graph replays. Greedy with repetition, presence and frequency penalties and a logit_bias:
+// graphs on must equal graphs off token for token. The run also checks that it did cross the boundary while replaying,
+// and (the control) that the penalties change the tokens, so a penalty table read from the wrong place would show.
 TEST_P(CudaModelTest, GraphsWithPenaltiesSurviveThePageTableGrowing) {
   const Goldens goldens(testing::golden_fixture(GetParam(), "fp32"));
   const std::vector<int32_t> source = goldens.i32("len300.ids");
   constexpr int kSequences = 16, kSteps = 48;
   auto run = [&](Model& model, bool penalize) {
     engine::PieceRunner runner(model, kSequences, 400);
+    const auto vocab = static_cast<int32_t>(model.config().vocab_size);
+    runner.storage().prepare_counts(vocab);
+    engine::CountsSync counts(kSequences, vocab);  // the slots' counts, as the engine keeps them
     const auto [slots, prompts] = prefill_slices(runner, source, kSequences, 3, 200, 3);
+    std::vector<std::vector<backend::LogitBias>> biases(kSequences);
+    for (int i = 0; i < kSequences; ++i)
+      for (int32_t id : std::set<int32_t>(prompts[i].begin(), prompts[i].end()))
+        if (id % 7 == 3) biases[i].push_back({id, 2.5f});
     std::vector<std::vector<int32_t>> generated(kSequences);
     std::vector<int32_t> next(kSequences, 1);
     int64_t pages_before = 0, crossings = 0;
     for (int step = 0; step < kSteps; ++step) {
+      std::vector<backend::CountsUpdate> updates;
+      for (int i = 0; i < kSequences && penalize; ++i)
+        counts.sync(slots[i], static_cast<uint64_t>(i), prompts[i], generated[i], updates);
+      if (!updates.empty()) runner.storage().update_counts(updates);
       std::vector<backend::SampleSpec> specs(kSequences);
       std::vector<Piece> pieces;
       int64_t pages = 0;
@@ -268,10 +302,8 @@ TEST_P(CudaModelTest, GraphsWithPenaltiesSurviveThePageTableGrowing) {
           spec.repetition_penalty = 1.3f;
           spec.presence_penalty = 0.5f;
           spec.frequency_penalty = 0.4f;
-          std::map<int32_t, int32_t> counts;
-          for (int32_t id : prompts[i]) counts.emplace(id, 0);
-          for (int32_t id : generated[i]) ++counts[id];
-          for (const auto& [id, count] : counts) spec.penalties.push_back({id, count, 1, id % 7 == 3 ? 2.5f : 0.0f});
+          spec.counts_slot = slots[i];
+          spec.logit_bias = biases[i];
         }
         const int64_t positions = spec.position + 1;
         pages += (positions + 63) / 64;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backend/cuda/sampling.h"
+#include "backend/penalty_counts.h"
 
 using namespace duet::backend::cuda;
 
@@ -170,17 +171,18 @@ int bench_real_rows(const char* file, int32_t vocab) {
       const SamplingRowParams& p = recorded[static_cast<size_t>(r)];
       std::printf(
           "%4d %8.3f %8.4f  recorded: temperature %g top_k %d top_p %g min_p %g seed %llu position %lld "
-          "top_logprobs %d penalties %d mask %lld\n",
+          "top_logprobs %d counts slot %d mask %lld\n",
           r, mx, sigma, p.temperature, p.top_k, p.top_p, p.min_p, static_cast<unsigned long long>(p.seed),
-          static_cast<long long>(p.position), p.top_logprobs, p.penalty_count, static_cast<long long>(p.mask_offset));
+          static_cast<long long>(p.position), p.top_logprobs, p.counts_slot, static_cast<long long>(p.mask_offset));
       for (const bool old : {false, true}) {
         SamplingRowParams q = p;
-        q.penalty_count = 0;  // the entries were not recorded (the bench's seeded rows have none)
+        q.counts_slot = -1;  // the counts, extras and biases were not recorded (the bench's seeded rows have none)
+        q.extra_count = q.bias_count = 0;
         q.mask_offset = -1;
         check(cudaMemcpy(params, &q, sizeof(q), cudaMemcpyHostToDevice), "params");
         SamplingTestHooks hooks;
         hooks.old_top_p = old;
-        launch_sample(logits, 1, vocab, params, nullptr, out, top, scratch, scratch_bytes, stream, hooks);
+        launch_sample(logits, 1, vocab, params, PenaltyTables{}, out, top, scratch, scratch_bytes, stream, hooks);
         DeviceSample result;
         check(cudaMemcpy(&result, out, sizeof(result), cudaMemcpyDeviceToHost), "out");
         std::printf("     replayed %s: id %d, %.1f us inside, %s\n", old ? "old " : "bins", result.id, result.ns / 1e3,
@@ -206,7 +208,7 @@ int bench_real_rows(const char* file, int32_t vocab) {
           cudaEventCreate(&a);
           cudaEventCreate(&b);
           cudaEventRecord(a, stream);
-          launch_sample(logits, 1, vocab, params, nullptr, out, top, scratch, scratch_bytes, stream, hooks);
+          launch_sample(logits, 1, vocab, params, PenaltyTables{}, out, top, scratch, scratch_bytes, stream, hooks);
           cudaEventRecord(b, stream);
           check(cudaEventSynchronize(b), "sample");
           float ms = 0;
@@ -243,9 +245,11 @@ int main(int argc, char** argv) {
   check(cudaMalloc(&logits, sizeof(float) * vocab * max_rows), "logits");
   SamplingRowParams* params = nullptr;
   check(cudaMalloc(&params, sizeof(SamplingRowParams) * max_rows), "params");
-  const int32_t penalties_per_row = 1200;  // a 1K-token prompt's distinct ids and some generated ones
-  PenaltyEntry* penalties = nullptr;
-  check(cudaMalloc(&penalties, sizeof(PenaltyEntry) * penalties_per_row * max_rows), "penalties");
+  const int32_t seen_per_row = 1200;  // a 1K-token prompt's distinct ids and some generated ones
+  uint32_t* counts = nullptr;         // [max_rows, vocab] count words, row r in slot r
+  check(cudaMalloc(&counts, sizeof(uint32_t) * vocab * max_rows), "counts");
+  BiasEntry* biases = nullptr;
+  check(cudaMalloc(&biases, sizeof(BiasEntry) * (seen_per_row / 50) * max_rows), "biases");
   DeviceSample* out = nullptr;
   check(cudaMalloc(&out, sizeof(DeviceSample) * max_rows), "out");
   DeviceTopLogprob* top = nullptr;
@@ -255,14 +259,18 @@ int main(int argc, char** argv) {
   check(cudaMalloc(&scratch, scratch_bytes), "scratch");
 
   std::mt19937 rng(5);
-  std::vector<PenaltyEntry> host_penalties(static_cast<size_t>(penalties_per_row) * max_rows);
-  for (size_t i = 0; i < host_penalties.size(); ++i) {
-    const int32_t row_index = static_cast<int32_t>(i % penalties_per_row);
-    host_penalties[i] = PenaltyEntry{row_index * 197 % vocab, static_cast<int32_t>(i % 3), 1, i % 50 == 0 ? 1.5f : 0.f};
+  std::vector<uint32_t> host_counts(static_cast<size_t>(vocab) * max_rows, 0u);
+  std::vector<BiasEntry> host_biases;
+  for (size_t i = 0; i < static_cast<size_t>(seen_per_row) * max_rows; ++i) {
+    const int32_t id = static_cast<int32_t>(i % seen_per_row) * 197 % vocab;
+    host_counts[i / seen_per_row * vocab + id] = duet::backend::kCountsInPrompt | static_cast<uint32_t>(i % 3);
+    if (i % 50 == 0) host_biases.push_back(BiasEntry{id, 1.5f});
   }
-  check(cudaMemcpy(penalties, host_penalties.data(), host_penalties.size() * sizeof(PenaltyEntry),
-                   cudaMemcpyHostToDevice),
-        "penalties");
+  check(cudaMemcpy(counts, host_counts.data(), host_counts.size() * sizeof(uint32_t), cudaMemcpyHostToDevice),
+        "counts");
+  check(cudaMemcpy(biases, host_biases.data(), host_biases.size() * sizeof(BiasEntry), cudaMemcpyHostToDevice),
+        "biases");
+  const PenaltyTables tables{counts, vocab, nullptr, biases};
 
   const std::vector<Setting> settings = {
       {"greedy", 0.0f, 1.0f, 0.0f, 0, false},
@@ -304,8 +312,9 @@ int main(int argc, char** argv) {
           if (s.penalties) {
             p[r].repetition_penalty = 1.1f;
             p[r].frequency_penalty = 0.2f;
-            p[r].penalty_offset = r * penalties_per_row;
-            p[r].penalty_count = penalties_per_row;
+            p[r].counts_slot = r;
+            p[r].bias_offset = r * (seen_per_row / 50);
+            p[r].bias_count = seen_per_row / 50;
           }
         }
         check(cudaMemcpy(params, p.data(), p.size() * sizeof(SamplingRowParams), cudaMemcpyHostToDevice), "params");
@@ -317,7 +326,7 @@ int main(int argc, char** argv) {
           std::vector<float> times;
           for (int rep = 0; rep < 10; ++rep) {
             cudaEventRecord(a, stream);
-            launch_sample(logits, rows, vocab, params, s.penalties ? penalties : nullptr, out, top, scratch,
+            launch_sample(logits, rows, vocab, params, s.penalties ? tables : PenaltyTables{}, out, top, scratch,
                           scratch_bytes, stream, hooks);
             cudaEventRecord(b, stream);
             check(cudaEventSynchronize(b), "sample");

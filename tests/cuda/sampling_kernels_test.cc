@@ -1,11 +1,12 @@
-// The device sampler (sampling.cu) against the CPU sampler itself (engine::sample_token, which reports raw_logprob
-// and raw_top_logprobs) on the same logits, parameters, token counts and positions: ids equal, logprobs within 1e-5
-// (plus two float ulps where |logprob| is so large that one ulp alone exceeds 1e-5), top-logprob ids equal.
+// The device sampler (sampling.cu) against the CPU sampler itself (backend::cpu::sample_row, which reports raw_logprob
+// and raw_top_logprobs) on the same logits, parameters, token counts (a slot's count words on the device, the host's
+// PenaltyCounts on the CPU), extra ids and positions: ids equal, logprobs within 1e-5 (plus two float ulps where
+// |logprob| is so large that one ulp alone exceeds 1e-5), top-logprob ids equal.
 //
-// Rows: normal logits at several scales, BF16-rounded logits (many exact ties), rows of five distinct values (ties
-// everywhere), rows where every logit is equal (top-p sums land exactly on the target), rows with a few huge values,
-// rows with -inf, NaN and signed zeros. Parameters: greedy, temperature alone, top-k (inside and beyond one tile),
-// top-p, min-p, all together, each penalty, with prompt and generated ids. The test hooks shrink the tile and force
+// Rows (sampling_cases.h, shared with the cluster emulator): normal, BF16-rounded, few-valued, all-equal, huge and
+// masked logits; greedy, temperature alone, top-k (inside and beyond one tile), top-p, min-p, all together, each
+// penalty, with prompt and generated ids, logit_bias, and the same rows as verify rows whose last generated ids are
+// extras instead of counted (the same draws). The test hooks shrink the tile and force
 // the stream path, so a 512-wide vocabulary takes every path a 248,320-wide one takes. Also: row invariance (a row
 // alone and inside a batch of 33), and a planted fault (the draw flipped to 1 - u) that must change ids. Top-p rows
 // without top-k take the binned path first (sampling_binned.h): it must decide most flat rows, agree with the radix
@@ -32,238 +33,59 @@
 #include "backend/cuda/sampling.h"
 #include "cuda_test_util.h"
 #include "device_exp.h"
-#include "engine/sampler.h"
+#include "sampling_cases.h"
 
 namespace duet::backend::cuda {
 namespace {
 
 using ::duet::testing::DeviceBuffer;
-using ::duet::testing::round_bf16;
-
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-// ---- cases
-
-struct Case {
-  std::vector<float> logits;
-  engine::SamplingParams params;
-  std::vector<int32_t> prompt;
-  std::vector<int32_t> generated;  // in order, with repeats
-  int64_t position = 0;
-  std::string label;
-
-  engine::TokenCounts counts() const {
-    engine::TokenCounts c;
-    c.add_prompt(prompt);
-    for (int32_t id : generated) c.add_generated(id);
-    return c;
-  }
-};
-
-enum class Kind { normal, bf16, few_values, all_equal, huge, masked };
-const Kind kKinds[] = {Kind::normal, Kind::bf16, Kind::few_values, Kind::all_equal, Kind::huge, Kind::masked};
-
-template <typename T>
-T pick(std::mt19937_64& rng, std::initializer_list<T> values) {
-  return *(values.begin() + static_cast<std::ptrdiff_t>(rng() % values.size()));
-}
-
-std::vector<float> make_logits(Kind kind, int32_t vocab, std::mt19937_64& rng, std::string& label) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(vocab));
-  const auto at = [&] { return static_cast<size_t>(rng() % static_cast<uint64_t>(vocab)); };
-  switch (kind) {
-    case Kind::normal: {
-      const float scale = pick(rng, {0.5f, 2.0f, 8.0f});
-      for (float& x : v) x = scale * normal(rng);
-      label = "normal*" + std::to_string(scale);
-      break;
-    }
-    case Kind::bf16: {
-      const float scale = pick(rng, {1.0f, 4.0f});
-      for (float& x : v) x = round_bf16(scale * normal(rng));
-      label = "bf16*" + std::to_string(scale);
-      break;
-    }
-    case Kind::few_values: {
-      const float values[] = {-1.5f, -0.5f, 0.0f, 0.75f, 2.0f};
-      for (float& x : v) x = values[rng() % 5];
-      label = "few_values";
-      break;
-    }
-    case Kind::all_equal:
-      std::fill(v.begin(), v.end(), 0.25f);
-      label = "all_equal";
-      break;
-    case Kind::huge:
-      for (float& x : v) x = normal(rng);
-      if (rng() % 2 == 0) {
-        v[at()] = 1e4f;  // two equal maxima and a near one
-        v[at()] = 1e4f;
-        v[at()] = 9999.0f;
-        label = "huge_1e4";
-      } else {
-        v[at()] = 1e30f;
-        label = "huge_1e30";
-      }
-      break;
-    case Kind::masked:
-      for (float& x : v) {
-        const uint64_t r = rng() % 100;
-        x = r < 30 ? -kInf : r < 31 ? kNaN : r < 33 ? 0.0f : r < 35 ? -0.0f : 2.0f * normal(rng);
-      }
-      label = "masked";
-      break;
-  }
-  return v;
-}
-
-struct Recipe {
-  const char* name;
-  float temperature;
-  int32_t top_k;  // -1: vocab - 1, -2: vocab / 2
-  float top_p;
-  float min_p;
-  float repetition;
-  float presence;
-  float frequency;
-};
-const Recipe kRecipes[] = {
-    {"greedy", 0.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
-    {"greedy_penalties", 0.0f, 0, 1.0f, 0.0f, 1.3f, 0.4f, 0.2f},
-    {"t1", 1.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
-    {"t0.7", 0.7f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
-    {"t1.5_k1", 1.5f, 1, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
-    {"t1_k2", 1.0f, 2, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
-    {"t0.8_k40", 0.8f, 40, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
-    {"t1_k3000", 1.0f, 3000, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
-    {"t1.1_khalf", 1.1f, -2, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
-    {"t1_kvocab-1", 1.0f, -1, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
-    {"t1_p0.9", 1.0f, 0, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f},
-    {"t0.7_p0.5", 0.7f, 0, 0.5f, 0.0f, 1.0f, 0.0f, 0.0f},
-    {"t1.2_p0.999", 1.2f, 0, 0.999f, 0.0f, 1.0f, 0.0f, 0.0f},
-    {"t1_p0.05", 1.0f, 0, 0.05f, 0.0f, 1.0f, 0.0f, 0.0f},
-    {"t1_minp0.05", 1.0f, 0, 1.0f, 0.05f, 1.0f, 0.0f, 0.0f},
-    {"t1.5_minp0.2", 1.5f, 0, 1.0f, 0.2f, 1.0f, 0.0f, 0.0f},
-    {"t1_minp1", 1.0f, 0, 1.0f, 1.0f, 1.0f, 0.0f, 0.0f},
-    {"t2_minp0.001", 2.0f, 0, 1.0f, 0.001f, 1.0f, 0.0f, 0.0f},
-    {"t1_p0.9_minp0.5", 1.0f, 0, 0.9f, 0.5f, 1.0f, 0.0f, 0.0f},  // a wide nucleus that min-p cuts to a few
-    {"all", 0.9f, 50, 0.9f, 0.02f, 1.0f, 0.0f, 0.0f},
-    {"all_big", 1.3f, -2, 0.95f, 0.001f, 1.0f, 0.0f, 0.0f},
-    {"rep1.3", 1.0f, 0, 1.0f, 0.0f, 1.3f, 0.0f, 0.0f},
-    {"rep0.8_p0.9", 0.6f, 0, 0.9f, 0.0f, 0.8f, 0.0f, 0.0f},
-    {"presence_frequency", 1.0f, 0, 1.0f, 0.0f, 1.0f, 0.5f, 0.3f},
-    {"negative_presence_k20", 0.5f, 20, 1.0f, 0.0f, 1.0f, -0.5f, 1.0f},
-    {"everything", 0.8f, 100, 0.92f, 0.01f, 1.2f, 0.3f, 0.2f},
-    {"logit_bias", 0.9f, 0, 1.0f, 0.0f, 1.3f, 0.2f, 0.1f},  // biases set by add_logit_bias
-};
-
-// OpenAI's logit_bias on ids the penalties also touch and on one they do not: a ban, a force, small shifts.
-void add_logit_bias(Case& c) {
-  std::map<int32_t, float> bias;
-  const float shifts[] = {-100.0f, 2.5f, 100.0f};
-  for (size_t i = 0; i < c.prompt.size() && i < 3; ++i) bias[c.prompt[i]] = shifts[i];
-  if (!c.generated.empty()) bias[c.generated.front()] = -1.5f;
-  bias[static_cast<int32_t>(c.logits.size()) - 1] = 3.0f;
-  c.params.logit_bias.assign(bias.begin(), bias.end());
-}
-
-engine::SamplingParams params_of(const Recipe& r, int32_t vocab, std::mt19937_64& rng) {
-  engine::SamplingParams p;
-  p.temperature = r.temperature;
-  p.top_k = r.top_k == -1 ? vocab - 1 : r.top_k == -2 ? vocab / 2 : r.top_k;
-  p.top_p = r.top_p;
-  p.min_p = r.min_p;
-  p.repetition_penalty = r.repetition;
-  p.presence_penalty = r.presence;
-  p.frequency_penalty = r.frequency;
-  p.seed = rng();
-  p.top_logprobs = pick(rng, {-1, 0, 1, 5, 20});
-  return p;
-}
-
-// Prompt ids and generated ids (with repeats), some of them among the most likely tokens so penalties matter.
-void add_history(Case& c, std::mt19937_64& rng) {
-  const auto vocab = static_cast<int32_t>(c.logits.size());
-  std::vector<int32_t> best(c.logits.size());
-  for (int32_t i = 0; i < vocab; ++i) best[static_cast<size_t>(i)] = i;
-  const size_t keep = std::min<size_t>(8, best.size());
-  std::partial_sort(best.begin(), best.begin() + static_cast<std::ptrdiff_t>(keep), best.end(),
-                    [&](int32_t a, int32_t b) {
-                      const float x = std::isnan(c.logits[a]) ? -kInf : c.logits[a],
-                                  y = std::isnan(c.logits[b]) ? -kInf : c.logits[b];
-                      return x > y || (x == y && a < b);
-                    });
-  const auto any = [&] { return static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab)); };
-  const auto likely = [&] { return best[rng() % keep]; };
-  const size_t prompt = rng() % 40, generated = rng() % 20;
-  for (size_t i = 0; i < prompt; ++i) c.prompt.push_back(rng() % 3 == 0 ? likely() : any());
-  std::vector<int32_t> pool = {likely(), likely(), any(), any()};
-  for (size_t i = 0; i < generated; ++i) c.generated.push_back(rng() % 2 == 0 ? pool[rng() % pool.size()] : any());
-}
-
-std::vector<Case> make_cases(int32_t vocab, int reps, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<Case> cases;
-  for (int rep = 0; rep < reps; ++rep) {
-    for (Kind kind : kKinds) {
-      for (const Recipe& r : kRecipes) {
-        Case c;
-        std::string label;
-        c.logits = make_logits(kind, vocab, rng, label);
-        c.params = params_of(r, vocab, rng);
-        c.position = static_cast<int64_t>(rng() % 100000);
-        add_history(c, rng);
-        if (std::string(r.name) == "logit_bias") add_logit_bias(c);
-        c.label = label + "/" + r.name + " vocab " + std::to_string(vocab);
-        cases.push_back(std::move(c));
-      }
-    }
-  }
-  return cases;
-}
+using ::duet::testing::sampling::Case;
+using ::duet::testing::sampling::kInf;
+using ::duet::testing::sampling::kNaN;
+using ::duet::testing::sampling::kRecipes;
+using ::duet::testing::sampling::make_cases;
+using ::duet::testing::sampling::Recipe;
+using ::duet::testing::sampling::with_extras;
 
 // ---- running both samplers
 
-SamplingRowParams row_params(const Case& c, int32_t offset, int32_t count) {
+// Row r reads slot r of the counts, its extras and biases at the given offsets.
+SamplingRowParams row_params(const Case& c, int32_t slot, int32_t extra_offset, int32_t bias_offset) {
+  const SampleSpec spec = c.spec(slot);
   SamplingRowParams r;
-  r.temperature = c.params.temperature;
-  r.top_k = c.params.top_k;
-  r.top_p = c.params.top_p;
-  r.min_p = c.params.min_p;
-  r.repetition_penalty = c.params.repetition_penalty;
-  r.presence_penalty = c.params.presence_penalty;
-  r.frequency_penalty = c.params.frequency_penalty;
-  r.top_logprobs = c.params.top_logprobs;
-  r.seed = c.params.seed;
-  r.position = c.position;
-  r.penalty_offset = offset;
-  r.penalty_count = count;
+  static_cast<SamplingKnobs&>(r) = spec;
+  r.top_logprobs = spec.top_logprobs;
+  r.seed = spec.seed;
+  r.position = spec.position;
+  r.counts_slot = spec.counts_slot;
+  r.extra_offset = extra_offset;
+  r.extra_count = static_cast<int32_t>(spec.extra_generated.size());
+  r.bias_offset = bias_offset;
+  r.bias_count = static_cast<int32_t>(spec.logit_bias.size());
   return r;
 }
 
-// engine::TokenCounts flattened: one entry per id seen.
-std::vector<PenaltyEntry> penalty_entries(const Case& c) {
-  std::map<int32_t, PenaltyEntry> by_id;
-  for (int32_t id : c.prompt) {
-    PenaltyEntry& e = by_id[id];
-    e.id = id;
-    e.in_prompt = 1;
+// The tables of a batch of cases, as the backend uploads them: row r's counts in slot r, extras and biases packed.
+struct HostTables {
+  std::vector<uint32_t> counts;
+  std::vector<int32_t> extra_ids;
+  std::vector<BiasEntry> biases;
+  std::vector<SamplingRowParams> params;
+};
+HostTables host_tables(const std::vector<const Case*>& cases) {
+  HostTables t;
+  for (size_t r = 0; r < cases.size(); ++r) {
+    const Case& c = *cases[r];
+    const std::vector<uint32_t> words = c.count_words();
+    t.counts.insert(t.counts.end(), words.begin(), words.end());
+    t.params.push_back(row_params(c, static_cast<int32_t>(r), static_cast<int32_t>(t.extra_ids.size()),
+                                  static_cast<int32_t>(t.biases.size())));
+    t.extra_ids.insert(t.extra_ids.end(), c.extra.begin(), c.extra.end());
+    for (const auto& [id, bias] : c.params.logit_bias) t.biases.push_back(BiasEntry{id, bias});
   }
-  for (int32_t id : c.generated) {
-    PenaltyEntry& e = by_id[id];
-    e.id = id;
-    ++e.generated;
-  }
-  for (const auto& [id, bias] : c.params.logit_bias) {  // merged into the entry of its id, as sample_spec does
-    PenaltyEntry& e = by_id[id];
-    e.id = id;
-    e.bias = bias;
-  }
-  std::vector<PenaltyEntry> out;
-  for (const auto& [id, e] : by_id) out.push_back(e);
-  return out;
+  if (t.extra_ids.empty()) t.extra_ids.push_back(0);  // a buffer to point at
+  if (t.biases.empty()) t.biases.push_back(BiasEntry{});
+  return t;
 }
 
 struct GpuRun {
@@ -279,19 +101,16 @@ GpuRun run_gpu(const std::vector<const Case*>& cases, const SamplingTestHooks& h
   const auto rows = static_cast<int32_t>(cases.size());
   const auto vocab = static_cast<int32_t>(cases.front()->logits.size());
   std::vector<float> logits(static_cast<size_t>(rows) * vocab);
-  std::vector<SamplingRowParams> params;
-  std::vector<PenaltyEntry> entries;
-  for (int32_t r = 0; r < rows; ++r) {
+  for (int32_t r = 0; r < rows; ++r)
     std::copy(cases[r]->logits.begin(), cases[r]->logits.end(),
               logits.begin() + static_cast<std::ptrdiff_t>(r) * vocab);
-    const std::vector<PenaltyEntry> mine = penalty_entries(*cases[r]);
-    params.push_back(row_params(*cases[r], static_cast<int32_t>(entries.size()), static_cast<int32_t>(mine.size())));
-    entries.insert(entries.end(), mine.begin(), mine.end());
-  }
-  if (entries.empty()) entries.push_back(PenaltyEntry{});
+  const HostTables t = host_tables(cases);
   DeviceBuffer<float> d_logits(logits);
-  DeviceBuffer<SamplingRowParams> d_params(params);
-  DeviceBuffer<PenaltyEntry> d_entries(entries);
+  DeviceBuffer<SamplingRowParams> d_params(t.params);
+  DeviceBuffer<uint32_t> d_counts(t.counts);
+  DeviceBuffer<int32_t> d_extra_ids(t.extra_ids);
+  DeviceBuffer<BiasEntry> d_biases(t.biases);
+  const PenaltyTables tables{d_counts.get(), vocab, d_extra_ids.get(), d_biases.get()};
   DeviceBuffer<DeviceSample> d_out(static_cast<size_t>(rows));
   DeviceBuffer<DeviceTopLogprob> d_top(static_cast<size_t>(rows) * kMaxTopLogprobs);
   const size_t bytes = sampling_scratch_bytes(rows, vocab);
@@ -303,8 +122,8 @@ GpuRun run_gpu(const std::vector<const Case*>& cases, const SamplingTestHooks& h
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
   cudaEventRecord(start);
-  launch_sample(d_logits.get(), rows, vocab, d_params.get(), d_entries.get(), d_out.get(), d_top.get(), scratch.get(),
-                bytes, nullptr, hooks);
+  launch_sample(d_logits.get(), rows, vocab, d_params.get(), tables, d_out.get(), d_top.get(), scratch.get(), bytes,
+                nullptr, hooks);
   cudaEventRecord(stop);
   if (watchdog_s > 0) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(watchdog_s);
@@ -338,19 +157,18 @@ bool logprob_close(float got, float want) {
 
 // Empty when the device result is the CPU's; else what differs.
 std::string compare(const Case& c, const DeviceSample& got, const DeviceTopLogprob* top) {
-  const engine::TokenCounts counts = c.counts();
-  const engine::SampledToken want = engine::sample_token(c.logits, c.params, counts, c.position);
+  const SampledRow want = c.cpu();
   std::ostringstream err;
   if (got.id != want.id) err << "id " << got.id << " != cpu " << want.id << "; ";
   if (c.params.top_logprobs >= 0) {
-    if (!logprob_close(got.logprob, *want.logprob)) err << "logprob " << got.logprob << " != " << *want.logprob << "; ";
-    if (got.top_count != static_cast<int32_t>(want.top_logprobs.size())) {
-      err << "top_count " << got.top_count << " != " << want.top_logprobs.size() << "; ";
+    if (!logprob_close(got.logprob, want.logprob)) err << "logprob " << got.logprob << " != " << want.logprob << "; ";
+    if (got.top_count != static_cast<int32_t>(want.top.size())) {
+      err << "top_count " << got.top_count << " != " << want.top.size() << "; ";
     } else {
       for (int32_t j = 0; j < got.top_count; ++j) {
-        const engine::TokenLogprob& w = want.top_logprobs[static_cast<size_t>(j)];
-        if (top[j].id != w.id || !logprob_close(top[j].logprob, w.logprob)) {
-          err << "top[" << j << "] (" << top[j].id << ", " << top[j].logprob << ") != (" << w.id << ", " << w.logprob
+        const auto& [id, logprob] = want.top[static_cast<size_t>(j)];
+        if (top[j].id != id || !logprob_close(top[j].logprob, logprob)) {
+          err << "top[" << j << "] (" << top[j].id << ", " << top[j].logprob << ") != (" << id << ", " << logprob
               << "); ";
           break;
         }
@@ -412,6 +230,7 @@ void expect_parity(const std::vector<Case>& cases, const SamplingTestHooks& hook
 TEST(Sampling, MatchesCpuSamplerVocab512) {
   DUET_REQUIRE_GPU();
   expect_parity(make_cases(512, 8, 1), {}, kPathGreedy | kPathSorted | kPathTile | kPathBinned);
+  expect_parity(with_extras(make_cases(512, 8, 1)), {}, kPathGreedy | kPathSorted | kPathTile | kPathBinned);
   SamplingTestHooks old;
   old.old_top_p = true;
   expect_parity(make_cases(512, 8, 1), old, kPathGreedy | kPathSorted | kPathTile | kPathExactTopP);
@@ -429,8 +248,7 @@ TEST(Sampling, DISABLED_RowByRowWatchdog) {
     const Case& c = cases[i];
     std::ostringstream what;
     what << "row " << i << " [" << c.label << "] top_k " << c.params.top_k << " top_p " << c.params.top_p << " min_p "
-         << c.params.min_p << " top_logprobs " << c.params.top_logprobs << " penalty entries "
-         << penalty_entries(c).size();
+         << c.params.min_p << " top_logprobs " << c.params.top_logprobs << " ids seen " << c.counts().words().size();
     return what.str();
   };
   for (const bool old : {false, true}) {
@@ -723,6 +541,42 @@ TEST(Sampling, EachPenaltyMovesTheArgmaxAsTheCpu) {
     EXPECT_EQ(run.out[r].id, want[r]) << cases[r].label;
     EXPECT_EQ(compare(cases[r], run.out[r], &run.top[r * kMaxTopLogprobs]), "");
   }
+}
+
+// A verify row's extra ids and the biases decide these greedy picks: each must move the argmax as the CPU does, with
+// an extra id repeated and one the slot already counts, and a bias given twice for one id (added in order).
+TEST(Sampling, ExtrasAndBiasesMoveTheArgmaxAsTheCpu) {
+  DUET_REQUIRE_GPU();
+  std::vector<Case> cases;
+  for (int kind = 0; kind < 4; ++kind) {
+    Case c;
+    c.logits.assign(512, 0.0f);
+    c.logits[10] = 3.0f;
+    c.logits[20] = 2.5f;
+    c.params.temperature = 0.0f;
+    c.params.top_logprobs = 2;
+    c.params.frequency_penalty = 0.2f;
+    c.generated = {10};                                                 // 3 - 0.2 = 2.8: still 10 without extras
+    if (kind == 0) c.extra = {10, 10};                                  // 3 - 0.6 = 2.4 < 2.5
+    if (kind == 1) c.extra = {7, 10, 7, 10};                            // the same with another id between
+    if (kind == 2) c.params.logit_bias = {{20, 0.25f}, {20, 0.125f}};   // 2.5 + 0.375 = 2.875 > 2.8
+    if (kind == 3) c.extra = {20}, c.params.logit_bias = {{10, 0.5f}};  // 2.3 against 3.3
+    c.label = "extras and biases kind " + std::to_string(kind);
+    cases.push_back(std::move(c));
+  }
+  std::vector<const Case*> ptrs;
+  for (const Case& c : cases) ptrs.push_back(&c);
+  const GpuRun run = run_gpu(ptrs);
+  const int32_t want[] = {20, 20, 20, 10};
+  for (size_t r = 0; r < cases.size(); ++r) {
+    EXPECT_EQ(cases[r].cpu().id, want[r]) << cases[r].label << ": the CPU itself";
+    EXPECT_EQ(run.out[r].id, want[r]) << cases[r].label;
+    EXPECT_EQ(compare(cases[r], run.out[r], &run.top[r * kMaxTopLogprobs]), "");
+  }
+  // The control: without its extras a row draws 10, so a kernel that dropped them would show.
+  Case without = cases[0];
+  without.extra.clear();
+  EXPECT_EQ(without.cpu().id, 10);
 }
 
 // How often CUDA's double exp and the host's differ (the one operation the certified bounds allow for rather than

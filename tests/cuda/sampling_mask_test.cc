@@ -30,33 +30,41 @@ struct Row {
   int64_t position = 0;
 };
 
-engine::TokenCounts counts_of(const Row& r) {
-  engine::TokenCounts c;
-  for (int32_t id : r.generated) c.add_generated(id);
+backend::PenaltyCounts counts_of(const Row& r) {
+  backend::PenaltyCounts c;
+  for (int32_t id : r.generated) c.add(CountsUpdate::Kind::generated, id);
   return c;
 }
 
-// The counts' entries as the kernel takes them (what the engine's sample_spec copies, without the biases).
-void append_penalty_entries(const engine::TokenCounts& c, std::vector<PenaltyEntry>& entries) {
-  for (const auto& e : c.entries()) entries.push_back(PenaltyEntry{e.id, e.generated, 0, 0.0f});
+// Row k's settings, its counts in slot k (when a penalty is on, as the engine's sample_spec gives them).
+SamplingRowParams row_params(const Row& r, int32_t slot) {
+  SamplingRowParams p;
+  static_cast<SamplingKnobs&>(p) = r.params;
+  p.seed = r.params.seed;
+  p.position = r.position;
+  if (engine::penalized(r.params)) p.counts_slot = slot;
+  return p;
+}
+
+// Every row's counts as a device storage keeps them: [rows, vocab] words.
+std::vector<uint32_t> count_words(const std::vector<Row>& rows) {
+  const size_t vocab = rows.front().logits.size();
+  std::vector<uint32_t> words(rows.size() * vocab, 0u);
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const backend::PenaltyCounts held = counts_of(rows[k]);
+    for (const auto& [id, word] : held.words()) words[k * vocab + static_cast<size_t>(id)] = word;
+  }
+  return words;
 }
 
 std::vector<DeviceSample> run(const std::vector<Row>& rows, bool pass_masks, const SamplingTestHooks& hooks) {
   const auto vocab = static_cast<int32_t>(rows.front().logits.size());
   std::vector<float> logits;
   std::vector<SamplingRowParams> params;
-  std::vector<PenaltyEntry> entries;
   std::vector<uint32_t> masks;
   for (const Row& r : rows) {
     logits.insert(logits.end(), r.logits.begin(), r.logits.end());
-    SamplingRowParams p;
-    static_cast<SamplingKnobs&>(p) = r.params;
-    p.seed = r.params.seed;
-    p.position = r.position;
-    p.penalty_offset = static_cast<int32_t>(entries.size());
-    const engine::TokenCounts c = counts_of(r);
-    append_penalty_entries(c, entries);
-    p.penalty_count = static_cast<int32_t>(entries.size()) - p.penalty_offset;
+    SamplingRowParams p = row_params(r, static_cast<int32_t>(params.size()));
     if (!r.mask.empty()) {
       p.mask_offset = static_cast<int64_t>(masks.size());
       p.mask_words = static_cast<int32_t>(r.mask.size());
@@ -64,18 +72,17 @@ std::vector<DeviceSample> run(const std::vector<Row>& rows, bool pass_masks, con
     }
     params.push_back(p);
   }
-  entries.push_back(PenaltyEntry{});
   masks.push_back(0);
   const auto n = static_cast<int32_t>(rows.size());
   DeviceBuffer<float> d_logits(logits);
   DeviceBuffer<SamplingRowParams> d_params(params);
-  DeviceBuffer<PenaltyEntry> d_entries(entries);
+  DeviceBuffer<uint32_t> d_counts(count_words(rows));
   DeviceBuffer<uint32_t> d_masks(masks);
   DeviceBuffer<DeviceSample> d_out(static_cast<size_t>(n));
   const size_t bytes = sampling_scratch_bytes(n, vocab);
   DeviceBuffer<unsigned char> scratch(bytes);
-  launch_sample(d_logits.get(), n, vocab, d_params.get(), d_entries.get(), d_out.get(), nullptr, scratch.get(), bytes,
-                nullptr, hooks, pass_masks ? d_masks.get() : nullptr);
+  launch_sample(d_logits.get(), n, vocab, d_params.get(), PenaltyTables{d_counts.get(), vocab}, d_out.get(), nullptr,
+                scratch.get(), bytes, nullptr, hooks, pass_masks ? d_masks.get() : nullptr);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   return d_out.download();
 }
@@ -188,18 +195,10 @@ std::vector<DeviceSample> run_through_upload(const std::vector<Row>& rows, MaskU
   const auto vocab = static_cast<int32_t>(rows.front().logits.size());
   std::vector<float> logits;
   std::vector<SamplingRowParams> params;
-  std::vector<PenaltyEntry> entries;
   size_t words = 0;
   for (const Row& r : rows) {
     logits.insert(logits.end(), r.logits.begin(), r.logits.end());
-    SamplingRowParams p;
-    static_cast<SamplingKnobs&>(p) = r.params;
-    p.seed = r.params.seed;
-    p.position = r.position;
-    p.penalty_offset = static_cast<int32_t>(entries.size());
-    const engine::TokenCounts c = counts_of(r);
-    append_penalty_entries(c, entries);
-    p.penalty_count = static_cast<int32_t>(entries.size()) - p.penalty_offset;
+    SamplingRowParams p = row_params(r, static_cast<int32_t>(params.size()));
     if (!r.mask.empty()) {
       p.mask_offset = static_cast<int64_t>(words);
       p.mask_words = static_cast<int32_t>(r.mask.size());
@@ -207,11 +206,10 @@ std::vector<DeviceSample> run_through_upload(const std::vector<Row>& rows, MaskU
     }
     params.push_back(p);
   }
-  entries.push_back(PenaltyEntry{});
   const auto n = static_cast<int32_t>(rows.size());
   DeviceBuffer<float> d_logits(logits);
   DeviceBuffer<SamplingRowParams> d_params(params);
-  DeviceBuffer<PenaltyEntry> d_entries(entries);
+  DeviceBuffer<uint32_t> d_counts(count_words(rows));
   DeviceBuffer<DeviceSample> d_out(static_cast<size_t>(n));
   const size_t bytes = sampling_scratch_bytes(n, vocab);
   DeviceBuffer<unsigned char> scratch(bytes);
@@ -226,8 +224,8 @@ std::vector<DeviceSample> run_through_upload(const std::vector<Row>& rows, MaskU
     std::copy(rows[k].mask.begin(), rows[k].mask.end(), staged.begin());
   }
   if (!copy_first) upload.send(words, stream);
-  launch_sample(d_logits.get(), n, vocab, d_params.get(), d_entries.get(), d_out.get(), nullptr, scratch.get(), bytes,
-                stream, {}, upload.device());
+  launch_sample(d_logits.get(), n, vocab, d_params.get(), PenaltyTables{d_counts.get(), vocab}, d_out.get(), nullptr,
+                scratch.get(), bytes, stream, {}, upload.device());
   upload.read_by(stream);
   EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   return d_out.download();

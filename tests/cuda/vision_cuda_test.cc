@@ -262,7 +262,7 @@ TEST_F(CudaVision, GreedyTokensAfterAnImageAreTransformersWhereFp32Decides) {
 }
 
 // The same fixture on a CUDA backend that launches every step (DUET_CUDA_GRAPHS=0), the graph test's reference.
-std::unique_ptr<Model> load_without_graphs(const std::string& dir) {
+std::unique_ptr<Model> load_dir_without_graphs(const std::string& dir) {
   setenv("DUET_CUDA_GRAPHS", "0", 1);
   auto model = Model::load(dir, "cuda");
   unsetenv("DUET_CUDA_GRAPHS");
@@ -327,7 +327,7 @@ std::vector<int32_t> interleaved_steps(Model& model, const VisionPrompt& p, cons
 TEST_F(CudaVision, GraphedDecodeAfterAnImageEqualsEager) {
   const VisionPrompt p = prompt(testing::vision_decode_prompt(), VisionPlant::none);
   const std::vector<int32_t> graphed = interleaved_steps(*cuda_, p, fed_, true, greedy_);
-  auto eager_model = load_without_graphs(fixture_->model_dir());
+  auto eager_model = load_dir_without_graphs(fixture_->model_dir());
   const std::vector<int32_t> eager = interleaved_steps(*eager_model, p, fed_, true, greedy_);
   ASSERT_FALSE(eager.empty());
   EXPECT_EQ(graphed, eager) << "graphed decode steps after an image differ from eager ones";

@@ -103,8 +103,8 @@ class ConstrainedSteps : public testing::TinyModelTest {
     PieceRunner runner(*model_, 1, 640);
     const int32_t slot = runner.open();
     grammar::Matcher matcher(request.grammar);
-    TokenCounts counts;
-    counts.add_prompt(request.prompt);
+    backend::PenaltyCounts counts;  // the reference's own, independent of the engine's counts in the backend
+    for (int32_t id : request.prompt) counts.add(backend::CountsUpdate::Kind::prompt, id);
     std::vector<float> logits =
         runner.run(model::Piece{.slot = slot, .tokens = request.prompt, .wants = model::RowOutput::last_logits})[0]
             .logits;
@@ -116,7 +116,7 @@ class ConstrainedSteps : public testing::TinyModelTest {
       ++out.masks;
       const int64_t position = static_cast<int64_t>(request.prompt.size() + out.outcome.tokens.size());
       const int32_t id = sample_token(logits, request.sampling, counts, position, mask).id;
-      counts.add_generated(id);
+      counts.add(backend::CountsUpdate::Kind::generated, id);
       if (id == kStop) {
         out.outcome.finished.reason = FinishReason::stop;
         return out;

@@ -36,10 +36,24 @@ class FakeStorage final : public backend::StateStorage {
     slots_.at(static_cast<size_t>(slot)) = snapshots_.at(static_cast<size_t>(snapshot));
   }
   std::vector<int32_t>& tokens(int32_t slot) { return slots_.at(static_cast<size_t>(slot)); }
+  // Penalty counts kept as the CPU backend keeps them (backend/penalty_counts.h).
+  void prepare_counts(int32_t vocab) override {
+    counts_vocab_ = vocab;
+    counts_.assign(slots_.size(), {});
+  }
+  void update_counts(std::span<const backend::CountsUpdate> updates) override {
+    if (counts_vocab_ == 0) fail("fake storage: penalty counts updated before prepare_counts");
+    backend::apply_counts_updates(updates, counts_vocab_, counts_);
+  }
+  const backend::PenaltyCounts* counts(int32_t slot) const {
+    return slot < 0 ? nullptr : &counts_.at(static_cast<size_t>(slot));
+  }
 
  private:
   std::vector<std::vector<int32_t>> slots_, snapshots_;  // the tokens each has consumed
   int64_t pages_;
+  int32_t counts_vocab_ = 0;
+  std::vector<backend::PenaltyCounts> counts_;
 };
 
 }  // namespace
@@ -119,9 +133,9 @@ std::vector<model::PieceResult> FakeModel::forward(backend::StateStorage& storag
     if (model::has(piece.wants, model::RowOutput::sampled)) {
       if (piece.sample == nullptr) fail("fake model: piece {} asks to be sampled without settings", i);
       const std::vector<float> logits = logits_after(tokens);
-      results[i].sampled = backend::cpu::sample_row(logits, *piece.sample);
+      results[i].sampled = backend::cpu::sample_row(logits, *piece.sample, slots.counts(piece.sample->counts_slot));
       for (const backend::SampleSpec* fork : piece.fork_samples)
-        results[i].fork_sampled.push_back(backend::cpu::sample_row(logits, *fork));
+        results[i].fork_sampled.push_back(backend::cpu::sample_row(logits, *fork, slots.counts(fork->counts_slot)));
     }
   }
   for (const model::Piece& piece : pieces) {

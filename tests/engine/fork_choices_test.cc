@@ -30,12 +30,19 @@ class ForkChoices : public testing::TinyModelTest {
   }
 
   // The server's choices: one request, choice i drawing with seed + i.
-  static std::vector<Request> choices(size_t prompt_length, int32_t n, bool seeded, int32_t max_tokens = 12) {
+  // penalized: repetition, presence and frequency penalties on, which read the counts of the choices' slots.
+  static std::vector<Request> choices(size_t prompt_length, int32_t n, bool seeded, int32_t max_tokens = 12,
+                                      bool penalized = false, size_t stride = 131) {
     std::vector<Request> requests;
     Request request;
     for (size_t i = 0; i < prompt_length; ++i)
-      request.prompt.push_back(static_cast<int32_t>((i * 131 + 7) % static_cast<size_t>(vocab())));
+      request.prompt.push_back(static_cast<int32_t>((i * stride + 7) % static_cast<size_t>(vocab())));
     request.sampling.max_tokens = max_tokens;
+    if (penalized) {
+      request.sampling.repetition_penalty = 1.5f;
+      request.sampling.presence_penalty = 0.5f;
+      request.sampling.frequency_penalty = 0.5f;
+    }
     request.sampling.ignore_eos = true;
     request.sampling.temperature = seeded ? 1.5f : 0.0f;  // the random tiny model is peaked: draws must spread
     request.sampling.top_k = seeded ? 40 : 0;
@@ -76,6 +83,24 @@ TEST_F(ForkChoices, SharedPrefillEqualsSeparatePrefillsAndPrefillsOnce) {
       }
       for (const Outcome& outcome : got) EXPECT_EQ(outcome.finished.prompt_tokens, static_cast<int32_t>(length));
     }
+}
+
+// With penalties, every draw reads counts in the storage (engine/counts_sync.h): a fork's first draw its first choice's
+// slot (the prompt's ids), its later draws its own slot, which earlier penalized requests held (the engine's four slots
+// are all used first). A reused slot's counts start over, so the choices still equal separate requests; without the
+// clear they would read the earlier requests' ids too.
+TEST_F(ForkChoices, PenalizedChoicesInReusedSlotsEqualSeparateRequests) {
+  for (bool seeded : {false, true}) {
+    const auto requests = choices(100, 4, seeded, 12, true);
+    const auto expected = alone(requests);
+    auto shared = engine(4);
+    std::vector<std::shared_ptr<RequestHandle>> earlier;
+    for (size_t k = 0; k < 4; ++k) earlier.push_back(shared->submit(choices(50, 1, !seeded, 16, true, 37 + k)[0]));
+    for (const Outcome& outcome : drain_all(earlier)) EXPECT_EQ(outcome.finished.reason, FinishReason::length);
+    const std::string what = seeded ? "seeded, penalized" : "greedy, penalized";
+    testing::expect_same_tokens(drain_all(shared->submit_choices(requests)), expected, what);
+    EXPECT_EQ(shared->stats().prompt_tokens_total, 4 * 50 + 100) << what << ": one prefill for the choices";
+  }
 }
 
 // The control for the count above: the same choices submitted one by one prefill the prompt n times.

@@ -18,21 +18,23 @@
 namespace duet::engine {
 namespace {
 
-TokenCounts counts_of(const std::vector<int32_t>& prompt, const std::vector<int32_t>& generated) {
-  TokenCounts counts;
-  counts.add_prompt(prompt);
-  for (int32_t id : generated) counts.add_generated(id);
+// A slot's counts as the engine's updates leave them (counts_sync.h): each prompt id marked, each generated id counted.
+backend::PenaltyCounts counts_of(const std::vector<int32_t>& prompt, const std::vector<int32_t>& generated) {
+  backend::PenaltyCounts counts;
+  for (int32_t id : prompt) counts.add(backend::CountsUpdate::Kind::prompt, id);
+  for (int32_t id : generated) counts.add(backend::CountsUpdate::Kind::generated, id);
   return counts;
 }
 
 // The sampler's steps for a request's settings, through sample_spec as a step takes them.
 using backend::cpu::Candidate;
-std::vector<float> penalized_logits(std::span<const float> logits, const SamplingParams& p, const TokenCounts& counts) {
-  return backend::cpu::penalized_logits(logits, sample_spec(p, counts, 0));
+std::vector<float> penalized_logits(std::span<const float> logits, const SamplingParams& p,
+                                    const backend::PenaltyCounts& counts, std::span<const int32_t> extra = {}) {
+  return backend::cpu::penalized_logits(logits, sample_spec(p, 0, 0, {}, extra), &counts);
 }
 std::vector<Candidate> sampling_candidates(std::span<const float> logits, const SamplingParams& p,
-                                           const TokenCounts& counts) {
-  return backend::cpu::sampling_candidates(logits, sample_spec(p, counts, 0));
+                                           const backend::PenaltyCounts& counts) {
+  return backend::cpu::sampling_candidates(logits, sample_spec(p, 0, 0), &counts);
 }
 
 // The reference: the full-vocabulary probability of each id after every transform, written the slow way.
@@ -99,6 +101,25 @@ TEST(Sampler, PenaltiesOnHandComputedLogits) {
   const std::vector<float> expected = {0.25f, -2.0f, -0.75f, 3.0f, 1.0f};
   ASSERT_EQ(out.size(), expected.size());
   for (size_t i = 0; i < out.size(); ++i) EXPECT_FLOAT_EQ(out[i], expected[i]) << "id " << i;
+}
+
+// A verify row's earlier drafts (SampleSpec::extra_generated) count as generated on top of the slot's counts: an id
+// counted there and repeated among the extras, one only in the prompt, one only among the extras, twice.
+TEST(Sampler, ExtraGeneratedIdsCountOnTopOfTheSlotsCounts) {
+  SamplingParams p;
+  p.repetition_penalty = 2.0f;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 0.25f;
+  const std::vector<float> logits = {2.0f, -1.0f, 0.5f, 3.0f, 1.0f};
+  const std::vector<int32_t> extra = {2, 0, 4, 4, 7};  // 7 is outside this vocabulary: skipped
+  // Counts prompt {0, 1}, generated {2}; with the extras id 0 once, id 2 twice, id 4 twice. Repetition over
+  // {0, 1, 2, 4}: 2 -> 1, -1 -> -2, 0.5 -> 0.25, 1 -> 0.5. Then id 0: 1 - 0.25 - 0.5 = 0.25; id 2: 0.25 - 0.5 - 0.5 =
+  // -0.75; id 4: 0.5 - 0.5 - 0.5 = -0.5.
+  const std::vector<float> out = penalized_logits(logits, p, counts_of({0, 1}, {2}), extra);
+  EXPECT_EQ(out, (std::vector<float>{0.25f, -2.0f, -0.75f, 3.0f, -0.5f}));
+  EXPECT_EQ(out, penalized_logits(logits, p, counts_of({0, 1}, {2, 2, 0, 4, 4})));
+  // The control: without the extras, the same counts give other logits.
+  EXPECT_NE(penalized_logits(logits, p, counts_of({0, 1}, {2})), out);
 }
 
 TEST(Sampler, PresenceAndFrequencyLookOnlyAtGeneratedTokens) {

@@ -12,6 +12,7 @@
 #include "backend/cpu/delta_rule.h"
 #include "backend/cpu/matmul.h"
 #include "base/bf16.h"
+#include "base/error.h"
 
 namespace duet::backend::cpu {
 namespace {
@@ -207,6 +208,45 @@ TEST(LazyGdnStates, MadeOnFirstUseAndNewUntilWritten) {
   EXPECT_NE(storage.snapshot_bytes(9), untouched);  // control: the bytes do follow what was saved
   storage.restore_snapshot(9, 0);
   EXPECT_EQ(storage.gdn(0, 2).position, 3);
+}
+
+// The CPU storage's penalty counts (penalty_counts.h), by hand: a batch's updates checked before any applies, its
+// clears first (a slot cleared and refilled in one batch keeps the refill), prompt marks idempotent, generated counted.
+TEST(CpuStateStorage, PenaltyCountsApplyCheckedUpdatesClearsFirst) {
+  using Kind = CountsUpdate::Kind;
+  const GdnShape shape{
+      .hidden = 64, .key_heads = 2, .value_heads = 4, .key_dim = 16, .value_dim = 32, .conv_kernel = 4};
+  const AttentionShape attention{.hidden = 64, .q_heads = 2, .kv_heads = 1, .head_dim = 32};
+  CpuStateStorage storage(nullptr, shape, 1, 3, attention, 1, 4, 0);
+  const CountsUpdate first[] = {{0, 5, Kind::prompt},    {0, 5, Kind::prompt},    {0, 7, Kind::prompt},
+                                {0, 7, Kind::generated}, {0, 7, Kind::generated}, {0, 9, Kind::generated},
+                                {1, 5, Kind::generated}};
+  EXPECT_THROW(storage.update_counts(first), Error) << "updates before prepare_counts";
+  storage.prepare_counts(10);
+  storage.update_counts(first);
+  const PenaltyCounts& zero = storage.counts(0);
+  EXPECT_TRUE(zero.in_prompt(5) && zero.generated(5) == 0);
+  EXPECT_TRUE(zero.in_prompt(7) && zero.generated(7) == 2);
+  EXPECT_TRUE(!zero.in_prompt(9) && zero.generated(9) == 1 && zero.seen(9));
+  EXPECT_FALSE(zero.seen(6));
+  EXPECT_EQ(zero.words().size(), 3u);
+  EXPECT_EQ(storage.counts(1).generated(5), 1u);
+  EXPECT_FALSE(storage.counts(1).in_prompt(5));
+
+  // Slot 0's next sequence: its ids come before the clear in the batch, and must survive it.
+  const CountsUpdate second[] = {{0, 3, Kind::prompt}, {0, 3, Kind::generated}, {0, 0, Kind::clear}};
+  storage.update_counts(second);
+  EXPECT_EQ(storage.counts(0).words().size(), 1u);
+  EXPECT_EQ(storage.counts(0).word(3), kCountsInPrompt | 1u);
+  EXPECT_EQ(storage.counts(1).generated(5), 1u) << "another slot's clear";
+
+  // Checked first: a bad id or slot refuses the batch, and its good updates do not apply either.
+  const CountsUpdate bad_id[] = {{1, 5, Kind::generated}, {1, 10, Kind::generated}};
+  EXPECT_THROW(storage.update_counts(bad_id), Error);
+  const CountsUpdate bad_slot[] = {{1, 0, Kind::clear}, {3, 1, Kind::prompt}};
+  EXPECT_THROW(storage.update_counts(bad_slot), Error);
+  EXPECT_EQ(storage.counts(1).generated(5), 1u);
+  EXPECT_THROW(storage.counts(3), Error);
 }
 
 }  // namespace

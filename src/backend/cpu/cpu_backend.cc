@@ -155,7 +155,8 @@ class CpuBackend final : public Backend {
       for (size_t i = begin; i < end; ++i) {
         try {
           const SampleSpec& spec = plan_.samples[i]->mask_writer != nullptr ? written[i] : *plan_.samples[i];
-          out[i] = cpu::sample_row(std::span<const float>(logits.data() + logits_of[i] * vocab, vocab), spec);
+          const PenaltyCounts* counts = spec.counts_slot >= 0 ? &storage_->counts(spec.counts_slot) : nullptr;
+          out[i] = cpu::sample_row(std::span<const float>(logits.data() + logits_of[i] * vocab, vocab), spec, counts);
         } catch (...) {
           errors[i] = std::current_exception();  // a pool worker must not throw
         }

@@ -116,6 +116,23 @@ std::unique_ptr<HostStateTier> CpuStateStorage::new_host_tier(int64_t snapshots,
   return std::make_unique<CpuHostTier>(*this, snapshots, pages);
 }
 
+void CpuStateStorage::prepare_counts(int32_t vocab) {
+  if (vocab <= 0) fail("cpu state: penalty counts for a vocabulary of {} ids", vocab);
+  counts_vocab_ = vocab;
+  counts_.assign(static_cast<size_t>(slots_), PenaltyCounts{});
+}
+
+void CpuStateStorage::update_counts(std::span<const CountsUpdate> updates) {
+  if (counts_vocab_ == 0) fail("cpu state: penalty counts updated before prepare_counts");
+  apply_counts_updates(updates, counts_vocab_, counts_);
+}
+
+const PenaltyCounts& CpuStateStorage::counts(int32_t slot) const {
+  if (counts_vocab_ == 0) fail("cpu state: a row reads the penalty counts of slot {} before prepare_counts", slot);
+  check_slot(slot);
+  return counts_[static_cast<size_t>(slot)];
+}
+
 void CpuStateStorage::reset_slot(int32_t slot) {
   for (int64_t l = 0; l < gdn_layers_; ++l) gdn(slot, l).reset(), gdn_rewind(slot, l).start = -1;
 }

@@ -144,6 +144,11 @@ class CpuStateStorage final : public StateStorage {
   bool snapshots_inside_steps() const override { return true; }
   std::vector<std::byte> snapshot_bytes(int32_t snapshot) const override;
   std::unique_ptr<HostStateTier> new_host_tier(int64_t snapshots, int64_t pages) override;  // cpu_host_tier.h
+  // The penalties' counts, sparse (penalty_counts.h): a slot holds only the ids its sequence has seen.
+  void prepare_counts(int32_t vocab) override;
+  void update_counts(std::span<const CountsUpdate> updates) override;
+  // A step's SampleSpec::counts_slot: refused by name outside the slots or before prepare_counts.
+  const PenaltyCounts& counts(int32_t slot) const;
   int64_t gdn_layers() const { return gdn_layers_; }
   CpuGdnState& gdn(int32_t slot, int64_t layer) { return gdn_[static_cast<size_t>(slot * gdn_layers_ + layer)]; }
   CpuGdnState& snapshot_gdn(int32_t snapshot, int64_t layer) {
@@ -164,9 +169,11 @@ class CpuStateStorage final : public StateStorage {
   int64_t gdn_layers_;
   int64_t slots_;
   int64_t snapshots_;
-  std::vector<CpuGdnState> gdn_;      // [slots][gdn_layers]
-  LazyGdnStates snapshot_;            // [snapshots][gdn_layers]
-  std::vector<CpuGdnRewind> rewind_;  // [slots][gdn_layers]
+  std::vector<CpuGdnState> gdn_;       // [slots][gdn_layers]
+  LazyGdnStates snapshot_;             // [snapshots][gdn_layers]
+  std::vector<CpuGdnRewind> rewind_;   // [slots][gdn_layers]
+  int32_t counts_vocab_ = 0;           // 0: prepare_counts not called
+  std::vector<PenaltyCounts> counts_;  // [slots]
 };
 
 }  // namespace duet::backend::cpu

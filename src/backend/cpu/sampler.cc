@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <unordered_map>
 
 #include "backend/seeded_draw.h"
 
@@ -45,23 +46,42 @@ double log_sum_exp(std::span<const float> logits) {
   return max_logit + std::log(sum);
 }
 
+// Steps 1 and 2 on one id whose count word is `word` plus `extra` generated.
+void penalize(float& logit, const SampleSpec& spec, uint32_t word, uint32_t extra) {
+  const uint32_t generated = (word & kCountsGenerated) + extra;
+  if (spec.repetition_penalty != 1.0f && (word != 0 || generated > 0))
+    logit = logit > 0 ? logit / spec.repetition_penalty : logit * spec.repetition_penalty;
+  if ((spec.presence_penalty != 0.0f || spec.frequency_penalty != 0.0f) && generated > 0)
+    logit -= spec.frequency_penalty * static_cast<float>(generated) + spec.presence_penalty;
+}
 }  // namespace
 
-std::vector<float> penalized_logits(std::span<const float> logits, const SampleSpec& spec) {
+std::vector<float> penalized_logits(std::span<const float> logits, const SampleSpec& spec,
+                                    const PenaltyCounts* counts) {
   std::vector<float> out(logits.begin(), logits.end());
   const auto vocab = static_cast<int32_t>(out.size());
-  const bool repetition = spec.repetition_penalty != 1.0f;
-  const bool additive = spec.presence_penalty != 0.0f || spec.frequency_penalty != 0.0f;
-  // Each id has one entry (engine/sampler.h, sample_spec), so one pass applies steps 1, 2 and 2b in order per id.
-  for (const SampleSpec::Penalty& penalty : spec.penalties) {
-    if (penalty.id < 0 || penalty.id >= vocab) continue;
-    float& logit = out[penalty.id];
-    if (repetition && penalty.in_prompt != 0)
-      logit = logit > 0 ? logit / spec.repetition_penalty : logit * spec.repetition_penalty;
-    if (additive && penalty.generated > 0)
-      logit -= spec.frequency_penalty * static_cast<float>(penalty.generated) + spec.presence_penalty;
-    if (penalty.bias != 0.0f) logit += penalty.bias;
+  const auto inside = [vocab](int32_t id) { return id >= 0 && id < vocab; };
+  const bool penalties =
+      spec.repetition_penalty != 1.0f || spec.presence_penalty != 0.0f || spec.frequency_penalty != 0.0f;
+  if (penalties) {
+    // Each id once, with its slot's word and its extras together (a verify row's drafts: usually none, then no map).
+    std::unordered_map<int32_t, uint32_t> extra;
+    for (int32_t id : spec.extra_generated) ++extra[id];
+    if (counts != nullptr) {
+      for (const auto& [id, word] : counts->words()) {
+        if (!inside(id)) continue;
+        uint32_t more = 0;
+        if (!extra.empty()) {
+          if (const auto it = extra.find(id); it != extra.end()) more = it->second, extra.erase(it);
+        }
+        penalize(out[id], spec, word, more);
+      }
+    }
+    for (const auto& [id, more] : extra)
+      if (inside(id)) penalize(out[id], spec, 0, more);
   }
+  for (const auto& [id, bias] : spec.logit_bias)
+    if (inside(id)) out[id] += bias;
   if (!spec.allowed.empty()) {
     for (size_t id = 0; id < out.size(); ++id) {
       const size_t word = id >> 5;
@@ -84,9 +104,10 @@ size_t extend_sorted_prefix(std::vector<Scored>& scored, size_t done, size_t wan
   return want;
 }
 
-std::vector<Candidate> sampling_candidates(std::span<const float> logits, const SampleSpec& spec) {
+std::vector<Candidate> sampling_candidates(std::span<const float> logits, const SampleSpec& spec,
+                                           const PenaltyCounts* counts) {
   const SamplingKnobs& params = spec;
-  const std::vector<float> penalized = penalized_logits(logits, spec);
+  const std::vector<float> penalized = penalized_logits(logits, spec, counts);
   if (params.temperature <= 0.0f) return {{argmax(penalized), 1.0}};
 
   std::vector<Scored> scored(penalized.size());
@@ -151,8 +172,8 @@ std::vector<std::pair<int32_t, float>> raw_top_logprobs(std::span<const float> l
   return top;
 }
 
-SampledRow sample_row(std::span<const float> logits, const SampleSpec& spec) {
-  const std::vector<Candidate> candidates = sampling_candidates(logits, spec);
+SampledRow sample_row(std::span<const float> logits, const SampleSpec& spec, const PenaltyCounts* counts) {
+  const std::vector<Candidate> candidates = sampling_candidates(logits, spec, counts);
   SampledRow out;
   out.id = candidates.back().id;  // if rounding leaves the walk short, the last candidate takes the rest
   if (candidates.size() > 1) {

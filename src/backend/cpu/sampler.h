@@ -3,12 +3,13 @@
 // pure function of (logits, spec): no state shared between rows, so a row samples the same token whatever else is in
 // the step. It is the reference the CUDA sampler (cuda/sampling.cu) is checked against.
 //
-// Order of transforms (the same for every row):
-//   1. repetition penalty, Hugging Face style, over every id seen in prompt + generated (Penalty::in_prompt != 0): a
+// Order of transforms (the same for every row), over the counts of the row's sequence (penalty_counts.h: the slot's
+// words, plus one generated for each of spec.extra_generated):
+//   1. repetition penalty, Hugging Face style, over every id seen in prompt + generated (a nonzero count word): a
 //      positive logit is divided by the penalty, a negative one multiplied;
-//   2. presence and frequency penalties, OpenAI style, over generated ids only (Penalty::generated > 0):
-//      logit -= frequency * count + presence * (count > 0);
-//   2b. logit_bias: logit += Penalty::bias;
+//   2. presence and frequency penalties, OpenAI style, over generated ids only (count = times generated > 0):
+//      logit -= frequency * count + presence;
+//   2b. logit_bias: logit += bias, for each of spec.logit_bias in order;
 //   2c. a structured output's token mask (src/grammar): every id whose bit is clear becomes -inf, so the draw below
 //       only lands on tokens that keep the document valid (an empty mask span: no mask);
 //   3. temperature 0: the argmax (ties to the lowest id) and stop here; otherwise logits / temperature;
@@ -34,15 +35,18 @@ struct Candidate {
   double probability = 0;  // normalized over the surviving candidates
 };
 
-// Steps 1-2c on a copy of the logits.
-std::vector<float> penalized_logits(std::span<const float> logits, const SampleSpec& spec);
+// Steps 1-2c on a copy of the logits. `counts`: the words of spec.counts_slot (null: nothing counted, as for
+// counts_slot -1); the penalties read them only when one is on.
+std::vector<float> penalized_logits(std::span<const float> logits, const SampleSpec& spec,
+                                    const PenaltyCounts* counts = nullptr);
 
 // Steps 1-4: the candidates a draw picks from, in draw order, probabilities summing to 1. Greedy
 // (temperature 0) gives the argmax alone with probability 1.
-std::vector<Candidate> sampling_candidates(std::span<const float> logits, const SampleSpec& spec);
+std::vector<Candidate> sampling_candidates(std::span<const float> logits, const SampleSpec& spec,
+                                           const PenaltyCounts* counts = nullptr);
 
 // Step 5 on top of sampling_candidates, plus logprobs when spec.top_logprobs >= 0.
-SampledRow sample_row(std::span<const float> logits, const SampleSpec& spec);
+SampledRow sample_row(std::span<const float> logits, const SampleSpec& spec, const PenaltyCounts* counts = nullptr);
 
 // log_softmax(logits)[id] and the n most likely (id, logprob) (ties to the lowest id).
 float raw_logprob(std::span<const float> logits, int32_t id);

@@ -20,6 +20,7 @@
 #include "backend/cuda/adapter_merge.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/delta_chunks.h"
+#include "backend/cuda/device_counts.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/device_rows.h"
 #include "backend/cuda/device_step.h"
@@ -105,8 +106,19 @@ class CudaStateStorage final : public StateStorage {
   int64_t pages() const override { return pages_; }
   int64_t snapshots() const override { return snapshots_; }
   size_t bytes() const override {
-    return conv_.bytes + delta_.bytes + kv_.bytes + conv_snapshots_.bytes + delta_snapshots_.bytes + rewind_.bytes();
+    return conv_.bytes + delta_.bytes + kv_.bytes + conv_snapshots_.bytes + delta_snapshots_.bytes + rewind_.bytes() +
+           (counts_ ? counts_->bytes() : 0);
   }
+  // The penalties' counts (device_counts.h), dense: allocated once here, updated on the step stream between steps.
+  void prepare_counts(int32_t vocab) override {
+    if (counts_ && counts_->vocab() == vocab) return;
+    counts_ = std::make_unique<DeviceCounts>(slots_, vocab, stream_);
+  }
+  void update_counts(std::span<const CountsUpdate> updates) override {
+    if (!counts_) fail("cuda state: penalty counts updated before prepare_counts");
+    counts_->update(updates);
+  }
+  const DeviceCounts* counts() const { return counts_.get(); }
   void reset_slot(int32_t slot) override {
     rewind_.forget(slot);
     check_cuda(cudaMemsetAsync(conv(slot), 0, static_cast<size_t>(gdn_layers_ * conv_layer_) * sizeof(bf16), stream_),
@@ -239,6 +251,7 @@ class CudaStateStorage final : public StateStorage {
   int64_t snapshots_;
   DeviceMemory conv_snapshots_, delta_snapshots_;  // [snapshots][gdn_layers][...] like conv_ and delta_
   mutable GdnRewind rewind_;                       // verify pieces' conv windows, and what each slot can take back
+  std::unique_ptr<DeviceCounts> counts_;           // the penalties' counts, once prepare_counts made them
   bool snapshots_in_steps_ = [] {
     const char* off = std::getenv("DUET_CUDA_STEP_SNAPSHOTS");
     return off == nullptr || std::strcmp(off, "0") != 0;
@@ -333,6 +346,7 @@ class CudaBackend final : public Backend {
     return static_cast<size_t>(s.conv_channels() * (s.conv_kernel - 1)) * sizeof(bf16) +
            static_cast<size_t>(s.value_heads * delta_head(s).elems()) * sizeof(float);
   }
+  size_t penalty_counts_bytes(int32_t vocab) const override { return DeviceCounts::bytes_for(1, vocab); }
   size_t kv_page_bytes(const AttentionShape& s) const override {
     return static_cast<size_t>(2 * kPagePositions * s.kv_heads * s.head_dim) * sizeof(bf16);
   }
@@ -431,11 +445,15 @@ class CudaBackend final : public Backend {
     int64_t chunk_scratch = 0;
     const std::vector<DeviceChunk> chunks = plan_delta_chunks(pieces, &chunk_scratch);
     const DeltaOrder order = delta_order(pieces, decode_piece_rows_);
-    // Rows sampled here: their settings and penalty ids travel in the same upload; a masked row's place in the masks
-    // too, the mask itself is written during sample() (mask_upload.h).
+    // Rows sampled here: their settings, a verify row's extra ids and the biases travel in the same upload (the counts
+    // stay in the storage: device_counts.h); a masked row's place in the masks too, the mask itself is written during
+    // sample() (mask_upload.h).
     std::vector<int32_t> sample_rows;
     std::vector<SamplingRowParams> sample_params;
-    std::vector<PenaltyEntry> penalties;
+    std::vector<int32_t> extra_ids;
+    std::vector<BiasEntry> biases;
+    const DeviceCounts* counts = storage->counts();
+    bool reads_counts = false;
     samples_ = plan.samples;
     masked_.clear();
     mask_words_ = 0;
@@ -449,9 +467,19 @@ class CudaBackend final : public Backend {
       p.top_logprobs = std::min(spec.top_logprobs, kMaxTopLogprobs);
       p.seed = spec.seed;
       p.position = spec.position;
-      p.penalty_offset = static_cast<int32_t>(penalties.size());
-      p.penalty_count = static_cast<int32_t>(spec.penalties.size());
-      for (const auto& e : spec.penalties) penalties.push_back(PenaltyEntry{e.id, e.generated, e.in_prompt, e.bias});
+      if (spec.counts_slot >= 0) {
+        if (counts == nullptr || spec.counts_slot >= counts->slots())
+          fail("cuda backend: sample {} reads the penalty counts of slot {}, which the storage does not keep", i,
+               spec.counts_slot);
+        p.counts_slot = spec.counts_slot;
+        reads_counts = true;
+      }
+      p.extra_offset = static_cast<int32_t>(extra_ids.size());
+      p.extra_count = static_cast<int32_t>(spec.extra_generated.size());
+      extra_ids.insert(extra_ids.end(), spec.extra_generated.begin(), spec.extra_generated.end());
+      p.bias_offset = static_cast<int32_t>(biases.size());
+      p.bias_count = static_cast<int32_t>(spec.logit_bias.size());
+      for (const auto& [id, bias] : spec.logit_bias) biases.push_back(BiasEntry{id, bias});
       if (spec.masked()) {
         if (!spec.allowed.empty() && spec.mask_writer != nullptr)
           fail("cuda backend: sample {} carries both a mask and a mask writer", i);
@@ -488,7 +516,8 @@ class CudaBackend final : public Backend {
     size_of(StepArray::sample_params) = bytes_of(sample_params);
     size_of(StepArray::snapshots) = bytes_of(snapshots);
     size_of(StepArray::page_table) = bytes_of(pages);
-    size_of(StepArray::penalties) = bytes_of(penalties);
+    size_of(StepArray::extra_ids) = bytes_of(extra_ids);
+    size_of(StepArray::biases) = bytes_of(biases);
     size_of(StepArray::row_rope) = bytes_of(row_rope);
     if (upload_.arrange(sizes)) graphs_.clear();
     auto put = [&](StepArray a, const auto& v) { return upload_.put(a, v.data(), bytes_of(v)); };
@@ -525,7 +554,10 @@ class CudaBackend final : public Backend {
     adapted_in_prefill_ = std::all_of(adapted_ranges_.begin(), adapted_ranges_.end(),
                                       [&](const auto& r) { return r.first >= decode_rows_; });
     sample_params_ = static_cast<const SamplingRowParams*>(put(StepArray::sample_params, sample_params));
-    penalties_ = penalties.empty() ? nullptr : static_cast<const PenaltyEntry*>(put(StepArray::penalties, penalties));
+    tables_ = PenaltyTables{};
+    if (reads_counts) tables_.counts = counts->words(), tables_.counts_vocab = counts->vocab();
+    if (!extra_ids.empty()) tables_.extra_ids = static_cast<const int32_t*>(put(StepArray::extra_ids, extra_ids));
+    if (!biases.empty()) tables_.biases = static_cast<const BiasEntry*>(put(StepArray::biases, biases));
     upload_.send(stream_);
     gaps_.began(rows_);
 
@@ -544,13 +576,21 @@ class CudaBackend final : public Backend {
       const StepGraphKey key{rows_,
                              static_cast<int64_t>(pieces.size()),
                              static_cast<int64_t>(plan.sample_rows.size()),
-                             penalties_ != nullptr,
+                             tables_.counts != nullptr,
+                             tables_.extra_ids != nullptr,
+                             tables_.biases != nullptr,
                              masks_ != nullptr,
                              step_.row_rope != nullptr,
                              step_.chunks,
                              step_.multi_pieces,
                              step_.multi_chunks,
                              step_.few_pieces};
+      // The counts' address is a kernel argument, not a plan array: a step over another storage's counts (a second
+      // storage of the same backend) forgets the graphs that hold the first's.
+      if (tables_.counts != nullptr && tables_.counts != graphed_counts_) {
+        graphs_.clear();
+        graphed_counts_ = tables_.counts;
+      }
       mode_ = graphs_.begin(key, graph_arguments(), stream_) ? Mode::replay : Mode::capture;
     }
   }
@@ -808,7 +848,7 @@ class CudaBackend final : public Backend {
     auto* top = scratch<DeviceTopLogprob>(n * kMaxTopLogprobs);
     const auto launch = [&] {
       timer_.time("sample.kernel", stream_, [&] {
-        launch_sample(logits, static_cast<int32_t>(n), static_cast<int32_t>(V), sample_params_, penalties_, picked, top,
+        launch_sample(logits, static_cast<int32_t>(n), static_cast<int32_t>(V), sample_params_, tables_, picked, top,
                       sampling_scratch, scratch_bytes, stream_, {}, masks_);
       });
     };
@@ -1073,7 +1113,9 @@ class CudaBackend final : public Backend {
   bool adapted_in_prefill_ = false;                          // all of them past the decode rows
   std::vector<DeviceMemory> merged_;                         // merge_adapter's copies
   const SamplingRowParams* sample_params_ = nullptr;
-  const PenaltyEntry* penalties_ = nullptr;
+  PenaltyTables tables_;  // this step's counts (the storage's), extra ids and biases (plan arrays)
+  // The counts address the captured graphs hold (a kernel argument): another forgets them (begin_step).
+  const uint32_t* graphed_counts_ = nullptr;
   // This step's token masks: which samples have one and where (SamplingRowParams::mask_offset, in words), their words
   // in all, and the device words the sampler reads (null when no row is masked).
   struct MaskedSample {
@@ -1133,7 +1175,9 @@ class CudaBackend final : public Backend {
             address(logit_rows_),
             address(sample_rows_),
             address(sample_params_),
-            address(penalties_),
+            address(tables_.counts),
+            address(tables_.extra_ids),
+            address(tables_.biases),
             static_cast<uintptr_t>(decode_rows_),
             static_cast<uintptr_t>(decode_sample_rows_)};
   }

@@ -12,7 +12,9 @@
 //
 // Parity with sampler.cc, step by step:
 //  - Penalties: the same fp32 operations per id (__fdiv_rn, __fmul_rn, __fadd_rn, __fsub_rn: no FMA contraction,
-//    and the host build has no -march, so no FMA there either), repetition first, then presence/frequency.
+//    and the host build has no -march, so no FMA there either), repetition first, then presence/frequency, on the
+//    count word of the row's slot read beside each logit; an id a verify row's extras name is recomputed from its raw
+//    logit with the combined count, as the CPU penalizes it once; then the biases, in the CPU's order.
 //  - Greedy and the "nothing possible" fallback: the first maximum of sane(penalized), as argmax().
 //  - Scaled logits: canonical(sane(penalized) / temperature) with IEEE fp32 division. canonical() only turns -0 into
 //    +0, which the CPU's comparisons already treat as equal (the weight exp(+-0 - max) is the same); max over them.
@@ -63,6 +65,7 @@
 #include "backend/cuda/dependent_launch.h"
 #include "backend/cuda/sampling_binned.h"
 #include "backend/cuda/sampling_cluster.h"
+#include "backend/penalty_counts.h"
 
 namespace duet::backend::cuda {
 
@@ -1049,7 +1052,7 @@ struct Args {
   int32_t rows;
   int32_t vocab;
   const SamplingRowParams* params;
-  const PenaltyEntry* penalties;
+  PenaltyTables tables;
   const uint32_t* masks;
   DeviceSample* out;
   DeviceTopLogprob* top;
@@ -1070,6 +1073,22 @@ __device__ __forceinline__ uint64_t global_ns() {
   return t;
 }
 
+// Whether a row's mask (null: none) leaves id i drawable (sampler.cc step 2c).
+__device__ __forceinline__ bool allowed_by(const uint32_t* mask, const SamplingRowParams& p, int32_t i) {
+  if (mask == nullptr) return true;
+  const int32_t word = i >> 5;
+  return word < p.mask_words && ((mask[word] >> (i & 31)) & 1u) != 0u;
+}
+
+// Steps 1 and 2 of sampler.cc (penalize) on one logit: the same fp32 operations, no FMA contraction.
+__device__ __forceinline__ float penalize(float x, const SamplingRowParams& p, bool seen, uint32_t generated) {
+  if (p.repetition_penalty != 1.0f && (seen || generated > 0u))
+    x = x > 0.0f ? __fdiv_rn(x, p.repetition_penalty) : __fmul_rn(x, p.repetition_penalty);
+  if ((p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) && generated > 0u)
+    x = __fsub_rn(x, __fadd_rn(__fmul_rn(p.frequency_penalty, static_cast<float>(generated)), p.presence_penalty));
+  return x;
+}
+
 __device__ void sample_row(int32_t row, const Args& a, Smem& sm) {
   const uint64_t began = threadIdx.x == 0 && block_rank() == 0 ? global_ns() : 0;
   const SamplingRowParams p = a.params[row];
@@ -1079,40 +1098,60 @@ __device__ void sample_row(int32_t row, const Args& a, Smem& sm) {
   float* s = reinterpret_cast<float*>(slot);
   int32_t* list = reinterpret_cast<int32_t*>(slot + a.list_offset);
 
-  // Penalties, then logit_bias (sampler.cc penalized_logits), on a copy in s. Entries exist only when a penalty is
-  // on or a bias is given. Each block copies its slice and applies the entries whose ids fall in it.
+  // Penalties, then logit_bias (sampler.cc penalized_logits), on a copy in s: each block its slice. The slot's count
+  // words are read beside the logits in the pass that copies them; a verify row's extra ids and the biases then
+  // correct the few ids they name.
   const bool greedy = p.temperature <= 0.0f;
-  const bool repetition = p.repetition_penalty != 1.0f;
-  const bool additive = p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  const bool penalties = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  const uint32_t* words = penalties && p.counts_slot >= 0 && a.tables.counts != nullptr
+                              ? a.tables.counts + static_cast<int64_t>(p.counts_slot) * n
+                              : nullptr;
+  const int32_t* extras = penalties && p.extra_count > 0 ? a.tables.extra_ids + p.extra_offset : nullptr;
+  const BiasEntry* biases = p.bias_count > 0 ? a.tables.biases + p.bias_offset : nullptr;
   const float* penalized = raw;
   // A masked row's disallowed ids are -inf from the start: the penalties keep -inf (-inf / r, -inf * r, -inf - x,
   // -inf + bias), so this equals the CPU's mask applied after them.
   const uint32_t* mask = p.mask_offset >= 0 && a.masks != nullptr ? a.masks + p.mask_offset : nullptr;
-  if (p.penalty_count > 0 || mask != nullptr) {
+  if (words != nullptr || extras != nullptr || biases != nullptr || mask != nullptr) {
     for_each_value(raw, n, [&](int32_t i, float x, bool valid) {
       if (!valid) return;
-      if (mask != nullptr) {
-        const int32_t word = i >> 5;
-        if (word >= p.mask_words || ((mask[word] >> (i & 31)) & 1u) == 0u) x = -INFINITY;
+      if (!allowed_by(mask, p, i)) x = -INFINITY;
+      if (words != nullptr) {
+        const uint32_t w = words[i];
+        if (w != 0u) x = penalize(x, p, true, w & kCountsGenerated);
       }
       s[i] = x;
     });
     block_sync();
-    const PenaltyEntry* entries = a.penalties + p.penalty_offset;
     const Slice mine = rank_slice(n, block_rank());
-    for (int32_t e = static_cast<int32_t>(threadIdx.x); e < p.penalty_count; e += kThreads) {
-      const PenaltyEntry pe = entries[e];
-      if (pe.id < mine.begin || pe.id >= mine.end) continue;  // another block's (or outside [0, n): skipped)
-      float x = s[pe.id];
-      if (repetition && (pe.in_prompt != 0 || pe.generated > 0)) {
-        x = x > 0.0f ? __fdiv_rn(x, p.repetition_penalty) : __fmul_rn(x, p.repetition_penalty);
+    // Extras: an id's first occurrence recomputes its logit from the raw one with the combined count (the slot's
+    // generated plus every occurrence among the extras), exactly the CPU's one penalty per id; later occurrences skip.
+    for (int32_t e = static_cast<int32_t>(threadIdx.x); extras != nullptr && e < p.extra_count; e += kThreads) {
+      const int32_t id = extras[e];
+      if (id < mine.begin || id >= mine.end) continue;  // another block's (or outside [0, n): skipped)
+      bool first = true;
+      uint32_t more = 0;
+      for (int32_t f = 0; f < p.extra_count; ++f) {
+        if (extras[f] != id) continue;
+        first = first && f >= e;
+        ++more;
       }
-      if (additive && pe.generated > 0) {
-        x = __fsub_rn(x,
-                      __fadd_rn(__fmul_rn(p.frequency_penalty, static_cast<float>(pe.generated)), p.presence_penalty));
-      }
-      if (pe.bias != 0.0f) x = __fadd_rn(x, pe.bias);
-      s[pe.id] = x;
+      if (!first) continue;
+      const uint32_t w = words != nullptr ? words[id] : 0u;
+      s[id] = penalize(allowed_by(mask, p, id) ? raw[id] : -INFINITY, p, w != 0u, (w & kCountsGenerated) + more);
+    }
+    block_sync();
+    // Biases in the CPU's order: an id's first entry adds its own and every later entry's for the same id.
+    for (int32_t b = static_cast<int32_t>(threadIdx.x); biases != nullptr && b < p.bias_count; b += kThreads) {
+      const int32_t id = biases[b].id;
+      if (id < mine.begin || id >= mine.end) continue;
+      bool first = true;
+      for (int32_t f = 0; f < b && first; ++f) first = biases[f].id != id;
+      if (!first) continue;
+      float x = s[id];
+      for (int32_t f = b; f < p.bias_count; ++f)
+        if (biases[f].id == id) x = __fadd_rn(x, biases[f].bias);
+      s[id] = x;
     }
     block_sync();
     penalized = s;
@@ -1337,7 +1376,7 @@ size_t sampling_scratch_bytes(int32_t rows, int32_t vocab) {
 }
 
 void launch_sample(const float* logits, int32_t rows, int32_t vocab, const SamplingRowParams* params,
-                   const PenaltyEntry* penalties, DeviceSample* out, DeviceTopLogprob* top, void* scratch,
+                   const PenaltyTables& tables, DeviceSample* out, DeviceTopLogprob* top, void* scratch,
                    size_t scratch_bytes, cudaStream_t stream, const SamplingTestHooks& hooks, const uint32_t* masks) {
   if (rows <= 0) return;
   if (vocab <= 0 || vocab > (1 << 30)) refuse("launch_sample: vocab must be in [1, 2^30]");
@@ -1347,12 +1386,14 @@ void launch_sample(const float* logits, int32_t rows, int32_t vocab, const Sampl
   }
   if ((reinterpret_cast<uintptr_t>(scratch) & 255u) != 0) refuse("launch_sample: scratch is not 256-byte aligned");
   if (hooks.tile_cap < 0 || hooks.tile_cap > kSamplingTile) refuse("launch_sample: tile_cap outside [0, 2048]");
+  if (tables.counts != nullptr && tables.counts_vocab != vocab)
+    refuse("launch_sample: penalty counts of another vocabulary than the logits'");
   Args a;
   a.logits = logits;
   a.rows = rows;
   a.vocab = vocab;
   a.params = params;
-  a.penalties = penalties;
+  a.tables = tables;
   a.masks = masks;
   a.out = out;
   a.top = top;

@@ -11,8 +11,8 @@
 // one thread is explained at the top of sampling.cu.
 //
 // Asynchronous on `stream`, allocates nothing (scratch comes from the caller), throws duet::Error when the launch or
-// its arguments are bad. Row invariance: a row's outputs depend on that row's logits, parameters and penalty
-// entries only, never on the other rows of the call nor on how many there are.
+// its arguments are bad. Row invariance: a row's outputs depend on that row's logits, parameters, its slot's penalty
+// counts, extra ids and biases only, never on the other rows of the call nor on how many there are.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -27,14 +27,21 @@ constexpr int32_t kMaxTopLogprobs = 20;
 // Candidates the kernel keeps in shared memory and walks in the CPU's order on one thread (see sampling.cu).
 constexpr int32_t kSamplingTile = 2048;
 
-// One row's sampling parameters: the knobs, the logprobs asked for, the draw's key, and where the row's penalty
-// entries are. Plain data, copied to the device as an array [rows].
+// One row's sampling parameters: the knobs, the logprobs asked for, the draw's key, and what its penalties read.
+// Plain data, copied to the device as an array [rows].
 struct SamplingRowParams : SamplingKnobs {
   int32_t top_logprobs = -1;  // -1: no logprobs; 0: the sampled token's; n (<= kMaxTopLogprobs): also the n best
   uint64_t seed = 0;
-  int64_t position = 0;        // the absolute position the draw is keyed by (sample_token's `position`)
-  int32_t penalty_offset = 0;  // this row's entries: penalties[penalty_offset, penalty_offset + penalty_count)
-  int32_t penalty_count = 0;
+  int64_t position = 0;  // the absolute position the draw is keyed by (sample_token's `position`)
+  // The slot of PenaltyTables::counts whose words the penalties read (backend/penalty_counts.h); -1: none.
+  int32_t counts_slot = -1;
+  // Ids generated before this row that the slot's counts do not hold yet, each one more generated (SampleSpec::
+  // extra_generated): extra_ids[extra_offset, extra_offset + extra_count). An id may repeat.
+  int32_t extra_offset = 0;
+  int32_t extra_count = 0;
+  // logit_bias: biases[bias_offset, bias_offset + bias_count), added after the penalties in order.
+  int32_t bias_offset = 0;
+  int32_t bias_count = 0;
   // A structured output's token mask (grammar/token_mask.h): words masks[mask_offset, mask_offset + mask_words), bit
   // (id % 32) of word (id / 32) set where the id may be drawn; a missing word allows nothing. Applied after the
   // penalties as the CPU does (sampler.h step 2c): every other logit is -inf. mask_offset < 0: no mask.
@@ -42,15 +49,20 @@ struct SamplingRowParams : SamplingKnobs {
   int32_t mask_words = 0;
 };
 
-// One id the penalties or logit_bias look at (engine::TokenCounts flattened, the biases merged in): the repetition
-// penalty applies when in_prompt != 0 or generated > 0 (the CPU's `seen`), presence and frequency when generated > 0.
-// Each id at most once per row (a repeated id would be penalized twice); ids outside [0, vocab) are skipped, as on the
-// CPU.
-struct PenaltyEntry {
+// One logit_bias entry (SampleSpec::logit_bias): ids outside [0, vocab) are skipped, as on the CPU.
+struct BiasEntry {
   int32_t id = 0;
-  int32_t generated = 0;  // times generated so far
-  int32_t in_prompt = 0;  // nonzero: the id is in the prompt
-  float bias = 0.0f;      // logit_bias: added after the penalties (sampler.cc penalized_logits)
+  float bias = 0.0f;
+};
+
+// What the rows' penalties and biases read, on the device; each may be null when no row reads it.
+struct PenaltyTables {
+  // [slots, counts_vocab] count words (penalty_counts.h: bit 31 in the prompt, bits 0-30 times generated), read by
+  // rows whose counts_slot >= 0 and a penalty on. counts_vocab must be the logits' vocab.
+  const uint32_t* counts = nullptr;
+  int32_t counts_vocab = 0;
+  const int32_t* extra_ids = nullptr;  // SamplingRowParams::extra_offset / extra_count index it
+  const BiasEntry* biases = nullptr;   // SamplingRowParams::bias_offset / bias_count index it
 };
 
 // How a row was decided (bits of DeviceSample::path), for tests and counters; never needed to use the result.
@@ -113,13 +125,13 @@ void print_sampling_trace(int32_t clusters);
 // (sampling.cu): one scratch slot per cluster.
 size_t sampling_scratch_bytes(int32_t rows, int32_t vocab);
 
-// Samples one token per row of `logits` [rows, vocab] fp32 (row-major, device). params [rows] and the penalty
-// entries and mask words they point into are on the device; penalties may be null when every penalty_count is 0,
-// masks when every mask_offset is negative. A masked row reads only its own mask: rows stay independent. Writes
-// out[rows]; top [rows, kMaxTopLogprobs] gets each row's top logprobs (most likely first, unused entries id -1) unless
-// null. scratch: at least sampling_scratch_bytes(rows, vocab) bytes of device memory, 256-byte aligned.
+// Samples one token per row of `logits` [rows, vocab] fp32 (row-major, device). params [rows], the tables and the
+// mask words they point into are on the device; masks may be null when every mask_offset is negative. A row reads
+// only its own slot's counts, extras, biases and mask: rows stay independent. Writes out[rows]; top [rows,
+// kMaxTopLogprobs] gets each row's top logprobs (most likely first, unused entries id -1) unless null. scratch: at
+// least sampling_scratch_bytes(rows, vocab) bytes of device memory, 256-byte aligned.
 void launch_sample(const float* logits, int32_t rows, int32_t vocab, const SamplingRowParams* params,
-                   const PenaltyEntry* penalties, DeviceSample* out, DeviceTopLogprob* top, void* scratch,
+                   const PenaltyTables& tables, DeviceSample* out, DeviceTopLogprob* top, void* scratch,
                    size_t scratch_bytes, cudaStream_t stream, const SamplingTestHooks& hooks = {},
                    const uint32_t* masks = nullptr);
 

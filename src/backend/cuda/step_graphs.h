@@ -21,7 +21,8 @@ namespace duet::backend::cuda {
 // a fixed address (step_upload.h) or a weight; StepGraphs still compares those arguments before every replay.
 struct StepGraphKey {
   int64_t rows = 0, pieces = 0, samples = 0;
-  bool penalties = false;  // the sampling kernel's penalty table present
+  // What the sampling kernel's PenaltyTables hold (null or not): the storage's counts, verify rows' extra ids, biases.
+  bool counts = false, extra_ids = false, biases = false;
   // Structured outputs' token masks present: the graph ends at the logits, and the sampler is launched after it, once
   // the host has written the masks (cuda_backend.cc sample(), mask_upload.h). Without: the graph holds the sampler.
   bool masks = false;

@@ -1,6 +1,6 @@
 #pragma once
-// A step's per-step arrays (pieces, rows, chunks, ids, page tables, sampling settings, penalties, ...) in one device
-// buffer, each array in a region of its own at a fixed offset with a fixed capacity, copied up in one transfer.
+// A step's per-step arrays (pieces, rows, chunks, ids, page tables, sampling settings, extra ids, biases, ...) in one
+// device buffer, each array in a region of its own at a fixed offset with a fixed capacity, copied up in one transfer.
 //
 // Why fixed: decode steps are replayed as CUDA graphs (step_graphs.h), and a captured kernel keeps the addresses it
 // was launched with. If an array's address followed the sizes of the arrays before it (page tables grow as sequences
@@ -31,7 +31,8 @@ enum class StepArray : int {
   sample_params,
   snapshots,   // GDN snapshots taken inside the step (prefill steps only)
   page_table,  // the growing ones last, so the bytes sent each step end soon after the last used one
-  penalties,   // (structured outputs' masks go up apart, after the forward: mask_upload.h)
+  extra_ids,   // verify rows' earlier drafts (SamplingRowParams::extra_offset); the counts live in the storage
+  biases,      // logit_bias (structured outputs' masks go up apart, after the forward: mask_upload.h)
   row_rope,    // rows' 3-D rotary positions, only in steps with images or a rope delta: last, so other steps send none
   count,
 };
