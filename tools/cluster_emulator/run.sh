@@ -4,8 +4,8 @@
 # each row's id against the CPU sampler's. Host only (x86-64, g++); no GPU. From the repository root:
 #   tools/cluster_emulator/run.sh [selftest] [VOCAB REPS SEED [FIRST LAST]]
 # `selftest` first checks that the emulator catches planted faults: one block of the cluster making an extra exchange
-# in the binned top-p path (a barrier sequence that differs), and part of one block at an extra __syncthreads (a
-# deadlock). About a second per 512-wide row on one core; hooks and variations through the environment
+# in the binned top-p path (a barrier sequence that differs), part of one block at an extra __syncthreads (a
+# deadlock), and the kernel ignoring a row's penalty count words or a verify row's extra ids (ids that differ). About a second per 512-wide row on one core; hooks and variations through the environment
 # (replay_kernels_test.cc). Exit status non-zero on a deadlock, a differing barrier sequence or an id mismatch.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -40,12 +40,20 @@ prepare() {
         "$dst"/sampling_binned.h ;;
     partial_barrier)
       sed -i "s|^$anchor\$|$anchor\n  if (block_rank() == 3 \&\& threadIdx.x < 64) block_sync();|" "$dst"/sampling_binned.h ;;
+    counts_ignored)  # the row's slot count words never read
+      sed -i 's|const uint32_t\* words = penalties \&\& |const uint32_t* words = false \&\& |' "$dst"/sampling.cu ;;
+    extras_ignored)  # a verify row's extra ids never read
+      sed -i 's|const int32_t\* extras = penalties \&\& |const int32_t* extras = false \&\& |' "$dst"/sampling.cu ;;
   esac
-  [ "$2" = none ] || grep -q 'block_rank() == 3' "$dst"/sampling_binned.h ||
-    { echo "run.sh: could not plant $2" >&2; exit 1; }
+  case $2 in
+    none) ;;
+    counts_ignored | extras_ignored) grep -q '= false && ' "$dst"/sampling.cu ||
+      { echo "run.sh: could not plant $2" >&2; exit 1; } ;;
+    *) grep -q 'block_rank() == 3' "$dst"/sampling_binned.h || { echo "run.sh: could not plant $2" >&2; exit 1; } ;;
+  esac
 }
 
-flags=(-std=c++20 -O1 -w -I"$here"/stub -I"$here" -I"$repo"/src)
+flags=(-std=c++20 -O1 -w -I"$here"/stub -I"$here" -I"$repo"/src -I"$repo"/tests/cuda)
 build() {  # $1: directory prepared by prepare; the binary goes there
   g++ "${flags[@]}" -c "$here"/emu_runtime.cc -o "$1"/emu_runtime.o
   g++ -I"$1"/src "${flags[@]}" -c "$here"/kernel.cc -o "$1"/kernel.o
@@ -65,6 +73,15 @@ if [ "${1:-}" = selftest ]; then
     grep -q "CLUSTER SEQUENCE DIFFERS\|DEADLOCK" "$work/$fault.log" ||
       { echo "selftest: $fault failed for another reason" >&2; cat "$work/$fault.log" >&2; exit 1; }
     echo "selftest: planted $fault caught: $(grep -m1 'CLUSTER SEQUENCE DIFFERS\|DEADLOCK' "$work/$fault.log")"
+  done
+  # The penalties' inputs: rows 0..40 of the first test's cases hold seven penalized recipes a kind; as verify rows
+  # (EMU_EXTRAS=20: every generated id of a row is an extra, only its prompt ids counted) both faults change ids.
+  for fault in counts_ignored extras_ignored; do
+    rm -rf "$work/$fault"; prepare "$work/$fault" $fault; build "$work/$fault"
+    EMU_EXTRAS=20 "$work/$fault"/replay 512 1 1 0 40 > "$work/$fault.log" 2>&1 || true
+    grep -q "^MISMATCH" "$work/$fault.log" ||
+      { echo "selftest: the planted $fault was NOT caught" >&2; cat "$work/$fault.log" >&2; exit 1; }
+    echo "selftest: planted $fault caught: $(grep -c '^MISMATCH' "$work/$fault.log") rows differ"
   done
 fi
 rm -rf "$work/kernel"; prepare "$work/kernel" none; build "$work/kernel"
