@@ -514,33 +514,44 @@ TEST(Sampling, BinnedPathPlantedFaultsChangeIds) {
   std::printf("cut one late: %s\ndraw one late: %s\n", describe(late_cut).c_str(), describe(late_draw).c_str());
 }
 
+// A greedy row whose argmax is 10 (3.0) ahead of 20 (2.5), for the penalties, extras and biases to move.
+Case two_peaks(const std::string& label) {
+  Case c;
+  c.logits.assign(512, 0.0f);
+  c.logits[10] = 3.0f;
+  c.logits[20] = 2.5f;
+  c.logits[30] = -0.5f;
+  c.params.temperature = 0.0f;
+  c.params.top_logprobs = 2;
+  c.label = label;
+  return c;
+}
+
+// The device draws `want` for each case, as the CPU does.
+void expect_draws(const std::vector<Case>& cases, const std::vector<int32_t>& want) {
+  std::vector<const Case*> ptrs;
+  for (const Case& c : cases) ptrs.push_back(&c);
+  const GpuRun run = run_gpu(ptrs);
+  for (size_t r = 0; r < cases.size(); ++r) {
+    EXPECT_EQ(cases[r].cpu().id, want[r]) << cases[r].label << ": the CPU itself";
+    EXPECT_EQ(run.out[r].id, want[r]) << cases[r].label;
+    EXPECT_EQ(compare(cases[r], run.out[r], &run.top[r * kMaxTopLogprobs]), "");
+  }
+}
+
 // Penalties alone decide these greedy picks: each penalty kind must move the argmax as the CPU does.
 TEST(Sampling, EachPenaltyMovesTheArgmaxAsTheCpu) {
   DUET_REQUIRE_GPU();
   std::vector<Case> cases;
   for (int kind = 0; kind < 4; ++kind) {
-    Case c;
-    c.logits.assign(512, 0.0f);
-    c.logits[10] = 3.0f;
-    c.logits[20] = 2.5f;
-    c.logits[30] = -0.5f;
-    c.params.temperature = 0.0f;
-    c.params.top_logprobs = 2;
+    Case c = two_peaks("penalty kind " + std::to_string(kind));
     if (kind == 0) c.params.repetition_penalty = 1.5f, c.prompt = {10};                         // 3 / 1.5 = 2 < 2.5
     if (kind == 1) c.params.presence_penalty = 0.75f, c.generated = {10};                       // 2.25 < 2.5
     if (kind == 2) c.params.frequency_penalty = 0.2f, c.generated = {10, 10, 10};               // 2.4 < 2.5
     if (kind == 3) c.params.repetition_penalty = 0.1f, c.prompt = {30}, c.logits[30] = -0.01f;  // -0.01 * 0.1: stays
-    c.label = "penalty kind " + std::to_string(kind);
     cases.push_back(std::move(c));
   }
-  std::vector<const Case*> ptrs;
-  for (const Case& c : cases) ptrs.push_back(&c);
-  const GpuRun run = run_gpu(ptrs);
-  const int32_t want[] = {20, 20, 20, 10};
-  for (size_t r = 0; r < cases.size(); ++r) {
-    EXPECT_EQ(run.out[r].id, want[r]) << cases[r].label;
-    EXPECT_EQ(compare(cases[r], run.out[r], &run.top[r * kMaxTopLogprobs]), "");
-  }
+  expect_draws(cases, {20, 20, 20, 10});
 }
 
 // A verify row's extra ids and the biases decide these greedy picks: each must move the argmax as the CPU does, with
@@ -549,30 +560,16 @@ TEST(Sampling, ExtrasAndBiasesMoveTheArgmaxAsTheCpu) {
   DUET_REQUIRE_GPU();
   std::vector<Case> cases;
   for (int kind = 0; kind < 4; ++kind) {
-    Case c;
-    c.logits.assign(512, 0.0f);
-    c.logits[10] = 3.0f;
-    c.logits[20] = 2.5f;
-    c.params.temperature = 0.0f;
-    c.params.top_logprobs = 2;
+    Case c = two_peaks("extras and biases kind " + std::to_string(kind));
     c.params.frequency_penalty = 0.2f;
     c.generated = {10};                                                 // 3 - 0.2 = 2.8: still 10 without extras
     if (kind == 0) c.extra = {10, 10};                                  // 3 - 0.6 = 2.4 < 2.5
     if (kind == 1) c.extra = {7, 10, 7, 10};                            // the same with another id between
     if (kind == 2) c.params.logit_bias = {{20, 0.25f}, {20, 0.125f}};   // 2.5 + 0.375 = 2.875 > 2.8
     if (kind == 3) c.extra = {20}, c.params.logit_bias = {{10, 0.5f}};  // 2.3 against 3.3
-    c.label = "extras and biases kind " + std::to_string(kind);
     cases.push_back(std::move(c));
   }
-  std::vector<const Case*> ptrs;
-  for (const Case& c : cases) ptrs.push_back(&c);
-  const GpuRun run = run_gpu(ptrs);
-  const int32_t want[] = {20, 20, 20, 10};
-  for (size_t r = 0; r < cases.size(); ++r) {
-    EXPECT_EQ(cases[r].cpu().id, want[r]) << cases[r].label << ": the CPU itself";
-    EXPECT_EQ(run.out[r].id, want[r]) << cases[r].label;
-    EXPECT_EQ(compare(cases[r], run.out[r], &run.top[r * kMaxTopLogprobs]), "");
-  }
+  expect_draws(cases, {20, 20, 20, 10});
   // The control: without its extras a row draws 10, so a kernel that dropped them would show.
   Case without = cases[0];
   without.extra.clear();
