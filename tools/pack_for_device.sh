@@ -5,6 +5,11 @@
 # symbols stripped so the whole call stays under the device tool's 64 MiB, and every shared library they link
 # except glibc's family and the CUDA driver/toolkit (the GPU machine has its own), plus device/run_gpu_tests.sh.
 #   usage: tools/pack_for_device.sh [BUILD_DIR]   (default: build)
+# The checkout alone is about 58.6 MB of the call's 64 MiB, so a pack of everything no longer fits beside it. With
+# PACK_ONLY="NAME ..." only those executables go (e.g. "duet cuda_tests cuda_cublaslt_loader_test": 6.5 MB, the GPU
+# suite and the exactness bench, session 40), and PACK_NO_BLAS=1 leaves out OpenBLAS / LAPACKE (only `duet adapter`
+# and the RuntimeAdapter tests need them). OpenSSL and zlib are never packed: the GPU machine's Ubuntu 24.04 has both,
+# ABI-compatible (seen working in session 40), and they were 1.9 MB of the compressed pack.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -13,6 +18,7 @@ out="$repo/device"
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/tests" "$out/lib"
+wanted() { [[ -z ${PACK_ONLY:-} || " $PACK_ONLY " == *" $1 "* ]]; }
 
 # The duet binary: bin/duet when the build has one, else where src/cli puts it.
 duet=""
@@ -20,13 +26,17 @@ for candidate in "$build/bin/duet" "$build/src/cli/duet"; do
   if [[ -x $candidate ]]; then duet=$candidate; break; fi
 done
 [[ -n $duet ]] || { echo "pack_for_device: no duet binary under $build" >&2; exit 1; }
-cp "$duet" "$out/bin/duet"
-strip --strip-all "$out/bin/duet"
-binaries=("$duet")
+binaries=()
+if wanted duet; then
+  cp "$duet" "$out/bin/duet"
+  strip --strip-all "$out/bin/duet"
+  binaries+=("$duet")
+fi
 
 # Test executables, keeping their paths relative to BUILD/tests (CMake's own probe binaries are skipped).
 while IFS= read -r test; do
   rel=${test#"$build/tests/"}
+  wanted "$(basename "$test")" || continue
   mkdir -p "$out/tests/$(dirname "$rel")"
   cp "$test" "$out/tests/$rel"
   strip --strip-all "$out/tests/$rel"
@@ -34,7 +44,7 @@ while IFS= read -r test; do
 done < <(find "$build/tests" -type f -executable \( -name 'cuda_*' -o -name 'bench_*' \) -not -path '*/CMakeFiles/*' | sort)
 
 # Their shared libraries, under the name the loader asks for (ldd's first column), symlinks resolved.
-skip='^(libc|libm|libpthread|libdl|librt|ld-linux.*|libgcc_s|libstdc\+\+|libcuda|libcublas.*|libcudart.*)\.so'
+skip='^(libssl|libcrypto|libz|libc|libm|libpthread|libdl|librt|ld-linux.*|libgcc_s|libstdc\+\+|libcuda|libcublas.*|libcudart.*)\.so'
 for binary in "${binaries[@]}"; do
   { ldd "$binary" || true; } | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
 done | sort -u | while read -r name path; do
@@ -44,6 +54,7 @@ done
 # `duet adapter` (and the adapter tests, which extract their adapter with it) loads LAPACKE and OpenBLAS at run time
 # (src/convert/linear_algebra.cc), so ldd does not see them: carry them and what they link, by the names dlopen asks.
 for name in libopenblas.so.0 liblapacke.so.3; do
+  [[ ${PACK_NO_BLAS:-0} == 1 ]] && break
   path=$(ldconfig -p | awk -v n="$name" '$1 == n && /x86-64/ && !found {print $NF; found = 1}')  # reads all: no SIGPIPE
   [[ -n $path ]] || { echo "pack_for_device: $name not found (apt-get install libopenblas0 liblapacke)" >&2; exit 1; }
   cp -L "$path" "$out/lib/$name"
