@@ -20,6 +20,7 @@
 #include "backend/cuda/adapter_merge.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/delta_chunks.h"
+#include "backend/cuda/dependent_launch.h"
 #include "backend/cuda/device_counts.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/device_rows.h"
@@ -367,6 +368,7 @@ class CudaBackend final : public Backend {
     mode_ = Mode::eager;
     used_ = 0;
     rows_ = static_cast<int64_t>(plan.ids.size());
+    set_dependent_launch_for_step(rows_);
     // Host side: pieces, each row's piece and position, the page tables, the ids and the logit rows, packed into one
     // pinned buffer and sent in one copy.
     std::vector<DevicePiece> pieces;

@@ -13,6 +13,8 @@
 // reads its weights in between.
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "backend/cuda/cuda_check.h"
 
 namespace duet::backend::cuda {
@@ -22,7 +24,22 @@ __device__ __forceinline__ void let_dependents_launch() {
 }
 __device__ __forceinline__ void wait_for_prerequisites() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
-// The launch attribute, or a harmless one when DUET_CUDA_PDL=0 (for measuring what it buys).
+// Steps of up to this many rows launch their kernels as dependents; larger ones in plain stream order. Measured with
+// `duet run` on an H100 (docs/benchmarks.md, 26th round), decode tok/s with and without dependent launch: 1 stream 145
+// / 142, 4 streams 569 / 543, 16: 1,886 / 1,845, 24: 2,641 / 2,578, but 32: 2,900 / 3,158, 48: 3,834 / 4,075, 64:
+// 4,387 / 4,678; 1,024-row prefill chunks the same either way. (Why it turns between 24 and 32 rows is not measured
+// yet.) Only when each kernel starts moves: no operation, so no bit.
+constexpr int64_t kDependentLaunchMaxRows = 24;
+
+// Whether a step of `rows` rows launches as dependents: kDependentLaunchMaxRows, unless DUET_CUDA_PDL=0 (never) or 1
+// (always), or DUET_CUDA_PDL_MAX_ROWS sets the limit (for measurements).
+bool dependent_launch_for_rows(int64_t rows);
+// Sets the calling thread's launches for a step of `rows` rows (CudaBackend::begin_step, on the step's thread: a
+// captured graph holds the launches of its step's row count, which its key includes). Other threads' launches (the
+// decision head's, the vision tower's) stay dependent ones.
+void set_dependent_launch_for_step(int64_t rows);
+
+// The launch attribute for this thread's launches now (set_dependent_launch_for_step), or a harmless one.
 cudaLaunchAttribute dependent_launch_attribute();
 
 // kernel<<<grid, block, smem, stream>>>(args...) with the attribute; `what` names it in errors. Only for kernels that

@@ -578,7 +578,7 @@ __global__ void __launch_bounds__(kThreads)
 // row's A and Q entries for those rows; the cluster then gathers the whole A and Q rows through distributed shared
 // memory. (Each group staged all 64 keys and computed all 64 entries before, and read S_b column by column from global
 // memory: 61 KB of shared memory, 3 blocks an SM and eight memory round trips per block made the kernel
-// latency-bound, a third of a 64-row step. Now 37 KB, 5 blocks an SM by registers.) The rare row that completes its
+// latency-bound, a third of a 64-row step. Now 37 KB and 40 registers: 6 blocks an SM.) The rare row that completes its
 // chunk reads the other groups' keys from their shared memory for the fold. Each group stores its outputs into group
 // 0's shared memory, where group 0 norms the head while the others leave. (Storing the A and Q entries into every
 // group's rows the same way, instead of each group gathering them after the barrier, was measured and taken back:
@@ -591,9 +591,10 @@ struct DecodeSmem {
   static constexpr int kKeyStride = KD + 4;   // 16-byte rows (the 16 threads reading a column meet 2-way at most)
   alignas(16) float S[KD][VC];                // the group's columns of S_b (16-byte copies)
   alignas(16) float k[kRows][kKeyStride];     // the group's earlier key rows
-  float kt[KD], q[KD];                        // this row's key and query, normalized
-  alignas(16) float u[kC][VC + VC / 8];       // the group's columns of the earlier rows' d, then this row's v and d
-  float A_part[kRows], Q_part[kRows];         // this row's A and Q entries for the group's key rows
+  alignas(16) float kt[KD];                   // this row's key and query, normalized (16-byte reads)
+  alignas(16) float q[KD];
+  alignas(16) float u[kC][VC + VC / 8];  // the group's columns of the earlier rows' d, then this row's v and d
+  float A_part[kRows], Q_part[kRows];    // this row's A and Q entries for the group's key rows
   struct {
     float A_row[kC], Q_row[kC];  // the whole A and Q rows, gathered
   } rows;
@@ -622,23 +623,25 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kU = VC + VC / 8;
   using Smem = DecodeSmem<KD, VD>;
   constexpr int kRows = Smem::kRows;
-  static_assert(kC + 2 * VC <= kThreads && 2 * kC <= kThreads, "the middle phase's thread ranges");
+  static_assert(kC + VC <= kThreads && 2 * kC <= kThreads && KD % 4 == 0, "the middle phase's thread ranges");
   extern __shared__ float4 smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
 
   const DevicePiece& piece = step.piece[step.piece_order[step.multi_pieces + step.few_pieces + blockIdx.x]];
-  const DeviceChunk chunk = step.chunk[piece.first_chunk];
+  // A one-row piece is one chunk's row (delta_chunks.h: first_row the piece's, filled its position in the chunk): read
+  // from the piece itself, not through its chunk, one dependent global load fewer before the copies can be issued.
+  const int32_t first_row = piece.first_row;
   const int32_t head = blockIdx.y, group = blockIdx.z, col0 = group * VC;
   const HeadInputs in = head_inputs<KD, VD>(dims, head);
   float* state = head_state<KD, VD>(piece, layer, head);
-  const int tid = threadIdx.x, t = chunk.filled;
+  const int tid = threadIdx.x, t = piece.start_position % kC;
   const bool completes = t == kC - 1;
   const int first_key = group * kRows;  // the group's key rows: [first_key, first_key + kRows) of those before t
   const int own_keys = max(0, min(kRows, t - first_key));
 
-  const bf16* row = qkv + static_cast<int64_t>(chunk.first_row) * in.width;
+  const bf16* row = qkv + static_cast<int64_t>(first_row) * in.width;
   copy_bf16_rows_async(sm.raw.q, row + in.q, 0, 1, KD);
   copy_bf16_rows_async(sm.raw.k, row + in.k, 0, 1, KD);
   copy_bf16_rows_async(sm.raw_v, row + in.v + col0, 0, 1, VC);
@@ -652,7 +655,7 @@ __global__ void __launch_bounds__(kThreads)
                          KD, own_keys);
   copy_floats_async(sm.G, state + layout.G(), t);
   if (tid == 0) {
-    const int64_t at = static_cast<int64_t>(chunk.first_row) * in.heads + head;
+    const int64_t at = static_cast<int64_t>(first_row) * in.heads + head;
     copy_async_4(&sm.g, g + at);
     copy_async_4(&sm.beta, beta + at);
   }
@@ -666,36 +669,49 @@ __global__ void __launch_bounds__(kThreads)
   if (tid == 0) sm.G[t] = (t > 0 ? sm.G[t - 1] : 0.0f) + sm.g;  // G_t = G_{t-1} + g_t, as chunk_matrices_kernel
   __syncthreads();
 
-  const int64_t head_at =
-      static_cast<int64_t>(chunk.first_row) * dims.value_heads * VD + static_cast<int64_t>(head) * VD;
+  const int64_t head_at = static_cast<int64_t>(first_row) * dims.value_heads * VD + static_cast<int64_t>(head) * VD;
   // The raw vectors are dead: group 0's gate comes in behind the arithmetic, for the gated norm at the end.
   if (norm.out != nullptr && group == 0) copy_bf16_rows_async(sm.z, norm.z + head_at, 0, 1, VD);
 
   // Three independent parts on three thread ranges. Threads s - first_key for the group's rows s <= t: entry s of
-  // the row's A and Q, the fma chain of chunk_matrices_kernel's tiles. Threads kC .. kC + 2 VC - 1: S_b^T k_t and
-  // S_b^T q_t, one column and vector per thread, the fma chain of chunk_state_kernel's tiles. When the row completes
-  // the chunk, threads 2 kC.. the fold's decays.
+  // the row's A and Q, the fma chain of chunk_matrices_kernel's tiles. Threads kC .. kC + VC - 1: S_b^T k_t and
+  // S_b^T q_t of one column each (both chains read each S element once), the fma chain of chunk_state_kernel's tiles.
+  // When the row completes the chunk, threads 2 kC.. the fold's decays. The vectors are read 16 bytes at a time; each
+  // chain still takes its fmas one element at a time in increasing order (the 25th round's phase trace: the A and Q
+  // chains at three 4-byte shared loads a step set when the cluster's first barrier opens).
+  const float4* kt4 = reinterpret_cast<const float4*>(sm.kt);
+  const float4* q4 = reinterpret_cast<const float4*>(sm.q);
   if (tid < kRows) {
     const int s = first_key + tid;
     if (s <= t) {
-      const float* key = s == t ? sm.kt : sm.k[tid];
+      const float4* key = reinterpret_cast<const float4*>(s == t ? sm.kt : sm.k[tid]);
       float kk = 0.0f, qk = 0.0f;
-#pragma unroll 8
-      for (int i = 0; i < KD; ++i) {
-        kk = fmaf(sm.kt[i], key[i], kk);
-        qk = fmaf(sm.q[i], key[i], qk);
+#pragma unroll 4
+      for (int i = 0; i < KD / 4; ++i) {
+        const float4 a = kt4[i], b = q4[i], c = key[i];
+        kk = fmaf(a.x, c.x, kk), qk = fmaf(b.x, c.x, qk);
+        kk = fmaf(a.y, c.y, kk), qk = fmaf(b.y, c.y, qk);
+        kk = fmaf(a.z, c.z, kk), qk = fmaf(b.z, c.z, qk);
+        kk = fmaf(a.w, c.w, kk), qk = fmaf(b.w, c.w, qk);
       }
       const float decay = expf(sm.G[t] - sm.G[s]);
       if (s < t) sm.A_part[tid] = (kk * decay) * sm.beta;
       sm.Q_part[tid] = qk * decay;
     }
-  } else if (tid >= kC && tid < kC + 2 * VC) {
-    const int x = tid - kC, j = x % VC;
-    const float* vec = x < VC ? sm.kt : sm.q;
-    float acc = 0.0f;
-#pragma unroll 16
-    for (int i = 0; i < KD; ++i) acc = fmaf(vec[i], sm.S[i][j], acc);
-    (x < VC ? sm.wk : sm.wq)[j] = acc;
+  } else if (tid >= kC && tid < kC + VC) {
+    const int j = tid - kC;
+    float wk = 0.0f, wq = 0.0f;
+#pragma unroll 4
+    for (int i = 0; i < KD / 4; ++i) {
+      const float4 a = kt4[i], b = q4[i];
+      const float s0 = sm.S[4 * i][j], s1 = sm.S[4 * i + 1][j], s2 = sm.S[4 * i + 2][j], s3 = sm.S[4 * i + 3][j];
+      wk = fmaf(a.x, s0, wk), wq = fmaf(b.x, s0, wq);
+      wk = fmaf(a.y, s1, wk), wq = fmaf(b.y, s1, wq);
+      wk = fmaf(a.z, s2, wk), wq = fmaf(b.z, s2, wq);
+      wk = fmaf(a.w, s3, wk), wq = fmaf(b.w, s3, wq);
+    }
+    sm.wk[j] = wk;
+    sm.wq[j] = wq;
   } else if (completes && tid >= 2 * kC) {
     for (int s = tid - 2 * kC; s < kC; s += kThreads - 2 * kC) sm.decay[s] = expf(sm.G[kC - 1] - sm.G[s]);
   }
@@ -716,6 +732,7 @@ __global__ void __launch_bounds__(kThreads)
 
   if (tid < VC) {
     float acc = 0.0f;
+#pragma unroll 4
     for (int s = 0; s <= t; ++s) acc = fmaf(sm.rows.Q_row[s], sm.u[s][tid], acc);
     const float o = fmaf(eG, sm.wq[tid], acc);
     out[head_at + col0 + tid] = o;

@@ -1,0 +1,39 @@
+// The dependent-launch policy (dependent_launch.h): a step's launches are dependent ones up to kDependentLaunchMaxRows
+// rows and in plain stream order above, per thread, so that a step thread's choice never reaches another thread's
+// launches (the decision head's, the vision tower's). No GPU needed: the attribute is what each launch passes.
+#include "backend/cuda/dependent_launch.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <thread>
+
+namespace duet::backend::cuda {
+namespace {
+
+bool dependent_now() { return dependent_launch_attribute().val.programmaticStreamSerializationAllowed != 0; }
+
+TEST(DependentLaunch, StepsOverTheLimitLaunchInStreamOrderOnTheirThreadOnly) {
+  if (std::getenv("DUET_CUDA_PDL") != nullptr || std::getenv("DUET_CUDA_PDL_MAX_ROWS") != nullptr)
+    GTEST_SKIP() << "DUET_CUDA_PDL or DUET_CUDA_PDL_MAX_ROWS is set: the policy is forced for measurements";
+  EXPECT_EQ(dependent_launch_attribute().id, cudaLaunchAttributeProgrammaticStreamSerialization);
+  EXPECT_TRUE(dependent_now()) << "a thread before its first step";
+  set_dependent_launch_for_step(1);
+  EXPECT_TRUE(dependent_now());
+  set_dependent_launch_for_step(kDependentLaunchMaxRows);
+  EXPECT_TRUE(dependent_now());
+  set_dependent_launch_for_step(kDependentLaunchMaxRows + 1);
+  EXPECT_FALSE(dependent_now());
+  bool other = false;
+  std::thread([&] { other = dependent_now(); }).join();
+  EXPECT_TRUE(other) << "another thread's launches followed this thread's step";
+  set_dependent_launch_for_step(4096);  // a prefill chunk
+  EXPECT_FALSE(dependent_now());
+  EXPECT_FALSE(dependent_launch_for_rows(64));
+  EXPECT_TRUE(dependent_launch_for_rows(16));
+  set_dependent_launch_for_step(1);  // as the next test expects a thread to start
+  EXPECT_TRUE(dependent_now());
+}
+
+}  // namespace
+}  // namespace duet::backend::cuda
