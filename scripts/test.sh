@@ -47,9 +47,9 @@ setsid -w nice -n 19 bash -c '{ echo 19 >/proc/self/autogroup; } 2>/dev/null || 
   scripts/sanitize.sh --build-only build-sanitize; s=$?; echo "sanitizer build ended at +$(($(date +%s) - $1)) s"; exit $s' _ "$t0" >"$san_log" 2>&1 &
 san=$!
 # The unit tests the sanitizer run covers are not built here (DUET_SANITIZED_TESTS_HERE, CMakeLists.txt): they run there.
-# Nor are the benchmarks (DUET_BENCHES): no test runs them.
-DUET_CMAKE_ARGS="${DUET_CMAKE_ARGS:-} -DDUET_SANITIZED_TESTS_HERE=OFF -DDUET_BENCHES=OFF" \
-  scripts/setup.sh --build-packages build
+# Nor are the benchmarks (DUET_BENCHES): no test runs them. The GPU tests only skip here: their host code at -O0.
+release_args="-DDUET_SANITIZED_TESTS_HERE=OFF -DDUET_BENCHES=OFF -DDUET_GPU_TESTS_OPTIMIZED=OFF"
+DUET_CMAKE_ARGS="${DUET_CMAKE_ARGS:-} $release_args" scripts/setup.sh --build-packages build
 phase "the release build ended"
 deps_status=0
 wait "$deps" || deps_status=$?

@@ -1,7 +1,10 @@
 #include "backend/cuda/dependent_launch.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 namespace duet::backend::cuda {
 
@@ -12,6 +15,7 @@ namespace {
 struct DependentLaunchPolicy {
   int forced = -1;  // -1: by rows
   int64_t max_rows = kDependentLaunchMaxRows;
+  std::vector<std::string> flipped;  // DUET_CUDA_PDL_FLIP's names
 };
 
 const DependentLaunchPolicy& policy() {
@@ -38,10 +42,16 @@ bool dependent_launch_for_rows(int64_t rows) {
 
 void set_dependent_launch_for_step(int64_t rows) { t_dependent = dependent_launch_for_rows(rows); }
 
-cudaLaunchAttribute dependent_launch_attribute() {
+cudaLaunchAttribute dependent_launch_attribute(const char* what) {
+  bool dependent = t_dependent;
+  for (const std::string& name : policy().flipped)
+    if (what != nullptr && std::strstr(what, name.c_str()) != nullptr) {
+      dependent = !dependent;
+      break;
+    }
   cudaLaunchAttribute a{};
   a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  a.val.programmaticStreamSerializationAllowed = t_dependent ? 1 : 0;
+  a.val.programmaticStreamSerializationAllowed = dependent ? 1 : 0;
   return a;
 }
 

@@ -39,8 +39,11 @@ bool dependent_launch_for_rows(int64_t rows);
 // decision head's, the vision tower's) stay dependent ones.
 void set_dependent_launch_for_step(int64_t rows);
 
-// The launch attribute for this thread's launches now (set_dependent_launch_for_step), or a harmless one.
-cudaLaunchAttribute dependent_launch_attribute();
+// The launch attribute for the kernel `what` names, launched by this thread now (set_dependent_launch_for_step), or a
+// harmless one. For finding which kernels gain and which lose (the 26th round left it open), DUET_CUDA_PDL_FLIP=
+// "name,name" inverts the step's choice for the kernels whose `what` contains one of the names (e.g. at 64 rows,
+// DUET_CUDA_PDL_FLIP=skinny launches only the GEMMs as dependents; with DUET_CUDA_PDL=1, every kernel but them).
+cudaLaunchAttribute dependent_launch_attribute(const char* what);
 
 // kernel<<<grid, block, smem, stream>>>(args...) with the attribute; `what` names it in errors. Only for kernels that
 // call wait_for_prerequisites() before touching memory.
@@ -52,7 +55,7 @@ void launch_dependent(const char* what, void (*kernel)(Params...), dim3 grid, di
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  cudaLaunchAttribute attribute = dependent_launch_attribute();
+  cudaLaunchAttribute attribute = dependent_launch_attribute(what);
   config.attrs = &attribute;
   config.numAttrs = 1;
   check_cuda(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...), what);
@@ -68,7 +71,7 @@ void launch_dependent_clusters(const char* what, void (*kernel)(Params...), dim3
   config.dynamicSmemBytes = smem;
   config.stream = stream;
   cudaLaunchAttribute attributes[2] = {};
-  attributes[0] = dependent_launch_attribute();
+  attributes[0] = dependent_launch_attribute(what);
   attributes[1].id = cudaLaunchAttributeClusterDimension;
   attributes[1].val.clusterDim.x = cluster.x;
   attributes[1].val.clusterDim.y = cluster.y;

@@ -94,7 +94,7 @@ void launch_clusters(void (*kernel)(Params...), int threads, int block_rows, siz
   attributes[0].val.clusterDim.x = static_cast<unsigned>(slices);
   attributes[0].val.clusterDim.y = 1;
   attributes[0].val.clusterDim.z = 1;
-  attributes[1] = dependent_launch_attribute();
+  attributes[1] = dependent_launch_attribute(what);
   config.attrs = attributes;
   config.numAttrs = 2;
   check_cuda(cudaLaunchKernelEx(&config, kernel, args...), what);
