@@ -37,5 +37,29 @@ TEST(DependentLaunch, StepsOverTheLimitLaunchInStreamOrderOnTheirThreadOnly) {
   EXPECT_TRUE(dependent_now());
 }
 
+// DUET_CUDA_PDL_FLIP inverts the step's choice for the kernels whose launch name holds one of its names, read once a
+// process: checked in a child process (a death test, re-executed with the variable set). Control: a kernel it does
+// not name keeps the step's choice, at 64 rows and at 1.
+TEST(DependentLaunch, FlipInvertsTheChoiceForTheNamedKernelsOnly) {
+  if (std::getenv("DUET_CUDA_PDL") != nullptr || std::getenv("DUET_CUDA_PDL_MAX_ROWS") != nullptr)
+    GTEST_SKIP() << "DUET_CUDA_PDL or DUET_CUDA_PDL_MAX_ROWS is set: the policy is forced for measurements";
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  setenv("DUET_CUDA_PDL_FLIP", "skinny,,decode_delta", 1);
+  const auto dependent = [](const char* what) {
+    return dependent_launch_attribute(what).val.programmaticStreamSerializationAllowed != 0;
+  };
+  EXPECT_EXIT(
+      {
+        set_dependent_launch_for_step(64);
+        const bool large = dependent("launch_skinny_gemm (tensor cores)") && dependent("decode_delta_kernel") &&
+                           !dependent("rms_norm_kernel");
+        set_dependent_launch_for_step(1);
+        const bool small = !dependent("launch_skinny_gemm (tensor cores)") && dependent("rms_norm_kernel");
+        std::exit(large && small ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+  unsetenv("DUET_CUDA_PDL_FLIP");
+}
+
 }  // namespace
 }  // namespace duet::backend::cuda
