@@ -454,6 +454,43 @@ TEST(SkinnyGemmRows, EveryRowCountIsBatchInvariant) {
   }
 }
 
+// The decode GEMM's wgmma kernel (the weights in registers as A, x from shared memory as B) against its mma.sync one,
+// at every tile width it is built for (8, 16, 32, 64 x rows) and between: the same slices give the same bits, whatever
+// the rows, including k with a partial last step (1040) and n past a multiple of 128. The control: the same
+// comparison against the mma.sync kernel over other slices differs, so the check can fail.
+TEST(SkinnyGemmRows, TheWgmmaKernelGivesTheMmaSyncBits) {
+  DUET_REQUIRE_GPU();
+  for (const GemmShape& shape : {GemmShape{200, 1040}, GemmShape{1000, 4096}, GemmShape{136, 128}}) {
+    const auto [n, k] = shape;
+    SCOPED_TRACE("n " + std::to_string(n) + " k " + std::to_string(k));
+    const auto w = random_bf16(static_cast<size_t>(n) * k, 90 + n + k);
+    const auto x = random_bf16(static_cast<size_t>(64) * k, 91);
+    DeviceBuffer<bf16> d_w(w), d_x(x);
+    auto run = [&](int32_t m, SkinnyPipeline p) {
+      DeviceBuffer<bf16> y(static_cast<size_t>(m) * n);
+      y.poison();
+      launch_skinny_gemm_pipeline(d_x.get(), m, d_w.get(), static_cast<int32_t>(n), static_cast<int32_t>(k), y.get(), p,
+                                  nullptr);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      return floats_of(y.download());
+    };
+    const int slices = skinny_plan_for(static_cast<int32_t>(n), static_cast<int32_t>(k), 64).max_slices;
+    SkinnyPipeline mma{1, 4, slices, true};
+    SkinnyPipeline regs = mma;
+    regs.wgmma_registers = true;
+    for (int32_t m : {1, 5, 8, 9, 16, 17, 31, 33, 64}) {
+      const auto want = run(m, mma);
+      const auto got = run(m, regs);
+      EXPECT_EQ(non_finite(got), 0u) << "m " << m;
+      EXPECT_EQ(differing(got.data(), want.data(), got.size()), 0u) << "m " << m;
+    }
+    if (slices > 1) {
+      const auto other = run(64, SkinnyPipeline{1, 4, 1, true});
+      EXPECT_GT(differing(run(64, regs).data(), other.data(), other.size()), 0u) << "control: other slices";
+    }
+  }
+}
+
 // Projections fused into one GEMM over weights stored back to back (SkinnyOutputs): every segment's output equals
 // its projection's own call bit for bit, at every row count, in both output types. The shapes are the 9B's GDN inputs
 // (qkv 8192 | z 4096 | b 32 | a 32 over k 4096) scaled down, with segment edges inside 128-row blocks, and the

@@ -1,11 +1,13 @@
 // The decode GEMM's bandwidth on the device (issue 16): for every projection shape of the Qwen3.5-9B and 1..64 rows,
 // the skinny GEMM's weight-read rate for each pipeline variant (kernels.h, SkinnyPipeline), against the device's own
 // copy rate measured in the same run. Not a test: a benchmark whose table goes into docs/benchmarks.md.
-//   bench_skinny_gemm [--quick]          (--quick: 1, 16 and 64 rows, no warpgroup variants)
+//   bench_skinny_gemm [--quick]          (--quick: 1, 16 and 64 rows)
 //   bench_skinny_gemm --tiles            (every tile count, 1 and 8..64 rows, only the variants that keep each shape's
 //                                         production slices, so production's bits: what a plan by row count picks from)
 //   bench_skinny_gemm --blocks           (every tile count; each shape's production slices with every pipeline the
 //                                         plans use, in blocks of 8, 4 and 2 warps: the same bits, other block sizes)
+//   bench_skinny_gemm --regs             (every tile count; each shape's production slices, x step by step: mma.sync
+//                                         against wgmma with the weights in registers, the same bits)
 //   bench_skinny_gemm --profile SHAPE M   (three production launches of one shape, for ncu; nothing timed)
 // Weights rotate over enough copies that every call reads from HBM, as a decode step does (each layer's weights are
 // cold). Each figure is the median of 7 timings of a CUDA graph of calls. It also checks, per variant, that m = 1
@@ -128,7 +130,8 @@ double relative_difference(const std::vector<uint16_t>& a, const std::vector<uin
 
 int main(int argc, char** argv) {
   const bool blocks = argc > 1 && std::string(argv[1]) == "--blocks";
-  const bool tiles = blocks || (argc > 1 && std::string(argv[1]) == "--tiles");
+  const bool regs = argc > 1 && std::string(argv[1]) == "--regs";
+  const bool tiles = blocks || regs || (argc > 1 && std::string(argv[1]) == "--tiles");
   const bool quick = tiles || (argc > 1 && std::string(argv[1]) == "--quick");
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
@@ -177,12 +180,6 @@ int main(int argc, char** argv) {
     p.per_step_x = true;
     variants.push_back(p);
   }
-  // The warpgroup engine (wgmma) for every row count, by its k slices and the steps it asks of L2 ahead.
-  // (--quick leaves it out: off in production, 35-55% slower on the H200, eleventh round of docs/benchmarks.md.)
-  for (int slices : {2, 4, 7})
-    for (int ahead : {1, 2})
-      for (int prefetch : {4, 8, 16})
-        if (!quick) variants.push_back(SkinnyPipeline{ahead, prefetch, slices, false, true});
   if (argc > 3 && std::string(argv[1]) == "--profile") {
     for (const Shape& shape : shapes) {
       if (shape.name != std::string(argv[2])) continue;
@@ -226,10 +223,18 @@ int main(int argc, char** argv) {
         variants.push_back(p);
       }
   }
+  // --regs: 8-warp blocks, x step by step, one step ahead, L2 4 ahead: mma.sync, then wgmma with w in registers.
+  if (regs) {
+    variants.clear();
+    SkinnyPipeline p{1, 4, 0, true};
+    variants.push_back(p);
+    p.wgmma_registers = true;
+    variants.push_back(p);
+  }
   auto label = [](const SkinnyPipeline& v) {
     char text[48];
-    if (v.warpgroup) {
-      std::snprintf(text, sizeof text, "wg%d/p%d/s%d", v.ahead, v.prefetch, v.max_slices);
+    if (v.wgmma_registers) {
+      std::snprintf(text, sizeof text, "   regs/s%d", v.max_slices);
     } else {
       std::snprintf(text, sizeof text, "%s%s%sa%d/p%d/s%d",
                     v.block_warps != 8 ? (v.block_warps == 4 ? "w4" : "w2") : "", v.min_blocks == 3 ? "3" : "",
@@ -277,15 +282,17 @@ int main(int argc, char** argv) {
         const bool invariant = std::equal(one.begin(), one.end(), all.begin());
         const SkinnyPipeline plan = skinny_plan_for(shape.n, shape.k, m);
         const bool is_plan =
-            plan.max_slices == v.max_slices && plan.warpgroup == v.warpgroup &&
-            (v.warpgroup || (plan.ahead == v.ahead && plan.prefetch == v.prefetch && plan.per_step_x == v.per_step_x &&
-                             plan.min_blocks == v.min_blocks && plan.block_warps == v.block_warps));
-        // Both engines sum in the same k16 groups and order, so the same slices give production's bits whichever
-        // engine runs (a variant with other slices sums in another order: only its distance is printed).
+            plan.max_slices == v.max_slices && plan.wgmma_registers == v.wgmma_registers &&
+            (v.wgmma_registers ||
+             (plan.ahead == v.ahead && plan.prefetch == v.prefetch && plan.per_step_x == v.per_step_x &&
+              plan.min_blocks == v.min_blocks && plan.block_warps == v.block_warps));
+        // Both kernels (mma.sync, wgmma with w in registers) sum in the same k16 groups and order, so the same slices
+        // give production's bits whichever runs (a variant with other slices sums in another order: only its distance
+        // is printed).
         const bool production_bits =
             plan.max_slices != v.max_slices || std::equal(all.begin(), all.end(), production.begin());
-        if (m == row_counts.front() && plan.max_slices != v.max_slices && v.warpgroup)
-          agreement.push_back(std::string(shape.name) + " wg/s" + std::to_string(v.max_slices) + ": " +
+        if (m == row_counts.front() && plan.max_slices != v.max_slices)
+          agreement.push_back(std::string(shape.name) + " " + label(v) + ": " +
                               std::to_string(relative_difference(all, production)));
         if (!invariant || !production_bits) {
           ++failures;

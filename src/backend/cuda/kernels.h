@@ -76,20 +76,16 @@ struct SkinnyPipeline {
   int prefetch = 4;
   int max_slices = 8;       // 1..8
   bool per_step_x = false;  // x staged a step at a time even where its whole k slice fits (the bench's comparison)
-  // The warpgroup engine (skinny_gemm_wgmma.cu: wgmma, both operands in shared memory). It gives the mma.sync
-  // engine's bits for the same slices, so which one runs may depend on m. warpgroup: every launch takes it, with
-  // `ahead` (steps loaded into registers ahead, 1 or 2) and `prefetch` (the bench's variants); otherwise launches of
-  // at least warpgroup_rows rows do (0: none), with their own steps ahead and prefetch (steps asked of L2 ahead).
-  bool warpgroup = false;
-  int warpgroup_rows = 0;
-  int warpgroup_ahead = 1;
-  int warpgroup_prefetch = 8;
   // Blocks an SM the mma.sync kernel is compiled for: 2, or 3 (80 registers a thread, x read two tiles at a time;
   // ahead 1 and prefetch 4 only). Only when bytes arrive and how many blocks run at once: no bit changes.
   int min_blocks = 2;
   // Warps a block of the mma.sync kernel: 8 (128 w rows), 4 or 2 (BF16 out). Each warp's 16 rows are computed alike
   // whatever its block: more, smaller blocks (and clusters) for the same bits.
   int block_warps = 8;
+  // The weights in registers and x read by wgmma (skinny_gemm.cu, skinny_gemm_regs_kernel): the same loads and bits
+  // as the mma.sync kernel in 8-warp blocks, one step ahead, L2 asked 4 steps ahead; ahead, prefetch, per_step_x and
+  // min_blocks do not apply.
+  bool wgmma_registers = false;
 };
 void launch_skinny_gemm_pipeline(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, bf16* y,
                                  const SkinnyPipeline& pipeline, cudaStream_t stream);

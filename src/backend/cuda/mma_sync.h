@@ -21,6 +21,11 @@ __device__ __forceinline__ void cp_async_8(void* dst, const void* src, uint32_t 
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(smem_address(dst)), "l"(src), "r"(bytes)
                : "memory");
 }
+// 4 bytes global -> shared (through L1), for operands gathered from 4-byte pieces; `bytes` 0 writes zeros.
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_address(dst)), "l"(src), "r"(bytes)
+               : "memory");
+}
 // A hint: bring the 128-byte line that holds p into L2 ahead of the loads that need it. A plain per-thread prefetch:
 // the bulk form (cp.async.bulk.prefetch) takes its address in a uniform register, so a warp whose lanes prefetch
 // 16 different rows ran it as a loop of 16 rounds, about 130 instructions a step (the SASS, 2026-12-02).

@@ -3,9 +3,10 @@
 //
 // Batch invariance (architecture.md, "Row invariance"): an output element's bits depend only on its x row and w row,
 // never on m, on the other rows, or on the row's place among them. Two kernels keep it, each with its own fixed
-// order; a shape always takes the same one whatever m is (the choice depends on k alone). A third, the warpgroup
-// engine (skinny_gemm_wgmma.cu, off by default: slower on the H200), sums the tensor-core kernel's k16 groups in its
-// order by wgmma and gives its bits exactly (measured), so it could take any launch.
+// order; a shape always takes the same one whatever m is (the choice depends on k alone). A third, the tensor-core
+// kernel's twin with wgmma (skinny_gemm_regs_kernel, below: the weights in registers as A, x from shared memory as B),
+// sums the same k16 groups in the same order and gives the same bits (measured), so a launch of any m may take it:
+// the plans give it the shapes and row counts where it reads faster (kRegsPlans).
 //
 // Tensor cores (k % 16 == 0, every Qwen3.5 shape). mma.sync m16n8k16, BF16 in, fp32 accumulators: w rows are the
 // MMA's 16-row A operand, x rows its 8-column B operand, so one n8 tile holds 8 decode rows and more rows are more
@@ -51,6 +52,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 #include <string_view>
 
 #include "backend/cuda/cuda_check.h"
@@ -58,7 +60,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mma_sync.h"
 #include "backend/cuda/skinny_gemm_slices.h"
-#include "backend/cuda/skinny_gemm_wgmma.h"
+#include "backend/cuda/wgmma.h"
 
 namespace duet::backend::cuda {
 
@@ -561,6 +563,148 @@ void launch_rows(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t 
   }
 }
 
+// ---- The weights in registers, x by wgmma (SkinnyPipeline::wgmma_registers)
+// The same work split, loads and order of summation as skinny_gemm_mma_kernel, but each step's MMAs are Hopper's
+// warpgroup MMA with A in registers: wgmma m64nNk16 (N = 8 kTiles) takes each warp's 16 w rows in mma.sync's A
+// layout, so the registers that load_w_step fills feed it as they feed mma.sync, and reads B (x) from shared memory
+// itself: four asynchronous instructions a warpgroup a step instead of 4 kTiles mma.sync and 2 kTiles x fragment loads
+// a warp. The bits are mma.sync's: MMA q of a step sums the same k16 group (elements 16t + 4q + 0..3, t = 0..3) with
+// its products in the same k slots, and a tensor core's k16 group sum is the same for wgmma and mma.sync
+// (tests/cuda/wgmma_probe.cu); x is staged so that B's slot 2t + i holds element 16t + 4q + i and slot 8 + 2t + i
+// element 16t + 4q + 2 + i, as mma.sync's B fragment does.
+//
+// x in shared memory, a step of it: for each group of 8 x rows, 8 core matrices (8 rows x 16 bytes) u = 2q + half,
+// core matrix u of row n holding the 4-byte pairs 8t + u (t = 0..3) of the row's step; 144 bytes apart (128 + 16), so
+// that a warp's 32 pair copies of one row fall on 32 banks. wgmma q reads core matrices 2q and 2q + 1 (k slots 0..7,
+// 8..15: the leading byte offset, 144) of every row group (the stride byte offset, 8 x 144).
+constexpr int kRegsCoreBytes = 144;
+constexpr int kRegsGroupBytes = 8 * kRegsCoreBytes;
+// Four x steps in shared memory: step s + 1 is copied at step s into the buffer of step s - 3, whose MMAs every
+// warpgroup waited for at step s - 2 (one group left in flight) before the barrier of step s - 1.
+constexpr int kRegsXStages = 4;
+// Three steps of w in registers: s multiplied, s + 1 loaded, s - 1's MMAs possibly still reading theirs.
+constexpr int kRegsWBuffers = 3;
+
+template <int kTiles>
+constexpr size_t regs_smem_bytes() {
+  const size_t x_stages = static_cast<size_t>(kRegsXStages) * kTiles * kRegsGroupBytes;
+  const size_t partials = sizeof(float) * kTiles * 8 * part_stride(8 * kWarpRows);  // over the dead x stages
+  return x_stages > partials ? x_stages : partials;
+}
+static_assert(regs_smem_bytes<kMaxTiles>() <= 48 * 1024, "over the shared memory a block gets without opting in");
+
+// Thread (warp w, lane l) copies pair l of x rows 8i + w (i < kTiles) of a step: 4-byte copies whose sources a warp
+// reads as one 128-byte row; rows past `rows` and pairs past k are zeros, read from nowhere.
+template <int kTiles>
+__device__ __forceinline__ void stage_x_pairs(const bf16* __restrict__ x, int32_t rows, int32_t k, int64_t step,
+                                              unsigned char* stage) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int t = lane / 8, u = lane % 8;
+  const int64_t element = step * kStep + 2 * lane;
+  unsigned char* to = stage + u * kRegsCoreBytes + warp * 16 + 4 * t;
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) {
+    const int row = 8 * i + warp;
+    const bool valid = row < rows && element < k;
+    cp_async_4(to + i * kRegsGroupBytes, valid ? x + static_cast<int64_t>(row) * k + element : x, valid ? 4u : 0u);
+  }
+}
+
+template <int kTiles, bool kOutF32>
+__global__ void __launch_bounds__(256, 2)
+    skinny_gemm_regs_kernel(const bf16* __restrict__ x, int32_t rows, const bf16* __restrict__ w, int32_t n, int32_t k,
+                            const SkinnyOutputs out) {
+  constexpr int kWarps = 8, kPrefetch = 4;
+  extern __shared__ __align__(128) unsigned char smem[];
+  cg::cluster_group cluster = cg::this_cluster();
+  const int slices = static_cast<int>(cluster.num_blocks());
+  const int slice = static_cast<int>(cluster.block_rank());
+  const int64_t block_row0 = static_cast<int64_t>(blockIdx.x / slices) * (kWarps * kWarpRows);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+  const skinny::SliceSteps range(k, slice, slices);
+  const int64_t first = range.first, last = range.last;
+
+  const int64_t warp_row0 = block_row0 + warp * kWarpRows;
+  const bf16* row_a = warp_row0 + g < n ? w + (warp_row0 + g) * k : nullptr;
+  const bf16* row_b = warp_row0 + g + 8 < n ? w + (warp_row0 + g + 8) * k : nullptr;
+  const bf16* prefetch_row = lane < kWarpRows && warp_row0 + lane < n ? w + (warp_row0 + lane) * k : nullptr;
+  const bool step_spans_two_lines = k % kStep != 0;
+  auto prefetch_steps = [&](int64_t from, int64_t to) {
+    if (prefetch_row == nullptr) return;
+    for (int64_t s = from; s < to; ++s) {
+      prefetch_l2(prefetch_row + s * kStep);
+      if (step_spans_two_lines) prefetch_l2(prefetch_row + min(s * kStep + kStep - 1, static_cast<int64_t>(k) - 1));
+    }
+  };
+  constexpr size_t kStageBytes = static_cast<size_t>(kTiles) * kRegsGroupBytes;
+  auto stage_of = [&](int64_t s) { return smem + static_cast<size_t>((s - first) % kRegsXStages) * kStageBytes; };
+
+  float acc[kTiles][4];
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  uint4 wbuf[kRegsWBuffers][4] = {};
+  // As skinny_gemm_mma_kernel: the weights before the wait for the kernel before, x after it.
+  if (first < last) {
+    prefetch_steps(first, min(first + kPrefetch, last));
+    load_w_step(row_a, row_b, k, static_cast<int32_t>(first * kStep) + t * 16, wbuf[0]);
+  }
+  wait_for_prerequisites();
+  let_dependents_launch();
+  if (first < last) stage_x_pairs<kTiles>(x, rows, k, first, stage_of(first));
+  cp_async_commit();
+  for (int64_t s0 = first; s0 < last; s0 += kRegsWBuffers) {
+#pragma unroll
+    for (int b = 0; b < kRegsWBuffers; ++b) {
+      const int64_t s = s0 + b;
+      if (s >= last) break;  // the same for the whole block
+      if (s + 1 < last) {
+        stage_x_pairs<kTiles>(x, rows, k, s + 1, stage_of(s + 1));
+        load_w_step(row_a, row_b, k, static_cast<int32_t>((s + 1) * kStep) + t * 16, wbuf[(b + 1) % kRegsWBuffers]);
+      }
+      cp_async_commit();  // possibly empty: keeps "all but the newest group" meaning "this step's x"
+      if (s + kPrefetch < last) prefetch_steps(s + kPrefetch, s + kPrefetch + 1);
+      cp_async_wait<1>();
+      fence_shared_for_async_proxy();
+      __syncthreads();  // step s's x, copied by every thread, is in place for the tensor cores
+      const uint4(&v)[4] = wbuf[b];
+      const unsigned char* x_step = stage_of(s);
+      wgmma_fence();
+      // MMA q = 0..3 in order onto the same accumulators (load_w_step: v[0], v[1] row g, elements 16t + 0..7 and
+      // 8..15; v[2], v[3] row g + 8), each reading core matrices 2q and 2q + 1 of every row group.
+      wgmma_bf16_a_registers<kTiles>(acc, v[0].x, v[2].x, v[0].y, v[2].y,
+                                     wgmma_descriptor(x_step, kRegsCoreBytes, kRegsGroupBytes));
+      wgmma_bf16_a_registers<kTiles>(acc, v[0].z, v[2].z, v[0].w, v[2].w,
+                                     wgmma_descriptor(x_step + 2 * kRegsCoreBytes, kRegsCoreBytes, kRegsGroupBytes));
+      wgmma_bf16_a_registers<kTiles>(acc, v[1].x, v[3].x, v[1].y, v[3].y,
+                                     wgmma_descriptor(x_step + 4 * kRegsCoreBytes, kRegsCoreBytes, kRegsGroupBytes));
+      wgmma_bf16_a_registers<kTiles>(acc, v[1].z, v[3].z, v[1].w, v[3].w,
+                                     wgmma_descriptor(x_step + 6 * kRegsCoreBytes, kRegsCoreBytes, kRegsGroupBytes));
+      wgmma_commit();
+      wgmma_wait<1>();  // step s - 1's MMAs are done: its w registers and (after the next barrier) its x buffer free
+    }
+  }
+  wgmma_wait<0>();
+  finish_block<kTiles, kOutF32, kWarps>(smem, acc, cluster, rows, block_row0, n, out);
+}
+
+template <int kTiles, bool kOutF32>
+void launch_regs_tiles(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out,
+                       int slices, cudaStream_t stream) {
+  skinny::launch_clusters(skinny_gemm_regs_kernel<kTiles, kOutF32>, 256, 8 * kWarpRows, regs_smem_bytes<kTiles>(), n,
+                          slices, stream, "launch_skinny_gemm (wgmma, w in registers)", x, rows, w, n, k, out);
+}
+
+// The narrowest N that holds the rows (8, 16, 32 or 64): the same bits per element whatever N is.
+template <bool kOutF32>
+void launch_regs(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out, int slices,
+                 cudaStream_t stream) {
+  if (rows <= 8) return launch_regs_tiles<1, kOutF32>(x, rows, w, n, k, out, slices, stream);
+  if (rows <= 16) return launch_regs_tiles<2, kOutF32>(x, rows, w, n, k, out, slices, stream);
+  if (rows <= 32) return launch_regs_tiles<4, kOutF32>(x, rows, w, n, k, out, slices, stream);
+  launch_regs_tiles<8, kOutF32>(x, rows, w, n, k, out, slices, stream);
+}
+
 // How a weight of shape [n, k] is read: its k slices (which fix every output's order of summation, so they depend on
 // the shape alone, never on m) and the pipeline (which only moves when bytes arrive). Measured on the H200 with
 // tests/cuda/skinny_gemm_bench.cu (docs/benchmarks.md): about 2 blocks per SM in flight is what matters, so wide
@@ -588,30 +732,6 @@ SkinnyPipeline mma_plan_for(int32_t n, int32_t k) {
   if (n == 4096 && k == 4096) return {1, 4, 7};         // out_proj, o_proj: 2,428 / 1,462 (8 slices: 2,535 / 1,070)
   if (n >= 65536) return {1, 4, 2};  // the LM head [248320, 4096]: 3,900 (8 slices 3,382), 88% of the read rate
   return {1, 4, slices_for(k)};
-}
-
-// Where the warpgroup engine (skinny_gemm_wgmma.cu) takes over from mma.sync: launches of at least `rows` rows, with
-// its steps in registers ahead and L2 prefetch distance. Both engines give the same bits, so this only moves time.
-// Off (rows 0): on the H200 it read the weights 35-55% slower than mma.sync at every m (docs/benchmarks.md, eleventh
-// round). The environment (DUET_SKINNY_WARPGROUP_ROWS, 0 for never; _AHEAD, 1 or 2; _PREFETCH) sets it for
-// measurements.
-struct WarpgroupChoice {
-  int rows = 0, ahead = 1, prefetch = 8;
-};
-WarpgroupChoice warpgroup_choice() {
-  static const WarpgroupChoice choice = [] {
-    WarpgroupChoice c;
-    auto read = [](const char* name, int& value) {
-      if (const char* text = std::getenv(name); text != nullptr && *text != '\0') value = std::atoi(text);
-    };
-    read("DUET_SKINNY_WARPGROUP_ROWS", c.rows);
-    read("DUET_SKINNY_WARPGROUP_AHEAD", c.ahead);
-    read("DUET_SKINNY_WARPGROUP_PREFETCH", c.prefetch);
-    if (c.ahead != 1 && c.ahead != 2) c.ahead = 1;
-    c.prefetch = std::clamp(c.prefetch, 0, 64);
-    return c;
-  }();
-  return choice;
 }
 
 // Blocks an SM for the measurements: DUET_SKINNY_MIN_BLOCKS=2 or 3 overrides the plans (3 only where they take one step
@@ -678,15 +798,64 @@ bool eight_warps_only() {
   return only;
 }
 
+// Where the weights-in-registers wgmma kernel takes a shape's launches (the same bits as mma.sync, so only time moves):
+// launches of at least min_rows rows of the shapes where bench_skinny_gemm --regs measured it ahead of the plan (an
+// H100, docs/benchmarks.md, twenty-eighth round): GDN qkv | z | b | a 2,139 / 2,055 GB/s at 32 rows, 1,884 / 1,646 at
+// 64 (a tie at 24); out_proj and o_proj 1,881-1,962 / 1,846-1,919 at 16, 1,591-1,597 / 1,423-1,438 at 64. Attention
+// q | k | v, gate | up and the LM head read slower with it, MLP down the same.
+struct RegsPlan {
+  int32_t n, k, min_rows;
+};
+constexpr RegsPlan kRegsPlans[] = {{12352, 4096, 25}, {4096, 4096, 16}};
+
+// DUET_SKINNY_REGS overrides the table for measurements on one binary: "none", or entries "NxK:ROWS" (a shape from
+// ROWS rows on) and "all:ROWS" (every shape), comma-separated, e.g. DUET_SKINNY_REGS=12352x4096:25,4096x12288:25.
+struct RegsChoice {
+  bool overridden = false;
+  int all_from = 0;  // 0: none
+  int count = 0;
+  RegsPlan entries[8] = {};
+};
+RegsChoice parse_regs_choice(const char* text) {
+  RegsChoice c;
+  if (text == nullptr) return c;
+  c.overridden = true;
+  for (std::string_view rest(text); !rest.empty();) {
+    const size_t comma = rest.find(',');
+    const std::string_view entry = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    const size_t colon = entry.find(':');
+    if (colon == std::string_view::npos) continue;  // "none" and anything unreadable: no entry
+    const int rows = std::atoi(std::string(entry.substr(colon + 1)).c_str());
+    const std::string shape(entry.substr(0, colon));
+    if (shape == "all") {
+      c.all_from = std::max(rows, 0);
+    } else if (const size_t x = shape.find('x'); x != std::string::npos && c.count < 8) {
+      c.entries[c.count++] = {std::atoi(shape.substr(0, x).c_str()), std::atoi(shape.substr(x + 1).c_str()), rows};
+    }
+  }
+  return c;
+}
+
+bool takes_regs(int32_t n, int32_t k, int32_t rows) {
+  static const RegsChoice choice = parse_regs_choice(std::getenv("DUET_SKINNY_REGS"));
+  if (choice.overridden) {
+    if (choice.all_from > 0 && rows >= choice.all_from) return true;
+    for (int i = 0; i < choice.count; ++i)
+      if (choice.entries[i].n == n && choice.entries[i].k == k && rows >= choice.entries[i].min_rows) return true;
+    return false;
+  }
+  for (const RegsPlan& r : kRegsPlans)
+    if (r.n == n && r.k == k && rows >= r.min_rows) return true;
+  return false;
+}
+
 SkinnyPipeline plan_for(int32_t n, int32_t k, int32_t rows) {
   SkinnyPipeline p = with_rows(mma_plan_for(n, k), n, k, rows);
+  p.wgmma_registers = takes_regs(n, k, rows);
   if (eight_warps_only() && p.block_warps != 8) p = with_rows(mma_plan_for(n, k), n, k, rows, /*small_blocks=*/false);
   if (min_blocks_choice() == 2) p.min_blocks = 2;
   if (min_blocks_choice() == 3 && p.ahead == 1 && p.prefetch == 4 && p.block_warps == 8) p.min_blocks = 3;
-  const WarpgroupChoice choice = warpgroup_choice();
-  p.warpgroup_rows = std::max(choice.rows, 0);
-  p.warpgroup_ahead = choice.ahead;
-  p.warpgroup_prefetch = choice.prefetch;
   return p;
 }
 
@@ -752,14 +921,12 @@ void launch(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, const
     SkinnyOutputs out = outputs;  // each segment's rows from r0 on
     for (int i = 0; i < out.segments; ++i)
       out.y[i] = static_cast<char*>(out.y[i]) + static_cast<size_t>(r0) * static_cast<size_t>(out.width(i)) * out_size;
-    // Both engines give the same bits (skinny_gemm_wgmma.cu): the warpgroup one where its rows are many.
-    if (pipeline.warpgroup) {
-      skinny::launch_wgmma(xr, rows, w, n, k, out, y_f32, slices, pipeline.ahead, pipeline.prefetch, stream);
-      continue;
-    }
-    if (pipeline.warpgroup_rows > 0 && rows >= pipeline.warpgroup_rows) {
-      skinny::launch_wgmma(xr, rows, w, n, k, out, y_f32, slices, pipeline.warpgroup_ahead, pipeline.warpgroup_prefetch,
-                           stream);
+    if (pipeline.wgmma_registers) {
+      if (y_f32) {
+        launch_regs<true>(xr, rows, w, n, k, out, slices, stream);
+      } else {
+        launch_regs<false>(xr, rows, w, n, k, out, slices, stream);
+      }
       continue;
     }
     if (y_f32) {

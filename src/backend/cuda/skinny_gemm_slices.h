@@ -1,7 +1,7 @@
 #pragma once
-// What the decode GEMM's two tensor-core engines (skinny_gemm.cu: mma.sync; skinny_gemm_wgmma.cu: wgmma) share: a
-// block owns kBlockRows w rows and one k slice; the slices of a row block are one thread block cluster, whose partial
-// sums are added in slice order through distributed shared memory and rounded once, each output to its segment.
+// What the decode GEMM's two tensor-core kernels (skinny_gemm.cu: mma.sync, and wgmma with the weights in registers)
+// share: a block owns kBlockRows w rows and one k slice; the slices of a row block are one thread block cluster, whose
+// partial sums are added in slice order through distributed shared memory and rounded once, each output to its segment.
 #include <cooperative_groups.h>
 
 #include <cstdint>
@@ -15,8 +15,8 @@ namespace duet::backend::cuda::skinny {
 
 namespace cg = cooperative_groups;
 
-constexpr int kBlockRows = 128;  // w rows per block (and per cluster) of the warpgroup engine, and of the mma.sync
-                                 // one's 8-warp blocks (it may take 4- or 2-warp blocks: 64 or 32 rows)
+constexpr int kBlockRows = 128;  // w rows per 8-warp block (and per cluster); the mma.sync kernel may take 4- or
+                                 // 2-warp blocks (64 or 32 rows)
 constexpr int kStep = 64;        // k per step
 constexpr int kMaxSlices = 8;    // k slices = blocks per cluster (8: the portable cluster limit)
 // Partial sums, [x row][w row of the block] fp32; the 4 floats of padding make the fragment stores (lanes t = 0..3

@@ -1,9 +1,10 @@
 #pragma once
 // Hopper's warpgroup MMA (wgmma, sm_90a): one warpgroup (4 warps, 128 threads) multiplies a 64 x 16 A tile by a
-// 16 x N B tile, both read by the tensor cores straight from shared memory, into N / 2 fp32 accumulators a thread.
-// Used by the decode GEMM's warpgroup engine (skinny_gemm_wgmma.cu), where mma.sync's operand traffic through
-// registers was the limit (docs/benchmarks.md, tenth round). What it computes was measured before use
-// (tests/cuda/wgmma_probe.cu): the bits of an output element do not depend on N.
+// 16 x N B tile into N / 2 fp32 accumulators a thread; B is read by the tensor cores straight from shared memory, A
+// from shared memory too (wgmma_probe.cu) or from registers (the decode GEMM's skinny_gemm_regs_kernel, where
+// mma.sync's instruction count at 64 rows was the limit). What it computes was measured before use
+// (tests/cuda/wgmma_probe.cu): the bits of an output element do not depend on N, and equal mma.sync's for the same
+// k16 groups.
 //
 // Operand layout (no swizzle, both operands K-major): core matrices of 8 rows x 16 bytes (8 BF16 of k), stored as
 // 128 contiguous bytes; `k_step_bytes` apart along k (the descriptor's leading byte offset) and `row_group_bytes`
@@ -84,6 +85,68 @@ __device__ __forceinline__ void wgmma_bf16<64>(float (&d)[32], uint64_t a, uint6
         "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
         "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "l"(a), "l"(b), "r"(1));
+}
+
+// d += A B with A in registers (m64nNk16, N = 8 kTiles): warp w of the warpgroup gives rows 16w .. 16w + 15 of A in
+// mma.sync m16n8k16's A layout (a0: row g, k slots 2t, 2t + 1; a1: row g + 8; a2, a3: the same rows, slots 2t + 8,
+// 2t + 9), B (16 x N, K-major) from shared memory by its descriptor. acc[j] is n8 tile j in mma.sync's C layout, which
+// is wgmma's accumulator layout (above). Always accumulates (scale-d true): a chain starts from zeroed accumulators.
+template <int kTiles>
+__device__ __forceinline__ void wgmma_bf16_a_registers(float (&acc)[kTiles][4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                       uint32_t a3, uint64_t b);
+
+template <>
+__device__ __forceinline__ void wgmma_bf16_a_registers<1>(float (&acc)[1][4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                          uint32_t a3, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}"
+      : "+f"(acc[0][0]), "+f"(acc[0][1]), "+f"(acc[0][2]), "+f"(acc[0][3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_bf16_a_registers<2>(float (&acc)[2][4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                          uint32_t a3, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, "
+      "{%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}"
+      : "+f"(acc[0][0]), "+f"(acc[0][1]), "+f"(acc[0][2]), "+f"(acc[0][3]), "+f"(acc[1][0]), "+f"(acc[1][1]),
+        "+f"(acc[1][2]), "+f"(acc[1][3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_bf16_a_registers<4>(float (&acc)[4][4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                          uint32_t a3, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, "
+      "%13, %14, %15}, "
+      "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}"
+      : "+f"(acc[0][0]), "+f"(acc[0][1]), "+f"(acc[0][2]), "+f"(acc[0][3]), "+f"(acc[1][0]), "+f"(acc[1][1]),
+        "+f"(acc[1][2]), "+f"(acc[1][3]), "+f"(acc[2][0]), "+f"(acc[2][1]), "+f"(acc[2][2]), "+f"(acc[2][3]),
+        "+f"(acc[3][0]), "+f"(acc[3][1]), "+f"(acc[3][2]), "+f"(acc[3][3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_bf16_a_registers<8>(float (&acc)[8][4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                          uint32_t a3, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, "
+      "%13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}"
+      : "+f"(acc[0][0]), "+f"(acc[0][1]), "+f"(acc[0][2]), "+f"(acc[0][3]), "+f"(acc[1][0]), "+f"(acc[1][1]),
+        "+f"(acc[1][2]), "+f"(acc[1][3]), "+f"(acc[2][0]), "+f"(acc[2][1]), "+f"(acc[2][2]), "+f"(acc[2][3]),
+        "+f"(acc[3][0]), "+f"(acc[3][1]), "+f"(acc[3][2]), "+f"(acc[3][3]), "+f"(acc[4][0]), "+f"(acc[4][1]),
+        "+f"(acc[4][2]), "+f"(acc[4][3]), "+f"(acc[5][0]), "+f"(acc[5][1]), "+f"(acc[5][2]), "+f"(acc[5][3]),
+        "+f"(acc[6][0]), "+f"(acc[6][1]), "+f"(acc[6][2]), "+f"(acc[6][3]), "+f"(acc[7][0]), "+f"(acc[7][1]),
+        "+f"(acc[7][2]), "+f"(acc[7][3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
 }
 
 }  // namespace duet::backend::cuda
