@@ -799,14 +799,16 @@ bool eight_warps_only() {
 }
 
 // Where the weights-in-registers wgmma kernel takes a shape's launches (the same bits as mma.sync, so only time moves):
-// launches of at least min_rows rows of the shapes where bench_skinny_gemm --regs measured it ahead of the plan (an
-// H100, docs/benchmarks.md, twenty-eighth round): GDN qkv | z | b | a 2,139 / 2,055 GB/s at 32 rows, 1,884 / 1,646 at
-// 64 (a tie at 24); out_proj and o_proj 1,881-1,962 / 1,846-1,919 at 16, 1,591-1,597 / 1,423-1,438 at 64. Attention
-// q | k | v, gate | up and the LM head read slower with it, MLP down the same.
+// launches of at least min_rows rows of these shapes. bench_skinny_gemm --regs (an H100, docs/benchmarks.md,
+// twenty-eighth round) had it ahead of the plan for GDN qkv | z | b | a from 32 rows (1,884 against 1,646 GB/s at 64; a
+// tie at 24) and out_proj / o_proj from 16 (1,591-1,597 against 1,423-1,438 at 64), level with it for MLP down, behind
+// it for attention q | k | v, gate | up and the LM head. In the model (`duet run --streams 64`, same machine) these
+// three shapes gave 4,837 / 4,846 tok/s against 4,703 / 4,692 without (+3.0%), every shape from 17 rows 4,796 / 4,786,
+// the first two alone 4,782 / 4,774; 16 streams 1,905 against 1,885.
 struct RegsPlan {
   int32_t n, k, min_rows;
 };
-constexpr RegsPlan kRegsPlans[] = {{12352, 4096, 25}, {4096, 4096, 16}};
+constexpr RegsPlan kRegsPlans[] = {{12352, 4096, 25}, {4096, 4096, 16}, {4096, 12288, 25}};
 
 // DUET_SKINNY_REGS overrides the table for measurements on one binary: "none", or entries "NxK:ROWS" (a shape from
 // ROWS rows on) and "all:ROWS" (every shape), comma-separated, e.g. DUET_SKINNY_REGS=12352x4096:25,4096x12288:25.
