@@ -854,10 +854,10 @@ bool takes_regs(int32_t n, int32_t k, int32_t rows) {
 
 SkinnyPipeline plan_for(int32_t n, int32_t k, int32_t rows) {
   SkinnyPipeline p = with_rows(mma_plan_for(n, k), n, k, rows);
-  p.wgmma_registers = takes_regs(n, k, rows);
   if (eight_warps_only() && p.block_warps != 8) p = with_rows(mma_plan_for(n, k), n, k, rows, /*small_blocks=*/false);
   if (min_blocks_choice() == 2) p.min_blocks = 2;
   if (min_blocks_choice() == 3 && p.ahead == 1 && p.prefetch == 4 && p.block_warps == 8) p.min_blocks = 3;
+  p.wgmma_registers = takes_regs(n, k, rows);  // after the switches above, which rebuild p
   return p;
 }
 
