@@ -6,7 +6,7 @@
 // order; a shape always takes the same one whatever m is (the choice depends on k alone). A third, the tensor-core
 // kernel's twin with wgmma (skinny_gemm_regs_kernel, below: the weights in registers as A, x from shared memory as B),
 // sums the same k16 groups in the same order and gives the same bits (measured), so a launch of any m may take it:
-// the plans give it the shapes and row counts where it reads faster (kRegsPlans).
+// the plans give it the shapes and row counts where it reads faster (skinny_regs_choice.h).
 //
 // Tensor cores (k % 16 == 0, every Qwen3.5 shape). mma.sync m16n8k16, BF16 in, fp32 accumulators: w rows are the
 // MMA's 16-row A operand, x rows its 8-column B operand, so one n8 tile holds 8 decode rows and more rows are more
@@ -52,7 +52,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <string>
 #include <string_view>
 
 #include "backend/cuda/cuda_check.h"
@@ -60,6 +59,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mma_sync.h"
 #include "backend/cuda/skinny_gemm_slices.h"
+#include "backend/cuda/skinny_regs_choice.h"
 #include "backend/cuda/wgmma.h"
 
 namespace duet::backend::cuda {
@@ -798,66 +798,12 @@ bool eight_warps_only() {
   return only;
 }
 
-// Where the weights-in-registers wgmma kernel takes a shape's launches (the same bits as mma.sync, so only time moves):
-// launches of at least min_rows rows of these shapes. bench_skinny_gemm --regs (an H100, docs/benchmarks.md,
-// twenty-eighth round) had it ahead of the plan for GDN qkv | z | b | a from 32 rows (1,884 against 1,646 GB/s at 64; a
-// tie at 24) and out_proj / o_proj from 16 (1,591-1,597 against 1,423-1,438 at 64), level with it for MLP down, behind
-// it for attention q | k | v, gate | up and the LM head. In the model (`duet run --streams 64`, same machine) these
-// three shapes gave 4,837 / 4,846 tok/s against 4,703 / 4,692 without (+3.0%), every shape from 17 rows 4,796 / 4,786,
-// the first two alone 4,782 / 4,774; 16 streams 1,905 against 1,885.
-struct RegsPlan {
-  int32_t n, k, min_rows;
-};
-constexpr RegsPlan kRegsPlans[] = {{12352, 4096, 25}, {4096, 4096, 16}, {4096, 12288, 25}};
-
-// DUET_SKINNY_REGS overrides the table for measurements on one binary: "none", or entries "NxK:ROWS" (a shape from
-// ROWS rows on) and "all:ROWS" (every shape), comma-separated, e.g. DUET_SKINNY_REGS=12352x4096:25,4096x12288:25.
-struct RegsChoice {
-  bool overridden = false;
-  int all_from = 0;  // 0: none
-  int count = 0;
-  RegsPlan entries[8] = {};
-};
-RegsChoice parse_regs_choice(const char* text) {
-  RegsChoice c;
-  if (text == nullptr) return c;
-  c.overridden = true;
-  for (std::string_view rest(text); !rest.empty();) {
-    const size_t comma = rest.find(',');
-    const std::string_view entry = rest.substr(0, comma);
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    const size_t colon = entry.find(':');
-    if (colon == std::string_view::npos) continue;  // "none" and anything unreadable: no entry
-    const int rows = std::atoi(std::string(entry.substr(colon + 1)).c_str());
-    const std::string shape(entry.substr(0, colon));
-    if (shape == "all") {
-      c.all_from = std::max(rows, 0);
-    } else if (const size_t x = shape.find('x'); x != std::string::npos && c.count < 8) {
-      c.entries[c.count++] = {std::atoi(shape.substr(0, x).c_str()), std::atoi(shape.substr(x + 1).c_str()), rows};
-    }
-  }
-  return c;
-}
-
-bool takes_regs(int32_t n, int32_t k, int32_t rows) {
-  static const RegsChoice choice = parse_regs_choice(std::getenv("DUET_SKINNY_REGS"));
-  if (choice.overridden) {
-    if (choice.all_from > 0 && rows >= choice.all_from) return true;
-    for (int i = 0; i < choice.count; ++i)
-      if (choice.entries[i].n == n && choice.entries[i].k == k && rows >= choice.entries[i].min_rows) return true;
-    return false;
-  }
-  for (const RegsPlan& r : kRegsPlans)
-    if (r.n == n && r.k == k && rows >= r.min_rows) return true;
-  return false;
-}
-
 SkinnyPipeline plan_for(int32_t n, int32_t k, int32_t rows) {
   SkinnyPipeline p = with_rows(mma_plan_for(n, k), n, k, rows);
   if (eight_warps_only() && p.block_warps != 8) p = with_rows(mma_plan_for(n, k), n, k, rows, /*small_blocks=*/false);
   if (min_blocks_choice() == 2) p.min_blocks = 2;
   if (min_blocks_choice() == 3 && p.ahead == 1 && p.prefetch == 4 && p.block_warps == 8) p.min_blocks = 3;
-  p.wgmma_registers = takes_regs(n, k, rows);  // after the switches above, which rebuild p
+  p.wgmma_registers = skinny_regs_for(n, k, rows);  // after the switches above, which rebuild p
   return p;
 }
 
