@@ -16,6 +16,12 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$repo/build}" && pwd)
 out="$repo/device"
 
+# Device time is short: refuse to pack a decode GEMM whose wgmma instructions ptxas serialized (tools/ptxas_report.sh,
+# about 30 s; PACK_NO_PTXAS_CHECK=1 skips it, e.g. for a build without the CUDA backend's sources changed).
+if [[ ${PACK_NO_PTXAS_CHECK:-0} != 1 ]]; then
+  "$repo/tools/ptxas_report.sh" "$build" || { echo "pack_for_device: not packed (see above)" >&2; exit 1; }
+fi
+
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/tests" "$out/lib"
 wanted() { [[ -z ${PACK_ONLY:-} || " $PACK_ONLY " == *" $1 "* ]]; }
