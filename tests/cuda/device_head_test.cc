@@ -344,7 +344,10 @@ TEST(DeviceHead, AResumedPrefixChangesNoBit) {
         cases.emplace_back(std::move(encoding), rows_of("demo", golden.at("name")));
     }
   ASSERT_GE(cases.size(), 2u);
-  const auto& [encoding, rows] = cases[0];
+  // References, not a structured binding: clang 14 (the build's compiler, scripts/setup.sh) cannot capture one in a
+  // lambda.
+  const Encoding& encoding = cases[0].first;
+  const std::vector<float>& rows = cases[0].second;
   const int64_t positions = sink_for(l, encoding)->prefix_limit() / 64 * 64;
   // The control's rows: another decision whose prefix differs in its ids (so in its rows) from this one's.
   const auto other = std::find_if(cases.begin() + 1, cases.end(), [&](const auto& c) {

@@ -461,7 +461,7 @@ TEST(SkinnyGemmRows, EveryRowCountIsBatchInvariant) {
 TEST(SkinnyGemmRows, TheWgmmaKernelGivesTheMmaSyncBits) {
   DUET_REQUIRE_GPU();
   for (const GemmShape& shape : {GemmShape{200, 1040}, GemmShape{1000, 4096}, GemmShape{136, 128}}) {
-    const auto [n, k] = shape;
+    const int64_t n = shape.n, k = shape.k;  // not a structured binding: clang 14 cannot capture one in a lambda
     SCOPED_TRACE("n " + std::to_string(n) + " k " + std::to_string(k));
     const auto w = random_bf16(static_cast<size_t>(n) * k, 90 + n + k);
     const auto x = random_bf16(static_cast<size_t>(64) * k, 91);
