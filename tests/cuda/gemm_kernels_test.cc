@@ -491,6 +491,66 @@ TEST(SkinnyGemmRows, TheWgmmaKernelGivesTheMmaSyncBits) {
   }
 }
 
+// The MLP's gate | up GEMM with SwiGLU in its epilogue against the two outputs and the SwiGLU kernel, bit for bit, at
+// every row count a decode step has (one and several 64-row launches), through the plan's kernel, the mma.sync kernel
+// step by step, and a wgmma pipeline (which takes the mma.sync kernel for it). Shapes: small (one block), k with a
+// partial last step, and the 9B's (12288 x 2 rows over 4,096). The control: the same weights with the halves swapped
+// (up first) must differ.
+TEST(SkinnyGemmSwiglu, EqualsTheTwoOutputsThenSwiglu) {
+  DUET_REQUIRE_GPU();
+  for (const GemmShape& shape : {GemmShape{64, 128}, GemmShape{1024, 1040}, GemmShape{12288, 4096}}) {
+    const int64_t half = shape.n, k = shape.k;  // not a structured binding: clang 14 cannot capture one in a lambda
+    SCOPED_TRACE("half " + std::to_string(half) + " k " + std::to_string(k));
+    const int32_t max_m = 80;
+    const auto w = random_bf16(static_cast<size_t>(2 * half) * k, 110 + half + k);
+    const auto x = random_bf16(static_cast<size_t>(max_m) * k, 111);
+    std::vector<bf16> swapped(w.size());  // up's rows first
+    std::copy(w.begin() + half * k, w.end(), swapped.begin());
+    std::copy(w.begin(), w.begin() + half * k, swapped.begin() + half * k);
+    DeviceBuffer<bf16> d_w(w), d_swapped(swapped), d_x(x);
+    const int32_t h = static_cast<int32_t>(half), kk = static_cast<int32_t>(k);
+    auto reference = [&](int32_t m) {
+      DeviceBuffer<bf16> g(static_cast<size_t>(m) * half), u(static_cast<size_t>(m) * half),
+          y(static_cast<size_t>(m) * half);
+      SkinnyOutputs out;
+      out.segments = 2;
+      out.y[0] = g.get();
+      out.y[1] = u.get();
+      out.first[1] = h;
+      out.first[2] = 2 * h;
+      launch_skinny_gemm_segments(d_x.get(), m, d_w.get(), 2 * h, kk, out, false, nullptr);
+      launch_swiglu(g.get(), u.get(), static_cast<int64_t>(m) * half, y.get(), nullptr);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      return floats_of(y.download());
+    };
+    auto fused = [&](int32_t m, const bf16* weights, const SkinnyPipeline* pipeline) {
+      DeviceBuffer<bf16> y(static_cast<size_t>(m) * half);
+      y.poison();
+      launch_skinny_gemm_swiglu(d_x.get(), m, weights, h, kk, y.get(), nullptr, pipeline);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      return floats_of(y.download());
+    };
+    const int slices = skinny_plan_for(2 * h, kk, 64).max_slices;
+    SkinnyPipeline step_by_step{1, 4, slices, true};
+    SkinnyPipeline regs = step_by_step;
+    regs.wgmma_registers = true;
+    for (int32_t m : {1, 8, 9, 17, 33, 64, 80}) {
+      const auto want = reference(m);
+      const SkinnyPipeline* pipelines[] = {nullptr, &step_by_step, &regs};
+      for (const SkinnyPipeline* pipeline : pipelines) {
+        const auto got = fused(m, d_w.get(), pipeline);
+        EXPECT_EQ(non_finite(got), 0u) << "m " << m;
+        EXPECT_EQ(differing(got.data(), want.data(), got.size()), 0u) << "m " << m
+                                                                      << (pipeline == nullptr         ? " (the plan)"
+                                                                          : pipeline->wgmma_registers ? " (wgmma)"
+                                                                                                      : " (mma)");
+      }
+    }
+    const auto control = fused(64, d_swapped.get(), nullptr);
+    EXPECT_GT(differing(control.data(), reference(64).data(), control.size()), 0u) << "control: halves swapped";
+  }
+}
+
 // Projections fused into one GEMM over weights stored back to back (SkinnyOutputs): every segment's output equals
 // its projection's own call bit for bit, at every row count, in both output types. The shapes are the 9B's GDN inputs
 // (qkv 8192 | z 4096 | b 32 | a 32 over k 4096) scaled down, with segment edges inside 128-row blocks, and the

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/cuda/kernels.h"
@@ -223,18 +224,34 @@ int main(int argc, char** argv) {
         variants.push_back(p);
       }
   }
-  // --regs: 8-warp blocks, x step by step, one step ahead, L2 4 ahead: mma.sync, then wgmma with w in registers.
+  // --regs: 8-warp blocks, x step by step, one step ahead, L2 4 ahead: mma.sync, then wgmma with w in registers as
+  // the plans take it, and its experiments where this build has them (DUET_SKINNY_EXPERIMENTS: a benchmarks build):
+  // two steps of w ahead, L2 8 ahead, x through registers.
   if (regs) {
     variants.clear();
     SkinnyPipeline p{1, 4, 0, true};
     variants.push_back(p);
     p.wgmma_registers = true;
     variants.push_back(p);
+#ifdef DUET_SKINNY_EXPERIMENTS
+    for (const auto& [ahead, prefetch, x_regs] :
+         {std::tuple{2, 4, false}, std::tuple{1, 8, false}, std::tuple{1, 4, true}, std::tuple{2, 4, true}}) {
+      p.ahead = ahead;
+      p.prefetch = prefetch;
+      p.x_through_registers = x_regs;
+      variants.push_back(p);
+    }
+    p = SkinnyPipeline{1, 4, 0, true};
+    p.wgmma_registers = true;
+    p.min_blocks = 3;
+    variants.push_back(p);
+#endif
   }
   auto label = [](const SkinnyPipeline& v) {
     char text[48];
     if (v.wgmma_registers) {
-      std::snprintf(text, sizeof text, "   regs/s%d", v.max_slices);
+      std::snprintf(text, sizeof text, "%s%sra%d/p%d/s%d", v.min_blocks == 3 ? "3" : " ",
+                    v.x_through_registers ? "xr" : "  ", v.ahead, v.prefetch, v.max_slices);
     } else {
       std::snprintf(text, sizeof text, "%s%s%sa%d/p%d/s%d",
                     v.block_warps != 8 ? (v.block_warps == 4 ? "w4" : "w2") : "", v.min_blocks == 3 ? "3" : "",
@@ -282,10 +299,10 @@ int main(int argc, char** argv) {
         const bool invariant = std::equal(one.begin(), one.end(), all.begin());
         const SkinnyPipeline plan = skinny_plan_for(shape.n, shape.k, m);
         const bool is_plan =
-            plan.max_slices == v.max_slices && plan.wgmma_registers == v.wgmma_registers &&
-            (v.wgmma_registers ||
-             (plan.ahead == v.ahead && plan.prefetch == v.prefetch && plan.per_step_x == v.per_step_x &&
-              plan.min_blocks == v.min_blocks && plan.block_warps == v.block_warps));
+            plan.max_slices == v.max_slices && plan.wgmma_registers == v.wgmma_registers && plan.ahead == v.ahead &&
+            plan.prefetch == v.prefetch && plan.x_through_registers == v.x_through_registers &&
+            plan.min_blocks == v.min_blocks &&
+            (v.wgmma_registers || (plan.per_step_x == v.per_step_x && plan.block_warps == v.block_warps));
         // Both kernels (mma.sync, wgmma with w in registers) sum in the same k16 groups and order, so the same slices
         // give production's bits whichever runs (a variant with other slices sums in another order: only its distance
         // is printed).

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -711,10 +712,29 @@ class CudaBackend final : public Backend {
     const int64_t R = x.rows(), ffn = w.gate_proj.rows;
     bf16* gate = scratch<bf16>(R * ffn);
     bf16* up = scratch<bf16>(R * ffn);
-    gemm_together(
-        "mlp.gate_up_proj", data_of(x), R,
-        {{"mlp.gate_proj", w.gate_proj, w.adapter.gate_proj, gate}, {"mlp.up_proj", w.up_proj, w.adapter.up_proj, up}});
-    timer_.time("mlp.swiglu", stream_, [&] { launch_swiglu(gate, up, R * ffn, gate, stream_); });
+    const int64_t decode = std::min<int64_t>(decode_rows_, R);
+    if (swiglu_in_gemm(w, decode)) {
+      // The decode rows' gate | up GEMM writes silu(gate) * up itself (launch_skinny_gemm_swiglu: the same bits as the
+      // two outputs and launch_swiglu); the other rows as below.
+      timer_.time(
+          "mlp.gate_up_proj", stream_,
+          [&] {
+            launch_skinny_gemm_swiglu(data_of(x), static_cast<int32_t>(decode), bf16_of(w.gate_proj),
+                                      static_cast<int32_t>(ffn), static_cast<int32_t>(w.gate_proj.cols), gate, stream_);
+          },
+          " skinny swiglu");
+      prefill_rows("mlp.gate_proj", data_of(x), R, decode, w.gate_proj, w.adapter.gate_proj, gate);
+      prefill_rows("mlp.up_proj", data_of(x), R, decode, w.up_proj, w.adapter.up_proj, up);
+      if (R > decode)
+        timer_.time("mlp.swiglu", stream_, [&] {
+          launch_swiglu(gate + decode * ffn, up + decode * ffn, (R - decode) * ffn, gate + decode * ffn, stream_);
+        });
+    } else {
+      gemm_together("mlp.gate_up_proj", data_of(x), R,
+                    {{"mlp.gate_proj", w.gate_proj, w.adapter.gate_proj, gate},
+                     {"mlp.up_proj", w.up_proj, w.adapter.up_proj, up}});
+      timer_.time("mlp.swiglu", stream_, [&] { launch_swiglu(gate, up, R * ffn, gate, stream_); });
+    }
     gemm("mlp.down_proj", gate, R, w.down_proj, w.adapter.down_proj, data_of(out));
     used_ = mark;
   }
@@ -946,6 +966,19 @@ class CudaBackend final : public Backend {
     return p;
   }
 
+  // Whether a step's decode rows take the gate | up GEMM with SwiGLU in its epilogue: the two weights stored back to
+  // back (resident_together), BF16, the gate's rows a multiple of 64, k of 16. DUET_SKINNY_SWIGLU=0 keeps the two
+  // outputs and the SwiGLU kernel (the same bits; for measurements).
+  bool swiglu_in_gemm(const MlpWeights& w, int64_t decode) const {
+    static const bool on = [] {
+      const char* env = std::getenv("DUET_SKINNY_SWIGLU");
+      return env == nullptr || std::string_view(env) != "0";
+    }();
+    const Weight &gate = w.gate_proj, &up = w.up_proj;
+    return on && decode > 0 && gate.type == WeightType::bf16 && up.type == WeightType::bf16 && gate.rows == up.rows &&
+           gate.cols == up.cols && gate.rows % 64 == 0 && gate.cols % 16 == 0 &&
+           static_cast<const char*>(gate.data) + gate.bytes() == up.data;
+  }
   // A projection y = x w^T (BF16 out) for the step's rows: the first decode_rows_ through the skinny GEMM, the rest
   // through the pinned one, with the adapter on the adapted rows (prefill_rows).
   void gemm(const char* name, const bf16* x, int64_t rows, const Weight& w, const LoraFactors& lora, bf16* y) {

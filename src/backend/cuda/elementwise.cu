@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backend/cuda/activations.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dependent_launch.h"
 #include "backend/cuda/kernels.h"
@@ -54,9 +55,6 @@ __device__ __forceinline__ uint4 pack8(const float* in) {
   for (int i = 0; i < 4; ++i) p.pair[i] = __floats2bfloat162_rn(in[2 * i], in[2 * i + 1]);
   return p.raw;
 }
-
-// silu as scalar_math.h spells it (x / (1 + exp(-x))); expf without fast-math is accurate to 2 ulp.
-__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
 // ---- embed / gather: one block per output row, a plain copy.
 __global__ void copy_rows_kernel(const bf16* __restrict__ src, int64_t width, const int32_t* __restrict__ index,

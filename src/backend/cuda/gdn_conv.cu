@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/activations.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/delta_chunks.h"
 #include "backend/cuda/dependent_launch.h"
@@ -23,8 +24,6 @@ namespace duet::backend::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
 // The conv state of `piece` for GDN layer `layer`: [K-1, channels], oldest first.
 __device__ __forceinline__ bf16* conv_state(const DevicePiece& piece, int32_t layer) {

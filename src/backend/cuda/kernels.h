@@ -63,10 +63,22 @@ struct SkinnyOutputs {
   int segments = 1;
   void* y[kMaxSegments] = {};
   int32_t first[kMaxSegments + 1] = {};
+  // SwiGLU in the epilogue (launch_skinny_gemm_swiglu): w's rows [0, swiglu_half) are the gate, [swiglu_half, n) the
+  // up projection, and y[0] receives [m, swiglu_half] of bf16(silu(g) * u), g and u the two GEMMs' BF16 outputs:
+  // launch_swiglu's bits over the GEMM's. 0: plain outputs.
+  int32_t swiglu_half = 0;
   __host__ __device__ int32_t width(int i) const { return first[i + 1] - first[i]; }
 };
 void launch_skinny_gemm_segments(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k,
                                  const SkinnyOutputs& out, bool y_f32, cudaStream_t stream);
+struct SkinnyPipeline;
+// The MLP's gate | up GEMM with SwiGLU in its epilogue: w is [2 half, k], the gate's rows then the up projection's
+// (stored back to back), y [m, half] = bf16(silu(x gate^T) * (x up^T)) with each GEMM output rounded to BF16 first:
+// the same bits as launch_skinny_gemm_segments into two arrays and then launch_swiglu, without the two arrays and the
+// SwiGLU kernel. Each block takes 64 gate rows and the same 64 up rows (half % 64 == 0, k % 16 == 0). `pipeline`:
+// the tests' choice of kernel; nullptr, the plan for w's shape.
+void launch_skinny_gemm_swiglu(const bf16* x, int32_t m, const bf16* w, int32_t half, int32_t k, bf16* y,
+                               cudaStream_t stream, const SkinnyPipeline* pipeline = nullptr);
 // How the tensor-core kernel reads a weight: steps of w in flight in registers beyond the one being multiplied, steps
 // asked of L2 ahead (neither changes a result), and the k slices (which fix the order of summation: production takes
 // them from the weight's shape alone). launch_skinny_gemm_pipeline runs any of them, for the kernel benchmark
@@ -83,9 +95,11 @@ struct SkinnyPipeline {
   // whatever its block: more, smaller blocks (and clusters) for the same bits.
   int block_warps = 8;
   // The weights in registers and x read by wgmma (skinny_gemm.cu, skinny_gemm_regs_kernel): the same loads and bits
-  // as the mma.sync kernel in 8-warp blocks, one step ahead, L2 asked 4 steps ahead; ahead, prefetch, per_step_x and
-  // min_blocks do not apply.
+  // as the mma.sync kernel in 8-warp blocks. The plans take it with ahead 1, prefetch 4 and x by 4-byte copies; ahead
+  // 2, prefetch 8, x_through_registers (x as 16-byte loads, stored by the threads) and min_blocks 3 (80 registers) are
+  // the bench's experiments, built only with DUET_SKINNY_EXPERIMENTS. per_step_x and block_warps do not apply.
   bool wgmma_registers = false;
+  bool x_through_registers = false;
 };
 void launch_skinny_gemm_pipeline(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, bf16* y,
                                  const SkinnyPipeline& pipeline, cudaStream_t stream);

@@ -411,7 +411,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks * 8 / kWarps)
   const skinny::SliceSteps range(k, slice, slices);
   const int64_t steps = range.steps, first = range.first, last = range.last;
 
-  const int64_t warp_row0 = block_row0 + warp * kWarpRows;
+  const int64_t warp_row0 = skinny::warp_first_row(out, blockIdx.x / slices, warp, kWarps);
   const bf16* row_a = warp_row0 + g < n ? w + (warp_row0 + g) * k : nullptr;
   const bf16* row_b = warp_row0 + g + 8 < n ? w + (warp_row0 + g + 8) * k : nullptr;
   // Lanes 0..15 each keep one of the warp's 16 rows coming into L2 ahead of the loads: a step of a row is 128 bytes,
@@ -582,8 +582,12 @@ constexpr int kRegsGroupBytes = 8 * kRegsCoreBytes;
 // Four x steps in shared memory: step s + 1 is copied at step s into the buffer of step s - 3, whose MMAs every
 // warpgroup waited for at step s - 2 (one group left in flight) before the barrier of step s - 1.
 constexpr int kRegsXStages = 4;
-// Three steps of w in registers: s multiplied, s + 1 loaded, s - 1's MMAs possibly still reading theirs.
-constexpr int kRegsWBuffers = 3;
+// Steps of w in registers: s multiplied, s + 1 .. s + kAhead loaded, and at 2 blocks an SM s - 1's, whose MMAs may
+// still be reading them (at 3, a step's MMAs are waited for before the step ends: one buffer fewer, 80 registers).
+template <int kAhead, int kMinBlocks>
+constexpr int regs_w_buffers() {
+  return kMinBlocks == 3 ? kAhead + 1 : kAhead + 2;
+}
 
 template <int kTiles>
 constexpr size_t regs_smem_bytes() {
@@ -610,11 +614,50 @@ __device__ __forceinline__ void stage_x_pairs(const bf16* __restrict__ x, int32_
   }
 }
 
-template <int kTiles, bool kOutF32>
-__global__ void __launch_bounds__(256, 2)
+// x through registers instead (kXRegs, an experiment): a step's x as 16-byte loads (chunk c of the step: row c / 8,
+// elements 8 (c % 8) ..), one step ahead of their stores, each chunk's 4 pairs stored where stage_x_pairs puts them
+// (a warp's stores of one pair index fall on 32 banks). 4 times fewer requests of L2 than the 4-byte copies.
+template <int kTiles>
+struct XPairRegisters {
+  static constexpr int kChunks = (kTiles * 8 * kStep / kChunk + 255) / 256;  // a thread's 16-byte chunks a step
+  uint4 v[kChunks];
+
+  __device__ __forceinline__ void load(const bf16* __restrict__ x, int32_t rows, int32_t k, int64_t step) {
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      const int c = i * 256 + static_cast<int>(threadIdx.x);
+      const int row = c / (kStep / kChunk);
+      const int64_t element = step * kStep + (c % (kStep / kChunk)) * kChunk;
+      const bool valid = c < kTiles * 8 * (kStep / kChunk) && row < rows && element < k;
+      v[i] = valid ? __ldg(reinterpret_cast<const uint4*>(x + static_cast<int64_t>(row) * k + element))
+                   : make_uint4(0, 0, 0, 0);
+    }
+  }
+  __device__ __forceinline__ void store(unsigned char* stage) const {
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      const int c = i * 256 + static_cast<int>(threadIdx.x);
+      if (c >= kTiles * 8 * (kStep / kChunk)) break;
+      const int row = c / (kStep / kChunk), chunk = c % (kStep / kChunk);
+      // Pairs 4 chunk .. 4 chunk + 3: t = chunk / 2, u = 4 (chunk % 2) + j.
+      unsigned char* to =
+          stage + (row / 8) * kRegsGroupBytes + (4 * (chunk % 2)) * kRegsCoreBytes + (row % 8) * 16 + 4 * (chunk / 2);
+      *reinterpret_cast<uint32_t*>(to) = v[i].x;
+      *reinterpret_cast<uint32_t*>(to + kRegsCoreBytes) = v[i].y;
+      *reinterpret_cast<uint32_t*>(to + 2 * kRegsCoreBytes) = v[i].z;
+      *reinterpret_cast<uint32_t*>(to + 3 * kRegsCoreBytes) = v[i].w;
+    }
+  }
+};
+
+// kAhead: steps of w loaded ahead of the one multiplied (1 in the plans; 2 an experiment); kPrefetch: steps asked of L2
+// ahead (4 in the plans); kXRegs: x through registers (above) rather than by 4-byte copies; kMinBlocks: 2 in the plans,
+// 3 an experiment (the registers of 3 blocks an SM, as gate | up's mma.sync plan takes them). None moves an operation.
+template <int kTiles, bool kOutF32, int kAhead, int kPrefetch, bool kXRegs, int kMinBlocks = 2>
+__global__ void __launch_bounds__(256, kMinBlocks)
     skinny_gemm_regs_kernel(const bf16* __restrict__ x, int32_t rows, const bf16* __restrict__ w, int32_t n, int32_t k,
                             const SkinnyOutputs out) {
-  constexpr int kWarps = 8, kPrefetch = 4;
+  constexpr int kWarps = 8, kBuffers = regs_w_buffers<kAhead, kMinBlocks>();
   extern __shared__ __align__(128) unsigned char smem[];
   cg::cluster_group cluster = cg::this_cluster();
   const int slices = static_cast<int>(cluster.num_blocks());
@@ -643,30 +686,50 @@ __global__ void __launch_bounds__(256, 2)
   float acc[kTiles][4];
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-  uint4 wbuf[kRegsWBuffers][4] = {};
+  uint4 wbuf[kBuffers][4] = {};
   // As skinny_gemm_mma_kernel: the weights before the wait for the kernel before, x after it.
   if (first < last) {
     prefetch_steps(first, min(first + kPrefetch, last));
-    load_w_step(row_a, row_b, k, static_cast<int32_t>(first * kStep) + t * 16, wbuf[0]);
+#pragma unroll
+    for (int b = 0; b < kAhead; ++b)
+      if (first + b < last) load_w_step(row_a, row_b, k, static_cast<int32_t>((first + b) * kStep) + t * 16, wbuf[b]);
   }
   wait_for_prerequisites();
   let_dependents_launch();
-  if (first < last) stage_x_pairs<kTiles>(x, rows, k, first, stage_of(first));
-  cp_async_commit();
-  for (int64_t s0 = first; s0 < last; s0 += kRegsWBuffers) {
+  [[maybe_unused]] XPairRegisters<kTiles> xr;  // kXRegs: step s + 1's x, loaded at step s - 1
+  if constexpr (kXRegs) {
+    if (first < last) {
+      xr.load(x, rows, k, first);
+      xr.store(stage_of(first));
+    }
+    if (first + 1 < last) xr.load(x, rows, k, first + 1);
+  } else {
+    if (first < last) stage_x_pairs<kTiles>(x, rows, k, first, stage_of(first));
+    cp_async_commit();
+  }
+  for (int64_t s0 = first; s0 < last; s0 += kBuffers) {
 #pragma unroll
-    for (int b = 0; b < kRegsWBuffers; ++b) {
+    for (int b = 0; b < kBuffers; ++b) {
       const int64_t s = s0 + b;
       if (s >= last) break;  // the same for the whole block
-      if (s + 1 < last) {
-        stage_x_pairs<kTiles>(x, rows, k, s + 1, stage_of(s + 1));
-        load_w_step(row_a, row_b, k, static_cast<int32_t>((s + 1) * kStep) + t * 16, wbuf[(b + 1) % kRegsWBuffers]);
+      if constexpr (kXRegs) {
+        if (s + 1 < last) xr.store(stage_of(s + 1));  // the buffer of step s - 3 (see kRegsXStages)
+        if (s + 2 < last) xr.load(x, rows, k, s + 2);
+      } else {
+        if (s + 1 < last) stage_x_pairs<kTiles>(x, rows, k, s + 1, stage_of(s + 1));
       }
-      cp_async_commit();  // possibly empty: keeps "all but the newest group" meaning "this step's x"
+      // Step s + kAhead's w into the registers of step s - 2 (at 3 blocks an SM, s - 1), whose MMAs this thread waited
+      // for at the end of step s - 1.
+      if (s + kAhead < last)
+        load_w_step(row_a, row_b, k, static_cast<int32_t>((s + kAhead) * kStep) + t * 16,
+                    wbuf[(b + kAhead) % kBuffers]);
       if (s + kPrefetch < last) prefetch_steps(s + kPrefetch, s + kPrefetch + 1);
-      cp_async_wait<1>();
+      if constexpr (!kXRegs) {
+        cp_async_commit();  // possibly empty: keeps "all but the newest group" meaning "this step's x"
+        cp_async_wait<1>();
+      }
       fence_shared_for_async_proxy();
-      __syncthreads();  // step s's x, copied by every thread, is in place for the tensor cores
+      __syncthreads();  // step s's x, copied or stored by every thread, is in place for the tensor cores
       const uint4(&v)[4] = wbuf[b];
       const unsigned char* x_step = stage_of(s);
       wgmma_fence();
@@ -681,28 +744,61 @@ __global__ void __launch_bounds__(256, 2)
       wgmma_bf16_a_registers<kTiles>(acc, v[1].z, v[3].z, v[1].w, v[3].w,
                                      wgmma_descriptor(x_step + 6 * kRegsCoreBytes, kRegsCoreBytes, kRegsGroupBytes));
       wgmma_commit();
-      wgmma_wait<1>();  // step s - 1's MMAs are done: its w registers and (after the next barrier) its x buffer free
+      // Step s - 1's MMAs are done (at 3 blocks an SM, step s's): their w registers and (after the next barrier) their
+      // x buffer free.
+      if constexpr (kMinBlocks == 3) {
+        wgmma_wait<0>();
+      } else {
+        wgmma_wait<1>();
+      }
     }
   }
   wgmma_wait<0>();
+  fence_accumulators(acc);
   finish_block<kTiles, kOutF32, kWarps>(smem, acc, cluster, rows, block_row0, n, out);
 }
 
-template <int kTiles, bool kOutF32>
-void launch_regs_tiles(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out,
-                       int slices, cudaStream_t stream) {
-  skinny::launch_clusters(skinny_gemm_regs_kernel<kTiles, kOutF32>, 256, 8 * kWarpRows, regs_smem_bytes<kTiles>(), n,
-                          slices, stream, "launch_skinny_gemm (wgmma, w in registers)", x, rows, w, n, k, out);
+template <bool kOutF32, int kAhead, int kPrefetch, bool kXRegs, int kMinBlocks = 2>
+void launch_regs_pipeline(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out,
+                          int slices, cudaStream_t stream) {
+  auto launch = [&](auto kernel, size_t smem) {
+    skinny::launch_clusters(kernel, 256, 8 * kWarpRows, smem, n, slices, stream,
+                            "launch_skinny_gemm (wgmma, w in registers)", x, rows, w, n, k, out);
+  };
+  // The narrowest N that holds the rows (8, 16, 32 or 64): the same bits per element whatever N is.
+  if (rows <= 8)
+    return launch(skinny_gemm_regs_kernel<1, kOutF32, kAhead, kPrefetch, kXRegs, kMinBlocks>, regs_smem_bytes<1>());
+  if (rows <= 16)
+    return launch(skinny_gemm_regs_kernel<2, kOutF32, kAhead, kPrefetch, kXRegs, kMinBlocks>, regs_smem_bytes<2>());
+  if (rows <= 32)
+    return launch(skinny_gemm_regs_kernel<4, kOutF32, kAhead, kPrefetch, kXRegs, kMinBlocks>, regs_smem_bytes<4>());
+  launch(skinny_gemm_regs_kernel<8, kOutF32, kAhead, kPrefetch, kXRegs, kMinBlocks>, regs_smem_bytes<8>());
 }
 
-// The narrowest N that holds the rows (8, 16, 32 or 64): the same bits per element whatever N is.
-template <bool kOutF32>
-void launch_regs(const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out, int slices,
-                 cudaStream_t stream) {
-  if (rows <= 8) return launch_regs_tiles<1, kOutF32>(x, rows, w, n, k, out, slices, stream);
-  if (rows <= 16) return launch_regs_tiles<2, kOutF32>(x, rows, w, n, k, out, slices, stream);
-  if (rows <= 32) return launch_regs_tiles<4, kOutF32>(x, rows, w, n, k, out, slices, stream);
-  launch_regs_tiles<8, kOutF32>(x, rows, w, n, k, out, slices, stream);
+// The plans' pipeline (one step ahead, L2 4 ahead, x by 4-byte copies) in both output types; the bench's experiments
+// (two steps ahead, L2 8 ahead, x through registers; BF16 out) only in builds with DUET_SKINNY_EXPERIMENTS (the
+// benchmarks' builds, not CI's: their kernels cost compile time and no plan takes them).
+void launch_regs(const SkinnyPipeline& p, const bf16* x, int32_t rows, const bf16* w, int32_t n, int32_t k,
+                 const SkinnyOutputs& out, bool y_f32, int slices, cudaStream_t stream) {
+  if (p.ahead == 1 && p.prefetch == 4 && !p.x_through_registers && p.min_blocks != 3) {
+    if (y_f32) return launch_regs_pipeline<true, 1, 4, false>(x, rows, w, n, k, out, slices, stream);
+    return launch_regs_pipeline<false, 1, 4, false>(x, rows, w, n, k, out, slices, stream);
+  }
+#ifdef DUET_SKINNY_EXPERIMENTS
+  if (!y_f32) {
+    if (p.ahead == 2 && p.prefetch == 4 && !p.x_through_registers)
+      return launch_regs_pipeline<false, 2, 4, false>(x, rows, w, n, k, out, slices, stream);
+    if (p.ahead == 1 && p.prefetch == 8 && !p.x_through_registers)
+      return launch_regs_pipeline<false, 1, 8, false>(x, rows, w, n, k, out, slices, stream);
+    if (p.ahead == 1 && p.prefetch == 4 && p.x_through_registers)
+      return launch_regs_pipeline<false, 1, 4, true>(x, rows, w, n, k, out, slices, stream);
+    if (p.ahead == 2 && p.prefetch == 4 && p.x_through_registers)
+      return launch_regs_pipeline<false, 2, 4, true>(x, rows, w, n, k, out, slices, stream);
+    if (p.ahead == 1 && p.prefetch == 4 && !p.x_through_registers && p.min_blocks == 3)
+      return launch_regs_pipeline<false, 1, 4, false, 3>(x, rows, w, n, k, out, slices, stream);
+  }
+#endif
+  refuse("launch_skinny_gemm: a wgmma pipeline that is not built (the experiments need DUET_SKINNY_EXPERIMENTS)");
 }
 
 // How a weight of shape [n, k] is read: its k slices (which fix every output's order of summation, so they depend on
@@ -803,7 +899,15 @@ SkinnyPipeline plan_for(int32_t n, int32_t k, int32_t rows) {
   if (eight_warps_only() && p.block_warps != 8) p = with_rows(mma_plan_for(n, k), n, k, rows, /*small_blocks=*/false);
   if (min_blocks_choice() == 2) p.min_blocks = 2;
   if (min_blocks_choice() == 3 && p.ahead == 1 && p.prefetch == 4 && p.block_warps == 8) p.min_blocks = 3;
-  p.wgmma_registers = skinny_regs_for(n, k, rows);  // after the switches above, which rebuild p
+  // After the switches above, which rebuild p: the wgmma kernel in its own pipeline (one step ahead, L2 4 ahead, x by
+  // 4-byte copies, 2 blocks an SM).
+  if (skinny_regs_for(n, k, rows)) {
+    p.wgmma_registers = true;
+    p.ahead = 1;
+    p.prefetch = 4;
+    p.x_through_registers = false;
+    p.min_blocks = 2;
+  }
   return p;
 }
 
@@ -868,13 +972,13 @@ void launch(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, const
     const bf16* xr = x + static_cast<int64_t>(r0) * k;
     SkinnyOutputs out = outputs;  // each segment's rows from r0 on
     for (int i = 0; i < out.segments; ++i)
-      out.y[i] = static_cast<char*>(out.y[i]) + static_cast<size_t>(r0) * static_cast<size_t>(out.width(i)) * out_size;
-    if (pipeline.wgmma_registers) {
-      if (y_f32) {
-        launch_regs<true>(xr, rows, w, n, k, out, slices, stream);
-      } else {
-        launch_regs<false>(xr, rows, w, n, k, out, slices, stream);
-      }
+      out.y[i] = static_cast<char*>(out.y[i]) +
+                 static_cast<size_t>(r0) * static_cast<size_t>(out.swiglu_half > 0 ? out.swiglu_half : out.width(i)) *
+                     out_size;
+    // The wgmma kernel keeps its rows one after another (ptxas serialized its MMAs when it also took the SwiGLU row
+    // mapping, C7515): SwiGLU in the epilogue runs on the mma.sync kernel, the same bits.
+    if (pipeline.wgmma_registers && out.swiglu_half == 0) {
+      launch_regs(pipeline, xr, rows, w, n, k, out, y_f32, slices, stream);
       continue;
     }
     if (y_f32) {
@@ -927,6 +1031,28 @@ void launch_skinny_gemm_segments(const bf16* x, int32_t m, const bf16* w, int32_
 }
 
 SkinnyPipeline skinny_plan_for(int32_t n, int32_t k, int32_t rows) { return mma::plan_for(n, k, rows); }
+
+void launch_skinny_gemm_swiglu(const bf16* x, int32_t m, const bf16* w, int32_t half, int32_t k, bf16* y,
+                               cudaStream_t stream, const SkinnyPipeline* pipeline) {
+  check_operands(x, m, w, 2 * half, k);
+  if (half <= 0 || half % 64 != 0 || k % 16 != 0)
+    refuse("launch_skinny_gemm_swiglu: half a positive multiple of 64 and k of 16 (tensor cores, 8-warp blocks)");
+  SkinnyOutputs out;
+  out.segments = 1;
+  out.y[0] = y;
+  out.first[1] = 2 * half;
+  out.swiglu_half = half;
+  if (m == 0) return;
+  // The plan of the whole [2 half, k] weight, in 8-warp blocks (64 gate rows beside their 64 up rows).
+  auto eight_warps = [](SkinnyPipeline p) {
+    p.block_warps = 8;
+    return p;
+  };
+  mma::launch(
+      x, m, w, 2 * half, k, out, false,
+      [&](int32_t rows) { return eight_warps(pipeline != nullptr ? *pipeline : mma::plan_for(2 * half, k, rows)); },
+      stream);
+}
 
 void launch_skinny_gemm_pipeline(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, bf16* y,
                                  const SkinnyPipeline& pipeline, cudaStream_t stream) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/activations.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dependent_launch.h"
 #include "backend/cuda/device_step.h"
@@ -30,6 +31,14 @@ struct SliceSteps {
   __device__ SliceSteps(int32_t k, int slice, int slices)
       : steps((k + kStep - 1) / kStep), first(slice * steps / slices), last((slice + 1) * steps / slices) {}
 };
+
+// The first of the 16 w rows of warp `warp` in row block `block` (blocks of `warps` warps): the block's rows one after
+// another, or with SwiGLU in the epilogue (8-warp blocks) its 64 gate rows (warps 0..3) and the same 64 up rows
+// (warps 4..7). Which rows a warp reads moves no operation: each output is still its own row's chain.
+__device__ __forceinline__ int64_t warp_first_row(const SkinnyOutputs& out, int64_t block, int warp, int warps) {
+  if (out.swiglu_half > 0) return (warp < 4 ? 0 : out.swiglu_half) + 64 * block + 16 * (warp % 4);
+  return (block * warps + warp) * 16;
+}
 
 // Output column `col` of x row r, to the segment that holds it (SkinnyOutputs: one GEMM over weights concatenated
 // at load writes each projection's columns to that projection's own [rows, width] array).
@@ -65,7 +74,25 @@ __device__ __forceinline__ void add_slices_and_store(cg::cluster_group& cluster,
   const int slices = static_cast<int>(cluster.num_blocks());
   const int slice = static_cast<int>(cluster.block_rank());
   const int threads = static_cast<int>(blockDim.x);
-  cluster.sync();  // every slice's partials are written and visible across the cluster
+  cluster.sync();             // every slice's partials are written and visible across the cluster
+  if (out.swiglu_half > 0) {  // 8-warp blocks: local rows j (gate) and 64 + j (up) make output column 64 b + j
+    const int64_t col0 = block_row0 / kRows * 64;
+    for (int i = slice * threads + static_cast<int>(threadIdx.x); i < rows * 64; i += slices * threads) {
+      const int r = i / 64, j = i % 64;
+      const int at = r * part_stride(kRows) + j;
+      float g = cluster.map_shared_rank(partials, 0)[at], u = cluster.map_shared_rank(partials, 0)[at + 64];
+      for (int s = 1; s < slices; ++s) {
+        g += cluster.map_shared_rank(partials, s)[at];
+        u += cluster.map_shared_rank(partials, s)[at + 64];
+      }
+      // Each GEMM output rounded to BF16 as it would be stored, then launch_swiglu's arithmetic on the two.
+      const float gate = __bfloat162float(__float2bfloat16_rn(g)), up = __bfloat162float(__float2bfloat16_rn(u));
+      static_cast<bf16*>(out.y[0])[r * static_cast<int64_t>(out.swiglu_half) + col0 + j] =
+          __float2bfloat16_rn(silu(gate) * up);
+    }
+    cluster.sync();
+    return;
+  }
   for (int i = slice * threads + static_cast<int>(threadIdx.x); i < rows * kRows; i += slices * threads) {
     const int r = i / kRows, local = i % kRows;
     const int64_t col = block_row0 + local;

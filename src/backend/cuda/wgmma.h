@@ -31,6 +31,16 @@ __device__ __forceinline__ uint64_t wgmma_descriptor(const void* tile, uint32_t 
 __device__ __forceinline__ void fence_shared_for_async_proxy() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
+// Pins accumulators in place for the compiler (emits nothing): no instruction that reads or defines them moves across
+// it. After the last wait, so the reads of the finished sums stay after it. Never between a wgmma and its wait: there
+// it counts as defining them, and ptxas serializes the wgmma (C7515).
+template <int kTiles>
+__device__ __forceinline__ void fence_accumulators(float (&acc)[kTiles][4]) {
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) asm volatile("" : "+f"(acc[j][i])::"memory");
+}
 // Before a warpgroup's first wgmma, and after its accumulators were touched by other instructions.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
