@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <limits>
 #include <map>
 #include <memory>
 #include <span>
@@ -967,15 +968,21 @@ class CudaBackend final : public Backend {
   }
 
   // Whether a step's decode rows take the gate | up GEMM with SwiGLU in its epilogue: the two weights stored back to
-  // back (resident_together), BF16, the gate's rows a multiple of 64, k of 16. DUET_SKINNY_SWIGLU=0 keeps the two
-  // outputs and the SwiGLU kernel (the same bits; for measurements).
+  // back (resident_together), BF16, the gate's rows a multiple of 64, k of 16, and more than kSwigluInGemmMinRows - 1
+  // decode rows. The rows' bound is measured (session 45, H100, `duet run --streams S`, alternately): the epilogue
+  // gains 0.9-1.5% at 32, 48 and 64 rows and loses 0.7-3.9% at 1, 2, 4, 12, 16, 20 and 24 (8 gained 2.8%, alone among
+  // the small counts). DUET_SKINNY_SWIGLU=0 keeps the two outputs and the SwiGLU kernel at every count, 1 takes the
+  // epilogue at every count (the same bits either way; for measurements).
+  static constexpr int64_t kSwigluInGemmMinRows = 25;
   bool swiglu_in_gemm(const MlpWeights& w, int64_t decode) const {
-    static const bool on = [] {
+    static const int64_t min_rows = [] {
       const char* env = std::getenv("DUET_SKINNY_SWIGLU");
-      return env == nullptr || std::string_view(env) != "0";
+      if (env != nullptr && std::string_view(env) == "0") return std::numeric_limits<int64_t>::max();
+      if (env != nullptr && std::string_view(env) == "1") return int64_t{1};
+      return kSwigluInGemmMinRows;
     }();
     const Weight &gate = w.gate_proj, &up = w.up_proj;
-    return on && decode > 0 && gate.type == WeightType::bf16 && up.type == WeightType::bf16 && gate.rows == up.rows &&
+    return decode >= min_rows && gate.type == WeightType::bf16 && up.type == WeightType::bf16 && gate.rows == up.rows &&
            gate.cols == up.cols && gate.rows % 64 == 0 && gate.cols % 16 == 0 &&
            static_cast<const char*>(gate.data) + gate.bytes() == up.data;
   }
