@@ -446,6 +446,7 @@ class CudaBackend final : public Backend {
       }
     }
     for (int64_t r : plan.logit_rows) logit_rows.push_back(static_cast<int32_t>(r));
+    timer_.begin_step(decode_rows_ == rows_ ? StepKind::decode : StepKind::prefill, rows_);  // DUET_PROFILE's tables
     int64_t chunk_scratch = 0;
     const std::vector<DeviceChunk> chunks = plan_delta_chunks(pieces, &chunk_scratch);
     const DeltaOrder order = delta_order(pieces, decode_piece_rows_);

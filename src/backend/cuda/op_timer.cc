@@ -1,9 +1,7 @@
 #include "backend/cuda/op_timer.h"
 
-#include <fmt/format.h>
-
-#include <algorithm>
 #include <cstdio>
+#include <string>
 
 #include "base/env_flag.h"
 
@@ -26,9 +24,7 @@ void OpTimer::collect() {
   for (const Pending& p : pending_) {
     float ms = 0;
     if (cudaEventSynchronize(p.stop) == cudaSuccess && cudaEventElapsedTime(&ms, p.start, p.stop) == cudaSuccess) {
-      Total& t = totals_[std::string(p.name) + p.suffix];
-      t.ms += ms;
-      ++t.calls;
+      totals_.add(p.kind, std::string(p.name) + p.suffix, ms);
     }
     free_.push_back(p.start);
     free_.push_back(p.stop);
@@ -39,15 +35,7 @@ void OpTimer::collect() {
 OpTimer::~OpTimer() {
   if (on_) {
     collect();
-    std::vector<std::pair<std::string, Total>> rows(totals_.begin(), totals_.end());
-    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
-    double all = 0;
-    for (const auto& [name, t] : rows) all += t.ms;
-    std::fprintf(stderr, "DUET_PROFILE: GPU time per operation (CUDA events), %.1f ms in all\n", all);
-    std::fprintf(stderr, "%-34s %8s %12s %7s\n", "operation", "calls", "total ms", "share");
-    for (const auto& [name, t] : rows)
-      std::fprintf(stderr, "%-34s %8ld %12.2f %6.1f%%\n", name.c_str(), t.calls, t.ms,
-                   100.0 * t.ms / std::max(all, 1e-9));
+    std::fputs(totals_.report().c_str(), stderr);
   }
   for (cudaEvent_t e : free_) cudaEventDestroy(e);
 }

@@ -1,13 +1,15 @@
 #pragma once
 // Where a step's GPU time goes, per operation: with DUET_PROFILE=1 in the environment every launch the CUDA backend
 // makes is bracketed by two CUDA events, and the elapsed times are summed per operation name and printed when the
-// backend is destroyed (calls, total ms, share). Off by default; off, a timed launch is just the launch. (Nsight
-// Systems is not on the GPU machine; events in the stream measure the same device time.)
+// backend is destroyed (calls, total ms, us a step, share), one table for decode steps and one for steps with prefill
+// rows (op_totals.h). Off by default; off, a timed launch is just the launch. (Nsight Systems is not on the GPU
+// machine; events in the stream measure the same device time.)
 #include <cuda_runtime.h>
 
-#include <map>
-#include <string>
+#include <cstdint>
 #include <vector>
+
+#include "backend/cuda/op_totals.h"
 
 namespace duet::backend::cuda {
 
@@ -19,6 +21,12 @@ class OpTimer {
   OpTimer& operator=(const OpTimer&) = delete;
 
   bool on() const { return on_; }
+  // The launches timed from here on belong to a step of this kind and row count (CudaBackend::begin_step).
+  void begin_step(StepKind kind, int64_t rows) {
+    if (!on_) return;
+    kind_ = kind;
+    totals_.begin_step(kind, rows);
+  }
   // Times `launch` under `name` + `suffix` (e.g. a GEMM's weight and which kernel ran it).
   template <typename Launch>
   void time(const char* name, cudaStream_t stream, Launch&& launch, const char* suffix = "") {
@@ -26,7 +34,7 @@ class OpTimer {
       launch();
       return;
     }
-    Pending p{name, suffix, event(), event()};
+    Pending p{name, suffix, kind_, event(), event()};
     cudaEventRecord(p.start, stream);
     launch();
     cudaEventRecord(p.stop, stream);
@@ -39,18 +47,16 @@ class OpTimer {
   struct Pending {
     const char* name;
     const char* suffix;
+    StepKind kind;
     cudaEvent_t start, stop;
-  };
-  struct Total {
-    double ms = 0;
-    long calls = 0;
   };
   cudaEvent_t event();
 
   bool on_ = false;
   std::vector<Pending> pending_;
   std::vector<cudaEvent_t> free_;
-  std::map<std::string, Total> totals_;
+  StepKind kind_ = StepKind::outside;
+  OpTotals totals_;
 };
 
 }  // namespace duet::backend::cuda
