@@ -969,7 +969,7 @@ class CudaBackend final : public Backend {
   }
 
   // Whether a step's decode rows take the gate | up GEMM with SwiGLU in its epilogue: the two weights stored back to
-  // back (resident_together), BF16, the gate's rows a multiple of 64, k of 16, and more than kSwigluInGemmMinRows - 1
+  // back (resident_together), BF16, the gate's rows a multiple of 64, k of 16, and at least kSwigluInGemmMinRows
   // decode rows. The rows' bound is measured (session 45, H100, `duet run --streams S`, alternately): the epilogue
   // gains 0.9-1.5% at 32, 48 and 64 rows and loses 0.7-3.9% at 1, 2, 4, 12, 16, 20 and 24 (8 gained 2.8%, alone among
   // the small counts). DUET_SKINNY_SWIGLU=0 keeps the two outputs and the SwiGLU kernel at every count, 1 takes the
