@@ -2,6 +2,7 @@
 // one kernel for decode rows, one for verify pieces of a few rows) at the Qwen3.5-9B shape (16 key heads, 32 value
 // heads, 128/128), one layer, for a few step shapes, with a fingerprint of every output and state bit of a run from the
 // initial state: a change to the kernels that is meant to keep every bit shows the same fingerprints before and after.
+// Prefill pieces' chunks from a chunk's first row take the WY form (DUET_DELTA_WY=0: the row-by-row form instead).
 // Run by hand on the GPU machine (not a test): bench_gdn_delta [REPS=20]
 #include <cuda_runtime.h>
 
@@ -65,7 +66,7 @@ std::vector<Case> cases() {
   // kernels a row at a time and through the chunked form: the same fingerprints, two times.
   for (int32_t streams : {1, 16, 64}) {
     Case verify{"verify " + std::to_string(streams) + " x 4", {}};
-    for (int32_t i = 0; i < streams; ++i) verify.pieces.push_back({i, 4, 64 * (i % 5) + (i * 7) % 59});
+    for (int32_t i = 0; i < streams; ++i) verify.pieces.push_back({i, 4, 64 * (i % 5) + (i * 7) % 59, true});
     all.push_back(verify);
     verify.name += " chunked";
     verify.decode_rows = 1;

@@ -480,48 +480,90 @@ TEST_P(GdnKernelsTest, PieceGivesTheSameBitsAloneOrBesideOthers) {
   EXPECT_TRUE(same_bits(alone.delta_state, beside.delta_state)) << "delta-rule state";
 }
 
-TEST_P(GdnKernelsTest, PieceCutAnywhereGivesTheSameBitsAsWhole) {
+// A sequence's rows from `start` run as pieces of `parts` rows, one step each, the state carried between them: prefill
+// pieces (the WY form's chunks from a chunk's first row), or verify pieces (`verify`: decode rows, the row-by-row form)
+// but for pieces of one row, a decode step's either way.
+GdnRun run_cut(const GdnDims& d, const Weight& conv_w, const DeltaInputs& in, int32_t start,
+               const std::vector<int32_t>& parts, bool verify) {
+  const int32_t channels = conv_channels(d), vw = value_width(d), heads = d.value_heads;
+  const auto rows = static_cast<int32_t>(in.beta.size() / heads);
+  DeviceDeltaInputs in_d(in);
+  States states(d, {21});
+  DeviceBuffer<bf16> conv_out(static_cast<size_t>(rows) * channels);
+  DeviceBuffer<float> delta_out(static_cast<size_t>(rows) * vw);
+  conv_out.poison();
+  delta_out.poison();
+  int32_t first = 0;
+  for (int32_t part : parts) {
+    run_gdn(d, {{0, part, start + first, verify}}, states, conv_w, in_d.qkv.get() + first * channels,
+            in_d.beta.get() + first * heads, in_d.g.get() + first * heads, conv_out.get() + first * channels,
+            delta_out.get() + first * vw);
+    first += part;
+  }
+  return GdnRun{to_float(conv_out.download()), delta_out.download(), states.conv_now(0, kLayer),
+                live_state(d, states.delta_now(0, kLayer), start + rows)};
+}
+
+void expect_same_run(const GdnRun& whole, const GdnRun& cut) {
+  EXPECT_TRUE(same_bits(whole.conv_out, cut.conv_out)) << "conv output";
+  EXPECT_TRUE(same_bits(whole.delta_out, cut.delta_out)) << "delta-rule output";
+  EXPECT_TRUE(same_bits(whole.conv_state, cut.conv_state)) << "conv state";
+  EXPECT_TRUE(same_bits(whole.delta_state, cut.delta_state)) << "delta-rule state";
+}
+
+std::string describe(const std::vector<int32_t>& parts) {
+  std::string text = "cut into";
+  for (int32_t part : parts) {
+    text += ' ';
+    text += std::to_string(part);
+  }
+  return text;
+}
+
+// Verify rows (the row-by-row form) give the same bits however their run is cut: inside its first chunk, at the chunk
+// boundaries 64 and 128, one row at a time across a boundary, a piece of one row (a decode step) in the middle.
+TEST_P(GdnKernelsTest, VerifyRowsCutAnywhereGiveTheSameBitsAsWhole) {
   DUET_REQUIRE_GPU();
   const GdnDims& d = dims();
-  const int32_t channels = conv_channels(d), vw = value_width(d), heads = d.value_heads, rows = 130;
-  const Weight conv_w(random_bf16_values(static_cast<size_t>(channels) * kConvKernel, 601), false, channels,
-                      kConvKernel);
-  const DeltaInputs in = random_delta_inputs(d, rows, 610);
-  DeviceDeltaInputs in_d(in);
-  const int32_t start = 40;  // the sequence position of the piece's first row
-
-  auto run_cut = [&](const std::vector<int32_t>& parts) {
-    States states(d, {21});
-    DeviceBuffer<bf16> conv_out(static_cast<size_t>(rows) * channels);
-    DeviceBuffer<float> delta_out(static_cast<size_t>(rows) * vw);
-    conv_out.poison();
-    delta_out.poison();
-    int32_t first = 0;
-    for (int32_t part : parts) {  // one step per part, the state carried between them
-      run_gdn(d, {{0, part, start + first}}, states, conv_w, in_d.qkv.get() + first * channels,
-              in_d.beta.get() + first * heads, in_d.g.get() + first * heads, conv_out.get() + first * channels,
-              delta_out.get() + first * vw);
-      first += part;
-    }
-    GdnRun result{to_float(conv_out.download()), delta_out.download(), states.conv_now(0, kLayer),
-                  live_state(d, states.delta_now(0, kLayer), start + rows)};
-    return result;
-  };
-
-  const GdnRun whole = run_cut({rows});
+  const Weight conv_w(random_bf16_values(static_cast<size_t>(conv_channels(d)) * kConvKernel, 601), false,
+                      conv_channels(d), kConvKernel);
+  const DeltaInputs in = random_delta_inputs(d, 130, 610);
+  const int32_t start = 40;
+  const GdnRun whole = run_cut(d, conv_w, in, start, {130}, true);
   ASSERT_TRUE(all_finite(whole.conv_out) && all_finite(whole.delta_out)) << "outputs left unwritten";
-  // The piece starts at position 40: cuts inside its first chunk, at the chunk boundaries 64 and 128, one row at a
-  // time across a boundary, and a piece of one row (a decode step) in the middle.
   for (const std::vector<int32_t>& parts :
        {std::vector<int32_t>{64, 66}, std::vector<int32_t>{1, 63, 66}, std::vector<int32_t>{24, 64, 42},
         std::vector<int32_t>{7, 7, 7, 7, 7, 7, 88}, std::vector<int32_t>{20, 1, 1, 1, 1, 1, 105}}) {
-    SCOPED_TRACE("cut into " + std::to_string(parts.size()) + " parts, the first of " + std::to_string(parts[0]));
-    const GdnRun cut = run_cut(parts);
-    EXPECT_TRUE(same_bits(whole.conv_out, cut.conv_out)) << "conv output";
-    EXPECT_TRUE(same_bits(whole.delta_out, cut.delta_out)) << "delta-rule output";
-    EXPECT_TRUE(same_bits(whole.conv_state, cut.conv_state)) << "conv state";
-    EXPECT_TRUE(same_bits(whole.delta_state, cut.delta_state)) << "delta-rule state";
+    SCOPED_TRACE(describe(parts));
+    expect_same_run(whole, run_cut(d, conv_w, in, start, parts, true));
   }
+}
+
+// A prompt's rows (the WY form's chunks) give the same bits however it is cut at multiples of 64 (the only cuts the
+// scheduler makes, architecture.md's row invariance): 200 rows from position 64, the last chunk partial, then two
+// decode rows after each. The control: a cut inside a chunk takes the row-by-row form for the rest of that chunk, whose
+// last bits differ (so the comparison can see which form computed a row), by no more than fp32 rounding.
+TEST_P(GdnKernelsTest, PromptCutAtMultiplesOf64GivesTheSameBitsAsWhole) {
+  DUET_REQUIRE_GPU();
+  const GdnDims& d = dims();
+  const Weight conv_w(random_bf16_values(static_cast<size_t>(conv_channels(d)) * kConvKernel, 651), false,
+                      conv_channels(d), kConvKernel);
+  const DeltaInputs in = random_delta_inputs(d, 202, 660);
+  const int32_t start = 64;
+  const GdnRun whole = run_cut(d, conv_w, in, start, {200, 1, 1}, false);
+  ASSERT_TRUE(all_finite(whole.conv_out) && all_finite(whole.delta_out)) << "outputs left unwritten";
+  for (const std::vector<int32_t>& parts : {std::vector<int32_t>{64, 136, 1, 1}, std::vector<int32_t>{128, 72, 1, 1},
+                                            std::vector<int32_t>{64, 64, 64, 8, 1, 1}}) {
+    SCOPED_TRACE(describe(parts));
+    expect_same_run(whole, run_cut(d, conv_w, in, start, parts, false));
+  }
+  const GdnRun inside = run_cut(d, conv_w, in, start, {64, 40, 96, 1, 1}, false);
+  const int32_t vw = value_width(d);
+  // Rows 0..103 are computed alike; rows 104..127 (the rest of the chunk the cut entered) by the other form.
+  EXPECT_TRUE(same_bits(rows_of(whole.delta_out, vw, 0, 104), rows_of(inside.delta_out, vw, 0, 104)));
+  const std::vector<float> wy = rows_of(whole.delta_out, vw, 104, 24), by_row = rows_of(inside.delta_out, vw, 104, 24);
+  EXPECT_FALSE(same_bits(wy, by_row)) << "the WY form did not take the whole prompt's chunk";
+  EXPECT_LT(max_relative_error(by_row, wy), 1e-5);
 }
 
 // The kernels exist for the two shapes above only; the backend refuses any other when a model's state is planned (its

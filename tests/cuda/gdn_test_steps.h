@@ -36,10 +36,13 @@ inline int64_t delta_elems(const GdnDims& d) { return d.value_heads * delta_head
 // ---- Steps and states on the device.
 
 // A piece of a test step: `rows` rows of sequence `sequence` (an index into States), from sequence position `start`.
+// Its role: a piece of one row is a decode step's, one of several a prefill piece's (the WY form's chunks,
+// delta_chunks.h) unless `verify` (a draft's verify piece, decode rows: the row-by-row form's).
 struct PieceSpec {
   int32_t sequence;
   int32_t rows;
   int32_t start;
+  bool verify = false;
 };
 
 inline int32_t total_rows(const std::vector<PieceSpec>& specs) {
@@ -129,7 +132,7 @@ inline HostStep build_host_step(const std::vector<PieceSpec>& specs, const State
     piece.first_row = row;
     piece.rows = spec.rows;
     piece.start_position = spec.start;
-    piece.role = spec.rows == 1 ? DeviceRole::decode : DeviceRole::prefill;
+    piece.role = spec.rows == 1 || spec.verify ? DeviceRole::decode : DeviceRole::prefill;
     piece.conv = states.conv(spec.sequence);
     piece.delta = states.delta(spec.sequence);
     piece.conv_layer_stride = states.conv_layer_elems();

@@ -220,8 +220,8 @@ TEST_P(GdnVerifyRowsTest, DecodeRowsHaveTheChunkedFormsAndOneRowStepsBits) {
         SCOPED_TRACE(std::to_string(rows) + " rows from position " + std::to_string(start));
         const Inputs in(d, rows, 910 + static_cast<uint64_t>(start) * 16 + rows);
         const uint64_t seed = 77 + static_cast<uint64_t>(start);
-        const Result chunked = run_step(d, w, {{0, rows, start}}, {seed}, in, 0, How{1});
-        const Result decode = run_step(d, w, {{0, rows, start}}, {seed}, in, 0, How{});
+        const Result chunked = run_step(d, w, {{0, rows, start, true}}, {seed}, in, 0, How{1});
+        const Result decode = run_step(d, w, {{0, rows, start, true}}, {seed}, in, 0, How{});
         const Result steps = run_one_row_steps(d, w, rows, start, seed, in);
         const bool one_chunk = filled + rows <= kDeltaChunk;
         EXPECT_EQ(chunked.multi_pieces, 1);
@@ -246,7 +246,7 @@ TEST_P(GdnVerifyRowsTest, DecodeRowsBesideOtherPiecesHaveTheirBitsAlone) {
   const Layer w(d, 921);
   // Sequences: 0 prefill 70 rows from 10; 1 the verify piece, 4 rows from 137; 2 one row at 63; 3 three rows from
   // 200; 4 one row at 5.
-  const std::vector<PieceSpec> specs = {{0, 70, 10}, {1, 4, 137}, {2, 1, 63}, {3, 3, 200}, {4, 1, 5}};
+  const std::vector<PieceSpec> specs = {{0, 70, 10}, {1, 4, 137, true}, {2, 1, 63}, {3, 3, 200, true}, {4, 1, 5}};
   const std::vector<uint64_t> seeds = {31, 32, 33, 34, 35};
   const Inputs in(d, total_rows(specs), 930);
   const Result mixed = run_step(d, w, specs, seeds, in, 0, How{});
@@ -256,7 +256,7 @@ TEST_P(GdnVerifyRowsTest, DecodeRowsBesideOtherPiecesHaveTheirBitsAlone) {
   for (size_t i = 0; i < specs.size(); ++i) {
     const PieceSpec& spec = specs[i];
     SCOPED_TRACE("piece " + std::to_string(i));
-    const Result alone = run_step(d, w, {{0, spec.rows, spec.start}}, {seeds[i]}, in, first_row, How{1});
+    const Result alone = run_step(d, w, {{0, spec.rows, spec.start, spec.verify}}, {seeds[i]}, in, first_row, How{1});
     expect_same(d, mixed, first_row, i, alone, 0, 0, spec.rows, spec.start + spec.rows, true, true);
     first_row += spec.rows;
   }
@@ -270,8 +270,8 @@ TEST_P(GdnVerifyRowsTest, RowWithThePreviousRowsGatesDiffers) {
   const Layer w(d, 941);
   const int32_t rows = 4, start = 128 + 30;
   const Inputs in(d, rows, 950);
-  const Result chunked = run_step(d, w, {{0, rows, start}}, {51}, in, 0, How{1});
-  const Result planted = run_step(d, w, {{0, rows, start}}, {51}, in, 0, How{kDecodePieceRows, 2});
+  const Result chunked = run_step(d, w, {{0, rows, start, true}}, {51}, in, 0, How{1});
+  const Result planted = run_step(d, w, {{0, rows, start, true}}, {51}, in, 0, How{kDecodePieceRows, 2});
   const int32_t vw = value_width(d);
   EXPECT_EQ(planted.few_pieces, 1);
   // Rows before the planted one are untouched; it and the rows after it differ.

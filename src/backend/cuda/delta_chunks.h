@@ -65,9 +65,20 @@ inline bool decode_kernels_take(const DevicePiece& p, int32_t decode_rows) {
          p.snapshot_count == 0;
 }
 
+// Whether the chunked form computes a chunk in its WY form (gdn_delta_rule.cu): a prefill piece's chunk from its first
+// row (filled 0). Its rows' d come from the chunk's (I + A)^{-1}, computed for all chunks at once, instead of a row
+// after another, so their bits differ in the last places from the same rows computed one by one (a decode or verify
+// row's way, and a prefill chunk's that starts inside a chunk). Row invariance holds as architecture.md states it: a
+// prompt cut at multiples of 64 (the scheduler cuts nowhere else) has the same chunks, and so the same bits, however
+// it is cut; decode and verify rows keep the row-by-row form, so a draft's verify row equals the decode row.
+__host__ __device__ inline bool wy_form_takes(const DevicePiece& piece, const DeviceChunk& chunk) {
+  return piece.role == DeviceRole::prefill && chunk.filled == 0;
+}
+
 // The order the delta-rule kernels take pieces and chunks in (DeviceStep::piece_order, chunk_order): those the
-// chunked form takes (multi: pieces of more than one row that the decode kernels do not take) first, then those of
-// pieces of a few rows (few), then those of one-row pieces. Every row of a piece gets the same bits in each class.
+// chunked form takes (multi: pieces of more than one row that the decode kernels do not take, and every prefill piece
+// that starts a chunk, whose chunks take the WY form whatever their rows) first, then those of pieces of a few rows
+// (few), then those of one-row pieces. Every row of a piece gets the same bits in each class, but for the WY form's.
 struct DeltaOrder {
   std::vector<int32_t> pieces, chunks;
   int32_t multi_pieces = 0, multi_chunks = 0, few_pieces = 0;
@@ -75,6 +86,7 @@ struct DeltaOrder {
 inline DeltaOrder delta_order(const std::vector<DevicePiece>& pieces, int32_t decode_rows = kDecodePieceRows) {
   enum Class { multi, few, one };
   auto class_of = [&](const DevicePiece& p) {
+    if (p.role == DeviceRole::prefill && p.start_position % kDeltaChunk == 0) return multi;  // the WY form's
     if (p.rows == 1) return one;  // as before pieces of several rows could take the decode kernels
     return decode_kernels_take(p, decode_rows) ? few : multi;
   };

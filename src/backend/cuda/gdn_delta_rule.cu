@@ -8,13 +8,21 @@
 //   S_b' = e^{G_63} S_b + sum_s (k_s e^{G_63 - G_s}) d_s^T              (when the chunk is complete)
 // as transformers' torch_chunk_gated_delta_rule computes it (chunk 64 from position 0). A sequence's state is S_b
 // plus the chunk's rows so far (keys, d, G: delta_chunks.h), so a row is computed from exactly the same operands in
-// exactly the same order whether its chunk arrives whole, in pieces or a token at a time: prompts cut anywhere, and
-// decode rows beside prefill rows, give the same bits (architecture.md, row invariance). Every sum below runs in an
+// exactly the same order whether its chunk arrives whole, in pieces or a token at a time: in this row-by-row form,
+// pieces cut anywhere, and decode rows beside prefill rows, give the same bits. Every sum below runs in an
 // order fixed by the row's place in its chunk: dot products over the key index in order, one fma chain; the sum over
 // earlier rows split over a fixed number of lanes, then a fixed butterfly; the fold over the 64 rows in order.
 //
+// The WY form (delta_chunks.h: wy_form_takes, a prefill piece's chunk from its first row): (I + A) d = X with X_t =
+// beta_t (v_t - e^{G_t} S_b^T k_t), so d = T X with T = (I + A)^{-1}, which depends on the chunk's keys, beta and G
+// alone (transformers' torch_chunk_gated_delta_rule computes the same). T is computed for all chunks at once, and the
+// walk's d of a chunk is then a product of every row at once instead of 64 rows one after another (the walk was
+// bound by that solve's latency). Other chunks (decode and verify rows, a chunk entered in its middle) keep the
+// row-by-row form below, whose bits every decode kernel shares.
+//
 // Three kernels per layer. chunk_matrices_kernel: one block per (chunk, value head) computes the new rows' G and
-// their rows of A and Q (which do not depend on S_b) into the step's chunk scratch, for all chunks at once.
+// their rows of A and Q (which do not depend on S_b) into the step's chunk scratch, for all chunks at once (a WY
+// chunk's T in A's place).
 // chunk_state_kernel: one block per (piece, value head, group of up to 32 value columns) walks the piece's chunks in
 // order with S_b's columns in shared memory: a column of S, d and o only meets its own column, so the groups are
 // independent, but for the keys and G they share in the state: a piece that starts inside one chunk reads that
@@ -33,6 +41,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/delta_chunks.h"
@@ -218,13 +228,47 @@ __device__ void normalize_new_vectors(const RawVectors<KD>& raw, const HeadInput
 template <int KD>
 struct MatricesSmem {
   ChunkVectors<KD> cv;
-  RawVectors<KD> raw;
+  union {
+    RawVectors<KD> raw;   // the new rows' raw q and k, until normalized
+    float L[kC][kC + 1];  // then a WY chunk's A, for its inverse (+ 1: a column's lanes read distinct banks)
+  };
 };
+
+// A WY chunk's T = (I + A)^{-1} (A strictly lower triangular, rows [0, rows)), unit lower triangular like I + A, from
+// L = A in shared memory; its strictly lower part into T_out [rows][rows] (A's place in the scratch). Forward
+// substitution, kInverseLanes lanes of one warp per column c: T[t][c] = -sum_{c<=s<t} A[t][s] T[s][c] for t > c,
+// rows t in order; lane p keeps the column's entries of rows p, p + kInverseLanes, ... in registers (the loop over t
+// unrolled, so their indices are constants), its fma chain over them then a fixed butterfly gives the row's entry.
+constexpr int kInverseLanes = kThreads / kC;  // 4
+
+__device__ __forceinline__ void invert_unit_lower(const float (*L)[kC + 1], int rows, float* T_out) {
+  constexpr int kMine = kC / kInverseLanes;
+  const int c = threadIdx.x / kInverseLanes, p = threadIdx.x % kInverseLanes;
+  float mine[kMine];  // T[p + kInverseLanes m][c]
+#pragma unroll
+  for (int m = 0; m < kMine; ++m) mine[m] = p + kInverseLanes * m == c ? 1.0f : 0.0f;
+#pragma unroll
+  for (int t = 1; t < kC; ++t) {
+    if (t >= rows) break;  // the same for the whole block
+    float part = 0.0f;
+#pragma unroll
+    for (int m = 0; m < kMine; ++m)
+      if (p + kInverseLanes * m < t) part = fmaf(L[t][p + kInverseLanes * m], mine[m], part);
+#pragma unroll
+    for (int offset = kInverseLanes / 2; offset > 0; offset >>= 1) part += __shfl_xor_sync(kFullMask, part, offset);
+    if (t > c && p == t % kInverseLanes) mine[t / kInverseLanes] = -part;
+  }
+#pragma unroll
+  for (int m = 0; m < kMine; ++m) {
+    const int t = p + kInverseLanes * m;
+    if (t > c && t < rows) T_out[t * rows + c] = mine[m];
+  }
+}
 
 template <int KD, int VD>
 __global__ void __launch_bounds__(kThreads)
     chunk_matrices_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, const float* g,
-                          GdnDims dims, float* scratch) {
+                          GdnDims dims, float* scratch, bool wy_allowed) {
   constexpr DeltaHeadState layout{KD, VD};
   extern __shared__ float4 smem_raw[];
   MatricesSmem<KD>& sm = *reinterpret_cast<MatricesSmem<KD>*>(smem_raw);
@@ -233,8 +277,10 @@ __global__ void __launch_bounds__(kThreads)
   const DeviceChunk chunk = step.chunk[step.chunk_order[blockIdx.x]];
   const int32_t head = blockIdx.y;
   const HeadInputs in = head_inputs<KD, VD>(dims, head);
-  const float* state = head_state<KD, VD>(step.piece[chunk.piece], layer, head);
+  const DevicePiece& piece = step.piece[chunk.piece];
+  const float* state = head_state<KD, VD>(piece, layer, head);
   const int a = chunk.filled, b = chunk.filled + chunk.rows;
+  const bool wy = wy_allowed && wy_form_takes(piece, chunk);  // then a == 0 and A's place gets T
 
   stage_raw_vectors_async<KD>(qkv, in, chunk, raw);
   copy_rows_async(&cv.k[0][0], KD + 1, state + layout.keys(), KD, a, KD);  // the earlier rows' keys
@@ -262,33 +308,44 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
 
-  // A 4x4 tile of (t, s) per thread over t in [a, b), s <= t.
+  // A 4x4 tile of (t, s) per thread over t in [a, b), s <= t. A WY chunk's A goes to shared memory for its inverse.
   const int t0 = 4 * (threadIdx.x / 16), s0 = 4 * (threadIdx.x % 16);
-  if (t0 + 3 < a || t0 >= b || s0 > t0 + 3) return;
-  float kk[4][4] = {}, qk[4][4] = {};
+  if (!(t0 + 3 < a || t0 >= b || s0 > t0 + 3)) {
+    float kk[4][4] = {}, qk[4][4] = {};
 #pragma unroll 4
-  for (int i = 0; i < KD; ++i) {
-    float kt[4], qt[4], ks[4];
+    for (int i = 0; i < KD; ++i) {
+      float kt[4], qt[4], ks[4];
 #pragma unroll
-    for (int x = 0; x < 4; ++x) kt[x] = cv.k[t0 + x][i], qt[x] = cv.q[t0 + x][i], ks[x] = cv.k[s0 + x][i];
+      for (int x = 0; x < 4; ++x) kt[x] = cv.k[t0 + x][i], qt[x] = cv.q[t0 + x][i], ks[x] = cv.k[s0 + x][i];
+#pragma unroll
+      for (int x = 0; x < 4; ++x)
+#pragma unroll
+        for (int y = 0; y < 4; ++y) {
+          kk[x][y] = fmaf(kt[x], ks[y], kk[x][y]);
+          qk[x][y] = fmaf(qt[x], ks[y], qk[x][y]);
+        }
+    }
 #pragma unroll
     for (int x = 0; x < 4; ++x)
 #pragma unroll
       for (int y = 0; y < 4; ++y) {
-        kk[x][y] = fmaf(kt[x], ks[y], kk[x][y]);
-        qk[x][y] = fmaf(qt[x], ks[y], qk[x][y]);
+        const int t = t0 + x, s = s0 + y;
+        if (t < a || t >= b || s > t) continue;
+        const float decay = expf(cv.G[t] - cv.G[s]);
+        if (s < t) {
+          const float entry = (kk[x][y] * decay) * cv.beta[t];
+          if (wy) {
+            sm.L[t][s] = entry;
+          } else {
+            A[(t - a) * b + s] = entry;
+          }
+        }
+        Q[(t - a) * b + s] = qk[x][y] * decay;
       }
   }
-#pragma unroll
-  for (int x = 0; x < 4; ++x)
-#pragma unroll
-    for (int y = 0; y < 4; ++y) {
-      const int t = t0 + x, s = s0 + y;
-      if (t < a || t >= b || s > t) continue;
-      const float decay = expf(cv.G[t] - cv.G[s]);
-      if (s < t) A[(t - a) * b + s] = (kk[x][y] * decay) * cv.beta[t];
-      Q[(t - a) * b + s] = qk[x][y] * decay;
-    }
+  if (!wy) return;
+  __syncthreads();  // the whole of A is in L
+  invert_unit_lower(sm.L, b, A);
 }
 
 // ---- chunk_state_kernel: d, the outputs and the state, chunk after chunk (pieces of more than one row).
@@ -341,10 +398,87 @@ __device__ __forceinline__ float corrected_value(const float* A_row, const float
   return finish_corrected_value<kLanes>(part, v, eG, wk, beta);
 }
 
+// The chunk's d in its row-by-row form (a chunk that is not a WY chunk), rows [a, b) in order, kLanes lanes of one warp
+// per column. Lane p keeps the column's d of rows p, p + kLanes, ... (its terms of every later row's sum) in registers,
+// so a row's sum needs no shared-memory round trip of the row before: the loop over the chunk's 64 rows is unrolled
+// (the register indices are then constants), and the terms a row's sum takes from earlier rows can be added while the
+// row before is still in its butterfly; only the last term waits for it. The same terms in the same order as
+// corrected_value, so the same bits. u holds the earlier rows' d and the new rows' v; d replaces v.
+template <int VC, int kLanes, int kU>
+__device__ __forceinline__ void solve_corrected_values(const WalkInputs& w, const float (*wk)[VC], const float* eG,
+                                                       int a, int b, float (*u)[kU]) {
+  const int tid = threadIdx.x;
+  if (tid >= kLanes * VC) return;
+  constexpr int kMine = kC / kLanes;
+  const int col = tid / kLanes, p = tid % kLanes;
+  float mine[kMine];
+#pragma unroll
+  for (int m = 0; m < kMine; ++m) mine[m] = p + kLanes * m < a ? u[p + kLanes * m][col] : 0.0f;
+#pragma unroll
+  for (int t = 0; t < kC; ++t) {
+    if (t < a || t >= b) continue;  // the same for the whole block
+    float part = 0.0f;
+#pragma unroll
+    for (int m = 0; m < kMine; ++m)
+      if (p + kLanes * m < t) part = fmaf(w.A[t][p + kLanes * m], mine[m], part);
+    const float d = finish_corrected_value<kLanes>(part, u[t][col], eG[t], wk[t][col], w.beta[t]);
+    if (p == t % kLanes) mine[t / kLanes] = d;
+  }
+  __syncwarp();  // every lane of the column has read its v_t before d_t takes its place
+#pragma unroll
+  for (int m = 0; m < kMine; ++m) {
+    const int s = p + kLanes * m;
+    if (s >= a && s < b) u[s][col] = mine[m];
+  }
+}
+
+// A WY chunk's d (rows [0, b), a prefill chunk from its first row): (I + A) d = X with X_t = beta_t (v_t - e^{G_t}
+// S_b^T k_t), so d = T X with T = (I + A)^{-1}, which chunk_matrices_kernel left in A's place (strictly lower part; the
+// diagonal is 1). Every row at once instead of one after another: X into u, then a kWalkTileRows x 4 tile of d per
+// thread, d_t = X_t + sum_{s<t} T[t][s] X_s (one fma chain, s in order). u holds the new rows' v; d replaces it.
+template <int VC, int kU>
+__device__ __forceinline__ void wy_corrected_values(const WalkInputs& w, const float (*wk)[VC], const float* eG, int b,
+                                                    float (*u)[kU]) {
+  constexpr int kTileCols = VC / 4, kTR = kWalkTileRows;
+  const int tid = threadIdx.x;
+  for (int idx = tid; idx < b * VC; idx += kWalkThreads) {
+    const int t = idx / VC, j = idx % VC;
+    u[t][j] = w.beta[t] * (u[t][j] - eG[t] * wk[t][j]);
+  }
+  __syncthreads();
+  const int r0 = kTR * (tid / kTileCols), j0 = 4 * (tid % kTileCols);
+  const bool has_tile = r0 < b;
+  float acc[kTR][4];
+  if (has_tile) {
+#pragma unroll
+    for (int x = 0; x < kTR; ++x)
+#pragma unroll
+      for (int y = 0; y < 4; ++y) acc[x][y] = r0 + x < b ? u[r0 + x][j0 + y] : 0.0f;
+    const int last = min(r0 + kTR, b) - 1;  // the tile's last row: its chain is the longest
+    for (int s = 0; s < last; ++s) {
+      float xs[4];
+#pragma unroll
+      for (int y = 0; y < 4; ++y) xs[y] = u[s][j0 + y];
+#pragma unroll
+      for (int x = 0; x < kTR; ++x)
+        if (s < r0 + x)
+#pragma unroll
+          for (int y = 0; y < 4; ++y) acc[x][y] = fmaf(w.A[r0 + x][s], xs[y], acc[x][y]);
+    }
+  }
+  __syncthreads();  // every X is read before any d takes its place
+  if (has_tile)
+#pragma unroll
+    for (int x = 0; x < kTR; ++x)
+      if (r0 + x < b)
+#pragma unroll
+        for (int y = 0; y < 4; ++y) u[r0 + x][j0 + y] = acc[x][y];
+}
+
 template <int KD, int VD>
 __global__ void __launch_bounds__(kWalkThreads)
     chunk_state_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, GdnDims dims,
-                       const float* scratch, float* out) {
+                       const float* scratch, float* out, bool wy_allowed) {
   constexpr DeltaHeadState layout{KD, VD};
   constexpr int VC = columns_for(VD);
   constexpr int kTileCols = VC / 4;  // kTR x 4 tiles over VC columns
@@ -395,6 +529,7 @@ __global__ void __launch_bounds__(kWalkThreads)
     const DeviceChunk chunk = step.chunk[c];
     const int a = chunk.filled, b = chunk.filled + chunk.rows;
     const bool completes = b == kC;
+    const bool wy = wy_allowed && wy_form_takes(piece, chunk);  // w.A holds T = (I + A)^{-1} then, and a == 0
     WalkInputs& w = sm.next[(c - piece.first_chunk) % 2];
     __syncthreads();  // the previous chunk is done with everything but the raw buffers and this chunk's inputs
     wait_async_copies();
@@ -440,33 +575,10 @@ __global__ void __launch_bounds__(kWalkThreads)
     }
     __syncthreads();
 
-    // d of the new rows in order, kLanes lanes of one warp per column. Lane p keeps the column's d of rows p,
-    // p + kLanes, ... (its terms of every later row's sum) in registers, so a row's sum needs no shared-memory round
-    // trip of the row before: the loop over the chunk's 64 rows is unrolled (the register indices are then constants),
-    // and the terms a row's sum takes from earlier rows can be added while the row before is still in its butterfly;
-    // only the last term waits for it. The same terms in the same order as corrected_value, so the same bits.
-    if (tid < kThreads) {  // kLanes x VC threads
-      constexpr int kMine = kC / kLanes;
-      const int col = tid / kLanes, p = tid % kLanes;
-      float mine[kMine];
-#pragma unroll
-      for (int m = 0; m < kMine; ++m) mine[m] = p + kLanes * m < a ? sm.u[p + kLanes * m][col] : 0.0f;
-#pragma unroll
-      for (int t = 0; t < kC; ++t) {
-        if (t < a || t >= b) continue;  // the same for the whole block
-        float part = 0.0f;
-#pragma unroll
-        for (int m = 0; m < kMine; ++m)
-          if (p + kLanes * m < t) part = fmaf(w.A[t][p + kLanes * m], mine[m], part);
-        const float d = finish_corrected_value<kLanes>(part, sm.u[t][col], sm.eG[t], sm.wk[t][col], w.beta[t]);
-        if (p == t % kLanes) mine[t / kLanes] = d;
-      }
-      __syncwarp();  // every lane of the column has read its v_t before d_t takes its place
-#pragma unroll
-      for (int m = 0; m < kMine; ++m) {
-        const int s = p + kLanes * m;
-        if (s >= a && s < b) sm.u[s][col] = mine[m];
-      }
+    if (wy) {
+      wy_corrected_values<VC, kU>(w, sm.wk, sm.eG, b, sm.u);
+    } else {
+      solve_corrected_values<VC, kLanes, kU>(w, sm.wk, sm.eG, a, b, sm.u);
     }
     __syncthreads();
 
@@ -1017,6 +1129,15 @@ void allow_smem(Kernel kernel, size_t bytes) {
              "gdn delta rule: shared memory opt-in");
 }
 
+// DUET_DELTA_WY=0: every chunk in the row-by-row form, the WY form's chunks too (for measurements; read once).
+bool wy_form_allowed() {
+  static const bool on = [] {
+    const char* v = std::getenv("DUET_DELTA_WY");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
 template <int KD, int VD>
 void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float* beta, const float* g, GdnDims dims,
             float* scratch, float* out, const GdnNormArrays& norm, cudaStream_t stream) {
@@ -1037,12 +1158,13 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
   const int32_t single_pieces = step.pieces - step.multi_pieces - step.few_pieces;
   if (step.multi_chunks > 0) {
     chunk_matrices_kernel<KD, VD><<<dim3(step.multi_chunks, dims.value_heads), kThreads, matrices_bytes, stream>>>(
-        step, layer, qkv, beta, g, dims, scratch);
+        step, layer, qkv, beta, g, dims, scratch, wy_form_allowed());
     check_launch("gdn chunk_matrices_kernel");
   }
   if (step.multi_pieces > 0) {
     const dim3 grid(static_cast<unsigned>(step.multi_pieces), static_cast<unsigned>(dims.value_heads), VD / VC);
-    chunk_state_kernel<KD, VD><<<grid, kWalkThreads, state_bytes, stream>>>(step, layer, qkv, beta, dims, scratch, out);
+    chunk_state_kernel<KD, VD>
+        <<<grid, kWalkThreads, state_bytes, stream>>>(step, layer, qkv, beta, dims, scratch, out, wy_form_allowed());
     check_launch("gdn chunk_state_kernel");
     chunk_tail_kernel<KD, VD>
         <<<dim3(step.multi_pieces, dims.value_heads), kThreads, 0, stream>>>(step, layer, qkv, dims, scratch);
