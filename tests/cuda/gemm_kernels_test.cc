@@ -615,6 +615,119 @@ TEST(SkinnyGemmSegments, FusedProjectionsKeepEveryBit) {
   }
 }
 
+// ---- the TMA engine (launch_skinny_gemm_tma): its own bits, so checked against the double reference and against
+// itself, never against the register-fed kernels'.
+
+// y = x[0:m] w^T through the TMA engine, as floats; `slices` 0: the shape's own.
+std::vector<float> tma_gemm(const bf16* x, int32_t m, const bf16* w, int64_t n, int64_t k, bool y_f32, int slices = 0) {
+  const size_t count = static_cast<size_t>(m) * n;
+  DeviceBuffer<float> y(count);  // float-sized storage holds either type
+  y.poison();
+  SkinnyOutputs out;
+  out.y[0] = y.get();
+  out.first[1] = static_cast<int32_t>(n);
+  launch_skinny_gemm_tma(x, m, w, static_cast<int32_t>(n), static_cast<int32_t>(k), out, y_f32, nullptr, slices);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  if (y_f32) return y.download();
+  std::vector<bf16> raw(count);
+  cudaMemcpy(raw.data(), y.get(), count * sizeof(bf16), cudaMemcpyDeviceToHost);
+  return floats_of(raw);
+}
+
+// Every row count against the same rows of one m = 160 call (three launches: 64, 64, 32), and the whole against the
+// double reference, in both output types: tiles of 8, 16, 32 and 64 x rows and between, rows at other places, k with
+// a partial last step (1040, 528) and a single step (128), n past a multiple of 64 and of 128 (TMA's zero-filled
+// rows), the 9B's GDN input width. The control: other slices sum in another order and must differ somewhere.
+TEST(SkinnyGemmTma, MatchesDoubleAndEveryRowCountIsBatchInvariant) {
+  DUET_REQUIRE_GPU();
+  const int32_t max_m = 160;
+  for (const GemmShape& shape : {GemmShape{200, 1040}, GemmShape{1000, 4096}, GemmShape{136, 128}, GemmShape{24, 528},
+                                 GemmShape{12352, 4096}}) {
+    const int64_t n = shape.n, k = shape.k;
+    SCOPED_TRACE("n " + std::to_string(n) + " k " + std::to_string(k));
+    const auto w = random_bf16(static_cast<size_t>(n) * k, 120 + n + k);
+    const auto x = random_bf16(static_cast<size_t>(max_m) * k, 121);
+    DeviceBuffer<bf16> d_w(w), d_x(x);
+    std::vector<int64_t> all(max_m);
+    for (int32_t r = 0; r < max_m; ++r) all[r] = r;
+    const auto ref = reference_gemm(x, all, w, n, k);
+    for (bool y_f32 : {false, true}) {
+      SCOPED_TRACE(y_f32 ? "y f32" : "y bf16");
+      const auto full = tma_gemm(d_x.get(), max_m, d_w.get(), n, k, y_f32);
+      EXPECT_EQ(non_finite(full), 0u);
+      expect_gemm_close(full, ref, k, y_f32, "m " + std::to_string(max_m));
+      for (int32_t m : {1, 2, 7, 8, 9, 16, 17, 31, 32, 33, 57, 64, 65, 100}) {
+        const auto part = tma_gemm(d_x.get(), m, d_w.get(), n, k, y_f32);
+        EXPECT_EQ(differing(part.data(), full.data(), part.size()), 0u) << "m " << m << " vs m " << max_m;
+      }
+      for (const auto& [first, m] : {std::pair<int64_t, int32_t>{3, 61}, {70, 90}, {159, 1}}) {
+        const auto part = tma_gemm(d_x.get() + first * k, m, d_w.get(), n, k, y_f32);
+        EXPECT_EQ(differing(part.data(), full.data() + first * n, part.size()), 0u)
+            << "rows " << first << ".." << first + m - 1 << " vs m " << max_m;
+      }
+    }
+    const int slices = skinny_tma_slices(static_cast<int32_t>(n), static_cast<int32_t>(k));
+    const int other = slices > 1 ? 1 : 2;
+    if (k >= 2 * 64) {
+      const auto mine = tma_gemm(d_x.get(), 64, d_w.get(), n, k, true);
+      const auto control = tma_gemm(d_x.get(), 64, d_w.get(), n, k, true, other);
+      EXPECT_GT(differing(mine.data(), control.data(), mine.size()), 0u) << "control: " << other << " slices";
+    }
+  }
+}
+
+// Segments (projections fused over weights stored back to back) and SwiGLU in the epilogue through the TMA engine:
+// each segment equals its projection's own call, and the SwiGLU output equals the two outputs then launch_swiglu, bit
+// for bit, at every row count a decode step has. The control: the halves swapped (up first) differ.
+TEST(SkinnyGemmTma, SegmentsAndSwigluKeepEveryBit) {
+  DUET_REQUIRE_GPU();
+  for (const GemmShape& shape : {GemmShape{64, 128}, GemmShape{1024, 1040}, GemmShape{12288, 4096}}) {
+    const int64_t half = shape.n, k = shape.k;
+    SCOPED_TRACE("half " + std::to_string(half) + " k " + std::to_string(k));
+    const int32_t max_m = 80;
+    const auto w = random_bf16(static_cast<size_t>(2 * half) * k, 130 + half + k);
+    const auto x = random_bf16(static_cast<size_t>(max_m) * k, 131);
+    std::vector<bf16> swapped(w.size());
+    std::copy(w.begin() + half * k, w.end(), swapped.begin());
+    std::copy(w.begin(), w.begin() + half * k, swapped.begin() + half * k);
+    DeviceBuffer<bf16> d_w(w), d_swapped(swapped), d_x(x);
+    const int32_t h = static_cast<int32_t>(half), kk = static_cast<int32_t>(k);
+    for (int32_t m : {1, 9, 33, 64, 80}) {
+      SCOPED_TRACE("m " + std::to_string(m));
+      DeviceBuffer<bf16> g(static_cast<size_t>(m) * half), u(static_cast<size_t>(m) * half),
+          want(static_cast<size_t>(m) * half), got(static_cast<size_t>(m) * half),
+          control(static_cast<size_t>(m) * half);
+      SkinnyOutputs two;
+      two.segments = 2;
+      two.y[0] = g.get();
+      two.y[1] = u.get();
+      two.first[1] = h;
+      two.first[2] = 2 * h;
+      launch_skinny_gemm_tma(d_x.get(), m, d_w.get(), 2 * h, kk, two, false, nullptr);
+      launch_swiglu(g.get(), u.get(), static_cast<int64_t>(m) * half, want.get(), nullptr);
+      got.poison();
+      SkinnyOutputs swiglu;
+      swiglu.y[0] = got.get();
+      swiglu.first[1] = 2 * h;
+      swiglu.swiglu_half = h;
+      launch_skinny_gemm_tma(d_x.get(), m, d_w.get(), 2 * h, kk, swiglu, false, nullptr);
+      swiglu.y[0] = control.get();
+      launch_skinny_gemm_tma(d_x.get(), m, d_swapped.get(), 2 * h, kk, swiglu, false, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto gate = floats_of(g.download()), up = floats_of(u.download());
+      const auto gate_alone = tma_gemm(d_x.get(), m, d_w.get(), half, k, false);
+      const auto up_alone = tma_gemm(d_x.get(), m, d_w.get() + half * k, half, k, false);
+      EXPECT_EQ(differing(gate.data(), gate_alone.data(), gate.size()), 0u) << "gate segment";
+      EXPECT_EQ(differing(up.data(), up_alone.data(), up.size()), 0u) << "up segment";
+      const auto fused = floats_of(got.download()), reference = floats_of(want.download());
+      EXPECT_EQ(non_finite(fused), 0u);
+      EXPECT_EQ(differing(fused.data(), reference.data(), fused.size()), 0u) << "SwiGLU in the epilogue";
+      const auto swapped_out = floats_of(control.download());
+      EXPECT_GT(differing(swapped_out.data(), reference.data(), fused.size()), 0u) << "control: halves swapped";
+    }
+  }
+}
+
 // ---- cuBLASLt
 
 constexpr size_t kWorkspaceBytes = 32u << 20;  // what NVIDIA recommends for Hopper

@@ -8,6 +8,8 @@
 //                                         plans use, in blocks of 8, 4 and 2 warps: the same bits, other block sizes)
 //   bench_skinny_gemm --regs             (every tile count; each shape's production slices, x step by step: mma.sync
 //                                         against wgmma with the weights in registers, the same bits)
+//   bench_skinny_gemm --tma              (the TMA engine, launch_skinny_gemm_tma, by slices and stages (8: a
+//                                         benchmarks build), against production; its bits checked across m)
 //   bench_skinny_gemm --profile SHAPE M   (three production launches of one shape, for ncu; nothing timed)
 // Weights rotate over enough copies that every call reads from HBM, as a decode step does (each layer's weights are
 // cold). Each figure is the median of 7 timings of a CUDA graph of calls. It also checks, per variant, that m = 1
@@ -127,6 +129,89 @@ double relative_difference(const std::vector<uint16_t>& a, const std::vector<uin
   return scale > 0 ? worst / scale : worst;
 }
 
+
+// --tma: for each shape and row count, production's GB/s beside the TMA experiment's (4 stages at two blocks an SM or 8
+// at one, the slices that fill the SMs once, and half and twice those). Bits: each variant at every m gives the first m
+// rows of its own m = 64 bit for bit (batch invariance), and its m = 64 lies within 2% of max |y| of production's (the
+// same products summed in other groups: a wrong layout or descriptor lands far outside). Returns the failures.
+int bench_tma(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf16* y64, double read_gbs,
+              cudaStream_t stream) {
+  using duet::backend::cuda::launch_skinny_gemm_tma;
+  using duet::backend::cuda::SkinnyOutputs;
+  auto tma = [&](int32_t m, const bf16* w, const Shape& shape, bf16* out, int slices, int stages) {
+    SkinnyOutputs o;
+    o.y[0] = out;
+    o.first[1] = shape.n;
+    launch_skinny_gemm_tma(x, m, w, shape.n, shape.k, o, false, stream, slices, stages);
+  };
+  const std::vector<int32_t> row_counts = {1, 8, 16, 32, 48, 64};
+  int failures = 0;
+  for (const Shape& shape : shapes) {
+    const size_t weight_elems = static_cast<size_t>(shape.n) * shape.k;
+    const int copies = static_cast<int>(std::max<size_t>(1, kRotationBytes / (weight_elems * sizeof(bf16))));
+    bf16* weights = nullptr;
+    check(cudaMalloc(&weights, weight_elems * copies * sizeof(bf16)), "malloc w");
+    fill_random<<<1024, 256>>>(weights, weight_elems * copies, 11 + shape.n);
+    check(cudaDeviceSynchronize(), "fill");
+    launch_skinny_gemm(x, 64, weights, shape.n, shape.k, y64, false, stream);
+    check(cudaStreamSynchronize(stream), "production");
+    const auto production = download_bits(y64, static_cast<size_t>(64) * shape.n);
+    struct Variant {
+      int stages, slices;
+    };
+    const int four = duet::backend::cuda::skinny_tma_slices(shape.n, shape.k);
+    const int eight = std::max(1, four / 2);  // one block an SM: half the resident blocks
+    std::vector<Variant> variants = {{4, four}};
+#ifdef DUET_SKINNY_EXPERIMENTS
+    variants.push_back({8, eight});
+#endif
+    if (four > 1) variants.push_back({4, four / 2});
+    if (four < 8) variants.push_back({4, std::min(8, four * 2)});
+    std::printf("%-20s %4s %10s", shape.name, "m", "production");
+    for (const Variant& v : variants) std::printf("   tma %d/s%d", v.stages, v.slices);
+    std::printf("   (GB/s of weights read; the best TMA as %% of the read rate)\n");
+    std::vector<std::vector<uint16_t>> whole(variants.size());
+    for (size_t i = 0; i < variants.size(); ++i) {
+      tma(64, weights, shape, y64, variants[i].slices, variants[i].stages);
+      check(cudaStreamSynchronize(stream), "tma m = 64");
+      whole[i] = download_bits(y64, static_cast<size_t>(64) * shape.n);
+      const double distance = relative_difference(whole[i], production);
+      std::printf("  tma %d/s%d at m = 64 against production: max |difference| / max |y| = %.3g%s\n",
+                  variants[i].stages, variants[i].slices, distance, distance < 2e-2 ? "" : "  [FAR]");
+      if (!(distance < 2e-2)) ++failures;
+    }
+    for (int32_t m : row_counts) {
+      const int calls = std::max(copies, 20);
+      const float production_ms = median_ms_per_call(
+          [&](int i) {
+            launch_skinny_gemm(x, m, weights + weight_elems * (i % copies), shape.n, shape.k, y, false, stream);
+          },
+          calls, stream);
+      std::printf("%-20s %4d %10.0f", shape.name, m, weight_elems * sizeof(bf16) / (production_ms * 1e-3) / 1e9);
+      double best = 0;
+      for (size_t i = 0; i < variants.size(); ++i) {
+        tma(m, weights, shape, y, variants[i].slices, variants[i].stages);
+        check(cudaStreamSynchronize(stream), "tma");
+        const auto rows = download_bits(y, static_cast<size_t>(m) * shape.n);
+        const bool invariant = std::equal(rows.begin(), rows.end(), whole[i].begin());
+        if (!invariant) ++failures;
+        const float ms = median_ms_per_call(
+            [&](int c) {
+              tma(m, weights + weight_elems * (c % copies), shape, y, variants[i].slices, variants[i].stages);
+            },
+            calls, stream);
+        const double gbs = weight_elems * sizeof(bf16) / (ms * 1e-3) / 1e9;
+        best = std::max(best, gbs);
+        std::printf("  %10.0f%s", gbs, invariant ? " " : "!");
+      }
+      std::printf("   %3.0f%% of read\n", 100.0 * best / read_gbs);
+    }
+    cudaFree(weights);
+  }
+  std::printf("tma bit checks (! = rows of m differ from m = 64's; FAR = not production's products): %d failed\n",
+              failures);
+  return failures;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -213,6 +298,7 @@ int main(int argc, char** argv) {
   check(cudaMalloc(&y, size_t{64} * widest * sizeof(bf16)), "malloc y");
   bf16* y64 = nullptr;
   check(cudaMalloc(&y64, size_t{64} * widest * sizeof(bf16)), "malloc y");
+  if (argc > 1 && std::string(argv[1]) == "--tma") return bench_tma(shapes, x, y, y64, read_gbs, stream) == 0 ? 0 : 1;
 
   // --blocks: the plans' pipelines in each block size, the shape's slices filled in per shape (max_slices 0).
   if (blocks) {  // the pipeline blocks of 4 and 2 warps are built for (skinny_gemm.cu), against 8-warp blocks
