@@ -641,8 +641,8 @@ std::vector<float> tma_gemm(const bf16* x, int32_t m, const bf16* w, int64_t n, 
 TEST(SkinnyGemmTma, MatchesDoubleAndEveryRowCountIsBatchInvariant) {
   DUET_REQUIRE_GPU();
   const int32_t max_m = 160;
-  for (const GemmShape& shape : {GemmShape{200, 1040}, GemmShape{1000, 4096}, GemmShape{136, 128}, GemmShape{24, 528},
-                                 GemmShape{12352, 4096}}) {
+  for (const GemmShape& shape :
+       {GemmShape{200, 1040}, GemmShape{1000, 4096}, GemmShape{136, 128}, GemmShape{24, 528}, GemmShape{12352, 4096}}) {
     const int64_t n = shape.n, k = shape.k;
     SCOPED_TRACE("n " + std::to_string(n) + " k " + std::to_string(k));
     const auto w = random_bf16(static_cast<size_t>(n) * k, 120 + n + k);

@@ -129,7 +129,6 @@ double relative_difference(const std::vector<uint16_t>& a, const std::vector<uin
   return scale > 0 ? worst / scale : worst;
 }
 
-
 // --tma: for each shape and row count, production's GB/s beside the TMA experiment's (4 stages at two blocks an SM or 8
 // at one, the slices that fill the SMs once, and half and twice those). Bits: each variant at every m gives the first m
 // rows of its own m = 64 bit for bit (batch invariance), and its m = 64 lies within 2% of max |y| of production's (the

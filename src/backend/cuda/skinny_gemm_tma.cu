@@ -31,7 +31,6 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dependent_launch.h"
 #include "backend/cuda/kernels.h"
-
 #include "backend/cuda/mma_sync.h"
 #include "backend/cuda/skinny_gemm_slices.h"
 #include "backend/cuda/wgmma.h"
@@ -69,11 +68,10 @@ __device__ __forceinline__ void mbarrier_arrive_after_copies(uint32_t bar) {
 __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;
   do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
   } while (done == 0);
 }
 // Box (k0, row0) of the tensor map into shared memory at dst, completing `bar`'s expected bytes.
@@ -110,7 +108,7 @@ __global__ void __launch_bounds__(kThreads, kStages <= 4 ? 2 : 1)
   const uint32_t w_stages = smem_address(smem);
   const uint32_t x_stages = w_stages + kStages * kWStageBytes;
   const uint32_t bars = x_stages + kStages * kXStageBytes;
-  auto full = [&](int s) { return bars + 8 * s; };                // the stage's bytes have landed
+  auto full = [&](int s) { return bars + 8 * s; };               // the stage's bytes have landed
   auto empty = [&](int s) { return bars + 8 * (kStages + s); };  // both warpgroups are done with the stage
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -230,10 +228,10 @@ template <int kTiles, bool kOutF32, int kStages>
 void launch_with(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
                  int slices, cudaStream_t stream) {
   static const bool sized = [] {
-    check_cuda(cudaFuncSetAttribute(tma_gemm_kernel<kTiles, kOutF32, kStages>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(shared_bytes(kStages))),
-               "skinny tma: shared memory");
+    check_cuda(
+        cudaFuncSetAttribute(tma_gemm_kernel<kTiles, kOutF32, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(shared_bytes(kStages))),
+        "skinny tma: shared memory");
     return true;
   }();
   (void)sized;
@@ -259,8 +257,8 @@ int skinny_tma_slices(int32_t n, int32_t k) {
   constexpr int64_t kResidentBlocks = 132 * 2;
   const int64_t row_blocks = (static_cast<int64_t>(n) + kBlockRows - 1) / kBlockRows;
   const int64_t steps = (static_cast<int64_t>(k) + kStep - 1) / kStep;
-  return static_cast<int>(std::clamp<int64_t>(std::min<int64_t>(kResidentBlocks / row_blocks, steps), 1,
-                                              skinny::kMaxSlices));
+  return static_cast<int>(
+      std::clamp<int64_t>(std::min<int64_t>(kResidentBlocks / row_blocks, steps), 1, skinny::kMaxSlices));
 }
 
 bool skinny_tma_engine() {
@@ -286,14 +284,9 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
   if (stages != 4) check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: 8 stages in a benchmarks build only");
 #endif
   const CUtensorMap& map = weight_map(w, n, k);
-  const size_t out_size = y_f32 ? sizeof(float) : sizeof(bf16);
   for (int32_t r0 = 0; r0 < m; r0 += 64) {  // 64 rows a launch, each reading w again
     const int32_t rows = std::min<int32_t>(64, m - r0);
-    SkinnyOutputs out = outputs;  // each segment's rows from r0 on
-    for (int i = 0; i < out.segments; ++i)
-      out.y[i] = static_cast<char*>(out.y[i]) +
-                 static_cast<size_t>(r0) * static_cast<size_t>(out.swiglu_half > 0 ? out.swiglu_half : out.width(i)) *
-                     out_size;
+    const SkinnyOutputs out = skinny::outputs_from_row(outputs, r0, y_f32);
     const bf16* xr = x + static_cast<int64_t>(r0) * k;
 #ifdef DUET_SKINNY_EXPERIMENTS
     if (stages == 8) {
