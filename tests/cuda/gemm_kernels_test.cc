@@ -534,10 +534,21 @@ TEST(SkinnyGemmSwiglu, EqualsTheTwoOutputsThenSwiglu) {
     SkinnyPipeline step_by_step{1, 4, slices, true};
     SkinnyPipeline regs = step_by_step;
     regs.wgmma_registers = true;
+    // A pipeline's reference: its two halves by that pipeline (the fused weight's slices), then launch_swiglu; the
+    // plan's is the process's engine (reference above), which DUET_SKINNY_TMA may make the TMA engine.
+    auto pipeline_reference = [&](int32_t m, const SkinnyPipeline& p) {
+      DeviceBuffer<bf16> g(static_cast<size_t>(m) * half), u(static_cast<size_t>(m) * half),
+          y(static_cast<size_t>(m) * half);
+      launch_skinny_gemm_pipeline(d_x.get(), m, d_w.get(), h, kk, g.get(), p, nullptr);
+      launch_skinny_gemm_pipeline(d_x.get(), m, d_w.get() + half * k, h, kk, u.get(), p, nullptr);
+      launch_swiglu(g.get(), u.get(), static_cast<int64_t>(m) * half, y.get(), nullptr);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      return floats_of(y.download());
+    };
     for (int32_t m : {1, 8, 9, 17, 33, 64, 80}) {
-      const auto want = reference(m);
       const SkinnyPipeline* pipelines[] = {nullptr, &step_by_step, &regs};
       for (const SkinnyPipeline* pipeline : pipelines) {
+        const auto want = pipeline == nullptr ? reference(m) : pipeline_reference(m, *pipeline);
         const auto got = fused(m, d_w.get(), pipeline);
         EXPECT_EQ(non_finite(got), 0u) << "m " << m;
         EXPECT_EQ(differing(got.data(), want.data(), got.size()), 0u) << "m " << m
