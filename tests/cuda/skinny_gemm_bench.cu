@@ -137,11 +137,14 @@ int bench_tma(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf16* y6
               cudaStream_t stream) {
   using duet::backend::cuda::launch_skinny_gemm_tma;
   using duet::backend::cuda::SkinnyOutputs;
-  auto tma = [&](int32_t m, const bf16* w, const Shape& shape, bf16* out, int slices, int stages) {
+  struct Variant {
+    int stages, slices, block_rows = 128;
+  };
+  auto tma = [&](int32_t m, const bf16* w, const Shape& shape, bf16* out, const Variant& v) {
     SkinnyOutputs o;
     o.y[0] = out;
     o.first[1] = shape.n;
-    launch_skinny_gemm_tma(x, m, w, shape.n, shape.k, o, false, stream, slices, stages);
+    launch_skinny_gemm_tma(x, m, w, shape.n, shape.k, o, false, stream, v.slices, v.stages, v.block_rows);
   };
   const std::vector<int32_t> row_counts = {1, 8, 16, 32, 48, 64};
   int failures = 0;
@@ -155,28 +158,30 @@ int bench_tma(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf16* y6
     launch_skinny_gemm(x, 64, weights, shape.n, shape.k, y64, false, stream);
     check(cudaStreamSynchronize(stream), "production");
     const auto production = download_bits(y64, static_cast<size_t>(64) * shape.n);
-    struct Variant {
-      int stages, slices;
-    };
     const int four = duet::backend::cuda::skinny_tma_slices(shape.n, shape.k);
     const int eight = std::max(1, four / 2);  // one block an SM: half the resident blocks
     std::vector<Variant> variants = {{4, four}};
 #ifdef DUET_SKINNY_EXPERIMENTS
     variants.push_back({8, eight});
+    // 256-row blocks at one block an SM: half the row blocks of 128, so twice the slices that fill the SMs once.
+    const int64_t blocks256 = (shape.n + 255) / 256;
+    variants.push_back({4, static_cast<int>(std::clamp<int64_t>(132 / blocks256, 1, 8)), 256});
 #endif
     if (four > 1) variants.push_back({4, four / 2});
     if (four < 8) variants.push_back({4, std::min(8, four * 2)});
     std::printf("%-20s %4s %10s", shape.name, "m", "production");
-    for (const Variant& v : variants) std::printf("   tma %d/s%d", v.stages, v.slices);
+    for (const Variant& v : variants)
+      std::printf("  tma%s %d/s%d", v.block_rows == 256 ? "256" : "", v.stages, v.slices);
     std::printf("   (GB/s of weights read; the best TMA as %% of the read rate)\n");
     std::vector<std::vector<uint16_t>> whole(variants.size());
     for (size_t i = 0; i < variants.size(); ++i) {
-      tma(64, weights, shape, y64, variants[i].slices, variants[i].stages);
+      tma(64, weights, shape, y64, variants[i]);
       check(cudaStreamSynchronize(stream), "tma m = 64");
       whole[i] = download_bits(y64, static_cast<size_t>(64) * shape.n);
       const double distance = relative_difference(whole[i], production);
-      std::printf("  tma %d/s%d at m = 64 against production: max |difference| / max |y| = %.3g%s\n",
-                  variants[i].stages, variants[i].slices, distance, distance < 2e-2 ? "" : "  [FAR]");
+      std::printf("  tma%s %d/s%d at m = 64 against production: max |difference| / max |y| = %.3g%s\n",
+                  variants[i].block_rows == 256 ? "256" : "", variants[i].stages, variants[i].slices, distance,
+                  distance < 2e-2 ? "" : "  [FAR]");
       if (!(distance < 2e-2)) ++failures;
     }
     for (int32_t m : row_counts) {
@@ -189,16 +194,13 @@ int bench_tma(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf16* y6
       std::printf("%-20s %4d %10.0f", shape.name, m, weight_elems * sizeof(bf16) / (production_ms * 1e-3) / 1e9);
       double best = 0;
       for (size_t i = 0; i < variants.size(); ++i) {
-        tma(m, weights, shape, y, variants[i].slices, variants[i].stages);
+        tma(m, weights, shape, y, variants[i]);
         check(cudaStreamSynchronize(stream), "tma");
         const auto rows = download_bits(y, static_cast<size_t>(m) * shape.n);
         const bool invariant = std::equal(rows.begin(), rows.end(), whole[i].begin());
         if (!invariant) ++failures;
         const float ms = median_ms_per_call(
-            [&](int c) {
-              tma(m, weights + weight_elems * (c % copies), shape, y, variants[i].slices, variants[i].stages);
-            },
-            calls, stream);
+            [&](int c) { tma(m, weights + weight_elems * (c % copies), shape, y, variants[i]); }, calls, stream);
         const double gbs = weight_elems * sizeof(bf16) / (ms * 1e-3) / 1e9;
         best = std::max(best, gbs);
         std::printf("  %10.0f%s", gbs, invariant ? " " : "!");

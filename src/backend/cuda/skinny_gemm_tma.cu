@@ -41,15 +41,19 @@ namespace {
 namespace cg = cooperative_groups;
 
 constexpr int kStep = skinny::kStep;  // 64 k: one 128-byte swizzle row of BF16
+constexpr int kBoxRows = 64;          // w rows a TMA box and a consumer warpgroup's MMA (m64)
 constexpr int kBlockRows = 128;       // w rows a block: two consumer warpgroups of 64
 constexpr int kConsumerThreads = 256;
 constexpr int kThreads = kConsumerThreads + 32;  // and one producer warp
-constexpr int kWStageBytes = kBlockRows * kStep * 2;
-constexpr int kXStageBytes = 64 * kStep * 2;  // up to 64 rows of x
-constexpr int kCopyThreads = 32;              // the producer warp's lanes, each arriving on a stage's mbarrier
+constexpr int kXStageBytes = 64 * kStep * 2;     // up to 64 rows of x
+constexpr int kCopyThreads = 32;                 // the producer warp's lanes, each arriving on a stage's mbarrier
+// A block's w rows and a stage's bytes of them: kWgTiles m64 tiles a warpgroup (2: the benchmarks build's experiment
+// of 256-row blocks, half the x bytes a w byte at one block an SM).
+constexpr int block_rows(int wg_tiles) { return kBlockRows * wg_tiles; }
+constexpr int w_stage_bytes(int wg_tiles) { return block_rows(wg_tiles) * kStep * 2; }
 
-constexpr size_t shared_bytes(int stages) {
-  return static_cast<size_t>(stages) * (kWStageBytes + kXStageBytes) + 16 * stages + 1024;  // + alignment slack
+constexpr size_t shared_bytes(int stages, int wg_tiles = 1) {
+  return static_cast<size_t>(stages) * (w_stage_bytes(wg_tiles) + kXStageBytes) + 16 * stages + 1024;  // + slack
 }
 
 __device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
@@ -83,15 +87,16 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
       : "memory");
 }
 
-// The w rows warpgroup `group` of row block `block` multiplies: the block's 128 rows one after another, or with SwiGLU
-// in the epilogue its 64 gate rows and the same 64 up rows (skinny_gemm_slices.h, warp_first_row).
-__device__ __forceinline__ int32_t group_first_row(const SkinnyOutputs& out, int64_t block, int group) {
-  if (out.swiglu_half > 0) return static_cast<int32_t>((group == 0 ? 0 : out.swiglu_half) + 64 * block);
-  return static_cast<int32_t>(block * kBlockRows + 64 * group);
+// The first w row of m64 tile `tile` (of 2 kWgTiles) of row block `block`: the block's rows one after another, or with
+// SwiGLU in the epilogue (kWgTiles 1) its 64 gate rows and the same 64 up rows (skinny_gemm_slices.h, warp_first_row).
+template <int kWgTiles>
+__device__ __forceinline__ int32_t tile_first_row(const SkinnyOutputs& out, int64_t block, int tile) {
+  if (out.swiglu_half > 0) return static_cast<int32_t>((tile == 0 ? 0 : out.swiglu_half) + kBoxRows * block);
+  return static_cast<int32_t>(block * block_rows(kWgTiles) + kBoxRows * tile);
 }
 
-template <int kTiles, bool kOutF32, int kStages>
-__global__ void __launch_bounds__(kThreads, kStages <= 4 ? 2 : 1)
+template <int kTiles, bool kOutF32, int kStages, int kWgTiles>
+__global__ void __launch_bounds__(kThreads, kStages <= 4 && kWgTiles == 1 ? 2 : 1)
     tma_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const bf16* __restrict__ x, int32_t rows, int32_t n,
                     int32_t k, const SkinnyOutputs out) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -106,6 +111,7 @@ __global__ void __launch_bounds__(kThreads, kStages <= 4 ? 2 : 1)
   const int64_t first = range.first, count = range.last - range.first;
 
   const uint32_t w_stages = smem_address(smem);
+  constexpr int kWStageBytes = w_stage_bytes(kWgTiles), kRows = block_rows(kWgTiles);
   const uint32_t x_stages = w_stages + kStages * kWStageBytes;
   const uint32_t bars = x_stages + kStages * kXStageBytes;
   auto full = [&](int s) { return bars + 8 * s; };               // the stage's bytes have landed
@@ -123,12 +129,13 @@ __global__ void __launch_bounds__(kThreads, kStages <= 4 ? 2 : 1)
   let_dependents_launch();
 
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  float acc[kTiles][4];
+  float acc[kWgTiles][kTiles][4];
 #pragma unroll
-  for (int j = 0; j < kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  for (int w = 0; w < kWgTiles; ++w)
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) acc[w][j][0] = acc[w][j][1] = acc[w][j][2] = acc[w][j][3] = 0.0f;
 
   if (warp == kConsumerThreads / 32) {  // the producer
-    const int32_t row0 = group_first_row(out, block, 0), row1 = group_first_row(out, block, 1);
     for (int64_t i = 0; i < count; ++i) {
       const int s = static_cast<int>(i % kStages);
       if (i >= kStages) mbarrier_wait(empty(s), static_cast<uint32_t>((i / kStages - 1) & 1));
@@ -137,8 +144,10 @@ __global__ void __launch_bounds__(kThreads, kStages <= 4 ? 2 : 1)
         // The whole boxes count, rows past n and k past k zero-filled.
         mbarrier_expect_bytes(full(s), kWStageBytes);
         const uint32_t ws = w_stages + s * kWStageBytes;
-        tma_load(ws, &w_map, static_cast<int32_t>(k0), row0, full(s));
-        tma_load(ws + kWStageBytes / 2, &w_map, static_cast<int32_t>(k0), row1, full(s));
+#pragma unroll
+        for (int tile = 0; tile < 2 * kWgTiles; ++tile)
+          tma_load(ws + tile * (kBoxRows * kStep * 2), &w_map, static_cast<int32_t>(k0),
+                   tile_first_row<kWgTiles>(out, block, tile), full(s));
       }
       // x's rows [0, 8 kTiles) of this step, 16-byte chunk c of row r at chunk c ^ (r % 8) of the row (the swizzle
       // TMA gives w); rows past `rows` and k past k as zeros.
@@ -154,7 +163,7 @@ __global__ void __launch_bounds__(kThreads, kStages <= 4 ? 2 : 1)
       }
       mbarrier_arrive_after_copies(full(s));
     }
-  } else {  // a consumer warpgroup: the block's w rows [64 group, 64 group + 64)
+  } else {  // a consumer warpgroup: the block's m64 tiles group kWgTiles + w
     const int group = warp / 4;
     for (int64_t i = 0; i < count; ++i) {
       const int s = static_cast<int>(i % kStages);
@@ -165,33 +174,40 @@ __global__ void __launch_bounds__(kThreads, kStages <= 4 ? 2 : 1)
       const uint32_t b = x_stages + s * kXStageBytes;
 #pragma unroll
       for (int j = 0; j < kStep / 16; ++j)
-        wgmma_bf16_shared<kTiles>(acc, wgmma_descriptor_sw128(a + 32 * j), wgmma_descriptor_sw128(b + 32 * j));
+#pragma unroll
+        for (int w = 0; w < kWgTiles; ++w)
+          wgmma_bf16_shared<kTiles>(acc[w], wgmma_descriptor_sw128(a + w * (kBoxRows * kStep * 2) + 32 * j),
+                                    wgmma_descriptor_sw128(b + 32 * j));
       wgmma_commit();
       wgmma_wait<1>();  // the previous step's MMAs are done: its stage may be refilled
       if (i > 0 && threadIdx.x % 128 == 0) mbarrier_arrive(empty(static_cast<int>((i - 1) % kStages)));
     }
     wgmma_wait<0>();
-    fence_accumulators(acc);
+#pragma unroll
+    for (int w = 0; w < kWgTiles; ++w) fence_accumulators(acc[w]);
   }
   __syncthreads();  // every MMA has read its stages: the partials may take their place
 
   // This slice's partial sums, [x row][w row of the block] (wgmma.h: warp w's lane (g, t) holds w rows 16 w + g and
-  // + 8, x rows 8 j + 2 t and + 1).
+  // + 8 of its tile, x rows 8 j + 2 t and + 1).
   float* partials = reinterpret_cast<float*>(smem);
   if (warp < kConsumerThreads / 32) {
     const int g = lane / 4, t = lane % 4;
-    const int local = (warp / 4) * 64 + (warp % 4) * 16 + g;
-    constexpr int kStride = skinny::part_stride(kBlockRows);
+    constexpr int kStride = skinny::part_stride(kRows);
 #pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-      const int r = 8 * j + 2 * t;
-      partials[r * kStride + local] = acc[j][0];
-      partials[(r + 1) * kStride + local] = acc[j][1];
-      partials[r * kStride + local + 8] = acc[j][2];
-      partials[(r + 1) * kStride + local + 8] = acc[j][3];
+    for (int w = 0; w < kWgTiles; ++w) {
+      const int local = ((warp / 4) * kWgTiles + w) * kBoxRows + (warp % 4) * 16 + g;
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) {
+        const int r = 8 * j + 2 * t;
+        partials[r * kStride + local] = acc[w][j][0];
+        partials[(r + 1) * kStride + local] = acc[w][j][1];
+        partials[r * kStride + local + 8] = acc[w][j][2];
+        partials[(r + 1) * kStride + local + 8] = acc[w][j][3];
+      }
     }
   }
-  skinny::add_slices_and_store<kOutF32, kBlockRows>(cluster, partials, rows, block * kBlockRows, n, out);
+  skinny::add_slices_and_store<kOutF32, kRows>(cluster, partials, rows, block * kRows, n, out);
 }
 
 // The weights' tensor maps, made once per (w, n, k) and kept (the weights are resident for the process): boxes of
@@ -215,7 +231,7 @@ const CUtensorMap& weight_map(const bf16* w, int32_t n, int32_t k) {
   CUtensorMap map{};
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};
-  const cuuint32_t box[2] = {kStep, kBlockRows / 2};
+  const cuuint32_t box[2] = {kStep, kBoxRows};
   const cuuint32_t element_strides[2] = {1, 1};
   if (encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(w), dims, strides, box, element_strides,
              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
@@ -224,28 +240,28 @@ const CUtensorMap& weight_map(const bf16* w, int32_t n, int32_t k) {
   return maps.emplace(key, map).first->second;
 }
 
-template <int kTiles, bool kOutF32, int kStages>
+template <int kTiles, bool kOutF32, int kStages, int kWgTiles>
 void launch_with(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
                  int slices, cudaStream_t stream) {
+  constexpr auto kernel = tma_gemm_kernel<kTiles, kOutF32, kStages, kWgTiles>;
+  constexpr size_t kSmem = shared_bytes(kStages, kWgTiles);
   static const bool sized = [] {
-    check_cuda(
-        cudaFuncSetAttribute(tma_gemm_kernel<kTiles, kOutF32, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(shared_bytes(kStages))),
-        "skinny tma: shared memory");
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)),
+               "skinny tma: shared memory");
     return true;
   }();
   (void)sized;
-  skinny::launch_clusters(tma_gemm_kernel<kTiles, kOutF32, kStages>, kThreads, kBlockRows, shared_bytes(kStages), n,
-                          slices, stream, "skinny tma", map, x, rows, n, k, out);
+  skinny::launch_clusters(kernel, kThreads, block_rows(kWgTiles), kSmem, n, slices, stream, "skinny tma", map, x, rows,
+                          n, k, out);
 }
 
-template <bool kOutF32, int kStages>
+template <bool kOutF32, int kStages, int kWgTiles = 1>
 void launch_rows(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
                  int slices, cudaStream_t stream) {
-  if (rows <= 8) return launch_with<1, kOutF32, kStages>(map, x, rows, n, k, out, slices, stream);
-  if (rows <= 16) return launch_with<2, kOutF32, kStages>(map, x, rows, n, k, out, slices, stream);
-  if (rows <= 32) return launch_with<4, kOutF32, kStages>(map, x, rows, n, k, out, slices, stream);
-  launch_with<8, kOutF32, kStages>(map, x, rows, n, k, out, slices, stream);
+  if (rows <= 8) return launch_with<1, kOutF32, kStages, kWgTiles>(map, x, rows, n, k, out, slices, stream);
+  if (rows <= 16) return launch_with<2, kOutF32, kStages, kWgTiles>(map, x, rows, n, k, out, slices, stream);
+  if (rows <= 32) return launch_with<4, kOutF32, kStages, kWgTiles>(map, x, rows, n, k, out, slices, stream);
+  launch_with<8, kOutF32, kStages, kWgTiles>(map, x, rows, n, k, out, slices, stream);
 }
 
 }  // namespace
@@ -270,7 +286,7 @@ bool skinny_tma_engine() {
 }
 
 void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& outputs,
-                            bool y_f32, cudaStream_t stream, int slices, int stages) {
+                            bool y_f32, cudaStream_t stream, int slices, int stages, int block_rows_wanted) {
   if (k <= 0 || k % 16 != 0 || n <= 0 || m < 0)
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: k a positive multiple of 16, n positive");
   if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16 != 0)
@@ -280,8 +296,12 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
   if (slices == 0) slices = skinny_tma_slices(n, k);
   if (slices < 1 || slices > skinny::kMaxSlices || (stages != 4 && stages != 8))
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: slices 1..8, stages 4 or 8");
+  if (block_rows_wanted != kBlockRows &&
+      (block_rows_wanted != 2 * kBlockRows || stages != 4 || outputs.swiglu_half > 0 || y_f32))
+    check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: 256-row blocks at 4 stages, BF16 out, no SwiGLU only");
 #ifndef DUET_SKINNY_EXPERIMENTS
-  if (stages != 4) check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: 8 stages in a benchmarks build only");
+  if (stages != 4 || block_rows_wanted != kBlockRows)
+    check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: the experiments are in a benchmarks build only");
 #endif
   const CUtensorMap& map = weight_map(w, n, k);
   for (int32_t r0 = 0; r0 < m; r0 += 64) {  // 64 rows a launch, each reading w again
@@ -289,6 +309,10 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
     const SkinnyOutputs out = skinny::outputs_from_row(outputs, r0, y_f32);
     const bf16* xr = x + static_cast<int64_t>(r0) * k;
 #ifdef DUET_SKINNY_EXPERIMENTS
+    if (block_rows_wanted != kBlockRows) {
+      launch_rows<false, 4, 2>(map, xr, rows, n, k, out, slices, stream);
+      continue;
+    }
     if (stages == 8) {
       if (y_f32) {
         launch_rows<true, 8>(map, xr, rows, n, k, out, slices, stream);
