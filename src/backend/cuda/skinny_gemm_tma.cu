@@ -5,7 +5,7 @@
 // flight. This is Hopper's own answer to both:
 //  - one producer warp brings each step's 128 w rows x 64 k into a ring of stages with two TMA copies (the hardware
 //    streams and swizzles them for wgmma: no registers, no per-thread addresses), and x's 64 k of each row by 16-byte
-//    cp.async beside them, in the same 128-byte swizzle;
+//    cp.async beside them, in the same 128-byte swizzle, fenced for the tensor cores a stage later;
 //  - two consumer warpgroups (64 w rows each) wait only for their stage's mbarrier, multiply it by wgmma (A = w,
 //    B = x, both from shared memory) and free it through another mbarrier once the tensor cores are done with it: no
 //    block barrier inside the loop, and a ring of 4 stages at two blocks an SM keeps 128 KB of weights in flight per
@@ -46,7 +46,6 @@ constexpr int kBlockRows = 128;       // w rows a block: two consumer warpgroups
 constexpr int kConsumerThreads = 256;
 constexpr int kThreads = kConsumerThreads + 32;  // and one producer warp
 constexpr int kXStageBytes = 64 * kStep * 2;     // up to 64 rows of x
-constexpr int kCopyThreads = 32;                 // the producer warp's lanes, each arriving on a stage's mbarrier
 // A block's w rows and a stage's bytes of them: kWgTiles m64 tiles a warpgroup (2: the benchmarks build's experiment
 // of 256-row blocks, half the x bytes a w byte at one block an SM).
 constexpr int block_rows(int wg_tiles) { return kBlockRows * wg_tiles; }
@@ -64,10 +63,6 @@ __device__ __forceinline__ void mbarrier_expect_bytes(uint32_t bar, uint32_t byt
 }
 __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-// Arrives on `bar` once this thread's earlier cp.async copies have landed (counted among the barrier's arrivals).
-__device__ __forceinline__ void mbarrier_arrive_after_copies(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
 __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;
@@ -118,7 +113,7 @@ __global__ void __launch_bounds__(kThreads, kStages <= 4 && kWgTiles == 1 ? 2 : 
   auto empty = [&](int s) { return bars + 8 * (kStages + s); };  // both warpgroups are done with the stage
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(full(s), 1 + kCopyThreads);  // the TMA's expected bytes, then each lane's x copies
+      mbarrier_init(full(s), 2);  // the TMA's expected bytes, then x's copies landed and fenced
       mbarrier_init(empty(s), 2);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -161,14 +156,28 @@ __global__ void __launch_bounds__(kThreads, kStages <= 4 && kWgTiles == 1 ? 2 : 
                      "l"(src), "r"(real ? 16 : 0)
                      : "memory");
       }
-      mbarrier_arrive_after_copies(full(s));
+      cp_async_commit();
+      // The previous stage's x has landed: each lane orders its copies (the generic proxy) before the tensor cores'
+      // reads (the async proxy), then one arrival says so. A stage behind, so the copies' latency overlaps the next
+      // stage's issue.
+      if (i > 0) {
+        cp_async_wait<1>();
+        fence_shared_for_async_proxy();
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive(full(static_cast<int>((i - 1) % kStages)));
+      }
+    }
+    if (count > 0) {
+      cp_async_wait<0>();
+      fence_shared_for_async_proxy();
+      __syncwarp();
+      if (lane == 0) mbarrier_arrive(full(static_cast<int>((count - 1) % kStages)));
     }
   } else {  // a consumer warpgroup: the block's m64 tiles group kWgTiles + w
     const int group = warp / 4;
     for (int64_t i = 0; i < count; ++i) {
       const int s = static_cast<int>(i % kStages);
       mbarrier_wait(full(s), static_cast<uint32_t>((i / kStages) & 1));
-      fence_shared_for_async_proxy();  // x came by cp.async (the generic proxy); wgmma reads through the async one
       wgmma_fence();
       const uint32_t a = w_stages + s * kWStageBytes + group * (kWStageBytes / 2);
       const uint32_t b = x_stages + s * kXStageBytes;
