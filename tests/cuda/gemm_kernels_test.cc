@@ -417,41 +417,50 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SkinnyGemm,
                                            GemmShape{12352, 4096}, GemmShape{4096, 12288}, GemmShape{248320, 4096}),
                          name_of);
 
+// The row-count checks of both engines' tests: `gemm`'s y for one max_m call against the double reference, then each
+// count in `counts` (from row 0) and each (first row, count) in `starts` bit for bit against the same rows of it, in
+// both output types. gemm(x, m, w, n, k, y_f32) returns y as floats.
+template <typename Gemm>
+void expect_every_row_count_invariant(Gemm&& gemm, const GemmShape& shape, int32_t max_m, uint64_t seed,
+                                      std::initializer_list<int32_t> counts,
+                                      std::initializer_list<std::pair<int64_t, int32_t>> starts) {
+  const int64_t n = shape.n, k = shape.k;
+  SCOPED_TRACE("n " + std::to_string(n) + " k " + std::to_string(k));
+  const auto w = random_bf16(static_cast<size_t>(n) * k, seed + n + k);
+  const auto x = random_bf16(static_cast<size_t>(max_m) * k, seed + 1);
+  DeviceBuffer<bf16> d_w(w), d_x(x);
+  std::vector<int64_t> all(max_m);
+  for (int32_t r = 0; r < max_m; ++r) all[r] = r;
+  const auto ref = reference_gemm(x, all, w, n, k);
+  for (bool y_f32 : {false, true}) {
+    SCOPED_TRACE(y_f32 ? "y f32" : "y bf16");
+    const auto full = gemm(d_x.get(), max_m, d_w.get(), n, k, y_f32);
+    EXPECT_EQ(non_finite(full), 0u);
+    expect_gemm_close(full, ref, k, y_f32, "m " + std::to_string(max_m));
+    for (int32_t m : counts) {
+      const auto part = gemm(d_x.get(), m, d_w.get(), n, k, y_f32);
+      EXPECT_EQ(differing(part.data(), full.data(), part.size()), 0u) << "m " << m << " vs m " << max_m;
+    }
+    for (const auto& [first, m] : starts) {
+      const auto part = gemm(d_x.get() + first * k, m, d_w.get(), n, k, y_f32);
+      EXPECT_EQ(differing(part.data(), full.data() + first * n, part.size()), 0u)
+          << "rows " << first << ".." << first + m - 1 << " vs m " << max_m;
+    }
+  }
+}
+
 // What the shapes above leave out, each row count checked bit for bit against the same rows of one m = 256 call
 // (four launches of 64 rows): every count of 8-row tiles (1..8), several 64-row passes, rows at other places in their
 // tiles; k cut into 1, 2, 4 and 8 slices, with a partial last step of 64, the tiny models' k (96, 128), n past a
 // multiple of 16 and of 128; and k % 16 == 8, which takes the CUDA-core kernel.
 TEST(SkinnyGemmRows, EveryRowCountIsBatchInvariant) {
   DUET_REQUIRE_GPU();
-  const int32_t max_m = 256;
+  // Rows that start elsewhere: 3 places earlier in their tiles, in another 64-row pass, the last row alone.
   for (const GemmShape& shape : {GemmShape{200, 1040}, GemmShape{1000, 4096}, GemmShape{136, 96}, GemmShape{24, 528},
-                                 GemmShape{48, 128}, GemmShape{40, 72}}) {
-    const auto [n, k] = shape;
-    SCOPED_TRACE("n " + std::to_string(n) + " k " + std::to_string(k));
-    const auto w = random_bf16(static_cast<size_t>(n) * k, 40 + n + k);
-    const auto x = random_bf16(static_cast<size_t>(max_m) * k, 41);
-    DeviceBuffer<bf16> d_w(w), d_x(x);
-    std::vector<int64_t> all(max_m);
-    for (int32_t r = 0; r < max_m; ++r) all[r] = r;
-    const auto ref = reference_gemm(x, all, w, n, k);
-
-    for (bool y_f32 : {false, true}) {
-      SCOPED_TRACE(y_f32 ? "y f32" : "y bf16");
-      const auto full = skinny(d_x.get(), max_m, d_w.get(), n, k, y_f32);
-      EXPECT_EQ(non_finite(full), 0u);
-      expect_gemm_close(full, ref, k, y_f32, "m " + std::to_string(max_m));
-      for (int32_t m : {1, 2, 7, 8, 9, 15, 16, 17, 24, 25, 33, 40, 48, 57, 63, 64, 65, 100, 128, 129, 200, 255}) {
-        const auto part = skinny(d_x.get(), m, d_w.get(), n, k, y_f32);
-        EXPECT_EQ(differing(part.data(), full.data(), part.size()), 0u) << "m " << m << " vs m " << max_m;
-      }
-      // Rows that start elsewhere: 3 places earlier in their tiles, in another 64-row pass, the last row alone.
-      for (const auto& [first, m] : {std::pair<int64_t, int32_t>{3, 61}, {70, 130}, {255, 1}}) {
-        const auto part = skinny(d_x.get() + first * k, m, d_w.get(), n, k, y_f32);
-        EXPECT_EQ(differing(part.data(), full.data() + first * n, part.size()), 0u)
-            << "rows " << first << ".." << first + m - 1 << " vs m " << max_m;
-      }
-    }
-  }
+                                 GemmShape{48, 128}, GemmShape{40, 72}})
+    expect_every_row_count_invariant(skinny, shape, 256, 40, {1,  2,  7,  8,  9,  15, 16,  17,  24,  25,  33,
+                                                              40, 48, 57, 63, 64, 65, 100, 128, 129, 200, 255},
+                                     {{3, 61}, {70, 130}, {255, 1}});
 }
 
 // The decode GEMM's wgmma kernel (the weights in registers as A, x from shared memory as B) against its mma.sync one,
@@ -651,35 +660,20 @@ std::vector<float> tma_gemm(const bf16* x, int32_t m, const bf16* w, int64_t n, 
 // rows), the 9B's GDN input width. The control: other slices sum in another order and must differ somewhere.
 TEST(SkinnyGemmTma, MatchesDoubleAndEveryRowCountIsBatchInvariant) {
   DUET_REQUIRE_GPU();
-  const int32_t max_m = 160;
+  auto tma = [](const bf16* x, int32_t m, const bf16* w, int64_t n, int64_t k, bool y_f32) {
+    return tma_gemm(x, m, w, n, k, y_f32);
+  };
   for (const GemmShape& shape :
        {GemmShape{200, 1040}, GemmShape{1000, 4096}, GemmShape{136, 128}, GemmShape{24, 528}, GemmShape{12352, 4096}}) {
+    expect_every_row_count_invariant(tma, shape, 160, 120, {1, 2, 7, 8, 9, 16, 17, 31, 32, 33, 57, 64, 65, 100},
+                                     {{3, 61}, {70, 90}, {159, 1}});
     const int64_t n = shape.n, k = shape.k;
-    SCOPED_TRACE("n " + std::to_string(n) + " k " + std::to_string(k));
-    const auto w = random_bf16(static_cast<size_t>(n) * k, 120 + n + k);
-    const auto x = random_bf16(static_cast<size_t>(max_m) * k, 121);
-    DeviceBuffer<bf16> d_w(w), d_x(x);
-    std::vector<int64_t> all(max_m);
-    for (int32_t r = 0; r < max_m; ++r) all[r] = r;
-    const auto ref = reference_gemm(x, all, w, n, k);
-    for (bool y_f32 : {false, true}) {
-      SCOPED_TRACE(y_f32 ? "y f32" : "y bf16");
-      const auto full = tma_gemm(d_x.get(), max_m, d_w.get(), n, k, y_f32);
-      EXPECT_EQ(non_finite(full), 0u);
-      expect_gemm_close(full, ref, k, y_f32, "m " + std::to_string(max_m));
-      for (int32_t m : {1, 2, 7, 8, 9, 16, 17, 31, 32, 33, 57, 64, 65, 100}) {
-        const auto part = tma_gemm(d_x.get(), m, d_w.get(), n, k, y_f32);
-        EXPECT_EQ(differing(part.data(), full.data(), part.size()), 0u) << "m " << m << " vs m " << max_m;
-      }
-      for (const auto& [first, m] : {std::pair<int64_t, int32_t>{3, 61}, {70, 90}, {159, 1}}) {
-        const auto part = tma_gemm(d_x.get() + first * k, m, d_w.get(), n, k, y_f32);
-        EXPECT_EQ(differing(part.data(), full.data() + first * n, part.size()), 0u)
-            << "rows " << first << ".." << first + m - 1 << " vs m " << max_m;
-      }
-    }
     const int slices = skinny_tma_slices(static_cast<int32_t>(n), static_cast<int32_t>(k));
     const int other = slices > 1 ? 1 : 2;
     if (k >= 2 * 64) {
+      const auto w = random_bf16(static_cast<size_t>(n) * k, 122 + n + k);
+      const auto x = random_bf16(static_cast<size_t>(64) * k, 123);
+      DeviceBuffer<bf16> d_w(w), d_x(x);
       const auto mine = tma_gemm(d_x.get(), 64, d_w.get(), n, k, true);
       const auto control = tma_gemm(d_x.get(), 64, d_w.get(), n, k, true, other);
       EXPECT_GT(differing(mine.data(), control.data(), mine.size()), 0u) << "control: " << other << " slices";

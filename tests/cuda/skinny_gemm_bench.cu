@@ -75,6 +75,24 @@ __global__ void read_all(const uint4* __restrict__ p, size_t count, uint32_t* si
   if (acc == 0x12345678u) *sink = acc;  // keeps the loads
 }
 
+// Enough copies of a shape's random weights that every call of a timing loop reads them from HBM, as a decode step
+// does (each layer's weights are cold): copy(i) for call i.
+struct RotatedWeights {
+  bf16* data = nullptr;
+  size_t elems;
+  int copies;
+  explicit RotatedWeights(const Shape& shape)
+      : elems(static_cast<size_t>(shape.n) * shape.k),
+        copies(static_cast<int>(std::max<size_t>(1, kRotationBytes / (elems * sizeof(bf16))))) {
+    check(cudaMalloc(&data, elems * copies * sizeof(bf16)), "malloc w");
+    fill_random<<<1024, 256>>>(data, elems * copies, 11 + shape.n);
+    check(cudaDeviceSynchronize(), "fill");
+  }
+  ~RotatedWeights() { cudaFree(data); }
+  RotatedWeights(const RotatedWeights&) = delete;
+  RotatedWeights& operator=(const RotatedWeights&) = delete;
+};
+
 template <typename Launch>
 float median_ms_per_call(Launch launch, int calls, cudaStream_t stream) {
   cudaGraph_t graph;
@@ -149,12 +167,10 @@ int bench_tma(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf16* y6
   const std::vector<int32_t> row_counts = {1, 8, 16, 32, 48, 64};
   int failures = 0;
   for (const Shape& shape : shapes) {
-    const size_t weight_elems = static_cast<size_t>(shape.n) * shape.k;
-    const int copies = static_cast<int>(std::max<size_t>(1, kRotationBytes / (weight_elems * sizeof(bf16))));
-    bf16* weights = nullptr;
-    check(cudaMalloc(&weights, weight_elems * copies * sizeof(bf16)), "malloc w");
-    fill_random<<<1024, 256>>>(weights, weight_elems * copies, 11 + shape.n);
-    check(cudaDeviceSynchronize(), "fill");
+    const RotatedWeights rotation(shape);
+    const size_t weight_elems = rotation.elems;
+    const int copies = rotation.copies;
+    const bf16* weights = rotation.data;
     launch_skinny_gemm(x, 64, weights, shape.n, shape.k, y64, false, stream);
     check(cudaStreamSynchronize(stream), "production");
     const auto production = download_bits(y64, static_cast<size_t>(64) * shape.n);
@@ -207,7 +223,6 @@ int bench_tma(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf16* y6
       }
       std::printf("   %3.0f%% of read\n", 100.0 * best / read_gbs);
     }
-    cudaFree(weights);
   }
   std::printf("tma bit checks (! = rows of m differ from m = 64's; FAR = not production's products): %d failed\n",
               failures);
@@ -352,12 +367,10 @@ int main(int argc, char** argv) {
   int failures = 0;
   std::vector<std::string> fingerprints, agreement;
   for (const Shape& shape : shapes) {
-    const size_t weight_elems = static_cast<size_t>(shape.n) * shape.k;
-    const int copies = static_cast<int>(std::max<size_t>(1, kRotationBytes / (weight_elems * sizeof(bf16))));
-    bf16* weights = nullptr;
-    check(cudaMalloc(&weights, weight_elems * copies * sizeof(bf16)), "malloc w");
-    fill_random<<<1024, 256>>>(weights, weight_elems * copies, 11 + shape.n);
-    check(cudaDeviceSynchronize(), "fill");
+    const RotatedWeights rotation(shape);
+    const size_t weight_elems = rotation.elems;
+    const int copies = rotation.copies;
+    const bf16* weights = rotation.data;
     // Bits: production m = 64 and m = 1 (row 0) on copy 0.
     launch_skinny_gemm(x, 64, weights, shape.n, shape.k, y64, false, stream);
     cudaStreamSynchronize(stream);
@@ -422,7 +435,6 @@ int main(int argc, char** argv) {
       std::printf("  %9.0f   %3.0f%% of read\n", weight_elems * sizeof(bf16) / (production_ms * 1e-3) / 1e9,
                   100.0 * best / read_gbs);
     }
-    cudaFree(weights);
   }
   for (const std::string& line : fingerprints) std::printf("production bits at m = 64 (FNV-1a): %s\n", line.c_str());
   for (const std::string& line : agreement)
