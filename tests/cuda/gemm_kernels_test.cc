@@ -500,6 +500,17 @@ TEST(SkinnyGemmRows, TheWgmmaKernelGivesTheMmaSyncBits) {
   }
 }
 
+// The outputs of a [gate; up] weight of 2 half rows as two segments: gate into `gate`, up into `up`.
+SkinnyOutputs gate_and_up(bf16* gate, bf16* up, int32_t half) {
+  SkinnyOutputs out;
+  out.segments = 2;
+  out.y[0] = gate;
+  out.y[1] = up;
+  out.first[1] = half;
+  out.first[2] = 2 * half;
+  return out;
+}
+
 // The MLP's gate | up GEMM with SwiGLU in its epilogue against the two outputs and the SwiGLU kernel, bit for bit, at
 // every row count a decode step has (one and several 64-row launches), through the plan's kernel, the mma.sync kernel
 // step by step, and a wgmma pipeline (which takes the mma.sync kernel for it). Shapes: small (one block), k with a
@@ -521,13 +532,7 @@ TEST(SkinnyGemmSwiglu, EqualsTheTwoOutputsThenSwiglu) {
     auto reference = [&](int32_t m) {
       DeviceBuffer<bf16> g(static_cast<size_t>(m) * half), u(static_cast<size_t>(m) * half),
           y(static_cast<size_t>(m) * half);
-      SkinnyOutputs out;
-      out.segments = 2;
-      out.y[0] = g.get();
-      out.y[1] = u.get();
-      out.first[1] = h;
-      out.first[2] = 2 * h;
-      launch_skinny_gemm_segments(d_x.get(), m, d_w.get(), 2 * h, kk, out, false, nullptr);
+      launch_skinny_gemm_segments(d_x.get(), m, d_w.get(), 2 * h, kk, gate_and_up(g.get(), u.get(), h), false, nullptr);
       launch_swiglu(g.get(), u.get(), static_cast<int64_t>(m) * half, y.get(), nullptr);
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       return floats_of(y.download());
@@ -702,13 +707,7 @@ TEST(SkinnyGemmTma, SegmentsAndSwigluKeepEveryBit) {
       DeviceBuffer<bf16> g(static_cast<size_t>(m) * half), u(static_cast<size_t>(m) * half),
           want(static_cast<size_t>(m) * half), got(static_cast<size_t>(m) * half),
           control(static_cast<size_t>(m) * half);
-      SkinnyOutputs two;
-      two.segments = 2;
-      two.y[0] = g.get();
-      two.y[1] = u.get();
-      two.first[1] = h;
-      two.first[2] = 2 * h;
-      launch_skinny_gemm_tma(d_x.get(), m, d_w.get(), 2 * h, kk, two, false, nullptr);
+      launch_skinny_gemm_tma(d_x.get(), m, d_w.get(), 2 * h, kk, gate_and_up(g.get(), u.get(), h), false, nullptr);
       launch_swiglu(g.get(), u.get(), static_cast<int64_t>(m) * half, want.get(), nullptr);
       got.poison();
       SkinnyOutputs swiglu;
