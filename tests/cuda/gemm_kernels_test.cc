@@ -719,8 +719,10 @@ TEST(SkinnyGemmTma, SegmentsAndSwigluKeepEveryBit) {
       launch_skinny_gemm_tma(d_x.get(), m, d_swapped.get(), 2 * h, kk, swiglu, false, nullptr);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const auto gate = floats_of(g.download()), up = floats_of(u.download());
-      const auto gate_alone = tma_gemm(d_x.get(), m, d_w.get(), half, k, false);
-      const auto up_alone = tma_gemm(d_x.get(), m, d_w.get() + half * k, half, k, false);
+      // Each segment alone, with the fused launch's slices of k: a different slice count is a different sum.
+      const int fused_slices = skinny_tma_slices(2 * h, kk);
+      const auto gate_alone = tma_gemm(d_x.get(), m, d_w.get(), half, k, false, fused_slices);
+      const auto up_alone = tma_gemm(d_x.get(), m, d_w.get() + half * k, half, k, false, fused_slices);
       EXPECT_EQ(differing(gate.data(), gate_alone.data(), gate.size()), 0u) << "gate segment";
       EXPECT_EQ(differing(up.data(), up_alone.data(), up.size()), 0u) << "up segment";
       const auto fused = floats_of(got.download()), reference = floats_of(want.download());
