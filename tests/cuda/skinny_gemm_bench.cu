@@ -75,6 +75,12 @@ __global__ void read_all(const uint4* __restrict__ p, size_t count, uint32_t* si
   if (acc == 0x12345678u) *sink = acc;  // keeps the loads
 }
 
+// The register-fed kernels as production's plans run them (skinny_plan_for), whichever engine the process takes
+// (skinny_tma_for): the tables' "production" column and the bits their variants must keep.
+void register_fed(const bf16* x, int32_t m, const bf16* w, const Shape& shape, bf16* y, cudaStream_t stream) {
+  launch_skinny_gemm_pipeline(x, m, w, shape.n, shape.k, y, skinny_plan_for(shape.n, shape.k, m), stream);
+}
+
 // Enough copies of a shape's random weights that every call of a timing loop reads them from HBM, as a decode step
 // does (each layer's weights are cold): copy(i) for call i.
 struct RotatedWeights {
@@ -171,7 +177,7 @@ int bench_tma(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf16* y6
     const size_t weight_elems = rotation.elems;
     const int copies = rotation.copies;
     const bf16* weights = rotation.data;
-    launch_skinny_gemm(x, 64, weights, shape.n, shape.k, y64, false, stream);
+    register_fed(x, 64, weights, shape, y64, stream);
     check(cudaStreamSynchronize(stream), "production");
     const auto production = download_bits(y64, static_cast<size_t>(64) * shape.n);
     const int four = duet::backend::cuda::skinny_tma_slices(shape.n, shape.k);
@@ -203,10 +209,7 @@ int bench_tma(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf16* y6
     for (int32_t m : row_counts) {
       const int calls = std::max(copies, 20);
       const float production_ms = median_ms_per_call(
-          [&](int i) {
-            launch_skinny_gemm(x, m, weights + weight_elems * (i % copies), shape.n, shape.k, y, false, stream);
-          },
-          calls, stream);
+          [&](int i) { register_fed(x, m, weights + weight_elems * (i % copies), shape, y, stream); }, calls, stream);
       std::printf("%-20s %4d %10.0f", shape.name, m, weight_elems * sizeof(bf16) / (production_ms * 1e-3) / 1e9);
       double best = 0;
       for (size_t i = 0; i < variants.size(); ++i) {
@@ -372,7 +375,7 @@ int main(int argc, char** argv) {
     const int copies = rotation.copies;
     const bf16* weights = rotation.data;
     // Bits: production m = 64 and m = 1 (row 0) on copy 0.
-    launch_skinny_gemm(x, 64, weights, shape.n, shape.k, y64, false, stream);
+    register_fed(x, 64, weights, shape, y64, stream);
     cudaStreamSynchronize(stream);
     const auto production = download_bits(y64, static_cast<size_t>(64) * shape.n);
     // A fingerprint of the production bits, so that two builds (a kernel change that must keep every bit) can be
@@ -428,10 +431,7 @@ int main(int argc, char** argv) {
       // Production itself (skinny_plan_for: which engine for these rows, its pipeline).
       const int calls = std::max(copies, 20);
       const float production_ms = median_ms_per_call(
-          [&](int i) {
-            launch_skinny_gemm(x, m, weights + weight_elems * (i % copies), shape.n, shape.k, y, false, stream);
-          },
-          calls, stream);
+          [&](int i) { register_fed(x, m, weights + weight_elems * (i % copies), shape, y, stream); }, calls, stream);
       std::printf("  %9.0f   %3.0f%% of read\n", weight_elems * sizeof(bf16) / (production_ms * 1e-3) / 1e9,
                   100.0 * best / read_gbs);
     }

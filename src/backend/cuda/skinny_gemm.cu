@@ -1015,9 +1015,9 @@ void launch_skinny_gemm_segments(const bf16* x, int32_t m, const bf16* w, int32_
       out.first[out.segments] != n)
     refuse("launch_skinny_gemm: output segments must cover the columns 0 .. n");
   if (m == 0 || n == 0) return;
-  // By k alone, so that a weight always takes the same kernel (and order of summation) whatever m is; the engine by
-  // the process (skinny_tma_engine).
-  if (k % 16 == 0 && skinny_tma_engine()) {
+  // By the shape alone, so that a weight always takes the same engine and order of summation whatever m is: the TMA
+  // engine for the weights skinny_tma_for names (its own bits), else the register-fed kernels (one set of bits).
+  if (k % 16 == 0 && skinny_tma_for(n, k)) {
     launch_skinny_gemm_tma(x, m, w, n, k, out, y_f32, stream);
   } else if (k % 16 == 0) {
     mma::launch(
@@ -1041,7 +1041,7 @@ void launch_skinny_gemm_swiglu(const bf16* x, int32_t m, const bf16* w, int32_t 
   out.first[1] = 2 * half;
   out.swiglu_half = half;
   if (m == 0) return;
-  if (skinny_tma_engine() && pipeline == nullptr)
+  if (skinny_tma_for(2 * half, k) && pipeline == nullptr)
     return launch_skinny_gemm_tma(x, m, w, 2 * half, k, out, false, stream);
   // The plan of the whole [2 half, k] weight, in 8-warp blocks (64 gate rows beside their 64 up rows).
   auto eight_warps = [](SkinnyPipeline p) {

@@ -16,7 +16,7 @@
 // Each output is the chain of its natural k16 groups (16 contiguous k) in order over each slice, from zero, then the
 // slices in order: a function of (n, k) alone, never of m or of the other rows (x rows past m are zeros in their own
 // columns). The register-fed kernels sum other sets of k (their register layout's), so the two engines' bits differ
-// in the last place and a weight never mixes them: the engine is chosen once per process (DUET_SKINNY_TMA).
+// in the last place and a weight never mixes them: the engine is chosen by the weight's shape alone (skinny_tma_for).
 #include <cooperative_groups.h>
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -25,7 +25,6 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
-#include <string_view>
 #include <tuple>
 
 #include "backend/cuda/cuda_check.h"
@@ -284,14 +283,6 @@ int skinny_tma_slices(int32_t n, int32_t k) {
   const int64_t steps = (static_cast<int64_t>(k) + kStep - 1) / kStep;
   return static_cast<int>(
       std::clamp<int64_t>(std::min<int64_t>(kResidentBlocks / row_blocks, steps), 1, skinny::kMaxSlices));
-}
-
-bool skinny_tma_engine() {
-  static const bool on = [] {
-    const char* env = std::getenv("DUET_SKINNY_TMA");
-    return env != nullptr && std::string_view(env) == "1";
-  }();
-  return on;
 }
 
 void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& outputs,
