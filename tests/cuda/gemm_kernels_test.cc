@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -417,41 +418,50 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SkinnyGemm,
                                            GemmShape{12352, 4096}, GemmShape{4096, 12288}, GemmShape{248320, 4096}),
                          name_of);
 
+// The row-count checks of both engines' tests: `gemm`'s y for one max_m call against the double reference, then each
+// count in `counts` (from row 0) and each (first row, count) in `starts` bit for bit against the same rows of it, in
+// both output types. gemm(x, m, w, n, k, y_f32) returns y as floats.
+template <typename Gemm>
+void expect_every_row_count_invariant(Gemm&& gemm, const GemmShape& shape, int32_t max_m, uint64_t seed,
+                                      std::initializer_list<int32_t> counts,
+                                      std::initializer_list<std::pair<int64_t, int32_t>> starts) {
+  const int64_t n = shape.n, k = shape.k;
+  SCOPED_TRACE("n " + std::to_string(n) + " k " + std::to_string(k));
+  const auto w = random_bf16(static_cast<size_t>(n) * k, seed + n + k);
+  const auto x = random_bf16(static_cast<size_t>(max_m) * k, seed + 1);
+  DeviceBuffer<bf16> d_w(w), d_x(x);
+  std::vector<int64_t> all(max_m);
+  for (int32_t r = 0; r < max_m; ++r) all[r] = r;
+  const auto ref = reference_gemm(x, all, w, n, k);
+  for (bool y_f32 : {false, true}) {
+    SCOPED_TRACE(y_f32 ? "y f32" : "y bf16");
+    const auto full = gemm(d_x.get(), max_m, d_w.get(), n, k, y_f32);
+    EXPECT_EQ(non_finite(full), 0u);
+    expect_gemm_close(full, ref, k, y_f32, "m " + std::to_string(max_m));
+    for (int32_t m : counts) {
+      const auto part = gemm(d_x.get(), m, d_w.get(), n, k, y_f32);
+      EXPECT_EQ(differing(part.data(), full.data(), part.size()), 0u) << "m " << m << " vs m " << max_m;
+    }
+    for (const auto& [first, m] : starts) {
+      const auto part = gemm(d_x.get() + first * k, m, d_w.get(), n, k, y_f32);
+      EXPECT_EQ(differing(part.data(), full.data() + first * n, part.size()), 0u)
+          << "rows " << first << ".." << first + m - 1 << " vs m " << max_m;
+    }
+  }
+}
+
 // What the shapes above leave out, each row count checked bit for bit against the same rows of one m = 256 call
 // (four launches of 64 rows): every count of 8-row tiles (1..8), several 64-row passes, rows at other places in their
 // tiles; k cut into 1, 2, 4 and 8 slices, with a partial last step of 64, the tiny models' k (96, 128), n past a
 // multiple of 16 and of 128; and k % 16 == 8, which takes the CUDA-core kernel.
 TEST(SkinnyGemmRows, EveryRowCountIsBatchInvariant) {
   DUET_REQUIRE_GPU();
-  const int32_t max_m = 256;
+  // Rows that start elsewhere: 3 places earlier in their tiles, in another 64-row pass, the last row alone.
   for (const GemmShape& shape : {GemmShape{200, 1040}, GemmShape{1000, 4096}, GemmShape{136, 96}, GemmShape{24, 528},
-                                 GemmShape{48, 128}, GemmShape{40, 72}}) {
-    const auto [n, k] = shape;
-    SCOPED_TRACE("n " + std::to_string(n) + " k " + std::to_string(k));
-    const auto w = random_bf16(static_cast<size_t>(n) * k, 40 + n + k);
-    const auto x = random_bf16(static_cast<size_t>(max_m) * k, 41);
-    DeviceBuffer<bf16> d_w(w), d_x(x);
-    std::vector<int64_t> all(max_m);
-    for (int32_t r = 0; r < max_m; ++r) all[r] = r;
-    const auto ref = reference_gemm(x, all, w, n, k);
-
-    for (bool y_f32 : {false, true}) {
-      SCOPED_TRACE(y_f32 ? "y f32" : "y bf16");
-      const auto full = skinny(d_x.get(), max_m, d_w.get(), n, k, y_f32);
-      EXPECT_EQ(non_finite(full), 0u);
-      expect_gemm_close(full, ref, k, y_f32, "m " + std::to_string(max_m));
-      for (int32_t m : {1, 2, 7, 8, 9, 15, 16, 17, 24, 25, 33, 40, 48, 57, 63, 64, 65, 100, 128, 129, 200, 255}) {
-        const auto part = skinny(d_x.get(), m, d_w.get(), n, k, y_f32);
-        EXPECT_EQ(differing(part.data(), full.data(), part.size()), 0u) << "m " << m << " vs m " << max_m;
-      }
-      // Rows that start elsewhere: 3 places earlier in their tiles, in another 64-row pass, the last row alone.
-      for (const auto& [first, m] : {std::pair<int64_t, int32_t>{3, 61}, {70, 130}, {255, 1}}) {
-        const auto part = skinny(d_x.get() + first * k, m, d_w.get(), n, k, y_f32);
-        EXPECT_EQ(differing(part.data(), full.data() + first * n, part.size()), 0u)
-            << "rows " << first << ".." << first + m - 1 << " vs m " << max_m;
-      }
-    }
-  }
+                                 GemmShape{48, 128}, GemmShape{40, 72}})
+    expect_every_row_count_invariant(skinny, shape, 256, 40, {1,  2,  7,  8,  9,  15, 16,  17,  24,  25,  33,
+                                                              40, 48, 57, 63, 64, 65, 100, 128, 129, 200, 255},
+                                     {{3, 61}, {70, 130}, {255, 1}});
 }
 
 // The decode GEMM's wgmma kernel (the weights in registers as A, x from shared memory as B) against its mma.sync one,
@@ -491,6 +501,17 @@ TEST(SkinnyGemmRows, TheWgmmaKernelGivesTheMmaSyncBits) {
   }
 }
 
+// The outputs of a [gate; up] weight of 2 half rows as two segments: gate into `gate`, up into `up`.
+SkinnyOutputs gate_and_up(bf16* gate, bf16* up, int32_t half) {
+  SkinnyOutputs out;
+  out.segments = 2;
+  out.y[0] = gate;
+  out.y[1] = up;
+  out.first[1] = half;
+  out.first[2] = 2 * half;
+  return out;
+}
+
 // The MLP's gate | up GEMM with SwiGLU in its epilogue against the two outputs and the SwiGLU kernel, bit for bit, at
 // every row count a decode step has (one and several 64-row launches), through the plan's kernel, the mma.sync kernel
 // step by step, and a wgmma pipeline (which takes the mma.sync kernel for it). Shapes: small (one block), k with a
@@ -512,13 +533,7 @@ TEST(SkinnyGemmSwiglu, EqualsTheTwoOutputsThenSwiglu) {
     auto reference = [&](int32_t m) {
       DeviceBuffer<bf16> g(static_cast<size_t>(m) * half), u(static_cast<size_t>(m) * half),
           y(static_cast<size_t>(m) * half);
-      SkinnyOutputs out;
-      out.segments = 2;
-      out.y[0] = g.get();
-      out.y[1] = u.get();
-      out.first[1] = h;
-      out.first[2] = 2 * h;
-      launch_skinny_gemm_segments(d_x.get(), m, d_w.get(), 2 * h, kk, out, false, nullptr);
+      launch_skinny_gemm_segments(d_x.get(), m, d_w.get(), 2 * h, kk, gate_and_up(g.get(), u.get(), h), false, nullptr);
       launch_swiglu(g.get(), u.get(), static_cast<int64_t>(m) * half, y.get(), nullptr);
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       return floats_of(y.download());
@@ -534,10 +549,21 @@ TEST(SkinnyGemmSwiglu, EqualsTheTwoOutputsThenSwiglu) {
     SkinnyPipeline step_by_step{1, 4, slices, true};
     SkinnyPipeline regs = step_by_step;
     regs.wgmma_registers = true;
+    // A pipeline's reference: its two halves by that pipeline (the fused weight's slices), then launch_swiglu; the
+    // plan's is the process's engine (reference above), which DUET_SKINNY_TMA may make the TMA engine.
+    auto pipeline_reference = [&](int32_t m, const SkinnyPipeline& p) {
+      DeviceBuffer<bf16> g(static_cast<size_t>(m) * half), u(static_cast<size_t>(m) * half),
+          y(static_cast<size_t>(m) * half);
+      launch_skinny_gemm_pipeline(d_x.get(), m, d_w.get(), h, kk, g.get(), p, nullptr);
+      launch_skinny_gemm_pipeline(d_x.get(), m, d_w.get() + half * k, h, kk, u.get(), p, nullptr);
+      launch_swiglu(g.get(), u.get(), static_cast<int64_t>(m) * half, y.get(), nullptr);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      return floats_of(y.download());
+    };
     for (int32_t m : {1, 8, 9, 17, 33, 64, 80}) {
-      const auto want = reference(m);
       const SkinnyPipeline* pipelines[] = {nullptr, &step_by_step, &regs};
       for (const SkinnyPipeline* pipeline : pipelines) {
+        const auto want = pipeline == nullptr ? reference(m) : pipeline_reference(m, *pipeline);
         const auto got = fused(m, d_w.get(), pipeline);
         EXPECT_EQ(non_finite(got), 0u) << "m " << m;
         EXPECT_EQ(differing(got.data(), want.data(), got.size()), 0u) << "m " << m
@@ -615,9 +641,135 @@ TEST(SkinnyGemmSegments, FusedProjectionsKeepEveryBit) {
   }
 }
 
+// ---- the TMA engine (launch_skinny_gemm_tma): its own bits, so checked against the double reference and against
+// itself, never against the register-fed kernels'.
+
+// y = x[0:m] w^T through the TMA engine, as floats; `slices` 0: the shape's own.
+std::vector<float> tma_gemm(const bf16* x, int32_t m, const bf16* w, int64_t n, int64_t k, bool y_f32, int slices = 0) {
+  const size_t count = static_cast<size_t>(m) * n;
+  DeviceBuffer<float> y(count);  // float-sized storage holds either type
+  y.poison();
+  SkinnyOutputs out;
+  out.y[0] = y.get();
+  out.first[1] = static_cast<int32_t>(n);
+  launch_skinny_gemm_tma(x, m, w, static_cast<int32_t>(n), static_cast<int32_t>(k), out, y_f32, nullptr, slices);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  if (y_f32) return y.download();
+  std::vector<bf16> raw(count);
+  cudaMemcpy(raw.data(), y.get(), count * sizeof(bf16), cudaMemcpyDeviceToHost);
+  return floats_of(raw);
+}
+
+// Every row count against the same rows of one m = 160 call (three launches: 64, 64, 32), and the whole against the
+// double reference, in both output types: tiles of 8, 16, 32 and 64 x rows and between, rows at other places, k with
+// a partial last step (1040, 528) and a single step (128), n past a multiple of 64 and of 128 (TMA's zero-filled
+// rows), the 9B's GDN input width. The control: other slices sum in another order and must differ somewhere.
+TEST(SkinnyGemmTma, MatchesDoubleAndEveryRowCountIsBatchInvariant) {
+  DUET_REQUIRE_GPU();
+  auto tma = [](const bf16* x, int32_t m, const bf16* w, int64_t n, int64_t k, bool y_f32) {
+    return tma_gemm(x, m, w, n, k, y_f32);
+  };
+  for (const GemmShape& shape :
+       {GemmShape{200, 1040}, GemmShape{1000, 4096}, GemmShape{136, 128}, GemmShape{24, 528}, GemmShape{12352, 4096}}) {
+    expect_every_row_count_invariant(tma, shape, 160, 120, {1, 2, 7, 8, 9, 16, 17, 31, 32, 33, 57, 64, 65, 100},
+                                     {{3, 61}, {70, 90}, {159, 1}});
+    const int64_t n = shape.n, k = shape.k;
+    const int slices = skinny_tma_slices(static_cast<int32_t>(n), static_cast<int32_t>(k));
+    const int other = slices > 1 ? 1 : 2;
+    if (k >= 2 * 64) {
+      const auto w = random_bf16(static_cast<size_t>(n) * k, 122 + n + k);
+      const auto x = random_bf16(static_cast<size_t>(64) * k, 123);
+      DeviceBuffer<bf16> d_w(w), d_x(x);
+      const auto mine = tma_gemm(d_x.get(), 64, d_w.get(), n, k, true);
+      const auto control = tma_gemm(d_x.get(), 64, d_w.get(), n, k, true, other);
+      EXPECT_GT(differing(mine.data(), control.data(), mine.size()), 0u) << "control: " << other << " slices";
+    }
+  }
+}
+
+// Segments (projections fused over weights stored back to back) and SwiGLU in the epilogue through the TMA engine:
+// each segment equals its projection's own call, and the SwiGLU output equals the two outputs then launch_swiglu, bit
+// for bit, at every row count a decode step has. The control: the halves swapped (up first) differ.
+TEST(SkinnyGemmTma, SegmentsAndSwigluKeepEveryBit) {
+  DUET_REQUIRE_GPU();
+  for (const GemmShape& shape : {GemmShape{64, 128}, GemmShape{1024, 1040}, GemmShape{12288, 4096}}) {
+    const int64_t half = shape.n, k = shape.k;
+    SCOPED_TRACE("half " + std::to_string(half) + " k " + std::to_string(k));
+    const int32_t max_m = 80;
+    const auto w = random_bf16(static_cast<size_t>(2 * half) * k, 130 + half + k);
+    const auto x = random_bf16(static_cast<size_t>(max_m) * k, 131);
+    std::vector<bf16> swapped(w.size());
+    std::copy(w.begin() + half * k, w.end(), swapped.begin());
+    std::copy(w.begin(), w.begin() + half * k, swapped.begin() + half * k);
+    DeviceBuffer<bf16> d_w(w), d_swapped(swapped), d_x(x);
+    const int32_t h = static_cast<int32_t>(half), kk = static_cast<int32_t>(k);
+    for (int32_t m : {1, 9, 33, 64, 80}) {
+      SCOPED_TRACE("m " + std::to_string(m));
+      DeviceBuffer<bf16> g(static_cast<size_t>(m) * half), u(static_cast<size_t>(m) * half),
+          want(static_cast<size_t>(m) * half), got(static_cast<size_t>(m) * half),
+          control(static_cast<size_t>(m) * half);
+      launch_skinny_gemm_tma(d_x.get(), m, d_w.get(), 2 * h, kk, gate_and_up(g.get(), u.get(), h), false, nullptr);
+      launch_swiglu(g.get(), u.get(), static_cast<int64_t>(m) * half, want.get(), nullptr);
+      got.poison();
+      SkinnyOutputs swiglu;
+      swiglu.y[0] = got.get();
+      swiglu.first[1] = 2 * h;
+      swiglu.swiglu_half = h;
+      launch_skinny_gemm_tma(d_x.get(), m, d_w.get(), 2 * h, kk, swiglu, false, nullptr);
+      swiglu.y[0] = control.get();
+      launch_skinny_gemm_tma(d_x.get(), m, d_swapped.get(), 2 * h, kk, swiglu, false, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto gate = floats_of(g.download()), up = floats_of(u.download());
+      // Each segment alone, with the fused launch's slices of k: a different slice count is a different sum.
+      const int fused_slices = skinny_tma_slices(2 * h, kk);
+      const auto gate_alone = tma_gemm(d_x.get(), m, d_w.get(), half, k, false, fused_slices);
+      const auto up_alone = tma_gemm(d_x.get(), m, d_w.get() + half * k, half, k, false, fused_slices);
+      EXPECT_EQ(differing(gate.data(), gate_alone.data(), gate.size()), 0u) << "gate segment";
+      EXPECT_EQ(differing(up.data(), up_alone.data(), up.size()), 0u) << "up segment";
+      const auto fused = floats_of(got.download()), reference = floats_of(want.download());
+      EXPECT_EQ(non_finite(fused), 0u);
+      EXPECT_EQ(differing(fused.data(), reference.data(), fused.size()), 0u) << "SwiGLU in the epilogue";
+      const auto swapped_out = floats_of(control.download());
+      EXPECT_GT(differing(swapped_out.data(), reference.data(), fused.size()), 0u) << "control: halves swapped";
+    }
+  }
+}
+
 // ---- cuBLASLt
 
 constexpr size_t kWorkspaceBytes = 32u << 20;  // what NVIDIA recommends for Hopper
+
+// The plans' engine by shape (skinny_tma_for): launch_skinny_gemm gives the 9B's GDN input projection [12352, 4096] the
+// TMA engine's bits at every row count, and attention's q | k | v [10240, 4096] the register-fed plan's. The control:
+// the two engines' bits differ on the first shape, so the check can tell them apart.
+TEST(SkinnyGemmTma, ThePlansGiveItTheGdnInputProjectionAlone) {
+  DUET_REQUIRE_GPU();
+  if (std::getenv("DUET_SKINNY_TMA") != nullptr) GTEST_SKIP() << "DUET_SKINNY_TMA is set: the plans are not in force";
+  const int64_t k = 4096;
+  const auto x = random_bf16(static_cast<size_t>(64) * k, 140);
+  DeviceBuffer<bf16> d_x(x);
+  for (const int64_t n : {int64_t{12352}, int64_t{10240}}) {
+    const bool tma = n == 12352;
+    const auto w = random_bf16(static_cast<size_t>(n) * k, 141 + n);
+    DeviceBuffer<bf16> d_w(w);
+    const int32_t nn = static_cast<int32_t>(n), kk = static_cast<int32_t>(k);
+    for (int32_t m : {1, 16, 64}) {
+      SCOPED_TRACE("n " + std::to_string(n) + " m " + std::to_string(m));
+      const auto production = skinny(d_x.get(), m, d_w.get(), n, k, false);
+      const auto engine = tma_gemm(d_x.get(), m, d_w.get(), n, k, false);
+      DeviceBuffer<bf16> y(static_cast<size_t>(m) * n);
+      launch_skinny_gemm_pipeline(d_x.get(), m, d_w.get(), nn, kk, y.get(), skinny_plan_for(nn, kk, m), nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto register_fed = floats_of(y.download());
+      const auto& wanted = tma ? engine : register_fed;
+      EXPECT_EQ(differing(production.data(), wanted.data(), production.size()), 0u)
+          << (tma ? "the TMA engine's bits" : "the register-fed plan's bits");
+      if (tma && m == 64) {
+        EXPECT_GT(differing(engine.data(), register_fed.data(), engine.size()), 0u) << "control: the engines differ";
+      }
+    }
+  }
+}
 
 struct LtHandle {
   cublasLtHandle_t h = nullptr;

@@ -8,6 +8,8 @@
 //                                         plans use, in blocks of 8, 4 and 2 warps: the same bits, other block sizes)
 //   bench_skinny_gemm --regs             (every tile count; each shape's production slices, x step by step: mma.sync
 //                                         against wgmma with the weights in registers, the same bits)
+//   bench_skinny_gemm --tma              (the TMA engine, launch_skinny_gemm_tma, by slices and stages (8: a
+//                                         benchmarks build), against production; its bits checked across m)
 //   bench_skinny_gemm --profile SHAPE M   (three production launches of one shape, for ncu; nothing timed)
 // Weights rotate over enough copies that every call reads from HBM, as a decode step does (each layer's weights are
 // cold). Each figure is the median of 7 timings of a CUDA graph of calls. It also checks, per variant, that m = 1
@@ -73,6 +75,30 @@ __global__ void read_all(const uint4* __restrict__ p, size_t count, uint32_t* si
   if (acc == 0x12345678u) *sink = acc;  // keeps the loads
 }
 
+// The register-fed kernels as production's plans run them (skinny_plan_for), whichever engine the process takes
+// (skinny_tma_for): the tables' "production" column and the bits their variants must keep.
+void register_fed(const bf16* x, int32_t m, const bf16* w, const Shape& shape, bf16* y, cudaStream_t stream) {
+  launch_skinny_gemm_pipeline(x, m, w, shape.n, shape.k, y, skinny_plan_for(shape.n, shape.k, m), stream);
+}
+
+// Enough copies of a shape's random weights that every call of a timing loop reads them from HBM, as a decode step
+// does (each layer's weights are cold): copy(i) for call i.
+struct RotatedWeights {
+  bf16* data = nullptr;
+  size_t elems;
+  int copies;
+  explicit RotatedWeights(const Shape& shape)
+      : elems(static_cast<size_t>(shape.n) * shape.k),
+        copies(static_cast<int>(std::max<size_t>(1, kRotationBytes / (elems * sizeof(bf16))))) {
+    check(cudaMalloc(&data, elems * copies * sizeof(bf16)), "malloc w");
+    fill_random<<<1024, 256>>>(data, elems * copies, 11 + shape.n);
+    check(cudaDeviceSynchronize(), "fill");
+  }
+  ~RotatedWeights() { cudaFree(data); }
+  RotatedWeights(const RotatedWeights&) = delete;
+  RotatedWeights& operator=(const RotatedWeights&) = delete;
+};
+
 template <typename Launch>
 float median_ms_per_call(Launch launch, int calls, cudaStream_t stream) {
   cudaGraph_t graph;
@@ -127,6 +153,84 @@ double relative_difference(const std::vector<uint16_t>& a, const std::vector<uin
   return scale > 0 ? worst / scale : worst;
 }
 
+// --tma: for each shape and row count, production's GB/s beside the TMA experiment's (4 stages at two blocks an SM or 8
+// at one, the slices that fill the SMs once, and half and twice those). Bits: each variant at every m gives the first m
+// rows of its own m = 64 bit for bit (batch invariance), and its m = 64 lies within 2% of max |y| of production's (the
+// same products summed in other groups: a wrong layout or descriptor lands far outside). Returns the failures.
+int bench_tma(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf16* y64, double read_gbs,
+              cudaStream_t stream) {
+  using duet::backend::cuda::launch_skinny_gemm_tma;
+  using duet::backend::cuda::SkinnyOutputs;
+  struct Variant {
+    int stages, slices, block_rows = 128;
+  };
+  auto tma = [&](int32_t m, const bf16* w, const Shape& shape, bf16* out, const Variant& v) {
+    SkinnyOutputs o;
+    o.y[0] = out;
+    o.first[1] = shape.n;
+    launch_skinny_gemm_tma(x, m, w, shape.n, shape.k, o, false, stream, v.slices, v.stages, v.block_rows);
+  };
+  const std::vector<int32_t> row_counts = {1, 8, 16, 32, 48, 64};
+  int failures = 0;
+  for (const Shape& shape : shapes) {
+    const RotatedWeights rotation(shape);
+    const size_t weight_elems = rotation.elems;
+    const int copies = rotation.copies;
+    const bf16* weights = rotation.data;
+    register_fed(x, 64, weights, shape, y64, stream);
+    check(cudaStreamSynchronize(stream), "production");
+    const auto production = download_bits(y64, static_cast<size_t>(64) * shape.n);
+    const int four = duet::backend::cuda::skinny_tma_slices(shape.n, shape.k);
+    const int eight = std::max(1, four / 2);  // one block an SM: half the resident blocks
+    std::vector<Variant> variants = {{4, four}};
+#ifdef DUET_SKINNY_EXPERIMENTS
+    variants.push_back({8, eight});
+    // 256-row blocks at one block an SM: half the row blocks of 128, so twice the slices that fill the SMs once.
+    const int64_t blocks256 = (shape.n + 255) / 256;
+    variants.push_back({4, static_cast<int>(std::clamp<int64_t>(132 / blocks256, 1, 8)), 256});
+#endif
+    if (four > 1) variants.push_back({4, four / 2});
+    if (four < 8) variants.push_back({4, std::min(8, four * 2)});
+    std::printf("%-20s %4s %10s", shape.name, "m", "production");
+    for (const Variant& v : variants)
+      std::printf("  tma%s %d/s%d", v.block_rows == 256 ? "256" : "", v.stages, v.slices);
+    std::printf("   (GB/s of weights read; the best TMA as %% of the read rate)\n");
+    std::vector<std::vector<uint16_t>> whole(variants.size());
+    for (size_t i = 0; i < variants.size(); ++i) {
+      tma(64, weights, shape, y64, variants[i]);
+      check(cudaStreamSynchronize(stream), "tma m = 64");
+      whole[i] = download_bits(y64, static_cast<size_t>(64) * shape.n);
+      const double distance = relative_difference(whole[i], production);
+      std::printf("  tma%s %d/s%d at m = 64 against production: max |difference| / max |y| = %.3g%s\n",
+                  variants[i].block_rows == 256 ? "256" : "", variants[i].stages, variants[i].slices, distance,
+                  distance < 2e-2 ? "" : "  [FAR]");
+      if (!(distance < 2e-2)) ++failures;
+    }
+    for (int32_t m : row_counts) {
+      const int calls = std::max(copies, 20);
+      const float production_ms = median_ms_per_call(
+          [&](int i) { register_fed(x, m, weights + weight_elems * (i % copies), shape, y, stream); }, calls, stream);
+      std::printf("%-20s %4d %10.0f", shape.name, m, weight_elems * sizeof(bf16) / (production_ms * 1e-3) / 1e9);
+      double best = 0;
+      for (size_t i = 0; i < variants.size(); ++i) {
+        tma(m, weights, shape, y, variants[i]);
+        check(cudaStreamSynchronize(stream), "tma");
+        const auto rows = download_bits(y, static_cast<size_t>(m) * shape.n);
+        const bool invariant = std::equal(rows.begin(), rows.end(), whole[i].begin());
+        if (!invariant) ++failures;
+        const float ms = median_ms_per_call(
+            [&](int c) { tma(m, weights + weight_elems * (c % copies), shape, y, variants[i]); }, calls, stream);
+        const double gbs = weight_elems * sizeof(bf16) / (ms * 1e-3) / 1e9;
+        best = std::max(best, gbs);
+        std::printf("  %10.0f%s", gbs, invariant ? " " : "!");
+      }
+      std::printf("   %3.0f%% of read\n", 100.0 * best / read_gbs);
+    }
+  }
+  std::printf("tma bit checks (! = rows of m differ from m = 64's; FAR = not production's products): %d failed\n",
+              failures);
+  return failures;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -213,6 +317,7 @@ int main(int argc, char** argv) {
   check(cudaMalloc(&y, size_t{64} * widest * sizeof(bf16)), "malloc y");
   bf16* y64 = nullptr;
   check(cudaMalloc(&y64, size_t{64} * widest * sizeof(bf16)), "malloc y");
+  if (argc > 1 && std::string(argv[1]) == "--tma") return bench_tma(shapes, x, y, y64, read_gbs, stream) == 0 ? 0 : 1;
 
   // --blocks: the plans' pipelines in each block size, the shape's slices filled in per shape (max_slices 0).
   if (blocks) {  // the pipeline blocks of 4 and 2 warps are built for (skinny_gemm.cu), against 8-warp blocks
@@ -265,14 +370,12 @@ int main(int argc, char** argv) {
   int failures = 0;
   std::vector<std::string> fingerprints, agreement;
   for (const Shape& shape : shapes) {
-    const size_t weight_elems = static_cast<size_t>(shape.n) * shape.k;
-    const int copies = static_cast<int>(std::max<size_t>(1, kRotationBytes / (weight_elems * sizeof(bf16))));
-    bf16* weights = nullptr;
-    check(cudaMalloc(&weights, weight_elems * copies * sizeof(bf16)), "malloc w");
-    fill_random<<<1024, 256>>>(weights, weight_elems * copies, 11 + shape.n);
-    check(cudaDeviceSynchronize(), "fill");
+    const RotatedWeights rotation(shape);
+    const size_t weight_elems = rotation.elems;
+    const int copies = rotation.copies;
+    const bf16* weights = rotation.data;
     // Bits: production m = 64 and m = 1 (row 0) on copy 0.
-    launch_skinny_gemm(x, 64, weights, shape.n, shape.k, y64, false, stream);
+    register_fed(x, 64, weights, shape, y64, stream);
     cudaStreamSynchronize(stream);
     const auto production = download_bits(y64, static_cast<size_t>(64) * shape.n);
     // A fingerprint of the production bits, so that two builds (a kernel change that must keep every bit) can be
@@ -328,14 +431,10 @@ int main(int argc, char** argv) {
       // Production itself (skinny_plan_for: which engine for these rows, its pipeline).
       const int calls = std::max(copies, 20);
       const float production_ms = median_ms_per_call(
-          [&](int i) {
-            launch_skinny_gemm(x, m, weights + weight_elems * (i % copies), shape.n, shape.k, y, false, stream);
-          },
-          calls, stream);
+          [&](int i) { register_fed(x, m, weights + weight_elems * (i % copies), shape, y, stream); }, calls, stream);
       std::printf("  %9.0f   %3.0f%% of read\n", weight_elems * sizeof(bf16) / (production_ms * 1e-3) / 1e9,
                   100.0 * best / read_gbs);
     }
-    cudaFree(weights);
   }
   for (const std::string& line : fingerprints) std::printf("production bits at m = 64 (FNV-1a): %s\n", line.c_str());
   for (const std::string& line : agreement)

@@ -1,8 +1,11 @@
-// Which decode GEMM launches take the wgmma kernel (skinny_regs_choice.h): the plans' table, and DUET_SKINNY_REGS's
-// text as the measurements write it. No GPU needed: the choice is host code.
+// Which decode GEMM launches take the wgmma kernel and which weights the TMA engine (skinny_regs_choice.h): the plans'
+// tables, and DUET_SKINNY_REGS's and DUET_SKINNY_TMA's texts as the measurements write them. No GPU needed: the
+// choice is host code.
 #include "backend/cuda/skinny_regs_choice.h"
 
 #include <gtest/gtest.h>
+
+#include <utility>
 
 namespace duet::backend::cuda {
 namespace {
@@ -46,6 +49,31 @@ TEST(SkinnyRegsChoice, TheSwitchReplacesThePlans) {
     EXPECT_FALSE(c.takes(12352, 4096, 64)) << text;
     EXPECT_FALSE(c.takes(4096, 4096, 64)) << text;
   }
+}
+
+TEST(SkinnyTmaChoice, ThePlansGiveItTheGdnInputProjectionAtEveryRowCount) {
+  const SkinnyRegsChoice plans = parse_skinny_tma_choice(nullptr);
+  for (int32_t rows : {1, 16, 64}) {
+    EXPECT_TRUE(plans.takes(12352, 4096, rows));  // GDN qkv | z | b | a: faster at every count
+    for (const auto& [n, k] : {std::pair{4096, 4096}, std::pair{10240, 4096}, std::pair{24576, 4096},
+                               std::pair{4096, 12288}, std::pair{248320, 4096}})
+      EXPECT_FALSE(plans.takes(n, k, rows)) << n << " x " << k;
+  }
+}
+
+TEST(SkinnyTmaChoice, TheSwitchReplacesThePlansByShapeAlone) {
+  for (const char* none : {"0", "", "none"}) EXPECT_FALSE(parse_skinny_tma_choice(none).takes(12352, 4096, 1)) << none;
+  const SkinnyRegsChoice all = parse_skinny_tma_choice("1");
+  EXPECT_TRUE(all.takes(248320, 4096, 1));
+  EXPECT_TRUE(all.takes(4096, 4096, 64));
+  const SkinnyRegsChoice some = parse_skinny_tma_choice("4096x12288,24576x4096");
+  EXPECT_TRUE(some.takes(4096, 12288, 1));
+  EXPECT_TRUE(some.takes(24576, 4096, 64));
+  EXPECT_FALSE(some.takes(12352, 4096, 64)) << "a shape the switch does not name, though the plans do";
+  // No row bound: an engine by rows would give a weight's products two sets of bits. A shape with one is unreadable.
+  EXPECT_FALSE(parse_skinny_tma_choice("4096x12288:25").takes(4096, 12288, 64));
+  for (const char* text : {"12352", "x4096", "12352x", "all"})
+    EXPECT_FALSE(parse_skinny_tma_choice(text).takes(12352, 4096, 64)) << text;
 }
 
 }  // namespace

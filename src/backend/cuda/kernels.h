@@ -107,6 +107,17 @@ void launch_skinny_gemm_pipeline(const bf16* x, int32_t m, const bf16* w, int32_
 // more are launched 64 at a time). Its slices depend on the shape alone.
 SkinnyPipeline skinny_plan_for(int32_t n, int32_t k, int32_t rows);
 
+// ---- skinny_gemm_tma.cu
+// The decode GEMM's TMA engine: the products launch_skinny_gemm_segments computes (SkinnyOutputs, SwiGLU rows
+// included), the weights brought in by TMA and both operands read by wgmma, each output summed over k's natural k16
+// groups: batch-invariant like the register-fed kernels, with bits of its own (they differ in the last place), so a
+// weight takes one engine at every row count: this one for the shapes skinny_tma_for names (skinny_regs_choice.h).
+// slices 0: skinny_tma_slices(n, k), the shape's own; stages 4; a benchmarks build's experiments: 8 stages at one
+// block an SM, and blocks of 256 w rows (4 stages, one block an SM, BF16 out, no SwiGLU).
+void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out,
+                            bool y_f32, cudaStream_t stream, int slices = 0, int stages = 4, int block_rows = 128);
+int skinny_tma_slices(int32_t n, int32_t k);
+
 // ---- fp32_gemm.cu
 // y[m, n] = sum_k x[m, k] * w[n, k] in fp32, each output one fma chain over k in order from +0 (batch-invariant). For
 // the decision head's products (CudaBackend::host_fp32_matmul), not the model's. Every kernel computes the same

@@ -964,17 +964,12 @@ void launch_pipeline(const SkinnyPipeline& p, const bf16* x, int32_t rows, const
 template <typename PipelineFor>
 void launch(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& outputs, bool y_f32,
             PipelineFor&& pipeline_for, cudaStream_t stream) {
-  const size_t out_size = y_f32 ? sizeof(float) : sizeof(bf16);
   for (int32_t r0 = 0; r0 < m; r0 += kMaxTiles * 8) {
     const int32_t rows = std::min<int32_t>(kMaxTiles * 8, m - r0);
     const SkinnyPipeline pipeline = pipeline_for(rows);
     const int slices = std::clamp(pipeline.max_slices, 1, kMaxSlices);
     const bf16* xr = x + static_cast<int64_t>(r0) * k;
-    SkinnyOutputs out = outputs;  // each segment's rows from r0 on
-    for (int i = 0; i < out.segments; ++i)
-      out.y[i] = static_cast<char*>(out.y[i]) +
-                 static_cast<size_t>(r0) * static_cast<size_t>(out.swiglu_half > 0 ? out.swiglu_half : out.width(i)) *
-                     out_size;
+    const SkinnyOutputs out = skinny::outputs_from_row(outputs, r0, y_f32);
     // The wgmma kernel keeps its rows one after another (ptxas serialized its MMAs when it also took the SwiGLU row
     // mapping, C7515): SwiGLU in the epilogue runs on the mma.sync kernel, the same bits.
     if (pipeline.wgmma_registers && out.swiglu_half == 0) {
@@ -1020,8 +1015,11 @@ void launch_skinny_gemm_segments(const bf16* x, int32_t m, const bf16* w, int32_
       out.first[out.segments] != n)
     refuse("launch_skinny_gemm: output segments must cover the columns 0 .. n");
   if (m == 0 || n == 0) return;
-  // By k alone, so that a weight always takes the same kernel (and order of summation) whatever m is.
-  if (k % 16 == 0) {
+  // By the shape alone, so that a weight always takes the same engine and order of summation whatever m is: the TMA
+  // engine for the weights skinny_tma_for names (its own bits), else the register-fed kernels (one set of bits).
+  if (k % 16 == 0 && skinny_tma_for(n, k)) {
+    launch_skinny_gemm_tma(x, m, w, n, k, out, y_f32, stream);
+  } else if (k % 16 == 0) {
     mma::launch(
         x, m, w, n, k, out, y_f32, [&](int32_t rows) { return mma::plan_for(n, k, rows); }, stream);
   } else {
@@ -1043,6 +1041,8 @@ void launch_skinny_gemm_swiglu(const bf16* x, int32_t m, const bf16* w, int32_t 
   out.first[1] = 2 * half;
   out.swiglu_half = half;
   if (m == 0) return;
+  if (skinny_tma_for(2 * half, k) && pipeline == nullptr)
+    return launch_skinny_gemm_tma(x, m, w, 2 * half, k, out, false, stream);
   // The plan of the whole [2 half, k] weight, in 8-warp blocks (64 gate rows beside their 64 up rows).
   auto eight_warps = [](SkinnyPipeline p) {
     p.block_warps = 8;

@@ -40,6 +40,18 @@ __device__ __forceinline__ int64_t warp_first_row(const SkinnyOutputs& out, int6
   return (block * warps + warp) * 16;
 }
 
+// The outputs of a launch that starts at x row r0 (a GEMM of more than 64 rows runs in launches of 64): each
+// segment's rows from r0 on, SwiGLU's half-width rows alike.
+inline SkinnyOutputs outputs_from_row(const SkinnyOutputs& outputs, int32_t r0, bool y_f32) {
+  const size_t out_size = y_f32 ? sizeof(float) : sizeof(bf16);
+  SkinnyOutputs out = outputs;
+  for (int i = 0; i < out.segments; ++i)
+    out.y[i] =
+        static_cast<char*>(out.y[i]) +
+        static_cast<size_t>(r0) * static_cast<size_t>(out.swiglu_half > 0 ? out.swiglu_half : out.width(i)) * out_size;
+  return out;
+}
+
 // Output column `col` of x row r, to the segment that holds it (SkinnyOutputs: one GEMM over weights concatenated
 // at load writes each projection's columns to that projection's own [rows, width] array).
 template <bool kOutF32>

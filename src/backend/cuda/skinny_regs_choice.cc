@@ -1,9 +1,9 @@
 #include "backend/cuda/skinny_regs_choice.h"
 
-#include <algorithm>
+#include <charconv>
 #include <cstdlib>
-#include <string>
 #include <string_view>
+#include <system_error>
 
 namespace duet::backend::cuda {
 
@@ -29,31 +29,84 @@ SkinnyRegsChoice skinny_regs_plans() {
   return c;
 }
 
+namespace {
+
+// Calls `entry` with each comma-separated entry of `text`.
+template <typename Entry>
+void for_each_entry(std::string_view text, Entry entry) {
+  while (!text.empty()) {
+    const size_t comma = text.find(',');
+    entry(text.substr(0, comma));
+    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+  }
+}
+
+// A positive decimal number that is the whole of `text`, else 0.
+int positive(std::string_view text) {
+  int value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  return error == std::errc() && end == text.data() + text.size() && value > 0 ? value : 0;
+}
+
+// "NxK" into c's next entry from min_rows rows; false (and nothing added) when it is not one or c is full.
+bool add_shape(std::string_view shape, int min_rows, SkinnyRegsChoice& c) {
+  const size_t x = shape.find('x');
+  if (x == std::string_view::npos || c.count >= SkinnyRegsChoice::kMaxEntries) return false;
+  const int n = positive(shape.substr(0, x)), k = positive(shape.substr(x + 1));
+  if (n == 0 || k == 0) return false;
+  c.entries[c.count++] = {n, k, min_rows};
+  return true;
+}
+
+}  // namespace
+
 SkinnyRegsChoice parse_skinny_regs_choice(const char* text) {
   if (text == nullptr) return skinny_regs_plans();
   SkinnyRegsChoice c;
-  for (std::string_view rest(text); !rest.empty();) {
-    const size_t comma = rest.find(',');
-    const std::string_view entry = rest.substr(0, comma);
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+  for_each_entry(text, [&](std::string_view entry) {
     const size_t colon = entry.find(':');
-    if (colon == std::string_view::npos) continue;  // "none", or unreadable
-    const int rows = std::atoi(std::string(entry.substr(colon + 1)).c_str());
-    if (rows <= 0) continue;
-    const std::string shape(entry.substr(0, colon));
-    if (shape == "all") {
+    if (colon == std::string_view::npos) return;  // "none", or unreadable
+    const int rows = positive(entry.substr(colon + 1));
+    if (rows == 0) return;
+    if (entry.substr(0, colon) == "all") {
       c.all_from = rows;
-    } else if (const size_t x = shape.find('x'); x != std::string::npos && c.count < SkinnyRegsChoice::kMaxEntries) {
-      const int n = std::atoi(shape.substr(0, x).c_str()), k = std::atoi(shape.substr(x + 1).c_str());
-      if (n > 0 && k > 0) c.entries[c.count++] = {n, k, rows};
+    } else {
+      add_shape(entry.substr(0, colon), rows, c);
     }
-  }
+  });
   return c;
 }
 
 bool skinny_regs_for(int32_t n, int32_t k, int32_t rows) {
   static const SkinnyRegsChoice choice = parse_skinny_regs_choice(std::getenv("DUET_SKINNY_REGS"));
   return choice.takes(n, k, rows);
+}
+
+// bench_skinny_gemm --tma (an H100, docs/benchmarks.md, twenty-ninth round): the TMA engine read GDN qkv | z | b | a
+// faster than the plans at every row count (2,625 / 2,487 / 2,293 / 2,072 GB/s at 1 / 16 / 32 / 64 rows against
+// 2,506 / 2,276 / 2,135 / 1,912), and lost on every other shape at most counts (the LM head won up to 16 rows, lost
+// from 32: a weight takes one engine at every count, so not that one).
+SkinnyRegsChoice skinny_tma_plans() {
+  SkinnyRegsChoice c;
+  c.count = 1;
+  c.entries[0] = {12352, 4096, 1};  // GDN qkv | z | b | a
+  return c;
+}
+
+SkinnyRegsChoice parse_skinny_tma_choice(const char* text) {
+  if (text == nullptr) return skinny_tma_plans();
+  SkinnyRegsChoice c;
+  if (std::string_view(text) == "1") {
+    c.all_from = 1;
+    return c;
+  }
+  for_each_entry(text, [&](std::string_view entry) { add_shape(entry, 1, c); });  // "0": no shape, so none
+  return c;
+}
+
+bool skinny_tma_for(int32_t n, int32_t k) {
+  static const SkinnyRegsChoice choice = parse_skinny_tma_choice(std::getenv("DUET_SKINNY_TMA"));
+  return choice.takes(n, k, 1);
 }
 
 }  // namespace duet::backend::cuda

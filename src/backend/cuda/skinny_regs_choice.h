@@ -1,7 +1,9 @@
 #pragma once
-// Which decode GEMM launches take the wgmma kernel with the weights in registers (skinny_gemm.cu,
-// skinny_gemm_regs_kernel): the same bits as the mma.sync kernel, so the choice only moves time. The plans' table
-// (skinny_regs_choice.cc, with its measurements), or DUET_SKINNY_REGS for measurements on one binary.
+// Which kernel a decode GEMM launch takes. The wgmma kernel with the weights in registers (skinny_gemm.cu,
+// skinny_gemm_regs_kernel) gives the mma.sync kernel's bits, so it is chosen by shape and rows and only moves time.
+// The TMA engine (skinny_gemm_tma.cu) gives bits of its own, so it is chosen by shape alone: a weight takes it at every
+// row count or at none (a row's products must not depend on the batch). The plans' tables (skinny_regs_choice.cc,
+// with their measurements), or DUET_SKINNY_REGS / DUET_SKINNY_TMA for measurements on one binary.
 #include <cstdint>
 
 namespace duet::backend::cuda {
@@ -25,5 +27,13 @@ SkinnyRegsChoice skinny_regs_plans();
 SkinnyRegsChoice parse_skinny_regs_choice(const char* text);
 // The process's choice: DUET_SKINNY_REGS when set, else the plans (read once).
 bool skinny_regs_for(int32_t n, int32_t k, int32_t rows);
+
+// The weights whose launches take the TMA engine: entries of one row (min_rows 1), so by shape alone.
+SkinnyRegsChoice skinny_tma_plans();
+// DUET_SKINNY_TMA's text: "0" (no weight), "1" (every weight), or comma-separated shapes "NxK"; an entry it cannot read
+// names nothing. nullptr: the plans.
+SkinnyRegsChoice parse_skinny_tma_choice(const char* text);
+// The process's choice: DUET_SKINNY_TMA when set, else the plans (read once).
+bool skinny_tma_for(int32_t n, int32_t k);
 
 }  // namespace duet::backend::cuda

@@ -26,6 +26,18 @@ __device__ __forceinline__ uint64_t wgmma_descriptor(const void* tile, uint32_t 
   return d;  // base offset 0, no swizzle
 }
 
+// The same for a K-major operand in TMA's 128-byte swizzle (CU_TENSOR_MAP_SWIZZLE_128B, or stores that swizzle alike):
+// rows of 64 BF16 (128 bytes) one after another, 16-byte chunk c of row r stored at chunk c ^ (r % 8), in atoms of 8
+// rows (1,024 bytes, the stride byte offset) that start 1,024-byte aligned. A k16 group j of the rows starts 32 j
+// bytes into them: the tensor cores apply the swizzle to the address they form, so the start simply moves.
+__device__ __forceinline__ uint64_t wgmma_descriptor_sw128(uint32_t smem_byte_address) {
+  uint64_t d = (smem_byte_address & 0x3ffffu) >> 4;
+  d |= uint64_t{1} << 16;          // leading byte offset: unused by swizzled K-major layouts
+  d |= uint64_t{1024 >> 4} << 32;  // stride byte offset: one atom of 8 rows
+  d |= uint64_t{1} << 62;          // layout: 128-byte swizzle
+  return d;
+}
+
 // Orders this thread's earlier shared-memory writes (plain stores and cp.async, once waited for) before the tensor
 // cores' reads of the async proxy; a block barrier after it makes every thread's writes visible to them.
 __device__ __forceinline__ void fence_shared_for_async_proxy() {
@@ -136,6 +148,58 @@ __device__ __forceinline__ void wgmma_bf16_a_registers<8>(float (&acc)[8][4], ui
         "+f"(acc[6][0]), "+f"(acc[6][1]), "+f"(acc[6][2]), "+f"(acc[6][3]), "+f"(acc[7][0]), "+f"(acc[7][1]),
         "+f"(acc[7][2]), "+f"(acc[7][3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
+}
+
+// d += A B with both operands in shared memory by descriptor (m64nNk16, N = 8 kTiles), accumulators in mma.sync's C
+// layout as above. Always accumulates: a chain starts from zeroed accumulators.
+template <int kTiles>
+__device__ __forceinline__ void wgmma_bf16_shared(float (&acc)[kTiles][4], uint64_t a, uint64_t b);
+
+template <>
+__device__ __forceinline__ void wgmma_bf16_shared<1>(float (&acc)[1][4], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n}"
+      : "+f"(acc[0][0]), "+f"(acc[0][1]), "+f"(acc[0][2]), "+f"(acc[0][3])
+      : "l"(a), "l"(b), "r"(1));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_bf16_shared<2>(float (&acc)[2][4], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}"
+      : "+f"(acc[0][0]), "+f"(acc[0][1]), "+f"(acc[0][2]), "+f"(acc[0][3]), "+f"(acc[1][0]), "+f"(acc[1][1]),
+        "+f"(acc[1][2]), "+f"(acc[1][3])
+      : "l"(a), "l"(b), "r"(1));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_bf16_shared<4>(float (&acc)[4][4], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, "
+      "%13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}"
+      : "+f"(acc[0][0]), "+f"(acc[0][1]), "+f"(acc[0][2]), "+f"(acc[0][3]), "+f"(acc[1][0]), "+f"(acc[1][1]),
+        "+f"(acc[1][2]), "+f"(acc[1][3]), "+f"(acc[2][0]), "+f"(acc[2][1]), "+f"(acc[2][2]), "+f"(acc[2][3]),
+        "+f"(acc[3][0]), "+f"(acc[3][1]), "+f"(acc[3][2]), "+f"(acc[3][3])
+      : "l"(a), "l"(b), "r"(1));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_bf16_shared<8>(float (&acc)[8][4], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, "
+      "%13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, "
+      "1, 0, 0;\n}"
+      : "+f"(acc[0][0]), "+f"(acc[0][1]), "+f"(acc[0][2]), "+f"(acc[0][3]), "+f"(acc[1][0]), "+f"(acc[1][1]),
+        "+f"(acc[1][2]), "+f"(acc[1][3]), "+f"(acc[2][0]), "+f"(acc[2][1]), "+f"(acc[2][2]), "+f"(acc[2][3]),
+        "+f"(acc[3][0]), "+f"(acc[3][1]), "+f"(acc[3][2]), "+f"(acc[3][3]), "+f"(acc[4][0]), "+f"(acc[4][1]),
+        "+f"(acc[4][2]), "+f"(acc[4][3]), "+f"(acc[5][0]), "+f"(acc[5][1]), "+f"(acc[5][2]), "+f"(acc[5][3]),
+        "+f"(acc[6][0]), "+f"(acc[6][1]), "+f"(acc[6][2]), "+f"(acc[6][3]), "+f"(acc[7][0]), "+f"(acc[7][1]),
+        "+f"(acc[7][2]), "+f"(acc[7][3])
+      : "l"(a), "l"(b), "r"(1));
 }
 
 }  // namespace duet::backend::cuda

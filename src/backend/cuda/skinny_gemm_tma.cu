@@ -1,0 +1,333 @@
+// The decode GEMM's TMA engine (launch_skinny_gemm_tma in kernels.h; issue 16 item 1). Why: at 64 rows the
+// register-fed kernels (skinny_gemm.cu) read the weights at 35-53% of the H200's read rate (27th round). The eleventh
+// round's warpgroup engine, both operands in shared memory, was slower still, and its measurements said why: every
+// step tied the block's warps to one barrier and to the slowest warp's loads, and cp.async kept too few bytes in
+// flight. This is Hopper's own answer to both:
+//  - one producer warp brings each step's 128 w rows x 64 k into a ring of stages with two TMA copies (the hardware
+//    streams and swizzles them for wgmma: no registers, no per-thread addresses), and x's 64 k of each row by 16-byte
+//    cp.async beside them, in the same 128-byte swizzle, fenced for the tensor cores a stage later;
+//  - two consumer warpgroups (64 w rows each) wait only for their stage's mbarrier, multiply it by wgmma (A = w,
+//    B = x, both from shared memory) and free it through another mbarrier once the tensor cores are done with it: no
+//    block barrier inside the loop, and a ring of 4 stages at two blocks an SM keeps 128 KB of weights in flight per
+//    SM;
+//  - the k slices of a row block form a cluster whose partial sums are added in slice order through distributed
+//    shared memory and rounded once, each output to its segment, or gate and up through SwiGLU
+//    (skinny_gemm_slices.h, as the register-fed kernels do).
+// Each output is the chain of its natural k16 groups (16 contiguous k) in order over each slice, from zero, then the
+// slices in order: a function of (n, k) alone, never of m or of the other rows (x rows past m are zeros in their own
+// columns). The register-fed kernels sum other sets of k (their register layout's), so the two engines' bits differ
+// in the last place and a weight never mixes them: the engine is chosen by the weight's shape alone (skinny_tma_for).
+#include <cooperative_groups.h>
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/dependent_launch.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/mma_sync.h"
+#include "backend/cuda/skinny_gemm_slices.h"
+#include "backend/cuda/wgmma.h"
+
+namespace duet::backend::cuda {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kStep = skinny::kStep;  // 64 k: one 128-byte swizzle row of BF16
+constexpr int kBoxRows = 64;          // w rows a TMA box and a consumer warpgroup's MMA (m64)
+constexpr int kBlockRows = 128;       // w rows a block: two consumer warpgroups of 64
+constexpr int kConsumerThreads = 256;
+constexpr int kThreads = kConsumerThreads + 32;  // and one producer warp
+constexpr int kXStageBytes = 64 * kStep * 2;     // up to 64 rows of x
+// A block's w rows and a stage's bytes of them: kWgTiles m64 tiles a warpgroup (2: the benchmarks build's experiment
+// of 256-row blocks, half the x bytes a w byte at one block an SM).
+constexpr int block_rows(int wg_tiles) { return kBlockRows * wg_tiles; }
+constexpr int w_stage_bytes(int wg_tiles) { return block_rows(wg_tiles) * kStep * 2; }
+
+constexpr size_t shared_bytes(int stages, int wg_tiles = 1) {
+  return static_cast<size_t>(stages) * (w_stage_bytes(wg_tiles) + kXStageBytes) + 16 * stages + 1024;  // + slack
+}
+
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbarrier_expect_bytes(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+  } while (done == 0);
+}
+// Box (k0, row0) of the tensor map into shared memory at dst, completing `bar`'s expected bytes.
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int32_t k0, int32_t row0, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::
+          "r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(k0), "r"(row0), "r"(bar)
+      : "memory");
+}
+
+// The first w row of m64 tile `tile` (of 2 kWgTiles) of row block `block`: the block's rows one after another, or with
+// SwiGLU in the epilogue (kWgTiles 1) its 64 gate rows and the same 64 up rows (skinny_gemm_slices.h, warp_first_row).
+template <int kWgTiles>
+__device__ __forceinline__ int32_t tile_first_row(const SkinnyOutputs& out, int64_t block, int tile) {
+  if (out.swiglu_half > 0) return static_cast<int32_t>((tile == 0 ? 0 : out.swiglu_half) + kBoxRows * block);
+  return static_cast<int32_t>(block * block_rows(kWgTiles) + kBoxRows * tile);
+}
+
+template <int kTiles, bool kOutF32, int kStages, int kWgTiles>
+__global__ void __launch_bounds__(kThreads, kStages <= 4 && kWgTiles == 1 ? 2 : 1)
+    tma_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const bf16* __restrict__ x, int32_t rows, int32_t n,
+                    int32_t k, const SkinnyOutputs out) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  // TMA's 128-byte swizzle and the descriptors' atoms need 1,024-byte alignment; every block rounds alike, so a
+  // partial's address maps to the same place in each block of the cluster.
+  unsigned char* smem = smem_raw + ((1024 - smem_address(smem_raw) % 1024) % 1024);
+  cg::cluster_group cluster = cg::this_cluster();
+  const int slices = static_cast<int>(cluster.num_blocks());
+  const int slice = static_cast<int>(cluster.block_rank());
+  const int64_t block = blockIdx.x / slices;
+  const skinny::SliceSteps range(k, slice, slices);
+  const int64_t first = range.first, count = range.last - range.first;
+
+  const uint32_t w_stages = smem_address(smem);
+  constexpr int kWStageBytes = w_stage_bytes(kWgTiles), kRows = block_rows(kWgTiles);
+  const uint32_t x_stages = w_stages + kStages * kWStageBytes;
+  const uint32_t bars = x_stages + kStages * kXStageBytes;
+  auto full = [&](int s) { return bars + 8 * s; };               // the stage's bytes have landed
+  auto empty = [&](int s) { return bars + 8 * (kStages + s); };  // both warpgroups are done with the stage
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(full(s), 2);  // the TMA's expected bytes, then x's copies landed and fenced
+      mbarrier_init(empty(s), 2);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  // Launched as a dependent (dependent_launch.h): nothing is read before the kernel before is done.
+  wait_for_prerequisites();
+  let_dependents_launch();
+
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  float acc[kWgTiles][kTiles][4];
+#pragma unroll
+  for (int w = 0; w < kWgTiles; ++w)
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) acc[w][j][0] = acc[w][j][1] = acc[w][j][2] = acc[w][j][3] = 0.0f;
+
+  if (warp == kConsumerThreads / 32) {  // the producer
+    for (int64_t i = 0; i < count; ++i) {
+      const int s = static_cast<int>(i % kStages);
+      if (i >= kStages) mbarrier_wait(empty(s), static_cast<uint32_t>((i / kStages - 1) & 1));
+      const int64_t k0 = (first + i) * kStep;
+      if (lane == 0) {
+        // The whole boxes count, rows past n and k past k zero-filled.
+        mbarrier_expect_bytes(full(s), kWStageBytes);
+        const uint32_t ws = w_stages + s * kWStageBytes;
+#pragma unroll
+        for (int tile = 0; tile < 2 * kWgTiles; ++tile)
+          tma_load(ws + tile * (kBoxRows * kStep * 2), &w_map, static_cast<int32_t>(k0),
+                   tile_first_row<kWgTiles>(out, block, tile), full(s));
+      }
+      // x's rows [0, 8 kTiles) of this step, 16-byte chunk c of row r at chunk c ^ (r % 8) of the row (the swizzle
+      // TMA gives w); rows past `rows` and k past k as zeros.
+      const uint32_t xs = x_stages + s * kXStageBytes;
+      for (int c = lane; c < kTiles * 8 * 8; c += 32) {
+        const int r = c / 8, chunk = c % 8;
+        const int64_t kk = k0 + chunk * 8;
+        const bool real = r < rows && kk < k;
+        const bf16* src = real ? x + r * static_cast<int64_t>(k) + kk : x;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(xs + r * 128 + ((chunk ^ (r % 8)) << 4)),
+                     "l"(src), "r"(real ? 16 : 0)
+                     : "memory");
+      }
+      cp_async_commit();
+      // The previous stage's x has landed: each lane orders its copies (the generic proxy) before the tensor cores'
+      // reads (the async proxy), then one arrival says so. A stage behind, so the copies' latency overlaps the next
+      // stage's issue.
+      if (i > 0) {
+        cp_async_wait<1>();
+        fence_shared_for_async_proxy();
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive(full(static_cast<int>((i - 1) % kStages)));
+      }
+    }
+    if (count > 0) {
+      cp_async_wait<0>();
+      fence_shared_for_async_proxy();
+      __syncwarp();
+      if (lane == 0) mbarrier_arrive(full(static_cast<int>((count - 1) % kStages)));
+    }
+  } else {  // a consumer warpgroup: the block's m64 tiles group kWgTiles + w
+    const int group = warp / 4;
+    for (int64_t i = 0; i < count; ++i) {
+      const int s = static_cast<int>(i % kStages);
+      mbarrier_wait(full(s), static_cast<uint32_t>((i / kStages) & 1));
+      wgmma_fence();
+      const uint32_t a = w_stages + s * kWStageBytes + group * (kWStageBytes / 2);
+      const uint32_t b = x_stages + s * kXStageBytes;
+#pragma unroll
+      for (int j = 0; j < kStep / 16; ++j)
+#pragma unroll
+        for (int w = 0; w < kWgTiles; ++w)
+          wgmma_bf16_shared<kTiles>(acc[w], wgmma_descriptor_sw128(a + w * (kBoxRows * kStep * 2) + 32 * j),
+                                    wgmma_descriptor_sw128(b + 32 * j));
+      wgmma_commit();
+      wgmma_wait<1>();  // the previous step's MMAs are done: its stage may be refilled
+      if (i > 0 && threadIdx.x % 128 == 0) mbarrier_arrive(empty(static_cast<int>((i - 1) % kStages)));
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int w = 0; w < kWgTiles; ++w) fence_accumulators(acc[w]);
+  }
+  __syncthreads();  // every MMA has read its stages: the partials may take their place
+
+  // This slice's partial sums, [x row][w row of the block] (wgmma.h: warp w's lane (g, t) holds w rows 16 w + g and
+  // + 8 of its tile, x rows 8 j + 2 t and + 1).
+  float* partials = reinterpret_cast<float*>(smem);
+  if (warp < kConsumerThreads / 32) {
+    const int g = lane / 4, t = lane % 4;
+    constexpr int kStride = skinny::part_stride(kRows);
+#pragma unroll
+    for (int w = 0; w < kWgTiles; ++w) {
+      const int local = ((warp / 4) * kWgTiles + w) * kBoxRows + (warp % 4) * 16 + g;
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) {
+        const int r = 8 * j + 2 * t;
+        partials[r * kStride + local] = acc[w][j][0];
+        partials[(r + 1) * kStride + local] = acc[w][j][1];
+        partials[r * kStride + local + 8] = acc[w][j][2];
+        partials[(r + 1) * kStride + local + 8] = acc[w][j][3];
+      }
+    }
+  }
+  skinny::add_slices_and_store<kOutF32, kRows>(cluster, partials, rows, block * kRows, n, out);
+}
+
+// The weights' tensor maps, made once per (w, n, k) and kept (the weights are resident for the process): boxes of
+// 64 k x 64 rows, 128-byte swizzle, zeros out of bounds. Launches come from more than one thread (decode steps, the
+// decision head's), hence the lock.
+const CUtensorMap& weight_map(const bf16* w, int32_t n, int32_t k) {
+  static std::mutex lock;
+  static std::map<std::tuple<const bf16*, int32_t, int32_t>, CUtensorMap> maps;
+  const std::lock_guard<std::mutex> guard(lock);
+  const auto key = std::make_tuple(w, n, k);
+  if (const auto it = maps.find(key); it != maps.end()) return it->second;
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    check_cuda(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found),
+               "launch_skinny_gemm_tma: cuTensorMapEncodeTiled");
+    if (fn == nullptr || found != cudaDriverEntryPointSuccess)
+      check_cuda(cudaErrorNotSupported, "launch_skinny_gemm_tma: the driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};
+  const cuuint32_t box[2] = {kStep, kBoxRows};
+  const cuuint32_t element_strides[2] = {1, 1};
+  if (encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(w), dims, strides, box, element_strides,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+    check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: cuTensorMapEncodeTiled refused the weight");
+  return maps.emplace(key, map).first->second;
+}
+
+template <int kTiles, bool kOutF32, int kStages, int kWgTiles>
+void launch_with(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
+                 int slices, cudaStream_t stream) {
+  constexpr auto kernel = tma_gemm_kernel<kTiles, kOutF32, kStages, kWgTiles>;
+  constexpr size_t kSmem = shared_bytes(kStages, kWgTiles);
+  static const bool sized = [] {
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)),
+               "skinny tma: shared memory");
+    return true;
+  }();
+  (void)sized;
+  skinny::launch_clusters(kernel, kThreads, block_rows(kWgTiles), kSmem, n, slices, stream, "skinny tma", map, x, rows,
+                          n, k, out);
+}
+
+template <bool kOutF32, int kStages, int kWgTiles = 1>
+void launch_rows(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
+                 int slices, cudaStream_t stream) {
+  if (rows <= 8) return launch_with<1, kOutF32, kStages, kWgTiles>(map, x, rows, n, k, out, slices, stream);
+  if (rows <= 16) return launch_with<2, kOutF32, kStages, kWgTiles>(map, x, rows, n, k, out, slices, stream);
+  if (rows <= 32) return launch_with<4, kOutF32, kStages, kWgTiles>(map, x, rows, n, k, out, slices, stream);
+  launch_with<8, kOutF32, kStages, kWgTiles>(map, x, rows, n, k, out, slices, stream);
+}
+
+}  // namespace
+
+int skinny_tma_slices(int32_t n, int32_t k) {
+  // The blocks an H100 or H200 keeps resident (132 SMs, two blocks each) over the row blocks, at most 8 (a portable
+  // cluster) and at most k's steps. A constant, not the device's SM count: the slices fix the order of summation, so
+  // a smaller GPU runs the same slices in more waves rather than computing other bits.
+  constexpr int64_t kResidentBlocks = 132 * 2;
+  const int64_t row_blocks = (static_cast<int64_t>(n) + kBlockRows - 1) / kBlockRows;
+  const int64_t steps = (static_cast<int64_t>(k) + kStep - 1) / kStep;
+  return static_cast<int>(
+      std::clamp<int64_t>(std::min<int64_t>(kResidentBlocks / row_blocks, steps), 1, skinny::kMaxSlices));
+}
+
+void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& outputs,
+                            bool y_f32, cudaStream_t stream, int slices, int stages, int block_rows_wanted) {
+  if (k <= 0 || k % 16 != 0 || n <= 0 || m < 0)
+    check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: k a positive multiple of 16, n positive");
+  if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16 != 0)
+    check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: x and w must be 16-byte aligned");
+  if (outputs.swiglu_half > 0 && (y_f32 || outputs.swiglu_half % 64 != 0 || n != 2 * outputs.swiglu_half))
+    check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: SwiGLU takes BF16 out and halves of 64 rows");
+  if (slices == 0) slices = skinny_tma_slices(n, k);
+  if (slices < 1 || slices > skinny::kMaxSlices || (stages != 4 && stages != 8))
+    check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: slices 1..8, stages 4 or 8");
+  if (block_rows_wanted != kBlockRows &&
+      (block_rows_wanted != 2 * kBlockRows || stages != 4 || outputs.swiglu_half > 0 || y_f32))
+    check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: 256-row blocks at 4 stages, BF16 out, no SwiGLU only");
+#ifndef DUET_SKINNY_EXPERIMENTS
+  if (stages != 4 || block_rows_wanted != kBlockRows)
+    check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: the experiments are in a benchmarks build only");
+#endif
+  const CUtensorMap& map = weight_map(w, n, k);
+  for (int32_t r0 = 0; r0 < m; r0 += 64) {  // 64 rows a launch, each reading w again
+    const int32_t rows = std::min<int32_t>(64, m - r0);
+    const SkinnyOutputs out = skinny::outputs_from_row(outputs, r0, y_f32);
+    const bf16* xr = x + static_cast<int64_t>(r0) * k;
+#ifdef DUET_SKINNY_EXPERIMENTS
+    if (block_rows_wanted != kBlockRows) {
+      launch_rows<false, 4, 2>(map, xr, rows, n, k, out, slices, stream);
+      continue;
+    }
+    if (stages == 8) {
+      if (y_f32) {
+        launch_rows<true, 8>(map, xr, rows, n, k, out, slices, stream);
+      } else {
+        launch_rows<false, 8>(map, xr, rows, n, k, out, slices, stream);
+      }
+      continue;
+    }
+#endif
+    if (y_f32) {
+      launch_rows<true, 4>(map, xr, rows, n, k, out, slices, stream);
+    } else {
+      launch_rows<false, 4>(map, xr, rows, n, k, out, slices, stream);
+    }
+  }
+}
+
+}  // namespace duet::backend::cuda
