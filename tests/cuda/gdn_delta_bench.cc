@@ -130,6 +130,7 @@ void run_case(const Case& c, int reps) {
 }  // namespace duet::backend::cuda::gdn_testing
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a line a case as it ends, even into a file a timeout may cut short
   const int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 20;
   if (const std::string why = duet::testing::no_gpu_reason(); !why.empty()) {
     std::fprintf(stderr, "bench_gdn_delta: %s\n", why.c_str());

@@ -504,6 +504,11 @@ GdnRun run_cut(const GdnDims& d, const Weight& conv_w, const DeltaInputs& in, in
                 live_state(d, states.delta_now(0, kLayer), start + rows)};
 }
 
+Weight random_conv_weight(const GdnDims& d, uint64_t seed) {
+  return Weight(random_bf16_values(static_cast<size_t>(conv_channels(d)) * kConvKernel, seed), false, conv_channels(d),
+                kConvKernel);
+}
+
 void expect_same_run(const GdnRun& whole, const GdnRun& cut) {
   EXPECT_TRUE(same_bits(whole.conv_out, cut.conv_out)) << "conv output";
   EXPECT_TRUE(same_bits(whole.delta_out, cut.delta_out)) << "delta-rule output";
@@ -525,8 +530,7 @@ std::string describe(const std::vector<int32_t>& parts) {
 TEST_P(GdnKernelsTest, VerifyRowsCutAnywhereGiveTheSameBitsAsWhole) {
   DUET_REQUIRE_GPU();
   const GdnDims& d = dims();
-  const Weight conv_w(random_bf16_values(static_cast<size_t>(conv_channels(d)) * kConvKernel, 601), false,
-                      conv_channels(d), kConvKernel);
+  const Weight conv_w = random_conv_weight(d, 601);
   const DeltaInputs in = random_delta_inputs(d, 130, 610);
   const int32_t start = 40;
   const GdnRun whole = run_cut(d, conv_w, in, start, {130}, true);
@@ -546,8 +550,7 @@ TEST_P(GdnKernelsTest, VerifyRowsCutAnywhereGiveTheSameBitsAsWhole) {
 TEST_P(GdnKernelsTest, PromptCutAtMultiplesOf64GivesTheSameBitsAsWhole) {
   DUET_REQUIRE_GPU();
   const GdnDims& d = dims();
-  const Weight conv_w(random_bf16_values(static_cast<size_t>(conv_channels(d)) * kConvKernel, 651), false,
-                      conv_channels(d), kConvKernel);
+  const Weight conv_w = random_conv_weight(d, 651);
   const DeltaInputs in = random_delta_inputs(d, 202, 660);
   const int32_t start = 64;
   const GdnRun whole = run_cut(d, conv_w, in, start, {200, 1, 1}, false);
