@@ -61,7 +61,7 @@ TEST(DeltaOrder, PrefillPiecesFromAChunkStartTakeTheChunkedForm) {
   EXPECT_EQ(wy(5), (std::vector<bool>{false}));
 }
 
-// The control: the same one-row piece at 128 as a decode row goes to the one-row kernel, so the test above sees the role.
+// The control: the same one-row piece at 128 as a decode row takes the one-row kernel (the test above sees roles).
 TEST(DeltaOrder, TheSameRowAsADecodeRowTakesTheOneRowKernel) {
   std::vector<DevicePiece> pieces = with_rows({piece(DeviceRole::decode, 1, 128), piece(DeviceRole::prefill, 64, 0)});
   int64_t scratch = 0;

@@ -525,6 +525,18 @@ std::string describe(const std::vector<int32_t>& parts) {
   return text;
 }
 
+// The run cut into `whole`, then into each of `cuts`: every one must give its bits. Returns the first.
+GdnRun expect_cuts_keep_bits(const GdnDims& d, const Weight& conv_w, const DeltaInputs& in, int32_t start, bool verify,
+                             const std::vector<int32_t>& whole_parts, const std::vector<std::vector<int32_t>>& cuts) {
+  GdnRun whole = run_cut(d, conv_w, in, start, whole_parts, verify);
+  EXPECT_TRUE(all_finite(whole.conv_out) && all_finite(whole.delta_out)) << "outputs left unwritten";
+  for (const std::vector<int32_t>& parts : cuts) {
+    SCOPED_TRACE(describe(parts));
+    expect_same_run(whole, run_cut(d, conv_w, in, start, parts, verify));
+  }
+  return whole;
+}
+
 // Verify rows (the row-by-row form) give the same bits however their run is cut: inside its first chunk, at the chunk
 // boundaries 64 and 128, one row at a time across a boundary, a piece of one row (a decode step) in the middle.
 TEST_P(GdnKernelsTest, VerifyRowsCutAnywhereGiveTheSameBitsAsWhole) {
@@ -533,14 +545,8 @@ TEST_P(GdnKernelsTest, VerifyRowsCutAnywhereGiveTheSameBitsAsWhole) {
   const Weight conv_w = random_conv_weight(d, 601);
   const DeltaInputs in = random_delta_inputs(d, 130, 610);
   const int32_t start = 40;
-  const GdnRun whole = run_cut(d, conv_w, in, start, {130}, true);
-  ASSERT_TRUE(all_finite(whole.conv_out) && all_finite(whole.delta_out)) << "outputs left unwritten";
-  for (const std::vector<int32_t>& parts :
-       {std::vector<int32_t>{64, 66}, std::vector<int32_t>{1, 63, 66}, std::vector<int32_t>{24, 64, 42},
-        std::vector<int32_t>{7, 7, 7, 7, 7, 7, 88}, std::vector<int32_t>{20, 1, 1, 1, 1, 1, 105}}) {
-    SCOPED_TRACE(describe(parts));
-    expect_same_run(whole, run_cut(d, conv_w, in, start, parts, true));
-  }
+  expect_cuts_keep_bits(d, conv_w, in, start, true, {130},
+                        {{64, 66}, {1, 63, 66}, {24, 64, 42}, {7, 7, 7, 7, 7, 7, 88}, {20, 1, 1, 1, 1, 1, 105}});
 }
 
 // A prompt's rows (the WY form's chunks) give the same bits however it is cut at multiples of 64 (the only cuts the
@@ -553,13 +559,8 @@ TEST_P(GdnKernelsTest, PromptCutAtMultiplesOf64GivesTheSameBitsAsWhole) {
   const Weight conv_w = random_conv_weight(d, 651);
   const DeltaInputs in = random_delta_inputs(d, 202, 660);
   const int32_t start = 64;
-  const GdnRun whole = run_cut(d, conv_w, in, start, {200, 1, 1}, false);
-  ASSERT_TRUE(all_finite(whole.conv_out) && all_finite(whole.delta_out)) << "outputs left unwritten";
-  for (const std::vector<int32_t>& parts : {std::vector<int32_t>{64, 136, 1, 1}, std::vector<int32_t>{128, 72, 1, 1},
-                                            std::vector<int32_t>{64, 64, 64, 8, 1, 1}}) {
-    SCOPED_TRACE(describe(parts));
-    expect_same_run(whole, run_cut(d, conv_w, in, start, parts, false));
-  }
+  const GdnRun whole = expect_cuts_keep_bits(d, conv_w, in, start, false, {200, 1, 1},
+                                             {{64, 136, 1, 1}, {128, 72, 1, 1}, {64, 64, 64, 8, 1, 1}});
   const GdnRun inside = run_cut(d, conv_w, in, start, {64, 40, 96, 1, 1}, false);
   const int32_t vw = value_width(d);
   // Rows 0..103 are computed alike; rows 104..127 (the rest of the chunk the cut entered) by the other form.
