@@ -44,6 +44,10 @@ struct AttentionCase {
 };
 const AttentionCase kTinyAttention{"Tiny", {4, 2, 32, 8, 1e4f, 1e-6f}};
 const AttentionCase k9BAttention{"Qwen35_9B", {16, 4, 256, 64, 1e7f, 1e-6f}};
+// Eight query heads per KV head of 256 dims: too many for the lanes decode kernel (attention_decode_lanes.cu), so its
+// decode rows take the cluster kernel (attention.cu), which the other two shapes reach only under
+// DUET_ATTN_DECODE=cluster.
+const AttentionCase kWideGroupAttention{"WideGroup", {32, 4, 256, 64, 1e7f, 1e-6f}};
 
 // One sequence's pre-norm inputs at every position, as floats exactly representable in BF16, and its pages.
 struct Sequence {
@@ -919,7 +923,7 @@ TEST_P(AttentionKernels, EqualStreamsHaveTheTextPathsBits) {
   EXPECT_EQ(keys, 0u) << "shifted keys";
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, AttentionKernels, ::testing::Values(kTinyAttention, k9BAttention),
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionKernels, ::testing::Values(kTinyAttention, k9BAttention, kWideGroupAttention),
                          [](const ::testing::TestParamInfo<AttentionCase>& info) {
                            return std::string(info.param.name);
                          });

@@ -13,11 +13,13 @@
 // Every step is an explicitly rounded intrinsic (no contraction left to the compiler), so the value depends only on
 // the row's position and its sequence's data: not on the other rows, the pieces, the cuts, nor the kernel.
 //
-// Decode rows (pieces with DeviceRole::decode, whatever their size) take attention_decode_kernel: walking
-// every key in one block leaves a long decode row on kv_heads SMs, so a cluster of kCluster blocks shares the row's
-// key blocks. With P = position / 64 + 1 key blocks, per = ceil(P / kCluster) and A = ceil(P / per), block r of the
-// cluster runs the loop above (from m = -inf, l = 0, acc = 0) over key blocks [r per, min((r + 1) per, P)) for
-// r < A, and the cluster merges the A partial states (m_r, l_r, acc_r) through distributed shared memory, in r order:
+// Decode rows (pieces with DeviceRole::decode, whatever their size) take attention_decode_lanes_kernel
+// (attention_decode_lanes.cu) when their head shape fits a warp (the 9B's does), else attention_decode_kernel here
+// (DUET_ATTN_DECODE=cluster: here always): walking every key in one block leaves a long decode row on kv_heads SMs,
+// so a cluster of kDecodeCluster blocks shares the row's key blocks. With P = position / 64 + 1 key blocks, per =
+// ceil(P / kDecodeCluster) and A = ceil(P / per), block r of the cluster runs the loop above (from m = -inf, l = 0,
+// acc = 0) over key blocks [r per, min((r + 1) per, P)) for r < A (decode_split), and the cluster merges the A
+// partial states (m_r, l_r, acc_r) through distributed shared memory, in r order (merge_cluster_states):
 //   M = max_r m_r,  c_r = exp(m_r - M)
 //   l = l_0 * c_0, then l = fma(l_r, c_r, l) for r = 1 .. A-1;  acc likewise
 //   out = bf16((acc / l) * sigmoid(gate))
@@ -49,8 +51,6 @@ using namespace attention;  // attention_shared.h
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kCluster = 8;              // decode-kernel blocks per (row, KV head): the portable cluster size
-constexpr int kMaxDecodeClusters = 256;  // decode-kernel clusters per KV head; each takes rows this many apart
 
 // Q and K rows in shared memory are padded by 4 BF16 (8 bytes): 8-byte loads of 16 consecutive rows then hit
 // distinct banks.
@@ -154,7 +154,7 @@ __device__ __forceinline__ void rows_key_block(const bf16* qs, const bf16* ks, c
   }
 }
 
-// ---- The decode kernel: one cluster of kCluster blocks per (decode row, KV head).
+// ---- The decode kernel: one cluster of kDecodeCluster blocks per (decode row, KV head).
 
 // One key block's K and V chunks of this thread, in registers: the next block's loads are in flight while the
 // current one is computed.
@@ -202,7 +202,7 @@ __device__ __forceinline__ void store_kv(const KvChunks<D>& r, int n, bf16* ks, 
 // runs its share of the key blocks with the rows arithmetic, leaves (m, l, acc) in its shared memory, and after a
 // cluster barrier each block merges a slice of the G x D outputs from all the partial states, in rank order.
 template <int D, int kJ>
-__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 2)
+__global__ void __cluster_dims__(kDecodeCluster, 1, 1) __launch_bounds__(kThreads, 2)
     attention_decode_kernel(AttentionParams p) {
   wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
   let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
@@ -222,7 +222,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 2)
 
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
-  const int clusters = gridDim.x / kCluster;
+  const int clusters = gridDim.x / kDecodeCluster;
   const int kvh = blockIdx.y, tid = threadIdx.x, G = p.group;
   constexpr int kQueriesPerPass = kThreads / D;
   const int dim = tid % D, query0 = tid / D;
@@ -230,14 +230,12 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 2)
   const int64_t value_offset = kv_page_elems(p.kv_heads, D);
 
   // Every block of a cluster takes the same rows and the same branches around the cluster barriers.
-  for (int row = blockIdx.x / kCluster; row < p.step.rows; row += clusters) {
+  for (int row = blockIdx.x / kDecodeCluster; row < p.step.rows; row += clusters) {
     const DevicePiece piece = p.step.piece[p.step.row_piece[row]];
     if (piece.role != DeviceRole::decode) continue;
     const int32_t position = p.step.row_position[row];
-    const int key_blocks = position / kKeys + 1;
-    const int per = (key_blocks + kCluster - 1) / kCluster;
-    const int active = (key_blocks + per - 1) / per;  // ranks with at least one key block
-    const int first = rank * per, last = min(first + per, key_blocks);
+    const DecodeSplit split = decode_split(position, rank);
+    const int first = split.first, last = split.last;
 
     if (first < last) {
       for (int g = tid / (D / 8); g < G; g += kThreads / (D / 8))
@@ -278,29 +276,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 2)
     }
     cluster.sync();  // every partial state written and visible to the cluster
 
-    for (int e = rank * kThreads + tid; e < G * D; e += kCluster * kThreads) {
-      const int g = e / D, d = e % D;
-      float m_r[kCluster];
-      float m = -INFINITY;
-#pragma unroll
-      for (int r = 0; r < kCluster; ++r) {
-        m_r[r] = r < active ? *cluster.map_shared_rank(m_s + g, r) : -INFINITY;
-        m = fmaxf(m, m_r[r]);
-      }
-      float c = softmax_exp(__fsub_rn(m_r[0], m));
-      float l = __fmul_rn(*cluster.map_shared_rank(l_s + g, 0), c);
-      float a = __fmul_rn(*cluster.map_shared_rank(part + e, 0), c);
-#pragma unroll
-      for (int r = 1; r < kCluster; ++r) {
-        if (r >= active) break;
-        c = softmax_exp(__fsub_rn(m_r[r], m));
-        l = __fmaf_rn(*cluster.map_shared_rank(l_s + g, r), c, l);
-        a = __fmaf_rn(*cluster.map_shared_rank(part + e, r), c, a);
-      }
-      const int head = kvh * G + g;
-      const float gate = __bfloat162float(query_ptr(p, row, head, D)[D + d]);
-      p.out[(static_cast<int64_t>(row) * p.q_heads + head) * D + d] = __float2bfloat16(gated_output(a, l, gate));
-    }
+    merge_cluster_states<D, kThreads>(p, cluster, rank, split.active, row, kvh, m_s, l_s, part);
     cluster.sync();  // no block rewrites (or exits with) its shared memory while another still reads it
   }
 }
@@ -314,15 +290,15 @@ void launch_decode(const AttentionParams& p, cudaStream_t stream) {
   if constexpr (kJ < kMaxGroup * D / kThreads) {
     if (p.group * D > kJ * kThreads) return launch_decode<D, 2 * kJ>(p, stream);
   }
-  // One cluster per row up to kMaxDecodeClusters, so a long prefill step does not launch kCluster idle blocks per
+  // One cluster per row up to kMaxDecodeClusters, so a long prefill step does not launch kDecodeCluster idle blocks per
   // row; clusters then take rows kMaxDecodeClusters apart (which cluster serves a row changes none of its bits).
   constexpr int kBytes = RowsSmem<D>::kBytes;
   static const bool configured =
       (allow_smem(attention_decode_kernel<D, kJ>, kBytes, "attention_decode_kernel smem"), true);
   (void)configured;
   const int clusters = std::min(p.step.rows, kMaxDecodeClusters);
-  launch_dependent("attention_decode_kernel", attention_decode_kernel<D, kJ>, dim3(clusters * kCluster, p.kv_heads),
-                   kThreads, kBytes, stream, p);
+  launch_dependent("attention_decode_kernel", attention_decode_kernel<D, kJ>,
+                   dim3(clusters * kDecodeCluster, p.kv_heads), kThreads, kBytes, stream, p);
   check_launch("attention_decode_kernel");
 }
 
@@ -349,7 +325,7 @@ void launch_attention(const DeviceStep& step, int32_t attn_layer, const bf16* q_
   p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   p.tile_rows = kTileQueries / p.group;
   launch_prefill(p, hd, stream);
-  if (step.decode_rows == 0) return;
+  if (step.decode_rows == 0 || launch_decode_lanes(p, hd, stream)) return;
   switch (hd) {
     case 32:
       return launch_decode<32>(p, stream);

@@ -1,6 +1,7 @@
 #pragma once
 // What the attention kernels share (attention.cu: decode rows; attention_prefill.cu: prefill rows): the launch
 // parameters, the pieces of arithmetic both take the same way (the gated output), and how a block finds its tile.
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -12,9 +13,11 @@
 
 namespace duet::backend::cuda::attention {
 
-constexpr int kKeys = kPagePositions;  // one key block is one page
-constexpr int kMaxGroup = 16;          // query heads per KV head
-constexpr int kTileQueries = 64;       // queries per prefill block: 64 / group rows x group heads of one KV head
+constexpr int kKeys = kPagePositions;    // one key block is one page
+constexpr int kMaxGroup = 16;            // query heads per KV head
+constexpr int kTileQueries = 64;         // queries per prefill block: 64 / group rows x group heads of one KV head
+constexpr int kDecodeCluster = 8;        // decode-kernel blocks per (row, KV head): the portable cluster size
+constexpr int kMaxDecodeClusters = 256;  // decode-kernel clusters per KV head; each takes rows this many apart
 
 struct AttentionParams {
   DeviceStep step;
@@ -80,6 +83,57 @@ __device__ inline bool find_tile(const AttentionParams& p, int tile, int* piece_
   return false;
 }
 
+// A decode row's key blocks over its cluster's blocks (the decode kernels): with P = position / 64 + 1 key blocks and
+// per = ceil(P / kDecodeCluster), block `rank` takes key blocks [first, last) = [rank per, min((rank + 1) per, P));
+// the first `active` blocks have at least one. It depends on the row's position alone.
+struct DecodeSplit {
+  int first, last, active;
+};
+__device__ __forceinline__ DecodeSplit decode_split(int32_t position, int rank) {
+  const int key_blocks = position / kKeys + 1;
+  const int per = (key_blocks + kDecodeCluster - 1) / kDecodeCluster;
+  DecodeSplit s;
+  s.active = (key_blocks + per - 1) / per;
+  s.first = rank * per;
+  s.last = min(s.first + per, key_blocks);
+  return s;
+}
+
+// The decode kernels' last step, after a cluster barrier: the `active` blocks of the cluster each left their partial
+// state of the row (m_s[g], l_s[g], part[g D + d]) in their shared memory; each block writes a slice of the G x D
+// outputs, merging the states in rank order:
+//   M = max_r m_r,  c_r = exp(m_r - M),  l = l_0 c_0, then l = fma(l_r, c_r, l) for r = 1 .. active-1;  acc likewise
+//   out = bf16((acc / l) * sigmoid(gate))
+template <int D, int kThreads>
+__device__ __forceinline__ void merge_cluster_states(const AttentionParams& p,
+                                                     cooperative_groups::cluster_group& cluster, int rank, int active,
+                                                     int row, int kvh, float* m_s, float* l_s, float* part) {
+  const int G = p.group;
+  for (int e = rank * kThreads + static_cast<int>(threadIdx.x); e < G * D; e += kDecodeCluster * kThreads) {
+    const int g = e / D, d = e % D;
+    float m_r[kDecodeCluster];
+    float m = -INFINITY;
+#pragma unroll
+    for (int r = 0; r < kDecodeCluster; ++r) {
+      m_r[r] = r < active ? *cluster.map_shared_rank(m_s + g, r) : -INFINITY;
+      m = fmaxf(m, m_r[r]);
+    }
+    float c = softmax_exp(__fsub_rn(m_r[0], m));
+    float l = __fmul_rn(*cluster.map_shared_rank(l_s + g, 0), c);
+    float a = __fmul_rn(*cluster.map_shared_rank(part + e, 0), c);
+#pragma unroll
+    for (int r = 1; r < kDecodeCluster; ++r) {
+      if (r >= active) break;
+      c = softmax_exp(__fsub_rn(m_r[r], m));
+      l = __fmaf_rn(*cluster.map_shared_rank(l_s + g, r), c, l);
+      a = __fmaf_rn(*cluster.map_shared_rank(part + e, r), c, a);
+    }
+    const int head = kvh * G + g;
+    const float gate = __bfloat162float(query_ptr(p, row, head, D)[D + d]);
+    p.out[(static_cast<int64_t>(row) * p.q_heads + head) * D + d] = __float2bfloat16(gated_output(a, l, gate));
+  }
+}
+
 // Whether a prefill kernel may find rows of its own (DeviceStep::decode_rows: when the host did not count, yes).
 inline bool has_prefill_rows(const DeviceStep& step) { return step.decode_rows < 0 || step.decode_rows < step.rows; }
 
@@ -90,5 +144,9 @@ void allow_smem(Kernel kernel, int bytes, const char* name) {
 
 // attention_prefill.cu: every prefill row of the step, on tensor cores (head_dim 32, 64, 128 or 256).
 void launch_prefill(const AttentionParams& p, int head_dim, cudaStream_t stream);
+
+// attention_decode_lanes.cu: every decode row of the step in the lanes form, when it takes the shape (group x head_dim
+// fits a warp) and DUET_ATTN_DECODE is not "cluster"; false when it launched nothing (the cluster form's turn).
+bool launch_decode_lanes(const AttentionParams& p, int head_dim, cudaStream_t stream);
 
 }  // namespace duet::backend::cuda::attention

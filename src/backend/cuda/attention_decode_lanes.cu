@@ -1,0 +1,360 @@
+// Decode rows' attention with the key rows read straight from the KV pages into the lanes of a warp: the form for
+// head shapes whose queries of one KV head fit a warp's registers (group x head_dim <= 1024 with the group rounded up
+// to a power of two at most 8, so the 9B's 4 x 256). The cluster form (attention.cu) stages every key block in
+// shared memory and walks it in three barrier-separated phases with a quarter of the SM's warps resident: a 64-row
+// step's decode attention ran at about a third of the copy rate, most warps waiting at those barriers (ncu, 31st
+// round). Here each warp streams its own keys with no barrier until the merge.
+//
+// The arithmetic of one query (a row and a query head; D = head_dim, lane l holds dims E l .. E l + E - 1, E = D / 32):
+//   the row's keys are split over the cluster's blocks as in attention.cu (P = position / 64 + 1 key blocks, per =
+//   ceil(P / 8), block r takes key blocks [r per, min((r + 1) per, P))); inside a block, batches of 4 keys
+//   (batch b starts at key 64 r per + 4 b) go to warp b % 8. Per warp, from m = -inf, l = 0, acc = 0, per batch:
+//     part_t = the lane's dims of q.k_t: one fma chain over its E dims, from 0
+//     s_t    = fp32(sum of the 32 parts) * scale    the sum: a fixed tree (pairs of lanes 16 apart, then 8, 4, 2, 1)
+//              (-inf for keys after the position)
+//     m'     = max(m, max_t s_t),  c = exp(m - m'),  p_t = exp(s_t - m')
+//     l      = l * c, then l += p_t for t ascending
+//     acc    = acc * c, then acc = fma(p_t, v_t, acc) for t ascending
+//   the block merges its 8 warps' (m, l, acc) in warp order, the cluster the blocks' in rank order (as attention.cu):
+//     M = max_w m_w, c_w = exp(m_w - M), l = l_0 c_0, then l = fma(l_w, c_w, l) for w = 1 .. 7; acc likewise
+//   out = bf16((acc / l) * sigmoid(gate))
+// Every step is an explicitly rounded intrinsic and every split depends on the row's position alone, so a decode
+// row's bits depend only on its sequence and position: not on the other rows, their number, roles nor order.
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cuda/attention_shared.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/dependent_launch.h"
+#include "backend/cuda/kernels.h"
+
+namespace duet::backend::cuda::attention {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kBatch = 4;  // keys a warp reads at once (a batch never crosses a 64-key page)
+
+// A lane's E BF16 values of one row, as loaded: E / 2 words (E = 1: one value in a word's high half).
+template <int E>
+struct LaneRow {
+  uint32_t w[E >= 2 ? E / 2 : 1];
+};
+
+template <int E>
+__device__ __forceinline__ LaneRow<E> load_lane(const bf16* src, bool valid) {
+  LaneRow<E> r;
+  if constexpr (E == 8) {
+    const uint4 x = valid ? __ldg(reinterpret_cast<const uint4*>(src)) : make_uint4(0, 0, 0, 0);
+    r.w[0] = x.x, r.w[1] = x.y, r.w[2] = x.z, r.w[3] = x.w;
+  } else if constexpr (E == 4) {
+    const uint2 x = valid ? __ldg(reinterpret_cast<const uint2*>(src)) : make_uint2(0, 0);
+    r.w[0] = x.x, r.w[1] = x.y;
+  } else if constexpr (E == 2) {
+    r.w[0] = valid ? __ldg(reinterpret_cast<const uint32_t*>(src)) : 0u;
+  } else {
+    r.w[0] = valid ? static_cast<uint32_t>(__ldg(reinterpret_cast<const unsigned short*>(src))) << 16 : 0u;
+  }
+  return r;
+}
+
+template <int E>
+__device__ __forceinline__ float lane_value(const LaneRow<E>& r, int e) {
+  if constexpr (E == 1) return bf16_high(r.w[0]);
+  return e % 2 == 0 ? bf16_low(r.w[e / 2]) : bf16_high(r.w[e / 2]);
+}
+
+// Sums each of the N values over the warp's 32 lanes, leaving value (lane >> (5 - log2 N)) in every lane: at the
+// lanes 16 apart each lane keeps half of its values and adds its partner's copy of that half, then 8 apart, and so
+// on; once one value is left, partners add theirs. a + b equals b + a bit for bit, so every value's sum is the same
+// tree, whichever lane ends with it.
+template <int N>
+__device__ __forceinline__ float reduce_scatter(float (&v)[N], int lane) {
+  static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "a power of two up to 32 values");
+  int count = N;
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    if (count > 1) {
+      const int half = count / 2;
+      const bool upper = (lane & offset) != 0;
+#pragma unroll
+      for (int j = 0; j < N / 2; ++j) {
+        if (j >= half) break;
+        const float keep = upper ? v[half + j] : v[j];
+        const float send = upper ? v[j] : v[half + j];
+        v[j] = __fadd_rn(keep, __shfl_xor_sync(0xffffffffu, send, offset));
+      }
+      count = half;
+    } else {
+      v[0] = __fadd_rn(v[0], __shfl_xor_sync(0xffffffffu, v[0], offset));
+    }
+  }
+  return v[0];
+}
+
+constexpr int log2_of(int n) { return n <= 1 ? 0 : 1 + log2_of(n / 2); }
+
+// Shared memory of one block: the warps' partial states, their merge coefficients, and the block's state that the
+// cluster merge reads (m_s, l_s, part: the layout merge_cluster_states expects).
+// Where lane `lane`'s dim e of query g lives in LanesSmem::q: [g][e / 4][lane][e % 4] when E is a multiple of 4
+// (float4 loads, 8 lanes' 128 bytes a phase), else [g][e][lane].
+template <int E>
+__device__ __forceinline__ int q_word(int g, int lane, int e) {
+  if constexpr (E % 4 == 0) return ((g * (E / 4) + e / 4) * 32 + lane) * 4 + e % 4;
+  return (g * E + e) * 32 + lane;
+}
+
+template <int E>
+__device__ __forceinline__ void load_query_lane(const float* q_words, int g, int lane, float (&q)[E]) {
+  if constexpr (E % 4 == 0) {
+#pragma unroll
+    for (int c = 0; c < E / 4; ++c) {
+      const float4 x = *reinterpret_cast<const float4*>(q_words + q_word<E>(g, lane, 4 * c));
+      q[4 * c] = x.x, q[4 * c + 1] = x.y, q[4 * c + 2] = x.z, q[4 * c + 3] = x.w;
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < E; ++e) q[e] = q_words[q_word<E>(g, lane, e)];
+  }
+}
+
+template <int D, int GP>
+struct LanesSmem {
+  alignas(16) float q[GP * D];
+  float warp_acc[kWarps][GP * D];
+  float warp_m[kWarps][GP], warp_l[kWarps][GP];
+  float coef[GP][kWarps];
+  float part[GP * D];
+  float m_s[GP], l_s[GP];
+};
+
+template <int D, int GP>
+__global__ void __cluster_dims__(kDecodeCluster, 1, 1) __launch_bounds__(kThreads, 2)
+    attention_decode_lanes_kernel(AttentionParams p) {
+  wait_for_prerequisites();  // dependent_launch.h
+  let_dependents_launch();
+  constexpr int E = D / 32;
+  constexpr int N = kBatch * GP;          // scores of a batch: key-major (value k GP + g)
+  constexpr int kShift = 5 - log2_of(N);  // lane l ends with score l >> kShift
+  static_assert(D % 32 == 0 && GP * E <= 32 && N <= 32, "a warp holds the group's queries");
+  namespace cg = cooperative_groups;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto& sm = *reinterpret_cast<LanesSmem<D, GP>*>(smem_raw);
+
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int clusters = gridDim.x / kDecodeCluster;
+  const int kvh = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, G = p.group;
+  const int64_t row_stride = static_cast<int64_t>(p.kv_heads) * D;
+  const int64_t value_offset = kv_page_elems(p.kv_heads, D);
+  const int my_score = lane >> kShift, my_g = my_score % GP;
+
+  for (int row = blockIdx.x / kDecodeCluster; row < p.step.rows; row += clusters) {
+    const DevicePiece piece = p.step.piece[p.step.row_piece[row]];
+    if (piece.role != DeviceRole::decode) continue;
+    const int32_t position = p.step.row_position[row];
+    const DecodeSplit split = decode_split(position, rank);
+
+    if (split.first < split.last) {
+      // The group's queries as floats (zeros past G), laid out so that lane l's dims of query g are words
+      // q_words(g, l, e): a warp's loads of one e are 32 consecutive words, or 32 consecutive float4 for e in fours.
+      for (int i = tid; i < GP * D; i += kThreads) {
+        const int g = i / D, dim = i % D;
+        sm.q[q_word<E>(g, dim / E, dim % E)] = g < G ? __bfloat162float(query_ptr(p, row, kvh * G + g, D)[dim]) : 0.0f;
+      }
+      __syncthreads();
+      float acc[GP][E], l[GP];
+#pragma unroll
+      for (int g = 0; g < GP; ++g) {
+        l[g] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[g][e] = 0.0f;
+      }
+      float m_mine = -INFINITY;  // m of query my_g (every lane of the same query holds the same)
+
+      const int start = split.first * kKeys, end = min(split.last * kKeys, position + 1);
+      auto batch_keys = [&](int key) {
+        return kv_key(piece, p.step.page_table, p.layer, key, kvh, p.kv_heads, D) + lane * E;
+      };
+      const bf16* base = start + warp * kBatch < end ? batch_keys(start + warp * kBatch) : nullptr;
+      for (int batch_start = start + warp * kBatch; batch_start < end; batch_start += kWarps * kBatch) {
+        LaneRow<E> k[kBatch], v[kBatch];
+#pragma unroll
+        for (int t = 0; t < kBatch; ++t) {
+          const bool valid = batch_start + t <= position;
+          k[t] = load_lane<E>(base + t * row_stride, valid);
+          v[t] = load_lane<E>(base + t * row_stride + value_offset, valid);
+        }
+        // The next batch's page, looked up while this batch's keys are on their way.
+        if (batch_start + kWarps * kBatch < end) base = batch_keys(batch_start + kWarps * kBatch);
+        float dots[N];
+#pragma unroll
+        for (int g = 0; g < GP; ++g) {
+          float q[E];
+          load_query_lane<E>(sm.q, g, lane, q);
+#pragma unroll
+          for (int t = 0; t < kBatch; ++t) {
+            float d = 0.0f;
+#pragma unroll
+            for (int e = 0; e < E; ++e) d = __fmaf_rn(q[e], lane_value<E>(k[t], e), d);
+            dots[t * GP + g] = d;
+          }
+        }
+        const float dot = reduce_scatter<N>(dots, lane);
+        const bool valid = batch_start + my_score / GP <= position;
+        const float s = valid ? __fmul_rn(dot, p.scale) : -INFINITY;
+        // The batch's max of my query: its keys are the lanes 8 and 16 apart.
+        float batch_max = fmaxf(s, __shfl_xor_sync(0xffffffffu, s, 16));
+        batch_max = fmaxf(batch_max, __shfl_xor_sync(0xffffffffu, batch_max, 8));
+        const float m_new = fmaxf(m_mine, batch_max);
+        const float p_mine = softmax_exp(__fsub_rn(s, m_new));
+        const float c_mine = softmax_exp(__fsub_rn(m_mine, m_new));
+        m_mine = m_new;
+        // Rescale by c, then add the batch's keys in order, each p broadcast from the lane that holds it.
+#pragma unroll
+        for (int g = 0; g < GP; ++g) {
+          const float c = __shfl_sync(0xffffffffu, c_mine, g << kShift);
+          l[g] = __fmul_rn(l[g], c);
+#pragma unroll
+          for (int e = 0; e < E; ++e) acc[g][e] = __fmul_rn(acc[g][e], c);
+        }
+#pragma unroll
+        for (int t = 0; t < kBatch; ++t) {
+          float pk[GP];
+#pragma unroll
+          for (int g = 0; g < GP; ++g) {
+            pk[g] = __shfl_sync(0xffffffffu, p_mine, (t * GP + g) << kShift);
+            l[g] = __fadd_rn(l[g], pk[g]);
+          }
+#pragma unroll
+          for (int e = 0; e < E; ++e) {
+            const float x = lane_value<E>(v[t], e);
+#pragma unroll
+            for (int g = 0; g < GP; ++g) acc[g][e] = __fmaf_rn(pk[g], x, acc[g][e]);
+          }
+        }
+      }
+
+      // This warp's partial state (a warp without keys leaves m = -inf, l = 0, acc = 0: its weight below is 0).
+      if ((lane & ((1 << kShift) - 1)) == 0 && my_score < GP) sm.warp_m[warp][my_g] = m_mine;
+#pragma unroll
+      for (int g = 0; g < GP; ++g) {
+        if (lane == 0) sm.warp_l[warp][g] = l[g];
+#pragma unroll
+        for (int e = 0; e < E; ++e) sm.warp_acc[warp][g * D + lane * E + e] = acc[g][e];
+      }
+      __syncthreads();
+      if (tid < G) {
+        float m = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sm.warp_m[w][tid]);
+        float l_block = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+          const float c = softmax_exp(__fsub_rn(sm.warp_m[w][tid], m));
+          sm.coef[tid][w] = c;
+          l_block = w == 0 ? __fmul_rn(sm.warp_l[w][tid], c) : __fmaf_rn(sm.warp_l[w][tid], c, l_block);
+        }
+        sm.m_s[tid] = m;
+        sm.l_s[tid] = l_block;
+      }
+      __syncthreads();
+      for (int i = tid; i < G * D; i += kThreads) {
+        const int g = i / D;
+        float a = __fmul_rn(sm.warp_acc[0][i], sm.coef[g][0]);
+#pragma unroll
+        for (int w = 1; w < kWarps; ++w) a = __fmaf_rn(sm.warp_acc[w][i], sm.coef[g][w], a);
+        sm.part[i] = a;
+      }
+    }
+    cluster.sync();  // every partial state written and visible to the cluster
+    merge_cluster_states<D, kThreads>(p, cluster, rank, split.active, row, kvh, sm.m_s, sm.l_s, sm.part);
+    cluster.sync();  // no block rewrites (or exits with) its shared memory while another still reads it
+  }
+}
+
+template <int D, int GP>
+void launch_lanes(const AttentionParams& p, cudaStream_t stream) {
+  constexpr int kBytes = sizeof(LanesSmem<D, GP>);
+  static const bool configured =
+      (allow_smem(attention_decode_lanes_kernel<D, GP>, kBytes, "attention_decode_lanes_kernel smem"), true);
+  (void)configured;
+  const int clusters = std::min(p.step.rows, kMaxDecodeClusters);
+  launch_dependent("attention_decode_lanes_kernel", attention_decode_lanes_kernel<D, GP>,
+                   dim3(clusters * kDecodeCluster, p.kv_heads), kThreads, kBytes, stream, p);
+  check_launch("attention_decode_lanes_kernel");
+}
+
+// The group rounded up to a power of two, when the lanes form takes the shape (0 when not).
+int lanes_group(int group, int head_dim) {
+  int gp = 1;
+  while (gp < group) gp *= 2;
+  return gp <= 8 && gp * (head_dim / 32) <= 32 ? gp : 0;
+}
+
+// DUET_ATTN_DECODE=cluster: every decode row in the cluster form (for measurements and its tests; read once).
+bool lanes_allowed() {
+  static const bool on = [] {
+    const char* v = std::getenv("DUET_ATTN_DECODE");
+    return v == nullptr || std::strcmp(v, "cluster") != 0;
+  }();
+  return on;
+}
+
+template <int D>
+bool launch_for_group(const AttentionParams& p, int gp, cudaStream_t stream) {
+  if constexpr (D / 32 <= 32) {
+    switch (gp) {
+      case 1:
+        launch_lanes<D, 1>(p, stream);
+        return true;
+      case 2:
+        launch_lanes<D, 2>(p, stream);
+        return true;
+      case 4:
+        if constexpr (4 * (D / 32) <= 32) {
+          launch_lanes<D, 4>(p, stream);
+          return true;
+        }
+        break;
+      case 8:
+        if constexpr (8 * (D / 32) <= 32) {
+          launch_lanes<D, 8>(p, stream);
+          return true;
+        }
+        break;
+      default:
+        break;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+bool launch_decode_lanes(const AttentionParams& p, int head_dim, cudaStream_t stream) {
+  const int gp = lanes_group(p.group, head_dim);
+  if (gp == 0 || !lanes_allowed()) return false;
+  switch (head_dim) {
+    case 32:
+      return launch_for_group<32>(p, gp, stream);
+    case 64:
+      return launch_for_group<64>(p, gp, stream);
+    case 128:
+      return launch_for_group<128>(p, gp, stream);
+    case 256:
+      return launch_for_group<256>(p, gp, stream);
+    default:
+      return false;
+  }
+}
+
+}  // namespace duet::backend::cuda::attention
