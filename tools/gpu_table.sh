@@ -5,9 +5,10 @@
 #   1. the copy rate (a 1 GiB device-to-device copy, bytes read plus written) and the read rate (a 1 GiB sum), torch;
 #   2. decode at 1, 16 and 64 streams (`duet run`, 1,024 random ids, 256 tokens; tools/gpu_launch_ab.sh, 2 rounds);
 #   3. prefill of 1K, 4K and 16K prompts (`duet run`; tools/gpu_prefill_ab.sh, 2 rounds);
-#   4. served (`duet serve` + `duet bench`): one stream greedy and seeded (temperature 0.7, top-p 0.9: the bench's
-#      seeded mode), 16 and 64 streams greedy, the time to first token of a 1,024-token prompt alone, and the serving
-#      load (64 x 1,024-token prompts, 256-token replies, greedy; 2 rounds, the first carries the server's warm-up).
+#   4. served (`duet serve` + `duet bench`): one stream greedy and seeded (the bench's seeded mode: temperature 0.8,
+#      top-p 0.95; the issue names 0.7 and 0.9), 16 and 64 streams greedy, the time to first token of a 1,024-token
+#      prompt alone, and the serving load (64 x 1,024-token prompts, 256-token replies, greedy; 2 rounds, the first
+#      carries the server's warm-up).
 # Settings (environment assignments, e.g. DUET_ATTN_LANES=async) apply to every stage when exported before the call.
 #   usage: tools/gpu_table.sh OUT [WORK=/tmp/9b]
 set -uo pipefail
