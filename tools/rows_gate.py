@@ -90,6 +90,7 @@ def main():
             d["duet_fp32"] += ((duet_top1 == fp32_top1) & sure).sum().item()
     ok = True
     table = []
+    reasons = []  # each criterion that failed, in words
     print("bucket | prompts | rows | mean|err| duet | mean|err| transformers bf16 | ratio | top-1 duet=bf16 | "
           "top-1 fp32=bf16 (ceiling) | top-1 duet=fp32 | control mean|err| | control top-1=fp32")
     for b in sorted(buckets):
@@ -106,6 +107,17 @@ def main():
         sure_duet, sure_bf16 = sure["duet_fp32"] / max(sure["rows"], 1), sure["fp32_bf16"] / max(sure["rows"], 1)
         top1_ok = duet_fp32 >= ceiling and sure_duet >= sure_bf16 and (agree >= 0.99 or not args.absolute_top1)
         passed = duet <= bf16 and top1_ok
+        # Which half failed, with the counts behind the percentages (a bar of discrete counts can fail by one row).
+        if duet > bf16:
+            reasons.append(f"{lo}-{hi}: mean |error| {duet:.4g} above transformers BF16's {bf16:.4g}")
+        if duet_fp32 < ceiling:
+            reasons.append(f"{lo}-{hi}: top-1 = FP32 on {acc['duet_fp32_agree']} of {acc['rows']} rows, transformers "
+                           f"BF16 on {acc['fp32_bf16_agree']}")
+        if sure_duet < sure_bf16:
+            reasons.append(f"{lo}-{hi}: top-1 = FP32 where FP32 leads by > {SURE_MARGIN} on {sure['duet_fp32']} of "
+                           f"{sure['rows']} rows, transformers BF16 on {sure['fp32_bf16']}")
+        if args.absolute_top1 and agree < 0.99:
+            reasons.append(f"{lo}-{hi}: top-1 = transformers BF16 on {100 * agree:.2f}% of rows, under 99%")
         control_top1 = acc["control_fp32_agree"] / acc["rows"]
         control_failed = control > bf16 and control_top1 < ceiling
         ok = ok and passed and control_failed
@@ -131,6 +143,8 @@ def main():
                   f"{100 * d['top1_fp32_vs_bf16']:.2f}% | {100 * d['top1_duet_vs_fp32']:.2f}%")
     if args.json:
         json.dump(table, open(args.json, "w"), indent=1)
+    for reason in reasons:
+        print("failed:", reason)
     print("rows gate:", "PASS" if ok else "FAIL")
     return 0 if ok else 1
 
