@@ -18,6 +18,12 @@
 #include <vector>
 
 #include "backend/cuda/pinned_gemm.h"
+#include "cublaslt_bench_gemm.h"
+
+using duet::testing::check_lt;
+using duet::testing::describe_lt_algo;
+using duet::testing::LtGemm;
+using duet::testing::same_lt_algo;
 
 namespace {
 
@@ -27,90 +33,6 @@ void check(cudaError_t status, const char* what) {
     std::exit(1);
   }
 }
-void check(cublasStatus_t status, const char* what) {
-  if (status != CUBLAS_STATUS_SUCCESS) {
-    std::fprintf(stderr, "%s: cublas status %d\n", what, static_cast<int>(status));
-    std::exit(1);
-  }
-}
-
-template <typename T>
-T config_of(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attribute) {
-  T value{};
-  size_t written = 0;
-  check(cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value, sizeof(value), &written), "config");
-  return value;
-}
-
-std::string describe(const cublasLtMatmulAlgo_t& algo) {
-  char text[200];
-  std::snprintf(text, sizeof(text), "algo %d tile %u stages %u split-k %d red %u swz %u cust %u cluster %u",
-                config_of<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID),
-                config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
-                config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
-                config_of<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
-                config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME),
-                config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
-                config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION),
-                static_cast<unsigned>(config_of<uint16_t>(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID)));
-  return text;
-}
-
-struct Gemm {
-  cublasLtHandle_t handle;
-  cublasLtMatmulDesc_t op{};
-  cublasLtMatrixLayout_t w{}, x{}, y{};
-  int64_t n, k;
-  Gemm(cublasLtHandle_t h, int64_t n_, int64_t k_, int64_t m) : handle(h), n(n_), k(k_) {
-    check(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
-    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "transa");
-    check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "transb");
-    check(cublasLtMatrixLayoutCreate(&w, CUDA_R_16BF, k, n, k), "w");
-    check(cublasLtMatrixLayoutCreate(&x, CUDA_R_16BF, k, m, k), "x");
-    check(cublasLtMatrixLayoutCreate(&y, CUDA_R_16BF, n, m, n), "y");
-  }
-  void set_m(int64_t m) {
-    const uint64_t cols = static_cast<uint64_t>(m);
-    check(cublasLtMatrixLayoutSetAttribute(x, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols)), "x cols");
-    check(cublasLtMatrixLayoutSetAttribute(y, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols)), "y cols");
-  }
-  std::vector<cublasLtMatmulAlgo_t> heuristic(int64_t m, size_t workspace) {
-    set_m(m);
-    cublasLtMatmulPreference_t pref;
-    check(cublasLtMatmulPreferenceCreate(&pref), "pref");
-    check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                               sizeof(workspace)),
-          "pref ws");
-    std::vector<cublasLtMatmulHeuristicResult_t> results(32);
-    int found = 0;
-    check(cublasLtMatmulAlgoGetHeuristic(handle, op, w, x, y, y, pref, 32, results.data(), &found), "heuristic");
-    cublasLtMatmulPreferenceDestroy(pref);
-    std::vector<cublasLtMatmulAlgo_t> out;
-    for (int i = 0; i < found; ++i)
-      if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= workspace)
-        out.push_back(results[i].algo);
-    return out;
-  }
-  bool accepts(const cublasLtMatmulAlgo_t& algo, int64_t m, size_t workspace) {
-    set_m(m);
-    cublasLtMatmulHeuristicResult_t r{};
-    return cublasLtMatmulAlgoCheck(handle, op, w, x, y, y, &algo, &r) == CUBLAS_STATUS_SUCCESS &&
-           r.workspaceSize <= workspace;
-  }
-  void run(const cublasLtMatmulAlgo_t& algo, int64_t m, const void* wd, const void* xd, void* yd, void* ws,
-           size_t ws_bytes) {
-    set_m(m);
-    const float alpha = 1.0f, beta = 0.0f;
-    check(cublasLtMatmul(handle, op, &alpha, wd, w, xd, x, &beta, yd, y, yd, y, &algo, ws, ws_bytes, nullptr),
-          "matmul");
-  }
-};
-
-bool same_algo(const cublasLtMatmulAlgo_t& a, const cublasLtMatmulAlgo_t& b) {
-  return std::memcmp(&a, &b, sizeof(a)) == 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -124,7 +46,7 @@ int main(int argc, char** argv) {
   const std::vector<int64_t> timed_m = {383, 1024, 4096};
   const size_t ws_bytes = size_t{64} << 20;  // the backend's kCublasWorkspaceBytes
   cublasLtHandle_t handle;
-  check(cublasLtCreate(&handle), "create");
+  check_lt(cublasLtCreate(&handle), "create");
   void* ws = nullptr;
   check(cudaMalloc(&ws, ws_bytes), "ws");
   std::mt19937 rng(7);
@@ -140,11 +62,11 @@ int main(int argc, char** argv) {
     check(cudaMalloc(&yd2, 4096 * n * 2), "y2");
     check(cudaMemcpy(wd, wh.data(), wh.size() * 2, cudaMemcpyHostToDevice), "w up");
     check(cudaMemcpy(xd, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice), "x up");
-    Gemm g(handle, n, k, kMaxM);
+    LtGemm g(handle, n, k, kMaxM);
     std::vector<cublasLtMatmulAlgo_t> all;
     for (int64_t m : {kMaxM, int64_t{4096}, int64_t{1024}, int64_t{383}, int64_t{128}})
       for (const auto& a : g.heuristic(m, ws_bytes))
-        if (std::none_of(all.begin(), all.end(), [&](const auto& b) { return same_algo(a, b); })) all.push_back(a);
+        if (std::none_of(all.begin(), all.end(), [&](const auto& b) { return same_lt_algo(a, b); })) all.push_back(a);
     // PinnedGemm's own choice, for the "pinned" mark.
     duet::backend::cuda::PinnedGemm pinned(handle, n, k, kMaxM, false, ws, ws_bytes);
     std::printf("shape n %lld k %lld: %zu candidates; PinnedGemm: %s\n", static_cast<long long>(n),
@@ -158,7 +80,7 @@ int main(int argc, char** argv) {
       for (int64_t m : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{7}, int64_t{64}, int64_t{65}, int64_t{383}, kMaxM})
         ok = ok && g.accepts(a, m, ws_bytes);
       if (!ok) continue;
-      std::printf("  %-80s", describe(a).c_str());
+      std::printf("  %-80s", describe_lt_algo(a).c_str());
       for (int64_t m : timed_m) {
         std::vector<float> times;
         for (int r = 0; r < 11; ++r) {

@@ -10,6 +10,8 @@
 //                                         against wgmma with the weights in registers, the same bits)
 //   bench_skinny_gemm --tma              (the TMA engine, launch_skinny_gemm_tma, by slices and stages (8: a
 //                                         benchmarks build), against production; its bits checked across m)
+//   bench_skinny_gemm --cublas           (production beside cuBLASLt: its heuristic's first algorithm and the best of
+//                                         its first 8 at each m, GB/s and TFLOP/s; not batch-invariant, a reference)
 //   bench_skinny_gemm --profile SHAPE M   (three production launches of one shape, for ncu; nothing timed)
 // Weights rotate over enough copies that every call reads from HBM, as a decode step does (each layer's weights are
 // cold). Each figure is the median of 7 timings of a CUDA graph of calls. It also checks, per variant, that m = 1
@@ -29,6 +31,7 @@
 #include <vector>
 
 #include "backend/cuda/kernels.h"
+#include "cublaslt_reference.h"
 
 using duet::backend::cuda::bf16;
 using duet::backend::cuda::launch_skinny_gemm;
@@ -231,6 +234,44 @@ int bench_tma(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf16* y6
               failures);
   return failures;
 }
+// --cublas: for each shape and row count, production's GB/s beside cuBLASLt's (issue 16 item 1 asks for the
+// comparison): the heuristic's first algorithm for that m (what a caller of cuBLASLt would get; it may split k, so
+// its rows' bits depend on m) and the fastest of the heuristic's first 8, each as GB/s of weights read and TFLOP/s,
+// the best as a share of the read rate. Weights rotate as for the other tables; 64 MB of workspace (the backend's).
+// Units per second in billions (0 for no time).
+double rate(double units, float ms) { return ms > 0 ? units / (ms * 1e-3) / 1e9 : 0.0; }
+
+int bench_cublas(const std::vector<Shape>& shapes, const bf16* x, bf16* y, double read_gbs, cudaStream_t stream) {
+  for (const Shape& shape : shapes) {
+    const RotatedWeights rotation(shape);
+    const size_t weight_elems = rotation.elems;
+    const int copies = rotation.copies, calls = std::max(copies, 20);
+    const bf16* weights = rotation.data;
+    duet::testing::CublasLtReference lt(shape.n, shape.k, 64, size_t{64} << 20);
+    std::printf("%-16s %4s %12s %12s %12s %6s  %s\n", shape.name, "m", "production", "lt first", "lt best of 8",
+                "% read", "(GB/s of weights read, TFLOP/s in brackets; the heuristic's first algorithm)");
+    for (int32_t m : {1, 8, 16, 32, 64}) {
+      const double bytes = static_cast<double>(weight_elems * sizeof(bf16)), flops = 2.0 * m * weight_elems;
+      const float production = median_ms_per_call(
+          [&](int i) { register_fed(x, m, weights + weight_elems * (i % copies), shape, y, stream); }, calls, stream);
+      const int offered = lt.choose(m, 8);
+      float first = 0, best = 0;
+      for (int a = 0; a < offered; ++a) {
+        const float ms = median_ms_per_call(
+            [&](int i) { lt.run(a, m, weights + weight_elems * (i % copies), x, y, stream); }, calls, stream);
+        if (a == 0) first = ms;
+        if (best == 0 || ms < best) best = ms;
+      }
+      const float fastest = best > 0 ? std::min(production, best) : production;
+      const std::string first_algo = offered > 0 ? lt.describe(0) : "(no algorithm)";
+      std::printf("%-16s %4d %5.0f (%4.0f) %5.0f (%4.0f) %5.0f (%4.0f) %5.0f%%  %s\n", shape.name, m,
+                  rate(bytes, production), rate(flops, production) / 1e3, rate(bytes, first), rate(flops, first) / 1e3,
+                  rate(bytes, best), rate(flops, best) / 1e3, 100.0 * rate(bytes, fastest) / read_gbs,
+                  first_algo.c_str());
+    }
+  }
+  return 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -318,6 +359,7 @@ int main(int argc, char** argv) {
   bf16* y64 = nullptr;
   check(cudaMalloc(&y64, size_t{64} * widest * sizeof(bf16)), "malloc y");
   if (argc > 1 && std::string(argv[1]) == "--tma") return bench_tma(shapes, x, y, y64, read_gbs, stream) == 0 ? 0 : 1;
+  if (argc > 1 && std::string(argv[1]) == "--cublas") return bench_cublas(shapes, x, y, read_gbs, stream);
 
   // --blocks: the plans' pipelines in each block size, the shape's slices filled in per shape (max_slices 0).
   if (blocks) {  // the pipeline blocks of 4 and 2 warps are built for (skinny_gemm.cu), against 8-warp blocks
