@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/pinned_gemm.h"
+
 namespace duet::testing {
 
 inline void check_lt(cublasStatus_t status, const char* what) {
@@ -20,29 +22,6 @@ inline void check_lt(cublasStatus_t status, const char* what) {
     std::fprintf(stderr, "%s: cublas status %d\n", what, static_cast<int>(status));
     std::exit(1);
   }
-}
-
-template <typename T>
-T lt_config_of(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attribute) {
-  T value{};
-  size_t written = 0;
-  check_lt(cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value, sizeof(value), &written), "config");
-  return value;
-}
-
-// The algorithm's configuration in one line (id, tile, stages, split-K and its reduction, swizzle, custom, cluster).
-inline std::string describe_lt_algo(const cublasLtMatmulAlgo_t& algo) {
-  char text[200];
-  std::snprintf(text, sizeof(text), "algo %d tile %u stages %u split-k %d red %u swz %u cust %u cluster %u",
-                lt_config_of<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID),
-                lt_config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
-                lt_config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
-                lt_config_of<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
-                lt_config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME),
-                lt_config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
-                lt_config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION),
-                static_cast<unsigned>(lt_config_of<uint16_t>(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID)));
-  return text;
 }
 
 inline bool same_lt_algo(const cublasLtMatmulAlgo_t& a, const cublasLtMatmulAlgo_t& b) {

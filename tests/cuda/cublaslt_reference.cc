@@ -45,7 +45,7 @@ void CublasLtReference::run(int index, int64_t m, const void* w, const void* x, 
 }
 
 std::string CublasLtReference::describe(int index) const {
-  return describe_lt_algo(state_->algos.at(static_cast<size_t>(index)));
+  return duet::backend::cuda::describe_cublaslt_algo(state_->algos.at(static_cast<size_t>(index)));
 }
 
 }  // namespace duet::testing

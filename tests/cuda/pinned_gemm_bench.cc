@@ -21,7 +21,6 @@
 #include "cublaslt_bench_gemm.h"
 
 using duet::testing::check_lt;
-using duet::testing::describe_lt_algo;
 using duet::testing::LtGemm;
 using duet::testing::same_lt_algo;
 
@@ -80,7 +79,7 @@ int main(int argc, char** argv) {
       for (int64_t m : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{7}, int64_t{64}, int64_t{65}, int64_t{383}, kMaxM})
         ok = ok && g.accepts(a, m, ws_bytes);
       if (!ok) continue;
-      std::printf("  %-80s", describe_lt_algo(a).c_str());
+      std::printf("  %-80s", duet::backend::cuda::describe_cublaslt_algo(a).c_str());
       for (int64_t m : timed_m) {
         std::vector<float> times;
         for (int r = 0; r < 11; ++r) {

@@ -36,19 +36,6 @@ T config_of(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes
   return value;
 }
 
-std::string describe_algo(const cublasLtMatmulAlgo_t& algo) {
-  return fmt::format("algo {} tile {} stages {} split-k {} reduction {} swizzle {} custom {} inner {} cluster {}",
-                     config_of<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID),
-                     config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
-                     config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
-                     config_of<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
-                     config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME),
-                     config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
-                     config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION),
-                     config_of<uint16_t>(algo, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID),
-                     config_of<uint16_t>(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID));
-}
-
 // Lower is preferred: no split-K; else split-K reduced in fp32 (the compute type); else any fixed split-K.
 int split_k_rank(const cublasLtMatmulAlgo_t& algo) {
   if (config_of<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) <= 1) return 0;
@@ -119,6 +106,19 @@ bool is_config(const cublasLtMatmulAlgo_t& algo, const PreferredConfig& c) {
 }
 
 }  // namespace
+
+std::string describe_cublaslt_algo(const cublasLtMatmulAlgo_t& algo) {
+  return fmt::format("algo {} tile {} stages {} split-k {} reduction {} swizzle {} custom {} inner {} cluster {}",
+                     config_of<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID),
+                     config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
+                     config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
+                     config_of<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+                     config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME),
+                     config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
+                     config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION),
+                     config_of<uint16_t>(algo, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID),
+                     config_of<uint16_t>(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID));
+}
 
 PinnedGemm::PinnedGemm(cublasLtHandle_t handle, int64_t n, int64_t k, int64_t max_m, bool y_f32, void* workspace,
                        size_t workspace_bytes)
@@ -210,7 +210,7 @@ PinnedGemm::PinnedGemm(cublasLtHandle_t handle, int64_t n, int64_t k, int64_t ma
           "PinnedGemm: none of the {} cuBLASLt algorithms offered for {} (workspace {} bytes) accepts every m in "
           "{{1, 2, 3, 7, 64, 65, {}}}; a smaller max_m or a larger workspace may help",
           candidates.size(), shape, workspace_bytes_, max_m);
-    description_ = shape + ": " + describe_algo(algo_);
+    description_ = shape + ": " + describe_cublaslt_algo(algo_);
   } catch (...) {
     if (y_layout_) cublasLtMatrixLayoutDestroy(y_layout_);
     if (x_layout_) cublasLtMatrixLayoutDestroy(x_layout_);

@@ -19,6 +19,10 @@
 
 namespace duet::backend::cuda {
 
+// A cuBLASLt algorithm's configuration in one line (id, tile, stages, split-K and its reduction, swizzle, custom
+// option, inner shape, cluster): for logs, tests and benchmarks.
+std::string describe_cublaslt_algo(const cublasLtMatmulAlgo_t& algo);
+
 class PinnedGemm {
  public:
   // Picks and checks the algorithm for w [n, k] (row-major, BF16), m from 1 to max_m; throws duet::Error naming the
