@@ -98,6 +98,7 @@ struct RotatedWeights {
     check(cudaDeviceSynchronize(), "fill");
   }
   ~RotatedWeights() { cudaFree(data); }
+  const bf16* copy(int i) const { return data + elems * static_cast<size_t>(i % copies); }
   RotatedWeights(const RotatedWeights&) = delete;
   RotatedWeights& operator=(const RotatedWeights&) = delete;
 };
@@ -244,21 +245,19 @@ double rate(double units, float ms) { return ms > 0 ? units / (ms * 1e-3) / 1e9 
 int bench_cublas(const std::vector<Shape>& shapes, const bf16* x, bf16* y, double read_gbs, cudaStream_t stream) {
   for (const Shape& shape : shapes) {
     const RotatedWeights rotation(shape);
-    const size_t weight_elems = rotation.elems;
-    const int copies = rotation.copies, calls = std::max(copies, 20);
-    const bf16* weights = rotation.data;
+    const int calls = std::max(rotation.copies, 20);
     duet::testing::CublasLtReference lt(shape.n, shape.k, 64, size_t{64} << 20);
     std::printf("%-16s %4s %12s %12s %12s %6s  %s\n", shape.name, "m", "production", "lt first", "lt best of 8",
                 "% read", "(GB/s of weights read, TFLOP/s in brackets; the heuristic's first algorithm)");
     for (int32_t m : {1, 8, 16, 32, 64}) {
-      const double bytes = static_cast<double>(weight_elems * sizeof(bf16)), flops = 2.0 * m * weight_elems;
-      const float production = median_ms_per_call(
-          [&](int i) { register_fed(x, m, weights + weight_elems * (i % copies), shape, y, stream); }, calls, stream);
+      const double bytes = static_cast<double>(rotation.elems * sizeof(bf16)), flops = 2.0 * m * rotation.elems;
+      const float production =
+          median_ms_per_call([&](int i) { register_fed(x, m, rotation.copy(i), shape, y, stream); }, calls, stream);
       const int offered = lt.choose(m, 8);
       float first = 0, best = 0;
       for (int a = 0; a < offered; ++a) {
-        const float ms = median_ms_per_call(
-            [&](int i) { lt.run(a, m, weights + weight_elems * (i % copies), x, y, stream); }, calls, stream);
+        const float ms =
+            median_ms_per_call([&](int i) { lt.run(a, m, rotation.copy(i), x, y, stream); }, calls, stream);
         if (a == 0) first = ms;
         if (best == 0 || ms < best) best = ms;
       }
