@@ -21,6 +21,10 @@
 // Every step is an explicitly rounded intrinsic and every split depends on the row's position alone, so a decode
 // row's bits depend only on its sequence and position: not on the other rows, their number, roles nor order.
 //
+// DUET_ATTN_LANES_SPLIT=keys splits a row's keys over the cluster's blocks by runs of 32 keys instead of by key
+// blocks (keys_split: at 1,100 positions the cluster waits for 5 rounds of its warps instead of 6): still by the
+// position alone, with bits of its own.
+//
 // How a warp's rows arrive changes no value: by default each batch's rows load into registers, the next batch's
 // page looked up meanwhile; DUET_ATTN_LANES=async copies them by cp.async into a ring of 3 batches in shared memory,
 // two batches ahead of the one the warp takes (more bytes in flight at the same registers).
@@ -210,6 +214,25 @@ __device__ __forceinline__ void wait_copies() {
 template <int D>
 constexpr int kBatchBytes = 2 * kBatch* D * 2;
 
+// The keys [start, end) block `rank` of a row's cluster takes, and how many of the cluster's blocks have any.
+struct KeyRange {
+  int start, end, active;
+};
+// By key blocks of 64 (decode_split, the cluster form's split): at 1,100 positions 18 blocks as 3 a rank over 6 ranks.
+__device__ __forceinline__ KeyRange pages_split(int32_t position, int rank) {
+  const DecodeSplit split = decode_split(position, rank);
+  return {split.first * kKeys, min(split.last * kKeys, position + 1), split.active};
+}
+// By runs of kWarps * kBatch = 32 keys (a round of the block's warps): at 1,100 positions 160 keys a rank over 7
+// ranks, so the cluster waits for 5 rounds instead of 6. Depends on the position alone.
+__device__ __forceinline__ KeyRange keys_split(int32_t position, int rank) {
+  constexpr int kRound = kWarps * kBatch;
+  const int keys = position + 1;
+  const int per = ((keys + kDecodeCluster - 1) / kDecodeCluster + kRound - 1) / kRound * kRound;
+  const int start = rank * per;
+  return {start, min(start + per, keys), (keys + per - 1) / per};
+}
+
 // Shared memory of one block: the queries, each warp's space (its ring of kStages batches while it walks its keys,
 // then its partial acc), the merge coefficients, and the block's state that the cluster merge reads (m_s, l_s, part:
 // the layout merge_cluster_states expects).
@@ -290,9 +313,9 @@ __global__ void __cluster_dims__(kDecodeCluster, 1, 1) __launch_bounds__(kThread
     const DevicePiece piece = p.step.piece[p.step.row_piece[row]];
     if (piece.role != DeviceRole::decode) continue;
     const int32_t position = p.step.row_position[row];
-    const DecodeSplit split = decode_split(position, rank);
+    const KeyRange range = p.lanes_key_split ? keys_split(position, rank) : pages_split(position, rank);
 
-    if (split.first < split.last) {
+    if (range.start < range.end) {
       // The group's queries as floats (zeros past G), laid out so that lane l's dims of query g are words
       // q_words(g, l, e): a warp's loads of one e are 32 consecutive words, or 32 consecutive float4 for e in fours.
       for (int i = tid; i < GP * D; i += kThreads) {
@@ -309,7 +332,7 @@ __global__ void __cluster_dims__(kDecodeCluster, 1, 1) __launch_bounds__(kThread
       }
       st.m_mine = -INFINITY;  // every lane of the same query holds the same
 
-      const int start = split.first * kKeys, end = min(split.last * kKeys, position + 1);
+      const int start = range.start, end = range.end;
       auto batch_keys = [&](int key) { return kv_key(piece, p.step.page_table, p.layer, key, kvh, p.kv_heads, D); };
       const int first_batch = start + warp * kBatch;
       if constexpr (kStages == 0) {
@@ -395,7 +418,7 @@ __global__ void __cluster_dims__(kDecodeCluster, 1, 1) __launch_bounds__(kThread
       }
     }
     cluster.sync();  // every partial state written and visible to the cluster
-    merge_cluster_states<D, kThreads>(p, cluster, rank, split.active, row, kvh, sm.m_s, sm.l_s, sm.part);
+    merge_cluster_states<D, kThreads>(p, cluster, rank, range.active, row, kvh, sm.m_s, sm.l_s, sm.part);
     cluster.sync();  // no block rewrites (or exits with) its shared memory while another still reads it
   }
 }
@@ -412,6 +435,15 @@ void launch_lanes_staged(const AttentionParams& p, cudaStream_t stream) {
   check_launch("attention_decode_lanes_kernel");
 }
 
+// DUET_ATTN_LANES_SPLIT=keys: the lanes form splits a row's keys over the cluster by runs of 32 keys (read once).
+bool lanes_split_by_keys() {
+  static const bool on = [] {
+    const char* v = std::getenv("DUET_ATTN_LANES_SPLIT");
+    return v != nullptr && std::strcmp(v, "keys") == 0;
+  }();
+  return on;
+}
+
 // DUET_ATTN_LANES=async: the warps' rows through a ring of 3 batches by cp.async (the same bits; read once).
 bool lanes_async() {
   static const bool on = [] {
@@ -422,7 +454,9 @@ bool lanes_async() {
 }
 
 template <int D, int GP>
-void launch_lanes(const AttentionParams& p, cudaStream_t stream) {
+void launch_lanes(const AttentionParams& params, cudaStream_t stream) {
+  AttentionParams p = params;
+  p.lanes_key_split = lanes_split_by_keys() ? 1 : 0;
   if (lanes_async()) return launch_lanes_staged<D, GP, 3>(p, stream);
   launch_lanes_staged<D, GP, 0>(p, stream);
 }
