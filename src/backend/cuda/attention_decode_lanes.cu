@@ -20,6 +20,14 @@
 //   out = bf16((acc / l) * sigmoid(gate))
 // Every step is an explicitly rounded intrinsic and every split depends on the row's position alone, so a decode
 // row's bits depend only on its sequence and position: not on the other rows, their number, roles nor order.
+//
+// DUET_ATTN_LANES_SPLIT=keys splits a row's keys over the cluster's blocks by runs of 32 keys instead of by key
+// blocks (keys_split: at 1,100 positions the cluster waits for 5 rounds of its warps instead of 6): still by the
+// position alone, with bits of its own.
+//
+// How a warp's rows arrive changes no value: by default each batch's rows load into registers, the next batch's
+// page looked up meanwhile; DUET_ATTN_LANES=async copies them by cp.async into a ring of 3 batches in shared memory,
+// two batches ahead of the one the warp takes (more bytes in flight at the same registers).
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -102,8 +110,6 @@ __device__ __forceinline__ float reduce_scatter(float (&v)[N], int lane) {
 
 constexpr int log2_of(int n) { return n <= 1 ? 0 : 1 + log2_of(n / 2); }
 
-// Shared memory of one block: the warps' partial states, their merge coefficients, and the block's state that the
-// cluster merge reads (m_s, l_s, part: the layout merge_cluster_states expects).
 // Where lane `lane`'s dim e of query g lives in LanesSmem::q: [g][e / 4][lane][e % 4] when E is a multiple of 4
 // (float4 loads, 8 lanes' 128 bytes a phase), else [g][e][lane].
 template <int E>
@@ -126,17 +132,161 @@ __device__ __forceinline__ void load_query_lane(const float* q_words, int g, int
   }
 }
 
+// A warp's running state of its queries over the keys it has taken (m of query `lane >> kShift` only).
 template <int D, int GP>
+struct WarpState {
+  float acc[GP][D / 32], l[GP];
+  float m_mine;
+};
+
+// One batch of kBatch keys (from `batch_start`; those after `position` count as -inf) into the warp's state: the
+// arithmetic of the file's comment. k and v are the lane's dims of the batch's rows.
+template <int D, int GP>
+__device__ __forceinline__ void take_batch(const float* q_words, const LaneRow<D / 32> (&k)[kBatch],
+                                           const LaneRow<D / 32> (&v)[kBatch], int batch_start, int position,
+                                           float scale, int lane, WarpState<D, GP>& st) {
+  constexpr int E = D / 32, N = kBatch * GP, kShift = 5 - log2_of(N);
+  const int my_score = lane >> kShift;
+  float(&acc)[GP][E] = st.acc;
+  float(&l)[GP] = st.l;
+  float& m_mine = st.m_mine;
+  float dots[N];
+#pragma unroll
+  for (int g = 0; g < GP; ++g) {
+    float q[E];
+    load_query_lane<E>(q_words, g, lane, q);
+#pragma unroll
+    for (int t = 0; t < kBatch; ++t) {
+      float d = 0.0f;
+#pragma unroll
+      for (int e = 0; e < E; ++e) d = __fmaf_rn(q[e], lane_value<E>(k[t], e), d);
+      dots[t * GP + g] = d;
+    }
+  }
+  const float dot = reduce_scatter<N>(dots, lane);
+  const bool valid = batch_start + my_score / GP <= position;
+  const float s = valid ? __fmul_rn(dot, scale) : -INFINITY;
+  // The batch's max of my query: its keys are the lanes 8 and 16 apart.
+  float batch_max = fmaxf(s, __shfl_xor_sync(0xffffffffu, s, 16));
+  batch_max = fmaxf(batch_max, __shfl_xor_sync(0xffffffffu, batch_max, 8));
+  const float m_new = fmaxf(m_mine, batch_max);
+  const float p_mine = softmax_exp(__fsub_rn(s, m_new));
+  const float c_mine = softmax_exp(__fsub_rn(m_mine, m_new));
+  m_mine = m_new;
+  // Rescale by c, then add the batch's keys in order, each p broadcast from the lane that holds it.
+#pragma unroll
+  for (int g = 0; g < GP; ++g) {
+    const float c = __shfl_sync(0xffffffffu, c_mine, g << kShift);
+    l[g] = __fmul_rn(l[g], c);
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[g][e] = __fmul_rn(acc[g][e], c);
+  }
+#pragma unroll
+  for (int t = 0; t < kBatch; ++t) {
+    float pk[GP];
+#pragma unroll
+    for (int g = 0; g < GP; ++g) {
+      pk[g] = __shfl_sync(0xffffffffu, p_mine, (t * GP + g) << kShift);
+      l[g] = __fadd_rn(l[g], pk[g]);
+    }
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const float x = lane_value<E>(v[t], e);
+#pragma unroll
+      for (int g = 0; g < GP; ++g) acc[g][e] = __fmaf_rn(pk[g], x, acc[g][e]);
+    }
+  }
+}
+
+// cp.async of 16 bytes into shared memory, zeros when !valid (nothing is read then); the groups it commits complete
+// in order.
+__device__ __forceinline__ void copy_async16(void* dst, const void* src, bool valid) {
+  const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wait_copies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Bytes of one batch's K and V rows in a warp's ring: [K, V][kBatch keys][D] BF16.
+template <int D>
+constexpr int kBatchBytes = 2 * kBatch* D * 2;
+
+// The keys [start, end) block `rank` of a row's cluster takes, and how many of the cluster's blocks have any.
+struct KeyRange {
+  int start, end, active;
+};
+// By key blocks of 64 (decode_split, the cluster form's split): at 1,100 positions 18 blocks as 3 a rank over 6 ranks.
+__device__ __forceinline__ KeyRange pages_split(int32_t position, int rank) {
+  const DecodeSplit split = decode_split(position, rank);
+  return {split.first * kKeys, min(split.last * kKeys, position + 1), split.active};
+}
+// By runs of kWarps * kBatch = 32 keys (a round of the block's warps): at 1,100 positions 160 keys a rank over 7
+// ranks, so the cluster waits for 5 rounds instead of 6. Depends on the position alone.
+__device__ __forceinline__ KeyRange keys_split(int32_t position, int rank) {
+  constexpr int kRound = kWarps * kBatch;
+  const int keys = position + 1;
+  const int per = ((keys + kDecodeCluster - 1) / kDecodeCluster + kRound - 1) / kRound * kRound;
+  const int start = rank * per;
+  return {start, min(start + per, keys), (keys + per - 1) / per};
+}
+
+// Shared memory of one block: the queries, each warp's space (its ring of kStages batches while it walks its keys,
+// then its partial acc), the merge coefficients, and the block's state that the cluster merge reads (m_s, l_s, part:
+// the layout merge_cluster_states expects).
+template <int D, int GP, int kStages>
 struct LanesSmem {
+  static constexpr int kWarpBytes = std::max(GP * D * 4, kStages* kBatchBytes<D>);
   alignas(16) float q[GP * D];
-  float warp_acc[kWarps][GP * D];
+  alignas(16) unsigned char warp_space[kWarps][kWarpBytes];
   float warp_m[kWarps][GP], warp_l[kWarps][GP];
   float coef[GP][kWarps];
   float part[GP * D];
   float m_s[GP], l_s[GP];
+  __device__ float* warp_acc(int w) { return reinterpret_cast<float*>(warp_space[w]); }
+  __device__ bf16* ring(int w, int stage) { return reinterpret_cast<bf16*>(warp_space[w] + stage * kBatchBytes<D>); }
 };
 
-template <int D, int GP>
+// Starts the copies of the batch at `batch_start` (its first key row at `keys`) into `stage`: D 16-byte chunks, lane
+// by lane (chunk c: K or V, key t, 8 dims), keys after `position` as zeros.
+template <int D>
+__device__ __forceinline__ void fetch_batch(bf16* stage, const bf16* keys, int64_t row_stride, int64_t value_offset,
+                                            int batch_start, int position, int lane) {
+  constexpr int kRowChunks = D / 8;
+#pragma unroll
+  for (int c = lane; c < 2 * kBatch * kRowChunks; c += 32) {
+    const int row = c / kRowChunks, chunk = c % kRowChunks;  // row: K rows 0 .. kBatch-1, then V rows
+    const int t = row % kBatch;
+    const bf16* src = keys + t * row_stride + (row >= kBatch ? value_offset : 0) + chunk * 8;
+    copy_async16(stage + row * D + chunk * 8, src, batch_start + t <= position);
+  }
+}
+
+// The lane's dims of the batch's rows in a ring stage.
+template <int E>
+__device__ __forceinline__ LaneRow<E> stage_lane(const bf16* row, int lane) {
+  LaneRow<E> r;
+  const bf16* at = row + lane * E;
+  if constexpr (E == 8) {
+    const uint4 x = *reinterpret_cast<const uint4*>(at);
+    r.w[0] = x.x, r.w[1] = x.y, r.w[2] = x.z, r.w[3] = x.w;
+  } else if constexpr (E == 4) {
+    const uint2 x = *reinterpret_cast<const uint2*>(at);
+    r.w[0] = x.x, r.w[1] = x.y;
+  } else if constexpr (E == 2) {
+    r.w[0] = *reinterpret_cast<const uint32_t*>(at);
+  } else {
+    r.w[0] = static_cast<uint32_t>(*reinterpret_cast<const unsigned short*>(at)) << 16;
+  }
+  return r;
+}
+
+// kStages 0: each warp loads its batch's rows into registers (the next batch's page looked up meanwhile); kStages
+// >= 2: into a ring of kStages batches in shared memory by cp.async, kStages - 1 batches ahead of the one it takes
+// (the same values in the same order: the same bits).
+template <int D, int GP, int kStages>
 __global__ void __cluster_dims__(kDecodeCluster, 1, 1) __launch_bounds__(kThreads, 2)
     attention_decode_lanes_kernel(AttentionParams p) {
   wait_for_prerequisites();  // dependent_launch.h
@@ -145,9 +295,10 @@ __global__ void __cluster_dims__(kDecodeCluster, 1, 1) __launch_bounds__(kThread
   constexpr int N = kBatch * GP;          // scores of a batch: key-major (value k GP + g)
   constexpr int kShift = 5 - log2_of(N);  // lane l ends with score l >> kShift
   static_assert(D % 32 == 0 && GP * E <= 32 && N <= 32, "a warp holds the group's queries");
+  static_assert(kStages == 0 || kStages >= 2, "no ring, or one of at least two batches");
   namespace cg = cooperative_groups;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto& sm = *reinterpret_cast<LanesSmem<D, GP>*>(smem_raw);
+  auto& sm = *reinterpret_cast<LanesSmem<D, GP, kStages>*>(smem_raw);
 
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
@@ -156,14 +307,15 @@ __global__ void __cluster_dims__(kDecodeCluster, 1, 1) __launch_bounds__(kThread
   const int64_t row_stride = static_cast<int64_t>(p.kv_heads) * D;
   const int64_t value_offset = kv_page_elems(p.kv_heads, D);
   const int my_score = lane >> kShift, my_g = my_score % GP;
+  constexpr int kStep = kWarps * kBatch;  // keys from one of a warp's batches to its next
 
   for (int row = blockIdx.x / kDecodeCluster; row < p.step.rows; row += clusters) {
     const DevicePiece piece = p.step.piece[p.step.row_piece[row]];
     if (piece.role != DeviceRole::decode) continue;
     const int32_t position = p.step.row_position[row];
-    const DecodeSplit split = decode_split(position, rank);
+    const KeyRange range = p.lanes_key_split ? keys_split(position, rank) : pages_split(position, rank);
 
-    if (split.first < split.last) {
+    if (range.start < range.end) {
       // The group's queries as floats (zeros past G), laid out so that lane l's dims of query g are words
       // q_words(g, l, e): a warp's loads of one e are 32 consecutive words, or 32 consecutive float4 for e in fours.
       for (int i = tid; i < GP * D; i += kThreads) {
@@ -171,85 +323,75 @@ __global__ void __cluster_dims__(kDecodeCluster, 1, 1) __launch_bounds__(kThread
         sm.q[q_word<E>(g, dim / E, dim % E)] = g < G ? __bfloat162float(query_ptr(p, row, kvh * G + g, D)[dim]) : 0.0f;
       }
       __syncthreads();
-      float acc[GP][E], l[GP];
+      WarpState<D, GP> st;
 #pragma unroll
       for (int g = 0; g < GP; ++g) {
-        l[g] = 0.0f;
+        st.l[g] = 0.0f;
 #pragma unroll
-        for (int e = 0; e < E; ++e) acc[g][e] = 0.0f;
+        for (int e = 0; e < E; ++e) st.acc[g][e] = 0.0f;
       }
-      float m_mine = -INFINITY;  // m of query my_g (every lane of the same query holds the same)
+      st.m_mine = -INFINITY;  // every lane of the same query holds the same
 
-      const int start = split.first * kKeys, end = min(split.last * kKeys, position + 1);
-      auto batch_keys = [&](int key) {
-        return kv_key(piece, p.step.page_table, p.layer, key, kvh, p.kv_heads, D) + lane * E;
-      };
-      const bf16* base = start + warp * kBatch < end ? batch_keys(start + warp * kBatch) : nullptr;
-      for (int batch_start = start + warp * kBatch; batch_start < end; batch_start += kWarps * kBatch) {
-        LaneRow<E> k[kBatch], v[kBatch];
-#pragma unroll
-        for (int t = 0; t < kBatch; ++t) {
-          const bool valid = batch_start + t <= position;
-          k[t] = load_lane<E>(base + t * row_stride, valid);
-          v[t] = load_lane<E>(base + t * row_stride + value_offset, valid);
-        }
-        // The next batch's page, looked up while this batch's keys are on their way.
-        if (batch_start + kWarps * kBatch < end) base = batch_keys(batch_start + kWarps * kBatch);
-        float dots[N];
-#pragma unroll
-        for (int g = 0; g < GP; ++g) {
-          float q[E];
-          load_query_lane<E>(sm.q, g, lane, q);
+      const int start = range.start, end = range.end;
+      auto batch_keys = [&](int key) { return kv_key(piece, p.step.page_table, p.layer, key, kvh, p.kv_heads, D); };
+      const int first_batch = start + warp * kBatch;
+      if constexpr (kStages == 0) {
+        const bf16* base = first_batch < end ? batch_keys(first_batch) + lane * E : nullptr;
+        for (int batch_start = first_batch; batch_start < end; batch_start += kStep) {
+          LaneRow<E> k[kBatch], v[kBatch];
 #pragma unroll
           for (int t = 0; t < kBatch; ++t) {
-            float d = 0.0f;
-#pragma unroll
-            for (int e = 0; e < E; ++e) d = __fmaf_rn(q[e], lane_value<E>(k[t], e), d);
-            dots[t * GP + g] = d;
+            const bool valid = batch_start + t <= position;
+            k[t] = load_lane<E>(base + t * row_stride, valid);
+            v[t] = load_lane<E>(base + t * row_stride + value_offset, valid);
           }
+          // The next batch's page, looked up while this batch's keys are on their way.
+          if (batch_start + kStep < end) base = batch_keys(batch_start + kStep) + lane * E;
+          take_batch<D, GP>(sm.q, k, v, batch_start, position, p.scale, lane, st);
         }
-        const float dot = reduce_scatter<N>(dots, lane);
-        const bool valid = batch_start + my_score / GP <= position;
-        const float s = valid ? __fmul_rn(dot, p.scale) : -INFINITY;
-        // The batch's max of my query: its keys are the lanes 8 and 16 apart.
-        float batch_max = fmaxf(s, __shfl_xor_sync(0xffffffffu, s, 16));
-        batch_max = fmaxf(batch_max, __shfl_xor_sync(0xffffffffu, batch_max, 8));
-        const float m_new = fmaxf(m_mine, batch_max);
-        const float p_mine = softmax_exp(__fsub_rn(s, m_new));
-        const float c_mine = softmax_exp(__fsub_rn(m_mine, m_new));
-        m_mine = m_new;
-        // Rescale by c, then add the batch's keys in order, each p broadcast from the lane that holds it.
-#pragma unroll
-        for (int g = 0; g < GP; ++g) {
-          const float c = __shfl_sync(0xffffffffu, c_mine, g << kShift);
-          l[g] = __fmul_rn(l[g], c);
-#pragma unroll
-          for (int e = 0; e < E; ++e) acc[g][e] = __fmul_rn(acc[g][e], c);
-        }
-#pragma unroll
-        for (int t = 0; t < kBatch; ++t) {
-          float pk[GP];
-#pragma unroll
-          for (int g = 0; g < GP; ++g) {
-            pk[g] = __shfl_sync(0xffffffffu, p_mine, (t * GP + g) << kShift);
-            l[g] = __fadd_rn(l[g], pk[g]);
+      } else {
+        // The ring: batch j of this warp goes to stage j % kStages; `issue` is the next batch to copy, `keys` its
+        // first key row (its page looked up a batch ahead of its copy).
+        int issue = first_batch;
+        const bf16* keys = issue < end ? batch_keys(issue) : nullptr;
+        auto issue_next = [&](int stage) {
+          if (issue < end) {
+            fetch_batch<D>(sm.ring(warp, stage), keys, row_stride, value_offset, issue, position, lane);
+            issue += kStep;
+            keys = issue < end ? batch_keys(issue) : nullptr;
           }
+          commit_copies();  // an empty group past the last batch keeps the count of groups per batch
+        };
 #pragma unroll
-          for (int e = 0; e < E; ++e) {
-            const float x = lane_value<E>(v[t], e);
+        for (int stage = 0; stage < kStages - 1; ++stage) issue_next(stage);
+        int stage = 0;
+        for (int batch_start = first_batch; batch_start < end; batch_start += kStep) {
+          issue_next((stage + kStages - 1) % kStages);  // the stage taken last time round
+          wait_copies<kStages - 1>();                   // this batch's copies are done
+          __syncwarp();
+          const bf16* ring = sm.ring(warp, stage);
+          LaneRow<E> k[kBatch], v[kBatch];
 #pragma unroll
-            for (int g = 0; g < GP; ++g) acc[g][e] = __fmaf_rn(pk[g], x, acc[g][e]);
+          for (int t = 0; t < kBatch; ++t) {
+            k[t] = stage_lane<E>(ring + t * D, lane);
+            v[t] = stage_lane<E>(ring + (kBatch + t) * D, lane);
           }
+          take_batch<D, GP>(sm.q, k, v, batch_start, position, p.scale, lane, st);
+          __syncwarp();  // every lane has read the stage before it is refilled
+          stage = stage + 1 == kStages ? 0 : stage + 1;
         }
+        wait_copies<0>();  // nothing in flight into the space the warp's acc takes next
+        __syncwarp();
       }
 
       // This warp's partial state (a warp without keys leaves m = -inf, l = 0, acc = 0: its weight below is 0).
-      if ((lane & ((1 << kShift) - 1)) == 0 && my_score < GP) sm.warp_m[warp][my_g] = m_mine;
+      if ((lane & ((1 << kShift) - 1)) == 0 && my_score < GP) sm.warp_m[warp][my_g] = st.m_mine;
+      float* warp_acc = sm.warp_acc(warp);
 #pragma unroll
       for (int g = 0; g < GP; ++g) {
-        if (lane == 0) sm.warp_l[warp][g] = l[g];
+        if (lane == 0) sm.warp_l[warp][g] = st.l[g];
 #pragma unroll
-        for (int e = 0; e < E; ++e) sm.warp_acc[warp][g * D + lane * E + e] = acc[g][e];
+        for (int e = 0; e < E; ++e) warp_acc[g * D + lane * E + e] = st.acc[g][e];
       }
       __syncthreads();
       if (tid < G) {
@@ -269,28 +411,54 @@ __global__ void __cluster_dims__(kDecodeCluster, 1, 1) __launch_bounds__(kThread
       __syncthreads();
       for (int i = tid; i < G * D; i += kThreads) {
         const int g = i / D;
-        float a = __fmul_rn(sm.warp_acc[0][i], sm.coef[g][0]);
+        float a = __fmul_rn(sm.warp_acc(0)[i], sm.coef[g][0]);
 #pragma unroll
-        for (int w = 1; w < kWarps; ++w) a = __fmaf_rn(sm.warp_acc[w][i], sm.coef[g][w], a);
+        for (int w = 1; w < kWarps; ++w) a = __fmaf_rn(sm.warp_acc(w)[i], sm.coef[g][w], a);
         sm.part[i] = a;
       }
     }
     cluster.sync();  // every partial state written and visible to the cluster
-    merge_cluster_states<D, kThreads>(p, cluster, rank, split.active, row, kvh, sm.m_s, sm.l_s, sm.part);
+    merge_cluster_states<D, kThreads>(p, cluster, rank, range.active, row, kvh, sm.m_s, sm.l_s, sm.part);
     cluster.sync();  // no block rewrites (or exits with) its shared memory while another still reads it
   }
 }
 
-template <int D, int GP>
-void launch_lanes(const AttentionParams& p, cudaStream_t stream) {
-  constexpr int kBytes = sizeof(LanesSmem<D, GP>);
+template <int D, int GP, int kStages>
+void launch_lanes_staged(const AttentionParams& p, cudaStream_t stream) {
+  constexpr int kBytes = sizeof(LanesSmem<D, GP, kStages>);
   static const bool configured =
-      (allow_smem(attention_decode_lanes_kernel<D, GP>, kBytes, "attention_decode_lanes_kernel smem"), true);
+      (allow_smem(attention_decode_lanes_kernel<D, GP, kStages>, kBytes, "attention_decode_lanes_kernel smem"), true);
   (void)configured;
   const int clusters = std::min(p.step.rows, kMaxDecodeClusters);
-  launch_dependent("attention_decode_lanes_kernel", attention_decode_lanes_kernel<D, GP>,
+  launch_dependent("attention_decode_lanes_kernel", attention_decode_lanes_kernel<D, GP, kStages>,
                    dim3(clusters * kDecodeCluster, p.kv_heads), kThreads, kBytes, stream, p);
   check_launch("attention_decode_lanes_kernel");
+}
+
+// DUET_ATTN_LANES_SPLIT=keys: the lanes form splits a row's keys over the cluster by runs of 32 keys (read once).
+bool lanes_split_by_keys() {
+  static const bool on = [] {
+    const char* v = std::getenv("DUET_ATTN_LANES_SPLIT");
+    return v != nullptr && std::strcmp(v, "keys") == 0;
+  }();
+  return on;
+}
+
+// DUET_ATTN_LANES=async: the warps' rows through a ring of 3 batches by cp.async (the same bits; read once).
+bool lanes_async() {
+  static const bool on = [] {
+    const char* v = std::getenv("DUET_ATTN_LANES");
+    return v != nullptr && std::strcmp(v, "async") == 0;
+  }();
+  return on;
+}
+
+template <int D, int GP>
+void launch_lanes(const AttentionParams& params, cudaStream_t stream) {
+  AttentionParams p = params;
+  p.lanes_key_split = lanes_split_by_keys() ? 1 : 0;
+  if (lanes_async()) return launch_lanes_staged<D, GP, 3>(p, stream);
+  launch_lanes_staged<D, GP, 0>(p, stream);
 }
 
 // The group rounded up to a power of two, when the lanes form takes the shape (0 when not).

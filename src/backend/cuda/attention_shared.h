@@ -27,6 +27,9 @@ struct AttentionParams {
   int32_t q_heads, kv_heads, group;
   float scale;
   int32_t tile_rows;  // rows per prefill tile: kTileQueries / group
+  // The lanes decode form's split of a row's keys over the cluster (attention_decode_lanes.cu): 0 by key blocks of 64
+  // (decode_split, as the cluster form), 1 by runs of 32 keys (DUET_ATTN_LANES_SPLIT=keys: its own bits).
+  int32_t lanes_key_split = 0;
 };
 
 __device__ __forceinline__ float bf16_low(uint32_t pair) { return __uint_as_float(pair << 16); }
