@@ -9,7 +9,7 @@
 #      top-p 0.95; the issue names 0.7 and 0.9), 16 and 64 streams greedy, the time to first token of a 1,024-token
 #      prompt alone, and the serving load (64 x 1,024-token prompts, 256-token replies, greedy; 2 rounds, the first
 #      carries the server's warm-up).
-# Settings (environment assignments, e.g. DUET_ATTN_LANES=async) apply to every stage when exported before the call.
+# Settings (environment assignments, e.g. DUET_ATTN_LANES=regs) apply to every stage when exported before the call.
 #   usage: tools/gpu_table.sh OUT [WORK=/tmp/9b]
 set -uo pipefail
 out=$1; work=${2:-/tmp/9b}

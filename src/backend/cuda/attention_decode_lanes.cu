@@ -25,9 +25,10 @@
 // blocks (keys_split: at 1,100 positions the cluster waits for 5 rounds of its warps instead of 6): still by the
 // position alone, with bits of its own.
 //
-// How a warp's rows arrive changes no value: by default each batch's rows load into registers, the next batch's
-// page looked up meanwhile; DUET_ATTN_LANES=async copies them by cp.async into a ring of 3 batches in shared memory,
-// two batches ahead of the one the warp takes (more bytes in flight at the same registers).
+// How a warp's rows arrive changes no value: by default they are copied by cp.async into a ring of 3 batches in shared
+// memory, two batches ahead of the one the warp takes (more bytes in flight at the same registers: +0.9% at 64
+// streams, +2% on one stream after a 16K prompt, 32nd round); DUET_ATTN_LANES=regs loads each batch's rows into
+// registers, the next batch's page looked up meanwhile (the 31st round's form, for A/B).
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -444,11 +445,11 @@ bool lanes_split_by_keys() {
   return on;
 }
 
-// DUET_ATTN_LANES=async: the warps' rows through a ring of 3 batches by cp.async (the same bits; read once).
+// The warps' rows through a ring of 3 batches by cp.async unless DUET_ATTN_LANES=regs (the same bits; read once).
 bool lanes_async() {
   static const bool on = [] {
     const char* v = std::getenv("DUET_ATTN_LANES");
-    return v != nullptr && std::strcmp(v, "async") == 0;
+    return v == nullptr || std::strcmp(v, "regs") != 0;
   }();
   return on;
 }
