@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <tuple>
 
 #include "backend/cuda/cuda_check.h"
@@ -89,10 +90,10 @@ __device__ __forceinline__ int32_t tile_first_row(const SkinnyOutputs& out, int6
   return static_cast<int32_t>(block * block_rows(kWgTiles) + kBoxRows * tile);
 }
 
-template <int kTiles, bool kOutF32, int kStages, int kWgTiles>
+template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma>
 __global__ void __launch_bounds__(kThreads, kStages <= 4 && kWgTiles == 1 ? 2 : 1)
-    tma_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const bf16* __restrict__ x, int32_t rows, int32_t n,
-                    int32_t k, const SkinnyOutputs out) {
+    tma_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
+                    const bf16* __restrict__ x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs out) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // TMA's 128-byte swizzle and the descriptors' atoms need 1,024-byte alignment; every block rounds alike, so a
   // partial's address maps to the same place in each block of the cluster.
@@ -112,7 +113,8 @@ __global__ void __launch_bounds__(kThreads, kStages <= 4 && kWgTiles == 1 ? 2 : 
   auto empty = [&](int s) { return bars + 8 * (kStages + s); };  // both warpgroups are done with the stage
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(full(s), 2);  // the TMA's expected bytes, then x's copies landed and fenced
+      // The TMA's expected bytes (w's boxes and, by TMA, x's), and with x by cp.async its copies landed and fenced.
+      mbarrier_init(full(s), kXByTma ? 1 : 2);
       mbarrier_init(empty(s), 2);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -129,7 +131,22 @@ __global__ void __launch_bounds__(kThreads, kStages <= 4 && kWgTiles == 1 ? 2 : 
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) acc[w][j][0] = acc[w][j][1] = acc[w][j][2] = acc[w][j][3] = 0.0f;
 
-  if (warp == kConsumerThreads / 32) {  // the producer
+  if (warp == kConsumerThreads / 32 && kXByTma) {  // the producer, x by TMA: one lane issues every copy
+    // x's rows [0, 8 kTiles) of each step as one box in the same swizzle as w's (rows past `rows` zero-filled), so
+    // the producer never waits on its own copies: the ring's whole depth stays in flight.
+    constexpr uint32_t kXBytes = kTiles * 8 * kStep * 2;
+    for (int64_t i = 0; lane == 0 && i < count; ++i) {
+      const int s = static_cast<int>(i % kStages);
+      if (i >= kStages) mbarrier_wait(empty(s), static_cast<uint32_t>((i / kStages - 1) & 1));
+      const auto k0 = static_cast<int32_t>((first + i) * kStep);
+      mbarrier_expect_bytes(full(s), kWStageBytes + kXBytes);
+      const uint32_t ws = w_stages + s * kWStageBytes;
+#pragma unroll
+      for (int tile = 0; tile < 2 * kWgTiles; ++tile)
+        tma_load(ws + tile * (kBoxRows * kStep * 2), &w_map, k0, tile_first_row<kWgTiles>(out, block, tile), full(s));
+      tma_load(x_stages + s * kXStageBytes, &x_map, k0, 0, full(s));
+    }
+  } else if (warp == kConsumerThreads / 32) {  // the producer, x by cp.async (DUET_SKINNY_TMA_X=cp)
     for (int64_t i = 0; i < count; ++i) {
       const int s = static_cast<int>(i % kStages);
       if (i >= kStages) mbarrier_wait(empty(s), static_cast<uint32_t>((i / kStages - 1) & 1));
@@ -218,15 +235,8 @@ __global__ void __launch_bounds__(kThreads, kStages <= 4 && kWgTiles == 1 ? 2 : 
   skinny::add_slices_and_store<kOutF32, kRows>(cluster, partials, rows, block * kRows, n, out);
 }
 
-// The weights' tensor maps, made once per (w, n, k) and kept (the weights are resident for the process): boxes of
-// 64 k x 64 rows, 128-byte swizzle, zeros out of bounds. Launches come from more than one thread (decode steps, the
-// decision head's), hence the lock.
-const CUtensorMap& weight_map(const bf16* w, int32_t n, int32_t k) {
-  static std::mutex lock;
-  static std::map<std::tuple<const bf16*, int32_t, int32_t>, CUtensorMap> maps;
-  const std::lock_guard<std::mutex> guard(lock);
-  const auto key = std::make_tuple(w, n, k);
-  if (const auto it = maps.find(key); it != maps.end()) return it->second;
+// A [rows, k] BF16 matrix's tensor map: boxes of 64 k x box_rows, 128-byte swizzle, zeros out of bounds.
+CUtensorMap rows_map(const bf16* base, int32_t rows, int32_t k, uint32_t box_rows, const char* what) {
   static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
@@ -237,21 +247,44 @@ const CUtensorMap& weight_map(const bf16* w, int32_t n, int32_t k) {
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
   CUtensorMap map{};
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n)};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};
-  const cuuint32_t box[2] = {kStep, kBoxRows};
+  const cuuint32_t box[2] = {kStep, box_rows};
   const cuuint32_t element_strides[2] = {1, 1};
-  if (encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(w), dims, strides, box, element_strides,
+  if (encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(base), dims, strides, box, element_strides,
              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
-    check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: cuTensorMapEncodeTiled refused the weight");
-  return maps.emplace(key, map).first->second;
+    check_cuda(cudaErrorInvalidValue, what);
+  return map;
 }
 
-template <int kTiles, bool kOutF32, int kStages, int kWgTiles>
-void launch_with(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
-                 int slices, cudaStream_t stream) {
-  constexpr auto kernel = tma_gemm_kernel<kTiles, kOutF32, kStages, kWgTiles>;
+// The weights' tensor maps, made once per (w, n, k) and kept (the weights are resident for the process): boxes of
+// 64 k x 64 rows. Launches come from more than one thread (decode steps, the decision head's), hence the lock.
+const CUtensorMap& weight_map(const bf16* w, int32_t n, int32_t k) {
+  static std::mutex lock;
+  static std::map<std::tuple<const bf16*, int32_t, int32_t>, CUtensorMap> maps;
+  const std::lock_guard<std::mutex> guard(lock);
+  const auto key = std::make_tuple(w, n, k);
+  if (const auto it = maps.find(key); it != maps.end()) return it->second;
+  return maps
+      .emplace(key, rows_map(w, n, k, kBoxRows, "launch_skinny_gemm_tma: cuTensorMapEncodeTiled refused the weight"))
+      .first->second;
+}
+
+// x by TMA (the default) or by the producer's cp.async (DUET_SKINNY_TMA_X=cp, the 29th round's form, for A/B): the
+// same bytes in the same places, so the same bits.
+bool x_by_tma() {
+  static const bool by_tma = [] {
+    const char* v = std::getenv("DUET_SKINNY_TMA_X");
+    return v == nullptr || std::string_view(v) != "cp";
+  }();
+  return by_tma;
+}
+
+template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma>
+void launch_engine(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
+                   int slices, cudaStream_t stream) {
+  constexpr auto kernel = tma_gemm_kernel<kTiles, kOutF32, kStages, kWgTiles, kXByTma>;
   constexpr size_t kSmem = shared_bytes(kStages, kWgTiles);
   static const bool sized = [] {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)),
@@ -259,8 +292,22 @@ void launch_with(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n,
     return true;
   }();
   (void)sized;
-  skinny::launch_clusters(kernel, kThreads, block_rows(kWgTiles), kSmem, n, slices, stream, "skinny tma", map, x, rows,
-                          n, k, out);
+  // x's map is made at each launch (a host-side encoding of a few hundred nanoseconds; a graph keeps the one it
+  // captured, with the step's own x and rows).
+  const CUtensorMap x_map = kXByTma ? rows_map(x, rows, k, kTiles * 8,
+                                               "launch_skinny_gemm_tma: cuTensorMapEncodeTiled "
+                                               "refused x")
+                                    : CUtensorMap{};
+  skinny::launch_clusters(kernel, kThreads, block_rows(kWgTiles), kSmem, n, slices, stream, "skinny tma", map, x_map, x,
+                          rows, n, k, out);
+}
+
+template <int kTiles, bool kOutF32, int kStages, int kWgTiles>
+void launch_with(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
+                 int slices, cudaStream_t stream) {
+  if (x_by_tma())
+    return launch_engine<kTiles, kOutF32, kStages, kWgTiles, true>(map, x, rows, n, k, out, slices, stream);
+  launch_engine<kTiles, kOutF32, kStages, kWgTiles, false>(map, x, rows, n, k, out, slices, stream);
 }
 
 template <bool kOutF32, int kStages, int kWgTiles = 1>
