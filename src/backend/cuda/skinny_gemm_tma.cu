@@ -47,15 +47,25 @@ constexpr int kBoxRows = 64;          // w rows a TMA box and a consumer warpgro
 constexpr int kBlockRows = 128;       // w rows a block: two consumer warpgroups of 64
 constexpr int kConsumerThreads = 256;
 constexpr int kThreads = kConsumerThreads + 32;  // and one producer warp
-constexpr int kXStageBytes = 64 * kStep * 2;     // up to 64 rows of x
+// x's rows of a stage: 8 kTiles (up to 64) rows of 64 k, 1,024-byte swizzle atoms like w's.
+constexpr int x_stage_bytes(int tiles) { return tiles * 8 * kStep * 2; }
 // A block's w rows and a stage's bytes of them: kWgTiles m64 tiles a warpgroup (2: the benchmarks build's experiment
 // of 256-row blocks, half the x bytes a w byte at one block an SM).
 constexpr int block_rows(int wg_tiles) { return kBlockRows * wg_tiles; }
 constexpr int w_stage_bytes(int wg_tiles) { return block_rows(wg_tiles) * kStep * 2; }
 
-constexpr size_t shared_bytes(int stages, int wg_tiles = 1) {
-  return static_cast<size_t>(stages) * (w_stage_bytes(wg_tiles) + kXStageBytes) + 16 * stages + 1024;  // + slack
+constexpr size_t shared_bytes(int stages, int wg_tiles, int tiles) {
+  return static_cast<size_t>(stages) * (w_stage_bytes(wg_tiles) + x_stage_bytes(tiles)) + 16 * stages +
+         1024;  // + slack
 }
+// The deepest ring two blocks an SM hold (228 KB of shared memory an SM, 1 KB of it reserved a block) at 8 kTiles
+// rows: 6 stages up to 16 rows, 5 at 32, 4 at 64.
+constexpr int deep_stages(int tiles) {
+  int stages = 4;
+  while (2 * (shared_bytes(stages + 1, 1, tiles) + 1024) <= 228 * 1024 && stages < 6) ++stages;
+  return stages;
+}
+static_assert(deep_stages(1) == 6 && deep_stages(2) == 6 && deep_stages(4) == 5 && deep_stages(8) == 4);
 
 __device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
@@ -93,9 +103,10 @@ __device__ __forceinline__ int32_t tile_first_row(const SkinnyOutputs& out, int6
 }
 
 template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma>
-__global__ void __launch_bounds__(kThreads, kStages <= 4 && kWgTiles == 1 ? 2 : 1)
+__global__ void __launch_bounds__(kThreads, kStages <= 6 && kWgTiles == 1 ? 2 : 1)
     tma_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
-                    const bf16* __restrict__ x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs out) {
+                    const bf16* __restrict__ x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs out,
+                    bool early_w) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // TMA's 128-byte swizzle and the descriptors' atoms need 1,024-byte alignment; every block rounds alike, so a
   // partial's address maps to the same place in each block of the cluster.
@@ -110,6 +121,7 @@ __global__ void __launch_bounds__(kThreads, kStages <= 4 && kWgTiles == 1 ? 2 : 
   const uint32_t w_stages = smem_address(smem);
   constexpr int kWStageBytes = w_stage_bytes(kWgTiles), kRows = block_rows(kWgTiles);
   const uint32_t x_stages = w_stages + kStages * kWStageBytes;
+  constexpr int kXStageBytes = x_stage_bytes(kTiles);
   const uint32_t bars = x_stages + kStages * kXStageBytes;
   auto full = [&](int s) { return bars + 8 * s; };               // the stage's bytes have landed
   auto empty = [&](int s) { return bars + 8 * (kStages + s); };  // both warpgroups are done with the stage
@@ -122,11 +134,28 @@ __global__ void __launch_bounds__(kThreads, kStages <= 4 && kWgTiles == 1 ? 2 : 
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
-  // Launched as a dependent (dependent_launch.h): nothing is read before the kernel before is done.
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  constexpr uint32_t kXBytes = x_stage_bytes(kTiles);
+  auto load_w = [&](int64_t i) {  // step i's w boxes into its stage, with the stage's whole expected bytes
+    const int s = static_cast<int>(i % kStages);
+    mbarrier_expect_bytes(full(s), kWStageBytes + (kXByTma ? kXBytes : 0));
+    const uint32_t ws = w_stages + s * kWStageBytes;
+#pragma unroll
+    for (int tile = 0; tile < 2 * kWgTiles; ++tile)
+      tma_load(ws + tile * (kBoxRows * kStep * 2), &w_map, static_cast<int32_t>((first + i) * kStep),
+               tile_first_row<kWgTiles>(out, block, tile), full(s));
+  };
+  // Launched as a dependent (dependent_launch.h), a kernel reads nothing an earlier kernel wrote before that kernel is
+  // done. No kernel writes the weights, so with x by TMA the ring's first stages of w are asked for before the wait,
+  // in the previous kernel's tail, as the register-fed kernels' L2 prefetches are (DUET_SKINNY_TMA_EARLY=0: after).
+  const int64_t early = kXByTma && early_w ? (count < kStages ? count : kStages) : 0;
+  if (warp == kConsumerThreads / 32 && lane == 0) {
+    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&w_map)) : "memory");
+    for (int64_t i = 0; i < early; ++i) load_w(i);
+  }
   wait_for_prerequisites();
   let_dependents_launch();
 
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   float acc[kWgTiles][kTiles][4];
 #pragma unroll
   for (int w = 0; w < kWgTiles; ++w)
@@ -136,32 +165,18 @@ __global__ void __launch_bounds__(kThreads, kStages <= 4 && kWgTiles == 1 ? 2 : 
   if (warp == kConsumerThreads / 32 && kXByTma) {  // the producer, x by TMA: one lane issues every copy
     // x's rows [0, 8 kTiles) of each step as one box in the same swizzle as w's (rows past `rows` zero-filled), so
     // the producer never waits on its own copies: the ring's whole depth stays in flight.
-    constexpr uint32_t kXBytes = kTiles * 8 * kStep * 2;
     for (int64_t i = 0; lane == 0 && i < count; ++i) {
       const int s = static_cast<int>(i % kStages);
       if (i >= kStages) mbarrier_wait(empty(s), static_cast<uint32_t>((i / kStages - 1) & 1));
-      const auto k0 = static_cast<int32_t>((first + i) * kStep);
-      mbarrier_expect_bytes(full(s), kWStageBytes + kXBytes);
-      const uint32_t ws = w_stages + s * kWStageBytes;
-#pragma unroll
-      for (int tile = 0; tile < 2 * kWgTiles; ++tile)
-        tma_load(ws + tile * (kBoxRows * kStep * 2), &w_map, k0, tile_first_row<kWgTiles>(out, block, tile), full(s));
-      tma_load(x_stages + s * kXStageBytes, &x_map, k0, 0, full(s));
+      if (i >= early) load_w(i);
+      tma_load(x_stages + s * kXStageBytes, &x_map, static_cast<int32_t>((first + i) * kStep), 0, full(s));
     }
   } else if (warp == kConsumerThreads / 32) {  // the producer, x by cp.async (DUET_SKINNY_TMA_X=cp)
     for (int64_t i = 0; i < count; ++i) {
       const int s = static_cast<int>(i % kStages);
       if (i >= kStages) mbarrier_wait(empty(s), static_cast<uint32_t>((i / kStages - 1) & 1));
       const int64_t k0 = (first + i) * kStep;
-      if (lane == 0) {
-        // The whole boxes count, rows past n and k past k zero-filled.
-        mbarrier_expect_bytes(full(s), kWStageBytes);
-        const uint32_t ws = w_stages + s * kWStageBytes;
-#pragma unroll
-        for (int tile = 0; tile < 2 * kWgTiles; ++tile)
-          tma_load(ws + tile * (kBoxRows * kStep * 2), &w_map, static_cast<int32_t>(k0),
-                   tile_first_row<kWgTiles>(out, block, tile), full(s));
-      }
+      if (lane == 0) load_w(i);  // the whole boxes count, rows past n and k past k zero-filled
       // x's rows [0, 8 kTiles) of this step, 16-byte chunk c of row r at chunk c ^ (r % 8) of the row (the swizzle
       // TMA gives w); rows past `rows` and k past k as zeros.
       const uint32_t xs = x_stages + s * kXStageBytes;
@@ -283,11 +298,26 @@ bool x_by_tma() {
   return by_tma;
 }
 
+// Switches read once, for A/B: DUET_SKINNY_TMA_STAGES=4 gives every row count the 29th round's ring of 4 stages
+// instead of the deepest two blocks an SM hold; DUET_SKINNY_TMA_EARLY=0 asks for w only after the wait.
+bool env_is(const char* name, std::string_view value) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::string_view(v) == value;
+}
+bool ring_of_four() {
+  static const bool four = env_is("DUET_SKINNY_TMA_STAGES", "4");
+  return four;
+}
+bool early_weights() {
+  static const bool early = !env_is("DUET_SKINNY_TMA_EARLY", "0");
+  return early;
+}
+
 template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma>
 void launch_engine(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
                    int slices, cudaStream_t stream) {
   constexpr auto kernel = tma_gemm_kernel<kTiles, kOutF32, kStages, kWgTiles, kXByTma>;
-  constexpr size_t kSmem = shared_bytes(kStages, kWgTiles);
+  constexpr size_t kSmem = shared_bytes(kStages, kWgTiles, kTiles);
   static const bool sized = [] {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)),
                "skinny tma: shared memory");
@@ -301,24 +331,26 @@ void launch_engine(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t 
                                                "refused x")
                                     : CUtensorMap{};
   skinny::launch_clusters(kernel, kThreads, block_rows(kWgTiles), kSmem, n, slices, stream, "skinny tma", map, x_map, x,
-                          rows, n, k, out);
+                          rows, n, k, out, early_weights());
 }
 
-template <int kTiles, bool kOutF32, int kStages, int kWgTiles>
+// kRing 0: the deepest ring two blocks an SM hold for the rows (deep_stages), else that many stages.
+template <int kTiles, bool kOutF32, int kRing, int kWgTiles>
 void launch_with(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
                  int slices, cudaStream_t stream) {
+  constexpr int kStages = kRing == 0 ? deep_stages(kTiles) : kRing;
   if (x_by_tma())
     return launch_engine<kTiles, kOutF32, kStages, kWgTiles, true>(map, x, rows, n, k, out, slices, stream);
   launch_engine<kTiles, kOutF32, kStages, kWgTiles, false>(map, x, rows, n, k, out, slices, stream);
 }
 
-template <bool kOutF32, int kStages, int kWgTiles = 1>
+template <bool kOutF32, int kRing, int kWgTiles = 1>
 void launch_rows(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
                  int slices, cudaStream_t stream) {
-  if (rows <= 8) return launch_with<1, kOutF32, kStages, kWgTiles>(map, x, rows, n, k, out, slices, stream);
-  if (rows <= 16) return launch_with<2, kOutF32, kStages, kWgTiles>(map, x, rows, n, k, out, slices, stream);
-  if (rows <= 32) return launch_with<4, kOutF32, kStages, kWgTiles>(map, x, rows, n, k, out, slices, stream);
-  launch_with<8, kOutF32, kStages, kWgTiles>(map, x, rows, n, k, out, slices, stream);
+  if (rows <= 8) return launch_with<1, kOutF32, kRing, kWgTiles>(map, x, rows, n, k, out, slices, stream);
+  if (rows <= 16) return launch_with<2, kOutF32, kRing, kWgTiles>(map, x, rows, n, k, out, slices, stream);
+  if (rows <= 32) return launch_with<4, kOutF32, kRing, kWgTiles>(map, x, rows, n, k, out, slices, stream);
+  launch_with<8, kOutF32, kRing, kWgTiles>(map, x, rows, n, k, out, slices, stream);
 }
 
 }  // namespace
@@ -345,13 +377,14 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
   if (outputs.swiglu_half > 0 && (y_f32 || outputs.swiglu_half % 64 != 0 || n != 2 * outputs.swiglu_half))
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: SwiGLU takes BF16 out and halves of 64 rows");
   if (slices == 0) slices = skinny_tma_slices(n, k);
-  if (slices < 1 || slices > skinny::kMaxSlices || (stages != 4 && stages != 8))
-    check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: slices 1..8, stages 4 or 8");
+  if (slices < 1 || slices > skinny::kMaxSlices || (stages != 0 && stages != 4 && stages != 8))
+    check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: slices 1..8, stages 0 (the deepest), 4 or 8");
+  if (stages == 0 && ring_of_four()) stages = 4;
   if (block_rows_wanted != kBlockRows &&
       (block_rows_wanted != 2 * kBlockRows || stages != 4 || outputs.swiglu_half > 0 || y_f32))
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: 256-row blocks at 4 stages, BF16 out, no SwiGLU only");
 #ifndef DUET_SKINNY_EXPERIMENTS
-  if (stages != 4 || block_rows_wanted != kBlockRows)
+  if (stages == 8 || block_rows_wanted != kBlockRows)
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: the experiments are in a benchmarks build only");
 #endif
   const CUtensorMap& map = weight_map(w, n, k);
@@ -373,10 +406,16 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
       continue;
     }
 #endif
-    if (y_f32) {
-      launch_rows<true, 4>(map, xr, rows, n, k, out, slices, stream);
+    if (stages == 4) {
+      if (y_f32) {
+        launch_rows<true, 4>(map, xr, rows, n, k, out, slices, stream);
+      } else {
+        launch_rows<false, 4>(map, xr, rows, n, k, out, slices, stream);
+      }
+    } else if (y_f32) {
+      launch_rows<true, 0>(map, xr, rows, n, k, out, slices, stream);
     } else {
-      launch_rows<false, 4>(map, xr, rows, n, k, out, slices, stream);
+      launch_rows<false, 0>(map, xr, rows, n, k, out, slices, stream);
     }
   }
 }
