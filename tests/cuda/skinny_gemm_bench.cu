@@ -157,11 +157,11 @@ double relative_difference(const std::vector<uint16_t>& a, const std::vector<uin
   return scale > 0 ? worst / scale : worst;
 }
 
-// --tma: for each shape and row count, the register-fed plans' GB/s beside the TMA engine's ("0/sN": its default ring,
-// the deepest two blocks an SM hold; "4/sN" a ring of 4 stages; 8 at one block an SM; at the slices that fill the SMs
-// once, and half and twice those). Bits: each variant at every m gives the first m
-// rows of its own m = 64 bit for bit (batch invariance), and its m = 64 lies within 2% of max |y| of production's (the
-// same products summed in other groups: a wrong layout or descriptor lands far outside). Returns the failures.
+// --tma: for each shape and row count, the register-fed plans' GB/s beside the TMA engine's ("4/sN": 4 stages at two
+// blocks an SM, "8/sN" 8 at one; at the slices that fill the SMs once, and half and twice those). Bits: each variant at
+// every m gives the first m rows of its own m = 64 bit for bit (batch invariance), and its m = 64 lies within 2% of max
+// |y| of production's (the same products summed in other groups: a wrong layout or descriptor lands far outside).
+// Returns the failures.
 int bench_tma(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf16* y64, double read_gbs,
               cudaStream_t stream) {
   using duet::backend::cuda::launch_skinny_gemm_tma;
@@ -186,16 +186,16 @@ int bench_tma(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf16* y6
     check(cudaStreamSynchronize(stream), "production");
     const auto production = download_bits(y64, static_cast<size_t>(64) * shape.n);
     const int four = duet::backend::cuda::skinny_tma_slices(shape.n, shape.k);
-    const int eight = std::max(1, four / 2);                 // one block an SM: half the resident blocks
-    std::vector<Variant> variants = {{0, four}, {4, four}};  // production's deepest ring, and the ring of 4
+    const int eight = std::max(1, four / 2);  // one block an SM: half the resident blocks
+    std::vector<Variant> variants = {{4, four}};
 #ifdef DUET_SKINNY_EXPERIMENTS
     variants.push_back({8, eight});
     // 256-row blocks at one block an SM: half the row blocks of 128, so twice the slices that fill the SMs once.
     const int64_t blocks256 = (shape.n + 255) / 256;
     variants.push_back({4, static_cast<int>(std::clamp<int64_t>(132 / blocks256, 1, 8)), 256});
 #endif
-    if (four > 1) variants.push_back({0, four / 2});
-    if (four < 8) variants.push_back({0, std::min(8, four * 2)});
+    if (four > 1) variants.push_back({4, four / 2});
+    if (four < 8) variants.push_back({4, std::min(8, four * 2)});
     std::printf("%-20s %4s %10s", shape.name, "m", "production");
     for (const Variant& v : variants)
       std::printf("  tma%s %d/s%d", v.block_rows == 256 ? "256" : "", v.stages, v.slices);

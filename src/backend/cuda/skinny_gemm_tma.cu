@@ -58,14 +58,6 @@ constexpr size_t shared_bytes(int stages, int wg_tiles, int tiles) {
   return static_cast<size_t>(stages) * (w_stage_bytes(wg_tiles) + x_stage_bytes(tiles)) + 16 * stages +
          1024;  // + slack
 }
-// The deepest ring two blocks an SM hold (228 KB of shared memory an SM, 1 KB of it reserved a block) at 8 kTiles
-// rows: 6 stages up to 16 rows, 5 at 32, 4 at 64.
-constexpr int deep_stages(int tiles) {
-  int stages = 4;
-  while (2 * (shared_bytes(stages + 1, 1, tiles) + 1024) <= 228 * 1024 && stages < 6) ++stages;
-  return stages;
-}
-static_assert(deep_stages(1) == 6 && deep_stages(2) == 6 && deep_stages(4) == 5 && deep_stages(8) == 4);
 
 __device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
@@ -103,7 +95,7 @@ __device__ __forceinline__ int32_t tile_first_row(const SkinnyOutputs& out, int6
 }
 
 template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma>
-__global__ void __launch_bounds__(kThreads, kStages <= 6 && kWgTiles == 1 ? 2 : 1)
+__global__ void __launch_bounds__(kThreads, kStages <= 4 && kWgTiles == 1 ? 2 : 1)
     tma_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                     const bf16* __restrict__ x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs out,
                     bool early_w) {
@@ -298,18 +290,12 @@ bool x_by_tma() {
   return by_tma;
 }
 
-// Switches read once, for A/B: DUET_SKINNY_TMA_STAGES=4 gives every row count the 29th round's ring of 4 stages
-// instead of the deepest two blocks an SM hold; DUET_SKINNY_TMA_EARLY=0 asks for w only after the wait.
-bool env_is(const char* name, std::string_view value) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::string_view(v) == value;
-}
-bool ring_of_four() {
-  static const bool four = env_is("DUET_SKINNY_TMA_STAGES", "4");
-  return four;
-}
+// DUET_SKINNY_TMA_EARLY=0 asks for w only after the dependent-launch wait (read once, for A/B).
 bool early_weights() {
-  static const bool early = !env_is("DUET_SKINNY_TMA_EARLY", "0");
+  static const bool early = [] {
+    const char* v = std::getenv("DUET_SKINNY_TMA_EARLY");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
   return early;
 }
 
@@ -334,23 +320,21 @@ void launch_engine(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t 
                           rows, n, k, out, early_weights());
 }
 
-// kRing 0: the deepest ring two blocks an SM hold for the rows (deep_stages), else that many stages.
-template <int kTiles, bool kOutF32, int kRing, int kWgTiles>
+template <int kTiles, bool kOutF32, int kStages, int kWgTiles>
 void launch_with(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
                  int slices, cudaStream_t stream) {
-  constexpr int kStages = kRing == 0 ? deep_stages(kTiles) : kRing;
   if (x_by_tma())
     return launch_engine<kTiles, kOutF32, kStages, kWgTiles, true>(map, x, rows, n, k, out, slices, stream);
   launch_engine<kTiles, kOutF32, kStages, kWgTiles, false>(map, x, rows, n, k, out, slices, stream);
 }
 
-template <bool kOutF32, int kRing, int kWgTiles = 1>
+template <bool kOutF32, int kStages, int kWgTiles = 1>
 void launch_rows(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
                  int slices, cudaStream_t stream) {
-  if (rows <= 8) return launch_with<1, kOutF32, kRing, kWgTiles>(map, x, rows, n, k, out, slices, stream);
-  if (rows <= 16) return launch_with<2, kOutF32, kRing, kWgTiles>(map, x, rows, n, k, out, slices, stream);
-  if (rows <= 32) return launch_with<4, kOutF32, kRing, kWgTiles>(map, x, rows, n, k, out, slices, stream);
-  launch_with<8, kOutF32, kRing, kWgTiles>(map, x, rows, n, k, out, slices, stream);
+  if (rows <= 8) return launch_with<1, kOutF32, kStages, kWgTiles>(map, x, rows, n, k, out, slices, stream);
+  if (rows <= 16) return launch_with<2, kOutF32, kStages, kWgTiles>(map, x, rows, n, k, out, slices, stream);
+  if (rows <= 32) return launch_with<4, kOutF32, kStages, kWgTiles>(map, x, rows, n, k, out, slices, stream);
+  launch_with<8, kOutF32, kStages, kWgTiles>(map, x, rows, n, k, out, slices, stream);
 }
 
 }  // namespace
@@ -377,14 +361,13 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
   if (outputs.swiglu_half > 0 && (y_f32 || outputs.swiglu_half % 64 != 0 || n != 2 * outputs.swiglu_half))
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: SwiGLU takes BF16 out and halves of 64 rows");
   if (slices == 0) slices = skinny_tma_slices(n, k);
-  if (slices < 1 || slices > skinny::kMaxSlices || (stages != 0 && stages != 4 && stages != 8))
-    check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: slices 1..8, stages 0 (the deepest), 4 or 8");
-  if (stages == 0 && ring_of_four()) stages = 4;
+  if (slices < 1 || slices > skinny::kMaxSlices || (stages != 4 && stages != 8))
+    check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: slices 1..8, stages 4 or 8");
   if (block_rows_wanted != kBlockRows &&
       (block_rows_wanted != 2 * kBlockRows || stages != 4 || outputs.swiglu_half > 0 || y_f32))
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: 256-row blocks at 4 stages, BF16 out, no SwiGLU only");
 #ifndef DUET_SKINNY_EXPERIMENTS
-  if (stages == 8 || block_rows_wanted != kBlockRows)
+  if (stages != 4 || block_rows_wanted != kBlockRows)
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: the experiments are in a benchmarks build only");
 #endif
   const CUtensorMap& map = weight_map(w, n, k);
@@ -406,16 +389,10 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
       continue;
     }
 #endif
-    if (stages == 4) {
-      if (y_f32) {
-        launch_rows<true, 4>(map, xr, rows, n, k, out, slices, stream);
-      } else {
-        launch_rows<false, 4>(map, xr, rows, n, k, out, slices, stream);
-      }
-    } else if (y_f32) {
-      launch_rows<true, 0>(map, xr, rows, n, k, out, slices, stream);
+    if (y_f32) {
+      launch_rows<true, 4>(map, xr, rows, n, k, out, slices, stream);
     } else {
-      launch_rows<false, 0>(map, xr, rows, n, k, out, slices, stream);
+      launch_rows<false, 4>(map, xr, rows, n, k, out, slices, stream);
     }
   }
 }
