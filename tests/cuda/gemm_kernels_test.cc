@@ -739,17 +739,18 @@ TEST(SkinnyGemmTma, SegmentsAndSwigluKeepEveryBit) {
 
 constexpr size_t kWorkspaceBytes = 32u << 20;  // what NVIDIA recommends for Hopper
 
-// The plans' engine by shape (skinny_tma_for): launch_skinny_gemm gives the 9B's GDN input projection [12352, 4096] the
-// TMA engine's bits at every row count, and attention's q | k | v [10240, 4096] the register-fed plan's. The control:
-// the two engines' bits differ on the first shape, so the check can tell them apart.
-TEST(SkinnyGemmTma, ThePlansGiveItTheGdnInputProjectionAlone) {
+// The plans' engine by shape (skinny_tma_for): launch_skinny_gemm gives the 9B's wide weights (the GDN input projection
+// [12352, 4096], attention's q | k | v [10240, 4096]) the TMA engine's bits at every row count, and the out projections
+// [4096, 4096] the register-fed plan's. The control: the two engines' bits differ at 64 rows, so the check can tell
+// them apart.
+TEST(SkinnyGemmTma, ThePlansGiveItTheWideWeightsAlone) {
   DUET_REQUIRE_GPU();
   if (std::getenv("DUET_SKINNY_TMA") != nullptr) GTEST_SKIP() << "DUET_SKINNY_TMA is set: the plans are not in force";
   const int64_t k = 4096;
   const auto x = random_bf16(static_cast<size_t>(64) * k, 140);
   DeviceBuffer<bf16> d_x(x);
-  for (const int64_t n : {int64_t{12352}, int64_t{10240}}) {
-    const bool tma = n == 12352;
+  for (const int64_t n : {int64_t{12352}, int64_t{10240}, int64_t{4096}}) {
+    const bool tma = n != 4096;
     const auto w = random_bf16(static_cast<size_t>(n) * k, 141 + n);
     DeviceBuffer<bf16> d_w(w);
     const int32_t nn = static_cast<int32_t>(n), kk = static_cast<int32_t>(k);
@@ -764,7 +765,7 @@ TEST(SkinnyGemmTma, ThePlansGiveItTheGdnInputProjectionAlone) {
       const auto& wanted = tma ? engine : register_fed;
       EXPECT_EQ(differing(production.data(), wanted.data(), production.size()), 0u)
           << (tma ? "the TMA engine's bits" : "the register-fed plan's bits");
-      if (tma && m == 64) {
+      if (m == 64) {
         EXPECT_GT(differing(engine.data(), register_fed.data(), engine.size()), 0u) << "control: the engines differ";
       }
     }

@@ -157,10 +157,11 @@ double relative_difference(const std::vector<uint16_t>& a, const std::vector<uin
   return scale > 0 ? worst / scale : worst;
 }
 
-// --tma: for each shape and row count, production's GB/s beside the TMA experiment's (4 stages at two blocks an SM or 8
-// at one, the slices that fill the SMs once, and half and twice those). Bits: each variant at every m gives the first m
-// rows of its own m = 64 bit for bit (batch invariance), and its m = 64 lies within 2% of max |y| of production's (the
-// same products summed in other groups: a wrong layout or descriptor lands far outside). Returns the failures.
+// --tma: for each shape and row count, the register-fed plans' GB/s beside the TMA engine's ("4/sN": 4 stages at two
+// blocks an SM, "8/sN" 8 at one; at the slices that fill the SMs once, and half and twice those). Bits: each variant at
+// every m gives the first m rows of its own m = 64 bit for bit (batch invariance), and its m = 64 lies within 2% of max
+// |y| of production's (the same products summed in other groups: a wrong layout or descriptor lands far outside).
+// Returns the failures.
 int bench_tma(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf16* y64, double read_gbs,
               cudaStream_t stream) {
   using duet::backend::cuda::launch_skinny_gemm_tma;

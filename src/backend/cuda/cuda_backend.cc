@@ -37,6 +37,7 @@
 #include "backend/cuda/pinned_gemm.h"
 #include "backend/cuda/sampling.h"
 #include "backend/cuda/sampling_paths.h"
+#include "backend/cuda/skinny_regs_choice.h"
 #include "backend/cuda/step_gaps.h"
 #include "backend/cuda/step_graphs.h"
 #include "backend/cuda/step_upload.h"
@@ -969,23 +970,25 @@ class CudaBackend final : public Backend {
   }
 
   // Whether a step's decode rows take the gate | up GEMM with SwiGLU in its epilogue: the two weights stored back to
-  // back (resident_together), BF16, the gate's rows a multiple of 64, k of 16, and at least kSwigluInGemmMinRows
-  // decode rows. The rows' bound is measured (session 45, H100, `duet run --streams S`, alternately): the epilogue
+  // back (resident_together), BF16, the gate's rows a multiple of 64, k of 16, and enough decode rows. The rows' bound
+  // is measured (`duet run --streams S`, alternately, H100s): on the register-fed engine (session 45) the epilogue
   // gains 0.9-1.5% at 32, 48 and 64 rows and loses 0.7-3.9% at 1, 2, 4, 12, 16, 20 and 24 (8 gained 2.8%, alone among
-  // the small counts). DUET_SKINNY_SWIGLU=0 keeps the two outputs and the SwiGLU kernel at every count, 1 takes the
-  // epilogue at every count (the same bits either way; for measurements).
+  // the small counts), hence kSwigluInGemmMinRows; on the TMA engine (skinny_tma_for, session 48) it gains at every
+  // count: 1 stream 150-151 tok/s against 145, 4 streams 588 against 571, 16 streams 2,072 against 2,019.
+  // DUET_SKINNY_SWIGLU=0 keeps the two outputs and the SwiGLU kernel at every count, 1 takes the epilogue at every
+  // count (the same bits either way; for measurements).
   static constexpr int64_t kSwigluInGemmMinRows = 25;
   bool swiglu_in_gemm(const MlpWeights& w, int64_t decode) const {
-    static const int64_t min_rows = [] {
-      const char* env = std::getenv("DUET_SKINNY_SWIGLU");
-      if (env != nullptr && std::string_view(env) == "0") return std::numeric_limits<int64_t>::max();
-      if (env != nullptr && std::string_view(env) == "1") return int64_t{1};
-      return kSwigluInGemmMinRows;
-    }();
+    static const char* env = std::getenv("DUET_SKINNY_SWIGLU");
     const Weight &gate = w.gate_proj, &up = w.up_proj;
-    return decode >= min_rows && gate.type == WeightType::bf16 && up.type == WeightType::bf16 && gate.rows == up.rows &&
-           gate.cols == up.cols && gate.rows % 64 == 0 && gate.cols % 16 == 0 &&
-           static_cast<const char*>(gate.data) + gate.bytes() == up.data;
+    const bool fits = gate.type == WeightType::bf16 && up.type == WeightType::bf16 && gate.rows == up.rows &&
+                      gate.cols == up.cols && gate.rows % 64 == 0 && gate.cols % 16 == 0 &&
+                      static_cast<const char*>(gate.data) + gate.bytes() == up.data;
+    if (!fits || decode < 1) return false;
+    if (env != nullptr && std::string_view(env) == "0") return false;
+    if (env != nullptr && std::string_view(env) == "1") return true;
+    return decode >= kSwigluInGemmMinRows ||
+           skinny_tma_for(static_cast<int32_t>(2 * gate.rows), static_cast<int32_t>(gate.cols));
   }
   // A projection y = x w^T (BF16 out) for the step's rows: the first decode_rows_ through the skinny GEMM, the rest
   // through the pinned one, with the adapter on the adapted rows (prefill_rows).

@@ -4,12 +4,14 @@
 // step tied the block's warps to one barrier and to the slowest warp's loads, and cp.async kept too few bytes in
 // flight. This is Hopper's own answer to both:
 //  - one producer warp brings each step's 128 w rows x 64 k into a ring of stages with two TMA copies (the hardware
-//    streams and swizzles them for wgmma: no registers, no per-thread addresses), and x's 64 k of each row by 16-byte
-//    cp.async beside them, in the same 128-byte swizzle, fenced for the tensor cores a stage later;
+//    streams and swizzles them for wgmma: no registers, no per-thread addresses), and x's 64 k of its rows by a third
+//    (the same 128-byte swizzle, rows past m zero-filled), all three completing the stage's mbarrier. Until the 32nd
+//    round x came by the producer's cp.async, and the producer waited for each stage's copies before issuing the
+//    next stage, so the ring was never full: x by TMA read 64 rows 14-60% faster (DUET_SKINNY_TMA_X=cp keeps that
+//    form for A/B: the same bytes in the same places, so the same bits);
 //  - two consumer warpgroups (64 w rows each) wait only for their stage's mbarrier, multiply it by wgmma (A = w,
 //    B = x, both from shared memory) and free it through another mbarrier once the tensor cores are done with it: no
-//    block barrier inside the loop, and a ring of 4 stages at two blocks an SM keeps 128 KB of weights in flight per
-//    SM;
+//    block barrier inside the loop, and a ring of 4 stages keeps 64 KB of weights in flight a block;
 //  - the k slices of a row block form a cluster whose partial sums are added in slice order through distributed
 //    shared memory and rounded once, each output to its segment, or gate and up through SwiGLU
 //    (skinny_gemm_slices.h, as the register-fed kernels do).
@@ -25,6 +27,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <tuple>
 
 #include "backend/cuda/cuda_check.h"
@@ -44,14 +47,16 @@ constexpr int kBoxRows = 64;          // w rows a TMA box and a consumer warpgro
 constexpr int kBlockRows = 128;       // w rows a block: two consumer warpgroups of 64
 constexpr int kConsumerThreads = 256;
 constexpr int kThreads = kConsumerThreads + 32;  // and one producer warp
-constexpr int kXStageBytes = 64 * kStep * 2;     // up to 64 rows of x
+// x's rows of a stage: 8 kTiles (up to 64) rows of 64 k, 1,024-byte swizzle atoms like w's.
+constexpr int x_stage_bytes(int tiles) { return tiles * 8 * kStep * 2; }
 // A block's w rows and a stage's bytes of them: kWgTiles m64 tiles a warpgroup (2: the benchmarks build's experiment
 // of 256-row blocks, half the x bytes a w byte at one block an SM).
 constexpr int block_rows(int wg_tiles) { return kBlockRows * wg_tiles; }
 constexpr int w_stage_bytes(int wg_tiles) { return block_rows(wg_tiles) * kStep * 2; }
 
-constexpr size_t shared_bytes(int stages, int wg_tiles = 1) {
-  return static_cast<size_t>(stages) * (w_stage_bytes(wg_tiles) + kXStageBytes) + 16 * stages + 1024;  // + slack
+constexpr size_t shared_bytes(int stages, int wg_tiles, int tiles) {
+  return static_cast<size_t>(stages) * (w_stage_bytes(wg_tiles) + x_stage_bytes(tiles)) + 16 * stages +
+         1024;  // + slack
 }
 
 __device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
@@ -89,10 +94,11 @@ __device__ __forceinline__ int32_t tile_first_row(const SkinnyOutputs& out, int6
   return static_cast<int32_t>(block * block_rows(kWgTiles) + kBoxRows * tile);
 }
 
-template <int kTiles, bool kOutF32, int kStages, int kWgTiles>
+template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma>
 __global__ void __launch_bounds__(kThreads, kStages <= 4 && kWgTiles == 1 ? 2 : 1)
-    tma_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const bf16* __restrict__ x, int32_t rows, int32_t n,
-                    int32_t k, const SkinnyOutputs out) {
+    tma_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
+                    const bf16* __restrict__ x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs out,
+                    bool early_w) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // TMA's 128-byte swizzle and the descriptors' atoms need 1,024-byte alignment; every block rounds alike, so a
   // partial's address maps to the same place in each block of the cluster.
@@ -107,42 +113,62 @@ __global__ void __launch_bounds__(kThreads, kStages <= 4 && kWgTiles == 1 ? 2 : 
   const uint32_t w_stages = smem_address(smem);
   constexpr int kWStageBytes = w_stage_bytes(kWgTiles), kRows = block_rows(kWgTiles);
   const uint32_t x_stages = w_stages + kStages * kWStageBytes;
+  constexpr int kXStageBytes = x_stage_bytes(kTiles);
   const uint32_t bars = x_stages + kStages * kXStageBytes;
   auto full = [&](int s) { return bars + 8 * s; };               // the stage's bytes have landed
   auto empty = [&](int s) { return bars + 8 * (kStages + s); };  // both warpgroups are done with the stage
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(full(s), 2);  // the TMA's expected bytes, then x's copies landed and fenced
+      // The TMA's expected bytes (w's boxes and, by TMA, x's), and with x by cp.async its copies landed and fenced.
+      mbarrier_init(full(s), kXByTma ? 1 : 2);
       mbarrier_init(empty(s), 2);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
-  // Launched as a dependent (dependent_launch.h): nothing is read before the kernel before is done.
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  constexpr uint32_t kXBytes = x_stage_bytes(kTiles);
+  auto load_w = [&](int64_t i) {  // step i's w boxes into its stage, with the stage's whole expected bytes
+    const int s = static_cast<int>(i % kStages);
+    mbarrier_expect_bytes(full(s), kWStageBytes + (kXByTma ? kXBytes : 0));
+    const uint32_t ws = w_stages + s * kWStageBytes;
+#pragma unroll
+    for (int tile = 0; tile < 2 * kWgTiles; ++tile)
+      tma_load(ws + tile * (kBoxRows * kStep * 2), &w_map, static_cast<int32_t>((first + i) * kStep),
+               tile_first_row<kWgTiles>(out, block, tile), full(s));
+  };
+  // Launched as a dependent (dependent_launch.h), a kernel reads nothing an earlier kernel wrote before that kernel is
+  // done. No kernel writes the weights, so with x by TMA the ring's first stages of w are asked for before the wait,
+  // in the previous kernel's tail, as the register-fed kernels' L2 prefetches are (DUET_SKINNY_TMA_EARLY=0: after).
+  const int64_t early = kXByTma && early_w ? (count < kStages ? count : kStages) : 0;
+  if (warp == kConsumerThreads / 32 && lane == 0) {
+    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&w_map)) : "memory");
+    for (int64_t i = 0; i < early; ++i) load_w(i);
+  }
   wait_for_prerequisites();
   let_dependents_launch();
 
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   float acc[kWgTiles][kTiles][4];
 #pragma unroll
   for (int w = 0; w < kWgTiles; ++w)
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) acc[w][j][0] = acc[w][j][1] = acc[w][j][2] = acc[w][j][3] = 0.0f;
 
-  if (warp == kConsumerThreads / 32) {  // the producer
+  if (warp == kConsumerThreads / 32 && kXByTma) {  // the producer, x by TMA: one lane issues every copy
+    // x's rows [0, 8 kTiles) of each step as one box in the same swizzle as w's (rows past `rows` zero-filled), so
+    // the producer never waits on its own copies: the ring's whole depth stays in flight.
+    for (int64_t i = 0; lane == 0 && i < count; ++i) {
+      const int s = static_cast<int>(i % kStages);
+      if (i >= kStages) mbarrier_wait(empty(s), static_cast<uint32_t>((i / kStages - 1) & 1));
+      if (i >= early) load_w(i);
+      tma_load(x_stages + s * kXStageBytes, &x_map, static_cast<int32_t>((first + i) * kStep), 0, full(s));
+    }
+  } else if (warp == kConsumerThreads / 32) {  // the producer, x by cp.async (DUET_SKINNY_TMA_X=cp)
     for (int64_t i = 0; i < count; ++i) {
       const int s = static_cast<int>(i % kStages);
       if (i >= kStages) mbarrier_wait(empty(s), static_cast<uint32_t>((i / kStages - 1) & 1));
       const int64_t k0 = (first + i) * kStep;
-      if (lane == 0) {
-        // The whole boxes count, rows past n and k past k zero-filled.
-        mbarrier_expect_bytes(full(s), kWStageBytes);
-        const uint32_t ws = w_stages + s * kWStageBytes;
-#pragma unroll
-        for (int tile = 0; tile < 2 * kWgTiles; ++tile)
-          tma_load(ws + tile * (kBoxRows * kStep * 2), &w_map, static_cast<int32_t>(k0),
-                   tile_first_row<kWgTiles>(out, block, tile), full(s));
-      }
+      if (lane == 0) load_w(i);  // the whole boxes count, rows past n and k past k zero-filled
       // x's rows [0, 8 kTiles) of this step, 16-byte chunk c of row r at chunk c ^ (r % 8) of the row (the swizzle
       // TMA gives w); rows past `rows` and k past k as zeros.
       const uint32_t xs = x_stages + s * kXStageBytes;
@@ -218,15 +244,8 @@ __global__ void __launch_bounds__(kThreads, kStages <= 4 && kWgTiles == 1 ? 2 : 
   skinny::add_slices_and_store<kOutF32, kRows>(cluster, partials, rows, block * kRows, n, out);
 }
 
-// The weights' tensor maps, made once per (w, n, k) and kept (the weights are resident for the process): boxes of
-// 64 k x 64 rows, 128-byte swizzle, zeros out of bounds. Launches come from more than one thread (decode steps, the
-// decision head's), hence the lock.
-const CUtensorMap& weight_map(const bf16* w, int32_t n, int32_t k) {
-  static std::mutex lock;
-  static std::map<std::tuple<const bf16*, int32_t, int32_t>, CUtensorMap> maps;
-  const std::lock_guard<std::mutex> guard(lock);
-  const auto key = std::make_tuple(w, n, k);
-  if (const auto it = maps.find(key); it != maps.end()) return it->second;
+// A [rows, k] BF16 matrix's tensor map: boxes of 64 k x box_rows, 128-byte swizzle, zeros out of bounds.
+CUtensorMap rows_map(const bf16* base, int32_t rows, int32_t k, uint32_t box_rows, const char* what) {
   static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
@@ -237,30 +256,76 @@ const CUtensorMap& weight_map(const bf16* w, int32_t n, int32_t k) {
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
   CUtensorMap map{};
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n)};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};
-  const cuuint32_t box[2] = {kStep, kBoxRows};
+  const cuuint32_t box[2] = {kStep, box_rows};
   const cuuint32_t element_strides[2] = {1, 1};
-  if (encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(w), dims, strides, box, element_strides,
+  if (encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(base), dims, strides, box, element_strides,
              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
-    check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: cuTensorMapEncodeTiled refused the weight");
-  return maps.emplace(key, map).first->second;
+    check_cuda(cudaErrorInvalidValue, what);
+  return map;
 }
 
-template <int kTiles, bool kOutF32, int kStages, int kWgTiles>
-void launch_with(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
-                 int slices, cudaStream_t stream) {
-  constexpr auto kernel = tma_gemm_kernel<kTiles, kOutF32, kStages, kWgTiles>;
-  constexpr size_t kSmem = shared_bytes(kStages, kWgTiles);
+// The weights' tensor maps, made once per (w, n, k) and kept (the weights are resident for the process): boxes of
+// 64 k x 64 rows. Launches come from more than one thread (decode steps, the decision head's), hence the lock.
+const CUtensorMap& weight_map(const bf16* w, int32_t n, int32_t k) {
+  static std::mutex lock;
+  static std::map<std::tuple<const bf16*, int32_t, int32_t>, CUtensorMap> maps;
+  const std::lock_guard<std::mutex> guard(lock);
+  const auto key = std::make_tuple(w, n, k);
+  if (const auto it = maps.find(key); it != maps.end()) return it->second;
+  return maps
+      .emplace(key, rows_map(w, n, k, kBoxRows, "launch_skinny_gemm_tma: cuTensorMapEncodeTiled refused the weight"))
+      .first->second;
+}
+
+// x by TMA (the default) or by the producer's cp.async (DUET_SKINNY_TMA_X=cp, the 29th round's form, for A/B): the
+// same bytes in the same places, so the same bits.
+bool x_by_tma() {
+  static const bool by_tma = [] {
+    const char* v = std::getenv("DUET_SKINNY_TMA_X");
+    return v == nullptr || std::string_view(v) != "cp";
+  }();
+  return by_tma;
+}
+
+// DUET_SKINNY_TMA_EARLY=0 asks for w only after the dependent-launch wait (read once, for A/B).
+bool early_weights() {
+  static const bool early = [] {
+    const char* v = std::getenv("DUET_SKINNY_TMA_EARLY");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return early;
+}
+
+template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma>
+void launch_engine(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
+                   int slices, cudaStream_t stream) {
+  constexpr auto kernel = tma_gemm_kernel<kTiles, kOutF32, kStages, kWgTiles, kXByTma>;
+  constexpr size_t kSmem = shared_bytes(kStages, kWgTiles, kTiles);
   static const bool sized = [] {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)),
                "skinny tma: shared memory");
     return true;
   }();
   (void)sized;
-  skinny::launch_clusters(kernel, kThreads, block_rows(kWgTiles), kSmem, n, slices, stream, "skinny tma", map, x, rows,
-                          n, k, out);
+  // x's map is made at each launch (a host-side encoding of a few hundred nanoseconds; a graph keeps the one it
+  // captured, with the step's own x and rows).
+  const CUtensorMap x_map = kXByTma ? rows_map(x, rows, k, kTiles * 8,
+                                               "launch_skinny_gemm_tma: cuTensorMapEncodeTiled "
+                                               "refused x")
+                                    : CUtensorMap{};
+  skinny::launch_clusters(kernel, kThreads, block_rows(kWgTiles), kSmem, n, slices, stream, "skinny tma", map, x_map, x,
+                          rows, n, k, out, early_weights());
+}
+
+template <int kTiles, bool kOutF32, int kStages, int kWgTiles>
+void launch_with(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
+                 int slices, cudaStream_t stream) {
+  if (x_by_tma())
+    return launch_engine<kTiles, kOutF32, kStages, kWgTiles, true>(map, x, rows, n, k, out, slices, stream);
+  launch_engine<kTiles, kOutF32, kStages, kWgTiles, false>(map, x, rows, n, k, out, slices, stream);
 }
 
 template <bool kOutF32, int kStages, int kWgTiles = 1>
@@ -275,10 +340,12 @@ void launch_rows(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n,
 }  // namespace
 
 int skinny_tma_slices(int32_t n, int32_t k) {
-  // The blocks an H100 or H200 keeps resident (132 SMs, two blocks each) over the row blocks, at most 8 (a portable
-  // cluster) and at most k's steps. A constant, not the device's SM count: the slices fix the order of summation, so
-  // a smaller GPU runs the same slices in more waves rather than computing other bits.
-  constexpr int64_t kResidentBlocks = 132 * 2;
+  // One block an SM of an H100 or H200 (132) over the row blocks, at most 8 (a portable cluster) and at most k's
+  // steps: with x by TMA every block keeps its ring full, and fewer slices read faster at every shape than the two
+  // blocks an SM of the 29th round (32nd round: GDN qkv | z | b | a 2,340 GB/s at 64 rows in 1 slice against 2,264 in
+  // 2; the out projections 1,751 in 4 against 1,362 in 8). A constant, not the device's SM count: the slices fix the
+  // order of summation, so a smaller GPU runs the same slices in more waves rather than computing other bits.
+  constexpr int64_t kResidentBlocks = 132;
   const int64_t row_blocks = (static_cast<int64_t>(n) + kBlockRows - 1) / kBlockRows;
   const int64_t steps = (static_cast<int64_t>(k) + kStep - 1) / kStep;
   return static_cast<int>(

@@ -82,14 +82,19 @@ bool skinny_regs_for(int32_t n, int32_t k, int32_t rows) {
   return choice.takes(n, k, rows);
 }
 
-// bench_skinny_gemm --tma (an H100, docs/benchmarks.md, twenty-ninth round): the TMA engine read GDN qkv | z | b | a
-// faster than the plans at every row count (2,625 / 2,487 / 2,293 / 2,072 GB/s at 1 / 16 / 32 / 64 rows against
-// 2,506 / 2,276 / 2,135 / 1,912), and lost on every other shape at most counts (the LM head won up to 16 rows, lost
-// from 32: a weight takes one engine at every count, so not that one).
+// bench_skinny_gemm --tma (an H100, docs/benchmarks.md, thirty-second round), with x by TMA and one block an SM: the
+// TMA engine reads the weights of more than 8,192 rows at about the plans' rate up to 16 rows and 18-38% faster at 64
+// (GB/s at 1 / 16 / 64 rows against the plans': GDN qkv | z | b | a 2,728 / 2,571 / 2,340 against 2,588 / 2,342 /
+// 1,933; attention q | k | v 2,658 / 2,482 / 2,202 against 2,685 / 2,486 / 1,595; MLP gate | up 2,807 / 2,721 / 2,511
+// against 2,961 / 2,780 / 1,976; the LM head 3,185 / 3,099 / 2,943 against 3,097 / 2,933 / 2,354). On the 4,096-row
+// weights (out projections, MLP down) it wins by 7-9% at 64 rows and loses by 9-12% at one, so those keep the plans.
 SkinnyRegsChoice skinny_tma_plans() {
   SkinnyRegsChoice c;
-  c.count = 1;
-  c.entries[0] = {12352, 4096, 1};  // GDN qkv | z | b | a
+  c.count = 4;
+  c.entries[0] = {12352, 4096, 1};   // GDN qkv | z | b | a
+  c.entries[1] = {10240, 4096, 1};   // attention q (with its gate) | k | v
+  c.entries[2] = {24576, 4096, 1};   // MLP gate | up
+  c.entries[3] = {248320, 4096, 1};  // LM head
   return c;
 }
 
