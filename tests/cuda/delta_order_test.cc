@@ -72,5 +72,33 @@ TEST(DeltaOrder, TheSameRowAsADecodeRowTakesTheOneRowKernel) {
   EXPECT_EQ(order.few_pieces, 0);
 }
 
+// One-row pieces that complete their chunk (position 63 of it) come first among the one-row pieces, in step order,
+// then the others in step order; the other classes keep step order.
+TEST(DeltaOrder, OneRowPiecesThatFoldComeFirst) {
+  std::vector<DevicePiece> pieces = with_rows({
+      piece(DeviceRole::decode, 1, 37),    // 0
+      piece(DeviceRole::decode, 1, 127),   // 1: completes its chunk
+      piece(DeviceRole::decode, 3, 61),    // 2: a verify piece ending at 63: the few-row kernel, not moved
+      piece(DeviceRole::decode, 1, 64),    // 3
+      piece(DeviceRole::prefill, 1, 63),   // 4: completes its chunk
+      piece(DeviceRole::decode, 1, 1000),  // 5
+  });
+  int64_t scratch = 0;
+  plan_delta_chunks(pieces, &scratch);
+  const DeltaOrder order = delta_order(pieces);
+  EXPECT_EQ(order.pieces, (std::vector<int32_t>{2, 1, 4, 0, 3, 5}));
+  EXPECT_EQ(order.chunks, (std::vector<int32_t>{2, 1, 4, 0, 3, 5}));
+  EXPECT_EQ(order.few_pieces, 1);
+}
+
+// The control: with no piece at a chunk's last position the one-row pieces keep step order.
+TEST(DeltaOrder, WithoutFoldsOneRowPiecesKeepStepOrder) {
+  std::vector<DevicePiece> pieces = with_rows(
+      {piece(DeviceRole::decode, 1, 37), piece(DeviceRole::decode, 1, 126), piece(DeviceRole::decode, 1, 128)});
+  int64_t scratch = 0;
+  plan_delta_chunks(pieces, &scratch);
+  EXPECT_EQ(delta_order(pieces).pieces, (std::vector<int32_t>{0, 1, 2}));
+}
+
 }  // namespace
 }  // namespace duet::backend::cuda

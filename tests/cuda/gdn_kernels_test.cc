@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -419,6 +420,72 @@ TEST_P(GdnKernelsTest, DecodeRowsGatedNormHasTheNormKernelsBits) {
     }
     EXPECT_GT(checked, 0);
   }
+}
+
+// The one-row pieces' dense kernel (decode_dense_kernel, DUET_DELTA_DECODE=dense) gives decode_delta_kernel's bits:
+// outputs, gated norm and every sequence's state, in a step of one-row pieces inside, at the end of (the fold) and at
+// the start of a chunk, beside pieces for the chunked form and the few-row kernel (so the dense kernel finds its
+// pieces past theirs in the step's order). The control: one one-ulp change in one row's beta changes that row's bits
+// and the next chunk's state, so the comparison sees the last bit.
+TEST_P(GdnKernelsTest, DenseDecodeKernelGivesTheClusterFormsBits) {
+  DUET_REQUIRE_GPU();
+  const GdnDims& d = dims();
+  const int32_t vw = value_width(d);
+  const std::vector<PieceSpec> pieces = {{0, 1, 37}, {1, 7, 5},   {2, 1, 63},   {3, 65, 200}, {4, 1, 127},
+                                         {5, 3, 10}, {6, 1, 0},   {7, 1, 1000}, {8, 1, 191},  {9, 1, 62}};
+  const std::vector<uint64_t> seeds = {31, 32, 33, 34, 35, 36, 37, 38, 39, 40};
+  const int32_t rows = total_rows(pieces);
+  const Weight norm_w(random_bf16_values(static_cast<size_t>(d.value_dim), 803, -1.5f, 1.5f), false, d.value_dim, 1);
+  const std::vector<float> z = random_bf16_values(static_cast<size_t>(rows) * vw, 802, -4.0f, 4.0f);
+  struct Result {
+    std::vector<float> out, normed;
+    std::vector<std::vector<float>> states;
+  };
+  auto run = [&](int32_t dense_from, const DeltaInputs& in) {
+    set_delta_decode_dense_from_for_tests(dense_from);
+    DeviceDeltaInputs in_d(in);
+    DeviceBuffer<bf16> z_d(to_bf16(z));
+    States states(d, seeds);
+    Step step(pieces, states);
+    DeviceBuffer<float> out_d(static_cast<size_t>(rows) * vw);
+    DeviceBuffer<bf16> normed_d(static_cast<size_t>(rows) * vw);
+    out_d.poison();
+    normed_d.poison();
+    const GdnNormArrays norm{z_d.get(), norm_w.get(), kNormEps, normed_d.get()};
+    launch_gdn_delta_rule(step.get(), kLayer, in_d.qkv.get(), in_d.beta.get(), in_d.g.get(), d, step.scratch(),
+                          out_d.get(), nullptr, &norm);
+    sync_ok();
+    set_delta_decode_dense_from_for_tests(-1);
+    Result r{out_d.download(), to_float(normed_d.download()), {}};
+    for (size_t i = 0; i < pieces.size(); ++i)
+      r.states.push_back(live_state(d, states.delta_now(static_cast<int32_t>(i), kLayer),
+                                    pieces[i].start + pieces[i].rows));
+    return r;
+  };
+  const DeltaInputs in = random_delta_inputs(d, rows, 801);
+  const Result clusters = run(std::numeric_limits<int32_t>::max(), in), dense = run(0, in);
+  int32_t first_row = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const PieceSpec& spec = pieces[i];
+    SCOPED_TRACE("piece " + std::to_string(i) + " at " + std::to_string(spec.start));
+    const std::vector<float> out = rows_of(dense.out, vw, first_row, spec.rows);
+    ASSERT_TRUE(all_finite(out)) << "outputs left unwritten";
+    EXPECT_TRUE(same_bits(out, rows_of(clusters.out, vw, first_row, spec.rows))) << "output";
+    if (spec.rows == 1)
+      EXPECT_TRUE(same_bits(rows_of(dense.normed, vw, first_row, 1), rows_of(clusters.normed, vw, first_row, 1)))
+          << "gated norm";
+    EXPECT_TRUE(same_bits(dense.states[i], clusters.states[i])) << "state";
+    first_row += spec.rows;
+  }
+
+  // The control: piece 2 (position 63: its row folds the chunk) with beta one ulp larger in its last head.
+  DeltaInputs nudged = in;
+  const int32_t row2 = 1 + 7, at = row2 * d.value_heads + d.value_heads - 1;
+  nudged.beta[at] = std::nextafter(nudged.beta[at], 2.0f);
+  const Result control = run(0, nudged);
+  EXPECT_FALSE(same_bits(rows_of(control.out, vw, row2, 1), rows_of(clusters.out, vw, row2, 1)));
+  EXPECT_FALSE(same_bits(control.states[2], clusters.states[2]));
+  EXPECT_TRUE(same_bits(control.states[0], clusters.states[0]));
 }
 
 // ---- Row and cut invariance (conv then delta rule, as a GDN layer runs them).

@@ -79,6 +79,9 @@ __host__ __device__ inline bool wy_form_takes(const DevicePiece& piece, const De
 // chunked form takes (multi: pieces of more than one row that the decode kernels do not take, and every prefill piece
 // that starts a chunk, whose chunks take the WY form whatever their rows) first, then those of pieces of a few rows
 // (few), then those of one-row pieces. Every row of a piece gets the same bits in each class, but for the WY form's.
+// Among the one-row pieces, those that complete their chunk come first: their blocks also fold the chunk into the next
+// S_b (gdn_delta_rule.cu), which makes them the decode kernel's stragglers, so they should start first. The order moves
+// no bit: a block reads its own piece alone.
 struct DeltaOrder {
   std::vector<int32_t> pieces, chunks;
   int32_t multi_pieces = 0, multi_chunks = 0, few_pieces = 0;
@@ -90,16 +93,18 @@ inline DeltaOrder delta_order(const std::vector<DevicePiece>& pieces, int32_t de
     if (p.rows == 1) return one;  // as before pieces of several rows could take the decode kernels
     return decode_kernels_take(p, decode_rows) ? few : multi;
   };
+  auto folds = [](const DevicePiece& p) { return (p.start_position + 1) % kDeltaChunk == 0; };
   DeltaOrder order;
   for (Class c : {multi, few, one})
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      const DevicePiece& p = pieces[i];
-      if (class_of(p) != c) continue;
-      order.pieces.push_back(static_cast<int32_t>(i));
-      for (int32_t k = 0; k < p.chunk_count; ++k) order.chunks.push_back(p.first_chunk + k);
-      if (c == multi) ++order.multi_pieces, order.multi_chunks += p.chunk_count;
-      if (c == few) ++order.few_pieces;
-    }
+    for (int pass = 0; pass < (c == one ? 2 : 1); ++pass)  // one-row pieces: those that fold first
+      for (size_t i = 0; i < pieces.size(); ++i) {
+        const DevicePiece& p = pieces[i];
+        if (class_of(p) != c || (c == one && folds(p) != (pass == 0))) continue;
+        order.pieces.push_back(static_cast<int32_t>(i));
+        for (int32_t k = 0; k < p.chunk_count; ++k) order.chunks.push_back(p.first_chunk + k);
+        if (c == multi) ++order.multi_pieces, order.multi_chunks += p.chunk_count;
+        if (c == few) ++order.few_pieces;
+      }
   return order;
 }
 

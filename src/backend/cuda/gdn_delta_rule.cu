@@ -39,10 +39,13 @@
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/delta_chunks.h"
@@ -383,11 +386,15 @@ constexpr int kWalkTileRows = 4 * kThreads / kWalkThreads;
 // d_t of one column from the sum over earlier rows: lane p of kLanes adds rows p, p + kLanes, ... (an fma chain from
 // zero), then a fixed butterfly gives every lane of the column the same total (each level adds two lanes' values,
 // and a + b = b + a). Both state kernels finish with this, so a row's d has the same bits whichever computed it.
+// d_t from the finished sum over earlier rows (one expression, so every kernel contracts it alike).
+__device__ __forceinline__ float corrected_from_sum(float sum, float v, float eG, float wk, float beta) {
+  return beta * (v - eG * wk) - sum;
+}
 template <int kLanes>
 __device__ __forceinline__ float finish_corrected_value(float part, float v, float eG, float wk, float beta) {
 #pragma unroll
   for (int offset = kLanes / 2; offset > 0; offset >>= 1) part += __shfl_xor_sync(kFullMask, part, offset);
-  return beta * (v - eG * wk) - part;
+  return corrected_from_sum(part, v, eG, wk, beta);
 }
 template <int kLanes>
 __device__ __forceinline__ float corrected_value(const float* A_row, const float* u_column, int u_stride, int t,
@@ -896,6 +903,192 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// ---- decode_dense_kernel (DUET_DELTA_DECODE=dense): decode_delta_kernel's arithmetic, one block of VD + 64 threads
+// a (row, value head) instead of a cluster of VD / 32 blocks of 256. The cluster form stages its columns of S_b
+// (64 KB a head) in shared memory, so an SM holds 1.25 heads and most of a block's threads wait at barriers while 48
+// of them run the chains that matter (docs/benchmarks.md, 32nd round, "where its time goes"). Here S_b is streamed
+// from global memory into registers, a batch of rows at a time, by the thread that owns the column, and an SM holds
+// five or six heads, so the kernel is bound by the bytes rather than by the chains. Every value is the same fma chain
+// as decode_delta_kernel's, in the same order: a column's S_b^T k and S_b^T q (threads 0 .. VD - 1), the row's A and Q
+// entries (threads VD ..), the sum over earlier rows as its 8 lanes' chains and the butterfly of finish_corrected_value
+// added in one thread (a + b = b + a, so the order the lanes meet in is the same sum), the output's chain, the gated
+// norm's, and the fold's. Its weak point is the fold (1 row in 64): the head's KD x VD elements, each a 64-step
+// chain, on KD threads of one block; delta_order puts the pieces that fold first so that those blocks start first.
+
+constexpr int kDenseBatch = 16;  // rows of S_b a column thread has in flight
+constexpr int kDenseLanes = 8;   // the lanes of finish_corrected_value's sum, in the decode kernels' blocks
+static_assert(lanes_for(128) == kDenseLanes && lanes_for(32) == kDenseLanes, "the dense kernel adds 8 lanes' chains");
+
+template <int KD, int VD>
+struct DenseSmem {
+  static constexpr int kThreads = VD + kC;  // a thread a column, a thread an entry of A and Q
+  alignas(16) float u[kC][VD];  // the chunk's earlier rows' d, then this row's d in row t (for the fold)
+  alignas(16) float kt[KD];     // this row's key and query, normalized
+  alignas(16) float q[KD];
+  float A_row[kC], Q_row[kC], G[kC], decay[kC];
+  float o_head[VD];  // the head's outputs, for the gated norm
+  bf16 raw_q[KD], raw_k[KD], raw_v[VD], z[VD];
+  float g, beta;
+};
+
+__device__ __forceinline__ void commit_async_copies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits for every committed group of copies but the last one.
+__device__ __forceinline__ void wait_async_copies_but_last() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+
+// The 8 lanes' chains added as finish_corrected_value's butterfly adds them (offsets 4, 2, 1).
+__device__ __forceinline__ float butterfly_in_thread(const float (&part)[kDenseLanes]) {
+  return ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
+}
+
+template <int KD, int VD>
+__global__ void __launch_bounds__(VD + kC, 5)
+    decode_dense_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, const float* g,
+                        GdnDims dims, float* out, GdnNormArrays norm) {
+  wait_for_prerequisites();
+  let_dependents_launch();
+  constexpr DeltaHeadState layout{KD, VD};
+  using Smem = DenseSmem<KD, VD>;
+  static_assert(KD % kDenseBatch == 0 && KD % 4 == 0 && VD % 8 == 0 && KD <= Smem::kThreads, "the thread layout");
+  extern __shared__ float4 smem_raw[];
+  Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
+
+  const DevicePiece& piece = step.piece[step.piece_order[step.multi_pieces + step.few_pieces + blockIdx.y]];
+  const int32_t first_row = piece.first_row, head = blockIdx.x;
+  const HeadInputs in = head_inputs<KD, VD>(dims, head);
+  float* state = head_state<KD, VD>(piece, layer, head);
+  const int tid = threadIdx.x, t = piece.start_position % kC;
+  const bool completes = t == kC - 1;
+  const int64_t head_at = static_cast<int64_t>(first_row) * dims.value_heads * VD + static_cast<int64_t>(head) * VD;
+
+  // Two groups of copies: the row's vectors and the chunk's G first, the earlier rows' d (up to 32 KB) behind them,
+  // needed only after the chains of S_b^T k.
+  const bf16* row = qkv + static_cast<int64_t>(first_row) * in.width;
+  copy_bf16_rows_async(sm.raw_q, row + in.q, 0, 1, KD);
+  copy_bf16_rows_async(sm.raw_k, row + in.k, 0, 1, KD);
+  copy_bf16_rows_async(sm.raw_v, row + in.v, 0, 1, VD);
+  if (norm.out != nullptr) copy_bf16_rows_async(sm.z, norm.z + head_at, 0, 1, VD);
+  copy_floats_async(sm.G, state + layout.G(), t);
+  if (tid == 0) {
+    const int64_t at = static_cast<int64_t>(first_row) * in.heads + head;
+    copy_async_4(&sm.g, g + at);
+    copy_async_4(&sm.beta, beta + at);
+  }
+  commit_async_copies();
+  copy_rows_async_16<VD>(&sm.u[0][0], VD, state + layout.d(), VD, t);
+  commit_async_copies();
+
+  // A column thread's first batch of S_b rows is asked for before the copies are waited for.
+  const bool column = tid < VD;
+  float s_rows[kDenseBatch];
+  if (column) {
+#pragma unroll
+    for (int b = 0; b < kDenseBatch; ++b) s_rows[b] = state[b * VD + tid];
+  }
+  wait_async_copies_but_last();
+  __syncthreads();
+
+  const int warp = tid / 32;
+  if (warp == 0) l2_normalize_to<KD>(sm.raw_k, in.q_scale, false, sm.kt);
+  if (warp == 1) l2_normalize_to<KD>(sm.raw_q, in.q_scale, true, sm.q);
+  if (tid == Smem::kThreads - 1) sm.G[t] = (t > 0 ? sm.G[t - 1] : 0.0f) + sm.g;  // as decode_delta_kernel
+  __syncthreads();
+
+  float wk = 0.0f, wq = 0.0f;
+  if (column) {  // S_b^T k_t and S_b^T q_t of column tid: decode_delta_kernel's chains, rows streamed in batches
+#pragma unroll
+    for (int i0 = 0; i0 < KD; i0 += kDenseBatch) {
+      float next[kDenseBatch];
+      if (i0 + kDenseBatch < KD) {
+#pragma unroll
+        for (int b = 0; b < kDenseBatch; ++b) next[b] = state[(i0 + kDenseBatch + b) * VD + tid];
+      }
+#pragma unroll
+      for (int b = 0; b < kDenseBatch; ++b) {
+        wk = fmaf(sm.kt[i0 + b], s_rows[b], wk);
+        wq = fmaf(sm.q[i0 + b], s_rows[b], wq);
+      }
+      if (i0 + kDenseBatch < KD) {
+#pragma unroll
+        for (int b = 0; b < kDenseBatch; ++b) s_rows[b] = next[b];
+      }
+    }
+  } else {  // entry s of the row's A and Q (s <= t), and the fold's decays
+    const int s = tid - VD;
+    if (s <= t) {
+      const float4* key = reinterpret_cast<const float4*>(s == t ? sm.kt : state + layout.keys() + s * KD);
+      const float4* kt4 = reinterpret_cast<const float4*>(sm.kt);
+      const float4* q4 = reinterpret_cast<const float4*>(sm.q);
+      float kk = 0.0f, qk = 0.0f;
+#pragma unroll 4
+      for (int i = 0; i < KD / 4; ++i) {
+        const float4 a = kt4[i], b = q4[i], c = key[i];
+        kk = fmaf(a.x, c.x, kk), qk = fmaf(b.x, c.x, qk);
+        kk = fmaf(a.y, c.y, kk), qk = fmaf(b.y, c.y, qk);
+        kk = fmaf(a.z, c.z, kk), qk = fmaf(b.z, c.z, qk);
+        kk = fmaf(a.w, c.w, kk), qk = fmaf(b.w, c.w, qk);
+      }
+      const float decay = expf(sm.G[t] - sm.G[s]);
+      if (s < t) sm.A_row[s] = (kk * decay) * sm.beta;
+      sm.Q_row[s] = qk * decay;
+    }
+    if (completes) sm.decay[s] = expf(sm.G[kC - 1] - sm.G[s]);
+  }
+  wait_async_copies();  // the earlier rows' d
+  __syncthreads();
+
+  const float eG = expf(sm.G[t]);
+  if (column) {  // d and the output of column tid
+    const int j = tid;
+    float part[kDenseLanes] = {};
+    float acc = 0.0f;
+    for (int s0 = 0; s0 < t; s0 += kDenseLanes) {
+#pragma unroll
+      for (int p = 0; p < kDenseLanes; ++p) {
+        const int s = s0 + p;
+        if (s < t) {
+          const float u = sm.u[s][j];
+          part[p] = fmaf(sm.A_row[s], u, part[p]);
+          acc = fmaf(sm.Q_row[s], u, acc);
+        }
+      }
+    }
+    const float d =
+        corrected_from_sum(butterfly_in_thread(part), __bfloat162float(sm.raw_v[j]), eG, wk, sm.beta);
+    const float o = fmaf(eG, wq, fmaf(sm.Q_row[t], d, acc));
+    out[head_at + j] = o;
+    sm.o_head[j] = o;
+    sm.u[t][j] = d;
+    if (!completes) state[layout.d() + t * VD + j] = d;
+  }
+  if (!completes) {  // the chunk's store gets this row's key and G (the fold below empties it instead)
+    for (int i = tid; i < KD; i += Smem::kThreads) state[layout.keys() + t * KD + i] = sm.kt[i];
+    if (tid == 0) state[layout.G() + t] = sm.G[t];
+  }
+  __syncthreads();
+  if (norm.out != nullptr && warp == 0) gated_norm_head(sm.o_head, sm.z, norm.w, norm.eps, VD, norm.out + head_at);
+  if (!completes) return;
+
+  // The next chunk's S_b: thread i takes row i, kFoldCols columns at a time, each element decode_delta_kernel's chain
+  // (e^{G_63} S_b, then the 64 rows' decayed keys times their d in order). Each element is read and written by one
+  // thread, after every column thread has read S_b (the barrier above).
+  constexpr int kFoldCols = VD < 16 ? VD : 16;
+  for (int i = tid; i < KD; i += Smem::kThreads)
+    for (int j0 = 0; j0 < VD; j0 += kFoldCols) {
+      float acc[kFoldCols];
+#pragma unroll
+      for (int c = 0; c < kFoldCols; ++c) acc[c] = state[i * VD + j0 + c] * eG;
+#pragma unroll 4
+      for (int s = 0; s < kC; ++s) {
+        const float key = s == t ? sm.kt[i] : state[layout.keys() + s * KD + i];
+        const float kd = key * sm.decay[s];
+#pragma unroll
+        for (int c = 0; c < kFoldCols; ++c) acc[c] = fmaf(kd, sm.u[s][j0 + c], acc[c]);
+      }
+#pragma unroll
+      for (int c = 0; c < kFoldCols; ++c) state[i * VD + j0 + c] = acc[c];
+    }
+}
+
 // ---- decode_rows_kernel: decode_delta_kernel for a piece of a few rows inside one chunk (a verify piece: the last
 // token and its drafts, delta_chunks.h: decode_kernels_take), its rows one after another in one kernel. Each row's
 // entries are the chains decode_delta_kernel computes for it when the rows come one step at a time (and so the chunked
@@ -1138,6 +1331,20 @@ bool wy_form_allowed() {
   return on;
 }
 
+// From how many one-row pieces a step takes decode_dense_kernel instead of decode_delta_kernel's clusters (the same
+// bits either way): DUET_DELTA_DECODE=dense (from one), dense:N (from N), else never; a test's choice when it set one.
+std::atomic<int32_t> dense_from_for_tests{-1};
+int32_t dense_decode_from() {
+  static const int32_t from_environment = [] {
+    const char* v = std::getenv("DUET_DELTA_DECODE");
+    if (v == nullptr || std::strncmp(v, "dense", 5) != 0) return std::numeric_limits<int32_t>::max();
+    if (v[5] == ':') return std::max(1, std::atoi(v + 6));
+    return 1;
+  }();
+  const int32_t for_tests = dense_from_for_tests.load();
+  return for_tests >= 0 ? for_tests : from_environment;
+}
+
 template <int KD, int VD>
 void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float* beta, const float* g, GdnDims dims,
             float* scratch, float* out, const GdnNormArrays& norm, cudaStream_t stream) {
@@ -1146,6 +1353,7 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
   constexpr size_t state_bytes = sizeof(StateSmem<KD, VC>);
   constexpr size_t decode_bytes = sizeof(DecodeSmem<KD, VD>);
   constexpr size_t rows_bytes = sizeof(RowsSmem<KD, VD>);
+  constexpr size_t dense_bytes = sizeof(DenseSmem<KD, VD>);
   // Six blocks an SM (228 KB, 1 KB of each block's reserved) at the 9B's shape: the kernel is latency-bound.
   static_assert(KD != 128 || VD != 128 || decode_bytes <= 37 * 1024, "decode_delta_kernel: 6 blocks per SM");
   static_assert(state_bytes <= 227 * 1024, "chunk_state_kernel: one block an SM at most");
@@ -1153,7 +1361,8 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
   static_assert(KD != 128 || VD != 128 || rows_bytes <= 56 * 1024, "decode_rows_kernel: 4 blocks per SM");
   static const bool opted_in =
       (allow_smem(chunk_matrices_kernel<KD, VD>, matrices_bytes), allow_smem(chunk_state_kernel<KD, VD>, state_bytes),
-       allow_smem(decode_delta_kernel<KD, VD>, decode_bytes), allow_smem(decode_rows_kernel<KD, VD>, rows_bytes), true);
+       allow_smem(decode_delta_kernel<KD, VD>, decode_bytes), allow_smem(decode_rows_kernel<KD, VD>, rows_bytes),
+       allow_smem(decode_dense_kernel<KD, VD>, dense_bytes), true);
   (void)opted_in;
   const int32_t single_pieces = step.pieces - step.multi_pieces - step.few_pieces;
   if (step.multi_chunks > 0) {
@@ -1176,7 +1385,13 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
                               rows_bytes, stream, step, layer, qkv, beta, g, dims, out, norm);
     check_launch("gdn decode_rows_kernel");
   }
-  if (single_pieces > 0) {
+  if (single_pieces > 0 && single_pieces >= dense_decode_from()) {
+    // Heads fastest, so that the pieces delta_order puts first (those that fold) start first.
+    launch_dependent("decode_dense_kernel", decode_dense_kernel<KD, VD>,
+                     dim3(dims.value_heads, single_pieces), dim3(DenseSmem<KD, VD>::kThreads), dense_bytes, stream,
+                     step, layer, qkv, beta, g, dims, out, norm);
+    check_launch("gdn decode_dense_kernel");
+  } else if (single_pieces > 0) {
     // A head's column groups form one cluster (the gated norm gathers their outputs).
     launch_dependent_clusters("decode_delta_kernel", decode_delta_kernel<KD, VD>,
                               dim3(single_pieces, dims.value_heads, VD / VC), dim3(1, 1, VD / VC), kThreads,
@@ -1194,6 +1409,8 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
 bool gdn_delta_rule_supports(int64_t key_dim, int64_t value_dim) {
   return (key_dim == 16 && value_dim == 32) || (key_dim == 128 && value_dim == 128);
 }
+
+void set_delta_decode_dense_from_for_tests(int32_t pieces) { dense_from_for_tests.store(pieces); }
 
 void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16* qkv, const float* beta,
                            const float* g, GdnDims dims, float* chunk_scratch, float* out, cudaStream_t stream,

@@ -187,6 +187,9 @@ bool gdn_delta_rule_supports(int64_t key_dim, int64_t value_dim);
 void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16* qkv, const float* beta,
                            const float* g, GdnDims dims, float* chunk_scratch, float* out, cudaStream_t stream,
                            const GdnNormArrays* norm = nullptr);
+// Tests: one-row pieces take decode_dense_kernel from this many a step (0 or 1: always; a large number: never) instead
+// of the choice of DUET_DELTA_DECODE; a negative number gives the choice back to it. The bits are the same either way.
+void set_delta_decode_dense_from_for_tests(int32_t pieces);
 
 // ---- gdn_norm.cu
 // Gated RMSNorm per value head: y = bf16(bf16(o * rsqrt(mean(o^2) + eps)) * w) * silu(z) in fp32, rounded to BF16.
