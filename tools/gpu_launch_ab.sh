@@ -5,6 +5,8 @@
 # environment assignments (`-` for none), e.g. the dependent-launch policy against every step dependent and the
 # bisection of which kernels lose by it (docs/benchmarks.md, 26th round; DUET_CUDA_PDL_FLIP in dependent_launch.h):
 #   tools/gpu_launch_ab.sh /tmp/9b 64 2 - DUET_CUDA_PDL=1 DUET_CUDA_PDL_FLIP=skinny DUET_CUDA_PDL_FLIP=decode_delta_kernel
+# A setting may begin with @PATH, another duet binary to run (e.g. an earlier build's, unpacked elsewhere):
+#   tools/gpu_launch_ab.sh /tmp/9b 64 2 - @/tmp/old/device/bin/duet
 # Prints one line a run: the setting, the decode figure and the md5 of the tokens (every setting must give the same),
 # then each setting's mean and its difference from the first setting's.
 #   usage: tools/gpu_launch_ab.sh WORK STREAMS ROUNDS SETTING...
@@ -20,7 +22,9 @@ for ((round = 0; round < rounds; ++round)); do
   for setting in "$@"; do
     assignments=()
     [[ $setting == - ]] || IFS=' ' read -r -a assignments <<<"$setting"
-    line=$(env "${assignments[@]}" timeout 120 "$duet" run "$work/model" --backend cuda --prompt-ids "$ids" \
+    binary=$duet
+    if [[ ${assignments[0]:-} == @* ]]; then binary=${assignments[0]#@}; assignments=("${assignments[@]:1}"); fi
+    line=$(env "${assignments[@]}" timeout 120 "$binary" run "$work/model" --backend cuda --prompt-ids "$ids" \
       --max-tokens 256 --ignore-eos --streams "$streams" 2>&1 >"$tokens" | tail -1 | grep -o 'decode [^|]*')
     echo "[$streams streams] [$setting] ${line:-FAILED} tokens $(md5sum <"$tokens" | cut -c1-12)"
     rate=$(grep -o '([0-9.]* tok/s)' <<<"$line" | tr -dc '0-9.')

@@ -73,7 +73,8 @@ TEST(DeltaOrder, TheSameRowAsADecodeRowTakesTheOneRowKernel) {
 }
 
 // One-row pieces that complete their chunk (position 63 of it) come first among the one-row pieces, in step order,
-// then the others in step order; the other classes keep step order.
+// then the others in step order; the other classes keep step order (a few-row piece ending a chunk folds in its own
+// kernel, so it is not counted).
 TEST(DeltaOrder, OneRowPiecesThatFoldComeFirst) {
   std::vector<DevicePiece> pieces = with_rows({
       piece(DeviceRole::decode, 1, 37),    // 0
@@ -89,6 +90,7 @@ TEST(DeltaOrder, OneRowPiecesThatFoldComeFirst) {
   EXPECT_EQ(order.pieces, (std::vector<int32_t>{2, 1, 4, 0, 3, 5}));
   EXPECT_EQ(order.chunks, (std::vector<int32_t>{2, 1, 4, 0, 3, 5}));
   EXPECT_EQ(order.few_pieces, 1);
+  EXPECT_EQ(order.fold_pieces, 2);
 }
 
 // The control: with no piece at a chunk's last position the one-row pieces keep step order.
@@ -97,7 +99,9 @@ TEST(DeltaOrder, WithoutFoldsOneRowPiecesKeepStepOrder) {
       {piece(DeviceRole::decode, 1, 37), piece(DeviceRole::decode, 1, 126), piece(DeviceRole::decode, 1, 128)});
   int64_t scratch = 0;
   plan_delta_chunks(pieces, &scratch);
-  EXPECT_EQ(delta_order(pieces).pieces, (std::vector<int32_t>{0, 1, 2}));
+  const DeltaOrder order = delta_order(pieces);
+  EXPECT_EQ(order.pieces, (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(order.fold_pieces, 0);
 }
 
 }  // namespace

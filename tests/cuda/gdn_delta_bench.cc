@@ -3,7 +3,7 @@
 // heads, 128/128), one layer, for a few step shapes, with a fingerprint of every output and state bit of a run from the
 // initial state: a change to the kernels that is meant to keep every bit shows the same fingerprints before and after.
 // Prefill pieces' chunks from a chunk's first row take the WY form (DUET_DELTA_WY=0: the row-by-row form instead).
-// Run by hand on the GPU machine (not a test): bench_gdn_delta [REPS=20]
+// Run by hand on the GPU machine (not a test): bench_gdn_delta [REPS=20] [TEXT: only the cases whose name holds it]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -136,6 +136,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_gdn_delta: %s\n", why.c_str());
     return 1;
   }
-  for (const auto& c : duet::backend::cuda::gdn_testing::cases()) duet::backend::cuda::gdn_testing::run_case(c, reps);
+  const std::string only = argc > 2 ? argv[2] : "";
+  for (const auto& c : duet::backend::cuda::gdn_testing::cases())
+    if (c.name.find(only) != std::string::npos) duet::backend::cuda::gdn_testing::run_case(c, reps);
   return 0;
 }

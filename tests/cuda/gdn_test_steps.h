@@ -174,6 +174,7 @@ class Step {
     step_.multi_pieces = host_.order.multi_pieces;
     step_.multi_chunks = host_.order.multi_chunks;
     step_.few_pieces = host_.order.few_pieces;
+    step_.fold_pieces = host_.order.fold_pieces;
     scratch_.poison();  // a kernel reading scratch nobody wrote gets NaNs
   }
   const DeviceStep& get() const { return step_; }

@@ -542,6 +542,7 @@ class CudaBackend final : public Backend {
     step_.multi_pieces = order.multi_pieces;
     step_.multi_chunks = order.multi_chunks;
     step_.few_pieces = order.few_pieces;
+    step_.fold_pieces = order.fold_pieces;
     step_.decode_rows = static_cast<int32_t>(decode_rows_);
     step_.snapshots = static_cast<int32_t>(snapshots.size());
     step_.snapshot = static_cast<const DeviceSnapshot*>(put(StepArray::snapshots, snapshots));
@@ -590,7 +591,8 @@ class CudaBackend final : public Backend {
                              step_.chunks,
                              step_.multi_pieces,
                              step_.multi_chunks,
-                             step_.few_pieces};
+                             step_.few_pieces,
+                             step_.fold_pieces};
       // The counts' address is a kernel argument, not a plan array: a step over another storage's counts (a second
       // storage of the same backend) forgets the graphs that hold the first's.
       if (tables_.counts != nullptr && tables_.counts != graphed_counts_) {
@@ -1217,6 +1219,7 @@ class CudaBackend final : public Backend {
             static_cast<uintptr_t>(step_.multi_pieces),
             static_cast<uintptr_t>(step_.multi_chunks),
             static_cast<uintptr_t>(step_.few_pieces),
+            static_cast<uintptr_t>(step_.fold_pieces),
             address(ids_),
             address(logit_rows_),
             address(sample_rows_),

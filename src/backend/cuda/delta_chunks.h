@@ -79,12 +79,13 @@ __host__ __device__ inline bool wy_form_takes(const DevicePiece& piece, const De
 // chunked form takes (multi: pieces of more than one row that the decode kernels do not take, and every prefill piece
 // that starts a chunk, whose chunks take the WY form whatever their rows) first, then those of pieces of a few rows
 // (few), then those of one-row pieces. Every row of a piece gets the same bits in each class, but for the WY form's.
-// Among the one-row pieces, those that complete their chunk come first: their blocks also fold the chunk into the next
-// S_b (gdn_delta_rule.cu), which makes them the decode kernel's stragglers, so they should start first. The order moves
-// no bit: a block reads its own piece alone.
+// Among the one-row pieces, those that complete their chunk come first (fold_pieces of them): a kernel of their own
+// folds their chunks into the next S_b after the one-row kernel (gdn_delta_rule.cu: fold_chunk_kernel). The order
+// moves no bit: a block reads its own piece alone.
 struct DeltaOrder {
   std::vector<int32_t> pieces, chunks;
   int32_t multi_pieces = 0, multi_chunks = 0, few_pieces = 0;
+  int32_t fold_pieces = 0;  // the one-row pieces that complete their chunk, first of the one-row pieces
 };
 inline DeltaOrder delta_order(const std::vector<DevicePiece>& pieces, int32_t decode_rows = kDecodePieceRows) {
   enum Class { multi, few, one };
@@ -104,6 +105,7 @@ inline DeltaOrder delta_order(const std::vector<DevicePiece>& pieces, int32_t de
         for (int32_t k = 0; k < p.chunk_count; ++k) order.chunks.push_back(p.first_chunk + k);
         if (c == multi) ++order.multi_pieces, order.multi_chunks += p.chunk_count;
         if (c == few) ++order.few_pieces;
+        if (c == one && pass == 0) ++order.fold_pieces;
       }
   return order;
 }

@@ -90,6 +90,9 @@ struct DeviceStep {
   const int32_t* chunk_order = nullptr;  // [chunks]
   int32_t multi_pieces = 0, multi_chunks = 0;
   int32_t few_pieces = 0;  // 0 unless pieces of a few rows take the decode kernels (not DUET_VERIFY_ROWS=chunked)
+  // The one-row pieces that complete their chunk (the first of the one-row pieces in piece_order): after the one-row
+  // kernel, fold_chunk_kernel folds their chunks into the next S_b (delta_chunks.h: DeltaOrder::fold_pieces).
+  int32_t fold_pieces = 0;
   // Rows of decode pieces (DeviceRole::decode), when the host counted them: attention then leaves out the kernels
   // that would find no row of theirs. -1: not counted, every attention kernel launches and sorts rows by role.
   int32_t decode_rows = -1;

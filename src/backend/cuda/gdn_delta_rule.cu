@@ -697,9 +697,9 @@ __global__ void __launch_bounds__(kThreads)
 // row's A and Q entries for those rows; the cluster then gathers the whole A and Q rows through distributed shared
 // memory. (Each group staged all 64 keys and computed all 64 entries before, and read S_b column by column from global
 // memory: 61 KB of shared memory, 3 blocks an SM and eight memory round trips per block made the kernel
-// latency-bound, a third of a 64-row step. Now 37 KB and 40 registers: 6 blocks an SM.) The rare row that completes its
-// chunk reads the other groups' keys from their shared memory for the fold. Each group stores its outputs into group
-// 0's shared memory, where group 0 norms the head while the others leave. (Storing the A and Q entries into every
+// latency-bound, a third of a 64-row step. Now 37 KB and 40 registers: 6 blocks an SM.) A row that completes its chunk
+// is stored like any other; fold_chunk_kernel folds the chunk afterwards. Each group stores its outputs into group 0's
+// shared memory, where group 0 norms the head while the others leave. (Storing the A and Q entries into every
 // group's rows the same way, instead of each group gathering them after the barrier, was measured and taken back:
 // 4,920-4,941 tok/s at 64 streams against 4,903-4,948 without it.)
 
@@ -718,7 +718,7 @@ struct DecodeSmem {
     float A_row[kC], Q_row[kC];  // the whole A and Q rows, gathered
   } rows;
   float o_head[VD];  // group 0: the head's outputs, each group's stored there by the group, for the gated norm
-  float G[kC], decay[kC];
+  float G[kC];
   float wk[VC], wq[VC];
   union {
     struct {
@@ -756,7 +756,6 @@ __global__ void __launch_bounds__(kThreads)
   const HeadInputs in = head_inputs<KD, VD>(dims, head);
   float* state = head_state<KD, VD>(piece, layer, head);
   const int tid = threadIdx.x, t = piece.start_position % kC;
-  const bool completes = t == kC - 1;
   const int first_key = group * kRows;  // the group's key rows: [first_key, first_key + kRows) of those before t
   const int own_keys = max(0, min(kRows, t - first_key));
 
@@ -795,7 +794,7 @@ __global__ void __launch_bounds__(kThreads)
   // Three independent parts on three thread ranges. Threads s - first_key for the group's rows s <= t: entry s of
   // the row's A and Q, the fma chain of chunk_matrices_kernel's tiles. Threads kC .. kC + VC - 1: S_b^T k_t and
   // S_b^T q_t of one column each (both chains read each S element once), the fma chain of chunk_state_kernel's tiles.
-  // When the row completes the chunk, threads 2 kC.. the fold's decays. The vectors are read 16 bytes at a time; each
+  // The vectors are read 16 bytes at a time; each
   // chain still takes its fmas one element at a time in increasing order (the 25th round's phase trace: the A and Q
   // chains at three 4-byte shared loads a step set when the cluster's first barrier opens).
   const float4* kt4 = reinterpret_cast<const float4*>(sm.kt);
@@ -831,8 +830,6 @@ __global__ void __launch_bounds__(kThreads)
     }
     sm.wk[j] = wk;
     sm.wq[j] = wq;
-  } else if (completes && tid >= 2 * kC) {
-    for (int s = tid - 2 * kC; s < kC; s += kThreads - 2 * kC) sm.decay[s] = expf(sm.G[kC - 1] - sm.G[s]);
   }
   cluster.sync();  // every group's A and Q entries are written and visible across the cluster
   for (int s = tid; s <= t; s += kThreads) {
@@ -859,45 +856,17 @@ __global__ void __launch_bounds__(kThreads)
     // (distributed shared memory), where group 0's first warp norms the head as gated_norm_kernel would.
     if (norm.out != nullptr) cluster.map_shared_rank(sm.o_head, 0)[col0 + tid] = o;
   }
-  // Every group's outputs are in group 0, and no group reads another's shared memory any more (but for the keys of a
-  // row that completes its chunk, below): the other groups need not wait for the norm. (Group 0 gathered them after
-  // this barrier before, and every group waited at a third one until it had: three of a cluster's four blocks held
-  // their slots through the norm.)
+  // Every group's outputs are in group 0, and no group reads another's shared memory any more: the other groups need
+  // not wait for the norm. (Group 0 gathered them after this barrier before, and every group waited at a third one
+  // until it had: three of a cluster's four blocks held their slots through the norm.)
   cluster.sync();
   if (norm.out != nullptr && group == 0) {
     wait_async_copies();  // the gate
     if (warp == 0) gated_norm_head(sm.o_head, sm.z, norm.w, norm.eps, VD, norm.out + head_at);
   }
-  if (completes) {  // the next chunk's S_b, each element the fold's chain of chunk_state_kernel
-    // A thread takes one row i of S and kCols of the group's columns, so each step of the chains reads one key. The
-    // keys of the chunk's rows are in the cluster's shared memory: this row's in kt, the group's own in k, the
-    // others' in their group's k (distributed shared memory: the same values the state holds, which each group
-    // staged this step). Reading them from the state instead, one global load a step of a 64-step chain, made this
-    // one block of a step's thousands (1 row in 64 completes a chunk) take longer than all the others together.
-    constexpr int kRowThreads = kThreads / KD, kCols = VC / kRowThreads;
-    static_assert(kThreads % KD == 0 && VC % kRowThreads == 0, "the fold's thread layout");
-    const int i = tid / kRowThreads, j0 = (tid % kRowThreads) * kCols;
-    float acc[kCols];
-#pragma unroll
-    for (int c = 0; c < kCols; ++c) acc[c] = sm.S[i][j0 + c] * eG;
-#pragma unroll 4
-    for (int s = 0; s < kC; ++s) {
-      const int owner = s / kRows;
-      const float key = s == t ? sm.kt[i]
-                        : owner == group
-                            ? sm.k[s % kRows][i]
-                            : cluster.map_shared_rank(&sm.k[0][0], owner)[(s % kRows) * Smem::kKeyStride + i];
-      const float kd = key * sm.decay[s];
-#pragma unroll
-      for (int c = 0; c < kCols; ++c) acc[c] = fmaf(kd, sm.u[s][j0 + c], acc[c]);
-    }
-#pragma unroll
-    for (int c = 0; c < kCols; ++c) state[i * VD + col0 + j0 + c] = acc[c];  // read and written by this thread alone
-    cluster.sync();  // no block leaves (freeing its keys) before every group has read them
-    return;
-  }
+  // The chunk's store gets the row (its last row too: fold_chunk_kernel reads the chunk from the store).
   if (tid < VC) state[layout.d() + t * VD + col0 + tid] = sm.u[t][tid];
-  if (group == 0) {  // no group reads the chunk's keys or G unless the row completes it
+  if (group == 0) {
     for (int i = tid; i < KD; i += kThreads) state[layout.keys() + t * KD + i] = sm.kt[i];
     if (tid == 0) state[layout.G() + t] = sm.G[t];
   }
@@ -911,9 +880,8 @@ __global__ void __launch_bounds__(kThreads)
 // five or six heads, so the kernel is bound by the bytes rather than by the chains. Every value is the same fma chain
 // as decode_delta_kernel's, in the same order: a column's S_b^T k and S_b^T q (threads 0 .. VD - 1), the row's A and Q
 // entries (threads VD ..), the sum over earlier rows as its 8 lanes' chains and the butterfly of finish_corrected_value
-// added in one thread (a + b = b + a, so the order the lanes meet in is the same sum), the output's chain, the gated
-// norm's, and the fold's. Its weak point is the fold (1 row in 64): the head's KD x VD elements, each a 64-step
-// chain, on KD threads of one block; delta_order puts the pieces that fold first so that those blocks start first.
+// added in one thread (a + b = b + a, so the order the lanes meet in is the same sum), the output's chain and the
+// gated norm's. A row that completes its chunk is stored like any other (fold_chunk_kernel folds the chunk after).
 
 constexpr int kDenseBatch = 16;  // rows of S_b a column thread has in flight
 constexpr int kDenseLanes = 8;   // the lanes of finish_corrected_value's sum, in the decode kernels' blocks
@@ -922,10 +890,10 @@ static_assert(lanes_for(128) == kDenseLanes && lanes_for(32) == kDenseLanes, "th
 template <int KD, int VD>
 struct DenseSmem {
   static constexpr int kThreads = VD + kC;  // a thread a column, a thread an entry of A and Q
-  alignas(16) float u[kC][VD];  // the chunk's earlier rows' d, then this row's d in row t (for the fold)
+  alignas(16) float u[kC][VD];  // the chunk's earlier rows' d
   alignas(16) float kt[KD];     // this row's key and query, normalized
   alignas(16) float q[KD];
-  float A_row[kC], Q_row[kC], G[kC], decay[kC];
+  float A_row[kC], Q_row[kC], G[kC];
   float o_head[VD];  // the head's outputs, for the gated norm
   bf16 raw_q[KD], raw_k[KD], raw_v[VD], z[VD];
   float g, beta;
@@ -957,7 +925,6 @@ __global__ void __launch_bounds__(VD + kC, 5)
   const HeadInputs in = head_inputs<KD, VD>(dims, head);
   float* state = head_state<KD, VD>(piece, layer, head);
   const int tid = threadIdx.x, t = piece.start_position % kC;
-  const bool completes = t == kC - 1;
   const int64_t head_at = static_cast<int64_t>(first_row) * dims.value_heads * VD + static_cast<int64_t>(head) * VD;
 
   // Two groups of copies: the row's vectors and the chunk's G first, the earlier rows' d (up to 32 KB) behind them,
@@ -1012,7 +979,7 @@ __global__ void __launch_bounds__(VD + kC, 5)
         for (int b = 0; b < kDenseBatch; ++b) s_rows[b] = next[b];
       }
     }
-  } else {  // entry s of the row's A and Q (s <= t), and the fold's decays
+  } else {  // entry s of the row's A and Q (s <= t)
     const int s = tid - VD;
     if (s <= t) {
       const float4* key = reinterpret_cast<const float4*>(s == t ? sm.kt : state + layout.keys() + s * KD);
@@ -1031,7 +998,6 @@ __global__ void __launch_bounds__(VD + kC, 5)
       if (s < t) sm.A_row[s] = (kk * decay) * sm.beta;
       sm.Q_row[s] = qk * decay;
     }
-    if (completes) sm.decay[s] = expf(sm.G[kC - 1] - sm.G[s]);
   }
   wait_async_copies();  // the earlier rows' d
   __syncthreads();
@@ -1057,36 +1023,64 @@ __global__ void __launch_bounds__(VD + kC, 5)
     const float o = fmaf(eG, wq, fmaf(sm.Q_row[t], d, acc));
     out[head_at + j] = o;
     sm.o_head[j] = o;
-    sm.u[t][j] = d;
-    if (!completes) state[layout.d() + t * VD + j] = d;
+    state[layout.d() + t * VD + j] = d;  // the chunk's store gets the row
   }
-  if (!completes) {  // the chunk's store gets this row's key and G (the fold below empties it instead)
-    for (int i = tid; i < KD; i += Smem::kThreads) state[layout.keys() + t * KD + i] = sm.kt[i];
-    if (tid == 0) state[layout.G() + t] = sm.G[t];
-  }
+  for (int i = tid; i < KD; i += Smem::kThreads) state[layout.keys() + t * KD + i] = sm.kt[i];
+  if (tid == 0) state[layout.G() + t] = sm.G[t];
   __syncthreads();
   if (norm.out != nullptr && warp == 0) gated_norm_head(sm.o_head, sm.z, norm.w, norm.eps, VD, norm.out + head_at);
-  if (!completes) return;
+}
 
-  // The next chunk's S_b: thread i takes row i, kFoldCols columns at a time, each element decode_delta_kernel's chain
-  // (e^{G_63} S_b, then the 64 rows' decayed keys times their d in order). Each element is read and written by one
-  // thread, after every column thread has read S_b (the barrier above).
-  constexpr int kFoldCols = VD < 16 ? VD : 16;
-  for (int i = tid; i < KD; i += Smem::kThreads)
-    for (int j0 = 0; j0 < VD; j0 += kFoldCols) {
-      float acc[kFoldCols];
+// ---- fold_chunk_kernel: the next chunk's S_b for the one-row pieces that completed their chunk this step
+// (DeviceStep::fold_pieces, first among the one-row pieces), after the one-row kernel stored their row like any other:
+// S_b' = e^{G_63} S_b + sum_s (k_s e^{G_63 - G_s}) d_s^T over the chunk's store, each element the fold's chain of
+// chunk_state_kernel (e^{G_63} S_b, then the 64 rows' decayed keys times their d, in order). One block of KD threads
+// a (piece, head, kFoldColumns columns): thread i a row of S. The one-row kernels folded in the completing row's own
+// block before, so that one block of a 64-row step's thousands (nearly every 64-stream step has a stream at a chunk's
+// end) made the kernel wait for it: bench_gdn_delta's 64 rows took 108.5 us with such rows and 91.5 us without.
+
+constexpr int kFoldColumns = 16;
+
+template <int KD, int VD>
+struct FoldSmem {
+  static constexpr int kColumns = VD < kFoldColumns ? VD : kFoldColumns;
+  alignas(16) float keys[kC][KD];
+  alignas(16) float u[kC][kColumns];  // the block's columns of the chunk's d
+  float decay[kC];                    // e^{G_63 - G_s}
+};
+
+template <int KD, int VD>
+__global__ void __launch_bounds__(KD) fold_chunk_kernel(DeviceStep step, int32_t layer) {
+  wait_for_prerequisites();
+  let_dependents_launch();
+  constexpr DeltaHeadState layout{KD, VD};
+  using Smem = FoldSmem<KD, VD>;
+  constexpr int kColumns = Smem::kColumns;
+  static_assert(kColumns % 4 == 0 && VD % kColumns == 0, "whole 16-byte pieces of the columns");
+  extern __shared__ float4 smem_raw[];
+  Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
+  const DevicePiece& piece = step.piece[step.piece_order[step.multi_pieces + step.few_pieces + blockIdx.x]];
+  const int32_t head = blockIdx.y, col0 = blockIdx.z * kColumns;
+  float* state = head_state<KD, VD>(piece, layer, head);
+  copy_rows_async_16<KD>(&sm.keys[0][0], KD, state + layout.keys(), KD, kC);
+  copy_rows_async_16<kColumns>(&sm.u[0][0], kColumns, state + layout.d() + col0, VD, kC);
+  const float* G = state + layout.G();
+  for (int s = threadIdx.x; s < kC; s += blockDim.x) sm.decay[s] = expf(G[kC - 1] - G[s]);
+  const float eG = expf(G[kC - 1]);
+  const int i = threadIdx.x;
+  float acc[kColumns];
 #pragma unroll
-      for (int c = 0; c < kFoldCols; ++c) acc[c] = state[i * VD + j0 + c] * eG;
+  for (int c = 0; c < kColumns; ++c) acc[c] = state[i * VD + col0 + c] * eG;
+  wait_async_copies();
+  __syncthreads();
 #pragma unroll 4
-      for (int s = 0; s < kC; ++s) {
-        const float key = s == t ? sm.kt[i] : state[layout.keys() + s * KD + i];
-        const float kd = key * sm.decay[s];
+  for (int s = 0; s < kC; ++s) {
+    const float kd = sm.keys[s][i] * sm.decay[s];
 #pragma unroll
-        for (int c = 0; c < kFoldCols; ++c) acc[c] = fmaf(kd, sm.u[s][j0 + c], acc[c]);
-      }
+    for (int c = 0; c < kColumns; ++c) acc[c] = fmaf(kd, sm.u[s][c], acc[c]);
+  }
 #pragma unroll
-      for (int c = 0; c < kFoldCols; ++c) state[i * VD + j0 + c] = acc[c];
-    }
+  for (int c = 0; c < kColumns; ++c) state[i * VD + col0 + c] = acc[c];  // read and written by this thread alone
 }
 
 // ---- decode_rows_kernel: decode_delta_kernel for a piece of a few rows inside one chunk (a verify piece: the last
@@ -1354,6 +1348,7 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
   constexpr size_t decode_bytes = sizeof(DecodeSmem<KD, VD>);
   constexpr size_t rows_bytes = sizeof(RowsSmem<KD, VD>);
   constexpr size_t dense_bytes = sizeof(DenseSmem<KD, VD>);
+  constexpr size_t fold_bytes = sizeof(FoldSmem<KD, VD>);
   // Six blocks an SM (228 KB, 1 KB of each block's reserved) at the 9B's shape: the kernel is latency-bound.
   static_assert(KD != 128 || VD != 128 || decode_bytes <= 37 * 1024, "decode_delta_kernel: 6 blocks per SM");
   static_assert(state_bytes <= 227 * 1024, "chunk_state_kernel: one block an SM at most");
@@ -1362,7 +1357,7 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
   static const bool opted_in =
       (allow_smem(chunk_matrices_kernel<KD, VD>, matrices_bytes), allow_smem(chunk_state_kernel<KD, VD>, state_bytes),
        allow_smem(decode_delta_kernel<KD, VD>, decode_bytes), allow_smem(decode_rows_kernel<KD, VD>, rows_bytes),
-       allow_smem(decode_dense_kernel<KD, VD>, dense_bytes), true);
+       allow_smem(decode_dense_kernel<KD, VD>, dense_bytes), allow_smem(fold_chunk_kernel<KD, VD>, fold_bytes), true);
   (void)opted_in;
   const int32_t single_pieces = step.pieces - step.multi_pieces - step.few_pieces;
   if (step.multi_chunks > 0) {
@@ -1397,6 +1392,12 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
                               dim3(single_pieces, dims.value_heads, VD / VC), dim3(1, 1, VD / VC), kThreads,
                               decode_bytes, stream, step, layer, qkv, beta, g, dims, out, norm);
     check_launch("gdn decode_delta_kernel");
+  }
+  if (step.fold_pieces > 0) {  // after the one-row kernel has stored the completing rows
+    launch_dependent("fold_chunk_kernel", fold_chunk_kernel<KD, VD>,
+                     dim3(step.fold_pieces, dims.value_heads, VD / FoldSmem<KD, VD>::kColumns), dim3(KD), fold_bytes,
+                     stream, step, layer);
+    check_launch("gdn fold_chunk_kernel");
   }
 }
 

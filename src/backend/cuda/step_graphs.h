@@ -31,6 +31,8 @@ struct StepGraphKey {
   // piece is one row; a verify piece's rows may end one chunk and start the next. few_pieces: the pieces of a few rows
   // the decode kernels take (not fixed by the rest: 4 + 1 rows and 3 + 2 rows are both 2 pieces of 5 rows).
   int32_t chunks = 0, multi_pieces = 0, multi_chunks = 0, few_pieces = 0;
+  // One-row pieces that complete their chunk: their fold is a kernel of its own, launched only when there are some.
+  int32_t fold_pieces = 0;
   auto operator<=>(const StepGraphKey&) const = default;
 };
 
