@@ -104,5 +104,22 @@ TEST(DeltaOrder, WithoutFoldsOneRowPiecesKeepStepOrder) {
   EXPECT_EQ(order.fold_pieces, 0);
 }
 
+// The fold kernel's width: the completing pieces rounded up to a power of two, at most the one-row pieces.
+TEST(DeltaOrder, TheFoldWidthIsAPowerOfTwoWithinTheOneRowPieces) {
+  auto width = [](std::vector<int32_t> starts) {
+    std::vector<DevicePiece> pieces;
+    for (int32_t start : starts) pieces.push_back(piece(DeviceRole::decode, 1, start));
+    pieces = with_rows(pieces);
+    int64_t scratch = 0;
+    plan_delta_chunks(pieces, &scratch);
+    return delta_order(pieces).fold_pieces;
+  };
+  EXPECT_EQ(width({63, 5, 6, 7, 8}), 1);
+  EXPECT_EQ(width({63, 127, 191, 5, 6, 7, 8}), 4);
+  EXPECT_EQ(width({63, 127, 191, 5}), 4);
+  EXPECT_EQ(width({63, 127, 191}), 3);
+  EXPECT_EQ(width({5, 6}), 0);
+}
+
 }  // namespace
 }  // namespace duet::backend::cuda

@@ -739,18 +739,18 @@ TEST(SkinnyGemmTma, SegmentsAndSwigluKeepEveryBit) {
 
 constexpr size_t kWorkspaceBytes = 32u << 20;  // what NVIDIA recommends for Hopper
 
-// The plans' engine by shape (skinny_tma_for): launch_skinny_gemm gives the 9B's wide weights (the GDN input projection
-// [12352, 4096], attention's q | k | v [10240, 4096]) the TMA engine's bits at every row count, and the out projections
-// [4096, 4096] the register-fed plan's. The control: the two engines' bits differ at 64 rows, so the check can tell
-// them apart.
-TEST(SkinnyGemmTma, ThePlansGiveItTheWideWeightsAlone) {
+// The plans' engine by shape (skinny_tma_for): launch_skinny_gemm gives the 9B's weights (the GDN input projection
+// [12352, 4096], attention's q | k | v [10240, 4096], the out projections [4096, 4096]) the TMA engine's bits at every
+// row count, and a shape the plans do not name ([2048, 4096]) the register-fed plan's. The control: the two engines'
+// bits differ at 64 rows, so the check can tell them apart.
+TEST(SkinnyGemmTma, ThePlansGiveItThe9BsWeightsAlone) {
   DUET_REQUIRE_GPU();
   if (std::getenv("DUET_SKINNY_TMA") != nullptr) GTEST_SKIP() << "DUET_SKINNY_TMA is set: the plans are not in force";
   const int64_t k = 4096;
   const auto x = random_bf16(static_cast<size_t>(64) * k, 140);
   DeviceBuffer<bf16> d_x(x);
-  for (const int64_t n : {int64_t{12352}, int64_t{10240}, int64_t{4096}}) {
-    const bool tma = n != 4096;
+  for (const int64_t n : {int64_t{12352}, int64_t{10240}, int64_t{4096}, int64_t{2048}}) {
+    const bool tma = n != 2048;
     const auto w = random_bf16(static_cast<size_t>(n) * k, 141 + n);
     DeviceBuffer<bf16> d_w(w);
     const int32_t nn = static_cast<int32_t>(n), kk = static_cast<int32_t>(k);

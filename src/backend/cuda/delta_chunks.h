@@ -85,7 +85,10 @@ __host__ __device__ inline bool wy_form_takes(const DevicePiece& piece, const De
 struct DeltaOrder {
   std::vector<int32_t> pieces, chunks;
   int32_t multi_pieces = 0, multi_chunks = 0, few_pieces = 0;
-  int32_t fold_pieces = 0;  // the one-row pieces that complete their chunk, first of the one-row pieces
+  // The fold kernel's width: the one-row pieces that complete their chunk (the first of the one-row pieces) rounded up
+  // to a power of two, at most the one-row pieces (its blocks past the completing pieces do nothing). A step graph's
+  // key holds it (step_graphs.h), so rounding keeps the graphs of a row count to a few.
+  int32_t fold_pieces = 0;
 };
 inline DeltaOrder delta_order(const std::vector<DevicePiece>& pieces, int32_t decode_rows = kDecodePieceRows) {
   enum Class { multi, few, one };
@@ -107,6 +110,12 @@ inline DeltaOrder delta_order(const std::vector<DevicePiece>& pieces, int32_t de
         if (c == few) ++order.few_pieces;
         if (c == one && pass == 0) ++order.fold_pieces;
       }
+  if (order.fold_pieces > 0) {
+    const auto one_row = static_cast<int32_t>(pieces.size()) - order.multi_pieces - order.few_pieces;
+    int32_t width = 1;
+    while (width < order.fold_pieces) width *= 2;
+    order.fold_pieces = std::min(width, one_row);
+  }
   return order;
 }
 

@@ -1059,7 +1059,11 @@ __global__ void __launch_bounds__(KD) fold_chunk_kernel(DeviceStep step, int32_t
   static_assert(kColumns % 4 == 0 && VD % kColumns == 0, "whole 16-byte pieces of the columns");
   extern __shared__ float4 smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
-  const DevicePiece& piece = step.piece[step.piece_order[step.multi_pieces + step.few_pieces + blockIdx.x]];
+  // The launch's width is rounded up (DeltaOrder::fold_pieces): blocks past the completing pieces have nothing to do.
+  const int32_t at = step.multi_pieces + step.few_pieces + static_cast<int32_t>(blockIdx.x);
+  if (at >= step.pieces) return;
+  const DevicePiece& piece = step.piece[step.piece_order[at]];
+  if (piece.rows != 1 || (piece.start_position + 1) % kC != 0) return;
   const int32_t head = blockIdx.y, col0 = blockIdx.z * kColumns;
   float* state = head_state<KD, VD>(piece, layer, head);
   copy_rows_async_16<KD>(&sm.keys[0][0], KD, state + layout.keys(), KD, kC);
@@ -1326,12 +1330,18 @@ bool wy_form_allowed() {
 }
 
 // From how many one-row pieces a step takes decode_dense_kernel instead of decode_delta_kernel's clusters (the same
-// bits either way): DUET_DELTA_DECODE=dense (from one), dense:N (from N), else never; a test's choice when it set one.
+// bits either way). `duet run` on an H100 (33rd round), decode tok/s, clusters against dense: 64 streams 5,860 against
+// 5,998, 16 streams 2,111 against 2,114, one stream 154 against 153 (32 blocks where the clusters have 128): dense from
+// 32 pieces. DUET_DELTA_DECODE=clusters (never), dense (from one) or dense:N (from N) for measurements; a test's
+// choice when it set one.
+constexpr int32_t kDenseDecodeFromPieces = 32;
 std::atomic<int32_t> dense_from_for_tests{-1};
 int32_t dense_decode_from() {
   static const int32_t from_environment = [] {
     const char* v = std::getenv("DUET_DELTA_DECODE");
-    if (v == nullptr || std::strncmp(v, "dense", 5) != 0) return std::numeric_limits<int32_t>::max();
+    if (v == nullptr) return kDenseDecodeFromPieces;
+    if (std::strcmp(v, "clusters") == 0) return std::numeric_limits<int32_t>::max();
+    if (std::strncmp(v, "dense", 5) != 0) return kDenseDecodeFromPieces;
     if (v[5] == ':') return std::max(1, std::atoi(v + 6));
     return 1;
   }();
@@ -1393,10 +1403,13 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
                               decode_bytes, stream, step, layer, qkv, beta, g, dims, out, norm);
     check_launch("gdn decode_delta_kernel");
   }
-  if (step.fold_pieces > 0) {  // after the one-row kernel has stored the completing rows
-    launch_dependent("fold_chunk_kernel", fold_chunk_kernel<KD, VD>,
-                     dim3(step.fold_pieces, dims.value_heads, VD / FoldSmem<KD, VD>::kColumns), dim3(KD), fold_bytes,
-                     stream, step, layer);
+  if (step.fold_pieces > 0) {
+    // After the one-row kernel has stored the completing rows, in plain stream order: as a dependent launch its blocks
+    // (36 KB of shared memory each) sat on the SMs through the one-row kernel's waves, waiting, and took a third of
+    // its blocks' room (bench_gdn_delta, 64 rows: 124 us against 108 with the fold in the completing row's block).
+    fold_chunk_kernel<KD, VD>
+        <<<dim3(step.fold_pieces, dims.value_heads, VD / FoldSmem<KD, VD>::kColumns), KD, fold_bytes, stream>>>(step,
+                                                                                                           layer);
     check_launch("gdn fold_chunk_kernel");
   }
 }

@@ -188,7 +188,7 @@ void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16
                            const float* g, GdnDims dims, float* chunk_scratch, float* out, cudaStream_t stream,
                            const GdnNormArrays* norm = nullptr);
 // Tests: one-row pieces take decode_dense_kernel from this many a step (0 or 1: always; a large number: never) instead
-// of the choice of DUET_DELTA_DECODE; a negative number gives the choice back to it. The bits are the same either way.
+// of the default (32) or DUET_DELTA_DECODE's; a negative number gives the choice back. The bits are the same.
 void set_delta_decode_dense_from_for_tests(int32_t pieces);
 
 // ---- gdn_norm.cu
