@@ -431,8 +431,8 @@ TEST_P(GdnKernelsTest, DenseDecodeKernelGivesTheClusterFormsBits) {
   DUET_REQUIRE_GPU();
   const GdnDims& d = dims();
   const int32_t vw = value_width(d);
-  const std::vector<PieceSpec> pieces = {{0, 1, 37}, {1, 7, 5},   {2, 1, 63},   {3, 65, 200}, {4, 1, 127},
-                                         {5, 3, 10}, {6, 1, 0},   {7, 1, 1000}, {8, 1, 191},  {9, 1, 62}};
+  const std::vector<PieceSpec> pieces = {{0, 1, 37}, {1, 7, 5}, {2, 1, 63},   {3, 65, 200}, {4, 1, 127},
+                                         {5, 3, 10}, {6, 1, 0}, {7, 1, 1000}, {8, 1, 191},  {9, 1, 62}};
   const std::vector<uint64_t> seeds = {31, 32, 33, 34, 35, 36, 37, 38, 39, 40};
   const int32_t rows = total_rows(pieces);
   const Weight norm_w(random_bf16_values(static_cast<size_t>(d.value_dim), 803, -1.5f, 1.5f), false, d.value_dim, 1);
@@ -458,8 +458,8 @@ TEST_P(GdnKernelsTest, DenseDecodeKernelGivesTheClusterFormsBits) {
     set_delta_decode_dense_from_for_tests(-1);
     Result r{out_d.download(), to_float(normed_d.download()), {}};
     for (size_t i = 0; i < pieces.size(); ++i)
-      r.states.push_back(live_state(d, states.delta_now(static_cast<int32_t>(i), kLayer),
-                                    pieces[i].start + pieces[i].rows));
+      r.states.push_back(
+          live_state(d, states.delta_now(static_cast<int32_t>(i), kLayer), pieces[i].start + pieces[i].rows));
     return r;
   };
   const DeltaInputs in = random_delta_inputs(d, rows, 801);

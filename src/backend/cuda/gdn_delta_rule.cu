@@ -890,8 +890,8 @@ static_assert(lanes_for(128) == kDenseLanes && lanes_for(32) == kDenseLanes, "th
 template <int KD, int VD>
 struct DenseSmem {
   static constexpr int kThreads = VD + kC;  // a thread a column, a thread an entry of A and Q
-  alignas(16) float u[kC][VD];  // the chunk's earlier rows' d
-  alignas(16) float kt[KD];     // this row's key and query, normalized
+  alignas(16) float u[kC][VD];              // the chunk's earlier rows' d
+  alignas(16) float kt[KD];                 // this row's key and query, normalized
   alignas(16) float q[KD];
   float A_row[kC], Q_row[kC], G[kC];
   float o_head[VD];  // the head's outputs, for the gated norm
@@ -1018,8 +1018,7 @@ __global__ void __launch_bounds__(VD + kC, 5)
         }
       }
     }
-    const float d =
-        corrected_from_sum(butterfly_in_thread(part), __bfloat162float(sm.raw_v[j]), eG, wk, sm.beta);
+    const float d = corrected_from_sum(butterfly_in_thread(part), __bfloat162float(sm.raw_v[j]), eG, wk, sm.beta);
     const float o = fmaf(eG, wq, fmaf(sm.Q_row[t], d, acc));
     out[head_at + j] = o;
     sm.o_head[j] = o;
@@ -1392,9 +1391,9 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
   }
   if (single_pieces > 0 && single_pieces >= dense_decode_from()) {
     // Heads fastest, so that the pieces delta_order puts first (those that fold) start first.
-    launch_dependent("decode_dense_kernel", decode_dense_kernel<KD, VD>,
-                     dim3(dims.value_heads, single_pieces), dim3(DenseSmem<KD, VD>::kThreads), dense_bytes, stream,
-                     step, layer, qkv, beta, g, dims, out, norm);
+    launch_dependent("decode_dense_kernel", decode_dense_kernel<KD, VD>, dim3(dims.value_heads, single_pieces),
+                     dim3(DenseSmem<KD, VD>::kThreads), dense_bytes, stream, step, layer, qkv, beta, g, dims, out,
+                     norm);
     check_launch("gdn decode_dense_kernel");
   } else if (single_pieces > 0) {
     // A head's column groups form one cluster (the gated norm gathers their outputs).
@@ -1409,7 +1408,7 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
     // its blocks' room (bench_gdn_delta, 64 rows: 124 us against 108 with the fold in the completing row's block).
     fold_chunk_kernel<KD, VD>
         <<<dim3(step.fold_pieces, dims.value_heads, VD / FoldSmem<KD, VD>::kColumns), KD, fold_bytes, stream>>>(step,
-                                                                                                           layer);
+                                                                                                                layer);
     check_launch("gdn fold_chunk_kernel");
   }
 }
