@@ -703,6 +703,30 @@ __global__ void __launch_bounds__(kThreads)
 // group's rows the same way, instead of each group gathering them after the barrier, was measured and taken back:
 // 4,920-4,941 tok/s at 64 streams against 4,903-4,948 without it.)
 
+// Row t's entries s of A and Q in the one-row kernels: k_t . k_s and q_t . k_s, each one fma chain over the key index
+// in order (chunk_matrices_kernel's tiles take the same chains), read 16 bytes at a time; then the decay e^{G_t - G_s}.
+struct RowEntries {
+  float A, Q;
+};
+template <int KD>
+__device__ __forceinline__ RowEntries row_entries(const float* kt, const float* q, const float* key, float G_t,
+                                                  float G_s, float beta) {
+  const float4* kt4 = reinterpret_cast<const float4*>(kt);
+  const float4* q4 = reinterpret_cast<const float4*>(q);
+  const float4* key4 = reinterpret_cast<const float4*>(key);
+  float kk = 0.0f, qk = 0.0f;
+#pragma unroll 4
+  for (int i = 0; i < KD / 4; ++i) {
+    const float4 a = kt4[i], b = q4[i], c = key4[i];
+    kk = fmaf(a.x, c.x, kk), qk = fmaf(b.x, c.x, qk);
+    kk = fmaf(a.y, c.y, kk), qk = fmaf(b.y, c.y, qk);
+    kk = fmaf(a.z, c.z, kk), qk = fmaf(b.z, c.z, qk);
+    kk = fmaf(a.w, c.w, kk), qk = fmaf(b.w, c.w, qk);
+  }
+  const float decay = expf(G_t - G_s);
+  return RowEntries{(kk * decay) * beta, qk * decay};
+}
+
 template <int KD, int VD, int VC = columns_for(VD)>
 struct DecodeSmem {
   static constexpr int kGroups = VD / VC;
@@ -794,27 +818,17 @@ __global__ void __launch_bounds__(kThreads)
   // Three independent parts on three thread ranges. Threads s - first_key for the group's rows s <= t: entry s of
   // the row's A and Q, the fma chain of chunk_matrices_kernel's tiles. Threads kC .. kC + VC - 1: S_b^T k_t and
   // S_b^T q_t of one column each (both chains read each S element once), the fma chain of chunk_state_kernel's tiles.
-  // The vectors are read 16 bytes at a time; each
-  // chain still takes its fmas one element at a time in increasing order (the 25th round's phase trace: the A and Q
-  // chains at three 4-byte shared loads a step set when the cluster's first barrier opens).
+  // The vectors are read 16 bytes at a time; each chain still takes its fmas one element at a time in increasing order
+  // (the 25th round's phase trace: the A and Q chains at three 4-byte shared loads a step set when the cluster's first
+  // barrier opens).
   const float4* kt4 = reinterpret_cast<const float4*>(sm.kt);
   const float4* q4 = reinterpret_cast<const float4*>(sm.q);
   if (tid < kRows) {
     const int s = first_key + tid;
     if (s <= t) {
-      const float4* key = reinterpret_cast<const float4*>(s == t ? sm.kt : sm.k[tid]);
-      float kk = 0.0f, qk = 0.0f;
-#pragma unroll 4
-      for (int i = 0; i < KD / 4; ++i) {
-        const float4 a = kt4[i], b = q4[i], c = key[i];
-        kk = fmaf(a.x, c.x, kk), qk = fmaf(b.x, c.x, qk);
-        kk = fmaf(a.y, c.y, kk), qk = fmaf(b.y, c.y, qk);
-        kk = fmaf(a.z, c.z, kk), qk = fmaf(b.z, c.z, qk);
-        kk = fmaf(a.w, c.w, kk), qk = fmaf(b.w, c.w, qk);
-      }
-      const float decay = expf(sm.G[t] - sm.G[s]);
-      if (s < t) sm.A_part[tid] = (kk * decay) * sm.beta;
-      sm.Q_part[tid] = qk * decay;
+      const RowEntries e = row_entries<KD>(sm.kt, sm.q, s == t ? sm.kt : sm.k[tid], sm.G[t], sm.G[s], sm.beta);
+      if (s < t) sm.A_part[tid] = e.A;
+      sm.Q_part[tid] = e.Q;
     }
   } else if (tid >= kC && tid < kC + VC) {
     const int j = tid - kC;
@@ -982,21 +996,10 @@ __global__ void __launch_bounds__(VD + kC, 5)
   } else {  // entry s of the row's A and Q (s <= t)
     const int s = tid - VD;
     if (s <= t) {
-      const float4* key = reinterpret_cast<const float4*>(s == t ? sm.kt : state + layout.keys() + s * KD);
-      const float4* kt4 = reinterpret_cast<const float4*>(sm.kt);
-      const float4* q4 = reinterpret_cast<const float4*>(sm.q);
-      float kk = 0.0f, qk = 0.0f;
-#pragma unroll 4
-      for (int i = 0; i < KD / 4; ++i) {
-        const float4 a = kt4[i], b = q4[i], c = key[i];
-        kk = fmaf(a.x, c.x, kk), qk = fmaf(b.x, c.x, qk);
-        kk = fmaf(a.y, c.y, kk), qk = fmaf(b.y, c.y, qk);
-        kk = fmaf(a.z, c.z, kk), qk = fmaf(b.z, c.z, qk);
-        kk = fmaf(a.w, c.w, kk), qk = fmaf(b.w, c.w, qk);
-      }
-      const float decay = expf(sm.G[t] - sm.G[s]);
-      if (s < t) sm.A_row[s] = (kk * decay) * sm.beta;
-      sm.Q_row[s] = qk * decay;
+      const float* key = s == t ? sm.kt : state + layout.keys() + s * KD;
+      const RowEntries e = row_entries<KD>(sm.kt, sm.q, key, sm.G[t], sm.G[s], sm.beta);
+      if (s < t) sm.A_row[s] = e.A;
+      sm.Q_row[s] = e.Q;
     }
   }
   wait_async_copies();  // the earlier rows' d
