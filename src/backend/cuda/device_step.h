@@ -85,7 +85,8 @@ struct DeviceStep {
   const DeviceChunk* chunk = nullptr;   // [chunks]
   // The pieces and chunks the chunked form takes first (pieces of several rows: chunk_state_kernel's), then those of
   // pieces of a few rows inside one chunk (decode_rows_kernel's, delta_chunks.h: decode_kernels_take), then those of
-  // one-row pieces (decode_delta_kernel's): indices into piece and chunk.
+  // one-row pieces (decode_delta_kernel's or decode_dense_kernel's), those that complete their chunk first: indices
+  // into piece and chunk.
   const int32_t* piece_order = nullptr;  // [pieces]
   const int32_t* chunk_order = nullptr;  // [chunks]
   int32_t multi_pieces = 0, multi_chunks = 0;

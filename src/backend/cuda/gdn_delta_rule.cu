@@ -891,11 +891,12 @@ __global__ void __launch_bounds__(kThreads)
 // (64 KB a head) in shared memory, so an SM holds 1.25 heads and most of a block's threads wait at barriers while 48
 // of them run the chains that matter (docs/benchmarks.md, 32nd round, "where its time goes"). Here S_b is streamed
 // from global memory into registers, a batch of rows at a time, by the thread that owns the column, and an SM holds
-// five or six heads, so the kernel is bound by the bytes rather than by the chains. Every value is the same fma chain
-// as decode_delta_kernel's, in the same order: a column's S_b^T k and S_b^T q (threads 0 .. VD - 1), the row's A and Q
-// entries (threads VD ..), the sum over earlier rows as its 8 lanes' chains and the butterfly of finish_corrected_value
-// added in one thread (a + b = b + a, so the order the lanes meet in is the same sum), the output's chain and the
-// gated norm's. A row that completes its chunk is stored like any other (fold_chunk_kernel folds the chunk after).
+// five heads (64 registers a thread), so the kernel is bound by the bytes rather than by the chains. Every value is the
+// same fma chain as decode_delta_kernel's, in the same order: a column's S_b^T k and S_b^T q (threads 0 .. VD - 1), the
+// row's A and Q entries (threads VD ..), the sum over earlier rows as its 8 lanes' chains and the butterfly of
+// finish_corrected_value added in one thread (a + b = b + a, so the order the lanes meet in is the same sum), the
+// output's chain and the gated norm's. A row that completes its chunk is stored like any other (fold_chunk_kernel folds
+// the chunk after).
 
 constexpr int kDenseBatch = 16;  // rows of S_b a column thread has in flight
 constexpr int kDenseLanes = 8;   // the lanes of finish_corrected_value's sum, in the decode kernels' blocks
