@@ -697,7 +697,7 @@ __global__ void __launch_bounds__(kThreads)
 // row's A and Q entries for those rows; the cluster then gathers the whole A and Q rows through distributed shared
 // memory. (Each group staged all 64 keys and computed all 64 entries before, and read S_b column by column from global
 // memory: 61 KB of shared memory, 3 blocks an SM and eight memory round trips per block made the kernel
-// latency-bound, a third of a 64-row step. Now 37 KB and 40 registers: 6 blocks an SM.) A row that completes its chunk
+// latency-bound, a third of a 64-row step. Now 37 KB and 32 registers: 6 blocks an SM.) A row that completes its chunk
 // is stored like any other; fold_chunk_kernel folds the chunk afterwards. Each group stores its outputs into group 0's
 // shared memory, where group 0 norms the head while the others leave. (Storing the A and Q entries into every
 // group's rows the same way, instead of each group gathering them after the barrier, was measured and taken back:
