@@ -10,6 +10,9 @@
 //                                         against wgmma with the weights in registers, the same bits)
 //   bench_skinny_gemm --tma              (the TMA engine, launch_skinny_gemm_tma, by slices and stages (8: a
 //                                         benchmarks build), against production; its bits checked across m)
+//   bench_skinny_gemm --tma-slices       (the TMA engine at 1, 16 and 64 rows, every slice count 1..8, by ring: stages
+//   x
+//                                         64-k steps a stage; the rings' bits checked against production's ring)
 //   bench_skinny_gemm --cublas           (production beside cuBLASLt: its heuristic's first algorithm and the best of
 //                                         its first 8 at each m, GB/s and TFLOP/s; not batch-invariant, a reference)
 //   bench_skinny_gemm --profile SHAPE M   (three production launches of one shape, for ncu; nothing timed)
@@ -190,6 +193,9 @@ int bench_tma(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf16* y6
     std::vector<Variant> variants = {{4, four}};
 #ifdef DUET_SKINNY_EXPERIMENTS
     variants.push_back({8, eight});
+    // 8 stages at the production slices: a deeper ring a block without fewer blocks (a 4,096-row shape has a block an
+    // SM either way), so the same bits as production's at 4 stages.
+    if (eight != four) variants.push_back({8, four});
     // 256-row blocks at one block an SM: half the row blocks of 128, so twice the slices that fill the SMs once.
     const int64_t blocks256 = (shape.n + 255) / 256;
     variants.push_back({4, static_cast<int>(std::clamp<int64_t>(132 / blocks256, 1, 8)), 256});
@@ -234,6 +240,60 @@ int bench_tma(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf16* y6
   }
   std::printf("tma bit checks (! = rows of m differ from m = 64's; FAR = not production's products): %d failed\n",
               failures);
+  return failures;
+}
+// --tma-slices: the TMA engine's GB/s at 1, 16 and 64 rows for every slice count 1..8, by ring: 4 stages of one 64-k
+// step (production, two blocks an SM), 8 of one (one block an SM), and stages of several steps (2x2: two stages of
+// two steps, the same bytes as production's ring; 4x2 and 2x4 at one block an SM at 64 rows). Each slice count sums in
+// its own order; the rings of one slice count give the same bits (checked: every variant's m = 64 against the 4x1
+// ring's). A table to choose skinny_tma_slices and the ring by.
+int bench_tma_slices(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf16* y64, double read_gbs,
+                     cudaStream_t stream) {
+  struct Ring {
+    int stages, steps;
+  };
+  const std::vector<Ring> rings = {{4, 1}, {8, 1}, {2, 2}, {4, 2}, {2, 4}};
+  std::printf("%-20s %4s %6s", "shape", "m", "ring");
+  for (int slices = 1; slices <= 8; ++slices) std::printf("  %6s%d", "s", slices);
+  std::printf("   (GB/s of weights read; production's slices marked *; read rate %.0f)\n", read_gbs);
+  int failures = 0;
+  for (const Shape& shape : shapes) {
+    const RotatedWeights rotation(shape);
+    const int production = duet::backend::cuda::skinny_tma_slices(shape.n, shape.k);
+    auto launch = [&](int32_t m, const bf16* w, bf16* out_rows, int slices, const Ring& ring) {
+      duet::backend::cuda::SkinnyOutputs o;
+      o.y[0] = out_rows;
+      o.first[1] = shape.n;
+      duet::backend::cuda::launch_skinny_gemm_tma(x, m, w, shape.n, shape.k, o, false, stream, slices, ring.stages, 128,
+                                                  ring.steps);
+    };
+    for (int slices = 1; slices <= 8; ++slices) {  // the rings' bits at m = 64: the 4x1 ring's
+      launch(64, rotation.copy(0), y64, slices, rings[0]);
+      check(cudaStreamSynchronize(stream), "tma 4x1");
+      const auto reference = download_bits(y64, static_cast<size_t>(64) * shape.n);
+      for (size_t r = 1; r < rings.size(); ++r) {
+        launch(64, rotation.copy(0), y64, slices, rings[r]);
+        check(cudaStreamSynchronize(stream), "tma ring");
+        if (download_bits(y64, static_cast<size_t>(64) * shape.n) != reference) {
+          std::printf("%-20s ring %dx%d at %d slices: bits differ from the 4x1 ring's\n", shape.name, rings[r].stages,
+                      rings[r].steps, slices);
+          ++failures;
+        }
+      }
+    }
+    for (int32_t m : {1, 16, 64})
+      for (const Ring& ring : rings) {
+        std::printf("%-20s %4d %4dx%d", shape.name, m, ring.stages, ring.steps);
+        for (int slices = 1; slices <= 8; ++slices) {
+          const float ms = median_ms_per_call([&](int c) { launch(m, rotation.copy(c), y, slices, ring); },
+                                              std::max(rotation.copies, 20), stream);
+          std::printf("  %6.0f%s", rotation.elems * sizeof(bf16) / (ms * 1e-3) / 1e9, slices == production ? "*" : " ");
+        }
+        std::printf("\n");
+        std::fflush(stdout);
+      }
+  }
+  std::printf("ring bit checks: %d failed\n", failures);
   return failures;
 }
 // --cublas: for each shape and row count, production's GB/s beside cuBLASLt's (issue 16 item 1 asks for the
@@ -359,6 +419,9 @@ int main(int argc, char** argv) {
   bf16* y64 = nullptr;
   check(cudaMalloc(&y64, size_t{64} * widest * sizeof(bf16)), "malloc y");
   if (argc > 1 && std::string(argv[1]) == "--tma") return bench_tma(shapes, x, y, y64, read_gbs, stream) == 0 ? 0 : 1;
+  if (argc > 1 && std::string(argv[1]) == "--tma-slices") {
+    return bench_tma_slices(shapes, x, y, y64, read_gbs, stream) == 0 ? 0 : 1;
+  }
   if (argc > 1 && std::string(argv[1]) == "--cublas") return bench_cublas(shapes, x, y, read_gbs, stream);
 
   // --blocks: the plans' pipelines in each block size, the shape's slices filled in per shape (max_slices 0).

@@ -94,8 +94,10 @@ __device__ __forceinline__ int32_t tile_first_row(const SkinnyOutputs& out, int6
   return static_cast<int32_t>(block * block_rows(kWgTiles) + kBoxRows * tile);
 }
 
-template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma>
-__global__ void __launch_bounds__(kThreads, kStages <= 4 && kWgTiles == 1 ? 2 : 1)
+// kSub 64-k steps a stage (the benchmarks build's experiment: each weight row's kSub x 128 contiguous bytes asked for
+// together); each step's products in the same order as one step a stage, so the same bits.
+template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma, int kSub = 1>
+__global__ void __launch_bounds__(kThreads, kStages* kSub <= 4 && kWgTiles == 1 ? 2 : 1)
     tma_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                     const bf16* __restrict__ x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs out,
                     bool early_w) {
@@ -108,12 +110,18 @@ __global__ void __launch_bounds__(kThreads, kStages <= 4 && kWgTiles == 1 ? 2 : 
   const int slice = static_cast<int>(cluster.block_rank());
   const int64_t block = blockIdx.x / slices;
   const skinny::SliceSteps range(k, slice, slices);
-  const int64_t first = range.first, count = range.last - range.first;
+  const int64_t first = range.first, steps = range.last - range.first;
+  static_assert(kXByTma || kSub == 1, "x by cp.async brings one step a stage");
+  const int64_t count = (steps + kSub - 1) / kSub;  // stages filled
+  // The steps of stage i: kSub, the last stage's fewer where they do not divide the slice's.
+  auto real = [&](int64_t i) { return static_cast<int>(steps - i * kSub < kSub ? steps - i * kSub : kSub); };
 
   const uint32_t w_stages = smem_address(smem);
-  constexpr int kWStageBytes = w_stage_bytes(kWgTiles), kRows = block_rows(kWgTiles);
+  constexpr int kWStepBytes = w_stage_bytes(kWgTiles), kRows = block_rows(kWgTiles);
+  constexpr int kWStageBytes = kWStepBytes * kSub;
   const uint32_t x_stages = w_stages + kStages * kWStageBytes;
-  constexpr int kXStageBytes = x_stage_bytes(kTiles);
+  constexpr int kXStepBytes = x_stage_bytes(kTiles);
+  constexpr int kXStageBytes = kXStepBytes * kSub;
   const uint32_t bars = x_stages + kStages * kXStageBytes;
   auto full = [&](int s) { return bars + 8 * s; };               // the stage's bytes have landed
   auto empty = [&](int s) { return bars + 8 * (kStages + s); };  // both warpgroups are done with the stage
@@ -127,15 +135,16 @@ __global__ void __launch_bounds__(kThreads, kStages <= 4 && kWgTiles == 1 ? 2 : 
   }
   __syncthreads();
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  constexpr uint32_t kXBytes = x_stage_bytes(kTiles);
-  auto load_w = [&](int64_t i) {  // step i's w boxes into its stage, with the stage's whole expected bytes
-    const int s = static_cast<int>(i % kStages);
-    mbarrier_expect_bytes(full(s), kWStageBytes + (kXByTma ? kXBytes : 0));
-    const uint32_t ws = w_stages + s * kWStageBytes;
+  auto load_w = [&](int64_t i) {  // stage i's w boxes into its place in the ring, with the stage's whole expected bytes
+    const int s = static_cast<int>(i % kStages), n_steps = real(i);
+    mbarrier_expect_bytes(full(s), n_steps * (kWStepBytes + (kXByTma ? kXStepBytes : 0)));
+    for (int j = 0; j < n_steps; ++j) {
+      const uint32_t ws = w_stages + s * kWStageBytes + j * kWStepBytes;
 #pragma unroll
-    for (int tile = 0; tile < 2 * kWgTiles; ++tile)
-      tma_load(ws + tile * (kBoxRows * kStep * 2), &w_map, static_cast<int32_t>((first + i) * kStep),
-               tile_first_row<kWgTiles>(out, block, tile), full(s));
+      for (int tile = 0; tile < 2 * kWgTiles; ++tile)
+        tma_load(ws + tile * (kBoxRows * kStep * 2), &w_map, static_cast<int32_t>((first + i * kSub + j) * kStep),
+                 tile_first_row<kWgTiles>(out, block, tile), full(s));
+    }
   };
   // Launched as a dependent (dependent_launch.h), a kernel reads nothing an earlier kernel wrote before that kernel is
   // done. No kernel writes the weights, so with x by TMA the ring's first stages of w are asked for before the wait,
@@ -161,7 +170,9 @@ __global__ void __launch_bounds__(kThreads, kStages <= 4 && kWgTiles == 1 ? 2 : 
       const int s = static_cast<int>(i % kStages);
       if (i >= kStages) mbarrier_wait(empty(s), static_cast<uint32_t>((i / kStages - 1) & 1));
       if (i >= early) load_w(i);
-      tma_load(x_stages + s * kXStageBytes, &x_map, static_cast<int32_t>((first + i) * kStep), 0, full(s));
+      for (int j = 0; j < real(i); ++j)
+        tma_load(x_stages + s * kXStageBytes + j * kXStepBytes, &x_map,
+                 static_cast<int32_t>((first + i * kSub + j) * kStep), 0, full(s));
     }
   } else if (warp == kConsumerThreads / 32) {  // the producer, x by cp.async (DUET_SKINNY_TMA_X=cp)
     for (int64_t i = 0; i < count; ++i) {
@@ -204,14 +215,19 @@ __global__ void __launch_bounds__(kThreads, kStages <= 4 && kWgTiles == 1 ? 2 : 
       const int s = static_cast<int>(i % kStages);
       mbarrier_wait(full(s), static_cast<uint32_t>((i / kStages) & 1));
       wgmma_fence();
-      const uint32_t a = w_stages + s * kWStageBytes + group * (kWStageBytes / 2);
-      const uint32_t b = x_stages + s * kXStageBytes;
+      const int n_steps = real(i);
 #pragma unroll
-      for (int j = 0; j < kStep / 16; ++j)
+      for (int step = 0; step < kSub; ++step) {
+        if (step > 0 && step >= n_steps) break;
+        const uint32_t a = w_stages + s * kWStageBytes + step * kWStepBytes + group * (kWStepBytes / 2);
+        const uint32_t b = x_stages + s * kXStageBytes + step * kXStepBytes;
 #pragma unroll
-        for (int w = 0; w < kWgTiles; ++w)
-          wgmma_bf16_shared<kTiles>(acc[w], wgmma_descriptor_sw128(a + w * (kBoxRows * kStep * 2) + 32 * j),
-                                    wgmma_descriptor_sw128(b + 32 * j));
+        for (int j = 0; j < kStep / 16; ++j)
+#pragma unroll
+          for (int w = 0; w < kWgTiles; ++w)
+            wgmma_bf16_shared<kTiles>(acc[w], wgmma_descriptor_sw128(a + w * (kBoxRows * kStep * 2) + 32 * j),
+                                      wgmma_descriptor_sw128(b + 32 * j));
+      }
       wgmma_commit();
       wgmma_wait<1>();  // the previous step's MMAs are done: its stage may be refilled
       if (i > 0 && threadIdx.x % 128 == 0) mbarrier_arrive(empty(static_cast<int>((i - 1) % kStages)));
@@ -299,11 +315,11 @@ bool early_weights() {
   return early;
 }
 
-template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma>
+template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma, int kSub = 1>
 void launch_engine(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
                    int slices, cudaStream_t stream) {
-  constexpr auto kernel = tma_gemm_kernel<kTiles, kOutF32, kStages, kWgTiles, kXByTma>;
-  constexpr size_t kSmem = shared_bytes(kStages, kWgTiles, kTiles);
+  constexpr auto kernel = tma_gemm_kernel<kTiles, kOutF32, kStages, kWgTiles, kXByTma, kSub>;
+  constexpr size_t kSmem = shared_bytes(kStages * kSub, kWgTiles, kTiles);
   static const bool sized = [] {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)),
                "skinny tma: shared memory");
@@ -327,6 +343,18 @@ void launch_with(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n,
     return launch_engine<kTiles, kOutF32, kStages, kWgTiles, true>(map, x, rows, n, k, out, slices, stream);
   launch_engine<kTiles, kOutF32, kStages, kWgTiles, false>(map, x, rows, n, k, out, slices, stream);
 }
+
+#ifdef DUET_SKINNY_EXPERIMENTS
+// kSub steps a stage, x by TMA (the experiment's only form).
+template <int kStages, int kSub>
+void launch_sub(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
+                int slices, cudaStream_t stream) {
+  if (rows <= 8) return launch_engine<1, false, kStages, 1, true, kSub>(map, x, rows, n, k, out, slices, stream);
+  if (rows <= 16) return launch_engine<2, false, kStages, 1, true, kSub>(map, x, rows, n, k, out, slices, stream);
+  if (rows <= 32) return launch_engine<4, false, kStages, 1, true, kSub>(map, x, rows, n, k, out, slices, stream);
+  launch_engine<8, false, kStages, 1, true, kSub>(map, x, rows, n, k, out, slices, stream);
+}
+#endif
 
 template <bool kOutF32, int kStages, int kWgTiles = 1>
 void launch_rows(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
@@ -353,7 +381,8 @@ int skinny_tma_slices(int32_t n, int32_t k) {
 }
 
 void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& outputs,
-                            bool y_f32, cudaStream_t stream, int slices, int stages, int block_rows_wanted) {
+                            bool y_f32, cudaStream_t stream, int slices, int stages, int block_rows_wanted,
+                            int steps_per_stage) {
   if (k <= 0 || k % 16 != 0 || n <= 0 || m < 0)
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: k a positive multiple of 16, n positive");
   if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16 != 0)
@@ -366,8 +395,12 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
   if (block_rows_wanted != kBlockRows &&
       (block_rows_wanted != 2 * kBlockRows || stages != 4 || outputs.swiglu_half > 0 || y_f32))
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: 256-row blocks at 4 stages, BF16 out, no SwiGLU only");
+  if (steps_per_stage != 1 &&
+      (y_f32 || outputs.swiglu_half > 0 || block_rows_wanted != kBlockRows || !x_by_tma() ||
+       !((stages == 2 && (steps_per_stage == 2 || steps_per_stage == 4)) || (stages == 4 && steps_per_stage == 2))))
+    check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: steps a stage: 2x2, 2x4 or 4x2, BF16 out, x by TMA");
 #ifndef DUET_SKINNY_EXPERIMENTS
-  if (stages != 4 || block_rows_wanted != kBlockRows)
+  if (stages != 4 || block_rows_wanted != kBlockRows || steps_per_stage != 1)
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: the experiments are in a benchmarks build only");
 #endif
   const CUtensorMap& map = weight_map(w, n, k);
@@ -376,6 +409,16 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
     const SkinnyOutputs out = skinny::outputs_from_row(outputs, r0, y_f32);
     const bf16* xr = x + static_cast<int64_t>(r0) * k;
 #ifdef DUET_SKINNY_EXPERIMENTS
+    if (steps_per_stage != 1) {
+      if (stages == 4) {
+        launch_sub<4, 2>(map, xr, rows, n, k, out, slices, stream);
+      } else if (steps_per_stage == 2) {
+        launch_sub<2, 2>(map, xr, rows, n, k, out, slices, stream);
+      } else {
+        launch_sub<2, 4>(map, xr, rows, n, k, out, slices, stream);
+      }
+      continue;
+    }
     if (block_rows_wanted != kBlockRows) {
       launch_rows<false, 4, 2>(map, xr, rows, n, k, out, slices, stream);
       continue;
