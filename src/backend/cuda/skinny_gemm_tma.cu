@@ -24,17 +24,20 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string_view>
 #include <tuple>
+#include <utility>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dependent_launch.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mma_sync.h"
 #include "backend/cuda/skinny_gemm_slices.h"
+#include "backend/cuda/skinny_regs_choice.h"
 #include "backend/cuda/wgmma.h"
 
 namespace duet::backend::cuda {
@@ -346,15 +349,33 @@ void launch_with(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n,
 
 #ifdef DUET_SKINNY_EXPERIMENTS
 // kSub steps a stage, x by TMA (the experiment's only form).
-template <int kStages, int kSub>
+template <bool kOutF32, int kStages, int kSub>
 void launch_sub(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
                 int slices, cudaStream_t stream) {
-  if (rows <= 8) return launch_engine<1, false, kStages, 1, true, kSub>(map, x, rows, n, k, out, slices, stream);
-  if (rows <= 16) return launch_engine<2, false, kStages, 1, true, kSub>(map, x, rows, n, k, out, slices, stream);
-  if (rows <= 32) return launch_engine<4, false, kStages, 1, true, kSub>(map, x, rows, n, k, out, slices, stream);
-  launch_engine<8, false, kStages, 1, true, kSub>(map, x, rows, n, k, out, slices, stream);
+  if (rows <= 8) return launch_engine<1, kOutF32, kStages, 1, true, kSub>(map, x, rows, n, k, out, slices, stream);
+  if (rows <= 16) return launch_engine<2, kOutF32, kStages, 1, true, kSub>(map, x, rows, n, k, out, slices, stream);
+  if (rows <= 32) return launch_engine<4, kOutF32, kStages, 1, true, kSub>(map, x, rows, n, k, out, slices, stream);
+  launch_engine<8, kOutF32, kStages, 1, true, kSub>(map, x, rows, n, k, out, slices, stream);
+}
+template <int kStages, int kSub>
+void launch_sub(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
+                bool y_f32, int slices, cudaStream_t stream) {
+  if (y_f32) return launch_sub<true, kStages, kSub>(map, x, rows, n, k, out, slices, stream);
+  launch_sub<false, kStages, kSub>(map, x, rows, n, k, out, slices, stream);
 }
 #endif
+
+// DUET_SKINNY_TMA_RING=SxJ (a benchmarks build's measurement switch, read once): every launch that asks for the
+// production ring (4 stages of one step) takes S stages of J steps instead; the same bits.
+std::pair<int, int> ring_override() {
+  static const std::pair<int, int> ring = [] {
+    const char* v = std::getenv("DUET_SKINNY_TMA_RING");
+    int stages = 4, steps = 1;
+    if (v != nullptr && std::sscanf(v, "%dx%d", &stages, &steps) != 2) stages = 4, steps = 1;
+    return std::make_pair(stages, steps);
+  }();
+  return ring;
+}
 
 template <bool kOutF32, int kStages, int kWgTiles = 1>
 void launch_rows(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
@@ -368,6 +389,12 @@ void launch_rows(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n,
 }  // namespace
 
 int skinny_tma_slices(int32_t n, int32_t k) {
+  // DUET_SKINNY_TMA_SLICES="NxK:S,..." (a measurement switch, read once): shape NxK in S slices, its own bits.
+  static const SkinnyRegsChoice chosen = parse_skinny_regs_choice(std::getenv("DUET_SKINNY_TMA_SLICES"));
+  if (std::getenv("DUET_SKINNY_TMA_SLICES") != nullptr)
+    for (int i = 0; i < chosen.count; ++i)
+      if (chosen.entries[i].n == n && chosen.entries[i].k == k)
+        return std::clamp(chosen.entries[i].min_rows, 1, skinny::kMaxSlices);
   // One block an SM of an H100 or H200 (132) over the row blocks, at most 8 (a portable cluster) and at most k's
   // steps: with x by TMA every block keeps its ring full, and fewer slices read faster at every shape than the two
   // blocks an SM of the 29th round (32nd round: GDN qkv | z | b | a 2,340 GB/s at 64 rows in 1 slice against 2,264 in
@@ -383,6 +410,8 @@ int skinny_tma_slices(int32_t n, int32_t k) {
 void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& outputs,
                             bool y_f32, cudaStream_t stream, int slices, int stages, int block_rows_wanted,
                             int steps_per_stage) {
+  if (stages == 4 && steps_per_stage == 1 && block_rows_wanted == kBlockRows)
+    std::tie(stages, steps_per_stage) = ring_override();
   if (k <= 0 || k % 16 != 0 || n <= 0 || m < 0)
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: k a positive multiple of 16, n positive");
   if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16 != 0)
@@ -396,9 +425,9 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
       (block_rows_wanted != 2 * kBlockRows || stages != 4 || outputs.swiglu_half > 0 || y_f32))
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: 256-row blocks at 4 stages, BF16 out, no SwiGLU only");
   if (steps_per_stage != 1 &&
-      (y_f32 || outputs.swiglu_half > 0 || block_rows_wanted != kBlockRows || !x_by_tma() ||
+      (block_rows_wanted != kBlockRows || !x_by_tma() ||
        !((stages == 2 && (steps_per_stage == 2 || steps_per_stage == 4)) || (stages == 4 && steps_per_stage == 2))))
-    check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: steps a stage: 2x2, 2x4 or 4x2, BF16 out, x by TMA");
+    check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: steps a stage: 2x2, 2x4 or 4x2, x by TMA");
 #ifndef DUET_SKINNY_EXPERIMENTS
   if (stages != 4 || block_rows_wanted != kBlockRows || steps_per_stage != 1)
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: the experiments are in a benchmarks build only");
@@ -411,11 +440,11 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
 #ifdef DUET_SKINNY_EXPERIMENTS
     if (steps_per_stage != 1) {
       if (stages == 4) {
-        launch_sub<4, 2>(map, xr, rows, n, k, out, slices, stream);
+        launch_sub<4, 2>(map, xr, rows, n, k, out, y_f32, slices, stream);
       } else if (steps_per_stage == 2) {
-        launch_sub<2, 2>(map, xr, rows, n, k, out, slices, stream);
+        launch_sub<2, 2>(map, xr, rows, n, k, out, y_f32, slices, stream);
       } else {
-        launch_sub<2, 4>(map, xr, rows, n, k, out, slices, stream);
+        launch_sub<2, 4>(map, xr, rows, n, k, out, y_f32, slices, stream);
       }
       continue;
     }
