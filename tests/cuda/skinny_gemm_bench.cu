@@ -252,7 +252,11 @@ int bench_tma_slices(const std::vector<Shape>& shapes, const bf16* x, bf16* y, b
   struct Ring {
     int stages, steps;
   };
-  const std::vector<Ring> rings = {{4, 1}, {8, 1}, {2, 2}, {4, 2}, {2, 4}};
+  // DUET_BENCH_RINGS=short: production's ring and the two-step rings only.
+  const char* which = std::getenv("DUET_BENCH_RINGS");
+  const std::vector<Ring> rings = which != nullptr && std::string(which) == "short"
+                                      ? std::vector<Ring>{{4, 1}, {2, 2}, {4, 2}}
+                                      : std::vector<Ring>{{4, 1}, {8, 1}, {2, 2}, {4, 2}, {2, 4}};
   std::printf("%-20s %4s %6s", "shape", "m", "ring");
   for (int slices = 1; slices <= 8; ++slices) std::printf("  %6s%d", "s", slices);
   std::printf("   (GB/s of weights read; production's slices marked *; read rate %.0f)\n", read_gbs);
