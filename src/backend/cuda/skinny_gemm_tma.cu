@@ -100,7 +100,7 @@ __device__ __forceinline__ int32_t tile_first_row(const SkinnyOutputs& out, int6
 // kSub 64-k steps a stage (the benchmarks build's experiment: each weight row's kSub x 128 contiguous bytes asked for
 // together); each step's products in the same order as one step a stage, so the same bits.
 template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma, int kSub = 1>
-__global__ void __launch_bounds__(kThreads, kStages* kSub <= 4 && kWgTiles == 1 ? 2 : 1)
+__global__ void __launch_bounds__(kThreads, (kStages * kSub) <= 4 && kWgTiles == 1 ? 2 : 1)
     tma_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                     const bf16* __restrict__ x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs out,
                     bool early_w) {
@@ -117,7 +117,10 @@ __global__ void __launch_bounds__(kThreads, kStages* kSub <= 4 && kWgTiles == 1 
   static_assert(kXByTma || kSub == 1, "x by cp.async brings one step a stage");
   const int64_t count = (steps + kSub - 1) / kSub;  // stages filled
   // The steps of stage i: kSub, the last stage's fewer where they do not divide the slice's.
-  auto real = [&](int64_t i) { return static_cast<int>(steps - i * kSub < kSub ? steps - i * kSub : kSub); };
+  auto real = [&](int64_t i) {
+    if constexpr (kSub == 1) return 1;  // production's ring: the code of one step a stage exactly
+    return static_cast<int>(steps - i * kSub < kSub ? steps - i * kSub : kSub);
+  };
 
   const uint32_t w_stages = smem_address(smem);
   constexpr int kWStepBytes = w_stage_bytes(kWgTiles), kRows = block_rows(kWgTiles);
