@@ -13,7 +13,9 @@
 //   bench_skinny_gemm --tma-slices       (the TMA engine at 1, 16 and 64 rows, every slice count 1..8, by ring: stages
 //   x
 //                                         64-k steps a stage; the rings' bits checked against production's ring)
-//   bench_skinny_gemm --cublas           (production beside cuBLASLt: its heuristic's first algorithm and the best of
+//   bench_skinny_gemm --tma-tiled        (a benchmarks build: the TMA engine on the weights as stored and by 16 KB
+//   tile) bench_skinny_gemm --cublas           (production beside cuBLASLt: its heuristic's first algorithm and the
+//   best of
 //                                         its first 8 at each m, GB/s and TFLOP/s; not batch-invariant, a reference)
 //   bench_skinny_gemm --profile SHAPE M   (three production launches of one shape, for ncu; nothing timed)
 // Weights rotate over enough copies that every call reads from HBM, as a decode step does (each layer's weights are
@@ -300,6 +302,78 @@ int bench_tma_slices(const std::vector<Shape>& shapes, const bf16* x, bf16* y, b
   std::printf("ring bit checks: %d failed\n", failures);
   return failures;
 }
+#ifdef DUET_SKINNY_EXPERIMENTS
+// The weight by tile, as launch_skinny_gemm_tma_tiled reads it (kernels.h): each 64-k step of a 128-row block one
+// contiguous 16 KB tile, rows past n zero.
+__global__ void tile_weight(const bf16* __restrict__ w, bf16* __restrict__ tiled, int32_t n, int32_t k, size_t count) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = static_cast<int64_t>(i / k), c = static_cast<int64_t>(i % k);
+    const int64_t at = ((r / 128 * (k / 64) + c / 64) * 128 + r % 128) * 64 + c % 64;
+    tiled[at] = r < n ? w[r * k + c] : __float2bfloat16(0.0f);
+  }
+}
+
+// --tma-tiled: the TMA engine reading the weights as stored against the same weights by tile (a stage's boxes whole
+// 16 KB tiles: how far DRAM pages hold it back), rings 4x1 and 2x2, production's slices; the tiled launches' m = 64
+// checked against production's bits.
+int bench_tma_tiled(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf16* y64, double read_gbs,
+                    cudaStream_t stream) {
+  using duet::backend::cuda::launch_skinny_gemm_tma;
+  using duet::backend::cuda::launch_skinny_gemm_tma_tiled;
+  std::printf("%-20s %4s %10s %10s %10s %10s   (GB/s of weights read, production's slices; read rate %.0f)\n", "shape",
+              "m", "4x1", "2x2", "tiled 4x1", "tiled 2x2", read_gbs);
+  int failures = 0;
+  for (const Shape& shape : shapes) {
+    if (shape.k % 64 != 0) continue;
+    const RotatedWeights rotation(shape);
+    const size_t padded = static_cast<size_t>((shape.n + 127) / 128 * 128) * shape.k;
+    bf16* tiled = nullptr;
+    check(cudaMalloc(&tiled, padded * rotation.copies * sizeof(bf16)), "malloc tiled");
+    for (int c = 0; c < rotation.copies; ++c)
+      tile_weight<<<1024, 256>>>(rotation.copy(c), tiled + padded * c, shape.n, shape.k, padded);
+    check(cudaDeviceSynchronize(), "tile");
+    duet::backend::cuda::SkinnyOutputs o;
+    o.first[1] = shape.n;
+    auto plain = [&](int32_t m, int c, bf16* out_rows, int steps) {
+      o.y[0] = out_rows;
+      launch_skinny_gemm_tma(x, m, rotation.copy(c), shape.n, shape.k, o, false, stream, 0, steps == 1 ? 4 : 2, 128,
+                             steps);
+    };
+    auto by_tile = [&](int32_t m, int c, bf16* out_rows, int steps) {
+      o.y[0] = out_rows;
+      launch_skinny_gemm_tma_tiled(x, m, tiled + padded * (c % rotation.copies), shape.n, shape.k, o, stream, 0, steps);
+    };
+    plain(64, 0, y64, 1);
+    check(cudaStreamSynchronize(stream), "tma");
+    const auto reference = download_bits(y64, static_cast<size_t>(64) * shape.n);
+    for (int steps : {1, 2}) {
+      by_tile(64, 0, y64, steps);
+      check(cudaStreamSynchronize(stream), "tma tiled");
+      if (download_bits(y64, static_cast<size_t>(64) * shape.n) != reference) {
+        std::printf("%-20s tiled %s: bits differ from production's\n", shape.name, steps == 1 ? "4x1" : "2x2");
+        ++failures;
+      }
+    }
+    const int calls = std::max(rotation.copies, 20);
+    for (int32_t m : {1, 16, 64}) {
+      std::printf("%-20s %4d", shape.name, m);
+      for (bool tile : {false, true})
+        for (int steps : {1, 2}) {
+          const float ms =
+              median_ms_per_call([&](int c) { tile ? by_tile(m, c, y, steps) : plain(m, c, y, steps); }, calls, stream);
+          std::printf(" %10.0f", rotation.elems * sizeof(bf16) / (ms * 1e-3) / 1e9);
+        }
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+    cudaFree(tiled);
+  }
+  std::printf("tiled bit checks: %d failed\n", failures);
+  return failures;
+}
+#endif
+
 // --cublas: for each shape and row count, production's GB/s beside cuBLASLt's (issue 16 item 1 asks for the
 // comparison): the heuristic's first algorithm for that m (what a caller of cuBLASLt would get; it may split k, so
 // its rows' bits depend on m) and the fastest of the heuristic's first 8, each as GB/s of weights read and TFLOP/s,
@@ -426,6 +500,10 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--tma-slices") {
     return bench_tma_slices(shapes, x, y, y64, read_gbs, stream) == 0 ? 0 : 1;
   }
+#ifdef DUET_SKINNY_EXPERIMENTS
+  if (argc > 1 && std::string(argv[1]) == "--tma-tiled")
+    return bench_tma_tiled(shapes, x, y, y64, read_gbs, stream) == 0 ? 0 : 1;
+#endif
   if (argc > 1 && std::string(argv[1]) == "--cublas") return bench_cublas(shapes, x, y, read_gbs, stream);
 
   // --blocks: the plans' pipelines in each block size, the shape's slices filled in per shape (max_slices 0).

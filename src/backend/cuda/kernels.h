@@ -120,6 +120,13 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
                             bool y_f32, cudaStream_t stream, int slices = 0, int stages = 4, int block_rows = 128,
                             int steps_per_stage = 1);
 int skinny_tma_slices(int32_t n, int32_t k);
+// A benchmarks build's experiment: the weight laid out by tile, so each 64-k step of a 128-row block is 16 contiguous
+// KB: element (r, c) of [n, k] at ((r / 128 * k / 64 + c / 64) * 128 + r % 128) * 64 + c % 64 of a buffer of
+// ceil(n / 128) * 128 * k elements (rows past n zero). The same products as launch_skinny_gemm_tma's, the same bits.
+// BF16 out, no SwiGLU; ring 4x1 or 2x2 (steps_per_stage 1 or 2).
+void launch_skinny_gemm_tma_tiled(const bf16* x, int32_t m, const bf16* w_tiled, int32_t n, int32_t k,
+                                  const SkinnyOutputs& out, cudaStream_t stream, int slices = 0,
+                                  int steps_per_stage = 1);
 
 // ---- fp32_gemm.cu
 // y[m, n] = sum_k x[m, k] * w[n, k] in fp32, each output one fma chain over k in order from +0 (batch-invariant). For

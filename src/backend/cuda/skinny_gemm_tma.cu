@@ -99,7 +99,10 @@ __device__ __forceinline__ int32_t tile_first_row(const SkinnyOutputs& out, int6
 
 // kSub 64-k steps a stage (the benchmarks build's experiment: each weight row's kSub x 128 contiguous bytes asked for
 // together); each step's products in the same order as one step a stage, so the same bits.
-template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma, int kSub = 1>
+// kTiled (the benchmarks build's experiment, launch_skinny_gemm_tma_tiled): w laid out by tile, each 64-k step of a
+// 128-row block 16 contiguous KB (skinny_tma_tile_offset), so a stage's boxes are whole DRAM pages; the same values in
+// the same places of shared memory, so the same bits.
+template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma, int kSub = 1, bool kTiled = false>
 __global__ void __launch_bounds__(kThreads, (kStages * kSub) <= 4 && kWgTiles == 1 ? 2 : 1)
     tma_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                     const bf16* __restrict__ x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs out,
@@ -147,9 +150,17 @@ __global__ void __launch_bounds__(kThreads, (kStages * kSub) <= 4 && kWgTiles ==
     for (int j = 0; j < n_steps; ++j) {
       const uint32_t ws = w_stages + s * kWStageBytes + j * kWStepBytes;
 #pragma unroll
-      for (int tile = 0; tile < 2 * kWgTiles; ++tile)
-        tma_load(ws + tile * (kBoxRows * kStep * 2), &w_map, static_cast<int32_t>((first + i * kSub + j) * kStep),
-                 tile_first_row<kWgTiles>(out, block, tile), full(s));
+      for (int tile = 0; tile < 2 * kWgTiles; ++tile) {
+        const int64_t step = first + i * kSub + j;
+        if constexpr (kTiled) {
+          const int64_t all_steps = (k + kStep - 1) / kStep;
+          tma_load(ws + tile * (kBoxRows * kStep * 2), &w_map, 0,
+                   static_cast<int32_t>((block * all_steps + step) * kRows + tile * kBoxRows), full(s));
+        } else {
+          tma_load(ws + tile * (kBoxRows * kStep * 2), &w_map, static_cast<int32_t>(step * kStep),
+                   tile_first_row<kWgTiles>(out, block, tile), full(s));
+        }
+      }
     }
   };
   // Launched as a dependent (dependent_launch.h), a kernel reads nothing an earlier kernel wrote before that kernel is
@@ -321,10 +332,10 @@ bool early_weights() {
   return early;
 }
 
-template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma, int kSub = 1>
+template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma, int kSub = 1, bool kTiled = false>
 void launch_engine(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
                    int slices, cudaStream_t stream) {
-  constexpr auto kernel = tma_gemm_kernel<kTiles, kOutF32, kStages, kWgTiles, kXByTma, kSub>;
+  constexpr auto kernel = tma_gemm_kernel<kTiles, kOutF32, kStages, kWgTiles, kXByTma, kSub, kTiled>;
   constexpr size_t kSmem = shared_bytes(kStages * kSub, kWgTiles, kTiles);
   static const bool sized = [] {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)),
@@ -351,14 +362,17 @@ void launch_with(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n,
 }
 
 #ifdef DUET_SKINNY_EXPERIMENTS
-// kSub steps a stage, x by TMA (the experiment's only form).
-template <bool kOutF32, int kStages, int kSub>
+// kSub steps a stage, x by TMA (the experiments' only form), w as stored or by tile.
+template <bool kOutF32, int kStages, int kSub, bool kTiled = false>
 void launch_sub(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
                 int slices, cudaStream_t stream) {
-  if (rows <= 8) return launch_engine<1, kOutF32, kStages, 1, true, kSub>(map, x, rows, n, k, out, slices, stream);
-  if (rows <= 16) return launch_engine<2, kOutF32, kStages, 1, true, kSub>(map, x, rows, n, k, out, slices, stream);
-  if (rows <= 32) return launch_engine<4, kOutF32, kStages, 1, true, kSub>(map, x, rows, n, k, out, slices, stream);
-  launch_engine<8, kOutF32, kStages, 1, true, kSub>(map, x, rows, n, k, out, slices, stream);
+  if (rows <= 8)
+    return launch_engine<1, kOutF32, kStages, 1, true, kSub, kTiled>(map, x, rows, n, k, out, slices, stream);
+  if (rows <= 16)
+    return launch_engine<2, kOutF32, kStages, 1, true, kSub, kTiled>(map, x, rows, n, k, out, slices, stream);
+  if (rows <= 32)
+    return launch_engine<4, kOutF32, kStages, 1, true, kSub, kTiled>(map, x, rows, n, k, out, slices, stream);
+  launch_engine<8, kOutF32, kStages, 1, true, kSub, kTiled>(map, x, rows, n, k, out, slices, stream);
 }
 template <int kStages, int kSub>
 void launch_sub(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
@@ -422,7 +436,7 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
   if (outputs.swiglu_half > 0 && (y_f32 || outputs.swiglu_half % 64 != 0 || n != 2 * outputs.swiglu_half))
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: SwiGLU takes BF16 out and halves of 64 rows");
   if (slices == 0) slices = skinny_tma_slices(n, k);
-  if (slices < 1 || slices > skinny::kMaxSlices || (stages != 4 && stages != 8))
+  if (slices < 1 || slices > skinny::kMaxSlices || (stages != 4 && stages != 8 && steps_per_stage == 1))
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: slices 1..8, stages 4 or 8");
   if (block_rows_wanted != kBlockRows &&
       (block_rows_wanted != 2 * kBlockRows || stages != 4 || outputs.swiglu_half > 0 || y_f32))
@@ -471,5 +485,28 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
     }
   }
 }
+
+#ifdef DUET_SKINNY_EXPERIMENTS
+void launch_skinny_gemm_tma_tiled(const bf16* x, int32_t m, const bf16* w_tiled, int32_t n, int32_t k,
+                                  const SkinnyOutputs& outputs, cudaStream_t stream, int slices, int steps_per_stage) {
+  if (k <= 0 || k % kStep != 0 || n <= 0 || m < 0 || outputs.swiglu_half > 0 || !x_by_tma() ||
+      (steps_per_stage != 1 && steps_per_stage != 2))
+    check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma_tiled: k a multiple of 64, BF16 out, 4x1 or 2x2");
+  if (slices == 0) slices = skinny_tma_slices(n, k);
+  const int64_t tile_rows = (static_cast<int64_t>(n) + kBlockRows - 1) / kBlockRows * (k / kStep) * kBlockRows;
+  const CUtensorMap map = rows_map(w_tiled, static_cast<int32_t>(tile_rows), kStep, kBoxRows,
+                                   "launch_skinny_gemm_tma_tiled: cuTensorMapEncodeTiled refused the weight");
+  for (int32_t r0 = 0; r0 < m; r0 += 64) {
+    const int32_t rows = std::min<int32_t>(64, m - r0);
+    const SkinnyOutputs out = skinny::outputs_from_row(outputs, r0, false);
+    const bf16* xr = x + static_cast<int64_t>(r0) * k;
+    if (steps_per_stage == 2) {
+      launch_sub<false, 2, 2, true>(map, xr, rows, n, k, out, slices, stream);
+    } else {
+      launch_sub<false, 4, 1, true>(map, xr, rows, n, k, out, slices, stream);
+    }
+  }
+}
+#endif
 
 }  // namespace duet::backend::cuda
