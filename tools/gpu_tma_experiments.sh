@@ -3,7 +3,8 @@
 # first, each stage skipped once the budget would not cover it. Needs a pack of a build with the benchmarks
 # (tools/pack_for_device.sh; PACK_ONLY="duet cuda_tests cuda_cublaslt_loader_test bench_skinny_gemm bench_gdn_delta"),
 # unpacked into device/ or carried as .devpack/device.tar.xz (unpacked here when device/ is missing).
-#   1. bench_skinny_gemm --tma-tiled: the weights as stored against the same weights by 16 KB tile (bits checked);
+#   1. bench_skinny_gemm --tma-tiled: the weights as stored against the same weights by 16 KB tile, and in blocks of
+#      64 rows (bits checked);
 #   2. bench_skinny_gemm --tma-slices with DUET_BENCH_RINGS=short: rings 4x1, 2x2, 4x2 by slice count (bits checked);
 #   3. the GEMM GPU tests with DUET_SKINNY_TMA_RING=2x2 (the same bits expected);
 #   4. duet run A/B at 64 streams (2 rounds) and 1 stream: production, rings 2x2 and 4x2, and 2 slices for the GDN input

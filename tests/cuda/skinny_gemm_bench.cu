@@ -315,14 +315,15 @@ __global__ void tile_weight(const bf16* __restrict__ w, bf16* __restrict__ tiled
 }
 
 // --tma-tiled: the TMA engine reading the weights as stored against the same weights by tile (a stage's boxes whole
-// 16 KB tiles: how far DRAM pages hold it back), rings 4x1 and 2x2, production's slices; the tiled launches' m = 64
-// checked against production's bits.
+// 16 KB tiles: how far DRAM pages hold it back), rings 4x1 and 2x2, and in blocks of 64 rows (one consumer warpgroup,
+// three an SM: how far the blocks reading at once do), production's slices; every variant's m = 64 checked against
+// production's bits.
 int bench_tma_tiled(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf16* y64, double read_gbs,
                     cudaStream_t stream) {
   using duet::backend::cuda::launch_skinny_gemm_tma;
   using duet::backend::cuda::launch_skinny_gemm_tma_tiled;
-  std::printf("%-20s %4s %10s %10s %10s %10s   (GB/s of weights read, production's slices; read rate %.0f)\n", "shape",
-              "m", "4x1", "2x2", "tiled 4x1", "tiled 2x2", read_gbs);
+  std::printf("%-20s %4s %10s %10s %10s %10s %10s   (GB/s of weights read, production's slices; read rate %.0f)\n",
+              "shape", "m", "4x1", "2x2", "tiled 4x1", "tiled 2x2", "64-row", read_gbs);
   int failures = 0;
   for (const Shape& shape : shapes) {
     if (shape.k % 64 != 0) continue;
@@ -340,6 +341,11 @@ int bench_tma_tiled(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf
       launch_skinny_gemm_tma(x, m, rotation.copy(c), shape.n, shape.k, o, false, stream, 0, steps == 1 ? 4 : 2, 128,
                              steps);
     };
+    auto half_blocks = [&](int32_t m, int c, bf16* out_rows) {
+      o.y[0] = out_rows;
+      launch_skinny_gemm_tma(x, m, rotation.copy(c), shape.n, shape.k, o, false, stream,
+                             duet::backend::cuda::skinny_tma_slices(shape.n, shape.k), 4, 64, 1);
+    };
     auto by_tile = [&](int32_t m, int c, bf16* out_rows, int steps) {
       o.y[0] = out_rows;
       launch_skinny_gemm_tma_tiled(x, m, tiled + padded * (c % rotation.copies), shape.n, shape.k, o, stream, 0, steps);
@@ -347,11 +353,18 @@ int bench_tma_tiled(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf
     plain(64, 0, y64, 1);
     check(cudaStreamSynchronize(stream), "tma");
     const auto reference = download_bits(y64, static_cast<size_t>(64) * shape.n);
-    for (int steps : {1, 2}) {
-      by_tile(64, 0, y64, steps);
-      check(cudaStreamSynchronize(stream), "tma tiled");
+    for (int variant : {1, 2, 0}) {  // tiled 4x1, tiled 2x2, 64-row blocks
+      if (variant == 0) {
+        half_blocks(64, 0, y64);
+      } else {
+        by_tile(64, 0, y64, variant);
+      }
+      check(cudaStreamSynchronize(stream), "tma variant");
       if (download_bits(y64, static_cast<size_t>(64) * shape.n) != reference) {
-        std::printf("%-20s tiled %s: bits differ from production's\n", shape.name, steps == 1 ? "4x1" : "2x2");
+        std::printf("%-20s %s: bits differ from production's\n", shape.name,
+                    variant == 0   ? "64-row blocks"
+                    : variant == 1 ? "tiled 4x1"
+                                   : "tiled 2x2");
         ++failures;
       }
     }
@@ -364,12 +377,13 @@ int bench_tma_tiled(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf
               median_ms_per_call([&](int c) { tile ? by_tile(m, c, y, steps) : plain(m, c, y, steps); }, calls, stream);
           std::printf(" %10.0f", rotation.elems * sizeof(bf16) / (ms * 1e-3) / 1e9);
         }
-      std::printf("\n");
+      const float half_ms = median_ms_per_call([&](int c) { half_blocks(m, c, y); }, calls, stream);
+      std::printf(" %10.0f\n", rotation.elems * sizeof(bf16) / (half_ms * 1e-3) / 1e9);
       std::fflush(stdout);
     }
     cudaFree(tiled);
   }
-  std::printf("tiled bit checks: %d failed\n", failures);
+  std::printf("tiled and 64-row bit checks: %d failed\n", failures);
   return failures;
 }
 #endif

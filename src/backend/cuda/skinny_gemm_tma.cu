@@ -48,17 +48,18 @@ namespace cg = cooperative_groups;
 constexpr int kStep = skinny::kStep;  // 64 k: one 128-byte swizzle row of BF16
 constexpr int kBoxRows = 64;          // w rows a TMA box and a consumer warpgroup's MMA (m64)
 constexpr int kBlockRows = 128;       // w rows a block: two consumer warpgroups of 64
-constexpr int kConsumerThreads = 256;
-constexpr int kThreads = kConsumerThreads + 32;  // and one producer warp
+// Threads of a block of `wgs` consumer warpgroups (2; 1: the benchmarks build's experiment of 64-row blocks, three an
+// SM) and one producer warp.
+constexpr int threads_for(int wgs) { return 128 * wgs + 32; }
 // x's rows of a stage: 8 kTiles (up to 64) rows of 64 k, 1,024-byte swizzle atoms like w's.
 constexpr int x_stage_bytes(int tiles) { return tiles * 8 * kStep * 2; }
 // A block's w rows and a stage's bytes of them: kWgTiles m64 tiles a warpgroup (2: the benchmarks build's experiment
 // of 256-row blocks, half the x bytes a w byte at one block an SM).
-constexpr int block_rows(int wg_tiles) { return kBlockRows * wg_tiles; }
-constexpr int w_stage_bytes(int wg_tiles) { return block_rows(wg_tiles) * kStep * 2; }
+constexpr int block_rows(int wg_tiles, int wgs = 2) { return kBoxRows * wgs * wg_tiles; }
+constexpr int w_stage_bytes(int wg_tiles, int wgs = 2) { return block_rows(wg_tiles, wgs) * kStep * 2; }
 
-constexpr size_t shared_bytes(int stages, int wg_tiles, int tiles) {
-  return static_cast<size_t>(stages) * (w_stage_bytes(wg_tiles) + x_stage_bytes(tiles)) + 16 * stages +
+constexpr size_t shared_bytes(int stages, int wg_tiles, int tiles, int wgs = 2) {
+  return static_cast<size_t>(stages) * (w_stage_bytes(wg_tiles, wgs) + x_stage_bytes(tiles)) + 16 * stages +
          1024;  // + slack
 }
 
@@ -91,10 +92,10 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
 
 // The first w row of m64 tile `tile` (of 2 kWgTiles) of row block `block`: the block's rows one after another, or with
 // SwiGLU in the epilogue (kWgTiles 1) its 64 gate rows and the same 64 up rows (skinny_gemm_slices.h, warp_first_row).
-template <int kWgTiles>
+template <int kWgTiles, int kWgs = 2>
 __device__ __forceinline__ int32_t tile_first_row(const SkinnyOutputs& out, int64_t block, int tile) {
   if (out.swiglu_half > 0) return static_cast<int32_t>((tile == 0 ? 0 : out.swiglu_half) + kBoxRows * block);
-  return static_cast<int32_t>(block * block_rows(kWgTiles) + kBoxRows * tile);
+  return static_cast<int32_t>(block * block_rows(kWgTiles, kWgs) + kBoxRows * tile);
 }
 
 // kSub 64-k steps a stage (the benchmarks build's experiment: each weight row's kSub x 128 contiguous bytes asked for
@@ -102,8 +103,13 @@ __device__ __forceinline__ int32_t tile_first_row(const SkinnyOutputs& out, int6
 // kTiled (the benchmarks build's experiment, launch_skinny_gemm_tma_tiled): w laid out by tile, each 64-k step of a
 // 128-row block 16 contiguous KB (skinny_tma_tile_offset), so a stage's boxes are whole DRAM pages; the same values in
 // the same places of shared memory, so the same bits.
-template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma, int kSub = 1, bool kTiled = false>
-__global__ void __launch_bounds__(kThreads, (kStages * kSub) <= 4 && kWgTiles == 1 ? 2 : 1)
+// kWgs 1 (the benchmarks build's experiment): 64-row blocks of one consumer warpgroup, three an SM: twice the blocks
+// reading at once; each output the same chain, so the same bits at the same slices.
+template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma, int kSub = 1, bool kTiled = false,
+          int kWgs = 2>
+__global__ void __launch_bounds__(threads_for(kWgs), kWgs == 1                                ? 3
+                                                     : (kStages * kSub) <= 4 && kWgTiles == 1 ? 2
+                                                                                              : 1)
     tma_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                     const bf16* __restrict__ x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs out,
                     bool early_w) {
@@ -126,7 +132,8 @@ __global__ void __launch_bounds__(kThreads, (kStages * kSub) <= 4 && kWgTiles ==
   };
 
   const uint32_t w_stages = smem_address(smem);
-  constexpr int kWStepBytes = w_stage_bytes(kWgTiles), kRows = block_rows(kWgTiles);
+  constexpr int kWStepBytes = w_stage_bytes(kWgTiles, kWgs), kRows = block_rows(kWgTiles, kWgs);
+  constexpr int kProducer = kWgs * 4;  // the producer warp's index
   constexpr int kWStageBytes = kWStepBytes * kSub;
   const uint32_t x_stages = w_stages + kStages * kWStageBytes;
   constexpr int kXStepBytes = x_stage_bytes(kTiles);
@@ -138,7 +145,7 @@ __global__ void __launch_bounds__(kThreads, (kStages * kSub) <= 4 && kWgTiles ==
     for (int s = 0; s < kStages; ++s) {
       // The TMA's expected bytes (w's boxes and, by TMA, x's), and with x by cp.async its copies landed and fenced.
       mbarrier_init(full(s), kXByTma ? 1 : 2);
-      mbarrier_init(empty(s), 2);
+      mbarrier_init(empty(s), kWgs);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -150,7 +157,7 @@ __global__ void __launch_bounds__(kThreads, (kStages * kSub) <= 4 && kWgTiles ==
     for (int j = 0; j < n_steps; ++j) {
       const uint32_t ws = w_stages + s * kWStageBytes + j * kWStepBytes;
 #pragma unroll
-      for (int tile = 0; tile < 2 * kWgTiles; ++tile) {
+      for (int tile = 0; tile < kWgs * kWgTiles; ++tile) {
         const int64_t step = first + i * kSub + j;
         if constexpr (kTiled) {
           const int64_t all_steps = (k + kStep - 1) / kStep;
@@ -158,7 +165,7 @@ __global__ void __launch_bounds__(kThreads, (kStages * kSub) <= 4 && kWgTiles ==
                    static_cast<int32_t>((block * all_steps + step) * kRows + tile * kBoxRows), full(s));
         } else {
           tma_load(ws + tile * (kBoxRows * kStep * 2), &w_map, static_cast<int32_t>(step * kStep),
-                   tile_first_row<kWgTiles>(out, block, tile), full(s));
+                   tile_first_row<kWgTiles, kWgs>(out, block, tile), full(s));
         }
       }
     }
@@ -167,7 +174,7 @@ __global__ void __launch_bounds__(kThreads, (kStages * kSub) <= 4 && kWgTiles ==
   // done. No kernel writes the weights, so with x by TMA the ring's first stages of w are asked for before the wait,
   // in the previous kernel's tail, as the register-fed kernels' L2 prefetches are (DUET_SKINNY_TMA_EARLY=0: after).
   const int64_t early = kXByTma && early_w ? (count < kStages ? count : kStages) : 0;
-  if (warp == kConsumerThreads / 32 && lane == 0) {
+  if (warp == kProducer && lane == 0) {
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&w_map)) : "memory");
     for (int64_t i = 0; i < early; ++i) load_w(i);
   }
@@ -180,7 +187,7 @@ __global__ void __launch_bounds__(kThreads, (kStages * kSub) <= 4 && kWgTiles ==
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) acc[w][j][0] = acc[w][j][1] = acc[w][j][2] = acc[w][j][3] = 0.0f;
 
-  if (warp == kConsumerThreads / 32 && kXByTma) {  // the producer, x by TMA: one lane issues every copy
+  if (warp == kProducer && kXByTma) {  // the producer, x by TMA: one lane issues every copy
     // x's rows [0, 8 kTiles) of each step as one box in the same swizzle as w's (rows past `rows` zero-filled), so
     // the producer never waits on its own copies: the ring's whole depth stays in flight.
     for (int64_t i = 0; lane == 0 && i < count; ++i) {
@@ -191,7 +198,7 @@ __global__ void __launch_bounds__(kThreads, (kStages * kSub) <= 4 && kWgTiles ==
         tma_load(x_stages + s * kXStageBytes + j * kXStepBytes, &x_map,
                  static_cast<int32_t>((first + i * kSub + j) * kStep), 0, full(s));
     }
-  } else if (warp == kConsumerThreads / 32) {  // the producer, x by cp.async (DUET_SKINNY_TMA_X=cp)
+  } else if (warp == kProducer) {  // the producer, x by cp.async (DUET_SKINNY_TMA_X=cp)
     for (int64_t i = 0; i < count; ++i) {
       const int s = static_cast<int>(i % kStages);
       if (i >= kStages) mbarrier_wait(empty(s), static_cast<uint32_t>((i / kStages - 1) & 1));
@@ -236,7 +243,7 @@ __global__ void __launch_bounds__(kThreads, (kStages * kSub) <= 4 && kWgTiles ==
 #pragma unroll
       for (int step = 0; step < kSub; ++step) {
         if (step > 0 && step >= n_steps) break;
-        const uint32_t a = w_stages + s * kWStageBytes + step * kWStepBytes + group * (kWStepBytes / 2);
+        const uint32_t a = w_stages + s * kWStageBytes + step * kWStepBytes + group * (kWStepBytes / kWgs);
         const uint32_t b = x_stages + s * kXStageBytes + step * kXStepBytes;
 #pragma unroll
         for (int j = 0; j < kStep / 16; ++j)
@@ -258,7 +265,7 @@ __global__ void __launch_bounds__(kThreads, (kStages * kSub) <= 4 && kWgTiles ==
   // This slice's partial sums, [x row][w row of the block] (wgmma.h: warp w's lane (g, t) holds w rows 16 w + g and
   // + 8 of its tile, x rows 8 j + 2 t and + 1).
   float* partials = reinterpret_cast<float*>(smem);
-  if (warp < kConsumerThreads / 32) {
+  if (warp < kProducer) {
     const int g = lane / 4, t = lane % 4;
     constexpr int kStride = skinny::part_stride(kRows);
 #pragma unroll
@@ -332,11 +339,12 @@ bool early_weights() {
   return early;
 }
 
-template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma, int kSub = 1, bool kTiled = false>
+template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma, int kSub = 1, bool kTiled = false,
+          int kWgs = 2>
 void launch_engine(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
                    int slices, cudaStream_t stream) {
-  constexpr auto kernel = tma_gemm_kernel<kTiles, kOutF32, kStages, kWgTiles, kXByTma, kSub, kTiled>;
-  constexpr size_t kSmem = shared_bytes(kStages * kSub, kWgTiles, kTiles);
+  constexpr auto kernel = tma_gemm_kernel<kTiles, kOutF32, kStages, kWgTiles, kXByTma, kSub, kTiled, kWgs>;
+  constexpr size_t kSmem = shared_bytes(kStages * kSub, kWgTiles, kTiles, kWgs);
   static const bool sized = [] {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)),
                "skinny tma: shared memory");
@@ -349,8 +357,8 @@ void launch_engine(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t 
                                                "launch_skinny_gemm_tma: cuTensorMapEncodeTiled "
                                                "refused x")
                                     : CUtensorMap{};
-  skinny::launch_clusters(kernel, kThreads, block_rows(kWgTiles), kSmem, n, slices, stream, "skinny tma", map, x_map, x,
-                          rows, n, k, out, early_weights());
+  skinny::launch_clusters(kernel, threads_for(kWgs), block_rows(kWgTiles, kWgs), kSmem, n, slices, stream, "skinny tma",
+                          map, x_map, x, rows, n, k, out, early_weights());
 }
 
 template <int kTiles, bool kOutF32, int kStages, int kWgTiles>
@@ -373,6 +381,15 @@ void launch_sub(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, 
   if (rows <= 32)
     return launch_engine<4, kOutF32, kStages, 1, true, kSub, kTiled>(map, x, rows, n, k, out, slices, stream);
   launch_engine<8, kOutF32, kStages, 1, true, kSub, kTiled>(map, x, rows, n, k, out, slices, stream);
+}
+// 64-row blocks (one consumer warpgroup), ring 4x1, x by TMA.
+template <bool kOutF32>
+void launch_half_blocks(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k,
+                        const SkinnyOutputs& out, int slices, cudaStream_t stream) {
+  if (rows <= 8) return launch_engine<1, kOutF32, 4, 1, true, 1, false, 1>(map, x, rows, n, k, out, slices, stream);
+  if (rows <= 16) return launch_engine<2, kOutF32, 4, 1, true, 1, false, 1>(map, x, rows, n, k, out, slices, stream);
+  if (rows <= 32) return launch_engine<4, kOutF32, 4, 1, true, 1, false, 1>(map, x, rows, n, k, out, slices, stream);
+  launch_engine<8, kOutF32, 4, 1, true, 1, false, 1>(map, x, rows, n, k, out, slices, stream);
 }
 template <int kStages, int kSub>
 void launch_sub(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
@@ -439,8 +456,11 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
   if (slices < 1 || slices > skinny::kMaxSlices || (stages != 4 && stages != 8 && steps_per_stage == 1))
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: slices 1..8, stages 4 or 8");
   if (block_rows_wanted != kBlockRows &&
-      (block_rows_wanted != 2 * kBlockRows || stages != 4 || outputs.swiglu_half > 0 || y_f32))
-    check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: 256-row blocks at 4 stages, BF16 out, no SwiGLU only");
+      ((block_rows_wanted != 2 * kBlockRows && block_rows_wanted != kBlockRows / 2) || stages != 4 ||
+       steps_per_stage != 1 || outputs.swiglu_half > 0 || (y_f32 && block_rows_wanted > kBlockRows) ||
+       (block_rows_wanted < kBlockRows && !x_by_tma())))
+    check_cuda(cudaErrorInvalidValue,
+               "launch_skinny_gemm_tma: 256-row blocks (BF16 out) or 64-row ones (x by TMA) at 4 stages, no SwiGLU");
   if (steps_per_stage != 1 &&
       (block_rows_wanted != kBlockRows || !x_by_tma() ||
        !((stages == 2 && (steps_per_stage == 2 || steps_per_stage == 4)) || (stages == 4 && steps_per_stage == 2))))
@@ -462,6 +482,14 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
         launch_sub<2, 2>(map, xr, rows, n, k, out, y_f32, slices, stream);
       } else {
         launch_sub<2, 4>(map, xr, rows, n, k, out, y_f32, slices, stream);
+      }
+      continue;
+    }
+    if (block_rows_wanted < kBlockRows) {
+      if (y_f32) {
+        launch_half_blocks<true>(map, xr, rows, n, k, out, slices, stream);
+      } else {
+        launch_half_blocks<false>(map, xr, rows, n, k, out, slices, stream);
       }
       continue;
     }
