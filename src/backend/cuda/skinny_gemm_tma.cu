@@ -339,6 +339,15 @@ bool early_weights() {
   return early;
 }
 
+// The x tiles (8 rows each: 1, 2, 4 or 8) a launch of `rows` takes, as launch.operator()<kTiles>().
+template <typename Launch>
+void by_tiles(int32_t rows, Launch&& launch) {
+  if (rows <= 8) return launch.template operator()<1>();
+  if (rows <= 16) return launch.template operator()<2>();
+  if (rows <= 32) return launch.template operator()<4>();
+  launch.template operator()<8>();
+}
+
 template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma, int kSub = 1, bool kTiled = false,
           int kWgs = 2>
 void launch_engine(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
@@ -374,22 +383,17 @@ void launch_with(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n,
 template <bool kOutF32, int kStages, int kSub, bool kTiled = false>
 void launch_sub(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
                 int slices, cudaStream_t stream) {
-  if (rows <= 8)
-    return launch_engine<1, kOutF32, kStages, 1, true, kSub, kTiled>(map, x, rows, n, k, out, slices, stream);
-  if (rows <= 16)
-    return launch_engine<2, kOutF32, kStages, 1, true, kSub, kTiled>(map, x, rows, n, k, out, slices, stream);
-  if (rows <= 32)
-    return launch_engine<4, kOutF32, kStages, 1, true, kSub, kTiled>(map, x, rows, n, k, out, slices, stream);
-  launch_engine<8, kOutF32, kStages, 1, true, kSub, kTiled>(map, x, rows, n, k, out, slices, stream);
+  by_tiles(rows, [&]<int kTiles>() {
+    launch_engine<kTiles, kOutF32, kStages, 1, true, kSub, kTiled>(map, x, rows, n, k, out, slices, stream);
+  });
 }
 // 64-row blocks (one consumer warpgroup), ring 4x1, x by TMA.
 template <bool kOutF32>
 void launch_half_blocks(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k,
                         const SkinnyOutputs& out, int slices, cudaStream_t stream) {
-  if (rows <= 8) return launch_engine<1, kOutF32, 4, 1, true, 1, false, 1>(map, x, rows, n, k, out, slices, stream);
-  if (rows <= 16) return launch_engine<2, kOutF32, 4, 1, true, 1, false, 1>(map, x, rows, n, k, out, slices, stream);
-  if (rows <= 32) return launch_engine<4, kOutF32, 4, 1, true, 1, false, 1>(map, x, rows, n, k, out, slices, stream);
-  launch_engine<8, kOutF32, 4, 1, true, 1, false, 1>(map, x, rows, n, k, out, slices, stream);
+  by_tiles(rows, [&]<int kTiles>() {
+    launch_engine<kTiles, kOutF32, 4, 1, true, 1, false, 1>(map, x, rows, n, k, out, slices, stream);
+  });
 }
 template <int kStages, int kSub>
 void launch_sub(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
@@ -414,10 +418,9 @@ std::pair<int, int> ring_override() {
 template <bool kOutF32, int kStages, int kWgTiles = 1>
 void launch_rows(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
                  int slices, cudaStream_t stream) {
-  if (rows <= 8) return launch_with<1, kOutF32, kStages, kWgTiles>(map, x, rows, n, k, out, slices, stream);
-  if (rows <= 16) return launch_with<2, kOutF32, kStages, kWgTiles>(map, x, rows, n, k, out, slices, stream);
-  if (rows <= 32) return launch_with<4, kOutF32, kStages, kWgTiles>(map, x, rows, n, k, out, slices, stream);
-  launch_with<8, kOutF32, kStages, kWgTiles>(map, x, rows, n, k, out, slices, stream);
+  by_tiles(rows, [&]<int kTiles>() {
+    launch_with<kTiles, kOutF32, kStages, kWgTiles>(map, x, rows, n, k, out, slices, stream);
+  });
 }
 
 }  // namespace
