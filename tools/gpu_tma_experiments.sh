@@ -3,6 +3,7 @@
 # first, each stage skipped once the budget would not cover it. Needs a pack of a build with the benchmarks
 # (tools/pack_for_device.sh; PACK_ONLY="duet cuda_tests cuda_cublaslt_loader_test bench_skinny_gemm bench_gdn_delta"),
 # unpacked into device/ or carried as .devpack/device.tar.xz (unpacked here when device/ is missing).
+#   0. the GEMM GPU tests as they are (production's ring);
 #   1. bench_skinny_gemm --tma-tiled: the weights as stored against the same weights by 16 KB tile, and in blocks of
 #      64 rows (bits checked);
 #   2. bench_skinny_gemm --tma-slices with DUET_BENCH_RINGS=short: rings 4x1, 2x2, 4x2 by slice count (bits checked);
@@ -26,6 +27,8 @@ bench_delta=$(find device/tests -name bench_gdn_delta -type f | head -1)
 cuda_tests=$(find device/tests -name cuda_tests -type f | head -1)
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 
+echo "== 0. the GEMM tests on production's ring (this commit's first GPU run of the engine)"
+timeout 60 "$cuda_tests" --gtest_brief=1 --gtest_filter='SkinnyGemm*:SkinnyTma*' 2>&1 | tail -2
 echo "== 1. tiled weights"
 timeout 90 "$bench_gemm" --tma-tiled > "$out/tiled.txt" 2>&1 || echo "(tiled: exit $?)"
 grep -v "^$" "$out/tiled.txt"
