@@ -58,6 +58,12 @@ constexpr int x_stage_bytes(int tiles) { return tiles * 8 * kStep * 2; }
 constexpr int block_rows(int wg_tiles, int wgs = 2) { return kBoxRows * wgs * wg_tiles; }
 constexpr int w_stage_bytes(int wg_tiles, int wgs = 2) { return block_rows(wg_tiles, wgs) * kStep * 2; }
 
+// The blocks an SM a kernel is built for: 64-row blocks three; 128-row blocks two while their ring has at most 4 steps
+// (about 100 KB of shared memory at 64 rows), else one.
+constexpr int blocks_an_sm(int wgs, int ring_steps, int wg_tiles) {
+  return wgs == 1 ? 3 : ring_steps <= 4 && wg_tiles == 1 ? 2 : 1;
+}
+
 constexpr size_t shared_bytes(int stages, int wg_tiles, int tiles, int wgs = 2) {
   return static_cast<size_t>(stages) * (w_stage_bytes(wg_tiles, wgs) + x_stage_bytes(tiles)) + 16 * stages +
          1024;  // + slack
@@ -101,15 +107,13 @@ __device__ __forceinline__ int32_t tile_first_row(const SkinnyOutputs& out, int6
 // kSub 64-k steps a stage (the benchmarks build's experiment: each weight row's kSub x 128 contiguous bytes asked for
 // together); each step's products in the same order as one step a stage, so the same bits.
 // kTiled (the benchmarks build's experiment, launch_skinny_gemm_tma_tiled): w laid out by tile, each 64-k step of a
-// 128-row block 16 contiguous KB (skinny_tma_tile_offset), so a stage's boxes are whole DRAM pages; the same values in
-// the same places of shared memory, so the same bits.
-// kWgs 1 (the benchmarks build's experiment): 64-row blocks of one consumer warpgroup, three an SM: twice the blocks
-// reading at once; each output the same chain, so the same bits at the same slices.
+// 128-row block 16 contiguous KB (the layout kernels.h gives), so a stage's boxes are whole DRAM pages; the same values
+// in the same places of shared memory, so the same bits. kWgs 1 (the benchmarks build's experiment): 64-row blocks of
+// one consumer warpgroup, three an SM: twice the blocks reading at once; each output the same chain, so the same bits
+// at the same slices.
 template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma, int kSub = 1, bool kTiled = false,
           int kWgs = 2>
-__global__ void __launch_bounds__(threads_for(kWgs), kWgs == 1                                ? 3
-                                                     : (kStages * kSub) <= 4 && kWgTiles == 1 ? 2
-                                                                                              : 1)
+__global__ void __launch_bounds__(threads_for(kWgs), blocks_an_sm(kWgs, (kStages * kSub), kWgTiles))
     tma_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                     const bf16* __restrict__ x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs out,
                     bool early_w) {
