@@ -10,12 +10,11 @@
 //                                         against wgmma with the weights in registers, the same bits)
 //   bench_skinny_gemm --tma              (the TMA engine, launch_skinny_gemm_tma, by slices and stages (8: a
 //                                         benchmarks build), against production; its bits checked across m)
-//   bench_skinny_gemm --tma-slices       (the TMA engine at 1, 16 and 64 rows, every slice count 1..8, by ring: stages
-//   x
-//                                         64-k steps a stage; the rings' bits checked against production's ring)
-//   bench_skinny_gemm --tma-tiled        (a benchmarks build: the TMA engine on the weights as stored and by 16 KB
-//   tile) bench_skinny_gemm --cublas           (production beside cuBLASLt: its heuristic's first algorithm and the
-//   best of
+//   bench_skinny_gemm --tma-slices       (the TMA engine at 1, 16 and 64 rows, every slice count 1..8, by ring:
+//                                         stages x 64-k steps a stage; the rings' bits checked against production's)
+//   bench_skinny_gemm --tma-tiled        (a benchmarks build: the TMA engine on the weights as stored, by 16 KB tile
+//                                         and in 64-row blocks; bits checked against production's)
+//   bench_skinny_gemm --cublas           (production beside cuBLASLt: its heuristic's first algorithm and the best of
 //                                         its first 8 at each m, GB/s and TFLOP/s; not batch-invariant, a reference)
 //   bench_skinny_gemm --profile SHAPE M   (three production launches of one shape, for ncu; nothing timed)
 // Weights rotate over enough copies that every call reads from HBM, as a decode step does (each layer's weights are
