@@ -87,15 +87,16 @@ __device__ __forceinline__ void add_slices_and_store(cg::cluster_group& cluster,
   const int slice = static_cast<int>(cluster.block_rank());
   const int threads = static_cast<int>(blockDim.x);
   cluster.sync();             // every slice's partials are written and visible across the cluster
-  if (out.swiglu_half > 0) {  // 8-warp blocks: local rows j (gate) and 64 + j (up) make output column 64 b + j
-    const int64_t col0 = block_row0 / kRows * 64;
-    for (int i = slice * threads + static_cast<int>(threadIdx.x); i < rows * 64; i += slices * threads) {
-      const int r = i / 64, j = i % 64;
+  if (out.swiglu_half > 0) {  // local rows j (gate) and kHalf + j (up) of block b make output column kHalf b + j
+    constexpr int kHalf = kRows / 2;
+    const int64_t col0 = block_row0 / kRows * kHalf;
+    for (int i = slice * threads + static_cast<int>(threadIdx.x); i < rows * kHalf; i += slices * threads) {
+      const int r = i / kHalf, j = i % kHalf;
       const int at = r * part_stride(kRows) + j;
-      float g = cluster.map_shared_rank(partials, 0)[at], u = cluster.map_shared_rank(partials, 0)[at + 64];
+      float g = cluster.map_shared_rank(partials, 0)[at], u = cluster.map_shared_rank(partials, 0)[at + kHalf];
       for (int s = 1; s < slices; ++s) {
         g += cluster.map_shared_rank(partials, s)[at];
-        u += cluster.map_shared_rank(partials, s)[at + 64];
+        u += cluster.map_shared_rank(partials, s)[at + kHalf];
       }
       // Each GEMM output rounded to BF16 as it would be stored, then launch_swiglu's arithmetic on the two.
       const float gate = __bfloat162float(__float2bfloat16_rn(g)), up = __bfloat162float(__float2bfloat16_rn(u));

@@ -48,6 +48,7 @@ namespace cg = cooperative_groups;
 constexpr int kStep = skinny::kStep;  // 64 k: one 128-byte swizzle row of BF16
 constexpr int kBoxRows = 64;          // w rows a TMA box and a consumer warpgroup's MMA (m64)
 constexpr int kBlockRows = 128;       // w rows a block: two consumer warpgroups of 64
+constexpr int kSwigluBoxRows = 32;    // a 64-row block's gate (and up) rows with SwiGLU: boxes of 32
 // Threads of a block of `wgs` consumer warpgroups (2; 1: the benchmarks build's experiment of 64-row blocks, three an
 // SM) and one producer warp.
 constexpr int threads_for(int wgs) { return 128 * wgs + 32; }
@@ -167,6 +168,13 @@ __global__ void __launch_bounds__(threads_for(kWgs), blocks_an_sm(kWgs, (kStages
           const int64_t all_steps = (k + kStep - 1) / kStep;
           tma_load(ws + tile * (kBoxRows * kStep * 2), &w_map, 0,
                    static_cast<int32_t>((block * all_steps + step) * kRows + tile * kBoxRows), full(s));
+        } else if (kWgs == 1 && out.swiglu_half > 0) {
+          // A 64-row block with SwiGLU: its 32 gate rows and the same 32 up rows, two boxes of 32 rows (w_map's box),
+          // one above the other as the warpgroup's m64 tile (1,024-byte swizzle atoms, so the same layout as one box).
+          const auto first_gate = static_cast<int32_t>(kSwigluBoxRows * block);
+          tma_load(ws, &w_map, static_cast<int32_t>(step * kStep), first_gate, full(s));
+          tma_load(ws + kSwigluBoxRows * kStep * 2, &w_map, static_cast<int32_t>(step * kStep),
+                   first_gate + static_cast<int32_t>(out.swiglu_half), full(s));
         } else {
           tma_load(ws + tile * (kBoxRows * kStep * 2), &w_map, static_cast<int32_t>(step * kStep),
                    tile_first_row<kWgTiles, kWgs>(out, block, tile), full(s));
@@ -311,16 +319,17 @@ CUtensorMap rows_map(const bf16* base, int32_t rows, int32_t k, uint32_t box_row
   return map;
 }
 
-// The weights' tensor maps, made once per (w, n, k) and kept (the weights are resident for the process): boxes of
-// 64 k x 64 rows. Launches come from more than one thread (decode steps, the decision head's), hence the lock.
-const CUtensorMap& weight_map(const bf16* w, int32_t n, int32_t k) {
+// The weights' tensor maps, made once per (w, n, k, box rows) and kept (the weights are resident for the process):
+// boxes of 64 k x 64 rows, or x 32 for SwiGLU in 64-row blocks. Launches come from more than one thread (decode steps,
+// the decision head's), hence the lock.
+const CUtensorMap& weight_map(const bf16* w, int32_t n, int32_t k, uint32_t box_rows) {
   static std::mutex lock;
-  static std::map<std::tuple<const bf16*, int32_t, int32_t>, CUtensorMap> maps;
+  static std::map<std::tuple<const bf16*, int32_t, int32_t, uint32_t>, CUtensorMap> maps;
   const std::lock_guard<std::mutex> guard(lock);
-  const auto key = std::make_tuple(w, n, k);
+  const auto key = std::make_tuple(w, n, k, box_rows);
   if (const auto it = maps.find(key); it != maps.end()) return it->second;
   return maps
-      .emplace(key, rows_map(w, n, k, kBoxRows, "launch_skinny_gemm_tma: cuTensorMapEncodeTiled refused the weight"))
+      .emplace(key, rows_map(w, n, k, box_rows, "launch_skinny_gemm_tma: cuTensorMapEncodeTiled refused the weight"))
       .first->second;
 }
 
@@ -382,6 +391,30 @@ void launch_with(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n,
   launch_engine<kTiles, kOutF32, kStages, kWgTiles, false>(map, x, rows, n, k, out, slices, stream);
 }
 
+// 64-row blocks (one consumer warpgroup, three an SM), ring 4x1, x by TMA.
+template <bool kOutF32>
+void launch_half_blocks(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k,
+                        const SkinnyOutputs& out, int slices, cudaStream_t stream) {
+  by_tiles(rows, [&]<int kTiles>() {
+    launch_engine<kTiles, kOutF32, 4, 1, true, 1, false, 1>(map, x, rows, n, k, out, slices, stream);
+  });
+}
+
+// Launches of more rows than this take 64-row blocks (block_rows 0, production's choice; the same bits at the same
+// slices). 35th round, bench_skinny_gemm --tma-tiled on an H100, GB/s at 1 / 16 / 64 rows, 128-row blocks against 64:
+// the out projections 2,198 / 2,083 / 1,746 against 2,230 / 2,123 / 1,903, MLP down 2,662 / 2,561 / 2,316 against
+// 2,682 / 2,605 / 2,371, gate | up 2,857 / 2,760 / 2,530 against 2,475 / 2,427 / 2,720: twice the blocks reading at
+// once win where each block's consumer is slow (64 rows) and lose on the widest shape where the ring's bytes in flight
+// an SM decide (3 blocks of 4 x 8 KB against 2 of 4 x 16 KB). DUET_SKINNY_TMA_HALF_ROWS=N (read once; 64: never) moves
+// the line for every shape but SwiGLU's, which keeps 32.
+int32_t half_block_rows_above(bool swiglu) {
+  static const int32_t above = [] {
+    const char* v = std::getenv("DUET_SKINNY_TMA_HALF_ROWS");
+    return v == nullptr ? 32 : std::clamp(std::atoi(v), 0, 64);
+  }();
+  return swiglu ? std::max(above, 32) : above;
+}
+
 #ifdef DUET_SKINNY_EXPERIMENTS
 // kSub steps a stage, x by TMA (the experiments' only form), w as stored or by tile.
 template <bool kOutF32, int kStages, int kSub, bool kTiled = false>
@@ -389,14 +422,6 @@ void launch_sub(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, 
                 int slices, cudaStream_t stream) {
   by_tiles(rows, [&]<int kTiles>() {
     launch_engine<kTiles, kOutF32, kStages, 1, true, kSub, kTiled>(map, x, rows, n, k, out, slices, stream);
-  });
-}
-// 64-row blocks (one consumer warpgroup), ring 4x1, x by TMA.
-template <bool kOutF32>
-void launch_half_blocks(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k,
-                        const SkinnyOutputs& out, int slices, cudaStream_t stream) {
-  by_tiles(rows, [&]<int kTiles>() {
-    launch_engine<kTiles, kOutF32, 4, 1, true, 1, false, 1>(map, x, rows, n, k, out, slices, stream);
   });
 }
 template <int kStages, int kSub>
@@ -451,7 +476,7 @@ int skinny_tma_slices(int32_t n, int32_t k) {
 void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& outputs,
                             bool y_f32, cudaStream_t stream, int slices, int stages, int block_rows_wanted,
                             int steps_per_stage) {
-  if (stages == 4 && steps_per_stage == 1 && block_rows_wanted == kBlockRows)
+  if (stages == 4 && steps_per_stage == 1 && (block_rows_wanted == 0 || block_rows_wanted == kBlockRows))
     std::tie(stages, steps_per_stage) = ring_override();
   if (k <= 0 || k % 16 != 0 || n <= 0 || m < 0)
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: k a positive multiple of 16, n positive");
@@ -462,25 +487,38 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
   if (slices == 0) slices = skinny_tma_slices(n, k);
   if (slices < 1 || slices > skinny::kMaxSlices || (stages != 4 && stages != 8 && steps_per_stage == 1))
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: slices 1..8, stages 4 or 8");
-  if (block_rows_wanted != kBlockRows &&
+  if (block_rows_wanted != 0 && block_rows_wanted != kBlockRows &&
       ((block_rows_wanted != 2 * kBlockRows && block_rows_wanted != kBlockRows / 2) || stages != 4 ||
-       steps_per_stage != 1 || outputs.swiglu_half > 0 || (y_f32 && block_rows_wanted > kBlockRows) ||
+       steps_per_stage != 1 || (block_rows_wanted > kBlockRows && (outputs.swiglu_half > 0 || y_f32)) ||
        (block_rows_wanted < kBlockRows && !x_by_tma())))
     check_cuda(cudaErrorInvalidValue,
-               "launch_skinny_gemm_tma: 256-row blocks (BF16 out) or 64-row ones (x by TMA) at 4 stages, no SwiGLU");
+               "launch_skinny_gemm_tma: 256-row blocks (BF16 out, no SwiGLU) or 64-row ones (x by TMA) at 4 stages");
   if (steps_per_stage != 1 &&
-      (block_rows_wanted != kBlockRows || !x_by_tma() ||
+      (block_rows_wanted > kBlockRows || !x_by_tma() ||
        !((stages == 2 && (steps_per_stage == 2 || steps_per_stage == 4)) || (stages == 4 && steps_per_stage == 2))))
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: steps a stage: 2x2, 2x4 or 4x2, x by TMA");
 #ifndef DUET_SKINNY_EXPERIMENTS
-  if (stages != 4 || block_rows_wanted != kBlockRows || steps_per_stage != 1)
+  if (stages != 4 || block_rows_wanted > kBlockRows || steps_per_stage != 1)
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: the experiments are in a benchmarks build only");
 #endif
-  const CUtensorMap& map = weight_map(w, n, k);
+  const bool swiglu = outputs.swiglu_half > 0;
   for (int32_t r0 = 0; r0 < m; r0 += 64) {  // 64 rows a launch, each reading w again
     const int32_t rows = std::min<int32_t>(64, m - r0);
     const SkinnyOutputs out = skinny::outputs_from_row(outputs, r0, y_f32);
     const bf16* xr = x + static_cast<int64_t>(r0) * k;
+    const bool half_blocks =
+        stages == 4 && steps_per_stage == 1 && x_by_tma() &&
+        (block_rows_wanted == 0 ? rows > half_block_rows_above(swiglu) : block_rows_wanted == kBlockRows / 2);
+    if (half_blocks) {
+      const CUtensorMap& map = weight_map(w, n, k, swiglu ? kSwigluBoxRows : kBoxRows);
+      if (y_f32) {
+        launch_half_blocks<true>(map, xr, rows, n, k, out, slices, stream);
+      } else {
+        launch_half_blocks<false>(map, xr, rows, n, k, out, slices, stream);
+      }
+      continue;
+    }
+    const CUtensorMap& map = weight_map(w, n, k, kBoxRows);
 #ifdef DUET_SKINNY_EXPERIMENTS
     if (steps_per_stage != 1) {
       if (stages == 4) {
@@ -492,15 +530,7 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
       }
       continue;
     }
-    if (block_rows_wanted < kBlockRows) {
-      if (y_f32) {
-        launch_half_blocks<true>(map, xr, rows, n, k, out, slices, stream);
-      } else {
-        launch_half_blocks<false>(map, xr, rows, n, k, out, slices, stream);
-      }
-      continue;
-    }
-    if (block_rows_wanted != kBlockRows) {
+    if (block_rows_wanted > kBlockRows) {
       launch_rows<false, 4, 2>(map, xr, rows, n, k, out, slices, stream);
       continue;
     }
