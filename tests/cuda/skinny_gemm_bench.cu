@@ -10,10 +10,10 @@
 //                                         against wgmma with the weights in registers, the same bits)
 //   bench_skinny_gemm --tma              (the TMA engine, launch_skinny_gemm_tma, by slices and stages (8: a
 //                                         benchmarks build), against production; its bits checked across m)
-//   bench_skinny_gemm --tma-slices       (the TMA engine at 1, 16 and 64 rows, every slice count 1..8, by ring:
-//                                         stages x 64-k steps a stage; the rings' bits checked against production's)
-//   bench_skinny_gemm --tma-tiled        (a benchmarks build: the TMA engine on the weights as stored, by 16 KB tile
-//                                         and in 64-row blocks; bits checked against production's)
+//   bench_skinny_gemm --tma-slices       (the TMA engine at 1, 16 and 64 rows, every slice count 1..8, in blocks of
+//                                         128 and 64 w rows; the two sizes' bits checked against each other)
+//   bench_skinny_gemm --tma-blocks       (the TMA engine at production's slices in blocks of 128 and 64 w rows, 1..64
+//                                         rows, SwiGLU for gate | up; production's choice marked; bits checked)
 //   bench_skinny_gemm --cublas           (production beside cuBLASLt: its heuristic's first algorithm and the best of
 //                                         its first 8 at each m, GB/s and TFLOP/s; not batch-invariant, a reference)
 //   bench_skinny_gemm --profile SHAPE M   (three production launches of one shape, for ncu; nothing timed)
@@ -243,54 +243,41 @@ int bench_tma(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf16* y6
               failures);
   return failures;
 }
-// --tma-slices: the TMA engine's GB/s at 1, 16 and 64 rows for every slice count 1..8, by ring: 4 stages of one 64-k
-// step (production, two blocks an SM), 8 of one (one block an SM), and stages of several steps (2x2: two stages of
-// two steps, the same bytes as production's ring; 4x2 and 2x4 at one block an SM at 64 rows). Each slice count sums in
-// its own order; the rings of one slice count give the same bits (checked: every variant's m = 64 against the 4x1
-// ring's). A table to choose skinny_tma_slices and the ring by.
+// --tma-slices: the TMA engine's GB/s at 1, 16 and 64 rows for every slice count 1..8, in blocks of 128 and of 64 w
+// rows (block_rows 128 and 64). Each slice count sums in its own order; the two block sizes of one slice count give
+// the same bits (checked: the 64-row blocks' m = 64 against the 128-row blocks'). A table to choose skinny_tma_slices
+// by.
 int bench_tma_slices(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf16* y64, double read_gbs,
                      cudaStream_t stream) {
-  struct Ring {
-    int stages, steps;
-  };
-  // DUET_BENCH_RINGS=short: production's ring and the two-step rings only.
-  const char* which = std::getenv("DUET_BENCH_RINGS");
-  const std::vector<Ring> rings = which != nullptr && std::string(which) == "short"
-                                      ? std::vector<Ring>{{4, 1}, {2, 2}, {4, 2}}
-                                      : std::vector<Ring>{{4, 1}, {8, 1}, {2, 2}, {4, 2}, {2, 4}};
-  std::printf("%-20s %4s %6s", "shape", "m", "ring");
+  std::printf("%-20s %4s %6s", "shape", "m", "block");
   for (int slices = 1; slices <= 8; ++slices) std::printf("  %6s%d", "s", slices);
   std::printf("   (GB/s of weights read; production's slices marked *; read rate %.0f)\n", read_gbs);
   int failures = 0;
   for (const Shape& shape : shapes) {
     const RotatedWeights rotation(shape);
     const int production = duet::backend::cuda::skinny_tma_slices(shape.n, shape.k);
-    auto launch = [&](int32_t m, const bf16* w, bf16* out_rows, int slices, const Ring& ring) {
+    auto launch = [&](int32_t m, const bf16* w, bf16* out_rows, int slices, int block_rows) {
       duet::backend::cuda::SkinnyOutputs o;
       o.y[0] = out_rows;
       o.first[1] = shape.n;
-      duet::backend::cuda::launch_skinny_gemm_tma(x, m, w, shape.n, shape.k, o, false, stream, slices, ring.stages, 128,
-                                                  ring.steps);
+      duet::backend::cuda::launch_skinny_gemm_tma(x, m, w, shape.n, shape.k, o, false, stream, slices, 4, block_rows);
     };
-    for (int slices = 1; slices <= 8; ++slices) {  // the rings' bits at m = 64: the 4x1 ring's
-      launch(64, rotation.copy(0), y64, slices, rings[0]);
-      check(cudaStreamSynchronize(stream), "tma 4x1");
+    for (int slices = 1; slices <= 8; ++slices) {  // the 64-row blocks' bits at m = 64: the 128-row blocks'
+      launch(64, rotation.copy(0), y64, slices, 128);
+      check(cudaStreamSynchronize(stream), "tma 128-row blocks");
       const auto reference = download_bits(y64, static_cast<size_t>(64) * shape.n);
-      for (size_t r = 1; r < rings.size(); ++r) {
-        launch(64, rotation.copy(0), y64, slices, rings[r]);
-        check(cudaStreamSynchronize(stream), "tma ring");
-        if (download_bits(y64, static_cast<size_t>(64) * shape.n) != reference) {
-          std::printf("%-20s ring %dx%d at %d slices: bits differ from the 4x1 ring's\n", shape.name, rings[r].stages,
-                      rings[r].steps, slices);
-          ++failures;
-        }
+      launch(64, rotation.copy(0), y64, slices, 64);
+      check(cudaStreamSynchronize(stream), "tma 64-row blocks");
+      if (download_bits(y64, static_cast<size_t>(64) * shape.n) != reference) {
+        std::printf("%-20s 64-row blocks at %d slices: bits differ from the 128-row blocks'\n", shape.name, slices);
+        ++failures;
       }
     }
     for (int32_t m : {1, 16, 64})
-      for (const Ring& ring : rings) {
-        std::printf("%-20s %4d %4dx%d", shape.name, m, ring.stages, ring.steps);
+      for (int block_rows : {128, 64}) {
+        std::printf("%-20s %4d %6d", shape.name, m, block_rows);
         for (int slices = 1; slices <= 8; ++slices) {
-          const float ms = median_ms_per_call([&](int c) { launch(m, rotation.copy(c), y, slices, ring); },
+          const float ms = median_ms_per_call([&](int c) { launch(m, rotation.copy(c), y, slices, block_rows); },
                                               std::max(rotation.copies, 20), stream);
           std::printf("  %6.0f%s", rotation.elems * sizeof(bf16) / (ms * 1e-3) / 1e9, slices == production ? "*" : " ");
         }
@@ -298,94 +285,56 @@ int bench_tma_slices(const std::vector<Shape>& shapes, const bf16* x, bf16* y, b
         std::fflush(stdout);
       }
   }
-  std::printf("ring bit checks: %d failed\n", failures);
+  std::printf("block bit checks: %d failed\n", failures);
   return failures;
-}
-#ifdef DUET_SKINNY_EXPERIMENTS
-// The weight by tile, as launch_skinny_gemm_tma_tiled reads it (kernels.h): each 64-k step of a 128-row block one
-// contiguous 16 KB tile, rows past n zero.
-__global__ void tile_weight(const bf16* __restrict__ w, bf16* __restrict__ tiled, int32_t n, int32_t k, size_t count) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = static_cast<int64_t>(i / k), c = static_cast<int64_t>(i % k);
-    const int64_t at = ((r / 128 * (k / 64) + c / 64) * 128 + r % 128) * 64 + c % 64;
-    tiled[at] = r < n ? w[r * k + c] : __float2bfloat16(0.0f);
-  }
 }
 
-// --tma-tiled: the TMA engine reading the weights as stored against the same weights by tile (a stage's boxes whole
-// 16 KB tiles: how far DRAM pages hold it back), rings 4x1 and 2x2, and in blocks of 64 rows (one consumer warpgroup,
-// three an SM: how far the blocks reading at once do), production's slices; every variant's m = 64 checked against
-// production's bits.
-int bench_tma_tiled(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf16* y64, double read_gbs,
-                    cudaStream_t stream) {
-  using duet::backend::cuda::launch_skinny_gemm_tma;
-  using duet::backend::cuda::launch_skinny_gemm_tma_tiled;
-  std::printf("%-20s %4s %10s %10s %10s %10s %10s   (GB/s of weights read, production's slices; read rate %.0f)\n",
-              "shape", "m", "4x1", "2x2", "tiled 4x1", "tiled 2x2", "64-row", read_gbs);
+// --tma-blocks: the TMA engine at production's slices in blocks of 128 w rows (two consumer warpgroups, two an SM)
+// against blocks of 64 (one, three an SM), at 1, 8, 16, 24, 32, 48 and 64 rows, gate | up with SwiGLU in the epilogue
+// as the model runs it; production's choice (skinny_tma_block_rows) marked. Bits: every row count's rows in either
+// block size against the same rows of one m = 64 call in 128-row blocks. The table the line of half_block_rows_above is
+// read from.
+int bench_tma_blocks(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf16* y64, double read_gbs,
+                     cudaStream_t stream) {
+  std::printf(
+      "%-20s %4s %10s %10s   (GB/s of weights read, production's slices; * production's choice; read rate %.0f)\n",
+      "shape", "m", "128-row", "64-row", read_gbs);
   int failures = 0;
   for (const Shape& shape : shapes) {
-    if (shape.k % 64 != 0) continue;
     const RotatedWeights rotation(shape);
-    const size_t padded = static_cast<size_t>((shape.n + 127) / 128 * 128) * shape.k;
-    bf16* tiled = nullptr;
-    check(cudaMalloc(&tiled, padded * rotation.copies * sizeof(bf16)), "malloc tiled");
-    for (int c = 0; c < rotation.copies; ++c)
-      tile_weight<<<1024, 256>>>(rotation.copy(c), tiled + padded * c, shape.n, shape.k, padded);
-    check(cudaDeviceSynchronize(), "tile");
-    duet::backend::cuda::SkinnyOutputs o;
-    o.first[1] = shape.n;
-    auto plain = [&](int32_t m, int c, bf16* out_rows, int steps) {
+    const bool swiglu = std::string(shape.name) == "mlp.gate|up";
+    const int32_t out_width = swiglu ? shape.n / 2 : shape.n;
+    auto launch = [&](int32_t m, const bf16* w, bf16* out_rows, int block_rows) {
+      duet::backend::cuda::SkinnyOutputs o;
       o.y[0] = out_rows;
-      launch_skinny_gemm_tma(x, m, rotation.copy(c), shape.n, shape.k, o, false, stream, 0, steps == 1 ? 4 : 2, 128,
-                             steps);
+      o.first[1] = shape.n;
+      if (swiglu) o.swiglu_half = shape.n / 2;
+      duet::backend::cuda::launch_skinny_gemm_tma(x, m, w, shape.n, shape.k, o, false, stream, 0, 4, block_rows);
     };
-    auto half_blocks = [&](int32_t m, int c, bf16* out_rows) {
-      o.y[0] = out_rows;
-      launch_skinny_gemm_tma(x, m, rotation.copy(c), shape.n, shape.k, o, false, stream,
-                             duet::backend::cuda::skinny_tma_slices(shape.n, shape.k), 4, 64, 1);
-    };
-    auto by_tile = [&](int32_t m, int c, bf16* out_rows, int steps) {
-      o.y[0] = out_rows;
-      launch_skinny_gemm_tma_tiled(x, m, tiled + padded * (c % rotation.copies), shape.n, shape.k, o, stream, 0, steps);
-    };
-    plain(64, 0, y64, 1);
-    check(cudaStreamSynchronize(stream), "tma");
-    const auto reference = download_bits(y64, static_cast<size_t>(64) * shape.n);
-    for (int variant : {1, 2, 0}) {  // tiled 4x1, tiled 2x2, 64-row blocks
-      if (variant == 0) {
-        half_blocks(64, 0, y64);
-      } else {
-        by_tile(64, 0, y64, variant);
-      }
-      check(cudaStreamSynchronize(stream), "tma variant");
-      if (download_bits(y64, static_cast<size_t>(64) * shape.n) != reference) {
-        std::printf("%-20s %s: bits differ from production's\n", shape.name,
-                    variant == 0   ? "64-row blocks"
-                    : variant == 1 ? "tiled 4x1"
-                                   : "tiled 2x2");
-        ++failures;
-      }
-    }
-    const int calls = std::max(rotation.copies, 20);
-    for (int32_t m : {1, 16, 64}) {
+    launch(64, rotation.copy(0), y64, 128);
+    check(cudaStreamSynchronize(stream), "tma m = 64");
+    const auto whole = download_bits(y64, static_cast<size_t>(64) * out_width);
+    for (int32_t m : {1, 8, 16, 24, 32, 48, 64}) {
       std::printf("%-20s %4d", shape.name, m);
-      for (bool tile : {false, true})
-        for (int steps : {1, 2}) {
-          const float ms =
-              median_ms_per_call([&](int c) { tile ? by_tile(m, c, y, steps) : plain(m, c, y, steps); }, calls, stream);
-          std::printf(" %10.0f", rotation.elems * sizeof(bf16) / (ms * 1e-3) / 1e9);
-        }
-      const float half_ms = median_ms_per_call([&](int c) { half_blocks(m, c, y); }, calls, stream);
-      std::printf(" %10.0f\n", rotation.elems * sizeof(bf16) / (half_ms * 1e-3) / 1e9);
+      const int chosen = duet::backend::cuda::skinny_tma_block_rows(m, swiglu);
+      for (int block_rows : {128, 64}) {
+        launch(m, rotation.copy(0), y, block_rows);
+        check(cudaStreamSynchronize(stream), "tma");
+        const auto rows = download_bits(y, static_cast<size_t>(m) * out_width);
+        const bool same = std::equal(rows.begin(), rows.end(), whole.begin());
+        if (!same) ++failures;
+        const float ms = median_ms_per_call([&](int c) { launch(m, rotation.copy(c), y, block_rows); },
+                                            std::max(rotation.copies, 20), stream);
+        std::printf(" %10.0f%s%s", rotation.elems * sizeof(bf16) / (ms * 1e-3) / 1e9, block_rows == chosen ? "*" : " ",
+                    same ? "" : " [rows differ from m = 64's]");
+      }
+      std::printf("\n");
       std::fflush(stdout);
     }
-    cudaFree(tiled);
   }
-  std::printf("tiled and 64-row bit checks: %d failed\n", failures);
+  std::printf("block bit checks: %d failed\n", failures);
   return failures;
 }
-#endif
 
 // --cublas: for each shape and row count, production's GB/s beside cuBLASLt's (issue 16 item 1 asks for the
 // comparison): the heuristic's first algorithm for that m (what a caller of cuBLASLt would get; it may split k, so
@@ -513,10 +462,8 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--tma-slices") {
     return bench_tma_slices(shapes, x, y, y64, read_gbs, stream) == 0 ? 0 : 1;
   }
-#ifdef DUET_SKINNY_EXPERIMENTS
-  if (argc > 1 && std::string(argv[1]) == "--tma-tiled")
-    return bench_tma_tiled(shapes, x, y, y64, read_gbs, stream) == 0 ? 0 : 1;
-#endif
+  if (argc > 1 && std::string(argv[1]) == "--tma-blocks")
+    return bench_tma_blocks(shapes, x, y, y64, read_gbs, stream) == 0 ? 0 : 1;
   if (argc > 1 && std::string(argv[1]) == "--cublas") return bench_cublas(shapes, x, y, read_gbs, stream);
 
   // --blocks: the plans' pipelines in each block size, the shape's slices filled in per shape (max_slices 0).

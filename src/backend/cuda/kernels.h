@@ -113,22 +113,16 @@ SkinnyPipeline skinny_plan_for(int32_t n, int32_t k, int32_t rows);
 // groups: batch-invariant like the register-fed kernels, with bits of its own (they differ in the last place), so a
 // weight takes one engine at every row count: this one for the shapes skinny_tma_for names (skinny_regs_choice.h).
 // slices 0: skinny_tma_slices(n, k), the shape's own; stages 4 (a ring of 6 at up to 16 rows read gate | up 6% slower
-// at one row, 32nd round); block_rows 0: blocks of 128 w rows (two consumer warpgroups, two an SM), or of 64 (one
-// consumer warpgroup, three an SM) for launches of more than 32 rows (35th round; the same bits at the same slices);
-// 128 or 64 ask for one. A benchmarks build's experiments: 8 stages at one block an SM, blocks of 256 w rows (4 stages,
-// one block an SM, BF16 out, no SwiGLU), and stages of 2 or 4 64-k steps (2x2, 2x4, 4x2: each weight row's 256 or 512
-// contiguous bytes asked for together; BF16 out, no SwiGLU; the same bits).
+// at one row, 32nd round; rings of 2 or 4 64-k steps a stage 9-12% slower in the model, 35th); block_rows 0: blocks of
+// 128 w rows (two consumer warpgroups, two an SM), or of 64 (one consumer warpgroup, three an SM) for launches of more
+// than 32 rows (35th round; the same bits at the same slices); 128 or 64 ask for one. A benchmarks build's
+// experiments: 8 stages at one block an SM, blocks of 256 w rows (4 stages, one block an SM, BF16 out, no SwiGLU).
 void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out,
-                            bool y_f32, cudaStream_t stream, int slices = 0, int stages = 4, int block_rows = 0,
-                            int steps_per_stage = 1);
+                            bool y_f32, cudaStream_t stream, int slices = 0, int stages = 4, int block_rows = 0);
 int skinny_tma_slices(int32_t n, int32_t k);
-// A benchmarks build's experiment: the weight laid out by tile, so each 64-k step of a 128-row block is 16 contiguous
-// KB: element (r, c) of [n, k] at ((r / 128 * k / 64 + c / 64) * 128 + r % 128) * 64 + c % 64 of a buffer of
-// ceil(n / 128) * 128 * k elements (rows past n zero). The same products as launch_skinny_gemm_tma's, the same bits.
-// BF16 out, no SwiGLU; ring 4x1 or 2x2 (steps_per_stage 1 or 2).
-void launch_skinny_gemm_tma_tiled(const bf16* x, int32_t m, const bf16* w_tiled, int32_t n, int32_t k,
-                                  const SkinnyOutputs& out, cudaStream_t stream, int slices = 0,
-                                  int steps_per_stage = 1);
+// The w rows of the blocks launch_skinny_gemm_tma takes for a launch of `rows` (1..64) at block_rows 0: 128, or 64
+// above 32 rows (DUET_SKINNY_TMA_HALF_ROWS moves the line but for SwiGLU's) when x comes by TMA.
+int skinny_tma_block_rows(int32_t rows, bool swiglu);
 
 // ---- fp32_gemm.cu
 // y[m, n] = sum_k x[m, k] * w[n, k] in fp32, each output one fma chain over k in order from +0 (batch-invariant). For

@@ -11,7 +11,9 @@
 //    form for A/B: the same bytes in the same places, so the same bits);
 //  - two consumer warpgroups (64 w rows each) wait only for their stage's mbarrier, multiply it by wgmma (A = w,
 //    B = x, both from shared memory) and free it through another mbarrier once the tensor cores are done with it: no
-//    block barrier inside the loop, and a ring of 4 stages keeps 64 KB of weights in flight a block;
+//    block barrier inside the loop, and a ring of 4 stages keeps 64 KB of weights in flight a block; launches of more
+//    than 32 rows take blocks of 64 w rows and one consumer warpgroup, three an SM (35th round: at 64 rows a block's
+//    consumer is slow, and more blocks reading at once read faster);
 //  - the k slices of a row block form a cluster whose partial sums are added in slice order through distributed
 //    shared memory and rounded once, each output to its segment, or gate and up through SwiGLU
 //    (skinny_gemm_slices.h, as the register-fed kernels do).
@@ -49,8 +51,7 @@ constexpr int kStep = skinny::kStep;  // 64 k: one 128-byte swizzle row of BF16
 constexpr int kBoxRows = 64;          // w rows a TMA box and a consumer warpgroup's MMA (m64)
 constexpr int kBlockRows = 128;       // w rows a block: two consumer warpgroups of 64
 constexpr int kSwigluBoxRows = 32;    // a 64-row block's gate (and up) rows with SwiGLU: boxes of 32
-// Threads of a block of `wgs` consumer warpgroups (2; 1: the benchmarks build's experiment of 64-row blocks, three an
-// SM) and one producer warp.
+// Threads of a block of `wgs` consumer warpgroups (2; 1: 64-row blocks, three an SM) and one producer warp.
 constexpr int threads_for(int wgs) { return 128 * wgs + 32; }
 // x's rows of a stage: 8 kTiles (up to 64) rows of 64 k, 1,024-byte swizzle atoms like w's.
 constexpr int x_stage_bytes(int tiles) { return tiles * 8 * kStep * 2; }
@@ -59,10 +60,10 @@ constexpr int x_stage_bytes(int tiles) { return tiles * 8 * kStep * 2; }
 constexpr int block_rows(int wg_tiles, int wgs = 2) { return kBoxRows * wgs * wg_tiles; }
 constexpr int w_stage_bytes(int wg_tiles, int wgs = 2) { return block_rows(wg_tiles, wgs) * kStep * 2; }
 
-// The blocks an SM a kernel is built for: 64-row blocks three; 128-row blocks two while their ring has at most 4 steps
+// The blocks an SM a kernel is built for: 64-row blocks three; 128-row blocks two while their ring has at most 4 stages
 // (about 100 KB of shared memory at 64 rows), else one.
-constexpr int blocks_an_sm(int wgs, int ring_steps, int wg_tiles) {
-  return wgs == 1 ? 3 : ring_steps <= 4 && wg_tiles == 1 ? 2 : 1;
+constexpr int blocks_an_sm(int wgs, int stages, int wg_tiles) {
+  return wgs == 1 ? 3 : stages <= 4 && wg_tiles == 1 ? 2 : 1;
 }
 
 constexpr size_t shared_bytes(int stages, int wg_tiles, int tiles, int wgs = 2) {
@@ -105,16 +106,10 @@ __device__ __forceinline__ int32_t tile_first_row(const SkinnyOutputs& out, int6
   return static_cast<int32_t>(block * block_rows(kWgTiles, kWgs) + kBoxRows * tile);
 }
 
-// kSub 64-k steps a stage (the benchmarks build's experiment: each weight row's kSub x 128 contiguous bytes asked for
-// together); each step's products in the same order as one step a stage, so the same bits.
-// kTiled (the benchmarks build's experiment, launch_skinny_gemm_tma_tiled): w laid out by tile, each 64-k step of a
-// 128-row block 16 contiguous KB (the layout kernels.h gives), so a stage's boxes are whole DRAM pages; the same values
-// in the same places of shared memory, so the same bits. kWgs 1 (the benchmarks build's experiment): 64-row blocks of
-// one consumer warpgroup, three an SM: twice the blocks reading at once; each output the same chain, so the same bits
-// at the same slices.
-template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma, int kSub = 1, bool kTiled = false,
-          int kWgs = 2>
-__global__ void __launch_bounds__(threads_for(kWgs), blocks_an_sm(kWgs, (kStages * kSub), kWgTiles))
+// kWgs 1: 64-row blocks of one consumer warpgroup, three an SM (launches of more than 32 rows): twice the blocks
+// reading at once; each output the same chain, so the same bits at the same slices.
+template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma, int kWgs = 2>
+__global__ void __launch_bounds__(threads_for(kWgs), blocks_an_sm(kWgs, kStages, kWgTiles))
     tma_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                     const bf16* __restrict__ x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs out,
                     bool early_w) {
@@ -127,22 +122,13 @@ __global__ void __launch_bounds__(threads_for(kWgs), blocks_an_sm(kWgs, (kStages
   const int slice = static_cast<int>(cluster.block_rank());
   const int64_t block = blockIdx.x / slices;
   const skinny::SliceSteps range(k, slice, slices);
-  const int64_t first = range.first, steps = range.last - range.first;
-  static_assert(kXByTma || kSub == 1, "x by cp.async brings one step a stage");
-  const int64_t count = (steps + kSub - 1) / kSub;  // stages filled
-  // The steps of stage i: kSub, the last stage's fewer where they do not divide the slice's.
-  auto real = [&](int64_t i) {
-    if constexpr (kSub == 1) return 1;  // production's ring: the code of one step a stage exactly
-    return static_cast<int>(steps - i * kSub < kSub ? steps - i * kSub : kSub);
-  };
+  const int64_t first = range.first, count = range.last - range.first;
 
   const uint32_t w_stages = smem_address(smem);
-  constexpr int kWStepBytes = w_stage_bytes(kWgTiles, kWgs), kRows = block_rows(kWgTiles, kWgs);
+  constexpr int kWStageBytes = w_stage_bytes(kWgTiles, kWgs), kRows = block_rows(kWgTiles, kWgs);
   constexpr int kProducer = kWgs * 4;  // the producer warp's index
-  constexpr int kWStageBytes = kWStepBytes * kSub;
   const uint32_t x_stages = w_stages + kStages * kWStageBytes;
-  constexpr int kXStepBytes = x_stage_bytes(kTiles);
-  constexpr int kXStageBytes = kXStepBytes * kSub;
+  constexpr int kXStageBytes = x_stage_bytes(kTiles);
   const uint32_t bars = x_stages + kStages * kXStageBytes;
   auto full = [&](int s) { return bars + 8 * s; };               // the stage's bytes have landed
   auto empty = [&](int s) { return bars + 8 * (kStages + s); };  // both warpgroups are done with the stage
@@ -156,31 +142,24 @@ __global__ void __launch_bounds__(threads_for(kWgs), blocks_an_sm(kWgs, (kStages
   }
   __syncthreads();
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  auto load_w = [&](int64_t i) {  // stage i's w boxes into its place in the ring, with the stage's whole expected bytes
-    const int s = static_cast<int>(i % kStages), n_steps = real(i);
-    mbarrier_expect_bytes(full(s), n_steps * (kWStepBytes + (kXByTma ? kXStepBytes : 0)));
-    for (int j = 0; j < n_steps; ++j) {
-      const uint32_t ws = w_stages + s * kWStageBytes + j * kWStepBytes;
-#pragma unroll
-      for (int tile = 0; tile < kWgs * kWgTiles; ++tile) {
-        const int64_t step = first + i * kSub + j;
-        if constexpr (kTiled) {
-          const int64_t all_steps = (k + kStep - 1) / kStep;
-          tma_load(ws + tile * (kBoxRows * kStep * 2), &w_map, 0,
-                   static_cast<int32_t>((block * all_steps + step) * kRows + tile * kBoxRows), full(s));
-        } else if (kWgs == 1 && out.swiglu_half > 0) {
-          // A 64-row block with SwiGLU: its 32 gate rows and the same 32 up rows, two boxes of 32 rows (w_map's box),
-          // one above the other as the warpgroup's m64 tile (1,024-byte swizzle atoms, so the same layout as one box).
-          const auto first_gate = static_cast<int32_t>(kSwigluBoxRows * block);
-          tma_load(ws, &w_map, static_cast<int32_t>(step * kStep), first_gate, full(s));
-          tma_load(ws + kSwigluBoxRows * kStep * 2, &w_map, static_cast<int32_t>(step * kStep),
-                   first_gate + static_cast<int32_t>(out.swiglu_half), full(s));
-        } else {
-          tma_load(ws + tile * (kBoxRows * kStep * 2), &w_map, static_cast<int32_t>(step * kStep),
-                   tile_first_row<kWgTiles, kWgs>(out, block, tile), full(s));
-        }
-      }
+  auto load_w = [&](int64_t i) {  // step i's w boxes into its stage, with the stage's whole expected bytes
+    const int s = static_cast<int>(i % kStages);
+    mbarrier_expect_bytes(full(s), kWStageBytes + (kXByTma ? kXStageBytes : 0));
+    const uint32_t ws = w_stages + s * kWStageBytes;
+    const auto k0 = static_cast<int32_t>((first + i) * kStep);
+    if (kWgs == 1 && out.swiglu_half > 0) {
+      // A 64-row block with SwiGLU: its 32 gate rows and the same 32 up rows, two boxes of 32 rows (w_map's box), one
+      // above the other as the warpgroup's m64 tile (1,024-byte swizzle atoms, so the same layout as one box).
+      const auto first_gate = static_cast<int32_t>(kSwigluBoxRows * block);
+      tma_load(ws, &w_map, k0, first_gate, full(s));
+      tma_load(ws + kSwigluBoxRows * kStep * 2, &w_map, k0, first_gate + static_cast<int32_t>(out.swiglu_half),
+               full(s));
+      return;
     }
+#pragma unroll
+    for (int tile = 0; tile < kWgs * kWgTiles; ++tile)
+      tma_load(ws + tile * (kBoxRows * kStep * 2), &w_map, k0, tile_first_row<kWgTiles, kWgs>(out, block, tile),
+               full(s));
   };
   // Launched as a dependent (dependent_launch.h), a kernel reads nothing an earlier kernel wrote before that kernel is
   // done. No kernel writes the weights, so with x by TMA the ring's first stages of w are asked for before the wait,
@@ -206,9 +185,7 @@ __global__ void __launch_bounds__(threads_for(kWgs), blocks_an_sm(kWgs, (kStages
       const int s = static_cast<int>(i % kStages);
       if (i >= kStages) mbarrier_wait(empty(s), static_cast<uint32_t>((i / kStages - 1) & 1));
       if (i >= early) load_w(i);
-      for (int j = 0; j < real(i); ++j)
-        tma_load(x_stages + s * kXStageBytes + j * kXStepBytes, &x_map,
-                 static_cast<int32_t>((first + i * kSub + j) * kStep), 0, full(s));
+      tma_load(x_stages + s * kXStageBytes, &x_map, static_cast<int32_t>((first + i) * kStep), 0, full(s));
     }
   } else if (warp == kProducer) {  // the producer, x by cp.async (DUET_SKINNY_TMA_X=cp)
     for (int64_t i = 0; i < count; ++i) {
@@ -251,19 +228,14 @@ __global__ void __launch_bounds__(threads_for(kWgs), blocks_an_sm(kWgs, (kStages
       const int s = static_cast<int>(i % kStages);
       mbarrier_wait(full(s), static_cast<uint32_t>((i / kStages) & 1));
       wgmma_fence();
-      const int n_steps = real(i);
+      const uint32_t a = w_stages + s * kWStageBytes + group * (kWStageBytes / kWgs);
+      const uint32_t b = x_stages + s * kXStageBytes;
 #pragma unroll
-      for (int step = 0; step < kSub; ++step) {
-        if (step > 0 && step >= n_steps) break;
-        const uint32_t a = w_stages + s * kWStageBytes + step * kWStepBytes + group * (kWStepBytes / kWgs);
-        const uint32_t b = x_stages + s * kXStageBytes + step * kXStepBytes;
+      for (int j = 0; j < kStep / 16; ++j)
 #pragma unroll
-        for (int j = 0; j < kStep / 16; ++j)
-#pragma unroll
-          for (int w = 0; w < kWgTiles; ++w)
-            wgmma_bf16_shared<kTiles>(acc[w], wgmma_descriptor_sw128(a + w * (kBoxRows * kStep * 2) + 32 * j),
-                                      wgmma_descriptor_sw128(b + 32 * j));
-      }
+        for (int w = 0; w < kWgTiles; ++w)
+          wgmma_bf16_shared<kTiles>(acc[w], wgmma_descriptor_sw128(a + w * (kBoxRows * kStep * 2) + 32 * j),
+                                    wgmma_descriptor_sw128(b + 32 * j));
       wgmma_commit();
       wgmma_wait<1>();  // the previous step's MMAs are done: its stage may be refilled
       if (i > 0 && threadIdx.x % 128 == 0) mbarrier_arrive(empty(static_cast<int>((i - 1) % kStages)));
@@ -361,12 +333,11 @@ void by_tiles(int32_t rows, Launch&& launch) {
   launch.template operator()<8>();
 }
 
-template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma, int kSub = 1, bool kTiled = false,
-          int kWgs = 2>
+template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma, int kWgs = 2>
 void launch_engine(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
                    int slices, cudaStream_t stream) {
-  constexpr auto kernel = tma_gemm_kernel<kTiles, kOutF32, kStages, kWgTiles, kXByTma, kSub, kTiled, kWgs>;
-  constexpr size_t kSmem = shared_bytes(kStages * kSub, kWgTiles, kTiles, kWgs);
+  constexpr auto kernel = tma_gemm_kernel<kTiles, kOutF32, kStages, kWgTiles, kXByTma, kWgs>;
+  constexpr size_t kSmem = shared_bytes(kStages, kWgTiles, kTiles, kWgs);
   static const bool sized = [] {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)),
                "skinny tma: shared memory");
@@ -396,52 +367,24 @@ template <bool kOutF32>
 void launch_half_blocks(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k,
                         const SkinnyOutputs& out, int slices, cudaStream_t stream) {
   by_tiles(rows, [&]<int kTiles>() {
-    launch_engine<kTiles, kOutF32, 4, 1, true, 1, false, 1>(map, x, rows, n, k, out, slices, stream);
+    launch_engine<kTiles, kOutF32, 4, 1, true, 1>(map, x, rows, n, k, out, slices, stream);
   });
 }
 
 // Launches of more rows than this take 64-row blocks (block_rows 0, production's choice; the same bits at the same
-// slices). 35th round, bench_skinny_gemm --tma-tiled on an H100, GB/s at 1 / 16 / 64 rows, 128-row blocks against 64:
-// the out projections 2,198 / 2,083 / 1,746 against 2,230 / 2,123 / 1,903, MLP down 2,662 / 2,561 / 2,316 against
-// 2,682 / 2,605 / 2,371, gate | up 2,857 / 2,760 / 2,530 against 2,475 / 2,427 / 2,720: twice the blocks reading at
-// once win where each block's consumer is slow (64 rows) and lose on the widest shape where the ring's bytes in flight
-// an SM decide (3 blocks of 4 x 8 KB against 2 of 4 x 16 KB). DUET_SKINNY_TMA_HALF_ROWS=N (read once; 64: never) moves
-// the line for every shape but SwiGLU's, which keeps 32.
+// slices). 35th round on an H100, bench_skinny_gemm, GB/s at 1 / 16 / 64 rows, 128-row blocks against 64: the out
+// projections 2,198 / 2,083 / 1,746 against 2,230 / 2,123 / 1,903, MLP down 2,662 / 2,561 / 2,316 against 2,682 /
+// 2,605 / 2,371, gate | up (two outputs) 2,857 / 2,760 / 2,530 against 2,475 / 2,427 / 2,720: twice the blocks reading
+// at once win where each block's consumer is slow (64 rows) and lose on the widest shape at few rows, where the ring's
+// bytes in flight an SM decide (3 blocks of 4 x 8 KB against 2 of 4 x 16 KB). In the model: 64 streams +1.9% (6,084
+// against 5,970 tok/s), one stream level. DUET_SKINNY_TMA_HALF_ROWS=N (read once; 64: never) moves the line for every
+// shape but gate | up's (SwiGLU), which keeps 32.
 int32_t half_block_rows_above(bool swiglu) {
   static const int32_t above = [] {
     const char* v = std::getenv("DUET_SKINNY_TMA_HALF_ROWS");
     return v == nullptr ? 32 : std::clamp(std::atoi(v), 0, 64);
   }();
   return swiglu ? std::max(above, 32) : above;
-}
-
-#ifdef DUET_SKINNY_EXPERIMENTS
-// kSub steps a stage, x by TMA (the experiments' only form), w as stored or by tile.
-template <bool kOutF32, int kStages, int kSub, bool kTiled = false>
-void launch_sub(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
-                int slices, cudaStream_t stream) {
-  by_tiles(rows, [&]<int kTiles>() {
-    launch_engine<kTiles, kOutF32, kStages, 1, true, kSub, kTiled>(map, x, rows, n, k, out, slices, stream);
-  });
-}
-template <int kStages, int kSub>
-void launch_sub(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
-                bool y_f32, int slices, cudaStream_t stream) {
-  if (y_f32) return launch_sub<true, kStages, kSub>(map, x, rows, n, k, out, slices, stream);
-  launch_sub<false, kStages, kSub>(map, x, rows, n, k, out, slices, stream);
-}
-#endif
-
-// DUET_SKINNY_TMA_RING=SxJ (a benchmarks build's measurement switch, read once): every launch that asks for the
-// production ring (4 stages of one step) takes S stages of J steps instead; the same bits.
-std::pair<int, int> ring_override() {
-  static const std::pair<int, int> ring = [] {
-    const char* v = std::getenv("DUET_SKINNY_TMA_RING");
-    int stages = 4, steps = 1;
-    if (v != nullptr && std::sscanf(v, "%dx%d", &stages, &steps) != 2) stages = 4, steps = 1;
-    return std::make_pair(stages, steps);
-  }();
-  return ring;
 }
 
 template <bool kOutF32, int kStages, int kWgTiles = 1>
@@ -473,11 +416,12 @@ int skinny_tma_slices(int32_t n, int32_t k) {
       std::clamp<int64_t>(std::min<int64_t>(kResidentBlocks / row_blocks, steps), 1, skinny::kMaxSlices));
 }
 
+int skinny_tma_block_rows(int32_t rows, bool swiglu) {
+  return x_by_tma() && rows > half_block_rows_above(swiglu) ? kBlockRows / 2 : kBlockRows;
+}
+
 void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& outputs,
-                            bool y_f32, cudaStream_t stream, int slices, int stages, int block_rows_wanted,
-                            int steps_per_stage) {
-  if (stages == 4 && steps_per_stage == 1 && (block_rows_wanted == 0 || block_rows_wanted == kBlockRows))
-    std::tie(stages, steps_per_stage) = ring_override();
+                            bool y_f32, cudaStream_t stream, int slices, int stages, int block_rows_wanted) {
   if (k <= 0 || k % 16 != 0 || n <= 0 || m < 0)
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: k a positive multiple of 16, n positive");
   if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16 != 0)
@@ -485,20 +429,16 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
   if (outputs.swiglu_half > 0 && (y_f32 || outputs.swiglu_half % 64 != 0 || n != 2 * outputs.swiglu_half))
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: SwiGLU takes BF16 out and halves of 64 rows");
   if (slices == 0) slices = skinny_tma_slices(n, k);
-  if (slices < 1 || slices > skinny::kMaxSlices || (stages != 4 && stages != 8 && steps_per_stage == 1))
+  if (slices < 1 || slices > skinny::kMaxSlices || (stages != 4 && stages != 8))
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: slices 1..8, stages 4 or 8");
   if (block_rows_wanted != 0 && block_rows_wanted != kBlockRows &&
       ((block_rows_wanted != 2 * kBlockRows && block_rows_wanted != kBlockRows / 2) || stages != 4 ||
-       steps_per_stage != 1 || (block_rows_wanted > kBlockRows && (outputs.swiglu_half > 0 || y_f32)) ||
+       (block_rows_wanted > kBlockRows && (outputs.swiglu_half > 0 || y_f32)) ||
        (block_rows_wanted < kBlockRows && !x_by_tma())))
     check_cuda(cudaErrorInvalidValue,
                "launch_skinny_gemm_tma: 256-row blocks (BF16 out, no SwiGLU) or 64-row ones (x by TMA) at 4 stages");
-  if (steps_per_stage != 1 &&
-      (block_rows_wanted > kBlockRows || !x_by_tma() ||
-       !((stages == 2 && (steps_per_stage == 2 || steps_per_stage == 4)) || (stages == 4 && steps_per_stage == 2))))
-    check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: steps a stage: 2x2, 2x4 or 4x2, x by TMA");
 #ifndef DUET_SKINNY_EXPERIMENTS
-  if (stages != 4 || block_rows_wanted > kBlockRows || steps_per_stage != 1)
+  if (stages != 4 || block_rows_wanted > kBlockRows)
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: the experiments are in a benchmarks build only");
 #endif
   const bool swiglu = outputs.swiglu_half > 0;
@@ -506,9 +446,8 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
     const int32_t rows = std::min<int32_t>(64, m - r0);
     const SkinnyOutputs out = skinny::outputs_from_row(outputs, r0, y_f32);
     const bf16* xr = x + static_cast<int64_t>(r0) * k;
-    const bool half_blocks =
-        stages == 4 && steps_per_stage == 1 && x_by_tma() &&
-        (block_rows_wanted == 0 ? rows > half_block_rows_above(swiglu) : block_rows_wanted == kBlockRows / 2);
+    const bool half_blocks = stages == 4 && (block_rows_wanted == 0 ? skinny_tma_block_rows(rows, swiglu)
+                                                                    : block_rows_wanted) == kBlockRows / 2;
     if (half_blocks) {
       const CUtensorMap& map = weight_map(w, n, k, swiglu ? kSwigluBoxRows : kBoxRows);
       if (y_f32) {
@@ -520,16 +459,6 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
     }
     const CUtensorMap& map = weight_map(w, n, k, kBoxRows);
 #ifdef DUET_SKINNY_EXPERIMENTS
-    if (steps_per_stage != 1) {
-      if (stages == 4) {
-        launch_sub<4, 2>(map, xr, rows, n, k, out, y_f32, slices, stream);
-      } else if (steps_per_stage == 2) {
-        launch_sub<2, 2>(map, xr, rows, n, k, out, y_f32, slices, stream);
-      } else {
-        launch_sub<2, 4>(map, xr, rows, n, k, out, y_f32, slices, stream);
-      }
-      continue;
-    }
     if (block_rows_wanted > kBlockRows) {
       launch_rows<false, 4, 2>(map, xr, rows, n, k, out, slices, stream);
       continue;
@@ -550,28 +479,5 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
     }
   }
 }
-
-#ifdef DUET_SKINNY_EXPERIMENTS
-void launch_skinny_gemm_tma_tiled(const bf16* x, int32_t m, const bf16* w_tiled, int32_t n, int32_t k,
-                                  const SkinnyOutputs& outputs, cudaStream_t stream, int slices, int steps_per_stage) {
-  if (k <= 0 || k % kStep != 0 || n <= 0 || m < 0 || outputs.swiglu_half > 0 || !x_by_tma() ||
-      (steps_per_stage != 1 && steps_per_stage != 2))
-    check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma_tiled: k a multiple of 64, BF16 out, 4x1 or 2x2");
-  if (slices == 0) slices = skinny_tma_slices(n, k);
-  const int64_t tile_rows = (static_cast<int64_t>(n) + kBlockRows - 1) / kBlockRows * (k / kStep) * kBlockRows;
-  const CUtensorMap map = rows_map(w_tiled, static_cast<int32_t>(tile_rows), kStep, kBoxRows,
-                                   "launch_skinny_gemm_tma_tiled: cuTensorMapEncodeTiled refused the weight");
-  for (int32_t r0 = 0; r0 < m; r0 += 64) {
-    const int32_t rows = std::min<int32_t>(64, m - r0);
-    const SkinnyOutputs out = skinny::outputs_from_row(outputs, r0, false);
-    const bf16* xr = x + static_cast<int64_t>(r0) * k;
-    if (steps_per_stage == 2) {
-      launch_sub<false, 2, 2, true>(map, xr, rows, n, k, out, slices, stream);
-    } else {
-      launch_sub<false, 4, 1, true>(map, xr, rows, n, k, out, slices, stream);
-    }
-  }
-}
-#endif
 
 }  // namespace duet::backend::cuda
