@@ -98,11 +98,17 @@ __device__ void norm_rope_head(const bf16* src, bf16* dst, const DeviceWeight& w
   __syncwarp();  // buf is reused by the warp's next head
 }
 
+// kEarlyTable (DUET_CUDA_EARLY_LOADS=1, dependent_launch.h): the RoPE table before the wait, in the previous kernel's
+// tail (its double-precision pow and sincos are the block's longest chain); the step's arrays it reads came with the
+// step's upload, before the step's first kernel.
+template <bool kEarlyTable = false>
 __global__ void __launch_bounds__(kPrepThreads)
     attention_prep_kernel(DeviceStep step, int32_t layer, bf16* q_gate, const bf16* k, const bf16* v,
                           DeviceWeight q_norm, DeviceWeight k_norm, AttentionDims dims, RopeStreams streams) {
-  wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
-  let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
+  if constexpr (!kEarlyTable) {
+    wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
+    let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
+  }
   __shared__ float cos_t[kMaxHeadDim / 2];
   __shared__ float sin_t[kMaxHeadDim / 2];
   __shared__ float head_buf[kPrepWarps][kMaxHeadDim];
@@ -115,6 +121,10 @@ __global__ void __launch_bounds__(kPrepThreads)
                            : RowRope{step.row_rope[3 * row], step.row_rope[3 * row + 1], step.row_rope[3 * row + 2]};
   rope_table(rope, streams, dims.rotary_dim, dims.rope_theta, cos_t, sin_t);
   __syncthreads();
+  if constexpr (kEarlyTable) {
+    wait_for_prerequisites();
+    let_dependents_launch();
+  }
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float* buf = head_buf[warp];
@@ -146,8 +156,9 @@ void launch_attention_prep(const DeviceStep& step, int32_t attn_layer, bf16* q_g
     if (streams.stream[i] > 2) check_cuda(cudaErrorInvalidValue, "launch_attention_prep: a rotary stream above 2");
   if (step.rows <= 0) return;
   const unsigned head_blocks = static_cast<unsigned>((dims.q_heads + dims.kv_heads + kPrepWarps - 1) / kPrepWarps);
-  launch_dependent("attention_prep_kernel", attention_prep_kernel, dim3(step.rows, head_blocks), kPrepThreads, 0,
-                   stream, step, attn_layer, q_gate, k, v, q_norm, k_norm, dims, streams);
+  launch_dependent("attention_prep_kernel", early_loads() ? attention_prep_kernel<true> : attention_prep_kernel<false>,
+                   dim3(step.rows, head_blocks), kPrepThreads, 0, stream, step, attn_layer, q_gate, k, v, q_norm,
+                   k_norm, dims, streams);
   check_launch("attention_prep_kernel");
 }
 

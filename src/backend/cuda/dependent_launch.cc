@@ -67,4 +67,12 @@ cudaLaunchAttribute dependent_launch_attribute(const char* what) {
   return a;
 }
 
+bool early_loads() {
+  static const bool early = [] {
+    const char* v = std::getenv("DUET_CUDA_EARLY_LOADS");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return early;
+}
+
 }  // namespace duet::backend::cuda

@@ -45,6 +45,14 @@ void set_dependent_launch_for_step(int64_t rows);
 // DUET_CUDA_PDL_FLIP=skinny launches only the GEMMs as dependents; with DUET_CUDA_PDL=1, every kernel but them).
 cudaLaunchAttribute dependent_launch_attribute(const char* what);
 
+// DUET_CUDA_EARLY_LOADS=1 (read once; a measurement switch until the GPU suite has run with it): the kernels that read
+// what no kernel of the step writes before them ask for it before wait_for_prerequisites(), in the previous kernel's
+// tail, as the TMA GEMM asks for its weights: attention prep computes its RoPE table (the rows' positions come with the
+// step's upload), the one-row delta-rule kernels copy the sequences' GDN states (written by the same layer's kernels in
+// earlier steps; the conv kernel before them writes only the conv state and the layer's inputs). The same operations
+// on the same values, so the same bits; only when the reads start moves, and only in steps launched as dependents.
+bool early_loads();
+
 // kernel<<<grid, block, smem, stream>>>(args...) with the attribute; `what` names it in errors. Only for kernels that
 // call wait_for_prerequisites() before touching memory.
 template <typename... Params, typename... Args>

@@ -754,12 +754,18 @@ struct DecodeSmem {
   float g, beta;
 };
 
-template <int KD, int VD>
+// kEarlyState (DUET_CUDA_EARLY_LOADS=1, dependent_launch.h): the sequence's state (the group's columns of S_b, the
+// chunk's earlier d, keys and G) asked for before the wait, in the conv kernel's tail: only this layer's delta-rule
+// kernels write it, in earlier steps (the fold after this kernel, chunk_tail_kernel for other pieces), and the step's
+// arrays came with its upload. The row's vectors, g and beta (the conv kernel's outputs) only after it.
+template <int KD, int VD, bool kEarlyState = false>
 __global__ void __launch_bounds__(kThreads)
     decode_delta_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, const float* g,
                         GdnDims dims, float* out, GdnNormArrays norm) {
-  wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
-  let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
+  if constexpr (!kEarlyState) {
+    wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
+    let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
+  }
   constexpr DeltaHeadState layout{KD, VD};
   constexpr int VC = columns_for(VD);
   constexpr int kLanes = lanes_for(VD);
@@ -784,18 +790,26 @@ __global__ void __launch_bounds__(kThreads)
   const int own_keys = max(0, min(kRows, t - first_key));
 
   const bf16* row = qkv + static_cast<int64_t>(first_row) * in.width;
+  auto copy_state = [&] {
+    copy_state_columns_async<KD, VD, VC>(sm.S, state, col0);
+    if constexpr (kU % 4 == 0) {
+      copy_rows_async_16<VC>(&sm.u[0][0], kU, state + layout.d() + col0, VD, t);
+    } else {
+      copy_rows_async(&sm.u[0][0], kU, state + layout.d() + col0, VD, t, VC);
+    }
+    copy_rows_async_16<KD>(&sm.k[0][0], Smem::kKeyStride, state + layout.keys() + static_cast<int64_t>(first_key) * KD,
+                           KD, own_keys);
+    copy_floats_async(sm.G, state + layout.G(), t);
+  };
+  if constexpr (kEarlyState) {
+    copy_state();
+    wait_for_prerequisites();
+    let_dependents_launch();
+  }
   copy_bf16_rows_async(sm.raw.q, row + in.q, 0, 1, KD);
   copy_bf16_rows_async(sm.raw.k, row + in.k, 0, 1, KD);
   copy_bf16_rows_async(sm.raw_v, row + in.v + col0, 0, 1, VC);
-  copy_state_columns_async<KD, VD, VC>(sm.S, state, col0);
-  if constexpr (kU % 4 == 0) {
-    copy_rows_async_16<VC>(&sm.u[0][0], kU, state + layout.d() + col0, VD, t);
-  } else {
-    copy_rows_async(&sm.u[0][0], kU, state + layout.d() + col0, VD, t, VC);
-  }
-  copy_rows_async_16<KD>(&sm.k[0][0], Smem::kKeyStride, state + layout.keys() + static_cast<int64_t>(first_key) * KD,
-                         KD, own_keys);
-  copy_floats_async(sm.G, state + layout.G(), t);
+  if constexpr (!kEarlyState) copy_state();
   if (tid == 0) {
     const int64_t at = static_cast<int64_t>(first_row) * in.heads + head;
     copy_async_4(&sm.g, g + at);
@@ -923,12 +937,16 @@ __device__ __forceinline__ float butterfly_in_thread(const float (&part)[kDenseL
   return ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
 }
 
-template <int KD, int VD>
+// kEarlyState: as decode_delta_kernel's, the chunk's G and the first batch of S_b rows before the wait (the earlier
+// rows' d stays a group of its own, waited for after the chains of S_b^T k).
+template <int KD, int VD, bool kEarlyState = false>
 __global__ void __launch_bounds__(VD + kC, 5)
     decode_dense_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, const float* g,
                         GdnDims dims, float* out, GdnNormArrays norm) {
-  wait_for_prerequisites();
-  let_dependents_launch();
+  if constexpr (!kEarlyState) {
+    wait_for_prerequisites();
+    let_dependents_launch();
+  }
   constexpr DeltaHeadState layout{KD, VD};
   using Smem = DenseSmem<KD, VD>;
   static_assert(KD % kDenseBatch == 0 && KD % 4 == 0 && VD % 8 == 0 && KD <= Smem::kThreads, "the thread layout");
@@ -943,13 +961,28 @@ __global__ void __launch_bounds__(VD + kC, 5)
   const int64_t head_at = static_cast<int64_t>(first_row) * dims.value_heads * VD + static_cast<int64_t>(head) * VD;
 
   // Two groups of copies: the row's vectors and the chunk's G first, the earlier rows' d (up to 32 KB) behind them,
-  // needed only after the chains of S_b^T k.
+  // needed only after the chains of S_b^T k (kEarlyState: G and the first batch of S_b before the wait, G a group of
+  // its own ahead of both).
+  float s_rows[kDenseBatch];
+  auto first_rows = [&] {  // a column thread's first batch of S_b rows
+    if (tid < VD) {
+#pragma unroll
+      for (int b = 0; b < kDenseBatch; ++b) s_rows[b] = state[b * VD + tid];
+    }
+  };
+  if constexpr (kEarlyState) {
+    copy_floats_async(sm.G, state + layout.G(), t);
+    commit_async_copies();
+    first_rows();
+    wait_for_prerequisites();
+    let_dependents_launch();
+  }
   const bf16* row = qkv + static_cast<int64_t>(first_row) * in.width;
   copy_bf16_rows_async(sm.raw_q, row + in.q, 0, 1, KD);
   copy_bf16_rows_async(sm.raw_k, row + in.k, 0, 1, KD);
   copy_bf16_rows_async(sm.raw_v, row + in.v, 0, 1, VD);
   if (norm.out != nullptr) copy_bf16_rows_async(sm.z, norm.z + head_at, 0, 1, VD);
-  copy_floats_async(sm.G, state + layout.G(), t);
+  if constexpr (!kEarlyState) copy_floats_async(sm.G, state + layout.G(), t);
   if (tid == 0) {
     const int64_t at = static_cast<int64_t>(first_row) * in.heads + head;
     copy_async_4(&sm.g, g + at);
@@ -961,11 +994,7 @@ __global__ void __launch_bounds__(VD + kC, 5)
 
   // A column thread's first batch of S_b rows is asked for before the copies are waited for.
   const bool column = tid < VD;
-  float s_rows[kDenseBatch];
-  if (column) {
-#pragma unroll
-    for (int b = 0; b < kDenseBatch; ++b) s_rows[b] = state[b * VD + tid];
-  }
+  if constexpr (!kEarlyState) first_rows();
   wait_async_copies_but_last();
   __syncthreads();
 
@@ -1369,8 +1398,11 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
   static_assert(KD != 128 || VD != 128 || rows_bytes <= 56 * 1024, "decode_rows_kernel: 4 blocks per SM");
   static const bool opted_in =
       (allow_smem(chunk_matrices_kernel<KD, VD>, matrices_bytes), allow_smem(chunk_state_kernel<KD, VD>, state_bytes),
-       allow_smem(decode_delta_kernel<KD, VD>, decode_bytes), allow_smem(decode_rows_kernel<KD, VD>, rows_bytes),
-       allow_smem(decode_dense_kernel<KD, VD>, dense_bytes), allow_smem(fold_chunk_kernel<KD, VD>, fold_bytes), true);
+       allow_smem(decode_delta_kernel<KD, VD, false>, decode_bytes),
+       allow_smem(decode_delta_kernel<KD, VD, true>, decode_bytes), allow_smem(decode_rows_kernel<KD, VD>, rows_bytes),
+       allow_smem(decode_dense_kernel<KD, VD, false>, dense_bytes),
+       allow_smem(decode_dense_kernel<KD, VD, true>, dense_bytes), allow_smem(fold_chunk_kernel<KD, VD>, fold_bytes),
+       true);
   (void)opted_in;
   const int32_t single_pieces = step.pieces - step.multi_pieces - step.few_pieces;
   if (step.multi_chunks > 0) {
@@ -1395,13 +1427,15 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
   }
   if (single_pieces > 0 && single_pieces >= dense_decode_from()) {
     // Heads fastest, so that the pieces delta_order puts first (those that fold) start first.
-    launch_dependent("decode_dense_kernel", decode_dense_kernel<KD, VD>, dim3(dims.value_heads, single_pieces),
-                     dim3(DenseSmem<KD, VD>::kThreads), dense_bytes, stream, step, layer, qkv, beta, g, dims, out,
-                     norm);
+    launch_dependent("decode_dense_kernel",
+                     early_loads() ? decode_dense_kernel<KD, VD, true> : decode_dense_kernel<KD, VD, false>,
+                     dim3(dims.value_heads, single_pieces), dim3(DenseSmem<KD, VD>::kThreads), dense_bytes, stream,
+                     step, layer, qkv, beta, g, dims, out, norm);
     check_launch("gdn decode_dense_kernel");
   } else if (single_pieces > 0) {
     // A head's column groups form one cluster (the gated norm gathers their outputs).
-    launch_dependent_clusters("decode_delta_kernel", decode_delta_kernel<KD, VD>,
+    launch_dependent_clusters("decode_delta_kernel",
+                              early_loads() ? decode_delta_kernel<KD, VD, true> : decode_delta_kernel<KD, VD, false>,
                               dim3(single_pieces, dims.value_heads, VD / VC), dim3(1, 1, VD / VC), kThreads,
                               decode_bytes, stream, step, layer, qkv, beta, g, dims, out, norm);
     check_launch("gdn decode_delta_kernel");
