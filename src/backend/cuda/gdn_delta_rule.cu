@@ -754,6 +754,24 @@ struct DecodeSmem {
   float g, beta;
 };
 
+// A one-chunk kernel's copies of its group's state (DecodeSmem, RowsSmem): columns [col0, col0 + VC) of S_b and of the
+// chunk's `before` earlier rows' d, the group's key rows among them (`own_keys` from `first_key`) and their G.
+template <int KD, int VD, int VC, typename Smem>
+__device__ __forceinline__ void copy_group_state_async(Smem& sm, const float* state, int col0, int before,
+                                                       int first_key, int own_keys) {
+  constexpr DeltaHeadState layout{KD, VD};
+  constexpr int kU = VC + VC / 8;
+  copy_state_columns_async<KD, VD, VC>(sm.S, state, col0);
+  if constexpr (kU % 4 == 0) {
+    copy_rows_async_16<VC>(&sm.u[0][0], kU, state + layout.d() + col0, VD, before);
+  } else {
+    copy_rows_async(&sm.u[0][0], kU, state + layout.d() + col0, VD, before, VC);
+  }
+  copy_rows_async_16<KD>(&sm.k[0][0], Smem::kKeyStride, state + layout.keys() + static_cast<int64_t>(first_key) * KD,
+                         KD, own_keys);
+  copy_floats_async(sm.G, state + layout.G(), before);
+}
+
 // kEarlyState (DUET_CUDA_EARLY_LOADS=1, dependent_launch.h): the sequence's state (the group's columns of S_b, the
 // chunk's earlier d, keys and G) asked for before the wait, in the conv kernel's tail: only this layer's delta-rule
 // kernels write it, in earlier steps (the fold after this kernel, chunk_tail_kernel for other pieces), and the step's
@@ -790,17 +808,7 @@ __global__ void __launch_bounds__(kThreads)
   const int own_keys = max(0, min(kRows, t - first_key));
 
   const bf16* row = qkv + static_cast<int64_t>(first_row) * in.width;
-  auto copy_state = [&] {
-    copy_state_columns_async<KD, VD, VC>(sm.S, state, col0);
-    if constexpr (kU % 4 == 0) {
-      copy_rows_async_16<VC>(&sm.u[0][0], kU, state + layout.d() + col0, VD, t);
-    } else {
-      copy_rows_async(&sm.u[0][0], kU, state + layout.d() + col0, VD, t, VC);
-    }
-    copy_rows_async_16<KD>(&sm.k[0][0], Smem::kKeyStride, state + layout.keys() + static_cast<int64_t>(first_key) * KD,
-                           KD, own_keys);
-    copy_floats_async(sm.G, state + layout.G(), t);
-  };
+  auto copy_state = [&] { copy_group_state_async<KD, VD, VC>(sm, state, col0, t, first_key, own_keys); };
   if constexpr (kEarlyState) {
     copy_state();
     wait_for_prerequisites();
@@ -1194,15 +1202,7 @@ __global__ void __launch_bounds__(kThreads)
   copy_bf16_rows_async(&sm.raw.q[0][0], first + in.q, in.width, rows, KD);
   copy_bf16_rows_async(&sm.raw.k[0][0], first + in.k, in.width, rows, KD);
   copy_bf16_rows_async(&sm.raw_v[0][0], first + in.v + col0, in.width, rows, VC);
-  copy_state_columns_async<KD, VD, VC>(sm.S, state, col0);
-  if constexpr (kU % 4 == 0) {
-    copy_rows_async_16<VC>(&sm.u[0][0], kU, state + layout.d() + col0, VD, a);
-  } else {
-    copy_rows_async(&sm.u[0][0], kU, state + layout.d() + col0, VD, a, VC);
-  }
-  copy_rows_async_16<KD>(&sm.k[0][0], Smem::kKeyStride, state + layout.keys() + static_cast<int64_t>(first_key) * KD,
-                         KD, own_keys);
-  copy_floats_async(sm.G, state + layout.G(), a);
+  copy_group_state_async<KD, VD, VC>(sm, state, col0, a, first_key, own_keys);
   for (int r = tid; r < rows; r += kThreads) {
     const int64_t at = static_cast<int64_t>(chunk.first_row + r) * in.heads + head;
     copy_async_4(&sm.g[r], g + at);
