@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# On the GPU machine: what a change to the CUDA backend owes before it lands (issue 16, "How it is shown"), in one
+# call within a budget, on a pack of the change (device/, or .devpack/device.tar.xz unpacked when device/ is missing)
+# and the 9B-shaped checkpoint of tools/make_9b_references.py (made in WORK when missing, about 40 s):
+#   1. the GPU suite (device/run_gpu_tests.sh; DUET_GPU_SUITES picks suites), bounded by what the budget leaves for
+#      the rest; the suites it did not reach are named, so that the next call can run them alone;
+#   2. exactness: `duet serve` + `duet bench --alone --serial` at 1, 4, 16 and 64 streams, greedy, seeded and penalized
+#      (tools/gpu_bench.sh; 0 unequal, 0 failed);
+#   3. where a decode step's GPU time goes (DUET_PROFILE=1 duet run, 1,024-token prompt, 128 tokens) at 64 streams and
+#      one, and the host's share of a step (DUET_STEP_GAPS=1, 256 tokens), while the budget lasts.
+# Settings (environment assignments, e.g. DUET_CUDA_EARLY_LOADS=1) apply to every stage when exported before the call.
+#   usage: tools/gpu_checks.sh OUT [WORK=/tmp/9b] [BUDGET_S=560]
+set -uo pipefail
+out=$1; work=${2:-/tmp/9b}; budget=${3:-560}
+start=$(date +%s)
+elapsed() { echo $(( $(date +%s) - start )); }
+mkdir -p "$out"
+if [[ ! -x device/bin/duet ]]; then
+  [[ -f .devpack/device.tar.xz ]] || { echo "no device/ and no .devpack/device.tar.xz: pack first" >&2; exit 1; }
+  tar -xJf .devpack/device.tar.xz
+fi
+export LD_LIBRARY_PATH="$PWD/device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" DUET_TESTS_DIR_OVERRIDE="$PWD/tests"
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+if [[ ! -f $work/model/config.json ]]; then
+  python3 tools/make_9b_references.py --out "$work" --checkpoint-only > "$out/make9b.log" 2>&1 ||
+    { tail -5 "$out/make9b.log"; exit 1; }
+  echo "checkpoint made at $(elapsed) s"
+fi
+
+echo "== 1. GPU suite (log: $out/suite.log)"
+timeout $(( budget - 190 - $(elapsed) )) device/run_gpu_tests.sh > "$out/suite.log" 2>&1
+grep -E "^=== summary|^FAILED" "$out/suite.log" | tail -8
+if ! grep -q "^=== summary" "$out/suite.log"; then
+  echo "the suite ran out of budget at $(grep -c '^=== ' "$out/suite.log") suites; the last one begun:"
+  grep "^=== " "$out/suite.log" | tail -1
+fi
+echo "suite done at $(elapsed) s"
+
+echo "== 2. exactness"
+RUN_LENGTHS="" timeout 160 tools/gpu_bench.sh "$out/exact" "$work" 1,4,16,64 | grep -E "^exactness|^level .*failed [1-9]"
+echo "exactness done at $(elapsed) s"
+
+echo "== 3. profiles"
+ids=$(python3 -c "import random; random.seed(1024); print(','.join(str(random.randrange(248044)) for _ in range(1024)))")
+for streams in 64 1; do
+  (( $(elapsed) < budget - 30 )) || break
+  DUET_PROFILE=1 timeout 60 device/bin/duet run "$work/model" --backend cuda --prompt-ids "$ids" --max-tokens 128 \
+    --ignore-eos --streams $streams > /dev/null 2> "$out/profile-$streams.txt"
+  sed -n '/decode steps/,/^DUET_PROFILE: steps with prefill/p' "$out/profile-$streams.txt" | head -20
+done
+for streams in 64 1; do
+  (( $(elapsed) < budget - 20 )) || break
+  DUET_STEP_GAPS=1 timeout 40 device/bin/duet run "$work/model" --backend cuda --prompt-ids "$ids" --max-tokens 256 \
+    --ignore-eos --streams $streams > /dev/null 2> "$out/gaps-$streams.txt"
+  grep -A2 "DUET_STEP_GAPS" "$out/gaps-$streams.txt" | tail -1
+done
+echo "done at $(elapsed) s"
