@@ -42,16 +42,18 @@ echo "exactness done at $(elapsed) s"
 
 echo "== 3. profiles"
 ids=$(python3 -c "import random; random.seed(1024); print(','.join(str(random.randrange(248044)) for _ in range(1024)))")
+step_run() {  # SETTING TOKENS STREAMS REPORT: one `duet run` of the ids under SETTING=1, its stderr to REPORT
+  env "$1=1" timeout 60 device/bin/duet run "$work/model" --backend cuda --prompt-ids "$ids" --max-tokens "$2" \
+    --ignore-eos --streams "$3" > /dev/null 2> "$4"
+}
 for streams in 64 1; do
   (( $(elapsed) < budget - 30 )) || break
-  DUET_PROFILE=1 timeout 60 device/bin/duet run "$work/model" --backend cuda --prompt-ids "$ids" --max-tokens 128 \
-    --ignore-eos --streams $streams > /dev/null 2> "$out/profile-$streams.txt"
+  step_run DUET_PROFILE 128 $streams "$out/profile-$streams.txt"
   sed -n '/decode steps/,/^DUET_PROFILE: steps with prefill/p' "$out/profile-$streams.txt" | head -20
 done
 for streams in 64 1; do
   (( $(elapsed) < budget - 20 )) || break
-  DUET_STEP_GAPS=1 timeout 40 device/bin/duet run "$work/model" --backend cuda --prompt-ids "$ids" --max-tokens 256 \
-    --ignore-eos --streams $streams > /dev/null 2> "$out/gaps-$streams.txt"
+  step_run DUET_STEP_GAPS 256 $streams "$out/gaps-$streams.txt"
   grep -A2 "DUET_STEP_GAPS" "$out/gaps-$streams.txt" | tail -1
 done
 echo "done at $(elapsed) s"
