@@ -28,7 +28,8 @@ if [[ ! -f $work/model/config.json ]]; then
 fi
 
 echo "== 1. GPU suite (log: $out/suite.log)"
-timeout $(( budget - 190 - $(elapsed) )) device/run_gpu_tests.sh > "$out/suite.log" 2>&1
+suite_s=$(( budget - 190 - $(elapsed) ))
+timeout $(( suite_s > 60 ? suite_s : 60 )) device/run_gpu_tests.sh > "$out/suite.log" 2>&1
 grep -E "^=== summary|^FAILED" "$out/suite.log" | tail -8
 if ! grep -q "^=== summary" "$out/suite.log"; then
   echo "the suite ran out of budget at $(grep -c '^=== ' "$out/suite.log") suites; the last one begun:"
