@@ -26,13 +26,11 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string_view>
 #include <tuple>
-#include <utility>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dependent_launch.h"
