@@ -7,7 +7,7 @@
 #   usage: tools/pack_for_device.sh [BUILD_DIR]   (default: build)
 # The checkout alone is about 58.6 MB of the call's 64 MiB, so a pack of everything no longer fits beside it. With
 # PACK_ONLY="NAME ..." only those executables go (e.g. "duet cuda_tests cuda_cublaslt_loader_test": 6.5 MB, the GPU
-# suite and the exactness bench, session 40), and PACK_NO_BLAS=1 leaves out OpenBLAS / LAPACKE (only `duet adapter`
+# suite and the exactness bench, session 40; kernel_trace names the CUPTI timeline library), and PACK_NO_BLAS=1 leaves out OpenBLAS / LAPACKE (only `duet adapter`
 # and the RuntimeAdapter tests need them). OpenSSL and zlib are never packed: the GPU machine's Ubuntu 24.04 has both,
 # ABI-compatible (seen working in session 40), and they were 1.9 MB of the compressed pack.
 set -euo pipefail
@@ -48,6 +48,15 @@ while IFS= read -r test; do
   strip --strip-all "$out/tests/$rel"
   binaries+=("$test")
 done < <(find "$build/tests" -type f -executable \( -name 'cuda_*' -o -name 'bench_*' \) -not -path '*/CMakeFiles/*' | sort)
+
+# The CUPTI kernel-timeline library (tests/cuda/kernel_trace.cc), loaded by the driver through CUDA_INJECTION64_PATH:
+# into lib/, with libcupti beside it (the GPU machine's CUPTI is a Python wheel's, off the loader's path).
+trace="$build/tests/cuda/libkernel_trace.so"
+if wanted kernel_trace && [[ -f $trace ]]; then
+  cp "$trace" "$out/lib/"
+  strip --strip-all "$out/lib/libkernel_trace.so"
+  binaries+=("$trace")
+fi
 
 # Their shared libraries, under the name the loader asks for (ldd's first column), symlinks resolved.
 skip='^(libssl|libcrypto|libz|libc|libm|libpthread|libdl|librt|ld-linux.*|libgcc_s|libstdc\+\+|libcuda|libcublas.*|libcudart.*)\.so'
