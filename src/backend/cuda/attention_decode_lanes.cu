@@ -290,9 +290,8 @@ __device__ __forceinline__ LaneRow<E> stage_lane(const bf16* row, int lane) {
 template <int D, int GP, int kStages>
 __global__ void __cluster_dims__(kDecodeCluster, 1, 1) __launch_bounds__(kThreads, 2)
     attention_decode_lanes_kernel(AttentionParams p) {
-  if (p.trigger_first) let_dependents_launch();  // dependent_launch.h, early_trigger()
-  wait_for_prerequisites();
-  if (!p.trigger_first) let_dependents_launch();
+  wait_for_prerequisites();  // dependent_launch.h
+  let_dependents_launch();
   constexpr int E = D / 32;
   constexpr int N = kBatch * GP;          // scores of a batch: key-major (value k GP + g)
   constexpr int kShift = 5 - log2_of(N);  // lane l ends with score l >> kShift
@@ -432,10 +431,8 @@ void launch_lanes_staged(const AttentionParams& p, cudaStream_t stream) {
       (allow_smem(attention_decode_lanes_kernel<D, GP, kStages>, kBytes, "attention_decode_lanes_kernel smem"), true);
   (void)configured;
   const int clusters = std::min(p.step.rows, kMaxDecodeClusters);
-  AttentionParams params = p;
-  params.trigger_first = early_trigger();
   launch_dependent("attention_decode_lanes_kernel", attention_decode_lanes_kernel<D, GP, kStages>,
-                   dim3(clusters * kDecodeCluster, p.kv_heads), kThreads, kBytes, stream, params);
+                   dim3(clusters * kDecodeCluster, p.kv_heads), kThreads, kBytes, stream, p);
   check_launch("attention_decode_lanes_kernel");
 }
 

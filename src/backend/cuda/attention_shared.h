@@ -30,8 +30,6 @@ struct AttentionParams {
   // The lanes decode form's split of a row's keys over the cluster (attention_decode_lanes.cu): 0 by key blocks of 64
   // (decode_split, as the cluster form), 1 by runs of 32 keys (DUET_ATTN_LANES_SPLIT=keys: its own bits).
   int32_t lanes_key_split = 0;
-  // The lanes decode kernel lets its dependent (the output projection) launch before it waits (early_trigger()).
-  bool trigger_first = false;
 };
 
 __device__ __forceinline__ float bf16_low(uint32_t pair) { return __uint_as_float(pair << 16); }

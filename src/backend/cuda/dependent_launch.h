@@ -53,11 +53,10 @@ cudaLaunchAttribute dependent_launch_attribute(const char* what);
 // on the same values, so the same bits; only when the reads start moves, and only in steps launched as dependents.
 bool early_loads();
 
-// DUET_CUDA_EARLY_TRIGGER=1 (read once; a measurement switch): the kernels just before a GEMM (the row norm, the
-// delta rule's one-row decode kernels, the lanes decode attention) let their dependent launch before they wait for
-// their own prerequisite rather than after, so that the GEMM (every one of a one-row step's 129 but gate | up's down
-// projection, which follows a GEMM) is scheduled in the tail of the kernel before them and asks for its first stages
-// of weights there, where today it can start only once they run. Still one wait a kernel: the GEMM waits for the
+// DUET_CUDA_EARLY_TRIGGER=1 (read once; a measurement switch): the row norm lets its dependent launch before it waits
+// for its own prerequisite rather than after, so that the GEMM after a norm (64 of a step's 129: every norm feeds
+// one) is scheduled in the tail of the GEMM before the norm and asks for its first stages of weights there, where
+// today it can start only once the norm runs, after that GEMM is done. Still one wait a kernel: the GEMM waits for the
 // norm, which waits for the GEMM before it. Every block of a grid has started before its dependent is scheduled, so a
 // chain of waiting grids cannot starve the one it waits for. Only when the GEMM starts moves, so no bit.
 bool early_trigger();

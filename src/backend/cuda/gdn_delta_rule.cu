@@ -779,13 +779,10 @@ __device__ __forceinline__ void copy_group_state_async(Smem& sm, const float* st
 template <int KD, int VD, bool kEarlyState = false>
 __global__ void __launch_bounds__(kThreads)
     decode_delta_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, const float* g,
-                        GdnDims dims, float* out, GdnNormArrays norm, bool trigger_first) {
-  // dependent_launch.h: nothing is touched before the previous kernel is done, and only then may the next one be
-  // scheduled (one kernel ahead), unless trigger_first (early_trigger(): the out projection asks for its weights now).
-  if (trigger_first) let_dependents_launch();
+                        GdnDims dims, float* out, GdnNormArrays norm) {
   if constexpr (!kEarlyState) {
-    wait_for_prerequisites();
-    if (!trigger_first) let_dependents_launch();
+    wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
+    let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
   }
   constexpr DeltaHeadState layout{KD, VD};
   constexpr int VC = columns_for(VD);
@@ -815,7 +812,7 @@ __global__ void __launch_bounds__(kThreads)
   if constexpr (kEarlyState) {
     copy_state();
     wait_for_prerequisites();
-    if (!trigger_first) let_dependents_launch();
+    let_dependents_launch();
   }
   copy_bf16_rows_async(sm.raw.q, row + in.q, 0, 1, KD);
   copy_bf16_rows_async(sm.raw.k, row + in.k, 0, 1, KD);
@@ -953,11 +950,10 @@ __device__ __forceinline__ float butterfly_in_thread(const float (&part)[kDenseL
 template <int KD, int VD, bool kEarlyState = false>
 __global__ void __launch_bounds__(VD + kC, 5)
     decode_dense_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, const float* g,
-                        GdnDims dims, float* out, GdnNormArrays norm, bool trigger_first) {
-  if (trigger_first) let_dependents_launch();  // as decode_delta_kernel's
+                        GdnDims dims, float* out, GdnNormArrays norm) {
   if constexpr (!kEarlyState) {
     wait_for_prerequisites();
-    if (!trigger_first) let_dependents_launch();
+    let_dependents_launch();
   }
   constexpr DeltaHeadState layout{KD, VD};
   using Smem = DenseSmem<KD, VD>;
@@ -987,7 +983,7 @@ __global__ void __launch_bounds__(VD + kC, 5)
     commit_async_copies();
     first_rows();
     wait_for_prerequisites();
-    if (!trigger_first) let_dependents_launch();
+    let_dependents_launch();
   }
   const bf16* row = qkv + static_cast<int64_t>(first_row) * in.width;
   copy_bf16_rows_async(sm.raw_q, row + in.q, 0, 1, KD);
@@ -1434,14 +1430,14 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
     launch_dependent("decode_dense_kernel",
                      early_loads() ? decode_dense_kernel<KD, VD, true> : decode_dense_kernel<KD, VD, false>,
                      dim3(dims.value_heads, single_pieces), dim3(DenseSmem<KD, VD>::kThreads), dense_bytes, stream,
-                     step, layer, qkv, beta, g, dims, out, norm, early_trigger() && step.fold_pieces == 0);
+                     step, layer, qkv, beta, g, dims, out, norm);
     check_launch("gdn decode_dense_kernel");
   } else if (single_pieces > 0) {
     // A head's column groups form one cluster (the gated norm gathers their outputs).
-    launch_dependent_clusters(
-        "decode_delta_kernel", early_loads() ? decode_delta_kernel<KD, VD, true> : decode_delta_kernel<KD, VD, false>,
-        dim3(single_pieces, dims.value_heads, VD / VC), dim3(1, 1, VD / VC), kThreads, decode_bytes, stream, step,
-        layer, qkv, beta, g, dims, out, norm, early_trigger() && step.fold_pieces == 0);
+    launch_dependent_clusters("decode_delta_kernel",
+                              early_loads() ? decode_delta_kernel<KD, VD, true> : decode_delta_kernel<KD, VD, false>,
+                              dim3(single_pieces, dims.value_heads, VD / VC), dim3(1, 1, VD / VC), kThreads,
+                              decode_bytes, stream, step, layer, qkv, beta, g, dims, out, norm);
     check_launch("gdn decode_delta_kernel");
   }
   if (step.fold_pieces > 0) {
