@@ -75,12 +75,4 @@ bool early_loads() {
   return early;
 }
 
-bool early_trigger() {
-  static const bool early = [] {
-    const char* v = std::getenv("DUET_CUDA_EARLY_TRIGGER");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
-  return early;
-}
-
 }  // namespace duet::backend::cuda

@@ -53,14 +53,6 @@ cudaLaunchAttribute dependent_launch_attribute(const char* what);
 // on the same values, so the same bits; only when the reads start moves, and only in steps launched as dependents.
 bool early_loads();
 
-// DUET_CUDA_EARLY_TRIGGER=1 (read once; a measurement switch): the row norm lets its dependent launch before it waits
-// for its own prerequisite rather than after, so that the GEMM after a norm (64 of a step's 129: every norm feeds
-// one) is scheduled in the tail of the GEMM before the norm and asks for its first stages of weights there, where
-// today it can start only once the norm runs, after that GEMM is done. Still one wait a kernel: the GEMM waits for the
-// norm, which waits for the GEMM before it. Every block of a grid has started before its dependent is scheduled, so a
-// chain of waiting grids cannot starve the one it waits for. Only when the GEMM starts moves, so no bit.
-bool early_trigger();
-
 // kernel<<<grid, block, smem, stream>>>(args...) with the attribute; `what` names it in errors. Only for kernels that
 // call wait_for_prerequisites() before touching memory.
 template <typename... Params, typename... Args>

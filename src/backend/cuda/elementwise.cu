@@ -144,14 +144,9 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 // written back by the thread that reads it again below, so the norm sees exactly what add then rms_norm would.
 template <bool kWeightF32>
 __global__ void rms_norm_kernel(bf16* x, const bf16* __restrict__ delta, int64_t rows, int32_t width,
-                                const void* __restrict__ w, float eps, bool one_plus, bf16* out, bool vec,
-                                bool trigger_first) {
-  // dependent_launch.h: nothing is touched before the previous kernel is done, and only then may the next one be
-  // scheduled (one kernel ahead), unless trigger_first (early_trigger()): the GEMM after this norm is scheduled
-  // at once, to ask for its weights in the previous kernel's tail.
-  if (trigger_first) let_dependents_launch();
-  wait_for_prerequisites();
-  if (!trigger_first) let_dependents_launch();
+                                const void* __restrict__ w, float eps, bool one_plus, bf16* out, bool vec) {
+  wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
+  let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
   // x and out may alias (in place): no __restrict__, and each element is read and written by the same thread, the
   // write after the block-wide reduction that follows every read of the row.
   __shared__ float scratch[32];
@@ -305,10 +300,10 @@ void rms_norm(bf16* x, const bf16* delta, int64_t rows, int32_t width, DeviceWei
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(rows, 1 << 20));
   if (w.f32) {
     launch_dependent("rms_norm_kernel", rms_norm_kernel<true>, grid, threads, 0, stream, x, delta, rows, width, w.data,
-                     eps, one_plus, out, vec, early_trigger());
+                     eps, one_plus, out, vec);
   } else {
     launch_dependent("rms_norm_kernel", rms_norm_kernel<false>, grid, threads, 0, stream, x, delta, rows, width, w.data,
-                     eps, one_plus, out, vec, early_trigger());
+                     eps, one_plus, out, vec);
   }
   check_launch("launch_rms_norm");
 }
