@@ -27,12 +27,14 @@ def read_trace(lines):
 
 
 def family(name):
+    """The kernel's own name: no return type, namespaces, template arguments or parameters."""
+    name = name.replace("(anonymous namespace)::", "").removeprefix("void ")
     cut = len(name)
     for sep in "<(":
         at = name.find(sep)
         if at > 0:
             cut = min(cut, at)
-    return name[:cut].replace("void ", "").split("::")[-1]
+    return name[:cut].split("::")[-1]
 
 
 def exclusive_times(kernels):

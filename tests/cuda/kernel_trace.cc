@@ -38,8 +38,8 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
 // A kernel's name as written in the source (templates included) where it demangles, else as stored.
 void write_kernel(const CUpti_ActivityKernel10& kernel) {
   int status = 0;
-  std::unique_ptr<char, decltype(&std::free)> demangled(
-      abi::__cxa_demangle(kernel.name, nullptr, nullptr, &status), &std::free);
+  std::unique_ptr<char, decltype(&std::free)> demangled(abi::__cxa_demangle(kernel.name, nullptr, nullptr, &status),
+                                                        &std::free);
   const char* name = status == 0 && demangled ? demangled.get() : kernel.name;
   std::fprintf(out, "%llu\t%llu\t%u\t%llu\t%s\n", static_cast<unsigned long long>(kernel.start),
                static_cast<unsigned long long>(kernel.end), kernel.streamId,
