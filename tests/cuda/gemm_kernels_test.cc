@@ -162,10 +162,12 @@ struct NormCase {
 TEST(Elementwise, RmsNormMatchesDoubleAndIsRowInvariant) {
   DUET_REQUIRE_GPU();
   const float eps = 1e-6f;
-  // hidden (BF16 weight, 1+w), attention heads (F32 weight), a GDN-sized plain weight, and a width that is no
-  // multiple of 8 (element-by-element path).
-  for (const NormCase& c : {NormCase{7, 4096, false, true}, NormCase{33 * 16, 256, true, true},
-                            NormCase{5, 128, true, false}, NormCase{3, 100, false, false}}) {
+  // hidden (BF16 weight, 1+w), attention heads (F32 weight), a GDN-sized plain weight, a width of two chunks a thread
+  // (rms_norm_kernel; up to 4,096 one chunk a thread, rms_norm_chunk_kernel), and a width that is no multiple of 8
+  // (element-by-element path, whose bits the unaligned case below compares the vector kernels with).
+  for (const NormCase& c :
+       {NormCase{7, 4096, false, true}, NormCase{33 * 16, 256, true, true}, NormCase{5, 128, true, false},
+        NormCase{2, 8192, false, true}, NormCase{3, 100, false, false}}) {
     SCOPED_TRACE("rows " + std::to_string(c.rows) + " width " + std::to_string(c.width));
     const size_t count = static_cast<size_t>(c.rows) * c.width;
     const auto x = random_bf16(count, 2, -3.0f, 3.0f);

@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 #include "backend/cuda/activations.h"
 #include "backend/cuda/cuda_check.h"
@@ -206,6 +208,56 @@ __global__ void rms_norm_kernel(bf16* x, const bf16* __restrict__ delta, int64_t
   }
 }
 
+// rms_norm_kernel's vector path where a row is at most one chunk a thread (every width up to 4,096: the 9B's hidden
+// rows), the same operations in the same order, so the same bits; why: at one row this norm took 3.6 us, the chain of
+// its memory waits (the row, then after the reduction the row again and the weight, each a round trip), 64 of them a
+// decode step (docs/benchmarks.md, 36th round). Here the weight's chunk is asked for before the dependent-launch
+// wait (no kernel writes weights), and the row's values stay in registers from the add to the output.
+template <bool kWeightF32>
+__global__ void rms_norm_chunk_kernel(bf16* x, const bf16* __restrict__ delta, int64_t rows, int32_t width,
+                                      const void* __restrict__ w, float eps, bool one_plus, bf16* out) {
+  const int32_t chunks = width / kVec;
+  const int c = static_cast<int>(threadIdx.x);
+  const bool owns = c < chunks;  // threads past the row's chunks add exact zeros to the sum, as in rms_norm_kernel
+  const int64_t first = static_cast<int64_t>(c) * kVec;
+  float scale[kVec];
+  if (owns) {
+    load_weight8<kWeightF32>(w, first, width, true, scale);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) scale[e] = one_plus ? 1.0f + scale[e] : scale[e];
+  }
+  wait_for_prerequisites();  // dependent_launch.h: no activation is touched before the previous kernel is done,
+  let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
+  __shared__ float scratch[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    bf16* xr = x + r * width;
+    float v[kVec] = {};
+    float sum = 0.0f;
+    if (owns) {
+      unpack8(*reinterpret_cast<const uint4*>(xr + first), v);
+      if (delta != nullptr) {
+        float d[kVec];
+        unpack8(*reinterpret_cast<const uint4*>(delta + r * width + first), d);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) v[e] += d[e];
+        const uint4 rounded = pack8(v);
+        *reinterpret_cast<uint4*>(xr + first) = rounded;
+        unpack8(rounded, v);
+      }
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) sum = __fmaf_rn(v[e], v[e], sum);
+    }
+    sum = block_sum(sum, scratch);
+    const float inv = 1.0f / sqrtf(sum / static_cast<float>(width) + eps);
+    if (owns) {
+      float y[kVec];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) y[e] = (v[e] * inv) * scale[e];
+      *reinterpret_cast<uint4*>(out + r * width + first) = pack8(y);
+    }
+  }
+}
+
 // ---- add, swiglu, bf16 -> f32: grid-stride loops over 8-element chunks, the tail element by element.
 __global__ void add_kernel(bf16* x, const bf16* y, int64_t n, bool vec) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -286,6 +338,15 @@ void launch_add_rows(const float* delta, int32_t width, const int32_t* rows, int
 
 namespace {
 
+// rms_norm_chunk_kernel where it applies, unless DUET_RMS_NORM_CHUNK=0 (read once; for A/B: the same bits).
+bool rms_norm_by_chunk() {
+  static const bool by_chunk = [] {
+    const char* v = std::getenv("DUET_RMS_NORM_CHUNK");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return by_chunk;
+}
+
 void rms_norm(bf16* x, const bf16* delta, int64_t rows, int32_t width, DeviceWeight w, float eps, bool one_plus,
               bf16* out, cudaStream_t stream) {
   if (rows <= 0) return;
@@ -298,7 +359,15 @@ void rms_norm(bf16* x, const bf16* delta, int64_t rows, int32_t width, DeviceWei
   const bool vec = width % kVec == 0 && aligned16(x) && aligned16(out) && aligned16(w.data) &&
                    (delta == nullptr || aligned16(delta));
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(rows, 1 << 20));
-  if (w.f32) {
+  if (vec && chunks <= threads && rms_norm_by_chunk()) {
+    if (w.f32) {
+      launch_dependent("rms_norm_chunk_kernel", rms_norm_chunk_kernel<true>, grid, threads, 0, stream, x, delta, rows,
+                       width, w.data, eps, one_plus, out);
+    } else {
+      launch_dependent("rms_norm_chunk_kernel", rms_norm_chunk_kernel<false>, grid, threads, 0, stream, x, delta, rows,
+                       width, w.data, eps, one_plus, out);
+    }
+  } else if (w.f32) {
     launch_dependent("rms_norm_kernel", rms_norm_kernel<true>, grid, threads, 0, stream, x, delta, rows, width, w.data,
                      eps, one_plus, out, vec);
   } else {
