@@ -7,7 +7,9 @@
 #   2. exactness: `duet serve` + `duet bench --alone --serial` at 1, 4, 16 and 64 streams, greedy, seeded and penalized
 #      (tools/gpu_bench.sh; 0 unequal, 0 failed);
 #   3. where a decode step's GPU time goes (DUET_PROFILE=1 duet run, 1,024-token prompt, 128 tokens) at 64 streams and
-#      one, and the host's share of a step (DUET_STEP_GAPS=1, 256 tokens), while the budget lasts.
+#      one, and the host's share of a step (DUET_STEP_GAPS=1, 256 tokens), while the budget lasts;
+#   4. the kernel timelines at one stream and 64 (tools/gpu_timeline.sh: each kernel's exclusive time with graphs and
+#      dependent launches as they run), when the pack has kernel_trace and the budget lasts.
 # Settings (environment assignments, e.g. DUET_CUDA_EARLY_LOADS=1) apply to every stage when exported before the call.
 #   usage: tools/gpu_checks.sh OUT [WORK=/tmp/9b] [BUDGET_S=560]
 set -uo pipefail
@@ -57,4 +59,11 @@ for streams in 64 1; do
   step_run DUET_STEP_GAPS 256 $streams "$out/gaps-$streams.txt"
   grep -A2 "DUET_STEP_GAPS" "$out/gaps-$streams.txt" | tail -1
 done
+if [[ -f device/lib/libkernel_trace.so ]]; then
+  echo "== 4. timelines"
+  for streams in 1 64; do
+    (( $(elapsed) < budget - 25 )) || break
+    tools/gpu_timeline.sh "$out" $streams 128 "$work"
+  done
+fi
 echo "done at $(elapsed) s"
