@@ -689,6 +689,79 @@ TEST(SkinnyGemmTma, MatchesDoubleAndEveryRowCountIsBatchInvariant) {
   }
 }
 
+// The residual add and norm in the GEMM's last block (launch_skinny_gemm_tma_norm, row_norm_epilogue.h): y, the
+// residual and the norm's output bit for bit those of launch_skinny_gemm_tma then launch_add_rms_norm, at the row
+// counts it takes, on the two 9B shapes that feed a norm, twice in a row (the count of finished blocks must be back at
+// 0). The control: the norm of the residual before the add differs.
+TEST(SkinnyGemmTma, NormEpilogueIsTheGemmThenAddRmsNorm) {
+  DUET_REQUIRE_GPU();
+  for (const GemmShape& shape : {GemmShape{4096, 12288}, GemmShape{4096, 4096}}) {
+    const int64_t n = shape.n, k = shape.k;
+    const auto w = random_bf16(static_cast<size_t>(n) * k, 140 + k);
+    const auto x = random_bf16(static_cast<size_t>(8) * k, 141);
+    const auto residual = random_bf16(static_cast<size_t>(8) * n, 142, -3.0f, 3.0f);
+    const auto norm_w = random_bf16(static_cast<size_t>(n), 143);
+    DeviceBuffer<bf16> d_w(w), d_x(x), d_norm_w(norm_w);
+    DeviceBuffer<unsigned> finished(1);
+    ASSERT_EQ(cudaMemset(finished.get(), 0, sizeof(unsigned)), cudaSuccess);
+    const DeviceWeight weight{d_norm_w.get(), false, n, 1};
+    for (int32_t m : {1, 3, 8}) {
+      SCOPED_TRACE("n " + std::to_string(n) + " k " + std::to_string(k) + " m " + std::to_string(m));
+      const size_t count = static_cast<size_t>(m) * n;
+      RowNorm norm;
+      norm.w = d_norm_w.get();
+      norm.finished = finished.get();
+      norm.eps = 1e-6f;
+      norm.width = static_cast<int32_t>(n);
+      norm.threads = rms_norm_threads(norm.width);
+      norm.one_plus = true;
+      ASSERT_TRUE(skinny_tma_norm_fits(m, static_cast<int32_t>(n), static_cast<int32_t>(k), [&] {
+        RowNorm probe = norm;
+        probe.x = probe.out = d_x.get();  // any aligned arrays
+        return probe;
+      }()));
+      // The reference: the GEMM, then the fused add + norm kernel.
+      DeviceBuffer<bf16> y1(count), x1(count), out1(count);
+      ASSERT_EQ(cudaMemcpy(x1.get(), residual.data(), count * sizeof(bf16), cudaMemcpyHostToDevice), cudaSuccess);
+      SkinnyOutputs plain;
+      plain.y[0] = y1.get();
+      plain.first[1] = static_cast<int32_t>(n);
+      launch_skinny_gemm_tma(d_x.get(), m, d_w.get(), static_cast<int32_t>(n), static_cast<int32_t>(k), plain, false,
+                             nullptr);
+      launch_add_rms_norm(x1.get(), y1.get(), m, static_cast<int32_t>(n), weight, 1e-6f, true, out1.get(), nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto want_y = floats_of(y1.download()), want_x = floats_of(x1.download()),
+                 want_out = floats_of(out1.download());
+      for (int round = 0; round < 2; ++round) {
+        DeviceBuffer<bf16> y2(count), x2(count), out2(count);
+        y2.poison();
+        out2.poison();
+        ASSERT_EQ(cudaMemcpy(x2.get(), residual.data(), count * sizeof(bf16), cudaMemcpyHostToDevice), cudaSuccess);
+        norm.x = x2.get();
+        norm.out = out2.get();
+        launch_skinny_gemm_tma_norm(d_x.get(), m, d_w.get(), static_cast<int32_t>(n), static_cast<int32_t>(k), y2.get(),
+                                    norm, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_EQ(differing(floats_of(y2.download()).data(), want_y.data(), count), 0u) << "y, round " << round;
+        EXPECT_EQ(differing(floats_of(x2.download()).data(), want_x.data(), count), 0u) << "residual, round " << round;
+        const auto got_out = floats_of(out2.download());
+        EXPECT_EQ(differing(got_out.data(), want_out.data(), count), 0u) << "norm, round " << round;
+        unsigned left = 1;
+        ASSERT_EQ(cudaMemcpy(&left, finished.get(), sizeof(unsigned), cudaMemcpyDeviceToHost), cudaSuccess);
+        EXPECT_EQ(left, 0u) << "the count of finished blocks after the launch";
+        if (round == 0) {  // control: the norm of the residual before the add
+          DeviceBuffer<bf16> old_x(count), old_out(count);
+          ASSERT_EQ(cudaMemcpy(old_x.get(), residual.data(), count * sizeof(bf16), cudaMemcpyHostToDevice),
+                    cudaSuccess);
+          launch_rms_norm(old_x.get(), m, static_cast<int32_t>(n), weight, 1e-6f, true, old_out.get(), nullptr);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          EXPECT_GT(differing(floats_of(old_out.download()).data(), got_out.data(), count), count / 2) << "control";
+        }
+      }
+    }
+  }
+}
+
 // Segments (projections fused over weights stored back to back) and SwiGLU in the epilogue through the TMA engine:
 // each segment equals its projection's own call, and the SwiGLU output equals the two outputs then launch_swiglu, bit
 // for bit, at every row count a decode step has. The control: the halves swapped (up first) differ.
