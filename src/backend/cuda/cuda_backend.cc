@@ -723,13 +723,7 @@ class CudaBackend final : public Backend {
     if (swiglu_in_gemm(w, decode)) {
       // The decode rows' gate | up GEMM writes silu(gate) * up itself (launch_skinny_gemm_swiglu: the same bits as the
       // two outputs and launch_swiglu); the other rows as below.
-      timer_.time(
-          "mlp.gate_up_proj", stream_,
-          [&] {
-            launch_skinny_gemm_swiglu(data_of(x), static_cast<int32_t>(decode), bf16_of(w.gate_proj),
-                                      static_cast<int32_t>(ffn), static_cast<int32_t>(w.gate_proj.cols), gate, stream_);
-          },
-          " skinny swiglu");
+      gate_up_swiglu(w, data_of(x), decode, gate);
       prefill_rows("mlp.gate_proj", data_of(x), R, decode, w.gate_proj, w.adapter.gate_proj, gate);
       prefill_rows("mlp.up_proj", data_of(x), R, decode, w.up_proj, w.adapter.up_proj, up);
       if (R > decode)
@@ -783,13 +777,7 @@ class CudaBackend final : public Backend {
     if (mode_ == Mode::replay) return;  // the step's graph holds these launches
     const size_t mark = used_;
     bf16* gate = scratch<bf16>(R * ffn);
-    timer_.time(
-        "mlp.gate_up_proj", stream_,
-        [&] {
-          launch_skinny_gemm_swiglu(data_of(in), static_cast<int32_t>(R), bf16_of(w.gate_proj),
-                                    static_cast<int32_t>(ffn), static_cast<int32_t>(w.gate_proj.cols), gate, stream_);
-        },
-        " skinny swiglu");
+    gate_up_swiglu(w, data_of(in), R, gate);
     timer_.time(
         "mlp.down_proj", stream_,
         [&] {
@@ -1036,6 +1024,17 @@ class CudaBackend final : public Backend {
   // DUET_SKINNY_SWIGLU=0 keeps the two outputs and the SwiGLU kernel at every count, 1 takes the epilogue at every
   // count (the same bits either way; for measurements).
   static constexpr int64_t kSwigluInGemmMinRows = 25;
+  // The first `rows` rows' gate | up GEMM with SwiGLU in its epilogue, into gate [rows, ffn].
+  void gate_up_swiglu(const MlpWeights& w, const bf16* x, int64_t rows, bf16* gate) {
+    timer_.time(
+        "mlp.gate_up_proj", stream_,
+        [&] {
+          launch_skinny_gemm_swiglu(x, static_cast<int32_t>(rows), bf16_of(w.gate_proj),
+                                    static_cast<int32_t>(w.gate_proj.rows), static_cast<int32_t>(w.gate_proj.cols),
+                                    gate, stream_);
+        },
+        " skinny swiglu");
+  }
   bool swiglu_in_gemm(const MlpWeights& w, int64_t decode) const {
     static const char* env = std::getenv("DUET_SKINNY_SWIGLU");
     const Weight &gate = w.gate_proj, &up = w.up_proj;
