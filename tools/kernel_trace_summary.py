@@ -84,7 +84,8 @@ def report(s, marker, top):
           f"{s['per_step']} kernels each (the most common count)")
     period, busy = s["period"], s["busy"]
     print(f"step period {period / us:.1f} us (median {s['median_period'] / us:.1f}), GPU busy {busy / us:.1f} us, "
-          f"idle {(period - busy) / us:.1f} us = {100 * (1 - busy / period):.2f}% of the period; kernels' own "
+          f"idle {(period - busy) / us:.1f} us = {100 * (1 - busy / period):.2f}% of the period (CUPTI's own host "
+          f"work lengthens the turn between steps: DUET_STEP_GAPS=1 gives the host's share); kernels' own "
           f"durations add up to {s['launched'] / us:.1f} us (the excess over busy is overlap: dependent launches "
           f"waiting on their predecessor)")
 
