@@ -766,7 +766,6 @@ class CudaBackend final : public Backend {
     const bool fused = wanted && R == std::min<int64_t>(decode_rows_, R) && swiglu_in_gemm(w, R) &&
                        !(w.adapter.down_proj.present() && adapted_count_ > 0) && down.type == WeightType::bf16 &&
                        norm.rows * norm.cols == x.width() &&
-                       skinny_tma_for(static_cast<int32_t>(down.rows), static_cast<int32_t>(down.cols)) &&
                        skinny_tma_norm_fits(static_cast<int32_t>(R), static_cast<int32_t>(down.rows),
                                             static_cast<int32_t>(down.cols), row_norm);
     if (!fused) {
