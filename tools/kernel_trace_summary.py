@@ -7,7 +7,7 @@ period, the GPU's busy time (the union of its kernels' intervals) and idle time,
 part of its interval no earlier kernel covers, so that the times add up to busy time even where dependent launches
 overlap a kernel's start with its predecessor's end), by kernel and by kernel family (the name before its template
 arguments). Nothing is timed on the host: the timestamps are the GPU's, from CUPTI.
-  usage: tools/kernel_trace_summary.py TRACE.tsv [--marker sample_kernel] [--top 30]
+  usage: tools/kernel_trace_summary.py TRACE.tsv [--marker sample_kernel] [--top 30] [--by-position]
          tools/kernel_trace_summary.py --selftest      (ctest kernel_trace_summary_selftest)
 """
 import argparse
@@ -59,6 +59,7 @@ def summarize(kernels, marker):
     decode = [(a, b) for a, b in steps if b - a == count_mode]
     periods, busy, launched = [], [], []
     by_name, by_family, gaps = (collections.defaultdict(float) for _ in range(3))
+    positions = collections.defaultdict(list)  # a step's i-th launch: (family, duration, exclusive time) each step
     for a, b in decode:
         periods.append(kernels[b][0] - kernels[a][0])
         busy.append(sum(exclusive[i] for i in range(a, b)))
@@ -72,13 +73,16 @@ def summarize(kernels, marker):
             idle = kernels[i + 1][0] - reach
             if idle > 0:
                 gaps[(family(kernels[i][2]), family(kernels[i + 1][2]))] += idle / len(decode)
+            positions[i - a].append((family(kernels[i][2]), kernels[i][1] - kernels[i][0], exclusive[i]))
     return {"kernels": len(kernels), "marks": len(marks), "steps": len(decode), "per_step": count_mode,
             "period": statistics.mean(periods), "median_period": statistics.median(periods),
             "busy": statistics.mean(busy), "launched": statistics.mean(launched),
-            "by_name": by_name, "by_family": by_family, "gaps": gaps}
+            "by_name": by_name, "by_family": by_family, "gaps": gaps,
+            "positions": [(p[0][0], statistics.median(d for _, d, _ in p), statistics.median(e for _, _, e in p))
+                          for _, p in sorted(positions.items())]}
 
 
-def report(s, marker, top):
+def report(s, marker, top, by_position=False):
     us = 1e3
     print(f"{s['kernels']} kernels, {s['marks']} steps marked by {marker}; {s['steps']} decode steps of "
           f"{s['per_step']} kernels each (the most common count)")
@@ -99,6 +103,10 @@ def report(s, marker, top):
     print("\n| idle after -> before | us a step |\n|---|---|")
     for (left, right), ns in sorted(s["gaps"].items(), key=lambda kv: -kv[1])[:12]:
         print(f"| {left} -> {right} | {ns / us:.2f} |")
+    if by_position:
+        print("\n| launch of the step | kernel | duration us (median) | exclusive us (median) |\n|---|---|---|---|")
+        for i, (name, duration, exclusive) in enumerate(s["positions"]):
+            print(f"| {i} | {name} | {duration / us:.2f} | {exclusive / us:.2f} |")
 
 
 def selftest():
@@ -122,6 +130,9 @@ def selftest():
         failures.append(f"GEMM exclusive {s['by_family'].get('skinny_gemm_tma_kernel')} != 4600")
     if s["by_family"].get("embed") != 1_000 or s["by_family"].get("sample_kernel") != 2_000:
         failures.append(f"families {dict(s['by_family'])}")
+    if [(name, d, e) for name, d, e in s["positions"]] != [("sample_kernel", 2_000, 2_000), ("embed", 1_000, 1_000),
+                                                             ("skinny_gemm_tma_kernel", 5_000, 4_600)]:
+        failures.append(f"positions {s['positions']}")
     if dict(s["gaps"]) != {("sample_kernel", "embed"): 700, ("skinny_gemm_tma_kernel", "sample_kernel"): 300}:
         failures.append(f"gaps {dict(s['gaps'])}")
     # A planted control: without the overlap rule (each kernel's whole duration), busy would be off by the overlap.
@@ -139,6 +150,8 @@ def main():
     parser.add_argument("trace", nargs="?")
     parser.add_argument("--marker", default="sample_kernel", help="a kernel launched once a step (default the sampler)")
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--by-position", action="store_true",
+                        help="also each launch of a step in order: its median duration and exclusive time")
     parser.add_argument("--selftest", action="store_true")
     args = parser.parse_args()
     if args.selftest:
@@ -150,7 +163,7 @@ def main():
     summary = summarize(kernels, args.marker)
     if isinstance(summary, str):
         sys.exit(f"{args.trace}: {summary}")
-    report(summary, args.marker, args.top)
+    report(summary, args.marker, args.top, args.by_position)
     return 0
 
 
