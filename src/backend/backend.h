@@ -389,13 +389,6 @@ class Backend {
                                const Activations& x, Activations& out) = 0;
   // out = down(silu(gate(x)) * up(x))
   virtual void mlp(const MlpWeights& w, const Activations& x, Activations& out) = 0;
-  // mlp(w, in, delta) then add_rms_norm(x, delta, norm, eps, out): a GPU may do the residual add and the norm in the
-  // last block of the MLP's down projection, with the bits of the two calls (in and out may be the same activations).
-  virtual void mlp_add_rms_norm(const MlpWeights& w, const Activations& in, Activations& delta, Activations& x,
-                                const Weight& norm, double eps, Activations& out) {
-    mlp(w, in, delta);
-    add_rms_norm(x, delta, norm, eps, out);
-  }
   // logits[i, :] = head · x[plan.logit_rows[i]], written to host memory [logit_rows.size(), head.rows]
   virtual void lm_head(const Weight& head, const Activations& x, float* logits) = 0;
   // Whether the sublayers apply the weights' LoraFactors to the rows of adapted pieces. A backend that does not is

@@ -164,10 +164,10 @@ std::vector<PieceResult> Qwen35Model::forward(backend::StateStorage& storage, st
       be.attention_mixer(layer.attention, attention_shape_, attention_layer++, *normed, *delta);
     }
     be.add_rms_norm(*x, *delta, layer.post_attention_layernorm, config_.rms_norm_eps, *normed);
+    be.mlp(layer.mlp, *normed, *delta);
     const backend::Weight& next_norm =
         l + 1 < weights_.layers.size() ? weights_.layers[l + 1].input_layernorm : weights_.final_norm;
-    // After the last layer: the final-norm rows.
-    be.mlp_add_rms_norm(layer.mlp, *normed, *delta, *x, next_norm, config_.rms_norm_eps, *normed);
+    be.add_rms_norm(*x, *delta, next_norm, config_.rms_norm_eps, *normed);  // after the last layer: the final-norm rows
     if (dump_.enabled()) dump_.add(be, "hidden." + std::to_string(l + 1), *x);
   }
 

@@ -269,8 +269,6 @@ class CudaBackend final : public Backend {
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check_cublas(cublasLtCreate(&lt_), "cublasLtCreate");
     cublas_workspace_ = DeviceMemory(kCublasWorkspaceBytes, "cuBLASLt workspace");
-    norm_finished_ = DeviceMemory(sizeof(unsigned), "the norm epilogue's counter");
-    check_cuda(cudaMemset(norm_finished_.ptr, 0, sizeof(unsigned)), "the norm epilogue's counter");
     cudaDeviceProp prop{};
     check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
     if (prop.major != 9)
@@ -723,7 +721,13 @@ class CudaBackend final : public Backend {
     if (swiglu_in_gemm(w, decode)) {
       // The decode rows' gate | up GEMM writes silu(gate) * up itself (launch_skinny_gemm_swiglu: the same bits as the
       // two outputs and launch_swiglu); the other rows as below.
-      gate_up_swiglu(w, data_of(x), decode, gate);
+      timer_.time(
+          "mlp.gate_up_proj", stream_,
+          [&] {
+            launch_skinny_gemm_swiglu(data_of(x), static_cast<int32_t>(decode), bf16_of(w.gate_proj),
+                                      static_cast<int32_t>(ffn), static_cast<int32_t>(w.gate_proj.cols), gate, stream_);
+          },
+          " skinny swiglu");
       prefill_rows("mlp.gate_proj", data_of(x), R, decode, w.gate_proj, w.adapter.gate_proj, gate);
       prefill_rows("mlp.up_proj", data_of(x), R, decode, w.up_proj, w.adapter.up_proj, up);
       if (R > decode)
@@ -737,53 +741,6 @@ class CudaBackend final : public Backend {
       timer_.time("mlp.swiglu", stream_, [&] { launch_swiglu(gate, up, R * ffn, gate, stream_); });
     }
     gemm("mlp.down_proj", gate, R, w.down_proj, w.adapter.down_proj, data_of(out));
-    used_ = mark;
-  }
-
-  // DUET_NORM_IN_GEMM=1 (read once; a measurement switch until the GPU suite has run with it): in decode steps of up
-  // to 8 rows, the residual add and the next norm in the last block of the MLP's down projection
-  // (launch_skinny_gemm_tma_norm: the same bits, one kernel fewer a layer).
-  void mlp_add_rms_norm(const MlpWeights& w, const Activations& in, Activations& delta, Activations& x,
-                        const Weight& norm, double eps, Activations& out) override {
-    static const bool wanted = [] {
-      const char* v = std::getenv("DUET_NORM_IN_GEMM");
-      return v != nullptr && std::string_view(v) == "1";
-    }();
-    const int64_t R = in.rows(), ffn = w.gate_proj.rows;
-    const Weight& down = w.down_proj;
-    RowNorm row_norm;
-    if (wanted) {
-      row_norm.x = data_of(x);
-      row_norm.w = device_weight(norm).data;
-      row_norm.w_f32 = device_weight(norm).f32;
-      row_norm.out = data_of(out);
-      row_norm.finished = static_cast<unsigned*>(norm_finished_.ptr);
-      row_norm.eps = static_cast<float>(eps);
-      row_norm.width = static_cast<int32_t>(x.width());
-      row_norm.threads = rms_norm_threads(row_norm.width);
-      row_norm.one_plus = true;
-    }
-    const bool fused = wanted && R == std::min<int64_t>(decode_rows_, R) && swiglu_in_gemm(w, R) &&
-                       !(w.adapter.down_proj.present() && adapted_count_ > 0) && down.type == WeightType::bf16 &&
-                       norm.rows * norm.cols == x.width() &&
-                       skinny_tma_norm_fits(static_cast<int32_t>(R), static_cast<int32_t>(down.rows),
-                                            static_cast<int32_t>(down.cols), row_norm);
-    if (!fused) {
-      mlp(w, in, delta);
-      add_rms_norm(x, delta, norm, eps, out);
-      return;
-    }
-    if (mode_ == Mode::replay) return;  // the step's graph holds these launches
-    const size_t mark = used_;
-    bf16* gate = scratch<bf16>(R * ffn);
-    gate_up_swiglu(w, data_of(in), R, gate);
-    timer_.time(
-        "mlp.down_proj", stream_,
-        [&] {
-          launch_skinny_gemm_tma_norm(gate, static_cast<int32_t>(R), bf16_of(down), static_cast<int32_t>(down.rows),
-                                      static_cast<int32_t>(down.cols), data_of(delta), row_norm, stream_);
-        },
-        " skinny + add_rms_norm");
     used_ = mark;
   }
 
@@ -1023,17 +980,6 @@ class CudaBackend final : public Backend {
   // DUET_SKINNY_SWIGLU=0 keeps the two outputs and the SwiGLU kernel at every count, 1 takes the epilogue at every
   // count (the same bits either way; for measurements).
   static constexpr int64_t kSwigluInGemmMinRows = 25;
-  // The first `rows` rows' gate | up GEMM with SwiGLU in its epilogue, into gate [rows, ffn].
-  void gate_up_swiglu(const MlpWeights& w, const bf16* x, int64_t rows, bf16* gate) {
-    timer_.time(
-        "mlp.gate_up_proj", stream_,
-        [&] {
-          launch_skinny_gemm_swiglu(x, static_cast<int32_t>(rows), bf16_of(w.gate_proj),
-                                    static_cast<int32_t>(w.gate_proj.rows), static_cast<int32_t>(w.gate_proj.cols),
-                                    gate, stream_);
-        },
-        " skinny swiglu");
-  }
   bool swiglu_in_gemm(const MlpWeights& w, int64_t decode) const {
     static const char* env = std::getenv("DUET_SKINNY_SWIGLU");
     const Weight &gate = w.gate_proj, &up = w.up_proj;
@@ -1198,7 +1144,6 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   DeviceMemory cublas_workspace_;
-  DeviceMemory norm_finished_;  // launch_skinny_gemm_tma_norm's count of finished blocks (back to 0 after each launch)
   std::map<const void*, DeviceMemory> resident_;  // host address of a weight -> its device copy
   std::map<std::tuple<int64_t, int64_t, bool>, std::unique_ptr<PinnedGemm>> pinned_;
   DeviceMemory workspace_;

@@ -24,9 +24,6 @@ struct DeviceWeight {
 // ---- elementwise.cu
 // out[r] = table[ids[r]]  (table [vocab, hidden])
 void launch_embed(const bf16* table, int64_t hidden, const int32_t* ids, int32_t rows, bf16* out, cudaStream_t stream);
-// The row norm's threads for rows of `width`, a power of two from 32 to 512 (about one 8-value chunk a thread): its
-// order of summation, a function of the width alone.
-int rms_norm_threads(int32_t width);
 // Per row of width `width`: y = x * rsqrt(mean(x^2) + eps) * (one_plus ? 1 + w : w), statistics in fp32, rounded to
 // BF16 once. Rows may be heads: `rows` rows of `width` contiguous values (x and out may alias).
 void launch_rms_norm(const bf16* x, int64_t rows, int32_t width, DeviceWeight w, float eps, bool one_plus, bf16* out,
@@ -61,21 +58,6 @@ void launch_skinny_gemm(const bf16* x, int32_t m, const bf16* w, int32_t n, int3
 // [m, first[i + 1] - first[i]] array at y[i]. Projections that read the same input are one GEMM over their weights
 // concatenated at load (rows of one allocation, back to back), each projection's output where it always was: a
 // column's dot product does not depend on its neighbours, so every output keeps its bits.
-// The residual add and row norm the decode GEMM's last block may do after its outputs are stored
-// (launch_skinny_gemm_tma_norm, row_norm_epilogue.h): for each row r of the GEMM's output y (the delta),
-// x[r] += y[r] and out[r] = rms_norm(x[r]) with launch_add_rms_norm's bits. x null: none.
-struct RowNorm {
-  bf16* x = nullptr;
-  const void* w = nullptr;
-  bf16* out = nullptr;
-  unsigned* finished = nullptr;  // the launch's blocks that are done; the last one resets it to 0
-  float eps = 0.0f;
-  int32_t width = 0;
-  int32_t threads = 0;  // the norm kernel's threads for `width` (rms_norm_threads): its order of summation
-  bool w_f32 = false;
-  bool one_plus = false;
-};
-
 struct SkinnyOutputs {
   static constexpr int kMaxSegments = 4;
   int segments = 1;
@@ -138,12 +120,6 @@ SkinnyPipeline skinny_plan_for(int32_t n, int32_t k, int32_t rows);
 void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out,
                             bool y_f32, cudaStream_t stream, int slices = 0, int stages = 4, int block_rows = 0);
 int skinny_tma_slices(int32_t n, int32_t k);
-// The TMA engine's GEMM y = x w^T (BF16 out, the slices and bits of launch_skinny_gemm_tma) whose last block then does
-// launch_add_rms_norm(norm.x, y, ...) into norm.out with that launcher's bits (row_norm_epilogue.h): one kernel
-// instead of two, for decode steps of up to 8 rows (skinny_tma_norm_fits says which launches can).
-bool skinny_tma_norm_fits(int32_t m, int32_t n, int32_t k, const RowNorm& norm);
-void launch_skinny_gemm_tma_norm(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, bf16* y,
-                                 const RowNorm& norm, cudaStream_t stream);
 // The w rows of the blocks launch_skinny_gemm_tma takes for a launch of `rows` (1..64) at block_rows 0: 128, or 64
 // above 32 rows (DUET_SKINNY_TMA_HALF_ROWS moves the line but for SwiGLU's) when x comes by TMA.
 int skinny_tma_block_rows(int32_t rows, bool swiglu);

@@ -36,7 +36,6 @@
 #include "backend/cuda/dependent_launch.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mma_sync.h"
-#include "backend/cuda/row_norm_epilogue.h"
 #include "backend/cuda/skinny_gemm_slices.h"
 #include "backend/cuda/skinny_regs_choice.h"
 #include "backend/cuda/wgmma.h"
@@ -107,12 +106,11 @@ __device__ __forceinline__ int32_t tile_first_row(const SkinnyOutputs& out, int6
 
 // kWgs 1: 64-row blocks of one consumer warpgroup, three an SM (launches of more than 32 rows): twice the blocks
 // reading at once; each output the same chain, so the same bits at the same slices.
-// The kernels' body (tma_gemm_kernel, tma_gemm_norm_kernel below). kNorm (launch_skinny_gemm_tma_norm): the
-// launch's last block then adds the output to the residual and norms it (row_norm_epilogue.h).
-template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma, int kWgs, bool kNorm>
-__device__ __forceinline__ void tma_gemm(const CUtensorMap& w_map, const CUtensorMap& x_map, const bf16* __restrict__ x,
-                                         int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out, bool early_w,
-                                         const RowNorm& norm) {
+template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma, int kWgs = 2>
+__global__ void __launch_bounds__(threads_for(kWgs), blocks_an_sm(kWgs, kStages, kWgTiles))
+    tma_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
+                    const bf16* __restrict__ x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs out,
+                    bool early_w) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // TMA's 128-byte swizzle and the descriptors' atoms need 1,024-byte alignment; every block rounds alike, so a
   // partial's address maps to the same place in each block of the cluster.
@@ -266,32 +264,6 @@ __device__ __forceinline__ void tma_gemm(const CUtensorMap& w_map, const CUtenso
     }
   }
   skinny::add_slices_and_store<kOutF32, kRows>(cluster, partials, rows, block * kRows, n, out);
-  if constexpr (kNorm) {
-    static_assert(!kOutF32, "the norm reads a BF16 output");
-    __shared__ int last;
-    __shared__ float scratch[kNormMaxVirtualWarps + 1];
-    constexpr int kWarps = threads_for(kWgs) / 32;
-    if (last_block_done(norm.finished, &last))
-      add_rms_norm_rows<(kNormMaxVirtualWarps + kWarps - 1) / kWarps>(norm, static_cast<const bf16*>(out.y[0]), rows,
-                                                                      scratch);
-  }
-}
-
-template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma, int kWgs = 2>
-__global__ void __launch_bounds__(threads_for(kWgs), blocks_an_sm(kWgs, kStages, kWgTiles))
-    tma_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
-                    const bf16* __restrict__ x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs out,
-                    bool early_w) {
-  tma_gemm<kTiles, kOutF32, kStages, kWgTiles, kXByTma, kWgs, false>(w_map, x_map, x, rows, n, k, out, early_w,
-                                                                     RowNorm{});
-}
-
-template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma, int kWgs>
-__global__ void __launch_bounds__(threads_for(kWgs), blocks_an_sm(kWgs, kStages, kWgTiles))
-    tma_gemm_norm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
-                         const bf16* __restrict__ x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs out,
-                         bool early_w, const RowNorm norm) {
-  tma_gemm<kTiles, kOutF32, kStages, kWgTiles, kXByTma, kWgs, true>(w_map, x_map, x, rows, n, k, out, early_w, norm);
 }
 
 // A [rows, k] BF16 matrix's tensor map: boxes of 64 k x box_rows, 128-byte swizzle, zeros out of bounds.
@@ -359,15 +331,10 @@ void by_tiles(int32_t rows, Launch&& launch) {
   launch.template operator()<8>();
 }
 
-template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma, int kWgs = 2, bool kNorm = false>
+template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma, int kWgs = 2>
 void launch_engine(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out,
-                   int slices, cudaStream_t stream, const RowNorm& norm = {}) {
-  constexpr auto kernel = [] {
-    if constexpr (kNorm)
-      return tma_gemm_norm_kernel<kTiles, kOutF32, kStages, kWgTiles, kXByTma, kWgs>;
-    else
-      return tma_gemm_kernel<kTiles, kOutF32, kStages, kWgTiles, kXByTma, kWgs>;
-  }();
+                   int slices, cudaStream_t stream) {
+  constexpr auto kernel = tma_gemm_kernel<kTiles, kOutF32, kStages, kWgTiles, kXByTma, kWgs>;
   constexpr size_t kSmem = shared_bytes(kStages, kWgTiles, kTiles, kWgs);
   static const bool sized = [] {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)),
@@ -381,13 +348,8 @@ void launch_engine(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t 
                                                "launch_skinny_gemm_tma: cuTensorMapEncodeTiled "
                                                "refused x")
                                     : CUtensorMap{};
-  if constexpr (kNorm) {
-    skinny::launch_clusters(kernel, threads_for(kWgs), block_rows(kWgTiles, kWgs), kSmem, n, slices, stream,
-                            "skinny tma + norm", map, x_map, x, rows, n, k, out, early_weights(), norm);
-  } else {
-    skinny::launch_clusters(kernel, threads_for(kWgs), block_rows(kWgTiles, kWgs), kSmem, n, slices, stream,
-                            "skinny tma", map, x_map, x, rows, n, k, out, early_weights());
-  }
+  skinny::launch_clusters(kernel, threads_for(kWgs), block_rows(kWgTiles, kWgs), kSmem, n, slices, stream, "skinny tma",
+                          map, x_map, x, rows, n, k, out, early_weights());
 }
 
 template <int kTiles, bool kOutF32, int kStages, int kWgTiles>
@@ -514,26 +476,6 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
       launch_rows<false, 4>(map, xr, rows, n, k, out, slices, stream);
     }
   }
-}
-
-bool skinny_tma_norm_fits(int32_t m, int32_t n, int32_t k, const RowNorm& norm) {
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  return x_by_tma() && skinny_tma_for(n, k) && m >= 1 && m <= 8 && k % 16 == 0 && norm.width == n && n % 8 == 0 &&
-         n / 8 <= norm.threads && norm.threads == rms_norm_threads(n) && norm.x != nullptr && norm.out != nullptr &&
-         norm.finished != nullptr && aligned(norm.x) && aligned(norm.out) && aligned(norm.w) &&
-         skinny_tma_block_rows(m, false) == kBlockRows;
-}
-
-void launch_skinny_gemm_tma_norm(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, bf16* y,
-                                 const RowNorm& norm, cudaStream_t stream) {
-  if (!skinny_tma_norm_fits(m, n, k, norm) || reinterpret_cast<uintptr_t>(y) % 16 != 0 ||
-      (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16 != 0)
-    check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma_norm: outside skinny_tma_norm_fits");
-  SkinnyOutputs out;
-  out.y[0] = y;
-  out.first[1] = n;
-  launch_engine<1, false, 4, 1, true, 2, true>(weight_map(w, n, k, kBoxRows), x, m, n, k, out, skinny_tma_slices(n, k),
-                                               stream, norm);
 }
 
 }  // namespace duet::backend::cuda
