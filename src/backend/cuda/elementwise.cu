@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "backend/cuda/activations.h"
+#include "backend/cuda/bf16x8.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dependent_launch.h"
 #include "backend/cuda/kernels.h"
@@ -21,7 +22,7 @@ namespace duet::backend::cuda {
 
 namespace {
 
-constexpr int kVec = 8;  // BF16 per 16-byte vector
+constexpr int kVec = kBf16x8;  // BF16 per 16-byte vector
 
 // Throws duet::Error naming the launcher and the broken precondition (cuda_check keeps fmt out of .cu files).
 void refuse(const char* what) { check_cuda(cudaErrorInvalidValue, what); }
@@ -32,30 +33,6 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 unsigned grid_for(int64_t items, int threads) {
   const int64_t blocks = (items + threads - 1) / threads;
   return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(blocks, 1), 65536));
-}
-
-union Pack8 {
-  uint4 raw;
-  __nv_bfloat162 pair[4];
-  bf16 v[kVec];
-};
-
-__device__ __forceinline__ void unpack8(const uint4& raw, float* out) {
-  Pack8 p;
-  p.raw = raw;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(p.pair[i]);
-    out[2 * i] = f.x;
-    out[2 * i + 1] = f.y;
-  }
-}
-
-__device__ __forceinline__ uint4 pack8(const float* in) {
-  Pack8 p;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) p.pair[i] = __floats2bfloat162_rn(in[2 * i], in[2 * i + 1]);
-  return p.raw;
 }
 
 // ---- embed / gather: one block per output row, a plain copy.
@@ -352,10 +329,8 @@ void rms_norm(bf16* x, const bf16* delta, int64_t rows, int32_t width, DeviceWei
   if (rows <= 0) return;
   if (width <= 0 || w.data == nullptr) refuse("launch_rms_norm: empty width or no weight");
   if (w.rows * w.cols != width) refuse("launch_rms_norm: the weight's element count is not the row width");
-  // Threads from the width alone (row invariance): a power of two from 32 to 512, about one chunk per thread.
   const int32_t chunks = (width + kVec - 1) / kVec;
-  int threads = 32;
-  while (threads < chunks && threads < 512) threads *= 2;
+  const int threads = rms_norm_threads(width);
   const bool vec = width % kVec == 0 && aligned16(x) && aligned16(out) && aligned16(w.data) &&
                    (delta == nullptr || aligned16(delta));
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(rows, 1 << 20));
@@ -383,6 +358,14 @@ void launch_rms_norm(const bf16* x, int64_t rows, int32_t width, DeviceWeight w,
                      cudaStream_t stream) {
   // Without a delta the kernel never writes x.
   rms_norm(const_cast<bf16*>(x), nullptr, rows, width, w, eps, one_plus, out, stream);
+}
+
+// Threads from the width alone (row invariance): a power of two from 32 to 512, about one chunk per thread.
+int rms_norm_threads(int32_t width) {
+  const int32_t chunks = (width + kVec - 1) / kVec;
+  int threads = 32;
+  while (threads < chunks && threads < 512) threads *= 2;
+  return threads;
 }
 
 void launch_add_rms_norm(bf16* x, const bf16* delta, int64_t rows, int32_t width, DeviceWeight w, float eps,
