@@ -689,6 +689,83 @@ TEST(SkinnyGemmTma, MatchesDoubleAndEveryRowCountIsBatchInvariant) {
   }
 }
 
+// The row norm in the GEMM's prologue (launch_skinny_gemm_tma_normed; DUET_NORM_IN_PROLOGUE): y bit for bit that of
+// launch_add_rms_norm then launch_skinny_gemm_tma on its output, and the residual its block 0 writes that of the norm
+// kernel's add, at 1 to 4 rows, on a plain shape of two segments and on SwiGLU, with a BF16 and an F32 norm weight
+// and without a delta (launch_rms_norm's case). The input x is never written. The control: another eps differs.
+TEST(SkinnyGemmTma, NormInPrologueIsAddRmsNormThenTheGemm) {
+  DUET_REQUIRE_GPU();
+  constexpr int64_t k = 4096, n = 1024;
+  const auto w = random_bf16(static_cast<size_t>(n) * k, 150);
+  const auto residual = random_bf16(static_cast<size_t>(4) * k, 151, -3.0f, 3.0f);
+  const auto delta = random_bf16(static_cast<size_t>(4) * k, 152, -0.5f, 0.5f);
+  const auto norm_bf16 = random_bf16(static_cast<size_t>(k), 153);
+  std::vector<float> norm_f32(k);
+  for (int64_t i = 0; i < k; ++i) norm_f32[i] = bf16_to_float(norm_bf16[i]) * 0.5f + 0.01f * static_cast<float>(i % 7);
+  DeviceBuffer<bf16> d_w(w), d_residual(residual), d_delta(delta), d_norm_bf16(norm_bf16);
+  DeviceBuffer<float> d_norm_f32(norm_f32);
+  for (const bool swiglu : {false, true})
+    for (const bool f32 : {false, true})
+      for (const bool with_delta : {true, false})
+        for (int32_t m : {1, 2, 3, 4}) {
+          SCOPED_TRACE(std::string(swiglu ? "swiglu" : "two segments") + (f32 ? ", f32 norm" : ", bf16 norm") +
+                       (with_delta ? ", delta" : ", no delta") + ", m " + std::to_string(m));
+          const DeviceWeight weight{f32 ? static_cast<const void*>(d_norm_f32.get()) : d_norm_bf16.get(), f32, k, 1};
+          const int64_t width = swiglu ? n / 2 : n;
+          const size_t count = static_cast<size_t>(m) * width, rows = static_cast<size_t>(m) * k;
+          auto outputs = [&](bf16* y) {
+            SkinnyOutputs out;
+            out.y[0] = y;
+            if (swiglu) {
+              out.first[1] = static_cast<int32_t>(n);
+              out.swiglu_half = static_cast<int32_t>(n / 2);
+            } else {  // two segments: columns [0, 384) and [384, n) into one array, back to back
+              out.segments = 2;
+              out.y[1] = y + static_cast<size_t>(m) * 384;
+              out.first[1] = 384;
+              out.first[2] = static_cast<int32_t>(n);
+            }
+            return out;
+          };
+          // The reference: the norm kernel (on a copy of the residual), then the GEMM on its output.
+          DeviceBuffer<bf16> x1(rows), normed(rows), y1(static_cast<size_t>(m) * n);
+          ASSERT_EQ(cudaMemcpy(x1.get(), residual.data(), rows * sizeof(bf16), cudaMemcpyHostToDevice), cudaSuccess);
+          if (with_delta) {
+            launch_add_rms_norm(x1.get(), d_delta.get(), m, static_cast<int32_t>(k), weight, 1e-6f, true, normed.get(),
+                                nullptr);
+          } else {
+            launch_rms_norm(x1.get(), m, static_cast<int32_t>(k), weight, 1e-6f, true, normed.get(), nullptr);
+          }
+          launch_skinny_gemm_tma(normed.get(), m, d_w.get(), static_cast<int32_t>(n), static_cast<int32_t>(k),
+                                 outputs(y1.get()), false, nullptr);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          const auto want_y = floats_of(y1.download()), want_x = floats_of(x1.download());
+          DeviceBuffer<bf16> y2(static_cast<size_t>(m) * n), new_x(rows);
+          y2.poison();
+          new_x.poison();
+          NormedInput in{.x = d_residual.get(),
+                         .delta = with_delta ? d_delta.get() : nullptr,
+                         .weight = weight,
+                         .eps = 1e-6f,
+                         .one_plus = true,
+                         .residual_out = with_delta ? new_x.get() : nullptr};
+          launch_skinny_gemm_tma_normed(in, m, d_w.get(), static_cast<int32_t>(n), static_cast<int32_t>(k),
+                                        outputs(y2.get()), nullptr);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          const auto got_y = floats_of(y2.download());
+          EXPECT_EQ(differing(got_y.data(), want_y.data(), count), 0u) << "y";
+          if (with_delta)
+            EXPECT_EQ(differing(floats_of(new_x.download()).data(), want_x.data(), rows), 0u) << "the new residual";
+          EXPECT_EQ(differing(floats_of(d_residual.download()).data(), floats_of(residual).data(), rows), 0u)
+              << "x must stay as it was";
+          in.eps = 1e-2f;  // control
+          launch_skinny_gemm_tma_normed(in, m, d_w.get(), static_cast<int32_t>(n), static_cast<int32_t>(k),
+                                        outputs(y2.get()), nullptr);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          EXPECT_GT(differing(floats_of(y2.download()).data(), want_y.data(), count), 0u) << "control: eps 1e-2";
+        }
+}
+
 // Segments (projections fused over weights stored back to back) and SwiGLU in the epilogue through the TMA engine:
 // each segment equals its projection's own call, and the SwiGLU output equals the two outputs then launch_swiglu, bit
 // for bit, at every row count a decode step has. The control: the halves swapped (up first) differ.

@@ -16,8 +16,8 @@
 //                                         rows, SwiGLU for gate | up; production's choice marked; bits checked)
 //   bench_skinny_gemm --cublas           (production beside cuBLASLt: its heuristic's first algorithm and the best of
 //                                         its first 8 at each m, GB/s and TFLOP/s; not batch-invariant, a reference)
-//   bench_skinny_gemm --norm-prologue    (a benchmarks build's experiment: the row norm in the prologue of the GEMM
-//                                         after it, launch_skinny_gemm_tma_normed, against the norm kernel then the
+//   bench_skinny_gemm --norm-prologue    (the row norm in the prologue of the GEMM after it (DUET_NORM_IN_PROLOGUE),
+//                                         launch_skinny_gemm_tma_normed, against the norm kernel then the
 //                                         GEMM, after the GEMM that writes the norm's delta, as a decode step runs
 //                                         them; its bits against the two kernels', with a control)
 //   bench_skinny_gemm --profile SHAPE M   (three production launches of one shape, for ncu; nothing timed)
@@ -357,7 +357,8 @@ int bench_tma_blocks(const std::vector<Shape>& shapes, const bf16* x, bf16* y, b
 // shape), then either launch_add_rms_norm and the GEMM on its output (the model's order), or
 // launch_skinny_gemm_tma_normed alone (the norm in the GEMM's prologue), or the GEMM alone on rows normed beforehand
 // (no norm at all: the floor). Launched as dependents, as a step of that many rows is; weights rotate. Bits: the normed
-// GEMM's outputs against the two kernels', and a control (another eps) that must differ.
+// GEMM's outputs and the residual its block 0 writes against the two kernels', and a control (another eps) that must
+// differ.
 int bench_norm_prologue(cudaStream_t stream) {
   using duet::backend::cuda::DeviceWeight;
   using duet::backend::cuda::NormedInput;
@@ -368,11 +369,12 @@ int bench_norm_prologue(cudaStream_t stream) {
   const std::vector<Shape> after = {
       {"gdn.qkv|z|b|a", 12352, kHidden}, {"attn.q|k|v", 10240, kHidden}, {"mlp.gate|up", 24576, kHidden}};
   bf16 *residual = nullptr, *x = nullptr, *delta = nullptr, *normed = nullptr, *act = nullptr, *weight = nullptr,
-       *y = nullptr, *y_ref = nullptr;
+       *y = nullptr, *y_ref = nullptr, *new_residual = nullptr;
   for (auto [p, count] :
        {std::pair{&residual, kRows * kHidden}, std::pair{&x, kRows * kHidden}, std::pair{&delta, kRows * kHidden},
-        std::pair{&normed, kRows * kHidden}, std::pair{&act, kRows * before.k}, std::pair{&weight, kHidden},
-        std::pair{&y, kRows * 24576}, std::pair{&y_ref, kRows * 24576}}) {
+        std::pair{&new_residual, kRows * kHidden}, std::pair{&normed, kRows * kHidden},
+        std::pair{&act, kRows * before.k}, std::pair{&weight, kHidden}, std::pair{&y, kRows * 24576},
+        std::pair{&y_ref, kRows * 24576}}) {
     check(cudaMalloc(p, static_cast<size_t>(count) * sizeof(bf16)), "malloc");
     fill_random<<<64, 256>>>(*p, static_cast<size_t>(count), reinterpret_cast<uintptr_t>(p));  // a seed each
   }
@@ -397,7 +399,12 @@ int bench_norm_prologue(cudaStream_t stream) {
     };
     for (int32_t m : {1, 2, 4}) {
       duet::backend::cuda::set_dependent_launch_for_step(m);
-      NormedInput in{.x = residual, .delta = delta, .weight = norm_weight, .eps = kEps, .one_plus = true};
+      NormedInput in{.x = residual,
+                     .delta = delta,
+                     .weight = norm_weight,
+                     .eps = kEps,
+                     .one_plus = true,
+                     .residual_out = new_residual};
       // Bits: the model's two kernels on a copy of the residual, then the normed GEMM on the residual itself.
       check(cudaMemcpyAsync(x, residual, static_cast<size_t>(m) * kHidden * sizeof(bf16), cudaMemcpyDeviceToDevice,
                             stream),
@@ -408,7 +415,9 @@ int bench_norm_prologue(cudaStream_t stream) {
       duet::backend::cuda::launch_skinny_gemm_tma_normed(in, m, rotation.copy(0), shape.n, shape.k, outputs(y), stream);
       check(cudaStreamSynchronize(stream), "normed");
       const bool same = download_bits(y, static_cast<size_t>(m) * out_width) ==
-                        download_bits(y_ref, static_cast<size_t>(m) * out_width);
+                            download_bits(y_ref, static_cast<size_t>(m) * out_width) &&
+                        download_bits(new_residual, static_cast<size_t>(m) * kHidden) ==
+                            download_bits(x, static_cast<size_t>(m) * kHidden);
       NormedInput control = in;
       control.eps = kEps * 4096;
       duet::backend::cuda::launch_skinny_gemm_tma_normed(control, m, rotation.copy(0), shape.n, shape.k, outputs(y),
@@ -454,7 +463,7 @@ int bench_norm_prologue(cudaStream_t stream) {
       std::fflush(stdout);
     }
   }
-  for (bf16* p : {residual, x, delta, normed, act, weight, y, y_ref}) cudaFree(p);
+  for (bf16* p : {residual, x, delta, normed, act, weight, y, y_ref, new_residual}) cudaFree(p);
   std::printf("norm prologue checks (bits the same, controls different): %d failed\n", failures);
   return failures;
 }

@@ -105,9 +105,9 @@ __device__ __forceinline__ int32_t tile_first_row(const SkinnyOutputs& out, int6
   return static_cast<int32_t>(block * block_rows(kWgTiles, kWgs) + kBoxRows * tile);
 }
 
-// kNormX (launch_skinny_gemm_tma_normed, an experiment): x is launch_add_rms_norm's output of `normed`, made by the
-// block's threads after the wait into shared memory past the barriers (normed_rows_to_shared), and the producer puts
-// each step's 64 k of it into the stage in the swizzle the TMA gives x; no x map. 128-row blocks of 1..4 rows.
+// kNormX (launch_skinny_gemm_tma_normed; DUET_NORM_IN_PROLOGUE): x is launch_add_rms_norm's output of `normed`, made by
+// the block's threads after the wait into shared memory past the barriers (normed_rows_to_shared), and the producer
+// puts each step's 64 k of it into the stage in the swizzle the TMA gives x; no x map. 128-row blocks of 1..4 rows.
 constexpr int kNormScratchFloats = 128;  // the virtual warps' sums (4 rows x 16) and the rows' inverse norms
 
 // The norm of launch_add_rms_norm for `rows` rows of width k, by the whole block, into `buffer` ([rows, k] BF16): the
@@ -137,6 +137,7 @@ __device__ __forceinline__ void normed_rows_to_shared(const NormedInput& in, int
         unpack8(raw, v);
       }
       *reinterpret_cast<uint4*>(buffer + at) = raw;
+      if (in.residual_out != nullptr && blockIdx.x == 0) *reinterpret_cast<uint4*>(in.residual_out + at) = raw;
 #pragma unroll
       for (int e = 0; e < 8; ++e) sum = __fmaf_rn(v[e], v[e], sum);
     }
@@ -370,14 +371,12 @@ __global__ void __launch_bounds__(threads_for(kWgs), blocks_an_sm(kWgs, kStages,
                                                                      NormedInput{}, 0);
 }
 
-#ifdef DUET_SKINNY_EXPERIMENTS
 // launch_skinny_gemm_tma_normed's kernel: 128-row blocks, 4 stages, one x tile, BF16 out.
 __global__ void __launch_bounds__(threads_for(2), blocks_an_sm(2, 4, 1))
     tma_gemm_normed_kernel(const __grid_constant__ CUtensorMap w_map, int32_t rows, int32_t n, int32_t k,
                            const SkinnyOutputs out, bool early_w, const NormedInput normed, int norm_threads) {
   tma_gemm<1, false, 4, 1, false, 2, true>(w_map, w_map, nullptr, rows, n, k, out, early_w, normed, norm_threads);
 }
-#endif
 
 // A [rows, k] BF16 matrix's tensor map: boxes of 64 k x box_rows, 128-byte swizzle, zeros out of bounds.
 CUtensorMap rows_map(const bf16* base, int32_t rows, int32_t k, uint32_t box_rows, const char* what) {
@@ -593,15 +592,15 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
 
 void launch_skinny_gemm_tma_normed(const NormedInput& in, int32_t m, const bf16* w, int32_t n, int32_t k,
                                    const SkinnyOutputs& outputs, cudaStream_t stream) {
-#ifdef DUET_SKINNY_EXPERIMENTS
   if (m < 1 || m > kNormedInputMaxRows || n <= 0 || k < 512 || k > 4096 || k % kStep != 0)
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma_normed: 1..4 rows, k a multiple of 64 in [512, 4096]");
   if (in.x == nullptr || in.weight.data == nullptr || in.weight.rows * in.weight.cols != k ||
       ((reinterpret_cast<uintptr_t>(in.x) | reinterpret_cast<uintptr_t>(in.delta) |
-        reinterpret_cast<uintptr_t>(in.weight.data) | reinterpret_cast<uintptr_t>(w)) %
+        reinterpret_cast<uintptr_t>(in.weight.data) | reinterpret_cast<uintptr_t>(in.residual_out) |
+        reinterpret_cast<uintptr_t>(w)) %
        16) != 0)
     check_cuda(cudaErrorInvalidValue,
-               "launch_skinny_gemm_tma_normed: x, delta, the norm's k values and w 16-byte aligned");
+               "launch_skinny_gemm_tma_normed: x, delta, the norm's k values, residual_out and w 16-byte aligned");
   if (outputs.swiglu_half > 0 && (outputs.swiglu_half % 64 != 0 || n != 2 * outputs.swiglu_half))
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma_normed: SwiGLU takes halves of 64 rows");
   constexpr size_t kBase = shared_bytes(4, 1, 1) + kNormScratchFloats * sizeof(float);
@@ -617,10 +616,6 @@ void launch_skinny_gemm_tma_normed(const NormedInput& in, int32_t m, const bf16*
   skinny::launch_clusters(tma_gemm_normed_kernel, threads_for(2), block_rows(1, 2), smem, n, skinny_tma_slices(n, k),
                           stream, "skinny tma normed", weight_map(w, n, k, kBoxRows), m, n, k,
                           skinny::outputs_from_row(outputs, 0, false), early_weights(), in, rms_norm_threads(k));
-#else
-  (void)in, (void)m, (void)w, (void)n, (void)k, (void)outputs, (void)stream;
-  check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma_normed: an experiment of the benchmarks build");
-#endif
 }
 
 }  // namespace duet::backend::cuda
