@@ -128,7 +128,7 @@ int skinny_tma_slices(int32_t n, int32_t k);
 int skinny_tma_block_rows(int32_t rows, bool swiglu);
 // launch_skinny_gemm_tma (128-row blocks, 4 stages, BF16 out, SwiGLU or plain) whose x is launch_add_rms_norm's
 // output, computed by every block in its prologue instead of by a kernel before it (bench_skinny_gemm
-// --norm-prologue; the CUDA backend's DUET_NORM_IN_PROLOGUE=1). Why: at one row the 64 norm kernels of a decode step
+// --norm-prologue; the CUDA backend's DUET_NORM_IN_PROLOGUE=1). Why: at one row the 65 norm kernels of a decode step
 // take 206 us of an H200's 4.7 ms (37th round), about 3 us each, most of it the kernel boundary, while the GEMM after
 // each has already launched and asks for its first weights; here the blocks norm the rows themselves after the wait (a
 // few KB from L2), with the norm kernel's chains and butterflies in its order, so the same x bits and the same y bits.
