@@ -1,7 +1,6 @@
 #pragma once
-// Eight BF16 values in one 16-byte vector, to and from fp32: the row norm's kernels (elementwise.cu) and their play in
-// the decode GEMM's prologue (skinny_gemm_tma.cu, launch_skinny_gemm_tma_normed) load, round and store a row's chunks
-// alike.
+// Eight BF16 values in one 16-byte vector, to and from fp32: the elementwise kernels' chunks and a row norm's
+// (row_norm_chunk.h).
 #include <cuda_bf16.h>
 
 #include <cstdint>

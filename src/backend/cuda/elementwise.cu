@@ -17,6 +17,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dependent_launch.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/row_norm_chunk.h"
 
 namespace duet::backend::cuda {
 
@@ -80,29 +81,6 @@ __global__ void add_rows_kernel(const float* __restrict__ delta, int64_t width, 
 // Row invariance: thread t owns the 8-element chunks t, t + T, t + 2T, ... (T = blockDim.x, chosen from the width
 // alone) and adds their squares in element order into one fp32 sum; the block then reduces the T sums with a fixed
 // xor-butterfly in each warp and a fixed butterfly over the warp sums. Nothing depends on the number of rows.
-template <bool kWeightF32>
-__device__ __forceinline__ void load_weight8(const void* w, int64_t first, int32_t width, bool vec, float* out) {
-  if (kWeightF32) {
-    const float* wf = static_cast<const float*>(w) + first;
-    if (vec) {
-      const float4 a = __ldg(reinterpret_cast<const float4*>(wf));
-      const float4 b = __ldg(reinterpret_cast<const float4*>(wf) + 1);
-      out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w, out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
-    } else {
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) out[e] = first + e < width ? wf[e] : 0.0f;
-    }
-  } else {
-    const bf16* wb = static_cast<const bf16*>(w) + first;
-    if (vec) {
-      unpack8(__ldg(reinterpret_cast<const uint4*>(wb)), out);
-    } else {
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) out[e] = first + e < width ? __bfloat162float(wb[e]) : 0.0f;
-    }
-  }
-}
-
 // Sum over the block in a fixed order; every thread gets the same bits. `scratch` holds one float per warp.
 __device__ __forceinline__ float block_sum(float v, float* scratch) {
 #pragma unroll
@@ -160,8 +138,7 @@ __global__ void rms_norm_kernel(bf16* x, const bf16* __restrict__ delta, int64_t
       for (int e = 0; e < kVec; ++e) sum = __fmaf_rn(v[e], v[e], sum);  // padding zeros add exact zeros
     }
     sum = block_sum(sum, scratch);
-    // 1 / sqrt as the CPU reference (norms.cc) computes it; IEEE sqrt and division (no fast-math).
-    const float inv = 1.0f / sqrtf(sum / static_cast<float>(width) + eps);
+    const float inv = inverse_rms(sum, width, eps);
     for (int32_t c = threadIdx.x; c < chunks; c += blockDim.x) {
       const int64_t first = static_cast<int64_t>(c) * kVec;
       float v[kVec], wv[kVec], y[kVec];
@@ -212,7 +189,7 @@ __global__ void rms_norm_chunk_kernel(bf16* x, const bf16* __restrict__ delta, i
     float sum = 0.0f;
     if (owns) {
       unpack8(*reinterpret_cast<const uint4*>(xr + first), v);
-      if (delta != nullptr) {
+      if (delta != nullptr) {  // added_chunk's arithmetic, the write-back in the branch (the kernel as measured)
         float d[kVec];
         unpack8(*reinterpret_cast<const uint4*>(delta + r * width + first), d);
 #pragma unroll
@@ -221,17 +198,11 @@ __global__ void rms_norm_chunk_kernel(bf16* x, const bf16* __restrict__ delta, i
         *reinterpret_cast<uint4*>(xr + first) = rounded;
         unpack8(rounded, v);
       }
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) sum = __fmaf_rn(v[e], v[e], sum);
+      sum = chunk_squares(v, sum);
     }
     sum = block_sum(sum, scratch);
-    const float inv = 1.0f / sqrtf(sum / static_cast<float>(width) + eps);
-    if (owns) {
-      float y[kVec];
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) y[e] = (v[e] * inv) * scale[e];
-      *reinterpret_cast<uint4*>(out + r * width + first) = pack8(y);
-    }
+    const float inv = inverse_rms(sum, width, eps);
+    if (owns) *reinterpret_cast<uint4*>(out + r * width + first) = normed_chunk(v, inv, scale);
   }
 }
 

@@ -32,11 +32,11 @@
 #include <string_view>
 #include <tuple>
 
-#include "backend/cuda/bf16x8.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dependent_launch.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mma_sync.h"
+#include "backend/cuda/row_norm_chunk.h"
 #include "backend/cuda/skinny_gemm_slices.h"
 #include "backend/cuda/skinny_regs_choice.h"
 #include "backend/cuda/wgmma.h"
@@ -125,21 +125,11 @@ __device__ __forceinline__ void normed_rows_to_shared(const NormedInput& in, int
     float sum = 0.0f;
     if (c < chunks) {
       const int64_t at = static_cast<int64_t>(r) * k + static_cast<int64_t>(c) * 8;
-      uint4 raw = *reinterpret_cast<const uint4*>(in.x + at);
       float v[8];
-      unpack8(raw, v);
-      if (in.delta != nullptr) {
-        float d[8];
-        unpack8(*reinterpret_cast<const uint4*>(in.delta + at), d);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) v[e] += d[e];
-        raw = pack8(v);
-        unpack8(raw, v);
-      }
+      const uint4 raw = added_chunk(in.x + at, in.delta != nullptr ? in.delta + at : nullptr, v);
       *reinterpret_cast<uint4*>(buffer + at) = raw;
       if (in.residual_out != nullptr && blockIdx.x == 0) *reinterpret_cast<uint4*>(in.residual_out + at) = raw;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) sum = __fmaf_rn(v[e], v[e], sum);
+      sum = chunk_squares(v, sum);
     }
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
@@ -150,26 +140,22 @@ __device__ __forceinline__ void normed_rows_to_shared(const NormedInput& in, int
     float total = lane < virtual_warps ? scratch[warp * 16 + lane] : 0.0f;
     for (int offset = virtual_warps / 2; offset > 0; offset >>= 1) total += __shfl_xor_sync(0xffffffffu, total, offset);
     total = __shfl_sync(0xffffffffu, total, 0);
-    if (lane == 0) inverse[warp] = 1.0f / sqrtf(total / static_cast<float>(k) + in.eps);
+    if (lane == 0) inverse[warp] = inverse_rms(total, k, in.eps);
   }
   __syncthreads();
   for (int i = static_cast<int>(threadIdx.x); i < rows * chunks; i += static_cast<int>(blockDim.x)) {
     const int r = i / chunks, c = i % chunks;
     const int64_t at = static_cast<int64_t>(r) * k + static_cast<int64_t>(c) * 8;
-    float v[8], scale[8], y[8];
+    float v[8], scale[8];
     unpack8(*reinterpret_cast<const uint4*>(buffer + at), v);
     if (in.weight.f32) {
-      const float4* w4 = reinterpret_cast<const float4*>(static_cast<const float*>(in.weight.data) + c * 8);
-      const float4 a = __ldg(w4), b = __ldg(w4 + 1);
-      scale[0] = a.x, scale[1] = a.y, scale[2] = a.z, scale[3] = a.w;
-      scale[4] = b.x, scale[5] = b.y, scale[6] = b.z, scale[7] = b.w;
+      load_weight8<true>(in.weight.data, static_cast<int64_t>(c) * 8, k, true, scale);
     } else {
-      unpack8(__ldg(reinterpret_cast<const uint4*>(static_cast<const bf16*>(in.weight.data) + c * 8)), scale);
+      load_weight8<false>(in.weight.data, static_cast<int64_t>(c) * 8, k, true, scale);
     }
-    const float inv = inverse[r];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) y[e] = (v[e] * inv) * (in.one_plus ? 1.0f + scale[e] : scale[e]);
-    *reinterpret_cast<uint4*>(buffer + at) = pack8(y);
+    for (int e = 0; e < 8; ++e) scale[e] = in.one_plus ? 1.0f + scale[e] : scale[e];
+    *reinterpret_cast<uint4*>(buffer + at) = normed_chunk(v, inverse[r], scale);
   }
   __syncthreads();
 }
