@@ -1,8 +1,8 @@
 #pragma once
-// One 8-value chunk of a row norm (launch_rms_norm, launch_add_rms_norm): its weight, the residual add and its rounding,
-// the chain of squares, the output. The norm kernels (elementwise.cu) and the GEMM that norms its own input in its
-// prologue (skinny_gemm_tma.cu, launch_skinny_gemm_tma_normed) take them from here, so that the two give the same
-// bits by construction; only the reduction over the chunks is each kernel's (the latter plays the former's).
+// One 8-value chunk of a row norm (launch_rms_norm, launch_add_rms_norm): its weight, the residual add and its
+// rounding, the chain of squares, the output. The norm kernels (elementwise.cu) and the GEMM that norms its own input
+// in its prologue (skinny_gemm_tma.cu, launch_skinny_gemm_tma_normed) take them from here, so that the two give the
+// same bits by construction; only the reduction over the chunks is each kernel's (the latter plays the former's).
 #include <cuda_bf16.h>
 
 #include <cstdint>
