@@ -36,6 +36,7 @@
 #include "backend/cuda/mask_upload.h"
 #include "backend/cuda/op_timer.h"
 #include "backend/cuda/pinned_gemm.h"
+#include "backend/cuda/sample_readback.h"
 #include "backend/cuda/sampling.h"
 #include "backend/cuda/sampling_paths.h"
 #include "backend/cuda/skinny_regs_choice.h"
@@ -368,6 +369,7 @@ class CudaBackend final : public Backend {
   size_t workspace_bytes() const override { return workspace_.bytes; }
 
   void begin_step(const StepPlan& plan) override {
+    gaps_.entered();
     pending_norm_.reset();  // a step abandoned before its outputs (its activations are gone); never launched late
     if (mode_ == Mode::capture) graphs_.abandon(stream_);  // the last step failed before its sampling
     mode_ = Mode::eager;
@@ -500,6 +502,8 @@ class CudaBackend final : public Backend {
       sample_params.push_back(p);
     }
     if (slow_rows_.on()) sample_params_host_ = sample_params;
+    top_logprobs_asked_ = std::any_of(sample_params.begin(), sample_params.end(),
+                                      [](const SamplingRowParams& p) { return p.top_logprobs > 0; });
     if (!masked_.empty()) mask_upload_.arrange(mask_words_);
     masks_ = masked_.empty() ? nullptr : mask_upload_.device();
     decode_logit_rows_ = 0;
@@ -898,6 +902,7 @@ class CudaBackend final : public Backend {
   // The sampled rows' logits stay here: computed into the workspace, sampled by the sampling kernel, and only the
   // ids and asked-for logprobs cross to the host.
   void sample(const Weight& head, const Activations& x, SampledRow* out) override {
+    gaps_.sampling();
     flush_norm();
     const size_t mark = used_;
     const int64_t n = static_cast<int64_t>(samples_.size()), h = x.width(), V = head.rows;
@@ -912,8 +917,10 @@ class CudaBackend final : public Backend {
     }
     const size_t scratch_bytes = sampling_scratch_bytes(static_cast<int32_t>(n), static_cast<int32_t>(V));
     void* sampling_scratch = scratch<char>(static_cast<int64_t>(scratch_bytes));
-    auto* picked = scratch<DeviceSample>(n);
-    auto* top = scratch<DeviceTopLogprob>(n * kMaxTopLogprobs);
+    // One region for the ids and the top logprobs, so one copy brings both back (sample_readback.h).
+    void* results = scratch<char>(static_cast<int64_t>(SampleReadback::device_bytes(n)));
+    DeviceSample* picked = SampleReadback::samples_in(results);
+    DeviceTopLogprob* top = SampleReadback::top_in(results, n);
     const auto launch = [&] {
       timer_.time("sample.kernel", stream_, [&] {
         launch_sample(logits, static_cast<int32_t>(n), static_cast<int32_t>(V), sample_params_, tables_, picked, top,
@@ -933,32 +940,27 @@ class CudaBackend final : public Backend {
       mask_upload_.read_by(stream_);
     }
     gaps_.enqueued();
-    std::vector<DeviceSample> host(static_cast<size_t>(n));
-    std::vector<DeviceTopLogprob> host_top(static_cast<size_t>(n * kMaxTopLogprobs));
-    check_cuda(
-        cudaMemcpyAsync(host.data(), picked, host.size() * sizeof(DeviceSample), cudaMemcpyDeviceToHost, stream_),
-        "sampled ids to the host");
-    check_cuda(cudaMemcpyAsync(host_top.data(), top, host_top.size() * sizeof(DeviceTopLogprob), cudaMemcpyDeviceToHost,
-                               stream_),
-               "top logprobs to the host");
+    readback_.fetch(results, n, top_logprobs_asked_, stream_);
     check_cuda(cudaStreamSynchronize(stream_), "sample");
     gaps_.done();
     if (logits_dump_.on()) logits_dump_.append(logits, n, V);
     for (int64_t i = 0; i < n && slow_rows_.on(); ++i) {
-      if (host[i].path & kPathStream) slow_rows_.append_row(logits + i * V, V, sample_params_host_[i]);
+      if (readback_.sample(i).path & kPathStream) slow_rows_.append_row(logits + i * V, V, sample_params_host_[i]);
     }
     timer_.collect();
     for (int64_t i = 0; i < n; ++i) {
-      if (paths_.on()) paths_.count(host[i].path, host[i].ns);
-      out[i].id = host[i].id;
-      out[i].logprob = host[i].logprob;
+      const DeviceSample& picked_row = readback_.sample(i);
+      if (paths_.on()) paths_.count(picked_row.path, picked_row.ns);
+      out[i].id = picked_row.id;
+      out[i].logprob = picked_row.logprob;
       out[i].top.clear();
-      for (int32_t j = 0; j < host[i].top_count; ++j) {
-        const DeviceTopLogprob& t = host_top[static_cast<size_t>(i * kMaxTopLogprobs + j)];
+      for (int32_t j = 0; j < picked_row.top_count; ++j) {
+        const DeviceTopLogprob& t = readback_.top(i, j);
         out[i].top.emplace_back(t.id, t.logprob);
       }
     }
     used_ = mark;
+    gaps_.returned();
   }
 
   void read_rows(const Activations& x, int64_t first, int64_t count, float* out) override {
@@ -1274,6 +1276,8 @@ class CudaBackend final : public Backend {
   LogitsDump logits_dump_{"DUET_DUMP_LOGITS"};         // the first N sampled rows' logits, for bench_sampling --logits
   LogitsDump slow_rows_{"DUET_DUMP_SLOW_ROWS"};        // rows only the stream path decided, with their parameters
   std::vector<SamplingRowParams> sample_params_host_;  // this step's, kept only for slow_rows_
+  bool top_logprobs_asked_ = false;  // this step: a row asked for top logprobs (they come back only then)
+  SampleReadback readback_;
   SamplingPaths paths_;    // DUET_SAMPLING_PATHS=1: how the sampler decided its rows, printed at exit
   StepGaps gaps_;          // DUET_STEP_GAPS=1: the host's share of a step's wall time, printed at exit
   HostProducts products_;  // a decision head's products, beside the steps

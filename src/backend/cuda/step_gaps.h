@@ -21,20 +21,25 @@ class StepGaps {
   StepGaps& operator=(const StepGaps&) = delete;
 
   bool on() const { return on_; }
+  void entered();            // begin_step is called
   void began(int64_t rows);  // begin_step: the step's upload is enqueued
+  void sampling();           // sample() is called
   void enqueued();           // every launch of the step is in the stream (or the graph launched)
   void done();               // the step's results are on the host
+  void returned();           // sample() returns them
 
  private:
   using Clock = std::chrono::steady_clock;
   struct Totals {
     int64_t steps = 0;
     double between = 0, before_launch = 0, on_gpu = 0;  // seconds
+    double results = 0, outside = 0, planning = 0;      // between's parts
+    double forward = 0, launch = 0;                     // before_launch's parts
   };
   bool on_ = false;
   bool have_last_ = false;
   int64_t rows_ = 0;
-  Clock::time_point last_done_, began_, enqueued_;
+  Clock::time_point last_done_, last_returned_, entered_, began_, sampling_, enqueued_;
   std::map<int64_t, Totals> by_rows_;
 };
 
