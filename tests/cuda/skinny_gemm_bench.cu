@@ -13,7 +13,8 @@
 //   bench_skinny_gemm --tma-slices       (the TMA engine at 1, 16 and 64 rows, every slice count 1..8, in blocks of
 //                                         128 and 64 w rows; the two sizes' bits checked against each other)
 //   bench_skinny_gemm --tma-blocks       (the TMA engine at production's slices in blocks of 128 and 64 w rows, 1..64
-//                                         rows, SwiGLU for gate | up; production's choice marked; bits checked)
+//                                         rows, SwiGLU for gate | up, and 64-row blocks on a ring of 8 stages;
+//                                         production's choice marked; bits checked)
 //   bench_skinny_gemm --cublas           (production beside cuBLASLt: its heuristic's first algorithm and the best of
 //                                         its first 8 at each m, GB/s and TFLOP/s; not batch-invariant, a reference)
 //   bench_skinny_gemm --norm-prologue    (the row norm in the prologue of the GEMM after it (DUET_NORM_IN_PROLOGUE),
@@ -303,27 +304,28 @@ int bench_tma_slices(const std::vector<Shape>& shapes, const bf16* x, bf16* y, b
 }
 
 // --tma-blocks: the TMA engine at production's slices in blocks of 128 w rows (two consumer warpgroups, two an SM)
-// against blocks of 64 (one, three an SM), at 1, 8, 16, 24, 32, 48 and 64 rows, gate | up with SwiGLU in the epilogue
-// as the model runs it; production's choice (skinny_tma_block_rows) marked. Bits: every row count's rows in either
-// block size against the same rows of one m = 64 call in 128-row blocks. The table the line of half_block_rows_above is
-// read from.
+// against blocks of 64 (one, three an SM) on rings of 4 and of 8 stages (the weight bytes in flight of a 128-row
+// block's ring, a block: the shapes of fewer row blocks than SMs leave SMs idle at 4), at 1, 8, 16, 24, 32, 48 and 64
+// rows, gate | up with SwiGLU in the epilogue as the model runs it; production's choice (skinny_tma_block_rows) marked.
+// Bits: every row count's rows in either block size against the same rows of one m = 64 call in 128-row blocks. The
+// table the line of half_block_rows_above is read from.
 int bench_tma_blocks(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf16* y64, double read_gbs,
                      double copy_gbs, cudaStream_t stream) {
   std::printf(
-      "%-20s %4s %10s %10s   (GB/s of weights read, production's slices; * production's choice, then its share of the "
-      "copy rate %.0f; read rate %.0f)\n",
-      "shape", "m", "128-row", "64-row", copy_gbs, read_gbs);
+      "%-20s %4s %10s %10s %10s   (GB/s of weights read, production's slices; * production's choice, then its share "
+      "of the copy rate %.0f; read rate %.0f)\n",
+      "shape", "m", "128-row", "64-row", "64-row/8st", copy_gbs, read_gbs);
   int failures = 0;
   for (const Shape& shape : shapes) {
     const RotatedWeights rotation(shape);
     const bool swiglu = std::string(shape.name) == "mlp.gate|up";
     const int32_t out_width = swiglu ? shape.n / 2 : shape.n;
-    auto launch = [&](int32_t m, const bf16* w, bf16* out_rows, int block_rows) {
+    auto launch = [&](int32_t m, const bf16* w, bf16* out_rows, int block_rows, int stages = 4) {
       duet::backend::cuda::SkinnyOutputs o;
       o.y[0] = out_rows;
       o.first[1] = shape.n;
       if (swiglu) o.swiglu_half = shape.n / 2;
-      duet::backend::cuda::launch_skinny_gemm_tma(x, m, w, shape.n, shape.k, o, false, stream, 0, 4, block_rows);
+      duet::backend::cuda::launch_skinny_gemm_tma(x, m, w, shape.n, shape.k, o, false, stream, 0, stages, block_rows);
     };
     launch(64, rotation.copy(0), y64, 128);
     check(cudaStreamSynchronize(stream), "tma m = 64");
@@ -332,17 +334,19 @@ int bench_tma_blocks(const std::vector<Shape>& shapes, const bf16* x, bf16* y, b
       std::printf("%-20s %4d", shape.name, m);
       const int chosen = duet::backend::cuda::skinny_tma_block_rows(m, swiglu);
       double chosen_gbs = 0.0;
-      for (int block_rows : {128, 64}) {
-        launch(m, rotation.copy(0), y, block_rows);
+      // 128-row and 64-row blocks at 4 stages, then 64-row blocks on a ring of 8 (DUET_SKINNY_TMA_HALF_STAGES=8).
+      for (auto [block_rows, stages] : {std::pair{128, 4}, std::pair{64, 4}, std::pair{64, 8}}) {
+        launch(m, rotation.copy(0), y, block_rows, stages);
         check(cudaStreamSynchronize(stream), "tma");
         const auto rows = download_bits(y, static_cast<size_t>(m) * out_width);
         const bool same = std::equal(rows.begin(), rows.end(), whole.begin());
         if (!same) ++failures;
-        const float ms = median_ms_per_call([&](int c) { launch(m, rotation.copy(c), y, block_rows); },
+        const float ms = median_ms_per_call([&](int c) { launch(m, rotation.copy(c), y, block_rows, stages); },
                                             std::max(rotation.copies, 20), stream);
         const double gbs = rotation.elems * sizeof(bf16) / (ms * 1e-3) / 1e9;
-        if (block_rows == chosen) chosen_gbs = gbs;
-        std::printf(" %10.0f%s%s", gbs, block_rows == chosen ? "*" : " ", same ? "" : " [rows differ from m = 64's]");
+        const bool production = block_rows == chosen && stages == 4;
+        if (production) chosen_gbs = gbs;
+        std::printf(" %10.0f%s%s", gbs, production ? "*" : " ", same ? "" : " [rows differ from m = 64's]");
       }
       std::printf("   %3.0f%% of copy\n", 100.0 * chosen_gbs / copy_gbs);
       std::fflush(stdout);

@@ -458,14 +458,27 @@ void launch_with(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n,
   launch_engine<kTiles, kOutF32, kStages, kWgTiles, false>(map, x, rows, n, k, out, slices, stream);
 }
 
-// 64-row blocks (one consumer warpgroup, three an SM), ring 4x1, x by TMA.
-template <bool kOutF32>
+// 64-row blocks (one consumer warpgroup, three an SM), ring 4x1, x by TMA; kStages 8 (a benchmarks build's
+// experiment) a ring of 8: as many weight bytes in flight a block as a 128-row block's ring, with twice the blocks.
+template <bool kOutF32, int kStages = 4>
 void launch_half_blocks(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k,
                         const SkinnyOutputs& out, int slices, cudaStream_t stream) {
   by_tiles(rows, [&]<int kTiles>() {
-    launch_engine<kTiles, kOutF32, 4, 1, true, 1>(map, x, rows, n, k, out, slices, stream);
+    launch_engine<kTiles, kOutF32, kStages, 1, true, 1>(map, x, rows, n, k, out, slices, stream);
   });
 }
+
+#ifdef DUET_SKINNY_EXPERIMENTS
+// DUET_SKINNY_TMA_HALF_STAGES=8 (read once; a benchmarks build's measurement switch): production's 64-row blocks
+// on a ring of 8 stages. The same operations in the same order, so the same bits.
+int half_block_stages() {
+  static const int stages = [] {
+    const char* v = std::getenv("DUET_SKINNY_TMA_HALF_STAGES");
+    return v != nullptr && std::string_view(v) == "8" ? 8 : 4;
+  }();
+  return stages;
+}
+#endif
 
 // Launches of more rows than this take 64-row blocks (block_rows 0, production's choice; the same bits at the same
 // slices). 35th round on an H100, bench_skinny_gemm, GB/s at 1 / 16 / 64 rows, 128-row blocks against 64: the out
@@ -528,11 +541,12 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
   if (slices < 1 || slices > skinny::kMaxSlices || (stages != 4 && stages != 8))
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: slices 1..8, stages 4 or 8");
   if (block_rows_wanted != 0 && block_rows_wanted != kBlockRows &&
-      ((block_rows_wanted != 2 * kBlockRows && block_rows_wanted != kBlockRows / 2) || stages != 4 ||
+      ((block_rows_wanted != 2 * kBlockRows && block_rows_wanted != kBlockRows / 2) ||
+       (stages != 4 && block_rows_wanted != kBlockRows / 2) ||
        (block_rows_wanted > kBlockRows && (outputs.swiglu_half > 0 || y_f32)) ||
        (block_rows_wanted < kBlockRows && !x_by_tma())))
     check_cuda(cudaErrorInvalidValue,
-               "launch_skinny_gemm_tma: 256-row blocks (BF16 out, no SwiGLU) or 64-row ones (x by TMA) at 4 stages");
+               "launch_skinny_gemm_tma: 256-row blocks (BF16 out, no SwiGLU) at 4 stages or 64-row ones (x by TMA)");
 #ifndef DUET_SKINNY_EXPERIMENTS
   if (stages != 4 || block_rows_wanted > kBlockRows)
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: the experiments are in a benchmarks build only");
@@ -542,10 +556,21 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
     const int32_t rows = std::min<int32_t>(64, m - r0);
     const SkinnyOutputs out = skinny::outputs_from_row(outputs, r0, y_f32);
     const bf16* xr = x + static_cast<int64_t>(r0) * k;
-    const bool half_blocks = stages == 4 && (block_rows_wanted == 0 ? skinny_tma_block_rows(rows, swiglu)
-                                                                    : block_rows_wanted) == kBlockRows / 2;
+    const bool half_blocks =
+        block_rows_wanted == kBlockRows / 2 ||
+        (block_rows_wanted == 0 && stages == 4 && skinny_tma_block_rows(rows, swiglu) == kBlockRows / 2);
     if (half_blocks) {
       const CUtensorMap& map = weight_map(w, n, k, swiglu ? kSwigluBoxRows : kBoxRows);
+#ifdef DUET_SKINNY_EXPERIMENTS
+      if (stages == 8 || (block_rows_wanted == 0 && half_block_stages() == 8)) {
+        if (y_f32) {
+          launch_half_blocks<true, 8>(map, xr, rows, n, k, out, slices, stream);
+        } else {
+          launch_half_blocks<false, 8>(map, xr, rows, n, k, out, slices, stream);
+        }
+        continue;
+      }
+#endif
       if (y_f32) {
         launch_half_blocks<true>(map, xr, rows, n, k, out, slices, stream);
       } else {
