@@ -167,6 +167,85 @@ TEST_P(CudaModelTest, AStepPastOnePinnedLaunchGivesEachSequencesOwnLogits) {
   EXPECT_FALSE(same_bytes(all[0].logits, all[kSequences - 1].logits)) << "the control: two prompts, two answers";
 }
 
+// What the sampler's results bring back to the host (sample_readback.h: the ids and the top logprobs of every row in
+// one copy, the top logprobs only in steps where a row asked for some) against the same rows' logits, read back in
+// full in the same step: each greedy id is the logits' first maximum, each logprob and top logprob its log_softmax
+// (in double here), the top ids the largest logits in order. Rows of three settings side by side (5 top logprobs, none,
+// the sampled token's only), then a step where no row asks for top logprobs. The control: the same check against
+// another row's logits fails.
+TEST_P(CudaModelTest, SampledIdsAndTopLogprobsAreTheLogitsLogSoftmax) {
+  const auto prompt = Goldens(testing::golden_fixture(GetParam(), "fp32")).i32("len130.ids");
+  const auto V = static_cast<size_t>(model_->config().vocab_size);
+  engine::PieceRunner runner(*model_, 3, 200);
+  std::vector<int32_t> slots, next;
+  std::vector<Piece> prefill;
+  for (int i = 0; i < 3; ++i) slots.push_back(runner.open());
+  for (int i = 0; i < 3; ++i)
+    prefill.push_back({.slot = slots[i],
+                       .tokens = std::span(prompt).first(static_cast<size_t>(40 + 30 * i)),
+                       .wants = RowOutput::last_logits});
+  for (const PieceResult& r : runner.run(prefill))
+    next.push_back(static_cast<int32_t>(std::max_element(r.logits.begin(), r.logits.end()) - r.logits.begin()));
+  // The row's log_softmax, its first maximum and its `count` largest in order (ties: the lower id first).
+  struct Reference {
+    int32_t argmax;
+    std::vector<std::pair<int32_t, double>> top;
+    std::vector<double> logprob;
+  };
+  auto reference = [&](const std::vector<float>& logits, int count) {
+    Reference r;
+    const double most = *std::max_element(logits.begin(), logits.end());
+    double sum = 0;
+    for (float v : logits) sum += std::exp(static_cast<double>(v) - most);
+    for (float v : logits) r.logprob.push_back(static_cast<double>(v) - most - std::log(sum));
+    r.argmax = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    std::vector<int32_t> order(V);
+    for (size_t j = 0; j < V; ++j) order[j] = static_cast<int32_t>(j);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+    for (int j = 0; j < count; ++j) r.top.emplace_back(order[j], r.logprob[order[j]]);
+    return r;
+  };
+  auto matches = [&](const backend::SampledRow& got, const Reference& want, int top, std::string* why) {
+    if (got.id != want.argmax)
+      return *why = "id " + std::to_string(got.id) + " != " + std::to_string(want.argmax), false;
+    if (top >= 0 && std::fabs(got.logprob - want.logprob[want.argmax]) > 1e-4)
+      return *why = "logprob " + std::to_string(got.logprob), false;
+    if (got.top.size() != static_cast<size_t>(std::max(top, 0)))
+      return *why = std::to_string(got.top.size()) + " top logprobs", false;
+    for (size_t j = 0; j < got.top.size(); ++j)
+      if (got.top[j].first != want.top[j].first || std::fabs(got.top[j].second - want.top[j].second) > 1e-4)
+        return *why = "top " + std::to_string(j) + ": id " + std::to_string(got.top[j].first), false;
+    return true;
+  };
+  int position = 0;
+  for (const std::vector<int>& tops : {std::vector<int>{5, -1, 0}, std::vector<int>{-1, 0, -1}}) {
+    std::vector<backend::SampleSpec> specs(3);
+    std::vector<Piece> step;
+    for (int i = 0; i < 3; ++i) {
+      specs[i].temperature = 0.0f;
+      specs[i].top_logprobs = tops[i];
+      specs[i].position = 200 + position++;
+      step.push_back({.slot = slots[i],
+                      .tokens = std::span(&next[i], 1),
+                      .wants = RowOutput::sampled | RowOutput::last_logits,
+                      .role = backend::RowRole::decode,
+                      .sample = &specs[i]});
+    }
+    const auto results = runner.run(step);
+    for (int i = 0; i < 3; ++i) {
+      std::string why;
+      EXPECT_TRUE(matches(results[i].sampled, reference(results[i].logits, std::max(tops[i], 0)), tops[i], &why))
+          << "row " << i << " asking for " << tops[i] << " top logprobs: " << why;
+      next[i] = results[i].sampled.id;
+    }
+    if (tops[0] == 5) {  // the control: row 0's results against row 1's logits
+      std::string why;
+      EXPECT_FALSE(matches(results[0].sampled, reference(results[1].logits, 5), 5, &why))
+          << "row 0's results matched row 1's logits";
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaModelTest, ::testing::Values("tiny-mm", "tiny-text"));
 
 // tiny-mm keeps linear_attn.A_log and linear_attn.norm.weight in F32 with values BF16 cannot hold; the GPU must
