@@ -13,14 +13,9 @@
 //   bench_skinny_gemm --tma-slices       (the TMA engine at 1, 16 and 64 rows, every slice count 1..8, in blocks of
 //                                         128 and 64 w rows; the two sizes' bits checked against each other)
 //   bench_skinny_gemm --tma-blocks       (the TMA engine at production's slices in blocks of 128 and 64 w rows, 1..64
-//                                         rows, SwiGLU for gate | up, and 64-row blocks on a ring of 8 stages;
-//                                         production's choice marked; bits checked)
+//                                         rows, SwiGLU for gate | up; production's choice marked; bits checked)
 //   bench_skinny_gemm --cublas           (production beside cuBLASLt: its heuristic's first algorithm and the best of
 //                                         its first 8 at each m, GB/s and TFLOP/s; not batch-invariant, a reference)
-//   bench_skinny_gemm --norm-prologue    (the row norm in the prologue of the GEMM after it (DUET_NORM_IN_PROLOGUE),
-//                                         launch_skinny_gemm_tma_normed, against the norm kernel then the
-//                                         GEMM, after the GEMM that writes the norm's delta, as a decode step runs
-//                                         them; its bits against the two kernels', with a control)
 //   bench_skinny_gemm --profile SHAPE M   (three production launches of one shape, for ncu; nothing timed)
 // Weights rotate over enough copies that every call reads from HBM, as a decode step does (each layer's weights are
 // cold). Each figure is the median of 7 timings of a CUDA graph of calls. It also checks, per variant, that m = 1
@@ -39,7 +34,6 @@
 #include <tuple>
 #include <vector>
 
-#include "backend/cuda/dependent_launch.h"
 #include "backend/cuda/kernels.h"
 #include "cublaslt_reference.h"
 
@@ -304,28 +298,27 @@ int bench_tma_slices(const std::vector<Shape>& shapes, const bf16* x, bf16* y, b
 }
 
 // --tma-blocks: the TMA engine at production's slices in blocks of 128 w rows (two consumer warpgroups, two an SM)
-// against blocks of 64 (one, three an SM) on rings of 4 and of 8 stages (the weight bytes in flight of a 128-row
-// block's ring, a block: the shapes of fewer row blocks than SMs leave SMs idle at 4), at 1, 8, 16, 24, 32, 48 and 64
-// rows, gate | up with SwiGLU in the epilogue as the model runs it; production's choice (skinny_tma_block_rows) marked.
-// Bits: every row count's rows in either block size against the same rows of one m = 64 call in 128-row blocks. The
-// table the line of half_block_rows_above is read from.
+// against blocks of 64 (one, three an SM), at 1, 8, 16, 24, 32, 48 and 64 rows, gate | up with SwiGLU in the epilogue
+// as the model runs it; production's choice (skinny_tma_block_rows) marked. Bits: every row count's rows in either
+// block size against the same rows of one m = 64 call in 128-row blocks. The table the line of half_block_rows_above is
+// read from.
 int bench_tma_blocks(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf16* y64, double read_gbs,
                      double copy_gbs, cudaStream_t stream) {
   std::printf(
-      "%-20s %4s %10s %10s %10s   (GB/s of weights read, production's slices; * production's choice, then its share "
-      "of the copy rate %.0f; read rate %.0f)\n",
-      "shape", "m", "128-row", "64-row", "64-row/8st", copy_gbs, read_gbs);
+      "%-20s %4s %10s %10s   (GB/s of weights read, production's slices; * production's choice, then its share of the "
+      "copy rate %.0f; read rate %.0f)\n",
+      "shape", "m", "128-row", "64-row", copy_gbs, read_gbs);
   int failures = 0;
   for (const Shape& shape : shapes) {
     const RotatedWeights rotation(shape);
     const bool swiglu = std::string(shape.name) == "mlp.gate|up";
     const int32_t out_width = swiglu ? shape.n / 2 : shape.n;
-    auto launch = [&](int32_t m, const bf16* w, bf16* out_rows, int block_rows, int stages = 4) {
+    auto launch = [&](int32_t m, const bf16* w, bf16* out_rows, int block_rows) {
       duet::backend::cuda::SkinnyOutputs o;
       o.y[0] = out_rows;
       o.first[1] = shape.n;
       if (swiglu) o.swiglu_half = shape.n / 2;
-      duet::backend::cuda::launch_skinny_gemm_tma(x, m, w, shape.n, shape.k, o, false, stream, 0, stages, block_rows);
+      duet::backend::cuda::launch_skinny_gemm_tma(x, m, w, shape.n, shape.k, o, false, stream, 0, 4, block_rows);
     };
     launch(64, rotation.copy(0), y64, 128);
     check(cudaStreamSynchronize(stream), "tma m = 64");
@@ -334,141 +327,23 @@ int bench_tma_blocks(const std::vector<Shape>& shapes, const bf16* x, bf16* y, b
       std::printf("%-20s %4d", shape.name, m);
       const int chosen = duet::backend::cuda::skinny_tma_block_rows(m, swiglu);
       double chosen_gbs = 0.0;
-      // 128-row and 64-row blocks at 4 stages, then 64-row blocks on a ring of 8 (DUET_SKINNY_TMA_HALF_STAGES=8).
-      for (auto [block_rows, stages] : {std::pair{128, 4}, std::pair{64, 4}, std::pair{64, 8}}) {
-        launch(m, rotation.copy(0), y, block_rows, stages);
+      for (int block_rows : {128, 64}) {
+        launch(m, rotation.copy(0), y, block_rows);
         check(cudaStreamSynchronize(stream), "tma");
         const auto rows = download_bits(y, static_cast<size_t>(m) * out_width);
         const bool same = std::equal(rows.begin(), rows.end(), whole.begin());
         if (!same) ++failures;
-        const float ms = median_ms_per_call([&](int c) { launch(m, rotation.copy(c), y, block_rows, stages); },
+        const float ms = median_ms_per_call([&](int c) { launch(m, rotation.copy(c), y, block_rows); },
                                             std::max(rotation.copies, 20), stream);
         const double gbs = rotation.elems * sizeof(bf16) / (ms * 1e-3) / 1e9;
-        const bool production = block_rows == chosen && stages == 4;
-        if (production) chosen_gbs = gbs;
-        std::printf(" %10.0f%s%s", gbs, production ? "*" : " ", same ? "" : " [rows differ from m = 64's]");
+        if (block_rows == chosen) chosen_gbs = gbs;
+        std::printf(" %10.0f%s%s", gbs, block_rows == chosen ? "*" : " ", same ? "" : " [rows differ from m = 64's]");
       }
       std::printf("   %3.0f%% of copy\n", 100.0 * chosen_gbs / copy_gbs);
       std::fflush(stdout);
     }
   }
   std::printf("block bit checks: %d failed\n", failures);
-  return failures;
-}
-
-// --norm-prologue: at 1, 2 and 4 rows, for the three weights a norm feeds in the 9B (gdn.qkv|z|b|a, attn.q|k|v,
-// mlp.gate|up with SwiGLU), the chain a decode step runs: the GEMM that writes the sublayer's output (mlp.down's
-// shape), then either launch_add_rms_norm and the GEMM on its output (the model's order), or
-// launch_skinny_gemm_tma_normed alone (the norm in the GEMM's prologue), or the GEMM alone on rows normed beforehand
-// (no norm at all: the floor). Launched as dependents, as a step of that many rows is; weights rotate. Bits: the normed
-// GEMM's outputs and the residual its block 0 writes against the two kernels', and a control (another eps) that must
-// differ.
-int bench_norm_prologue(cudaStream_t stream) {
-  using duet::backend::cuda::DeviceWeight;
-  using duet::backend::cuda::NormedInput;
-  using duet::backend::cuda::SkinnyOutputs;
-  constexpr int32_t kHidden = 4096, kRows = duet::backend::cuda::kNormedInputMaxRows;
-  constexpr float kEps = 1e-6f;
-  const Shape before{"mlp.down", kHidden, 12288};
-  const std::vector<Shape> after = {
-      {"gdn.qkv|z|b|a", 12352, kHidden}, {"attn.q|k|v", 10240, kHidden}, {"mlp.gate|up", 24576, kHidden}};
-  bf16 *residual = nullptr, *x = nullptr, *delta = nullptr, *normed = nullptr, *act = nullptr, *weight = nullptr,
-       *y = nullptr, *y_ref = nullptr, *new_residual = nullptr;
-  for (auto [p, count] :
-       {std::pair{&residual, kRows * kHidden}, std::pair{&x, kRows * kHidden}, std::pair{&delta, kRows * kHidden},
-        std::pair{&new_residual, kRows * kHidden}, std::pair{&normed, kRows * kHidden},
-        std::pair{&act, kRows * before.k}, std::pair{&weight, kHidden}, std::pair{&y, kRows * 24576},
-        std::pair{&y_ref, kRows * 24576}}) {
-    check(cudaMalloc(p, static_cast<size_t>(count) * sizeof(bf16)), "malloc");
-    fill_random<<<64, 256>>>(*p, static_cast<size_t>(count), reinterpret_cast<uintptr_t>(p));  // a seed each
-  }
-  check(cudaDeviceSynchronize(), "fill");
-  const DeviceWeight norm_weight{weight, false, 1, kHidden};
-  const RotatedWeights down(before);
-  std::printf(
-      "%-16s %2s  %-5s %-8s  (us a chain after the %s GEMM: norm kernel + GEMM | GEMM with the norm in its "
-      "prologue | GEMM alone)\n",
-      "shape", "m", "bits", "control", before.name);
-  int failures = 0;
-  for (const Shape& shape : after) {
-    const RotatedWeights rotation(shape);
-    const bool swiglu = std::string(shape.name) == "mlp.gate|up";
-    const int32_t out_width = swiglu ? shape.n / 2 : shape.n;
-    auto outputs = [&](bf16* to) {
-      SkinnyOutputs o;
-      o.y[0] = to;
-      o.first[1] = shape.n;
-      if (swiglu) o.swiglu_half = shape.n / 2;
-      return o;
-    };
-    for (int32_t m : {1, 2, 4}) {
-      duet::backend::cuda::set_dependent_launch_for_step(m);
-      NormedInput in{.x = residual,
-                     .delta = delta,
-                     .weight = norm_weight,
-                     .eps = kEps,
-                     .one_plus = true,
-                     .residual_out = new_residual};
-      // Bits: the model's two kernels on a copy of the residual, then the normed GEMM on the residual itself.
-      check(cudaMemcpyAsync(x, residual, static_cast<size_t>(m) * kHidden * sizeof(bf16), cudaMemcpyDeviceToDevice,
-                            stream),
-            "copy");
-      duet::backend::cuda::launch_add_rms_norm(x, delta, m, kHidden, norm_weight, kEps, true, normed, stream);
-      duet::backend::cuda::launch_skinny_gemm_tma(normed, m, rotation.copy(0), shape.n, shape.k, outputs(y_ref), false,
-                                                  stream);
-      duet::backend::cuda::launch_skinny_gemm_tma_normed(in, m, rotation.copy(0), shape.n, shape.k, outputs(y), stream);
-      check(cudaStreamSynchronize(stream), "normed");
-      const bool same = download_bits(y, static_cast<size_t>(m) * out_width) ==
-                            download_bits(y_ref, static_cast<size_t>(m) * out_width) &&
-                        download_bits(new_residual, static_cast<size_t>(m) * kHidden) ==
-                            download_bits(x, static_cast<size_t>(m) * kHidden);
-      NormedInput control = in;
-      control.eps = kEps * 4096;
-      duet::backend::cuda::launch_skinny_gemm_tma_normed(control, m, rotation.copy(0), shape.n, shape.k, outputs(y),
-                                                         stream);
-      check(cudaStreamSynchronize(stream), "control");
-      const bool control_differs = download_bits(y, static_cast<size_t>(m) * out_width) !=
-                                   download_bits(y_ref, static_cast<size_t>(m) * out_width);
-      if (!same) ++failures;
-      if (!control_differs) ++failures;
-      // The chains (x drifts by delta each call of the first; its values stay far from BF16's range).
-      const int calls = std::max({rotation.copies, down.copies, 20});
-      auto previous = [&](int c) {
-        SkinnyOutputs o;
-        o.y[0] = delta;
-        o.first[1] = before.n;
-        duet::backend::cuda::launch_skinny_gemm_tma(act, m, down.copy(c), before.n, before.k, o, false, stream);
-      };
-      const float two_kernels = median_ms_per_call(
-          [&](int c) {
-            previous(c);
-            duet::backend::cuda::launch_add_rms_norm(x, delta, m, kHidden, norm_weight, kEps, true, normed, stream);
-            duet::backend::cuda::launch_skinny_gemm_tma(normed, m, rotation.copy(c), shape.n, shape.k, outputs(y),
-                                                        false, stream);
-          },
-          calls, stream);
-      const float prologue = median_ms_per_call(
-          [&](int c) {
-            previous(c);
-            duet::backend::cuda::launch_skinny_gemm_tma_normed(in, m, rotation.copy(c), shape.n, shape.k, outputs(y),
-                                                               stream);
-          },
-          calls, stream);
-      const float alone = median_ms_per_call(
-          [&](int c) {
-            previous(c);
-            duet::backend::cuda::launch_skinny_gemm_tma(normed, m, rotation.copy(c), shape.n, shape.k, outputs(y),
-                                                        false, stream);
-          },
-          calls, stream);
-      std::printf("%-16s %2d  %-5s %-8s  %8.2f %8.2f %8.2f   (%+.2f us by the prologue)\n", shape.name, m,
-                  same ? "same" : "DIFF", control_differs ? "differs" : "SAME!", 1e3f * two_kernels, 1e3f * prologue,
-                  1e3f * alone, 1e3f * (prologue - two_kernels));
-      std::fflush(stdout);
-    }
-  }
-  for (bf16* p : {residual, x, delta, normed, act, weight, y, y_ref, new_residual}) cudaFree(p);
-  std::printf("norm prologue checks (bits the same, controls different): %d failed\n", failures);
   return failures;
 }
 
@@ -612,7 +487,6 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--tma-blocks")
     return bench_tma_blocks(shapes, x, y, y64, read_gbs, copy_gbs, stream) == 0 ? 0 : 1;
   if (argc > 1 && std::string(argv[1]) == "--cublas") return bench_cublas(shapes, x, y, read_gbs, stream);
-  if (argc > 1 && std::string(argv[1]) == "--norm-prologue") return bench_norm_prologue(stream) == 0 ? 0 : 1;
 
   // --blocks: the plans' pipelines in each block size, the shape's slices filled in per shape (max_slices 0).
   if (blocks) {  // the pipeline blocks of 4 and 2 warps are built for (skinny_gemm.cu), against 8-warp blocks

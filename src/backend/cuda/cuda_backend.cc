@@ -13,7 +13,6 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <optional>
 #include <span>
 #include <string_view>
 #include <tuple>
@@ -370,7 +369,6 @@ class CudaBackend final : public Backend {
 
   void begin_step(const StepPlan& plan) override {
     gaps_.entered();
-    pending_norm_.reset();  // a step abandoned before its outputs (its activations are gone); never launched late
     if (mode_ == Mode::capture) graphs_.abandon(stream_);  // the last step failed before its sampling
     mode_ = Mode::eager;
     used_ = 0;
@@ -614,7 +612,6 @@ class CudaBackend final : public Backend {
   }
 
   void embed(const Weight& table, Activations& out) override {
-    flush_norm();
     if (mode_ == Mode::replay) return;  // the step's graph holds these launches
     timer_.time("embed", stream_, [&] {
       launch_embed(bf16_of(table), table.cols, ids_, static_cast<int32_t>(rows_), data_of(out), stream_);
@@ -622,7 +619,6 @@ class CudaBackend final : public Backend {
   }
 
   void rms_norm(const Activations& x, const Weight& w, double eps, Activations& out) override {
-    flush_norm();
     if (mode_ == Mode::replay) return;  // the step's graph holds these launches
     timer_.time("rms_norm", stream_, [&] {
       launch_rms_norm(data_of(x), x.rows(), static_cast<int32_t>(x.width()), device_weight(w), static_cast<float>(eps),
@@ -631,29 +627,21 @@ class CudaBackend final : public Backend {
   }
 
   void add_rms_norm(Activations& x, const Activations& y, const Weight& w, double eps, Activations& out) override {
-    flush_norm();
-    const PendingNorm norm{&x, &y, &w, static_cast<float>(eps), &out};
-    if (norm_may_wait(norm)) {
-      pending_norm_ = norm;  // the GEMM after it may take it (norm_for); any other call launches it first
-      return;
-    }
-    launch_norm(norm);
+    if (mode_ == Mode::replay) return;  // the step's graph holds these launches
+    timer_.time("add_rms_norm", stream_, [&] {
+      launch_add_rms_norm(data_of(x), data_of(y), x.rows(), static_cast<int32_t>(x.width()), device_weight(w),
+                          static_cast<float>(eps), true, data_of(out), stream_);
+    });
   }
 
   void add(Activations& x, const Activations& y) override {
-    flush_norm();
     if (mode_ == Mode::replay) return;  // the step's graph holds these launches
     timer_.time("add", stream_, [&] { launch_add(data_of(x), data_of(y), x.rows() * x.width(), stream_); });
   }
 
   void gdn_mixer(const GdnWeights& w, const GdnShape& s, int64_t gdn_layer, const Activations& x,
                  Activations& out) override {
-    const PendingNorm* input_norm =
-        norm_for(x, normed_gemm_fits({&w.in_proj_qkv, &w.in_proj_z, &w.in_proj_b, &w.in_proj_a}, x.rows()));
-    if (mode_ == Mode::replay) {  // the step's graph holds these launches
-      if (input_norm != nullptr) settle_norm();
-      return;
-    }
+    if (mode_ == Mode::replay) return;  // the step's graph holds these launches
     const size_t mark = used_;
     const int64_t R = x.rows(), C = s.conv_channels(), vw = s.value_heads * s.value_dim, vh = s.value_heads;
     bf16* qkv = scratch<bf16>(R * C);
@@ -664,8 +652,7 @@ class CudaBackend final : public Backend {
                   {{"gdn.in_proj_qkv", w.in_proj_qkv, w.adapter.in_proj_qkv, qkv},
                    {"gdn.in_proj_z", w.in_proj_z, w.adapter.in_proj_z, z},
                    {"gdn.in_proj_b", w.in_proj_b, w.adapter.in_proj_b, b},
-                   {"gdn.in_proj_a", w.in_proj_a, w.adapter.in_proj_a, a}},
-                  input_norm);
+                   {"gdn.in_proj_a", w.in_proj_a, w.adapter.in_proj_a, a}});
     bf16* conv = scratch<bf16>(R * C);
     float* beta = scratch<float>(R * vh);
     float* g = scratch<float>(R * vh);
@@ -702,11 +689,7 @@ class CudaBackend final : public Backend {
 
   void attention_mixer(const AttentionWeights& w, const AttentionShape& s, int64_t attention_layer,
                        const Activations& x, Activations& out) override {
-    const PendingNorm* norm = norm_for(x, normed_gemm_fits({&w.q_proj, &w.k_proj, &w.v_proj}, x.rows()));
-    if (mode_ == Mode::replay) {  // the step's graph holds these launches
-      if (norm != nullptr) settle_norm();
-      return;
-    }
+    if (mode_ == Mode::replay) return;  // the step's graph holds these launches
     const size_t mark = used_;
     const int64_t R = x.rows(), hd = s.head_dim;
     bf16* q_gate = scratch<bf16>(R * s.q_heads * 2 * hd);
@@ -715,8 +698,7 @@ class CudaBackend final : public Backend {
     gemm_together("attn.qkv_proj", data_of(x), R,
                   {{"attn.q_proj", w.q_proj, w.adapter.q_proj, q_gate},
                    {"attn.k_proj", w.k_proj, w.adapter.k_proj, k},
-                   {"attn.v_proj", w.v_proj, w.adapter.v_proj, v}},
-                  norm);
+                   {"attn.v_proj", w.v_proj, w.adapter.v_proj, v}});
     const AttentionDims dims{static_cast<int32_t>(s.q_heads),  static_cast<int32_t>(s.kv_heads),
                              static_cast<int32_t>(hd),         static_cast<int32_t>(s.rotary_dim),
                              static_cast<float>(s.rope_theta), static_cast<float>(s.norm_eps)};
@@ -734,31 +716,13 @@ class CudaBackend final : public Backend {
   }
 
   void mlp(const MlpWeights& w, const Activations& x, Activations& out) override {
-    const int64_t R = x.rows(), ffn = w.gate_proj.rows;
-    const int64_t decode = std::min<int64_t>(decode_rows_, R);
-    const PendingNorm* norm = norm_for(x, swiglu_in_gemm(w, decode) && normed_gemm_fits({&w.gate_proj, &w.up_proj}, R));
-    if (mode_ == Mode::replay) {  // the step's graph holds these launches
-      if (norm != nullptr) settle_norm();
-      return;
-    }
+    if (mode_ == Mode::replay) return;  // the step's graph holds these launches
     const size_t mark = used_;
+    const int64_t R = x.rows(), ffn = w.gate_proj.rows;
     bf16* gate = scratch<bf16>(R * ffn);
     bf16* up = scratch<bf16>(R * ffn);
-    if (norm != nullptr) {  // every row a decode row: the gate | up GEMM norms them in its prologue (norm_for)
-      SkinnyOutputs swiglu;
-      swiglu.y[0] = gate;
-      swiglu.first[1] = static_cast<int32_t>(2 * ffn);
-      swiglu.swiglu_half = static_cast<int32_t>(ffn);
-      timer_.time(
-          "mlp.gate_up_proj", stream_,
-          [&] {
-            launch_skinny_gemm_tma_normed(normed_input(*norm), static_cast<int32_t>(R), bf16_of(w.gate_proj),
-                                          static_cast<int32_t>(2 * ffn), static_cast<int32_t>(w.gate_proj.cols), swiglu,
-                                          stream_);
-          },
-          " skinny swiglu + add_rms_norm");
-      settle_norm();
-    } else if (swiglu_in_gemm(w, decode)) {
+    const int64_t decode = std::min<int64_t>(decode_rows_, R);
+    if (swiglu_in_gemm(w, decode)) {
       // The decode rows' gate | up GEMM writes silu(gate) * up itself (launch_skinny_gemm_swiglu: the same bits as the
       // two outputs and launch_swiglu); the other rows as below.
       timer_.time(
@@ -785,7 +749,6 @@ class CudaBackend final : public Backend {
   }
 
   void lm_head(const Weight& head, const Activations& x, float* logits) override {
-    flush_norm();
     const size_t mark = used_;
     const int64_t n = logit_row_count_, h = x.width(), V = head.rows;
     bf16* selected = scratch<bf16>(n * h);
@@ -829,7 +792,6 @@ class CudaBackend final : public Backend {
   // rows (model/qwen35_forward.cc, scatter_image_rows). Between the embedding and the first layer of a prefill step,
   // never in a graphed one. Synchronous: `in` may be freed when it returns, whatever memory it is in.
   void write_rows(const float* in, int64_t first, int64_t count, Activations& x) override {
-    flush_norm();
     if (mode_ != Mode::eager) fail("cuda backend: rows written into a graphed step");
     if (first < 0 || count < 0 || first + count > x.rows())
       fail("cuda backend: rows [{}, {}) written into activations of {} rows", first, first + count, x.rows());
@@ -848,7 +810,6 @@ class CudaBackend final : public Backend {
   // fc projection through the sublayers' GEMMs (decode rows on the skinny GEMM, the rest on the pinned one), no
   // adapter. MTP steps write host rows (StepPlan::host_rows), so they are never graphed.
   void concat(const Activations& a, const Activations& b, Activations& out) override {
-    flush_norm();
     if (mode_ != Mode::eager) fail("cuda backend: concat inside a graphed step");
     if (a.rows() != b.rows() || out.rows() != a.rows() || out.width() != a.width() + b.width())
       fail("cuda backend: concat of [{}, {}] and [{}, {}] into [{}, {}]", a.rows(), a.width(), b.rows(), b.width(),
@@ -864,7 +825,6 @@ class CudaBackend final : public Backend {
                "concat: right");
   }
   void project(const Weight& w, const Activations& x, Activations& out) override {
-    flush_norm();
     if (mode_ == Mode::replay) return;  // the step's graph holds these launches
     if (w.cols != x.width() || out.width() != w.rows || out.rows() != x.rows())
       fail("cuda backend: project [{}, {}] by a [{}, {}] weight into [{}, {}]", x.rows(), x.width(), w.rows, w.cols,
@@ -903,7 +863,6 @@ class CudaBackend final : public Backend {
   // ids and asked-for logprobs cross to the host.
   void sample(const Weight& head, const Activations& x, SampledRow* out) override {
     gaps_.sampling();
-    flush_norm();
     const size_t mark = used_;
     const int64_t n = static_cast<int64_t>(samples_.size()), h = x.width(), V = head.rows;
     bf16* selected = scratch<bf16>(n * h);
@@ -964,7 +923,6 @@ class CudaBackend final : public Backend {
   }
 
   void read_rows(const Activations& x, int64_t first, int64_t count, float* out) override {
-    flush_norm();
     const size_t mark = used_;
     const int64_t n = count * x.width();
     float* f = scratch<float>(n);
@@ -1088,85 +1046,6 @@ class CudaBackend final : public Backend {
         " adapter");
     used_ = mark;
   }
-  // ---- DUET_NORM_IN_PROLOGUE=1 (read once; a measurement switch, off until measured): in decode steps of 1 to
-  // kNormedInputMaxRows rows without adapted rows, add_rms_norm launches nothing; the GEMM of the sublayer after it
-  // (the GDN input projection, attention's q | k | v, the MLP's gate | up: each the only reader of the norm's output)
-  // norms the rows in its prologue (launch_skinny_gemm_tma_normed: the same bits), its block 0 writing the new
-  // residual into the norm's output buffer, and the two activations trade buffers; the normed rows are never stored.
-  // Any other call launches the pending norm first, as before (flush_norm). A replayed step trades the same buffers
-  // (its calls decide alike), so that the host's view of the activations stays the graph's.
-  struct PendingNorm {
-    Activations* x = nullptr;
-    const Activations* delta = nullptr;
-    const Weight* w = nullptr;
-    float eps = 0.0f;
-    Activations* out = nullptr;
-  };
-  static bool norm_in_prologue() {
-    static const bool on = [] {
-      const char* v = std::getenv("DUET_NORM_IN_PROLOGUE");
-      return v != nullptr && std::string_view(v) == "1";
-    }();
-    return on;
-  }
-  bool norm_may_wait(const PendingNorm& p) const {
-    const int64_t R = p.x->rows(), width = p.x->width();
-    return norm_in_prologue() && R >= 1 && R <= kNormedInputMaxRows && decode_rows_ == R && rows_ == R &&
-           adapted_count_ == 0 && width % 64 == 0 && width >= 512 && width <= 4096 && p.w->rows * p.w->cols == width &&
-           p.out != p.x && p.out != p.delta;
-  }
-  void launch_norm(const PendingNorm& p) {
-    if (mode_ == Mode::replay) return;  // the step's graph holds these launches
-    timer_.time("add_rms_norm", stream_, [&] {
-      launch_add_rms_norm(data_of(*p.x), data_of(*p.delta), p.x->rows(), static_cast<int32_t>(p.x->width()),
-                          device_weight(*p.w), p.eps, true, data_of(*p.out), stream_);
-    });
-  }
-  void flush_norm() {
-    if (!pending_norm_) return;
-    const PendingNorm p = *pending_norm_;
-    pending_norm_.reset();
-    launch_norm(p);
-  }
-  // The pending norm, when `input` is its output and the GEMM reading it can norm the rows itself (`fits`); else
-  // nullptr, the pending norm (if any) launched.
-  const PendingNorm* norm_for(const Activations& input, bool fits) {
-    if (pending_norm_ && pending_norm_->out == &input && fits) return &*pending_norm_;
-    flush_norm();
-    return nullptr;
-  }
-  // Whether these weights, stored back to back, are one decode GEMM on the TMA engine that may norm `rows` rows in
-  // its prologue: gemm_together's conditions, the engine by the shape (skinny_tma_for), the norm's width as k.
-  bool normed_gemm_fits(std::initializer_list<const Weight*> weights, int64_t rows) const {
-    if (!pending_norm_ || weights.size() > static_cast<size_t>(SkinnyOutputs::kMaxSegments) ||
-        rows != pending_norm_->x->rows() || decode_rows_ != rows)
-      return false;
-    const Weight& first = **weights.begin();
-    const char* next = nullptr;
-    int64_t n = 0;
-    for (const Weight* w : weights) {
-      if (w->type != WeightType::bf16 || w->cols != first.cols || (next != nullptr && w->data != next)) return false;
-      next = static_cast<const char*>(w->data) + w->bytes();
-      n += w->rows;
-    }
-    return first.cols == pending_norm_->x->width() &&
-           skinny_tma_for(static_cast<int32_t>(n), static_cast<int32_t>(first.cols));
-  }
-  NormedInput normed_input(const PendingNorm& p) const {
-    return NormedInput{.x = data_of(*p.x),
-                       .delta = data_of(*p.delta),
-                       .weight = device_weight(*p.w),
-                       .eps = p.eps,
-                       .one_plus = true,
-                       .residual_out = data_of(*p.out)};
-  }
-  // After the normed GEMM (launched, or replayed with its graph): the new residual is in the norm's output buffer.
-  void settle_norm() {
-    std::swap(static_cast<CudaActivations*>(pending_norm_->x)->data,
-              static_cast<CudaActivations*>(pending_norm_->out)->data);
-    pending_norm_.reset();
-  }
-
   // Projections of the same input x: when they are stored back to back (resident_together), the decode rows of all
   // of them are one skinny GEMM writing each projection's own output; the prefill rows and the adapters go as for
   // one projection. Every output has the bits of its own call either way.
@@ -1176,10 +1055,7 @@ class CudaBackend final : public Backend {
     const LoraFactors& lora;
     bf16* y;
   };
-  // With `norm` (norm_for's, so normed_gemm_fits said yes for these weights): x is the pending norm's output, which
-  // the decode GEMM makes in its prologue instead (every row a decode row).
-  void gemm_together(const char* name, const bf16* x, int64_t rows, std::initializer_list<Projection> projections,
-                     const PendingNorm* norm = nullptr) {
+  void gemm_together(const char* name, const bf16* x, int64_t rows, std::initializer_list<Projection> projections) {
     const int64_t decode = std::min<int64_t>(decode_rows_, rows);
     SkinnyOutputs out;
     bool together = decode > 0 && projections.size() <= SkinnyOutputs::kMaxSegments;
@@ -1197,24 +1073,12 @@ class CudaBackend final : public Backend {
       n += p.w.rows;
     }
     if (!together) {
-      if (norm != nullptr) fail("cuda backend: {}: a pending norm for projections that are not one GEMM", name);
       for (const Projection& p : projections) gemm(p.name, x, rows, p.w, p.lora, p.y);
       return;
     }
     out.segments = segment;
     out.first[segment] = static_cast<int32_t>(n);
     const Weight& first = projections.begin()->w;
-    if (norm != nullptr) {
-      timer_.time(
-          name, stream_,
-          [&] {
-            launch_skinny_gemm_tma_normed(normed_input(*norm), static_cast<int32_t>(rows), bf16_of(first),
-                                          static_cast<int32_t>(n), static_cast<int32_t>(first.cols), out, stream_);
-          },
-          " skinny + add_rms_norm");
-      settle_norm();
-      return;
-    }
     timer_.time(
         name, stream_,
         [&] {
@@ -1338,7 +1202,6 @@ class CudaBackend final : public Backend {
   bool graphs_on_ = graphs_wanted();
   StepGraphs graphs_;
   Mode mode_ = Mode::eager;
-  std::optional<PendingNorm> pending_norm_;  // DUET_NORM_IN_PROLOGUE: add_rms_norm's, until its reader comes
 
   // Every value a graphed decode step's launches take besides the weights and the step's counts: a graph captured
   // with other values must not replay (StepGraphs checks, and refuses loudly instead of computing wrong tokens). The

@@ -13,17 +13,15 @@
 #include <string_view>
 
 #include "backend/cuda/activations.h"
-#include "backend/cuda/bf16x8.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dependent_launch.h"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/row_norm_chunk.h"
 
 namespace duet::backend::cuda {
 
 namespace {
 
-constexpr int kVec = kBf16x8;  // BF16 per 16-byte vector
+constexpr int kVec = 8;  // BF16 per 16-byte vector
 
 // Throws duet::Error naming the launcher and the broken precondition (cuda_check keeps fmt out of .cu files).
 void refuse(const char* what) { check_cuda(cudaErrorInvalidValue, what); }
@@ -34,6 +32,30 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 unsigned grid_for(int64_t items, int threads) {
   const int64_t blocks = (items + threads - 1) / threads;
   return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(blocks, 1), 65536));
+}
+
+union Pack8 {
+  uint4 raw;
+  __nv_bfloat162 pair[4];
+  bf16 v[kVec];
+};
+
+__device__ __forceinline__ void unpack8(const uint4& raw, float* out) {
+  Pack8 p;
+  p.raw = raw;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(p.pair[i]);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+
+__device__ __forceinline__ uint4 pack8(const float* in) {
+  Pack8 p;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) p.pair[i] = __floats2bfloat162_rn(in[2 * i], in[2 * i + 1]);
+  return p.raw;
 }
 
 // ---- embed / gather: one block per output row, a plain copy.
@@ -81,6 +103,29 @@ __global__ void add_rows_kernel(const float* __restrict__ delta, int64_t width, 
 // Row invariance: thread t owns the 8-element chunks t, t + T, t + 2T, ... (T = blockDim.x, chosen from the width
 // alone) and adds their squares in element order into one fp32 sum; the block then reduces the T sums with a fixed
 // xor-butterfly in each warp and a fixed butterfly over the warp sums. Nothing depends on the number of rows.
+template <bool kWeightF32>
+__device__ __forceinline__ void load_weight8(const void* w, int64_t first, int32_t width, bool vec, float* out) {
+  if (kWeightF32) {
+    const float* wf = static_cast<const float*>(w) + first;
+    if (vec) {
+      const float4 a = __ldg(reinterpret_cast<const float4*>(wf));
+      const float4 b = __ldg(reinterpret_cast<const float4*>(wf) + 1);
+      out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w, out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+    } else {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) out[e] = first + e < width ? wf[e] : 0.0f;
+    }
+  } else {
+    const bf16* wb = static_cast<const bf16*>(w) + first;
+    if (vec) {
+      unpack8(__ldg(reinterpret_cast<const uint4*>(wb)), out);
+    } else {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) out[e] = first + e < width ? __bfloat162float(wb[e]) : 0.0f;
+    }
+  }
+}
+
 // Sum over the block in a fixed order; every thread gets the same bits. `scratch` holds one float per warp.
 __device__ __forceinline__ float block_sum(float v, float* scratch) {
 #pragma unroll
@@ -138,7 +183,8 @@ __global__ void rms_norm_kernel(bf16* x, const bf16* __restrict__ delta, int64_t
       for (int e = 0; e < kVec; ++e) sum = __fmaf_rn(v[e], v[e], sum);  // padding zeros add exact zeros
     }
     sum = block_sum(sum, scratch);
-    const float inv = inverse_rms(sum, width, eps);
+    // 1 / sqrt as the CPU reference (norms.cc) computes it; IEEE sqrt and division (no fast-math).
+    const float inv = 1.0f / sqrtf(sum / static_cast<float>(width) + eps);
     for (int32_t c = threadIdx.x; c < chunks; c += blockDim.x) {
       const int64_t first = static_cast<int64_t>(c) * kVec;
       float v[kVec], wv[kVec], y[kVec];
@@ -189,7 +235,7 @@ __global__ void rms_norm_chunk_kernel(bf16* x, const bf16* __restrict__ delta, i
     float sum = 0.0f;
     if (owns) {
       unpack8(*reinterpret_cast<const uint4*>(xr + first), v);
-      if (delta != nullptr) {  // added_chunk's arithmetic, the write-back in the branch (the kernel as measured)
+      if (delta != nullptr) {
         float d[kVec];
         unpack8(*reinterpret_cast<const uint4*>(delta + r * width + first), d);
 #pragma unroll
@@ -198,11 +244,17 @@ __global__ void rms_norm_chunk_kernel(bf16* x, const bf16* __restrict__ delta, i
         *reinterpret_cast<uint4*>(xr + first) = rounded;
         unpack8(rounded, v);
       }
-      sum = chunk_squares(v, sum);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) sum = __fmaf_rn(v[e], v[e], sum);
     }
     sum = block_sum(sum, scratch);
-    const float inv = inverse_rms(sum, width, eps);
-    if (owns) *reinterpret_cast<uint4*>(out + r * width + first) = normed_chunk(v, inv, scale);
+    const float inv = 1.0f / sqrtf(sum / static_cast<float>(width) + eps);
+    if (owns) {
+      float y[kVec];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) y[e] = (v[e] * inv) * scale[e];
+      *reinterpret_cast<uint4*>(out + r * width + first) = pack8(y);
+    }
   }
 }
 
@@ -300,8 +352,10 @@ void rms_norm(bf16* x, const bf16* delta, int64_t rows, int32_t width, DeviceWei
   if (rows <= 0) return;
   if (width <= 0 || w.data == nullptr) refuse("launch_rms_norm: empty width or no weight");
   if (w.rows * w.cols != width) refuse("launch_rms_norm: the weight's element count is not the row width");
+  // Threads from the width alone (row invariance): a power of two from 32 to 512, about one chunk per thread.
   const int32_t chunks = (width + kVec - 1) / kVec;
-  const int threads = rms_norm_threads(width);
+  int threads = 32;
+  while (threads < chunks && threads < 512) threads *= 2;
   const bool vec = width % kVec == 0 && aligned16(x) && aligned16(out) && aligned16(w.data) &&
                    (delta == nullptr || aligned16(delta));
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(rows, 1 << 20));
@@ -329,14 +383,6 @@ void launch_rms_norm(const bf16* x, int64_t rows, int32_t width, DeviceWeight w,
                      cudaStream_t stream) {
   // Without a delta the kernel never writes x.
   rms_norm(const_cast<bf16*>(x), nullptr, rows, width, w, eps, one_plus, out, stream);
-}
-
-// Threads from the width alone (row invariance): a power of two from 32 to 512, about one chunk per thread.
-int rms_norm_threads(int32_t width) {
-  const int32_t chunks = (width + kVec - 1) / kVec;
-  int threads = 32;
-  while (threads < chunks && threads < 512) threads *= 2;
-  return threads;
 }
 
 void launch_add_rms_norm(bf16* x, const bf16* delta, int64_t rows, int32_t width, DeviceWeight w, float eps,

@@ -32,9 +32,6 @@ void launch_rms_norm(const bf16* x, int64_t rows, int32_t width, DeviceWeight w,
 // out must not alias x or delta.
 void launch_add_rms_norm(bf16* x, const bf16* delta, int64_t rows, int32_t width, DeviceWeight w, float eps,
                          bool one_plus, bf16* out, cudaStream_t stream);
-// The threads of the norm kernels' block for rows of `width` (a power of two from 32 to 512, about one 8-value chunk
-// a thread): the shape of their reduction, which a kernel that norms rows with their bits must play.
-int rms_norm_threads(int32_t width);
 // x += y (fp32 sum, rounded to BF16), n elements.
 void launch_add(bf16* x, const bf16* y, int64_t n, cudaStream_t stream);
 // out = silu(gate) * up in fp32, rounded to BF16, n elements (out may alias gate).
@@ -126,25 +123,6 @@ int skinny_tma_slices(int32_t n, int32_t k);
 // The w rows of the blocks launch_skinny_gemm_tma takes for a launch of `rows` (1..64) at block_rows 0: 128, or 64
 // above 32 rows (DUET_SKINNY_TMA_HALF_ROWS moves the line but for SwiGLU's) when x comes by TMA.
 int skinny_tma_block_rows(int32_t rows, bool swiglu);
-// launch_skinny_gemm_tma (128-row blocks, 4 stages, BF16 out, SwiGLU or plain) whose x is launch_add_rms_norm's
-// output, computed by every block in its prologue instead of by a kernel before it (bench_skinny_gemm
-// --norm-prologue; the CUDA backend's DUET_NORM_IN_PROLOGUE=1). Why: at one row the 65 norm kernels of a decode step
-// take 206 us of an H200's 4.7 ms (37th round), about 3 us each, most of it the kernel boundary, while the GEMM after
-// each has already launched and asks for its first weights; here the blocks norm the rows themselves after the wait (a
-// few KB from L2), with the norm kernel's chains and butterflies in its order, so the same x bits and the same y bits.
-// 1 to 4 rows, k a multiple of 64 from 512 to 4,096. x is only read; with residual_out, block 0 writes x + delta
-// there (launch_add_rms_norm's new x), so that no block writes what another reads.
-struct NormedInput {
-  const bf16* x = nullptr;      // [m, k] the residual stream
-  const bf16* delta = nullptr;  // [m, k] added to x first, each sum rounded to BF16 (nullptr: none); x is not written
-  DeviceWeight weight;          // the norm's k values, BF16 or F32
-  float eps = 1e-6f;
-  bool one_plus = true;          // scale by 1 + weight (Qwen3.5's norms) or by weight
-  bf16* residual_out = nullptr;  // [m, k] x + delta, written by block 0 (nullptr: not written)
-};
-constexpr int kNormedInputMaxRows = 4;
-void launch_skinny_gemm_tma_normed(const NormedInput& in, int32_t m, const bf16* w, int32_t n, int32_t k,
-                                   const SkinnyOutputs& out, cudaStream_t stream);
 
 // ---- fp32_gemm.cu
 // y[m, n] = sum_k x[m, k] * w[n, k] in fp32, each output one fma chain over k in order from +0 (batch-invariant). For

@@ -36,7 +36,6 @@
 #include "backend/cuda/dependent_launch.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mma_sync.h"
-#include "backend/cuda/row_norm_chunk.h"
 #include "backend/cuda/skinny_gemm_slices.h"
 #include "backend/cuda/skinny_regs_choice.h"
 #include "backend/cuda/wgmma.h"
@@ -105,67 +104,13 @@ __device__ __forceinline__ int32_t tile_first_row(const SkinnyOutputs& out, int6
   return static_cast<int32_t>(block * block_rows(kWgTiles, kWgs) + kBoxRows * tile);
 }
 
-// kNormX (launch_skinny_gemm_tma_normed; DUET_NORM_IN_PROLOGUE): x is launch_add_rms_norm's output of `normed`, made by
-// the block's threads after the wait into shared memory past the barriers (normed_rows_to_shared), and the producer
-// puts each step's 64 k of it into the stage in the swizzle the TMA gives x; no x map. 128-row blocks of 1..4 rows.
-constexpr int kNormScratchFloats = 128;  // the virtual warps' sums (4 rows x 16) and the rows' inverse norms
-
-// The norm of launch_add_rms_norm for `rows` rows of width k, by the whole block, into `buffer` ([rows, k] BF16): the
-// norm kernel's T threads (rms_norm_threads(k), at least 64) are played a virtual warp at a time, so that every chunk's
-// fma chain, the xor butterfly in each virtual warp and the butterfly over the warp sums are the kernel's, in its
-// order, and the inverse norm is lane 0's (block_sum's broadcast).
-__device__ __forceinline__ void normed_rows_to_shared(const NormedInput& in, int rows, int32_t k, int norm_threads,
-                                                      bf16* buffer, float* scratch) {
-  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  const int warps = static_cast<int>(blockDim.x) / 32, virtual_warps = norm_threads / 32, chunks = k / 8;
-  float* inverse = scratch + kNormedInputMaxRows * 16;
-  // x + delta rounded (add_kernel's bits) into the buffer, and each virtual warp's sum of squares.
-  for (int task = warp; task < rows * virtual_warps; task += warps) {
-    const int r = task / virtual_warps, vw = task % virtual_warps, c = vw * 32 + lane;
-    float sum = 0.0f;
-    if (c < chunks) {
-      const int64_t at = static_cast<int64_t>(r) * k + static_cast<int64_t>(c) * 8;
-      float v[8];
-      const uint4 raw = added_chunk(in.x + at, in.delta != nullptr ? in.delta + at : nullptr, v);
-      *reinterpret_cast<uint4*>(buffer + at) = raw;
-      if (in.residual_out != nullptr && blockIdx.x == 0) *reinterpret_cast<uint4*>(in.residual_out + at) = raw;
-      sum = chunk_squares(v, sum);
-    }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (lane == 0) scratch[r * 16 + vw] = sum;
-  }
-  __syncthreads();
-  if (warp < rows) {  // block_sum's second stage for row `warp`
-    float total = lane < virtual_warps ? scratch[warp * 16 + lane] : 0.0f;
-    for (int offset = virtual_warps / 2; offset > 0; offset >>= 1) total += __shfl_xor_sync(0xffffffffu, total, offset);
-    total = __shfl_sync(0xffffffffu, total, 0);
-    if (lane == 0) inverse[warp] = inverse_rms(total, k, in.eps);
-  }
-  __syncthreads();
-  for (int i = static_cast<int>(threadIdx.x); i < rows * chunks; i += static_cast<int>(blockDim.x)) {
-    const int r = i / chunks, c = i % chunks;
-    const int64_t at = static_cast<int64_t>(r) * k + static_cast<int64_t>(c) * 8;
-    float v[8], scale[8];
-    unpack8(*reinterpret_cast<const uint4*>(buffer + at), v);
-    if (in.weight.f32) {
-      load_weight8<true>(in.weight.data, static_cast<int64_t>(c) * 8, k, true, scale);
-    } else {
-      load_weight8<false>(in.weight.data, static_cast<int64_t>(c) * 8, k, true, scale);
-    }
-#pragma unroll
-    for (int e = 0; e < 8; ++e) scale[e] = in.one_plus ? 1.0f + scale[e] : scale[e];
-    *reinterpret_cast<uint4*>(buffer + at) = normed_chunk(v, inverse[r], scale);
-  }
-  __syncthreads();
-}
-
 // kWgs 1: 64-row blocks of one consumer warpgroup, three an SM (launches of more than 32 rows): twice the blocks
 // reading at once; each output the same chain, so the same bits at the same slices.
-template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma, int kWgs, bool kNormX>
-__device__ __forceinline__ void tma_gemm(const CUtensorMap& w_map, const CUtensorMap& x_map, const bf16* __restrict__ x,
-                                         int32_t rows, int32_t n, int32_t k, const SkinnyOutputs& out, bool early_w,
-                                         const NormedInput& normed, int norm_threads) {
+template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma, int kWgs = 2>
+__global__ void __launch_bounds__(threads_for(kWgs), blocks_an_sm(kWgs, kStages, kWgTiles))
+    tma_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
+                    const bf16* __restrict__ x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs out,
+                    bool early_w) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // TMA's 128-byte swizzle and the descriptors' atoms need 1,024-byte alignment; every block rounds alike, so a
   // partial's address maps to the same place in each block of the cluster.
@@ -193,15 +138,6 @@ __device__ __forceinline__ void tma_gemm(const CUtensorMap& w_map, const CUtenso
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  // kNormX: the normed rows past the barriers; the stages' x rows past `rows` zero once (the producer writes only
-  // rows below it), made visible to the tensor cores' reads (the async proxy).
-  float* norm_scratch = reinterpret_cast<float*>(smem + (bars - w_stages) + 16 * kStages);
-  bf16* normed_rows = reinterpret_cast<bf16*>(norm_scratch + kNormScratchFloats);
-  if constexpr (kNormX) {
-    for (int i = static_cast<int>(threadIdx.x); i < kStages * kXStageBytes / 16; i += static_cast<int>(blockDim.x))
-      reinterpret_cast<uint4*>(smem + (x_stages - w_stages))[i] = make_uint4(0, 0, 0, 0);
-    fence_shared_for_async_proxy();
-  }
   __syncthreads();
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   auto load_w = [&](int64_t i) {  // step i's w boxes into its stage, with the stage's whole expected bytes
@@ -226,14 +162,13 @@ __device__ __forceinline__ void tma_gemm(const CUtensorMap& w_map, const CUtenso
   // Launched as a dependent (dependent_launch.h), a kernel reads nothing an earlier kernel wrote before that kernel is
   // done. No kernel writes the weights, so with x by TMA the ring's first stages of w are asked for before the wait,
   // in the previous kernel's tail, as the register-fed kernels' L2 prefetches are (DUET_SKINNY_TMA_EARLY=0: after).
-  const int64_t early = (kXByTma || kNormX) && early_w ? (count < kStages ? count : kStages) : 0;
+  const int64_t early = kXByTma && early_w ? (count < kStages ? count : kStages) : 0;
   if (warp == kProducer && lane == 0) {
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&w_map)) : "memory");
     for (int64_t i = 0; i < early; ++i) load_w(i);
   }
   wait_for_prerequisites();
   let_dependents_launch();
-  if constexpr (kNormX) normed_rows_to_shared(normed, rows, k, norm_threads, normed_rows, norm_scratch);
 
   float acc[kWgTiles][kTiles][4];
 #pragma unroll
@@ -241,24 +176,7 @@ __device__ __forceinline__ void tma_gemm(const CUtensorMap& w_map, const CUtenso
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) acc[w][j][0] = acc[w][j][1] = acc[w][j][2] = acc[w][j][3] = 0.0f;
 
-  if (warp == kProducer && kNormX) {  // the producer, x from the normed rows: step i's 64 k of each row
-    for (int64_t i = 0; i < count; ++i) {
-      const int s = static_cast<int>(i % kStages);
-      if (i >= kStages) mbarrier_wait(empty(s), static_cast<uint32_t>((i / kStages - 1) & 1));
-      if (lane == 0 && i >= early) load_w(i);
-      unsigned char* xs = smem + (x_stages - w_stages) + s * kXStageBytes;
-      for (int c = lane; c < rows * 8; c += 32) {  // 16-byte chunk c % 8 of row c / 8 at chunk (c % 8) ^ (row % 8)
-        const int r = c / 8, chunk = c % 8;
-        const int64_t kk = (first + i) * kStep + chunk * 8;
-        const uint4 v = kk < k ? *reinterpret_cast<const uint4*>(normed_rows + static_cast<int64_t>(r) * k + kk)
-                               : make_uint4(0, 0, 0, 0);
-        *reinterpret_cast<uint4*>(xs + r * 128 + ((chunk ^ (r % 8)) << 4)) = v;
-      }
-      fence_shared_for_async_proxy();  // the stores (the generic proxy) before the tensor cores' reads
-      __syncwarp();
-      if (lane == 0) mbarrier_arrive(full(s));
-    }
-  } else if (warp == kProducer && kXByTma) {  // the producer, x by TMA: one lane issues every copy
+  if (warp == kProducer && kXByTma) {  // the producer, x by TMA: one lane issues every copy
     // x's rows [0, 8 kTiles) of each step as one box in the same swizzle as w's (rows past `rows` zero-filled), so
     // the producer never waits on its own copies: the ring's whole depth stays in flight.
     for (int64_t i = 0; lane == 0 && i < count; ++i) {
@@ -346,22 +264,6 @@ __device__ __forceinline__ void tma_gemm(const CUtensorMap& w_map, const CUtenso
     }
   }
   skinny::add_slices_and_store<kOutF32, kRows>(cluster, partials, rows, block * kRows, n, out);
-}
-
-template <int kTiles, bool kOutF32, int kStages, int kWgTiles, bool kXByTma, int kWgs = 2>
-__global__ void __launch_bounds__(threads_for(kWgs), blocks_an_sm(kWgs, kStages, kWgTiles))
-    tma_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
-                    const bf16* __restrict__ x, int32_t rows, int32_t n, int32_t k, const SkinnyOutputs out,
-                    bool early_w) {
-  tma_gemm<kTiles, kOutF32, kStages, kWgTiles, kXByTma, kWgs, false>(w_map, x_map, x, rows, n, k, out, early_w,
-                                                                     NormedInput{}, 0);
-}
-
-// launch_skinny_gemm_tma_normed's kernel: 128-row blocks, 4 stages, one x tile, BF16 out.
-__global__ void __launch_bounds__(threads_for(2), blocks_an_sm(2, 4, 1))
-    tma_gemm_normed_kernel(const __grid_constant__ CUtensorMap w_map, int32_t rows, int32_t n, int32_t k,
-                           const SkinnyOutputs out, bool early_w, const NormedInput normed, int norm_threads) {
-  tma_gemm<1, false, 4, 1, false, 2, true>(w_map, w_map, nullptr, rows, n, k, out, early_w, normed, norm_threads);
 }
 
 // A [rows, k] BF16 matrix's tensor map: boxes of 64 k x box_rows, 128-byte swizzle, zeros out of bounds.
@@ -458,27 +360,14 @@ void launch_with(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n,
   launch_engine<kTiles, kOutF32, kStages, kWgTiles, false>(map, x, rows, n, k, out, slices, stream);
 }
 
-// 64-row blocks (one consumer warpgroup, three an SM), ring 4x1, x by TMA; kStages 8 (a benchmarks build's
-// experiment) a ring of 8: as many weight bytes in flight a block as a 128-row block's ring, with twice the blocks.
-template <bool kOutF32, int kStages = 4>
+// 64-row blocks (one consumer warpgroup, three an SM), ring 4x1, x by TMA.
+template <bool kOutF32>
 void launch_half_blocks(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k,
                         const SkinnyOutputs& out, int slices, cudaStream_t stream) {
   by_tiles(rows, [&]<int kTiles>() {
-    launch_engine<kTiles, kOutF32, kStages, 1, true, 1>(map, x, rows, n, k, out, slices, stream);
+    launch_engine<kTiles, kOutF32, 4, 1, true, 1>(map, x, rows, n, k, out, slices, stream);
   });
 }
-
-#ifdef DUET_SKINNY_EXPERIMENTS
-// DUET_SKINNY_TMA_HALF_STAGES=8 (read once; a benchmarks build's measurement switch): production's 64-row blocks
-// on a ring of 8 stages. The same operations in the same order, so the same bits.
-int half_block_stages() {
-  static const int stages = [] {
-    const char* v = std::getenv("DUET_SKINNY_TMA_HALF_STAGES");
-    return v != nullptr && std::string_view(v) == "8" ? 8 : 4;
-  }();
-  return stages;
-}
-#endif
 
 // Launches of more rows than this take 64-row blocks (block_rows 0, production's choice; the same bits at the same
 // slices). 35th round on an H100, bench_skinny_gemm, GB/s at 1 / 16 / 64 rows, 128-row blocks against 64: the out
@@ -541,12 +430,11 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
   if (slices < 1 || slices > skinny::kMaxSlices || (stages != 4 && stages != 8))
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: slices 1..8, stages 4 or 8");
   if (block_rows_wanted != 0 && block_rows_wanted != kBlockRows &&
-      ((block_rows_wanted != 2 * kBlockRows && block_rows_wanted != kBlockRows / 2) ||
-       (stages != 4 && block_rows_wanted != kBlockRows / 2) ||
+      ((block_rows_wanted != 2 * kBlockRows && block_rows_wanted != kBlockRows / 2) || stages != 4 ||
        (block_rows_wanted > kBlockRows && (outputs.swiglu_half > 0 || y_f32)) ||
        (block_rows_wanted < kBlockRows && !x_by_tma())))
     check_cuda(cudaErrorInvalidValue,
-               "launch_skinny_gemm_tma: 256-row blocks (BF16 out, no SwiGLU) at 4 stages or 64-row ones (x by TMA)");
+               "launch_skinny_gemm_tma: 256-row blocks (BF16 out, no SwiGLU) or 64-row ones (x by TMA) at 4 stages");
 #ifndef DUET_SKINNY_EXPERIMENTS
   if (stages != 4 || block_rows_wanted > kBlockRows)
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: the experiments are in a benchmarks build only");
@@ -556,21 +444,10 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
     const int32_t rows = std::min<int32_t>(64, m - r0);
     const SkinnyOutputs out = skinny::outputs_from_row(outputs, r0, y_f32);
     const bf16* xr = x + static_cast<int64_t>(r0) * k;
-    const bool half_blocks =
-        block_rows_wanted == kBlockRows / 2 ||
-        (block_rows_wanted == 0 && stages == 4 && skinny_tma_block_rows(rows, swiglu) == kBlockRows / 2);
+    const bool half_blocks = stages == 4 && (block_rows_wanted == 0 ? skinny_tma_block_rows(rows, swiglu)
+                                                                    : block_rows_wanted) == kBlockRows / 2;
     if (half_blocks) {
       const CUtensorMap& map = weight_map(w, n, k, swiglu ? kSwigluBoxRows : kBoxRows);
-#ifdef DUET_SKINNY_EXPERIMENTS
-      if (stages == 8 || (block_rows_wanted == 0 && half_block_stages() == 8)) {
-        if (y_f32) {
-          launch_half_blocks<true, 8>(map, xr, rows, n, k, out, slices, stream);
-        } else {
-          launch_half_blocks<false, 8>(map, xr, rows, n, k, out, slices, stream);
-        }
-        continue;
-      }
-#endif
       if (y_f32) {
         launch_half_blocks<true>(map, xr, rows, n, k, out, slices, stream);
       } else {
@@ -599,34 +476,6 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
       launch_rows<false, 4>(map, xr, rows, n, k, out, slices, stream);
     }
   }
-}
-
-void launch_skinny_gemm_tma_normed(const NormedInput& in, int32_t m, const bf16* w, int32_t n, int32_t k,
-                                   const SkinnyOutputs& outputs, cudaStream_t stream) {
-  if (m < 1 || m > kNormedInputMaxRows || n <= 0 || k < 512 || k > 4096 || k % kStep != 0)
-    check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma_normed: 1..4 rows, k a multiple of 64 in [512, 4096]");
-  if (in.x == nullptr || in.weight.data == nullptr || in.weight.rows * in.weight.cols != k ||
-      ((reinterpret_cast<uintptr_t>(in.x) | reinterpret_cast<uintptr_t>(in.delta) |
-        reinterpret_cast<uintptr_t>(in.weight.data) | reinterpret_cast<uintptr_t>(in.residual_out) |
-        reinterpret_cast<uintptr_t>(w)) %
-       16) != 0)
-    check_cuda(cudaErrorInvalidValue,
-               "launch_skinny_gemm_tma_normed: x, delta, the norm's k values, residual_out and w 16-byte aligned");
-  if (outputs.swiglu_half > 0 && (outputs.swiglu_half % 64 != 0 || n != 2 * outputs.swiglu_half))
-    check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma_normed: SwiGLU takes halves of 64 rows");
-  constexpr size_t kBase = shared_bytes(4, 1, 1) + kNormScratchFloats * sizeof(float);
-  constexpr size_t kMostSmem = kBase + static_cast<size_t>(kNormedInputMaxRows) * 4096 * sizeof(bf16);
-  static const bool sized = [] {
-    check_cuda(cudaFuncSetAttribute(tma_gemm_normed_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(kMostSmem)),
-               "skinny tma normed: shared memory");
-    return true;
-  }();
-  (void)sized;
-  const size_t smem = kBase + static_cast<size_t>(m) * k * sizeof(bf16);
-  skinny::launch_clusters(tma_gemm_normed_kernel, threads_for(2), block_rows(1, 2), smem, n, skinny_tma_slices(n, k),
-                          stream, "skinny tma normed", weight_map(w, n, k, kBoxRows), m, n, k,
-                          skinny::outputs_from_row(outputs, 0, false), early_weights(), in, rms_norm_threads(k));
 }
 
 }  // namespace duet::backend::cuda
