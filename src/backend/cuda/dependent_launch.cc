@@ -1,10 +1,11 @@
 #include "backend/cuda/dependent_launch.h"
 
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "base/env_flag.h"
 
 namespace duet::backend::cuda {
 
@@ -18,24 +19,13 @@ struct DependentLaunchPolicy {
   std::vector<std::string> flipped;  // DUET_CUDA_PDL_FLIP's names
 };
 
-// "a,b,,c" -> {"a", "b", "c"}.
-std::vector<std::string> comma_separated(const std::string& text) {
-  std::vector<std::string> names;
-  for (size_t at = 0; at <= text.size();) {
-    const size_t comma = std::min(text.find(',', at), text.size());
-    if (comma > at) names.push_back(text.substr(at, comma - at));
-    at = comma + 1;
-  }
-  return names;
-}
-
 const DependentLaunchPolicy& policy() {
   static const DependentLaunchPolicy p = [] {
     DependentLaunchPolicy q;
     if (const char* v = std::getenv("DUET_CUDA_PDL"); v != nullptr && *v != '\0')
       q.forced = std::strcmp(v, "0") == 0 ? 0 : 1;
     if (const char* v = std::getenv("DUET_CUDA_PDL_MAX_ROWS"); v != nullptr && *v != '\0') q.max_rows = std::atoll(v);
-    if (const char* v = std::getenv("DUET_CUDA_PDL_FLIP"); v != nullptr) q.flipped = comma_separated(v);
+    q.flipped = env_list("DUET_CUDA_PDL_FLIP");
     return q;
   }();
   return p;

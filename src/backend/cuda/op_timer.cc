@@ -7,7 +7,18 @@
 
 namespace duet::backend::cuda {
 
-OpTimer::OpTimer() : on_(env_flag("DUET_PROFILE")) {}
+OpTimer::OpTimer() : on_(env_flag("DUET_PROFILE")), skipped_(env_list("DUET_CUDA_SKIP_OPS")) {
+  skipping_ = !skipped_.empty();
+  for (const std::string& name : skipped_)
+    std::fprintf(stderr, "DUET_CUDA_SKIP_OPS: %s is not launched (a measurement: the outputs are wrong)\n",
+                 name.c_str());
+}
+
+bool OpTimer::skipped(const char* name) const {
+  for (const std::string& s : skipped_)
+    if (s == name) return true;
+  return false;
+}
 
 cudaEvent_t OpTimer::event() {
   if (free_.empty()) {
