@@ -287,11 +287,19 @@ __device__ __forceinline__ LaneRow<E> stage_lane(const bf16* row, int lane) {
 // kStages 0: each warp loads its batch's rows into registers (the next batch's page looked up meanwhile); kStages
 // >= 2: into a ring of kStages batches in shared memory by cp.async, kStages - 1 batches ahead of the one it takes
 // (the same values in the same order: the same bits).
-template <int D, int GP, int kStages>
+// kEarly (DUET_CUDA_EARLY_LOADS=1, dependent_launch.h; the ring only): a block's first row asks for the ring's first
+// batches before the dependent-launch wait, in attention prep's time, where every key of the batch is at an earlier
+// position than the row's (written by earlier steps; prep writes only the row's own key and value, and the step's
+// arrays came with its upload, before its first kernel). The query, the row's own key and every write wait.
+template <int D, int GP, int kStages, bool kEarly = false>
 __global__ void __cluster_dims__(kDecodeCluster, 1, 1) __launch_bounds__(kThreads, 2)
     attention_decode_lanes_kernel(AttentionParams p) {
-  wait_for_prerequisites();  // dependent_launch.h
-  let_dependents_launch();
+  static_assert(!kEarly || kStages >= 2, "early loads go into the ring");
+  if constexpr (!kEarly) {
+    wait_for_prerequisites();  // dependent_launch.h
+    let_dependents_launch();
+  }
+  bool waited = !kEarly;
   constexpr int E = D / 32;
   constexpr int N = kBatch * GP;          // scores of a batch: key-major (value k GP + g)
   constexpr int kShift = 5 - log2_of(N);  // lane l ends with score l >> kShift
@@ -315,6 +323,20 @@ __global__ void __cluster_dims__(kDecodeCluster, 1, 1) __launch_bounds__(kThread
     if (piece.role != DeviceRole::decode) continue;
     const int32_t position = p.step.row_position[row];
     const KeyRange range = p.lanes_key_split ? keys_split(position, rank) : pages_split(position, rank);
+    int early = 0;  // kEarly: the ring's stages filled before the wait (the block's first row only)
+    if constexpr (kEarly) {
+      if (!waited) {
+        for (int key = range.start + warp * kBatch;
+             early < kStages - 1 && key < range.end && key + kBatch - 1 < position; key += kStep, ++early) {
+          fetch_batch<D>(sm.ring(warp, early), kv_key(piece, p.step.page_table, p.layer, key, kvh, p.kv_heads, D),
+                         row_stride, value_offset, key, position, lane);
+          commit_copies();
+        }
+        wait_for_prerequisites();
+        let_dependents_launch();
+        waited = true;
+      }
+    }
 
     if (range.start < range.end) {
       // The group's queries as floats (zeros past G), laid out so that lane l's dims of query g are words
@@ -353,7 +375,7 @@ __global__ void __cluster_dims__(kDecodeCluster, 1, 1) __launch_bounds__(kThread
       } else {
         // The ring: batch j of this warp goes to stage j % kStages; `issue` is the next batch to copy, `keys` its
         // first key row (its page looked up a batch ahead of its copy).
-        int issue = first_batch;
+        int issue = first_batch + early * kStep;
         const bf16* keys = issue < end ? batch_keys(issue) : nullptr;
         auto issue_next = [&](int stage) {
           if (issue < end) {
@@ -364,7 +386,8 @@ __global__ void __cluster_dims__(kDecodeCluster, 1, 1) __launch_bounds__(kThread
           commit_copies();  // an empty group past the last batch keeps the count of groups per batch
         };
 #pragma unroll
-        for (int stage = 0; stage < kStages - 1; ++stage) issue_next(stage);
+        for (int stage = 0; stage < kStages - 1; ++stage)
+          if (stage >= early) issue_next(stage);
         int stage = 0;
         for (int batch_start = first_batch; batch_start < end; batch_start += kStep) {
           issue_next((stage + kStages - 1) % kStages);  // the stage taken last time round
@@ -424,15 +447,15 @@ __global__ void __cluster_dims__(kDecodeCluster, 1, 1) __launch_bounds__(kThread
   }
 }
 
-template <int D, int GP, int kStages>
+template <int D, int GP, int kStages, bool kEarly = false>
 void launch_lanes_staged(const AttentionParams& p, cudaStream_t stream) {
   constexpr int kBytes = sizeof(LanesSmem<D, GP, kStages>);
-  static const bool configured =
-      (allow_smem(attention_decode_lanes_kernel<D, GP, kStages>, kBytes, "attention_decode_lanes_kernel smem"), true);
+  constexpr auto kernel = attention_decode_lanes_kernel<D, GP, kStages, kEarly>;
+  static const bool configured = (allow_smem(kernel, kBytes, "attention_decode_lanes_kernel smem"), true);
   (void)configured;
   const int clusters = std::min(p.step.rows, kMaxDecodeClusters);
-  launch_dependent("attention_decode_lanes_kernel", attention_decode_lanes_kernel<D, GP, kStages>,
-                   dim3(clusters * kDecodeCluster, p.kv_heads), kThreads, kBytes, stream, p);
+  launch_dependent("attention_decode_lanes_kernel", kernel, dim3(clusters * kDecodeCluster, p.kv_heads), kThreads,
+                   kBytes, stream, p);
   check_launch("attention_decode_lanes_kernel");
 }
 
@@ -458,7 +481,8 @@ template <int D, int GP>
 void launch_lanes(const AttentionParams& params, cudaStream_t stream) {
   AttentionParams p = params;
   p.lanes_key_split = lanes_split_by_keys() ? 1 : 0;
-  if (lanes_async()) return launch_lanes_staged<D, GP, 3>(p, stream);
+  if (lanes_async())
+    return early_loads() ? launch_lanes_staged<D, GP, 3, true>(p, stream) : launch_lanes_staged<D, GP, 3>(p, stream);
   launch_lanes_staged<D, GP, 0>(p, stream);
 }
 

@@ -49,8 +49,10 @@ cudaLaunchAttribute dependent_launch_attribute(const char* what);
 // what no kernel of the step writes before them ask for it before wait_for_prerequisites(), in the previous kernel's
 // tail, as the TMA GEMM asks for its weights: attention prep computes its RoPE table (the rows' positions come with the
 // step's upload), the one-row delta-rule kernels copy the sequences' GDN states (written by the same layer's kernels in
-// earlier steps; the conv kernel before them writes only the conv state and the layer's inputs). The same operations
-// on the same values, so the same bits; only when the reads start moves, and only in steps launched as dependents.
+// earlier steps; the conv kernel before them writes only the conv state and the layer's inputs), decode attention's
+// lanes kernel asks for its first row's first batches of keys and values at earlier positions (prep writes only the
+// row's own). The same operations on the same values, so the same bits; only when the reads start moves, and only in
+// steps launched as dependents.
 bool early_loads();
 
 // kernel<<<grid, block, smem, stream>>>(args...) with the attribute; `what` names it in errors. Only for kernels that
