@@ -277,6 +277,14 @@ struct SampledRow {
   std::vector<std::pair<int32_t, float>> top;  // the top_logprobs most likely (id, raw logprob)
 };
 
+// A row whose id is a draw of the step before, read where that step drew it (issue 16 item 5: the host plans and
+// enqueues step N + 1 before step N's draws are back, Backend::sample_ahead). StepPlan::ids[row] holds a placeholder;
+// the row embeds the id that draw `sample` (an index into the step before's sample_rows) picked.
+struct CarriedId {
+  int64_t row = 0;
+  int64_t sample = 0;
+};
+
 // One step, handed to the backend once (begin_step) before its sublayers run; the spans must stay valid until the
 // step ends. Pieces are in row order.
 struct StepPlan {
@@ -291,6 +299,9 @@ struct StepPlan {
   // The step writes host rows into its activations (Backend::write_rows: the MTP layer's input rows), so a backend
   // that records steps to replay them (CUDA graphs) runs this one as it comes.
   bool host_rows = false;
+  // Rows whose ids are the step before's draws (CarriedId), in row order; only right after a step whose last work was
+  // its draws (sample or sample_ahead), and whose draws they name.
+  std::span<const CarriedId> carried = {};
 };
 
 // [rows, width] activations in the backend's memory and element type.
@@ -410,6 +421,15 @@ class Backend {
   // The specs' mask writers are called in here, as MaskWriter says: a spec's mask is the same bits whichever way it
   // comes, so the tokens are too.
   virtual void sample(const Weight& head, const Activations& x, SampledRow* out) = 0;
+  // sample() in two halves, so that the host can plan and begin the next step while the device draws (issue 16 item
+  // 5): sample_ahead enqueues the draws and may return before they are made; finish_sample(out) waits for the draws
+  // that sample_ahead was to write into `out` (valid until then) and writes them. Between the two, the next step may
+  // begin and run, its rows reading these draws (StepPlan::carried). Every sample_ahead is finished, in any order. A
+  // backend that draws on the host does it all in sample_ahead (the default).
+  virtual void sample_ahead(const Weight& head, const Activations& x, SampledRow* out) { sample(head, x, out); }
+  virtual void finish_sample(SampledRow* out) { (void)out; }
+  // Whether sample_ahead returns before the draws are made, so that a step begun ahead overlaps them.
+  virtual bool draws_ahead() const { return false; }
   // Copies rows [first, first + count) to host memory as fp32.
   virtual void read_rows(const Activations& x, int64_t first, int64_t count, float* out) = 0;
 

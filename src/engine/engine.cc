@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <exception>
 #include <mutex>
@@ -148,6 +149,21 @@ const char* to_string(DraftKind kind) {
   }
   return "?";
 }
+
+namespace {
+
+// EngineOptions::lookahead, unless DUET_LOOKAHEAD is 0 (never) or 1 (always) in the environment (measurements).
+bool lookahead_on(const EngineOptions& options, const model::Model& model) {
+  EngineOptions::Lookahead choice = options.lookahead;
+  if (const char* v = std::getenv("DUET_LOOKAHEAD"); v != nullptr && std::string_view(v) == "0")
+    choice = EngineOptions::Lookahead::never;
+  else if (v != nullptr && std::string_view(v) == "1")
+    choice = EngineOptions::Lookahead::always;
+  return choice == EngineOptions::Lookahead::always ||
+         (choice == EngineOptions::Lookahead::automatic && model.overlaps_steps());
+}
+
+}  // namespace
 
 int32_t decision_worker_count(const EngineOptions& options) {
   if (options.decision_workers > 0) return options.decision_workers;
@@ -363,6 +379,7 @@ struct Engine::Impl {
     }
     for (auto& [id, job] : decision_jobs) job->cancelled = true;
     try {
+      ahead.reset();  // its draws waited for (or their error ignored): nothing is written after this
       for (const auto& sequence : scheduler.running()) end(*sequence, FinishReason::error, message);
       in_step.clear();
       std::lock_guard lock(mutex);
@@ -485,6 +502,32 @@ struct Engine::Impl {
     }
   }
 
+  // A step launched on the model (Model::launch) and not finished yet: the pieces, the settings their draws read
+  // (the pieces point into them: it is made in place and never moved) and what finishing it needs.
+  struct LaunchedStep {
+    std::vector<ScheduledPiece> planned;  // a piece whose sequence ended meanwhile has a null sequence
+    std::vector<model::Piece> pieces;
+    // The backend samples next to the logits: each sampling piece goes with its settings.
+    std::vector<backend::SampleSpec> specs;
+    // The choices that start from a piece's sequence once its last prompt chunk has run (submit_choices), and their
+    // own draws from that piece's last row.
+    std::vector<std::vector<Sequence*>> forks;
+    std::vector<std::vector<backend::SampleSpec>> fork_specs;
+    std::vector<std::vector<const backend::SampleSpec*>> fork_spec_ptrs;
+    // Structured outputs: each constrained sequence's mask for the token this step draws, forks' too, written by the
+    // backend's call once the step's forward is on its way (engine/step_masks.h).
+    StepMasks masks;
+    // Verify pieces (engine/draft_verify.h): every row's draw, the last one's in specs.
+    std::vector<std::vector<backend::SampleSpec>> row_specs;
+    std::vector<std::vector<const backend::SampleSpec*>> row_spec_ptrs;
+    int64_t prompt_tokens = 0;
+    // The cache points inside each prompt's piece, written by the step; given back if it fails.
+    std::optional<StepSnapshots> snapshots;
+    std::vector<int32_t> placeholders;  // a carried piece's token until the device reads its draw
+    std::unique_ptr<model::Model::Launched> launched;
+    Clock::time_point started;
+  };
+
   void step() {
     step_times.entered();
     for (const auto& sequence : scheduler.running()) {
@@ -492,33 +535,43 @@ struct Engine::Impl {
     }
     release_finished();
     if (run_tower()) release_finished();  // a prompt whose tower failed gives its slot back now
-    std::vector<ScheduledPiece> planned = scheduler.plan_step();
-    if (planned.empty()) return;
+    // A step launched ahead while the last one ran is this step; otherwise plan one and launch it.
+    std::unique_ptr<LaunchedStep> current = std::move(ahead);
+    if (current != nullptr) step_times.forward();  // nothing to plan: it was launched in the last step()
+    if (current == nullptr) {
+      std::vector<ScheduledPiece> planned = scheduler.plan_step();
+      if (planned.empty()) return;
+      current = launch_step(std::move(planned));
+      if (current == nullptr) return;  // refused: the piece named failed alone, the others run again next step
+    }
+    in_step.clear();
+    for (const ScheduledPiece& piece : current->planned)
+      if (piece.sequence != nullptr) in_step.push_back(piece.sequence);
+    ahead = launch_ahead(*current);
+    finish_step(*current);
+  }
+
+  // The pieces of a planned step built, its counts sent and the step launched.
+  std::unique_ptr<LaunchedStep> launch_step(std::vector<ScheduledPiece> planned_pieces) {
+    auto launched_step = std::make_unique<LaunchedStep>();
+    LaunchedStep& step = *launched_step;
+    step.planned = std::move(planned_pieces);
+    const std::vector<ScheduledPiece>& planned = step.planned;
     in_step.clear();
     for (const ScheduledPiece& piece : planned) in_step.push_back(piece.sequence);
     if (options.test_device_fault_step > 0 && stats.steps_total + 1 == options.test_device_fault_step)
       throw DeviceError("CUDA: an injected device fault (DUET_TEST_DEVICE_FAULT_STEP)");
 
-    // The backend samples next to the logits: each sampling piece goes with its settings.
-    std::vector<backend::SampleSpec> specs(planned.size());
-    // The choices that start from a piece's sequence once its last prompt chunk has run (submit_choices), and their
-    // own draws from that piece's last row.
-    std::vector<std::vector<Sequence*>> forks(planned.size());
-    std::vector<std::vector<backend::SampleSpec>> fork_specs(planned.size());
-    std::vector<std::vector<const backend::SampleSpec*>> fork_spec_ptrs(planned.size());
-    // Structured outputs: each constrained sequence's mask for the token this step draws, forks' too, written by the
-    // backend's call once the step's forward is on its way (engine/step_masks.h).
-    StepMasks masks;
-    // Verify pieces (engine/draft_verify.h): every row's draw, the last one's in specs.
-    std::vector<std::vector<backend::SampleSpec>> row_specs(planned.size());
-    std::vector<std::vector<const backend::SampleSpec*>> row_spec_ptrs(planned.size());
-    std::vector<model::Piece> pieces;
+    step.specs.resize(planned.size());
+    step.forks.resize(planned.size());
+    step.fork_specs.resize(planned.size());
+    step.fork_spec_ptrs.resize(planned.size());
+    step.row_specs.resize(planned.size());
+    step.row_spec_ptrs.resize(planned.size());
+    std::vector<model::Piece>& pieces = step.pieces;
     pieces.reserve(planned.size());
     std::vector<backend::CountsUpdate> counts_updates;  // the penalized sequences' tokens new since their last step
-    int64_t prompt_tokens = 0;
-    // The cache points inside each prompt's piece, written by the step; given back if it fails.
-    std::optional<StepSnapshots> snapshots;
-    if (snapshots_in_steps()) snapshots.emplace(*cache, planned.size(), options.test_step_snapshot_shift);
+    if (snapshots_in_steps()) step.snapshots.emplace(*cache, planned.size(), options.test_step_snapshot_shift);
     for (size_t i = 0; i < planned.size(); ++i) {
       const ScheduledPiece& piece = planned[i];
       const int32_t slot = *piece.sequence->slot();
@@ -550,71 +603,149 @@ struct Engine::Impl {
           pieces.back().rope_delta = images.rope_delta();
         }
       }
-      if (snapshots && piece.is_prefill)
+      if (step.snapshots && piece.is_prefill)
         pieces.back().snapshots =
-            snapshots->reserve(i, cache_salt(*piece.sequence), piece.sequence->request().prompt,
-                               piece.sequence->image_cache_keys(), piece.sequence->cache_points(), position, end, slot,
-                               piece.sequence->decides(), options.decision_bytes_per_position);
+            step.snapshots->reserve(i, cache_salt(*piece.sequence), piece.sequence->request().prompt,
+                                    piece.sequence->image_cache_keys(), piece.sequence->cache_points(), position, end,
+                                    slot, piece.sequence->decides(), options.decision_bytes_per_position);
       if (piece.sequence->decides())  // a decision's rows may go where a device head reads them
         pieces.back().rows_to = piece.sequence->request().decision->device_rows();
-      if (piece.samples && piece.is_prefill) forks[i] = scheduler.waiting_forks_of(*piece.sequence);
+      if (piece.samples && piece.is_prefill) step.forks[i] = scheduler.waiting_forks_of(*piece.sequence);
       if (piece.samples) {
         const Sequence& sequence = *piece.sequence;
         // The slot's penalty counts, brought up to date when this sequence or a choice forked from it reads them: a
         // fork's first draw is from this row, before it has a token of its own, so its counts are these.
-        if (penalized(sequence.sampling()) ||
-            std::any_of(forks[i].begin(), forks[i].end(), [](const Sequence* f) { return penalized(f->sampling()); }))
+        if (penalized(sequence.sampling()) || std::any_of(step.forks[i].begin(), step.forks[i].end(),
+                                                          [](const Sequence* f) { return penalized(f->sampling()); }))
           counts_sync.sync(slot, sequence.id(), sequence.request().prompt, sequence.generated(), counts_updates);
         if (verifies) {
-          row_specs[i] = verify_specs(sequence);
-          specs[i] = std::move(row_specs[i].back());
-          row_specs[i].pop_back();
-          for (const backend::SampleSpec& spec : row_specs[i]) row_spec_ptrs[i].push_back(&spec);
-          pieces.back().row_samples = row_spec_ptrs[i];
+          step.row_specs[i] = verify_specs(sequence);
+          step.specs[i] = std::move(step.row_specs[i].back());
+          step.row_specs[i].pop_back();
+          for (const backend::SampleSpec& spec : step.row_specs[i]) step.row_spec_ptrs[i].push_back(&spec);
+          pieces.back().row_samples = step.row_spec_ptrs[i];
         } else {
-          specs[i] = sample_spec(sequence.sampling(), slot, sequence.next_position());
-          specs[i].mask_writer = mask_writer(masks, *piece.sequence);
+          step.specs[i] = sample_spec(sequence.sampling(), slot, sequence.next_position());
+          step.specs[i].mask_writer = mask_writer(step.masks, *piece.sequence);
         }
-        pieces.back().sample = &specs[i];
-        for (Sequence* fork : forks[i]) {
-          fork_specs[i].push_back(sample_spec(fork->sampling(), slot, fork->next_position()));
-          fork_specs[i].back().mask_writer = mask_writer(masks, *fork);
+        pieces.back().sample = &step.specs[i];
+        for (Sequence* fork : step.forks[i]) {
+          step.fork_specs[i].push_back(sample_spec(fork->sampling(), slot, fork->next_position()));
+          step.fork_specs[i].back().mask_writer = mask_writer(step.masks, *fork);
         }
-        for (const backend::SampleSpec& spec : fork_specs[i]) fork_spec_ptrs[i].push_back(&spec);
-        pieces.back().fork_samples = fork_spec_ptrs[i];
+        for (const backend::SampleSpec& spec : step.fork_specs[i]) step.fork_spec_ptrs[i].push_back(&spec);
+        pieces.back().fork_samples = step.fork_spec_ptrs[i];
       }
-      if (piece.is_prefill) prompt_tokens += static_cast<int64_t>(piece.tokens.size());
+      if (piece.is_prefill) step.prompt_tokens += static_cast<int64_t>(piece.tokens.size());
     }
     send_counts(counts_updates);
-    const auto started = Clock::now();
+    step.started = Clock::now();
     step_times.forward();
-    std::vector<model::PieceResult> results;
     try {
-      results = model.forward(*storage, pieces);
-      count_masks(masks);
+      step.launched = model.launch(*storage, pieces);
     } catch (const model::PieceRefused& refused) {
       // Nothing moved: the piece the model named fails alone, the others run again next step.
-      count_masks(masks);
+      count_masks(step.masks);
       if (refused.piece() >= planned.size()) throw;
       log_warn("engine: step refused: {}", refused.what());
       end(*planned[refused.piece()].sequence, FinishReason::error, refused.what());
       in_step.clear();
       release_finished();
-      return;
+      return nullptr;
     }
+    return launched_step;
+  }
+
+  // Steps launched ahead (EngineOptions::lookahead, issue 16 item 5): while the device runs `current`, the next step
+  // of the same decode rows goes after it, each row's token read on the device from `current`'s draw of its sequence
+  // (model::Piece::carried_from), so the device does not wait for the host to read the tokens, check stops and plan.
+  // Only when nothing else would join or change the next step: no prompt waiting or prefilling, every running
+  // sequence in `current` as a plain decode row (no drafts, forks, masks, penalties, images, decisions or adapter).
+  // A sequence whose draw in `current` is its last by length is left out; one that `current` ends otherwise (a stop)
+  // wastes its row, which no one reads (its slot and pages are given back after the device has run it).
+  std::unique_ptr<LaunchedStep> launch_ahead(const LaunchedStep& current) {
+    if (!lookahead || options.draft.kind != DraftKind::none) return nullptr;
+    {
+      std::lock_guard lock(mutex);
+      if (stopping || !waiting.empty() || !decisions_done.empty()) return nullptr;
+    }
+    size_t running = 0;
+    for (const auto& sequence : scheduler.running()) running += sequence->finished() ? 0 : 1;
+    size_t plain = 0;
+    auto launched_step = std::make_unique<LaunchedStep>();
+    LaunchedStep& step = *launched_step;
+    step.placeholders.assign(current.planned.size(), 0);
+    step.specs.reserve(current.planned.size());
+    for (size_t i = 0; i < current.planned.size(); ++i) {
+      const ScheduledPiece& piece = current.planned[i];
+      if (piece.sequence == nullptr) continue;
+      Sequence& sequence = *piece.sequence;
+      const model::Piece& was = current.pieces[i];
+      if (piece.is_prefill || !piece.samples || piece.tokens.size() != 1 || !current.forks[i].empty() ||
+          was.rewindable || was.adapted || has(was.wants, model::RowOutput::norm_rows) || sequence.decides() ||
+          sequence.request().grammar != nullptr || penalized(sequence.sampling()) || sequence.has_images() ||
+          sequence.finished())
+        return nullptr;
+      ++plain;
+      if (static_cast<int64_t>(sequence.generated().size()) + 1 >= sequence.sampling().max_tokens) continue;
+      const int32_t slot = *sequence.slot();
+      const int64_t position = blocks.position(slot) + 1;  // after `current`'s row, which is not advanced yet
+      blocks.cover(slot, position + 1);
+      blocks.check_writable(slot, position, position + 1);
+      const std::span<const int32_t> token(&step.placeholders[i], 1);
+      step.planned.push_back({.sequence = &sequence, .tokens = token, .is_prefill = false, .samples = true});
+      step.specs.push_back(sample_spec(sequence.sampling(), slot, sequence.next_position() + 1));
+      step.pieces.push_back({.slot = slot,
+                             .page_table = blocks.table(slot),
+                             .position = static_cast<int32_t>(position),
+                             .tokens = token,
+                             .wants = model::RowOutput::sampled,
+                             .role = backend::RowRole::decode,
+                             .sample = &step.specs.back(),
+                             .carried_from = static_cast<int32_t>(i)});
+    }
+    if (plain != running || step.planned.empty()) return nullptr;
+    const size_t n = step.planned.size();
+    step.forks.resize(n);
+    step.fork_specs.resize(n);
+    step.fork_spec_ptrs.resize(n);
+    step.row_specs.resize(n);
+    step.row_spec_ptrs.resize(n);
+    step.started = Clock::now();
+    try {
+      step.launched = model.launch(*storage, step.pieces);
+    } catch (const model::PieceRefused& refused) {  // nothing moved: the next step is planned as usual
+      log_warn("engine: a step launched ahead was refused: {}", refused.what());
+      return nullptr;
+    }
+    std::lock_guard lock(mutex);
+    ++stats.steps_ahead_total;
+    return launched_step;
+  }
+
+  // A launched step's draws read and taken into its sequences.
+  void finish_step(LaunchedStep& step) {
+    const std::vector<ScheduledPiece>& planned = step.planned;
+    const std::vector<model::Piece>& pieces = step.pieces;
+    std::vector<model::PieceResult> results = model.collect(std::move(step.launched));
+    count_masks(step.masks);
     if (results.size() != planned.size()) {
       fail("engine: model returned {} results for {} pieces", results.size(), planned.size());
     }
     step_times.returned();
+    // A piece whose sequence ended after the step was launched ahead (its slot may be given back already): its row ran,
+    // and nothing of it is read.
+    const auto dropped = [&](size_t i) { return planned[i].sequence == nullptr; };
     // The events of the step's tokens, decisions and ends: announced from the notifier's thread when the step is done.
     const DeferredListeners deferred(notifier);
-    for (const model::Piece& piece : pieces)  // a verify piece advances by the rows it keeps, below
-      if (!piece.rewindable) blocks.advance(piece.slot, static_cast<int64_t>(piece.tokens.size()));
+    for (size_t i = 0; i < pieces.size(); ++i)  // a verify piece advances by the rows it keeps, below
+      if (!pieces[i].rewindable && !dropped(i))
+        blocks.advance(pieces[i].slot, static_cast<int64_t>(pieces[i].tokens.size()));
     const std::vector<StepSnapshots::DecisionEntry> kept_decisions =
-        snapshots ? snapshots->commit() : std::vector<StepSnapshots::DecisionEntry>{};
+        step.snapshots ? step.snapshots->commit() : std::vector<StepSnapshots::DecisionEntry>{};
 
     for (size_t i = 0; i < planned.size(); ++i) {
-      if (!planned[i].is_prefill) continue;
+      if (!planned[i].is_prefill || dropped(i)) continue;
       Sequence& sequence = *planned[i].sequence;
       if (sequence.decides()) {
         decide_chunk(sequence, static_cast<int32_t>(planned[i].tokens.size()), results[i], kept_decisions, i);
@@ -628,7 +759,7 @@ struct Engine::Impl {
     std::vector<int32_t> kept(planned.size());  // rows each piece leaves in its sequence's state
     for (size_t i = 0; i < planned.size(); ++i) {
       kept[i] = static_cast<int32_t>(planned[i].tokens.size());
-      if (!planned[i].samples) continue;
+      if (!planned[i].samples || dropped(i)) continue;
       Sequence& sequence = *planned[i].sequence;
       if (pieces[i].rewindable) {
         kept[i] = take_verify_piece(sequence, pieces[i], results[i]);
@@ -641,13 +772,13 @@ struct Engine::Impl {
       ++generated;
     }
     if (options.draft.kind != DraftKind::none) {
-      note_draft_forward(planned, std::chrono::duration<double>(Clock::now() - started).count());
+      note_draft_forward(planned, std::chrono::duration<double>(Clock::now() - step.started).count());
       draft_next(planned, pieces, results, kept);
     }
     // Before release_finished: a first choice that ended with its first token still holds the state to copy.
     for (size_t i = 0; i < planned.size(); ++i)
-      if (!forks[i].empty()) generated += fork_choices(*planned[i].sequence, forks[i], results[i]);
-    const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+      if (!step.forks[i].empty()) generated += fork_choices(*planned[i].sequence, step.forks[i], results[i]);
+    const double seconds = std::chrono::duration<double>(Clock::now() - step.started).count();
     in_step.clear();
     release_finished();
     std::lock_guard lock(mutex);
@@ -655,7 +786,7 @@ struct Engine::Impl {
     ++stats.steps_total;
     stats.step_seconds_total += seconds;
     stats.step_seconds_last = seconds;
-    stats.prompt_tokens_total += prompt_tokens;
+    stats.prompt_tokens_total += step.prompt_tokens;
     stats.generated_tokens_total += generated;
     step_times.left(static_cast<int64_t>(planned.size()));
   }
@@ -1024,6 +1155,10 @@ struct Engine::Impl {
   }
 
   void release_finished() {
+    // The step launched ahead forgets the sequences that ended before it is finished: they are about to go.
+    if (ahead)
+      for (ScheduledPiece& piece : ahead->planned)
+        if (piece.sequence != nullptr && piece.sequence->finished()) piece.sequence = nullptr;
     scheduler.release_finished();
     // A decision that left the scheduler (answered, cancelled, failed) drops its job; whatever of its work is still
     // queued on the workers is skipped.
@@ -1065,6 +1200,7 @@ struct Engine::Impl {
 
   // The destructor's end: everything still running or waiting finishes as cancelled.
   void shut_down() {
+    ahead.reset();  // a step launched ahead: its draws are waited for and dropped
     // First, so that no head work starts once a client has heard that its decision ended.
     for (auto& [id, job] : decision_jobs) job->cancelled = true;
     for (const auto& sequence : scheduler.running()) end(*sequence, FinishReason::cancelled, {});
@@ -1090,8 +1226,11 @@ struct Engine::Impl {
   Scheduler scheduler;                                // engine thread only
   std::optional<TowerRunner> tower;                   // engine thread only; with options.vision
   std::vector<Sequence*> in_step;  // engine thread only: the sequences of the step being run, failed if it throws
-  CountsSync counts_sync;          // engine thread only: what the storage's penalty counts hold
-  std::optional<MtpDrafter> mtp;   // `--draft mtp` (engine thread only)
+  // Engine thread only: launch_ahead's step, launched while the one before it ran; the next step() finishes it.
+  std::unique_ptr<LaunchedStep> ahead;
+  const bool lookahead = lookahead_on(options, model);
+  CountsSync counts_sync;         // engine thread only: what the storage's penalty counts hold
+  std::optional<MtpDrafter> mtp;  // `--draft mtp` (engine thread only)
   // Engine thread only: with DraftOptions::measured, K per step from measured costs; the K the last drafting chose.
   std::optional<DraftPolicy> draft_policy;
   int32_t drafted_k = 0;

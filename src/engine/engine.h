@@ -1,6 +1,8 @@
 #pragma once
 // The engine: one thread runs steps of pieces over the model (continuous batching, chunked prefill); requests
-// come in from any thread through submit() and get their events back through a RequestHandle.
+// come in from any thread through submit() and get their events back through a RequestHandle. On a GPU, between steps
+// of decode rows alone, the next step is launched before the last one's tokens are read (EngineOptions::lookahead), so
+// the host's turn (reading tokens, stop checks, streaming, planning) overlaps the device's work.
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -99,6 +101,15 @@ struct EngineOptions {
   // DUET_TEST_DEVICE_FAULT_STEP.
   int64_t test_device_fault_step = 0;
   DraftOptions draft;  // off unless asked (`--draft`)
+  // Steps launched ahead (issue 16 item 5, the host never stalls the GPU): while the device runs step N, the engine
+  // launches step N + 1 of the same decode rows, each reading its sequence's token from N's draw on the device, and
+  // reads N's tokens, checks stops and streams them while N + 1 runs. Only between steps of plain decode rows (no
+  // prompt waiting, no drafts, masks, penalties, images, decisions or forks), so nothing a request sees changes (its
+  // rows are the same rows, drawn by the same settings at the same positions); a sequence that N ends by a stop wastes
+  // its row of N + 1. automatic: where the model's steps overlap the host (Model::overlaps_steps: a GPU).
+  // DUET_LOOKAHEAD = 0 or 1 in the environment sets never or always (measurements).
+  enum class Lookahead : uint8_t { automatic, always, never };
+  Lookahead lookahead = Lookahead::automatic;
   // The vision tower that turns a request's images (Request::images) into the rows of its image tokens; null: requests
   // with images are refused (RequestInvalid "invalid_images"). Needs a model that reads_images().
   std::shared_ptr<const model::VisionModel> vision;
@@ -132,6 +143,7 @@ struct EngineStats {
   int64_t prompt_cache_host_hits = 0, prompt_cache_host_evictions = 0;
   size_t prompt_cache_host_bytes_held = 0, prompt_cache_host_bytes = 0;
   int64_t steps_total = 0;
+  int64_t steps_ahead_total = 0;  // of them, launched ahead (EngineOptions::lookahead)
   double step_seconds_total = 0;
   double step_seconds_last = 0;
   double time_to_first_token_seconds_total = 0;  // over requests that produced a token

@@ -40,6 +40,10 @@ int32_t PieceRunner::resume(std::span<const int32_t> shared, int32_t snapshot, i
 void PieceRunner::close(int32_t slot) { blocks_.release(slot); }
 
 std::vector<model::PieceResult> PieceRunner::run(std::span<const model::Piece> pieces) {
+  return model_.collect(launch(pieces));
+}
+
+std::unique_ptr<model::Model::Launched> PieceRunner::launch(std::span<const model::Piece> pieces) {
   std::vector<model::Piece> filled(pieces.begin(), pieces.end());
   int64_t more_pages = 0;
   std::vector<int32_t> seen;
@@ -65,9 +69,9 @@ std::vector<model::PieceResult> PieceRunner::run(std::span<const model::Piece> p
     piece.page_table = blocks_.table(piece.slot);
     piece.position = static_cast<int32_t>(position);
   }
-  std::vector<model::PieceResult> results = model_.forward(*storage_, filled);
+  std::unique_ptr<model::Model::Launched> launched = model_.launch(*storage_, filled);
   for (const model::Piece& piece : filled) blocks_.advance(piece.slot, static_cast<int64_t>(piece.tokens.size()));
-  return results;
+  return launched;
 }
 
 void PieceRunner::rewind(int32_t slot, int64_t position) {

@@ -30,6 +30,12 @@ class PieceRunner {
   // pool has too few free pages.
   std::vector<model::PieceResult> run(std::span<const model::Piece> pieces);
   std::vector<model::PieceResult> run(const model::Piece& piece) { return run(std::span(&piece, 1)); }
+  // run() in two halves (model::Model::launch, collect): the step's positions are taken at launch, so the next step
+  // may be launched (its pieces carrying this one's draws) before this one is collected.
+  std::unique_ptr<model::Model::Launched> launch(std::span<const model::Piece> pieces);
+  std::vector<model::PieceResult> collect(std::unique_ptr<model::Model::Launched> step) {
+    return model_.collect(std::move(step));
+  }
   // `to` (opened, empty) becomes `from`'s fork: full pages shared, the page still filling and the GDN slot copied.
   void fork(int32_t from, int32_t to);
   // Takes back the rows of the slot's last step (a rewindable piece, model::Piece::rewindable) from `position` on: its

@@ -71,6 +71,10 @@ struct Piece {
   // A prefill piece's GDN snapshots inside its rows (backend::StepSnapshot; the prompt cache, issue 18): only on a
   // storage that snapshots_inside_steps(), at multiples of 64 in (position, position + tokens], ascending.
   std::span<const backend::StepSnapshot> snapshots = {};
+  // A decode piece of one token that is the draw of piece `carried_from` of the step launched just before this one
+  // (Model::launch), not read back yet: `tokens` holds a placeholder, and the row reads the id where it was drawn.
+  // -1: the tokens are the ids.
+  int32_t carried_from = -1;
 };
 
 // A step refused before any state moved, because of one piece (its index in the step): the engine fails that
@@ -188,6 +192,21 @@ class Model {
   // exception may leave the slots and pages of the step's pieces half-written.
   // Pieces of either role may come in any order.
   virtual std::vector<PieceResult> forward(backend::StateStorage& storage, std::span<const Piece> pieces) = 0;
+
+  // forward() in two halves (issue 16 item 5, the host never stalls the GPU): launch() runs the step up to its draws
+  // and returns before they are back; collect() waits for them and gives the results. Launched steps are collected
+  // in launch order. The engine launches step N + 1 before it collects step N, so the device runs N + 1 while the host
+  // reads N's tokens; N + 1's pieces then carry N's draws (Piece::carried_from) instead of their ids. launch() refuses
+  // like forward(); a carried piece must name a sampled piece of the step launched just before, with no other work
+  // between. The default runs forward() in launch() and refuses carried pieces.
+  struct Launched {
+    virtual ~Launched() = default;
+    std::vector<PieceResult> results;
+  };
+  virtual std::unique_ptr<Launched> launch(backend::StateStorage& storage, std::span<const Piece> pieces);
+  virtual std::vector<PieceResult> collect(std::unique_ptr<Launched> step);
+  // Whether a launched step's draws are made while the host goes on (a GPU): only then does launching ahead pay.
+  virtual bool overlaps_steps() const { return false; }
 
   // The MTP layer, when the checkpoint has one that loaded (model/mtp_weights.h); the rest refuse without it.
   virtual bool has_mtp() const { return false; }

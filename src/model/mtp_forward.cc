@@ -52,6 +52,7 @@ void check_mtp_pieces(std::span<const MtpPiece> pieces, const backend::StateStor
 std::vector<MtpResult> Qwen35Model::mtp_forward(backend::StateStorage& storage, std::span<const MtpPiece> pieces) {
   if (!mtp_) fail("{}: this model has no MTP layer", checkpoint_.source());
   check_mtp_pieces(pieces, storage, config_);
+  carried_samples_.clear();  // its step follows the last launch's draws: the next launch may not carry them
   backend::Backend& be = *backend_;
   const MtpWeights& w = *mtp_;
   const int64_t h = config_.hidden_size, V = config_.vocab_size;

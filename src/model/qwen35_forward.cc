@@ -52,6 +52,30 @@ void scatter_image_rows(backend::Backend& be, const Piece& piece, int64_t first_
 }  // namespace
 
 std::vector<PieceResult> Qwen35Model::forward(backend::StateStorage& storage, std::span<const Piece> pieces) {
+  return collect(launch(storage, pieces));
+}
+
+// A launched step's draws on their way (Backend::sample_ahead), and where each piece's go.
+// A step dropped before it was collected (its launch threw after the draws were enqueued) still waits for them, so
+// that the backend never writes into freed memory.
+struct Qwen35Model::Launched : Model::Launched {
+  explicit Launched(backend::Backend& be) : backend(be) {}
+  ~Launched() override {
+    if (!draws) return;
+    try {
+      backend.finish_sample(sampled.data());
+    } catch (...) {  // the step failed already; its error is the one that counts
+    }
+  }
+  backend::Backend& backend;
+  bool draws = false;                             // sample_ahead was called and finish_sample not yet
+  std::vector<backend::SampledRow> sampled;       // in the step's sample order
+  std::vector<size_t> sample_first;               // per piece, its last row's draw in `sampled`
+  std::vector<size_t> row_samples, fork_samples;  // per piece, its earlier rows' and its forks' draws
+  std::vector<bool> sampled_piece;                // per piece, whether it asked to be sampled
+};
+
+std::unique_ptr<Model::Launched> Qwen35Model::launch(backend::StateStorage& storage, std::span<const Piece> pieces) {
   backend::Backend& be = *backend_;
   for (size_t i = 0; i < pieces.size(); ++i)  // before any state moves
     if (has(pieces[i].wants, RowOutput::sampled) && pieces[i].sample == nullptr)
@@ -68,6 +92,7 @@ std::vector<PieceResult> Qwen35Model::forward(backend::StateStorage& storage, st
     if (pieces[i].adapted && adapter_ == nullptr)
       throw PieceRefused(i, fmt::format("forward: piece {} asks for the runtime adapter, but none is loaded", i));
   check_pieces(pieces, storage, config_);
+  check_carried(pieces);
   for (size_t i = 0; i < pieces.size(); ++i) check_image_inputs("forward", i, pieces[i], config_, attention_shape_, be);
 
   // The step's layout: decode pieces first, then prefill pieces (each in the order given), so a backend sees each
@@ -79,6 +104,7 @@ std::vector<PieceResult> Qwen35Model::forward(backend::StateStorage& storage, st
   std::vector<backend::StepPiece> rows_of(pieces.size());  // indexed like `pieces`
   std::vector<backend::StepPiece> plan_pieces;             // in row order
   std::vector<int32_t> ids;                                // [R]
+  std::vector<backend::CarriedId> carried;                 // rows whose ids are the last launch's draws
   for (size_t i : order) {
     rows_of[i] = backend::StepPiece{.first_row = static_cast<int64_t>(ids.size()),
                                     .rows = static_cast<int64_t>(pieces[i].tokens.size()),
@@ -92,6 +118,9 @@ std::vector<PieceResult> Qwen35Model::forward(backend::StateStorage& storage, st
                                     .rope_delta = pieces[i].rope_delta,
                                     .snapshots = pieces[i].snapshots};
     plan_pieces.push_back(rows_of[i]);
+    if (pieces[i].carried_from >= 0)
+      carried.push_back({.row = static_cast<int64_t>(ids.size()),
+                         .sample = carried_samples_[static_cast<size_t>(pieces[i].carried_from)]});
     ids.insert(ids.end(), pieces[i].tokens.begin(), pieces[i].tokens.end());
   }
   const auto R = static_cast<int64_t>(ids.size());
@@ -142,7 +171,8 @@ std::vector<PieceResult> Qwen35Model::forward(backend::StateStorage& storage, st
                                   .pieces = plan_pieces,
                                   .logit_rows = logit_rows,
                                   .sample_rows = sample_rows,
-                                  .samples = samples});
+                                  .samples = samples,
+                                  .carried = carried});
   auto x = be.new_activations(R, h);       // [R, h] the residual stream
   auto normed = be.new_activations(R, h);  // [R, h] a norm's output, the sublayers' input
   auto delta = be.new_activations(R, h);   // [R, h] a sublayer's output, added to the residual
@@ -180,32 +210,85 @@ std::vector<PieceResult> Qwen35Model::forward(backend::StateStorage& storage, st
   const int64_t V = config_.vocab_size;
   std::vector<float> logits(logit_rows.size() * static_cast<size_t>(V));  // [logit rows, V]
   if (!logit_rows.empty()) be.lm_head(weights_.lm_head, *normed, logits.data());
-  std::vector<backend::SampledRow> sampled(sample_rows.size());
-  if (!sample_rows.empty()) be.sample(weights_.lm_head, *normed, sampled.data());
+  auto step = std::make_unique<Launched>(be);
+  const uint64_t serial = next_launch_++;
+  step->sampled.resize(sample_rows.size());
+  step->sample_first = std::move(sample_first);
+  step->sampled_piece.resize(pieces.size());
+  step->row_samples.resize(pieces.size());
+  step->fork_samples.resize(pieces.size());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    step->sampled_piece[i] = has(pieces[i].wants, RowOutput::sampled);
+    step->row_samples[i] = pieces[i].row_samples.size();
+    step->fork_samples[i] = pieces[i].fork_samples.size();
+  }
+  if (!sample_rows.empty()) {
+    be.sample_ahead(weights_.lm_head, *normed, step->sampled.data());
+    step->draws = true;
+  }
 
-  std::vector<PieceResult> results(pieces.size());
+  std::vector<PieceResult>& results = step->results;
+  results.resize(pieces.size());
+  bool rows_after_draws = false;  // work after the draws: the next step may not carry them
   for (size_t i = 0; i < pieces.size(); ++i) {
     const auto& p = rows_of[i];
     const RowOutput wants = pieces[i].wants;
     const int64_t count = has(wants, RowOutput::all_logits) ? p.rows : has(wants, RowOutput::last_logits) ? 1 : 0;
     const auto first = static_cast<int64_t>(logit_first[i]);
     results[i].logits.assign(logits.begin() + first * V, logits.begin() + (first + count) * V);
-    if (has(wants, RowOutput::sampled)) {
-      results[i].sampled = std::move(sampled[sample_first[i]]);
-      const size_t earlier = pieces[i].row_samples.size();
-      for (size_t t = 0; t < earlier; ++t)
-        results[i].row_sampled.push_back(std::move(sampled[sample_first[i] - earlier + t]));
-      for (size_t k = 0; k < pieces[i].fork_samples.size(); ++k)
-        results[i].fork_sampled.push_back(std::move(sampled[sample_first[i] + 1 + k]));
-    }
     if (has(wants, RowOutput::norm_rows) && pieces[i].rows_to != nullptr) {
       pieces[i].rows_to->take_rows(be, *normed, p.first_row, p.rows);
+      rows_after_draws = true;
     } else if (has(wants, RowOutput::norm_rows)) {
       results[i].norm_rows.resize(static_cast<size_t>(p.rows * h));
       be.read_rows(*normed, p.first_row, p.rows, results[i].norm_rows.data());
+      rows_after_draws = true;
     }
   }
+  // What the next launch's carried pieces may name: each sampled piece's own draw.
+  carried_samples_.assign(pieces.size(), -1);
+  if (!rows_after_draws)
+    for (size_t i = 0; i < pieces.size(); ++i)
+      if (step->sampled_piece[i]) carried_samples_[i] = static_cast<int64_t>(step->sample_first[i]);
+  carried_serial_ = serial;
+  return step;
+}
+
+std::vector<PieceResult> Qwen35Model::collect(std::unique_ptr<Model::Launched> launched) {
+  auto* step = dynamic_cast<Launched*>(launched.get());
+  if (step == nullptr) fail("collect: a step this model did not launch");
+  if (step->draws) {
+    step->draws = false;
+    backend_->finish_sample(step->sampled.data());
+  }
+  std::vector<PieceResult> results = std::move(step->results);
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!step->sampled_piece[i]) continue;
+    const size_t first = step->sample_first[i], earlier = step->row_samples[i];
+    results[i].sampled = std::move(step->sampled[first]);
+    for (size_t t = 0; t < earlier; ++t)
+      results[i].row_sampled.push_back(std::move(step->sampled[first - earlier + t]));
+    for (size_t k = 0; k < step->fork_samples[i]; ++k)
+      results[i].fork_sampled.push_back(std::move(step->sampled[first + 1 + k]));
+  }
   return results;
+}
+
+// A carried piece (Piece::carried_from) names a sampled piece of the step launched just before, which nothing has
+// followed; it is one decode row whose placeholder is a valid id.
+void Qwen35Model::check_carried(std::span<const Piece> pieces) const {
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& piece = pieces[i];
+    if (piece.carried_from < 0) continue;
+    auto refuse = [i](std::string reason) {
+      throw PieceRefused(i, fmt::format("forward: piece {} carries a draw {}", i, reason));
+    };
+    if (piece.tokens.size() != 1 || piece.role != backend::RowRole::decode) refuse("but is not one decode row");
+    if (carried_serial_ + 1 != next_launch_) refuse("but the last step's draws were followed by other work");
+    const auto from = static_cast<size_t>(piece.carried_from);
+    if (from >= carried_samples_.size() || carried_samples_[from] < 0)
+      refuse(fmt::format("of piece {}, which the step before did not draw for", piece.carried_from));
+  }
 }
 
 }  // namespace duet::model

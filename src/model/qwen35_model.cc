@@ -162,6 +162,17 @@ std::unique_ptr<backend::StateStorage> Qwen35Model::new_state_storage(int32_t sl
                                      snapshots);
 }
 
+std::unique_ptr<Model::Launched> Model::launch(backend::StateStorage& storage, std::span<const Piece> pieces) {
+  for (size_t i = 0; i < pieces.size(); ++i)
+    if (pieces[i].carried_from >= 0)
+      throw PieceRefused(i, fmt::format("forward: piece {} carries a draw, which this model cannot read", i));
+  auto step = std::make_unique<Launched>();
+  step->results = forward(storage, pieces);
+  return step;
+}
+
+std::vector<PieceResult> Model::collect(std::unique_ptr<Launched> step) { return std::move(step->results); }
+
 void Model::lm_head_rows(std::span<const int32_t> ids, float* out) const {
   fail("this model cannot gather LM head rows (needed by a decision head)");
 }

@@ -44,6 +44,9 @@ class Qwen35Model final : public Model {
   void reserve_workspace(int64_t rows) override;
   std::unique_ptr<backend::StateStorage> new_state_storage(int32_t slots, int64_t kv_pages, int64_t snapshots) override;
   std::vector<PieceResult> forward(backend::StateStorage& storage, std::span<const Piece> pieces) override;
+  std::unique_ptr<Model::Launched> launch(backend::StateStorage& storage, std::span<const Piece> pieces) override;
+  std::vector<PieceResult> collect(std::unique_ptr<Model::Launched> step) override;
+  bool overlaps_steps() const override { return backend_->draws_ahead(); }
   void lm_head_rows(std::span<const int32_t> ids, float* out) const override;
   bool has_mtp() const override { return mtp_.has_value(); }
   std::unique_ptr<backend::StateStorage> new_mtp_storage(int64_t kv_pages) override;
@@ -53,6 +56,8 @@ class Qwen35Model final : public Model {
 
  private:
   size_t step_bytes(int64_t rows, int64_t logit_rows) const;  // workspace of a step
+  struct Launched;
+  void check_carried(std::span<const Piece> pieces) const;  // PieceRefused for a carried piece that cannot be
 
   Qwen35Config config_;
   checkpoint::Checkpoint checkpoint_;  // owns the mapped files the weights point into
@@ -69,6 +74,11 @@ class Qwen35Model final : public Model {
   int64_t lora_row_elements_ = 0;
   size_t merged_adapter_bytes_ = 0;  // Backend::merge_adapter's copies
   DebugDump dump_;
+  // The draws a piece of the next launch may carry (Piece::carried_from): per piece of launch `carried_serial_`, its
+  // draw's index in that step's samples (-1: none, or work followed the draws). Launches are numbered from 0.
+  std::vector<int64_t> carried_samples_;
+  uint64_t carried_serial_ = ~uint64_t{0};
+  uint64_t next_launch_ = 0;
 };
 
 }  // namespace duet::model

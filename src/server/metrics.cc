@@ -134,6 +134,9 @@ std::string ServerMetrics::render(const engine::EngineStats& engine, const std::
   sample(out, "duet_prompt_cache_host_bytes", engine.prompt_cache_host_bytes, model);
   metric(out, "duet_engine_steps_total", "counter", "Engine steps run.");
   sample(out, "duet_engine_steps_total", engine.steps_total, model);
+  metric(out, "duet_engine_steps_ahead_total", "counter",
+         "Engine steps launched while the step before ran, its tokens read on the device.");
+  sample(out, "duet_engine_steps_ahead_total", engine.steps_ahead_total, model);
   metric(out, "duet_engine_step_seconds_total", "counter", "Time spent in engine steps.");
   sample(out, "duet_engine_step_seconds_total", engine.step_seconds_total, model);
   metric(out, "duet_engine_step_seconds_last", "gauge", "Duration of the latest engine step.");

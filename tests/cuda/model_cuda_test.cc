@@ -246,6 +246,91 @@ TEST_P(CudaModelTest, SampledIdsAndTopLogprobsAreTheLogitsLogSoftmax) {
   }
 }
 
+// Steps launched ahead (issue 16 item 5; Model::launch, Backend::sample_ahead, StepPlan::carried): step N + 1 is
+// launched before step N is collected, each of its rows reading its token from N's draw on the device (the carry
+// kernel, before the step's graph). Three sequences decode six steps that way (greedy with top logprobs, seeded, and
+// seeded with top-k), against three more with the same prompts decoding step after step with the ids sent from the
+// host: the same tokens, logprobs and top logprobs, graphed steps and the eager first one alike. The control: a run
+// whose carried rows name their neighbour's draw gives other tokens.
+TEST_P(CudaModelTest, StepsLaunchedAheadReadTheirTokensOnTheDevice) {
+  const auto prompt = Goldens(testing::golden_fixture(GetParam(), "fp32")).i32("len130.ids");
+  constexpr int kRows = 3, kSteps = 6;
+  std::vector<backend::SampleSpec> settings(kRows);
+  settings[0].temperature = 0.0f;
+  settings[0].top_logprobs = 3;
+  settings[1].temperature = 0.9f;
+  settings[1].seed = 11;
+  settings[2].temperature = 0.7f;
+  settings[2].top_k = 20;
+  settings[2].seed = 12;
+  // Each run: its own slots, the same prompts, then kSteps decode steps; `ahead` launches each step before the last
+  // is collected, `shift` plants the control.
+  auto decode = [&](bool ahead, int shift) {
+    engine::PieceRunner runner(*model_, kRows, 200);
+    std::vector<int32_t> slots, next;
+    std::vector<Piece> prefill;
+    std::vector<backend::SampleSpec> first(settings);
+    for (int i = 0; i < kRows; ++i) slots.push_back(runner.open());
+    for (int i = 0; i < kRows; ++i) {
+      first[i].position = 50 + 10 * i;
+      prefill.push_back({.slot = slots[i],
+                         .tokens = std::span(prompt).first(static_cast<size_t>(50 + 10 * i)),
+                         .wants = RowOutput::sampled,
+                         .sample = &first[i]});
+    }
+    std::vector<std::vector<backend::SampledRow>> draws(kSteps + 1);
+    for (const PieceResult& r : runner.run(prefill)) {
+      next.push_back(r.sampled.id);
+      draws[0].push_back(r.sampled);
+    }
+    std::vector<std::vector<backend::SampleSpec>> specs(kSteps, settings);
+    std::vector<int32_t> placeholder(kRows, 0);
+    std::unique_ptr<Model::Launched> out;
+    for (int step = 0; step < kSteps; ++step) {
+      std::vector<Piece> pieces;
+      for (int i = 0; i < kRows; ++i) {
+        specs[step][i].position = 51 + 10 * i + step;
+        const bool carried = ahead && step > 0;
+        pieces.push_back({.slot = slots[i],
+                          .tokens = carried ? std::span<const int32_t>(&placeholder[i], 1) : std::span(&next[i], 1),
+                          .wants = RowOutput::sampled,
+                          .role = backend::RowRole::decode,
+                          .sample = &specs[step][i],
+                          .carried_from = carried ? (i + shift) % kRows : -1});
+      }
+      std::unique_ptr<Model::Launched> launched = runner.launch(pieces);
+      if (out != nullptr) {
+        for (const PieceResult& r : runner.collect(std::move(out))) draws[step].push_back(r.sampled);
+      }
+      out = std::move(launched);
+      if (!ahead) {
+        const std::vector<PieceResult> results = runner.collect(std::move(out));
+        for (int i = 0; i < kRows; ++i) next[i] = results[i].sampled.id;
+        for (const PieceResult& r : results) draws[step + 1].push_back(r.sampled);
+      }
+    }
+    if (out != nullptr)
+      for (const PieceResult& r : runner.collect(std::move(out))) draws[kSteps].push_back(r.sampled);
+    return draws;
+  };
+  const auto step_by_step = decode(false, 0), ahead = decode(true, 0), wrong = decode(true, 1);
+  ASSERT_EQ(ahead.size(), step_by_step.size());
+  for (size_t step = 0; step < ahead.size(); ++step) {
+    ASSERT_EQ(ahead[step].size(), static_cast<size_t>(kRows)) << "step " << step;
+    for (int i = 0; i < kRows; ++i) {
+      const backend::SampledRow &got = ahead[step][i], &want = step_by_step[step][i];
+      EXPECT_EQ(got.id, want.id) << "step " << step << " row " << i;
+      EXPECT_EQ(std::bit_cast<uint32_t>(got.logprob), std::bit_cast<uint32_t>(want.logprob))
+          << "step " << step << " row " << i;
+      EXPECT_EQ(got.top, want.top) << "step " << step << " row " << i;
+    }
+  }
+  size_t differ = 0;
+  for (size_t step = 0; step < wrong.size(); ++step)
+    for (int i = 0; i < kRows; ++i) differ += wrong[step][i].id != step_by_step[step][i].id;
+  EXPECT_GT(differ, 0u) << "rows that carried their neighbour's draw gave the same tokens";
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaModelTest, ::testing::Values("tiny-mm", "tiny-text"));
 
 // tiny-mm keeps linear_attn.A_log and linear_attn.norm.weight in F32 with values BF16 cannot hold; the GPU must

@@ -46,6 +46,26 @@ TEST_F(RealModel, PrefillChunkSizeDoesNotChangeTokens) {
                               "chunk 256 vs 64");
 }
 
+// Steps launched ahead (EngineOptions::lookahead): each decode row reads its token from the step before's draw in the
+// backend (StepPlan::carried) instead of from the host, and the tokens are those of steps planned after the last
+// one's tokens, greedy and seeded, the requests concurrently and one at a time.
+TEST_F(RealModel, StepsLaunchedAheadEqualStepsPlannedAfter) {
+  for (const bool seeded : {false, true}) {
+    const auto requests = testing::mixed_requests(8, vocab(), 64, 14, seeded, 11);
+    EngineOptions ahead_options = options(4), plain_options = options(4);
+    ahead_options.lookahead = EngineOptions::Lookahead::always;
+    plain_options.lookahead = EngineOptions::Lookahead::never;
+    Engine ahead(*model_, nullptr, ahead_options);
+    Engine plain(*model_, nullptr, plain_options);
+    testing::expect_same_tokens(testing::run_concurrently(ahead, requests), testing::run_concurrently(plain, requests),
+                                "launched ahead, concurrently");
+    testing::expect_same_tokens(testing::run_serially(ahead, requests), testing::run_serially(plain, requests),
+                                "launched ahead, serially");
+    EXPECT_GT(ahead.stats().steps_ahead_total, 50);
+    EXPECT_EQ(plain.stats().steps_ahead_total, 0);
+  }
+}
+
 TEST_F(RealModel, CancelledRequestFreesItsSlot) {
   Engine engine(*model_, nullptr, options(1));
   auto long_one = engine.submit(greedy_request({1, 2, 3}, 500));

@@ -148,6 +148,40 @@ std::vector<model::PieceResult> FakeModel::forward(backend::StateStorage& storag
   return results;
 }
 
+std::unique_ptr<model::Model::Launched> FakeModel::launch(backend::StateStorage& storage,
+                                                          std::span<const model::Piece> pieces) {
+  std::vector<model::Piece> resolved(pieces.begin(), pieces.end());
+  std::vector<int32_t> carried(pieces.size());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const int32_t from = pieces[i].carried_from;
+    if (from < 0) continue;
+    if (static_cast<size_t>(from) >= last_draws_.size() || last_draws_[static_cast<size_t>(from)] < 0 ||
+        pieces[i].tokens.size() != 1)
+      throw model::PieceRefused(i, fmt::format("fake model: piece {} carries the missing draw of piece {}", i, from));
+    carried[i] = last_draws_[(static_cast<size_t>(from) + static_cast<size_t>(carry_shift_)) % last_draws_.size()];
+    if (carried[i] < 0) carried[i] = last_draws_[static_cast<size_t>(from)];
+    resolved[i].tokens = std::span(&carried[i], 1);
+    resolved[i].carried_from = -1;
+  }
+  last_draws_.clear();  // only the launch right after may carry them
+  auto step = std::make_unique<Launched>();
+  step->results = forward(storage, resolved);
+  for (size_t i = 0; i < pieces.size(); ++i)
+    last_draws_.push_back(model::has(pieces[i].wants, model::RowOutput::sampled) ? step->results[i].sampled.id : -1);
+  std::lock_guard lock(mutex_);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (pieces[i].carried_from < 0) continue;
+    ++carried_rows_;
+    steps_.back()[i].carried = true;  // forward() recorded the step's pieces in order
+  }
+  return step;
+}
+
+int64_t FakeModel::carried_rows() const {
+  std::lock_guard lock(mutex_);
+  return carried_rows_;
+}
+
 std::vector<std::vector<RecordedPiece>> FakeModel::steps() const {
   std::lock_guard lock(mutex_);
   return steps_;

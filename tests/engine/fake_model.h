@@ -17,6 +17,7 @@ struct RecordedPiece {
   int32_t start_position = 0;  // the sequence's position before the piece
   int32_t length = 0;
   model::RowOutput wants = model::RowOutput::none;
+  bool carried = false;  // its token was the last launch's draw (model::Piece::carried_from)
 };
 
 class FakeModel : public model::Model {
@@ -37,6 +38,14 @@ class FakeModel : public model::Model {
   std::unique_ptr<backend::StateStorage> new_state_storage(int32_t slots, int64_t kv_pages, int64_t snapshots) override;
   std::vector<model::PieceResult> forward(backend::StateStorage& storage,
                                           std::span<const model::Piece> pieces) override;
+  // Carried pieces (model::Piece::carried_from) read the last launch's draws, as a GPU's would on the device.
+  std::unique_ptr<Launched> launch(backend::StateStorage& storage, std::span<const model::Piece> pieces) override;
+  bool overlaps_steps() const override { return overlaps_; }
+  void set_overlaps_steps(bool overlaps) { overlaps_ = overlaps; }
+  // A planted fault for the tests' controls: a carried piece reads the draw of the piece `shift` places after the one
+  // it names (modulo the last launch's pieces).
+  void set_test_carry_shift(int32_t shift) { carry_shift_ = shift; }
+  int64_t carried_rows() const;  // carried pieces launched so far
 
   // The logits the fake gives after `tokens` (the whole sequence so far).
   std::vector<float> logits_after(std::span<const int32_t> tokens) const;
@@ -60,6 +69,10 @@ class FakeModel : public model::Model {
   mutable std::mutex mutex_;
   std::vector<std::vector<RecordedPiece>> steps_;
   int32_t states_created_ = 0;
+  bool overlaps_ = false;
+  int32_t carry_shift_ = 0;
+  std::vector<int32_t> last_draws_;  // per piece of the last launch, its draw (-1: none)
+  int64_t carried_rows_ = 0;
 };
 
 }  // namespace duet::engine::testing

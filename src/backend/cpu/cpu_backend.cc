@@ -49,6 +49,16 @@ class CpuBackend final : public Backend {
 
   void begin_step(const StepPlan& plan) override {
     plan_ = plan;
+    // The rows that carry the step before's draws read them from where sample() left them.
+    ids_.assign(plan.ids.begin(), plan.ids.end());
+    for (const CarriedId& c : plan.carried) {
+      if (c.row < 0 || c.row >= static_cast<int64_t>(ids_.size()) || c.sample < 0 ||
+          c.sample >= static_cast<int64_t>(last_draws_.size()))
+        fail("cpu backend: row {} of {} carries draw {} of a step that drew {}", c.row, ids_.size(), c.sample,
+             last_draws_.size());
+      ids_[static_cast<size_t>(c.row)] = last_draws_[static_cast<size_t>(c.sample)];
+    }
+    last_draws_.clear();  // a later step may carry only what the step just begun draws
     if (plan.storage == nullptr || plan.storage->owner() != this)
       fail("cpu backend: the step's state storage belongs to another backend");
     storage_ = static_cast<cpu::CpuStateStorage*>(plan.storage);  // made by new_state_storage above
@@ -71,8 +81,7 @@ class CpuBackend final : public Backend {
 
   void embed(const Weight& table, Activations& out) override {
     auto& o = cpu_of(out);
-    for (size_t r = 0; r < plan_.ids.size(); ++r)
-      cpu::weight_to_float(table, plan_.ids[r] * table.cols, table.cols, o.row(r));
+    for (size_t r = 0; r < ids_.size(); ++r) cpu::weight_to_float(table, ids_[r] * table.cols, table.cols, o.row(r));
   }
 
   void rms_norm(const Activations& x, const Weight& w, double eps, Activations& out) override {
@@ -169,6 +178,8 @@ class CpuBackend final : public Backend {
     }
     for (const std::exception_ptr& error : errors)
       if (error) std::rethrow_exception(error);
+    last_draws_.resize(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) last_draws_[i] = out[i].id;
   }
 
   void read_rows(const Activations& x, int64_t first, int64_t count, float* out) override {
@@ -215,6 +226,8 @@ class CpuBackend final : public Backend {
   }
 
   StepPlan plan_;
+  std::vector<int32_t> ids_;                 // the step's ids, carried draws in place (StepPlan::carried)
+  std::vector<int32_t> last_draws_;          // the ids the step's sample() drew, for the next step's carried rows
   cpu::CpuStateStorage* storage_ = nullptr;  // plan_.storage
   size_t workspace_bytes_ = 0;
   std::vector<std::vector<uint32_t>> written_;  // masks written by MaskWriters this step (written_masks)

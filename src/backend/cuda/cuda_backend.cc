@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -362,6 +363,7 @@ class CudaBackend final : public Backend {
   void reserve_workspace(size_t bytes) override {
     if (bytes <= workspace_.bytes) return;
     check_cuda(cudaStreamSynchronize(stream_), "workspace: finish the last step");
+    last_draws_ = nullptr;  // they were in the old workspace
     workspace_ = DeviceMemory(align_up(bytes), "workspace");
     graphs_.clear();
   }
@@ -551,7 +553,20 @@ class CudaBackend final : public Backend {
     step_.snapshots = static_cast<int32_t>(snapshots.size());
     step_.snapshot = static_cast<const DeviceSnapshot*>(put(StepArray::snapshots, snapshots));
     step_.page_table = static_cast<const int32_t*>(put(StepArray::page_table, pages));
-    ids_ = static_cast<const int32_t*>(put(StepArray::ids, plan.ids));
+    // Carried rows (StepPlan::carried) go up as -(1 + the draw's index); the carry kernel puts the draws' ids there.
+    std::vector<int32_t> carried_ids;
+    if (!plan.carried.empty()) {
+      if (last_draws_ == nullptr) fail("cuda backend: a step carries draws, but the last step's may not be read");
+      carried_ids.assign(plan.ids.begin(), plan.ids.end());
+      for (const CarriedId& c : plan.carried) {
+        if (c.row < 0 || c.row >= rows_ || c.sample < 0 || c.sample >= last_draw_count_)
+          fail("cuda backend: row {} of {} carries draw {} of a step that drew {}", c.row, rows_, c.sample,
+               last_draw_count_);
+        carried_ids[static_cast<size_t>(c.row)] = static_cast<int32_t>(-1 - c.sample);
+      }
+    }
+    ids_ = static_cast<const int32_t*>(carried_ids.empty() ? put(StepArray::ids, plan.ids)
+                                                           : put(StepArray::ids, carried_ids));
     logit_rows_ = static_cast<const int32_t*>(put(StepArray::logit_rows, logit_rows));
     sample_rows_ = static_cast<const int32_t*>(put(StepArray::sample_rows, sample_rows));
     adapted_rows_ = static_cast<const int32_t*>(put(StepArray::adapted_rows, adapted_rows));
@@ -570,6 +585,9 @@ class CudaBackend final : public Backend {
     if (!extra_ids.empty()) tables_.extra_ids = static_cast<const int32_t*>(put(StepArray::extra_ids, extra_ids));
     if (!biases.empty()) tables_.biases = static_cast<const BiasEntry*>(put(StepArray::biases, biases));
     upload_.send(stream_);
+    if (!carried_ids.empty())  // before the step's graph, which reads the ids where they always are
+      launch_carry_draws(const_cast<int32_t*>(ids_), static_cast<int32_t>(rows_), last_draws_, stream_);
+    last_draws_ = nullptr;  // only the step right after its draws may carry them
     gaps_.began(rows_);
 
     // A decode step whose every piece samples one row replays (or is captured into) its counts' graph. A step with
@@ -861,7 +879,7 @@ class CudaBackend final : public Backend {
 
   // The sampled rows' logits stay here: computed into the workspace, sampled by the sampling kernel, and only the
   // ids and asked-for logprobs cross to the host.
-  void sample(const Weight& head, const Activations& x, SampledRow* out) override {
+  void sample_ahead(const Weight& head, const Activations& x, SampledRow* out) override {
     gaps_.sampling();
     const size_t mark = used_;
     const int64_t n = static_cast<int64_t>(samples_.size()), h = x.width(), V = head.rows;
@@ -899,28 +917,54 @@ class CudaBackend final : public Backend {
       mask_upload_.read_by(stream_);
     }
     gaps_.enqueued();
-    readback_.fetch(results, n, top_logprobs_asked_, stream_);
-    check_cuda(cudaStreamSynchronize(stream_), "sample");
+    // Two readbacks, so that the step begun ahead fetches into the other while this one's draws wait to be read.
+    const auto free = std::find_if(draws_.begin(), draws_.end(), [](const Draws& d) { return d.out == nullptr; });
+    if (free == draws_.end()) fail("cuda backend: a third step's draws while two are still out (finish_sample)");
+    free->readback.fetch(results, n, top_logprobs_asked_, stream_);
+    free->out = out;
+    free->logits = logits;
+    free->rows = n;
+    free->vocab = V;
+    last_draws_ = picked;  // the next step's carried rows read them here (StepPlan::carried)
+    last_draw_count_ = n;
+    used_ = mark;
+  }
+
+  void finish_sample(SampledRow* out) override {
+    const auto d = std::find_if(draws_.begin(), draws_.end(), [&](const Draws& x) { return x.out == out; });
+    if (out == nullptr || d == draws_.end()) fail("cuda backend: finish_sample for draws that were not made");
+    d->out = nullptr;
+    d->readback.wait();
     gaps_.done();
-    if (logits_dump_.on()) logits_dump_.append(logits, n, V);
-    for (int64_t i = 0; i < n && slow_rows_.on(); ++i) {
-      if (readback_.sample(i).path & kPathStream) slow_rows_.append_row(logits + i * V, V, sample_params_host_[i]);
+    // The diagnostics read the logits where they are: draws_ahead() is off with them, so no step has begun since.
+    if (logits_dump_.on()) logits_dump_.append(d->logits, d->rows, d->vocab);
+    for (int64_t i = 0; i < d->rows && slow_rows_.on(); ++i) {
+      if (d->readback.sample(i).path & kPathStream)
+        slow_rows_.append_row(d->logits + i * d->vocab, d->vocab, sample_params_host_[i]);
     }
     timer_.collect();
-    for (int64_t i = 0; i < n; ++i) {
-      const DeviceSample& picked_row = readback_.sample(i);
+    for (int64_t i = 0; i < d->rows; ++i) {
+      const DeviceSample& picked_row = d->readback.sample(i);
       if (paths_.on()) paths_.count(picked_row.path, picked_row.ns);
       out[i].id = picked_row.id;
       out[i].logprob = picked_row.logprob;
       out[i].top.clear();
       for (int32_t j = 0; j < picked_row.top_count; ++j) {
-        const DeviceTopLogprob& t = readback_.top(i, j);
+        const DeviceTopLogprob& t = d->readback.top(i, j);
         out[i].top.emplace_back(t.id, t.logprob);
       }
     }
-    used_ = mark;
     gaps_.returned();
   }
+
+  void sample(const Weight& head, const Activations& x, SampledRow* out) override {
+    sample_ahead(head, x, out);
+    finish_sample(out);
+  }
+
+  // Off with the diagnostics that read a step's device memory after its draws (DUET_PROFILE's timer, the logits
+  // dumps) or time its host parts (DUET_STEP_GAPS): they assume no step begins before the last one's draws are read.
+  bool draws_ahead() const override { return !timer_.on() && !logits_dump_.on() && !slow_rows_.on() && !gaps_.on(); }
 
   void read_rows(const Activations& x, int64_t first, int64_t count, float* out) override {
     const size_t mark = used_;
@@ -1141,7 +1185,19 @@ class CudaBackend final : public Backend {
   LogitsDump slow_rows_{"DUET_DUMP_SLOW_ROWS"};        // rows only the stream path decided, with their parameters
   std::vector<SamplingRowParams> sample_params_host_;  // this step's, kept only for slow_rows_
   bool top_logprobs_asked_ = false;  // this step: a row asked for top logprobs (they come back only then)
-  SampleReadback readback_;
+  // The draws of the last two steps on their way to the host (sample_ahead, finish_sample): a step begun ahead
+  // fetches into the other readback while the host still reads the step before's.
+  struct Draws {
+    SampleReadback readback;
+    SampledRow* out = nullptr;  // null: free
+    const float* logits = nullptr;
+    int64_t rows = 0, vocab = 0;
+  };
+  std::array<Draws, 2> draws_;
+  // Where the last step's sampler left its draws (scratch of the workspace, untouched until the next step's kernels),
+  // for the next step's carried rows; null when it may not be read.
+  const DeviceSample* last_draws_ = nullptr;
+  int64_t last_draw_count_ = 0;
   SamplingPaths paths_;    // DUET_SAMPLING_PATHS=1: how the sampler decided its rows, printed at exit
   StepGaps gaps_;          // DUET_STEP_GAPS=1: the host's share of a step's wall time, printed at exit
   HostProducts products_;  // a decision head's products, beside the steps

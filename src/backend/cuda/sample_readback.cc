@@ -15,6 +15,7 @@ size_t samples_bytes(int64_t rows) { return (static_cast<size_t>(rows) * sizeof(
 
 SampleReadback::~SampleReadback() {
   if (host_) cudaFreeHost(host_);
+  if (fetched_) cudaEventDestroy(fetched_);
 }
 
 size_t SampleReadback::device_bytes(int64_t rows) {
@@ -36,9 +37,16 @@ void SampleReadback::fetch(const void* region, int64_t rows, bool with_top, cuda
     check_cuda(cudaMallocHost(&host_, capacity), "pinned sample results");
     capacity_ = capacity;
   }
+  if (fetched_ == nullptr)
+    check_cuda(cudaEventCreateWithFlags(&fetched_, cudaEventDisableTiming), "sample results event");
   rows_ = rows;
   const size_t sent = with_top ? bytes : samples_bytes(rows);
   check_cuda(cudaMemcpyAsync(host_, region, sent, cudaMemcpyDeviceToHost, stream), "sample results to the host");
+  check_cuda(cudaEventRecord(fetched_, stream), "sample results event");
+}
+
+void SampleReadback::wait() const {
+  if (fetched_ != nullptr) check_cuda(cudaEventSynchronize(fetched_), "sample results");
 }
 
 }  // namespace duet::backend::cuda

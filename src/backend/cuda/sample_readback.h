@@ -26,16 +26,19 @@ class SampleReadback {
   static DeviceSample* samples_in(void* region) { return static_cast<DeviceSample*>(region); }
   static DeviceTopLogprob* top_in(void* region, int64_t rows);
 
-  // Enqueues the copy of `region`'s samples (and its top logprobs when `with_top`) on `stream`. The host reads them
-  // after the stream is synchronized.
+  // Enqueues the copy of `region`'s samples (and its top logprobs when `with_top`) on `stream`, and an event after it.
+  // The host reads them after wait(): a later step's work behind the copy in the stream (a step begun ahead,
+  // Backend::sample_ahead) is not waited for.
   void fetch(const void* region, int64_t rows, bool with_top, cudaStream_t stream);
+  void wait() const;
   const DeviceSample& sample(int64_t row) const { return samples_in(host_)[row]; }
   const DeviceTopLogprob& top(int64_t row, int32_t j) const { return top_in(host_, rows_)[row * kMaxTopLogprobs + j]; }
 
  private:
-  void* host_ = nullptr;  // pinned
-  size_t capacity_ = 0;   // bytes
-  int64_t rows_ = 0;      // the last fetch's
+  void* host_ = nullptr;           // pinned
+  size_t capacity_ = 0;            // bytes
+  int64_t rows_ = 0;               // the last fetch's
+  cudaEvent_t fetched_ = nullptr;  // recorded after the last fetch's copy
 };
 
 }  // namespace duet::backend::cuda

@@ -88,6 +88,11 @@ struct DeviceSample {
   uint32_t ns = 0;        // the row's time inside the kernel (block 0's thread 0, %globaltimer): a diagnostic
 };
 
+// Rows whose ids are the step before's draws (StepPlan::carried): ids[r] < 0 holds -(1 + the draw's index) and becomes
+// that draw's id, read from `draws` (the step before's DeviceSample, where its sampler left them). One small launch
+// before the step's graph, so that the graph reads its ids where they always are.
+void launch_carry_draws(int32_t* ids, int32_t rows, const DeviceSample* draws, cudaStream_t stream);
+
 struct DeviceTopLogprob {
   int32_t id = -1;
   float logprob = 0;
