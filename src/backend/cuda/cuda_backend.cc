@@ -370,8 +370,8 @@ class CudaBackend final : public Backend {
   size_t workspace_bytes() const override { return workspace_.bytes; }
 
   void begin_step(const StepPlan& plan) override {
-    gaps_.entered();
     if (mode_ == Mode::capture) graphs_.abandon(stream_);  // the last step failed before its sampling
+    gaps_.entered(stream_);  // after the abandoned capture: its event must not go into a graph
     mode_ = Mode::eager;
     used_ = 0;
     rows_ = static_cast<int64_t>(plan.ids.size());
@@ -921,6 +921,7 @@ class CudaBackend final : public Backend {
     const auto free = std::find_if(draws_.begin(), draws_.end(), [](const Draws& d) { return d.out == nullptr; });
     if (free == draws_.end()) fail("cuda backend: a third step's draws while two are still out (finish_sample)");
     free->readback.fetch(results, n, top_logprobs_asked_, stream_);
+    gaps_.fetched(stream_);
     free->out = out;
     free->logits = logits;
     free->rows = n;
@@ -963,8 +964,8 @@ class CudaBackend final : public Backend {
   }
 
   // Off with the diagnostics that read a step's device memory after its draws (DUET_PROFILE's timer, the logits
-  // dumps) or time its host parts (DUET_STEP_GAPS): they assume no step begins before the last one's draws are read.
-  bool draws_ahead() const override { return !timer_.on() && !logits_dump_.on() && !slow_rows_.on() && !gaps_.on(); }
+  // dumps): they assume no step begins before the last one's draws are read.
+  bool draws_ahead() const override { return !timer_.on() && !logits_dump_.on() && !slow_rows_.on(); }
 
   void read_rows(const Activations& x, int64_t first, int64_t count, float* out) override {
     const size_t mark = used_;
