@@ -152,6 +152,12 @@ const char* to_string(DraftKind kind) {
 
 namespace {
 
+// Whether `automatic` launches steps ahead where the model overlaps them. Off until the GPU suite and the exactness
+// bench have run the CUDA backend's side of it (the carry kernel, two readbacks in flight): written in session 55,
+// whose device calls were all refused. The CPU backend's side runs in the tests (Lookahead.*, RealModel), and
+// DUET_LOOKAHEAD=1 turns it on for those GPU runs.
+constexpr bool kLookaheadWhereStepsOverlap = false;
+
 // EngineOptions::lookahead, unless DUET_LOOKAHEAD is 0 (never) or 1 (always) in the environment (measurements).
 bool lookahead_on(const EngineOptions& options, const model::Model& model) {
   EngineOptions::Lookahead choice = options.lookahead;
@@ -160,7 +166,7 @@ bool lookahead_on(const EngineOptions& options, const model::Model& model) {
   else if (v != nullptr && std::string_view(v) == "1")
     choice = EngineOptions::Lookahead::always;
   return choice == EngineOptions::Lookahead::always ||
-         (choice == EngineOptions::Lookahead::automatic && model.overlaps_steps());
+         (choice == EngineOptions::Lookahead::automatic && kLookaheadWhereStepsOverlap && model.overlaps_steps());
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 #pragma once
 // The engine: one thread runs steps of pieces over the model (continuous batching, chunked prefill); requests
-// come in from any thread through submit() and get their events back through a RequestHandle. On a GPU, between steps
-// of decode rows alone, the next step is launched before the last one's tokens are read (EngineOptions::lookahead), so
-// the host's turn (reading tokens, stop checks, streaming, planning) overlaps the device's work.
+// come in from any thread through submit() and get their events back through a RequestHandle. Between steps of decode
+// rows alone, the next step may be launched before the last one's tokens are read (EngineOptions::lookahead), so that
+// on a GPU the host's turn (reading tokens, stop checks, streaming, planning) overlaps the device's work.
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -106,8 +106,9 @@ struct EngineOptions {
   // reads N's tokens, checks stops and streams them while N + 1 runs. Only between steps of plain decode rows (no
   // prompt waiting, no drafts, masks, penalties, images, decisions or forks), so nothing a request sees changes (its
   // rows are the same rows, drawn by the same settings at the same positions); a sequence that N ends by a stop wastes
-  // its row of N + 1. automatic: where the model's steps overlap the host (Model::overlaps_steps: a GPU).
-  // DUET_LOOKAHEAD = 0 or 1 in the environment sets never or always (measurements).
+  // its row of N + 1. automatic: where the model's steps overlap the host (Model::overlaps_steps: a GPU), once the
+  // GPU checks have run it (engine.cc, kLookaheadWhereStepsOverlap: off until then). DUET_LOOKAHEAD = 0 or 1 in the
+  // environment sets never or always (measurements).
   enum class Lookahead : uint8_t { automatic, always, never };
   Lookahead lookahead = Lookahead::automatic;
   // The vision tower that turns a request's images (Request::images) into the rows of its image tokens; null: requests

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# On the GPU machine: what steps launched ahead (the engine's lookahead, issue 16 item 5) owe before the engine turns them
+# on by default on the CUDA backend (engine.cc, kLookaheadWhereStepsOverlap), in one call, most important first:
+#   1. CudaModelTest.StepsLaunchedAheadReadTheirTokensOnTheDevice: carried rows against ids sent from the host;
+#   2. `duet run` at 1 and 64 streams, DUET_LOOKAHEAD=0 against 1, ROUNDS times in turn: decode tok/s, the tokens' md5
+#      (the two must agree) and DUET_STEP_GAPS's GPU-clock idle time between steps;
+#   3. the CudaModelTest suite, then exactness with DUET_LOOKAHEAD=1 (tools/gpu_bench.sh: 1, 4, 16 and 64 streams,
+#      greedy, seeded and penalized; 0 unequal, 0 failed), then the rest of the GPU suite while the budget lasts.
+# The checkpoint of tools/make_9b_references.py is made in WORK when missing (about 40 s, beside stage 1).
+#   usage: tools/gpu_lookahead_check.sh OUT [WORK=/tmp/9b] [ROUNDS=1] [BUDGET_S=560]
+set -uo pipefail
+out=$1; work=${2:-/tmp/9b}; rounds=${3:-1}; budget=${4:-560}
+start=$(date +%s)
+elapsed() { echo $(( $(date +%s) - start )); }
+mkdir -p "$out"
+if [[ ! -x device/bin/duet ]]; then
+  [[ -f .devpack/device.tar.xz ]] || { echo "no device/ and no .devpack/device.tar.xz: pack first" >&2; exit 1; }
+  tar -xJf .devpack/device.tar.xz
+fi
+export LD_LIBRARY_PATH="$PWD/device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" DUET_TESTS_DIR_OVERRIDE="$PWD/tests"
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+[[ -f $work/model/config.json ]] ||
+  python3 tools/make_9b_references.py --out "$work" --checkpoint-only > "$out/make9b.log" 2>&1 &
+
+echo "== 1. the device-side test"
+timeout 90 device/tests/cuda/cuda_tests --gtest_filter='*StepsLaunchedAhead*' > "$out/test.log" 2>&1
+grep -E "^\[ +(OK|FAILED|PASSED) |Failure" "$out/test.log" | head -12
+wait
+[[ -f $work/model/config.json ]] || { echo "no checkpoint in $work"; tail -5 "$out/make9b.log"; exit 1; }
+echo "done at $(elapsed) s"
+
+echo "== 2. DUET_LOOKAHEAD=0 against 1 (duet run, 1,024-token prompt, 256 tokens)"
+ids=$(python3 -c "import random; random.seed(1024); print(','.join(str(random.randrange(248044)) for _ in range(1024)))")
+for ((round = 1; round <= rounds; ++round)); do
+  for streams in 1 64; do
+    for lookahead in 0 1; do
+      stem=$out/run-$round-$streams-$lookahead
+      DUET_LOOKAHEAD=$lookahead DUET_STEP_GAPS=1 timeout 60 device/bin/duet run "$work/model" --backend cuda \
+        --prompt-ids "$ids" --max-tokens 256 --ignore-eos --streams "$streams" 2> "$stem.err" > "$stem.out"
+      echo "[$streams streams, lookahead $lookahead] $(tail -1 "$stem.err" | grep -o 'decode [^|]*')" \
+        "tokens $(md5sum < "$stem.out" | cut -c1-12)"
+      sed -n '/^DUET_STEP_GAPS:/,$p' "$stem.err" | grep -E "^ +$streams " | head -1
+    done
+  done
+done
+echo "done at $(elapsed) s"
+
+echo "== 3. checks with DUET_LOOKAHEAD=1"
+DUET_GPU_SUITES='CudaModelTest' timeout 150 device/run_gpu_tests.sh > "$out/suite-model.log" 2>&1
+grep -E "^=== summary|^FAILED" "$out/suite-model.log"
+DUET_LOOKAHEAD=1 RUN_LENGTHS="" timeout 170 tools/gpu_bench.sh "$out/exact" "$work" 1,4,16,64 |
+  grep -E "^exactness|^level .*failed [1-9]"
+echo "exactness done at $(elapsed) s"
+left=$(( budget - $(elapsed) ))
+if (( left > 60 )); then
+  DUET_GPU_SUITES='^(CublasLt|CudaVision|VisionTower|Elementwise|Skinny|Pinned|CudaExact|OpTotals|RuntimeAdapter|Sampling|CudaSampling|Attention|DeltaOrder|DependentLaunch|DeviceCounts|DeviceHead|CudaDrafts|Fp32|Gdn|Fixtures/CudaStep|Shapes|Fixtures/CudaMasked|Fixtures/CudaPrompt|Fixtures/CudaFork|HeadShapes)' \
+    timeout "$left" device/run_gpu_tests.sh > "$out/suite-rest.log" 2>&1
+  grep -E "^=== summary|^FAILED" "$out/suite-rest.log"
+  grep -q "^=== summary" "$out/suite-rest.log" || echo "the rest of the suite ran out of budget at: $(grep '^=== ' "$out/suite-rest.log" | tail -1)"
+fi
+echo "done at $(elapsed) s"
