@@ -665,15 +665,19 @@ struct Engine::Impl {
   // Steps launched ahead (EngineOptions::lookahead, issue 16 item 5): while the device runs `current`, the next step
   // of the same decode rows goes after it, each row's token read on the device from `current`'s draw of its sequence
   // (model::Piece::carried_from), so the device does not wait for the host to read the tokens, check stops and plan.
-  // Only when nothing else would join or change the next step: no prompt waiting or prefilling, every running
-  // sequence in `current` as a plain decode row (no drafts, forks, masks, penalties, images, decisions or adapter).
+  // Only when nothing else would join or change the next step: no prompt that could be admitted, none prefilling, every
+  // running sequence in `current` as a plain decode row (no drafts, forks, masks, penalties, images, decisions or
+  // adapter).
   // A sequence whose draw in `current` is its last by length is left out; one that `current` ends otherwise (a stop)
   // wastes its row, which no one reads (its slot and pages are given back after the device has run it).
   std::unique_ptr<LaunchedStep> launch_ahead(const LaunchedStep& current) {
     if (!lookahead || options.draft.kind != DraftKind::none) return nullptr;
     {
+      // A request that could be admitted now joins the next step, so none is launched ahead of it. One that waits for
+      // a slot (every slot running) waits one step longer at most: a slot a stop frees is given out after the step
+      // launched ahead has run.
       std::lock_guard lock(mutex);
-      if (stopping || !waiting.empty() || !decisions_done.empty()) return nullptr;
+      if (stopping || !decisions_done.empty() || (!waiting.empty() && blocks.free_slots() > 0)) return nullptr;
     }
     size_t running = 0;
     for (const auto& sequence : scheduler.running()) running += sequence->finished() ? 0 : 1;
