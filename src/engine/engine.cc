@@ -666,8 +666,8 @@ struct Engine::Impl {
   // of the same decode rows goes after it, each row's token read on the device from `current`'s draw of its sequence
   // (model::Piece::carried_from), so the device does not wait for the host to read the tokens, check stops and plan.
   // Only when nothing else would join or change the next step: no prompt that could be admitted, none prefilling, every
-  // running sequence in `current` as a plain decode row (no drafts, forks, masks, penalties, images, decisions or
-  // adapter).
+  // running sequence in `current` as a plain decode row (no drafts, forks, masks, penalties, decisions or adapter;
+  // after a prompt with images, its rope delta).
   // A sequence whose draw in `current` is its last by length is left out; one that `current` ends otherwise (a stop)
   // wastes its row, which no one reads (its slot and pages are given back after the device has run it).
   std::unique_ptr<LaunchedStep> launch_ahead(const LaunchedStep& current) {
@@ -693,8 +693,7 @@ struct Engine::Impl {
       const model::Piece& was = current.pieces[i];
       if (piece.is_prefill || !piece.samples || piece.tokens.size() != 1 || !current.forks[i].empty() ||
           was.rewindable || was.adapted || has(was.wants, model::RowOutput::norm_rows) || sequence.decides() ||
-          sequence.request().grammar != nullptr || penalized(sequence.sampling()) || sequence.has_images() ||
-          sequence.finished())
+          sequence.request().grammar != nullptr || penalized(sequence.sampling()) || sequence.finished())
         return nullptr;
       ++plain;
       if (static_cast<int64_t>(sequence.generated().size()) + 1 >= sequence.sampling().max_tokens) continue;
@@ -713,6 +712,7 @@ struct Engine::Impl {
                              .role = backend::RowRole::decode,
                              .sample = &step.specs.back(),
                              .carried_from = static_cast<int32_t>(i)});
+      if (sequence.has_images()) step.pieces.back().rope_delta = sequence.images().rope_delta();  // as launch_step's
     }
     if (plain != running || step.planned.empty()) return nullptr;
     const size_t n = step.planned.size();

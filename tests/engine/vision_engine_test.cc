@@ -126,6 +126,22 @@ TEST_F(VisionEngine, WholeAndChunkedPromptsGiveTransformersTokens) {
   EXPECT_EQ(chunked.stats().steps_total, whole.stats().steps_total + 1) << "the prompt must have been cut";
 }
 
+// Decode steps launched ahead (EngineOptions::lookahead) after an image prompt: their rows take the prompt's rope delta
+// as the steps planned after the last one's tokens do, so the tokens are transformers' and the logprobs the same bytes.
+TEST_F(VisionEngine, DecodeLaunchedAheadTakesTheRopeDelta) {
+  EngineOptions plain_options = options(), ahead_options = options();
+  plain_options.lookahead = EngineOptions::Lookahead::never;
+  ahead_options.lookahead = EngineOptions::Lookahead::always;
+  Engine plain(*model_, nullptr, plain_options);
+  Engine ahead(*model_, nullptr, ahead_options);
+  const Outcome a = drain(*plain.submit(image_request()));
+  const Outcome b = drain(*ahead.submit(image_request()));
+  EXPECT_EQ(b.tokens, golden("decode.fed"));
+  EXPECT_EQ(b.logprobs, a.logprobs);
+  EXPECT_GT(ahead.stats().steps_ahead_total, 0);
+  EXPECT_EQ(plain.stats().steps_ahead_total, 0);
+}
+
 // Drafts are verified by decode rows of the main model, which take the rope delta. The oracle proposes the right
 // continuation (accepted) or a wrong one (rejected, the rows taken back); the tokens are the same either way.
 TEST_F(VisionEngine, VerifiedDraftsTakeTheRopeDelta) {
