@@ -17,12 +17,7 @@ out=$1; work=${2:-/tmp/9b}; budget=${3:-560}
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 mkdir -p "$out"
-if [[ ! -x device/bin/duet ]]; then
-  [[ -f .devpack/device.tar.xz ]] || { echo "no device/ and no .devpack/device.tar.xz: pack first" >&2; exit 1; }
-  tar -xJf .devpack/device.tar.xz
-fi
-export LD_LIBRARY_PATH="$PWD/device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" DUET_TESTS_DIR_OVERRIDE="$PWD/tests"
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+source tools/device_pack_env.sh
 if [[ ! -f $work/model/config.json ]]; then
   python3 tools/make_9b_references.py --out "$work" --checkpoint-only > "$out/make9b.log" 2>&1 ||
     { tail -5 "$out/make9b.log"; exit 1; }

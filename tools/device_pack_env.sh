@@ -1,0 +1,9 @@
+# Sourced by the GPU machine's check scripts (tools/gpu_checks.sh, tools/gpu_lookahead_check.sh), from the repository
+# root: unpacks .devpack/device.tar.xz when device/ is missing, points the loader and the tests at it, and names the
+# GPU. Exits the calling script when there is nothing to unpack.
+if [[ ! -x device/bin/duet ]]; then
+  [[ -f .devpack/device.tar.xz ]] || { echo "no device/ and no .devpack/device.tar.xz: pack first" >&2; exit 1; }
+  tar -xJf .devpack/device.tar.xz
+fi
+export LD_LIBRARY_PATH="$PWD/device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" DUET_TESTS_DIR_OVERRIDE="$PWD/tests"
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
