@@ -74,11 +74,10 @@ class Qwen35Model final : public Model {
   int64_t lora_row_elements_ = 0;
   size_t merged_adapter_bytes_ = 0;  // Backend::merge_adapter's copies
   DebugDump dump_;
-  // The draws a piece of the next launch may carry (Piece::carried_from): per piece of launch `carried_serial_`, its
-  // draw's index in that step's samples (-1: none, or work followed the draws). Launches are numbered from 0.
+  // The draws a piece of the next launch may carry (Piece::carried_from): per piece of the last launch, its draw's
+  // index in that step's samples (-1: none, or work followed the draws); empty once other work has begun (a launch
+  // that failed, an MTP step).
   std::vector<int64_t> carried_samples_;
-  uint64_t carried_serial_ = ~uint64_t{0};
-  uint64_t next_launch_ = 0;
 };
 
 }  // namespace duet::model

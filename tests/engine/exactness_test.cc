@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
+#include "engine/piece_runner.h"
 #include "engine_harness.h"
 #include "model/model.h"
 #include "tiny_model.h"
@@ -64,6 +65,37 @@ TEST_F(RealModel, StepsLaunchedAheadEqualStepsPlannedAfter) {
     EXPECT_GT(ahead.stats().steps_ahead_total, 50);
     EXPECT_EQ(plain.stats().steps_ahead_total, 0);
   }
+}
+
+// A carried piece must name a draw of the step launched just before, with nothing run since: otherwise it is refused
+// before anything moves (the row would read whatever the device holds there).
+TEST_F(RealModel, ACarriedPieceWithoutItsDrawIsRefused) {
+  PieceRunner runner(*model_, 2, 64);
+  const int32_t a = runner.open(), b = runner.open();
+  const std::vector<int32_t> prompt = {5, 6, 7}, placeholder = {0};
+  backend::SampleSpec greedy;
+  greedy.temperature = 0;
+  const model::Piece carried{.slot = b,
+                             .tokens = placeholder,
+                             .wants = model::RowOutput::sampled,
+                             .role = backend::RowRole::decode,
+                             .sample = &greedy,
+                             .carried_from = 0};
+  EXPECT_THROW(runner.run(carried), model::PieceRefused) << "nothing was launched before";
+  // Piece 0 of the last launch asked for logits, not a draw.
+  runner.run(model::Piece{.slot = a, .tokens = prompt, .wants = model::RowOutput::last_logits});
+  EXPECT_THROW(runner.run(carried), model::PieceRefused) << "the last launch drew nothing";
+  // A draw, then a step of other work (a refused step moves nothing, so it does not count).
+  runner.run(model::Piece{.slot = a, .tokens = prompt, .wants = model::RowOutput::sampled, .sample = &greedy});
+  runner.run(model::Piece{.slot = b, .tokens = prompt, .wants = model::RowOutput::last_logits});
+  EXPECT_THROW(runner.run(carried), model::PieceRefused) << "another step ran since the draw";
+  // Right after a draw: carried.
+  runner.run(model::Piece{.slot = a,
+                          .tokens = placeholder,
+                          .wants = model::RowOutput::sampled,
+                          .role = backend::RowRole::decode,
+                          .sample = &greedy});
+  EXPECT_NO_THROW(runner.run(carried));
 }
 
 TEST_F(RealModel, CancelledRequestFreesItsSlot) {
