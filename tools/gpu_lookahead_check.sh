@@ -2,8 +2,8 @@
 # On the GPU machine: what steps launched ahead (the engine's lookahead, issue 16 item 5) owe before the engine turns them
 # on by default on the CUDA backend (engine.cc, kLookaheadWhereStepsOverlap), in one call, most important first:
 #   1. CudaModelTest.StepsLaunchedAheadReadTheirTokensOnTheDevice: carried rows against ids sent from the host;
-#   2. `duet run` at 1 and 64 streams, DUET_LOOKAHEAD=0 against 1, ROUNDS times in turn: decode tok/s, the tokens' md5
-#      (the two must agree) and DUET_STEP_GAPS's GPU-clock idle time between steps;
+#   2. served decode (tools/gpu_served_ab.sh: 1 stream greedy and seeded, 64 streams), DUET_LOOKAHEAD=0 against 1,
+#      ROUNDS times in turn: tok/s, steps launched ahead and DUET_STEP_GAPS's GPU-clock idle time between steps;
 #   3. the CudaModelTest suite, then exactness with DUET_LOOKAHEAD=1 (tools/gpu_bench.sh: 1, 4, 16 and 64 streams,
 #      greedy, seeded and penalized; 0 unequal, 0 failed), then the rest of the GPU suite while the budget lasts.
 # The checkpoint of tools/make_9b_references.py is made in WORK when missing (about 40 s, beside stage 1).
@@ -24,20 +24,8 @@ wait
 [[ -f $work/model/config.json ]] || { echo "no checkpoint in $work"; tail -5 "$out/make9b.log"; exit 1; }
 echo "done at $(elapsed) s"
 
-echo "== 2. DUET_LOOKAHEAD=0 against 1 (duet run, 1,024-token prompt, 256 tokens)"
-ids=$(python3 -c "import random; random.seed(1024); print(','.join(str(random.randrange(248044)) for _ in range(1024)))")
-for ((round = 1; round <= rounds; ++round)); do
-  for streams in 1 64; do
-    for lookahead in 0 1; do
-      stem=$out/run-$round-$streams-$lookahead
-      DUET_LOOKAHEAD=$lookahead DUET_STEP_GAPS=1 timeout 60 device/bin/duet run "$work/model" --backend cuda \
-        --prompt-ids "$ids" --max-tokens 256 --ignore-eos --streams "$streams" 2> "$stem.err" > "$stem.out"
-      echo "[$streams streams, lookahead $lookahead] $(tail -1 "$stem.err" | grep -o 'decode [^|]*')" \
-        "tokens $(md5sum < "$stem.out" | cut -c1-12)"
-      sed -n '/^DUET_STEP_GAPS:/,$p' "$stem.err" | grep -E "^ +$streams " | head -1
-    done
-  done
-done
+echo "== 2. DUET_LOOKAHEAD=0 against 1, served (duet run's greedy passes do not take the engine's path)"
+timeout 240 tools/gpu_served_ab.sh "$out/served" "$work" "$rounds" DUET_LOOKAHEAD=0 DUET_LOOKAHEAD=1
 echo "done at $(elapsed) s"
 
 echo "== 3. checks with DUET_LOOKAHEAD=1"

@@ -283,6 +283,10 @@ struct SampledRow {
 struct CarriedId {
   int64_t row = 0;
   int64_t sample = 0;
+  // >= 0: the id is also one more generated in this slot's penalty counts (penalty_counts.h), on the device, before
+  // the step's samplers read them: a penalized sequence's last token, which the host has not read and so cannot send
+  // (StateStorage::update_counts). -1: the counts are left alone.
+  int32_t counts_slot = -1;
 };
 
 // One step, handed to the backend once (begin_step) before its sublayers run; the spans must stay valid until the

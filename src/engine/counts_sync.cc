@@ -25,6 +25,17 @@ void CountsSync::sync(int32_t slot, uint64_t sequence, std::span<const int32_t> 
   held.generated = generated.size();
 }
 
+bool CountsSync::holds(int32_t slot, uint64_t sequence) const {
+  if (slot < 0 || static_cast<size_t>(slot) >= held_.size()) return false;
+  const Held& held = held_[static_cast<size_t>(slot)];
+  return held.known && held.sequence == sequence;
+}
+
+void CountsSync::carried(int32_t slot, uint64_t sequence) {
+  if (!holds(slot, sequence)) fail("engine: a carried token for penalty counts of slot {} it does not hold", slot);
+  ++held_[static_cast<size_t>(slot)].generated;
+}
+
 void CountsSync::forget(int32_t slot) {
   if (slot >= 0 && static_cast<size_t>(slot) < held_.size()) held_[static_cast<size_t>(slot)] = {};
 }

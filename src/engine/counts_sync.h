@@ -19,6 +19,12 @@ class CountsSync {
   // Ids outside [0, vocab) are skipped: no count reads them (the samplers skip them too).
   void sync(int32_t slot, uint64_t sequence, std::span<const int32_t> prompt, std::span<const int32_t> generated,
             std::vector<backend::CountsUpdate>& out);
+  // Whether the slot's counts are this sequence's, each of its tokens counted once.
+  bool holds(int32_t slot, uint64_t sequence) const;
+  // The device added the sequence's next token to the slot's counts (a penalized row launched ahead reads its token
+  // where it was drawn: backend::CarriedId::counts_slot): counted as sent, so that the next sync does not send it
+  // again. Only while holds(slot, sequence).
+  void carried(int32_t slot, uint64_t sequence);
   // The slot's counts are unknown (an update batch failed): its next sync starts over.
   void forget(int32_t slot);
 

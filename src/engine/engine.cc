@@ -666,8 +666,9 @@ struct Engine::Impl {
   // of the same decode rows goes after it, each row's token read on the device from `current`'s draw of its sequence
   // (model::Piece::carried_from), so the device does not wait for the host to read the tokens, check stops and plan.
   // Only when nothing else would join or change the next step: no prompt that could be admitted, none prefilling, every
-  // running sequence in `current` as a plain decode row (no drafts, forks, masks, penalties, decisions or adapter;
-  // after a prompt with images, its rope delta).
+  // running sequence in `current` as a plain decode row (no drafts, forks, masks, decisions or adapter; after a prompt
+  // with images, its rope delta). A penalized row's token joins its slot's penalty counts on the device
+  // (model::Piece::carried_from), and counts_sync takes it as sent.
   // A sequence whose draw in `current` is its last by length is left out; one that `current` ends otherwise (a stop)
   // wastes its row, which no one reads (its slot and pages are given back after the device has run it).
   std::unique_ptr<LaunchedStep> launch_ahead(const LaunchedStep& current) {
@@ -693,8 +694,10 @@ struct Engine::Impl {
       const model::Piece& was = current.pieces[i];
       if (piece.is_prefill || !piece.samples || piece.tokens.size() != 1 || !current.forks[i].empty() ||
           was.rewindable || was.adapted || has(was.wants, model::RowOutput::norm_rows) || sequence.decides() ||
-          sequence.request().grammar != nullptr || penalized(sequence.sampling()) || sequence.finished())
+          sequence.request().grammar != nullptr || sequence.finished())
         return nullptr;
+      if (penalized(sequence.sampling()) && !counts_sync.holds(*sequence.slot(), sequence.id()))
+        return nullptr;  // `current` sent the slot's counts, so this holds; if not, the next step sends them
       ++plain;
       if (static_cast<int64_t>(sequence.generated().size()) + 1 >= sequence.sampling().max_tokens) continue;
       const int32_t slot = *sequence.slot();
@@ -728,6 +731,8 @@ struct Engine::Impl {
       log_warn("engine: a step launched ahead was refused: {}", refused.what());
       return nullptr;
     }
+    for (const ScheduledPiece& piece : step.planned)
+      if (penalized(piece.sequence->sampling())) counts_sync.carried(*piece.sequence->slot(), piece.sequence->id());
     std::lock_guard lock(mutex);
     ++stats.steps_ahead_total;
     return launched_step;

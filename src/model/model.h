@@ -73,7 +73,8 @@ struct Piece {
   std::span<const backend::StepSnapshot> snapshots = {};
   // A decode piece of one token that is the draw of piece `carried_from` of the step launched just before this one
   // (Model::launch), not read back yet: `tokens` holds a placeholder, and the row reads the id where it was drawn.
-  // -1: the tokens are the ids.
+  // When `sample` reads penalty counts (SampleSpec::counts_slot), that id is added to them on the device first: the
+  // caller has not sent it, and must not (backend::CarriedId::counts_slot). -1: the tokens are the ids.
   int32_t carried_from = -1;
 };
 

@@ -120,7 +120,8 @@ std::unique_ptr<Model::Launched> Qwen35Model::launch(backend::StateStorage& stor
     plan_pieces.push_back(rows_of[i]);
     if (pieces[i].carried_from >= 0)
       carried.push_back({.row = static_cast<int64_t>(ids.size()),
-                         .sample = carried_samples_[static_cast<size_t>(pieces[i].carried_from)]});
+                         .sample = carried_samples_[static_cast<size_t>(pieces[i].carried_from)],
+                         .counts_slot = pieces[i].sample != nullptr ? pieces[i].sample->counts_slot : -1});
     ids.insert(ids.end(), pieces[i].tokens.begin(), pieces[i].tokens.end());
   }
   const auto R = static_cast<int64_t>(ids.size());

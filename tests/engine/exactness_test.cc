@@ -49,10 +49,18 @@ TEST_F(RealModel, PrefillChunkSizeDoesNotChangeTokens) {
 
 // Steps launched ahead (EngineOptions::lookahead): each decode row reads its token from the step before's draw in the
 // backend (StepPlan::carried) instead of from the host, and the tokens are those of steps planned after the last
-// one's tokens, greedy and seeded, the requests concurrently and one at a time.
+// one's tokens, greedy, seeded and penalized (the carried token joins its slot's penalty counts in the backend:
+// CarriedId::counts_slot), the requests concurrently and one at a time.
 TEST_F(RealModel, StepsLaunchedAheadEqualStepsPlannedAfter) {
-  for (const bool seeded : {false, true}) {
-    const auto requests = testing::mixed_requests(8, vocab(), 64, 14, seeded, 11);
+  for (const int kind : {0, 1, 2}) {
+    const bool seeded = kind == 1;
+    auto requests = testing::mixed_requests(8, vocab(), 64, 14, seeded, 11);
+    if (kind == 2)
+      for (size_t i = 0; i < requests.size(); ++i) {
+        requests[i].sampling.repetition_penalty = 1.4f;
+        requests[i].sampling.presence_penalty = i % 2 == 0 ? 1.2f : 0.0f;
+        requests[i].sampling.frequency_penalty = i % 2 == 1 ? 0.8f : 0.0f;
+      }
     EngineOptions ahead_options = options(4), plain_options = options(4);
     ahead_options.lookahead = EngineOptions::Lookahead::always;
     plain_options.lookahead = EngineOptions::Lookahead::never;

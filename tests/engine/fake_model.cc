@@ -163,6 +163,13 @@ std::unique_ptr<model::Model::Launched> FakeModel::launch(backend::StateStorage&
     resolved[i].tokens = std::span(&carried[i], 1);
     resolved[i].carried_from = -1;
   }
+  // A penalized carried piece's token joins its slot's counts first, as the backends add it (CarriedId::counts_slot).
+  std::vector<backend::CountsUpdate> carried_counts;
+  for (size_t i = 0; i < pieces.size(); ++i)
+    if (pieces[i].carried_from >= 0 && pieces[i].sample != nullptr && pieces[i].sample->counts_slot >= 0 &&
+        !test_uncounted_carries_)
+      carried_counts.push_back({pieces[i].sample->counts_slot, carried[i]});
+  if (!carried_counts.empty()) storage.update_counts(carried_counts);
   last_draws_.clear();  // only the launch right after may carry them
   auto step = std::make_unique<Launched>();
   step->results = forward(storage, resolved);

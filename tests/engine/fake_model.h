@@ -45,6 +45,8 @@ class FakeModel : public model::Model {
   // A planted fault for the tests' controls: a carried piece reads the draw of the piece `shift` places after the one
   // it names (modulo the last launch's pieces).
   void set_test_carry_shift(int32_t shift) { carry_shift_ = shift; }
+  // Another: a penalized carried piece's token is not added to its slot's counts (the engine does not send it).
+  void set_test_uncounted_carries(bool uncounted) { test_uncounted_carries_ = uncounted; }
   int64_t carried_rows() const;  // carried pieces launched so far
 
   // The logits the fake gives after `tokens` (the whole sequence so far).
@@ -73,6 +75,7 @@ class FakeModel : public model::Model {
   int32_t carry_shift_ = 0;
   std::vector<int32_t> last_draws_;  // per piece of the last launch, its draw (-1: none)
   int64_t carried_rows_ = 0;
+  bool test_uncounted_carries_ = false;
 };
 
 }  // namespace duet::engine::testing

@@ -125,16 +125,47 @@ TEST(Lookahead, ARowLaunchedForAnEndedSequenceIsDroppedAndItsSlotReset) {
   EXPECT_EQ(stopped.finished.completion_tokens, static_cast<int32_t>(stopped.tokens.size()) + 1);
 }
 
+// Penalized sequences launched ahead: each carried token joins its slot's counts where it was drawn (the fake adds it
+// as the backends do), and the engine does not send it again, so every draw reads the counts it would have read with
+// every step planned after the last one's tokens: each token counted once, none missing. Repetition, presence and
+// frequency penalties, greedy and seeded, some requests ended early by stops, concurrently (steps launched ahead and
+// steps planned after mixed, as prompts arrive) and serially. The control: a fake that leaves the carried tokens out
+// of the counts gives other tokens.
+TEST(Lookahead, PenalizedRowsCountTheirCarriedTokensOnce) {
+  FakeModel model(kAheadVocab);
+  FakeTokenizer tokenizer(kAheadVocab);
+  std::vector<Request> requests = requests_with_stops(model, tokenizer);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    requests[i].sampling.repetition_penalty = i % 3 == 0 ? 1.6f : 1.0f;
+    requests[i].sampling.presence_penalty = i % 3 == 1 ? 1.5f : 0.0f;
+    requests[i].sampling.frequency_penalty = i % 3 != 1 ? 0.9f : 0.0f;
+  }
+  std::vector<Outcome> expected_concurrent, expected_serial;
+  {
+    Engine planned(model, &tokenizer, ahead_options(4, EngineOptions::Lookahead::never));
+    expected_concurrent = testing::run_concurrently(planned, requests);
+    expected_serial = testing::run_serially(planned, requests);
+  }
+  const int64_t carried_before = model.carried_rows();
+  Engine ahead(model, &tokenizer, ahead_options(4, EngineOptions::Lookahead::always));
+  expect_same_outcomes(testing::run_concurrently(ahead, requests), expected_concurrent);
+  expect_same_outcomes(testing::run_serially(ahead, requests), expected_serial);
+  EXPECT_GT(model.carried_rows() - carried_before, 100);
+  EXPECT_GT(ahead.stats().steps_ahead_total, 20);
+
+  model.set_test_uncounted_carries(true);
+  Engine uncounted(model, &tokenizer, ahead_options(4, EngineOptions::Lookahead::always));
+  const std::vector<Outcome> broken = testing::run_serially(uncounted, requests);
+  size_t differing = 0;
+  for (size_t i = 0; i < broken.size(); ++i) differing += broken[i].tokens != expected_serial[i].tokens ? 1 : 0;
+  EXPECT_GT(differing, requests.size() / 2) << "the control: carried tokens left out of the counts must show";
+}
+
 // Nothing is launched ahead where a step's next one could differ from its decode rows: while a prompt waits or
-// prefills, or for penalized sequences (their counts are sent from the host before each step).
+// prefills.
 TEST(Lookahead, OnlyPlainDecodeStepsAreLaunchedAhead) {
   FakeModel model(kAheadVocab);
   Engine engine(model, nullptr, ahead_options(2, EngineOptions::Lookahead::always));
-  Request penalized = greedy_request({1, 2, 3}, 10);
-  penalized.sampling.repetition_penalty = 1.3f;
-  EXPECT_EQ(drain(*engine.submit(penalized)).tokens.size(), 10u);
-  EXPECT_EQ(model.carried_rows(), 0);
-  EXPECT_EQ(engine.stats().steps_ahead_total, 0);
 
   // A long prompt beside a decoding one: no step is launched ahead until the prompt has been read.
   model.set_step_delay(std::chrono::milliseconds(2));

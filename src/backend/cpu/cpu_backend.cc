@@ -49,19 +49,23 @@ class CpuBackend final : public Backend {
 
   void begin_step(const StepPlan& plan) override {
     plan_ = plan;
-    // The rows that carry the step before's draws read them from where sample() left them.
+    if (plan.storage == nullptr || plan.storage->owner() != this)
+      fail("cpu backend: the step's state storage belongs to another backend");
+    storage_ = static_cast<cpu::CpuStateStorage*>(plan.storage);  // made by new_state_storage above
+    // The rows that carry the step before's draws read them from where sample() left them; a penalized row's id
+    // joins its slot's counts here, as the CUDA backend's carry kernel adds it on the device.
     ids_.assign(plan.ids.begin(), plan.ids.end());
+    std::vector<CountsUpdate> carried_counts;
     for (const CarriedId& c : plan.carried) {
       if (c.row < 0 || c.row >= static_cast<int64_t>(ids_.size()) || c.sample < 0 ||
           c.sample >= static_cast<int64_t>(last_draws_.size()))
         fail("cpu backend: row {} of {} carries draw {} of a step that drew {}", c.row, ids_.size(), c.sample,
              last_draws_.size());
       ids_[static_cast<size_t>(c.row)] = last_draws_[static_cast<size_t>(c.sample)];
+      if (c.counts_slot >= 0) carried_counts.push_back({c.counts_slot, ids_[static_cast<size_t>(c.row)]});
     }
+    if (!carried_counts.empty()) storage_->update_counts(carried_counts);  // checked whole before any applies
     last_draws_.clear();  // a later step may carry only what the step just begun draws
-    if (plan.storage == nullptr || plan.storage->owner() != this)
-      fail("cpu backend: the step's state storage belongs to another backend");
-    storage_ = static_cast<cpu::CpuStateStorage*>(plan.storage);  // made by new_state_storage above
     for (const StepPiece& piece : plan.pieces) {
       const cpu::CpuStateStorage* storage = storage_;
       if (piece.slot < 0 || piece.slot >= storage->slots())

@@ -510,6 +510,27 @@ class CudaBackend final : public Backend {
     for (int64_t r : plan.logit_rows) decode_logit_rows_ += r < decode_rows_ ? 1 : 0;
     logit_row_count_ = static_cast<int32_t>(plan.logit_rows.size());
 
+    // Carried rows (StepPlan::carried) go up as -(1 + the draw's index); the carry kernel puts the draws' ids there.
+    // A penalized carried row's counts slot goes up beside them: the kernel adds the id to that slot's counts.
+    std::vector<int32_t> carried_ids, carried_counts;
+    if (!plan.carried.empty()) {
+      if (last_draws_ == nullptr) fail("cuda backend: a step carries draws, but the last step's may not be read");
+      carried_ids.assign(plan.ids.begin(), plan.ids.end());
+      for (const CarriedId& c : plan.carried) {
+        if (c.row < 0 || c.row >= rows_ || c.sample < 0 || c.sample >= last_draw_count_)
+          fail("cuda backend: row {} of {} carries draw {} of a step that drew {}", c.row, rows_, c.sample,
+               last_draw_count_);
+        carried_ids[static_cast<size_t>(c.row)] = static_cast<int32_t>(-1 - c.sample);
+        if (c.counts_slot < 0) continue;
+        if (counts == nullptr || c.counts_slot >= counts->slots())
+          fail(
+              "cuda backend: row {} carries a draw into the penalty counts of slot {}, which the storage does not keep",
+              c.row, c.counts_slot);
+        if (carried_counts.empty()) carried_counts.assign(static_cast<size_t>(rows_), -1);
+        carried_counts[static_cast<size_t>(c.row)] = c.counts_slot;
+      }
+    }
+
     // The one upload, each array at its region's fixed address (step_upload.h); when a region had to grow, every
     // address moved and no captured graph may run again.
     auto bytes_of = [](const auto& v) { return v.size() * sizeof(v[0]); };
@@ -531,6 +552,7 @@ class CudaBackend final : public Backend {
     size_of(StepArray::extra_ids) = bytes_of(extra_ids);
     size_of(StepArray::biases) = bytes_of(biases);
     size_of(StepArray::row_rope) = bytes_of(row_rope);
+    size_of(StepArray::carried_counts) = bytes_of(carried_counts);
     if (upload_.arrange(sizes)) graphs_.clear();
     auto put = [&](StepArray a, const auto& v) { return upload_.put(a, v.data(), bytes_of(v)); };
     step_ = DeviceStep{};
@@ -553,18 +575,6 @@ class CudaBackend final : public Backend {
     step_.snapshots = static_cast<int32_t>(snapshots.size());
     step_.snapshot = static_cast<const DeviceSnapshot*>(put(StepArray::snapshots, snapshots));
     step_.page_table = static_cast<const int32_t*>(put(StepArray::page_table, pages));
-    // Carried rows (StepPlan::carried) go up as -(1 + the draw's index); the carry kernel puts the draws' ids there.
-    std::vector<int32_t> carried_ids;
-    if (!plan.carried.empty()) {
-      if (last_draws_ == nullptr) fail("cuda backend: a step carries draws, but the last step's may not be read");
-      carried_ids.assign(plan.ids.begin(), plan.ids.end());
-      for (const CarriedId& c : plan.carried) {
-        if (c.row < 0 || c.row >= rows_ || c.sample < 0 || c.sample >= last_draw_count_)
-          fail("cuda backend: row {} of {} carries draw {} of a step that drew {}", c.row, rows_, c.sample,
-               last_draw_count_);
-        carried_ids[static_cast<size_t>(c.row)] = static_cast<int32_t>(-1 - c.sample);
-      }
-    }
     ids_ = static_cast<const int32_t*>(carried_ids.empty() ? put(StepArray::ids, plan.ids)
                                                            : put(StepArray::ids, carried_ids));
     logit_rows_ = static_cast<const int32_t*>(put(StepArray::logit_rows, logit_rows));
@@ -584,9 +594,13 @@ class CudaBackend final : public Backend {
     if (reads_counts) tables_.counts = counts->words(), tables_.counts_vocab = counts->vocab();
     if (!extra_ids.empty()) tables_.extra_ids = static_cast<const int32_t*>(put(StepArray::extra_ids, extra_ids));
     if (!biases.empty()) tables_.biases = static_cast<const BiasEntry*>(put(StepArray::biases, biases));
+    const auto* device_carried_counts =
+        carried_counts.empty() ? nullptr : static_cast<const int32_t*>(put(StepArray::carried_counts, carried_counts));
     upload_.send(stream_);
     if (!carried_ids.empty())  // before the step's graph, which reads the ids where they always are
-      launch_carry_draws(const_cast<int32_t*>(ids_), static_cast<int32_t>(rows_), last_draws_, stream_);
+      launch_carry_draws(const_cast<int32_t*>(ids_), static_cast<int32_t>(rows_), last_draws_, device_carried_counts,
+                         carried_counts.empty() ? nullptr : counts->words(),
+                         carried_counts.empty() ? 0 : counts->vocab(), stream_);
     last_draws_ = nullptr;  // only the step right after its draws may carry them
     gaps_.began(rows_);
 

@@ -30,7 +30,8 @@ class DeviceCounts {
   static size_t bytes_for(int64_t slots, int32_t vocab) { return static_cast<size_t>(slots) * vocab * 4; }
   // Checks the batch (check_counts_updates) and enqueues it on the stream.
   void update(std::span<const CountsUpdate> updates);
-  const uint32_t* words() const { return static_cast<const uint32_t*>(words_.ptr); }
+  // The device words: the samplers read them, the carry kernel adds a carried row's id (sampling.h).
+  uint32_t* words() const { return static_cast<uint32_t*>(words_.ptr); }
   int64_t slots() const { return slots_; }
   int32_t vocab() const { return vocab_; }
   size_t bytes() const { return words_.bytes + staged_.bytes; }

@@ -90,8 +90,11 @@ struct DeviceSample {
 
 // Rows whose ids are the step before's draws (StepPlan::carried): ids[r] < 0 holds -(1 + the draw's index) and becomes
 // that draw's id, read from `draws` (the step before's DeviceSample, where its sampler left them). One small launch
-// before the step's graph, so that the graph reads its ids where they always are.
-void launch_carry_draws(int32_t* ids, int32_t rows, const DeviceSample* draws, cudaStream_t stream);
+// before the step's graph, so that the graph reads its ids where they always are. `counts_slots` ([rows], or null:
+// none): a carried row whose entry is >= 0 also adds one generated to that slot's word of its id in `counts`
+// ([slots, vocab] words, penalty_counts.h) before the step's sampler reads them (CarriedId::counts_slot).
+void launch_carry_draws(int32_t* ids, int32_t rows, const DeviceSample* draws, const int32_t* counts_slots,
+                        uint32_t* counts, int32_t vocab, cudaStream_t stream);
 
 struct DeviceTopLogprob {
   int32_t id = -1;

@@ -33,7 +33,8 @@ enum class StepArray : int {
   page_table,  // the growing ones last, so the bytes sent each step end soon after the last used one
   extra_ids,   // verify rows' earlier drafts (SamplingRowParams::extra_offset); the counts live in the storage
   biases,      // logit_bias (structured outputs' masks go up apart, after the forward: mask_upload.h)
-  row_rope,    // rows' 3-D rotary positions, only in steps with images or a rope delta: last, so other steps send none
+  row_rope,    // rows' 3-D rotary positions, only in steps with images or a rope delta: late, so other steps send none
+  carried_counts,  // [rows] the penalty counts' slot of each carried row or -1 (CarriedId::counts_slot); rarely sent
   count,
 };
 constexpr size_t kStepArrays = static_cast<size_t>(StepArray::count);
