@@ -152,10 +152,11 @@ const char* to_string(DraftKind kind) {
 
 namespace {
 
-// Whether `automatic` launches steps ahead where the model overlaps them. Off until the GPU suite and the exactness
-// bench have run the CUDA backend's side of it (the carry kernel, two readbacks in flight): written in session 55,
-// whose device calls were all refused. The CPU backend's side runs in the tests (Lookahead.*, RealModel), and
-// DUET_LOOKAHEAD=1 turns it on for those GPU runs.
+// Whether `automatic` launches steps ahead where the model overlaps them. Off until a served A/B on a GPU has shown
+// what it gains (tools/gpu_served_ab.sh, from tools/gpu_lookahead_check.sh): the CUDA side's correctness is shown
+// (docs/benchmarks.md, 40th round: the device test, exactness with DUET_LOOKAHEAD=1, the whole suite on an H100), its
+// speed not yet, and it costs a request that arrives while a step runs ahead one decode step of waiting. The CPU
+// backend's side runs in the tests (Lookahead.*, RealModel); DUET_LOOKAHEAD=1 turns it on.
 constexpr bool kLookaheadWhereStepsOverlap = false;
 
 // EngineOptions::lookahead, unless DUET_LOOKAHEAD is 0 (never) or 1 (always) in the environment (measurements).
