@@ -7,6 +7,9 @@
 #   tools/gpu_launch_ab.sh /tmp/9b 64 2 - DUET_CUDA_PDL=1 DUET_CUDA_PDL_FLIP=skinny DUET_CUDA_PDL_FLIP=decode_delta_kernel
 # A setting may begin with @PATH, another duet binary to run (e.g. an earlier build's, unpacked elsewhere):
 #   tools/gpu_launch_ab.sh /tmp/9b 64 2 - @/tmp/old/device/bin/duet
+# RUN_ARGS in the environment adds flags to every `duet run`, e.g. the engine's path (steps launched ahead and all:
+# `duet run`'s own greedy passes drive the model without the engine) against its lookahead off:
+#   RUN_ARGS="--draft none" tools/gpu_launch_ab.sh /tmp/9b 1 2 DUET_LOOKAHEAD=0 DUET_LOOKAHEAD=1
 # Prints one line a run: the setting, the decode figure and the md5 of the tokens (every setting must give the same),
 # then each setting's mean and its difference from the first setting's.
 #   usage: tools/gpu_launch_ab.sh WORK STREAMS ROUNDS SETTING...
@@ -25,7 +28,8 @@ for ((round = 0; round < rounds; ++round)); do
     binary=$duet
     if [[ ${assignments[0]:-} == @* ]]; then binary=${assignments[0]#@}; assignments=("${assignments[@]:1}"); fi
     line=$(env "${assignments[@]}" timeout 120 "$binary" run "$work/model" --backend cuda --prompt-ids "$ids" \
-      --max-tokens 256 --ignore-eos --streams "$streams" 2>&1 >"$tokens" | tail -1 | grep -o 'decode [^|]*')
+      --max-tokens 256 --ignore-eos --streams "$streams" ${RUN_ARGS:-} 2>&1 >"$tokens" | grep -E '^(model|engine)' |
+      tail -1 | grep -o 'decode [^|]*')
     echo "[$streams streams] [$setting] ${line:-FAILED} tokens $(md5sum <"$tokens" | cut -c1-12)"
     rate=$(grep -o '([0-9.]* tok/s)' <<<"$line" | tr -dc '0-9.')
     if [[ -n $rate ]]; then

@@ -5,7 +5,8 @@
 // stream must give the same ids (row invariance), and a difference is an error. With --mtp-agreement, also the share
 // of the continuation the checkpoint's MTP layer would have drafted right (cli/mtp_agreement.h), on stderr. With
 // --draft KIND (none too), the streams run through the engine instead, drafting as asked (cli/run_engine.h). The timed
-// pass follows --warmup untimed ones (default 1), so the figures are a warm server's, not a first step's.
+// pass follows --warmup untimed ones (default 1; the engine's too), so the figures are a warm server's, not a first
+// step's.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -156,7 +157,8 @@ void run(const RunOptions& options) {
                                                  .ignore_eos = options.ignore_eos,
                                                  .temperature = options.temperature,
                                                  .draft = draft,
-                                                 .oracle_acceptance = options.draft.oracle_acceptance});
+                                                 .oracle_acceptance = options.draft.oracle_acceptance,
+                                                 .warmup = options.warmup});
     for (size_t i = 1; i < ids.size(); ++i)
       if (options.temperature == 0.0f && ids[i] != ids[0])
         fail("stream {} decoded other ids than stream 0 from the same prompt: the rows are not independent", i);

@@ -120,6 +120,8 @@ std::vector<std::vector<int32_t>> run_through_engine(model::Model& model, const 
                     plain.stats.steps_total)
             .c_str());
     draft = oracle(run, truth.ids, static_cast<int32_t>(model.config().vocab_size));
+  } else {
+    for (int32_t pass = 0; pass < run.warmup; ++pass) run_once(model, run, draft);
   }
   const Outcome out = run_once(model, run, draft);
   const engine::EngineStats& stats = out.stats;
@@ -130,18 +132,19 @@ std::vector<std::vector<int32_t>> run_through_engine(model::Model& model, const 
   const std::string kind = draft.kind == engine::DraftKind::oracle
                                ? fmt::format("oracle (acceptance {:.2f})", run.oracle_acceptance)
                                : engine::to_string(draft.kind);
-  std::fprintf(stderr, "%s\n",
-               fmt::format("engine, --draft {} --draft-tokens {}: decode {} tokens in {:.1f} ms ({:.1f} tok/s) over {} "
-                           "stream(s), {} steps | verify pieces {}, tokens per verify piece {:.2f} | acceptance by "
-                           "draft position: {}",
-                           kind, draft.tokens, decoded, out.decode_s * 1e3,
-                           out.decode_s > 0 ? static_cast<double>(decoded) / out.decode_s : 0.0, run.streams,
-                           stats.steps_total, stats.verify_pieces_total,
-                           stats.verify_pieces_total > 0 ? static_cast<double>(stats.verify_pieces_total + accepted) /
-                                                               static_cast<double>(stats.verify_pieces_total)
-                                                         : 0.0,
-                           acceptance(stats))
-                   .c_str());
+  std::fprintf(
+      stderr, "%s\n",
+      fmt::format("engine, --draft {} --draft-tokens {}: decode {} tokens in {:.1f} ms ({:.1f} tok/s) over {} "
+                  "stream(s), {} steps, {} launched ahead | verify pieces {}, tokens per verify piece {:.2f} | "
+                  "acceptance by draft position: {}",
+                  kind, draft.tokens, decoded, out.decode_s * 1e3,
+                  out.decode_s > 0 ? static_cast<double>(decoded) / out.decode_s : 0.0, run.streams, stats.steps_total,
+                  stats.steps_ahead_total, stats.verify_pieces_total,
+                  stats.verify_pieces_total > 0 ? static_cast<double>(stats.verify_pieces_total + accepted) /
+                                                      static_cast<double>(stats.verify_pieces_total)
+                                                : 0.0,
+                  acceptance(stats))
+          .c_str());
   return out.ids;
 }
 
