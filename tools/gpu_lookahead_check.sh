@@ -3,7 +3,8 @@
 # on by default on the CUDA backend (engine.cc, kLookaheadWhereStepsOverlap), in one call, most important first:
 #   1. CudaModelTest.StepsLaunchedAheadReadTheirTokensOnTheDevice: carried rows against ids sent from the host;
 #   2. served decode (tools/gpu_served_ab.sh: 1 stream greedy and seeded, 64 streams), DUET_LOOKAHEAD=0 against 1,
-#      ROUNDS times in turn: tok/s, steps launched ahead and DUET_STEP_GAPS's GPU-clock idle time between steps;
+#      ROUNDS times in turn: tok/s, steps launched ahead and DUET_STEP_GAPS's GPU-clock idle time between steps; then
+#      in process (`duet run --draft none` at 1 and 64 streams: the engine without HTTP);
 #   3. the CudaModelTest suite, then exactness with DUET_LOOKAHEAD=1 (tools/gpu_bench.sh: 1, 4, 16 and 64 streams,
 #      greedy, seeded and penalized; 0 unequal, 0 failed), then the rest of the GPU suite while the budget lasts.
 # The checkpoint of tools/make_9b_references.py is made in WORK when missing (about 40 s, beside stage 1).
@@ -26,6 +27,10 @@ echo "done at $(elapsed) s"
 
 echo "== 2. DUET_LOOKAHEAD=0 against 1, served (duet run's greedy passes do not take the engine's path)"
 timeout 240 tools/gpu_served_ab.sh "$out/served" "$work" "$rounds" DUET_LOOKAHEAD=0 DUET_LOOKAHEAD=1
+echo "== 2b. the same in process (duet run --draft none: the engine without HTTP)"
+for streams in 1 64; do
+  RUN_ARGS="--draft none" timeout 120 tools/gpu_launch_ab.sh "$work" "$streams" "$rounds" DUET_LOOKAHEAD=0 DUET_LOOKAHEAD=1
+done
 echo "done at $(elapsed) s"
 
 echo "== 3. checks with DUET_LOOKAHEAD=1"
