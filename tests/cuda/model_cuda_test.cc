@@ -248,7 +248,7 @@ TEST_P(CudaModelTest, SampledIdsAndTopLogprobsAreTheLogitsLogSoftmax) {
 
 // Steps launched ahead (issue 16 item 5; Model::launch, Backend::sample_ahead, StepPlan::carried): step N + 1 is
 // launched before step N is collected, each of its rows reading its token from N's draw on the device (the carry
-// kernel, before the step's graph). Four sequences decode eight steps that way (greedy with top logprobs, seeded,
+// kernel, before the step's graph). Four sequences decode sixteen steps that way (greedy with top logprobs, seeded,
 // seeded with top-k, and greedy with penalties, whose carried token the kernel adds to its slot's counts:
 // CarriedId::counts_slot), against four more with the same prompts decoding step after step with the ids, and the
 // penalized row's counts, sent from the host: the same tokens, logprobs and top logprobs, graphed steps and the eager
@@ -257,7 +257,7 @@ TEST_P(CudaModelTest, SampledIdsAndTopLogprobsAreTheLogitsLogSoftmax) {
 // would show).
 TEST_P(CudaModelTest, StepsLaunchedAheadReadTheirTokensOnTheDevice) {
   const auto prompt = Goldens(testing::golden_fixture(GetParam(), "fp32")).i32("len130.ids");
-  constexpr int kRows = 4, kSteps = 8, kPenalized = 3;
+  constexpr int kRows = 4, kSteps = 16, kPenalized = 3;
   std::vector<backend::SampleSpec> settings(kRows);
   settings[0].temperature = 0.0f;
   settings[0].top_logprobs = 3;
