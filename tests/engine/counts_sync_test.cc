@@ -10,6 +10,8 @@
 #include <map>
 #include <vector>
 
+#include "base/error.h"
+
 namespace duet::engine {
 namespace {
 
@@ -73,6 +75,36 @@ TEST(CountsSync, EachTokenOnceAndAReusedSlotStartsOver) {
   step(1, 9, prompt, generated);
   step(1, 10, other_prompt, other_generated, true);
   EXPECT_NE(held(counts[1]), expected(other_prompt, other_generated, kVocab));
+}
+
+// Tokens the device added (rows launched ahead, backend::CarriedId::counts_slot) are taken as sent: the next sync sends
+// only what came after them, and the counts hold each token once. Only for the sequence whose counts the slot holds.
+TEST(CountsSync, CarriedTokensAreNotSentAgain) {
+  constexpr int32_t kVocab = 50;
+  CountsSync sync(2, kVocab);
+  std::vector<backend::PenaltyCounts> counts(2);
+  const std::vector<int32_t> prompt = {3, 4};
+  std::vector<int32_t> generated = {7};
+  std::vector<CountsUpdate> updates;
+  sync.sync(0, 5, prompt, generated, updates);
+  EXPECT_FALSE(sync.holds(0, 6)) << "another sequence";
+  EXPECT_FALSE(sync.holds(1, 5)) << "another slot";
+  EXPECT_FALSE(sync.holds(7, 5)) << "no such slot";
+  ASSERT_TRUE(sync.holds(0, 5));
+  // Two steps launched ahead carry 8 and 9 into the counts on the device; the host reads them afterwards.
+  for (int32_t id : {8, 9}) {
+    sync.carried(0, 5);
+    updates.push_back({0, id, CountsUpdate::Kind::generated});  // what the device added
+    generated.push_back(id);
+  }
+  generated.push_back(10);  // the last ahead step's own draw, read on the host
+  const size_t before = updates.size();
+  sync.sync(0, 5, prompt, generated, updates);
+  ASSERT_EQ(updates.size(), before + 1) << "only the token the device did not add";
+  EXPECT_EQ(updates.back().id, 10);
+  backend::apply_counts_updates(updates, kVocab, counts);
+  EXPECT_EQ(held(counts[0]), expected(prompt, generated, kVocab)) << "each token once";
+  EXPECT_THROW(sync.carried(1, 5), Error) << "a slot whose counts it does not hold";
 }
 
 }  // namespace
