@@ -15,6 +15,7 @@
 
 #include "../checkpoint/damaged_copies.h"
 #include "../model/golden_fixtures.h"
+#include "../model/launched_ahead.h"
 #include "../model/piece_runs.h"
 #include "cuda_test_util.h"
 #include "engine/counts_sync.h"
@@ -246,112 +247,12 @@ TEST_P(CudaModelTest, SampledIdsAndTopLogprobsAreTheLogitsLogSoftmax) {
   }
 }
 
-// Steps launched ahead (issue 16 item 5; Model::launch, Backend::sample_ahead, StepPlan::carried): step N + 1 is
-// launched before step N is collected, each of its rows reading its token from N's draw on the device (the carry
-// kernel, before the step's graph). Four sequences decode sixteen steps that way (greedy with top logprobs, seeded,
-// seeded with top-k, and greedy with penalties, whose carried token the kernel adds to its slot's counts:
-// CarriedId::counts_slot), against four more with the same prompts decoding step after step with the ids, and the
-// penalized row's counts, sent from the host: the same tokens, logprobs and top logprobs, graphed steps and the eager
-// first one alike. The controls: a run whose carried rows name their neighbour's draw gives other tokens, and so does
-// the penalized row of a run that never sends its generated tokens to the counts (so a kernel that did not count them
-// would show).
+// Steps launched ahead (issue 16 item 5), on the device: the carry kernel writes each carried row's id before the
+// step's graph, and adds a penalized row's to its slot's counts (tests/model/launched_ahead.h says what is checked;
+// graphed steps and the eager first one alike).
 TEST_P(CudaModelTest, StepsLaunchedAheadReadTheirTokensOnTheDevice) {
   const auto prompt = Goldens(testing::golden_fixture(GetParam(), "fp32")).i32("len130.ids");
-  constexpr int kRows = 4, kSteps = 16, kPenalized = 3;
-  std::vector<backend::SampleSpec> settings(kRows);
-  settings[0].temperature = 0.0f;
-  settings[0].top_logprobs = 3;
-  settings[1].temperature = 0.9f;
-  settings[1].seed = 11;
-  settings[2].temperature = 0.7f;
-  settings[2].top_k = 20;
-  settings[2].seed = 12;
-  settings[kPenalized].temperature = 0.0f;
-  settings[kPenalized].repetition_penalty = 1.3f;
-  settings[kPenalized].presence_penalty = 8.0f;
-  settings[kPenalized].frequency_penalty = 2.0f;
-  const auto vocab = static_cast<int32_t>(model_->config().vocab_size);
-  // Each run: its own slots, the same prompts, then kSteps decode steps; `ahead` launches each step before the last
-  // is collected, `shift` plants the first control, `counted` false the second.
-  auto decode = [&](bool ahead, int shift, bool counted) {
-    engine::PieceRunner runner(*model_, kRows, 200);
-    runner.storage().prepare_counts(vocab);
-    engine::CountsSync counts(kRows, vocab);  // the penalized slot's counts, as the engine keeps them
-    std::vector<int32_t> slots, next, generated;
-    std::vector<Piece> prefill;
-    std::vector<backend::SampleSpec> first(settings);
-    for (int i = 0; i < kRows; ++i) slots.push_back(runner.open());
-    const auto prompt_of = [&](int i) { return std::span(prompt).first(static_cast<size_t>(50 + 10 * i)); };
-    const auto send_counts = [&] {
-      std::vector<backend::CountsUpdate> updates;
-      counts.sync(slots[kPenalized], 1, prompt_of(kPenalized), generated, updates);
-      runner.storage().update_counts(updates);
-    };
-    send_counts();
-    for (int i = 0; i < kRows; ++i) {
-      first[i].position = 50 + 10 * i;
-      if (i == kPenalized) first[i].counts_slot = slots[i];
-      prefill.push_back({.slot = slots[i], .tokens = prompt_of(i), .wants = RowOutput::sampled, .sample = &first[i]});
-    }
-    std::vector<std::vector<backend::SampledRow>> draws(kSteps + 1);
-    for (const PieceResult& r : runner.run(prefill)) {
-      next.push_back(r.sampled.id);
-      draws[0].push_back(r.sampled);
-    }
-    generated.push_back(next[kPenalized]);
-    std::vector<std::vector<backend::SampleSpec>> specs(kSteps, settings);
-    std::vector<int32_t> placeholder(kRows, 0);
-    std::unique_ptr<Model::Launched> out;
-    for (int step = 0; step < kSteps; ++step) {
-      const bool carried = ahead && step > 0;
-      if (!carried && counted) send_counts();  // carried: the kernel adds the token the host has not read
-      std::vector<Piece> pieces;
-      for (int i = 0; i < kRows; ++i) {
-        specs[step][i].position = 51 + 10 * i + step;
-        if (i == kPenalized) specs[step][i].counts_slot = slots[i];
-        pieces.push_back({.slot = slots[i],
-                          .tokens = carried ? std::span<const int32_t>(&placeholder[i], 1) : std::span(&next[i], 1),
-                          .wants = RowOutput::sampled,
-                          .role = backend::RowRole::decode,
-                          .sample = &specs[step][i],
-                          .carried_from = carried ? (i + shift) % kRows : -1});
-      }
-      std::unique_ptr<Model::Launched> launched = runner.launch(pieces);
-      if (out != nullptr) {
-        for (const PieceResult& r : runner.collect(std::move(out))) draws[step].push_back(r.sampled);
-      }
-      out = std::move(launched);
-      if (!ahead) {
-        const std::vector<PieceResult> results = runner.collect(std::move(out));
-        for (int i = 0; i < kRows; ++i) next[i] = results[i].sampled.id;
-        generated.push_back(next[kPenalized]);
-        for (const PieceResult& r : results) draws[step + 1].push_back(r.sampled);
-      }
-    }
-    if (out != nullptr)
-      for (const PieceResult& r : runner.collect(std::move(out))) draws[kSteps].push_back(r.sampled);
-    return draws;
-  };
-  const auto step_by_step = decode(false, 0, true), ahead = decode(true, 0, true), wrong = decode(true, 1, true);
-  const auto uncounted = decode(false, 0, false);
-  ASSERT_EQ(ahead.size(), step_by_step.size());
-  for (size_t step = 0; step < ahead.size(); ++step) {
-    ASSERT_EQ(ahead[step].size(), static_cast<size_t>(kRows)) << "step " << step;
-    for (int i = 0; i < kRows; ++i) {
-      const backend::SampledRow &got = ahead[step][i], &want = step_by_step[step][i];
-      EXPECT_EQ(got.id, want.id) << "step " << step << " row " << i;
-      EXPECT_EQ(std::bit_cast<uint32_t>(got.logprob), std::bit_cast<uint32_t>(want.logprob))
-          << "step " << step << " row " << i;
-      EXPECT_EQ(got.top, want.top) << "step " << step << " row " << i;
-    }
-  }
-  size_t differ = 0, uncounted_differ = 0;
-  for (size_t step = 0; step < wrong.size(); ++step) {
-    for (int i = 0; i < kRows; ++i) differ += wrong[step][i].id != step_by_step[step][i].id;
-    uncounted_differ += uncounted[step][kPenalized].id != step_by_step[step][kPenalized].id;
-  }
-  EXPECT_GT(differ, 0u) << "rows that carried their neighbour's draw gave the same tokens";
-  EXPECT_GT(uncounted_differ, 0u) << "the penalized row's tokens did not depend on its generated tokens' counts";
+  testing::expect_launched_ahead_equals_step_by_step(*model_, prompt);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaModelTest, ::testing::Values("tiny-mm", "tiny-text"));

@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "engine/piece_runner.h"
 #include "golden_fixtures.h"
+#include "launched_ahead.h"
 #include "model/model.h"
 #include "piece_runs.h"
 
@@ -124,6 +125,12 @@ TEST_P(RowInvarianceTest, StateBytesFollowTheConfig) {
   const int64_t expected = 4 * (c.layer_count(LayerType::linear_attention) * gdn +
                                 c.layer_count(LayerType::full_attention) * kv_per_position * 100);
   EXPECT_EQ(model_->sequence_state_bytes(100), static_cast<size_t>(expected));
+}
+
+// Steps launched ahead on the CPU backend: each carried row's id and a penalized row's counts taken from the step
+// before's draws (tests/model/launched_ahead.h; the CUDA backend's twin is CudaModelTest's).
+TEST_P(RowInvarianceTest, StepsLaunchedAheadEqualStepsPlannedAfter) {
+  testing::expect_launched_ahead_equals_step_by_step(*model_, other_);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, RowInvarianceTest, ::testing::Values("tiny-mm", "tiny-text"),
