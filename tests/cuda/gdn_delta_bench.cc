@@ -75,6 +75,20 @@ std::vector<Case> cases() {
   return all;
 }
 
+// The bytes a step's one-row pieces must read from their states, per layer: each value head's S_b and the chunk's
+// earlier rows' keys, d and G (the decode kernels read nothing else that size; what they write is a row). Folds and
+// pieces of several rows are left out, so the figure is a floor for the decode cases only.
+double one_row_state_bytes(const std::vector<PieceSpec>& pieces, const GdnDims& d) {
+  double floats = 0;
+  for (const PieceSpec& p : pieces) {
+    if (p.rows != 1) continue;
+    const int32_t t = p.start % kDeltaChunk;
+    floats += static_cast<double>(d.value_heads) *
+              (static_cast<double>(d.key_dim) * d.value_dim + t * static_cast<double>(d.key_dim + d.value_dim + 1));
+  }
+  return floats * sizeof(float);
+}
+
 void run_case(const Case& c, int reps) {
   const GdnDims d = kQwen9B;
   const int32_t rows = total_rows(c.pieces);
@@ -121,9 +135,14 @@ void run_case(const Case& c, int reps) {
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   std::sort(ms.begin(), ms.end());
-  std::printf("%-22s rows %5d  median %8.1f us  min %8.1f us  (x24 layers: %6.2f ms)  out %016llx state %016llx\n",
-              c.name.c_str(), rows, 1000 * ms[ms.size() / 2], 1000 * ms[0], 24 * ms[ms.size() / 2],
+  const double median_s = ms[ms.size() / 2] / 1000.0;
+  const double state_bytes = one_row_state_bytes(c.pieces, d);
+  std::printf("%-22s rows %5d  median %8.1f us  min %8.1f us  (x24 layers: %6.2f ms)  out %016llx state %016llx",
+              c.name.c_str(), rows, 1e6 * median_s, 1000 * ms[0], 24000 * median_s,
               static_cast<unsigned long long>(out_hash), static_cast<unsigned long long>(state_hash));
+  if (state_bytes > 0)
+    std::printf("  one-row state reads %.1f MB: %.0f GB/s", state_bytes / 1e6, state_bytes / median_s / 1e9);
+  std::printf("\n");
 }
 
 }  // namespace
