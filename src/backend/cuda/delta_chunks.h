@@ -2,7 +2,10 @@
 // The chunked delta rule's bookkeeping, shared by the host (which cuts a step's pieces into chunks) and the kernels
 // (which find a head's state by it).
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "backend/cuda/device_step.h"
@@ -80,8 +83,11 @@ __host__ __device__ inline bool wy_form_takes(const DevicePiece& piece, const De
 // that starts a chunk, whose chunks take the WY form whatever their rows) first, then those of pieces of a few rows
 // (few), then those of one-row pieces. Every row of a piece gets the same bits in each class, but for the WY form's.
 // Among the one-row pieces, those that complete their chunk come first (fold_pieces of them): a kernel of their own
-// folds their chunks into the next S_b after the one-row kernel (gdn_delta_rule.cu: fold_chunk_kernel). The order
-// moves no bit: a block reads its own piece alone.
+// folds their chunks into the next S_b after the one-row kernel (gdn_delta_rule.cu: fold_chunk_kernel); the others
+// follow by their place in their chunk, latest first (longest_first): a one-row block reads S_b and the chunk's earlier
+// keys and d, so one at place t reads and sums over t rows more than one at place 0, and blocks start in launch order:
+// the longest first leave the short ones for the last wave (a 64-row step has 2,048 blocks of the dense kernel, about
+// three waves). The order moves no bit: a block reads its own piece alone.
 struct DeltaOrder {
   std::vector<int32_t> pieces, chunks;
   int32_t multi_pieces = 0, multi_chunks = 0, few_pieces = 0;
@@ -90,7 +96,16 @@ struct DeltaOrder {
   // key holds it (step_graphs.h), so rounding keeps the graphs of a row count to a few.
   int32_t fold_pieces = 0;
 };
-inline DeltaOrder delta_order(const std::vector<DevicePiece>& pieces, int32_t decode_rows = kDecodePieceRows) {
+// DUET_DELTA_ORDER=step (read once; for measurements) keeps the one-row pieces that do not fold in step order.
+inline bool one_row_longest_first() {
+  static const bool longest = [] {
+    const char* v = std::getenv("DUET_DELTA_ORDER");
+    return v == nullptr || std::strcmp(v, "step") != 0;
+  }();
+  return longest;
+}
+inline DeltaOrder delta_order(const std::vector<DevicePiece>& pieces, int32_t decode_rows = kDecodePieceRows,
+                              bool longest_first = one_row_longest_first()) {
   enum Class { multi, few, one };
   auto class_of = [&](const DevicePiece& p) {
     if (p.role == DeviceRole::prefill && p.start_position % kDeltaChunk == 0) return multi;  // the WY form's
@@ -110,6 +125,16 @@ inline DeltaOrder delta_order(const std::vector<DevicePiece>& pieces, int32_t de
         if (c == few) ++order.few_pieces;
         if (c == one && pass == 0) ++order.fold_pieces;
       }
+  if (longest_first) {
+    const auto place = [&](int32_t i) { return pieces[i].start_position % kDeltaChunk; };
+    std::stable_sort(order.pieces.begin() + order.multi_pieces + order.few_pieces + order.fold_pieces,
+                     order.pieces.end(), [&](int32_t a, int32_t b) { return place(a) > place(b); });
+    // A one-row piece has one chunk, and theirs close chunk_order: it follows the pieces.
+    const size_t one_row = order.pieces.size() - static_cast<size_t>(order.multi_pieces + order.few_pieces);
+    auto chunk = order.chunks.end() - static_cast<std::ptrdiff_t>(one_row);
+    for (auto i = order.pieces.end() - static_cast<std::ptrdiff_t>(one_row); i != order.pieces.end(); ++i)
+      *chunk++ = pieces[*i].first_chunk;
+  }
   if (order.fold_pieces > 0) {
     const auto one_row = static_cast<int32_t>(pieces.size()) - order.multi_pieces - order.few_pieces;
     int32_t width = 1;
