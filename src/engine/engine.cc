@@ -152,12 +152,13 @@ const char* to_string(DraftKind kind) {
 
 namespace {
 
-// Whether `automatic` launches steps ahead where the model overlaps them. Off until a served A/B on a GPU has shown
-// what it gains (tools/gpu_served_ab.sh, from tools/gpu_lookahead_check.sh): the CUDA side's correctness is shown
-// (docs/benchmarks.md, 40th round: the device test, exactness with DUET_LOOKAHEAD=1, the whole suite on an H100), its
-// speed not yet, and it costs a request that arrives while a step runs ahead one decode step of waiting. The CPU
-// backend's side runs in the tests (Lookahead.*, RealModel); DUET_LOOKAHEAD=1 turns it on.
-constexpr bool kLookaheadWhereStepsOverlap = false;
+// Whether `automatic` launches steps ahead where the model overlaps them (Model::overlaps_steps: the CUDA backend).
+// Served on an H100 (docs/benchmarks.md, 41st round, tools/gpu_served_ab.sh, two rounds each): 64 streams +2.8%
+// (5,459 -> 5,611 tok/s), one stream greedy +1.2%, seeded +0.2%; the GPU's idle time between steps 0.3% -> 0.0% at one
+// row and 1.1-1.3% -> 0.0% at 64; exactness with it on 255 / 0 / 0, the device test and the suite passed. Its cost:
+// a request that arrives while a step runs ahead waits one decode step longer (the served TTFT was no worse), and a
+// sequence a step ends by a stop wastes its row of the step launched after. DUET_LOOKAHEAD=0 turns it off.
+constexpr bool kLookaheadWhereStepsOverlap = true;
 
 // EngineOptions::lookahead, unless DUET_LOOKAHEAD is 0 (never) or 1 (always) in the environment (measurements).
 bool lookahead_on(const EngineOptions& options, const model::Model& model) {

@@ -107,9 +107,8 @@ struct EngineOptions {
   // prompt to admit or prefill, no drafts, masks, decisions or forks), so nothing a request sees changes (its rows are
   // the same rows, drawn by the same settings at the same positions; a penalized row's token joins its slot's counts
   // on the device); a sequence that N ends by a stop wastes its row of N + 1. automatic: where the model's steps
-  // overlap the host (Model::overlaps_steps: a GPU), once the GPU checks have run it (engine.cc,
-  // kLookaheadWhereStepsOverlap: off until then). DUET_LOOKAHEAD = 0 or 1 in the environment sets never or always
-  // (measurements).
+  // overlap the host (Model::overlaps_steps: a GPU; engine.cc, kLookaheadWhereStepsOverlap, says what it gained
+  // there). DUET_LOOKAHEAD = 0 or 1 in the environment sets never or always (measurements).
   enum class Lookahead : uint8_t { automatic, always, never };
   Lookahead lookahead = Lookahead::automatic;
   // The vision tower that turns a request's images (Request::images) into the rows of its image tokens; null: requests

@@ -40,8 +40,8 @@ TEST(DeltaOrder, PrefillPiecesFromAChunkStartTakeTheChunkedForm) {
   });
   int64_t scratch = 0;
   const std::vector<DeviceChunk> chunks = plan_delta_chunks(pieces, &scratch);
-  const DeltaOrder order = delta_order(pieces);
-  EXPECT_EQ(order.pieces, (std::vector<int32_t>{0, 4, 1, 3, 5, 2}));  // the one-row pieces latest in their chunk first
+  const DeltaOrder order = delta_order(pieces, kDecodePieceRows, false);
+  EXPECT_EQ(order.pieces, (std::vector<int32_t>{0, 4, 1, 3, 2, 5}));
   EXPECT_EQ(order.multi_pieces, 2);
   EXPECT_EQ(order.multi_chunks, 1 + 3);
   EXPECT_EQ(order.few_pieces, 2);
@@ -73,8 +73,8 @@ TEST(DeltaOrder, TheSameRowAsADecodeRowTakesTheOneRowKernel) {
 }
 
 // One-row pieces that complete their chunk (position 63 of it) come first among the one-row pieces, in step order,
-// then the others latest in their chunk first; the other classes keep step order (a few-row piece ending a chunk folds
-// in its own kernel, so it is not counted).
+// then the others in step order (or latest in their chunk first); the other classes keep step order (a few-row piece
+// ending a chunk folds in its own kernel, so it is not counted).
 TEST(DeltaOrder, OneRowPiecesThatFoldComeFirst) {
   std::vector<DevicePiece> pieces = with_rows({
       piece(DeviceRole::decode, 1, 37),    // 0
@@ -86,24 +86,28 @@ TEST(DeltaOrder, OneRowPiecesThatFoldComeFirst) {
   });
   int64_t scratch = 0;
   plan_delta_chunks(pieces, &scratch);
-  const DeltaOrder order = delta_order(pieces);
-  EXPECT_EQ(order.pieces, (std::vector<int32_t>{2, 1, 4, 5, 0, 3}));  // 5 at place 40, 0 at 37, 3 at 0
-  EXPECT_EQ(order.chunks, (std::vector<int32_t>{2, 1, 4, 5, 0, 3}));
+  const DeltaOrder order = delta_order(pieces, kDecodePieceRows, false);
+  EXPECT_EQ(order.pieces, (std::vector<int32_t>{2, 1, 4, 0, 3, 5}));
+  EXPECT_EQ(order.chunks, (std::vector<int32_t>{2, 1, 4, 0, 3, 5}));
   EXPECT_EQ(order.few_pieces, 1);
   EXPECT_EQ(order.fold_pieces, 2);
-  // DUET_DELTA_ORDER=step: the pieces that do not fold in step order.
-  EXPECT_EQ(delta_order(pieces, kDecodePieceRows, false).pieces, (std::vector<int32_t>{2, 1, 4, 0, 3, 5}));
+  // DUET_DELTA_ORDER=longest: the pieces that do not fold latest in their chunk first (5 at place 40, 0 at 37, 3 at 0).
+  const DeltaOrder longest = delta_order(pieces, kDecodePieceRows, true);
+  EXPECT_EQ(longest.pieces, (std::vector<int32_t>{2, 1, 4, 5, 0, 3}));
+  EXPECT_EQ(longest.chunks, (std::vector<int32_t>{2, 1, 4, 5, 0, 3}));
+  EXPECT_EQ(longest.fold_pieces, 2);
 }
 
-// Without a piece at a chunk's last position the one-row pieces go latest in their chunk first, ties in step order,
-// and their chunks with them where a piece before them has several chunks (piece 1's 130 rows: chunks 1-3).
-TEST(DeltaOrder, OneRowPiecesGoLatestInTheirChunkFirst) {
+// DUET_DELTA_ORDER=longest: without a piece at a chunk's last position the one-row pieces go latest in their chunk
+// first, ties in step order, and their chunks with them where a piece before them has several chunks (piece 1's 130
+// rows: chunks 1-3).
+TEST(DeltaOrder, OneRowPiecesMayGoLatestInTheirChunkFirst) {
   std::vector<DevicePiece> pieces = with_rows({piece(DeviceRole::decode, 1, 37), piece(DeviceRole::prefill, 130, 40),
                                                piece(DeviceRole::decode, 1, 126), piece(DeviceRole::decode, 1, 128),
                                                piece(DeviceRole::decode, 1, 101)});
   int64_t scratch = 0;
   const std::vector<DeviceChunk> chunks = plan_delta_chunks(pieces, &scratch);
-  const DeltaOrder order = delta_order(pieces);
+  const DeltaOrder order = delta_order(pieces, kDecodePieceRows, true);
   EXPECT_EQ(order.pieces, (std::vector<int32_t>{1, 2, 0, 4, 3}));  // places 62, 37, 37, 0
   EXPECT_EQ(order.chunks, (std::vector<int32_t>{1, 2, 3, 4, 0, 6, 5}));
   for (size_t i = order.multi_chunks; i < order.chunks.size(); ++i)  // each one-row piece's own chunk, in its place

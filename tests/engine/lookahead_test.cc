@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <thread>
 
 #include "engine/engine.h"
@@ -203,6 +204,24 @@ TEST(Lookahead, CancelWhileAStepRunsAhead) {
   EXPECT_EQ(drain(*cancel).finished.reason, FinishReason::cancelled);
   EXPECT_EQ(drain(*keep).tokens, drain(*plain.submit(greedy_request({9, 8}, 60))).tokens);
   EXPECT_GT(engine.stats().steps_ahead_total, 0);
+}
+
+// The default (automatic): steps are launched ahead where the model's steps overlap the host (a GPU backend) and
+// nowhere else (the CPU backend runs a step inside launch, so there is nothing to overlap).
+TEST(Lookahead, AutomaticLaunchesAheadWhereStepsOverlap) {
+  if (std::getenv("DUET_LOOKAHEAD") != nullptr) GTEST_SKIP() << "DUET_LOOKAHEAD is set: it overrides the default";
+  for (bool overlaps : {true, false}) {
+    SCOPED_TRACE(overlaps ? "steps overlap" : "steps do not overlap");
+    FakeModel model(kAheadVocab);
+    model.set_overlaps_steps(overlaps);
+    Engine engine(model, nullptr, ahead_options(2, EngineOptions::Lookahead::automatic));
+    EXPECT_EQ(drain(*engine.submit(greedy_request({4, 5}, 30))).tokens.size(), 30u);
+    if (overlaps) {
+      EXPECT_GT(engine.stats().steps_ahead_total, 20);
+    } else {
+      EXPECT_EQ(engine.stats().steps_ahead_total, 0);
+    }
+  }
 }
 
 }  // namespace

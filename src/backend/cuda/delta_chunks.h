@@ -84,10 +84,12 @@ __host__ __device__ inline bool wy_form_takes(const DevicePiece& piece, const De
 // (few), then those of one-row pieces. Every row of a piece gets the same bits in each class, but for the WY form's.
 // Among the one-row pieces, those that complete their chunk come first (fold_pieces of them): a kernel of their own
 // folds their chunks into the next S_b after the one-row kernel (gdn_delta_rule.cu: fold_chunk_kernel); the others
-// follow by their place in their chunk, latest first (longest_first): a one-row block reads S_b and the chunk's earlier
-// keys and d, so one at place t reads and sums over t rows more than one at place 0, and blocks start in launch order:
-// the longest first leave the short ones for the last wave (a 64-row step has 2,048 blocks of the dense kernel, about
-// three waves). The order moves no bit: a block reads its own piece alone.
+// follow in step order, or with longest_first by their place in their chunk, latest first: a one-row block reads S_b
+// and the chunk's earlier keys and d, so one at place t reads and sums over t rows more than one at place 0, and
+// blocks start in launch order, so the longest first would leave the short ones for the last wave (a 64-row step has
+// 2,048 blocks of the dense kernel, about three waves). The order moves no bit: a block reads its own piece alone
+// (bench_gdn_delta's fingerprints are the same either way, on an H100). Step order stays the default until an A/B has
+// timed the other.
 struct DeltaOrder {
   std::vector<int32_t> pieces, chunks;
   int32_t multi_pieces = 0, multi_chunks = 0, few_pieces = 0;
@@ -96,11 +98,12 @@ struct DeltaOrder {
   // key holds it (step_graphs.h), so rounding keeps the graphs of a row count to a few.
   int32_t fold_pieces = 0;
 };
-// DUET_DELTA_ORDER=step (read once; for measurements) keeps the one-row pieces that do not fold in step order.
+// DUET_DELTA_ORDER=longest (read once; for measurements): the one-row pieces that do not fold latest in their chunk
+// first.
 inline bool one_row_longest_first() {
   static const bool longest = [] {
     const char* v = std::getenv("DUET_DELTA_ORDER");
-    return v == nullptr || std::strcmp(v, "step") != 0;
+    return v != nullptr && std::strcmp(v, "longest") == 0;
   }();
   return longest;
 }
