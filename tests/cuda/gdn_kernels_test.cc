@@ -422,7 +422,8 @@ TEST_P(GdnKernelsTest, DecodeRowsGatedNormHasTheNormKernelsBits) {
   }
 }
 
-// The one-row pieces' dense kernel (decode_dense_kernel, DUET_DELTA_DECODE=dense) gives decode_delta_kernel's bits:
+// The one-row pieces' dense kernel (decode_dense_kernel, DUET_DELTA_DECODE=dense), in batches and with its rolling
+// loads of 16 and 32 rows (DUET_DELTA_DENSE_ROLL), gives decode_delta_kernel's bits:
 // outputs, gated norm and every sequence's state, in a step of one-row pieces inside, at the end of (the fold) and at
 // the start of a chunk, beside pieces for the chunked form and the few-row kernel (so the dense kernel finds its
 // pieces past theirs in the step's order). The control: one one-ulp change in one row's beta changes that row's bits
@@ -441,8 +442,9 @@ TEST_P(GdnKernelsTest, DenseDecodeKernelGivesTheClusterFormsBits) {
     std::vector<float> out, normed;
     std::vector<std::vector<float>> states;
   };
-  auto run = [&](int32_t dense_from, const DeltaInputs& in) {
+  auto run = [&](int32_t dense_from, const DeltaInputs& in, int32_t roll = 0) {
     set_delta_decode_dense_from_for_tests(dense_from);
+    set_delta_dense_roll_for_tests(roll);
     DeviceDeltaInputs in_d(in);
     DeviceBuffer<bf16> z_d(to_bf16(z));
     States states(d, seeds);
@@ -456,6 +458,7 @@ TEST_P(GdnKernelsTest, DenseDecodeKernelGivesTheClusterFormsBits) {
                           out_d.get(), nullptr, &norm);
     sync_ok();
     set_delta_decode_dense_from_for_tests(-1);
+    set_delta_dense_roll_for_tests(-1);
     Result r{out_d.download(), to_float(normed_d.download()), {}};
     for (size_t i = 0; i < pieces.size(); ++i)
       r.states.push_back(
@@ -463,19 +466,23 @@ TEST_P(GdnKernelsTest, DenseDecodeKernelGivesTheClusterFormsBits) {
     return r;
   };
   const DeltaInputs in = random_delta_inputs(d, rows, 801);
-  const Result clusters = run(std::numeric_limits<int32_t>::max(), in), dense = run(0, in);
-  int32_t first_row = 0;
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    const PieceSpec& spec = pieces[i];
-    SCOPED_TRACE("piece " + std::to_string(i) + " at " + std::to_string(spec.start));
-    const std::vector<float> out = rows_of(dense.out, vw, first_row, spec.rows);
-    ASSERT_TRUE(all_finite(out)) << "outputs left unwritten";
-    EXPECT_TRUE(same_bits(out, rows_of(clusters.out, vw, first_row, spec.rows))) << "output";
-    if (spec.rows == 1)
-      EXPECT_TRUE(same_bits(rows_of(dense.normed, vw, first_row, 1), rows_of(clusters.normed, vw, first_row, 1)))
-          << "gated norm";
-    EXPECT_TRUE(same_bits(dense.states[i], clusters.states[i])) << "state";
-    first_row += spec.rows;
+  const Result clusters = run(std::numeric_limits<int32_t>::max(), in);
+  for (int32_t roll : {0, 16, 32}) {
+    SCOPED_TRACE("rolling loads of " + std::to_string(roll) + " rows");
+    const Result dense = run(0, in, roll);
+    int32_t first_row = 0;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const PieceSpec& spec = pieces[i];
+      SCOPED_TRACE("piece " + std::to_string(i) + " at " + std::to_string(spec.start));
+      const std::vector<float> out = rows_of(dense.out, vw, first_row, spec.rows);
+      ASSERT_TRUE(all_finite(out)) << "outputs left unwritten";
+      EXPECT_TRUE(same_bits(out, rows_of(clusters.out, vw, first_row, spec.rows))) << "output";
+      if (spec.rows == 1)
+        EXPECT_TRUE(same_bits(rows_of(dense.normed, vw, first_row, 1), rows_of(clusters.normed, vw, first_row, 1)))
+            << "gated norm";
+      EXPECT_TRUE(same_bits(dense.states[i], clusters.states[i])) << "state";
+      first_row += spec.rows;
+    }
   }
 
   // The control: piece 2 (position 63: its row folds the chunk) with beta one ulp larger in its last head.

@@ -945,9 +945,43 @@ __device__ __forceinline__ float butterfly_in_thread(const float (&part)[kDenseL
   return ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
 }
 
+// Row s's A and Q entries as row_entries computes them (the same fma chain over the key index in order), the earlier
+// row's key read from global memory kAhead 16-byte pieces ahead of its use, each piece's load issued as the piece
+// kAhead before it is taken (in the row_entries form each group of four loads waited for the fmas before it).
+template <int KD, int kAhead>
+__device__ __forceinline__ RowEntries row_entries_streamed(const float* kt, const float* q, const float* key, float G_t,
+                                                           float G_s, float beta) {
+  static_assert(KD % 4 == 0 && kAhead <= KD / 4, "whole 16-byte pieces");
+  const float4* kt4 = reinterpret_cast<const float4*>(kt);
+  const float4* q4 = reinterpret_cast<const float4*>(q);
+  const float4* key4 = reinterpret_cast<const float4*>(key);
+  float4 ring[kAhead];
+#pragma unroll
+  for (int i = 0; i < kAhead; ++i) ring[i] = key4[i];
+  float kk = 0.0f, qk = 0.0f;
+#pragma unroll
+  for (int i = 0; i < KD / 4; ++i) {
+    const float4 a = kt4[i], b = q4[i], c = ring[i % kAhead];
+    if (i + kAhead < KD / 4) ring[i % kAhead] = key4[i + kAhead];
+    kk = fmaf(a.x, c.x, kk), qk = fmaf(b.x, c.x, qk);
+    kk = fmaf(a.y, c.y, kk), qk = fmaf(b.y, c.y, qk);
+    kk = fmaf(a.z, c.z, kk), qk = fmaf(b.z, c.z, qk);
+    kk = fmaf(a.w, c.w, kk), qk = fmaf(b.w, c.w, qk);
+  }
+  const float decay = expf(G_t - G_s);
+  return RowEntries{(kk * decay) * beta, qk * decay};
+}
+
 // kEarlyState: as decode_delta_kernel's, the chunk's G and the first batch of S_b rows before the wait (the earlier
 // rows' d stays a group of its own, waited for after the chains of S_b^T k).
-template <int KD, int VD, bool kEarlyState = false>
+// kRoll (DUET_DELTA_DENSE_ROLL=16 or 32, a measurement switch until timed; the same bits): a column thread keeps kRoll
+// rows of S_b in flight at every step instead of batches of kDenseBatch (each row's load issued as the row kRoll
+// before it is taken: no batch waits for the whole of the next, and no batch's registers are copied into the other's),
+// and an A and Q thread its key row kKeyAhead 16-byte pieces ahead. Why: ncu at 64 rows on an H100 (docs/benchmarks.md,
+// 41st round) finds the kernel at 73% of the DRAM peak with 0.24 eligible warps a scheduler, half its stalls waiting
+// for global loads.
+constexpr int kKeyAhead = 4;
+template <int KD, int VD, bool kEarlyState = false, int kRoll = 0>
 __global__ void __launch_bounds__(VD + kC, 5)
     decode_dense_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, const float* g,
                         GdnDims dims, float* out, GdnNormArrays norm) {
@@ -971,11 +1005,12 @@ __global__ void __launch_bounds__(VD + kC, 5)
   // Two groups of copies: the row's vectors and the chunk's G first, the earlier rows' d (up to 32 KB) behind them,
   // needed only after the chains of S_b^T k (kEarlyState: G and the first batch of S_b before the wait, G a group of
   // its own ahead of both).
-  float s_rows[kDenseBatch];
+  constexpr int kInFlight = kRoll > 0 ? (kRoll < KD ? kRoll : KD) : kDenseBatch;
+  float s_rows[kInFlight];
   auto first_rows = [&] {  // a column thread's first batch of S_b rows
     if (tid < VD) {
 #pragma unroll
-      for (int b = 0; b < kDenseBatch; ++b) s_rows[b] = state[b * VD + tid];
+      for (int b = 0; b < kInFlight; ++b) s_rows[b] = state[b * VD + tid];
     }
   };
   if constexpr (kEarlyState) {
@@ -1013,7 +1048,19 @@ __global__ void __launch_bounds__(VD + kC, 5)
   __syncthreads();
 
   float wk = 0.0f, wq = 0.0f;
-  if (column) {  // S_b^T k_t and S_b^T q_t of column tid: decode_delta_kernel's chains, rows streamed in batches
+  if (column && kRoll > 0) {  // the same chains, kInFlight rows in flight at every step
+#pragma unroll 1
+    for (int i0 = 0; i0 < KD; i0 += kInFlight) {
+#pragma unroll
+      for (int b = 0; b < kInFlight; ++b) {
+        const int i = i0 + b;
+        const float s_i = s_rows[b];
+        if (i + kInFlight < KD) s_rows[b] = state[(i + kInFlight) * VD + tid];
+        wk = fmaf(sm.kt[i], s_i, wk);
+        wq = fmaf(sm.q[i], s_i, wq);
+      }
+    }
+  } else if (column) {  // S_b^T k_t and S_b^T q_t of column tid: decode_delta_kernel's chains, rows streamed in batches
 #pragma unroll
     for (int i0 = 0; i0 < KD; i0 += kDenseBatch) {
       float next[kDenseBatch];
@@ -1035,7 +1082,9 @@ __global__ void __launch_bounds__(VD + kC, 5)
     const int s = tid - VD;
     if (s <= t) {
       const float* key = s == t ? sm.kt : state + layout.keys() + s * KD;
-      const RowEntries e = row_entries<KD>(sm.kt, sm.q, key, sm.G[t], sm.G[s], sm.beta);
+      const RowEntries e = kRoll > 0 ? row_entries_streamed<KD, (kKeyAhead < KD / 4 ? kKeyAhead : KD / 4)>(
+                                           sm.kt, sm.q, key, sm.G[t], sm.G[s], sm.beta)
+                                     : row_entries<KD>(sm.kt, sm.q, key, sm.G[t], sm.G[s], sm.beta);
       if (s < t) sm.A_row[s] = e.A;
       sm.Q_row[s] = e.Q;
     }
@@ -1381,6 +1430,19 @@ int32_t dense_decode_from() {
   return for_tests >= 0 ? for_tests : from_environment;
 }
 
+// DUET_DELTA_DENSE_ROLL=16 or 32 (read once): decode_dense_kernel's rolling loads (kRoll), that many rows in flight;
+// 0 (unset): batches.
+std::atomic<int32_t> dense_roll_for_tests{-1};
+int dense_roll() {
+  static const int rows = [] {
+    const char* v = std::getenv("DUET_DELTA_DENSE_ROLL");
+    const int n = v != nullptr ? std::atoi(v) : 0;
+    return n == 16 || n == 32 ? n : 0;
+  }();
+  const int32_t for_tests = dense_roll_for_tests.load();
+  return for_tests >= 0 ? for_tests : rows;
+}
+
 template <int KD, int VD>
 void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float* beta, const float* g, GdnDims dims,
             float* scratch, float* out, const GdnNormArrays& norm, cudaStream_t stream) {
@@ -1400,9 +1462,13 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
       (allow_smem(chunk_matrices_kernel<KD, VD>, matrices_bytes), allow_smem(chunk_state_kernel<KD, VD>, state_bytes),
        allow_smem(decode_delta_kernel<KD, VD, false>, decode_bytes),
        allow_smem(decode_delta_kernel<KD, VD, true>, decode_bytes), allow_smem(decode_rows_kernel<KD, VD>, rows_bytes),
-       allow_smem(decode_dense_kernel<KD, VD, false>, dense_bytes),
-       allow_smem(decode_dense_kernel<KD, VD, true>, dense_bytes), allow_smem(fold_chunk_kernel<KD, VD>, fold_bytes),
-       true);
+       allow_smem(decode_dense_kernel<KD, VD, false, 0>, dense_bytes),
+       allow_smem(decode_dense_kernel<KD, VD, true, 0>, dense_bytes),
+       allow_smem(decode_dense_kernel<KD, VD, false, 16>, dense_bytes),
+       allow_smem(decode_dense_kernel<KD, VD, true, 16>, dense_bytes),
+       allow_smem(decode_dense_kernel<KD, VD, false, 32>, dense_bytes),
+       allow_smem(decode_dense_kernel<KD, VD, true, 32>, dense_bytes),
+       allow_smem(fold_chunk_kernel<KD, VD>, fold_bytes), true);
   (void)opted_in;
   const int32_t single_pieces = step.pieces - step.multi_pieces - step.few_pieces;
   if (step.multi_chunks > 0) {
@@ -1427,10 +1493,15 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
   }
   if (single_pieces > 0 && single_pieces >= dense_decode_from()) {
     // Heads fastest, so that the pieces delta_order puts first (those that fold) start first.
-    launch_dependent("decode_dense_kernel",
-                     early_loads() ? decode_dense_kernel<KD, VD, true> : decode_dense_kernel<KD, VD, false>,
-                     dim3(dims.value_heads, single_pieces), dim3(DenseSmem<KD, VD>::kThreads), dense_bytes, stream,
-                     step, layer, qkv, beta, g, dims, out, norm);
+    const bool early = early_loads();
+    const int roll = dense_roll();
+    const auto kernel =
+        roll == 16   ? (early ? decode_dense_kernel<KD, VD, true, 16> : decode_dense_kernel<KD, VD, false, 16>)
+        : roll == 32 ? (early ? decode_dense_kernel<KD, VD, true, 32> : decode_dense_kernel<KD, VD, false, 32>)
+                     : (early ? decode_dense_kernel<KD, VD, true, 0> : decode_dense_kernel<KD, VD, false, 0>);
+    launch_dependent("decode_dense_kernel", kernel, dim3(dims.value_heads, single_pieces),
+                     dim3(DenseSmem<KD, VD>::kThreads), dense_bytes, stream, step, layer, qkv, beta, g, dims, out,
+                     norm);
     check_launch("gdn decode_dense_kernel");
   } else if (single_pieces > 0) {
     // A head's column groups form one cluster (the gated norm gathers their outputs).
@@ -1462,6 +1533,7 @@ bool gdn_delta_rule_supports(int64_t key_dim, int64_t value_dim) {
 }
 
 void set_delta_decode_dense_from_for_tests(int32_t pieces) { dense_from_for_tests.store(pieces); }
+void set_delta_dense_roll_for_tests(int32_t rows) { dense_roll_for_tests.store(rows); }
 
 void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16* qkv, const float* beta,
                            const float* g, GdnDims dims, float* chunk_scratch, float* out, cudaStream_t stream,
