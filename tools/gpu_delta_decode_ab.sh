@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# On the GPU machine: the delta rule's decode switches that keep every bit (issue 16 item 2; docs/benchmarks.md, 41st
+# round), timed, in one call, on a pack of the change (tools/device_pack_env.sh) and the 9B-shaped checkpoint of
+# tools/make_9b_references.py (made in WORK when missing, about 40 s, beside the first stages):
+#   1. bench_gdn_delta's decode cases (one layer, 1 / 16 / 64 rows, folds) under each switch: the out and state
+#      fingerprints must equal the default's, and the read rate of the one-row states is printed;
+#   2. GdnKernelsTest's dense-kernel test (the rolling loads' bits against the cluster form's);
+#   3. `duet run` decode at 64 streams (tools/gpu_launch_ab.sh, ROUNDS rounds): default, DUET_DELTA_DENSE_ROLL=16 and
+#      32, DUET_DELTA_ORDER=longest; then at one stream: default against DUET_CUDA_EARLY_LOADS=1.
+# Every stage writes its lines as it goes, to stdout and OUT/log, never through a pipe that holds them until the end
+# (a call's time limit kills the pipe with its buffer: 41st round).
+#   usage: tools/gpu_delta_decode_ab.sh OUT [WORK=/tmp/9b] [ROUNDS=2]
+set -uo pipefail
+out=$1; work=${2:-/tmp/9b}; rounds=${3:-2}
+mkdir -p "$out"
+exec > >(tee -a "$out/log") 2>&1
+start=$(date +%s)
+elapsed() { echo $(( $(date +%s) - start )); }
+source tools/device_pack_env.sh
+[[ -f $work/model/config.json ]] ||
+  python3 tools/make_9b_references.py --out "$work" --checkpoint-only > "$out/make9b.log" 2>&1 &
+
+echo "== 1. bench_gdn_delta, decode cases, by switch (fingerprints must match the default's)"
+for setting in - DUET_DELTA_DENSE_ROLL=16 DUET_DELTA_DENSE_ROLL=32 DUET_DELTA_ORDER=longest DUET_CUDA_EARLY_LOADS=1; do
+  assignments=()
+  [[ $setting == - ]] || assignments=("$setting")
+  echo "-- $setting"
+  env "${assignments[@]}" timeout 60 device/tests/cuda/bench_gdn_delta 20 decode > "$out/bench.txt" 2>&1
+  grep -E "rows|row " "$out/bench.txt"
+done
+echo "done at $(elapsed) s"
+
+echo "== 2. the dense kernel's bits, batches and rolling loads, against the cluster form"
+timeout 60 device/tests/cuda/cuda_tests --gtest_filter='*DenseDecodeKernelGivesTheClusterFormsBits*' > "$out/dense-test.txt" 2>&1
+grep -E "^\[ +(OK|FAILED|PASSED|SKIPPED) |Failure" "$out/dense-test.txt" | head -12
+wait
+[[ -f $work/model/config.json ]] || { echo "no checkpoint in $work"; tail -5 "$out/make9b.log"; exit 1; }
+echo "done at $(elapsed) s"
+
+echo "== 3. duet run, 64 streams, then one"
+tools/gpu_launch_ab.sh "$work" 64 "$rounds" - DUET_DELTA_DENSE_ROLL=16 DUET_DELTA_DENSE_ROLL=32 DUET_DELTA_ORDER=longest
+echo "done at $(elapsed) s"
+tools/gpu_launch_ab.sh "$work" 1 "$rounds" - DUET_CUDA_EARLY_LOADS=1
+echo "done at $(elapsed) s"
