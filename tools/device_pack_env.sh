@@ -1,9 +1,20 @@
 # Sourced by the GPU machine's check scripts (tools/gpu_checks.sh, tools/gpu_lookahead_check.sh), from the repository
 # root: unpacks .devpack/device.tar.xz when device/ is missing, points the loader and the tests at it, and names the
-# GPU. Exits the calling script when there is nothing to unpack.
+# GPU. Exits the calling script when there is nothing to unpack. Its two functions make the 9B-shaped checkpoint of
+# tools/make_9b_references.py beside a script's first stages: start_checkpoint WORK OUT (in the background, when
+# WORK/model has none), then await_checkpoint WORK OUT (waits; exits the script when there is still none).
 if [[ ! -x device/bin/duet ]]; then
   [[ -f .devpack/device.tar.xz ]] || { echo "no device/ and no .devpack/device.tar.xz: pack first" >&2; exit 1; }
   tar -xJf .devpack/device.tar.xz
 fi
 export LD_LIBRARY_PATH="$PWD/device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" DUET_TESTS_DIR_OVERRIDE="$PWD/tests"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+
+start_checkpoint() {
+  [[ -f $1/model/config.json ]] ||
+    python3 tools/make_9b_references.py --out "$1" --checkpoint-only > "$2/make9b.log" 2>&1 &
+}
+await_checkpoint() {
+  wait
+  [[ -f $1/model/config.json ]] || { echo "no checkpoint in $1"; tail -5 "$2/make9b.log"; exit 1; }
+}

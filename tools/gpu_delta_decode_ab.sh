@@ -17,8 +17,7 @@ exec > >(tee -a "$out/log") 2>&1
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 source tools/device_pack_env.sh
-[[ -f $work/model/config.json ]] ||
-  python3 tools/make_9b_references.py --out "$work" --checkpoint-only > "$out/make9b.log" 2>&1 &
+start_checkpoint "$work" "$out"
 
 echo "== 1. bench_gdn_delta, decode cases, by switch (fingerprints must match the default's)"
 for setting in - DUET_DELTA_DENSE_ROLL=16 DUET_DELTA_DENSE_ROLL=32 DUET_DELTA_ORDER=longest DUET_CUDA_EARLY_LOADS=1; do
@@ -33,8 +32,7 @@ echo "done at $(elapsed) s"
 echo "== 2. the dense kernel's bits, batches and rolling loads, against the cluster form"
 timeout 60 device/tests/cuda/cuda_tests --gtest_filter='*DenseDecodeKernelGivesTheClusterFormsBits*' > "$out/dense-test.txt" 2>&1
 grep -E "^\[ +(OK|FAILED|PASSED|SKIPPED) |Failure" "$out/dense-test.txt" | head -12
-wait
-[[ -f $work/model/config.json ]] || { echo "no checkpoint in $work"; tail -5 "$out/make9b.log"; exit 1; }
+await_checkpoint "$work" "$out"
 echo "done at $(elapsed) s"
 
 echo "== 3. duet run, 64 streams, then one"

@@ -15,14 +15,12 @@ start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 mkdir -p "$out"
 source tools/device_pack_env.sh
-[[ -f $work/model/config.json ]] ||
-  python3 tools/make_9b_references.py --out "$work" --checkpoint-only > "$out/make9b.log" 2>&1 &
+start_checkpoint "$work" "$out"
 
 echo "== 1. the device-side test"
 timeout 90 device/tests/cuda/cuda_tests --gtest_filter='*StepsLaunchedAhead*' > "$out/test.log" 2>&1
 grep -E "^\[ +(OK|FAILED|PASSED) |Failure" "$out/test.log" | head -12
-wait
-[[ -f $work/model/config.json ]] || { echo "no checkpoint in $work"; tail -5 "$out/make9b.log"; exit 1; }
+await_checkpoint "$work" "$out"
 echo "done at $(elapsed) s"
 
 echo "== 2. DUET_LOOKAHEAD=0 against 1, served (duet run's greedy passes do not take the engine's path)"

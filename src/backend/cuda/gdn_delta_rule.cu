@@ -708,6 +708,17 @@ __global__ void __launch_bounds__(kThreads)
 struct RowEntries {
   float A, Q;
 };
+// Four steps of both chains: the key index's next 16 bytes of k_t (a), q_t (b) and the earlier key (c).
+__device__ __forceinline__ void entries_step(float4 a, float4 b, float4 c, float& kk, float& qk) {
+  kk = fmaf(a.x, c.x, kk), qk = fmaf(b.x, c.x, qk);
+  kk = fmaf(a.y, c.y, kk), qk = fmaf(b.y, c.y, qk);
+  kk = fmaf(a.z, c.z, kk), qk = fmaf(b.z, c.z, qk);
+  kk = fmaf(a.w, c.w, kk), qk = fmaf(b.w, c.w, qk);
+}
+__device__ __forceinline__ RowEntries decayed_entries(float kk, float qk, float G_t, float G_s, float beta) {
+  const float decay = expf(G_t - G_s);
+  return RowEntries{(kk * decay) * beta, qk * decay};
+}
 template <int KD>
 __device__ __forceinline__ RowEntries row_entries(const float* kt, const float* q, const float* key, float G_t,
                                                   float G_s, float beta) {
@@ -716,15 +727,8 @@ __device__ __forceinline__ RowEntries row_entries(const float* kt, const float* 
   const float4* key4 = reinterpret_cast<const float4*>(key);
   float kk = 0.0f, qk = 0.0f;
 #pragma unroll 4
-  for (int i = 0; i < KD / 4; ++i) {
-    const float4 a = kt4[i], b = q4[i], c = key4[i];
-    kk = fmaf(a.x, c.x, kk), qk = fmaf(b.x, c.x, qk);
-    kk = fmaf(a.y, c.y, kk), qk = fmaf(b.y, c.y, qk);
-    kk = fmaf(a.z, c.z, kk), qk = fmaf(b.z, c.z, qk);
-    kk = fmaf(a.w, c.w, kk), qk = fmaf(b.w, c.w, qk);
-  }
-  const float decay = expf(G_t - G_s);
-  return RowEntries{(kk * decay) * beta, qk * decay};
+  for (int i = 0; i < KD / 4; ++i) entries_step(kt4[i], q4[i], key4[i], kk, qk);
+  return decayed_entries(kk, qk, G_t, G_s, beta);
 }
 
 template <int KD, int VD, int VC = columns_for(VD)>
@@ -961,15 +965,11 @@ __device__ __forceinline__ RowEntries row_entries_streamed(const float* kt, cons
   float kk = 0.0f, qk = 0.0f;
 #pragma unroll
   for (int i = 0; i < KD / 4; ++i) {
-    const float4 a = kt4[i], b = q4[i], c = ring[i % kAhead];
+    const float4 c = ring[i % kAhead];
     if (i + kAhead < KD / 4) ring[i % kAhead] = key4[i + kAhead];
-    kk = fmaf(a.x, c.x, kk), qk = fmaf(b.x, c.x, qk);
-    kk = fmaf(a.y, c.y, kk), qk = fmaf(b.y, c.y, qk);
-    kk = fmaf(a.z, c.z, kk), qk = fmaf(b.z, c.z, qk);
-    kk = fmaf(a.w, c.w, kk), qk = fmaf(b.w, c.w, qk);
+    entries_step(kt4[i], q4[i], c, kk, qk);
   }
-  const float decay = expf(G_t - G_s);
-  return RowEntries{(kk * decay) * beta, qk * decay};
+  return decayed_entries(kk, qk, G_t, G_s, beta);
 }
 
 // kEarlyState: as decode_delta_kernel's, the chunk's G and the first batch of S_b rows before the wait (the earlier
