@@ -559,6 +559,13 @@ struct Engine::Impl {
     finish_step(*current);
   }
 
+  // EngineOptions::test_device_fault_step: the step of that number fails to launch as a device error would, whether it
+  // was planned after the step before or launched ahead of its end.
+  void inject_test_fault() {
+    if (options.test_device_fault_step > 0 && ++steps_launched_for_faults == options.test_device_fault_step)
+      throw DeviceError("CUDA: an injected device fault (DUET_TEST_DEVICE_FAULT_STEP)");
+  }
+
   // The pieces of a planned step built, its counts sent and the step launched.
   std::unique_ptr<LaunchedStep> launch_step(std::vector<ScheduledPiece> planned_pieces) {
     auto launched_step = std::make_unique<LaunchedStep>();
@@ -567,8 +574,7 @@ struct Engine::Impl {
     const std::vector<ScheduledPiece>& planned = step.planned;
     in_step.clear();
     for (const ScheduledPiece& piece : planned) in_step.push_back(piece.sequence);
-    if (options.test_device_fault_step > 0 && stats.steps_total + 1 == options.test_device_fault_step)
-      throw DeviceError("CUDA: an injected device fault (DUET_TEST_DEVICE_FAULT_STEP)");
+    inject_test_fault();
 
     step.specs.resize(planned.size());
     step.forks.resize(planned.size());
@@ -727,6 +733,7 @@ struct Engine::Impl {
     step.row_specs.resize(n);
     step.row_spec_ptrs.resize(n);
     step.started = Clock::now();
+    inject_test_fault();
     try {
       step.launched = model.launch(*storage, step.pieces);
     } catch (const model::PieceRefused& refused) {  // nothing moved: the next step is planned as usual
@@ -1243,6 +1250,8 @@ struct Engine::Impl {
   Scheduler scheduler;                                // engine thread only
   std::optional<TowerRunner> tower;                   // engine thread only; with options.vision
   std::vector<Sequence*> in_step;  // engine thread only: the sequences of the step being run, failed if it throws
+  // Engine thread only: the steps that have gone to launch, counted for EngineOptions::test_device_fault_step.
+  int64_t steps_launched_for_faults = 0;
   // Engine thread only: launch_ahead's step, launched while the one before it ran; the next step() finishes it.
   std::unique_ptr<LaunchedStep> ahead;
   const bool lookahead = lookahead_on(options, model);

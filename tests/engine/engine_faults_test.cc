@@ -78,39 +78,44 @@ TEST(EngineFaults, AThrowMidStepFailsThatStepsRequestsAndTheWaitingOneRuns) {
 
 // A device error (issue 22): the GPU's state cannot be trusted after it, so the engine ends every request with the
 // error, the running one and the one waiting for its slot alike, refuses new ones with EngineFailed, says so in its
-// stats, and runs no further step. The control: the same engine without the injected fault finishes both.
+// stats, and runs no further step; with steps launched ahead too (step 6 is one: the request decodes alone). The
+// control: the same engine without the injected fault finishes both.
 TEST(EngineFaults, ADeviceErrorEndsEveryRequestAndStopsTheEngine) {
-  for (const bool inject : {true, false}) {
-    SCOPED_TRACE(inject ? "device fault at step 6" : "control: no fault");
-    FakeModel model(kFaultsVocab);
-    model.set_step_delay(std::chrono::milliseconds(2));
-    EngineOptions options = small_options(1);
-    options.test_device_fault_step = inject ? 6 : 0;
-    Engine engine(model, nullptr, options);
-    auto running = engine.submit(greedy_request({1, 2, 3}, 20));
-    auto waiting = engine.submit(greedy_request({4, 5}, 3));  // one slot: it waits for the first
-    const Outcome first = drain(*running), second = drain(*waiting);
-    if (!inject) {
-      EXPECT_EQ(first.finished.reason, FinishReason::length);
-      EXPECT_EQ(second.finished.reason, FinishReason::length);
-      EXPECT_TRUE(engine.stats().failure.empty());
-      continue;
+  for (const auto lookahead : {EngineOptions::Lookahead::never, EngineOptions::Lookahead::always})
+    for (const bool inject : {true, false}) {
+      SCOPED_TRACE(inject ? "device fault at step 6" : "control: no fault");
+      SCOPED_TRACE(lookahead == EngineOptions::Lookahead::always ? "steps launched ahead" : "steps planned after");
+      FakeModel model(kFaultsVocab);
+      model.set_step_delay(std::chrono::milliseconds(2));
+      EngineOptions options = small_options(1);
+      options.lookahead = lookahead;
+      options.test_device_fault_step = inject ? 6 : 0;
+      Engine engine(model, nullptr, options);
+      auto running = engine.submit(greedy_request({1, 2, 3}, 20));
+      auto waiting = engine.submit(greedy_request({4, 5}, 3));  // one slot: it waits for the first
+      const Outcome first = drain(*running), second = drain(*waiting);
+      if (!inject) {
+        EXPECT_EQ(first.finished.reason, FinishReason::length);
+        EXPECT_EQ(second.finished.reason, FinishReason::length);
+        EXPECT_TRUE(engine.stats().failure.empty());
+        if (lookahead == EngineOptions::Lookahead::always) EXPECT_GT(engine.stats().steps_ahead_total, 5);
+        continue;
+      }
+      for (const Outcome* outcome : {&first, &second}) {
+        EXPECT_EQ(outcome->finished.reason, FinishReason::error);
+        EXPECT_NE(outcome->finished.error.find("the GPU failed"), std::string::npos) << outcome->finished.error;
+        EXPECT_NE(outcome->finished.error.find("DUET_TEST_DEVICE_FAULT_STEP"), std::string::npos);
+      }
+      EXPECT_LT(first.tokens.size(), 20u);
+      EXPECT_TRUE(second.tokens.empty());
+      const EngineStats stats = engine.stats();
+      EXPECT_NE(stats.failure.find("the GPU failed"), std::string::npos);
+      EXPECT_EQ(stats.requests_failed, 2);
+      EXPECT_THROW(engine.submit(greedy_request({1}, 2)), EngineFailed);
+      const int64_t steps = stats.steps_total;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      EXPECT_EQ(engine.stats().steps_total, steps) << "no step runs after a device error";
     }
-    for (const Outcome* outcome : {&first, &second}) {
-      EXPECT_EQ(outcome->finished.reason, FinishReason::error);
-      EXPECT_NE(outcome->finished.error.find("the GPU failed"), std::string::npos) << outcome->finished.error;
-      EXPECT_NE(outcome->finished.error.find("DUET_TEST_DEVICE_FAULT_STEP"), std::string::npos);
-    }
-    EXPECT_LT(first.tokens.size(), 20u);
-    EXPECT_TRUE(second.tokens.empty());
-    const EngineStats stats = engine.stats();
-    EXPECT_NE(stats.failure.find("the GPU failed"), std::string::npos);
-    EXPECT_EQ(stats.requests_failed, 2);
-    EXPECT_THROW(engine.submit(greedy_request({1}, 2)), EngineFailed);
-    const int64_t steps = stats.steps_total;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    EXPECT_EQ(engine.stats().steps_total, steps) << "no step runs after a device error";
-  }
 }
 
 // A server takes events through the listener and try_next, with no thread waiting in next().
