@@ -229,6 +229,8 @@ struct Engine::Impl {
     stats.prompt_cache_host_bytes = plan.prompt_cache_host_bytes;
     stats.workspace_bytes = plan.workspace_bytes;
     stats.memory_limit_bytes = plan.limit_bytes;
+    if (lookahead && options.draft.kind == DraftKind::none)
+      log_info("engine: steps launched ahead between steps of decode rows alone (DUET_LOOKAHEAD=0 turns them off)");
     thread = std::thread([this] { run(); });
   }
 
