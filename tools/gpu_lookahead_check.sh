@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# On the GPU machine: what steps launched ahead (the engine's lookahead, issue 16 item 5) owe before the engine turns them
-# on by default on the CUDA backend (engine.cc, kLookaheadWhereStepsOverlap), in one call, most important first:
+# On the GPU machine: what a change to steps launched ahead (the engine's lookahead, issue 16 item 5; on by default on the
+# CUDA backend since docs/benchmarks.md's 41st round, which this script measured) owes, in one call, most important
+# first:
 #   1. CudaModelTest.StepsLaunchedAheadReadTheirTokensOnTheDevice: carried rows against ids sent from the host;
 #   2. served decode (tools/gpu_served_ab.sh: 1 stream greedy and seeded, 64 streams), DUET_LOOKAHEAD=0 against 1,
 #      ROUNDS times in turn: tok/s, steps launched ahead and DUET_STEP_GAPS's GPU-clock idle time between steps; then
