@@ -6,12 +6,14 @@
 #      fingerprints must equal the default's, and the read rate of the one-row states is printed;
 #   2. GdnKernelsTest's dense-kernel test (the rolling loads' bits against the cluster form's);
 #   3. `duet run` decode at 64 streams (tools/gpu_launch_ab.sh, ROUNDS rounds): default, DUET_DELTA_DENSE_ROLL=16 and
-#      32, DUET_DELTA_ORDER=longest; then at one stream: default against DUET_CUDA_EARLY_LOADS=1.
+#      32, DUET_DELTA_ORDER=longest; then at one stream: default against DUET_CUDA_EARLY_LOADS=1;
+#   4. ncu on the dense kernel at 64 rows under each of its forms (DRAM throughput, eligible warps, registers), while
+#      BUDGET_S lasts.
 # Every stage writes its lines as it goes, to stdout and OUT/log, never through a pipe that holds them until the end
 # (a call's time limit kills the pipe with its buffer: 41st round).
-#   usage: tools/gpu_delta_decode_ab.sh OUT [WORK=/tmp/9b] [ROUNDS=2]
+#   usage: tools/gpu_delta_decode_ab.sh OUT [WORK=/tmp/9b] [ROUNDS=2] [BUDGET_S=540]
 set -uo pipefail
-out=$1; work=${2:-/tmp/9b}; rounds=${3:-2}
+out=$1; work=${2:-/tmp/9b}; rounds=${3:-2}; budget=${4:-540}
 mkdir -p "$out"
 exec > >(tee -a "$out/log") 2>&1
 start=$(date +%s)
@@ -39,4 +41,19 @@ echo "== 3. duet run, 64 streams, then one"
 tools/gpu_launch_ab.sh "$work" 64 "$rounds" - DUET_DELTA_DENSE_ROLL=16 DUET_DELTA_DENSE_ROLL=32 DUET_DELTA_ORDER=longest
 echo "done at $(elapsed) s"
 tools/gpu_launch_ab.sh "$work" 1 "$rounds" - DUET_CUDA_EARLY_LOADS=1
+echo "done at $(elapsed) s"
+
+echo "== 4. ncu on the dense kernel at 64 rows, by form"
+ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+for setting in - DUET_DELTA_DENSE_ROLL=16 DUET_DELTA_DENSE_ROLL=32; do
+  left=$(( budget - $(elapsed) ))
+  (( left > 45 )) || { echo "(the budget ends before $setting)"; break; }
+  assignments=()
+  [[ $setting == - ]] || assignments=("$setting")
+  echo "-- $setting"
+  env "${assignments[@]}" timeout $(( left - 5 )) "$ncu" --clock-control none --set full --kernel-name regex:decode_dense \
+    --launch-skip 3 --launch-count 1 device/tests/cuda/bench_gdn_delta 4 "decode 64 rows" > "$out/ncu-${setting//[^A-Za-z0-9_-]/_}.txt" 2>&1
+  grep -E "^ +(Duration|DRAM Throughput|Eligible Warps Per Scheduler|Registers Per Thread|Achieved Occupancy) " \
+    "$out/ncu-${setting//[^A-Za-z0-9_-]/_}.txt"
+done
 echo "done at $(elapsed) s"
