@@ -20,7 +20,7 @@ for ((round = 1; round <= rounds; ++round)); do
   for setting in "$@"; do
     assignments=()
     [[ $setting == - ]] || IFS=' ' read -r -a assignments <<<"$setting"
-    stem=$out/$round-${setting//[^A-Za-z0-9_=.-]/_}
+    stem=$out/$round-${setting//[^A-Za-z0-9_.-]/_}
     env "${assignments[@]}" DUET_STEP_GAPS=1 "$duet" serve "$work/model" --backend "$backend" --host 127.0.0.1 --port $port \
       --parallel 64 --context 2048 --max-tokens 256 --queue-limit 256 > "$stem.out" 2> "$stem.log" &
     server=$!
