@@ -423,7 +423,8 @@ TEST_P(GdnKernelsTest, DecodeRowsGatedNormHasTheNormKernelsBits) {
 }
 
 // The one-row pieces' dense kernel (decode_dense_kernel, DUET_DELTA_DECODE=dense), in batches and with its rolling
-// loads of 16 and 32 rows (DUET_DELTA_DENSE_ROLL), gives decode_delta_kernel's bits:
+// loads of 16 and 32 rows (DUET_DELTA_DENSE_ROLL), and either kernel with the one-row pieces latest in their chunk
+// first (DUET_DELTA_ORDER=longest), gives decode_delta_kernel's bits in step order:
 // outputs, gated norm and every sequence's state, in a step of one-row pieces inside, at the end of (the fold) and at
 // the start of a chunk, beside pieces for the chunked form and the few-row kernel (so the dense kernel finds its
 // pieces past theirs in the step's order). The control: one one-ulp change in one row's beta changes that row's bits
@@ -442,13 +443,13 @@ TEST_P(GdnKernelsTest, DenseDecodeKernelGivesTheClusterFormsBits) {
     std::vector<float> out, normed;
     std::vector<std::vector<float>> states;
   };
-  auto run = [&](int32_t dense_from, const DeltaInputs& in, int32_t roll = 0) {
+  auto run = [&](int32_t dense_from, const DeltaInputs& in, int32_t roll = 0, bool longest_first = false) {
     set_delta_decode_dense_from_for_tests(dense_from);
     set_delta_dense_roll_for_tests(roll);
     DeviceDeltaInputs in_d(in);
     DeviceBuffer<bf16> z_d(to_bf16(z));
     States states(d, seeds);
-    Step step(pieces, states);
+    Step step(pieces, states, StepOptions{.longest_first = longest_first});
     DeviceBuffer<float> out_d(static_cast<size_t>(rows) * vw);
     DeviceBuffer<bf16> normed_d(static_cast<size_t>(rows) * vw);
     out_d.poison();
@@ -467,9 +468,12 @@ TEST_P(GdnKernelsTest, DenseDecodeKernelGivesTheClusterFormsBits) {
   };
   const DeltaInputs in = random_delta_inputs(d, rows, 801);
   const Result clusters = run(std::numeric_limits<int32_t>::max(), in);
-  for (int32_t roll : {0, 16, 32}) {
-    SCOPED_TRACE("rolling loads of " + std::to_string(roll) + " rows");
-    const Result dense = run(0, in, roll);
+  // The dense kernel in batches and with rolling loads, and both forms with the one-row pieces latest in their chunk
+  // first (DUET_DELTA_ORDER=longest; roll -1: the cluster form).
+  const std::vector<std::pair<int32_t, bool>> forms = {{0, false}, {16, false}, {32, false}, {0, true}, {-1, true}};
+  for (const auto& [roll, longest] : forms) {
+    SCOPED_TRACE("rolling loads of " + std::to_string(roll) + " rows" + (longest ? ", longest first" : ""));
+    const Result dense = roll < 0 ? run(std::numeric_limits<int32_t>::max(), in, 0, true) : run(0, in, roll, longest);
     int32_t first_row = 0;
     for (size_t i = 0; i < pieces.size(); ++i) {
       const PieceSpec& spec = pieces[i];

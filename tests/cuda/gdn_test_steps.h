@@ -120,6 +120,7 @@ struct HostStep {
 struct StepOptions {
   int32_t decode_rows = kDecodePieceRows;
   std::vector<std::pair<bf16*, int64_t>> rewind;
+  bool longest_first = one_row_longest_first();  // delta_order's order of the one-row pieces
 };
 
 inline HostStep build_host_step(const std::vector<PieceSpec>& specs, const States& states,
@@ -146,7 +147,7 @@ inline HostStep build_host_step(const std::vector<PieceSpec>& specs, const State
     row += spec.rows;
   }
   host.chunks = plan_delta_chunks(host.pieces, &host.chunk_scratch);
-  host.order = delta_order(host.pieces, options.decode_rows);
+  host.order = delta_order(host.pieces, options.decode_rows, options.longest_first);
   return host;
 }
 
