@@ -9,6 +9,7 @@ if [[ ! -x device/bin/duet ]]; then
 fi
 export LD_LIBRARY_PATH="$PWD/device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" DUET_TESTS_DIR_OVERRIDE="$PWD/tests"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+[[ -f device/PACKED_FROM ]] && echo "pack: $(cat device/PACKED_FROM)"
 
 start_checkpoint() {
   [[ -f $1/model/config.json ]] ||

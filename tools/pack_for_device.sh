@@ -4,6 +4,7 @@
 # and the kernel benchmarks (bench_*),
 # symbols stripped so the whole call stays under the device tool's 64 MiB, and every shared library they link
 # except glibc's family and the CUDA driver/toolkit (the GPU machine has its own), plus device/run_gpu_tests.sh.
+# It builds what it packs first, and names the commit in device/PACKED_FROM.
 #   usage: tools/pack_for_device.sh [BUILD_DIR]   (default: build)
 # The checkout alone is about 58.6 MB of the call's 64 MiB, so a pack of everything no longer fits beside it. With
 # PACK_ONLY="NAME ..." only those executables go (e.g. "duet cuda_tests cuda_cublaslt_loader_test": 6.5 MB, the GPU
@@ -22,8 +23,17 @@ if [[ ${PACK_NO_PTXAS_CHECK:-0} != 1 ]]; then
   "$repo/tools/ptxas_report.sh" "$build" || { echo "pack_for_device: not packed (see above)" >&2; exit 1; }
 fi
 
+# A pack of a build older than its sources would measure other code than the receipts name: the packed targets are
+# built first (nothing to do when current). What they were built from goes into device/PACKED_FROM, which
+# tools/device_pack_env.sh prints on the GPU machine, so every call's output names its commit.
+targets=${PACK_ONLY:-}  # none: every target
+# kernel_trace is a target only where CUPTI was found (tests/cuda/CMakeLists.txt): asked for elsewhere, it is skipped.
+[[ -f $build/tests/cuda/libkernel_trace.so ]] || targets=${targets//kernel_trace/}
+nice ninja -C "$build" $targets > /dev/null || { echo "pack_for_device: the build ($targets) failed" >&2; exit 1; }
+
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/tests" "$out/lib"
+echo "$(git -C "$repo" describe --always --dirty) packed $(date -u +%FT%TZ)" > "$out/PACKED_FROM"
 wanted() { [[ -z ${PACK_ONLY:-} || " $PACK_ONLY " == *" $1 "* ]]; }
 
 # The duet binary: bin/duet when the build has one, else where src/cli puts it.
