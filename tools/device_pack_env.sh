@@ -2,7 +2,8 @@
 # root: unpacks .devpack/device.tar.xz when device/ is missing, points the loader and the tests at it, and names the
 # GPU. Exits the calling script when there is nothing to unpack. Its two functions make the 9B-shaped checkpoint of
 # tools/make_9b_references.py beside a script's first stages: start_checkpoint WORK OUT (in the background, when
-# WORK/model has none), then await_checkpoint WORK OUT (waits; exits the script when there is still none).
+# WORK/model has none), then await_checkpoint WORK OUT (waits; exits the script when there is still none). And
+# run_gpu_test FILTER LOG [SECONDS=90]: the GPU tests FILTER picks, their log into LOG, their verdicts printed.
 if [[ ! -x device/bin/duet ]]; then
   [[ -f .devpack/device.tar.xz ]] || { echo "no device/ and no .devpack/device.tar.xz: pack first" >&2; exit 1; }
   tar -xJf .devpack/device.tar.xz
@@ -18,4 +19,8 @@ start_checkpoint() {
 await_checkpoint() {
   wait
   [[ -f $1/model/config.json ]] || { echo "no checkpoint in $1"; tail -5 "$2/make9b.log"; exit 1; }
+}
+run_gpu_test() {
+  timeout "${3:-90}" device/tests/cuda/cuda_tests --gtest_filter="$1" > "$2" 2>&1
+  grep -E "^\[ +(OK|FAILED|PASSED|SKIPPED) |Failure" "$2" | head -12
 }

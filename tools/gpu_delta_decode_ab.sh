@@ -32,8 +32,7 @@ done
 echo "done at $(elapsed) s"
 
 echo "== 2. the dense kernel's bits, batches and rolling loads, against the cluster form"
-timeout 60 device/tests/cuda/cuda_tests --gtest_filter='*DenseDecodeKernelGivesTheClusterFormsBits*' > "$out/dense-test.txt" 2>&1
-grep -E "^\[ +(OK|FAILED|PASSED|SKIPPED) |Failure" "$out/dense-test.txt" | head -12
+run_gpu_test '*DenseDecodeKernelGivesTheClusterFormsBits*' "$out/dense-test.txt" 60
 await_checkpoint "$work" "$out"
 echo "done at $(elapsed) s"
 

@@ -19,8 +19,7 @@ source tools/device_pack_env.sh
 start_checkpoint "$work" "$out"
 
 echo "== 1. the device-side test"
-timeout 90 device/tests/cuda/cuda_tests --gtest_filter='*StepsLaunchedAhead*' > "$out/test.log" 2>&1
-grep -E "^\[ +(OK|FAILED|PASSED) |Failure" "$out/test.log" | head -12
+run_gpu_test '*StepsLaunchedAhead*' "$out/test.log"
 await_checkpoint "$work" "$out"
 echo "done at $(elapsed) s"
 
