@@ -13,7 +13,8 @@
 //   bench_skinny_gemm --tma-slices       (the TMA engine at 1, 16 and 64 rows, every slice count 1..8, in blocks of
 //                                         128 and 64 w rows; the two sizes' bits checked against each other)
 //   bench_skinny_gemm --tma-blocks       (the TMA engine at production's slices in blocks of 128 and 64 w rows, 1..64
-//                                         rows, SwiGLU for gate | up; production's choice marked; bits checked)
+//                                         rows, SwiGLU for gate | up; production's choice marked; bits checked;
+//                                         beside each shape a read kernel's rate on the same bytes, alone and chained)
 //   bench_skinny_gemm --cublas           (production beside cuBLASLt: its heuristic's first algorithm and the best of
 //                                         its first 8 at each m, GB/s and TFLOP/s; not batch-invariant, a reference)
 //   bench_skinny_gemm --profile SHAPE M   (three production launches of one shape, for ncu; nothing timed)
@@ -34,6 +35,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/cuda/dependent_launch.h"
 #include "backend/cuda/kernels.h"
 #include "cublaslt_reference.h"
 
@@ -82,6 +84,23 @@ __global__ void read_all(const uint4* __restrict__ p, size_t count, uint32_t* si
   if (acc == 0x12345678u) *sink = acc;  // keeps the loads
 }
 
+// read_all as a dependent launch (dependent_launch.h) whose blocks let the next launch start at once: back to back,
+// each call's ramp overlaps the tail of the call before, as the GEMMs' do in the bench and in small steps. The
+// fastest a kernel reads a weight of that many bytes from HBM in such a chain: the size's own read rate, which a
+// 33 MB weight's few microseconds keep below the 1 GiB figure.
+__global__ void read_all_chained(const uint4* __restrict__ p, size_t count, uint32_t* sink) {
+  duet::backend::cuda::let_dependents_launch();
+  uint32_t acc = 0;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldg(p + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x12345678u)
+    *sink = acc;  // keeps the loads (never true on the bench's random weights' copies: a race
+                  // between chained calls would write one word no figure reads)
+}
+
 // Copies count 16-byte words from p to q: the copy rate as a kernel moves it (torch's copy_ moves about the same; a
 // device-to-device cudaMemcpyAsync was 35% slower on the H200, 2,768 against 4,229 GB/s, 37th round).
 __global__ void copy_all(const uint4* __restrict__ p, uint4* __restrict__ q, size_t count) {
@@ -114,6 +133,35 @@ struct RotatedWeights {
   RotatedWeights(const RotatedWeights&) = delete;
   RotatedWeights& operator=(const RotatedWeights&) = delete;
 };
+
+template <typename Launch>
+float median_ms_per_call(Launch launch, int calls, cudaStream_t stream);
+
+// GB/s of reading a rotation's weights by a kernel that does nothing else, call c reading copy c, as the GEMMs are
+// timed: alone (plain launches, grid-stride over every SM) and chained (dependent launches, read_all_chained).
+struct SameBytesRead {
+  double alone_gbs, chained_gbs;
+};
+SameBytesRead same_bytes_read(const RotatedWeights& rotation, cudaStream_t stream) {
+  uint32_t* sink = nullptr;
+  check(cudaMalloc(&sink, sizeof(uint32_t)), "malloc sink");
+  int sms = 0;
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "sm count");
+  const size_t words = rotation.elems * sizeof(bf16) / 16;
+  const double bytes = static_cast<double>(rotation.elems * sizeof(bf16));
+  const int calls = std::max(rotation.copies, 20);
+  const auto word_copy = [&](int c) { return reinterpret_cast<const uint4*>(rotation.copy(c)); };
+  const float alone_ms = median_ms_per_call(
+      [&](int c) { read_all<<<sms * 4, 512, 0, stream>>>(word_copy(c), words, sink); }, calls, stream);
+  const float chained_ms = median_ms_per_call(
+      [&](int c) {
+        duet::backend::cuda::launch_dependent("read_all_chained", read_all_chained, dim3(sms * 4), dim3(512), 0, stream,
+                                              word_copy(c), words, sink);
+      },
+      calls, stream);
+  cudaFree(sink);
+  return {bytes / (alone_ms * 1e-3) / 1e9, bytes / (chained_ms * 1e-3) / 1e9};
+}
 
 template <typename Launch>
 float median_ms_per_call(Launch launch, int calls, cudaStream_t stream) {
@@ -306,11 +354,15 @@ int bench_tma_blocks(const std::vector<Shape>& shapes, const bf16* x, bf16* y, b
                      double copy_gbs, cudaStream_t stream) {
   std::printf(
       "%-20s %4s %10s %10s   (GB/s of weights read, production's slices; * production's choice, then its share of the "
-      "copy rate %.0f; read rate %.0f)\n",
+      "copy rate %.0f and of the chained read of the same bytes; read rate %.0f)\n",
       "shape", "m", "128-row", "64-row", copy_gbs, read_gbs);
   int failures = 0;
   for (const Shape& shape : shapes) {
     const RotatedWeights rotation(shape);
+    const SameBytesRead same = same_bytes_read(rotation, stream);
+    std::printf("%-20s read of the same %.1f MB by a read kernel: %.0f GB/s alone, %.0f chained (%.0f%% of copy)\n",
+                shape.name, rotation.elems * sizeof(bf16) / 1e6, same.alone_gbs, same.chained_gbs,
+                100.0 * same.chained_gbs / copy_gbs);
     const bool swiglu = std::string(shape.name) == "mlp.gate|up";
     const int32_t out_width = swiglu ? shape.n / 2 : shape.n;
     auto launch = [&](int32_t m, const bf16* w, bf16* out_rows, int block_rows) {
@@ -339,7 +391,8 @@ int bench_tma_blocks(const std::vector<Shape>& shapes, const bf16* x, bf16* y, b
         if (block_rows == chosen) chosen_gbs = gbs;
         std::printf(" %10.0f%s%s", gbs, block_rows == chosen ? "*" : " ", same ? "" : " [rows differ from m = 64's]");
       }
-      std::printf("   %3.0f%% of copy\n", 100.0 * chosen_gbs / copy_gbs);
+      std::printf("   %3.0f%% of copy, %3.0f%% of the same bytes' chained read\n", 100.0 * chosen_gbs / copy_gbs,
+                  100.0 * chosen_gbs / same.chained_gbs);
       std::fflush(stdout);
     }
   }
