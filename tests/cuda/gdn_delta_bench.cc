@@ -109,8 +109,9 @@ void run_case(const Case& c, int reps) {
     const std::vector<float> o = out.download();
     out_hash = fnv1a(o.data(), o.size() * sizeof(float));
     state_hash = 1469598103934665603ull;
+    const States::Snapshot now = states.now();
     for (size_t s = 0; s < c.pieces.size(); ++s) {
-      const std::vector<float> st = states.delta_now(static_cast<int32_t>(s), kLayer);
+      const std::vector<float> st = now.delta(static_cast<int32_t>(s), kLayer);
       state_hash = fnv1a(st.data(), st.size() * sizeof(float), state_hash);
     }
   }

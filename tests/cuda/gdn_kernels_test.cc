@@ -422,8 +422,8 @@ TEST_P(GdnKernelsTest, DecodeRowsGatedNormHasTheNormKernelsBits) {
   }
 }
 
-// The one-row pieces' dense kernel (decode_dense_kernel, DUET_DELTA_DECODE=dense), in batches and with its rolling
-// loads of 16 and 32 rows (DUET_DELTA_DENSE_ROLL), and either kernel with the one-row pieces latest in their chunk
+// The one-row pieces' dense kernel (decode_dense_kernel, DUET_DELTA_DECODE=dense), in batches (DUET_DELTA_DENSE_ROLL=0)
+// and with its rolling loads of 16 rows (the default), and either kernel with the one-row pieces latest in their chunk
 // first (DUET_DELTA_ORDER=longest), gives decode_delta_kernel's bits in step order:
 // outputs, gated norm and every sequence's state, in a step of one-row pieces inside, at the end of (the fold) and at
 // the start of a chunk, beside pieces for the chunked form and the few-row kernel (so the dense kernel finds its
@@ -461,16 +461,16 @@ TEST_P(GdnKernelsTest, DenseDecodeKernelGivesTheClusterFormsBits) {
     set_delta_decode_dense_from_for_tests(-1);
     set_delta_dense_roll_for_tests(-1);
     Result r{out_d.download(), to_float(normed_d.download()), {}};
+    const States::Snapshot now = states.now();
     for (size_t i = 0; i < pieces.size(); ++i)
-      r.states.push_back(
-          live_state(d, states.delta_now(static_cast<int32_t>(i), kLayer), pieces[i].start + pieces[i].rows));
+      r.states.push_back(live_state(d, now.delta(static_cast<int32_t>(i), kLayer), pieces[i].start + pieces[i].rows));
     return r;
   };
   const DeltaInputs in = random_delta_inputs(d, rows, 801);
   const Result clusters = run(std::numeric_limits<int32_t>::max(), in);
   // The dense kernel in batches and with rolling loads, and both forms with the one-row pieces latest in their chunk
   // first (DUET_DELTA_ORDER=longest; roll -1: the cluster form).
-  const std::vector<std::pair<int32_t, bool>> forms = {{0, false}, {16, false}, {32, false}, {0, true}, {-1, true}};
+  const std::vector<std::pair<int32_t, bool>> forms = {{0, false}, {16, false}, {16, true}, {-1, true}};
   for (const auto& [roll, longest] : forms) {
     SCOPED_TRACE("rolling loads of " + std::to_string(roll) + " rows" + (longest ? ", longest first" : ""));
     const Result dense = roll < 0 ? run(std::numeric_limits<int32_t>::max(), in, 0, true) : run(0, in, roll, longest);

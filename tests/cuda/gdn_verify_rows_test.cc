@@ -125,15 +125,15 @@ Result run_step(const GdnDims& d, const Layer& w, const std::vector<PieceSpec>& 
   r.g = g.download();
   r.delta_out = delta_out.download();
   r.normed = to_float(normed.download());
+  const States::Snapshot now = states.now();
   for (size_t i = 0; i < specs.size(); ++i) {
     const PieceSpec& spec = specs[i];
-    r.conv_state.push_back(states.conv_now(spec.sequence, kLayer));
-    r.delta_state.push_back(states.delta_now(spec.sequence, kLayer));
+    r.conv_state.push_back(now.conv(spec.sequence, kLayer));
+    r.delta_state.push_back(now.delta(spec.sequence, kLayer));
     const std::vector<float> window = to_float(windows[i]->download());
     r.window.push_back(rows_of(window, C, kLayer * (kHistory + spec.rows), kHistory + spec.rows));
-    r.layer0_untouched = r.layer0_untouched &&
-                         states.conv_now(spec.sequence, 0) == states.initial_conv(spec.sequence, 0) &&
-                         states.delta_now(spec.sequence, 0) == states.initial_delta(spec.sequence, 0);
+    r.layer0_untouched = r.layer0_untouched && now.conv(spec.sequence, 0) == states.initial_conv(spec.sequence, 0) &&
+                         now.delta(spec.sequence, 0) == states.initial_delta(spec.sequence, 0);
   }
   r.multi_pieces = step.get().multi_pieces;
   r.few_pieces = step.get().few_pieces;

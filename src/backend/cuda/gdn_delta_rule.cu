@@ -974,12 +974,13 @@ __device__ __forceinline__ RowEntries row_entries_streamed(const float* kt, cons
 
 // kEarlyState: as decode_delta_kernel's, the chunk's G and the first batch of S_b rows before the wait (the earlier
 // rows' d stays a group of its own, waited for after the chains of S_b^T k).
-// kRoll (DUET_DELTA_DENSE_ROLL=16 or 32, a measurement switch until timed; the same bits): a column thread keeps kRoll
-// rows of S_b in flight at every step instead of batches of kDenseBatch (each row's load issued as the row kRoll
-// before it is taken: no batch waits for the whole of the next, and no batch's registers are copied into the other's),
-// and an A and Q thread its key row kKeyAhead 16-byte pieces ahead. Why: ncu at 64 rows on an H100 (docs/benchmarks.md,
-// 41st round) finds the kernel at 73% of the DRAM peak with 0.24 eligible warps a scheduler, half its stalls waiting
-// for global loads.
+// kRoll (16 by default; DUET_DELTA_DENSE_ROLL=0 for batches; the same bits): a column thread keeps kRoll rows of S_b in
+// flight at every step instead of batches of kDenseBatch (each row's load issued as the row kRoll before it is taken:
+// no batch waits for the whole of the next, and no batch's registers are copied into the other's), and an A and Q
+// thread its key row kKeyAhead 16-byte pieces ahead. Why: ncu at 64 rows on an H100 (docs/benchmarks.md, 41st round)
+// finds the kernel at 73% of the DRAM peak with 0.24 eligible warps a scheduler, half its stalls waiting for global
+// loads. Measured (42nd round, H100, `duet run` at 64 streams, six alternating rounds each): 16 rows +0.9% (every run
+// above every batched run, the same tokens); 32 rows -5.4% (ptxas spills 136 bytes a thread), so not built.
 constexpr int kKeyAhead = 4;
 template <int KD, int VD, bool kEarlyState = false, int kRoll = 0>
 __global__ void __launch_bounds__(VD + kC, 5)
@@ -1430,14 +1431,13 @@ int32_t dense_decode_from() {
   return for_tests >= 0 ? for_tests : from_environment;
 }
 
-// DUET_DELTA_DENSE_ROLL=16 or 32 (read once): decode_dense_kernel's rolling loads (kRoll), that many rows in flight;
-// 0 (unset): batches.
+// decode_dense_kernel's rolling loads (kRoll): 16 rows in flight, or with DUET_DELTA_DENSE_ROLL=0 (read once; for A/B)
+// the batches of the rounds before the 42nd.
 std::atomic<int32_t> dense_roll_for_tests{-1};
 int dense_roll() {
   static const int rows = [] {
     const char* v = std::getenv("DUET_DELTA_DENSE_ROLL");
-    const int n = v != nullptr ? std::atoi(v) : 0;
-    return n == 16 || n == 32 ? n : 0;
+    return v != nullptr && std::strcmp(v, "0") == 0 ? 0 : 16;
   }();
   const int32_t for_tests = dense_roll_for_tests.load();
   return for_tests >= 0 ? for_tests : rows;
@@ -1495,10 +1495,9 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
     // Heads fastest, so that the pieces delta_order puts first (those that fold) start first.
     const bool early = early_loads();
     const int roll = dense_roll();
-    const auto kernel =
-        roll == 16   ? (early ? decode_dense_kernel<KD, VD, true, 16> : decode_dense_kernel<KD, VD, false, 16>)
-        : roll == 32 ? (early ? decode_dense_kernel<KD, VD, true, 32> : decode_dense_kernel<KD, VD, false, 32>)
-                     : (early ? decode_dense_kernel<KD, VD, true, 0> : decode_dense_kernel<KD, VD, false, 0>);
+    const auto kernel = roll == 16
+                            ? (early ? decode_dense_kernel<KD, VD, true, 16> : decode_dense_kernel<KD, VD, false, 16>)
+                            : (early ? decode_dense_kernel<KD, VD, true, 0> : decode_dense_kernel<KD, VD, false, 0>);
     launch_dependent("decode_dense_kernel", kernel, dim3(dims.value_heads, single_pieces),
                      dim3(DenseSmem<KD, VD>::kThreads), dense_bytes, stream, step, layer, qkv, beta, g, dims, out,
                      norm);
