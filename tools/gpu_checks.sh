@@ -3,7 +3,8 @@
 # call within a budget, on a pack of the change (device/, or .devpack/device.tar.xz unpacked when device/ is missing)
 # and the 9B-shaped checkpoint of tools/make_9b_references.py (made in WORK when missing, about 40 s):
 #   1. the GPU suite (device/run_gpu_tests.sh; DUET_GPU_SUITES picks suites), bounded by what the budget leaves for
-#      the rest; the suites it did not reach are named, so that the next call can run them alone;
+#      the rest; the suites it did not reach are named, so that the next call can run them alone; then its slowest
+#      tests (tools/slowest_gpu_tests.py), what to make cheaper while the suite outgrows its share of a call;
 #   2. exactness: `duet serve` + `duet bench --alone --serial` at 1, 4, 16 and 64 streams, greedy, seeded and penalized
 #      (tools/gpu_bench.sh; 0 unequal, 0 failed);
 #   3. where a decode step's GPU time goes (DUET_PROFILE=1 duet run, 1,024-token prompt, 128 tokens) at 64 streams and
@@ -26,8 +27,10 @@ fi
 
 echo "== 1. GPU suite (log: $out/suite.log)"
 suite_s=$(( budget - 190 - $(elapsed) ))
-timeout $(( suite_s > 60 ? suite_s : 60 )) device/run_gpu_tests.sh > "$out/suite.log" 2>&1
+DUET_GPU_TEST_TIMES="$out/test-times" timeout $(( suite_s > 60 ? suite_s : 60 )) device/run_gpu_tests.sh \
+  > "$out/suite.log" 2>&1
 grep -E "^=== summary|^FAILED" "$out/suite.log" | tail -8
+python3 tools/slowest_gpu_tests.py "$out/test-times" 12
 if ! grep -q "^=== summary" "$out/suite.log"; then
   echo "the suite ran out of budget at $(grep -c '^=== ' "$out/suite.log") suites; the last one begun:"
   grep "^=== " "$out/suite.log" | tail -1

@@ -101,12 +101,18 @@ export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export DUET_TESTS_DIR_OVERRIDE="${DUET_TESTS_DIR_OVERRIDE:-$repo/tests}"
 cd "$repo"
 # One process a test suite (cuda_tests holds every GPU test file), as when each file was its own binary: a crash or a
-# leaked setting ends one suite, not the run. DUET_GPU_SUITES (a grep -E pattern) picks suites.
+# leaked setting ends one suite, not the run. DUET_GPU_SUITES (a grep -E pattern) picks suites. DUET_GPU_TEST_TIMES=DIR
+# writes each suite's gtest JSON report (every test's time) into DIR: tools/slowest_gpu_tests.py reads them.
 passed=() failed=()
 while IFS= read -r test; do
   while IFS= read -r suite; do
     echo "=== ${test#"$here/"} $suite"
-    if "$test" --gtest_brief=1 --gtest_filter="$suite*"; then passed+=("$suite"); else failed+=("$suite"); fi
+    report=()
+    if [[ -n ${DUET_GPU_TEST_TIMES:-} ]]; then
+      mkdir -p "$DUET_GPU_TEST_TIMES"
+      report=(--gtest_output="json:$DUET_GPU_TEST_TIMES/$(basename "$test")-${suite//[^A-Za-z0-9_]/_}.json")
+    fi
+    if "$test" --gtest_brief=1 --gtest_filter="$suite*" "${report[@]}"; then passed+=("$suite"); else failed+=("$suite"); fi
   done < <("$test" --gtest_list_tests | awk '/^[A-Za-z0-9_\/]+\.( |$)/ {print $1}' | grep -E "${DUET_GPU_SUITES:-.}")
 done < <(find "$here/tests" -type f -executable -name 'cuda_*' | sort)
 echo "=== summary: ${#passed[@]} passed, ${#failed[@]} failed"
