@@ -88,37 +88,8 @@ for name in libopenblas.so.0 liblapacke.so.3; do
   done
 done
 
-cat > "$out/run_gpu_tests.sh" <<'EOF'
-#!/usr/bin/env bash
-# Runs every CUDA test (cuda_*) packed here with the libraries packed beside them, then prints a summary of the suites.
-# The tests find their fixtures through tests_dir() (tests/tests_dir.h): the build machine's path compiled in, unless
-# DUET_TESTS_DIR_OVERRIDE says otherwise; here the repository is elsewhere, so it points them at this checkout's
-# tests/ (device/ sits at the repo root).
-set -u
-here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/.." && pwd)
-export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export DUET_TESTS_DIR_OVERRIDE="${DUET_TESTS_DIR_OVERRIDE:-$repo/tests}"
-cd "$repo"
-# One process a test suite (cuda_tests holds every GPU test file), as when each file was its own binary: a crash or a
-# leaked setting ends one suite, not the run. DUET_GPU_SUITES (a grep -E pattern) picks suites. DUET_GPU_TEST_TIMES=DIR
-# writes each suite's gtest JSON report (every test's time) into DIR: tools/slowest_gpu_tests.py reads them.
-passed=() failed=()
-while IFS= read -r test; do
-  while IFS= read -r suite; do
-    echo "=== ${test#"$here/"} $suite"
-    report=()
-    if [[ -n ${DUET_GPU_TEST_TIMES:-} ]]; then
-      mkdir -p "$DUET_GPU_TEST_TIMES"
-      report=(--gtest_output="json:$DUET_GPU_TEST_TIMES/$(basename "$test")-${suite//[^A-Za-z0-9_]/_}.json")
-    fi
-    if "$test" --gtest_brief=1 --gtest_filter="$suite*" "${report[@]}"; then passed+=("$suite"); else failed+=("$suite"); fi
-  done < <("$test" --gtest_list_tests | awk '/^[A-Za-z0-9_\/]+\.( |$)/ {print $1}' | grep -E "${DUET_GPU_SUITES:-.}")
-done < <(find "$here/tests" -type f -executable -name 'cuda_*' | sort)
-echo "=== summary: ${#passed[@]} passed, ${#failed[@]} failed"
-for name in "${failed[@]}"; do echo "FAILED: $name"; done
-[[ ${#failed[@]} -eq 0 && ${#passed[@]} -gt 0 ]]
-EOF
+# The suite's runner (DUET_GPU_JOBS, DUET_GPU_FIRST, DUET_GPU_SUITES, DUET_GPU_TEST_TIMES: its header says).
+cp "$repo/tools/run_gpu_tests.sh" "$out/run_gpu_tests.sh"
 chmod +x "$out/run_gpu_tests.sh"
 
 # The device tool carries at most 64 MiB with the whole checkout: send the pack compressed (one xz stream with a large
