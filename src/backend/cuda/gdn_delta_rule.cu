@@ -979,7 +979,7 @@ __device__ __forceinline__ RowEntries row_entries_streamed(const float* kt, cons
 // no batch waits for the whole of the next, and no batch's registers are copied into the other's), and an A and Q
 // thread its key row kKeyAhead 16-byte pieces ahead. Why: ncu at 64 rows on an H100 (docs/benchmarks.md, 41st round)
 // finds the kernel at 73% of the DRAM peak with 0.24 eligible warps a scheduler, half its stalls waiting for global
-// loads. Measured (42nd round, H100, `duet run` at 64 streams, six alternating rounds each): 16 rows +0.9% (every run
+// loads. Measured (42nd round, H100, `duet run` at 64 streams, six alternating rounds each): 16 rows +0.95% (every run
 // above every batched run, the same tokens); 32 rows -5.4% (ptxas spills 136 bytes a thread), so not built.
 constexpr int kKeyAhead = 4;
 template <int KD, int VD, bool kEarlyState = false, int kRoll = 0>
