@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # On the GPU machine: `duet run` decode tok/s under launch settings, alternating, on the 9B-shaped checkpoint that
-# tools/make_9b_references.py wrote (WORK/model): 1,024 random ids of seed 1024, 256 tokens, --ignore-eos, each setting
+# tools/make_9b_references.py wrote (WORK/model): 1,024 random ids of seed 1024 (PROMPT_LEN), 256 tokens, --ignore-eos, each setting
 # ROUNDS times in turn so that a drifting machine shows as spread rather than as a difference. A setting is a set of
 # environment assignments (`-` for none), e.g. the dependent-launch policy against every step dependent and the
 # bisection of which kernels lose by it (docs/benchmarks.md, 26th round; DUET_CUDA_PDL_FLIP in dependent_launch.h):
 #   tools/gpu_launch_ab.sh /tmp/9b 64 2 - DUET_CUDA_PDL=1 DUET_CUDA_PDL_FLIP=skinny DUET_CUDA_PDL_FLIP=decode_delta_kernel
 # A setting may begin with @PATH, another duet binary to run (e.g. an earlier build's, unpacked elsewhere):
 #   tools/gpu_launch_ab.sh /tmp/9b 64 2 - @/tmp/old/device/bin/duet
+# PROMPT_LEN (default 1024) sets the prompt's length, e.g. decode after a 16K prompt, where a row's attention reads
+# 16 times the keys (PROMPT_LEN=16384 tools/gpu_launch_ab.sh /tmp/9b 1 2 - DUET_ATTN_QUERY_SPLIT_ROWS=4).
 # RUN_ARGS in the environment adds flags to every `duet run`, e.g. the engine's path (steps launched ahead and all:
 # `duet run`'s own greedy passes drive the model without the engine) against its lookahead off:
 #   RUN_ARGS="--draft none" tools/gpu_launch_ab.sh /tmp/9b 1 2 DUET_LOOKAHEAD=0 DUET_LOOKAHEAD=1
@@ -17,7 +19,8 @@ set -uo pipefail
 work=$1; streams=$2; rounds=$3; shift 3
 export LD_LIBRARY_PATH="$PWD/device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 duet=device/bin/duet
-ids=$(python3 -c "import random; random.seed(1024); print(','.join(str(random.randrange(248044)) for _ in range(1024)))")
+ids=$(python3 -c "import random, sys; random.seed(1024); print(','.join(str(random.randrange(248044)) for _ in range(int(sys.argv[1]))))" \
+  "${PROMPT_LEN:-1024}")
 tokens=$(mktemp)
 trap 'rm -f "$tokens"' EXIT
 declare -A total runs

@@ -564,6 +564,66 @@ TEST_P(AttentionKernels, ValueSlicesGiveIdenticalRows) {
   EXPECT_GT(bit_differences(run_step(d, parts, norms, kv).out, 0, outs[0], 0, outs[0].size()), 0u);
 }
 
+// The lanes decode form with each KV head's queries split over blocks of one (set_attention_query_split_rows_for_tests,
+// DUET_ATTN_QUERY_SPLIT_ROWS) gives the same bytes as with a block for the whole group: decode rows at the edges of
+// pages and of the cluster's split, deep into a 16K sequence, each in a step of its own, and four of them in one step
+// (split up to 4 rows), against the same rows unsplit. The shapes whose decode rows take the cluster form (WideGroup)
+// compare that form with itself. Control: one query head's input a BF16 ulp larger changes that head's output bits and
+// leaves the other heads' (so the comparison sees the last bit, and each block writes its own heads).
+TEST_P(AttentionKernels, QueriesSplitOverBlocksGiveTheSameRows) {
+  DUET_REQUIRE_GPU();
+  struct Split {
+    explicit Split(int rows) { set_attention_query_split_rows_for_tests(rows); }
+    ~Split() { set_attention_query_split_rows_for_tests(-1); }
+  };
+  const AttentionDims& d = dims();
+  constexpr int kLength = 16384;
+  constexpr int kStoragePages = kLength / kPagePositions;
+  PagePool pool(710, kStoragePages);
+  Sequence seq = make_sequence(d, kLength, pool.take(kLength), 711, kStoragePages);
+  Norms norms(d, false, 41);
+  const std::vector<bf16> storage = initial_storage(d, {{&seq, kLength - 1, 1}}, norms);
+  std::vector<std::vector<StepPiece>> steps;
+  for (int pos : {0, 63, 64, 511, 513, 1100, 4095, 16383}) steps.push_back({{&seq, pos, 1, DeviceRole::decode}});
+  steps.push_back({{&seq, 900, 1, DeviceRole::decode},
+                   {&seq, 3000, 1, DeviceRole::decode},
+                   {&seq, 40, 1, DeviceRole::decode},
+                   {&seq, 12000, 1, DeviceRole::decode}});
+  // Each step on the same storage: prep writes only its rows' own positions, which no other step's row reads (every
+  // row reads positions up to its own, and the storage holds every earlier position already).
+  auto run_all = [&](int split_rows) {
+    const Split use(split_rows);
+    DeviceBuffer<bf16> kv(storage);
+    std::vector<std::vector<bf16>> outs;
+    for (const std::vector<StepPiece>& parts : steps) outs.push_back(run_step(d, parts, norms, kv).out);
+    return outs;
+  };
+  const std::vector<std::vector<bf16>> whole = run_all(0), split = run_all(4);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    SCOPED_TRACE("step " + std::to_string(i) + ", first row at " + std::to_string(steps[i][0].start));
+    ASSERT_EQ(split[i].size(), whole[i].size());
+    EXPECT_EQ(bit_differences(split[i], 0, whole[i], 0, whole[i].size()), 0u);
+  }
+
+  // The control, on the 1,100-position row alone on a fresh storage, split: query head 1's first input one BF16 ulp
+  // further from zero (its bits' low half is zero: one more in the high half).
+  const Split use(4);
+  auto run_alone = [&] {
+    DeviceBuffer<bf16> kv(storage);
+    return run_step(d, steps[5], norms, kv).out;
+  };
+  const std::vector<bf16> before = run_alone();
+  const size_t head = 1, width = static_cast<size_t>(d.head_dim);
+  float& x = seq.q_gate[(static_cast<size_t>(1100) * d.q_heads + head) * 2 * width];
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  bits += 1u << 16;
+  std::memcpy(&x, &bits, sizeof bits);
+  const std::vector<bf16> nudged = run_alone();
+  EXPECT_GT(bit_differences(nudged, head * width, before, head * width, width), 0u) << "head 1";
+  EXPECT_EQ(bit_differences(nudged, 0, before, 0, width), 0u) << "head 0";
+}
+
 // The planted control of the reference check: the same step's output against pages with two keys swapped must fail
 // it (a kernel that read the wrong key would be caught).
 TEST_P(AttentionKernels, ReferenceCheckCatchesASwappedKey) {

@@ -276,7 +276,7 @@ __global__ void __cluster_dims__(kDecodeCluster, 1, 1) __launch_bounds__(kThread
     }
     cluster.sync();  // every partial state written and visible to the cluster
 
-    merge_cluster_states<D, kThreads>(p, cluster, rank, split.active, row, kvh, m_s, l_s, part);
+    merge_cluster_states<D, kThreads>(p, cluster, rank, split.active, row, kvh, 0, G, m_s, l_s, part);
     cluster.sync();  // no block rewrites (or exits with) its shared memory while another still reads it
   }
 }

@@ -25,6 +25,12 @@
 // blocks (keys_split: at 1,100 positions the cluster waits for 5 rounds of its warps instead of 6): still by the
 // position alone, with bits of its own.
 //
+// Which block holds a query changes no value either: a step of few rows (DUET_ATTN_QUERY_SPLIT_ROWS, query_split) may
+// give each of a KV head's queries blocks of its own, each block the same keys. Per query the arithmetic above is the
+// same: its dots are the same fma chains; the reduce-scatter's tree for any one value pairs lanes 16, 8, 4, 2 then 1
+// apart whether a warp sums 16 values or 4 (the halving ends sooner, then the same pairs add whole values); the batch's
+// max, p, c, l and acc are per query, and so are both merges.
+//
 // How a warp's rows arrive changes no value: by default they are copied by cp.async into a ring of 3 batches in shared
 // memory, two batches ahead of the one the warp takes (more bytes in flight at the same registers: +0.9% at 64
 // streams, +2% on one stream after a 16K prompt, 32nd round); DUET_ATTN_LANES=regs loads each batch's rows into
@@ -34,6 +40,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -312,7 +319,10 @@ __global__ void __cluster_dims__(kDecodeCluster, 1, 1) __launch_bounds__(kThread
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
   const int clusters = gridDim.x / kDecodeCluster;
-  const int kvh = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, G = p.group;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, G = p.group;
+  // The KV head, and the block's queries of its group (all GP of them unless split: GP from first_query, GP a block).
+  const int kvh = static_cast<int>(blockIdx.y) / p.query_split;
+  const int first_query = static_cast<int>(blockIdx.y) % p.query_split * GP, queries = min(GP, G - first_query);
   const int64_t row_stride = static_cast<int64_t>(p.kv_heads) * D;
   const int64_t value_offset = kv_page_elems(p.kv_heads, D);
   const int my_score = lane >> kShift, my_g = my_score % GP;
@@ -339,11 +349,12 @@ __global__ void __cluster_dims__(kDecodeCluster, 1, 1) __launch_bounds__(kThread
     }
 
     if (range.start < range.end) {
-      // The group's queries as floats (zeros past G), laid out so that lane l's dims of query g are words
+      // The block's queries as floats (zeros past them), laid out so that lane l's dims of query g are words
       // q_words(g, l, e): a warp's loads of one e are 32 consecutive words, or 32 consecutive float4 for e in fours.
       for (int i = tid; i < GP * D; i += kThreads) {
         const int g = i / D, dim = i % D;
-        sm.q[q_word<E>(g, dim / E, dim % E)] = g < G ? __bfloat162float(query_ptr(p, row, kvh * G + g, D)[dim]) : 0.0f;
+        sm.q[q_word<E>(g, dim / E, dim % E)] =
+            g < queries ? __bfloat162float(query_ptr(p, row, kvh * G + first_query + g, D)[dim]) : 0.0f;
       }
       __syncthreads();
       WarpState<D, GP> st;
@@ -418,7 +429,7 @@ __global__ void __cluster_dims__(kDecodeCluster, 1, 1) __launch_bounds__(kThread
         for (int e = 0; e < E; ++e) warp_acc[g * D + lane * E + e] = st.acc[g][e];
       }
       __syncthreads();
-      if (tid < G) {
+      if (tid < queries) {
         float m = -INFINITY;
 #pragma unroll
         for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sm.warp_m[w][tid]);
@@ -433,7 +444,7 @@ __global__ void __cluster_dims__(kDecodeCluster, 1, 1) __launch_bounds__(kThread
         sm.l_s[tid] = l_block;
       }
       __syncthreads();
-      for (int i = tid; i < G * D; i += kThreads) {
+      for (int i = tid; i < queries * D; i += kThreads) {
         const int g = i / D;
         float a = __fmul_rn(sm.warp_acc(0)[i], sm.coef[g][0]);
 #pragma unroll
@@ -442,7 +453,8 @@ __global__ void __cluster_dims__(kDecodeCluster, 1, 1) __launch_bounds__(kThread
       }
     }
     cluster.sync();  // every partial state written and visible to the cluster
-    merge_cluster_states<D, kThreads>(p, cluster, rank, range.active, row, kvh, sm.m_s, sm.l_s, sm.part);
+    merge_cluster_states<D, kThreads>(p, cluster, rank, range.active, row, kvh, first_query, queries, sm.m_s, sm.l_s,
+                                      sm.part);
     cluster.sync();  // no block rewrites (or exits with) its shared memory while another still reads it
   }
 }
@@ -454,8 +466,8 @@ void launch_lanes_staged(const AttentionParams& p, cudaStream_t stream) {
   static const bool configured = (allow_smem(kernel, kBytes, "attention_decode_lanes_kernel smem"), true);
   (void)configured;
   const int clusters = std::min(p.step.rows, kMaxDecodeClusters);
-  launch_dependent("attention_decode_lanes_kernel", kernel, dim3(clusters * kDecodeCluster, p.kv_heads), kThreads,
-                   kBytes, stream, p);
+  launch_dependent("attention_decode_lanes_kernel", kernel, dim3(clusters * kDecodeCluster, p.kv_heads * p.query_split),
+                   kThreads, kBytes, stream, p);
   check_launch("attention_decode_lanes_kernel");
 }
 
@@ -477,13 +489,42 @@ bool lanes_async() {
   return on;
 }
 
+// Steps of up to this many rows split each KV head's queries over blocks of one query (query_split): DUET_ATTN_QUERY_
+// SPLIT_ROWS=N (read once; 0, the default: never), a measurement switch until timed, or the tests' setting. Why: at
+// few rows the form runs a cluster of 8 blocks a (row, KV head), 32 blocks for the 9B's one row on 132 SMs, and each
+// warp's batch is 16 dots (4 keys x 4 queries) of fma chains, shuffles and exps: one stream after a 16K prompt (32nd
+// round, H100: 144 tok/s where 1K prompts gave 158) read the 15K more keys at about 0.8 TB/s, under a third of the
+// copy rate, and about 540 instructions a warp a batch on 32 SMs would take about that long: the estimate this switch
+// is here to test. Split, 4 times the blocks take a quarter of the arithmetic each and read the same keys (the other
+// three blocks' reads of them mostly from L2).
+std::atomic<int32_t> query_split_rows_for_tests{-1};
+int32_t query_split_rows() {
+  static const int32_t from_environment = [] {
+    const char* v = std::getenv("DUET_ATTN_QUERY_SPLIT_ROWS");
+    return v != nullptr ? std::max(0, std::atoi(v)) : 0;
+  }();
+  const int32_t for_tests = query_split_rows_for_tests.load();
+  return for_tests >= 0 ? for_tests : from_environment;
+}
+
+template <int D, int GP>
+void launch_staged_forms(const AttentionParams& p, cudaStream_t stream) {
+  if (lanes_async())
+    return early_loads() ? launch_lanes_staged<D, GP, 3, true>(p, stream) : launch_lanes_staged<D, GP, 3>(p, stream);
+  launch_lanes_staged<D, GP, 0>(p, stream);
+}
+
 template <int D, int GP>
 void launch_lanes(const AttentionParams& params, cudaStream_t stream) {
   AttentionParams p = params;
   p.lanes_key_split = lanes_split_by_keys() ? 1 : 0;
-  if (lanes_async())
-    return early_loads() ? launch_lanes_staged<D, GP, 3, true>(p, stream) : launch_lanes_staged<D, GP, 3>(p, stream);
-  launch_lanes_staged<D, GP, 0>(p, stream);
+  if constexpr (GP > 1) {
+    if (p.step.rows <= query_split_rows()) {
+      p.query_split = GP;  // one query a block: the same arithmetic for each (the file's comment), so the same bits
+      return launch_staged_forms<D, 1>(p, stream);
+    }
+  }
+  launch_staged_forms<D, GP>(p, stream);
 }
 
 // The group rounded up to a power of two, when the lanes form takes the shape (0 when not).
@@ -551,3 +592,9 @@ bool launch_decode_lanes(const AttentionParams& p, int head_dim, cudaStream_t st
 }
 
 }  // namespace duet::backend::cuda::attention
+
+namespace duet::backend::cuda {
+
+void set_attention_query_split_rows_for_tests(int32_t rows) { attention::query_split_rows_for_tests.store(rows); }
+
+}  // namespace duet::backend::cuda

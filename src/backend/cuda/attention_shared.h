@@ -30,6 +30,10 @@ struct AttentionParams {
   // The lanes decode form's split of a row's keys over the cluster (attention_decode_lanes.cu): 0 by key blocks of 64
   // (decode_split, as the cluster form), 1 by runs of 32 keys (DUET_ATTN_LANES_SPLIT=keys: its own bits).
   int32_t lanes_key_split = 0;
+  // The lanes form's blocks of one (row, KV head, cluster rank): 1, or the group's queries split over this many blocks
+  // (blockIdx.y = KV head x query_split + part), each with the same keys and its own queries
+  // (attention_decode_lanes.cu: a query's arithmetic is the same whichever block holds it, so the same bits).
+  int32_t query_split = 1;
 };
 
 __device__ __forceinline__ float bf16_low(uint32_t pair) { return __uint_as_float(pair << 16); }
@@ -103,16 +107,18 @@ __device__ __forceinline__ DecodeSplit decode_split(int32_t position, int rank) 
 }
 
 // The decode kernels' last step, after a cluster barrier: the `active` blocks of the cluster each left their partial
-// state of the row (m_s[g], l_s[g], part[g D + d]) in their shared memory; each block writes a slice of the G x D
-// outputs, merging the states in rank order:
+// state of the row's `queries` queries from the group's `first_query` (m_s[g], l_s[g], part[g D + d], g counted from
+// first_query) in their shared memory; each block writes a slice of those queries x D outputs, merging the states in
+// rank order:
 //   M = max_r m_r,  c_r = exp(m_r - M),  l = l_0 c_0, then l = fma(l_r, c_r, l) for r = 1 .. active-1;  acc likewise
 //   out = bf16((acc / l) * sigmoid(gate))
 template <int D, int kThreads>
 __device__ __forceinline__ void merge_cluster_states(const AttentionParams& p,
                                                      cooperative_groups::cluster_group& cluster, int rank, int active,
-                                                     int row, int kvh, float* m_s, float* l_s, float* part) {
+                                                     int row, int kvh, int first_query, int queries, float* m_s,
+                                                     float* l_s, float* part) {
   const int G = p.group;
-  for (int e = rank * kThreads + static_cast<int>(threadIdx.x); e < G * D; e += kDecodeCluster * kThreads) {
+  for (int e = rank * kThreads + static_cast<int>(threadIdx.x); e < queries * D; e += kDecodeCluster * kThreads) {
     const int g = e / D, d = e % D;
     float m_r[kDecodeCluster];
     float m = -INFINITY;
@@ -131,7 +137,7 @@ __device__ __forceinline__ void merge_cluster_states(const AttentionParams& p,
       l = __fmaf_rn(*cluster.map_shared_rank(l_s + g, r), c, l);
       a = __fmaf_rn(*cluster.map_shared_rank(part + e, r), c, a);
     }
-    const int head = kvh * G + g;
+    const int head = kvh * G + first_query + g;
     const float gate = __bfloat162float(query_ptr(p, row, head, D)[D + d]);
     p.out[(static_cast<int64_t>(row) * p.q_heads + head) * D + d] = __float2bfloat16(gated_output(a, l, gate));
   }

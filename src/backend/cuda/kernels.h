@@ -240,5 +240,9 @@ void launch_attention(const DeviceStep& step, int32_t attn_layer, const bf16* q_
 // Tests: prefill launches split each tile's output dims over this many blocks (1, 2 or 4; head dims of 128 and 256),
 // instead of the launch's own choice (0, the default). The bits are the same whichever (attention_prefill.cu).
 void set_prefill_value_slices_for_tests(int slices);
+// Tests: steps of up to this many rows take the lanes decode form with each KV head's queries split over blocks of one
+// (0: never), instead of DUET_ATTN_QUERY_SPLIT_ROWS's; a negative number gives the choice back. The bits are the same
+// (attention_decode_lanes.cu).
+void set_attention_query_split_rows_for_tests(int32_t rows);
 
 }  // namespace duet::backend::cuda
