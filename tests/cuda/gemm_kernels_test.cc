@@ -737,6 +737,72 @@ TEST(SkinnyGemmTma, SegmentsAndSwigluKeepEveryBit) {
   }
 }
 
+// The ring of 6 stages for 64-row blocks (DUET_SKINNY_TMA_DEEP; set_skinny_tma_deep_for_tests) gives the 4-stage
+// ring's bits: plain outputs of both types and SwiGLU in the epilogue, at row counts that take 64-row blocks (33 to 64)
+// and below (128-row blocks, never deep), on shapes with a partial last step, a single step, n past a multiple of 64,
+// and the 9B's GDN input and MLP down widths. The control: the 4-stage ring at another slice count differs.
+TEST(SkinnyGemmTma, TheDeepRingKeepsEveryBit) {
+  DUET_REQUIRE_GPU();
+  struct Deep {
+    explicit Deep(int choice) { set_skinny_tma_deep_for_tests(choice); }
+    ~Deep() { set_skinny_tma_deep_for_tests(-1); }
+  };
+  for (const GemmShape& shape :
+       {GemmShape{200, 1040}, GemmShape{136, 128}, GemmShape{12352, 4096}, GemmShape{4096, 12288}}) {
+    const int64_t n = shape.n, k = shape.k;
+    const auto w = random_bf16(static_cast<size_t>(n) * k, 150 + n);
+    const auto x = random_bf16(static_cast<size_t>(64) * k, 151);
+    DeviceBuffer<bf16> d_w(w), d_x(x);
+    for (const bool y_f32 : {false, true}) {
+      for (const int32_t m : {1, 32, 33, 48, 64}) {
+        SCOPED_TRACE("n " + std::to_string(n) + " k " + std::to_string(k) + " m " + std::to_string(m) +
+                     (y_f32 ? " f32" : " bf16"));
+        std::vector<float> four, six;
+        {
+          const Deep never(0);
+          four = tma_gemm(d_x.get(), m, d_w.get(), n, k, y_f32);
+        }
+        {
+          const Deep always(2);
+          six = tma_gemm(d_x.get(), m, d_w.get(), n, k, y_f32);
+        }
+        EXPECT_EQ(non_finite(six), 0u) << "outputs left unwritten";
+        EXPECT_EQ(differing(six.data(), four.data(), six.size()), 0u);
+      }
+    }
+    const int slices = skinny_tma_slices(static_cast<int32_t>(n), static_cast<int32_t>(k));
+    if (k >= 2 * 64) {
+      const Deep always(2);
+      const auto six = tma_gemm(d_x.get(), 64, d_w.get(), n, k, true);
+      const auto control = tma_gemm(d_x.get(), 64, d_w.get(), n, k, true, slices > 1 ? 1 : 2);
+      EXPECT_GT(differing(six.data(), control.data(), six.size()), 0u) << "control: other slices";
+    }
+  }
+  // SwiGLU in the epilogue (gate | up stored back to back, 64-row blocks of 32 gate and 32 up rows).
+  const int32_t half = 1024, kk = 1040;
+  const auto w = random_bf16(static_cast<size_t>(2 * half) * kk, 160);
+  const auto x = random_bf16(static_cast<size_t>(64) * kk, 161);
+  DeviceBuffer<bf16> d_w(w), d_x(x);
+  for (const int32_t m : {33, 64}) {
+    std::vector<std::vector<bf16>> outs;
+    for (const int choice : {0, 2}) {
+      const Deep use(choice);
+      DeviceBuffer<bf16> y(static_cast<size_t>(m) * half);
+      y.poison();
+      SkinnyOutputs out;
+      out.y[0] = y.get();
+      out.first[1] = 2 * half;
+      out.swiglu_half = half;
+      launch_skinny_gemm_tma(d_x.get(), m, d_w.get(), 2 * half, kk, out, false, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      outs.push_back(y.download());
+    }
+    const auto four = floats_of(outs[0]), six = floats_of(outs[1]);
+    EXPECT_EQ(non_finite(six), 0u) << "SwiGLU, m " << m;
+    EXPECT_EQ(differing(six.data(), four.data(), six.size()), 0u) << "SwiGLU, m " << m;
+  }
+}
+
 // ---- cuBLASLt
 
 constexpr size_t kWorkspaceBytes = 32u << 20;  // what NVIDIA recommends for Hopper

@@ -13,8 +13,9 @@
 //   bench_skinny_gemm --tma-slices       (the TMA engine at 1, 16 and 64 rows, every slice count 1..8, in blocks of
 //                                         128 and 64 w rows; the two sizes' bits checked against each other)
 //   bench_skinny_gemm --tma-blocks       (the TMA engine at production's slices in blocks of 128 and 64 w rows, 1..64
-//                                         rows, SwiGLU for gate | up; production's choice marked; bits checked;
-//                                         beside each shape a read kernel's rate on the same bytes, alone and chained)
+//                                         rows, and 64-row blocks on a ring of 6 stages; SwiGLU for gate | up;
+//                                         production's choice marked; bits checked; beside each shape a read
+//                                         kernel's rate on the same bytes, alone and chained)
 //   bench_skinny_gemm --cublas           (production beside cuBLASLt: its heuristic's first algorithm and the best of
 //                                         its first 8 at each m, GB/s and TFLOP/s; not batch-invariant, a reference)
 //   bench_skinny_gemm --profile SHAPE M   (three production launches of one shape, for ncu; nothing timed)
@@ -33,6 +34,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/dependent_launch.h"
@@ -353,9 +355,9 @@ int bench_tma_slices(const std::vector<Shape>& shapes, const bf16* x, bf16* y, b
 int bench_tma_blocks(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf16* y64, double read_gbs,
                      double copy_gbs, cudaStream_t stream) {
   std::printf(
-      "%-20s %4s %10s %10s   (GB/s of weights read, production's slices; * production's choice, then its share of the "
-      "copy rate %.0f and of the chained read of the same bytes; read rate %.0f)\n",
-      "shape", "m", "128-row", "64-row", copy_gbs, read_gbs);
+      "%-20s %4s %10s %10s %10s   (GB/s of weights read, production's slices; * production's choice, then its share "
+      "of the copy rate %.0f and of the chained read of the same bytes; read rate %.0f)\n",
+      "shape", "m", "128-row", "64-row", "64-row x6", copy_gbs, read_gbs);
   int failures = 0;
   for (const Shape& shape : shapes) {
     const RotatedWeights rotation(shape);
@@ -365,12 +367,12 @@ int bench_tma_blocks(const std::vector<Shape>& shapes, const bf16* x, bf16* y, b
                 100.0 * same.chained_gbs / copy_gbs);
     const bool swiglu = std::string(shape.name) == "mlp.gate|up";
     const int32_t out_width = swiglu ? shape.n / 2 : shape.n;
-    auto launch = [&](int32_t m, const bf16* w, bf16* out_rows, int block_rows) {
+    auto launch = [&](int32_t m, const bf16* w, bf16* out_rows, int block_rows, int stages = 4) {
       duet::backend::cuda::SkinnyOutputs o;
       o.y[0] = out_rows;
       o.first[1] = shape.n;
       if (swiglu) o.swiglu_half = shape.n / 2;
-      duet::backend::cuda::launch_skinny_gemm_tma(x, m, w, shape.n, shape.k, o, false, stream, 0, 4, block_rows);
+      duet::backend::cuda::launch_skinny_gemm_tma(x, m, w, shape.n, shape.k, o, false, stream, 0, stages, block_rows);
     };
     launch(64, rotation.copy(0), y64, 128);
     check(cudaStreamSynchronize(stream), "tma m = 64");
@@ -379,17 +381,19 @@ int bench_tma_blocks(const std::vector<Shape>& shapes, const bf16* x, bf16* y, b
       std::printf("%-20s %4d", shape.name, m);
       const int chosen = duet::backend::cuda::skinny_tma_block_rows(m, swiglu);
       double chosen_gbs = 0.0;
-      for (int block_rows : {128, 64}) {
-        launch(m, rotation.copy(0), y, block_rows);
+      // 128-row blocks, 64-row blocks, and 64-row blocks on a ring of 6 stages (DUET_SKINNY_TMA_DEEP's).
+      for (const auto& [block_rows, stages] : {std::pair{128, 4}, std::pair{64, 4}, std::pair{64, 6}}) {
+        launch(m, rotation.copy(0), y, block_rows, stages);
         check(cudaStreamSynchronize(stream), "tma");
         const auto rows = download_bits(y, static_cast<size_t>(m) * out_width);
         const bool same = std::equal(rows.begin(), rows.end(), whole.begin());
         if (!same) ++failures;
-        const float ms = median_ms_per_call([&](int c) { launch(m, rotation.copy(c), y, block_rows); },
+        const float ms = median_ms_per_call([&](int c) { launch(m, rotation.copy(c), y, block_rows, stages); },
                                             std::max(rotation.copies, 20), stream);
         const double gbs = rotation.elems * sizeof(bf16) / (ms * 1e-3) / 1e9;
-        if (block_rows == chosen) chosen_gbs = gbs;
-        std::printf(" %10.0f%s%s", gbs, block_rows == chosen ? "*" : " ", same ? "" : " [rows differ from m = 64's]");
+        const bool production = block_rows == chosen && stages == 4;
+        if (production) chosen_gbs = gbs;
+        std::printf(" %10.0f%s%s", gbs, production ? "*" : " ", same ? "" : " [rows differ from m = 64's]");
       }
       std::printf("   %3.0f%% of copy, %3.0f%% of the same bytes' chained read\n", 100.0 * chosen_gbs / copy_gbs,
                   100.0 * chosen_gbs / same.chained_gbs);

@@ -26,6 +26,7 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -360,13 +361,40 @@ void launch_with(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n,
   launch_engine<kTiles, kOutF32, kStages, kWgTiles, false>(map, x, rows, n, k, out, slices, stream);
 }
 
-// 64-row blocks (one consumer warpgroup, three an SM), ring 4x1, x by TMA.
-template <bool kOutF32>
+// 64-row blocks (one consumer warpgroup, three an SM; two with a ring of 6), ring kStages x 1, x by TMA.
+template <bool kOutF32, int kStages>
 void launch_half_blocks(const CUtensorMap& map, const bf16* x, int32_t rows, int32_t n, int32_t k,
                         const SkinnyOutputs& out, int slices, cudaStream_t stream) {
   by_tiles(rows, [&]<int kTiles>() {
-    launch_engine<kTiles, kOutF32, 4, 1, true, 1>(map, x, rows, n, k, out, slices, stream);
+    launch_engine<kTiles, kOutF32, kStages, 1, true, 1>(map, x, rows, n, k, out, slices, stream);
   });
+}
+
+// Whether a launch of 64-row blocks takes a ring of 6 stages instead of 4 (DUET_SKINNY_TMA_DEEP=1, read once; a
+// measurement switch until timed): when its blocks (row blocks x slices) fit two an SM, which 6 stages of 16 KB (8 KB
+// of w, 8 of x at 64 rows) still allow, so that no block waits for a second wave. Why: at 64 rows the shapes read
+// faster the more weight bytes their resident blocks keep in flight (42nd round, H100, against a chained read of the
+// same bytes): gate | up's 384 blocks at three an SM, 12.7 MB in flight, 90%; the LM head's, 92%; down's 256 blocks
+// 8.4 MB, 75%; the GDN input projection's 193 blocks 6.2 MB, 73%; q | k | v's 160 blocks 5.1 MB, 69%. Six stages give
+// those 1.5 times the bytes in flight. The same chains, so the same bits (a stage is one 64-k step either way).
+// Tests: set_skinny_tma_deep_for_tests's choice (-1: the environment's).
+std::atomic<int> deep_ring_for_tests{-1};
+bool deep_ring_for(int32_t n, int slices) {
+  static const bool from_environment = [] {
+    const char* v = std::getenv("DUET_SKINNY_TMA_DEEP");
+    return v != nullptr && std::string_view(v) == "1";
+  }();
+  static const int resident = [] {
+    int device = 0, sms = 0;
+    check_cuda(cudaGetDevice(&device), "launch_skinny_gemm_tma: the device");
+    check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "launch_skinny_gemm_tma: SMs");
+    return 2 * sms;
+  }();
+  const int for_tests = deep_ring_for_tests.load();
+  if (for_tests == 2) return true;
+  if (!(for_tests < 0 ? from_environment : for_tests == 1)) return false;
+  const int64_t blocks = (static_cast<int64_t>(n) + kBlockRows / 2 - 1) / (kBlockRows / 2) * slices;
+  return blocks <= resident;
 }
 
 // Launches of more rows than this take 64-row blocks (block_rows 0, production's choice; the same bits at the same
@@ -414,6 +442,8 @@ int skinny_tma_slices(int32_t n, int32_t k) {
       std::clamp<int64_t>(std::min<int64_t>(kResidentBlocks / row_blocks, steps), 1, skinny::kMaxSlices));
 }
 
+void set_skinny_tma_deep_for_tests(int choice) { deep_ring_for_tests.store(choice); }
+
 int skinny_tma_block_rows(int32_t rows, bool swiglu) {
   return x_by_tma() && rows > half_block_rows_above(swiglu) ? kBlockRows / 2 : kBlockRows;
 }
@@ -427,14 +457,17 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
   if (outputs.swiglu_half > 0 && (y_f32 || outputs.swiglu_half % 64 != 0 || n != 2 * outputs.swiglu_half))
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: SwiGLU takes BF16 out and halves of 64 rows");
   if (slices == 0) slices = skinny_tma_slices(n, k);
-  if (slices < 1 || slices > skinny::kMaxSlices || (stages != 4 && stages != 8))
-    check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: slices 1..8, stages 4 or 8");
+  if (slices < 1 || slices > skinny::kMaxSlices || (stages != 4 && stages != 6 && stages != 8) ||
+      (stages == 6 && block_rows_wanted != kBlockRows / 2))
+    check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: slices 1..8, stages 4 or 8 (6: 64-row blocks)");
   if (block_rows_wanted != 0 && block_rows_wanted != kBlockRows &&
-      ((block_rows_wanted != 2 * kBlockRows && block_rows_wanted != kBlockRows / 2) || stages != 4 ||
+      ((block_rows_wanted != 2 * kBlockRows && block_rows_wanted != kBlockRows / 2) ||
+       (stages != 4 && !(stages == 6 && block_rows_wanted == kBlockRows / 2)) ||
        (block_rows_wanted > kBlockRows && (outputs.swiglu_half > 0 || y_f32)) ||
        (block_rows_wanted < kBlockRows && !x_by_tma())))
     check_cuda(cudaErrorInvalidValue,
-               "launch_skinny_gemm_tma: 256-row blocks (BF16 out, no SwiGLU) or 64-row ones (x by TMA) at 4 stages");
+               "launch_skinny_gemm_tma: 256-row blocks (BF16 out, no SwiGLU) at 4 stages or 64-row ones (x by TMA) at "
+               "4 or 6");
 #ifndef DUET_SKINNY_EXPERIMENTS
   if (stages != 4 || block_rows_wanted > kBlockRows)
     check_cuda(cudaErrorInvalidValue, "launch_skinny_gemm_tma: the experiments are in a benchmarks build only");
@@ -444,14 +477,18 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
     const int32_t rows = std::min<int32_t>(64, m - r0);
     const SkinnyOutputs out = skinny::outputs_from_row(outputs, r0, y_f32);
     const bf16* xr = x + static_cast<int64_t>(r0) * k;
-    const bool half_blocks = stages == 4 && (block_rows_wanted == 0 ? skinny_tma_block_rows(rows, swiglu)
-                                                                    : block_rows_wanted) == kBlockRows / 2;
+    const bool half_blocks =
+        (stages == 4 || stages == 6) &&
+        (block_rows_wanted == 0 ? skinny_tma_block_rows(rows, swiglu) : block_rows_wanted) == kBlockRows / 2;
     if (half_blocks) {
       const CUtensorMap& map = weight_map(w, n, k, swiglu ? kSwigluBoxRows : kBoxRows);
+      const bool deep = stages == 6 || (block_rows_wanted == 0 && deep_ring_for(n, slices));
       if (y_f32) {
-        launch_half_blocks<true>(map, xr, rows, n, k, out, slices, stream);
+        deep ? launch_half_blocks<true, 6>(map, xr, rows, n, k, out, slices, stream)
+             : launch_half_blocks<true, 4>(map, xr, rows, n, k, out, slices, stream);
       } else {
-        launch_half_blocks<false>(map, xr, rows, n, k, out, slices, stream);
+        deep ? launch_half_blocks<false, 6>(map, xr, rows, n, k, out, slices, stream)
+             : launch_half_blocks<false, 4>(map, xr, rows, n, k, out, slices, stream);
       }
       continue;
     }
