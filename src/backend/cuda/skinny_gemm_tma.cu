@@ -384,15 +384,15 @@ bool deep_ring_for(int32_t n, int slices) {
     const char* v = std::getenv("DUET_SKINNY_TMA_DEEP");
     return v != nullptr && std::string_view(v) == "1";
   }();
-  static const int resident = [] {
+  const int for_tests = deep_ring_for_tests.load();
+  if (for_tests == 2) return true;
+  if (!(for_tests < 0 ? from_environment : for_tests == 1)) return false;
+  static const int resident = [] {  // asked for only when the switch is on
     int device = 0, sms = 0;
     check_cuda(cudaGetDevice(&device), "launch_skinny_gemm_tma: the device");
     check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "launch_skinny_gemm_tma: SMs");
     return 2 * sms;
   }();
-  const int for_tests = deep_ring_for_tests.load();
-  if (for_tests == 2) return true;
-  if (!(for_tests < 0 ? from_environment : for_tests == 1)) return false;
   const int64_t blocks = (static_cast<int64_t>(n) + kBlockRows / 2 - 1) / (kBlockRows / 2) * slices;
   return blocks <= resident;
 }
