@@ -21,6 +21,12 @@ export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export DUET_TESTS_DIR_OVERRIDE="${DUET_TESTS_DIR_OVERRIDE:-$repo/tests}"
 cd "$repo"
 
+jobs=${DUET_GPU_JOBS:-1}
+# In lanes, a stop (a time limit's TERM, which `timeout` sends to the whole process group, so the running suites end
+# too) lets the summary name the suites that had not ended: no further suite starts once it came.
+stopped=0
+(( jobs <= 1 )) || trap 'stopped=1' TERM INT
+
 # Every (test binary, suite) to run, those DUET_GPU_FIRST names first, each in the order gtest lists them.
 all=()
 while IFS= read -r test; do
@@ -49,14 +55,9 @@ run_suite() {
   echo $? > "$results/$index.rc"
 }
 
-jobs=${DUET_GPU_JOBS:-1}
 if (( jobs <= 1 )); then
   for i in "${!runs[@]}"; do run_suite "$i" "${runs[$i]}"; done
 else
-  # Stopped (a time limit's TERM, which `timeout` sends to the whole process group, so the running suites end too):
-  # no further suite starts, and the summary names those that had not ended.
-  stopped=0
-  trap 'stopped=1' TERM INT
   for i in "${!runs[@]}"; do
     while (( ! stopped )); do  # a free lane
       running=$(jobs -rp 2>/dev/null | wc -l)
