@@ -3,7 +3,8 @@
 # GPU. Exits the calling script when there is nothing to unpack. Its two functions make the 9B-shaped checkpoint of
 # tools/make_9b_references.py beside a script's first stages: start_checkpoint WORK OUT (in the background, when
 # WORK/model has none), then await_checkpoint WORK OUT (waits; exits the script when there is still none). And
-# run_gpu_test FILTER LOG [SECONDS=90]: the GPU tests FILTER picks, their log into LOG, their verdicts printed.
+# run_gpu_test FILTER LOG [SECONDS=90]: the GPU tests FILTER picks, their log into LOG, their verdicts printed. And
+# elapsed: the seconds since it was sourced (the scripts' stage times and budgets).
 if [[ ! -x device/bin/duet ]]; then
   [[ -f .devpack/device.tar.xz ]] || { echo "no device/ and no .devpack/device.tar.xz: pack first" >&2; exit 1; }
   tar -xJf .devpack/device.tar.xz
@@ -12,6 +13,8 @@ export LD_LIBRARY_PATH="$PWD/device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" DU
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 [[ -f device/PACKED_FROM ]] && echo "pack: $(cat device/PACKED_FROM)"
 
+start=$(date +%s)
+elapsed() { echo $(( $(date +%s) - start )); }
 start_checkpoint() {
   [[ -f $1/model/config.json ]] ||
     python3 tools/make_9b_references.py --out "$1" --checkpoint-only > "$2/make9b.log" 2>&1 &

@@ -15,8 +15,6 @@
 #   usage: tools/gpu_checks.sh OUT [WORK=/tmp/9b] [BUDGET_S=560]
 set -uo pipefail
 out=$1; work=${2:-/tmp/9b}; budget=${3:-560}
-start=$(date +%s)
-elapsed() { echo $(( $(date +%s) - start )); }
 mkdir -p "$out"
 source tools/device_pack_env.sh
 if [[ ! -f $work/model/config.json ]]; then

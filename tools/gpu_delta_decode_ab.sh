@@ -17,8 +17,6 @@ set -uo pipefail
 out=$1; work=${2:-/tmp/9b}; rounds=${3:-2}; budget=${4:-540}
 mkdir -p "$out"
 exec > >(tee -a "$out/log") 2>&1
-start=$(date +%s)
-elapsed() { echo $(( $(date +%s) - start )); }
 source tools/device_pack_env.sh
 start_checkpoint "$work" "$out"
 

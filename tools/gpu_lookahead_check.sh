@@ -12,8 +12,6 @@
 #   usage: tools/gpu_lookahead_check.sh OUT [WORK=/tmp/9b] [ROUNDS=1] [BUDGET_S=560]
 set -uo pipefail
 out=$1; work=${2:-/tmp/9b}; rounds=${3:-1}; budget=${4:-560}
-start=$(date +%s)
-elapsed() { echo $(( $(date +%s) - start )); }
 mkdir -p "$out"
 source tools/device_pack_env.sh
 start_checkpoint "$work" "$out"

@@ -15,8 +15,6 @@ set -uo pipefail
 out=$1; work=${2:-/tmp/9b}; rounds=${3:-2}; budget=${4:-540}
 mkdir -p "$out"
 exec > >(tee -a "$out/log") 2>&1
-start=$(date +%s)
-elapsed() { echo $(( $(date +%s) - start )); }
 fits() {  # fits SECONDS: whether a stage of about that long ends inside the budget
   (( $(elapsed) + $1 <= budget )) || { echo "(skipped: about $1 s, $(( budget - $(elapsed) )) s left)"; return 1; }
 }

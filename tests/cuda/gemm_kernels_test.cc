@@ -514,6 +514,15 @@ SkinnyOutputs gate_and_up(bf16* gate, bf16* up, int32_t half) {
   return out;
 }
 
+// The outputs of a [gate; up] weight of 2 half rows through SwiGLU in the epilogue: silu(gate) * up into `y`.
+SkinnyOutputs swiglu_into(bf16* y, int32_t half) {
+  SkinnyOutputs out;
+  out.y[0] = y;
+  out.first[1] = 2 * half;
+  out.swiglu_half = half;
+  return out;
+}
+
 // The MLP's gate | up GEMM with SwiGLU in its epilogue against the two outputs and the SwiGLU kernel, bit for bit, at
 // every row count a decode step has (one and several 64-row launches), through the plan's kernel, the mma.sync kernel
 // step by step, and a wgmma pipeline (which takes the mma.sync kernel for it). Shapes: small (one block), k with a
@@ -713,13 +722,8 @@ TEST(SkinnyGemmTma, SegmentsAndSwigluKeepEveryBit) {
       launch_skinny_gemm_tma(d_x.get(), m, d_w.get(), 2 * h, kk, gate_and_up(g.get(), u.get(), h), false, nullptr);
       launch_swiglu(g.get(), u.get(), static_cast<int64_t>(m) * half, want.get(), nullptr);
       got.poison();
-      SkinnyOutputs swiglu;
-      swiglu.y[0] = got.get();
-      swiglu.first[1] = 2 * h;
-      swiglu.swiglu_half = h;
-      launch_skinny_gemm_tma(d_x.get(), m, d_w.get(), 2 * h, kk, swiglu, false, nullptr);
-      swiglu.y[0] = control.get();
-      launch_skinny_gemm_tma(d_x.get(), m, d_swapped.get(), 2 * h, kk, swiglu, false, nullptr);
+      launch_skinny_gemm_tma(d_x.get(), m, d_w.get(), 2 * h, kk, swiglu_into(got.get(), h), false, nullptr);
+      launch_skinny_gemm_tma(d_x.get(), m, d_swapped.get(), 2 * h, kk, swiglu_into(control.get(), h), false, nullptr);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const auto gate = floats_of(g.download()), up = floats_of(u.download());
       // Each segment alone, with the fused launch's slices of k: a different slice count is a different sum.
@@ -789,11 +793,7 @@ TEST(SkinnyGemmTma, TheDeepRingKeepsEveryBit) {
       const Deep use(choice);
       DeviceBuffer<bf16> y(static_cast<size_t>(m) * half);
       y.poison();
-      SkinnyOutputs out;
-      out.y[0] = y.get();
-      out.first[1] = 2 * half;
-      out.swiglu_half = half;
-      launch_skinny_gemm_tma(d_x.get(), m, d_w.get(), 2 * half, kk, out, false, nullptr);
+      launch_skinny_gemm_tma(d_x.get(), m, d_w.get(), 2 * half, kk, swiglu_into(y.get(), half), false, nullptr);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       outs.push_back(y.download());
     }
