@@ -15,12 +15,17 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
+# Waits for the checkpoint's own process, not `wait` for all: bash 5.2 (the GPU machine's) also waits there for the
+# last process substitution, and a script whose output goes through `exec > >(tee ...)` then waits for its own tee
+# (session 59: a call's 440 s lost so).
+checkpoint_pid=""
 start_checkpoint() {
-  [[ -f $1/model/config.json ]] ||
-    python3 tools/make_9b_references.py --out "$1" --checkpoint-only > "$2/make9b.log" 2>&1 &
+  [[ -f $1/model/config.json ]] && return
+  python3 tools/make_9b_references.py --out "$1" --checkpoint-only > "$2/make9b.log" 2>&1 &
+  checkpoint_pid=$!
 }
 await_checkpoint() {
-  wait
+  [[ -z $checkpoint_pid ]] || wait "$checkpoint_pid"
   [[ -f $1/model/config.json ]] || { echo "no checkpoint in $1"; tail -5 "$2/make9b.log"; exit 1; }
 }
 run_gpu_test() {
