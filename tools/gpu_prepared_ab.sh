@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# On the GPU machine: the 42nd round's prepared switches, each of which keeps every bit (issue 16; docs/benchmarks.md,
-# 42nd round), checked and timed in one call on a pack of them (tools/device_pack_env.sh) and the 9B-shaped checkpoint
+# On the GPU machine: the prepared switches, each of which keeps every bit (issue 16; docs/benchmarks.md, 42nd and 43rd
+# rounds), checked and timed in one call on a pack of them (tools/device_pack_env.sh) and the 9B-shaped checkpoint
 # of tools/make_9b_references.py (made in WORK when missing, about 40 s, beside the first stages):
-#   1. their bits tests: SkinnyGemmTma.TheDeepRingKeepsEveryBit and AttentionKernels.QueriesSplitOverBlocksGiveTheSameRows;
-#   2. bench_skinny_gemm --tma-blocks: every shape at 1..64 rows in 128-row blocks, 64-row blocks and 64-row blocks on a
-#      ring of 6 stages (its bit checks must report 0 failed), beside a read kernel's rate on the same bytes;
+#   1. their bits tests: SkinnyGemmTma.TheDeepRingKeepsEveryBit and
+#      AttentionKernels.QueriesSplitOverBlocksGiveTheSameRows;
+#   2. bench_skinny_gemm --tma-blocks (BENCH=1; the 43rd round's figures gave the deep ring's rule): every shape at
+#      1..64 rows in 128-row blocks, 64-row blocks and 64-row blocks on a ring of 6 stages, beside a read kernel's rate
+#      on the same bytes;
 #   3. `duet run` decode (tools/gpu_launch_ab.sh, ROUNDS rounds, alternating; every setting's tokens must be the
-#      default's): DUET_SKINNY_TMA_DEEP=1 at 64 streams (with and without the GEMMs as dependents) and 48; DUET_ATTN_QUERY_SPLIT_ROWS=4 at 1 and 4 streams after a
-#      1K prompt and at one stream after a 16K prompt; DUET_CUDA_EARLY_LOADS=1 at one stream;
+#      default's): the deep ring's rule (the default since the 43rd round) against DUET_SKINNY_TMA_DEEP=0 at 16, 32 and
+#      64 streams;
+#   4. exactness (tools/gpu_bench.sh: `duet serve` + `duet bench --alone --serial` at 1,
+#      4, 16 and 64 streams, greedy, seeded and penalized; 0 unequal, 0 failed);
+#   5. the same A/B for DUET_ATTN_QUERY_SPLIT_ROWS=4 at one stream after a 16K prompt and after a 1K one;
 # while BUDGET_S lasts, each stage skipped once it would not fit. Every stage writes its lines as it goes, to stdout
 # and OUT/log (never through a pipe that holds them until the end: 41st round).
 #   usage: tools/gpu_prepared_ab.sh OUT [WORK=/tmp/9b] [ROUNDS=2] [BUDGET_S=540]
@@ -27,7 +32,7 @@ run_gpu_test '*QueriesSplitOverBlocksGiveTheSameRows*' "$out/split-test.txt" 180
 echo "done at $(elapsed) s"
 
 echo "== 2. bench_skinny_gemm --tma-blocks"
-if fits 150; then
+if [[ ${BENCH:-0} == 1 ]] && fits 150; then
   timeout 150 device/tests/cuda/bench_skinny_gemm --tma-blocks > "$out/tma-blocks.txt" 2>&1
   cat "$out/tma-blocks.txt"
 fi
@@ -35,12 +40,20 @@ await_checkpoint "$work" "$out"
 echo "done at $(elapsed) s"
 
 echo "== 3. duet run"
-# At 64 rows the GEMMs launch in plain stream order (dependent launch lost 1.9% there in the 27th round, before the
-# TMA engine asked for its first weights before the wait): the deep ring alone, the GEMMs as dependents alone, both.
-fits 150 && tools/gpu_launch_ab.sh "$work" 64 "$rounds" - DUET_SKINNY_TMA_DEEP=1 DUET_CUDA_PDL_FLIP=skinny \
-  "DUET_SKINNY_TMA_DEEP=1 DUET_CUDA_PDL_FLIP=skinny"
-fits 90 && PROMPT_LEN=16384 tools/gpu_launch_ab.sh "$work" 1 "$rounds" - DUET_ATTN_QUERY_SPLIT_ROWS=4
-fits 60 && tools/gpu_launch_ab.sh "$work" 1 "$rounds" - DUET_ATTN_QUERY_SPLIT_ROWS=4 DUET_CUDA_EARLY_LOADS=1
-fits 60 && tools/gpu_launch_ab.sh "$work" 4 "$rounds" - DUET_ATTN_QUERY_SPLIT_ROWS=4
-fits 90 && tools/gpu_launch_ab.sh "$work" 48 "$rounds" - DUET_SKINNY_TMA_DEEP=1
+for streams in 16 32 64; do
+  fits 70 && tools/gpu_launch_ab.sh "$work" "$streams" "$rounds" DUET_SKINNY_TMA_DEEP=0 -
+done
+echo "done at $(elapsed) s"
+
+echo "== 4. exactness"
+if fits 170; then
+  RUN_LENGTHS="" timeout 170 tools/gpu_bench.sh "$out/exact" "$work" 1,4,16,64 \
+    > "$out/exact.txt" 2>&1
+  grep -E "^exactness|^level .*failed [1-9]" "$out/exact.txt"
+fi
+echo "done at $(elapsed) s"
+
+echo "== 5. duet run, the query split"
+fits 70 && PROMPT_LEN=16384 tools/gpu_launch_ab.sh "$work" 1 "$rounds" - DUET_ATTN_QUERY_SPLIT_ROWS=4
+fits 60 && tools/gpu_launch_ab.sh "$work" 1 "$rounds" - DUET_ATTN_QUERY_SPLIT_ROWS=4
 echo "done at $(elapsed) s"

@@ -741,10 +741,12 @@ TEST(SkinnyGemmTma, SegmentsAndSwigluKeepEveryBit) {
   }
 }
 
-// The ring of 6 stages for 64-row blocks (DUET_SKINNY_TMA_DEEP; set_skinny_tma_deep_for_tests) gives the 4-stage
-// ring's bits: plain outputs of both types and SwiGLU in the epilogue, at row counts that take 64-row blocks (33 to 64)
-// and below (128-row blocks, never deep), on shapes with a partial last step, a single step, n past a multiple of 64,
-// and the 9B's GDN input and MLP down widths. The control: the 4-stage ring at another slice count differs.
+// The ring of 6 stages for 64-row blocks (deep_ring_for; set_skinny_tma_deep_for_tests) gives the bits of no ring of 6
+// (choice 0: 4 stages; 128-row blocks up to 32 rows): plain outputs of both types and SwiGLU in the epilogue, at row
+// counts that take 64-row blocks (33 to 64) and below (where the rule takes deep 64-row blocks from 16 rows when k <=
+// 4096), under production's rule (1) and on every launch of 64-row blocks (2), on shapes with a partial last step, a
+// single step, n past a multiple of 64, and the 9B's GDN input and MLP down widths. The control: the 4-stage ring at
+// another slice count differs.
 TEST(SkinnyGemmTma, TheDeepRingKeepsEveryBit) {
   DUET_REQUIRE_GPU();
   struct Deep {
@@ -758,20 +760,20 @@ TEST(SkinnyGemmTma, TheDeepRingKeepsEveryBit) {
     const auto x = random_bf16(static_cast<size_t>(64) * k, 151);
     DeviceBuffer<bf16> d_w(w), d_x(x);
     for (const bool y_f32 : {false, true}) {
-      for (const int32_t m : {1, 32, 33, 48, 64}) {
+      for (const int32_t m : {1, 16, 24, 32, 33, 48, 64}) {
         SCOPED_TRACE("n " + std::to_string(n) + " k " + std::to_string(k) + " m " + std::to_string(m) +
                      (y_f32 ? " f32" : " bf16"));
-        std::vector<float> four, six;
+        std::vector<float> four;
         {
           const Deep never(0);
           four = tma_gemm(d_x.get(), m, d_w.get(), n, k, y_f32);
         }
-        {
-          const Deep always(2);
-          six = tma_gemm(d_x.get(), m, d_w.get(), n, k, y_f32);
+        for (const int rule : {1, 2}) {
+          const Deep deep(rule);
+          const auto six = tma_gemm(d_x.get(), m, d_w.get(), n, k, y_f32);
+          EXPECT_EQ(non_finite(six), 0u) << "outputs left unwritten, rule " << rule;
+          EXPECT_EQ(differing(six.data(), four.data(), six.size()), 0u) << "rule " << rule;
         }
-        EXPECT_EQ(non_finite(six), 0u) << "outputs left unwritten";
-        EXPECT_EQ(differing(six.data(), four.data(), six.size()), 0u);
       }
     }
     const int slices = skinny_tma_slices(static_cast<int32_t>(n), static_cast<int32_t>(k));
@@ -787,9 +789,9 @@ TEST(SkinnyGemmTma, TheDeepRingKeepsEveryBit) {
   const auto w = random_bf16(static_cast<size_t>(2 * half) * kk, 160);
   const auto x = random_bf16(static_cast<size_t>(64) * kk, 161);
   DeviceBuffer<bf16> d_w(w), d_x(x);
-  for (const int32_t m : {33, 64}) {
+  for (const int32_t m : {16, 32, 33, 64}) {
     std::vector<std::vector<bf16>> outs;
-    for (const int choice : {0, 2}) {
+    for (const int choice : {0, 1, 2}) {
       const Deep use(choice);
       DeviceBuffer<bf16> y(static_cast<size_t>(m) * half);
       y.poison();
@@ -797,9 +799,12 @@ TEST(SkinnyGemmTma, TheDeepRingKeepsEveryBit) {
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       outs.push_back(y.download());
     }
-    const auto four = floats_of(outs[0]), six = floats_of(outs[1]);
-    EXPECT_EQ(non_finite(six), 0u) << "SwiGLU, m " << m;
-    EXPECT_EQ(differing(six.data(), four.data(), six.size()), 0u) << "SwiGLU, m " << m;
+    const auto four = floats_of(outs[0]);
+    for (size_t rule = 1; rule < outs.size(); ++rule) {
+      const auto six = floats_of(outs[rule]);
+      EXPECT_EQ(non_finite(six), 0u) << "SwiGLU, m " << m << ", choice " << rule;
+      EXPECT_EQ(differing(six.data(), four.data(), six.size()), 0u) << "SwiGLU, m " << m << ", choice " << rule;
+    }
   }
 }
 

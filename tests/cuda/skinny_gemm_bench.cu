@@ -349,7 +349,7 @@ int bench_tma_slices(const std::vector<Shape>& shapes, const bf16* x, bf16* y, b
 
 // --tma-blocks: the TMA engine at production's slices in blocks of 128 w rows (two consumer warpgroups, two an SM)
 // against blocks of 64 (one, three an SM), at 1, 8, 16, 24, 32, 48 and 64 rows, gate | up with SwiGLU in the epilogue
-// as the model runs it; production's choice (skinny_tma_block_rows) marked. Bits: every row count's rows in either
+// as the model runs it; production's choice (skinny_tma_blocks) marked. Bits: every row count's rows in either
 // block size against the same rows of one m = 64 call in 128-row blocks. The table the line of half_block_rows_above is
 // read from.
 int bench_tma_blocks(const std::vector<Shape>& shapes, const bf16* x, bf16* y, bf16* y64, double read_gbs,
@@ -379,9 +379,9 @@ int bench_tma_blocks(const std::vector<Shape>& shapes, const bf16* x, bf16* y, b
     const auto whole = download_bits(y64, static_cast<size_t>(64) * out_width);
     for (int32_t m : {1, 8, 16, 24, 32, 48, 64}) {
       std::printf("%-20s %4d", shape.name, m);
-      const int chosen = duet::backend::cuda::skinny_tma_block_rows(m, swiglu);
+      const auto chosen = duet::backend::cuda::skinny_tma_blocks(m, shape.n, shape.k, swiglu);
       double chosen_gbs = 0.0;
-      // 128-row blocks, 64-row blocks, and 64-row blocks on a ring of 6 stages (DUET_SKINNY_TMA_DEEP's).
+      // 128-row blocks, 64-row blocks, and 64-row blocks on a ring of 6 stages (deep_ring_for's).
       for (const auto& [block_rows, stages] : {std::pair{128, 4}, std::pair{64, 4}, std::pair{64, 6}}) {
         launch(m, rotation.copy(0), y, block_rows, stages);
         check(cudaStreamSynchronize(stream), "tma");
@@ -391,7 +391,7 @@ int bench_tma_blocks(const std::vector<Shape>& shapes, const bf16* x, bf16* y, b
         const float ms = median_ms_per_call([&](int c) { launch(m, rotation.copy(c), y, block_rows, stages); },
                                             std::max(rotation.copies, 20), stream);
         const double gbs = rotation.elems * sizeof(bf16) / (ms * 1e-3) / 1e9;
-        const bool production = block_rows == chosen && stages == 4;
+        const bool production = block_rows == chosen.block_rows && stages == chosen.stages;
         if (production) chosen_gbs = gbs;
         std::printf(" %10.0f%s%s", gbs, production ? "*" : " ", same ? "" : " [rows differ from m = 64's]");
       }

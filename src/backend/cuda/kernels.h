@@ -115,18 +115,24 @@ SkinnyPipeline skinny_plan_for(int32_t n, int32_t k, int32_t rows);
 // slices 0: skinny_tma_slices(n, k), the shape's own; stages 4 (a ring of 6 at up to 16 rows read gate | up 6% slower
 // at one row, 32nd round; rings of 2 or 4 64-k steps a stage 9-12% slower in the model, 35th); block_rows 0: blocks of
 // 128 w rows (two consumer warpgroups, two an SM), or of 64 (one consumer warpgroup, three an SM) for launches of more
-// than 32 rows (35th round; the same bits at the same slices); 128 or 64 ask for one. 64-row blocks take a ring of 6
-// stages instead where their blocks fit two an SM when DUET_SKINNY_TMA_DEEP=1 (a measurement switch; the same bits).
+// than 32 rows (35th round; the same bits at the same slices); 128 or 64 ask for one. Launches of 16 to 32 rows where
+// k <= 4096, and those of one slice above 32, take 64-row blocks on a ring of 6 stages where their blocks fit
+// (deep_ring_for; 43rd round; the same bits; DUET_SKINNY_TMA_DEEP=0 turns it off).
 // A benchmarks build's experiments: 6 stages asked for (64-row blocks), 8 stages at one block an SM, blocks of 256 w
 // rows (4 stages, one block an SM, BF16 out, no SwiGLU).
 void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& out,
                             bool y_f32, cudaStream_t stream, int slices = 0, int stages = 4, int block_rows = 0);
 int skinny_tma_slices(int32_t n, int32_t k);
-// The w rows of the blocks launch_skinny_gemm_tma takes for a launch of `rows` (1..64) at block_rows 0: 128, or 64
-// above 32 rows (DUET_SKINNY_TMA_HALF_ROWS moves the line but for SwiGLU's) when x comes by TMA.
-int skinny_tma_block_rows(int32_t rows, bool swiglu);
-// Tests: whether launches of 64-row blocks take a ring of 6 stages (DUET_SKINNY_TMA_DEEP): 0 never, 1 where their
-// blocks fit two an SM (the switch's rule), 2 always, -1 the environment's choice. The bits are the same.
+// The blocks launch_skinny_gemm_tma takes for a launch of `rows` (1..64) of [n, k] at block_rows 0 and 4 stages
+// (slices 0: the shape's own): w rows 128, or 64 above 32 rows (DUET_SKINNY_TMA_HALF_ROWS moves the line but for
+// SwiGLU's) when x comes by TMA; 64 on a ring of 6 stages where deep_ring_for's rule says so.
+struct SkinnyTmaBlocks {
+  int block_rows;
+  int stages;
+};
+SkinnyTmaBlocks skinny_tma_blocks(int32_t rows, int32_t n, int32_t k, bool swiglu, int slices = 0);
+// Tests: which launches take 64-row blocks on a ring of 6 stages: 0 none, 1 those of the rule (production's), 2 every
+// launch of 64-row blocks, -1 the environment's choice (DUET_SKINNY_TMA_DEEP=0: none). The bits are the same.
 void set_skinny_tma_deep_for_tests(int choice);
 
 // ---- fp32_gemm.cu

@@ -370,33 +370,6 @@ void launch_half_blocks(const CUtensorMap& map, const bf16* x, int32_t rows, int
   });
 }
 
-// Whether a launch of 64-row blocks takes a ring of 6 stages instead of 4 (DUET_SKINNY_TMA_DEEP=1, read once; a
-// measurement switch until timed): when its blocks (row blocks x slices) fit two an SM, which 6 stages of 16 KB (8 KB
-// of w, 8 of x at 64 rows) still allow, so that no block waits for a second wave. Why: at 64 rows the shapes read
-// faster the more weight bytes their resident blocks keep in flight (42nd round, H100, against a chained read of the
-// same bytes): gate | up's 384 blocks at three an SM, 12.7 MB in flight, 90%; the LM head's, 92%; down's 256 blocks
-// 8.4 MB, 75%; the GDN input projection's 193 blocks 6.2 MB, 73%; q | k | v's 160 blocks 5.1 MB, 69%. Six stages give
-// those 1.5 times the bytes in flight. The same chains, so the same bits (a stage is one 64-k step either way).
-// Tests: set_skinny_tma_deep_for_tests's choice (-1: the environment's).
-std::atomic<int> deep_ring_for_tests{-1};
-bool deep_ring_for(int32_t n, int slices) {
-  static const bool from_environment = [] {
-    const char* v = std::getenv("DUET_SKINNY_TMA_DEEP");
-    return v != nullptr && std::string_view(v) == "1";
-  }();
-  const int for_tests = deep_ring_for_tests.load();
-  if (for_tests == 2) return true;
-  if (!(for_tests < 0 ? from_environment : for_tests == 1)) return false;
-  static const int resident = [] {  // asked for only when the switch is on
-    int device = 0, sms = 0;
-    check_cuda(cudaGetDevice(&device), "launch_skinny_gemm_tma: the device");
-    check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "launch_skinny_gemm_tma: SMs");
-    return 2 * sms;
-  }();
-  const int64_t blocks = (static_cast<int64_t>(n) + kBlockRows / 2 - 1) / (kBlockRows / 2) * slices;
-  return blocks <= resident;
-}
-
 // Launches of more rows than this take 64-row blocks (block_rows 0, production's choice; the same bits at the same
 // slices). 35th round on an H100, bench_skinny_gemm, GB/s at 1 / 16 / 64 rows, 128-row blocks against 64: the out
 // projections 2,198 / 2,083 / 1,746 against 2,230 / 2,123 / 1,903, MLP down 2,662 / 2,561 / 2,316 against 2,682 /
@@ -411,6 +384,43 @@ int32_t half_block_rows_above(bool swiglu) {
     return v == nullptr ? 32 : std::clamp(std::atoi(v), 0, 64);
   }();
   return swiglu ? std::max(above, 32) : above;
+}
+
+// Whether a launch takes 64-row blocks on a ring of 6 stages instead of 4 (DUET_SKINNY_TMA_DEEP=0, read once, turns
+// it off for A/B). The same chains, so the same bits: a stage is one 64-k step either way, and 64-row blocks give
+// 128-row blocks' bits at the same slices. The rule is the measurement's (43rd round, H100):
+// - launches of 16 to 32 rows of the shapes whose k is at most 4,096 (every one but MLP down) whose blocks fit three
+//   an SM (6 stages of at most 12 KB): bench_skinny_gemm --tma-blocks at 16 / 24 / 32 rows against production's
+//   128-row blocks: gate | up 2,982 / 2,965 / 2,942 GB/s against 2,868 / 2,771 / 2,747, the out projections 2,224 /
+//   2,137 / 2,087 against 2,122 / 2,042 / 1,987, qkv|z|b|a and q|k|v 1.4-2.5% faster; MLP down 1-2.5% slower, the LM
+//   head (3,880 blocks) level; at 8 rows and below slower (gate | up 2,736 against 2,903);
+// - launches of more than 32 rows (64-row blocks already) in one slice whose blocks fit two an SM (6 stages of 16 KB):
+//   GDN qkv|z|b|a 2,406 against 2,329 at 64 rows, q|k|v 2,300 against 2,216. Not in several slices: there the out
+//   projections read 1,314 against 1,924 and MLP down 1,803 against 2,398 (clusters of four 97 KB blocks do not all
+//   find room at once).
+// In the model (`duet run`, alternating): 16 streams +0.6%, 24 +0.9%, 32 +0.8%, 64 level, 8 level (where no launch
+// changes), the same tokens.
+// Tests: set_skinny_tma_deep_for_tests's choice (-1: the environment's).
+std::atomic<int> deep_ring_for_tests{-1};
+bool deep_ring_for(int32_t rows, int32_t n, int32_t k, int slices, bool swiglu) {
+  static const int from_environment = [] {
+    const char* v = std::getenv("DUET_SKINNY_TMA_DEEP");
+    return v != nullptr && std::string_view(v) == "0" ? 0 : 1;
+  }();
+  const int for_tests = deep_ring_for_tests.load();
+  const int choice = for_tests < 0 ? from_environment : for_tests;
+  if (choice == 0 || !x_by_tma()) return false;
+  const bool half_blocks_already = rows > half_block_rows_above(swiglu);
+  if (choice == 2) return half_blocks_already;
+  static const int sms = [] {
+    int device = 0, count = 0;
+    check_cuda(cudaGetDevice(&device), "launch_skinny_gemm_tma: the device");
+    check_cuda(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device), "launch_skinny_gemm_tma: SMs");
+    return count;
+  }();
+  const int64_t blocks = (static_cast<int64_t>(n) + kBlockRows / 2 - 1) / (kBlockRows / 2) * slices;
+  if (half_blocks_already) return slices == 1 && blocks <= 2 * sms;
+  return rows >= 16 && k <= 4096 && blocks <= 3 * sms;
 }
 
 template <bool kOutF32, int kStages, int kWgTiles = 1>
@@ -444,8 +454,10 @@ int skinny_tma_slices(int32_t n, int32_t k) {
 
 void set_skinny_tma_deep_for_tests(int choice) { deep_ring_for_tests.store(choice); }
 
-int skinny_tma_block_rows(int32_t rows, bool swiglu) {
-  return x_by_tma() && rows > half_block_rows_above(swiglu) ? kBlockRows / 2 : kBlockRows;
+SkinnyTmaBlocks skinny_tma_blocks(int32_t rows, int32_t n, int32_t k, bool swiglu, int slices) {
+  if (slices == 0) slices = skinny_tma_slices(n, k);
+  if (deep_ring_for(rows, n, k, slices, swiglu)) return {kBlockRows / 2, 6};
+  return {x_by_tma() && rows > half_block_rows_above(swiglu) ? kBlockRows / 2 : kBlockRows, 4};
 }
 
 void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, int32_t k, const SkinnyOutputs& outputs,
@@ -477,12 +489,14 @@ void launch_skinny_gemm_tma(const bf16* x, int32_t m, const bf16* w, int32_t n, 
     const int32_t rows = std::min<int32_t>(64, m - r0);
     const SkinnyOutputs out = skinny::outputs_from_row(outputs, r0, y_f32);
     const bf16* xr = x + static_cast<int64_t>(r0) * k;
-    const bool half_blocks =
-        (stages == 4 || stages == 6) &&
-        (block_rows_wanted == 0 ? skinny_tma_block_rows(rows, swiglu) : block_rows_wanted) == kBlockRows / 2;
-    if (half_blocks) {
+    // Production's blocks (block_rows 0 at 4 stages), or those asked for.
+    const SkinnyTmaBlocks blocks =
+        block_rows_wanted == 0 && stages == 4
+            ? skinny_tma_blocks(rows, n, k, swiglu, slices)
+            : SkinnyTmaBlocks{block_rows_wanted == 0 ? kBlockRows : block_rows_wanted, stages};
+    const bool deep = blocks.stages == 6;
+    if (blocks.block_rows == kBlockRows / 2 && (blocks.stages == 4 || deep)) {
       const CUtensorMap& map = weight_map(w, n, k, swiglu ? kSwigluBoxRows : kBoxRows);
-      const bool deep = stages == 6 || (block_rows_wanted == 0 && deep_ring_for(n, slices));
       if (y_f32) {
         deep ? launch_half_blocks<true, 6>(map, xr, rows, n, k, out, slices, stream)
              : launch_half_blocks<true, 4>(map, xr, rows, n, k, out, slices, stream);
