@@ -434,6 +434,13 @@ class Backend {
   virtual void finish_sample(SampledRow* out) { (void)out; }
   // Whether sample_ahead returns before the draws are made, so that a step begun ahead overlaps them.
   virtual bool draws_ahead() const { return false; }
+  // Masks held (Model::launch_holding_masks, issue 16 item 5): while hold_masks(true), a sample_ahead with masked rows
+  // enqueues the step up to its logits and neither calls the rows' MaskWriters nor draws; release_masks(out) (out as
+  // given to that sample_ahead) calls the writers and enqueues the draws. It comes before the next step begins;
+  // finish_sample on draws still held enqueues them first with every token allowed, calling no writer.
+  virtual bool holds_masks() const { return false; }
+  virtual void hold_masks(bool on) { (void)on; }
+  virtual void release_masks(SampledRow* out) { (void)out; }
   // Copies rows [first, first + count) to host memory as fp32.
   virtual void read_rows(const Activations& x, int64_t first, int64_t count, float* out) = 0;
 

@@ -171,6 +171,17 @@ bool lookahead_on(const EngineOptions& options, const model::Model& model) {
          (choice == EngineOptions::Lookahead::automatic && kLookaheadWhereStepsOverlap && model.overlaps_steps());
 }
 
+// EngineOptions::lookahead_masked, unless DUET_LOOKAHEAD_MASKED is 0 or 1 in the environment (measurements); only where
+// the model can hold a step's masks (Model::masks_later).
+bool lookahead_masked_on(const EngineOptions& options, const model::Model& model) {
+  bool on = options.lookahead_masked;
+  if (const char* v = std::getenv("DUET_LOOKAHEAD_MASKED"); v != nullptr && std::string_view(v) == "0")
+    on = false;
+  else if (v != nullptr && std::string_view(v) == "1")
+    on = true;
+  return on && model.masks_later();
+}
+
 }  // namespace
 
 int32_t decision_worker_count(const EngineOptions& options) {
@@ -527,6 +538,7 @@ struct Engine::Impl {
     // Structured outputs: each constrained sequence's mask for the token this step draws, forks' too, written by the
     // backend's call once the step's forward is on its way (engine/step_masks.h).
     StepMasks masks;
+    bool masks_held = false;  // launched ahead with its masks held: release_held_masks writes them
     // Verify pieces (engine/draft_verify.h): every row's draw, the last one's in specs.
     std::vector<std::vector<backend::SampleSpec>> row_specs;
     std::vector<std::vector<const backend::SampleSpec*>> row_spec_ptrs;
@@ -545,7 +557,10 @@ struct Engine::Impl {
     }
     release_finished();
     if (run_tower()) release_finished();  // a prompt whose tower failed gives its slot back now
-    // A step launched ahead while the last one ran is this step; otherwise plan one and launch it.
+    // A step launched ahead while the last one ran is this step; otherwise plan one and launch it. Its masks are
+    // released by now unless the last step failed before it could (fail_step ended every sequence of it: their writers
+    // write every token, and nothing reads the rows).
+    release_held_masks();
     std::unique_ptr<LaunchedStep> current = std::move(ahead);
     if (current != nullptr) step_times.forward();  // nothing to plan: it was launched in the last step()
     if (current == nullptr) {
@@ -558,7 +573,17 @@ struct Engine::Impl {
     for (const ScheduledPiece& piece : current->planned)
       if (piece.sequence != nullptr) in_step.push_back(piece.sequence);
     ahead = launch_ahead(*current);
+    if (options.test_masks_before_tokens) release_held_masks();
     finish_step(*current);
+    release_held_masks();
+  }
+
+  // The masks of the step launched ahead, written now that the step before it is read and its tokens are in the
+  // grammars (its sequences that ended there were forgotten by release_finished: their writers write every token).
+  void release_held_masks() {
+    if (!ahead || !ahead->masks_held) return;
+    ahead->masks_held = false;
+    model.release_masks(*ahead->launched);
   }
 
   // EngineOptions::test_device_fault_step: the step of that number fails to launch as a device error would, whether it
@@ -676,9 +701,11 @@ struct Engine::Impl {
   // of the same decode rows goes after it, each row's token read on the device from `current`'s draw of its sequence
   // (model::Piece::carried_from), so the device does not wait for the host to read the tokens, check stops and plan.
   // Only when nothing else would join or change the next step: no prompt that could be admitted, none prefilling, every
-  // running sequence in `current` as a plain decode row (no drafts, forks, masks, decisions or adapter; after a prompt
-  // with images, its rope delta). A penalized row's token joins its slot's penalty counts on the device
-  // (model::Piece::carried_from), and counts_sync takes it as sent.
+  // running sequence in `current` as a plain decode row (no drafts, forks, decisions or adapter; masks only under
+  // EngineOptions::lookahead_masked and where the grammar has begun; after a prompt with images, its rope delta). A
+  // penalized row's token joins its slot's penalty counts on the device (model::Piece::carried_from), and counts_sync
+  // takes it as sent. A constrained row's mask writer runs at release_held_masks, after `current` is finished: the
+  // step's forward goes to the device now, its sampler waits there for the masks.
   // A sequence whose draw in `current` is its last by length is left out; one that `current` ends otherwise (a stop)
   // wastes its row, which no one reads (its slot and pages are given back after the device has run it).
   std::unique_ptr<LaunchedStep> launch_ahead(const LaunchedStep& current) {
@@ -704,7 +731,8 @@ struct Engine::Impl {
       const model::Piece& was = current.pieces[i];
       if (piece.is_prefill || !piece.samples || piece.tokens.size() != 1 || !current.forks[i].empty() ||
           was.rewindable || was.adapted || has(was.wants, model::RowOutput::norm_rows) || sequence.decides() ||
-          sequence.request().grammar != nullptr || sequence.finished())
+          (sequence.request().grammar != nullptr && !(lookahead_masked && sequence.constrained())) ||
+          sequence.finished())
         return nullptr;
       if (penalized(sequence.sampling()) && !counts_sync.holds(*sequence.slot(), sequence.id()))
         return nullptr;  // `current` sent the slot's counts, so this holds; if not, the next step sends them
@@ -717,6 +745,10 @@ struct Engine::Impl {
       const std::span<const int32_t> token(&step.placeholders[i], 1);
       step.planned.push_back({.sequence = &sequence, .tokens = token, .is_prefill = false, .samples = true});
       step.specs.push_back(sample_spec(sequence.sampling(), slot, sequence.next_position() + 1));
+      if (sequence.constrained()) {
+        step.specs.back().mask_writer = mask_writer(step.masks, sequence);
+        step.masks_held = true;
+      }
       step.pieces.push_back({.slot = slot,
                              .page_table = blocks.table(slot),
                              .position = static_cast<int32_t>(position),
@@ -737,7 +769,8 @@ struct Engine::Impl {
     step.started = Clock::now();
     inject_test_fault();
     try {
-      step.launched = model.launch(*storage, step.pieces);
+      step.launched =
+          step.masks_held ? model.launch_holding_masks(*storage, step.pieces) : model.launch(*storage, step.pieces);
     } catch (const model::PieceRefused& refused) {  // nothing moved: the next step is planned as usual
       log_warn("engine: a step launched ahead was refused: {}", refused.what());
       return nullptr;
@@ -1184,7 +1217,10 @@ struct Engine::Impl {
     // The step launched ahead forgets the sequences that ended before it is finished: they are about to go.
     if (ahead)
       for (ScheduledPiece& piece : ahead->planned)
-        if (piece.sequence != nullptr && piece.sequence->finished()) piece.sequence = nullptr;
+        if (piece.sequence != nullptr && piece.sequence->finished()) {
+          ahead->masks.forget(*piece.sequence);  // its writer, if its masks are still held, must not read it
+          piece.sequence = nullptr;
+        }
     scheduler.release_finished();
     // A decision that left the scheduler (answered, cancelled, failed) drops its job; whatever of its work is still
     // queued on the workers is skipped.
@@ -1257,6 +1293,7 @@ struct Engine::Impl {
   // Engine thread only: launch_ahead's step, launched while the one before it ran; the next step() finishes it.
   std::unique_ptr<LaunchedStep> ahead;
   const bool lookahead = lookahead_on(options, model);
+  const bool lookahead_masked = lookahead && lookahead_masked_on(options, model);
   CountsSync counts_sync;         // engine thread only: what the storage's penalty counts hold
   std::optional<MtpDrafter> mtp;  // `--draft mtp` (engine thread only)
   // Engine thread only: with DraftOptions::measured, K per step from measured costs; the K the last drafting chose.

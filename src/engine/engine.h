@@ -111,6 +111,15 @@ struct EngineOptions {
   // there). DUET_LOOKAHEAD = 0 or 1 in the environment sets never or always (measurements).
   enum class Lookahead : uint8_t { automatic, always, never };
   Lookahead lookahead = Lookahead::automatic;
+  // Structured-output rows in steps launched ahead too, where the model holds a step's masks for later
+  // (Model::masks_later: the CUDA backend's sampler waits for them on the device): the step's forward goes ahead and
+  // each constrained row's mask is written once the step before is read and its token taken into the grammar. Rows
+  // whose grammar has not begun (grammar_after) still stop steps from going ahead. Off until timed on a GPU;
+  // DUET_LOOKAHEAD_MASKED=1 or 0 in the environment sets it.
+  bool lookahead_masked = false;
+  // Test-only: a step launched ahead with its masks held has them written before the step before it is read, from
+  // grammars one token behind: the planted fault the masked lookahead tests must catch.
+  bool test_masks_before_tokens = false;
   // The vision tower that turns a request's images (Request::images) into the rows of its image tokens; null: requests
   // with images are refused (RequestInvalid "invalid_images"). Needs a model that reads_images().
   std::shared_ptr<const model::VisionModel> vision;

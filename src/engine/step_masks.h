@@ -25,6 +25,10 @@ class StepMasks {
   // state must not move until the step has drawn.
   backend::MaskWriter* add(Sequence& sequence, std::vector<int32_t> end_ids);
 
+  // A step launched ahead whose masks are held (Model::launch_holding_masks): `sequence` ended before they were
+  // written and is about to go, so its writers write every token instead of reading it (the row is not read).
+  void forget(const Sequence& sequence);
+
   // What the writers did: masks written and the seconds they took (EngineStats::grammar_mask*).
   int64_t written() const { return written_; }
   double seconds() const { return seconds_; }
@@ -33,13 +37,15 @@ class StepMasks {
   class Writer final : public backend::MaskWriter {
    public:
     Writer(StepMasks& owner, Sequence& sequence, std::vector<int32_t> end_ids)
-        : owner_(owner), sequence_(sequence), end_ids_(std::move(end_ids)), words_(sequence.mask_words()) {}
+        : owner_(owner), sequence_(&sequence), end_ids_(std::move(end_ids)), words_(sequence.mask_words()) {}
     size_t words() const override { return words_; }
     void write(std::span<uint32_t> words) override;
+    const Sequence* sequence() const { return sequence_; }
+    void forget() { sequence_ = nullptr; }
 
    private:
     StepMasks& owner_;
-    Sequence& sequence_;
+    Sequence* sequence_;  // null: forgotten
     std::vector<int32_t> end_ids_;
     size_t words_;
   };

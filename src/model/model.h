@@ -208,6 +208,14 @@ class Model {
   virtual std::vector<PieceResult> collect(std::unique_ptr<Launched> step);
   // Whether a launched step's draws are made while the host goes on (a GPU): only then does launching ahead pay.
   virtual bool overlaps_steps() const { return false; }
+  // Structured-output rows in a step launched ahead (issue 16 item 5): where masks_later(), launch_holding_masks()
+  // launches a step whose masked draws wait (on the device) for release_masks(step): their SampleSpec::mask_writer are
+  // called there, once the step before has been collected and its tokens taken into the grammars, not in the launch.
+  // A step so launched is released before the next launch; collecting or dropping it unreleased draws with every
+  // token allowed and calls no writer (its draws are then not to be used). The default holds nothing: refused.
+  virtual bool masks_later() const { return false; }
+  virtual std::unique_ptr<Launched> launch_holding_masks(backend::StateStorage& storage, std::span<const Piece> pieces);
+  virtual void release_masks(Launched& step);
 
   // The MTP layer, when the checkpoint has one that loaded (model/mtp_weights.h); the rest refuse without it.
   virtual bool has_mtp() const { return false; }

@@ -254,6 +254,24 @@ std::unique_ptr<Model::Launched> Qwen35Model::launch(backend::StateStorage& stor
   return step;
 }
 
+std::unique_ptr<Model::Launched> Qwen35Model::launch_holding_masks(backend::StateStorage& storage,
+                                                                   std::span<const Piece> pieces) {
+  if (!backend_->holds_masks()) fail("launch_holding_masks: the {} backend cannot hold masks", backend_->name());
+  // The hold applies to this launch's draws alone, whether it reaches them or throws first.
+  struct Hold {
+    explicit Hold(backend::Backend& be) : backend(be) { backend.hold_masks(true); }
+    ~Hold() { backend.hold_masks(false); }
+    backend::Backend& backend;
+  } hold(*backend_);
+  return launch(storage, pieces);
+}
+
+void Qwen35Model::release_masks(Model::Launched& launched) {
+  auto* step = dynamic_cast<Launched*>(&launched);
+  if (step == nullptr) fail("release_masks: a step this model did not launch");
+  if (step->draws) backend_->release_masks(step->sampled.data());
+}
+
 std::vector<PieceResult> Qwen35Model::collect(std::unique_ptr<Model::Launched> launched) {
   auto* step = dynamic_cast<Launched*>(launched.get());
   if (step == nullptr) fail("collect: a step this model did not launch");

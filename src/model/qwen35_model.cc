@@ -173,6 +173,17 @@ std::unique_ptr<Model::Launched> Model::launch(backend::StateStorage& storage, s
 
 std::vector<PieceResult> Model::collect(std::unique_ptr<Launched> step) { return std::move(step->results); }
 
+std::unique_ptr<Model::Launched> Model::launch_holding_masks(backend::StateStorage& storage,
+                                                             std::span<const Piece> pieces) {
+  (void)storage, (void)pieces;
+  fail("this model cannot hold a step's masks for later (Model::masks_later)");
+}
+
+void Model::release_masks(Launched& step) {
+  (void)step;
+  fail("this model cannot hold a step's masks for later (Model::masks_later)");
+}
+
 void Model::lm_head_rows(std::span<const int32_t> ids, float* out) const {
   fail("this model cannot gather LM head rows (needed by a decision head)");
 }

@@ -47,6 +47,10 @@ class Qwen35Model final : public Model {
   std::unique_ptr<Model::Launched> launch(backend::StateStorage& storage, std::span<const Piece> pieces) override;
   std::vector<PieceResult> collect(std::unique_ptr<Model::Launched> step) override;
   bool overlaps_steps() const override { return backend_->draws_ahead(); }
+  bool masks_later() const override { return backend_->holds_masks(); }
+  std::unique_ptr<Model::Launched> launch_holding_masks(backend::StateStorage& storage,
+                                                        std::span<const Piece> pieces) override;
+  void release_masks(Model::Launched& step) override;
   void lm_head_rows(std::span<const int32_t> ids, float* out) const override;
   bool has_mtp() const override { return mtp_.has_value(); }
   std::unique_ptr<backend::StateStorage> new_mtp_storage(int64_t kv_pages) override;

@@ -10,9 +10,12 @@
 #include <span>
 #include <vector>
 
+#include "../engine/engine_harness.h"
+#include "../engine/json_vocabulary.h"
 #include "../model/golden_fixtures.h"
 #include "backend/cuda/device_rows.h"
 #include "cuda_test_util.h"
+#include "engine/engine.h"
 #include "graphed_runs.h"
 #include "model/model.h"
 
@@ -201,6 +204,82 @@ TEST_P(CudaMaskedSteps, MasksWrittenAfterTheirCopyAreCaught) {
     EXPECT_GT(outside_masks(run), 0) << "graphs " << graphs
                                      << ": masks written after their copy drew only allowed tokens; the check of "
                                         "MaskedStepsSplitAroundTheMasks cannot see a mask that comes too late";
+  }
+}
+
+// Constrained rows in steps launched ahead (engine::EngineOptions::lookahead_masked, Model::launch_holding_masks): the
+// step's forward goes to the device while the step before is still drawn, and its sampler waits there for the masks
+// the host writes once that step is read and its tokens are in the grammars. Constrained requests (the notes schema
+// greedy, seeded and penalized; an integer, which may end at every digit) beside unconstrained seeded ones draw the
+// tokens and end as they do with no step launched ahead, graphed and eager, and steps went ahead with constrained rows
+// in them. The control: the held masks written a token early (test_masks_before_tokens) change some request.
+struct AheadOutcome {
+  std::vector<engine::testing::Outcome> outcomes;
+  int64_t steps_ahead = 0;
+};
+
+AheadOutcome run_constrained_ahead(Model& model, engine::EngineOptions::Lookahead lookahead, bool masks_early) {
+  const int32_t vocab = static_cast<int32_t>(model.config().vocab_size);
+  const auto notes = engine::testing::notes_grammar(vocab), integer = engine::testing::integer_grammar(vocab);
+  std::vector<engine::Request> requests;
+  for (int i = 0; i < 7; ++i) {
+    engine::Request r;
+    for (int t = 0; t < 5 + 23 * i; ++t) r.prompt.push_back((37 * t + 11 * i) % 500);
+    r.sampling.temperature = i == 0 ? 0.0f : 0.9f;
+    r.sampling.seed = 50 + static_cast<uint64_t>(i);
+    r.sampling.repetition_penalty = i == 2 ? 1.3f : 1.0f;
+    r.sampling.max_tokens = 32;
+    r.sampling.stop_token_ids = {engine::testing::kStop};
+    if (i < 4) r.grammar = i == 3 ? integer : notes;
+    if (i >= 4) r.sampling.ignore_eos = true;
+    requests.push_back(std::move(r));
+  }
+  engine::EngineOptions o;
+  o.parallel = 7;
+  o.context = 640;
+  o.prefill_chunk = 64;
+  o.step_token_budget = 256;
+  o.lookahead = lookahead;
+  o.lookahead_masked = true;
+  o.test_masks_before_tokens = masks_early;
+  engine::Engine engine(model, nullptr, o);
+  std::vector<std::shared_ptr<engine::RequestHandle>> handles;
+  for (const engine::Request& r : requests) handles.push_back(engine.submit(r));
+  AheadOutcome out;
+  for (auto& handle : handles) out.outcomes.push_back(engine::testing::drain(*handle));
+  out.steps_ahead = engine.stats().steps_ahead_total;
+  return out;
+}
+
+int unlike_outcomes(const AheadOutcome& got, const AheadOutcome& want) {
+  int unlike = 0;
+  for (size_t i = 0; i < want.outcomes.size(); ++i)
+    unlike += got.outcomes[i].tokens != want.outcomes[i].tokens ||
+                      got.outcomes[i].finished.reason != want.outcomes[i].finished.reason
+                  ? 1
+                  : 0;
+  return unlike;
+}
+
+TEST_P(CudaMaskedSteps, ConstrainedRowsLaunchedAheadDrawWhatTheyDrawPlannedAfter) {
+  if (model_->config().vocab_size <= engine::testing::kStop)
+    GTEST_SKIP() << "the JSON vocabulary takes 512 ids; " << GetParam() << " has " << model_->config().vocab_size;
+  using Lookahead = engine::EngineOptions::Lookahead;
+  for (const char* graphs : {"1", "0"}) {
+    SCOPED_TRACE(std::string("graphs ") + graphs);
+    auto model = load_with_env(GetParam(), "DUET_CUDA_GRAPHS", graphs);
+    ASSERT_TRUE(model->masks_later()) << "the CUDA backend should hold masks";
+    const AheadOutcome planned_after = run_constrained_ahead(*model, Lookahead::never, false);
+    const AheadOutcome ahead = run_constrained_ahead(*model, Lookahead::always, false);
+    EXPECT_EQ(planned_after.steps_ahead, 0);
+    EXPECT_GT(ahead.steps_ahead, 10) << "steps with constrained rows should have gone ahead";
+    EXPECT_EQ(unlike_outcomes(ahead, planned_after), 0);
+    int constrained_tokens = 0;
+    for (size_t i = 0; i < 4; ++i) constrained_tokens += static_cast<int>(planned_after.outcomes[i].tokens.size());
+    EXPECT_GT(constrained_tokens, 12) << "the constrained requests drew too little to show anything";
+    if (std::string(graphs) == "1")
+      EXPECT_GT(unlike_outcomes(run_constrained_ahead(*model, Lookahead::always, true), planned_after), 0)
+          << "control: masks written a token early went unnoticed";
   }
 }
 

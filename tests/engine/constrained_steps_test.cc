@@ -11,7 +11,6 @@
 
 #include <memory>
 #include <random>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -23,6 +22,7 @@
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
 #include "grammar/token_mask.h"
+#include "json_vocabulary.h"
 #include "tiny_model.h"
 
 namespace duet::engine {
@@ -31,41 +31,22 @@ namespace {
 using testing::drain;
 using testing::Outcome;
 
-constexpr int32_t kStop = 511;  // no bytes: only ever a stop token
+using testing::json_vocabulary;
+using testing::kStop;
 
-// Printable ASCII for ids 0-94, then pairs of JSON fragments, each once.
-std::shared_ptr<const grammar::Vocabulary> json_vocabulary(int32_t width) {
-  const std::vector<std::string> fragments = {"{\"", "\":",   "\",\"", "\"",    "[",    "]", "}",   ",",   "\"]",
-                                              "\"}", "[\"",   "true",  "false", "null", "1", "23",  "0.5", "-",
-                                              "ab",  "title", "notes", "x",     " ",    "e", "\\n", "é",   "ok"};
-  std::vector<std::pair<int32_t, std::string>> tokens;
-  std::set<std::string> seen;
-  for (int32_t id = 0; id < 95; ++id) {
-    tokens.emplace_back(id, std::string(1, static_cast<char>(32 + id)));
-    seen.insert(tokens.back().second);
-  }
-  std::mt19937 rng(5);
-  for (int32_t id = 95; id < kStop;) {
-    std::string bytes = fragments[rng() % fragments.size()] + fragments[rng() % fragments.size()];
-    if (!seen.insert(bytes).second) continue;
-    tokens.emplace_back(id++, std::move(bytes));
-  }
-  return std::make_shared<const grammar::Vocabulary>(std::move(tokens), width);
+std::vector<int32_t> prompt_of(int32_t length, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids;
+  for (int32_t i = 0; i < length; ++i) ids.push_back(static_cast<int32_t>(rng() % 500));
+  return ids;
 }
 
 class ConstrainedSteps : public testing::TinyModelTest {
  protected:
   void SetUp() override {
     TinyModelTest::SetUp();
-    const auto schema = nlohmann::ordered_json::parse(R"({"type": "object", "properties": {"title": {"type": "string",
-        "maxLength": 6}, "notes": {"type": "array", "items": {"type": "string", "maxLength": 4}, "maxItems": 3}},
-        "required": ["title", "notes"], "additionalProperties": false})");
-    const auto vocabulary = json_vocabulary(vocab());
-    grammar_ =
-        std::make_shared<const grammar::CompiledGrammar>(grammar::grammar_from_schema(schema).grammar, vocabulary);
-    // A document that may end after any digit: the stop token competes with more digits.
-    number_ = std::make_shared<const grammar::CompiledGrammar>(
-        grammar::grammar_from_schema(nlohmann::ordered_json::parse(R"({"type": "integer"})")).grammar, vocabulary);
+    grammar_ = testing::notes_grammar(vocab());
+    number_ = testing::integer_grammar(vocab());
   }
 
   static EngineOptions options(int32_t parallel) {
@@ -89,6 +70,26 @@ class ConstrainedSteps : public testing::TinyModelTest {
     r.sampling.stop_token_ids = {kStop};
     r.grammar = number ? number_ : grammar_;
     return r;
+  }
+
+  // Three seeded unconstrained requests of 24 tokens, and four constrained ones (greedy, seeded, seeded with a
+  // repetition penalty, one prompt over a chunk; and integers, which may end at every digit).
+  static std::vector<Request> unconstrained_requests() {
+    std::vector<Request> plain;
+    for (int i = 0; i < 3; ++i) {
+      Request r;
+      r.prompt = prompt_of(3 + 40 * i, 10 + static_cast<uint32_t>(i));
+      r.sampling.temperature = 0.9f;
+      r.sampling.seed = 100 + static_cast<uint64_t>(i);
+      r.sampling.max_tokens = 24;
+      r.sampling.ignore_eos = true;
+      plain.push_back(std::move(r));
+    }
+    return plain;
+  }
+  std::vector<Request> constrained_requests() const {
+    return {constrained(prompt_of(7, 20), 0.0f, 0), constrained(prompt_of(90, 21), 0.9f, 31),
+            constrained(prompt_of(30, 22), 1.0f, 32, 1.3f), constrained(prompt_of(12, 23), 1.0f, 33, 1.0f, true)};
   }
 
   // What the engine drew before its masks moved into the step: each mask made before its step from the request's own
@@ -142,13 +143,6 @@ class ConstrainedSteps : public testing::TinyModelTest {
 
   std::shared_ptr<const grammar::CompiledGrammar> grammar_, number_;
 };
-
-std::vector<int32_t> prompt_of(int32_t length, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> ids;
-  for (int32_t i = 0; i < length; ++i) ids.push_back(static_cast<int32_t>(rng() % 500));
-  return ids;
-}
 
 // Records the order of the calls and writes a fixed mask.
 struct RecordingWriter final : backend::MaskWriter {
@@ -241,19 +235,7 @@ TEST_F(ConstrainedSteps, WritersRunOnceInSampleOrderAndDrawTheSameTokens) {
 // reference's tokens and ends as it does (by its document or its stop token: both happen), the unconstrained ones draw
 // what they draw alone, and the engine counts a mask per constrained draw.
 TEST_F(ConstrainedSteps, ConstrainedAndUnconstrainedRequestsShareStepsExactly) {
-  std::vector<Request> plain;
-  for (int i = 0; i < 3; ++i) {
-    Request r;
-    r.prompt = prompt_of(3 + 40 * i, 10 + static_cast<uint32_t>(i));
-    r.sampling.temperature = 0.9f;
-    r.sampling.seed = 100 + static_cast<uint64_t>(i);
-    r.sampling.max_tokens = 24;
-    r.sampling.ignore_eos = true;
-    plain.push_back(std::move(r));
-  }
-  const std::vector<Request> shaped = {constrained(prompt_of(7, 20), 0.0f, 0), constrained(prompt_of(90, 21), 0.9f, 31),
-                                       constrained(prompt_of(30, 22), 1.0f, 32, 1.3f),
-                                       constrained(prompt_of(12, 23), 1.0f, 33, 1.0f, true)};
+  const std::vector<Request> plain = unconstrained_requests(), shaped = constrained_requests();
   std::vector<Outcome> alone;
   for (const Request& r : plain) {
     Engine engine(*model_, nullptr, options(1));
@@ -282,6 +264,56 @@ TEST_F(ConstrainedSteps, ConstrainedAndUnconstrainedRequestsShareStepsExactly) {
   EXPECT_EQ(by_stop_token, 1) << "the integers' request should end by its stop token, the others by their documents";
   EXPECT_EQ(engine.stats().grammar_masks_total, masks) << "one mask per constrained draw";
   EXPECT_GT(engine.stats().grammar_mask_seconds_total, 0.0);
+}
+
+// Constrained rows in steps launched ahead (EngineOptions::lookahead_masked; the CPU backend holds masks as the CUDA
+// backend does): the same seven requests as above, every step launched ahead where it may be (Lookahead::always):
+// every constrained request draws the reference's tokens and ends as it does, the unconstrained ones what they draw
+// alone, a mask per constrained draw, and steps went ahead with constrained rows in them. The control: the held masks
+// written before the step before is read (the grammars a token behind) break some constrained request.
+TEST_F(ConstrainedSteps, ConstrainedRowsLaunchedAheadDrawTheReferenceTokens) {
+  const std::vector<Request> plain = unconstrained_requests(), shaped = constrained_requests();
+  std::vector<Outcome> alone;
+  for (const Request& r : plain) {
+    Engine engine(*model_, nullptr, options(1));
+    alone.push_back(drain(*engine.submit(r)));
+  }
+  std::vector<Reference> want;
+  for (const Request& r : shaped) want.push_back(reference(r));
+  // Runs the seven at once with constrained rows launched ahead; the number of constrained requests unlike their
+  // references.
+  auto run = [&](bool masks_before_tokens) {
+    EngineOptions o = options(7);
+    o.lookahead = EngineOptions::Lookahead::always;
+    o.lookahead_masked = true;
+    o.test_masks_before_tokens = masks_before_tokens;
+    Engine engine(*model_, nullptr, o);
+    std::vector<std::shared_ptr<RequestHandle>> plain_handles, shaped_handles;
+    for (size_t i = 0; i < shaped.size(); ++i) {
+      if (i < plain.size()) plain_handles.push_back(engine.submit(plain[i]));
+      shaped_handles.push_back(engine.submit(shaped[i]));
+    }
+    for (size_t i = 0; i < plain.size(); ++i)
+      EXPECT_EQ(drain(*plain_handles[i]).tokens, alone[i].tokens) << "unconstrained request " << i;
+    int unlike = 0;
+    int64_t masks = 0;
+    for (size_t i = 0; i < shaped.size(); ++i) {
+      const Outcome got = drain(*shaped_handles[i]);
+      const bool same = got.tokens == want[i].outcome.tokens && got.finished.reason == want[i].outcome.finished.reason;
+      unlike += same ? 0 : 1;
+      masks += want[i].masks;
+      if (!masks_before_tokens) {
+        EXPECT_EQ(got.tokens, want[i].outcome.tokens) << "constrained request " << i;
+        EXPECT_EQ(got.finished.reason, want[i].outcome.finished.reason) << "constrained request " << i;
+      }
+    }
+    const EngineStats stats = engine.stats();
+    EXPECT_GT(stats.steps_ahead_total, 10) << "steps with constrained rows should have gone ahead";
+    if (!masks_before_tokens) EXPECT_EQ(stats.grammar_masks_total, masks) << "one mask per constrained draw";
+    return unlike;
+  };
+  EXPECT_EQ(run(false), 0);
+  EXPECT_GT(run(true), 0) << "control: masks written a token early went unnoticed";
 }
 
 // n choices of one constrained prompt: each forked choice's first token is drawn from the first choice's last prompt

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -48,6 +49,7 @@ class CpuBackend final : public Backend {
   size_t workspace_bytes() const override { return workspace_bytes_; }
 
   void begin_step(const StepPlan& plan) override {
+    if (held_) fail("cpu backend: a step begins while the last one's masks are held (release_masks first)");
     plan_ = plan;
     if (plan.storage == nullptr || plan.storage->owner() != this)
       fail("cpu backend: the step's state storage belongs to another backend");
@@ -147,43 +149,31 @@ class CpuBackend final : public Backend {
   // through a MaskWriter are written first, in order, on this thread (the forward has run: there is nothing to overlap
   // them with here), each into a vector of its own that the draw then reads as it reads a given mask.
   void sample(const Weight& head, const Activations& x, SampledRow* out) override {
-    const std::vector<SampleSpec> written = written_masks();
-    const auto& in = cpu_of(x);
-    const std::span<const int64_t> rows = plan_.sample_rows;
-    std::vector<int64_t> distinct;
-    std::vector<size_t> logits_of(rows.size());
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const auto found = std::find(distinct.begin(), distinct.end(), rows[i]);
-      logits_of[i] = static_cast<size_t>(found - distinct.begin());
-      if (found == distinct.end()) distinct.push_back(rows[i]);
-    }
-    std::vector<float> selected(distinct.size() * static_cast<size_t>(in.width()));
-    for (size_t i = 0; i < distinct.size(); ++i)
-      std::memcpy(selected.data() + i * in.width(), in.row(distinct[i]), sizeof(float) * in.width());
-    const auto vocab = static_cast<size_t>(head.rows);
-    std::vector<float> logits(distinct.size() * vocab);
-    cpu::matmul(selected.data(), static_cast<int64_t>(distinct.size()), head, logits.data());
-    std::vector<std::exception_ptr> errors(rows.size());
-    const auto draw = [&](size_t begin, size_t end) {
-      for (size_t i = begin; i < end; ++i) {
-        try {
-          const SampleSpec& spec = plan_.samples[i]->mask_writer != nullptr ? written[i] : *plan_.samples[i];
-          const PenaltyCounts* counts = spec.counts_slot >= 0 ? &storage_->counts(spec.counts_slot) : nullptr;
-          out[i] = cpu::sample_row(std::span<const float>(logits.data() + logits_of[i] * vocab, vocab), spec, counts);
-        } catch (...) {
-          errors[i] = std::current_exception();  // a pool worker must not throw
-        }
-      }
-    };
-    if (rows.size() >= 2 && vocab >= kParallelSamplingVocab) {
-      global_thread_pool().parallel_for(rows.size(), draw);
-    } else {
-      draw(0, rows.size());
-    }
-    for (const std::exception_ptr& error : errors)
-      if (error) std::rethrow_exception(error);
-    last_draws_.resize(rows.size());
-    for (size_t i = 0; i < rows.size(); ++i) last_draws_[i] = out[i].id;
+    Draws draws = logits_of_samples(head, x, out);
+    draw(draws, true);
+  }
+
+  // Masks held (Backend::hold_masks), as the CUDA backend holds them: the logits now, the masks and draws at
+  // release_masks, so that the engine's path of a constrained step launched ahead runs here too (its tests).
+  void sample_ahead(const Weight& head, const Activations& x, SampledRow* out) override {
+    const bool masked = std::any_of(plan_.samples.begin(), plan_.samples.end(),
+                                    [](const SampleSpec* spec) { return spec->mask_writer != nullptr; });
+    if (!hold_masks_ || !masked) return sample(head, x, out);
+    held_ = logits_of_samples(head, x, out);
+  }
+  bool holds_masks() const override { return true; }
+  void hold_masks(bool on) override { hold_masks_ = on; }
+  void release_masks(SampledRow* out) override {
+    if (!held_ || held_->out != out) fail("cpu backend: release_masks for draws that are not held");
+    Draws draws = std::move(*held_);
+    held_.reset();
+    draw(draws, true);
+  }
+  void finish_sample(SampledRow* out) override {
+    if (!held_ || held_->out != out) return;
+    Draws draws = std::move(*held_);  // never released (a step dropped): drawn with every token allowed
+    held_.reset();
+    draw(draws, false);
   }
 
   void read_rows(const Activations& x, int64_t first, int64_t count, float* out) override {
@@ -210,18 +200,75 @@ class CpuBackend final : public Backend {
   }
 
  private:
-  // For each spec of plan_.samples with a MaskWriter, a copy whose `allowed` is the mask it wrote into written_[i]
-  // (other entries unused). The words start all ones, so a writer that leaves some unset allows every id there: seen
-  // by the tests here as on a GPU, whose memory holds another step's bits.
-  std::vector<SampleSpec> written_masks() {
-    std::vector<SampleSpec> out(plan_.samples.size());
-    written_.resize(plan_.samples.size());
-    for (size_t i = 0; i < plan_.samples.size(); ++i) {
-      const SampleSpec& spec = *plan_.samples[i];
+  // A step's sampled rows' logits (each distinct row once) and what their draws need until they are made.
+  struct Draws {
+    SampledRow* out = nullptr;
+    std::vector<const SampleSpec*> specs;
+    std::vector<float> logits;
+    std::vector<size_t> logits_of;  // per draw, its row's logits in `logits`
+    size_t vocab = 0;
+  };
+
+  Draws logits_of_samples(const Weight& head, const Activations& x, SampledRow* out) const {
+    Draws d{.out = out, .specs = {plan_.samples.begin(), plan_.samples.end()}};
+    const auto& in = cpu_of(x);
+    const std::span<const int64_t> rows = plan_.sample_rows;
+    std::vector<int64_t> distinct;
+    d.logits_of.resize(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const auto found = std::find(distinct.begin(), distinct.end(), rows[i]);
+      d.logits_of[i] = static_cast<size_t>(found - distinct.begin());
+      if (found == distinct.end()) distinct.push_back(rows[i]);
+    }
+    std::vector<float> selected(distinct.size() * static_cast<size_t>(in.width()));
+    for (size_t i = 0; i < distinct.size(); ++i)
+      std::memcpy(selected.data() + i * in.width(), in.row(distinct[i]), sizeof(float) * in.width());
+    d.vocab = static_cast<size_t>(head.rows);
+    d.logits.resize(distinct.size() * d.vocab);
+    cpu::matmul(selected.data(), static_cast<int64_t>(distinct.size()), head, d.logits.data());
+    return d;
+  }
+
+  // The draws, under the masks their writers write now (`write` false: every token allowed, no writer called).
+  void draw(const Draws& d, bool write) {
+    const std::vector<SampleSpec> written = written_masks(d.specs, write);
+    std::vector<std::exception_ptr> errors(d.specs.size());
+    const size_t vocab = d.vocab;
+    const auto draw_rows = [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) {
+        try {
+          const SampleSpec& spec = d.specs[i]->mask_writer != nullptr ? written[i] : *d.specs[i];
+          const PenaltyCounts* counts = spec.counts_slot >= 0 ? &storage_->counts(spec.counts_slot) : nullptr;
+          d.out[i] =
+              cpu::sample_row(std::span<const float>(d.logits.data() + d.logits_of[i] * vocab, vocab), spec, counts);
+        } catch (...) {
+          errors[i] = std::current_exception();  // a pool worker must not throw
+        }
+      }
+    };
+    if (d.specs.size() >= 2 && vocab >= kParallelSamplingVocab) {
+      global_thread_pool().parallel_for(d.specs.size(), draw_rows);
+    } else {
+      draw_rows(0, d.specs.size());
+    }
+    for (const std::exception_ptr& error : errors)
+      if (error) std::rethrow_exception(error);
+    last_draws_.resize(d.specs.size());
+    for (size_t i = 0; i < d.specs.size(); ++i) last_draws_[i] = d.out[i].id;
+  }
+
+  // For each spec with a MaskWriter, a copy whose `allowed` is the mask it wrote into written_[i] (other entries
+  // unused). The words start all ones, so a writer that leaves some unset allows every id there: seen by the tests
+  // here as on a GPU, whose memory holds another step's bits. `write` false calls no writer (every id allowed).
+  std::vector<SampleSpec> written_masks(std::span<const SampleSpec* const> specs, bool write) {
+    std::vector<SampleSpec> out(specs.size());
+    written_.resize(specs.size());
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const SampleSpec& spec = *specs[i];
       if (spec.mask_writer == nullptr) continue;
       if (!spec.allowed.empty()) fail("cpu backend: sample {} carries both a mask and a mask writer", i);
       written_[i].assign(spec.mask_writer->words(), ~0u);
-      spec.mask_writer->write(written_[i]);
+      if (write) spec.mask_writer->write(written_[i]);
       out[i] = spec;
       out[i].allowed = written_[i];
       out[i].mask_writer = nullptr;
@@ -235,6 +282,8 @@ class CpuBackend final : public Backend {
   cpu::CpuStateStorage* storage_ = nullptr;  // plan_.storage
   size_t workspace_bytes_ = 0;
   std::vector<std::vector<uint32_t>> written_;  // masks written by MaskWriters this step (written_masks)
+  bool hold_masks_ = false;                     // Backend::hold_masks: the next masked draws wait (held_)
+  std::optional<Draws> held_;
 };
 
 }  // namespace

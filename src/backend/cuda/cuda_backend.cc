@@ -14,6 +14,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <tuple>
@@ -370,6 +371,7 @@ class CudaBackend final : public Backend {
   size_t workspace_bytes() const override { return workspace_.bytes; }
 
   void begin_step(const StepPlan& plan) override {
+    if (held_) fail("cuda backend: a step begins while the last one's masks are held (release_masks first)");
     if (mode_ == Mode::capture) graphs_.abandon(stream_);  // the last step failed before its sampling
     gaps_.entered(stream_);  // after the abandoned capture: its event must not go into a graph
     mode_ = Mode::eager;
@@ -906,48 +908,66 @@ class CudaBackend final : public Backend {
       });
       gemm_split("lm_head", selected, n, decode_sample_rows_, head, logits, true);
     }
-    const size_t scratch_bytes = sampling_scratch_bytes(static_cast<int32_t>(n), static_cast<int32_t>(V));
-    void* sampling_scratch = scratch<char>(static_cast<int64_t>(scratch_bytes));
-    // One region for the ids and the top logprobs, so one copy brings both back (sample_readback.h).
-    void* results = scratch<char>(static_cast<int64_t>(SampleReadback::device_bytes(n)));
-    DeviceSample* picked = SampleReadback::samples_in(results);
-    DeviceTopLogprob* top = SampleReadback::top_in(results, n);
-    const auto launch = [&] {
-      timer_.time("sample.kernel", stream_, [&] {
-        launch_sample(logits, static_cast<int32_t>(n), static_cast<int32_t>(V), sample_params_, tables_, picked, top,
-                      sampling_scratch, scratch_bytes, stream_, {}, masks_);
-      });
-    };
-    if (masked_.empty()) {
-      if (mode_ != Mode::replay) launch();
-      launch_graph();
-    } else {
-      // Issue 19, masks beside the forward: the step's graph (or its eager launches) ends at the logits and goes to
-      // the device now; while it runs, the host writes the masks and they go up on their own stream (mask_upload.h);
-      // the sampler waits for both. One launch after the graph: a graph of it alone would save nothing.
-      launch_graph();
-      upload_masks();
-      launch();
-      mask_upload_.read_by(stream_);
-    }
-    gaps_.enqueued();
-    // Two readbacks, so that the step begun ahead fetches into the other while this one's draws wait to be read.
     const auto free = std::find_if(draws_.begin(), draws_.end(), [](const Draws& d) { return d.out == nullptr; });
     if (free == draws_.end()) fail("cuda backend: a third step's draws while two are still out (finish_sample)");
-    free->readback.fetch(results, n, top_logprobs_asked_, stream_);
-    gaps_.fetched(stream_);
+    // One region for the ids and the top logprobs, so one copy brings both back (sample_readback.h).
+    const size_t scratch_bytes = sampling_scratch_bytes(static_cast<int32_t>(n), static_cast<int32_t>(V));
+    HeldDraws draws{.draws = &*free,
+                    .logits = logits,
+                    .rows = n,
+                    .vocab = V,
+                    .sampling_scratch = scratch<char>(static_cast<int64_t>(scratch_bytes)),
+                    .scratch_bytes = scratch_bytes,
+                    .results = scratch<char>(static_cast<int64_t>(SampleReadback::device_bytes(n))),
+                    .params = sample_params_,
+                    .tables = tables_,
+                    .masks = masks_,
+                    .top_logprobs = top_logprobs_asked_,
+                    .mark = mark};
     free->out = out;
     free->logits = logits;
     free->rows = n;
     free->vocab = V;
-    last_draws_ = picked;  // the next step's carried rows read them here (StepPlan::carried)
+    last_draws_ = SampleReadback::samples_in(draws.results);  // the next step's carried rows read them here
     last_draw_count_ = n;
-    used_ = mark;
+    if (masked_.empty()) {
+      if (mode_ != Mode::replay) launch_sampler(draws);
+      launch_graph();
+      fetch_draws(draws);
+      return;
+    }
+    // Issue 19, masks beside the forward: the step's graph (or its eager launches) ends at the logits and goes to
+    // the device now; while it runs, the host writes the masks and they go up on their own stream (mask_upload.h);
+    // the sampler waits for both. One launch after the graph: a graph of it alone would save nothing.
+    launch_graph();
+    draws.masked = masked_;
+    draws.specs.assign(samples_.begin(), samples_.end());
+    draws.mask_words = mask_words_;
+    if (hold_masks_) {  // written and drawn by release_masks (a step launched ahead of its masks' grammar states)
+      held_ = std::move(draws);
+      return;
+    }
+    draw_masked(draws, true);
+  }
+
+  bool holds_masks() const override { return draws_ahead(); }
+  void hold_masks(bool on) override { hold_masks_ = on; }
+
+  void release_masks(SampledRow* out) override {
+    if (!held_ || held_->draws->out != out) fail("cuda backend: release_masks for draws that are not held");
+    HeldDraws draws = std::move(*held_);
+    held_.reset();
+    draw_masked(draws, true);
   }
 
   void finish_sample(SampledRow* out) override {
     const auto d = std::find_if(draws_.begin(), draws_.end(), [&](const Draws& x) { return x.out == out; });
     if (out == nullptr || d == draws_.end()) fail("cuda backend: finish_sample for draws that were not made");
+    if (held_ && held_->draws == &*d) {  // never released (a step dropped): drawn unmasked, no writer called
+      HeldDraws draws = std::move(*held_);
+      held_.reset();
+      draw_masked(draws, false);
+    }
     d->out = nullptr;
     d->readback.wait();
     gaps_.done();
@@ -1000,24 +1020,83 @@ class CudaBackend final : public Backend {
     mode_ = Mode::eager;
   }
 
-  // Every masked row's mask written into the staging words (by its MaskWriter, or a given mask copied), in the order
-  // of the step's samples, then sent. DUET_TEST_MASKS_AFTER_COPY=1 plants the fault the GPU tests must catch: the copy
-  // goes first and the masks are written once it is done, so the sampler reads the last step's masks.
-  void upload_masks() {
+  // The draws of the last two steps on their way to the host (sample_ahead, finish_sample): a step begun ahead
+  // fetches into the other readback while the host still reads the step before's.
+  struct Draws {
+    SampleReadback readback;
+    SampledRow* out = nullptr;  // null: free
+    const float* logits = nullptr;
+    int64_t rows = 0, vocab = 0;
+  };
+  std::array<Draws, 2> draws_;
+  // A step's draws between its forward and its sampler: what the sampler's launch reads (the step's own arrays, still
+  // in the workspace and the step upload until the next step begins), and for a masked step its masks' places.
+  struct MaskedSample {
+    size_t sample, offset, words;
+  };
+  struct HeldDraws {
+    Draws* draws = nullptr;
+    const float* logits = nullptr;
+    int64_t rows = 0, vocab = 0;
+    void* sampling_scratch = nullptr;
+    size_t scratch_bytes = 0;
+    void* results = nullptr;  // SampleReadback's device region
+    const SamplingRowParams* params = nullptr;
+    PenaltyTables tables;
+    const uint32_t* masks = nullptr;
+    bool top_logprobs = false;
+    size_t mark = 0;  // the workspace's mark before the draws' scratch
+    std::vector<MaskedSample> masked;
+    std::vector<const SampleSpec*> specs;
+    size_t mask_words = 0;
+  };
+  // Model::launch_holding_masks: the next masked step's draws wait for release_masks (held_).
+  bool hold_masks_ = false;
+  std::optional<HeldDraws> held_;
+
+  // The sampler's launch for a step's draws.
+  void launch_sampler(const HeldDraws& d) {
+    timer_.time("sample.kernel", stream_, [&] {
+      launch_sample(d.logits, static_cast<int32_t>(d.rows), static_cast<int32_t>(d.vocab), d.params, d.tables,
+                    SampleReadback::samples_in(d.results), SampleReadback::top_in(d.results, d.rows),
+                    d.sampling_scratch, d.scratch_bytes, stream_, {}, d.masks);
+    });
+  }
+
+  // The draws' readback enqueued after their sampler, and the workspace given back to the next step's kernels.
+  void fetch_draws(const HeldDraws& d) {
+    gaps_.enqueued();
+    // Two readbacks, so that the step begun ahead fetches into the other while this one's draws wait to be read.
+    d.draws->readback.fetch(d.results, d.rows, d.top_logprobs, stream_);
+    gaps_.fetched(stream_);
+    used_ = d.mark;
+  }
+
+  // A masked step's draws after its forward: every masked row's mask written into the staging words (by its
+  // MaskWriter, or a given mask copied; with `write` false, a step dropped before its masks were released, every word
+  // set and no writer called), in the order of the step's samples, sent on the mask stream, then the sampler (which
+  // waits for the copy) and the readback. DUET_TEST_MASKS_AFTER_COPY=1 plants the fault the GPU tests must catch: the
+  // copy goes first and the masks are written once it is done, so the sampler reads the last step's masks.
+  void draw_masked(const HeldDraws& d, bool write) {
     if (test_masks_after_copy_) {
-      mask_upload_.send(mask_words_, stream_);
+      mask_upload_.send(d.mask_words, stream_);
       mask_upload_.wait_sent();
     }
-    for (const MaskedSample& m : masked_) {
-      const SampleSpec& spec = *samples_[m.sample];
+    for (const MaskedSample& m : d.masked) {
+      const SampleSpec& spec = *d.specs[m.sample];
       const std::span<uint32_t> words = mask_upload_.staging(m.offset, m.words);
-      if (spec.mask_writer != nullptr) {
+      if (!write) {
+        std::fill(words.begin(), words.end(), ~0u);
+      } else if (spec.mask_writer != nullptr) {
         spec.mask_writer->write(words);
       } else {
         std::memcpy(words.data(), spec.allowed.data(), m.words * sizeof(uint32_t));
       }
     }
-    if (!test_masks_after_copy_) mask_upload_.send(mask_words_, stream_);
+    if (!test_masks_after_copy_) mask_upload_.send(d.mask_words, stream_);
+    launch_sampler(d);
+    mask_upload_.read_by(stream_);
+    fetch_draws(d);
   }
 
   // Bump allocation from the workspace; released by begin_step (and by each sublayer for its own scratch).
@@ -1200,15 +1279,6 @@ class CudaBackend final : public Backend {
   LogitsDump slow_rows_{"DUET_DUMP_SLOW_ROWS"};        // rows only the stream path decided, with their parameters
   std::vector<SamplingRowParams> sample_params_host_;  // this step's, kept only for slow_rows_
   bool top_logprobs_asked_ = false;  // this step: a row asked for top logprobs (they come back only then)
-  // The draws of the last two steps on their way to the host (sample_ahead, finish_sample): a step begun ahead
-  // fetches into the other readback while the host still reads the step before's.
-  struct Draws {
-    SampleReadback readback;
-    SampledRow* out = nullptr;  // null: free
-    const float* logits = nullptr;
-    int64_t rows = 0, vocab = 0;
-  };
-  std::array<Draws, 2> draws_;
   // Where the last step's sampler left its draws (scratch of the workspace, untouched until the next step's kernels),
   // for the next step's carried rows; null when it may not be read.
   const DeviceSample* last_draws_ = nullptr;
@@ -1241,9 +1311,6 @@ class CudaBackend final : public Backend {
   const uint32_t* graphed_counts_ = nullptr;
   // This step's token masks: which samples have one and where (SamplingRowParams::mask_offset, in words), their words
   // in all, and the device words the sampler reads (null when no row is masked).
-  struct MaskedSample {
-    size_t sample, offset, words;
-  };
   std::vector<MaskedSample> masked_;
   size_t mask_words_ = 0;
   MaskUpload mask_upload_;
