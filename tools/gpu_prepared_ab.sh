@@ -13,6 +13,10 @@
 #   4. exactness (tools/gpu_bench.sh: `duet serve` + `duet bench --alone --serial` at 1,
 #      4, 16 and 64 streams, greedy, seeded and penalized; 0 unequal, 0 failed);
 #   5. the same A/B for DUET_ATTN_QUERY_SPLIT_ROWS=4 at one stream after a 16K prompt and after a 1K one;
+#   6. structured-output rows in steps launched ahead (DUET_LOOKAHEAD_MASKED=1, 43rd round): its GPU test
+#      (CudaMaskedSteps.ConstrainedRowsLaunchedAhead*), exactness of schema-constrained requests with it on (`duet
+#      bench --alone --serial --response-format`, 1 / 16 / 64 streams, greedy, seeded, penalized), and served decode
+#      under a JSON schema, off against on (tools/gpu_served_ab.sh with BENCH_FORMAT);
 # while BUDGET_S lasts, each stage skipped once it would not fit. Every stage writes its lines as it goes, to stdout
 # and OUT/log (never through a pipe that holds them until the end: 41st round).
 #   usage: tools/gpu_prepared_ab.sh OUT [WORK=/tmp/9b] [ROUNDS=2] [BUDGET_S=540]
@@ -56,4 +60,23 @@ echo "done at $(elapsed) s"
 echo "== 5. duet run, the query split"
 fits 70 && PROMPT_LEN=16384 tools/gpu_launch_ab.sh "$work" 1 "$rounds" - DUET_ATTN_QUERY_SPLIT_ROWS=4
 fits 60 && tools/gpu_launch_ab.sh "$work" 1 "$rounds" - DUET_ATTN_QUERY_SPLIT_ROWS=4
+echo "done at $(elapsed) s"
+
+echo "== 6. structured-output rows launched ahead"
+run_gpu_test '*ConstrainedRowsLaunchedAhead*' "$out/masked-ahead-test.txt" 120
+schema='{"type":"json_schema","json_schema":{"name":"notes","schema":{"type":"object","properties":{"title":{"type":
+"string"},"notes":{"type":"array","items":{"type":"string"}}},"required":["title","notes"],"additionalProperties":false}}}'
+if fits 120; then
+  DUET_LOOKAHEAD_MASKED=1 device/bin/duet serve "$work/model" --backend cuda --host 127.0.0.1 --port 18085 \
+    --parallel 64 --context 2048 --max-tokens 256 --queue-limit 256 > "$out/masked-serve.out" 2> "$out/masked-serve.log" &
+  server=$!
+  for _ in $(seq 1 400); do curl -sf http://127.0.0.1:18085/health > /dev/null 2>&1 && break; sleep 0.25; done
+  timeout 100 device/bin/duet bench --url http://127.0.0.1:18085 --levels 1,16,64 --tokens 48 --reps 1 --alone \
+    --serial --sampling all --response-format "$schema" > "$out/masked-exact.txt" 2>&1
+  grep -E "^exactness|^level .*failed [1-9]" "$out/masked-exact.txt"
+  curl -sf http://127.0.0.1:18085/metrics | grep -E '^duet_engine_steps(_ahead)?_total[{ ]|^duet_grammar_masks_total'
+  kill -TERM $server; wait $server
+fi
+fits 150 && BENCH_FORMAT=$schema tools/gpu_served_ab.sh "$out/masked-ab" "$work" "$rounds" DUET_LOOKAHEAD_MASKED=0 \
+  DUET_LOOKAHEAD_MASKED=1
 echo "done at $(elapsed) s"

@@ -7,6 +7,8 @@
 # Per round and setting, one server (DUET_STEP_GAPS=1 beside the setting): 1 stream greedy and seeded, 64 streams
 # greedy, 256 tokens each; its /metrics' steps and steps launched ahead; and at exit the step gaps' rows at 1 and 64
 # (the GPU's idle time between steps on its own clock). Then each setting's mean per level against the first's.
+# BENCH_FORMAT in the environment is sent as every request's response_format (`duet bench --response-format`), e.g.
+# a JSON schema, for structured outputs' rows launched ahead against not (DUET_LOOKAHEAD_MASKED=0 / 1).
 #   usage: tools/gpu_served_ab.sh OUT WORK ROUNDS SETTING...
 set -uo pipefail
 out=$1; work=$2; rounds=$3; shift 3
@@ -31,7 +33,7 @@ for ((round = 1; round <= rounds; ++round)); do
     for level in "1 greedy" "1 seeded" "64 greedy"; do
       read -r streams sampling <<<"$level"
       line=$(timeout 120 "$duet" bench --url "$url" --reps 1 --levels "$streams" --tokens 256 --sampling "$sampling" \
-        2>&1 | grep -E "^level" | tail -1)
+        ${BENCH_FORMAT:+--response-format "$BENCH_FORMAT"} 2>&1 | grep -E "^level" | tail -1)
       echo "[round $round] [$setting] [$level] ${line:-FAILED}"
       rate=$(grep -oE '[0-9.]+ tok/s' <<<"$line" | head -1 | tr -dc '0-9.')
       if [[ -n $rate ]]; then
