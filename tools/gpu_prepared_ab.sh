@@ -12,7 +12,8 @@
 #      64 streams;
 #   4. exactness (tools/gpu_bench.sh: `duet serve` + `duet bench --alone --serial` at 1,
 #      4, 16 and 64 streams, greedy, seeded and penalized; 0 unequal, 0 failed);
-#   5. the same A/B for DUET_ATTN_QUERY_SPLIT_ROWS=4 at one stream after a 16K prompt and after a 1K one;
+#   5. the same A/B for DUET_ATTN_QUERY_SPLIT_ROWS=4 at one stream after a 16K prompt and after a 1K one, and for
+#      DUET_CUDA_EARLY_LOADS=1 (38th round; never timed in the model) after the 1K one;
 #   6. structured-output rows in steps launched ahead (DUET_LOOKAHEAD_MASKED=1, 43rd round): its GPU test
 #      (CudaMaskedSteps.ConstrainedRowsLaunchedAhead*), exactness of schema-constrained requests with it on (`duet
 #      bench --alone --serial --response-format`, 1 / 16 / 64 streams, greedy, seeded, penalized), and served decode
@@ -59,7 +60,7 @@ echo "done at $(elapsed) s"
 
 echo "== 5. duet run, the query split"
 fits 70 && PROMPT_LEN=16384 tools/gpu_launch_ab.sh "$work" 1 "$rounds" - DUET_ATTN_QUERY_SPLIT_ROWS=4
-fits 60 && tools/gpu_launch_ab.sh "$work" 1 "$rounds" - DUET_ATTN_QUERY_SPLIT_ROWS=4
+fits 60 && tools/gpu_launch_ab.sh "$work" 1 "$rounds" - DUET_ATTN_QUERY_SPLIT_ROWS=4 DUET_CUDA_EARLY_LOADS=1
 echo "done at $(elapsed) s"
 
 echo "== 6. structured-output rows launched ahead"
