@@ -2,22 +2,22 @@
 # On the GPU machine: the prepared switches, each of which keeps every bit (issue 16; docs/benchmarks.md, 42nd and 43rd
 # rounds), checked and timed in one call on a pack of them (tools/device_pack_env.sh) and the 9B-shaped checkpoint
 # of tools/make_9b_references.py (made in WORK when missing, about 40 s, beside the first stages):
-#   1. their bits tests: SkinnyGemmTma.TheDeepRingKeepsEveryBit and
-#      AttentionKernels.QueriesSplitOverBlocksGiveTheSameRows;
+#   1. their bits tests: SkinnyGemmTma.TheDeepRingKeepsEveryBit (and with SPLIT_AB=1
+#      AttentionKernels.QueriesSplitOverBlocksGiveTheSameRows, 40 s; both passed in the 43rd round and are in the suite);
 #   2. bench_skinny_gemm --tma-blocks (BENCH=1; the 43rd round's figures gave the deep ring's rule): every shape at
 #      1..64 rows in 128-row blocks, 64-row blocks and 64-row blocks on a ring of 6 stages, beside a read kernel's rate
 #      on the same bytes;
 #   3. `duet run` decode (tools/gpu_launch_ab.sh, ROUNDS rounds, alternating; every setting's tokens must be the
 #      default's): the deep ring's rule (the default since the 43rd round) against DUET_SKINNY_TMA_DEEP=0 at 16, 32 and
-#      64 streams;
+#      64 streams (DEEP_AB=1; timed in the 43rd round);
 #   4. exactness (tools/gpu_bench.sh: `duet serve` + `duet bench --alone --serial` at 1,
 #      4, 16 and 64 streams, greedy, seeded and penalized; 0 unequal, 0 failed);
-#   5. the same A/B for DUET_ATTN_QUERY_SPLIT_ROWS=4 at one stream after a 16K prompt and after a 1K one, and for
-#      DUET_CUDA_EARLY_LOADS=1 (38th round; never timed in the model) after the 1K one;
-#   6. structured-output rows in steps launched ahead (DUET_LOOKAHEAD_MASKED=1, 43rd round): its GPU test
+#   5. structured-output rows in steps launched ahead (DUET_LOOKAHEAD_MASKED=1, 43rd round): its GPU test
 #      (CudaMaskedSteps.ConstrainedRowsLaunchedAhead*), exactness of schema-constrained requests with it on (`duet
 #      bench --alone --serial --response-format`, 1 / 16 / 64 streams, greedy, seeded, penalized), and served decode
 #      under a JSON schema, off against on (tools/gpu_served_ab.sh with BENCH_FORMAT);
+#   6. `duet run` at one stream with DUET_CUDA_EARLY_LOADS=1 (38th round; never timed in the model), and with
+#      SPLIT_AB=1 DUET_ATTN_QUERY_SPLIT_ROWS=4 after a 16K prompt (43rd round: +0.3%);
 # while BUDGET_S lasts, each stage skipped once it would not fit. Every stage writes its lines as it goes, to stdout
 # and OUT/log (never through a pipe that holds them until the end: 41st round).
 #   usage: tools/gpu_prepared_ab.sh OUT [WORK=/tmp/9b] [ROUNDS=2] [BUDGET_S=540]
@@ -33,7 +33,7 @@ start_checkpoint "$work" "$out"
 
 echo "== 1. bits tests"
 run_gpu_test 'SkinnyGemmTma.TheDeepRingKeepsEveryBit' "$out/deep-test.txt" 120
-run_gpu_test '*QueriesSplitOverBlocksGiveTheSameRows*' "$out/split-test.txt" 180
+[[ ${SPLIT_AB:-0} == 1 ]] && run_gpu_test '*QueriesSplitOverBlocksGiveTheSameRows*' "$out/split-test.txt" 180
 echo "done at $(elapsed) s"
 
 echo "== 2. bench_skinny_gemm --tma-blocks"
@@ -45,9 +45,11 @@ await_checkpoint "$work" "$out"
 echo "done at $(elapsed) s"
 
 echo "== 3. duet run"
-for streams in 16 32 64; do
-  fits 70 && tools/gpu_launch_ab.sh "$work" "$streams" "$rounds" DUET_SKINNY_TMA_DEEP=0 -
-done
+if [[ ${DEEP_AB:-0} == 1 ]]; then
+  for streams in 16 32 64; do
+    fits 70 && tools/gpu_launch_ab.sh "$work" "$streams" "$rounds" DUET_SKINNY_TMA_DEEP=0 -
+  done
+fi
 echo "done at $(elapsed) s"
 
 echo "== 4. exactness"
@@ -58,12 +60,7 @@ if fits 170; then
 fi
 echo "done at $(elapsed) s"
 
-echo "== 5. duet run, the query split"
-fits 70 && PROMPT_LEN=16384 tools/gpu_launch_ab.sh "$work" 1 "$rounds" - DUET_ATTN_QUERY_SPLIT_ROWS=4
-fits 60 && tools/gpu_launch_ab.sh "$work" 1 "$rounds" - DUET_ATTN_QUERY_SPLIT_ROWS=4 DUET_CUDA_EARLY_LOADS=1
-echo "done at $(elapsed) s"
-
-echo "== 6. structured-output rows launched ahead"
+echo "== 5. structured-output rows launched ahead"
 run_gpu_test '*ConstrainedRowsLaunchedAhead*' "$out/masked-ahead-test.txt" 120
 schema='{"type":"json_schema","json_schema":{"name":"notes","schema":{"type":"object","properties":{"title":{"type":
 "string"},"notes":{"type":"array","items":{"type":"string"}}},"required":["title","notes"],"additionalProperties":false}}}'
@@ -80,4 +77,10 @@ if fits 120; then
 fi
 fits 150 && BENCH_FORMAT=$schema tools/gpu_served_ab.sh "$out/masked-ab" "$work" "$rounds" DUET_LOOKAHEAD_MASKED=0 \
   DUET_LOOKAHEAD_MASKED=1
+echo "done at $(elapsed) s"
+
+echo "== 6. duet run, early loads (and the query split after a 16K prompt: SPLIT_AB=1)"
+[[ ${SPLIT_AB:-0} == 1 ]] && fits 70 &&
+  PROMPT_LEN=16384 tools/gpu_launch_ab.sh "$work" 1 "$rounds" - DUET_ATTN_QUERY_SPLIT_ROWS=4
+fits 60 && tools/gpu_launch_ab.sh "$work" 1 "$rounds" - DUET_CUDA_EARLY_LOADS=1
 echo "done at $(elapsed) s"
