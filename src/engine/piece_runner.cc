@@ -43,7 +43,7 @@ std::vector<model::PieceResult> PieceRunner::run(std::span<const model::Piece> p
   return model_.collect(launch(pieces));
 }
 
-std::unique_ptr<model::Model::Launched> PieceRunner::launch(std::span<const model::Piece> pieces) {
+std::unique_ptr<model::Model::Launched> PieceRunner::launch(std::span<const model::Piece> pieces, bool hold_masks) {
   std::vector<model::Piece> filled(pieces.begin(), pieces.end());
   int64_t more_pages = 0;
   std::vector<int32_t> seen;
@@ -69,7 +69,8 @@ std::unique_ptr<model::Model::Launched> PieceRunner::launch(std::span<const mode
     piece.page_table = blocks_.table(piece.slot);
     piece.position = static_cast<int32_t>(position);
   }
-  std::unique_ptr<model::Model::Launched> launched = model_.launch(*storage_, filled);
+  std::unique_ptr<model::Model::Launched> launched =
+      hold_masks ? model_.launch_holding_masks(*storage_, filled) : model_.launch(*storage_, filled);
   for (const model::Piece& piece : filled) blocks_.advance(piece.slot, static_cast<int64_t>(piece.tokens.size()));
   return launched;
 }

@@ -31,8 +31,9 @@ class PieceRunner {
   std::vector<model::PieceResult> run(std::span<const model::Piece> pieces);
   std::vector<model::PieceResult> run(const model::Piece& piece) { return run(std::span(&piece, 1)); }
   // run() in two halves (model::Model::launch, collect): the step's positions are taken at launch, so the next step
-  // may be launched (its pieces carrying this one's draws) before this one is collected.
-  std::unique_ptr<model::Model::Launched> launch(std::span<const model::Piece> pieces);
+  // may be launched (its pieces carrying this one's draws) before this one is collected. `hold_masks`: through
+  // Model::launch_holding_masks (its masked draws wait for Model::release_masks).
+  std::unique_ptr<model::Model::Launched> launch(std::span<const model::Piece> pieces, bool hold_masks = false);
   std::vector<model::PieceResult> collect(std::unique_ptr<model::Model::Launched> step) {
     return model_.collect(std::move(step));
   }

@@ -1,17 +1,16 @@
 #pragma once
-// The JSON-flavoured vocabulary (and two schemas' grammars over it) the structured-output engine tests give the tiny model's 512 ids (its tokenizer's own
-// pieces would make few JSON documents): printable ASCII for ids 0-94, then pairs of JSON fragments, each once, up to
-// kStop, an id with no bytes (only ever a stop token). Shared by the CPU tests (constrained_steps_test.cc) and the
-// GPU's (tests/cuda/masked_steps_test.cc).
+// The JSON-flavoured vocabulary (and two schemas' grammars over it) the structured-output engine tests give the tiny
+// model's 512 ids (its tokenizer's own pieces would make few JSON documents): printable ASCII for ids 0-94, then pairs
+// of JSON fragments, each once, up to kStop, an id with no bytes (only ever a stop token). Shared by the CPU tests
+// (constrained_steps_test.cc) and the GPU's (tests/cuda/masked_steps_test.cc).
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "grammar/compiled_grammar.h"
 #include "grammar/json_schema.h"
