@@ -241,7 +241,8 @@ struct Engine::Impl {
     stats.workspace_bytes = plan.workspace_bytes;
     stats.memory_limit_bytes = plan.limit_bytes;
     if (lookahead && options.draft.kind == DraftKind::none)
-      log_info("engine: steps launched ahead between steps of decode rows alone (DUET_LOOKAHEAD=0 turns them off)");
+      log_info("engine: steps launched ahead between steps of decode rows alone{} (DUET_LOOKAHEAD=0 turns them off)",
+               lookahead_masked ? ", structured-output rows among them (DUET_LOOKAHEAD_MASKED)" : "");
     thread = std::thread([this] { run(); });
   }
 
