@@ -18,6 +18,7 @@
 #      under a JSON schema, off against on (tools/gpu_served_ab.sh with BENCH_FORMAT);
 #   6. `duet run` at one stream with DUET_CUDA_EARLY_LOADS=1 (38th round; never timed in the model), and with
 #      SPLIT_AB=1 DUET_ATTN_QUERY_SPLIT_ROWS=4 after a 16K prompt (43rd round: +0.3%);
+#   7. the bench with the four-slice shapes (out projections, MLP down) in two slices (DUET_SKINNY_TMA_SLICES);
 # while BUDGET_S lasts, each stage skipped once it would not fit. Every stage writes its lines as it goes, to stdout
 # and OUT/log (never through a pipe that holds them until the end: 41st round).
 #   usage: tools/gpu_prepared_ab.sh OUT [WORK=/tmp/9b] [ROUNDS=2] [BUDGET_S=540]
@@ -83,4 +84,12 @@ echo "== 6. duet run, early loads (and the query split after a 16K prompt: SPLIT
 [[ ${SPLIT_AB:-0} == 1 ]] && fits 70 &&
   PROMPT_LEN=16384 tools/gpu_launch_ab.sh "$work" 1 "$rounds" - DUET_ATTN_QUERY_SPLIT_ROWS=4
 fits 60 && tools/gpu_launch_ab.sh "$work" 1 "$rounds" - DUET_CUDA_EARLY_LOADS=1
+echo "done at $(elapsed) s"
+
+echo "== 7. bench_skinny_gemm --tma-blocks with the four-slice shapes in two slices (their own bits)"
+# The out projections and MLP down take 4 slices (clusters of four); at 48-64 rows they read 61-75% of a chained read
+# of the same bytes, and the ring of 6 stages lost there (43rd round) where it won for the one-slice shapes.
+fits 150 && DUET_SKINNY_TMA_SLICES="4096x4096:2,4096x12288:2" timeout 150 device/tests/cuda/bench_skinny_gemm \
+  --tma-blocks > "$out/tma-blocks-2slices.txt" 2>&1 && grep -E "^(gdn.out_proj|attn.o_proj|mlp.down) |bit checks" \
+  "$out/tma-blocks-2slices.txt"
 echo "done at $(elapsed) s"
