@@ -14,11 +14,11 @@
 namespace duet::engine::testing {
 
 struct HeldMasks {
-  int writes_at_launch = 0;   // the writer's calls before release (none are due)
-  int writes_at_release = 0;  // at release (one is due)
-  int writes_dropped = 0;     // over the dropped step's whole life (none are due)
+  int writes_at_launch = 0;                       // the writer's calls before release (none are due)
+  int writes_at_release = 0;                      // at release (one is due)
+  int writes_dropped = 0;                         // over the dropped step's whole life (none are due)
   std::vector<int32_t> plain, released, dropped;  // each way's two draws
-  bool inside = false;        // the released masked draw is inside its mask
+  bool inside = false;                            // the released masked draw is inside its mask
 };
 
 struct CountingWriter final : backend::MaskWriter {
