@@ -702,11 +702,12 @@ struct Engine::Impl {
   // of the same decode rows goes after it, each row's token read on the device from `current`'s draw of its sequence
   // (model::Piece::carried_from), so the device does not wait for the host to read the tokens, check stops and plan.
   // Only when nothing else would join or change the next step: no prompt that could be admitted, none prefilling, every
-  // running sequence in `current` as a plain decode row (no drafts, forks, decisions or adapter; masks only under
-  // EngineOptions::lookahead_masked and where the grammar has begun; after a prompt with images, its rope delta). A
+  // running sequence in `current` as a plain decode row (no drafts, forks, decisions or adapter; grammars only under
+  // EngineOptions::lookahead_masked; after a prompt with images, its rope delta). A
   // penalized row's token joins its slot's penalty counts on the device (model::Piece::carried_from), and counts_sync
-  // takes it as sent. A constrained row's mask writer runs at release_held_masks, after `current` is finished: the
-  // step's forward goes to the device now, its sampler waits there for the masks.
+  // takes it as sent. A row with a grammar gets a held mask writer (StepMasks::add_held), run at release_held_masks
+  // after `current` is finished, when whether its grammar holds for this token is known (grammar_after): the step's
+  // forward goes to the device now, its sampler waits there for the masks.
   // A sequence whose draw in `current` is its last by length is left out; one that `current` ends otherwise (a stop)
   // wastes its row, which no one reads (its slot and pages are given back after the device has run it).
   std::unique_ptr<LaunchedStep> launch_ahead(const LaunchedStep& current) {
@@ -732,8 +733,7 @@ struct Engine::Impl {
       const model::Piece& was = current.pieces[i];
       if (piece.is_prefill || !piece.samples || piece.tokens.size() != 1 || !current.forks[i].empty() ||
           was.rewindable || was.adapted || has(was.wants, model::RowOutput::norm_rows) || sequence.decides() ||
-          (sequence.request().grammar != nullptr && !(lookahead_masked && sequence.constrained())) ||
-          sequence.finished())
+          (sequence.request().grammar != nullptr && !lookahead_masked) || sequence.finished())
         return nullptr;
       if (penalized(sequence.sampling()) && !counts_sync.holds(*sequence.slot(), sequence.id()))
         return nullptr;  // `current` sent the slot's counts, so this holds; if not, the next step sends them
@@ -746,8 +746,8 @@ struct Engine::Impl {
       const std::span<const int32_t> token(&step.placeholders[i], 1);
       step.planned.push_back({.sequence = &sequence, .tokens = token, .is_prefill = false, .samples = true});
       step.specs.push_back(sample_spec(sequence.sampling(), slot, sequence.next_position() + 1));
-      if (sequence.constrained()) {
-        step.specs.back().mask_writer = mask_writer(step.masks, sequence);
+      if (sequence.request().grammar != nullptr) {  // constrained, or maybe from this token on (grammar_after)
+        step.specs.back().mask_writer = step.masks.add_held(sequence, stop_ids(sequence));
         step.masks_held = true;
       }
       step.pieces.push_back({.slot = slot,

@@ -113,9 +113,9 @@ struct EngineOptions {
   Lookahead lookahead = Lookahead::automatic;
   // Structured-output rows in steps launched ahead too, where the model holds a step's masks for later
   // (Model::masks_later: the CUDA backend's sampler waits for them on the device): the step's forward goes ahead and
-  // each constrained row's mask is written once the step before is read and its token taken into the grammar. Rows
-  // whose grammar has not begun (grammar_after) still stop steps from going ahead. Off until timed on a GPU;
-  // DUET_LOOKAHEAD_MASKED=1 or 0 in the environment sets it.
+  // each such row's mask is written once the step before is read and its token taken into the grammar; a row whose
+  // grammar has not begun (grammar_after: a reasoning model's "</think>") gets every id unless that token began it.
+  // Off until timed on a GPU; DUET_LOOKAHEAD_MASKED=1 or 0 in the environment sets it.
   bool lookahead_masked = false;
   // Test-only: a step launched ahead with its masks held has them written before the step before it is read, from
   // grammars one token behind: the planted fault the masked lookahead tests must catch.

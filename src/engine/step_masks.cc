@@ -10,13 +10,17 @@ backend::MaskWriter* StepMasks::add(Sequence& sequence, std::vector<int32_t> end
   return &writers_.emplace_back(*this, sequence, std::move(end_ids));
 }
 
+backend::MaskWriter* StepMasks::add_held(Sequence& sequence, std::vector<int32_t> end_ids) {
+  return &writers_.emplace_back(*this, sequence, std::move(end_ids));
+}
+
 void StepMasks::forget(const Sequence& sequence) {
   for (Writer& writer : writers_)
     if (writer.sequence() == &sequence) writer.forget();
 }
 
 void StepMasks::Writer::write(std::span<uint32_t> words) {
-  if (sequence_ == nullptr) {
+  if (sequence_ == nullptr || !sequence_->constrained()) {  // forgotten, or a held row whose grammar has not begun
     std::fill(words.begin(), words.end(), ~0u);
     return;
   }

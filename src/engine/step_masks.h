@@ -25,6 +25,12 @@ class StepMasks {
   // state must not move until the step has drawn.
   backend::MaskWriter* add(Sequence& sequence, std::vector<int32_t> end_ids);
 
+  // The writer of a row of a step launched ahead with its masks held (Model::launch_holding_masks), for a sequence
+  // with a grammar whether or not it holds yet: written once the step before is read, it writes the grammar's mask
+  // if the grammar holds by then (its grammar_after was that step's token, or it held already), else every id (the
+  // draw unconstrained, as a row without a mask draws: the masks add -inf only where a bit is clear).
+  backend::MaskWriter* add_held(Sequence& sequence, std::vector<int32_t> end_ids);
+
   // A step launched ahead whose masks are held (Model::launch_holding_masks): `sequence` ended before they were
   // written and is about to go, so its writers write every token instead of reading it (the row is not read).
   void forget(const Sequence& sequence);

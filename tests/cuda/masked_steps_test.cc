@@ -210,16 +210,20 @@ TEST_P(CudaMaskedSteps, MasksWrittenAfterTheirCopyAreCaught) {
 
 // Constrained rows in steps launched ahead (engine::EngineOptions::lookahead_masked, Model::launch_holding_masks): the
 // step's forward goes to the device while the step before is still drawn, and its sampler waits there for the masks
-// the host writes once that step is read and its tokens are in the grammars. Constrained requests (the notes schema
-// greedy, seeded and penalized; an integer, which may end at every digit) beside unconstrained seeded ones draw the
-// tokens and end as they do with no step launched ahead, graphed and eager, and steps went ahead with constrained rows
-// in them. The control: the held masks written a token early (test_masks_before_tokens) change some request.
+// the host writes once that step is read and its tokens are in the grammars (every id for a row whose grammar has not
+// begun: on the GPU too, an all-ones mask must draw what no mask draws). Constrained requests (the notes schema greedy,
+// seeded and penalized; an integer, which may end at every digit; two of them begun only after a token) beside
+// unconstrained seeded ones draw the tokens and end as they do with no step launched ahead, graphed and eager, and
+// steps went ahead with constrained rows in them. The control: the held masks written a token early
+// (test_masks_before_tokens) change some request.
 struct AheadOutcome {
   std::vector<engine::testing::Outcome> outcomes;
   int64_t steps_ahead = 0;
 };
 
-AheadOutcome run_constrained_ahead(Model& model, engine::EngineOptions::Lookahead lookahead, bool masks_early) {
+// Seven requests: the notes schema greedy, seeded (its grammar begun only after the token its free run draws at place
+// 6, as a reasoning model's "</think>"), penalized; an integer (begun likewise after place 4); three unconstrained.
+std::vector<engine::Request> constrained_ahead_requests(Model& model) {
   const int32_t vocab = static_cast<int32_t>(model.config().vocab_size);
   const auto notes = engine::testing::notes_grammar(vocab), integer = engine::testing::integer_grammar(vocab);
   std::vector<engine::Request> requests;
@@ -231,10 +235,24 @@ AheadOutcome run_constrained_ahead(Model& model, engine::EngineOptions::Lookahea
     r.sampling.repetition_penalty = i == 2 ? 1.3f : 1.0f;
     r.sampling.max_tokens = 32;
     r.sampling.stop_token_ids = {engine::testing::kStop};
-    if (i < 4) r.grammar = i == 3 ? integer : notes;
     if (i >= 4) r.sampling.ignore_eos = true;
+    if (i == 1 || i == 3) {  // the place of its grammar_after: from its free run
+      engine::EngineOptions o;
+      o.parallel = 1;
+      o.context = 640;
+      engine::Engine engine(model, nullptr, o);
+      const engine::testing::Outcome free = engine::testing::drain(*engine.submit(r));
+      const size_t place = i == 1 ? 6 : 4;
+      if (free.tokens.size() > place) r.grammar_after = free.tokens[place];
+    }
+    if (i < 4) r.grammar = i == 3 ? integer : notes;
     requests.push_back(std::move(r));
   }
+  return requests;
+}
+
+AheadOutcome run_constrained_ahead(Model& model, const std::vector<engine::Request>& requests,
+                                   engine::EngineOptions::Lookahead lookahead, bool masks_early) {
   engine::EngineOptions o;
   o.parallel = 7;
   o.context = 640;
@@ -270,8 +288,11 @@ TEST_P(CudaMaskedSteps, ConstrainedRowsLaunchedAheadDrawWhatTheyDrawPlannedAfter
     SCOPED_TRACE(std::string("graphs ") + graphs);
     auto model = load_with_env(GetParam(), "DUET_CUDA_GRAPHS", graphs);
     ASSERT_TRUE(model->masks_later()) << "the CUDA backend should hold masks";
-    const AheadOutcome planned_after = run_constrained_ahead(*model, Lookahead::never, false);
-    const AheadOutcome ahead = run_constrained_ahead(*model, Lookahead::always, false);
+    const std::vector<engine::Request> requests = constrained_ahead_requests(*model);
+    EXPECT_TRUE(requests[1].grammar_after.has_value() && requests[3].grammar_after.has_value())
+        << "a free run ended before its grammar_after's place";
+    const AheadOutcome planned_after = run_constrained_ahead(*model, requests, Lookahead::never, false);
+    const AheadOutcome ahead = run_constrained_ahead(*model, requests, Lookahead::always, false);
     EXPECT_EQ(planned_after.steps_ahead, 0);
     EXPECT_GT(ahead.steps_ahead, 10) << "steps with constrained rows should have gone ahead";
     EXPECT_EQ(unlike_outcomes(ahead, planned_after), 0);
@@ -279,7 +300,7 @@ TEST_P(CudaMaskedSteps, ConstrainedRowsLaunchedAheadDrawWhatTheyDrawPlannedAfter
     for (size_t i = 0; i < 4; ++i) constrained_tokens += static_cast<int>(planned_after.outcomes[i].tokens.size());
     EXPECT_GT(constrained_tokens, 12) << "the constrained requests drew too little to show anything";
     if (std::string(graphs) == "1")
-      EXPECT_GT(unlike_outcomes(run_constrained_ahead(*model, Lookahead::always, true), planned_after), 0)
+      EXPECT_GT(unlike_outcomes(run_constrained_ahead(*model, requests, Lookahead::always, true), planned_after), 0)
           << "control: masks written a token early went unnoticed";
   }
 }

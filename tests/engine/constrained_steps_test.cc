@@ -95,6 +95,27 @@ class ConstrainedSteps : public testing::TinyModelTest {
             constrained(prompt_of(30, 22), 1.0f, 32, 1.3f), constrained(prompt_of(12, 23), 1.0f, 33, 1.0f, true)};
   }
 
+  // `requests` at once, every step that may go ahead launched ahead (structured-output rows too) or none; with
+  // `masks_early` the planted fault EngineOptions::test_masks_before_tokens. Their outcomes in order, and the stats.
+  struct AtOnce {
+    std::vector<Outcome> outcomes;
+    EngineStats stats;
+  };
+  AtOnce run_at_once(const std::vector<Request>& requests, EngineOptions::Lookahead lookahead,
+                     bool masks_early = false) const {
+    EngineOptions o = options(static_cast<int32_t>(requests.size()));
+    o.lookahead = lookahead;
+    o.lookahead_masked = true;
+    o.test_masks_before_tokens = masks_early;
+    Engine engine(*model_, nullptr, o);
+    std::vector<std::shared_ptr<RequestHandle>> handles;
+    for (const Request& r : requests) handles.push_back(engine.submit(r));
+    AtOnce out;
+    for (auto& handle : handles) out.outcomes.push_back(drain(*handle));
+    out.stats = engine.stats();
+    return out;
+  }
+
   // What the engine drew before its masks moved into the step: each mask made before its step from the request's own
   // grammar state (the grammar's tokens, the stop token where the document may end) and handed to the sampler as a
   // finished span; the stop rules of Sequence::accept. Tokens as the engine sends them (no stop token), the reason,
@@ -283,40 +304,70 @@ TEST_F(ConstrainedSteps, ConstrainedRowsLaunchedAheadDrawTheReferenceTokens) {
   }
   std::vector<Reference> want;
   for (const Request& r : shaped) want.push_back(reference(r));
-  // Runs the seven at once with constrained rows launched ahead; the number of constrained requests unlike their
-  // references.
-  auto run = [&](bool masks_before_tokens) {
-    EngineOptions o = options(7);
-    o.lookahead = EngineOptions::Lookahead::always;
-    o.lookahead_masked = true;
-    o.test_masks_before_tokens = masks_before_tokens;
-    Engine engine(*model_, nullptr, o);
-    std::vector<std::shared_ptr<RequestHandle>> plain_handles, shaped_handles;
-    for (size_t i = 0; i < shaped.size(); ++i) {
-      if (i < plain.size()) plain_handles.push_back(engine.submit(plain[i]));
-      shaped_handles.push_back(engine.submit(shaped[i]));
-    }
+  // The seven at once (the constrained ones first), constrained rows launched ahead; how many constrained requests
+  // are unlike their references.
+  std::vector<Request> all = shaped;
+  all.insert(all.end(), plain.begin(), plain.end());
+  auto run = [&](bool masks_early) {
+    const AtOnce got = run_at_once(all, EngineOptions::Lookahead::always, masks_early);
     for (size_t i = 0; i < plain.size(); ++i)
-      EXPECT_EQ(drain(*plain_handles[i]).tokens, alone[i].tokens) << "unconstrained request " << i;
+      EXPECT_EQ(got.outcomes[shaped.size() + i].tokens, alone[i].tokens) << "unconstrained request " << i;
     int unlike = 0;
     int64_t masks = 0;
     for (size_t i = 0; i < shaped.size(); ++i) {
-      const Outcome got = drain(*shaped_handles[i]);
-      const bool same = got.tokens == want[i].outcome.tokens && got.finished.reason == want[i].outcome.finished.reason;
-      unlike += same ? 0 : 1;
+      const Outcome& outcome = got.outcomes[i];
+      unlike += outcome.tokens == want[i].outcome.tokens && outcome.finished.reason == want[i].outcome.finished.reason
+                    ? 0
+                    : 1;
       masks += want[i].masks;
-      if (!masks_before_tokens) {
-        EXPECT_EQ(got.tokens, want[i].outcome.tokens) << "constrained request " << i;
-        EXPECT_EQ(got.finished.reason, want[i].outcome.finished.reason) << "constrained request " << i;
+      if (!masks_early) {
+        EXPECT_EQ(outcome.tokens, want[i].outcome.tokens) << "constrained request " << i;
+        EXPECT_EQ(outcome.finished.reason, want[i].outcome.finished.reason) << "constrained request " << i;
       }
     }
-    const EngineStats stats = engine.stats();
-    EXPECT_GT(stats.steps_ahead_total, 10) << "steps with constrained rows should have gone ahead";
-    if (!masks_before_tokens) EXPECT_EQ(stats.grammar_masks_total, masks) << "one mask per constrained draw";
+    EXPECT_GT(got.stats.steps_ahead_total, 10) << "steps with constrained rows should have gone ahead";
+    if (!masks_early) EXPECT_EQ(got.stats.grammar_masks_total, masks) << "one mask per constrained draw";
     return unlike;
   };
   EXPECT_EQ(run(false), 0);
   EXPECT_GT(run(true), 0) << "control: masks written a token early went unnoticed";
+}
+
+// Rows whose grammar begins after a token (Request::grammar_after: a reasoning model's "</think>") in steps launched
+// ahead: until that token a row's held writer allows every id (as no mask does), from the token after it the grammar's
+// mask. The four constrained requests, each beginning its grammar after the token its free run draws at place 8 + i,
+// beside the three unconstrained: every request draws and ends as with no step launched ahead, and steps went ahead.
+// Control: the held masks written a token early draw the grammar's first token unconstrained, which changes some
+// request.
+TEST_F(ConstrainedSteps, RowsWhoseGrammarBeginsLaterLaunchedAheadDrawAsPlannedAfter) {
+  std::vector<Request> all = constrained_requests();
+  for (size_t i = 0; i < all.size(); ++i) {
+    Request free = all[i];
+    free.grammar = nullptr;
+    Engine engine(*model_, nullptr, options(1));
+    const Outcome run = drain(*engine.submit(free));
+    ASSERT_GT(run.tokens.size(), 8 + i) << "request " << i << "'s free run ended too soon to pick its grammar_after";
+    all[i].grammar_after = run.tokens[8 + i];
+  }
+  const std::vector<Request> plain = unconstrained_requests();
+  all.insert(all.end(), plain.begin(), plain.end());
+  const AtOnce planned_after = run_at_once(all, EngineOptions::Lookahead::never);
+  const AtOnce ahead = run_at_once(all, EngineOptions::Lookahead::always);
+  EXPECT_EQ(planned_after.stats.steps_ahead_total, 0);
+  // All but the prompts' steps and a few around them: 30 of 34 here, and 21 when rows whose grammar had not begun kept
+  // steps from going ahead (tried by hand).
+  EXPECT_GE(ahead.stats.steps_ahead_total, ahead.stats.steps_total - 6)
+      << "steps with rows of grammars not begun should have gone ahead";
+  int unlike = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    EXPECT_EQ(ahead.outcomes[i].tokens, planned_after.outcomes[i].tokens) << "request " << i;
+    EXPECT_EQ(ahead.outcomes[i].finished.reason, planned_after.outcomes[i].finished.reason) << "request " << i;
+  }
+  EXPECT_GT(planned_after.stats.grammar_masks_total, 0) << "no grammar began: the test shows nothing";
+  const AtOnce early = run_at_once(all, EngineOptions::Lookahead::always, true);
+  for (size_t i = 0; i < all.size(); ++i)
+    unlike += early.outcomes[i].tokens == planned_after.outcomes[i].tokens ? 0 : 1;
+  EXPECT_GT(unlike, 0) << "control: masks written a token early went unnoticed";
 }
 
 // Model::launch_holding_masks on the tiny model (the CPU backend holds masks as the CUDA backend does;
