@@ -2,7 +2,9 @@
 // Model::launch_holding_masks at the model (the engine's structured-output rows launched ahead): one step of two
 // decode rows, one masked by a writer, launched three ways on twin runners from the same prompts: plainly (the
 // reference), holding its masks and released, holding and collected unreleased (a step dropped). Shared by the CPU
-// tests (constrained_steps_test.cc) and the GPU's (tests/cuda/masked_steps_test.cc); the callers assert.
+// tests (constrained_steps_test.cc) and the GPU's (tests/cuda/masked_steps_test.cc).
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -78,6 +80,30 @@ inline HeldMasks check_held_masks(model::Model& model, std::span<const int32_t> 
     }
   }
   return out;
+}
+
+// The checks both suites make: the writer is not called at launch and once at release, and the draws equal the
+// same step's with the mask ready-made; a held step collected unreleased calls no writer and draws its masked row
+// with every id allowed, its unmasked row as ever. The mask (a third of the ids) leaves out the row's free draw, so
+// the checks see it.
+inline void expect_held_masks_kept(model::Model& model, std::span<const int32_t> prompt_a,
+                                   std::span<const int32_t> prompt_b) {
+  const int64_t vocab = model.config().vocab_size;
+  const auto words = static_cast<size_t>((vocab + 31) / 32);
+  const HeldMasks free_run = check_held_masks(model, prompt_a, prompt_b, std::vector<uint32_t>(words, ~0u));
+  const int32_t free_draw = free_run.plain.at(0);
+  std::vector<uint32_t> mask(words, 0u);
+  for (int64_t id = 0; id < vocab; ++id)
+    if (id % 3 == (free_draw + 1) % 3) mask[static_cast<size_t>(id / 32)] |= 1u << (id % 32);
+  const HeldMasks held = check_held_masks(model, prompt_a, prompt_b, mask);
+  EXPECT_EQ(held.writes_at_launch, 0) << "a held mask was written at launch";
+  EXPECT_EQ(held.writes_at_release, 1);
+  EXPECT_EQ(held.writes_dropped, 0) << "a dropped step's writer was called";
+  EXPECT_EQ(held.released, held.plain) << "released masks drew other tokens than the same mask ready-made";
+  EXPECT_TRUE(held.inside);
+  EXPECT_NE(held.released.at(0), free_draw) << "control: the mask did not change the draw";
+  EXPECT_EQ(held.dropped.at(0), free_draw) << "a dropped step's masked row is drawn with every id allowed";
+  EXPECT_EQ(held.dropped.at(1), held.plain.at(1)) << "the unmasked row of a dropped step";
 }
 
 }  // namespace duet::engine::testing
