@@ -6,8 +6,7 @@
 namespace duet::engine {
 
 backend::MaskWriter* StepMasks::add(Sequence& sequence, std::vector<int32_t> end_ids) {
-  if (!sequence.constrained()) return nullptr;
-  return &writers_.emplace_back(*this, sequence, std::move(end_ids));
+  return sequence.constrained() ? add_held(sequence, std::move(end_ids)) : nullptr;
 }
 
 backend::MaskWriter* StepMasks::add_held(Sequence& sequence, std::vector<int32_t> end_ids) {
