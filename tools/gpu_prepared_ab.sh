@@ -11,9 +11,9 @@
 #      default's): the deep ring's rule (the default since the 43rd round) against DUET_SKINNY_TMA_DEEP=0 at 16, 32 and
 #      64 streams (DEEP_AB=1; timed in the 43rd round);
 #   4. exactness (tools/gpu_bench.sh: `duet serve` + `duet bench --alone --serial` at 1,
-#      4, 16 and 64 streams, greedy, seeded and penalized; 0 unequal, 0 failed);
+#      4, 16 and 64 streams, greedy, seeded and penalized; 0 unequal, 0 failed; EXACT=0 skips it);
 #   5. structured-output rows in steps launched ahead (DUET_LOOKAHEAD_MASKED=1, 43rd round): its GPU test
-#      (CudaMaskedSteps.ConstrainedRowsLaunchedAhead*), exactness of schema-constrained requests with it on (`duet
+#      (CudaMaskedSteps.*), exactness of schema-constrained requests with it on (`duet
 #      bench --alone --serial --response-format`, 1 / 16 / 64 streams, greedy, seeded, penalized), and served decode
 #      under a JSON schema, off against on (tools/gpu_served_ab.sh with BENCH_FORMAT);
 #   6. `duet run` at one stream with DUET_CUDA_EARLY_LOADS=1 (38th round; never timed in the model), and with
@@ -53,8 +53,8 @@ if [[ ${DEEP_AB:-0} == 1 ]]; then
 fi
 echo "done at $(elapsed) s"
 
-echo "== 4. exactness"
-if fits 170; then
+echo "== 4. exactness (EXACT=0 skips it, after tools/gpu_checks.sh ran it on the same pack)"
+if [[ ${EXACT:-1} == 1 ]] && fits 170; then
   RUN_LENGTHS="" timeout 170 tools/gpu_bench.sh "$out/exact" "$work" 1,4,16,64 \
     > "$out/exact.txt" 2>&1
   grep -E "^exactness|^level .*failed [1-9]" "$out/exact.txt"
@@ -62,7 +62,7 @@ fi
 echo "done at $(elapsed) s"
 
 echo "== 5. structured-output rows launched ahead"
-run_gpu_test '*ConstrainedRowsLaunchedAhead*' "$out/masked-ahead-test.txt" 120
+run_gpu_test '*CudaMaskedSteps*' "$out/masked-ahead-test.txt" 120
 schema='{"type":"json_schema","json_schema":{"name":"notes","schema":{"type":"object","properties":{"title":{"type":
 "string"},"notes":{"type":"array","items":{"type":"string"}}},"required":["title","notes"],"additionalProperties":false}}}'
 if fits 120; then
