@@ -19,8 +19,12 @@
 #   6. `duet run` at one stream with DUET_CUDA_EARLY_LOADS=1 (38th round; never timed in the model), and with
 #      SPLIT_AB=1 DUET_ATTN_QUERY_SPLIT_ROWS=4 after a 16K prompt (43rd round: +0.3%);
 #   7. the bench with the four-slice shapes (out projections, MLP down) in two slices (DUET_SKINNY_TMA_SLICES);
+#   8. the dense delta-rule kernel's ring of bulk copies (DUET_DELTA_DENSE_BULK=1, 44th round; BULK_AB=1): its bits
+#      test (GdnKernelsTest.DenseDecodeKernelGivesTheClusterFormsBits, every form), bench_gdn_delta's decode cases
+#      under both (the same fingerprints), `duet run` at 64 and 32 streams;
 # while BUDGET_S lasts, each stage skipped once it would not fit. Every stage writes its lines as it goes, to stdout
 # and OUT/log (never through a pipe that holds them until the end: 41st round).
+# STAGES (e.g. "1 8") runs only those stages (default: every one).
 #   usage: tools/gpu_prepared_ab.sh OUT [WORK=/tmp/9b] [ROUNDS=2] [BUDGET_S=540]
 set -uo pipefail
 out=$1; work=${2:-/tmp/9b}; rounds=${3:-2}; budget=${4:-540}
@@ -29,39 +33,51 @@ exec > >(tee -a "$out/log") 2>&1
 fits() {  # fits SECONDS: whether a stage of about that long ends inside the budget
   (( $(elapsed) + $1 <= budget )) || { echo "(skipped: about $1 s, $(( budget - $(elapsed) )) s left)"; return 1; }
 }
+stage() {  # stage N: whether STAGES names stage N (or is unset)
+  [[ -z ${STAGES:-} || " $STAGES " == *" $1 "* ]] || { echo "(stage $1 not asked for)"; return 1; }
+}
 source tools/device_pack_env.sh
 start_checkpoint "$work" "$out"
 
 echo "== 1. bits tests"
+if stage 1; then
 run_gpu_test 'SkinnyGemmTma.TheDeepRingKeepsEveryBit' "$out/deep-test.txt" 120
 [[ ${SPLIT_AB:-0} == 1 ]] && run_gpu_test '*QueriesSplitOverBlocksGiveTheSameRows*' "$out/split-test.txt" 180
+fi
 echo "done at $(elapsed) s"
 
 echo "== 2. bench_skinny_gemm --tma-blocks"
+if stage 2; then
 if [[ ${BENCH:-0} == 1 ]] && fits 150; then
   timeout 150 device/tests/cuda/bench_skinny_gemm --tma-blocks > "$out/tma-blocks.txt" 2>&1
   cat "$out/tma-blocks.txt"
+fi
 fi
 await_checkpoint "$work" "$out"
 echo "done at $(elapsed) s"
 
 echo "== 3. duet run"
+if stage 3; then
 if [[ ${DEEP_AB:-0} == 1 ]]; then
   for streams in 16 32 64; do
     fits 70 && tools/gpu_launch_ab.sh "$work" "$streams" "$rounds" DUET_SKINNY_TMA_DEEP=0 -
   done
 fi
+fi
 echo "done at $(elapsed) s"
 
 echo "== 4. exactness (EXACT=0 skips it, after tools/gpu_checks.sh ran it on the same pack)"
+if stage 4; then
 if [[ ${EXACT:-1} == 1 ]] && fits 170; then
   RUN_LENGTHS="" timeout 170 tools/gpu_bench.sh "$out/exact" "$work" 1,4,16,64 \
     > "$out/exact.txt" 2>&1
   grep -E "^exactness|^level .*failed [1-9]" "$out/exact.txt"
 fi
+fi
 echo "done at $(elapsed) s"
 
 echo "== 5. structured-output rows launched ahead"
+if stage 5; then
 run_gpu_test '*CudaMaskedSteps*' "$out/masked-ahead-test.txt" 120
 schema='{"type":"json_schema","json_schema":{"name":"notes","schema":{"type":"object","properties":{"title":{"type":
 "string"},"notes":{"type":"array","items":{"type":"string"}}},"required":["title","notes"],"additionalProperties":false}}}'
@@ -78,18 +94,36 @@ if fits 120; then
 fi
 fits 150 && BENCH_FORMAT=$schema tools/gpu_served_ab.sh "$out/masked-ab" "$work" "$rounds" DUET_LOOKAHEAD_MASKED=0 \
   DUET_LOOKAHEAD_MASKED=1
+fi
 echo "done at $(elapsed) s"
 
 echo "== 6. duet run, early loads (and the query split after a 16K prompt: SPLIT_AB=1)"
+if stage 6; then
 [[ ${SPLIT_AB:-0} == 1 ]] && fits 70 &&
   PROMPT_LEN=16384 tools/gpu_launch_ab.sh "$work" 1 "$rounds" - DUET_ATTN_QUERY_SPLIT_ROWS=4
 fits 60 && tools/gpu_launch_ab.sh "$work" 1 "$rounds" - DUET_CUDA_EARLY_LOADS=1
+fi
 echo "done at $(elapsed) s"
 
 echo "== 7. bench_skinny_gemm --tma-blocks with the four-slice shapes in two slices (their own bits)"
+if stage 7; then
 # The out projections and MLP down take 4 slices (clusters of four); at 48-64 rows they read 61-75% of a chained read
 # of the same bytes, and the ring of 6 stages lost there (43rd round) where it won for the one-slice shapes.
 fits 150 && DUET_SKINNY_TMA_SLICES="4096x4096:2,4096x12288:2" timeout 150 device/tests/cuda/bench_skinny_gemm \
   --tma-blocks > "$out/tma-blocks-2slices.txt" 2>&1 && grep -E "^(gdn.out_proj|attn.o_proj|mlp.down) |bit checks" \
   "$out/tma-blocks-2slices.txt"
+fi
+echo "done at $(elapsed) s"
+
+echo "== 8. the dense delta-rule kernel's ring of bulk copies (BULK_AB=1)"
+if stage 8 && [[ ${BULK_AB:-0} == 1 ]]; then
+  run_gpu_test '*DenseDecodeKernelGivesTheClusterFormsBits*' "$out/bulk-test.txt" 120
+  for setting in DUET_DELTA_DENSE_BULK=0 DUET_DELTA_DENSE_BULK=1; do
+    fits 60 && env "$setting" timeout 60 device/tests/cuda/bench_gdn_delta 20 decode > "$out/bulk-bench-$setting.txt" 2>&1
+    echo "$setting:"; cat "$out/bulk-bench-$setting.txt"
+  done
+  for streams in 64 32; do
+    fits 70 && tools/gpu_launch_ab.sh "$work" "$streams" "$rounds" - DUET_DELTA_DENSE_BULK=1
+  done
+fi
 echo "done at $(elapsed) s"

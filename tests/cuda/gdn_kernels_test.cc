@@ -422,13 +422,14 @@ TEST_P(GdnKernelsTest, DecodeRowsGatedNormHasTheNormKernelsBits) {
   }
 }
 
-// The one-row pieces' dense kernel (decode_dense_kernel, DUET_DELTA_DECODE=dense), in batches (DUET_DELTA_DENSE_ROLL=0)
-// and with its rolling loads of 16 rows (the default), and either kernel with the one-row pieces latest in their chunk
-// first (DUET_DELTA_ORDER=longest), gives decode_delta_kernel's bits in step order:
-// outputs, gated norm and every sequence's state, in a step of one-row pieces inside, at the end of (the fold) and at
-// the start of a chunk, beside pieces for the chunked form and the few-row kernel (so the dense kernel finds its
-// pieces past theirs in the step's order). The control: one one-ulp change in one row's beta changes that row's bits
-// and the next chunk's state, so the comparison sees the last bit.
+// The one-row pieces' dense kernel (decode_dense_kernel, DUET_DELTA_DECODE=dense), in batches
+// (DUET_DELTA_DENSE_ROLL=0), with its rolling loads of 16 rows (the default) and with its ring of bulk copies
+// (DUET_DELTA_DENSE_BULK=1), and either kernel with the one-row pieces latest in their chunk first
+// (DUET_DELTA_ORDER=longest), gives decode_delta_kernel's bits in step order: outputs, gated norm and every sequence's
+// state, in a step of one-row pieces inside, at the end of (the fold) and at the start of a chunk, beside pieces for
+// the chunked form and the few-row kernel (so the dense kernel finds its pieces past theirs in the step's order). The
+// control: one one-ulp change in one row's beta changes that row's bits and the next chunk's state, so the comparison
+// sees the last bit.
 TEST_P(GdnKernelsTest, DenseDecodeKernelGivesTheClusterFormsBits) {
   DUET_REQUIRE_GPU();
   const GdnDims& d = dims();
@@ -443,9 +444,9 @@ TEST_P(GdnKernelsTest, DenseDecodeKernelGivesTheClusterFormsBits) {
     std::vector<float> out, normed;
     std::vector<std::vector<float>> states;
   };
-  auto run = [&](int32_t dense_from, const DeltaInputs& in, int32_t roll = 0, bool longest_first = false) {
+  auto run = [&](int32_t dense_from, const DeltaInputs& in, int32_t loads = 0, bool longest_first = false) {
     set_delta_decode_dense_from_for_tests(dense_from);
-    set_delta_dense_roll_for_tests(roll);
+    set_delta_dense_loads_for_tests(loads);
     DeviceDeltaInputs in_d(in);
     DeviceBuffer<bf16> z_d(to_bf16(z));
     States states(d, seeds);
@@ -459,7 +460,7 @@ TEST_P(GdnKernelsTest, DenseDecodeKernelGivesTheClusterFormsBits) {
                           out_d.get(), nullptr, &norm);
     sync_ok();
     set_delta_decode_dense_from_for_tests(-1);
-    set_delta_dense_roll_for_tests(-1);
+    set_delta_dense_loads_for_tests(-1);
     Result r{out_d.download(), to_float(normed_d.download()), {}};
     const States::Snapshot now = states.now();
     for (size_t i = 0; i < pieces.size(); ++i)
@@ -468,12 +469,14 @@ TEST_P(GdnKernelsTest, DenseDecodeKernelGivesTheClusterFormsBits) {
   };
   const DeltaInputs in = random_delta_inputs(d, rows, 801);
   const Result clusters = run(std::numeric_limits<int32_t>::max(), in);
-  // The dense kernel in batches and with rolling loads, and both forms with the one-row pieces latest in their chunk
-  // first (DUET_DELTA_ORDER=longest; roll -1: the cluster form).
-  const std::vector<std::pair<int32_t, bool>> forms = {{0, false}, {16, false}, {16, true}, {-1, true}};
-  for (const auto& [roll, longest] : forms) {
-    SCOPED_TRACE("rolling loads of " + std::to_string(roll) + " rows" + (longest ? ", longest first" : ""));
-    const Result dense = roll < 0 ? run(std::numeric_limits<int32_t>::max(), in, 0, true) : run(0, in, roll, longest);
+  // The dense kernel in batches, with rolling loads and with the ring, and both forms with the one-row pieces latest
+  // in their chunk first (DUET_DELTA_ORDER=longest; loads -1: the cluster form).
+  const std::vector<std::pair<int32_t, bool>> forms = {
+      {0, false}, {16, false}, {kDeltaDenseBulk, false}, {16, true}, {kDeltaDenseBulk, true}, {-1, true}};
+  for (const auto& [loads, longest] : forms) {
+    SCOPED_TRACE("loads " + std::string(loads == kDeltaDenseBulk ? "by the ring" : std::to_string(loads) + " rows") +
+                 (longest ? ", longest first" : ""));
+    const Result dense = loads < 0 ? run(std::numeric_limits<int32_t>::max(), in, 0, true) : run(0, in, loads, longest);
     int32_t first_row = 0;
     for (size_t i = 0; i < pieces.size(); ++i) {
       const PieceSpec& spec = pieces[i];

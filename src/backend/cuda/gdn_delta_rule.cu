@@ -52,6 +52,7 @@
 #include "backend/cuda/dependent_launch.h"
 #include "backend/cuda/gdn_gated_norm.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/mbarrier.h"
 
 namespace duet::backend::cuda {
 
@@ -927,17 +928,24 @@ __global__ void __launch_bounds__(kThreads)
 constexpr int kDenseBatch = 16;  // rows of S_b a column thread has in flight
 constexpr int kDenseLanes = 8;   // the lanes of finish_corrected_value's sum, in the decode kernels' blocks
 static_assert(lanes_for(128) == kDenseLanes && lanes_for(32) == kDenseLanes, "the dense kernel adds 8 lanes' chains");
+// kLoads == kDenseBulk: S_b and the earlier rows' d reach the column threads through a ring of bulk copies in u's
+// room, kRingRows rows a stage (8 KB at the 9B's heads), kRingStages stages.
+constexpr int kDenseBulk = kDeltaDenseBulk;
+constexpr int kRingRows = 16;
+constexpr int kRingStages = kC / kRingRows;
+static_assert(kRingRows % kDenseLanes == 0, "a stage's first row is a multiple of the lanes: row r adds to lane r % 8");
 
 template <int KD, int VD>
 struct DenseSmem {
   static constexpr int kThreads = VD + kC;  // a thread a column, a thread an entry of A and Q
-  alignas(16) float u[kC][VD];              // the chunk's earlier rows' d
+  alignas(16) float u[kC][VD];              // the chunk's earlier rows' d (kDenseBulk: the ring, stage s at row 16 s)
   alignas(16) float kt[KD];                 // this row's key and query, normalized
   alignas(16) float q[KD];
   float A_row[kC], Q_row[kC], G[kC];
   float o_head[VD];  // the head's outputs, for the gated norm
   bf16 raw_q[KD], raw_k[KD], raw_v[VD], z[VD];
   float g, beta;
+  uint64_t ring_full[kRingStages];  // kDenseBulk: a stage's bytes have landed (last: the other offsets as before)
 };
 
 __device__ __forceinline__ void commit_async_copies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
@@ -973,7 +981,7 @@ __device__ __forceinline__ RowEntries row_entries_streamed(const float* kt, cons
 }
 
 // kEarlyState: as decode_delta_kernel's, the chunk's G and the first batch of S_b rows before the wait (the earlier
-// rows' d stays a group of its own, waited for after the chains of S_b^T k).
+// rows' d stays a group of its own, waited for after the chains of S_b^T k; kDenseBulk: the ring's first stages).
 // kRoll (16 by default; DUET_DELTA_DENSE_ROLL=0 for batches; the same bits): a column thread keeps kRoll rows of S_b in
 // flight at every step instead of batches of kDenseBatch (each row's load issued as the row kRoll before it is taken:
 // no batch waits for the whole of the next, and no batch's registers are copied into the other's), and an A and Q
@@ -981,11 +989,20 @@ __device__ __forceinline__ RowEntries row_entries_streamed(const float* kt, cons
 // finds the kernel at 73% of the DRAM peak with 0.24 eligible warps a scheduler, half its stalls waiting for global
 // loads. Measured (42nd round, H100, `duet run` at 64 streams, six alternating rounds each): 16 rows +0.95% (every run
 // above every batched run, the same tokens); 32 rows -5.4% (ptxas spills 136 bytes a thread), so not built.
+// kLoads == kDenseBulk (DUET_DELTA_DENSE_BULK=1; the same bits): the rows of S_b, then the chunk's earlier rows' d,
+// come in stages of 16 rows by bulk copies (the TMA) into a ring of 4 stages in u's room, thread 0 refilling a stage
+// once the column threads are done with it; the column threads take each row from shared memory in the same order as
+// before. Why: at 64 rows the kernel reads at 60-67% of the read rate (41st, 42nd rounds: 1.69 ms of a 64-row step on
+// the H200 where the read rate gives 1.14), with few eligible warps; a block kept 16 rows of S_b in flight in
+// registers (8 KB) only while its chains ran, and none while it copied its vectors, took d and stored; a ring keeps up
+// to 32 KB in flight from one thread's instructions, from the block's start (the d rows behind S_b's), and the column
+// threads' registers no longer hold rows.
 constexpr int kKeyAhead = 4;
 template <int KD, int VD, bool kEarlyState = false, int kRoll = 0>
 __global__ void __launch_bounds__(VD + kC, 5)
     decode_dense_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, const float* g,
                         GdnDims dims, float* out, GdnNormArrays norm) {
+  constexpr bool kBulk = kRoll == kDenseBulk;
   if constexpr (!kEarlyState) {
     wait_for_prerequisites();
     let_dependents_launch();
@@ -1005,14 +1022,45 @@ __global__ void __launch_bounds__(VD + kC, 5)
 
   // Two groups of copies: the row's vectors and the chunk's G first, the earlier rows' d (up to 32 KB) behind them,
   // needed only after the chains of S_b^T k (kEarlyState: G and the first batch of S_b before the wait, G a group of
-  // its own ahead of both).
-  constexpr int kInFlight = kRoll > 0 ? (kRoll < KD ? kRoll : KD) : kDenseBatch;
-  float s_rows[kInFlight];
-  auto first_rows = [&] {  // a column thread's first batch of S_b rows
-    if (tid < VD) {
+  // its own ahead of both; kDenseBulk: the d rows come through the ring, the second group is empty).
+  constexpr int kInFlight = kRoll > 1 ? (kRoll < KD ? kRoll : KD) : kDenseBatch;
+  float s_rows[kBulk ? 1 : kInFlight];
+  // The ring's stages: S_b's rows, then the t earlier rows' d (the last stage as many as are left).
+  static_assert(!kBulk || KD % kRingRows == 0, "S_b's rows in whole stages");
+  constexpr int kStateStages = KD / kRingRows;
+  const int stages = kStateStages + (t + kRingRows - 1) / kRingRows;
+  const uint32_t ring_bars = static_cast<uint32_t>(__cvta_generic_to_shared(sm.ring_full));
+  auto issue_stage = [&](int st) {  // by thread 0
+    const int slot = st % kRingStages;
+    const int d0 = (st - kStateStages) * kRingRows;
+    const int rows = st < kStateStages ? kRingRows : min(kRingRows, t - d0);
+    const float* src = st < kStateStages ? state + st * kRingRows * VD : state + layout.d() + d0 * VD;
+    const auto bytes = static_cast<uint32_t>(rows * VD * sizeof(float));
+    mbarrier_expect_bytes(ring_bars + 8 * slot, bytes);
+    bulk_copy(static_cast<uint32_t>(__cvta_generic_to_shared(&sm.u[slot * kRingRows][0])), src, bytes,
+              ring_bars + 8 * slot);
+  };
+  auto first_rows = [&] {  // a column thread's first batch of S_b rows, or the ring's first stages
+    if constexpr (kBulk) {
+      if (tid == 0) {
+        for (int s = 0; s < kRingStages; ++s) mbarrier_init(ring_bars + 8 * s, 1);
+        fence_mbarrier_init();
+        for (int st = 0; st < min(kRingStages, stages); ++st) issue_stage(st);
+      }
+    } else if (tid < VD) {
 #pragma unroll
       for (int b = 0; b < kInFlight; ++b) s_rows[b] = state[b * VD + tid];
     }
+  };
+  // Stage st's rows once they have landed, and its release: every column thread is done with it (a barrier of the
+  // column threads alone), then thread 0 refills its slot with stage st + 4.
+  auto ring_stage = [&](int st) {
+    mbarrier_wait(ring_bars + 8 * (st % kRingStages), static_cast<uint32_t>((st / kRingStages) & 1));
+    return &sm.u[(st % kRingStages) * kRingRows][0];
+  };
+  auto release_stage = [&](int st) {
+    asm volatile("bar.sync 1, %0;" ::"n"(VD) : "memory");
+    if (tid == 0 && st + kRingStages < stages) issue_stage(st + kRingStages);
   };
   if constexpr (kEarlyState) {
     copy_floats_async(sm.G, state + layout.G(), t);
@@ -1020,6 +1068,8 @@ __global__ void __launch_bounds__(VD + kC, 5)
     first_rows();
     wait_for_prerequisites();
     let_dependents_launch();
+  } else if constexpr (kBulk) {
+    first_rows();  // the ring fills while the row's vectors come
   }
   const bf16* row = qkv + static_cast<int64_t>(first_row) * in.width;
   copy_bf16_rows_async(sm.raw_q, row + in.q, 0, 1, KD);
@@ -1033,12 +1083,12 @@ __global__ void __launch_bounds__(VD + kC, 5)
     copy_async_4(&sm.beta, beta + at);
   }
   commit_async_copies();
-  copy_rows_async_16<VD>(&sm.u[0][0], VD, state + layout.d(), VD, t);
+  if constexpr (!kBulk) copy_rows_async_16<VD>(&sm.u[0][0], VD, state + layout.d(), VD, t);
   commit_async_copies();
 
   // A column thread's first batch of S_b rows is asked for before the copies are waited for.
   const bool column = tid < VD;
-  if constexpr (!kEarlyState) first_rows();
+  if constexpr (!kEarlyState && !kBulk) first_rows();
   wait_async_copies_but_last();
   __syncthreads();
 
@@ -1049,7 +1099,19 @@ __global__ void __launch_bounds__(VD + kC, 5)
   __syncthreads();
 
   float wk = 0.0f, wq = 0.0f;
-  if (column && kRoll > 0) {  // the same chains, kInFlight rows in flight at every step
+  if (column && kBulk) {  // the same chains, the rows from the ring
+    for (int st = 0; st < kStateStages; ++st) {
+      const float* rows = ring_stage(st);
+#pragma unroll
+      for (int b = 0; b < kRingRows; ++b) {
+        const int i = st * kRingRows + b;
+        const float s_i = rows[b * VD + tid];
+        wk = fmaf(sm.kt[i], s_i, wk);
+        wq = fmaf(sm.q[i], s_i, wq);
+      }
+      release_stage(st);
+    }
+  } else if (column && kRoll > 1) {  // the same chains, kInFlight rows in flight at every step
 #pragma unroll 1
     for (int i0 = 0; i0 < KD; i0 += kInFlight) {
 #pragma unroll
@@ -1083,9 +1145,9 @@ __global__ void __launch_bounds__(VD + kC, 5)
     const int s = tid - VD;
     if (s <= t) {
       const float* key = s == t ? sm.kt : state + layout.keys() + s * KD;
-      const RowEntries e = kRoll > 0 ? row_entries_streamed<KD, (kKeyAhead < KD / 4 ? kKeyAhead : KD / 4)>(
-                                           sm.kt, sm.q, key, sm.G[t], sm.G[s], sm.beta)
-                                     : row_entries<KD>(sm.kt, sm.q, key, sm.G[t], sm.G[s], sm.beta);
+      const RowEntries e = kRoll != 0 ? row_entries_streamed<KD, (kKeyAhead < KD / 4 ? kKeyAhead : KD / 4)>(
+                                            sm.kt, sm.q, key, sm.G[t], sm.G[s], sm.beta)
+                                      : row_entries<KD>(sm.kt, sm.q, key, sm.G[t], sm.G[s], sm.beta);
       if (s < t) sm.A_row[s] = e.A;
       sm.Q_row[s] = e.Q;
     }
@@ -1098,7 +1160,22 @@ __global__ void __launch_bounds__(VD + kC, 5)
     const int j = tid;
     float part[kDenseLanes] = {};
     float acc = 0.0f;
-    for (int s0 = 0; s0 < t; s0 += kDenseLanes) {
+    if constexpr (kBulk) {  // the same chains, the rows from the ring: row s of stage st is s - 16 (st - 8)'s
+      for (int st = kStateStages; st < stages; ++st) {
+        const float* rows = ring_stage(st);
+        const int s0 = (st - kStateStages) * kRingRows;
+#pragma unroll
+        for (int r = 0; r < kRingRows; ++r) {
+          if (s0 + r < t) {
+            const float u = rows[r * VD + j];
+            part[r % kDenseLanes] = fmaf(sm.A_row[s0 + r], u, part[r % kDenseLanes]);
+            acc = fmaf(sm.Q_row[s0 + r], u, acc);
+          }
+        }
+        release_stage(st);
+      }
+    }
+    for (int s0 = 0; s0 < (kBulk ? 0 : t); s0 += kDenseLanes) {
 #pragma unroll
       for (int p = 0; p < kDenseLanes; ++p) {
         const int s = s0 + p;
@@ -1431,16 +1508,19 @@ int32_t dense_decode_from() {
   return for_tests >= 0 ? for_tests : from_environment;
 }
 
-// decode_dense_kernel's rolling loads (kRoll): 16 rows in flight, or with DUET_DELTA_DENSE_ROLL=0 (read once; for A/B)
-// the batches of the rounds before the 42nd.
-std::atomic<int32_t> dense_roll_for_tests{-1};
-int dense_roll() {
-  static const int rows = [] {
+// How decode_dense_kernel reads S_b (kRoll): rolling loads of 16 rows in flight; with DUET_DELTA_DENSE_ROLL=0 (read
+// once; for A/B) the batches of the rounds before the 42nd; with DUET_DELTA_DENSE_BULK=1 the ring of bulk copies
+// (kDenseBulk; prepared in the 44th round, not yet timed).
+std::atomic<int32_t> dense_loads_for_tests{-1};
+int dense_loads() {
+  static const int loads = [] {
+    const char* bulk = std::getenv("DUET_DELTA_DENSE_BULK");
+    if (bulk != nullptr && std::strcmp(bulk, "1") == 0) return kDenseBulk;
     const char* v = std::getenv("DUET_DELTA_DENSE_ROLL");
     return v != nullptr && std::strcmp(v, "0") == 0 ? 0 : 16;
   }();
-  const int32_t for_tests = dense_roll_for_tests.load();
-  return for_tests >= 0 ? for_tests : rows;
+  const int32_t for_tests = dense_loads_for_tests.load();
+  return for_tests >= 0 ? for_tests : loads;
 }
 
 template <int KD, int VD>
@@ -1466,8 +1546,8 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
        allow_smem(decode_dense_kernel<KD, VD, true, 0>, dense_bytes),
        allow_smem(decode_dense_kernel<KD, VD, false, 16>, dense_bytes),
        allow_smem(decode_dense_kernel<KD, VD, true, 16>, dense_bytes),
-       allow_smem(decode_dense_kernel<KD, VD, false, 32>, dense_bytes),
-       allow_smem(decode_dense_kernel<KD, VD, true, 32>, dense_bytes),
+       allow_smem(decode_dense_kernel<KD, VD, false, kDenseBulk>, dense_bytes),
+       allow_smem(decode_dense_kernel<KD, VD, true, kDenseBulk>, dense_bytes),
        allow_smem(fold_chunk_kernel<KD, VD>, fold_bytes), true);
   (void)opted_in;
   const int32_t single_pieces = step.pieces - step.multi_pieces - step.few_pieces;
@@ -1494,10 +1574,12 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
   if (single_pieces > 0 && single_pieces >= dense_decode_from()) {
     // Heads fastest, so that the pieces delta_order puts first (those that fold) start first.
     const bool early = early_loads();
-    const int roll = dense_roll();
-    const auto kernel = roll == 16
-                            ? (early ? decode_dense_kernel<KD, VD, true, 16> : decode_dense_kernel<KD, VD, false, 16>)
-                            : (early ? decode_dense_kernel<KD, VD, true, 0> : decode_dense_kernel<KD, VD, false, 0>);
+    const int loads = dense_loads();
+    const auto kernel =
+        loads == 16 ? (early ? decode_dense_kernel<KD, VD, true, 16> : decode_dense_kernel<KD, VD, false, 16>)
+        : loads == kDenseBulk
+            ? (early ? decode_dense_kernel<KD, VD, true, kDenseBulk> : decode_dense_kernel<KD, VD, false, kDenseBulk>)
+            : (early ? decode_dense_kernel<KD, VD, true, 0> : decode_dense_kernel<KD, VD, false, 0>);
     launch_dependent("decode_dense_kernel", kernel, dim3(dims.value_heads, single_pieces),
                      dim3(DenseSmem<KD, VD>::kThreads), dense_bytes, stream, step, layer, qkv, beta, g, dims, out,
                      norm);
@@ -1532,7 +1614,7 @@ bool gdn_delta_rule_supports(int64_t key_dim, int64_t value_dim) {
 }
 
 void set_delta_decode_dense_from_for_tests(int32_t pieces) { dense_from_for_tests.store(pieces); }
-void set_delta_dense_roll_for_tests(int32_t rows) { dense_roll_for_tests.store(rows); }
+void set_delta_dense_loads_for_tests(int32_t loads) { dense_loads_for_tests.store(loads); }
 
 void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16* qkv, const float* beta,
                            const float* g, GdnDims dims, float* chunk_scratch, float* out, cudaStream_t stream,

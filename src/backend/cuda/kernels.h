@@ -206,9 +206,11 @@ void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16
 // Tests: one-row pieces take decode_dense_kernel from this many a step (0 or 1: always; a large number: never) instead
 // of the default (32) or DUET_DELTA_DECODE's; a negative number gives the choice back. The bits are the same.
 void set_delta_decode_dense_from_for_tests(int32_t pieces);
-// Tests: the dense kernel's rolling loads of 16 rows, or 0: batches, instead of the default (16) or
-// DUET_DELTA_DENSE_ROLL's; a negative number gives the choice back. The bits are the same.
-void set_delta_dense_roll_for_tests(int32_t rows);
+// Tests: how the dense kernel reads S_b: 16, rolling loads of 16 rows; 0, batches; kDeltaDenseBulk, a ring of bulk
+// copies; instead of the default (16) or DUET_DELTA_DENSE_ROLL's / DUET_DELTA_DENSE_BULK's; a negative number gives
+// the choice back. The bits are the same.
+constexpr int32_t kDeltaDenseBulk = 1;
+void set_delta_dense_loads_for_tests(int32_t loads);
 
 // ---- gdn_norm.cu
 // Gated RMSNorm per value head: y = bf16(bf16(o * rsqrt(mean(o^2) + eps)) * w) * silu(z) in fp32, rounded to BF16.

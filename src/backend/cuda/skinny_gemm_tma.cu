@@ -36,6 +36,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dependent_launch.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/mbarrier.h"
 #include "backend/cuda/mma_sync.h"
 #include "backend/cuda/skinny_gemm_slices.h"
 #include "backend/cuda/skinny_regs_choice.h"
@@ -70,24 +71,6 @@ constexpr size_t shared_bytes(int stages, int wg_tiles, int tiles, int wgs = 2) 
          1024;  // + slack
 }
 
-__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbarrier_expect_bytes(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
-                 : "=r"(done)
-                 : "r"(bar), "r"(parity)
-                 : "memory");
-  } while (done == 0);
-}
 // Box (k0, row0) of the tensor map into shared memory at dst, completing `bar`'s expected bytes.
 __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int32_t k0, int32_t row0, uint32_t bar) {
   asm volatile(
@@ -137,7 +120,7 @@ __global__ void __launch_bounds__(threads_for(kWgs), blocks_an_sm(kWgs, kStages,
       mbarrier_init(full(s), kXByTma ? 1 : 2);
       mbarrier_init(empty(s), kWgs);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    fence_mbarrier_init();
   }
   __syncthreads();
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
