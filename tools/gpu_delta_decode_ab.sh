@@ -5,9 +5,10 @@
 #   1. bench_gdn_delta's decode cases (one layer, 1 / 16 / 64 rows, folds) under each switch: the out and state
 #      fingerprints must equal the default's, and the read rate of the one-row states is printed;
 #   2. GdnKernelsTest's dense-kernel test (the rolling loads' bits against the cluster form's);
-#   3. `duet run` decode at 64 streams (tools/gpu_launch_ab.sh, ROUNDS rounds): default (rolling loads of 16 rows since
-#      the 42nd round), DUET_DELTA_DENSE_ROLL=0 (batches), DUET_DELTA_ORDER=longest; then at one stream: default
-#      against DUET_CUDA_EARLY_LOADS=1;
+#   3. `duet run` decode at 64 streams (tools/gpu_launch_ab.sh, ROUNDS rounds): default (the ring of bulk copies since
+#      the 44th round), DUET_DELTA_DENSE_BULK=0 (the rolling loads of 16 rows, the 42nd round's), with
+#      DUET_DELTA_DENSE_ROLL=0 too (batches), DUET_DELTA_ORDER=longest; then at one stream: default against
+#      DUET_CUDA_EARLY_LOADS=1;
 #   4. ncu on the dense kernel at 64 rows under each of its forms (DRAM throughput, eligible warps, registers), while
 #      BUDGET_S lasts.
 # Every stage writes its lines as it goes, to stdout and OUT/log, never through a pipe that holds them until the end
@@ -21,33 +22,34 @@ source tools/device_pack_env.sh
 start_checkpoint "$work" "$out"
 
 echo "== 1. bench_gdn_delta, decode cases, by switch (fingerprints must match the default's)"
-for setting in - DUET_DELTA_DENSE_ROLL=0 DUET_DELTA_ORDER=longest DUET_CUDA_EARLY_LOADS=1; do
+rolling=DUET_DELTA_DENSE_BULK=0 batches="DUET_DELTA_DENSE_BULK=0 DUET_DELTA_DENSE_ROLL=0"
+for setting in - "$rolling" "$batches" DUET_DELTA_ORDER=longest DUET_CUDA_EARLY_LOADS=1; do
   assignments=()
-  [[ $setting == - ]] || assignments=("$setting")
+  [[ $setting == - ]] || read -r -a assignments <<<"$setting"
   echo "-- $setting"
   env "${assignments[@]}" timeout 60 device/tests/cuda/bench_gdn_delta 20 decode > "$out/bench.txt" 2>&1
   grep -E "rows|row " "$out/bench.txt"
 done
 echo "done at $(elapsed) s"
 
-echo "== 2. the dense kernel's bits, batches and rolling loads, against the cluster form"
+echo "== 2. the dense kernel's bits, batches, rolling loads and the ring, against the cluster form"
 run_gpu_test '*DenseDecodeKernelGivesTheClusterFormsBits*' "$out/dense-test.txt" 60
 await_checkpoint "$work" "$out"
 echo "done at $(elapsed) s"
 
 echo "== 3. duet run, 64 streams, then one"
-tools/gpu_launch_ab.sh "$work" 64 "$rounds" - DUET_DELTA_DENSE_ROLL=0 DUET_DELTA_ORDER=longest
+tools/gpu_launch_ab.sh "$work" 64 "$rounds" - "$rolling" "$batches" DUET_DELTA_ORDER=longest
 echo "done at $(elapsed) s"
 tools/gpu_launch_ab.sh "$work" 1 "$rounds" - DUET_CUDA_EARLY_LOADS=1
 echo "done at $(elapsed) s"
 
 echo "== 4. ncu on the dense kernel at 64 rows, by form"
 ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-for setting in - DUET_DELTA_DENSE_ROLL=0; do
+for setting in - "$rolling" "$batches"; do
   left=$(( budget - $(elapsed) ))
   (( left > 45 )) || { echo "(the budget ends before $setting)"; break; }
   assignments=()
-  [[ $setting == - ]] || assignments=("$setting")
+  [[ $setting == - ]] || read -r -a assignments <<<"$setting"
   echo "-- $setting"
   env "${assignments[@]}" timeout $(( left - 5 )) "$ncu" --clock-control none --set full --kernel-name regex:decode_dense \
     --launch-skip 3 --launch-count 1 device/tests/cuda/bench_gdn_delta 4 "decode 64 rows" > "$out/ncu-${setting//[^A-Za-z0-9_-]/_}.txt" 2>&1

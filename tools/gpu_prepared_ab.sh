@@ -19,9 +19,13 @@
 #   6. `duet run` at one stream with DUET_CUDA_EARLY_LOADS=1 (38th round; never timed in the model), and with
 #      SPLIT_AB=1 DUET_ATTN_QUERY_SPLIT_ROWS=4 after a 16K prompt (43rd round: +0.3%);
 #   7. the bench with the four-slice shapes (out projections, MLP down) in two slices (DUET_SKINNY_TMA_SLICES);
-#   8. the dense delta-rule kernel's ring of bulk copies (DUET_DELTA_DENSE_BULK=1, 44th round; BULK_AB=1): its bits
-#      test (GdnKernelsTest.DenseDecodeKernelGivesTheClusterFormsBits, every form), bench_gdn_delta's decode cases
-#      under both (the same fingerprints), `duet run` at 64 and 32 streams;
+#   8. the dense delta-rule kernel's ring of bulk copies (the default since the 44th round; DUET_DELTA_DENSE_BULK=0 the
+#      rolling loads before it; BULK_AB=1): its bits test (GdnKernelsTest.DenseDecodeKernelGivesTheClusterFormsBits,
+#      every form), bench_gdn_delta's decode cases under both (the same fingerprints), `duet run` at 64 and 32 streams;
+#   9. the dense kernel below 32 rows too (DUET_DELTA_DECODE=dense; DENSE_AB=1): with the ring a one-row step's 32
+#      blocks ask for 32 KB of state each at once, where the 33rd round's batched form waited for 8 batches in turn
+#      (level with the clusters then): bench_gdn_delta's 1 and 16-row cases, `duet run` at 1 and 16 streams, and at one
+#      stream with early loads too (the ring's first stages before the wait);
 # while BUDGET_S lasts, each stage skipped once it would not fit. Every stage writes its lines as it goes, to stdout
 # and OUT/log (never through a pipe that holds them until the end: 41st round).
 # STAGES (e.g. "1 8") runs only those stages (default: every one).
@@ -81,12 +85,13 @@ if stage 5; then
 run_gpu_test '*CudaMaskedSteps*' "$out/masked-ahead-test.txt" 120
 schema='{"type":"json_schema","json_schema":{"name":"notes","schema":{"type":"object","properties":{"title":{"type":
 "string"},"notes":{"type":"array","items":{"type":"string"}}},"required":["title","notes"],"additionalProperties":false}}}'
-if fits 120; then
+if fits 190; then
   DUET_LOOKAHEAD_MASKED=1 device/bin/duet serve "$work/model" --backend cuda --host 127.0.0.1 --port 18085 \
     --parallel 64 --context 2048 --max-tokens 256 --queue-limit 256 > "$out/masked-serve.out" 2> "$out/masked-serve.log" &
   server=$!
   for _ in $(seq 1 400); do curl -sf http://127.0.0.1:18085/health > /dev/null 2>&1 && break; sleep 0.25; done
-  timeout 100 device/bin/duet bench --url http://127.0.0.1:18085 --levels 1,16,64 --tokens 48 --reps 1 --alone \
+  # (100 s cut the 44th round's run in its seeded 64-stream level: greedy, seeded and penalized take about 150 s)
+  timeout 170 device/bin/duet bench --url http://127.0.0.1:18085 --levels 1,16,64 --tokens 48 --reps 1 --alone \
     --serial --sampling all --response-format "$schema" > "$out/masked-exact.txt" 2>&1
   grep -E "^exactness|^level .*failed [1-9]" "$out/masked-exact.txt"
   curl -sf http://127.0.0.1:18085/metrics | grep -E '^duet_engine_steps(_ahead)?_total[{ ]|^duet_grammar_masks_total'
@@ -123,7 +128,21 @@ if stage 8 && [[ ${BULK_AB:-0} == 1 ]]; then
     echo "$setting:"; cat "$out/bulk-bench-$setting.txt"
   done
   for streams in 64 32; do
-    fits 70 && tools/gpu_launch_ab.sh "$work" "$streams" "$rounds" - DUET_DELTA_DENSE_BULK=1
+    fits 70 && tools/gpu_launch_ab.sh "$work" "$streams" "$rounds" DUET_DELTA_DENSE_BULK=0 -
   done
+fi
+echo "done at $(elapsed) s"
+
+echo "== 9. the dense kernel from one row (DENSE_AB=1)"
+if stage 9 && [[ ${DENSE_AB:-0} == 1 ]]; then
+  for setting in - DUET_DELTA_DECODE=dense; do
+    assignments=()
+    [[ $setting == - ]] || assignments=("$setting")
+    fits 60 && env "${assignments[@]}" timeout 60 device/tests/cuda/bench_gdn_delta 20 "decode 1" > "$out/dense-bench.txt" 2>&1
+    echo "-- $setting"; cat "$out/dense-bench.txt"
+  done
+  fits 70 && tools/gpu_launch_ab.sh "$work" 1 "$rounds" - DUET_DELTA_DECODE=dense \
+    "DUET_DELTA_DECODE=dense DUET_CUDA_EARLY_LOADS=1"
+  fits 70 && tools/gpu_launch_ab.sh "$work" 16 "$rounds" - DUET_DELTA_DECODE=dense
 fi
 echo "done at $(elapsed) s"

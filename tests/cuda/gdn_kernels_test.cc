@@ -423,8 +423,8 @@ TEST_P(GdnKernelsTest, DecodeRowsGatedNormHasTheNormKernelsBits) {
 }
 
 // The one-row pieces' dense kernel (decode_dense_kernel, DUET_DELTA_DECODE=dense), in batches
-// (DUET_DELTA_DENSE_ROLL=0), with its rolling loads of 16 rows (the default) and with its ring of bulk copies
-// (DUET_DELTA_DENSE_BULK=1), and either kernel with the one-row pieces latest in their chunk first
+// (DUET_DELTA_DENSE_ROLL=0), with its rolling loads of 16 rows (DUET_DELTA_DENSE_BULK=0) and with its ring of bulk
+// copies (the default), and either kernel with the one-row pieces latest in their chunk first
 // (DUET_DELTA_ORDER=longest), gives decode_delta_kernel's bits in step order: outputs, gated norm and every sequence's
 // state, in a step of one-row pieces inside, at the end of (the fold) and at the start of a chunk, beside pieces for
 // the chunked form and the few-row kernel (so the dense kernel finds its pieces past theirs in the step's order). The

@@ -928,8 +928,8 @@ __global__ void __launch_bounds__(kThreads)
 constexpr int kDenseBatch = 16;  // rows of S_b a column thread has in flight
 constexpr int kDenseLanes = 8;   // the lanes of finish_corrected_value's sum, in the decode kernels' blocks
 static_assert(lanes_for(128) == kDenseLanes && lanes_for(32) == kDenseLanes, "the dense kernel adds 8 lanes' chains");
-// kLoads == kDenseBulk: S_b and the earlier rows' d reach the column threads through a ring of bulk copies in u's
-// room, kRingRows rows a stage (8 KB at the 9B's heads), kRingStages stages.
+// kRoll == kDenseBulk (decode_dense_kernel): S_b and the earlier rows' d reach the column threads through a ring of
+// bulk copies in u's room, kRingRows rows a stage (8 KB at the 9B's heads), kRingStages stages.
 constexpr int kDenseBulk = kDeltaDenseBulk;
 constexpr int kRingRows = 16;
 constexpr int kRingStages = kC / kRingRows;
@@ -982,21 +982,23 @@ __device__ __forceinline__ RowEntries row_entries_streamed(const float* kt, cons
 
 // kEarlyState: as decode_delta_kernel's, the chunk's G and the first batch of S_b rows before the wait (the earlier
 // rows' d stays a group of its own, waited for after the chains of S_b^T k; kDenseBulk: the ring's first stages).
-// kRoll (16 by default; DUET_DELTA_DENSE_ROLL=0 for batches; the same bits): a column thread keeps kRoll rows of S_b in
-// flight at every step instead of batches of kDenseBatch (each row's load issued as the row kRoll before it is taken:
-// no batch waits for the whole of the next, and no batch's registers are copied into the other's), and an A and Q
-// thread its key row kKeyAhead 16-byte pieces ahead. Why: ncu at 64 rows on an H100 (docs/benchmarks.md, 41st round)
-// finds the kernel at 73% of the DRAM peak with 0.24 eligible warps a scheduler, half its stalls waiting for global
-// loads. Measured (42nd round, H100, `duet run` at 64 streams, six alternating rounds each): 16 rows +0.95% (every run
-// above every batched run, the same tokens); 32 rows -5.4% (ptxas spills 136 bytes a thread), so not built.
-// kLoads == kDenseBulk (DUET_DELTA_DENSE_BULK=1; the same bits): the rows of S_b, then the chunk's earlier rows' d,
-// come in stages of 16 rows by bulk copies (the TMA) into a ring of 4 stages in u's room, thread 0 refilling a stage
-// once the column threads are done with it; the column threads take each row from shared memory in the same order as
-// before. Why: at 64 rows the kernel reads at 60-67% of the read rate (41st, 42nd rounds: 1.69 ms of a 64-row step on
-// the H200 where the read rate gives 1.14), with few eligible warps; a block kept 16 rows of S_b in flight in
-// registers (8 KB) only while its chains ran, and none while it copied its vectors, took d and stored; a ring keeps up
-// to 32 KB in flight from one thread's instructions, from the block's start (the d rows behind S_b's), and the column
-// threads' registers no longer hold rows.
+// kRoll 16 (DUET_DELTA_DENSE_BULK=0; with DUET_DELTA_DENSE_ROLL=0 too, kRoll 0: batches; the same bits): a column
+// thread keeps kRoll rows of S_b in flight at every step instead of batches of kDenseBatch (each row's load issued as
+// the row kRoll before it is taken: no batch waits for the whole of the next, and no batch's registers are copied into
+// the other's), and an A and Q thread its key row kKeyAhead 16-byte pieces ahead. Why: ncu at 64 rows on an H100
+// (docs/benchmarks.md, 41st round) finds the kernel at 73% of the DRAM peak with 0.24 eligible warps a scheduler, half
+// its stalls waiting for global loads. Measured (42nd round, H100, `duet run` at 64 streams, six alternating rounds
+// each): 16 rows +0.95% (every run above every batched run, the same tokens); 32 rows -5.4% (ptxas spills 136 bytes a
+// thread), so not built.
+// kRoll == kDenseBulk (the default since the 44th round; the same bits): the rows of S_b, then the chunk's earlier
+// rows' d, come in stages of 16 rows by bulk copies (the TMA) into a ring of 4 stages in u's room, thread 0 refilling a
+// stage once the column threads are done with it; the column threads take each row from shared memory in the same
+// order as before, and the A and Q threads stream their key rows as with kRoll 16. Why: at 64 rows the kernel read at
+// 60-67% of the read rate (41st, 42nd rounds: 1.69 ms of a 64-row step on the H200 where the read rate gives 1.14),
+// with few eligible warps; a block kept 16 rows of S_b in flight in registers (8 KB) only while its chains ran, and
+// none while it copied its vectors, took d and stored; the ring keeps up to 32 KB in flight from one thread's
+// instructions, from the block's start (the d rows behind S_b's), and the column threads' registers hold no rows.
+// Measured (44th round, H100): `duet run` at 64 streams +0.9% (five alternating rounds), 32 streams level.
 constexpr int kKeyAhead = 4;
 template <int KD, int VD, bool kEarlyState = false, int kRoll = 0>
 __global__ void __launch_bounds__(VD + kC, 5)
@@ -1508,14 +1510,16 @@ int32_t dense_decode_from() {
   return for_tests >= 0 ? for_tests : from_environment;
 }
 
-// How decode_dense_kernel reads S_b (kRoll): rolling loads of 16 rows in flight; with DUET_DELTA_DENSE_ROLL=0 (read
-// once; for A/B) the batches of the rounds before the 42nd; with DUET_DELTA_DENSE_BULK=1 the ring of bulk copies
-// (kDenseBulk; prepared in the 44th round, not yet timed).
+// How decode_dense_kernel reads S_b (kRoll): the ring of bulk copies (kDenseBulk, the default since the 44th round:
+// `duet run` at 64 streams on an H100, five alternating rounds, 6,268 against 6,213 tok/s, +0.9%, the same tokens;
+// bench_gdn_delta's 64 rows 100.9 against 104.4 us a layer, the same fingerprints); with DUET_DELTA_DENSE_BULK=0 the
+// rolling loads of 16 rows in flight (the 42nd round's), and with that and DUET_DELTA_DENSE_ROLL=0 the batches before
+// them (read once; for A/B).
 std::atomic<int32_t> dense_loads_for_tests{-1};
 int dense_loads() {
   static const int loads = [] {
     const char* bulk = std::getenv("DUET_DELTA_DENSE_BULK");
-    if (bulk != nullptr && std::strcmp(bulk, "1") == 0) return kDenseBulk;
+    if (bulk == nullptr || std::strcmp(bulk, "0") != 0) return kDenseBulk;
     const char* v = std::getenv("DUET_DELTA_DENSE_ROLL");
     return v != nullptr && std::strcmp(v, "0") == 0 ? 0 : 16;
   }();

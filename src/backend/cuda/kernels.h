@@ -207,8 +207,8 @@ void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16
 // of the default (32) or DUET_DELTA_DECODE's; a negative number gives the choice back. The bits are the same.
 void set_delta_decode_dense_from_for_tests(int32_t pieces);
 // Tests: how the dense kernel reads S_b: 16, rolling loads of 16 rows; 0, batches; kDeltaDenseBulk, a ring of bulk
-// copies; instead of the default (16) or DUET_DELTA_DENSE_ROLL's / DUET_DELTA_DENSE_BULK's; a negative number gives
-// the choice back. The bits are the same.
+// copies; instead of the default (the ring) or DUET_DELTA_DENSE_BULK's / DUET_DELTA_DENSE_ROLL's; a negative number
+// gives the choice back. The bits are the same.
 constexpr int32_t kDeltaDenseBulk = 1;
 void set_delta_dense_loads_for_tests(int32_t loads);
 
