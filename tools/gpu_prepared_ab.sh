@@ -26,6 +26,9 @@
 #      blocks ask for 32 KB of state each at once, where the 33rd round's batched form waited for 8 batches in turn
 #      (level with the clusters then): bench_gdn_delta's 1 and 16-row cases, `duet run` at 1 and 16 streams, and at one
 #      stream with early loads too (the ring's first stages before the wait);
+#  10. the chunked walk's outputs in tiles (DUET_DELTA_WALK_TILES=1, 44th round; WALK_AB=1): its bits test
+#      (GdnKernelsTest.WalkOutputsInTilesKeepEveryBit), bench_gdn_delta's prefill cases under both (the same
+#      fingerprints), `duet run` prefill of 1K and 4K prompts (tools/gpu_prefill_ab.sh);
 # while BUDGET_S lasts, each stage skipped once it would not fit. Every stage writes its lines as it goes, to stdout
 # and OUT/log (never through a pipe that holds them until the end: 41st round).
 # STAGES (e.g. "1 8") runs only those stages (default: every one).
@@ -144,5 +147,16 @@ if stage 9 && [[ ${DENSE_AB:-0} == 1 ]]; then
   fits 70 && tools/gpu_launch_ab.sh "$work" 1 "$rounds" - DUET_DELTA_DECODE=dense \
     "DUET_DELTA_DECODE=dense DUET_CUDA_EARLY_LOADS=1"
   fits 70 && tools/gpu_launch_ab.sh "$work" 16 "$rounds" - DUET_DELTA_DECODE=dense
+fi
+echo "done at $(elapsed) s"
+
+echo "== 10. the chunked walk's outputs in tiles (WALK_AB=1)"
+if stage 10 && [[ ${WALK_AB:-0} == 1 ]]; then
+  run_gpu_test '*WalkOutputsInTilesKeepEveryBit*' "$out/walk-test.txt" 120
+  for setting in DUET_DELTA_WALK_TILES=0 DUET_DELTA_WALK_TILES=1; do
+    fits 60 && env "$setting" timeout 60 device/tests/cuda/bench_gdn_delta 10 prefill > "$out/walk-bench.txt" 2>&1
+    echo "-- $setting"; cat "$out/walk-bench.txt"
+  done
+  fits 90 && tools/gpu_prefill_ab.sh "$work" 1024,4096 2 - DUET_DELTA_WALK_TILES=1
 fi
 echo "done at $(elapsed) s"

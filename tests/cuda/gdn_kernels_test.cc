@@ -651,6 +651,59 @@ TEST_P(GdnKernelsTest, PromptCutAtMultiplesOf64GivesTheSameBitsAsWhole) {
   EXPECT_LT(max_relative_error(by_row, wy), 1e-5);
 }
 
+// The chunked walk's outputs in tiles (DUET_DELTA_WALK_TILES=1: walk_outputs_in_tiles) give the one-column-a-lane
+// form's bits: outputs and every sequence's state, in a step of prefill pieces from a chunk's start (WY chunks),
+// entering a chunk in its middle (the row-by-row form) and ending inside one, beside a one-row piece. The control: beta
+// one ulp larger in one row of the first piece changes its later outputs and no other piece's.
+TEST_P(GdnKernelsTest, WalkOutputsInTilesKeepEveryBit) {
+  DUET_REQUIRE_GPU();
+  const GdnDims& d = dims();
+  const int32_t vw = value_width(d);
+  const std::vector<PieceSpec> pieces = {{0, 200, 0}, {1, 65, 200}, {2, 30, 37}, {3, 1, 63}, {4, 130, 64}};
+  const std::vector<uint64_t> seeds = {41, 42, 43, 44, 45};
+  const int32_t rows = total_rows(pieces);
+  struct Result {
+    std::vector<float> out;
+    std::vector<std::vector<float>> states;
+  };
+  auto run = [&](int32_t tiles, const DeltaInputs& in) {
+    set_delta_walk_tiles_for_tests(tiles);
+    DeviceDeltaInputs in_d(in);
+    States states(d, seeds);
+    Step step(pieces, states);
+    DeviceBuffer<float> out_d(static_cast<size_t>(rows) * vw);
+    out_d.poison();
+    launch_gdn_delta_rule(step.get(), kLayer, in_d.qkv.get(), in_d.beta.get(), in_d.g.get(), d, step.scratch(),
+                          out_d.get(), nullptr);
+    sync_ok();
+    set_delta_walk_tiles_for_tests(-1);
+    Result r{out_d.download(), {}};
+    const States::Snapshot now = states.now();
+    for (size_t i = 0; i < pieces.size(); ++i)
+      r.states.push_back(live_state(d, now.delta(static_cast<int32_t>(i), kLayer), pieces[i].start + pieces[i].rows));
+    return r;
+  };
+  const DeltaInputs in = random_delta_inputs(d, rows, 901);
+  const Result lanes = run(0, in), tiles = run(1, in);
+  ASSERT_TRUE(all_finite(tiles.out)) << "outputs left unwritten";
+  int32_t first_row = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    SCOPED_TRACE("piece " + std::to_string(i));
+    EXPECT_TRUE(
+        same_bits(rows_of(tiles.out, vw, first_row, pieces[i].rows), rows_of(lanes.out, vw, first_row, pieces[i].rows)))
+        << "output";
+    EXPECT_TRUE(same_bits(tiles.states[i], lanes.states[i])) << "state";
+    first_row += pieces[i].rows;
+  }
+
+  DeltaInputs nudged = in;
+  const int32_t at = 10 * d.value_heads + d.value_heads - 1;
+  nudged.beta[at] = std::nextafter(nudged.beta[at], 2.0f);
+  const Result control = run(1, nudged);
+  EXPECT_FALSE(same_bits(rows_of(control.out, vw, 10, 190), rows_of(lanes.out, vw, 10, 190)));
+  EXPECT_TRUE(same_bits(rows_of(control.out, vw, 200, rows - 200), rows_of(lanes.out, vw, 200, rows - 200)));
+}
+
 // The kernels exist for the two shapes above only; the backend refuses any other when a model's state is planned (its
 // bytes, its storage), not at a step. The answer of gdn_delta_rule_supports needs no GPU; the backend's refusal does.
 // Control: the two shapes with kernels are planned.

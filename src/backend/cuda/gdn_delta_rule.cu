@@ -483,10 +483,44 @@ __device__ __forceinline__ void wy_corrected_values(const WalkInputs& w, const f
         for (int y = 0; y < 4; ++y) u[r0 + x][j0 + y] = acc[x][y];
 }
 
+// The new rows' outputs (rows [a, b) of the chunk), o_t = e^{G_t} wq_t + sum_{s<=t} Q[t][s] d_s, a kWalkTileRows x 4
+// tile per thread (DUET_DELTA_WALK_TILES=1): each output the same fma chain as the one-column-a-lane form (s in order
+// from zero, then e^{G_t} wq_t), so the same bits; a step over s reads two Q entries and one 16-byte piece of d for
+// eight fmas, where a lane of the other form read a Q entry and a d for each fma (two shared-memory loads an fma,
+// which bound that phase). out_rows: the chunk's row a (its first new row), row t at out_rows + (t - a) * out_stride.
+template <int VC, int kU>
+__device__ __forceinline__ void walk_outputs_in_tiles(const WalkInputs& w, const float (*u)[kU], const float* eG,
+                                                      const float (*wq)[VC], int a, int b, float* out_rows,
+                                                      int64_t out_stride) {
+  constexpr int kTileCols = VC / 4, kTR = kWalkTileRows;
+  const int tid = threadIdx.x;
+  const int r0 = kTR * (tid / kTileCols), j0 = 4 * (tid % kTileCols);
+  if (r0 >= b || r0 + kTR <= a) return;
+  float acc[kTR][4] = {};
+  const int last = min(r0 + kTR, b) - 1;  // the tile's last row: its chain is the longest
+  for (int s = 0; s <= last; ++s) {
+    float ds[4];
+#pragma unroll
+    for (int y = 0; y < 4; ++y) ds[y] = u[s][j0 + y];
+#pragma unroll
+    for (int x = 0; x < kTR; ++x)
+      if (s <= r0 + x)
+#pragma unroll
+        for (int y = 0; y < 4; ++y) acc[x][y] = fmaf(w.Q[r0 + x][s], ds[y], acc[x][y]);
+  }
+#pragma unroll
+  for (int x = 0; x < kTR; ++x) {
+    const int t = r0 + x;
+    if (t >= a && t < b)
+#pragma unroll
+      for (int y = 0; y < 4; ++y) out_rows[(t - a) * out_stride + j0 + y] = fmaf(eG[t], wq[t][j0 + y], acc[x][y]);
+  }
+}
+
 template <int KD, int VD>
 __global__ void __launch_bounds__(kWalkThreads)
     chunk_state_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, GdnDims dims,
-                       const float* scratch, float* out, bool wy_allowed) {
+                       const float* scratch, float* out, bool wy_allowed, bool tiled_outputs) {
   constexpr DeltaHeadState layout{KD, VD};
   constexpr int VC = columns_for(VD);
   constexpr int kTileCols = VC / 4;  // kTR x 4 tiles over VC columns
@@ -590,14 +624,17 @@ __global__ void __launch_bounds__(kWalkThreads)
     }
     __syncthreads();
 
-    // The new rows' outputs, one column per lane: o_t = e^{G_t} wq_t + sum_{s<=t} Q[t][s] d_s.
-    {
+    // The new rows' outputs: o_t = e^{G_t} wq_t + sum_{s<=t} Q[t][s] d_s.
+    float* const out_rows =
+        out + static_cast<int64_t>(chunk.first_row) * out_stride + static_cast<int64_t>(head) * VD + col0;
+    if (tiled_outputs) {
+      walk_outputs_in_tiles<VC, kU>(w, sm.u, sm.eG, sm.wq, a, b, out_rows, out_stride);
+    } else {  // one column per lane
       const int j = tid % VC;
       for (int t = a + tid / VC; t < b; t += kWalkThreads / VC) {
         float acc = 0.0f;
         for (int s = 0; s <= t; ++s) acc = fmaf(w.Q[t][s], sm.u[s][j], acc);
-        out[static_cast<int64_t>(chunk.first_row + t - a) * out_stride + static_cast<int64_t>(head) * VD + col0 + j] =
-            fmaf(sm.eG[t], sm.wq[t][j], acc);
+        out_rows[(t - a) * out_stride + j] = fmaf(sm.eG[t], sm.wq[t][j], acc);
       }
     }
     if (completes) {  // S_b of the next chunk, a kTR x 4 tile of S per thread (the outputs above do not read S)
@@ -1481,6 +1518,18 @@ void allow_smem(Kernel kernel, size_t bytes) {
              "gdn delta rule: shared memory opt-in");
 }
 
+// The walk's outputs in tiles (walk_outputs_in_tiles): DUET_DELTA_WALK_TILES=1, or a test's choice (the same bits;
+// prepared in the 44th round, not yet timed).
+std::atomic<int32_t> walk_tiles_for_tests{-1};
+bool walk_tiled_outputs() {
+  static const bool on = [] {
+    const char* v = std::getenv("DUET_DELTA_WALK_TILES");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  const int32_t for_tests = walk_tiles_for_tests.load();
+  return for_tests >= 0 ? for_tests != 0 : on;
+}
+
 // DUET_DELTA_WY=0: every chunk in the row-by-row form, the WY form's chunks too (for measurements; read once).
 bool wy_form_allowed() {
   static const bool on = [] {
@@ -1562,8 +1611,8 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
   }
   if (step.multi_pieces > 0) {
     const dim3 grid(static_cast<unsigned>(step.multi_pieces), static_cast<unsigned>(dims.value_heads), VD / VC);
-    chunk_state_kernel<KD, VD>
-        <<<grid, kWalkThreads, state_bytes, stream>>>(step, layer, qkv, beta, dims, scratch, out, wy_form_allowed());
+    chunk_state_kernel<KD, VD><<<grid, kWalkThreads, state_bytes, stream>>>(step, layer, qkv, beta, dims, scratch, out,
+                                                                            wy_form_allowed(), walk_tiled_outputs());
     check_launch("gdn chunk_state_kernel");
     chunk_tail_kernel<KD, VD>
         <<<dim3(step.multi_pieces, dims.value_heads), kThreads, 0, stream>>>(step, layer, qkv, dims, scratch);
@@ -1619,6 +1668,7 @@ bool gdn_delta_rule_supports(int64_t key_dim, int64_t value_dim) {
 
 void set_delta_decode_dense_from_for_tests(int32_t pieces) { dense_from_for_tests.store(pieces); }
 void set_delta_dense_loads_for_tests(int32_t loads) { dense_loads_for_tests.store(loads); }
+void set_delta_walk_tiles_for_tests(int32_t on) { walk_tiles_for_tests.store(on); }
 
 void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16* qkv, const float* beta,
                            const float* g, GdnDims dims, float* chunk_scratch, float* out, cudaStream_t stream,
