@@ -26,9 +26,9 @@
 #      blocks ask for 32 KB of state each at once, where the 33rd round's batched form waited for 8 batches in turn
 #      (level with the clusters then): bench_gdn_delta's 1 and 16-row cases, `duet run` at 1 and 16 streams, and at one
 #      stream with early loads too (the ring's first stages before the wait);
-#  10. the chunked walk's outputs in tiles (DUET_DELTA_WALK_TILES=1, 44th round; WALK_AB=1): its bits test
-#      (GdnKernelsTest.WalkOutputsInTilesKeepEveryBit), bench_gdn_delta's prefill cases under both (the same
-#      fingerprints), `duet run` prefill of 1K and 4K prompts (tools/gpu_prefill_ab.sh);
+#  10. the chunked walk's outputs in tiles (the default since the 44th round; DUET_DELTA_WALK_TILES=0 the other form;
+#      WALK_AB=1): its bits test (GdnKernelsTest.WalkOutputsInTilesKeepEveryBit), bench_gdn_delta's prefill cases
+#      under both (the same fingerprints), `duet run` prefill of 1K and 4K prompts (tools/gpu_prefill_ab.sh);
 # while BUDGET_S lasts, each stage skipped once it would not fit. Every stage writes its lines as it goes, to stdout
 # and OUT/log (never through a pipe that holds them until the end: 41st round).
 # STAGES (e.g. "1 8") runs only those stages (default: every one).
@@ -157,6 +157,6 @@ if stage 10 && [[ ${WALK_AB:-0} == 1 ]]; then
     fits 60 && env "$setting" timeout 60 device/tests/cuda/bench_gdn_delta 10 prefill > "$out/walk-bench.txt" 2>&1
     echo "-- $setting"; cat "$out/walk-bench.txt"
   done
-  fits 90 && tools/gpu_prefill_ab.sh "$work" 1024,4096 2 - DUET_DELTA_WALK_TILES=1
+  fits 90 && tools/gpu_prefill_ab.sh "$work" 1024,4096 2 DUET_DELTA_WALK_TILES=0 -
 fi
 echo "done at $(elapsed) s"

@@ -651,7 +651,7 @@ TEST_P(GdnKernelsTest, PromptCutAtMultiplesOf64GivesTheSameBitsAsWhole) {
   EXPECT_LT(max_relative_error(by_row, wy), 1e-5);
 }
 
-// The chunked walk's outputs in tiles (DUET_DELTA_WALK_TILES=1: walk_outputs_in_tiles) give the one-column-a-lane
+// The chunked walk's outputs in tiles (walk_outputs_in_tiles, the default) give the one-column-a-lane
 // form's bits: outputs and every sequence's state, in a step of prefill pieces from a chunk's start (WY chunks),
 // entering a chunk in its middle (the row-by-row form) and ending inside one, beside a one-row piece. The control: beta
 // one ulp larger in one row of the first piece changes its later outputs and no other piece's.

@@ -211,8 +211,8 @@ void set_delta_decode_dense_from_for_tests(int32_t pieces);
 // gives the choice back. The bits are the same.
 constexpr int32_t kDeltaDenseBulk = 1;
 void set_delta_dense_loads_for_tests(int32_t loads);
-// Tests: the chunked walk's outputs in tiles (1) or a column a lane (0) instead of DUET_DELTA_WALK_TILES's choice; a
-// negative number gives the choice back. The bits are the same.
+// Tests: the chunked walk's outputs in tiles (1, the default) or a column a lane (0) instead of DUET_DELTA_WALK_TILES's
+// choice; a negative number gives the choice back. The bits are the same.
 void set_delta_walk_tiles_for_tests(int32_t on);
 
 // ---- gdn_norm.cu
