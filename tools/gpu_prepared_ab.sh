@@ -40,6 +40,16 @@ exec > >(tee -a "$out/log") 2>&1
 fits() {  # fits SECONDS: whether a stage of about that long ends inside the budget
   (( $(elapsed) + $1 <= budget )) || { echo "(skipped: about $1 s, $(( budget - $(elapsed) )) s left)"; return 1; }
 }
+bench_gdn_settings() {  # REPS CASES FILE SETTING...: bench_gdn_delta's CASES under each setting (`-` for none)
+  local reps=$1 cases=$2 file=$3 setting
+  shift 3
+  for setting in "$@"; do
+    local assignments=()
+    [[ $setting == - ]] || read -r -a assignments <<<"$setting"
+    fits 60 && env "${assignments[@]}" timeout 60 device/tests/cuda/bench_gdn_delta "$reps" "$cases" > "$file" 2>&1
+    echo "-- $setting"; cat "$file"
+  done
+}
 stage() {  # stage N: whether STAGES names stage N (or is unset)
   [[ -z ${STAGES:-} || " $STAGES " == *" $1 "* ]] || { echo "(stage $1 not asked for)"; return 1; }
 }
@@ -126,10 +136,7 @@ echo "done at $(elapsed) s"
 echo "== 8. the dense delta-rule kernel's ring of bulk copies (BULK_AB=1)"
 if stage 8 && [[ ${BULK_AB:-0} == 1 ]]; then
   run_gpu_test '*DenseDecodeKernelGivesTheClusterFormsBits*' "$out/bulk-test.txt" 120
-  for setting in DUET_DELTA_DENSE_BULK=0 DUET_DELTA_DENSE_BULK=1; do
-    fits 60 && env "$setting" timeout 60 device/tests/cuda/bench_gdn_delta 20 decode > "$out/bulk-bench-$setting.txt" 2>&1
-    echo "$setting:"; cat "$out/bulk-bench-$setting.txt"
-  done
+  bench_gdn_settings 20 decode "$out/bulk-bench.txt" DUET_DELTA_DENSE_BULK=0 -
   for streams in 64 32; do
     fits 70 && tools/gpu_launch_ab.sh "$work" "$streams" "$rounds" DUET_DELTA_DENSE_BULK=0 -
   done
@@ -138,12 +145,7 @@ echo "done at $(elapsed) s"
 
 echo "== 9. the dense kernel from one row (DENSE_AB=1)"
 if stage 9 && [[ ${DENSE_AB:-0} == 1 ]]; then
-  for setting in - DUET_DELTA_DECODE=dense; do
-    assignments=()
-    [[ $setting == - ]] || assignments=("$setting")
-    fits 60 && env "${assignments[@]}" timeout 60 device/tests/cuda/bench_gdn_delta 20 "decode 1" > "$out/dense-bench.txt" 2>&1
-    echo "-- $setting"; cat "$out/dense-bench.txt"
-  done
+  bench_gdn_settings 20 "decode 1" "$out/dense-bench.txt" - DUET_DELTA_DECODE=dense
   fits 70 && tools/gpu_launch_ab.sh "$work" 1 "$rounds" - DUET_DELTA_DECODE=dense \
     "DUET_DELTA_DECODE=dense DUET_CUDA_EARLY_LOADS=1"
   fits 70 && tools/gpu_launch_ab.sh "$work" 16 "$rounds" - DUET_DELTA_DECODE=dense
@@ -153,10 +155,7 @@ echo "done at $(elapsed) s"
 echo "== 10. the chunked walk's outputs in tiles (WALK_AB=1)"
 if stage 10 && [[ ${WALK_AB:-0} == 1 ]]; then
   run_gpu_test '*WalkOutputsInTilesKeepEveryBit*' "$out/walk-test.txt" 120
-  for setting in DUET_DELTA_WALK_TILES=0 DUET_DELTA_WALK_TILES=1; do
-    fits 60 && env "$setting" timeout 60 device/tests/cuda/bench_gdn_delta 10 prefill > "$out/walk-bench.txt" 2>&1
-    echo "-- $setting"; cat "$out/walk-bench.txt"
-  done
+  bench_gdn_settings 10 prefill "$out/walk-bench.txt" DUET_DELTA_WALK_TILES=0 -
   fits 90 && tools/gpu_prefill_ab.sh "$work" 1024,4096 2 DUET_DELTA_WALK_TILES=0 -
 fi
 echo "done at $(elapsed) s"
