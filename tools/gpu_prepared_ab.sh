@@ -26,9 +26,11 @@
 #      blocks ask for 32 KB of state each at once, where the 33rd round's batched form waited for 8 batches in turn
 #      (level with the clusters then): bench_gdn_delta's 1 and 16-row cases, `duet run` at 1 and 16 streams, and at one
 #      stream with early loads too (the ring's first stages before the wait);
-#  10. the chunked walk's outputs in tiles (the default since the 44th round; DUET_DELTA_WALK_TILES=0 the other form;
-#      WALK_AB=1): its bits test (GdnKernelsTest.WalkOutputsInTilesKeepEveryBit), bench_gdn_delta's prefill cases
-#      under both (the same fingerprints), `duet run` prefill of 1K and 4K prompts (tools/gpu_prefill_ab.sh);
+#  10. the chunked walk's forms (WALK_AB=1): its outputs in tiles (the default since the 44th round;
+#      DUET_DELTA_WALK_TILES=0 the other form) and its wide form (DUET_DELTA_WALK_WIDE=1, 44th round, not yet timed):
+#      their bits test (GdnKernelsTest.WalkFormsKeepEveryBit), bench_gdn_delta's prefill cases under each (the same
+#      fingerprints), `duet run` prefill of 1K and 4K prompts, the default against the wide form
+#      (tools/gpu_prefill_ab.sh);
 # while BUDGET_S lasts, each stage skipped once it would not fit. Every stage writes its lines as it goes, to stdout
 # and OUT/log (never through a pipe that holds them until the end: 41st round).
 # STAGES (e.g. "1 8") runs only those stages (default: every one).
@@ -152,10 +154,10 @@ if stage 9 && [[ ${DENSE_AB:-0} == 1 ]]; then
 fi
 echo "done at $(elapsed) s"
 
-echo "== 10. the chunked walk's outputs in tiles (WALK_AB=1)"
+echo "== 10. the chunked walk's forms (WALK_AB=1)"
 if stage 10 && [[ ${WALK_AB:-0} == 1 ]]; then
-  run_gpu_test '*WalkOutputsInTilesKeepEveryBit*' "$out/walk-test.txt" 120
-  bench_gdn_settings 10 prefill "$out/walk-bench.txt" DUET_DELTA_WALK_TILES=0 -
-  fits 90 && tools/gpu_prefill_ab.sh "$work" 1024,4096 2 DUET_DELTA_WALK_TILES=0 -
+  run_gpu_test '*WalkFormsKeepEveryBit*' "$out/walk-test.txt" 120
+  bench_gdn_settings 10 prefill "$out/walk-bench.txt" DUET_DELTA_WALK_TILES=0 - DUET_DELTA_WALK_WIDE=1
+  fits 90 && tools/gpu_prefill_ab.sh "$work" 1024,4096 2 - DUET_DELTA_WALK_WIDE=1
 fi
 echo "done at $(elapsed) s"

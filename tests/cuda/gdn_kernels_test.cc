@@ -651,11 +651,12 @@ TEST_P(GdnKernelsTest, PromptCutAtMultiplesOf64GivesTheSameBitsAsWhole) {
   EXPECT_LT(max_relative_error(by_row, wy), 1e-5);
 }
 
-// The chunked walk's outputs in tiles (walk_outputs_in_tiles, the default) give the one-column-a-lane
-// form's bits: outputs and every sequence's state, in a step of prefill pieces from a chunk's start (WY chunks),
-// entering a chunk in its middle (the row-by-row form) and ending inside one, beside a one-row piece. The control: beta
-// one ulp larger in one row of the first piece changes its later outputs and no other piece's.
-TEST_P(GdnKernelsTest, WalkOutputsInTilesKeepEveryBit) {
+// The chunked walk's forms, its outputs in tiles (walk_outputs_in_tiles, the default) and its wide form
+// (DUET_DELTA_WALK_WIDE=1, with and without the tiles), give the one-column-a-lane form's bits: outputs and every
+// sequence's state, in a step of prefill pieces from a chunk's start (WY chunks), entering a chunk in its middle (the
+// row-by-row form) and ending inside one, beside a one-row piece. The control: beta one ulp larger in one row of the
+// first piece changes its later outputs and no other piece's.
+TEST_P(GdnKernelsTest, WalkFormsKeepEveryBit) {
   DUET_REQUIRE_GPU();
   const GdnDims& d = dims();
   const int32_t vw = value_width(d);
@@ -666,8 +667,9 @@ TEST_P(GdnKernelsTest, WalkOutputsInTilesKeepEveryBit) {
     std::vector<float> out;
     std::vector<std::vector<float>> states;
   };
-  auto run = [&](int32_t tiles, const DeltaInputs& in) {
+  auto run = [&](int32_t tiles, const DeltaInputs& in, int32_t wide = 0) {
     set_delta_walk_tiles_for_tests(tiles);
+    set_delta_walk_wide_for_tests(wide);
     DeviceDeltaInputs in_d(in);
     States states(d, seeds);
     Step step(pieces, states);
@@ -677,6 +679,7 @@ TEST_P(GdnKernelsTest, WalkOutputsInTilesKeepEveryBit) {
                           out_d.get(), nullptr);
     sync_ok();
     set_delta_walk_tiles_for_tests(-1);
+    set_delta_walk_wide_for_tests(-1);
     Result r{out_d.download(), {}};
     const States::Snapshot now = states.now();
     for (size_t i = 0; i < pieces.size(); ++i)
@@ -684,22 +687,26 @@ TEST_P(GdnKernelsTest, WalkOutputsInTilesKeepEveryBit) {
     return r;
   };
   const DeltaInputs in = random_delta_inputs(d, rows, 901);
-  const Result lanes = run(0, in), tiles = run(1, in);
-  ASSERT_TRUE(all_finite(tiles.out)) << "outputs left unwritten";
-  int32_t first_row = 0;
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    SCOPED_TRACE("piece " + std::to_string(i));
-    EXPECT_TRUE(
-        same_bits(rows_of(tiles.out, vw, first_row, pieces[i].rows), rows_of(lanes.out, vw, first_row, pieces[i].rows)))
-        << "output";
-    EXPECT_TRUE(same_bits(tiles.states[i], lanes.states[i])) << "state";
-    first_row += pieces[i].rows;
+  const Result lanes = run(0, in);
+  for (const auto& [tiles, wide] : std::vector<std::pair<int32_t, int32_t>>{{1, 0}, {0, 1}, {1, 1}}) {
+    SCOPED_TRACE(std::string(tiles ? "tiles" : "lanes") + (wide ? ", wide" : ""));
+    const Result form = run(tiles, in, wide);
+    ASSERT_TRUE(all_finite(form.out)) << "outputs left unwritten";
+    int32_t first_row = 0;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      SCOPED_TRACE("piece " + std::to_string(i));
+      EXPECT_TRUE(same_bits(rows_of(form.out, vw, first_row, pieces[i].rows),
+                            rows_of(lanes.out, vw, first_row, pieces[i].rows)))
+          << "output";
+      EXPECT_TRUE(same_bits(form.states[i], lanes.states[i])) << "state";
+      first_row += pieces[i].rows;
+    }
   }
 
   DeltaInputs nudged = in;
   const int32_t at = 10 * d.value_heads + d.value_heads - 1;
   nudged.beta[at] = std::nextafter(nudged.beta[at], 2.0f);
-  const Result control = run(1, nudged);
+  const Result control = run(1, nudged, 1);
   EXPECT_FALSE(same_bits(rows_of(control.out, vw, 10, 190), rows_of(lanes.out, vw, 10, 190)));
   EXPECT_TRUE(same_bits(rows_of(control.out, vw, 200, rows - 200), rows_of(lanes.out, vw, 200, rows - 200)));
 }

@@ -205,19 +205,23 @@ __device__ void stage_raw_vectors_async(const bf16* qkv, const HeadInputs& in, c
   copy_bf16_rows_async(&raw.k[0][0], first + in.k, in.width, chunk.rows, KD);
 }
 
-// A chunk's vectors in shared memory, indexed by the row's place in the chunk (0..63).
-template <int KD>
+// A chunk's vectors in shared memory, indexed by the row's place in the chunk (0..63). Rows kStride floats apart: KD +
+// 1 puts the rows one instruction reads in different banks (chunk_matrices_kernel's tiles read 32 rows at one index);
+// KD + 4 makes each row 16-byte aligned, for the walk's wide form (chunk_state_kernel, kWide), whose lanes read a
+// row's next 16 bytes with 4 distinct rows a warp (2 rows apart: 8 banks apart, no conflict).
+template <int KD, int kStride = KD + 1>
 struct ChunkVectors {
-  float q[kC][KD + 1];  // + 1: the rows one instruction reads fall in different banks
-  float k[kC][KD + 1];
+  static constexpr int kRowStride = kStride;
+  alignas(16) float q[kC][kStride];
+  alignas(16) float k[kC][kStride];
   float G[kC];
   float beta[kC];
 };
 
 // The new rows' q and k, l2-normalized from their staged raw rows (rows [filled, filled + rows) of the chunk).
-template <int KD>
+template <int KD, int kStride>
 __device__ void normalize_new_vectors(const RawVectors<KD>& raw, const HeadInputs& in, const DeviceChunk& chunk,
-                                      ChunkVectors<KD>& cv) {
+                                      ChunkVectors<KD, kStride>& cv) {
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
   for (int vec = warp; vec < 2 * chunk.rows; vec += warps) {  // even: the row's k, odd: its q
     const int r = vec / 2;
@@ -362,12 +366,12 @@ struct WalkInputs {
   float beta[kC];
 };
 
-template <int KD, int VC>
+template <int KD, int VC, bool kWide = false>
 struct StateSmem {
-  ChunkVectors<KD> cv;  // (the walk keeps G and beta in `next`)
+  ChunkVectors<KD, kWide ? KD + 4 : KD + 1> cv;  // (the walk keeps G and beta in `next`)
   RawVectors<KD> raw;
   bf16 raw_v[kC][VC];
-  float S[KD][VC];
+  alignas(16) float S[KD][VC];  // (16-byte rows: the wide form reads them 16 bytes at a time)
   float u[kC][VC + VC / 8];  // d of the earlier rows; v then d of the new rows (the padding spreads the solve's banks)
   float wk[kC][VC];          // S_b^T k_t
   float wq[kC][VC];          // S_b^T q_t
@@ -518,7 +522,12 @@ __device__ __forceinline__ void walk_outputs_in_tiles(const WalkInputs& w, const
   }
 }
 
-template <int KD, int VD>
+// kWide (DUET_DELTA_WALK_WIDE=1; prepared in the 44th round, not yet timed; the same bits): S_b^T k and S_b^T q read
+// the vectors and S_b 16 bytes at a time, four steps of the key index at once: two loads of a vector row and four of
+// S_b for 32 fmas, where each step read the two vector rows' entries one at a time beside a 16-byte piece of S_b
+// (three loads for eight fmas; the phase is bound by shared memory: 30th round). Each sum is the same fma chain, the
+// key index in order.
+template <int KD, int VD, bool kWide = false>
 __global__ void __launch_bounds__(kWalkThreads)
     chunk_state_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, GdnDims dims,
                        const float* scratch, float* out, bool wy_allowed, bool tiled_outputs) {
@@ -529,8 +538,10 @@ __global__ void __launch_bounds__(kWalkThreads)
   constexpr int kLanes = lanes_for(VD);  // lanes per column in the solve (8 or 16: within one warp)
   constexpr int kU = VC + VC / 8;        // u's row stride
   extern __shared__ float4 smem_raw[];
-  StateSmem<KD, VC>& sm = *reinterpret_cast<StateSmem<KD, VC>*>(smem_raw);
-  ChunkVectors<KD>& cv = sm.cv;
+  using Smem = StateSmem<KD, VC, kWide>;
+  Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
+  auto& cv = sm.cv;
+  constexpr int kVecStride = decltype(Smem::cv)::kRowStride;
 
   const DevicePiece& piece = step.piece[step.piece_order[blockIdx.x]];
   const int32_t head = blockIdx.y, col0 = blockIdx.z * VC;
@@ -554,7 +565,7 @@ __global__ void __launch_bounds__(kWalkThreads)
                          in.width, chunk.rows, VC);
     if (first) {
       copy_rows_async(&sm.u[0][0], kU, state + layout.d() + col0, VD, a, VC);
-      if (b == kC) copy_rows_async(&cv.k[0][0], KD + 1, state + layout.keys(), KD, a, KD);
+      if (b == kC) copy_rows_async(&cv.k[0][0], kVecStride, state + layout.keys(), KD, a, KD);
       copy_floats_async(w.G, state + layout.G(), a);
     }
     copy_floats_async(w.G + a, G_new, chunk.rows);
@@ -595,10 +606,32 @@ __global__ void __launch_bounds__(kWalkThreads)
       const int r0 = kTR * (tid / kTileCols), j0 = 4 * (tid % kTileCols);
       const int t0 = r0 % kC;
       if (r0 < 2 * kC && t0 + kTR - 1 >= a && t0 < b) {
-        const float(*vec)[KD + 1] = r0 < kC ? cv.k : cv.q;
+        const float(*vec)[kVecStride] = r0 < kC ? cv.k : cv.q;
         float acc[kTR][4] = {};
+        if constexpr (kWide) {
+          static_assert(KD % 4 == 0 && kVecStride % 4 == 0 && VC % 4 == 0, "16-byte rows");
+#pragma unroll 2
+          for (int i = 0; i < KD; i += 4) {
+            float4 x4[kTR], s4[4];
+#pragma unroll
+            for (int x = 0; x < kTR; ++x) x4[x] = *reinterpret_cast<const float4*>(&vec[t0 + x][i]);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) s4[q] = *reinterpret_cast<const float4*>(&sm.S[i + q][j0]);
+#pragma unroll
+            for (int x = 0; x < kTR; ++x) {
+              const float xs[4] = {x4[x].x, x4[x].y, x4[x].z, x4[x].w};
+#pragma unroll
+              for (int q = 0; q < 4; ++q) {
+                acc[x][0] = fmaf(xs[q], s4[q].x, acc[x][0]);
+                acc[x][1] = fmaf(xs[q], s4[q].y, acc[x][1]);
+                acc[x][2] = fmaf(xs[q], s4[q].z, acc[x][2]);
+                acc[x][3] = fmaf(xs[q], s4[q].w, acc[x][3]);
+              }
+            }
+          }
+        }
 #pragma unroll 4
-        for (int i = 0; i < KD; ++i) {
+        for (int i = 0; i < (kWide ? 0 : KD); ++i) {
           float x4[kTR], s4[4];
 #pragma unroll
           for (int x = 0; x < kTR; ++x) x4[x] = vec[t0 + x][i];
@@ -1532,6 +1565,18 @@ bool walk_tiled_outputs() {
   return for_tests >= 0 ? for_tests != 0 : on;
 }
 
+// The walk's wide form (chunk_state_kernel, kWide): DUET_DELTA_WALK_WIDE=1, or a test's choice (the same bits;
+// prepared in the 44th round, not yet timed).
+std::atomic<int32_t> walk_wide_for_tests{-1};
+bool walk_wide() {
+  static const bool on = [] {
+    const char* v = std::getenv("DUET_DELTA_WALK_WIDE");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  const int32_t for_tests = walk_wide_for_tests.load();
+  return for_tests >= 0 ? for_tests != 0 : on;
+}
+
 // DUET_DELTA_WY=0: every chunk in the row-by-row form, the WY form's chunks too (for measurements; read once).
 bool wy_form_allowed() {
   static const bool on = [] {
@@ -1583,18 +1628,20 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
             float* scratch, float* out, const GdnNormArrays& norm, cudaStream_t stream) {
   constexpr int VC = columns_for(VD);
   constexpr size_t matrices_bytes = sizeof(MatricesSmem<KD>);
-  constexpr size_t state_bytes = sizeof(StateSmem<KD, VC>);
+  constexpr size_t state_bytes = sizeof(StateSmem<KD, VC>), wide_state_bytes = sizeof(StateSmem<KD, VC, true>);
   constexpr size_t decode_bytes = sizeof(DecodeSmem<KD, VD>);
   constexpr size_t rows_bytes = sizeof(RowsSmem<KD, VD>);
   constexpr size_t dense_bytes = sizeof(DenseSmem<KD, VD>);
   constexpr size_t fold_bytes = sizeof(FoldSmem<KD, VD>);
   // Six blocks an SM (228 KB, 1 KB of each block's reserved) at the 9B's shape: the kernel is latency-bound.
   static_assert(KD != 128 || VD != 128 || decode_bytes <= 37 * 1024, "decode_delta_kernel: 6 blocks per SM");
-  static_assert(state_bytes <= 227 * 1024, "chunk_state_kernel: one block an SM at most");
+  static_assert(state_bytes <= 227 * 1024 && wide_state_bytes <= 227 * 1024,
+                "chunk_state_kernel: one block an SM at most");
   // Four blocks an SM at the 9B's shape (55 KB: every row's vectors); a verify step of one stream is 128 blocks.
   static_assert(KD != 128 || VD != 128 || rows_bytes <= 56 * 1024, "decode_rows_kernel: 4 blocks per SM");
   static const bool opted_in =
       (allow_smem(chunk_matrices_kernel<KD, VD>, matrices_bytes), allow_smem(chunk_state_kernel<KD, VD>, state_bytes),
+       allow_smem(chunk_state_kernel<KD, VD, true>, wide_state_bytes),
        allow_smem(decode_delta_kernel<KD, VD, false>, decode_bytes),
        allow_smem(decode_delta_kernel<KD, VD, true>, decode_bytes), allow_smem(decode_rows_kernel<KD, VD>, rows_bytes),
        allow_smem(decode_dense_kernel<KD, VD, false, 0>, dense_bytes),
@@ -1613,8 +1660,10 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
   }
   if (step.multi_pieces > 0) {
     const dim3 grid(static_cast<unsigned>(step.multi_pieces), static_cast<unsigned>(dims.value_heads), VD / VC);
-    chunk_state_kernel<KD, VD><<<grid, kWalkThreads, state_bytes, stream>>>(step, layer, qkv, beta, dims, scratch, out,
-                                                                            wy_form_allowed(), walk_tiled_outputs());
+    const bool wide = walk_wide();
+    (wide ? chunk_state_kernel<KD, VD, true>
+          : chunk_state_kernel<KD, VD, false>)<<<grid, kWalkThreads, wide ? wide_state_bytes : state_bytes, stream>>>(
+        step, layer, qkv, beta, dims, scratch, out, wy_form_allowed(), walk_tiled_outputs());
     check_launch("gdn chunk_state_kernel");
     chunk_tail_kernel<KD, VD>
         <<<dim3(step.multi_pieces, dims.value_heads), kThreads, 0, stream>>>(step, layer, qkv, dims, scratch);
@@ -1671,6 +1720,7 @@ bool gdn_delta_rule_supports(int64_t key_dim, int64_t value_dim) {
 void set_delta_decode_dense_from_for_tests(int32_t pieces) { dense_from_for_tests.store(pieces); }
 void set_delta_dense_loads_for_tests(int32_t loads) { dense_loads_for_tests.store(loads); }
 void set_delta_walk_tiles_for_tests(int32_t on) { walk_tiles_for_tests.store(on); }
+void set_delta_walk_wide_for_tests(int32_t on) { walk_wide_for_tests.store(on); }
 
 void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16* qkv, const float* beta,
                            const float* g, GdnDims dims, float* chunk_scratch, float* out, cudaStream_t stream,
