@@ -13,7 +13,8 @@ export LD_LIBRARY_PATH="$PWD/device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 [[ -f $work/model/config.json ]] || { echo "no $work/model: run tools/make_9b_references.py --checkpoint-only first"; exit 1; }
 ids=$(python3 -c "import random; random.seed(1024); print(','.join(str(random.randrange(248044)) for _ in range(1024)))")
 report=$out/ncu-${regex//[^A-Za-z0-9_]/_}-$streams.txt
-timeout 300 ncu --clock-control none --set full -k "regex:$regex" --launch-skip "$skip" --launch-count 1 \
+ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)  # (not on the GPU machine's PATH in every image)
+timeout 300 "$ncu" --clock-control none --set full -k "regex:$regex" --launch-skip "$skip" --launch-count 1 \
   device/bin/duet run "$work/model" --backend cuda --prompt-ids "$ids" --max-tokens 8 --ignore-eos \
   --streams "$streams" > "$report" 2>&1 || echo "ncu: exit $? (report: $report)"
 grep -E "^  [a-z_].*\(|Duration|DRAM Throughput|Memory Throughput|L2 Cache Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Theoretical Occupancy|Waves Per SM|Block Limit|Registers Per Thread|Dynamic Shared Memory Per Block|Grid Size|Cluster Size" \
