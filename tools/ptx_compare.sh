@@ -51,9 +51,15 @@ def kernels(path):
 old, new = kernels(sys.argv[1]), kernels(sys.argv[2])
 short = lambda k: re.sub(r'^_ZN\w*?_cu_\d*', '', k)[:90]
 same = [k for k in old if k in new and old[k] == new[k]]
+gone, added = [k for k in old if k not in new], [k for k in new if k not in old]
+# A kernel renamed (e.g. a template parameter added) with the same body counts as the same PTX.
+renamed = {g: a for g in gone for a in added if old[g] == new[a]}
 for label, names in (('differ', [k for k in old if k in new and old[k] != new[k]]),
-                     ('gone', [k for k in old if k not in new]), ('new', [k for k in new if k not in old])):
+                     ('gone', [k for k in gone if k not in renamed]),
+                     ('new', [k for k in added if k not in renamed.values()])):
     for k in names:
         print(f'{label}: {short(k)}')
-print(f'{len(same)} of {len(old)} kernels the same PTX; {len(new)} now')
+for g, a in renamed.items():
+    print(f'renamed, the same PTX: {short(g)} -> {short(a)}')
+print(f'{len(same) + len(renamed)} of {len(old)} kernels the same PTX; {len(new)} now')
 EOF
