@@ -88,6 +88,15 @@ class ConstrainedSteps : public testing::TinyModelTest {
     }
     return plain;
   }
+  // Each request's outcome run alone, an engine of its own: what it must draw beside others.
+  std::vector<Outcome> each_alone(const std::vector<Request>& requests) const {
+    std::vector<Outcome> alone;
+    for (const Request& r : requests) {
+      Engine engine(*model_, nullptr, options(1));
+      alone.push_back(drain(*engine.submit(r)));
+    }
+    return alone;
+  }
   std::vector<Request> constrained_requests() const {
     return {constrained(prompt_of(7, 20), 0.0f, 0), constrained(prompt_of(90, 21), 0.9f, 31),
             constrained(prompt_of(30, 22), 1.0f, 32, 1.3f), constrained(prompt_of(12, 23), 1.0f, 33, 1.0f, true)};
@@ -258,11 +267,7 @@ TEST_F(ConstrainedSteps, WritersRunOnceInSampleOrderAndDrawTheSameTokens) {
 // what they draw alone, and the engine counts a mask per constrained draw.
 TEST_F(ConstrainedSteps, ConstrainedAndUnconstrainedRequestsShareStepsExactly) {
   const std::vector<Request> plain = unconstrained_requests(), shaped = constrained_requests();
-  std::vector<Outcome> alone;
-  for (const Request& r : plain) {
-    Engine engine(*model_, nullptr, options(1));
-    alone.push_back(drain(*engine.submit(r)));
-  }
+  const std::vector<Outcome> alone = each_alone(plain);
   Engine engine(*model_, nullptr, options(7));
   std::vector<std::shared_ptr<RequestHandle>> plain_handles, shaped_handles;
   for (size_t i = 0; i < shaped.size(); ++i) {
@@ -295,11 +300,7 @@ TEST_F(ConstrainedSteps, ConstrainedAndUnconstrainedRequestsShareStepsExactly) {
 // written before the step before is read (the grammars a token behind) break some constrained request.
 TEST_F(ConstrainedSteps, ConstrainedRowsLaunchedAheadDrawTheReferenceTokens) {
   const std::vector<Request> plain = unconstrained_requests(), shaped = constrained_requests();
-  std::vector<Outcome> alone;
-  for (const Request& r : plain) {
-    Engine engine(*model_, nullptr, options(1));
-    alone.push_back(drain(*engine.submit(r)));
-  }
+  const std::vector<Outcome> alone = each_alone(plain);
   std::vector<Reference> want;
   for (const Request& r : shaped) want.push_back(reference(r));
   // The seven at once (the constrained ones first), constrained rows launched ahead; how many constrained requests
