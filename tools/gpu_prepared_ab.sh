@@ -22,14 +22,14 @@
 #   8. the dense delta-rule kernel's ring of bulk copies (the default since the 44th round; DUET_DELTA_DENSE_BULK=0 the
 #      rolling loads before it; BULK_AB=1): its bits test (GdnKernelsTest.DenseDecodeKernelGivesTheClusterFormsBits,
 #      every form), bench_gdn_delta's decode cases under both (the same fingerprints), `duet run` at 64 and 32 streams;
-#   9. the dense kernel below 32 rows too (DUET_DELTA_DECODE=dense; DENSE_AB=1): with the ring a one-row step's 32
-#      blocks ask for 32 KB of state each at once, where the 33rd round's batched form waited for 8 batches in turn
-#      (level with the clusters then): bench_gdn_delta's 1 and 16-row cases, `duet run` at 1 and 16 streams, and at one
-#      stream with early loads too (the ring's first stages before the wait);
+#   9. the dense kernel's threshold (DENSE_AB=1; from 4 rows since the 45th round, where it was 32 before the ring of
+#      bulk copies): bench_gdn_delta's 1 and 16-row cases under the clusters and the dense kernel, `duet run` at 1
+#      stream (the dense kernel from one row, with early loads too) and at 16 streams (DUET_DELTA_DECODE=dense:32, the
+#      clusters there, against the default);
 #  10. the chunked walk's forms (WALK_AB=1): its outputs in tiles (the default since the 44th round;
-#      DUET_DELTA_WALK_TILES=0 the other form) and its wide form (DUET_DELTA_WALK_WIDE=1, 44th round, not yet timed):
-#      their bits test (GdnKernelsTest.WalkFormsKeepEveryBit), bench_gdn_delta's prefill cases under each (the same
-#      fingerprints), `duet run` prefill of 1K and 4K prompts, the default against the wide form
+#      DUET_DELTA_WALK_TILES=0 the other form) and its wide form (the default since the 45th; DUET_DELTA_WALK_WIDE=0 the
+#      narrow form): their bits test (GdnKernelsTest.WalkFormsKeepEveryBit), bench_gdn_delta's prefill cases under each
+#      (the same fingerprints), `duet run` prefill of 1K and 4K prompts, the narrow form against the default
 #      (tools/gpu_prefill_ab.sh);
 # while BUDGET_S lasts, each stage skipped once it would not fit. Every stage writes its lines as it goes, to stdout
 # and OUT/log (never through a pipe that holds them until the end: 41st round).
@@ -147,17 +147,18 @@ echo "done at $(elapsed) s"
 
 echo "== 9. the dense kernel from one row (DENSE_AB=1)"
 if stage 9 && [[ ${DENSE_AB:-0} == 1 ]]; then
-  bench_gdn_settings 20 "decode 1" "$out/dense-bench.txt" - DUET_DELTA_DECODE=dense
+  bench_gdn_settings 20 "decode 1" "$out/dense-bench.txt" DUET_DELTA_DECODE=clusters DUET_DELTA_DECODE=dense
   fits 70 && tools/gpu_launch_ab.sh "$work" 1 "$rounds" - DUET_DELTA_DECODE=dense \
     "DUET_DELTA_DECODE=dense DUET_CUDA_EARLY_LOADS=1"
-  fits 70 && tools/gpu_launch_ab.sh "$work" 16 "$rounds" - DUET_DELTA_DECODE=dense
+  fits 70 && tools/gpu_launch_ab.sh "$work" 16 "$rounds" DUET_DELTA_DECODE=dense:32 -
 fi
 echo "done at $(elapsed) s"
 
 echo "== 10. the chunked walk's forms (WALK_AB=1)"
 if stage 10 && [[ ${WALK_AB:-0} == 1 ]]; then
   run_gpu_test '*WalkFormsKeepEveryBit*' "$out/walk-test.txt" 120
-  bench_gdn_settings 10 prefill "$out/walk-bench.txt" DUET_DELTA_WALK_TILES=0 - DUET_DELTA_WALK_WIDE=1
-  fits 90 && tools/gpu_prefill_ab.sh "$work" 1024,4096 2 - DUET_DELTA_WALK_WIDE=1
+  bench_gdn_settings 10 prefill "$out/walk-bench.txt" "DUET_DELTA_WALK_TILES=0 DUET_DELTA_WALK_WIDE=0" \
+    DUET_DELTA_WALK_WIDE=0 -
+  fits 90 && tools/gpu_prefill_ab.sh "$work" 1024,4096 2 DUET_DELTA_WALK_WIDE=0 -
 fi
 echo "done at $(elapsed) s"

@@ -651,8 +651,8 @@ TEST_P(GdnKernelsTest, PromptCutAtMultiplesOf64GivesTheSameBitsAsWhole) {
   EXPECT_LT(max_relative_error(by_row, wy), 1e-5);
 }
 
-// The chunked walk's forms, its outputs in tiles (walk_outputs_in_tiles, the default) and its wide form
-// (DUET_DELTA_WALK_WIDE=1, with and without the tiles), give the one-column-a-lane form's bits: outputs and every
+// The chunked walk's forms, its outputs in tiles (walk_outputs_in_tiles, the default) and its wide form (the default
+// too; with and without the tiles), give the narrow one-column-a-lane form's bits: outputs and every
 // sequence's state, in a step of prefill pieces from a chunk's start (WY chunks), entering a chunk in its middle (the
 // row-by-row form) and ending inside one, beside a one-row piece. The control: beta one ulp larger in one row of the
 // first piece changes its later outputs and no other piece's.

@@ -522,9 +522,9 @@ __device__ __forceinline__ void walk_outputs_in_tiles(const WalkInputs& w, const
   }
 }
 
-// kWide (DUET_DELTA_WALK_WIDE=1; prepared in the 44th round, not yet timed; the same bits): S_b^T k and S_b^T q read
-// the vectors and S_b 16 bytes at a time, four steps of the key index at once: two loads of a vector row and four of
-// S_b for 32 fmas, where each step read the two vector rows' entries one at a time beside a 16-byte piece of S_b
+// kWide (the default since the 45th round, DUET_DELTA_WALK_WIDE=0 the other form; the same bits): S_b^T k and S_b^T q
+// read the vectors and S_b 16 bytes at a time, four steps of the key index at once: two loads of a vector row and four
+// of S_b for 32 fmas, where each step read the two vector rows' entries one at a time beside a 16-byte piece of S_b
 // (three loads for eight fmas; the phase is bound by shared memory: 30th round). Each sum is the same fma chain, the
 // key index in order.
 template <int KD, int VD, bool kWide = false>
@@ -1565,13 +1565,15 @@ bool walk_tiled_outputs() {
   return for_tests >= 0 ? for_tests != 0 : on;
 }
 
-// The walk's wide form (chunk_state_kernel, kWide): DUET_DELTA_WALK_WIDE=1, or a test's choice (the same bits;
-// prepared in the 44th round, not yet timed).
+// The walk's wide form (chunk_state_kernel, kWide), the default since the 45th round (the same bits; H100:
+// bench_gdn_delta a layer's prefill of 4,096 rows 1,274.1 against 1,302.6 us, 1,024 rows 329.9 against 339.6;
+// `duet run` prefill of 1K 1.9% and 4K 0.9% faster); DUET_DELTA_WALK_WIDE=0 the narrow form (for A/B), or a test's
+// choice.
 std::atomic<int32_t> walk_wide_for_tests{-1};
 bool walk_wide() {
   static const bool on = [] {
     const char* v = std::getenv("DUET_DELTA_WALK_WIDE");
-    return v != nullptr && std::strcmp(v, "1") == 0;
+    return v == nullptr || std::strcmp(v, "0") != 0;
   }();
   const int32_t for_tests = walk_wide_for_tests.load();
   return for_tests >= 0 ? for_tests != 0 : on;
@@ -1589,9 +1591,11 @@ bool wy_form_allowed() {
 // From how many one-row pieces a step takes decode_dense_kernel instead of decode_delta_kernel's clusters (the same
 // bits either way). `duet run` on an H100 (33rd round), decode tok/s, clusters against dense: 64 streams 5,860 against
 // 5,998, 16 streams 2,111 against 2,114, one stream 154 against 153 (32 blocks where the clusters have 128): dense from
-// 32 pieces. DUET_DELTA_DECODE=clusters (never), dense (from one) or dense:N (from N) for measurements; a test's
-// choice when it set one.
-constexpr int32_t kDenseDecodeFromPieces = 32;
+// 32 pieces then. With the state through the ring of bulk copies (45th round, H100, two alternating rounds, the same
+// tokens): 16 streams 2,224 against 2,278 (+2.5%), 8 streams 1,202 against 1,218 (+1.3%), 4 streams 632 against 636
+// (+0.6%), one stream 165 against 164 (-0.6%): dense from 4 pieces. DUET_DELTA_DECODE=clusters (never), dense (from
+// one) or dense:N (from N) for measurements; a test's choice when it set one.
+constexpr int32_t kDenseDecodeFromPieces = 4;
 std::atomic<int32_t> dense_from_for_tests{-1};
 int32_t dense_decode_from() {
   static const int32_t from_environment = [] {

@@ -214,7 +214,8 @@ void set_delta_dense_loads_for_tests(int32_t loads);
 // Tests: the chunked walk's outputs in tiles (1, the default) or a column a lane (0) instead of DUET_DELTA_WALK_TILES's
 // choice; a negative number gives the choice back. The bits are the same.
 void set_delta_walk_tiles_for_tests(int32_t on);
-// Tests: the walk's wide form (1) or not (0) instead of DUET_DELTA_WALK_WIDE's choice; negative: the choice back.
+// Tests: the walk's wide form (1, the default) or not (0) instead of DUET_DELTA_WALK_WIDE's choice; negative: the
+// choice back. The bits are the same.
 void set_delta_walk_wide_for_tests(int32_t on);
 
 // ---- gdn_norm.cu
