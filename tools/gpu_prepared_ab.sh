@@ -28,9 +28,10 @@
 #      clusters there, against the default);
 #  10. the chunked walk's forms (WALK_AB=1): its outputs in tiles (the default since the 44th round;
 #      DUET_DELTA_WALK_TILES=0 the other form) and its wide form (the default since the 45th; DUET_DELTA_WALK_WIDE=0 the
-#      narrow form): their bits test (GdnKernelsTest.WalkFormsKeepEveryBit), bench_gdn_delta's prefill cases under each
-#      (the same fingerprints), `duet run` prefill of 1K and 4K prompts, the narrow form against the default
-#      (tools/gpu_prefill_ab.sh);
+#      narrow form) and the wide form's split fold (DUET_DELTA_WALK_SPLIT=1, 45th round, not yet timed: the fold in 4 x 4
+#      tiles on the block's upper half beside the outputs): their bits test (GdnKernelsTest.WalkFormsKeepEveryBit),
+#      bench_gdn_delta's prefill cases under each (the same fingerprints), `duet run` prefill of 1K and 4K prompts, the
+#      narrow form and the split fold against the default (tools/gpu_prefill_ab.sh);
 # while BUDGET_S lasts, each stage skipped once it would not fit. Every stage writes its lines as it goes, to stdout
 # and OUT/log (never through a pipe that holds them until the end: 41st round).
 # STAGES (e.g. "1 8") runs only those stages (default: every one).
@@ -158,7 +159,7 @@ echo "== 10. the chunked walk's forms (WALK_AB=1)"
 if stage 10 && [[ ${WALK_AB:-0} == 1 ]]; then
   run_gpu_test '*WalkFormsKeepEveryBit*' "$out/walk-test.txt" 120
   bench_gdn_settings 10 prefill "$out/walk-bench.txt" "DUET_DELTA_WALK_TILES=0 DUET_DELTA_WALK_WIDE=0" \
-    DUET_DELTA_WALK_WIDE=0 -
-  fits 90 && tools/gpu_prefill_ab.sh "$work" 1024,4096 2 DUET_DELTA_WALK_WIDE=0 -
+    DUET_DELTA_WALK_WIDE=0 - DUET_DELTA_WALK_SPLIT=1
+  fits 90 && tools/gpu_prefill_ab.sh "$work" 1024,4096 2 - DUET_DELTA_WALK_SPLIT=1
 fi
 echo "done at $(elapsed) s"

@@ -651,8 +651,9 @@ TEST_P(GdnKernelsTest, PromptCutAtMultiplesOf64GivesTheSameBitsAsWhole) {
   EXPECT_LT(max_relative_error(by_row, wy), 1e-5);
 }
 
-// The chunked walk's forms, its outputs in tiles (walk_outputs_in_tiles, the default) and its wide form (the default
-// too; with and without the tiles), give the narrow one-column-a-lane form's bits: outputs and every
+// The chunked walk's forms, its outputs in tiles (walk_outputs_in_tiles, the default), its wide form (the default
+// too; with and without the tiles) and the wide form's split fold (DUET_DELTA_WALK_SPLIT=1: the fold in 4 x 4 tiles
+// beside the outputs), give the narrow one-column-a-lane form's bits: outputs and every
 // sequence's state, in a step of prefill pieces from a chunk's start (WY chunks), entering a chunk in its middle (the
 // row-by-row form) and ending inside one, beside a one-row piece. The control: beta one ulp larger in one row of the
 // first piece changes its later outputs and no other piece's.
@@ -667,9 +668,10 @@ TEST_P(GdnKernelsTest, WalkFormsKeepEveryBit) {
     std::vector<float> out;
     std::vector<std::vector<float>> states;
   };
-  auto run = [&](int32_t tiles, const DeltaInputs& in, int32_t wide = 0) {
+  auto run = [&](int32_t tiles, const DeltaInputs& in, int32_t wide = 0, int32_t split = 0) {
     set_delta_walk_tiles_for_tests(tiles);
     set_delta_walk_wide_for_tests(wide);
+    set_delta_walk_split_for_tests(split);
     DeviceDeltaInputs in_d(in);
     States states(d, seeds);
     Step step(pieces, states);
@@ -680,6 +682,7 @@ TEST_P(GdnKernelsTest, WalkFormsKeepEveryBit) {
     sync_ok();
     set_delta_walk_tiles_for_tests(-1);
     set_delta_walk_wide_for_tests(-1);
+    set_delta_walk_split_for_tests(-1);
     Result r{out_d.download(), {}};
     const States::Snapshot now = states.now();
     for (size_t i = 0; i < pieces.size(); ++i)
@@ -688,9 +691,12 @@ TEST_P(GdnKernelsTest, WalkFormsKeepEveryBit) {
   };
   const DeltaInputs in = random_delta_inputs(d, rows, 901);
   const Result lanes = run(0, in);
-  for (const auto& [tiles, wide] : std::vector<std::pair<int32_t, int32_t>>{{1, 0}, {0, 1}, {1, 1}}) {
-    SCOPED_TRACE(std::string(tiles ? "tiles" : "lanes") + (wide ? ", wide" : ""));
-    const Result form = run(tiles, in, wide);
+  struct Form {
+    int32_t tiles, wide, split;
+  };
+  for (const Form& f : std::vector<Form>{{1, 0, 0}, {0, 1, 0}, {1, 1, 0}, {0, 1, 1}, {1, 1, 1}}) {
+    SCOPED_TRACE(std::string(f.tiles ? "tiles" : "lanes") + (f.wide ? ", wide" : "") + (f.split ? ", split fold" : ""));
+    const Result form = run(f.tiles, in, f.wide, f.split);
     ASSERT_TRUE(all_finite(form.out)) << "outputs left unwritten";
     int32_t first_row = 0;
     for (size_t i = 0; i < pieces.size(); ++i) {
@@ -706,7 +712,7 @@ TEST_P(GdnKernelsTest, WalkFormsKeepEveryBit) {
   DeltaInputs nudged = in;
   const int32_t at = 10 * d.value_heads + d.value_heads - 1;
   nudged.beta[at] = std::nextafter(nudged.beta[at], 2.0f);
-  const Result control = run(1, nudged, 1);
+  const Result control = run(1, nudged, 1, 1);
   EXPECT_FALSE(same_bits(rows_of(control.out, vw, 10, 190), rows_of(lanes.out, vw, 10, 190)));
   EXPECT_TRUE(same_bits(rows_of(control.out, vw, 200, rows - 200), rows_of(lanes.out, vw, 200, rows - 200)));
 }

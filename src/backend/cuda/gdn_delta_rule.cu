@@ -522,12 +522,61 @@ __device__ __forceinline__ void walk_outputs_in_tiles(const WalkInputs& w, const
   }
 }
 
+// S_b of the next chunk over one tile of kRows x 4 entries of S (rows i0.., columns j0..): S' = e^{G_63} S + sum_s
+// (k_s e^{G_63 - G_s}) d_s^T, each entry one fma chain from e^{G_63} S over the chunk's rows s in order; into S and,
+// when a snapshot keeps it, into `kept` (the column group's columns from col0 of rows VD floats apart). kRows 4 (the
+// split fold) reads a key row's four entries and d's four columns 16 bytes at a time: three loads for 16 fmas where the
+// 2-row tile takes three for 8. The same products in the same order either way, so the same bits.
+template <int kRows, int VD, int VC, int kVecStride, int kU>
+__device__ __forceinline__ void fold_tile(float (*S)[VC], const float (*k)[kVecStride], const float* decay,
+                                          const float (*u)[kU], float keep, int i0, int j0, float* kept, int col0) {
+  float acc[kRows][4];
+#pragma unroll
+  for (int x = 0; x < kRows; ++x)
+#pragma unroll
+    for (int y = 0; y < 4; ++y) acc[x][y] = S[i0 + x][j0 + y] * keep;
+  for (int s = 0; s < kC; ++s) {
+    float kd[kRows], d[4];
+    if constexpr (kRows == 4) {
+      static_assert(kVecStride % 4 == 0 && kU % 4 == 0, "16-byte rows");
+      const float4 k4 = *reinterpret_cast<const float4*>(&k[s][i0]);
+      const float4 d4 = *reinterpret_cast<const float4*>(&u[s][j0]);
+      const float e = decay[s];
+      kd[0] = k4.x * e, kd[1] = k4.y * e, kd[2] = k4.z * e, kd[3] = k4.w * e;
+      d[0] = d4.x, d[1] = d4.y, d[2] = d4.z, d[3] = d4.w;
+    } else {
+#pragma unroll
+      for (int x = 0; x < kRows; ++x) kd[x] = k[s][i0 + x] * decay[s];
+#pragma unroll
+      for (int y = 0; y < 4; ++y) d[y] = u[s][j0 + y];
+    }
+#pragma unroll
+    for (int x = 0; x < kRows; ++x)
+#pragma unroll
+      for (int y = 0; y < 4; ++y) acc[x][y] = fmaf(kd[x], d[y], acc[x][y]);
+  }
+#pragma unroll
+  for (int x = 0; x < kRows; ++x)
+#pragma unroll
+    for (int y = 0; y < 4; ++y) S[i0 + x][j0 + y] = acc[x][y];
+  if (kept != nullptr)
+#pragma unroll
+    for (int x = 0; x < kRows; ++x)
+#pragma unroll
+      for (int y = 0; y < 4; ++y) kept[(i0 + x) * VD + col0 + j0 + y] = acc[x][y];
+}
+
 // kWide (the default since the 45th round, DUET_DELTA_WALK_WIDE=0 the other form; the same bits): S_b^T k and S_b^T q
 // read the vectors and S_b 16 bytes at a time, four steps of the key index at once: two loads of a vector row and four
 // of S_b for 32 fmas, where each step read the two vector rows' entries one at a time beside a 16-byte piece of S_b
 // (three loads for eight fmas; the phase is bound by shared memory: 30th round). Each sum is the same fma chain, the
 // key index in order.
-template <int KD, int VD, bool kWide = false>
+// kSplitFold (DUET_DELTA_WALK_SPLIT=1, with kWide; prepared in the 45th round, not yet timed; the same bits): the fold
+// in 4 x 4 tiles on the block's upper threads (256 at the 9B's shape) while its lower half computes the outputs, where
+// every thread took a 2 x 4 tile of the fold after its outputs. ncu (45th round): the walk's warps wait on
+// shared-memory loads first (short scoreboard 3.0 cycles an instruction, barriers 1.1); the fold read 3 loads for 8
+// fmas, now 16.
+template <int KD, int VD, bool kWide = false, bool kSplitFold = false>
 __global__ void __launch_bounds__(kWalkThreads)
     chunk_state_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, GdnDims dims,
                        const float* scratch, float* out, bool wy_allowed, bool tiled_outputs) {
@@ -542,6 +591,10 @@ __global__ void __launch_bounds__(kWalkThreads)
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
   auto& cv = sm.cv;
   constexpr int kVecStride = decltype(Smem::cv)::kRowStride;
+  static_assert(!kSplitFold || kWide, "the split fold reads the wide form's 16-byte key rows");
+  // The split fold's threads: the block's last kFoldThreads, above the outputs' tiles (rows of up to kC).
+  constexpr int kFoldThreads = (KD / 4) * kTileCols;
+  static_assert(!kSplitFold || kFoldThreads <= kWalkThreads - (kC / kTR) * kTileCols, "the fold beside the outputs");
 
   const DevicePiece& piece = step.piece[step.piece_order[blockIdx.x]];
   const int32_t head = blockIdx.y, col0 = blockIdx.z * VC;
@@ -671,7 +724,7 @@ __global__ void __launch_bounds__(kWalkThreads)
         out_rows[(t - a) * out_stride + j] = fmaf(sm.eG[t], sm.wq[t][j], acc);
       }
     }
-    if (completes) {  // S_b of the next chunk, a kTR x 4 tile of S per thread (the outputs above do not read S)
+    if (completes) {  // S_b of the next chunk, a tile of S per thread (the outputs above do not read S)
       folded = true;
       // A snapshot at this chunk's end (DeviceSnapshot): what a step ending here would leave in the state. That is
       // the S_b just folded (each thread stores its own tile), and the chunk rows (d, keys, G) as the state held them
@@ -693,34 +746,14 @@ __global__ void __launch_bounds__(kWalkThreads)
           for (int t = tid; t < kC; t += kWalkThreads) kept[layout.G() + t] = state[layout.G() + t];
         }
       }
-      const int i0 = kTR * (tid / kTileCols), j0 = 4 * (tid % kTileCols);
-      if (i0 < KD) {
-        const float keep = sm.eG[kC - 1];
-        float acc[kTR][4];
-#pragma unroll
-        for (int x = 0; x < kTR; ++x)
-#pragma unroll
-          for (int y = 0; y < 4; ++y) acc[x][y] = sm.S[i0 + x][j0 + y] * keep;
-        for (int s = 0; s < kC; ++s) {
-          float kd[kTR], d[4];
-#pragma unroll
-          for (int x = 0; x < kTR; ++x) kd[x] = cv.k[s][i0 + x] * sm.decay[s];
-#pragma unroll
-          for (int y = 0; y < 4; ++y) d[y] = sm.u[s][j0 + y];
-#pragma unroll
-          for (int x = 0; x < kTR; ++x)
-#pragma unroll
-            for (int y = 0; y < 4; ++y) acc[x][y] = fmaf(kd[x], d[y], acc[x][y]);
-        }
-#pragma unroll
-        for (int x = 0; x < kTR; ++x)
-#pragma unroll
-          for (int y = 0; y < 4; ++y) sm.S[i0 + x][j0 + y] = acc[x][y];
-        if (kept != nullptr)
-#pragma unroll
-          for (int x = 0; x < kTR; ++x)
-#pragma unroll
-            for (int y = 0; y < 4; ++y) kept[(i0 + x) * VD + col0 + j0 + y] = acc[x][y];
+      if constexpr (kSplitFold) {
+        const int f = tid - (kWalkThreads - kFoldThreads);
+        if (f >= 0)
+          fold_tile<4, VD>(sm.S, cv.k, sm.decay, sm.u, sm.eG[kC - 1], 4 * (f / kTileCols), 4 * (f % kTileCols), kept,
+                           col0);
+      } else {
+        const int i0 = kTR * (tid / kTileCols), j0 = 4 * (tid % kTileCols);
+        if (i0 < KD) fold_tile<kTR, VD>(sm.S, cv.k, sm.decay, sm.u, sm.eG[kC - 1], i0, j0, kept, col0);
       }
     } else {  // the piece ends inside this chunk: its new rows' d join the state (keys and G below)
       for (int idx = tid; idx < chunk.rows * VC; idx += kWalkThreads) {
@@ -1579,6 +1612,18 @@ bool walk_wide() {
   return for_tests >= 0 ? for_tests != 0 : on;
 }
 
+// The walk's split fold (chunk_state_kernel, kSplitFold; with the wide form only): DUET_DELTA_WALK_SPLIT=1, or a test's
+// choice (the same bits; prepared in the 45th round, not yet timed).
+std::atomic<int32_t> walk_split_for_tests{-1};
+bool walk_split_fold() {
+  static const bool on = [] {
+    const char* v = std::getenv("DUET_DELTA_WALK_SPLIT");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  const int32_t for_tests = walk_split_for_tests.load();
+  return for_tests >= 0 ? for_tests != 0 : on;
+}
+
 // DUET_DELTA_WY=0: every chunk in the row-by-row form, the WY form's chunks too (for measurements; read once).
 bool wy_form_allowed() {
   static const bool on = [] {
@@ -1646,6 +1691,7 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
   static const bool opted_in =
       (allow_smem(chunk_matrices_kernel<KD, VD>, matrices_bytes), allow_smem(chunk_state_kernel<KD, VD>, state_bytes),
        allow_smem(chunk_state_kernel<KD, VD, true>, wide_state_bytes),
+       allow_smem(chunk_state_kernel<KD, VD, true, true>, wide_state_bytes),
        allow_smem(decode_delta_kernel<KD, VD, false>, decode_bytes),
        allow_smem(decode_delta_kernel<KD, VD, true>, decode_bytes), allow_smem(decode_rows_kernel<KD, VD>, rows_bytes),
        allow_smem(decode_dense_kernel<KD, VD, false, 0>, dense_bytes),
@@ -1665,8 +1711,10 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
   if (step.multi_pieces > 0) {
     const dim3 grid(static_cast<unsigned>(step.multi_pieces), static_cast<unsigned>(dims.value_heads), VD / VC);
     const bool wide = walk_wide();
-    (wide ? chunk_state_kernel<KD, VD, true>
-          : chunk_state_kernel<KD, VD, false>)<<<grid, kWalkThreads, wide ? wide_state_bytes : state_bytes, stream>>>(
+    const auto walk = !wide               ? chunk_state_kernel<KD, VD, false>
+                      : walk_split_fold() ? chunk_state_kernel<KD, VD, true, true>
+                                          : chunk_state_kernel<KD, VD, true>;
+    walk<<<grid, kWalkThreads, wide ? wide_state_bytes : state_bytes, stream>>>(
         step, layer, qkv, beta, dims, scratch, out, wy_form_allowed(), walk_tiled_outputs());
     check_launch("gdn chunk_state_kernel");
     chunk_tail_kernel<KD, VD>
@@ -1725,6 +1773,7 @@ void set_delta_decode_dense_from_for_tests(int32_t pieces) { dense_from_for_test
 void set_delta_dense_loads_for_tests(int32_t loads) { dense_loads_for_tests.store(loads); }
 void set_delta_walk_tiles_for_tests(int32_t on) { walk_tiles_for_tests.store(on); }
 void set_delta_walk_wide_for_tests(int32_t on) { walk_wide_for_tests.store(on); }
+void set_delta_walk_split_for_tests(int32_t on) { walk_split_for_tests.store(on); }
 
 void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16* qkv, const float* beta,
                            const float* g, GdnDims dims, float* chunk_scratch, float* out, cudaStream_t stream,

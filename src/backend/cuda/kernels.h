@@ -217,6 +217,9 @@ void set_delta_walk_tiles_for_tests(int32_t on);
 // Tests: the walk's wide form (1, the default) or not (0) instead of DUET_DELTA_WALK_WIDE's choice; negative: the
 // choice back. The bits are the same.
 void set_delta_walk_wide_for_tests(int32_t on);
+// Tests: the walk's split fold (1; with the wide form only) or not (0) instead of DUET_DELTA_WALK_SPLIT's choice;
+// negative: the choice back. The bits are the same.
+void set_delta_walk_split_for_tests(int32_t on);
 
 // ---- gdn_norm.cu
 // Gated RMSNorm per value head: y = bf16(bf16(o * rsqrt(mean(o^2) + eps)) * w) * silu(z) in fp32, rounded to BF16.
