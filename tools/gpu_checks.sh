@@ -12,6 +12,7 @@
 #   4. the kernel timelines at one stream and 64 (tools/gpu_timeline.sh: each kernel's exclusive time with graphs and
 #      dependent launches as they run), when the pack has kernel_trace and the budget lasts.
 # Settings (environment assignments, e.g. DUET_CUDA_EARLY_LOADS=1) apply to every stage when exported before the call.
+# OUT/summary.txt holds the suite's and exactness's verdicts (a call's output keeps only its last lines).
 #   usage: tools/gpu_checks.sh OUT [WORK=/tmp/9b] [BUDGET_S=560]
 set -uo pipefail
 out=$1; work=${2:-/tmp/9b}; budget=${3:-560}
@@ -33,6 +34,9 @@ DUET_GPU_JOBS=${DUET_GPU_JOBS:-3} DUET_GPU_FIRST=${DUET_GPU_FIRST:-'AttentionKer
   > "$out/suite.log" 2>&1
 grep -E "^=== summary|^FAILED|^NOT ENDED" "$out/suite.log" | tail -12
 python3 tools/slowest_gpu_tests.py "$out/test-times" 12
+# One file for the per-test times: the device tool brings back only so many files, and 45 of them crowded out the
+# exactness logs (45th round).
+tar -cJf "$out/test-times.tar.xz" -C "$out" test-times && rm -rf "$out/test-times"
 if ! grep -q "^=== summary" "$out/suite.log"; then
   echo "the suite ran out of budget at $(grep -c '^=== ' "$out/suite.log") suites; the last one begun:"
   grep "^=== " "$out/suite.log" | tail -1
@@ -50,7 +54,10 @@ done
 echo "suite done at $(elapsed) s"
 
 echo "== 2. exactness"
-RUN_LENGTHS="" timeout 160 tools/gpu_bench.sh "$out/exact" "$work" 1,4,16,64 | grep -E "^exactness|^level .*failed [1-9]"
+# (its verdict also into OUT/summary.txt beside the suite's: a call's output keeps only its last lines)
+grep -E "^=== summary|^FAILED|^NOT ENDED" "$out/suite.log" > "$out/summary.txt"
+RUN_LENGTHS="" timeout 160 tools/gpu_bench.sh "$out/exact" "$work" 1,4,16,64 | grep -E "^exactness|^level .*failed [1-9]" |
+  tee -a "$out/summary.txt"
 echo "exactness done at $(elapsed) s"
 
 echo "== 3. profiles"

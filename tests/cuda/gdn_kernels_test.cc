@@ -652,11 +652,11 @@ TEST_P(GdnKernelsTest, PromptCutAtMultiplesOf64GivesTheSameBitsAsWhole) {
 }
 
 // The chunked walk's forms, its outputs in tiles (walk_outputs_in_tiles, the default), its wide form (the default
-// too; with and without the tiles) and the wide form's split fold (DUET_DELTA_WALK_SPLIT=1: the fold in 4 x 4 tiles
-// beside the outputs), give the narrow one-column-a-lane form's bits: outputs and every
-// sequence's state, in a step of prefill pieces from a chunk's start (WY chunks), entering a chunk in its middle (the
-// row-by-row form) and ending inside one, beside a one-row piece. The control: beta one ulp larger in one row of the
-// first piece changes its later outputs and no other piece's.
+// too; with and without the tiles) and the wide form's split form (DUET_DELTA_WALK_SPLIT=1: the fold in 4 x 4 tiles
+// beside the outputs, a WY chunk's right side written with S_b^T k), give the narrow one-column-a-lane form's bits:
+// outputs and every sequence's state, in a step of prefill pieces from a chunk's start (WY chunks), entering a chunk in
+// its middle (the row-by-row form) and ending inside one, beside a one-row piece. The control: beta one ulp larger in
+// one row of the first piece changes its later outputs and no other piece's.
 TEST_P(GdnKernelsTest, WalkFormsKeepEveryBit) {
   DUET_REQUIRE_GPU();
   const GdnDims& d = dims();
@@ -695,7 +695,7 @@ TEST_P(GdnKernelsTest, WalkFormsKeepEveryBit) {
     int32_t tiles, wide, split;
   };
   for (const Form& f : std::vector<Form>{{1, 0, 0}, {0, 1, 0}, {1, 1, 0}, {0, 1, 1}, {1, 1, 1}}) {
-    SCOPED_TRACE(std::string(f.tiles ? "tiles" : "lanes") + (f.wide ? ", wide" : "") + (f.split ? ", split fold" : ""));
+    SCOPED_TRACE(std::string(f.tiles ? "tiles" : "lanes") + (f.wide ? ", wide" : "") + (f.split ? ", split" : ""));
     const Result form = run(f.tiles, in, f.wide, f.split);
     ASSERT_TRUE(all_finite(form.out)) << "outputs left unwritten";
     int32_t first_row = 0;

@@ -444,20 +444,27 @@ __device__ __forceinline__ void solve_corrected_values(const WalkInputs& w, cons
   }
 }
 
+// A WY chunk's X_t = beta_t (v_t - e^{G_t} S_b^T k_t) of row t, column j, from its v in u (one expression, so every
+// place that computes it contracts it alike).
+__device__ __forceinline__ float wy_right_side(float beta, float v, float eG, float wk) { return beta * (v - eG * wk); }
+
 // A WY chunk's d (rows [0, b), a prefill chunk from its first row): (I + A) d = X with X_t = beta_t (v_t - e^{G_t}
 // S_b^T k_t), so d = T X with T = (I + A)^{-1}, which chunk_matrices_kernel left in A's place (strictly lower part; the
-// diagonal is 1). Every row at once instead of one after another: X into u, then a kWalkTileRows x 4 tile of d per
-// thread, d_t = X_t + sum_{s<t} T[t][s] X_s (one fma chain, s in order). u holds the new rows' v; d replaces it.
-template <int VC, int kU>
+// diagonal is 1). Every row at once instead of one after another: X into u (unless kXInU: the walk's split form wrote
+// it there with S_b^T k), then a kWalkTileRows x 4 tile of d per thread, d_t = X_t + sum_{s<t} T[t][s] X_s (one fma
+// chain, s in order). u holds the new rows' v; d replaces it.
+template <int VC, int kU, bool kXInU = false>
 __device__ __forceinline__ void wy_corrected_values(const WalkInputs& w, const float (*wk)[VC], const float* eG, int b,
                                                     float (*u)[kU]) {
   constexpr int kTileCols = VC / 4, kTR = kWalkTileRows;
   const int tid = threadIdx.x;
-  for (int idx = tid; idx < b * VC; idx += kWalkThreads) {
-    const int t = idx / VC, j = idx % VC;
-    u[t][j] = w.beta[t] * (u[t][j] - eG[t] * wk[t][j]);
+  if constexpr (!kXInU) {
+    for (int idx = tid; idx < b * VC; idx += kWalkThreads) {
+      const int t = idx / VC, j = idx % VC;
+      u[t][j] = wy_right_side(w.beta[t], u[t][j], eG[t], wk[t][j]);
+    }
+    __syncthreads();
   }
-  __syncthreads();
   const int r0 = kTR * (tid / kTileCols), j0 = 4 * (tid % kTileCols);
   const bool has_tile = r0 < b;
   float acc[kTR][4];
@@ -573,9 +580,10 @@ __device__ __forceinline__ void fold_tile(float (*S)[VC], const float (*k)[kVecS
 // key index in order.
 // kSplitFold (DUET_DELTA_WALK_SPLIT=1, with kWide; prepared in the 45th round, not yet timed; the same bits): the fold
 // in 4 x 4 tiles on the block's upper threads (256 at the 9B's shape) while its lower half computes the outputs, where
-// every thread took a 2 x 4 tile of the fold after its outputs. ncu (45th round): the walk's warps wait on
-// shared-memory loads first (short scoreboard 3.0 cycles an instruction, barriers 1.1); the fold read 3 loads for 8
-// fmas, now 16.
+// every thread took a 2 x 4 tile of the fold after its outputs; and a WY chunk's X written into u by the S_b^T k tiles
+// that compute it, where a pass of its own followed them behind a barrier. ncu (45th round): the walk's warps wait on
+// shared-memory loads first (short scoreboard 3.0 cycles an instruction), then barriers (1.1); the fold read 3 loads
+// for 8 fmas, now 16.
 template <int KD, int VD, bool kWide = false, bool kSplitFold = false>
 __global__ void __launch_bounds__(kWalkThreads)
     chunk_state_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, GdnDims dims,
@@ -695,17 +703,26 @@ __global__ void __launch_bounds__(kWalkThreads)
 #pragma unroll
             for (int y = 0; y < 4; ++y) acc[x][y] = fmaf(x4[x], s4[y], acc[x][y]);
         }
-        float(*dst)[VC] = r0 < kC ? sm.wk : sm.wq;
+        if (kSplitFold && wy && r0 < kC) {  // X straight into u: the pass over it and its barrier saved
 #pragma unroll
-        for (int x = 0; x < kTR; ++x)
+          for (int x = 0; x < kTR; ++x)
+            if (t0 + x < b)
 #pragma unroll
-          for (int y = 0; y < 4; ++y) dst[t0 + x][j0 + y] = acc[x][y];
+              for (int y = 0; y < 4; ++y)
+                sm.u[t0 + x][j0 + y] = wy_right_side(w.beta[t0 + x], sm.u[t0 + x][j0 + y], sm.eG[t0 + x], acc[x][y]);
+        } else {
+          float(*dst)[VC] = r0 < kC ? sm.wk : sm.wq;
+#pragma unroll
+          for (int x = 0; x < kTR; ++x)
+#pragma unroll
+            for (int y = 0; y < 4; ++y) dst[t0 + x][j0 + y] = acc[x][y];
+        }
       }
     }
     __syncthreads();
 
     if (wy) {
-      wy_corrected_values<VC, kU>(w, sm.wk, sm.eG, b, sm.u);
+      wy_corrected_values<VC, kU, kSplitFold>(w, sm.wk, sm.eG, b, sm.u);
     } else {
       solve_corrected_values<VC, kLanes, kU>(w, sm.wk, sm.eG, a, b, sm.u);
     }
