@@ -31,7 +31,8 @@
 #      narrow form) and the wide form's split fold (DUET_DELTA_WALK_SPLIT=1, 45th round, not yet timed: the fold in 4 x 4
 #      tiles on the block's upper half beside the outputs): their bits test (GdnKernelsTest.WalkFormsKeepEveryBit),
 #      bench_gdn_delta's prefill cases under each (the same fingerprints), `duet run` prefill of 1K and 4K prompts, the
-#      narrow form and the split fold against the default (tools/gpu_prefill_ab.sh);
+#      narrow form and the split fold against the default (tools/gpu_prefill_ab.sh); then the kernel timelines of a 1K
+#      and a 4K prompt's prefill (PREFILL=LEN tools/gpu_timeline.sh, with a pack that has kernel_trace);
 # while BUDGET_S lasts, each stage skipped once it would not fit. Every stage writes its lines as it goes, to stdout
 # and OUT/log (never through a pipe that holds them until the end: 41st round).
 # STAGES (e.g. "1 8") runs only those stages (default: every one).
@@ -161,5 +162,9 @@ if stage 10 && [[ ${WALK_AB:-0} == 1 ]]; then
   bench_gdn_settings 10 prefill "$out/walk-bench.txt" "DUET_DELTA_WALK_TILES=0 DUET_DELTA_WALK_WIDE=0" \
     DUET_DELTA_WALK_WIDE=0 - DUET_DELTA_WALK_SPLIT=1
   fits 90 && tools/gpu_prefill_ab.sh "$work" 1024,4096 2 - DUET_DELTA_WALK_SPLIT=1
+  # Where a 1K and a 4K prompt's prefill goes, kernel by kernel (exclusive times: the GEMMs, the walk, attention).
+  if [[ -f device/lib/libkernel_trace.so ]]; then
+    for length in 1024 4096; do fits 40 && PREFILL=$length tools/gpu_timeline.sh "$out" 1 2 "$work"; done
+  fi
 fi
 echo "done at $(elapsed) s"

@@ -7,7 +7,9 @@ period, the GPU's busy time (the union of its kernels' intervals) and idle time,
 part of its interval no earlier kernel covers, so that the times add up to busy time even where dependent launches
 overlap a kernel's start with its predecessor's end), by kernel and by kernel family (the name before its template
 arguments). Nothing is timed on the host: the timestamps are the GPU's, from CUPTI.
-  usage: tools/kernel_trace_summary.py TRACE.tsv [--marker sample_kernel] [--top 30] [--by-position]
+With --with FAMILY the steps summarized are instead those that launch a kernel of that family (a prefill step's
+walk, chunk_state_kernel: where a prompt's time goes, kernel by kernel).
+  usage: tools/kernel_trace_summary.py TRACE.tsv [--marker sample_kernel] [--top 30] [--by-position] [--with FAMILY]
          tools/kernel_trace_summary.py --selftest      (ctest kernel_trace_summary_selftest)
 """
 import argparse
@@ -47,16 +49,20 @@ def exclusive_times(kernels):
     return out
 
 
-def summarize(kernels, marker):
-    """The decode steps' mean period, busy and launched time (ns) and per-name, per-family and per-gap totals (ns a
-    step), or an error string."""
+def summarize(kernels, marker, with_family=None):
+    """The decode steps' (or, with with_family, the steps that launch a kernel of that family) mean period, busy and
+    launched time (ns) and per-name, per-family and per-gap totals (ns a step), or an error string."""
     exclusive = exclusive_times(kernels)
     marks = [i for i, k in enumerate(kernels) if marker in k[2]]
-    if len(marks) < 3:
+    if len(marks) < (2 if with_family else 3):
         return f"{len(marks)} launches of {marker}: no steps to measure"
     steps = [(marks[i - 1], marks[i]) for i in range(1, len(marks))]
+    if with_family:
+        steps = [(a, b) for a, b in steps if any(family(kernels[i][2]) == with_family for i in range(a, b))]
+        if not steps:
+            return f"no step launches {with_family}"
     count_mode = collections.Counter(b - a for a, b in steps).most_common(1)[0][0]
-    decode = [(a, b) for a, b in steps if b - a == count_mode]
+    decode = steps if with_family else [(a, b) for a, b in steps if b - a == count_mode]
     periods, busy, launched = [], [], []
     by_name, by_family, gaps = (collections.defaultdict(float) for _ in range(3))
     positions = collections.defaultdict(list)  # a step's i-th launch: (family, duration, exclusive time) each step
@@ -73,7 +79,8 @@ def summarize(kernels, marker):
             idle = kernels[i + 1][0] - reach
             if idle > 0:
                 gaps[(family(kernels[i][2]), family(kernels[i + 1][2]))] += idle / len(decode)
-            positions[i - a].append((family(kernels[i][2]), kernels[i][1] - kernels[i][0], exclusive[i]))
+            if b - a == count_mode:  # (launch positions line up only between steps of one count)
+                positions[i - a].append((family(kernels[i][2]), kernels[i][1] - kernels[i][0], exclusive[i]))
     return {"kernels": len(kernels), "marks": len(marks), "steps": len(decode), "per_step": count_mode,
             "period": statistics.mean(periods), "median_period": statistics.median(periods),
             "busy": statistics.mean(busy), "launched": statistics.mean(launched),
@@ -82,10 +89,14 @@ def summarize(kernels, marker):
                           for _, p in sorted(positions.items())]}
 
 
-def report(s, marker, top, by_position=False):
+def report(s, marker, top, by_position=False, with_family=None):
     us = 1e3
-    print(f"{s['kernels']} kernels, {s['marks']} steps marked by {marker}; {s['steps']} decode steps of "
-          f"{s['per_step']} kernels each (the most common count)")
+    if with_family:
+        print(f"{s['kernels']} kernels, {s['marks']} steps marked by {marker}; {s['steps']} steps launch {with_family} "
+              f"({s['per_step']} kernels, the most common count among them)")
+    else:
+        print(f"{s['kernels']} kernels, {s['marks']} steps marked by {marker}; {s['steps']} decode steps of "
+              f"{s['per_step']} kernels each (the most common count)")
     period, busy = s["period"], s["busy"]
     print(f"step period {period / us:.1f} us (median {s['median_period'] / us:.1f}), GPU busy {busy / us:.1f} us, "
           f"idle {(period - busy) / us:.1f} us = {100 * (1 - busy / period):.2f}% of the period (CUPTI's own host "
@@ -135,6 +146,12 @@ def selftest():
         failures.append(f"positions {s['positions']}")
     if dict(s["gaps"]) != {("sample_kernel", "embed"): 700, ("skinny_gemm_tma_kernel", "sample_kernel"): 300}:
         failures.append(f"gaps {dict(s['gaps'])}")
+    # --with: only the prefill step (sampler 0-2,000 then the prefill kernel to 50,000, its period sampler to sampler).
+    p = summarize(read_trace(lines), "sample_kernel", with_family="prefill_kernel")
+    if (p["steps"], p["per_step"], p["period"], p["busy"]) != (1, 2, 50_000, 50_000):
+        failures.append(f"--with prefill_kernel: {p['steps']} steps of {p['per_step']}, {p['period']}, {p['busy']}")
+    if summarize(read_trace(lines), "sample_kernel", with_family="no_such_kernel") != "no step launches no_such_kernel":
+        failures.append("--with a family no step launches did not say so")
     # A planted control: without the overlap rule (each kernel's whole duration), busy would be off by the overlap.
     naive = sum(k[1] - k[0] for k in read_trace(lines[3:6]))
     if naive == s["busy"]:
@@ -152,6 +169,9 @@ def main():
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--by-position", action="store_true",
                         help="also each launch of a step in order: its median duration and exclusive time")
+    parser.add_argument("--with", dest="with_family", metavar="FAMILY",
+                        help="summarize the steps that launch a kernel of this family (e.g. chunk_state_kernel: "
+                             "prefill steps) instead of the decode steps")
     parser.add_argument("--selftest", action="store_true")
     args = parser.parse_args()
     if args.selftest:
@@ -160,10 +180,10 @@ def main():
         parser.error("a trace, or --selftest")
     with open(args.trace) as f:
         kernels = read_trace(f)
-    summary = summarize(kernels, args.marker)
+    summary = summarize(kernels, args.marker, args.with_family)
     if isinstance(summary, str):
         sys.exit(f"{args.trace}: {summary}")
-    report(summary, args.marker, args.top, args.by_position)
+    report(summary, args.marker, args.top, args.by_position, args.with_family)
     return 0
 
 
