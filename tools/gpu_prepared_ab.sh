@@ -17,7 +17,8 @@
 #      bench --alone --serial --response-format`, 1 / 16 / 64 streams, greedy, seeded, penalized), and served decode
 #      under a JSON schema, off against on (tools/gpu_served_ab.sh with BENCH_FORMAT);
 #   6. `duet run` at one stream with DUET_CUDA_EARLY_LOADS=1 (38th round; never timed in the model), and with
-#      SPLIT_AB=1 DUET_ATTN_QUERY_SPLIT_ROWS=4 after a 16K prompt (43rd round: +0.3%);
+#      SPLIT_AB=1 DUET_ATTN_QUERY_SPLIT_ROWS=4 after a 16K prompt (43rd round: +0.3%) and DUET_ATTN_QUERY_SPLIT_ROWS=16
+#      at 16 streams (45th round: there the decode attention's 512 blocks read 1.6 TB/s, two waves of whole groups);
 #   7. the bench with the four-slice shapes (out projections, MLP down) in two slices (DUET_SKINNY_TMA_SLICES);
 #   8. the dense delta-rule kernel's ring of bulk copies (the default since the 44th round; DUET_DELTA_DENSE_BULK=0 the
 #      rolling loads before it; BULK_AB=1): its bits test (GdnKernelsTest.DenseDecodeKernelGivesTheClusterFormsBits,
@@ -123,6 +124,7 @@ echo "== 6. duet run, early loads (and the query split after a 16K prompt: SPLIT
 if stage 6; then
 [[ ${SPLIT_AB:-0} == 1 ]] && fits 70 &&
   PROMPT_LEN=16384 tools/gpu_launch_ab.sh "$work" 1 "$rounds" - DUET_ATTN_QUERY_SPLIT_ROWS=4
+[[ ${SPLIT_AB:-0} == 1 ]] && fits 70 && tools/gpu_launch_ab.sh "$work" 16 "$rounds" - DUET_ATTN_QUERY_SPLIT_ROWS=16
 fits 60 && tools/gpu_launch_ab.sh "$work" 1 "$rounds" - DUET_CUDA_EARLY_LOADS=1
 fi
 echo "done at $(elapsed) s"
