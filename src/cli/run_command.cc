@@ -172,7 +172,9 @@ void run(const RunOptions& options) {
   GreedyRun timed;
   for (int pass = 0; pass <= options.warmup; ++pass) {
     // Warm-up passes (untimed) pay what only a first step pays (kernel modules loaded, GEMM plans chosen, buffers
-    // grown, decode graphs captured), as a server has paid it before its first request; then fresh slots again.
+    // grown, decode graphs captured), as a server has paid it before its first request; then fresh slots again, and
+    // the backend's measurements (DUET_PROFILE) start over, so that they are the timed pass's alone.
+    if (pass > 0 && pass == options.warmup) model->restart_measurements();
     timed = greedy_run(runner, prompt, chunk, streams, options.max_tokens, options.ignore_eos ? nullptr : &eos);
   }
   const std::vector<std::vector<int32_t>>& generated = timed.generated;

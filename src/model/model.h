@@ -165,6 +165,8 @@ class Model {
 
   // The backend's host products (Backend::host_products), for a decision head's products; null when it has none.
   virtual backend::Backend* products_backend() const { return nullptr; }
+  // The backend's measurements start over (Backend::restart_measurements): after a run's warm-up passes.
+  virtual void restart_measurements() {}
 
   // The memory a GPU backend draws from: its free memory plus what the model already holds there (the weights);
   // 0 on the CPU, whose limit is the host's RAM.

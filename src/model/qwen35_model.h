@@ -40,6 +40,7 @@ class Qwen35Model final : public Model {
     return backend_->has_host_products() ? backend_.get() : nullptr;
   }
   size_t device_memory_bytes() const override { return backend_->device_memory_bytes(); }
+  void restart_measurements() override { backend_->restart_measurements(); }
   size_t workspace_bytes(int64_t rows) const override;
   void reserve_workspace(int64_t rows) override;
   std::unique_ptr<backend::StateStorage> new_state_storage(int32_t slots, int64_t kv_pages, int64_t snapshots) override;

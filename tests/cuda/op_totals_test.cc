@@ -1,12 +1,17 @@
 // DUET_PROFILE's tables (op_totals.h): each kind of step's operations apart, with per-step times. No GPU needed: the
-// sums are host code (op_timer.cc feeds them the CUDA events' times).
+// sums are host code (op_timer.cc feeds them the CUDA events' times). The timer's restart needs one (its events).
 #include "backend/cuda/op_totals.h"
 
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "backend/cuda/op_timer.h"
+#include "cuda_test_util.h"
 
 namespace duet::backend::cuda {
 namespace {
@@ -67,6 +72,40 @@ TEST(OpTotals, KindsWithoutTimeAreLeftOut) {
   EXPECT_EQ(report.find("prefill"), std::string::npos) << report;
   EXPECT_EQ(report.find("outside"), std::string::npos) << report;
   EXPECT_EQ(OpTotals().report(), "");
+}
+
+// OpTimer::restart (Backend::restart_measurements, called by `duet run` after its warm-up passes): an operation timed
+// before it is not in the tables printed at the end, one timed after it is. The control: without the restart both are.
+TEST(OpTimer, RestartDropsWhatWasTimedBefore) {
+  DUET_REQUIRE_GPU();
+  const char* before = std::getenv("DUET_PROFILE");
+  const std::string saved = before != nullptr ? before : "";
+  setenv("DUET_PROFILE", "1", 1);
+  auto tables = [](bool restart) {
+    ::testing::internal::CaptureStderr();
+    {
+      OpTimer timer;
+      timer.begin_step(StepKind::prefill, 8);
+      timer.time("warm.up_op", nullptr, [] {});
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      if (restart) timer.restart();
+      timer.begin_step(StepKind::prefill, 8);
+      timer.time("timed.op", nullptr, [] {});
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    }  // the tables are printed here
+    return ::testing::internal::GetCapturedStderr();
+  };
+  const std::string restarted = tables(true), whole = tables(false);
+  if (before != nullptr) {
+    setenv("DUET_PROFILE", saved.c_str(), 1);
+  } else {
+    unsetenv("DUET_PROFILE");
+  }
+  EXPECT_NE(restarted.find("timed.op"), std::string::npos) << restarted;
+  EXPECT_EQ(restarted.find("warm.up_op"), std::string::npos) << restarted;
+  EXPECT_NE(restarted.find("steps with prefill rows: 1 steps"), std::string::npos) << restarted;
+  EXPECT_NE(whole.find("warm.up_op"), std::string::npos) << whole;
+  EXPECT_NE(whole.find("steps with prefill rows: 2 steps"), std::string::npos) << whole;
 }
 
 }  // namespace

@@ -892,6 +892,10 @@ class CudaBackend final : public Backend {
 
   bool has_host_products() const override { return true; }
   void host_products(const float* x, int64_t m, const Weight& w, float* y) override { products_.run(x, m, w, y); }
+  void restart_measurements() override {
+    check_cuda(cudaStreamSynchronize(stream_), "restart measurements");
+    timer_.restart();
+  }
 
   // The sampled rows' logits stay here: computed into the workspace, sampled by the sampling kernel, and only the
   // ids and asked-for logprobs cross to the host.

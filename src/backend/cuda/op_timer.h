@@ -49,6 +49,11 @@ class OpTimer {
   }
   // Adds up what the stream has finished; call after a synchronisation.
   void collect();
+  // Drops what was added up so far (after a synchronisation): the tables start over.
+  void restart() {
+    collect();
+    totals_ = OpTotals{};
+  }
 
  private:
   struct Pending {
