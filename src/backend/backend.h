@@ -462,8 +462,8 @@ class Backend {
   }
 
   // The measurements a run prints at its end (the CUDA backend's DUET_PROFILE tables) start over from here: `duet run`
-  // calls it after its warm-up passes, whose one-time costs (each kernel's module loaded at its first launch, inside
-  // the first timed span of that kernel) would otherwise sit in the tables, half of a one-prompt prefill table.
+  // calls it after its warm-up passes, whose one-time costs (inside the timed spans of each kernel's first launches:
+  // most likely the modules CUDA loads lazily) would otherwise sit in the tables, half of a one-prompt prefill table.
   virtual void restart_measurements() {}
 };
 
