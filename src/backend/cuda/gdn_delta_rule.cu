@@ -1602,43 +1602,41 @@ void allow_smem(Kernel kernel, size_t bytes) {
              "gdn delta rule: shared memory opt-in");
 }
 
-// The walk's outputs in tiles (walk_outputs_in_tiles), the default since the 44th round (the same bits; H100:
-// bench_gdn_delta a layer's prefill of 4,096 rows 1,301.8 against 1,363.7 us, 1,024 rows 338.3 against 355.9;
-// `duet run` prefill of 4K 1.5% faster); DUET_DELTA_WALK_TILES=0 a column a lane (for A/B), or a test's choice.
+// A switch of the walk's forms (the same bits either way): a test's choice when it set one (for_tests 0 or 1), else
+// `setting`, read once from the environment by its caller: on unless "0" when on by default, off unless "1" if not.
+bool env_switch(const char* name, bool on_by_default) {
+  const char* v = std::getenv(name);
+  return on_by_default ? v == nullptr || std::strcmp(v, "0") != 0 : v != nullptr && std::strcmp(v, "1") == 0;
+}
+bool chosen(const std::atomic<int32_t>& for_tests, bool setting) {
+  const int32_t choice = for_tests.load();
+  return choice >= 0 ? choice != 0 : setting;
+}
+
+// The walk's outputs in tiles (walk_outputs_in_tiles), the default since the 44th round (H100: bench_gdn_delta a
+// layer's prefill of 4,096 rows 1,301.8 against 1,363.7 us, 1,024 rows 338.3 against 355.9; `duet run` prefill of 4K
+// 1.5% faster); DUET_DELTA_WALK_TILES=0 a column a lane (for A/B).
 std::atomic<int32_t> walk_tiles_for_tests{-1};
 bool walk_tiled_outputs() {
-  static const bool on = [] {
-    const char* v = std::getenv("DUET_DELTA_WALK_TILES");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  const int32_t for_tests = walk_tiles_for_tests.load();
-  return for_tests >= 0 ? for_tests != 0 : on;
+  static const bool on = env_switch("DUET_DELTA_WALK_TILES", true);
+  return chosen(walk_tiles_for_tests, on);
 }
 
-// The walk's wide form (chunk_state_kernel, kWide), the default since the 45th round (the same bits; H100:
-// bench_gdn_delta a layer's prefill of 4,096 rows 1,274.1 against 1,302.6 us, 1,024 rows 329.9 against 339.6;
-// `duet run` prefill of 1K 1.9% and 4K 0.9% faster); DUET_DELTA_WALK_WIDE=0 the narrow form (for A/B), or a test's
-// choice.
+// The walk's wide form (chunk_state_kernel, kWide), the default since the 45th round (H100: bench_gdn_delta a layer's
+// prefill of 4,096 rows 1,274.1 against 1,302.6 us, 1,024 rows 329.9 against 339.6; `duet run` prefill of 1K 1.9% and
+// 4K 0.9% faster); DUET_DELTA_WALK_WIDE=0 the narrow form (for A/B).
 std::atomic<int32_t> walk_wide_for_tests{-1};
 bool walk_wide() {
-  static const bool on = [] {
-    const char* v = std::getenv("DUET_DELTA_WALK_WIDE");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  const int32_t for_tests = walk_wide_for_tests.load();
-  return for_tests >= 0 ? for_tests != 0 : on;
+  static const bool on = env_switch("DUET_DELTA_WALK_WIDE", true);
+  return chosen(walk_wide_for_tests, on);
 }
 
-// The walk's split fold (chunk_state_kernel, kSplitFold; with the wide form only): DUET_DELTA_WALK_SPLIT=1, or a test's
-// choice (the same bits; prepared in the 45th round, not yet timed).
+// The walk's split form (chunk_state_kernel, kSplitFold; with the wide form only): DUET_DELTA_WALK_SPLIT=1 (prepared
+// in the 45th round, not yet timed).
 std::atomic<int32_t> walk_split_for_tests{-1};
 bool walk_split_fold() {
-  static const bool on = [] {
-    const char* v = std::getenv("DUET_DELTA_WALK_SPLIT");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
-  const int32_t for_tests = walk_split_for_tests.load();
-  return for_tests >= 0 ? for_tests != 0 : on;
+  static const bool on = env_switch("DUET_DELTA_WALK_SPLIT", false);
+  return chosen(walk_split_for_tests, on);
 }
 
 // DUET_DELTA_WY=0: every chunk in the row-by-row form, the WY form's chunks too (for measurements; read once).
