@@ -1602,8 +1602,8 @@ void allow_smem(Kernel kernel, size_t bytes) {
              "gdn delta rule: shared memory opt-in");
 }
 
-// A switch of the walk's forms (the same bits either way): a test's choice when it set one (for_tests 0 or 1), else
-// `setting`, read once from the environment by its caller: on unless "0" when on by default, off unless "1" if not.
+// A switch read from the environment (by its caller, once): on unless "0" when on by default, off unless "1" if not;
+// and for the walk's forms (the same bits either way) a test's choice when it set one (for_tests 0 or 1).
 bool env_switch(const char* name, bool on_by_default) {
   const char* v = std::getenv(name);
   return on_by_default ? v == nullptr || std::strcmp(v, "0") != 0 : v != nullptr && std::strcmp(v, "1") == 0;
@@ -1641,10 +1641,7 @@ bool walk_split_fold() {
 
 // DUET_DELTA_WY=0: every chunk in the row-by-row form, the WY form's chunks too (for measurements; read once).
 bool wy_form_allowed() {
-  static const bool on = [] {
-    const char* v = std::getenv("DUET_DELTA_WY");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool on = env_switch("DUET_DELTA_WY", true);
   return on;
 }
 
