@@ -25,11 +25,13 @@ if [[ ! -f $work/model/config.json ]]; then
 fi
 
 echo "== 1. GPU suite (log: $out/suite.log)"
-# Three suites at a time, the longest first (tools/run_gpu_tests.sh: most of their time is host references on one
-# core; serially the suite outgrew its share of a call, 42nd round). A suite that fails beside others runs again
-# alone below, so that a failure of sharing the GPU is told from a failure of the code.
+# Three runs at a time, the longest first (tools/run_gpu_tests.sh: most of their time is host references on one core;
+# serially the suite outgrew its share of a call, 42nd round; the longest suites one run a shape since the 45th). A
+# run that fails beside others runs again alone below, so that a failure of sharing the GPU is told from a failure of
+# the code.
 suite_s=$(( budget - 190 - $(elapsed) ))
-DUET_GPU_JOBS=${DUET_GPU_JOBS:-3} DUET_GPU_FIRST=${DUET_GPU_FIRST:-'AttentionKernels|GdnKernelsTest|^Sampling'} \
+DUET_GPU_JOBS=${DUET_GPU_JOBS:-3} \
+  DUET_GPU_FIRST=${DUET_GPU_FIRST:-'AttentionKernels\.|GdnVerifyRowsTest|GdnKernelsTest|^Sampling'} \
   DUET_GPU_TEST_TIMES="$out/test-times" timeout $(( suite_s > 60 ? suite_s : 60 )) device/run_gpu_tests.sh \
   > "$out/suite.log" 2>&1
 grep -E "^=== summary|^FAILED|^NOT ENDED" "$out/suite.log" | tail -12
@@ -41,16 +43,17 @@ if ! grep -q "^=== summary" "$out/suite.log"; then
   echo "the suite ran out of budget at $(grep -c '^=== ' "$out/suite.log") suites; the last one begun:"
   grep "^=== " "$out/suite.log" | tail -1
 fi
-for suite in $(sed -n 's/^FAILED: //p' "$out/suite.log"); do
+while IFS= read -r suite; do  # (read, not a word list: a run's name holds a '*')
   (( $(elapsed) < budget - 220 )) || { echo "(no time left to run $suite again alone)"; break; }
-  pattern="^${suite//./\\.}\$"
-  if DUET_GPU_JOBS=1 DUET_GPU_SUITES="$pattern" timeout 120 device/run_gpu_tests.sh > "$out/alone-${suite//[^A-Za-z0-9_]/_}.log" 2>&1
+  pattern=${suite//./\\.}; pattern="^${pattern//\*/\\*}\$"  # the run's name (its gtest filter), literally
+  if DUET_GPU_JOBS=1 DUET_GPU_SUITES="$pattern" timeout 120 device/run_gpu_tests.sh < /dev/null \
+    > "$out/alone-${suite//[^A-Za-z0-9_]/_}.log" 2>&1
   then
     echo "$suite: passed alone (it failed only beside other suites)"
   else
     echo "$suite: FAILED again alone"
   fi
-done
+done < <(sed -n 's/^FAILED: //p' "$out/suite.log")
 echo "suite done at $(elapsed) s"
 
 echo "== 2. exactness"
