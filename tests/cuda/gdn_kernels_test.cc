@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -301,9 +302,9 @@ TEST_P(GdnKernelsTest, GatesMatchReference) {
 
 // ---- Delta rule.
 
-TEST_P(GdnKernelsTest, DeltaRuleMatchesDoubleRecurrence) {
-  DUET_REQUIRE_GPU();
-  const GdnDims& d = dims();
+// The delta rule's largest error against the double recurrence over kMixedPieces (decode rows, a chunk entered in its
+// middle, WY chunks whole and partial): the outputs' and the final states' relative errors, the largest of them.
+double delta_rule_error_against_double(const GdnDims& d) {
   const int32_t rows = total_rows(kMixedPieces);
   const DeltaInputs in = random_delta_inputs(d, rows, 301);
   States states(d, kMixedSeeds);
@@ -318,22 +319,47 @@ TEST_P(GdnKernelsTest, DeltaRuleMatchesDoubleRecurrence) {
 
   std::vector<double> expected(out.size());
   int32_t first_row = 0;
+  double worst = 0;
   for (const PieceSpec& spec : kMixedPieces) {
     SCOPED_TRACE("piece of " + std::to_string(spec.rows) + " rows");
     std::vector<double> state = full_state(d, states.initial_delta(spec.sequence, kLayer), spec.start);
     delta_reference(d, in.qkv, in.beta, in.g, first_row, spec.rows, state, expected);
-    // fp32 against double: each token's reads of S are key_dim-term fp32 sums and the errors of earlier tokens decay
-    // or stay bounded (|k| = 1, beta <= 1, exp(g) < 1). A host emulation of the kernel's fp32 order on these input
-    // ranges measured ~2e-7 of the largest value, for 65 to 300 tokens at both shapes; 1e-5 leaves margin for the
-    // GPU's expf and rsqrtf, while a wrong index or a missed token gives errors of order 1.
     const std::vector<float> expected_rows = rows_of(to_float(expected), value_width(d), first_row, spec.rows);
-    EXPECT_LT(max_relative_error(rows_of(out, value_width(d), first_row, spec.rows), expected_rows), 1e-5) << "output";
+    worst = std::max(worst, max_relative_error(rows_of(out, value_width(d), first_row, spec.rows), expected_rows));
     const std::vector<double> now = full_state(d, states.delta_now(spec.sequence, kLayer), spec.start + spec.rows);
-    EXPECT_LT(max_relative_error(to_float(now), to_float(state)), 1e-5) << "state";
+    worst = std::max(worst, max_relative_error(to_float(now), to_float(state)));
     EXPECT_TRUE(same_bits(states.delta_now(spec.sequence, 0), states.initial_delta(spec.sequence, 0)))
         << "layer 0 was touched";
     first_row += spec.rows;
   }
+  return worst;
+}
+
+// fp32 against double: each token's reads of S are key_dim-term fp32 sums and the errors of earlier tokens decay or
+// stay bounded (|k| = 1, beta <= 1, exp(g) < 1). A host emulation of the kernel's fp32 order on these input ranges
+// measured ~2e-7 of the largest value, for 65 to 300 tokens at both shapes; 1e-5 leaves margin for the GPU's expf and
+// rsqrtf, while a wrong index or a missed token gives errors of order 1.
+constexpr double kDeltaRuleBar = 1e-5;
+
+TEST_P(GdnKernelsTest, DeltaRuleMatchesDoubleRecurrence) {
+  DUET_REQUIRE_GPU();
+  EXPECT_LT(delta_rule_error_against_double(dims()), kDeltaRuleBar);
+}
+
+// The walk's tensor-core form (DUET_DELTA_WALK_MMA=1: a WY chunk's products in three TF32 passes) keeps the fp32 bar.
+// The control: one TF32 pass (about 11 bits a product) must miss it, or the bar could not tell fp32 from TF32.
+TEST_P(GdnKernelsTest, TensorCoreWalkMatchesDoubleRecurrence) {
+  DUET_REQUIRE_GPU();
+  const double fma_form = delta_rule_error_against_double(dims());
+  set_delta_walk_mma_for_tests(3);
+  const double three_passes = delta_rule_error_against_double(dims());
+  set_delta_walk_mma_for_tests(1);
+  const double one_pass = delta_rule_error_against_double(dims());
+  set_delta_walk_mma_for_tests(-1);
+  std::printf("delta rule against double: FMA form %.3g, tensor cores %.3g, one TF32 pass (control) %.3g\n", fma_form,
+              three_passes, one_pass);
+  EXPECT_LT(three_passes, kDeltaRuleBar);
+  EXPECT_GT(one_pass, kDeltaRuleBar) << "the control: TF32's precision passed the fp32 bar";
 }
 
 // ---- Gated norm.
@@ -634,9 +660,7 @@ TEST_P(GdnKernelsTest, VerifyRowsCutAnywhereGiveTheSameBitsAsWhole) {
 // scheduler makes, architecture.md's row invariance): 200 rows from position 64, the last chunk partial, then two
 // decode rows after each. The control: a cut inside a chunk takes the row-by-row form for the rest of that chunk, whose
 // last bits differ (so the comparison can see which form computed a row), by no more than fp32 rounding.
-TEST_P(GdnKernelsTest, PromptCutAtMultiplesOf64GivesTheSameBitsAsWhole) {
-  DUET_REQUIRE_GPU();
-  const GdnDims& d = dims();
+void expect_prompt_cuts_keep_bits(const GdnDims& d) {
   const Weight conv_w = random_conv_weight(d, 651);
   const DeltaInputs in = random_delta_inputs(d, 202, 660);
   const int32_t start = 64;
@@ -651,70 +675,119 @@ TEST_P(GdnKernelsTest, PromptCutAtMultiplesOf64GivesTheSameBitsAsWhole) {
   EXPECT_LT(max_relative_error(by_row, wy), 1e-5);
 }
 
+TEST_P(GdnKernelsTest, PromptCutAtMultiplesOf64GivesTheSameBitsAsWhole) {
+  DUET_REQUIRE_GPU();
+  expect_prompt_cuts_keep_bits(dims());
+}
+
+// The same under the walk's tensor-core form: its WY chunks' bits depend on the chunk alone, whatever the cuts.
+TEST_P(GdnKernelsTest, TensorCoreWalkKeepsPromptCutsBits) {
+  DUET_REQUIRE_GPU();
+  set_delta_walk_mma_for_tests(3);
+  expect_prompt_cuts_keep_bits(dims());
+  set_delta_walk_mma_for_tests(-1);
+}
+
+// A step of kWalkPieces under one of the walk's forms: its outputs and every sequence's live state after it.
+struct WalkForm {
+  int32_t tiles = 0, wide = 0, split = 0, mma = 0;
+};
+struct WalkResult {
+  std::vector<float> out;
+  std::vector<std::vector<float>> states;
+};
+// Prefill pieces from a chunk's start (WY chunks), entering a chunk in its middle (the row-by-row form) and ending
+// inside one, beside a one-row piece.
+const std::vector<PieceSpec> kWalkPieces = {{0, 200, 0}, {1, 65, 200}, {2, 30, 37}, {3, 1, 63}, {4, 130, 64}};
+
+WalkResult run_walk_form(const GdnDims& d, const WalkForm& form, const DeltaInputs& in) {
+  const std::vector<uint64_t> seeds = {41, 42, 43, 44, 45};
+  set_delta_walk_tiles_for_tests(form.tiles);
+  set_delta_walk_wide_for_tests(form.wide);
+  set_delta_walk_split_for_tests(form.split);
+  set_delta_walk_mma_for_tests(form.mma);
+  DeviceDeltaInputs in_d(in);
+  States states(d, seeds);
+  Step step(kWalkPieces, states);
+  DeviceBuffer<float> out_d(static_cast<size_t>(total_rows(kWalkPieces)) * value_width(d));
+  out_d.poison();
+  launch_gdn_delta_rule(step.get(), kLayer, in_d.qkv.get(), in_d.beta.get(), in_d.g.get(), d, step.scratch(),
+                        out_d.get(), nullptr);
+  sync_ok();
+  set_delta_walk_tiles_for_tests(-1);
+  set_delta_walk_wide_for_tests(-1);
+  set_delta_walk_split_for_tests(-1);
+  set_delta_walk_mma_for_tests(-1);
+  WalkResult r{out_d.download(), {}};
+  const States::Snapshot now = states.now();
+  for (size_t i = 0; i < kWalkPieces.size(); ++i)
+    r.states.push_back(
+        live_state(d, now.delta(static_cast<int32_t>(i), kLayer), kWalkPieces[i].start + kWalkPieces[i].rows));
+  return r;
+}
+
 // The chunked walk's forms, its outputs in tiles (walk_outputs_in_tiles, the default), its wide form (the default
 // too; with and without the tiles) and the wide form's split form (DUET_DELTA_WALK_SPLIT=1: the fold in 4 x 4 tiles
 // beside the outputs, a WY chunk's right side written with S_b^T k), give the narrow one-column-a-lane form's bits:
-// outputs and every sequence's state, in a step of prefill pieces from a chunk's start (WY chunks), entering a chunk in
-// its middle (the row-by-row form) and ending inside one, beside a one-row piece. The control: beta one ulp larger in
-// one row of the first piece changes its later outputs and no other piece's.
+// outputs and every sequence's state, over kWalkPieces. The control: beta one ulp larger in one row of the first piece
+// changes its later outputs and no other piece's.
 TEST_P(GdnKernelsTest, WalkFormsKeepEveryBit) {
   DUET_REQUIRE_GPU();
   const GdnDims& d = dims();
-  const int32_t vw = value_width(d);
-  const std::vector<PieceSpec> pieces = {{0, 200, 0}, {1, 65, 200}, {2, 30, 37}, {3, 1, 63}, {4, 130, 64}};
-  const std::vector<uint64_t> seeds = {41, 42, 43, 44, 45};
-  const int32_t rows = total_rows(pieces);
-  struct Result {
-    std::vector<float> out;
-    std::vector<std::vector<float>> states;
-  };
-  auto run = [&](int32_t tiles, const DeltaInputs& in, int32_t wide = 0, int32_t split = 0) {
-    set_delta_walk_tiles_for_tests(tiles);
-    set_delta_walk_wide_for_tests(wide);
-    set_delta_walk_split_for_tests(split);
-    DeviceDeltaInputs in_d(in);
-    States states(d, seeds);
-    Step step(pieces, states);
-    DeviceBuffer<float> out_d(static_cast<size_t>(rows) * vw);
-    out_d.poison();
-    launch_gdn_delta_rule(step.get(), kLayer, in_d.qkv.get(), in_d.beta.get(), in_d.g.get(), d, step.scratch(),
-                          out_d.get(), nullptr);
-    sync_ok();
-    set_delta_walk_tiles_for_tests(-1);
-    set_delta_walk_wide_for_tests(-1);
-    set_delta_walk_split_for_tests(-1);
-    Result r{out_d.download(), {}};
-    const States::Snapshot now = states.now();
-    for (size_t i = 0; i < pieces.size(); ++i)
-      r.states.push_back(live_state(d, now.delta(static_cast<int32_t>(i), kLayer), pieces[i].start + pieces[i].rows));
-    return r;
-  };
+  const int32_t vw = value_width(d), rows = total_rows(kWalkPieces);
   const DeltaInputs in = random_delta_inputs(d, rows, 901);
-  const Result lanes = run(0, in);
-  struct Form {
-    int32_t tiles, wide, split;
-  };
-  for (const Form& f : std::vector<Form>{{1, 0, 0}, {0, 1, 0}, {1, 1, 0}, {0, 1, 1}, {1, 1, 1}}) {
+  const WalkResult lanes = run_walk_form(d, WalkForm{}, in);
+  for (const WalkForm& f : std::vector<WalkForm>{{1, 0, 0}, {0, 1, 0}, {1, 1, 0}, {0, 1, 1}, {1, 1, 1}}) {
     SCOPED_TRACE(std::string(f.tiles ? "tiles" : "lanes") + (f.wide ? ", wide" : "") + (f.split ? ", split" : ""));
-    const Result form = run(f.tiles, in, f.wide, f.split);
+    const WalkResult form = run_walk_form(d, f, in);
     ASSERT_TRUE(all_finite(form.out)) << "outputs left unwritten";
     int32_t first_row = 0;
-    for (size_t i = 0; i < pieces.size(); ++i) {
+    for (size_t i = 0; i < kWalkPieces.size(); ++i) {
       SCOPED_TRACE("piece " + std::to_string(i));
-      EXPECT_TRUE(same_bits(rows_of(form.out, vw, first_row, pieces[i].rows),
-                            rows_of(lanes.out, vw, first_row, pieces[i].rows)))
+      EXPECT_TRUE(same_bits(rows_of(form.out, vw, first_row, kWalkPieces[i].rows),
+                            rows_of(lanes.out, vw, first_row, kWalkPieces[i].rows)))
           << "output";
       EXPECT_TRUE(same_bits(form.states[i], lanes.states[i])) << "state";
-      first_row += pieces[i].rows;
+      first_row += kWalkPieces[i].rows;
     }
   }
 
   DeltaInputs nudged = in;
   const int32_t at = 10 * d.value_heads + d.value_heads - 1;
   nudged.beta[at] = std::nextafter(nudged.beta[at], 2.0f);
-  const Result control = run(1, nudged, 1, 1);
+  const WalkResult control = run_walk_form(d, WalkForm{1, 1, 1}, nudged);
   EXPECT_FALSE(same_bits(rows_of(control.out, vw, 10, 190), rows_of(lanes.out, vw, 10, 190)));
   EXPECT_TRUE(same_bits(rows_of(control.out, vw, 200, rows - 200), rows_of(lanes.out, vw, 200, rows - 200)));
+}
+
+// The walk's tensor-core form takes a prompt's WY chunks and nothing else: over kWalkPieces, the rows of chunks entered
+// in their middle (piece 1's first 56 rows, piece 2) and the one-row piece keep the production form's bits, piece 2's
+// state too, while every WY chunk's rows have other bits (so the tensor cores computed them), within fp32 rounding.
+TEST_P(GdnKernelsTest, TensorCoreWalkTakesOnlyWyChunks) {
+  DUET_REQUIRE_GPU();
+  const GdnDims& d = dims();
+  const int32_t vw = value_width(d);
+  const DeltaInputs in = random_delta_inputs(d, total_rows(kWalkPieces), 911);
+  const WalkResult production = run_walk_form(d, WalkForm{1, 1, 0, 0}, in);
+  const WalkResult mma = run_walk_form(d, WalkForm{1, 1, 0, 3}, in);
+  ASSERT_TRUE(all_finite(mma.out)) << "outputs left unwritten";
+  struct Rows {
+    int32_t first, count;
+    bool wy;
+  };
+  // Rows of the step: piece 0 (0..199, WY), piece 1 (200..255 entered at 200, then 256..264 WY), piece 2 (265..294),
+  // piece 3 (295, one row), piece 4 (296..425, WY).
+  for (const Rows& r : std::vector<Rows>{{0, 200, true}, {200, 56, false}, {256, 9, true}, {265, 31, false},
+                                         {296, 130, true}}) {
+    SCOPED_TRACE("rows " + std::to_string(r.first) + ".." + std::to_string(r.first + r.count - 1));
+    const std::vector<float> got = rows_of(mma.out, vw, r.first, r.count);
+    const std::vector<float> want = rows_of(production.out, vw, r.first, r.count);
+    EXPECT_EQ(same_bits(got, want), !r.wy);
+    EXPECT_LT(max_relative_error(got, want), kDeltaRuleBar);
+  }
+  EXPECT_TRUE(same_bits(mma.states[2], production.states[2])) << "a chunk entered in its middle";
+  EXPECT_TRUE(same_bits(mma.states[3], production.states[3])) << "the one-row piece";
+  for (int i : {0, 1, 4}) EXPECT_LT(max_relative_error(mma.states[i], production.states[i]), kDeltaRuleBar);
 }
 
 // The kernels exist for the two shapes above only; the backend refuses any other when a model's state is planned (its

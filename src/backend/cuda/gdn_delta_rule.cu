@@ -53,6 +53,7 @@
 #include "backend/cuda/gdn_gated_norm.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mbarrier.h"
+#include "backend/cuda/walk_mma.h"
 
 namespace duet::backend::cuda {
 
@@ -181,9 +182,10 @@ __device__ __forceinline__ void copy_bf16_rows_async(bf16* dst, const bf16* src,
   }
 }
 
-// Columns [col0, col0 + VC) of a head's S_b (KD rows of VD floats) into S, 16 bytes at a time.
-template <int KD, int VD, int VC>
-__device__ __forceinline__ void copy_state_columns_async(float (&S)[KD][VC], const float* state, int col0) {
+// Columns [col0, col0 + VC) of a head's S_b (KD rows of VD floats) into S (rows kStride floats apart), 16 bytes at a
+// time.
+template <int KD, int VD, int VC, int kStride>
+__device__ __forceinline__ void copy_state_columns_async(float (&S)[KD][kStride], const float* state, int col0) {
   for (int idx = threadIdx.x; idx < KD * VC / 4; idx += blockDim.x)
     copy_async_16(&S[idx / (VC / 4)][4 * (idx % (VC / 4))],
                   state + (idx / (VC / 4)) * VD + col0 + 4 * (idx % (VC / 4)));
@@ -358,26 +360,35 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- chunk_state_kernel: d, the outputs and the state, chunk after chunk (pieces of more than one row).
 
-// A chunk's inputs from the scratch and beta, twice: the next chunk's are copied in while this one is computed.
+// A chunk's inputs from the scratch and beta, twice: the next chunk's are copied in while this one is computed. Rows
+// kStride floats apart: kC + 1 spreads a column's lanes over the banks (the solve); kC + 4 puts the rows of an m16n8k8
+// fragment (8 rows, 4 columns) in distinct banks (walk_mma.h).
+template <int kStride = kC + 1>
 struct WalkInputs {
-  float A[kC][kC + 1];
-  float Q[kC][kC + 1];
+  static constexpr int kRowStride = kStride;
+  float A[kC][kStride];
+  float Q[kC][kStride];
   float G[kC];
   float beta[kC];
 };
 
-template <int KD, int VC, bool kWide = false>
+// kMma: the tensor-core form's strides (walk_mma.h), S_b's and u's rows VC + 8 floats apart, so that a fragment's
+// 4 rows of 8 columns fall in distinct banks; the other forms read the same arrays by their rows alone.
+template <int KD, int VC, bool kWide = false, bool kMma = false>
 struct StateSmem {
+  static constexpr int kSStride = kMma ? VC + 8 : VC;
+  static constexpr int kU = kMma ? VC + 8 : VC + VC / 8;  // (the padding spreads the solve's banks)
+  using Inputs = WalkInputs<kMma ? kC + 4 : kC + 1>;
   ChunkVectors<KD, kWide ? KD + 4 : KD + 1> cv;  // (the walk keeps G and beta in `next`)
   RawVectors<KD> raw;
   bf16 raw_v[kC][VC];
-  alignas(16) float S[KD][VC];  // (16-byte rows: the wide form reads them 16 bytes at a time)
-  float u[kC][VC + VC / 8];  // d of the earlier rows; v then d of the new rows (the padding spreads the solve's banks)
-  float wk[kC][VC];          // S_b^T k_t
-  float wq[kC][VC];          // S_b^T q_t
-  WalkInputs next[2];        // chunk i of the piece's walk in next[i % 2]
-  float eG[kC];              // e^{G_t}
-  float decay[kC];           // e^{G_63 - G_t}, for the fold
+  alignas(16) float S[KD][kSStride];  // (16-byte rows: the wide form reads them 16 bytes at a time)
+  alignas(16) float u[kC][kU];        // d of the earlier rows; v then d of the new rows
+  float wk[kC][VC];                   // S_b^T k_t
+  float wq[kC][VC];                   // S_b^T q_t
+  Inputs next[2];                     // chunk i of the piece's walk in next[i % 2]
+  float eG[kC];                       // e^{G_t}
+  float decay[kC];                    // e^{G_63 - G_t}, for the fold
 };
 
 constexpr int columns_for(int value_dim) { return value_dim < 32 ? value_dim : 32; }
@@ -416,8 +427,8 @@ __device__ __forceinline__ float corrected_value(const float* A_row, const float
 // (the register indices are then constants), and the terms a row's sum takes from earlier rows can be added while the
 // row before is still in its butterfly; only the last term waits for it. The same terms in the same order as
 // corrected_value, so the same bits. u holds the earlier rows' d and the new rows' v; d replaces v.
-template <int VC, int kLanes, int kU>
-__device__ __forceinline__ void solve_corrected_values(const WalkInputs& w, const float (*wk)[VC], const float* eG,
+template <int VC, int kLanes, int kU, class Inputs>
+__device__ __forceinline__ void solve_corrected_values(const Inputs& w, const float (*wk)[VC], const float* eG,
                                                        int a, int b, float (*u)[kU]) {
   const int tid = threadIdx.x;
   if (tid >= kLanes * VC) return;
@@ -453,8 +464,8 @@ __device__ __forceinline__ float wy_right_side(float beta, float v, float eG, fl
 // diagonal is 1). Every row at once instead of one after another: X into u (unless kXInU: the walk's split form wrote
 // it there with S_b^T k), then a kWalkTileRows x 4 tile of d per thread, d_t = X_t + sum_{s<t} T[t][s] X_s (one fma
 // chain, s in order). u holds the new rows' v; d replaces it.
-template <int VC, int kU, bool kXInU = false>
-__device__ __forceinline__ void wy_corrected_values(const WalkInputs& w, const float (*wk)[VC], const float* eG, int b,
+template <int VC, int kU, bool kXInU = false, class Inputs>
+__device__ __forceinline__ void wy_corrected_values(const Inputs& w, const float (*wk)[VC], const float* eG, int b,
                                                     float (*u)[kU]) {
   constexpr int kTileCols = VC / 4, kTR = kWalkTileRows;
   const int tid = threadIdx.x;
@@ -500,8 +511,8 @@ __device__ __forceinline__ void wy_corrected_values(const WalkInputs& w, const f
 // and one 16-byte piece of d for eight fmas, where a lane of the other form read a Q entry and a d for each fma (two
 // shared-memory loads an fma, which bound that phase). out_rows: the chunk's row a (its first new row), row t at
 // out_rows + (t - a) * out_stride.
-template <int VC, int kU>
-__device__ __forceinline__ void walk_outputs_in_tiles(const WalkInputs& w, const float (*u)[kU], const float* eG,
+template <int VC, int kU, class Inputs>
+__device__ __forceinline__ void walk_outputs_in_tiles(const Inputs& w, const float (*u)[kU], const float* eG,
                                                       const float (*wq)[VC], int a, int b, float* out_rows,
                                                       int64_t out_stride) {
   constexpr int kTileCols = VC / 4, kTR = kWalkTileRows;
@@ -534,8 +545,8 @@ __device__ __forceinline__ void walk_outputs_in_tiles(const WalkInputs& w, const
 // when a snapshot keeps it, into `kept` (the column group's columns from col0 of rows VD floats apart). kRows 4 (the
 // split fold) reads a key row's four entries and d's four columns 16 bytes at a time: three loads for 16 fmas where the
 // 2-row tile takes three for 8. The same products in the same order either way, so the same bits.
-template <int kRows, int VD, int VC, int kVecStride, int kU>
-__device__ __forceinline__ void fold_tile(float (*S)[VC], const float (*k)[kVecStride], const float* decay,
+template <int kRows, int VD, int kSStride, int kVecStride, int kU>
+__device__ __forceinline__ void fold_tile(float (*S)[kSStride], const float (*k)[kVecStride], const float* decay,
                                           const float (*u)[kU], float keep, int i0, int j0, float* kept, int col0) {
   float acc[kRows][4];
 #pragma unroll
@@ -584,7 +595,10 @@ __device__ __forceinline__ void fold_tile(float (*S)[VC], const float (*k)[kVecS
 // that compute it, where a pass of its own followed them behind a barrier. ncu (45th round): the walk's warps wait on
 // shared-memory loads first (short scoreboard 3.0 cycles an instruction), then barriers (1.1); the fold read 3 loads
 // for 8 fmas, now 16.
-template <int KD, int VD, bool kWide = false, bool kSplitFold = false>
+// kMmaPasses (DUET_DELTA_WALK_MMA=1, with kWide; 46th round, not yet timed): a WY chunk's four products on the tensor
+// cores (walk_mma.h), fp32 products in three TF32 passes (1: one pass, TF32's precision, the tests' planted control);
+// its own bits for WY chunks, the other chunks' bits unchanged.
+template <int KD, int VD, bool kWide = false, bool kSplitFold = false, int kMmaPasses = 0>
 __global__ void __launch_bounds__(kWalkThreads)
     chunk_state_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, GdnDims dims,
                        const float* scratch, float* out, bool wy_allowed, bool tiled_outputs) {
@@ -593,9 +607,12 @@ __global__ void __launch_bounds__(kWalkThreads)
   constexpr int kTileCols = VC / 4;  // kTR x 4 tiles over VC columns
   constexpr int kTR = kWalkTileRows;
   constexpr int kLanes = lanes_for(VD);  // lanes per column in the solve (8 or 16: within one warp)
-  constexpr int kU = VC + VC / 8;        // u's row stride
+  constexpr bool kMma = kMmaPasses > 0;
+  constexpr int kPasses = kMma ? kMmaPasses : 1;  // (the tensor-core code is dead without kMma)
   extern __shared__ float4 smem_raw[];
-  using Smem = StateSmem<KD, VC, kWide>;
+  using Smem = StateSmem<KD, VC, kWide, kMma>;
+  using Inputs = typename Smem::Inputs;
+  constexpr int kU = Smem::kU;  // u's row stride
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
   auto& cv = sm.cv;
   constexpr int kVecStride = decltype(Smem::cv)::kRowStride;
@@ -603,6 +620,8 @@ __global__ void __launch_bounds__(kWalkThreads)
   // The split fold's threads: the block's last kFoldThreads, above the outputs' tiles (rows of up to kC).
   constexpr int kFoldThreads = (KD / 4) * kTileCols;
   static_assert(!kSplitFold || kFoldThreads <= kWalkThreads - (kC / kTR) * kTileCols, "the fold beside the outputs");
+  static_assert(!kMma || (kWide && !kSplitFold), "the tensor-core form reads the wide form's 16-byte key rows");
+  static_assert(!kMma || (VC == 32 && KD % 16 == 0 && kWalkThreads == 16 * 32), "walk_mma.h's warp tiles");
 
   const DevicePiece& piece = step.piece[step.piece_order[blockIdx.x]];
   const int32_t head = blockIdx.y, col0 = blockIdx.z * VC;
@@ -615,7 +634,7 @@ __global__ void __launch_bounds__(kWalkThreads)
   // (into `w`), and for the piece's first chunk the earlier rows' d, keys (for the fold) and G from the state. The
   // first chunk's are issued here; each next chunk's once the raw buffers are normalized, so they arrive while the
   // chunk before is computed.
-  auto issue_copies = [&](const DeviceChunk& chunk, WalkInputs& w, bool first) {
+  auto issue_copies = [&](const DeviceChunk& chunk, Inputs& w, bool first) {
     const int a = chunk.filled, b = chunk.filled + chunk.rows;
     const float* A = scratch + chunk.scratch * dims.value_heads +
                      static_cast<int64_t>(head) * chunk_scratch_elems(chunk.filled, chunk.rows);
@@ -632,8 +651,8 @@ __global__ void __launch_bounds__(kWalkThreads)
     copy_floats_async(w.G + a, G_new, chunk.rows);
     for (int r = tid; r < chunk.rows; r += kWalkThreads)
       copy_async_4(&w.beta[a + r], beta + static_cast<int64_t>(chunk.first_row + r) * in.heads + head);
-    copy_rows_async(&w.A[a][0], kC + 1, A, b, chunk.rows, b);
-    copy_rows_async(&w.Q[a][0], kC + 1, Q, b, chunk.rows, b);
+    copy_rows_async(&w.A[a][0], Inputs::kRowStride, A, b, chunk.rows, b);
+    copy_rows_async(&w.Q[a][0], Inputs::kRowStride, Q, b, chunk.rows, b);
   };
   issue_copies(step.chunk[piece.first_chunk], sm.next[0], true);
 
@@ -645,7 +664,8 @@ __global__ void __launch_bounds__(kWalkThreads)
     const int a = chunk.filled, b = chunk.filled + chunk.rows;
     const bool completes = b == kC;
     const bool wy = wy_allowed && wy_form_takes(piece, chunk);  // w.A holds T = (I + A)^{-1} then, and a == 0
-    WalkInputs& w = sm.next[(c - piece.first_chunk) % 2];
+    Inputs& w = sm.next[(c - piece.first_chunk) % 2];
+    const bool mma = kMma && wy;  // this chunk on the tensor cores (walk_mma.h)
     __syncthreads();  // the previous chunk is done with everything but the raw buffers and this chunk's inputs
     wait_async_copies();
     __syncthreads();
@@ -662,8 +682,28 @@ __global__ void __launch_bounds__(kWalkThreads)
     // this one was done with them at the top of this one).
     if (c + 1 < end) issue_copies(step.chunk[c + 1], sm.next[(c + 1 - piece.first_chunk) % 2], false);
 
-    // wk = S_b^T k_t and wq = S_b^T q_t for the new rows: [k; q] as 128 rows, a kTR x 4 tile per thread.
-    {
+    // wk = S_b^T k_t and wq = S_b^T q_t for the new rows: [k; q] as 128 rows, a kTR x 4 tile per thread. The
+    // tensor-core form: warp w a 16-row tile (w / 2: k rows for w < 8, q rows after) of 16 columns (w % 2), a k warp
+    // writing X into u, a q warp keeping S_b^T q in registers until its outputs.
+    const int warp = tid / 32;
+    const MmaLane lane = mma_lane();
+    const int mma_t0 = 16 * ((warp / 2) % 4), mma_n0 = 16 * (warp % 2);
+    float wq_tile[2][4] = {};
+    if (mma) {
+      if (mma_t0 < b) {
+        const float* vec = warp < 8 ? &cv.k[mma_t0][0] : &cv.q[mma_t0][0];
+        rows_times_state<kPasses, KD, kVecStride, Smem::kSStride>(vec, &sm.S[0][0], mma_n0, wq_tile);
+        if (warp < 8) {
+#pragma unroll
+          for (int n = 0; n < 2; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int t = mma_t0 + tile_row(lane, e), j = mma_n0 + 8 * n + tile_col(lane, e);
+              if (t < b) sm.u[t][j] = wy_right_side(w.beta[t], sm.u[t][j], sm.eG[t], wq_tile[n][e]);
+            }
+        }
+      }
+    } else {
       const int r0 = kTR * (tid / kTileCols), j0 = 4 * (tid % kTileCols);
       const int t0 = r0 % kC;
       if (r0 < 2 * kC && t0 + kTR - 1 >= a && t0 < b) {
@@ -721,7 +761,22 @@ __global__ void __launch_bounds__(kWalkThreads)
     }
     __syncthreads();
 
-    if (wy) {
+    if (mma) {  // d = X + T X: warp w the 16-row tile w / 4 of the 8 columns w % 4
+      const int t0 = 16 * (warp / 4), n0 = 8 * (warp % 4);
+      float d_tile[1][4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int t = t0 + tile_row(lane, e);
+        d_tile[0][e] = t < b ? sm.u[t][n0 + tile_col(lane, e)] : 0.0f;
+      }
+      if (t0 < b) lower_times<kPasses, false, Inputs::kRowStride, kU>(&w.A[t0][0], t0, &sm.u[0][0], n0, b, d_tile);
+      __syncthreads();  // every X is read before any d takes its place
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int t = t0 + tile_row(lane, e);
+        if (t < b) sm.u[t][n0 + tile_col(lane, e)] = d_tile[0][e];
+      }
+    } else if (wy) {
       wy_corrected_values<VC, kU, kSplitFold>(w, sm.wk, sm.eG, b, sm.u);
     } else {
       solve_corrected_values<VC, kLanes, kU>(w, sm.wk, sm.eG, a, b, sm.u);
@@ -731,7 +786,25 @@ __global__ void __launch_bounds__(kWalkThreads)
     // The new rows' outputs: o_t = e^{G_t} wq_t + sum_{s<=t} Q[t][s] d_s.
     float* const out_rows =
         out + static_cast<int64_t>(chunk.first_row) * out_stride + static_cast<int64_t>(head) * VD + col0;
-    if (tiled_outputs) {
+    if (mma) {  // the q warps: o = e^G (S_b^T q) + Q d, row by row into the output (a WY chunk starts at row 0)
+      if (warp >= 8 && mma_t0 < b) {
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) wq_tile[n][e] *= sm.eG[min(mma_t0 + tile_row(lane, e), kC - 1)];
+        lower_times<kPasses, true, Inputs::kRowStride, kU>(&w.Q[mma_t0][0], mma_t0, &sm.u[0][0], mma_n0, b,
+                                                              wq_tile);
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int t = mma_t0 + lane.g + 8 * half, j = mma_n0 + 8 * n + 2 * lane.t;
+            if (t < b)
+              *reinterpret_cast<float2*>(&out_rows[t * out_stride + j]) =
+                  make_float2(wq_tile[n][2 * half], wq_tile[n][2 * half + 1]);
+          }
+      }
+    } else if (tiled_outputs) {
       walk_outputs_in_tiles<VC, kU>(w, sm.u, sm.eG, sm.wq, a, b, out_rows, out_stride);
     } else {  // one column per lane
       const int j = tid % VC;
@@ -763,7 +836,25 @@ __global__ void __launch_bounds__(kWalkThreads)
           for (int t = tid; t < kC; t += kWalkThreads) kept[layout.G() + t] = state[layout.G() + t];
         }
       }
-      if constexpr (kSplitFold) {
+      if (mma) {  // the k warps, beside the outputs: warp w the 16 key rows w, w + 8, ... of every column
+        for (int m0 = 16 * warp; warp < 8 && m0 < KD; m0 += 16 * 8) {
+          float acc[4][4];
+          const float keep = sm.eG[kC - 1];
+#pragma unroll
+          for (int n = 0; n < 4; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[n][e] = sm.S[m0 + tile_row(lane, e)][8 * n + tile_col(lane, e)] * keep;
+          fold_products<kPasses, kVecStride, kU>(&cv.k[0][0], m0, sm.decay, &sm.u[0][0], 0, acc);
+#pragma unroll
+          for (int n = 0; n < 4; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int i = m0 + tile_row(lane, e), j = 8 * n + tile_col(lane, e);
+              sm.S[i][j] = acc[n][e];
+              if (kept != nullptr) kept[i * VD + col0 + j] = acc[n][e];
+            }
+        }
+      } else if constexpr (kSplitFold) {
         const int f = tid - (kWalkThreads - kFoldThreads);
         if (f >= 0)
           fold_tile<4, VD>(sm.S, cv.k, sm.decay, sm.u, sm.eG[kC - 1], 4 * (f / kTileCols), 4 * (f % kTileCols), kept,
@@ -1639,6 +1730,16 @@ bool walk_split_fold() {
   return chosen(walk_split_for_tests, on);
 }
 
+// The walk's tensor-core form for WY chunks (chunk_state_kernel, kMmaPasses; with the wide form): DUET_DELTA_WALK_MMA=1
+// (46th round, not yet timed; its own bits for a prompt's chunks, so the rows gate owes it a run before it is the
+// default). Tests: 3 the form, 1 its one-pass control, 0 off.
+std::atomic<int32_t> walk_mma_for_tests{-1};
+int walk_mma_passes() {
+  static const bool on = env_switch("DUET_DELTA_WALK_MMA", false);
+  const int32_t choice = walk_mma_for_tests.load();
+  return choice >= 0 ? choice : on ? 3 : 0;
+}
+
 // DUET_DELTA_WY=0: every chunk in the row-by-row form, the WY form's chunks too (for measurements; read once).
 bool wy_form_allowed() {
   static const bool on = env_switch("DUET_DELTA_WY", true);
@@ -1690,13 +1791,14 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
   constexpr int VC = columns_for(VD);
   constexpr size_t matrices_bytes = sizeof(MatricesSmem<KD>);
   constexpr size_t state_bytes = sizeof(StateSmem<KD, VC>), wide_state_bytes = sizeof(StateSmem<KD, VC, true>);
+  constexpr size_t mma_state_bytes = sizeof(StateSmem<KD, VC, true, true>);
   constexpr size_t decode_bytes = sizeof(DecodeSmem<KD, VD>);
   constexpr size_t rows_bytes = sizeof(RowsSmem<KD, VD>);
   constexpr size_t dense_bytes = sizeof(DenseSmem<KD, VD>);
   constexpr size_t fold_bytes = sizeof(FoldSmem<KD, VD>);
   // Six blocks an SM (228 KB, 1 KB of each block's reserved) at the 9B's shape: the kernel is latency-bound.
   static_assert(KD != 128 || VD != 128 || decode_bytes <= 37 * 1024, "decode_delta_kernel: 6 blocks per SM");
-  static_assert(state_bytes <= 227 * 1024 && wide_state_bytes <= 227 * 1024,
+  static_assert(state_bytes <= 227 * 1024 && wide_state_bytes <= 227 * 1024 && mma_state_bytes <= 227 * 1024,
                 "chunk_state_kernel: one block an SM at most");
   // Four blocks an SM at the 9B's shape (55 KB: every row's vectors); a verify step of one stream is 128 blocks.
   static_assert(KD != 128 || VD != 128 || rows_bytes <= 56 * 1024, "decode_rows_kernel: 4 blocks per SM");
@@ -1704,6 +1806,8 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
       (allow_smem(chunk_matrices_kernel<KD, VD>, matrices_bytes), allow_smem(chunk_state_kernel<KD, VD>, state_bytes),
        allow_smem(chunk_state_kernel<KD, VD, true>, wide_state_bytes),
        allow_smem(chunk_state_kernel<KD, VD, true, true>, wide_state_bytes),
+       allow_smem(chunk_state_kernel<KD, VD, true, false, 3>, mma_state_bytes),
+       allow_smem(chunk_state_kernel<KD, VD, true, false, 1>, mma_state_bytes),
        allow_smem(decode_delta_kernel<KD, VD, false>, decode_bytes),
        allow_smem(decode_delta_kernel<KD, VD, true>, decode_bytes), allow_smem(decode_rows_kernel<KD, VD>, rows_bytes),
        allow_smem(decode_dense_kernel<KD, VD, false, 0>, dense_bytes),
@@ -1723,10 +1827,13 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
   if (step.multi_pieces > 0) {
     const dim3 grid(static_cast<unsigned>(step.multi_pieces), static_cast<unsigned>(dims.value_heads), VD / VC);
     const bool wide = walk_wide();
-    const auto walk = !wide               ? chunk_state_kernel<KD, VD, false>
+    const int mma = wide ? walk_mma_passes() : 0;
+    const auto walk = mma == 3            ? chunk_state_kernel<KD, VD, true, false, 3>
+                      : mma == 1          ? chunk_state_kernel<KD, VD, true, false, 1>
+                      : !wide             ? chunk_state_kernel<KD, VD, false>
                       : walk_split_fold() ? chunk_state_kernel<KD, VD, true, true>
                                           : chunk_state_kernel<KD, VD, true>;
-    walk<<<grid, kWalkThreads, wide ? wide_state_bytes : state_bytes, stream>>>(
+    walk<<<grid, kWalkThreads, mma != 0 ? mma_state_bytes : wide ? wide_state_bytes : state_bytes, stream>>>(
         step, layer, qkv, beta, dims, scratch, out, wy_form_allowed(), walk_tiled_outputs());
     check_launch("gdn chunk_state_kernel");
     chunk_tail_kernel<KD, VD>
@@ -1786,6 +1893,7 @@ void set_delta_dense_loads_for_tests(int32_t loads) { dense_loads_for_tests.stor
 void set_delta_walk_tiles_for_tests(int32_t on) { walk_tiles_for_tests.store(on); }
 void set_delta_walk_wide_for_tests(int32_t on) { walk_wide_for_tests.store(on); }
 void set_delta_walk_split_for_tests(int32_t on) { walk_split_for_tests.store(on); }
+void set_delta_walk_mma_for_tests(int32_t passes) { walk_mma_for_tests.store(passes); }
 
 void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16* qkv, const float* beta,
                            const float* g, GdnDims dims, float* chunk_scratch, float* out, cudaStream_t stream,

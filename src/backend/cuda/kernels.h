@@ -220,6 +220,9 @@ void set_delta_walk_wide_for_tests(int32_t on);
 // Tests: the walk's split fold (1; with the wide form only) or not (0) instead of DUET_DELTA_WALK_SPLIT's choice;
 // negative: the choice back. The bits are the same.
 void set_delta_walk_split_for_tests(int32_t on);
+// Tests: the walk's tensor-core form for WY chunks (3: three TF32 passes, DUET_DELTA_WALK_MMA=1's; 1: one pass, the
+// planted control; 0: off; with the wide form only) instead of DUET_DELTA_WALK_MMA's choice; negative: that choice.
+void set_delta_walk_mma_for_tests(int32_t passes);
 
 // ---- gdn_norm.cu
 // Gated RMSNorm per value head: y = bf16(bf16(o * rsqrt(mean(o^2) + eps)) * w) * silu(z) in fp32, rounded to BF16.
