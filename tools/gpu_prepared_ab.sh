@@ -34,6 +34,10 @@
 #      bench_gdn_delta's prefill cases under each (the same fingerprints), `duet run` prefill of 1K and 4K prompts, the
 #      narrow form and the split fold against the default (tools/gpu_prefill_ab.sh); then the kernel timelines of a 1K
 #      and a 4K prompt's prefill (PREFILL=LEN tools/gpu_timeline.sh, with a pack that has kernel_trace);
+#  11. the walk's tensor-core form for WY chunks (MMA_AB=1; DUET_DELTA_WALK_MMA=1, 46th round, not yet timed): its
+#      tests (GdnKernelsTest.TensorCoreWalk*: against the double recurrence with its one-pass control, prompt cuts,
+#      only WY chunks), bench_gdn_delta's prefill cases under both, `duet run` prefill of 1K and 4K prompts against the
+#      default (tools/gpu_prefill_ab.sh);
 # while BUDGET_S lasts, each stage skipped once it would not fit. Every stage writes its lines as it goes, to stdout
 # and OUT/log (never through a pipe that holds them until the end: 41st round).
 # STAGES (e.g. "1 8") runs only those stages (default: every one).
@@ -168,5 +172,14 @@ if stage 10 && [[ ${WALK_AB:-0} == 1 ]]; then
   if [[ -f device/lib/libkernel_trace.so ]]; then
     for length in 1024 4096; do fits 40 && PREFILL=$length tools/gpu_timeline.sh "$out" 1 2 "$work"; done
   fi
+fi
+echo "done at $(elapsed) s"
+
+echo "== 11. the walk's tensor-core form (MMA_AB=1)"
+if stage 11 && [[ ${MMA_AB:-0} == 1 ]]; then
+  run_gpu_test '*TensorCoreWalk*' "$out/mma-test.txt" 120
+  grep -h "delta rule against double" "$out/mma-test.txt"
+  bench_gdn_settings 10 prefill "$out/mma-bench.txt" - DUET_DELTA_WALK_MMA=1
+  fits 90 && tools/gpu_prefill_ab.sh "$work" 1024,4096 2 - DUET_DELTA_WALK_MMA=1
 fi
 echo "done at $(elapsed) s"
