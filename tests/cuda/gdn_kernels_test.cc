@@ -777,8 +777,8 @@ TEST_P(GdnKernelsTest, TensorCoreWalkTakesOnlyWyChunks) {
   };
   // Rows of the step: piece 0 (0..199, WY), piece 1 (200..255 entered at 200, then 256..264 WY), piece 2 (265..294),
   // piece 3 (295, one row), piece 4 (296..425, WY).
-  for (const Rows& r : std::vector<Rows>{{0, 200, true}, {200, 56, false}, {256, 9, true}, {265, 31, false},
-                                         {296, 130, true}}) {
+  for (const Rows& r :
+       std::vector<Rows>{{0, 200, true}, {200, 56, false}, {256, 9, true}, {265, 31, false}, {296, 130, true}}) {
     SCOPED_TRACE("rows " + std::to_string(r.first) + ".." + std::to_string(r.first + r.count - 1));
     const std::vector<float> got = rows_of(mma.out, vw, r.first, r.count);
     const std::vector<float> want = rows_of(production.out, vw, r.first, r.count);

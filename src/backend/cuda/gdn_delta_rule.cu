@@ -428,8 +428,8 @@ __device__ __forceinline__ float corrected_value(const float* A_row, const float
 // row before is still in its butterfly; only the last term waits for it. The same terms in the same order as
 // corrected_value, so the same bits. u holds the earlier rows' d and the new rows' v; d replaces v.
 template <int VC, int kLanes, int kU, class Inputs>
-__device__ __forceinline__ void solve_corrected_values(const Inputs& w, const float (*wk)[VC], const float* eG,
-                                                       int a, int b, float (*u)[kU]) {
+__device__ __forceinline__ void solve_corrected_values(const Inputs& w, const float (*wk)[VC], const float* eG, int a,
+                                                       int b, float (*u)[kU]) {
   const int tid = threadIdx.x;
   if (tid >= kLanes * VC) return;
   constexpr int kMine = kC / kLanes;
@@ -792,8 +792,7 @@ __global__ void __launch_bounds__(kWalkThreads)
         for (int n = 0; n < 2; ++n)
 #pragma unroll
           for (int e = 0; e < 4; ++e) wq_tile[n][e] *= sm.eG[min(mma_t0 + tile_row(lane, e), kC - 1)];
-        lower_times<kPasses, true, Inputs::kRowStride, kU>(&w.Q[mma_t0][0], mma_t0, &sm.u[0][0], mma_n0, b,
-                                                              wq_tile);
+        lower_times<kPasses, true, Inputs::kRowStride, kU>(&w.Q[mma_t0][0], mma_t0, &sm.u[0][0], mma_n0, b, wq_tile);
 #pragma unroll
         for (int n = 0; n < 2; ++n)
 #pragma unroll
@@ -1833,8 +1832,9 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
                       : !wide             ? chunk_state_kernel<KD, VD, false>
                       : walk_split_fold() ? chunk_state_kernel<KD, VD, true, true>
                                           : chunk_state_kernel<KD, VD, true>;
-    walk<<<grid, kWalkThreads, mma != 0 ? mma_state_bytes : wide ? wide_state_bytes : state_bytes, stream>>>(
-        step, layer, qkv, beta, dims, scratch, out, wy_form_allowed(), walk_tiled_outputs());
+    const size_t walk_bytes = mma != 0 ? mma_state_bytes : wide ? wide_state_bytes : state_bytes;
+    walk<<<grid, kWalkThreads, walk_bytes, stream>>>(step, layer, qkv, beta, dims, scratch, out, wy_form_allowed(),
+                                                     walk_tiled_outputs());
     check_launch("gdn chunk_state_kernel");
     chunk_tail_kernel<KD, VD>
         <<<dim3(step.multi_pieces, dims.value_heads), kThreads, 0, stream>>>(step, layer, qkv, dims, scratch);
