@@ -34,10 +34,12 @@
 #      bench_gdn_delta's prefill cases under each (the same fingerprints), `duet run` prefill of 1K and 4K prompts, the
 #      narrow form and the split fold against the default (tools/gpu_prefill_ab.sh); then the kernel timelines of a 1K
 #      and a 4K prompt's prefill (PREFILL=LEN tools/gpu_timeline.sh, with a pack that has kernel_trace);
-#  11. the walk's tensor-core form for WY chunks (MMA_AB=1; DUET_DELTA_WALK_MMA=1, 46th round, not yet timed): its
-#      tests (GdnKernelsTest.TensorCoreWalk*: against the double recurrence with its one-pass control, prompt cuts,
-#      only WY chunks), bench_gdn_delta's prefill cases under both, `duet run` prefill of 1K and 4K prompts against the
-#      default (tools/gpu_prefill_ab.sh);
+#  11. the 46th round's prefill changes (PREFILL_AB=1): the walk's tensor-core form for WY chunks (the default;
+#      DUET_DELTA_WALK_MMA=0 the FMA form), the wide conv kernel (DUET_CONV_WIDE=0 one channel a thread, prepared, not
+#      yet timed) and every sampled row's LM head on the skinny GEMM (DUET_SAMPLE_ROWS_PINNED=1 a prompt's last row on
+#      the pinned one, prepared, not yet timed): their tests (GdnKernelsTest.TensorCoreWalk*, WideConvRows*),
+#      bench_gdn_delta's prefill cases under both walks, `duet run` prefill of 1K and 4K prompts with each turned off
+#      against the defaults (tools/gpu_prefill_ab.sh), then the 4K prompt's kernel timeline;
 # while BUDGET_S lasts, each stage skipped once it would not fit. Every stage writes its lines as it goes, to stdout
 # and OUT/log (never through a pipe that holds them until the end: 41st round).
 # STAGES (e.g. "1 8") runs only those stages (default: every one).
@@ -175,11 +177,13 @@ if stage 10 && [[ ${WALK_AB:-0} == 1 ]]; then
 fi
 echo "done at $(elapsed) s"
 
-echo "== 11. the walk's tensor-core form (MMA_AB=1)"
-if stage 11 && [[ ${MMA_AB:-0} == 1 ]]; then
-  run_gpu_test '*TensorCoreWalk*' "$out/mma-test.txt" 120
-  grep -h "delta rule against double" "$out/mma-test.txt"
-  bench_gdn_settings 10 prefill "$out/mma-bench.txt" - DUET_DELTA_WALK_MMA=1
-  fits 90 && tools/gpu_prefill_ab.sh "$work" 1024,4096 2 - DUET_DELTA_WALK_MMA=1
+echo "== 11. the 46th round's prefill changes (PREFILL_AB=1)"
+if stage 11 && [[ ${PREFILL_AB:-0} == 1 ]]; then
+  run_gpu_test '*TensorCoreWalk*:*WideConvRows*' "$out/prefill-tests.txt" 150
+  grep -h "delta rule against double" "$out/prefill-tests.txt"
+  bench_gdn_settings 10 prefill "$out/mma-bench.txt" - DUET_DELTA_WALK_MMA=0
+  fits 120 && tools/gpu_prefill_ab.sh "$work" 1024,4096 2 - DUET_DELTA_WALK_MMA=0 DUET_CONV_WIDE=0 \
+    DUET_SAMPLE_ROWS_PINNED=1
+  [[ -f device/lib/libkernel_trace.so ]] && fits 40 && PREFILL=4096 tools/gpu_timeline.sh "$out" 1 2 "$work"
 fi
 echo "done at $(elapsed) s"

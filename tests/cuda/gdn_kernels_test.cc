@@ -222,6 +222,58 @@ TEST_P(GdnKernelsTest, GatesBesideTheConvHaveTheGatesKernelsBits) {
   }
 }
 
+// The wide conv kernel (eight channels and four rows a thread, the default for steps with a piece of several rows)
+// gives the one-channel kernel's bits: outputs, the gates beside them and every piece's conv state, over kMixedPieces
+// (a thread's four rows cross pieces there, and short pieces read their first inputs from the state), with BF16 and
+// fp32 conv weights. The control: one input moved by 0.25 changes the wide kernel's outputs.
+TEST_P(GdnKernelsTest, WideConvRowsGiveTheOneChannelKernelsBits) {
+  DUET_REQUIRE_GPU();
+  const int32_t channels = conv_channels(dims()), heads = dims().value_heads, rows = total_rows(kMixedPieces);
+  const Weight a_log_w(random_bf16_values(static_cast<size_t>(heads), 313, -2.0f, 1.5f), true, heads, 1);
+  const Weight dt_bias_w(random_bf16_values(static_cast<size_t>(heads), 314, -2.0f, 2.0f), false, heads, 1);
+  const std::vector<float> in = random_bf16_values(static_cast<size_t>(rows) * channels, 311);
+  DeviceBuffer<bf16> b_d(to_bf16(random_bf16_values(static_cast<size_t>(rows) * heads, 316, -6.0f, 6.0f)));
+  DeviceBuffer<bf16> a_d(to_bf16(random_bf16_values(static_cast<size_t>(rows) * heads, 317, -10.0f, 24.0f)));
+  struct Run {
+    std::vector<float> out, beta, g;
+    std::vector<std::vector<float>> conv_states;
+  };
+  auto run = [&](int32_t wide, const std::vector<float>& input, const Weight& conv_w) {
+    set_conv_rows_wide_for_tests(wide);
+    States states(dims(), kMixedSeeds);
+    Step step(kMixedPieces, states);
+    DeviceBuffer<bf16> in_d(to_bf16(input)), out_d(input.size());
+    DeviceBuffer<float> beta_d(static_cast<size_t>(rows) * heads), g_d(static_cast<size_t>(rows) * heads);
+    out_d.poison();
+    beta_d.poison();
+    g_d.poison();
+    const GdnGateArrays gates{b_d.get(), a_d.get(), a_log_w.get(), dt_bias_w.get(), heads, beta_d.get(), g_d.get()};
+    launch_gdn_conv_silu(step.get(), kLayer, conv_w.get(), channels, kConvKernel, in_d.get(), out_d.get(), nullptr,
+                         &gates);
+    sync_ok();
+    set_conv_rows_wide_for_tests(-1);
+    Run r{to_float(out_d.download()), beta_d.download(), g_d.download(), {}};
+    for (const PieceSpec& spec : kMixedPieces) r.conv_states.push_back(states.conv_now(spec.sequence, kLayer));
+    return r;
+  };
+  for (bool f32_weight : {false, true}) {
+    SCOPED_TRACE(f32_weight ? "f32 conv weight" : "bf16 conv weight");
+    const Weight conv_w(random_bf16_values(static_cast<size_t>(channels) * kConvKernel, 315, -0.6f, 0.6f), f32_weight,
+                        channels, kConvKernel);
+    const Run one = run(0, in, conv_w), wide = run(1, in, conv_w);
+    ASSERT_TRUE(all_finite(wide.out) && all_finite(wide.beta) && all_finite(wide.g)) << "outputs left unwritten";
+    EXPECT_TRUE(same_bits(one.out, wide.out)) << "conv output";
+    EXPECT_TRUE(same_bits(one.beta, wide.beta)) << "beta";
+    EXPECT_TRUE(same_bits(one.g, wide.g)) << "g";
+    for (size_t i = 0; i < one.conv_states.size(); ++i)
+      EXPECT_TRUE(same_bits(one.conv_states[i], wide.conv_states[i])) << "conv state of piece " << i;
+    std::vector<float> nudged = in;
+    const size_t at = static_cast<size_t>(100) * channels + 5;
+    nudged[at] = round_bf16(nudged[at] + 0.25f);
+    EXPECT_FALSE(same_bits(one.out, run(1, nudged, conv_w).out)) << "the control: a nudged input changed nothing";
+  }
+}
+
 // The conv of `pieces` (each its own sequence of kMixedSeeds) against the double reference, and the states it leaves.
 void GdnKernelsTest::check_conv_against_reference(const std::vector<PieceSpec>& pieces, bool f32_weight) {
   const int32_t channels = conv_channels(dims()), rows = total_rows(pieces);
@@ -346,10 +398,12 @@ TEST_P(GdnKernelsTest, DeltaRuleMatchesDoubleRecurrence) {
   EXPECT_LT(delta_rule_error_against_double(dims()), kDeltaRuleBar);
 }
 
-// The walk's tensor-core form (DUET_DELTA_WALK_MMA=1: a WY chunk's products in three TF32 passes) keeps the fp32 bar.
+// The walk's tensor-core form (the default since the 46th round: a WY chunk's products in three TF32 passes) keeps the
+// fp32 bar, as the FMA form does (DUET_DELTA_WALK_MMA=0).
 // The control: one TF32 pass (about 11 bits a product) must miss it, or the bar could not tell fp32 from TF32.
 TEST_P(GdnKernelsTest, TensorCoreWalkMatchesDoubleRecurrence) {
   DUET_REQUIRE_GPU();
+  set_delta_walk_mma_for_tests(0);
   const double fma_form = delta_rule_error_against_double(dims());
   set_delta_walk_mma_for_tests(3);
   const double three_passes = delta_rule_error_against_double(dims());
@@ -680,7 +734,8 @@ TEST_P(GdnKernelsTest, PromptCutAtMultiplesOf64GivesTheSameBitsAsWhole) {
   expect_prompt_cuts_keep_bits(dims());
 }
 
-// The same under the walk's tensor-core form: its WY chunks' bits depend on the chunk alone, whatever the cuts.
+// The same under the walk's tensor-core form (the default; set here so that the test keeps it): its WY chunks' bits
+// depend on the chunk alone, whatever the cuts.
 TEST_P(GdnKernelsTest, TensorCoreWalkKeepsPromptCutsBits) {
   DUET_REQUIRE_GPU();
   set_delta_walk_mma_for_tests(3);
@@ -696,12 +751,13 @@ struct WalkResult {
   std::vector<float> out;
   std::vector<std::vector<float>> states;
 };
-// Prefill pieces from a chunk's start (WY chunks), entering a chunk in its middle (the row-by-row form) and ending
-// inside one, beside a one-row piece.
-const std::vector<PieceSpec> kWalkPieces = {{0, 200, 0}, {1, 65, 200}, {2, 30, 37}, {3, 1, 63}, {4, 130, 64}};
+// Prefill pieces from a chunk's start (WY chunks), entering a chunk in its middle (the row-by-row form; piece 5 also
+// completes it, with no WY chunk after) and ending inside one, beside a one-row piece.
+const std::vector<PieceSpec> kWalkPieces = {{0, 200, 0}, {1, 65, 200}, {2, 30, 37},
+                                            {3, 1, 63},  {4, 130, 64}, {5, 27, 101}};
 
 WalkResult run_walk_form(const GdnDims& d, const WalkForm& form, const DeltaInputs& in) {
-  const std::vector<uint64_t> seeds = {41, 42, 43, 44, 45};
+  const std::vector<uint64_t> seeds = {41, 42, 43, 44, 45, 46};
   set_delta_walk_tiles_for_tests(form.tiles);
   set_delta_walk_wide_for_tests(form.wide);
   set_delta_walk_split_for_tests(form.split);
@@ -761,33 +817,41 @@ TEST_P(GdnKernelsTest, WalkFormsKeepEveryBit) {
 }
 
 // The walk's tensor-core form takes a prompt's WY chunks and nothing else: over kWalkPieces, the rows of chunks entered
-// in their middle (piece 1's first 56 rows, piece 2) and the one-row piece keep the production form's bits, piece 2's
-// state too, while every WY chunk's rows have other bits (so the tensor cores computed them), within fp32 rounding.
+// in their middle (piece 1's first 56 rows, piece 2's first 27, piece 5) and the one-row piece keep the FMA form's
+// bits, and so do the states of pieces 3 and 5 (piece 5's chunk folded by the FMA form's fold), while every WY chunk's
+// rows have other bits (so the tensor cores computed them), within fp32 rounding.
 TEST_P(GdnKernelsTest, TensorCoreWalkTakesOnlyWyChunks) {
   DUET_REQUIRE_GPU();
   const GdnDims& d = dims();
   const int32_t vw = value_width(d);
   const DeltaInputs in = random_delta_inputs(d, total_rows(kWalkPieces), 911);
-  const WalkResult production = run_walk_form(d, WalkForm{1, 1, 0, 0}, in);
+  const WalkResult fma = run_walk_form(d, WalkForm{1, 1, 0, 0}, in);
   const WalkResult mma = run_walk_form(d, WalkForm{1, 1, 0, 3}, in);
   ASSERT_TRUE(all_finite(mma.out)) << "outputs left unwritten";
   struct Rows {
     int32_t first, count;
     bool wy;
   };
-  // Rows of the step: piece 0 (0..199, WY), piece 1 (200..255 entered at 200, then 256..264 WY), piece 2 (265..294),
-  // piece 3 (295, one row), piece 4 (296..425, WY).
-  for (const Rows& r :
-       std::vector<Rows>{{0, 200, true}, {200, 56, false}, {256, 9, true}, {265, 31, false}, {296, 130, true}}) {
+  // Rows of the step: piece 0 (0..199, WY), piece 1 (200..255 entered at 200, then 256..264 WY), piece 2 (265..291
+  // entered at 37, then 292..294 WY), piece 3 (295, one row), piece 4 (296..425, WY), piece 5 (426..452, entered at
+  // 101 and completed).
+  for (const Rows& r : std::vector<Rows>{{0, 200, true},
+                                         {200, 56, false},
+                                         {256, 9, true},
+                                         {265, 27, false},
+                                         {292, 3, true},
+                                         {295, 1, false},
+                                         {296, 130, true},
+                                         {426, 27, false}}) {
     SCOPED_TRACE("rows " + std::to_string(r.first) + ".." + std::to_string(r.first + r.count - 1));
     const std::vector<float> got = rows_of(mma.out, vw, r.first, r.count);
-    const std::vector<float> want = rows_of(production.out, vw, r.first, r.count);
+    const std::vector<float> want = rows_of(fma.out, vw, r.first, r.count);
     EXPECT_EQ(same_bits(got, want), !r.wy);
     EXPECT_LT(max_relative_error(got, want), kDeltaRuleBar);
   }
-  EXPECT_TRUE(same_bits(mma.states[2], production.states[2])) << "a chunk entered in its middle";
-  EXPECT_TRUE(same_bits(mma.states[3], production.states[3])) << "the one-row piece";
-  for (int i : {0, 1, 4}) EXPECT_LT(max_relative_error(mma.states[i], production.states[i]), kDeltaRuleBar);
+  EXPECT_TRUE(same_bits(mma.states[3], fma.states[3])) << "the one-row piece";
+  EXPECT_TRUE(same_bits(mma.states[5], fma.states[5])) << "a chunk entered in its middle and completed";
+  for (int i : {0, 1, 2, 4}) EXPECT_LT(max_relative_error(mma.states[i], fma.states[i]), kDeltaRuleBar);
 }
 
 // The kernels exist for the two shapes above only; the backend refuses any other when a model's state is planned (its

@@ -910,7 +910,11 @@ class CudaBackend final : public Backend {
         launch_gather_rows(data_of(x), static_cast<int32_t>(h), sample_rows_, static_cast<int32_t>(n), selected,
                            stream_);
       });
-      gemm_split("lm_head", selected, n, decode_sample_rows_, head, logits, true);
+      // Every sampled row through the skinny GEMM, a prompt's last row too (its bits: the skinny GEMM's, whatever
+      // else the step carries): one row's LM head reads the 2 GB head once, where the pinned GEMM took 860 us for it
+      // in a 1K prompt's prefill on an H100 (46th round, DUET_PROFILE); DUET_SAMPLE_ROWS_PINNED=1 gives the old split
+      // (a prompt's last row on the pinned GEMM), for A/B.
+      gemm_split("lm_head", selected, n, prompt_rows_pinned_ ? decode_sample_rows_ : n, head, logits, true);
     }
     const auto free = std::find_if(draws_.begin(), draws_.end(), [](const Draws& d) { return d.out == nullptr; });
     if (free == draws_.end()) fail("cuda backend: a third step's draws while two are still out (finish_sample)");
@@ -1334,6 +1338,10 @@ class CudaBackend final : public Backend {
   }();
   std::span<const SampleSpec* const> samples_;
   int64_t decode_sample_rows_ = 0;
+  const bool prompt_rows_pinned_ = [] {
+    const char* v = std::getenv("DUET_SAMPLE_ROWS_PINNED");
+    return v != nullptr && std::string_view(v) == "1";
+  }();
   int64_t rows_ = 0;
   int64_t decode_rows_ = 0;
   bool three_d_positions_ = false;  // some piece of the step carries 3-D rotary positions (not only a delta)

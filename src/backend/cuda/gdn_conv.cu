@@ -10,7 +10,10 @@
 // The gates (gdn_gate.h) ride along in one more block per row.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 #include "backend/cuda/activations.h"
 #include "backend/cuda/cuda_check.h"
@@ -45,6 +48,77 @@ __device__ __forceinline__ void row_gates(const GdnGateArrays& gates, int32_t ro
   for (int32_t h = threadIdx.x; h < gates.value_heads; h += kThreads)
     gdn_gate(gates.b, gates.a, gates.A_log, gates.dt_bias, gates.value_heads,
              static_cast<int64_t>(row) * gates.value_heads + h, gates.beta, gates.g);
+}
+
+// Eight channels a thread, 16 bytes at a time (conv_rows_wide_kernel); conv_rows_kernel is one a thread.
+constexpr int kWideChannels = 8;
+// Rows a thread of the wide kernel takes, one after another: a row's window is the row before's shifted by one input
+// while both are of one piece, so each input is loaded once for the rows.
+constexpr int kWideRows = 4;
+
+union Bf16x8 {
+  uint4 raw;
+  bf16 v[kWideChannels];
+};
+
+// conv_rows_kernel's outputs, eight channels [c, c + 8) a thread and kWideRows rows: each output the same fma chain
+// over the same inputs (conv_output), so the same bits. One thread an element took 243 us a layer for a 4K prompt's
+// 4,096 x 8,192 outputs on an H100 (46th round, the prefill timeline), 4% of the prefill: about 40 instructions an
+// element for a 2-byte load each, where the bytes (67 MB in, 67 MB out) take about 45 us. Needs channels a multiple of
+// 8 and in, out and the conv state 16-byte aligned (launch_conv checks; else conv_rows_kernel).
+template <int K>
+__global__ void __launch_bounds__(kThreads)
+    conv_rows_wide_kernel(DeviceStep step, int32_t layer, DeviceWeight w, int32_t channels, const bf16* in, bf16* out,
+                          GdnGateArrays gates) {
+  wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
+  let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
+  const int32_t row0 = blockIdx.x * kWideRows, rows = min(kWideRows, step.rows - row0);
+  if (blockIdx.y == gridDim.y - 1 && gates.value_heads > 0) {
+    for (int32_t r = 0; r < rows; ++r) row_gates(gates, row0 + r);
+    return;
+  }
+  const int32_t c = (blockIdx.y * kThreads + threadIdx.x) * kWideChannels;
+  if (c >= channels) return;
+  float weight[kWideChannels][K];
+#pragma unroll
+  for (int i = 0; i < kWideChannels; ++i)
+#pragma unroll
+    for (int j = 0; j < K; ++j) weight[i][j] = gate_weight_at(w, static_cast<int64_t>(c + i) * K + j);
+  auto load = [&](const bf16* p) {
+    Bf16x8 x;
+    x.raw = *reinterpret_cast<const uint4*>(p);
+    return x;
+  };
+  Bf16x8 x[K];  // the window of the row before, while it is of the same piece
+  int32_t window_piece = -1;
+  for (int32_t r = 0; r < rows; ++r) {
+    const int32_t row = row0 + r, p = step.row_piece[row];
+    const DevicePiece& piece = step.piece[p];
+    const int32_t t = row - piece.first_row;
+    if (p == window_piece) {  // shift by one: the new input is this row's own
+#pragma unroll
+      for (int j = 0; j < K - 1; ++j) x[j] = x[j + 1];
+      x[K - 1] = load(in + static_cast<int64_t>(row) * channels + c);
+    } else {
+      const bf16* state = conv_state(piece, layer);
+#pragma unroll
+      for (int j = 0; j < K; ++j) {
+        const int32_t src = t - (K - 1) + j;  // input index inside the piece; negative: from the state
+        x[j] = load(src >= 0 ? in + static_cast<int64_t>(piece.first_row + src) * channels + c
+                             : state + static_cast<int64_t>(K - 1 + src) * channels + c);
+      }
+      window_piece = p;
+    }
+    Bf16x8 y;
+#pragma unroll
+    for (int i = 0; i < kWideChannels; ++i) {
+      float acc = 0.0f;  // conv_output's chain
+#pragma unroll
+      for (int j = 0; j < K; ++j) acc = fmaf(weight[i][j], __bfloat162float(x[j].v[i]), acc);
+      y.v[i] = __float2bfloat16(silu(acc));
+    }
+    *reinterpret_cast<uint4*>(out + static_cast<int64_t>(row) * channels + c) = y.raw;
+  }
 }
 
 // One thread per (row, channel). Input t - (K-1) + j of the piece is either a row of this step (index >= 0) or, for
@@ -165,6 +239,20 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j < K - 1; ++j) state[static_cast<int64_t>(j) * channels + c] = kept[j];
 }
 
+// Whether conv_rows_wide_kernel takes a step: it can with 16-byte rows of inputs, outputs and every piece's conv
+// state (the pieces' states are storage slots of K-1 rows of `channels`, so 16-byte aligned when the channels are a
+// multiple of 8), and does unless DUET_CONV_WIDE=0 (for A/B) or a test chose the other kernel.
+std::atomic<int32_t> conv_wide_for_tests{-1};
+bool conv_rows_wide_takes(int32_t channels, const bf16* in, const bf16* out) {
+  static const bool wanted = [] {
+    const char* v = std::getenv("DUET_CONV_WIDE");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  const int32_t choice = conv_wide_for_tests.load();
+  return (choice >= 0 ? choice != 0 : wanted) && channels % kWideChannels == 0 &&
+         (reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out)) % 16 == 0;
+}
+
 template <int K>
 void launch_conv(const DeviceStep& step, int32_t layer, DeviceWeight w, int32_t channels, const bf16* in, bf16* out,
                  const GdnGateArrays& gates, cudaStream_t stream) {
@@ -178,15 +266,26 @@ void launch_conv(const DeviceStep& step, int32_t layer, DeviceWeight w, int32_t 
     check_launch("gdn conv_decode_kernel");
     return;
   }
-  launch_dependent("conv_rows_kernel", conv_rows_kernel<K>, dim3(step.rows, blocks_per_row), kThreads, 0, stream, step,
-                   layer, w, channels, in, out, gates);
-  check_launch("gdn conv_rows_kernel");
+  if (conv_rows_wide_takes(channels, in, out)) {
+    const uint32_t wide_blocks = (static_cast<uint32_t>(channels / kWideChannels) + kThreads - 1) / kThreads;
+    launch_dependent("conv_rows_wide_kernel", conv_rows_wide_kernel<K>,
+                     dim3((static_cast<uint32_t>(step.rows) + kWideRows - 1) / kWideRows,
+                          wide_blocks + (gates.value_heads > 0 ? 1 : 0)),
+                     kThreads, 0, stream, step, layer, w, channels, in, out, gates);
+    check_launch("gdn conv_rows_wide_kernel");
+  } else {
+    launch_dependent("conv_rows_kernel", conv_rows_kernel<K>, dim3(step.rows, blocks_per_row), kThreads, 0, stream,
+                     step, layer, w, channels, in, out, gates);
+    check_launch("gdn conv_rows_kernel");
+  }
   launch_dependent("conv_state_kernel", conv_state_kernel<K>, dim3(channel_blocks, step.pieces), kThreads, 0, stream,
                    step, layer, channels, in);
   check_launch("gdn conv_state_kernel");
 }
 
 }  // namespace
+
+void set_conv_rows_wide_for_tests(int32_t on) { conv_wide_for_tests.store(on); }
 
 void launch_gdn_conv_silu(const DeviceStep& step, int32_t gdn_layer, DeviceWeight conv_w, int32_t channels,
                           int32_t kernel, const bf16* in, bf16* out, cudaStream_t stream, const GdnGateArrays* gates) {

@@ -595,9 +595,11 @@ __device__ __forceinline__ void fold_tile(float (*S)[kSStride], const float (*k)
 // that compute it, where a pass of its own followed them behind a barrier. ncu (45th round): the walk's warps wait on
 // shared-memory loads first (short scoreboard 3.0 cycles an instruction), then barriers (1.1); the fold read 3 loads
 // for 8 fmas, now 16.
-// kMmaPasses (DUET_DELTA_WALK_MMA=1, with kWide; 46th round, not yet timed): a WY chunk's four products on the tensor
-// cores (walk_mma.h), fp32 products in three TF32 passes (1: one pass, TF32's precision, the tests' planted control);
-// its own bits for WY chunks, the other chunks' bits unchanged.
+// kMmaPasses (the default since the 46th round, with kWide; DUET_DELTA_WALK_MMA=0 the FMA form): a WY chunk's four
+// products on the tensor cores (walk_mma.h), fp32 products in three TF32 passes (1: one pass, TF32's precision, the
+// tests' planted control); its own bits for WY chunks, the other chunks' bits unchanged. ncu (46th round, one layer
+// of a 1K prompt, H100): 216 us, warps wait on fixed-latency dependencies first (1.50 cycles an issued instruction),
+// then not selected 1.12, selected 1.00, math pipe 0.86, barrier 0.73, short scoreboard 0.45 (3.04 in the FMA form).
 template <int KD, int VD, bool kWide = false, bool kSplitFold = false, int kMmaPasses = 0>
 __global__ void __launch_bounds__(kWalkThreads)
     chunk_state_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, GdnDims dims,
@@ -1729,12 +1731,14 @@ bool walk_split_fold() {
   return chosen(walk_split_for_tests, on);
 }
 
-// The walk's tensor-core form for WY chunks (chunk_state_kernel, kMmaPasses; with the wide form): DUET_DELTA_WALK_MMA=1
-// (46th round, not yet timed; its own bits for a prompt's chunks, so the rows gate owes it a run before it is the
-// default). Tests: 3 the form, 1 its one-pass control, 0 off.
+// The walk's tensor-core form for WY chunks (chunk_state_kernel, kMmaPasses; with the wide form), the default since the
+// 46th round (H100: bench_gdn_delta a layer's prefill of 4,096 rows 1,085.7 against 1,267.7 us, 1,024 rows 283.3
+// against 334.9; `duet run` prefill of 1K 2.9% and 4K 2.0% faster; its own bits for a prompt's chunks, the rows gate
+// as the FMA form's on the same card, exactness 255 / 0 / 0); DUET_DELTA_WALK_MMA=0 the FMA form. Tests: 3 the form,
+// 1 its one-pass control, 0 off.
 std::atomic<int32_t> walk_mma_for_tests{-1};
 int walk_mma_passes() {
-  static const bool on = env_switch("DUET_DELTA_WALK_MMA", false);
+  static const bool on = env_switch("DUET_DELTA_WALK_MMA", true);
   const int32_t choice = walk_mma_for_tests.load();
   return choice >= 0 ? choice : on ? 3 : 0;
 }

@@ -170,6 +170,10 @@ struct GdnGateArrays {
 void launch_gdn_conv_silu(const DeviceStep& step, int32_t gdn_layer, DeviceWeight conv_w, int32_t channels,
                           int32_t kernel, const bf16* in, bf16* out, cudaStream_t stream,
                           const GdnGateArrays* gates = nullptr);
+// Tests: steps with a piece of several rows through the wide conv kernel (1, the default where the rows are 16-byte
+// aligned: eight channels a thread) or one channel a thread (0), instead of DUET_CONV_WIDE's choice; negative: that
+// choice. The same bits.
+void set_conv_rows_wide_for_tests(int32_t on);
 
 // ---- gdn_gates.cu
 // Per row and value head: beta = bf16(sigmoid(b)) (kept as float), g = -exp(A_log) * softplus(a + dt_bias) in fp32
@@ -220,8 +224,9 @@ void set_delta_walk_wide_for_tests(int32_t on);
 // Tests: the walk's split fold (1; with the wide form only) or not (0) instead of DUET_DELTA_WALK_SPLIT's choice;
 // negative: the choice back. The bits are the same.
 void set_delta_walk_split_for_tests(int32_t on);
-// Tests: the walk's tensor-core form for WY chunks (3: three TF32 passes, DUET_DELTA_WALK_MMA=1's; 1: one pass, the
-// planted control; 0: off; with the wide form only) instead of DUET_DELTA_WALK_MMA's choice; negative: that choice.
+// Tests: the walk's tensor-core form for WY chunks (3: three TF32 passes, the default; 1: one pass, the planted
+// control; 0: the FMA form; with the wide form only) instead of DUET_DELTA_WALK_MMA's choice; negative: that choice.
+// Its own bits for a prompt's WY chunks.
 void set_delta_walk_mma_for_tests(int32_t passes);
 
 // ---- gdn_norm.cu
