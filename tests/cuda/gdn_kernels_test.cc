@@ -174,51 +174,59 @@ TEST_P(GdnKernelsTest, ConvSiluMatchesReferenceAndKeepsLastInputs) {
     }
 }
 
+// A conv launch over `pieces` (each its own sequence of kMixedSeeds) with gates' inputs drawn from `seed`: its outputs,
+// beta and g (computed beside the conv, or by the gates kernel after it when `beside` is false), every piece's state.
+struct ConvGatesRun {
+  std::vector<float> out, beta, g;
+  std::vector<std::vector<float>> conv_states;
+};
+ConvGatesRun run_conv_and_gates(const GdnDims& d, const std::vector<PieceSpec>& pieces, const std::vector<float>& in,
+                                const Weight& conv_w, uint64_t seed, bool beside) {
+  const int32_t channels = conv_channels(d), heads = d.value_heads, rows = total_rows(pieces);
+  const Weight a_log_w(random_bf16_values(static_cast<size_t>(heads), seed + 2, -2.0f, 1.5f), true, heads, 1);
+  const Weight dt_bias_w(random_bf16_values(static_cast<size_t>(heads), seed + 3, -2.0f, 2.0f), false, heads, 1);
+  DeviceBuffer<bf16> b_d(to_bf16(random_bf16_values(static_cast<size_t>(rows) * heads, seed + 5, -6.0f, 6.0f)));
+  DeviceBuffer<bf16> a_d(to_bf16(random_bf16_values(static_cast<size_t>(rows) * heads, seed + 6, -10.0f, 24.0f)));
+  States states(d, kMixedSeeds);
+  Step step(pieces, states);
+  DeviceBuffer<bf16> in_d(to_bf16(in)), out_d(in.size());
+  DeviceBuffer<float> beta_d(static_cast<size_t>(rows) * heads), g_d(static_cast<size_t>(rows) * heads);
+  out_d.poison();
+  beta_d.poison();
+  g_d.poison();
+  const GdnGateArrays gates{b_d.get(), a_d.get(), a_log_w.get(), dt_bias_w.get(), heads, beta_d.get(), g_d.get()};
+  launch_gdn_conv_silu(step.get(), kLayer, conv_w.get(), channels, kConvKernel, in_d.get(), out_d.get(), nullptr,
+                       beside ? &gates : nullptr);
+  if (!beside)
+    launch_gdn_gates(b_d.get(), a_d.get(), a_log_w.get(), dt_bias_w.get(), rows, heads, beta_d.get(), g_d.get(),
+                     nullptr);
+  sync_ok();
+  ConvGatesRun r{to_float(out_d.download()), beta_d.download(), g_d.download(), {}};
+  for (const PieceSpec& spec : pieces) r.conv_states.push_back(states.conv_now(spec.sequence, kLayer));
+  return r;
+}
+
+void expect_same_conv_and_gates(const ConvGatesRun& a, const ConvGatesRun& b) {
+  ASSERT_TRUE(all_finite(a.out) && all_finite(a.beta) && all_finite(a.g)) << "outputs left unwritten";
+  EXPECT_TRUE(same_bits(a.out, b.out)) << "conv output";
+  EXPECT_TRUE(same_bits(a.beta, b.beta)) << "beta";
+  EXPECT_TRUE(same_bits(a.g, b.g)) << "g";
+  for (size_t i = 0; i < a.conv_states.size(); ++i)
+    EXPECT_TRUE(same_bits(a.conv_states[i], b.conv_states[i])) << "conv state of piece " << i;
+}
+
 // The gates computed beside the conv (one block more per row) have the bits of the gates kernel, and the conv's
 // outputs and states are those of a launch without gates, in a mixed step and in a decode step.
 TEST_P(GdnKernelsTest, GatesBesideTheConvHaveTheGatesKernelsBits) {
   DUET_REQUIRE_GPU();
-  const int32_t channels = conv_channels(dims()), heads = dims().value_heads;
-  const Weight a_log_w(random_bf16_values(static_cast<size_t>(heads), 303, -2.0f, 1.5f), true, heads, 1);
-  const Weight dt_bias_w(random_bf16_values(static_cast<size_t>(heads), 304, -2.0f, 2.0f), false, heads, 1);
+  const int32_t channels = conv_channels(dims());
   const Weight conv_w(random_bf16_values(static_cast<size_t>(channels) * kConvKernel, 305, -0.6f, 0.6f), false,
                       channels, kConvKernel);
   for (const auto* pieces : {&kMixedPieces, &kDecodePieces}) {
     SCOPED_TRACE(pieces == &kDecodePieces ? "decode step" : "mixed step");
-    const int32_t rows = total_rows(*pieces);
-    DeviceBuffer<bf16> in_d(to_bf16(random_bf16_values(static_cast<size_t>(rows) * channels, 301)));
-    DeviceBuffer<bf16> b_d(to_bf16(random_bf16_values(static_cast<size_t>(rows) * heads, 306, -6.0f, 6.0f)));
-    DeviceBuffer<bf16> a_d(to_bf16(random_bf16_values(static_cast<size_t>(rows) * heads, 307, -10.0f, 24.0f)));
-    struct Run {
-      std::vector<float> out, beta, g;
-      std::vector<std::vector<float>> conv_states;
-    };
-    auto run = [&](bool beside) {
-      States states(dims(), kMixedSeeds);
-      Step step(*pieces, states);
-      DeviceBuffer<bf16> out_d(static_cast<size_t>(rows) * channels);
-      DeviceBuffer<float> beta_d(static_cast<size_t>(rows) * heads), g_d(static_cast<size_t>(rows) * heads);
-      out_d.poison();
-      beta_d.poison();
-      g_d.poison();
-      const GdnGateArrays gates{b_d.get(), a_d.get(), a_log_w.get(), dt_bias_w.get(), heads, beta_d.get(), g_d.get()};
-      launch_gdn_conv_silu(step.get(), kLayer, conv_w.get(), channels, kConvKernel, in_d.get(), out_d.get(), nullptr,
-                           beside ? &gates : nullptr);
-      if (!beside)
-        launch_gdn_gates(b_d.get(), a_d.get(), a_log_w.get(), dt_bias_w.get(), rows, heads, beta_d.get(), g_d.get(),
-                         nullptr);
-      sync_ok();
-      Run r{to_float(out_d.download()), beta_d.download(), g_d.download(), {}};
-      for (const PieceSpec& spec : *pieces) r.conv_states.push_back(states.conv_now(spec.sequence, kLayer));
-      return r;
-    };
-    const Run apart = run(false), beside = run(true);
-    ASSERT_TRUE(all_finite(apart.out) && all_finite(apart.beta) && all_finite(apart.g)) << "outputs left unwritten";
-    EXPECT_TRUE(same_bits(apart.out, beside.out)) << "conv output";
-    EXPECT_TRUE(same_bits(apart.beta, beside.beta)) << "beta";
-    EXPECT_TRUE(same_bits(apart.g, beside.g)) << "g";
-    for (size_t i = 0; i < apart.conv_states.size(); ++i)
-      EXPECT_TRUE(same_bits(apart.conv_states[i], beside.conv_states[i])) << "conv state of piece " << i;
+    const std::vector<float> in = random_bf16_values(static_cast<size_t>(total_rows(*pieces)) * channels, 301);
+    expect_same_conv_and_gates(run_conv_and_gates(dims(), *pieces, in, conv_w, 301, false),
+                               run_conv_and_gates(dims(), *pieces, in, conv_w, 301, true));
   }
 }
 
@@ -228,49 +236,24 @@ TEST_P(GdnKernelsTest, GatesBesideTheConvHaveTheGatesKernelsBits) {
 // fp32 conv weights. The control: one input moved by 0.25 changes the wide kernel's outputs.
 TEST_P(GdnKernelsTest, WideConvRowsGiveTheOneChannelKernelsBits) {
   DUET_REQUIRE_GPU();
-  const int32_t channels = conv_channels(dims()), heads = dims().value_heads, rows = total_rows(kMixedPieces);
-  const Weight a_log_w(random_bf16_values(static_cast<size_t>(heads), 313, -2.0f, 1.5f), true, heads, 1);
-  const Weight dt_bias_w(random_bf16_values(static_cast<size_t>(heads), 314, -2.0f, 2.0f), false, heads, 1);
-  const std::vector<float> in = random_bf16_values(static_cast<size_t>(rows) * channels, 311);
-  DeviceBuffer<bf16> b_d(to_bf16(random_bf16_values(static_cast<size_t>(rows) * heads, 316, -6.0f, 6.0f)));
-  DeviceBuffer<bf16> a_d(to_bf16(random_bf16_values(static_cast<size_t>(rows) * heads, 317, -10.0f, 24.0f)));
-  struct Run {
-    std::vector<float> out, beta, g;
-    std::vector<std::vector<float>> conv_states;
-  };
+  const int32_t channels = conv_channels(dims());
+  const std::vector<float> in = random_bf16_values(static_cast<size_t>(total_rows(kMixedPieces)) * channels, 311);
   auto run = [&](int32_t wide, const std::vector<float>& input, const Weight& conv_w) {
     set_conv_rows_wide_for_tests(wide);
-    States states(dims(), kMixedSeeds);
-    Step step(kMixedPieces, states);
-    DeviceBuffer<bf16> in_d(to_bf16(input)), out_d(input.size());
-    DeviceBuffer<float> beta_d(static_cast<size_t>(rows) * heads), g_d(static_cast<size_t>(rows) * heads);
-    out_d.poison();
-    beta_d.poison();
-    g_d.poison();
-    const GdnGateArrays gates{b_d.get(), a_d.get(), a_log_w.get(), dt_bias_w.get(), heads, beta_d.get(), g_d.get()};
-    launch_gdn_conv_silu(step.get(), kLayer, conv_w.get(), channels, kConvKernel, in_d.get(), out_d.get(), nullptr,
-                         &gates);
-    sync_ok();
+    ConvGatesRun r = run_conv_and_gates(dims(), kMixedPieces, input, conv_w, 311, true);
     set_conv_rows_wide_for_tests(-1);
-    Run r{to_float(out_d.download()), beta_d.download(), g_d.download(), {}};
-    for (const PieceSpec& spec : kMixedPieces) r.conv_states.push_back(states.conv_now(spec.sequence, kLayer));
     return r;
   };
   for (bool f32_weight : {false, true}) {
     SCOPED_TRACE(f32_weight ? "f32 conv weight" : "bf16 conv weight");
     const Weight conv_w(random_bf16_values(static_cast<size_t>(channels) * kConvKernel, 315, -0.6f, 0.6f), f32_weight,
                         channels, kConvKernel);
-    const Run one = run(0, in, conv_w), wide = run(1, in, conv_w);
-    ASSERT_TRUE(all_finite(wide.out) && all_finite(wide.beta) && all_finite(wide.g)) << "outputs left unwritten";
-    EXPECT_TRUE(same_bits(one.out, wide.out)) << "conv output";
-    EXPECT_TRUE(same_bits(one.beta, wide.beta)) << "beta";
-    EXPECT_TRUE(same_bits(one.g, wide.g)) << "g";
-    for (size_t i = 0; i < one.conv_states.size(); ++i)
-      EXPECT_TRUE(same_bits(one.conv_states[i], wide.conv_states[i])) << "conv state of piece " << i;
+    const ConvGatesRun one = run(0, in, conv_w);
+    expect_same_conv_and_gates(one, run(1, in, conv_w));
     std::vector<float> nudged = in;
     const size_t at = static_cast<size_t>(100) * channels + 5;
     nudged[at] = round_bf16(nudged[at] + 0.25f);
-    EXPECT_FALSE(same_bits(one.out, run(1, nudged, conv_w).out)) << "the control: a nudged input changed nothing";
+    EXPECT_FALSE(same_bits(one.out, run(1, nudged, conv_w).out)) << "the control: a moved input changed nothing";
   }
 }
 

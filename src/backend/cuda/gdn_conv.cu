@@ -43,11 +43,15 @@ __device__ __forceinline__ bf16 conv_output(const DeviceWeight& w, int32_t c, co
   return __float2bfloat16(silu(acc));
 }
 
-// The block past the channel blocks: the gates of `row`, if asked for.
-__device__ __forceinline__ void row_gates(const GdnGateArrays& gates, int32_t row) {
-  for (int32_t h = threadIdx.x; h < gates.value_heads; h += kThreads)
-    gdn_gate(gates.b, gates.a, gates.A_log, gates.dt_bias, gates.value_heads,
-             static_cast<int64_t>(row) * gates.value_heads + h, gates.beta, gates.g);
+// Whether this block is the one past the channel blocks, which computes the gates of rows [row0, row0 + rows) when they
+// are asked for.
+__device__ __forceinline__ bool gates_block(const GdnGateArrays& gates, int32_t row0, int32_t rows) {
+  if (blockIdx.y != gridDim.y - 1 || gates.value_heads <= 0) return false;
+  for (int32_t row = row0; row < row0 + rows; ++row)
+    for (int32_t h = threadIdx.x; h < gates.value_heads; h += kThreads)
+      gdn_gate(gates.b, gates.a, gates.A_log, gates.dt_bias, gates.value_heads,
+               static_cast<int64_t>(row) * gates.value_heads + h, gates.beta, gates.g);
+  return true;
 }
 
 // Eight channels a thread, 16 bytes at a time (conv_rows_wide_kernel); conv_rows_kernel is one a thread.
@@ -73,10 +77,7 @@ __global__ void __launch_bounds__(kThreads)
   wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
   let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
   const int32_t row0 = blockIdx.x * kWideRows, rows = min(kWideRows, step.rows - row0);
-  if (blockIdx.y == gridDim.y - 1 && gates.value_heads > 0) {
-    for (int32_t r = 0; r < rows; ++r) row_gates(gates, row0 + r);
-    return;
-  }
+  if (gates_block(gates, row0, rows)) return;
   const int32_t c = (blockIdx.y * kThreads + threadIdx.x) * kWideChannels;
   if (c >= channels) return;
   float weight[kWideChannels][K];
@@ -130,7 +131,7 @@ __global__ void __launch_bounds__(kThreads)
   wait_for_prerequisites();  // dependent_launch.h: nothing is touched before the previous kernel is done,
   let_dependents_launch();   // and only then may the next one be scheduled (one kernel ahead, never a chain)
   const int32_t row = blockIdx.x;
-  if (blockIdx.y == gridDim.y - 1 && gates.value_heads > 0) return row_gates(gates, row);
+  if (gates_block(gates, row, 1)) return;
   const int32_t c = blockIdx.y * kThreads + threadIdx.x;
   if (c >= channels) return;
   const DevicePiece& piece = step.piece[step.row_piece[row]];
@@ -197,7 +198,7 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kMaxRows = kDecodePieceRows;
   const DevicePiece& piece = step.piece[blockIdx.x];
   const int32_t rows = piece.rows;
-  if (blockIdx.y == gridDim.y - 1 && gates.value_heads > 0) {  // the piece's rows' gates (row_gates's, row by row)
+  if (blockIdx.y == gridDim.y - 1 && gates.value_heads > 0) {  // the piece's rows' gates (gates_block's, flattened)
     const int64_t first = static_cast<int64_t>(piece.first_row) * gates.value_heads;
     for (int32_t i = threadIdx.x; i < rows * gates.value_heads; i += kThreads)
       gdn_gate(gates.b, gates.a, gates.A_log, gates.dt_bias, gates.value_heads, first + i, gates.beta, gates.g);
