@@ -228,6 +228,10 @@ void set_delta_walk_split_for_tests(int32_t on);
 // control; 0: the FMA form; with the wide form only) instead of DUET_DELTA_WALK_MMA's choice; negative: that choice.
 // Its own bits for a prompt's WY chunks.
 void set_delta_walk_mma_for_tests(int32_t passes);
+// Tests: a WY chunk's K K^T and Q K^T on the tensor cores (3: three TF32 passes, DUET_DELTA_MATRICES_MMA=1's; 1: one
+// pass, the planted control; 0: off, the default) instead of DUET_DELTA_MATRICES_MMA's choice; negative: that choice.
+// Its own bits for a prompt's WY chunks.
+void set_delta_matrices_mma_for_tests(int32_t passes);
 
 // ---- gdn_norm.cu
 // Gated RMSNorm per value head: y = bf16(bf16(o * rsqrt(mean(o^2) + eps)) * w) * silu(z) in fp32, rounded to BF16.
