@@ -160,6 +160,15 @@ __device__ __forceinline__ void copy_rows_async(float* dst, int dst_stride, cons
   for (int r = threadIdx.x / 32; r < rows; r += warps)
     for (int c = lane; c < width; c += 32) copy_async_4(dst + r * dst_stride + c, src + r * src_stride + c);
 }
+// The same for rows of at most 64 floats, 16 bytes at a time: `width` and both strides multiples of 4 floats, both
+// bases 16-byte aligned. Half a warp a row, a lane a 16-byte piece (a chunk's rows of A and Q in the walk: a quarter
+// of the copies, and of their index arithmetic, of copy_rows_async's).
+__device__ __forceinline__ void copy_short_rows_async_16(float* dst, int dst_stride, const float* src,
+                                                         int64_t src_stride, int rows, int width) {
+  const int half = threadIdx.x % 32 / 16, piece = threadIdx.x % 16, warps = blockDim.x / 32;
+  for (int r = 2 * static_cast<int>(threadIdx.x / 32) + half; r < rows; r += 2 * warps)
+    if (4 * piece < width) copy_async_16(dst + r * dst_stride + 4 * piece, src + r * src_stride + 4 * piece);
+}
 // The same, 16 bytes at a time: `kWidth` a multiple of 4, both strides multiples of 4 floats, both bases 16-byte
 // aligned.
 template <int kWidth>
@@ -402,7 +411,7 @@ __global__ void __launch_bounds__(kThreads)
 template <int kStride = kC + 1>
 struct WalkInputs {
   static constexpr int kRowStride = kStride;
-  float A[kC][kStride];
+  alignas(16) float A[kC][kStride];
   float Q[kC][kStride];
   float G[kC];
   float beta[kC];
@@ -689,8 +698,14 @@ __global__ void __launch_bounds__(kWalkThreads)
     copy_floats_async(w.G + a, G_new, chunk.rows);
     for (int r = tid; r < chunk.rows; r += kWalkThreads)
       copy_async_4(&w.beta[a + r], beta + static_cast<int64_t>(chunk.first_row + r) * in.heads + head);
-    copy_rows_async(&w.A[a][0], Inputs::kRowStride, A, b, chunk.rows, b);
-    copy_rows_async(&w.Q[a][0], Inputs::kRowStride, Q, b, chunk.rows, b);
+    if (Inputs::kRowStride % 4 == 0 && (a * Inputs::kRowStride) % 4 == 0 && b % 4 == 0 &&
+        (reinterpret_cast<uintptr_t>(A) | reinterpret_cast<uintptr_t>(Q)) % 16 == 0) {
+      copy_short_rows_async_16(&w.A[a][0], Inputs::kRowStride, A, b, chunk.rows, b);
+      copy_short_rows_async_16(&w.Q[a][0], Inputs::kRowStride, Q, b, chunk.rows, b);
+    } else {
+      copy_rows_async(&w.A[a][0], Inputs::kRowStride, A, b, chunk.rows, b);
+      copy_rows_async(&w.Q[a][0], Inputs::kRowStride, Q, b, chunk.rows, b);
+    }
   };
   issue_copies(step.chunk[piece.first_chunk], sm.next[0], true);
 
