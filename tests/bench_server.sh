@@ -5,6 +5,10 @@ work=$(mktemp -d)
 server=""
 trap '[[ -z $server ]] || kill "$server" 2>/dev/null || true; rm -rf "$work"' EXIT
 start() {
+  # The files exist before the server's shell opens them: the loop below may read before the background job runs
+  # (session 62: sed found no serve.out 0.05 s in, and `set -e` ended the test).
+  : >"$work/serve.out"
+  : >"$work/serve.log"
   "$duet" serve "$demo" --backend cpu --port 0 --parallel 2 "$@" >"$work/serve.out" 2>"$work/serve.log" &
   server=$!
   for _ in $(seq 1 600); do

@@ -17,6 +17,7 @@ work=$(mktemp -d)
 server=""
 trap '[[ -z $server ]] || kill "$server" 2>/dev/null || true; rm -rf "$work"' EXIT
 mkdir -p "$work/home" "$work/project"
+: > "$work/serve.out"  # before the background job opens it: the loop below may read first (tests/bench_server.sh)
 "$duet" serve "$model" --port 0 --context 18944 "$@" > "$work/serve.out" 2> "$work/serve.log" &
 server=$!
 for _ in $(seq 1 600); do

@@ -183,7 +183,8 @@ echo "== 11. the 46th round's prefill changes (PREFILL_AB=1)"
 if stage 11 && [[ ${PREFILL_AB:-0} == 1 ]]; then
   run_gpu_test '*TensorCoreWalk*:*WideConvRows*' "$out/prefill-tests.txt" 150
   grep -h "delta rule against double" "$out/prefill-tests.txt"
-  bench_gdn_settings 10 prefill "$out/mma-bench.txt" - DUET_DELTA_WALK_MMA=0 DUET_DELTA_MATRICES_MMA=1
+  bench_gdn_settings 10 prefill "$out/mma-bench.txt" - DUET_DELTA_WALK_MMA=0 DUET_DELTA_MATRICES_MMA=1 \
+    "DUET_WALK_CLOCK=1 DUET_DELTA_WALK_MMA=0" DUET_WALK_CLOCK=1
   fits 150 && tools/gpu_prefill_ab.sh "$work" 1024,4096 2 - DUET_DELTA_WALK_MMA=0 DUET_CONV_WIDE=0 \
     DUET_SAMPLE_ROWS_PINNED=1 DUET_DELTA_MATRICES_MMA=1
   [[ -f device/lib/libkernel_trace.so ]] && fits 40 && PREFILL=4096 tools/gpu_timeline.sh "$out" 1 2 "$work"

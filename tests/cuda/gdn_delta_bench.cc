@@ -4,6 +4,7 @@
 // initial state: a change to the kernels that is meant to keep every bit shows the same fingerprints before and after.
 // Prefill pieces' chunks from a chunk's first row take the WY form (DUET_DELTA_WY=0: the row-by-row form instead).
 // Run by hand on the GPU machine (not a test): bench_gdn_delta [REPS=20] [TEXT: only the cases whose name holds it]
+// With DUET_WALK_CLOCK=1 it also prints where the walk's first block spends its cycles, phase by phase.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -89,6 +90,31 @@ double one_row_state_bytes(const std::vector<PieceSpec>& pieces, const GdnDims& 
   return floats * sizeof(float);
 }
 
+// DUET_WALK_CLOCK=1: where the walk's first block spends its cycles, phase by phase (gdn_delta_rule.cu's
+// walk_phase_clock), over `reps` more launches apart from the timed ones; cases with no walk print nothing.
+template <typename Launch>
+void print_walk_phases(const Case& c, int reps, Launch launch) {
+  constexpr int kPhases = 6;
+  const char* names[kPhases] = {"copies' wait", "normalize", "issue copies", "S_b^T [k; q]", "d", "outputs + fold"};
+  unsigned long long* sums = nullptr;
+  check(cudaMalloc(&sums, kPhases * sizeof(unsigned long long)), "walk clock");
+  check(cudaMemset(sums, 0, kPhases * sizeof(unsigned long long)), "walk clock");
+  set_walk_phase_clock_for_tests(sums);
+  for (int r = 0; r < reps; ++r) launch();
+  check(cudaDeviceSynchronize(), c.name.c_str());
+  set_walk_phase_clock_for_tests(nullptr);
+  unsigned long long host[kPhases] = {};
+  check(cudaMemcpy(host, sums, sizeof host, cudaMemcpyDeviceToHost), "walk clock");
+  cudaFree(sums);
+  unsigned long long total = 0;
+  for (unsigned long long v : host) total += v;
+  if (total == 0) return;
+  std::printf("%-22s walk block 0, cycles a launch:", "");
+  for (int p = 0; p < kPhases; ++p)
+    std::printf("  %s %.0f (%.1f%%)", names[p], static_cast<double>(host[p]) / reps, 100.0 * host[p] / total);
+  std::printf("\n");
+}
+
 void run_case(const Case& c, int reps) {
   const GdnDims d = kQwen9B;
   const int32_t rows = total_rows(c.pieces);
@@ -144,6 +170,12 @@ void run_case(const Case& c, int reps) {
   if (state_bytes > 0)
     std::printf("  one-row state reads %.1f MB: %.0f GB/s", state_bytes / 1e6, state_bytes / median_s / 1e9);
   std::printf("\n");
+  const char* clocked = std::getenv("DUET_WALK_CLOCK");
+  if (clocked != nullptr && std::string(clocked) == "1")
+    print_walk_phases(c, reps, [&] {
+      launch_gdn_delta_rule(step.get(), kLayer, in_d.qkv.get(), in_d.beta.get(), in_d.g.get(), d, step.scratch(),
+                            out.get(), nullptr);
+    });
 }
 
 }  // namespace

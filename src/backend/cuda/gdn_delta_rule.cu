@@ -405,6 +405,38 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- chunk_state_kernel: d, the outputs and the state, chunk after chunk (pieces of more than one row).
 
+// Where a walk block's time goes (bench_gdn_delta with DUET_WALK_CLOCK=1): when walk_phase_clock is set
+// (set_walk_phase_clock_for_tests), thread 0 of block (0, 0, 0) reads the SM's clock at the walk's phase boundaries and
+// adds each phase's cycles into walk_phase_clock[phase]: 0 waiting for a chunk's copies, 1 normalizing its vectors
+// (with v into u and the decays), 2 issuing the next chunk's copies, 3 S_b^T k and S_b^T q, 4 d, 5 the outputs, the
+// fold and the stores (to the next chunk's first barrier, so the block's slowest warp). Null, the default: one
+// thread's comparison a launch and nothing read.
+constexpr int kWalkPhases = 6;
+__device__ unsigned long long* walk_phase_clock = nullptr;
+
+class PhaseClock {
+ public:
+  static constexpr int kPhases = kWalkPhases;
+  __device__ explicit PhaseClock(bool on) : on_(on) {
+    if (on_) last_ = clock64();
+  }
+  __device__ __forceinline__ void mark(int phase) {
+    if (!on_) return;
+    const long long now = clock64();
+    cycles_[phase] += now - last_;
+    last_ = now;
+  }
+  __device__ bool on() const { return on_; }
+  __device__ void add_to(unsigned long long* sums) const {
+    for (int p = 0; p < kPhases; ++p) sums[p] += static_cast<unsigned long long>(cycles_[p]);
+  }
+
+ private:
+  bool on_;
+  long long last_ = 0;
+  long long cycles_[kPhases] = {};
+};
+
 // A chunk's inputs from the scratch and beta, twice: the next chunk's are copied in while this one is computed. Rows
 // kStride floats apart: kC + 1 spreads a column's lanes over the banks (the solve); kC + 4 puts the rows of an m16n8k8
 // fragment (8 rows, 4 columns) in distinct banks (walk_mma.h).
@@ -675,6 +707,7 @@ __global__ void __launch_bounds__(kWalkThreads)
   const HeadInputs in = head_inputs<KD, VD>(dims, head);
   float* state = head_state<KD, VD>(piece, layer, head);
   const int tid = threadIdx.x;
+  PhaseClock clock(tid == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && walk_phase_clock != nullptr);
   copy_state_columns_async<KD, VD, VC>(sm.S, state, col0);
 
   // Every copy of a chunk at once: its new rows' q, k and v (into the raw buffers), its G, beta and rows of A and Q
@@ -720,8 +753,10 @@ __global__ void __launch_bounds__(kWalkThreads)
     Inputs& w = sm.next[(c - piece.first_chunk) % 2];
     const bool mma = kMma && wy;  // this chunk on the tensor cores (walk_mma.h)
     __syncthreads();  // the previous chunk is done with everything but the raw buffers and this chunk's inputs
+    clock.mark(5);
     wait_async_copies();
     __syncthreads();
+    clock.mark(0);
 
     normalize_new_vectors<KD>(sm.raw, in, chunk, cv);
     for (int idx = tid; idx < chunk.rows * VC; idx += kWalkThreads)
@@ -733,7 +768,9 @@ __global__ void __launch_bounds__(kWalkThreads)
     __syncthreads();
     // The raw buffers are normalized: the next chunk's copies go out now, into the other inputs (the chunk before
     // this one was done with them at the top of this one).
+    clock.mark(1);
     if (c + 1 < end) issue_copies(step.chunk[c + 1], sm.next[(c + 1 - piece.first_chunk) % 2], false);
+    clock.mark(2);
 
     // wk = S_b^T k_t and wq = S_b^T q_t for the new rows: [k; q] as 128 rows, a kTR x 4 tile per thread. The
     // tensor-core form: warp w a 16-row tile (w / 2: k rows for w < 8, q rows after) of 16 columns (w % 2), a k warp
@@ -813,6 +850,7 @@ __global__ void __launch_bounds__(kWalkThreads)
       }
     }
     __syncthreads();
+    clock.mark(3);
 
     if (mma) {  // d = X + T X: warp w the 16-row tile w / 4 of the 8 columns w % 4
       const int t0 = 16 * (warp / 4), n0 = 8 * (warp % 4);
@@ -835,6 +873,7 @@ __global__ void __launch_bounds__(kWalkThreads)
       solve_corrected_values<VC, kLanes, kU>(w, sm.wk, sm.eG, a, b, sm.u);
     }
     __syncthreads();
+    clock.mark(4);
 
     // The new rows' outputs: o_t = e^{G_t} wq_t + sum_{s<=t} Q[t][s] d_s.
     float* const out_rows =
@@ -923,10 +962,13 @@ __global__ void __launch_bounds__(kWalkThreads)
     }
   }
   // The last chunk's keys and G join the state in chunk_tail_kernel, once every group has read the old ones.
-  if (!folded) return;
-  __syncthreads();
-  for (int idx = tid; idx < KD * VC; idx += kWalkThreads)
-    state[(idx / VC) * VD + col0 + idx % VC] = sm.S[idx / VC][idx % VC];
+  if (folded) {
+    __syncthreads();
+    for (int idx = tid; idx < KD * VC; idx += kWalkThreads)
+      state[(idx / VC) * VD + col0 + idx % VC] = sm.S[idx / VC][idx % VC];
+  }
+  clock.mark(5);
+  if (clock.on()) clock.add_to(walk_phase_clock);
 }
 
 // ---- chunk_tail_kernel: the new rows' keys and G of a piece that ends inside a chunk, into the state.
@@ -1967,6 +2009,9 @@ void set_delta_walk_wide_for_tests(int32_t on) { walk_wide_for_tests.store(on); 
 void set_delta_walk_split_for_tests(int32_t on) { walk_split_for_tests.store(on); }
 void set_delta_walk_mma_for_tests(int32_t passes) { walk_mma_for_tests.store(passes); }
 void set_delta_matrices_mma_for_tests(int32_t passes) { matrices_mma_for_tests.store(passes); }
+void set_walk_phase_clock_for_tests(unsigned long long* sums) {
+  check_cuda(cudaMemcpyToSymbol(walk_phase_clock, &sums, sizeof sums), "set_walk_phase_clock_for_tests");
+}
 
 void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16* qkv, const float* beta,
                            const float* g, GdnDims dims, float* chunk_scratch, float* out, cudaStream_t stream,

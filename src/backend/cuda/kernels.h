@@ -232,6 +232,10 @@ void set_delta_walk_mma_for_tests(int32_t passes);
 // pass, the planted control; 0: off, the default) instead of DUET_DELTA_MATRICES_MMA's choice; negative: that choice.
 // Its own bits for a prompt's WY chunks.
 void set_delta_matrices_mma_for_tests(int32_t passes);
+// Benchmarks: where the walk's time goes. `sums` (device memory, 6 counters, zeroed by the caller) gets the SM cycles
+// of block (0, 0, 0) of every later walk launch in each of its phases (gdn_delta_rule.cu, walk_phase_clock); null
+// stops.
+void set_walk_phase_clock_for_tests(unsigned long long* sums);
 
 // ---- gdn_norm.cu
 // Gated RMSNorm per value head: y = bf16(bf16(o * rsqrt(mean(o^2) + eps)) * w) * silu(z) in fp32, rounded to BF16.
