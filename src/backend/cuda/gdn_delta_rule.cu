@@ -411,30 +411,26 @@ __global__ void __launch_bounds__(kThreads)
 // (with v into u and the decays), 2 issuing the next chunk's copies, 3 S_b^T k and S_b^T q, 4 d, 5 the outputs, the
 // fold and the stores (to the next chunk's first barrier, so the block's slowest warp). Null, the default: one
 // thread's comparison a launch and nothing read.
-constexpr int kWalkPhases = 6;
 __device__ unsigned long long* walk_phase_clock = nullptr;
 
 class PhaseClock {
  public:
-  static constexpr int kPhases = kWalkPhases;
-  __device__ explicit PhaseClock(bool on) : on_(on) {
-    if (on_) last_ = clock64();
+  // `sums` null: off (every thread but one block's first: nothing read, two registers).
+  __device__ explicit PhaseClock(unsigned long long* sums) : sums_(sums) {
+    if (sums_ != nullptr) last_ = clock64();
   }
+  // Adds the cycles since the last mark to `phase`'s counter: a reduction the thread does not wait for, so the clock
+  // itself costs the phases little.
   __device__ __forceinline__ void mark(int phase) {
-    if (!on_) return;
+    if (sums_ == nullptr) return;
     const long long now = clock64();
-    cycles_[phase] += now - last_;
+    atomicAdd(sums_ + phase, static_cast<unsigned long long>(now - last_));
     last_ = now;
-  }
-  __device__ bool on() const { return on_; }
-  __device__ void add_to(unsigned long long* sums) const {
-    for (int p = 0; p < kPhases; ++p) sums[p] += static_cast<unsigned long long>(cycles_[p]);
   }
 
  private:
-  bool on_;
+  unsigned long long* sums_;
   long long last_ = 0;
-  long long cycles_[kPhases] = {};
 };
 
 // A chunk's inputs from the scratch and beta, twice: the next chunk's are copied in while this one is computed. Rows
@@ -707,7 +703,7 @@ __global__ void __launch_bounds__(kWalkThreads)
   const HeadInputs in = head_inputs<KD, VD>(dims, head);
   float* state = head_state<KD, VD>(piece, layer, head);
   const int tid = threadIdx.x;
-  PhaseClock clock(tid == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && walk_phase_clock != nullptr);
+  PhaseClock clock(tid == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 ? walk_phase_clock : nullptr);
   copy_state_columns_async<KD, VD, VC>(sm.S, state, col0);
 
   // Every copy of a chunk at once: its new rows' q, k and v (into the raw buffers), its G, beta and rows of A and Q
@@ -968,7 +964,6 @@ __global__ void __launch_bounds__(kWalkThreads)
       state[(idx / VC) * VD + col0 + idx % VC] = sm.S[idx / VC][idx % VC];
   }
   clock.mark(5);
-  if (clock.on()) clock.add_to(walk_phase_clock);
 }
 
 // ---- chunk_tail_kernel: the new rows' keys and G of a piece that ends inside a chunk, into the state.
