@@ -230,10 +230,10 @@ TEST_P(GdnKernelsTest, GatesBesideTheConvHaveTheGatesKernelsBits) {
   }
 }
 
-// The wide conv kernel (eight channels and four rows a thread, the default for steps with a piece of several rows)
-// gives the one-channel kernel's bits: outputs, the gates beside them and every piece's conv state, over kMixedPieces
-// (a thread's four rows cross pieces there, and short pieces read their first inputs from the state), with BF16 and
-// fp32 conv weights. The control: one input moved by 0.25 changes the wide kernel's outputs.
+// The wide conv kernel (eight channels and four rows a thread, DUET_CONV_WIDE=1, for steps with a piece of several
+// rows) gives the one-channel kernel's bits: outputs, the gates beside them and every piece's conv state, over
+// kMixedPieces (a thread's four rows cross pieces there, and short pieces read their first inputs from the state), with
+// BF16 and fp32 conv weights. The control: one input moved by 0.25 changes the wide kernel's outputs.
 TEST_P(GdnKernelsTest, WideConvRowsGiveTheOneChannelKernelsBits) {
   DUET_REQUIRE_GPU();
   const int32_t channels = conv_channels(dims());

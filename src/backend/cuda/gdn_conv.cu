@@ -69,7 +69,8 @@ union Bf16x8 {
 // over the same inputs (conv_output), so the same bits. One thread an element took 243 us a layer for a 4K prompt's
 // 4,096 x 8,192 outputs on an H100 (46th round, the prefill timeline), 4% of the prefill: about 40 instructions an
 // element for a 2-byte load each, where the bytes (67 MB in, 67 MB out) take about 45 us. Needs channels a multiple of
-// 8 and in, out and the conv state 16-byte aligned (launch_conv checks; else conv_rows_kernel).
+// 8 and in, out and the conv state 16-byte aligned (launch_conv checks; else conv_rows_kernel). Off by default until
+// it has run on a GPU (DUET_CONV_WIDE=1).
 template <int K>
 __global__ void __launch_bounds__(kThreads)
     conv_rows_wide_kernel(DeviceStep step, int32_t layer, DeviceWeight w, int32_t channels, const bf16* in, bf16* out,
@@ -242,12 +243,13 @@ __global__ void __launch_bounds__(kThreads)
 
 // Whether conv_rows_wide_kernel takes a step: it can with 16-byte rows of inputs, outputs and every piece's conv
 // state (the pieces' states are storage slots of K-1 rows of `channels`, so 16-byte aligned when the channels are a
-// multiple of 8), and does unless DUET_CONV_WIDE=0 (for A/B) or a test chose the other kernel.
+// multiple of 8), and does with DUET_CONV_WIDE=1 or when a test chose it (46th round: prepared, off until its bits
+// test has run on a GPU).
 std::atomic<int32_t> conv_wide_for_tests{-1};
 bool conv_rows_wide_takes(int32_t channels, const bf16* in, const bf16* out) {
   static const bool wanted = [] {
     const char* v = std::getenv("DUET_CONV_WIDE");
-    return v == nullptr || std::string_view(v) != "0";
+    return v != nullptr && std::string_view(v) == "1";
   }();
   const int32_t choice = conv_wide_for_tests.load();
   return (choice >= 0 ? choice != 0 : wanted) && channels % kWideChannels == 0 &&

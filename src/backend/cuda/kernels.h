@@ -170,9 +170,9 @@ struct GdnGateArrays {
 void launch_gdn_conv_silu(const DeviceStep& step, int32_t gdn_layer, DeviceWeight conv_w, int32_t channels,
                           int32_t kernel, const bf16* in, bf16* out, cudaStream_t stream,
                           const GdnGateArrays* gates = nullptr);
-// Tests: steps with a piece of several rows through the wide conv kernel (1, the default where the rows are 16-byte
-// aligned: eight channels a thread) or one channel a thread (0), instead of DUET_CONV_WIDE's choice; negative: that
-// choice. The same bits.
+// Tests: steps with a piece of several rows through the wide conv kernel (1, where the rows are 16-byte aligned: eight
+// channels a thread; DUET_CONV_WIDE=1) or one channel a thread (0, the default), instead of DUET_CONV_WIDE's choice;
+// negative: that choice. The same bits.
 void set_conv_rows_wide_for_tests(int32_t on);
 
 // ---- gdn_gates.cu
