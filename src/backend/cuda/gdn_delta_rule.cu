@@ -662,17 +662,17 @@ __device__ __forceinline__ void fold_tile(float (*S)[kSStride], const float (*k)
 // of S_b for 32 fmas, where each step read the two vector rows' entries one at a time beside a 16-byte piece of S_b
 // (three loads for eight fmas; the phase is bound by shared memory: 30th round). Each sum is the same fma chain, the
 // key index in order.
-// kSplitFold (DUET_DELTA_WALK_SPLIT=1, with kWide; prepared in the 45th round, not yet timed; the same bits): the fold
-// in 4 x 4 tiles on the block's upper threads (256 at the 9B's shape) while its lower half computes the outputs, where
-// every thread took a 2 x 4 tile of the fold after its outputs; and a WY chunk's X written into u by the S_b^T k tiles
-// that compute it, where a pass of its own followed them behind a barrier. ncu (45th round): the walk's warps wait on
-// shared-memory loads first (short scoreboard 3.0 cycles an instruction), then barriers (1.1); the fold read 3 loads
-// for 8 fmas, now 16.
-// kMmaPasses (the default since the 46th round, with kWide; DUET_DELTA_WALK_MMA=0 the FMA form): a WY chunk's four
-// products on the tensor cores (walk_mma.h), fp32 products in three TF32 passes (1: one pass, TF32's precision, the
-// tests' planted control); its own bits for WY chunks, the other chunks' bits unchanged. ncu (46th round, one layer
-// of a 1K prompt, H100): 216 us, warps wait on fixed-latency dependencies first (1.50 cycles an issued instruction),
-// then not selected 1.12, selected 1.00, math pipe 0.86, barrier 0.73, short scoreboard 0.45 (3.04 in the FMA form).
+// kSplitFold (DUET_DELTA_WALK_SPLIT=1, with kWide; 45th round, off: 5.8% off the FMA walk, below the tensor-core form;
+// the same bits): the fold in 4 x 4 tiles on the block's upper threads (256 at the 9B's shape) while its lower half
+// computes the outputs, where every thread took a 2 x 4 tile of the fold after its outputs; and a WY chunk's X written
+// into u by the S_b^T k tiles that compute it, where a pass of its own followed them behind a barrier. ncu (45th
+// round): the walk's warps wait on shared-memory loads first (short scoreboard 3.0 cycles an instruction), then
+// barriers (1.1); the fold read 3 loads for 8 fmas, now 16. kMmaPasses (the default since the 46th round, with kWide;
+// DUET_DELTA_WALK_MMA=0 the FMA form): a WY chunk's four products on the tensor cores (walk_mma.h), fp32 products in
+// three TF32 passes (1: one pass, TF32's precision, the tests' planted control); its own bits for WY chunks, the other
+// chunks' bits unchanged. ncu (46th round, one layer of a 1K prompt, H100): 216 us, warps wait on fixed-latency
+// dependencies first (1.50 cycles an issued instruction), then not selected 1.12, selected 1.00, math pipe 0.86,
+// barrier 0.73, short scoreboard 0.45 (3.04 in the FMA form).
 template <int KD, int VD, bool kWide = false, bool kSplitFold = false, int kMmaPasses = 0>
 __global__ void __launch_bounds__(kWalkThreads)
     chunk_state_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, GdnDims dims,
@@ -1811,8 +1811,9 @@ bool walk_wide() {
   return chosen(walk_wide_for_tests, on);
 }
 
-// The walk's split form (chunk_state_kernel, kSplitFold; with the wide form only): DUET_DELTA_WALK_SPLIT=1 (prepared
-// in the 45th round, not yet timed).
+// The walk's split form (chunk_state_kernel, kSplitFold; with the wide form only): DUET_DELTA_WALK_SPLIT=1 (45th round;
+// timed in the 46th, H100: bench_gdn_delta 4,096 rows 1,195.8 against the wide form's 1,269.1 us, `duet run` 4K
+// prefill 0.8% faster, both below the tensor-core form, so off).
 std::atomic<int32_t> walk_split_for_tests{-1};
 bool walk_split_fold() {
   static const bool on = env_switch("DUET_DELTA_WALK_SPLIT", false);
@@ -1825,10 +1826,14 @@ bool walk_split_fold() {
 // as the FMA form's on the same card, exactness 255 / 0 / 0); DUET_DELTA_WALK_MMA=0 the FMA form. Tests: 3 the form,
 // 1 its one-pass control, 0 off.
 std::atomic<int32_t> walk_mma_for_tests{-1};
+// A tensor-core form's TF32 passes: a test's choice when it set one (3, 1 or 0), else 3 where its switch is on.
+int passes_chosen(const std::atomic<int32_t>& for_tests, bool setting) {
+  const int32_t choice = for_tests.load();
+  return choice >= 0 ? choice : setting ? 3 : 0;
+}
 int walk_mma_passes() {
   static const bool on = env_switch("DUET_DELTA_WALK_MMA", true);
-  const int32_t choice = walk_mma_for_tests.load();
-  return choice >= 0 ? choice : on ? 3 : 0;
+  return passes_chosen(walk_mma_for_tests, on);
 }
 
 // The Gram products of a WY chunk's A and Q on the tensor cores (chunk_matrices_kernel, kMmaPasses):
@@ -1837,8 +1842,7 @@ int walk_mma_passes() {
 std::atomic<int32_t> matrices_mma_for_tests{-1};
 int matrices_mma_passes() {
   static const bool on = env_switch("DUET_DELTA_MATRICES_MMA", false);
-  const int32_t choice = matrices_mma_for_tests.load();
-  return choice >= 0 ? choice : on ? 3 : 0;
+  return passes_chosen(matrices_mma_for_tests, on);
 }
 
 // DUET_DELTA_WY=0: every chunk in the row-by-row form, the WY form's chunks too (for measurements; read once).
