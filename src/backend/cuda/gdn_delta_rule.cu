@@ -352,8 +352,7 @@ __global__ void __launch_bounds__(kThreads)
     Q[(t - a) * b + s] = qk * decay;
   };
   // The tensor-core form: warp w the 16 rows t of tile w % 4 of K K^T (w < 4) or Q K^T, every 8-column tile of s up
-  // to the diagonal; the other matrix's entry of the same (t, s) comes from the other warp, so each warp stores its
-  // own matrix's entries through the products' places in shared memory.
+  // to the diagonal; each warp stores its own matrix's entries, A's into L (for the inverse), Q's into the scratch.
   if (kMma && wy) {
     const int warp = threadIdx.x / 32, t0 = 16 * (warp % 4);
     const bool queries = warp >= 4;
