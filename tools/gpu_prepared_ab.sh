@@ -42,6 +42,10 @@
 #      WideConvRows*), bench_gdn_delta's prefill cases under both walks and with the matrices on, `duet run` prefill of
 #      1K and 4K prompts with each turned off (the matrices and the wide conv on) against the defaults
 #      (tools/gpu_prefill_ab.sh), then the 4K prompt's kernel timeline;
+#  12. the dense decode kernel's earlier keys through its ring (KEYS_AB=1; DUET_DELTA_DENSE_KEYS=1, 47th round, prepared,
+#      off; the same bits): its bits test (GdnKernelsTest.DenseDecodeKernelGivesTheClusterFormsBits, every form),
+#      bench_gdn_delta's decode cases under both with the dense kernel's phase clock (DUET_DENSE_CLOCK=1: a block's
+#      cycles in each phase, its A and Q entries' beside them), `duet run` at 16, 4 and 64 streams;
 # while BUDGET_S lasts, each stage skipped once it would not fit. Every stage writes its lines as it goes, to stdout
 # and OUT/log (never through a pipe that holds them until the end: 41st round).
 # STAGES (e.g. "1 8") runs only those stages (default: every one).
@@ -188,5 +192,16 @@ if stage 11 && [[ ${PREFILL_AB:-0} == 1 ]]; then
   fits 150 && tools/gpu_prefill_ab.sh "$work" 1024,4096 2 - DUET_DELTA_WALK_MMA=0 DUET_CONV_WIDE=1 \
     DUET_SAMPLE_ROWS_PINNED=1 DUET_DELTA_MATRICES_MMA=1
   [[ -f device/lib/libkernel_trace.so ]] && fits 40 && PREFILL=4096 tools/gpu_timeline.sh "$out" 1 2 "$work"
+fi
+echo "done at $(elapsed) s"
+
+echo "== 12. the dense decode kernel's keys through its ring (KEYS_AB=1)"
+if stage 12 && [[ ${KEYS_AB:-0} == 1 ]]; then
+  run_gpu_test '*DenseDecodeKernelGivesTheClusterFormsBits*' "$out/keys-test.txt" 120
+  bench_gdn_settings 20 decode "$out/keys-bench.txt" - DUET_DELTA_DENSE_KEYS=1 "DUET_DENSE_CLOCK=1" \
+    "DUET_DENSE_CLOCK=1 DUET_DELTA_DENSE_KEYS=1"
+  for streams in 16 4 64; do
+    fits 70 && tools/gpu_launch_ab.sh "$work" "$streams" "$rounds" - DUET_DELTA_DENSE_KEYS=1
+  done
 fi
 echo "done at $(elapsed) s"

@@ -90,29 +90,61 @@ double one_row_state_bytes(const std::vector<PieceSpec>& pieces, const GdnDims& 
   return floats * sizeof(float);
 }
 
+// Runs `launch` `reps` times with a phase clock set (`set`: set_walk_phase_clock_for_tests or
+// set_dense_phase_clock_for_tests) and returns its counters' sums (zeros where no launch took that kernel).
+template <typename Launch>
+std::vector<unsigned long long> clocked_sums(int counters, void (*set)(unsigned long long*), int reps, Launch launch) {
+  unsigned long long* sums = nullptr;
+  check(cudaMalloc(&sums, counters * sizeof(unsigned long long)), "phase clock");
+  check(cudaMemset(sums, 0, counters * sizeof(unsigned long long)), "phase clock");
+  set(sums);
+  for (int r = 0; r < reps; ++r) launch();
+  check(cudaDeviceSynchronize(), "phase clock");
+  set(nullptr);
+  std::vector<unsigned long long> host(counters);
+  check(cudaMemcpy(host.data(), sums, counters * sizeof(unsigned long long), cudaMemcpyDeviceToHost), "phase clock");
+  cudaFree(sums);
+  return host;
+}
+
+// Prints each phase's cycles divided by `per` (launches or blocks) and its share of their sum.
+void print_phases(const char* what, const std::vector<const char*>& names, const std::vector<unsigned long long>& sums,
+                  double per) {
+  unsigned long long total = 0;
+  for (size_t p = 0; p < names.size(); ++p) total += sums[p];
+  std::printf("%-22s %s:", "", what);
+  for (size_t p = 0; p < names.size(); ++p)
+    std::printf("  %s %.0f (%.1f%%)", names[p], static_cast<double>(sums[p]) / per, 100.0 * sums[p] / total);
+  std::printf("\n");
+}
+
 // DUET_WALK_CLOCK=1: where the walk's first block spends its cycles, phase by phase (gdn_delta_rule.cu's
 // walk_phase_clock), over `reps` more launches apart from the timed ones; cases with no walk print nothing.
+// DUET_DENSE_CLOCK=1: where a dense decode block's cycles go (dense_phase_clock), the mean over every block of `reps`
+// more launches; the A and Q entries' cycles are the first row's thread's, beside the column thread's phases (it
+// waits for them in "entries' wait").
 template <typename Launch>
-void print_walk_phases(const Case& c, int reps, Launch launch) {
-  constexpr int kPhases = 6;
-  const char* names[kPhases] = {"copies' wait", "normalize", "issue copies", "S_b^T [k; q]", "d", "outputs + fold"};
-  unsigned long long* sums = nullptr;
-  check(cudaMalloc(&sums, kPhases * sizeof(unsigned long long)), "walk clock");
-  check(cudaMemset(sums, 0, kPhases * sizeof(unsigned long long)), "walk clock");
-  set_walk_phase_clock_for_tests(sums);
-  for (int r = 0; r < reps; ++r) launch();
-  check(cudaDeviceSynchronize(), c.name.c_str());
-  set_walk_phase_clock_for_tests(nullptr);
-  unsigned long long host[kPhases] = {};
-  check(cudaMemcpy(host, sums, sizeof host, cudaMemcpyDeviceToHost), "walk clock");
-  cudaFree(sums);
-  unsigned long long total = 0;
-  for (unsigned long long v : host) total += v;
-  if (total == 0) return;
-  std::printf("%-22s walk block 0, cycles a launch:", "");
-  for (int p = 0; p < kPhases; ++p)
-    std::printf("  %s %.0f (%.1f%%)", names[p], static_cast<double>(host[p]) / reps, 100.0 * host[p] / total);
-  std::printf("\n");
+void print_clocked_phases(int reps, Launch launch) {
+  auto on = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v != nullptr && std::string(v) == "1";
+  };
+  if (on("DUET_WALK_CLOCK")) {
+    const std::vector<unsigned long long> sums = clocked_sums(6, set_walk_phase_clock_for_tests, reps, launch);
+    if (sums[0] + sums[1] + sums[2] + sums[3] + sums[4] + sums[5] > 0)
+      print_phases("walk block 0, cycles a launch",
+                   {"copies' wait", "normalize", "issue copies", "S_b^T [k; q]", "d", "outputs + fold"}, sums, reps);
+  }
+  if (on("DUET_DENSE_CLOCK")) {
+    const std::vector<unsigned long long> sums = clocked_sums(8, set_dense_phase_clock_for_tests, reps, launch);
+    if (sums[7] > 0) {
+      print_phases("dense block, mean cycles",
+                   {"vectors", "normalize", "S_b^T [k; q]", "entries' wait", "d + output", "stores + norm"}, sums,
+                   static_cast<double>(sums[7]));
+      std::printf("%-22s A and Q entries (first row's thread) %.0f cycles; %llu blocks a launch\n", "",
+                  static_cast<double>(sums[6]) / static_cast<double>(sums[7]), sums[7] / reps);
+    }
+  }
 }
 
 void run_case(const Case& c, int reps) {
@@ -170,12 +202,10 @@ void run_case(const Case& c, int reps) {
   if (state_bytes > 0)
     std::printf("  one-row state reads %.1f MB: %.0f GB/s", state_bytes / 1e6, state_bytes / median_s / 1e9);
   std::printf("\n");
-  const char* clocked = std::getenv("DUET_WALK_CLOCK");
-  if (clocked != nullptr && std::string(clocked) == "1")
-    print_walk_phases(c, reps, [&] {
-      launch_gdn_delta_rule(step.get(), kLayer, in_d.qkv.get(), in_d.beta.get(), in_d.g.get(), d, step.scratch(),
-                            out.get(), nullptr);
-    });
+  print_clocked_phases(reps, [&] {
+    launch_gdn_delta_rule(step.get(), kLayer, in_d.qkv.get(), in_d.beta.get(), in_d.g.get(), d, step.scratch(),
+                          out.get(), nullptr);
+  });
 }
 
 }  // namespace

@@ -545,10 +545,19 @@ TEST_P(GdnKernelsTest, DenseDecodeKernelGivesTheClusterFormsBits) {
   const Result clusters = run(std::numeric_limits<int32_t>::max(), in);
   // The dense kernel in batches, with rolling loads and with the ring, and both forms with the one-row pieces latest
   // in their chunk first (DUET_DELTA_ORDER=longest; loads -1: the cluster form).
-  const std::vector<std::pair<int32_t, bool>> forms = {
-      {0, false}, {16, false}, {kDeltaDenseBulk, false}, {16, true}, {kDeltaDenseBulk, true}, {-1, true}};
+  const std::vector<std::pair<int32_t, bool>> forms = {{0, false},
+                                                       {16, false},
+                                                       {kDeltaDenseBulk, false},
+                                                       {kDeltaDenseKeys, false},
+                                                       {16, true},
+                                                       {kDeltaDenseBulk, true},
+                                                       {kDeltaDenseKeys, true},
+                                                       {-1, true}};
   for (const auto& [loads, longest] : forms) {
-    SCOPED_TRACE("loads " + std::string(loads == kDeltaDenseBulk ? "by the ring" : std::to_string(loads) + " rows") +
+    SCOPED_TRACE("loads " +
+                 std::string(loads == kDeltaDenseBulk   ? "by the ring"
+                             : loads == kDeltaDenseKeys ? "by the ring, keys too"
+                                                        : std::to_string(loads) + " rows") +
                  (longest ? ", longest first" : ""));
     const Result dense = loads < 0 ? run(std::numeric_limits<int32_t>::max(), in, 0, true) : run(0, in, loads, longest);
     int32_t first_row = 0;

@@ -426,11 +426,23 @@ class PhaseClock {
     atomicAdd(sums_ + phase, static_cast<unsigned long long>(now - last_));
     last_ = now;
   }
+  // Adds one to counter `slot` (the blocks a clock saw).
+  __device__ __forceinline__ void count(int slot) {
+    if (sums_ != nullptr) atomicAdd(sums_ + slot, 1ull);
+  }
 
  private:
   unsigned long long* sums_;
   long long last_ = 0;
 };
+
+// Where a dense decode block's time goes (bench_gdn_delta with DUET_DENSE_CLOCK=1): when dense_phase_clock is set
+// (set_dense_phase_clock_for_tests), thread 0 of every decode_dense_kernel block (a column thread) adds its cycles in
+// each phase into dense_phase_clock[phase]: 0 until the row's vectors have landed, 1 normalizing them, 2 the chains of
+// S_b^T k and S_b^T q, 3 waiting for the A and Q entries (and the earlier rows' d copies), 4 d and the output, 5 the
+// stores and the gated norm; thread VD (the A and Q entries of the chunk's first row) adds its entries' cycles into
+// [6]; [7] counts the blocks. The sums over all blocks, so the bench prints a block's mean.
+__device__ unsigned long long* dense_phase_clock = nullptr;
 
 // A chunk's inputs from the scratch and beta, twice: the next chunk's are copied in while this one is computed. Rows
 // kStride floats apart: kC + 1 spreads a column's lanes over the banks (the solve); kC + 4 puts the rows of an m16n8k8
@@ -1231,6 +1243,7 @@ static_assert(lanes_for(128) == kDenseLanes && lanes_for(32) == kDenseLanes, "th
 // kRoll == kDenseBulk (decode_dense_kernel): S_b and the earlier rows' d reach the column threads through a ring of
 // bulk copies in u's room, kRingRows rows a stage (8 KB at the 9B's heads), kRingStages stages.
 constexpr int kDenseBulk = kDeltaDenseBulk;
+constexpr int kDenseKeys = kDeltaDenseKeys;
 constexpr int kRingRows = 16;
 constexpr int kRingStages = kC / kRingRows;
 static_assert(kRingRows % kDenseLanes == 0, "a stage's first row is a multiple of the lanes: row r adds to lane r % 8");
@@ -1299,12 +1312,21 @@ __device__ __forceinline__ RowEntries row_entries_streamed(const float* kt, cons
 // none while it copied its vectors, took d and stored; the ring keeps up to 32 KB in flight from one thread's
 // instructions, from the block's start (the d rows behind S_b's), and the column threads' registers hold no rows.
 // Measured (44th round, H100): `duet run` at 64 streams +0.9% (five alternating rounds), 32 streams level.
+// kRoll == kDenseKeys (DUET_DELTA_DENSE_KEYS=1, prepared, off; the same bits): the chunk's earlier keys come through
+// the ring too, in stages of their own ahead of S_b's, and the A and Q threads read them from shared memory. Why: with
+// kDenseBulk each A and Q thread streams its key row (512 bytes at the 9B's heads) from global memory four 16-byte
+// pieces ahead, eight of the memory's round trips one after another, where the column threads' ring takes about three
+// (S_b's 8 stages, then d's, 4 in flight): at few rows, where a block's time is the kernel's, the entries may be what
+// the block waits for (DUET_DENSE_CLOCK=1 prints its phases). The key stages cost the column threads a round trip
+// before S_b's last stages; the row's A and Q entries are the same chains over the same values.
 constexpr int kKeyAhead = 4;
 template <int KD, int VD, bool kEarlyState = false, int kRoll = 0>
 __global__ void __launch_bounds__(VD + kC, 5)
     decode_dense_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, const float* g,
                         GdnDims dims, float* out, GdnNormArrays norm) {
-  constexpr bool kBulk = kRoll == kDenseBulk;
+  constexpr bool kKeyStages = kRoll == kDenseKeys;
+  constexpr bool kBulk = kRoll == kDenseBulk || kKeyStages;
+  PhaseClock clock(threadIdx.x == 0 ? dense_phase_clock : nullptr);
   if constexpr (!kEarlyState) {
     wait_for_prerequisites();
     let_dependents_launch();
@@ -1327,17 +1349,25 @@ __global__ void __launch_bounds__(VD + kC, 5)
   // its own ahead of both; kDenseBulk: the d rows come through the ring, the second group is empty).
   constexpr int kInFlight = kRoll > 1 ? (kRoll < KD ? kRoll : KD) : kDenseBatch;
   float s_rows[kBulk ? 1 : kInFlight];
-  // The ring's stages: S_b's rows, then the t earlier rows' d (the last stage as many as are left).
+  // The ring's stages: (kKeyStages: the t earlier keys,) S_b's rows, then the t earlier rows' d (a last stage of keys
+  // or d as many rows as are left).
   static_assert(!kBulk || KD % kRingRows == 0, "S_b's rows in whole stages");
+  static_assert(!kKeyStages || KD <= VD, "a stage of keys fits in a stage of u's rows");
   constexpr int kStateStages = KD / kRingRows;
-  const int stages = kStateStages + (t + kRingRows - 1) / kRingRows;
+  const int earlier_stages = (t + kRingRows - 1) / kRingRows;
+  const int key_stages = kKeyStages ? earlier_stages : 0;  // the ring's stages [0, key_stages): keys
+  const int d_stage = key_stages + kStateStages;           // the first of d's
+  const int stages = d_stage + earlier_stages;
   const uint32_t ring_bars = static_cast<uint32_t>(__cvta_generic_to_shared(sm.ring_full));
-  auto issue_stage = [&](int st) {  // by thread 0
+  auto issue_stage = [&](int st) {  // by thread 0 (kKeyStages: S_b's first stages by thread VD, as keys' are released)
     const int slot = st % kRingStages;
-    const int d0 = (st - kStateStages) * kRingRows;
-    const int rows = st < kStateStages ? kRingRows : min(kRingRows, t - d0);
-    const float* src = st < kStateStages ? state + st * kRingRows * VD : state + layout.d() + d0 * VD;
-    const auto bytes = static_cast<uint32_t>(rows * VD * sizeof(float));
+    const int row0 = (st < key_stages ? st : st - d_stage) * kRingRows;  // a stage of keys' or d's first row
+    const bool of_state = st >= key_stages && st < d_stage;
+    const int rows = of_state ? kRingRows : min(kRingRows, t - row0);
+    const float* src = of_state          ? state + (st - key_stages) * kRingRows * VD
+                       : st < key_stages ? state + layout.keys() + row0 * KD
+                                         : state + layout.d() + row0 * VD;
+    const auto bytes = static_cast<uint32_t>(rows * (st < key_stages ? KD : VD) * sizeof(float));
     mbarrier_expect_bytes(ring_bars + 8 * slot, bytes);
     bulk_copy(static_cast<uint32_t>(__cvta_generic_to_shared(&sm.u[slot * kRingRows][0])), src, bytes,
               ring_bars + 8 * slot);
@@ -1363,6 +1393,14 @@ __global__ void __launch_bounds__(VD + kC, 5)
   auto release_stage = [&](int st) {
     asm volatile("bar.sync 1, %0;" ::"n"(VD) : "memory");
     if (tid == 0 && st + kRingStages < stages) issue_stage(st + kRingStages);
+  };
+  // kKeyStages: the A and Q threads are done with every stage of keys (a barrier of theirs alone); thread VD refills
+  // those slots with the stages four after them.
+  auto release_key_stages = [&] {
+    asm volatile("bar.sync 2, %0;" ::"n"(kC) : "memory");
+    if (tid == VD)
+      for (int st = 0; st < key_stages; ++st)
+        if (st + kRingStages < stages) issue_stage(st + kRingStages);
   };
   if constexpr (kEarlyState) {
     copy_floats_async(sm.G, state + layout.G(), t);
@@ -1393,20 +1431,23 @@ __global__ void __launch_bounds__(VD + kC, 5)
   if constexpr (!kEarlyState && !kBulk) first_rows();
   wait_async_copies_but_last();
   __syncthreads();
+  clock.mark(0);
+  clock.count(7);
 
   const int warp = tid / 32;
   if (warp == 0) l2_normalize_to<KD>(sm.raw_k, in.q_scale, false, sm.kt);
   if (warp == 1) l2_normalize_to<KD>(sm.raw_q, in.q_scale, true, sm.q);
   if (tid == Smem::kThreads - 1) sm.G[t] = (t > 0 ? sm.G[t - 1] : 0.0f) + sm.g;  // as decode_delta_kernel
   __syncthreads();
+  clock.mark(1);
 
   float wk = 0.0f, wq = 0.0f;
   if (column && kBulk) {  // the same chains, the rows from the ring
-    for (int st = 0; st < kStateStages; ++st) {
+    for (int st = key_stages; st < d_stage; ++st) {
       const float* rows = ring_stage(st);
 #pragma unroll
       for (int b = 0; b < kRingRows; ++b) {
-        const int i = st * kRingRows + b;
+        const int i = (st - key_stages) * kRingRows + b;
         const float s_i = rows[b * VD + tid];
         wk = fmaf(sm.kt[i], s_i, wk);
         wq = fmaf(sm.q[i], s_i, wq);
@@ -1443,7 +1484,19 @@ __global__ void __launch_bounds__(VD + kC, 5)
         for (int b = 0; b < kDenseBatch; ++b) s_rows[b] = next[b];
       }
     }
+  } else if (kKeyStages) {  // entry s of the row's A and Q (s <= t), the earlier keys from the ring
+    PhaseClock entries_clock(tid == VD ? dense_phase_clock : nullptr);
+    const int s = tid - VD;
+    if (s <= t) {
+      const float* key = s == t ? sm.kt : ring_stage(s / kRingRows) + (s % kRingRows) * KD;
+      const RowEntries e = row_entries<KD>(sm.kt, sm.q, key, sm.G[t], sm.G[s], sm.beta);
+      if (s < t) sm.A_row[s] = e.A;
+      sm.Q_row[s] = e.Q;
+    }
+    entries_clock.mark(6);
+    release_key_stages();
   } else {  // entry s of the row's A and Q (s <= t)
+    PhaseClock entries_clock(tid == VD ? dense_phase_clock : nullptr);
     const int s = tid - VD;
     if (s <= t) {
       const float* key = s == t ? sm.kt : state + layout.keys() + s * KD;
@@ -1453,19 +1506,22 @@ __global__ void __launch_bounds__(VD + kC, 5)
       if (s < t) sm.A_row[s] = e.A;
       sm.Q_row[s] = e.Q;
     }
+    entries_clock.mark(6);
   }
+  clock.mark(2);
   wait_async_copies();  // the earlier rows' d
   __syncthreads();
+  clock.mark(3);
 
   const float eG = expf(sm.G[t]);
   if (column) {  // d and the output of column tid
     const int j = tid;
     float part[kDenseLanes] = {};
     float acc = 0.0f;
-    if constexpr (kBulk) {  // the same chains, the rows from the ring: row s of stage st is s - 16 (st - 8)'s
-      for (int st = kStateStages; st < stages; ++st) {
+    if constexpr (kBulk) {  // the same chains, the rows from the ring: row r of stage st is row 16 (st - d_stage) + r
+      for (int st = d_stage; st < stages; ++st) {
         const float* rows = ring_stage(st);
-        const int s0 = (st - kStateStages) * kRingRows;
+        const int s0 = (st - d_stage) * kRingRows;
 #pragma unroll
         for (int r = 0; r < kRingRows; ++r) {
           if (s0 + r < t) {
@@ -1494,10 +1550,12 @@ __global__ void __launch_bounds__(VD + kC, 5)
     sm.o_head[j] = o;
     state[layout.d() + t * VD + j] = d;  // the chunk's store gets the row
   }
+  clock.mark(4);
   for (int i = tid; i < KD; i += Smem::kThreads) state[layout.keys() + t * KD + i] = sm.kt[i];
   if (tid == 0) state[layout.G() + t] = sm.G[t];
   __syncthreads();
   if (norm.out != nullptr && warp == 0) gated_norm_head(sm.o_head, sm.z, norm.w, norm.eps, VD, norm.out + head_at);
+  clock.mark(5);
 }
 
 // ---- fold_chunk_kernel: the next chunk's S_b for the one-row pieces that completed their chunk this step
@@ -1876,12 +1934,15 @@ int32_t dense_decode_from() {
 // `duet run` at 64 streams on an H100, five alternating rounds, 6,268 against 6,213 tok/s, +0.9%, the same tokens;
 // bench_gdn_delta's 64 rows 100.9 against 104.4 us a layer, the same fingerprints); with DUET_DELTA_DENSE_BULK=0 the
 // rolling loads of 16 rows in flight (the 42nd round's), and with that and DUET_DELTA_DENSE_ROLL=0 the batches before
-// them (read once; for A/B).
+// them (read once; for A/B). DUET_DELTA_DENSE_KEYS=1 (prepared, off): the ring with the chunk's earlier keys in stages
+// ahead of S_b's (kDenseKeys).
 std::atomic<int32_t> dense_loads_for_tests{-1};
 int dense_loads() {
   static const int loads = [] {
     const char* bulk = std::getenv("DUET_DELTA_DENSE_BULK");
-    if (bulk == nullptr || std::strcmp(bulk, "0") != 0) return kDenseBulk;
+    const char* keys = std::getenv("DUET_DELTA_DENSE_KEYS");
+    if (bulk == nullptr || std::strcmp(bulk, "0") != 0)
+      return keys != nullptr && std::strcmp(keys, "1") == 0 ? kDenseKeys : kDenseBulk;
     const char* v = std::getenv("DUET_DELTA_DENSE_ROLL");
     return v != nullptr && std::strcmp(v, "0") == 0 ? 0 : 16;
   }();
@@ -1923,6 +1984,8 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
        allow_smem(decode_dense_kernel<KD, VD, true, 16>, dense_bytes),
        allow_smem(decode_dense_kernel<KD, VD, false, kDenseBulk>, dense_bytes),
        allow_smem(decode_dense_kernel<KD, VD, true, kDenseBulk>, dense_bytes),
+       allow_smem(decode_dense_kernel<KD, VD, false, kDenseKeys>, dense_bytes),
+       allow_smem(decode_dense_kernel<KD, VD, true, kDenseKeys>, dense_bytes),
        allow_smem(fold_chunk_kernel<KD, VD>, fold_bytes), true);
   (void)opted_in;
   const int32_t single_pieces = step.pieces - step.multi_pieces - step.few_pieces;
@@ -1966,6 +2029,8 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
         loads == 16 ? (early ? decode_dense_kernel<KD, VD, true, 16> : decode_dense_kernel<KD, VD, false, 16>)
         : loads == kDenseBulk
             ? (early ? decode_dense_kernel<KD, VD, true, kDenseBulk> : decode_dense_kernel<KD, VD, false, kDenseBulk>)
+        : loads == kDenseKeys
+            ? (early ? decode_dense_kernel<KD, VD, true, kDenseKeys> : decode_dense_kernel<KD, VD, false, kDenseKeys>)
             : (early ? decode_dense_kernel<KD, VD, true, 0> : decode_dense_kernel<KD, VD, false, 0>);
     launch_dependent("decode_dense_kernel", kernel, dim3(dims.value_heads, single_pieces),
                      dim3(DenseSmem<KD, VD>::kThreads), dense_bytes, stream, step, layer, qkv, beta, g, dims, out,
@@ -2009,6 +2074,9 @@ void set_delta_walk_mma_for_tests(int32_t passes) { walk_mma_for_tests.store(pas
 void set_delta_matrices_mma_for_tests(int32_t passes) { matrices_mma_for_tests.store(passes); }
 void set_walk_phase_clock_for_tests(unsigned long long* sums) {
   check_cuda(cudaMemcpyToSymbol(walk_phase_clock, &sums, sizeof sums), "set_walk_phase_clock_for_tests");
+}
+void set_dense_phase_clock_for_tests(unsigned long long* sums) {
+  check_cuda(cudaMemcpyToSymbol(dense_phase_clock, &sums, sizeof sums), "set_dense_phase_clock_for_tests");
 }
 
 void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16* qkv, const float* beta,

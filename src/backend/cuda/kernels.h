@@ -212,8 +212,10 @@ void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16
 void set_delta_decode_dense_from_for_tests(int32_t pieces);
 // Tests: how the dense kernel reads S_b: 16, rolling loads of 16 rows; 0, batches; kDeltaDenseBulk, a ring of bulk
 // copies; instead of the default (the ring) or DUET_DELTA_DENSE_BULK's / DUET_DELTA_DENSE_ROLL's; a negative number
-// gives the choice back. The bits are the same.
+// gives the choice back. The bits are the same. kDeltaDenseKeys: the ring with the chunk's earlier keys in it too
+// (DUET_DELTA_DENSE_KEYS=1's).
 constexpr int32_t kDeltaDenseBulk = 1;
+constexpr int32_t kDeltaDenseKeys = 2;
 void set_delta_dense_loads_for_tests(int32_t loads);
 // Tests: the chunked walk's outputs in tiles (1, the default) or a column a lane (0) instead of DUET_DELTA_WALK_TILES's
 // choice; a negative number gives the choice back. The bits are the same.
@@ -236,6 +238,10 @@ void set_delta_matrices_mma_for_tests(int32_t passes);
 // of block (0, 0, 0) of every later walk launch in each of its phases (gdn_delta_rule.cu, walk_phase_clock); null
 // stops.
 void set_walk_phase_clock_for_tests(unsigned long long* sums);
+// Benchmarks: where a dense decode block's time goes. `sums` (device memory, 8 counters, zeroed by the caller) gets
+// every later decode_dense_kernel block's cycles in each of its phases, and [7] the blocks (gdn_delta_rule.cu,
+// dense_phase_clock); null stops.
+void set_dense_phase_clock_for_tests(unsigned long long* sums);
 
 // ---- gdn_norm.cu
 // Gated RMSNorm per value head: y = bf16(bf16(o * rsqrt(mean(o^2) + eps)) * w) * silu(z) in fp32, rounded to BF16.
