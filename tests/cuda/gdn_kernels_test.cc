@@ -585,6 +585,54 @@ TEST_P(GdnKernelsTest, DenseDecodeKernelGivesTheClusterFormsBits) {
   EXPECT_TRUE(same_bits(control.states[0], clusters.states[0]));
 }
 
+// DUET_DELTA_FOLDS=step: the one-row pieces' folds of every layer in one launch after the last layer's delta rule leave
+// each layer's state as a fold after each layer does (the dense kernel and the clusters, beside prefill and verify
+// pieces). The control: without the folds' launch the completing pieces' states are not those.
+TEST_P(GdnKernelsTest, FoldsAfterTheLastLayerLeaveEachLayersState) {
+  DUET_REQUIRE_GPU();
+  const GdnDims& d = dims();
+  const std::vector<PieceSpec> pieces = {{0, 1, 63},  {1, 7, 5},  {2, 1, 191}, {3, 65, 200},
+                                         {4, 1, 127}, {5, 1, 40}, {6, 1, 0},   {7, 4, 300, true}};
+  const std::vector<uint64_t> seeds = {51, 52, 53, 54, 55, 56, 57, 58};
+  const int32_t rows = total_rows(pieces);
+  const DeltaInputs in = random_delta_inputs(d, rows, 811);
+  enum class Mode { each_layer, after_last_layer, no_folds };
+  auto run = [&](Mode mode, int32_t dense_from) {
+    set_delta_decode_dense_from_for_tests(dense_from);
+    DeviceDeltaInputs in_d(in);
+    States states(d, seeds);
+    Step step(pieces, states);
+    DeviceBuffer<float> out_d(static_cast<size_t>(rows) * value_width(d));
+    const DeltaFolds folds = mode == Mode::each_layer ? DeltaFolds::each_layer : DeltaFolds::after_last_layer;
+    for (int32_t layer = 0; layer < kLayers; ++layer)
+      launch_gdn_delta_rule(step.get(), layer, in_d.qkv.get(), in_d.beta.get(), in_d.g.get(), d, step.scratch(),
+                            out_d.get(), nullptr, nullptr, folds);
+    if (mode == Mode::after_last_layer) launch_gdn_folds(step.get(), kLayers, d, nullptr);
+    sync_ok();
+    set_delta_decode_dense_from_for_tests(-1);
+    std::vector<std::vector<float>> live;  // [layer * pieces + piece]
+    const States::Snapshot now = states.now();
+    for (int32_t layer = 0; layer < kLayers; ++layer)
+      for (size_t i = 0; i < pieces.size(); ++i)
+        live.push_back(live_state(d, now.delta(static_cast<int32_t>(i), layer), pieces[i].start + pieces[i].rows));
+    return live;
+  };
+  for (const int32_t dense_from : {0, std::numeric_limits<int32_t>::max()}) {
+    SCOPED_TRACE(dense_from == 0 ? "the dense kernel" : "the clusters");
+    const auto each = run(Mode::each_layer, dense_from);
+    const auto after = run(Mode::after_last_layer, dense_from);
+    const auto none = run(Mode::no_folds, dense_from);
+    for (int32_t layer = 0; layer < kLayers; ++layer)
+      for (size_t i = 0; i < pieces.size(); ++i) {
+        SCOPED_TRACE("layer " + std::to_string(layer) + ", piece " + std::to_string(i));
+        const size_t at = static_cast<size_t>(layer) * pieces.size() + i;
+        EXPECT_TRUE(same_bits(after[at], each[at]));
+        const bool folds = pieces[i].rows == 1 && (pieces[i].start + 1) % kDeltaChunk == 0;
+        EXPECT_EQ(same_bits(none[at], each[at]), !folds) << "the control";
+      }
+  }
+}
+
 // ---- Row and cut invariance (conv then delta rule, as a GDN layer runs them).
 
 struct GdnRun {

@@ -232,6 +232,7 @@ class CudaStateStorage final : public StateStorage {
   bf16* kv() const { return static_cast<bf16*>(kv_.ptr); }
   int64_t conv_layer_stride() const { return conv_layer_; }
   int64_t delta_layer_stride() const { return delta_layer_; }
+  int64_t gdn_layers() const { return gdn_layers_; }
 
  private:
   void check_slot(int32_t slot) const {
@@ -394,6 +395,7 @@ class CudaBackend final : public Backend {
     if (plan.storage == nullptr || plan.storage->owner() != this)
       fail("cuda backend: the step's state storage belongs to another backend");
     const auto* storage = static_cast<const CudaStateStorage*>(plan.storage);  // made by new_state_storage
+    step_gdn_layers_ = storage->gdn_layers();
     for (const StepPiece& p : plan.pieces) {
       if (p.slot < 0 || p.slot >= storage->slots())
         fail("cuda backend: slot {} of a storage with {} slots", p.slot, storage->slots());
@@ -707,10 +709,16 @@ class CudaBackend final : public Backend {
     // The decode rows' gated norm comes with their delta rule; a step with other rows norms them all after it (the
     // decode rows again, with the same bits).
     const GdnNormArrays norm{z, device_weight(w.norm), static_cast<float>(s.norm_eps), normed};
+    const DeltaFolds folds = delta_folds();
     timer_.time("gdn.delta_rule", stream_, [&] {
       launch_gdn_delta_rule(step_, static_cast<int32_t>(gdn_layer), conv, beta, g, dims, chunk_scratch, core, stream_,
-                            &norm);
+                            &norm, folds);
     });
+    // DUET_DELTA_FOLDS=step: every layer's folds once the last layer's delta rule is launched (kernels.h).
+    if (folds == DeltaFolds::after_last_layer && gdn_layer == step_gdn_layers_ - 1) {
+      timer_.time("gdn.folds", stream_,
+                  [&] { launch_gdn_folds(step_, static_cast<int32_t>(step_gdn_layers_), dims, stream_); });
+    }
     if (step_.multi_pieces > 0) {
       timer_.time("gdn.gated_norm", stream_, [&] {
         launch_gdn_gated_norm(core, z, device_weight(w.norm), static_cast<float>(s.norm_eps), R,
@@ -1304,7 +1312,8 @@ class CudaBackend final : public Backend {
   // The current step.
   StepUpload upload_;
   DeviceStep step_;
-  int64_t chunk_scratch_ = 0;  // floats of delta-rule chunk scratch per value head this step needs
+  int64_t step_gdn_layers_ = 0;  // the step's state storage's GDN layers (the last one launches the deferred folds)
+  int64_t chunk_scratch_ = 0;    // floats of delta-rule chunk scratch per value head this step needs
   const int32_t* ids_ = nullptr;
   const int32_t* logit_rows_ = nullptr;
   const int32_t* sample_rows_ = nullptr;

@@ -1259,6 +1259,7 @@ struct DenseSmem {
   bf16 raw_q[KD], raw_k[KD], raw_v[VD], z[VD];
   float g, beta;
   uint64_t ring_full[kRingStages];  // kDenseBulk: a stage's bytes have landed (last: the other offsets as before)
+  uint64_t keys_full[kRingStages];  // kDenseKeys: a stage of keys has landed (each once: S_b's and d's on ring_full)
 };
 
 __device__ __forceinline__ void commit_async_copies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
@@ -1359,6 +1360,16 @@ __global__ void __launch_bounds__(VD + kC, 5)
   const int d_stage = key_stages + kStateStages;           // the first of d's
   const int stages = d_stage + earlier_stages;
   const uint32_t ring_bars = static_cast<uint32_t>(__cvta_generic_to_shared(sm.ring_full));
+  const uint32_t keys_bars = static_cast<uint32_t>(__cvta_generic_to_shared(sm.keys_full));
+  // A stage's barrier: the keys' stages their own, each used once; S_b's and d's a slot's, whose phases count only
+  // those stages (a slot that held keys first takes S_b's stage four later as its phase 0). A wait names its phase by
+  // parity alone, and a barrier still in its phase 0 reads phase 1 as complete: with the keys' phases on the slots'
+  // barriers, a column thread that reached a slot before its keys had landed took stale rows (the first run of this
+  // form, 47th round); with them apart, every thread waits for its barrier's phases in order.
+  auto stage_bar = [&](int st) { return (st < key_stages ? keys_bars : ring_bars) + 8 * (st % kRingStages); };
+  auto stage_parity = [&](int st) {
+    return static_cast<uint32_t>((st / kRingStages - (st % kRingStages < key_stages ? 1 : 0)) & 1);
+  };
   auto issue_stage = [&](int st) {  // by thread 0 (kKeyStages: S_b's first stages by thread VD, as keys' are released)
     const int slot = st % kRingStages;
     const int row0 = (st < key_stages ? st : st - d_stage) * kRingRows;  // a stage of keys' or d's first row
@@ -1368,14 +1379,15 @@ __global__ void __launch_bounds__(VD + kC, 5)
                        : st < key_stages ? state + layout.keys() + row0 * KD
                                          : state + layout.d() + row0 * VD;
     const auto bytes = static_cast<uint32_t>(rows * (st < key_stages ? KD : VD) * sizeof(float));
-    mbarrier_expect_bytes(ring_bars + 8 * slot, bytes);
-    bulk_copy(static_cast<uint32_t>(__cvta_generic_to_shared(&sm.u[slot * kRingRows][0])), src, bytes,
-              ring_bars + 8 * slot);
+    mbarrier_expect_bytes(stage_bar(st), bytes);
+    bulk_copy(static_cast<uint32_t>(__cvta_generic_to_shared(&sm.u[slot * kRingRows][0])), src, bytes, stage_bar(st));
   };
   auto first_rows = [&] {  // a column thread's first batch of S_b rows, or the ring's first stages
     if constexpr (kBulk) {
       if (tid == 0) {
         for (int s = 0; s < kRingStages; ++s) mbarrier_init(ring_bars + 8 * s, 1);
+        if (kKeyStages)
+          for (int s = 0; s < kRingStages; ++s) mbarrier_init(keys_bars + 8 * s, 1);
         fence_mbarrier_init();
         for (int st = 0; st < min(kRingStages, stages); ++st) issue_stage(st);
       }
@@ -1387,7 +1399,7 @@ __global__ void __launch_bounds__(VD + kC, 5)
   // Stage st's rows once they have landed, and its release: every column thread is done with it (a barrier of the
   // column threads alone), then thread 0 refills its slot with stage st + 4.
   auto ring_stage = [&](int st) {
-    mbarrier_wait(ring_bars + 8 * (st % kRingStages), static_cast<uint32_t>((st / kRingStages) & 1));
+    mbarrier_wait(stage_bar(st), st < key_stages ? 0u : stage_parity(st));
     return &sm.u[(st % kRingStages) * kRingRows][0];
   };
   auto release_stage = [&](int st) {
@@ -1576,13 +1588,16 @@ struct FoldSmem {
   float decay[kC];                    // e^{G_63 - G_s}
 };
 
+// Layers [first_layer, first_layer + gridDim.z / (VD / kColumns)): one launch a layer (first_layer the layer, gridDim.z
+// its column groups), or one a step for all of them (launch_gdn_folds).
 template <int KD, int VD>
-__global__ void __launch_bounds__(KD) fold_chunk_kernel(DeviceStep step, int32_t layer) {
+__global__ void __launch_bounds__(KD) fold_chunk_kernel(DeviceStep step, int32_t first_layer) {
   wait_for_prerequisites();
   let_dependents_launch();
   constexpr DeltaHeadState layout{KD, VD};
   using Smem = FoldSmem<KD, VD>;
   constexpr int kColumns = Smem::kColumns;
+  constexpr int kGroups = VD / kColumns;
   static_assert(kColumns % 4 == 0 && VD % kColumns == 0, "whole 16-byte pieces of the columns");
   extern __shared__ float4 smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
@@ -1591,7 +1606,8 @@ __global__ void __launch_bounds__(KD) fold_chunk_kernel(DeviceStep step, int32_t
   if (at >= step.pieces) return;
   const DevicePiece& piece = step.piece[step.piece_order[at]];
   if (piece.rows != 1 || (piece.start_position + 1) % kC != 0) return;
-  const int32_t head = blockIdx.y, col0 = blockIdx.z * kColumns;
+  const int32_t head = blockIdx.y, layer = first_layer + static_cast<int32_t>(blockIdx.z) / kGroups;
+  const int32_t col0 = static_cast<int32_t>(blockIdx.z) % kGroups * kColumns;
   float* state = head_state<KD, VD>(piece, layer, head);
   copy_rows_async_16<KD>(&sm.keys[0][0], KD, state + layout.keys(), KD, kC);
   copy_rows_async_16<kColumns>(&sm.u[0][0], kColumns, state + layout.d() + col0, VD, kC);
@@ -1950,9 +1966,25 @@ int dense_loads() {
   return for_tests >= 0 ? for_tests : loads;
 }
 
+// The folds of `layers` layers from `first_layer`, after the one-row kernel has stored the completing rows, in plain
+// stream order: as a dependent launch its blocks (36 KB of shared memory each) sat on the SMs through the one-row
+// kernel's waves, waiting, and took a third of its blocks' room (bench_gdn_delta, 64 rows: 124 us against 108 with the
+// fold in the completing row's block).
+template <int KD, int VD>
+void launch_folds(const DeviceStep& step, GdnDims dims, int32_t first_layer, int32_t layers, cudaStream_t stream) {
+  constexpr size_t fold_bytes = sizeof(FoldSmem<KD, VD>);
+  static const bool opted_in = (allow_smem(fold_chunk_kernel<KD, VD>, fold_bytes), true);
+  (void)opted_in;
+  const auto groups = static_cast<unsigned>(VD / FoldSmem<KD, VD>::kColumns);
+  fold_chunk_kernel<KD, VD><<<dim3(static_cast<unsigned>(step.fold_pieces), static_cast<unsigned>(dims.value_heads),
+                                   groups * static_cast<unsigned>(layers)),
+                              KD, fold_bytes, stream>>>(step, first_layer);
+  check_launch("gdn fold_chunk_kernel");
+}
+
 template <int KD, int VD>
 void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float* beta, const float* g, GdnDims dims,
-            float* scratch, float* out, const GdnNormArrays& norm, cudaStream_t stream) {
+            float* scratch, float* out, const GdnNormArrays& norm, DeltaFolds folds, cudaStream_t stream) {
   constexpr int VC = columns_for(VD);
   constexpr size_t matrices_bytes = sizeof(MatricesSmem<KD>), mma_matrices_bytes = sizeof(MatricesSmem<KD, true>);
   constexpr size_t state_bytes = sizeof(StateSmem<KD, VC>), wide_state_bytes = sizeof(StateSmem<KD, VC, true>);
@@ -1960,7 +1992,6 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
   constexpr size_t decode_bytes = sizeof(DecodeSmem<KD, VD>);
   constexpr size_t rows_bytes = sizeof(RowsSmem<KD, VD>);
   constexpr size_t dense_bytes = sizeof(DenseSmem<KD, VD>);
-  constexpr size_t fold_bytes = sizeof(FoldSmem<KD, VD>);
   // Six blocks an SM (228 KB, 1 KB of each block's reserved) at the 9B's shape: the kernel is latency-bound.
   static_assert(KD != 128 || VD != 128 || decode_bytes <= 37 * 1024, "decode_delta_kernel: 6 blocks per SM");
   static_assert(state_bytes <= 227 * 1024 && wide_state_bytes <= 227 * 1024 && mma_state_bytes <= 227 * 1024,
@@ -1985,8 +2016,7 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
        allow_smem(decode_dense_kernel<KD, VD, false, kDenseBulk>, dense_bytes),
        allow_smem(decode_dense_kernel<KD, VD, true, kDenseBulk>, dense_bytes),
        allow_smem(decode_dense_kernel<KD, VD, false, kDenseKeys>, dense_bytes),
-       allow_smem(decode_dense_kernel<KD, VD, true, kDenseKeys>, dense_bytes),
-       allow_smem(fold_chunk_kernel<KD, VD>, fold_bytes), true);
+       allow_smem(decode_dense_kernel<KD, VD, true, kDenseKeys>, dense_bytes), true);
   (void)opted_in;
   const int32_t single_pieces = step.pieces - step.multi_pieces - step.few_pieces;
   if (step.multi_chunks > 0) {
@@ -2044,15 +2074,7 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
                               decode_bytes, stream, step, layer, qkv, beta, g, dims, out, norm);
     check_launch("gdn decode_delta_kernel");
   }
-  if (step.fold_pieces > 0) {
-    // After the one-row kernel has stored the completing rows, in plain stream order: as a dependent launch its blocks
-    // (36 KB of shared memory each) sat on the SMs through the one-row kernel's waves, waiting, and took a third of
-    // its blocks' room (bench_gdn_delta, 64 rows: 124 us against 108 with the fold in the completing row's block).
-    fold_chunk_kernel<KD, VD>
-        <<<dim3(step.fold_pieces, dims.value_heads, VD / FoldSmem<KD, VD>::kColumns), KD, fold_bytes, stream>>>(step,
-                                                                                                                layer);
-    check_launch("gdn fold_chunk_kernel");
-  }
+  if (step.fold_pieces > 0 && folds == DeltaFolds::each_layer) launch_folds<KD, VD>(step, dims, layer, 1, stream);
 }
 
 }  // namespace
@@ -2081,7 +2103,7 @@ void set_dense_phase_clock_for_tests(unsigned long long* sums) {
 
 void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16* qkv, const float* beta,
                            const float* g, GdnDims dims, float* chunk_scratch, float* out, cudaStream_t stream,
-                           const GdnNormArrays* norm) {
+                           const GdnNormArrays* norm, DeltaFolds folds) {
   if (dims.key_heads <= 0 || dims.value_heads <= 0 || dims.value_heads % dims.key_heads != 0)
     check_cuda(cudaErrorInvalidValue, "launch_gdn_delta_rule: value_heads must be a multiple of key_heads");
   if (step.chunks <= 0) return;
@@ -2092,10 +2114,31 @@ void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16
   const GdnNormArrays none;
   const GdnNormArrays& n = norm != nullptr ? *norm : none;
   if (dims.key_dim == 16 && dims.value_dim == 32)
-    return launch<16, 32>(step, gdn_layer, qkv, beta, g, dims, chunk_scratch, out, n, stream);
+    return launch<16, 32>(step, gdn_layer, qkv, beta, g, dims, chunk_scratch, out, n, folds, stream);
   if (dims.key_dim == 128 && dims.value_dim == 128)
-    return launch<128, 128>(step, gdn_layer, qkv, beta, g, dims, chunk_scratch, out, n, stream);
+    return launch<128, 128>(step, gdn_layer, qkv, beta, g, dims, chunk_scratch, out, n, folds, stream);
   check_cuda(cudaErrorInvalidValue, "launch_gdn_delta_rule: key_dim x value_dim must be 16 x 32 or 128 x 128");
+}
+
+void launch_gdn_folds(const DeviceStep& step, int32_t gdn_layers, GdnDims dims, cudaStream_t stream) {
+  if (step.fold_pieces <= 0 || gdn_layers <= 0) return;
+  if (dims.key_dim == 16 && dims.value_dim == 32) return launch_folds<16, 32>(step, dims, 0, gdn_layers, stream);
+  if (dims.key_dim == 128 && dims.value_dim == 128) return launch_folds<128, 128>(step, dims, 0, gdn_layers, stream);
+  check_cuda(cudaErrorInvalidValue, "launch_gdn_folds: key_dim x value_dim must be 16 x 32 or 128 x 128");
+}
+
+// DUET_DELTA_FOLDS=step (prepared, off): the one-row pieces' folds of every GDN layer in one launch after the step's
+// last GDN layer, instead of one launch after each layer's delta rule. Each layer's fold of a step is read first by the
+// next step's delta rule of that layer (a one-row piece writes no snapshot, and a piece is its sequence's only one in a
+// step), so the state a step leaves is the same. Why: bench_gdn_delta's 64 rows take 85 us with one completing row and
+// 63 us with none (47th round, H200): a fold launch is a kernel's latency for 6 MB, paid each layer, and most
+// 64-stream steps have a completing row.
+DeltaFolds delta_folds() {
+  static const DeltaFolds folds = [] {
+    const char* v = std::getenv("DUET_DELTA_FOLDS");
+    return v != nullptr && std::strcmp(v, "step") == 0 ? DeltaFolds::after_last_layer : DeltaFolds::each_layer;
+  }();
+  return folds;
 }
 
 }  // namespace duet::backend::cuda

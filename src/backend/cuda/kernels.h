@@ -204,9 +204,16 @@ struct GdnNormArrays {
 };
 // Whether launch_gdn_delta_rule has kernels for heads of key_dim x value_dim (16 x 32 and 128 x 128).
 bool gdn_delta_rule_supports(int64_t key_dim, int64_t value_dim);
+// Where the one-row pieces that complete their chunk are folded into the next S_b: after the layer's delta rule, or
+// (after_last_layer) by launch_gdn_folds once the step's last GDN layer's delta rule is launched.
+enum class DeltaFolds { each_layer, after_last_layer };
 void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16* qkv, const float* beta,
                            const float* g, GdnDims dims, float* chunk_scratch, float* out, cudaStream_t stream,
-                           const GdnNormArrays* norm = nullptr);
+                           const GdnNormArrays* norm = nullptr, DeltaFolds folds = DeltaFolds::each_layer);
+// The folds of layers [0, gdn_layers) for a step whose delta rules were launched with DeltaFolds::after_last_layer.
+void launch_gdn_folds(const DeviceStep& step, int32_t gdn_layers, GdnDims dims, cudaStream_t stream);
+// DUET_DELTA_FOLDS's choice (step: after_last_layer; the default each_layer).
+DeltaFolds delta_folds();
 // Tests: one-row pieces take decode_dense_kernel from this many a step (0 or 1: always; a large number: never) instead
 // of the default (32) or DUET_DELTA_DECODE's; a negative number gives the choice back. The bits are the same.
 void set_delta_decode_dense_from_for_tests(int32_t pieces);
