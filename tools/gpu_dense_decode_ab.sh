@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# On the GPU machine: the 47th round's decode changes to the delta rule (issue 16), checked and timed in one call on a
+# pack (tools/device_pack_env.sh) and the 9B-shaped checkpoint of tools/make_9b_references.py (made in WORK when
+# missing, beside the tests):
+#   1. their bits tests: GdnKernelsTest.DenseDecodeKernelGivesTheClusterFormsBits (every form, the keys through the
+#      ring among them) and GdnKernelsTest.FoldsAfterTheLastLayerLeaveEachLayersState (with its control);
+#   2. bench_gdn_delta's decode cases with the dense kernel's phase clock (DUET_DENSE_CLOCK=1: a block's mean cycles in
+#      each phase, and its A and Q entries'), under the default ring and with the keys through it
+#      (DUET_DELTA_DENSE_KEYS=1); the same fingerprints under both;
+#   3. `duet run` decode at STREAMS (tools/gpu_launch_ab.sh, ROUNDS rounds, alternating; every setting's tokens must be
+#      the default's): the default against DUET_DELTA_DENSE_KEYS=1 and DUET_DELTA_FOLDS=step (every layer's folds in
+#      one launch after the last GDN layer).
+# Every stage writes its lines as it goes, to stdout and OUT/log.
+#   usage: tools/gpu_dense_decode_ab.sh OUT [WORK=/tmp/9b] [ROUNDS=2] [STREAMS="64 16"]
+set -uo pipefail
+out=$1; work=${2:-/tmp/9b}; rounds=${3:-2}; streams=${4:-64 16}
+mkdir -p "$out"
+exec > >(tee -a "$out/log") 2>&1
+source tools/device_pack_env.sh
+start_checkpoint "$work" "$out"
+
+echo "== 1. bits tests"
+run_gpu_test '*DenseDecodeKernelGivesTheClusterFormsBits*:*FoldsAfterTheLastLayer*' "$out/tests.txt" 150
+await_checkpoint "$work" "$out"
+echo "done at $(elapsed) s"
+
+echo "== 2. bench_gdn_delta decode, the phase clock"
+for setting in X=1 DUET_DELTA_DENSE_KEYS=1; do
+  for case in "decode 64 rows" "decode 64, no" "decode 16" "decode 1 row"; do
+    echo "-- $setting: $case"
+    env "$setting" DUET_DENSE_CLOCK=1 timeout 30 device/tests/cuda/bench_gdn_delta 20 "$case" 2>&1 | cut -c1-330
+  done
+done
+echo "done at $(elapsed) s"
+
+echo "== 3. duet run decode"
+for n in $streams; do
+  tools/gpu_launch_ab.sh "$work" "$n" "$rounds" - DUET_DELTA_DENSE_KEYS=1 DUET_DELTA_FOLDS=step > "$out/ab-$n.txt" 2>&1
+  grep -E "mean|FAILED" "$out/ab-$n.txt"
+  echo "at $(elapsed) s"
+done
