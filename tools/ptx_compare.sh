@@ -38,6 +38,7 @@ def kernels(path):
             continue
         line = re.sub(r'_GLOBAL__N__[0-9a-f_]+', '', line)
         line = re.sub(r'_cu_[0-9a-f]{8}', '_cu_', line)
+        line = re.sub(r'_INTERNAL_[0-9a-f]{8}_', '_INTERNAL_', line)  # a file's internal symbols' hash
         line = re.sub(r'\$L__BB\d+_', '$L__BB_', line)
         m = re.search(r'\.entry (\S+)\(', line)
         if m:

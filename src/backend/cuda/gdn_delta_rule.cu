@@ -1321,13 +1321,15 @@ __device__ __forceinline__ RowEntries row_entries_streamed(const float* kt, cons
 // the block waits for (DUET_DENSE_CLOCK=1 prints its phases). The key stages cost the column threads a round trip
 // before S_b's last stages; the row's A and Q entries are the same chains over the same values.
 constexpr int kKeyAhead = 4;
-template <int KD, int VD, bool kEarlyState = false, int kRoll = 0>
+// kClock: the phase clock's instantiation (dense_phase_clock; the ring's forms without early loads only), so that
+// production's kernels carry none of its code.
+template <int KD, int VD, bool kEarlyState = false, int kRoll = 0, bool kClock = false>
 __global__ void __launch_bounds__(VD + kC, 5)
     decode_dense_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, const float* g,
                         GdnDims dims, float* out, GdnNormArrays norm) {
   constexpr bool kKeyStages = kRoll == kDenseKeys;
   constexpr bool kBulk = kRoll == kDenseBulk || kKeyStages;
-  PhaseClock clock(threadIdx.x == 0 ? dense_phase_clock : nullptr);
+  PhaseClock clock(kClock && threadIdx.x == 0 ? dense_phase_clock : nullptr);
   if constexpr (!kEarlyState) {
     wait_for_prerequisites();
     let_dependents_launch();
@@ -1497,7 +1499,7 @@ __global__ void __launch_bounds__(VD + kC, 5)
       }
     }
   } else if (kKeyStages) {  // entry s of the row's A and Q (s <= t), the earlier keys from the ring
-    PhaseClock entries_clock(tid == VD ? dense_phase_clock : nullptr);
+    PhaseClock entries_clock(kClock && tid == VD ? dense_phase_clock : nullptr);
     const int s = tid - VD;
     if (s <= t) {
       const float* key = s == t ? sm.kt : ring_stage(s / kRingRows) + (s % kRingRows) * KD;
@@ -1508,7 +1510,7 @@ __global__ void __launch_bounds__(VD + kC, 5)
     entries_clock.mark(6);
     release_key_stages();
   } else {  // entry s of the row's A and Q (s <= t)
-    PhaseClock entries_clock(tid == VD ? dense_phase_clock : nullptr);
+    PhaseClock entries_clock(kClock && tid == VD ? dense_phase_clock : nullptr);
     const int s = tid - VD;
     if (s <= t) {
       const float* key = s == t ? sm.kt : state + layout.keys() + s * KD;
@@ -1953,6 +1955,7 @@ int32_t dense_decode_from() {
 // them (read once; for A/B). DUET_DELTA_DENSE_KEYS=1 (prepared, off): the ring with the chunk's earlier keys in stages
 // ahead of S_b's (kDenseKeys).
 std::atomic<int32_t> dense_loads_for_tests{-1};
+std::atomic<bool> dense_clock_on{false};  // set_dense_phase_clock_for_tests: the clocked instantiations
 int dense_loads() {
   static const int loads = [] {
     const char* bulk = std::getenv("DUET_DELTA_DENSE_BULK");
@@ -2016,7 +2019,9 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
        allow_smem(decode_dense_kernel<KD, VD, false, kDenseBulk>, dense_bytes),
        allow_smem(decode_dense_kernel<KD, VD, true, kDenseBulk>, dense_bytes),
        allow_smem(decode_dense_kernel<KD, VD, false, kDenseKeys>, dense_bytes),
-       allow_smem(decode_dense_kernel<KD, VD, true, kDenseKeys>, dense_bytes), true);
+       allow_smem(decode_dense_kernel<KD, VD, true, kDenseKeys>, dense_bytes),
+       allow_smem(decode_dense_kernel<KD, VD, false, kDenseBulk, true>, dense_bytes),
+       allow_smem(decode_dense_kernel<KD, VD, false, kDenseKeys, true>, dense_bytes), true);
   (void)opted_in;
   const int32_t single_pieces = step.pieces - step.multi_pieces - step.few_pieces;
   if (step.multi_chunks > 0) {
@@ -2053,10 +2058,12 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
   }
   if (single_pieces > 0 && single_pieces >= dense_decode_from()) {
     // Heads fastest, so that the pieces delta_order puts first (those that fold) start first.
-    const bool early = early_loads();
+    const bool early = early_loads(), clocked = dense_clock_on.load();
     const int loads = dense_loads();
     const auto kernel =
-        loads == 16 ? (early ? decode_dense_kernel<KD, VD, true, 16> : decode_dense_kernel<KD, VD, false, 16>)
+        clocked && loads == kDenseBulk   ? decode_dense_kernel<KD, VD, false, kDenseBulk, true>
+        : clocked && loads == kDenseKeys ? decode_dense_kernel<KD, VD, false, kDenseKeys, true>
+        : loads == 16 ? (early ? decode_dense_kernel<KD, VD, true, 16> : decode_dense_kernel<KD, VD, false, 16>)
         : loads == kDenseBulk
             ? (early ? decode_dense_kernel<KD, VD, true, kDenseBulk> : decode_dense_kernel<KD, VD, false, kDenseBulk>)
         : loads == kDenseKeys
@@ -2099,6 +2106,7 @@ void set_walk_phase_clock_for_tests(unsigned long long* sums) {
 }
 void set_dense_phase_clock_for_tests(unsigned long long* sums) {
   check_cuda(cudaMemcpyToSymbol(dense_phase_clock, &sums, sizeof sums), "set_dense_phase_clock_for_tests");
+  dense_clock_on.store(sums != nullptr);
 }
 
 void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16* qkv, const float* beta,
