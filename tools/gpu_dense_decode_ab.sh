@@ -3,7 +3,8 @@
 # pack (tools/device_pack_env.sh) and the 9B-shaped checkpoint of tools/make_9b_references.py (made in WORK when
 # missing, beside the tests):
 #   1. their bits tests: GdnKernelsTest.DenseDecodeKernelGivesTheClusterFormsBits (every form, the keys through the
-#      ring among them) and GdnKernelsTest.FoldsAfterTheLastLayerLeaveEachLayersState (with its control);
+#      ring among them), GdnKernelsTest.DenseKernelFormsAgreeAtSixtyFourRows (the forms under load, where the keys'
+#      first form faulted) and GdnKernelsTest.FoldsAfterTheLastLayerLeaveEachLayersState (each with its control);
 #   2. bench_gdn_delta's decode cases with the dense kernel's phase clock (DUET_DENSE_CLOCK=1: a block's mean cycles in
 #      each phase, and its A and Q entries'), under the default ring and with the keys through it
 #      (DUET_DELTA_DENSE_KEYS=1); the same fingerprints under both;
@@ -20,7 +21,8 @@ source tools/device_pack_env.sh
 start_checkpoint "$work" "$out"
 
 echo "== 1. bits tests"
-run_gpu_test '*DenseDecodeKernelGivesTheClusterFormsBits*:*FoldsAfterTheLastLayer*' "$out/tests.txt" 150
+run_gpu_test '*DenseDecodeKernelGivesTheClusterFormsBits*:*DenseKernelFormsAgreeAtSixtyFourRows*:*FoldsAfterTheLastLayer*' \
+  "$out/tests.txt" 180
 await_checkpoint "$work" "$out"
 echo "done at $(elapsed) s"
 

@@ -585,6 +585,71 @@ TEST_P(GdnKernelsTest, DenseDecodeKernelGivesTheClusterFormsBits) {
   EXPECT_TRUE(same_bits(control.states[0], clusters.states[0]));
 }
 
+// The dense kernel's forms under load: 64 one-row pieces, one at every place in a chunk (so up to 4 stages of keys
+// ahead of S_b's in the keys' form, and a fold), 2,048 blocks at the 9B's heads. A wrong wait on the ring shows here
+// and not with a few pieces: the keys' first form passed the test above and faulted at 64 rows (docs/benchmarks.md,
+// 47th round). Every form's outputs, gated norms and states against the default ring's; the control, one row's beta
+// one ulp larger, moves that row and no other.
+TEST_P(GdnKernelsTest, DenseKernelFormsAgreeAtSixtyFourRows) {
+  DUET_REQUIRE_GPU();
+  const GdnDims& d = dims();
+  const int32_t vw = value_width(d);
+  std::vector<PieceSpec> pieces;
+  std::vector<uint64_t> seeds;
+  for (int32_t i = 0; i < 64; ++i) {
+    pieces.push_back({i, 1, 64 * (i % 5) + i});
+    seeds.push_back(900 + static_cast<uint64_t>(i));
+  }
+  const int32_t rows = total_rows(pieces);
+  const Weight norm_w(random_bf16_values(static_cast<size_t>(d.value_dim), 903, -1.5f, 1.5f), false, d.value_dim, 1);
+  const std::vector<float> z = random_bf16_values(static_cast<size_t>(rows) * vw, 902, -4.0f, 4.0f);
+  struct Result {
+    std::vector<float> out, normed;
+    std::vector<std::vector<float>> states;
+  };
+  auto run = [&](int32_t loads, const DeltaInputs& in) {
+    set_delta_decode_dense_from_for_tests(0);
+    set_delta_dense_loads_for_tests(loads);
+    DeviceDeltaInputs in_d(in);
+    DeviceBuffer<bf16> z_d(to_bf16(z));
+    States states(d, seeds);
+    Step step(pieces, states);
+    DeviceBuffer<float> out_d(static_cast<size_t>(rows) * vw);
+    DeviceBuffer<bf16> normed_d(static_cast<size_t>(rows) * vw);
+    out_d.poison();
+    normed_d.poison();
+    const GdnNormArrays norm{z_d.get(), norm_w.get(), kNormEps, normed_d.get()};
+    for (int repeat = 0; repeat < 3; ++repeat)  // the same step again on the state it left: more chances to race
+      launch_gdn_delta_rule(step.get(), kLayer, in_d.qkv.get(), in_d.beta.get(), in_d.g.get(), d, step.scratch(),
+                            out_d.get(), nullptr, &norm);
+    sync_ok();
+    set_delta_decode_dense_from_for_tests(-1);
+    set_delta_dense_loads_for_tests(-1);
+    Result r{out_d.download(), to_float(normed_d.download()), {}};
+    const States::Snapshot now = states.now();
+    for (size_t i = 0; i < pieces.size(); ++i) r.states.push_back(now.delta(static_cast<int32_t>(i), kLayer));
+    return r;
+  };
+  const DeltaInputs in = random_delta_inputs(d, rows, 901);
+  const Result ring = run(kDeltaDenseBulk, in);
+  ASSERT_TRUE(all_finite(ring.out));
+  for (const int32_t loads : {kDeltaDenseKeys, 16}) {
+    SCOPED_TRACE("loads " + std::to_string(loads));
+    const Result form = run(loads, in);
+    EXPECT_TRUE(same_bits(form.out, ring.out)) << "outputs";
+    EXPECT_TRUE(same_bits(form.normed, ring.normed)) << "gated norms";
+    for (size_t i = 0; i < pieces.size(); ++i) EXPECT_TRUE(same_bits(form.states[i], ring.states[i])) << "state " << i;
+  }
+  // The control: row 50's beta one ulp larger in its last head, under the keys' form.
+  DeltaInputs nudged = in;
+  const int32_t at = 50 * d.value_heads + d.value_heads - 1;
+  nudged.beta[at] = std::nextafter(nudged.beta[at], 2.0f);
+  const Result control = run(kDeltaDenseKeys, nudged);
+  EXPECT_FALSE(same_bits(rows_of(control.out, vw, 50, 1), rows_of(ring.out, vw, 50, 1)));
+  EXPECT_TRUE(same_bits(rows_of(control.out, vw, 49, 1), rows_of(ring.out, vw, 49, 1)));
+  EXPECT_FALSE(same_bits(control.states[50], ring.states[50]));
+}
+
 // DUET_DELTA_FOLDS=step: the one-row pieces' folds of every layer in one launch after the last layer's delta rule leave
 // each layer's state as a fold after each layer does (the dense kernel and the clusters, beside prefill and verify
 // pieces). The control: without the folds' launch the completing pieces' states are not those.
