@@ -868,6 +868,7 @@ TEST_P(GdnKernelsTest, TensorCoreWalkKeepsPromptCutsBits) {
 // A step of kWalkPieces under one of the walk's forms: its outputs and every sequence's live state after it.
 struct WalkForm {
   int32_t tiles = 0, wide = 0, split = 0, mma = 0;
+  bool apart = false;  // the complete WY chunks' outputs by their own kernel (a walk_apart buffer given)
 };
 struct WalkResult {
   std::vector<float> out;
@@ -889,8 +890,9 @@ WalkResult run_walk_form(const GdnDims& d, const WalkForm& form, const DeltaInpu
   Step step(kWalkPieces, states);
   DeviceBuffer<float> out_d(static_cast<size_t>(total_rows(kWalkPieces)) * value_width(d));
   out_d.poison();
+  DeviceBuffer<float> apart(form.apart ? static_cast<size_t>(gdn_walk_apart_floats(total_rows(kWalkPieces), d)) : 1);
   launch_gdn_delta_rule(step.get(), kLayer, in_d.qkv.get(), in_d.beta.get(), in_d.g.get(), d, step.scratch(),
-                        out_d.get(), nullptr);
+                        out_d.get(), nullptr, nullptr, DeltaFolds::each_layer, form.apart ? apart.get() : nullptr);
   sync_ok();
   set_delta_walk_tiles_for_tests(-1);
   set_delta_walk_wide_for_tests(-1);
@@ -936,6 +938,37 @@ TEST_P(GdnKernelsTest, WalkFormsKeepEveryBit) {
   const WalkResult control = run_walk_form(d, WalkForm{1, 1, 1}, nudged);
   EXPECT_FALSE(same_bits(rows_of(control.out, vw, 10, 190), rows_of(lanes.out, vw, 10, 190)));
   EXPECT_TRUE(same_bits(rows_of(control.out, vw, 200, rows - 200), rows_of(lanes.out, vw, 200, rows - 200)));
+}
+
+// DUET_DELTA_WALK_OUTPUTS=apart: the complete WY chunks' outputs by chunk_outputs_kernel from the S_b and d the walk
+// stored, and the walk's K S_b and fold on all its warps, give the tensor-core walk's bits: outputs and every
+// sequence's state over kWalkPieces (complete WY chunks in pieces 0 and 4, partial ones after them, chunks entered in
+// their middle). The control: beta one ulp larger in row 10 of the first piece moves its later outputs and no other
+// piece's.
+TEST_P(GdnKernelsTest, WalkOutputsApartKeepTheTensorCoreWalksBits) {
+  DUET_REQUIRE_GPU();
+  const GdnDims& d = dims();
+  const int32_t vw = value_width(d), rows = total_rows(kWalkPieces);
+  const DeltaInputs in = random_delta_inputs(d, rows, 907);
+  const WalkForm walk{1, 1, 0, 3, false}, apart{1, 1, 0, 3, true};
+  const WalkResult together = run_walk_form(d, walk, in);
+  const WalkResult split = run_walk_form(d, apart, in);
+  ASSERT_TRUE(all_finite(split.out)) << "outputs left unwritten";
+  int32_t first_row = 0;
+  for (size_t i = 0; i < kWalkPieces.size(); ++i) {
+    SCOPED_TRACE("piece " + std::to_string(i));
+    EXPECT_TRUE(same_bits(rows_of(split.out, vw, first_row, kWalkPieces[i].rows),
+                          rows_of(together.out, vw, first_row, kWalkPieces[i].rows)))
+        << "output";
+    EXPECT_TRUE(same_bits(split.states[i], together.states[i])) << "state";
+    first_row += kWalkPieces[i].rows;
+  }
+  DeltaInputs nudged = in;
+  const int32_t at = 10 * d.value_heads + d.value_heads - 1;
+  nudged.beta[at] = std::nextafter(nudged.beta[at], 2.0f);
+  const WalkResult control = run_walk_form(d, apart, nudged);
+  EXPECT_FALSE(same_bits(rows_of(control.out, vw, 10, 190), rows_of(together.out, vw, 10, 190)));
+  EXPECT_TRUE(same_bits(rows_of(control.out, vw, 200, rows - 200), rows_of(together.out, vw, 200, rows - 200)));
 }
 
 // The walk's tensor-core form takes a prompt's WY chunks and nothing else: over kWalkPieces, the rows of chunks entered

@@ -209,7 +209,13 @@ bool gdn_delta_rule_supports(int64_t key_dim, int64_t value_dim);
 enum class DeltaFolds { each_layer, after_last_layer };
 void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16* qkv, const float* beta,
                            const float* g, GdnDims dims, float* chunk_scratch, float* out, cudaStream_t stream,
-                           const GdnNormArrays* norm = nullptr, DeltaFolds folds = DeltaFolds::each_layer);
+                           const GdnNormArrays* norm = nullptr, DeltaFolds folds = DeltaFolds::each_layer,
+                           float* walk_apart = nullptr);
+// `walk_apart`: device memory of gdn_walk_apart_floats(the step's rows) floats, or null. Given, the walk's tensor-core
+// form leaves a complete WY chunk's outputs to a kernel of their own over all such chunks, from the chunk's S_b and d
+// it stores there (the same bits; DUET_DELTA_WALK_OUTPUTS=apart, delta_walk_outputs_apart()).
+int64_t gdn_walk_apart_floats(int64_t rows, const GdnDims& dims);
+bool delta_walk_outputs_apart();
 // The folds of layers [0, gdn_layers) for a step whose delta rules were launched with DeltaFolds::after_last_layer.
 void launch_gdn_folds(const DeviceStep& step, int32_t gdn_layers, GdnDims dims, cudaStream_t stream);
 // DUET_DELTA_FOLDS's choice (step: after_last_layer; the default each_layer).
