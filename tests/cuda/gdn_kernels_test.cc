@@ -906,6 +906,32 @@ WalkResult run_walk_form(const GdnDims& d, const WalkForm& form, const DeltaInpu
   return r;
 }
 
+// Every piece's outputs and state in `form` bit for bit those of `reference`.
+void expect_same_walk(const GdnDims& d, const WalkResult& form, const WalkResult& reference) {
+  const int32_t vw = value_width(d);
+  ASSERT_TRUE(all_finite(form.out)) << "outputs left unwritten";
+  int32_t first_row = 0;
+  for (size_t i = 0; i < kWalkPieces.size(); ++i) {
+    SCOPED_TRACE("piece " + std::to_string(i));
+    EXPECT_TRUE(same_bits(rows_of(form.out, vw, first_row, kWalkPieces[i].rows),
+                          rows_of(reference.out, vw, first_row, kWalkPieces[i].rows)))
+        << "output";
+    EXPECT_TRUE(same_bits(form.states[i], reference.states[i])) << "state";
+    first_row += kWalkPieces[i].rows;
+  }
+}
+
+// The walk tests' control: `form` with beta one ulp larger in row 10 (the first piece's) moves that piece's later
+// outputs and no other piece's, against `reference` on the unchanged inputs.
+void expect_walk_control(const GdnDims& d, const WalkForm& form, DeltaInputs in, const WalkResult& reference) {
+  const int32_t vw = value_width(d), rows = total_rows(kWalkPieces);
+  const int32_t at = 10 * d.value_heads + d.value_heads - 1;
+  in.beta[at] = std::nextafter(in.beta[at], 2.0f);
+  const WalkResult control = run_walk_form(d, form, in);
+  EXPECT_FALSE(same_bits(rows_of(control.out, vw, 10, 190), rows_of(reference.out, vw, 10, 190)));
+  EXPECT_TRUE(same_bits(rows_of(control.out, vw, 200, rows - 200), rows_of(reference.out, vw, 200, rows - 200)));
+}
+
 // The chunked walk's forms, its outputs in tiles (walk_outputs_in_tiles, the default), its wide form (the default
 // too; with and without the tiles) and the wide form's split form (DUET_DELTA_WALK_SPLIT=1: the fold in 4 x 4 tiles
 // beside the outputs, a WY chunk's right side written with S_b^T k), give the narrow one-column-a-lane form's bits:
@@ -914,30 +940,13 @@ WalkResult run_walk_form(const GdnDims& d, const WalkForm& form, const DeltaInpu
 TEST_P(GdnKernelsTest, WalkFormsKeepEveryBit) {
   DUET_REQUIRE_GPU();
   const GdnDims& d = dims();
-  const int32_t vw = value_width(d), rows = total_rows(kWalkPieces);
-  const DeltaInputs in = random_delta_inputs(d, rows, 901);
+  const DeltaInputs in = random_delta_inputs(d, total_rows(kWalkPieces), 901);
   const WalkResult lanes = run_walk_form(d, WalkForm{}, in);
   for (const WalkForm& f : std::vector<WalkForm>{{1, 0, 0}, {0, 1, 0}, {1, 1, 0}, {0, 1, 1}, {1, 1, 1}}) {
     SCOPED_TRACE(std::string(f.tiles ? "tiles" : "lanes") + (f.wide ? ", wide" : "") + (f.split ? ", split" : ""));
-    const WalkResult form = run_walk_form(d, f, in);
-    ASSERT_TRUE(all_finite(form.out)) << "outputs left unwritten";
-    int32_t first_row = 0;
-    for (size_t i = 0; i < kWalkPieces.size(); ++i) {
-      SCOPED_TRACE("piece " + std::to_string(i));
-      EXPECT_TRUE(same_bits(rows_of(form.out, vw, first_row, kWalkPieces[i].rows),
-                            rows_of(lanes.out, vw, first_row, kWalkPieces[i].rows)))
-          << "output";
-      EXPECT_TRUE(same_bits(form.states[i], lanes.states[i])) << "state";
-      first_row += kWalkPieces[i].rows;
-    }
+    expect_same_walk(d, run_walk_form(d, f, in), lanes);
   }
-
-  DeltaInputs nudged = in;
-  const int32_t at = 10 * d.value_heads + d.value_heads - 1;
-  nudged.beta[at] = std::nextafter(nudged.beta[at], 2.0f);
-  const WalkResult control = run_walk_form(d, WalkForm{1, 1, 1}, nudged);
-  EXPECT_FALSE(same_bits(rows_of(control.out, vw, 10, 190), rows_of(lanes.out, vw, 10, 190)));
-  EXPECT_TRUE(same_bits(rows_of(control.out, vw, 200, rows - 200), rows_of(lanes.out, vw, 200, rows - 200)));
+  expect_walk_control(d, WalkForm{1, 1, 1}, in, lanes);
 }
 
 // DUET_DELTA_WALK_OUTPUTS=apart: the complete WY chunks' outputs by chunk_outputs_kernel from the S_b and d the walk
@@ -948,27 +957,11 @@ TEST_P(GdnKernelsTest, WalkFormsKeepEveryBit) {
 TEST_P(GdnKernelsTest, WalkOutputsApartKeepTheTensorCoreWalksBits) {
   DUET_REQUIRE_GPU();
   const GdnDims& d = dims();
-  const int32_t vw = value_width(d), rows = total_rows(kWalkPieces);
-  const DeltaInputs in = random_delta_inputs(d, rows, 907);
+  const DeltaInputs in = random_delta_inputs(d, total_rows(kWalkPieces), 907);
   const WalkForm walk{1, 1, 0, 3, false}, apart{1, 1, 0, 3, true};
   const WalkResult together = run_walk_form(d, walk, in);
-  const WalkResult split = run_walk_form(d, apart, in);
-  ASSERT_TRUE(all_finite(split.out)) << "outputs left unwritten";
-  int32_t first_row = 0;
-  for (size_t i = 0; i < kWalkPieces.size(); ++i) {
-    SCOPED_TRACE("piece " + std::to_string(i));
-    EXPECT_TRUE(same_bits(rows_of(split.out, vw, first_row, kWalkPieces[i].rows),
-                          rows_of(together.out, vw, first_row, kWalkPieces[i].rows)))
-        << "output";
-    EXPECT_TRUE(same_bits(split.states[i], together.states[i])) << "state";
-    first_row += kWalkPieces[i].rows;
-  }
-  DeltaInputs nudged = in;
-  const int32_t at = 10 * d.value_heads + d.value_heads - 1;
-  nudged.beta[at] = std::nextafter(nudged.beta[at], 2.0f);
-  const WalkResult control = run_walk_form(d, apart, nudged);
-  EXPECT_FALSE(same_bits(rows_of(control.out, vw, 10, 190), rows_of(together.out, vw, 10, 190)));
-  EXPECT_TRUE(same_bits(rows_of(control.out, vw, 200, rows - 200), rows_of(together.out, vw, 200, rows - 200)));
+  expect_same_walk(d, run_walk_form(d, apart, in), together);
+  expect_walk_control(d, apart, in, together);
 }
 
 // The walk's tensor-core form takes a prompt's WY chunks and nothing else: over kWalkPieces, the rows of chunks entered
