@@ -496,6 +496,43 @@ TEST_P(GdnKernelsTest, DecodeRowsGatedNormHasTheNormKernelsBits) {
   }
 }
 
+// A step of one-row (and other) pieces through the delta rule with the gated norm, under the dense kernel's choice
+// (from `dense_from` pieces, reading S_b by `loads`: set_delta_decode_dense_from_for_tests and
+// set_delta_dense_loads_for_tests), `repeats` times on the state it leaves: its outputs, gated norms and every
+// sequence's live state.
+struct NormedStep {
+  std::vector<float> out, normed;
+  std::vector<std::vector<float>> states;
+};
+NormedStep run_normed_step(const GdnDims& d, const std::vector<PieceSpec>& pieces, const std::vector<uint64_t>& seeds,
+                           const DeltaInputs& in, const std::vector<float>& z, const Weight& norm_w, int32_t dense_from,
+                           int32_t loads, bool longest_first = false, int repeats = 1) {
+  const int32_t rows = total_rows(pieces), vw = value_width(d);
+  set_delta_decode_dense_from_for_tests(dense_from);
+  set_delta_dense_loads_for_tests(loads);
+  DeviceDeltaInputs in_d(in);
+  DeviceBuffer<bf16> z_d(to_bf16(z));
+  States states(d, seeds);
+  Step step(pieces, states, StepOptions{.longest_first = longest_first});
+  DeviceBuffer<float> out_d(static_cast<size_t>(rows) * vw);
+  DeviceBuffer<bf16> normed_d(static_cast<size_t>(rows) * vw);
+  out_d.poison();
+  normed_d.poison();
+  const GdnNormArrays norm{z_d.get(), norm_w.get(), kNormEps, normed_d.get()};
+  for (int r = 0; r < repeats; ++r)
+    launch_gdn_delta_rule(step.get(), kLayer, in_d.qkv.get(), in_d.beta.get(), in_d.g.get(), d, step.scratch(),
+                          out_d.get(), nullptr, &norm);
+  sync_ok();
+  set_delta_decode_dense_from_for_tests(-1);
+  set_delta_dense_loads_for_tests(-1);
+  NormedStep result{out_d.download(), to_float(normed_d.download()), {}};
+  const States::Snapshot now = states.now();
+  for (size_t i = 0; i < pieces.size(); ++i)
+    result.states.push_back(
+        live_state(d, now.delta(static_cast<int32_t>(i), kLayer), pieces[i].start + pieces[i].rows));
+  return result;
+}
+
 // The one-row pieces' dense kernel (decode_dense_kernel, DUET_DELTA_DECODE=dense), in batches
 // (DUET_DELTA_DENSE_ROLL=0), with its rolling loads of 16 rows (DUET_DELTA_DENSE_BULK=0) and with its ring of bulk
 // copies (the default), and either kernel with the one-row pieces latest in their chunk first
@@ -514,32 +551,9 @@ TEST_P(GdnKernelsTest, DenseDecodeKernelGivesTheClusterFormsBits) {
   const int32_t rows = total_rows(pieces);
   const Weight norm_w(random_bf16_values(static_cast<size_t>(d.value_dim), 803, -1.5f, 1.5f), false, d.value_dim, 1);
   const std::vector<float> z = random_bf16_values(static_cast<size_t>(rows) * vw, 802, -4.0f, 4.0f);
-  struct Result {
-    std::vector<float> out, normed;
-    std::vector<std::vector<float>> states;
-  };
+  using Result = NormedStep;
   auto run = [&](int32_t dense_from, const DeltaInputs& in, int32_t loads = 0, bool longest_first = false) {
-    set_delta_decode_dense_from_for_tests(dense_from);
-    set_delta_dense_loads_for_tests(loads);
-    DeviceDeltaInputs in_d(in);
-    DeviceBuffer<bf16> z_d(to_bf16(z));
-    States states(d, seeds);
-    Step step(pieces, states, StepOptions{.longest_first = longest_first});
-    DeviceBuffer<float> out_d(static_cast<size_t>(rows) * vw);
-    DeviceBuffer<bf16> normed_d(static_cast<size_t>(rows) * vw);
-    out_d.poison();
-    normed_d.poison();
-    const GdnNormArrays norm{z_d.get(), norm_w.get(), kNormEps, normed_d.get()};
-    launch_gdn_delta_rule(step.get(), kLayer, in_d.qkv.get(), in_d.beta.get(), in_d.g.get(), d, step.scratch(),
-                          out_d.get(), nullptr, &norm);
-    sync_ok();
-    set_delta_decode_dense_from_for_tests(-1);
-    set_delta_dense_loads_for_tests(-1);
-    Result r{out_d.download(), to_float(normed_d.download()), {}};
-    const States::Snapshot now = states.now();
-    for (size_t i = 0; i < pieces.size(); ++i)
-      r.states.push_back(live_state(d, now.delta(static_cast<int32_t>(i), kLayer), pieces[i].start + pieces[i].rows));
-    return r;
+    return run_normed_step(d, pieces, seeds, in, z, norm_w, dense_from, loads, longest_first);
   };
   const DeltaInputs in = random_delta_inputs(d, rows, 801);
   const Result clusters = run(std::numeric_limits<int32_t>::max(), in);
@@ -603,32 +617,9 @@ TEST_P(GdnKernelsTest, DenseKernelFormsAgreeAtSixtyFourRows) {
   const int32_t rows = total_rows(pieces);
   const Weight norm_w(random_bf16_values(static_cast<size_t>(d.value_dim), 903, -1.5f, 1.5f), false, d.value_dim, 1);
   const std::vector<float> z = random_bf16_values(static_cast<size_t>(rows) * vw, 902, -4.0f, 4.0f);
-  struct Result {
-    std::vector<float> out, normed;
-    std::vector<std::vector<float>> states;
-  };
-  auto run = [&](int32_t loads, const DeltaInputs& in) {
-    set_delta_decode_dense_from_for_tests(0);
-    set_delta_dense_loads_for_tests(loads);
-    DeviceDeltaInputs in_d(in);
-    DeviceBuffer<bf16> z_d(to_bf16(z));
-    States states(d, seeds);
-    Step step(pieces, states);
-    DeviceBuffer<float> out_d(static_cast<size_t>(rows) * vw);
-    DeviceBuffer<bf16> normed_d(static_cast<size_t>(rows) * vw);
-    out_d.poison();
-    normed_d.poison();
-    const GdnNormArrays norm{z_d.get(), norm_w.get(), kNormEps, normed_d.get()};
-    for (int repeat = 0; repeat < 3; ++repeat)  // the same step again on the state it left: more chances to race
-      launch_gdn_delta_rule(step.get(), kLayer, in_d.qkv.get(), in_d.beta.get(), in_d.g.get(), d, step.scratch(),
-                            out_d.get(), nullptr, &norm);
-    sync_ok();
-    set_delta_decode_dense_from_for_tests(-1);
-    set_delta_dense_loads_for_tests(-1);
-    Result r{out_d.download(), to_float(normed_d.download()), {}};
-    const States::Snapshot now = states.now();
-    for (size_t i = 0; i < pieces.size(); ++i) r.states.push_back(now.delta(static_cast<int32_t>(i), kLayer));
-    return r;
+  using Result = NormedStep;
+  auto run = [&](int32_t loads, const DeltaInputs& in) {  // three steps on the state each left: more chances to race
+    return run_normed_step(d, pieces, seeds, in, z, norm_w, 0, loads, false, 3);
   };
   const DeltaInputs in = random_delta_inputs(d, rows, 901);
   const Result ring = run(kDeltaDenseBulk, in);
