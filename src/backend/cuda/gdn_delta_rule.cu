@@ -1459,6 +1459,7 @@ __global__ void __launch_bounds__(VD + kC, 5)
                         GdnDims dims, float* out, GdnNormArrays norm) {
   constexpr bool kKeyStages = kRoll == kDenseKeys;
   constexpr bool kBulk = kRoll == kDenseBulk || kKeyStages;
+  constexpr bool kRolling = !kBulk && kRoll > 1;  // kRoll 16: rolling loads in registers
   PhaseClock clock(kClock && threadIdx.x == 0 ? dense_phase_clock : nullptr);
   if constexpr (!kEarlyState) {
     wait_for_prerequisites();
@@ -1480,7 +1481,7 @@ __global__ void __launch_bounds__(VD + kC, 5)
   // Two groups of copies: the row's vectors and the chunk's G first, the earlier rows' d (up to 32 KB) behind them,
   // needed only after the chains of S_b^T k (kEarlyState: G and the first batch of S_b before the wait, G a group of
   // its own ahead of both; kDenseBulk: the d rows come through the ring, the second group is empty).
-  constexpr int kInFlight = kRoll > 1 ? (kRoll < KD ? kRoll : KD) : kDenseBatch;
+  constexpr int kInFlight = kRolling ? (kRoll < KD ? kRoll : KD) : kDenseBatch;
   float s_rows[kBulk ? 1 : kInFlight];
   // The ring's stages: (kKeyStages: the t earlier keys,) S_b's rows, then the t earlier rows' d (a last stage of keys
   // or d as many rows as are left).
@@ -1598,7 +1599,7 @@ __global__ void __launch_bounds__(VD + kC, 5)
       }
       release_stage(st);
     }
-  } else if (column && kRoll > 1) {  // the same chains, kInFlight rows in flight at every step
+  } else if (column && kRolling) {  // the same chains, kInFlight rows in flight at every step
 #pragma unroll 1
     for (int i0 = 0; i0 < KD; i0 += kInFlight) {
 #pragma unroll
