@@ -10,14 +10,19 @@
 #      (DUET_DELTA_DENSE_KEYS=1); the same fingerprints under both;
 #   3. `duet run` decode at STREAMS (tools/gpu_launch_ab.sh, ROUNDS rounds, alternating; every setting's tokens must be
 #      the default's): the default against DUET_DELTA_DENSE_KEYS=1 and DUET_DELTA_FOLDS=step (every layer's folds in
-#      one launch after the last GDN layer).
-# Every stage writes its lines as it goes, to stdout and OUT/log.
-#   usage: tools/gpu_dense_decode_ab.sh OUT [WORK=/tmp/9b] [ROUNDS=2] [STREAMS="64 16"]
+#      one launch after the last GDN layer);
+#   4. exactness with both switches on (tools/gpu_bench.sh: `duet serve` + `duet bench --alone --serial` at 1, 4, 16
+#      and 64 streams, greedy, seeded and penalized; 0 unequal, 0 failed), so that a winner can become the default.
+# Every stage writes its lines as it goes, to stdout and OUT/log; a stage that would not end inside BUDGET_S is skipped.
+#   usage: tools/gpu_dense_decode_ab.sh OUT [WORK=/tmp/9b] [ROUNDS=2] [STREAMS="64 16"] [BUDGET_S=570]
 set -uo pipefail
-out=$1; work=${2:-/tmp/9b}; rounds=${3:-2}; streams=${4:-64 16}
+out=$1; work=${2:-/tmp/9b}; rounds=${3:-2}; streams=${4:-64 16}; budget=${5:-570}
 mkdir -p "$out"
 exec > >(tee -a "$out/log") 2>&1
 source tools/device_pack_env.sh
+fits() {  # fits SECONDS: whether a stage of about that long ends inside the budget
+  (( $(elapsed) + $1 <= budget )) || { echo "(skipped: about $1 s, $(( budget - $(elapsed) )) s left)"; return 1; }
+}
 start_checkpoint "$work" "$out"
 
 echo "== 1. bits tests"
@@ -49,7 +54,16 @@ echo "done at $(elapsed) s"
 
 echo "== 3. duet run decode"
 for n in $streams; do
+  fits 130 || continue
   tools/gpu_launch_ab.sh "$work" "$n" "$rounds" - DUET_DELTA_DENSE_KEYS=1 DUET_DELTA_FOLDS=step > "$out/ab-$n.txt" 2>&1
   grep -E "mean|FAILED" "$out/ab-$n.txt"
   echo "at $(elapsed) s"
 done
+
+echo "== 4. exactness with both switches on"
+if fits 170; then
+  DUET_DELTA_DENSE_KEYS=1 DUET_DELTA_FOLDS=step RUN_LENGTHS="" timeout 170 tools/gpu_bench.sh "$out/exact" "$work" \
+    1,4,16,64 > "$out/exact.txt" 2>&1
+  grep -E "^exactness|^level .*failed [1-9]" "$out/exact.txt"
+fi
+echo "done at $(elapsed) s"
