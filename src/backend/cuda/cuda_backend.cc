@@ -69,6 +69,12 @@ class CudaActivations final : public Activations {
 };
 bf16* data_of(const Activations& a) { return static_cast<const CudaActivations&>(a).data; }
 
+// The delta-rule kernels' view of a GDN layer's heads.
+GdnDims gdn_dims(const GdnShape& s) {
+  return GdnDims{static_cast<int32_t>(s.key_heads), static_cast<int32_t>(s.value_heads),
+                 static_cast<int32_t>(s.key_dim), static_cast<int32_t>(s.value_dim)};
+}
+
 // Refused where the delta-rule kernels have no instantiation for the heads (gdn_delta_rule_supports): at the memory
 // plan and the state storage, when a model loads, instead of at its first step.
 DeltaHeadState delta_head(const GdnShape& s) {
@@ -352,9 +358,7 @@ class CudaBackend final : public Backend {
   }
   size_t gdn_extra_workspace_bytes(const GdnShape& s, int64_t rows) const override {
     if (!delta_walk_outputs_apart()) return 0;
-    const GdnDims dims{static_cast<int32_t>(s.key_heads), static_cast<int32_t>(s.value_heads),
-                       static_cast<int32_t>(s.key_dim), static_cast<int32_t>(s.value_dim)};
-    return align_up(static_cast<size_t>(gdn_walk_apart_floats(rows, dims)) * sizeof(float));
+    return align_up(static_cast<size_t>(gdn_walk_apart_floats(rows, gdn_dims(s))) * sizeof(float));
   }
   size_t gdn_state_bytes(const GdnShape& s) const override {
     return static_cast<size_t>(s.conv_channels() * (s.conv_kernel - 1)) * sizeof(bf16) +
@@ -705,8 +709,7 @@ class CudaBackend final : public Backend {
                            static_cast<int32_t>(s.conv_kernel), qkv, conv, stream_, &gates);
     });
     float* core = scratch<float>(R * vw);
-    const GdnDims dims{static_cast<int32_t>(s.key_heads), static_cast<int32_t>(s.value_heads),
-                       static_cast<int32_t>(s.key_dim), static_cast<int32_t>(s.value_dim)};
+    const GdnDims dims = gdn_dims(s);
     // Sized by the bound per row (delta_chunks.h), not by this step's chunks, so a decode step's addresses do not
     // move with its positions.
     if (chunk_scratch_ > (2 * kDeltaChunk + 1) * R) fail("cuda backend: chunk scratch over its bound");
