@@ -483,14 +483,13 @@ constexpr int lanes_for(int value_dim) { return kThreads / columns_for(value_dim
 constexpr int kWalkThreads = 2 * kThreads;
 constexpr int kWalkTileRows = 4 * kThreads / kWalkThreads;
 
-// Where a complete WY chunk's S_b and d wait for chunk_outputs_kernel (the walk's kApart): slot first_row / 64 of
-// `apart` (two complete chunks' row ranges, 64 rows each and disjoint, never share one), per value head KD x VD floats
-// of S_b, then 64 x VD of d.
+// Where a complete WY chunk's S_b and d wait for chunk_outputs_kernel (the walk's kApart): its slot of `apart`
+// (delta_chunks.h: outputs_apart_slot), per value head KD x VD floats of S_b, then 64 x VD of d.
 template <int KD, int VD>
 constexpr int64_t kWalkApartElems = static_cast<int64_t>(KD + kC) * VD;
 template <int KD, int VD, typename T>
 __device__ __forceinline__ T* walk_apart_head(T* apart, const DeviceChunk& chunk, const GdnDims& dims, int head) {
-  return apart + (static_cast<int64_t>(chunk.first_row / kC) * dims.value_heads + head) * kWalkApartElems<KD, VD>;
+  return apart + (static_cast<int64_t>(outputs_apart_slot(chunk)) * dims.value_heads + head) * kWalkApartElems<KD, VD>;
 }
 
 // d_t of one column from the sum over earlier rows: lane p of kLanes adds rows p, p + kLanes, ... (an fma chain from
@@ -778,7 +777,7 @@ __global__ void __launch_bounds__(kWalkThreads)
     Inputs& w = sm.next[(c - piece.first_chunk) % 2];
     const bool mma = kMma && wy;  // this chunk on the tensor cores (walk_mma.h)
     // kApart: a complete WY chunk's outputs by chunk_outputs_kernel, from its S_b and d stored here.
-    const bool outputs_apart = kApart && mma && b == kC;
+    const bool outputs_apart = kApart && mma && outputs_apart_takes(piece, chunk);
     float* const apart_head = outputs_apart ? walk_apart_head<KD, VD>(apart, chunk, dims, head) : nullptr;
     __syncthreads();  // the previous chunk is done with everything but the raw buffers and this chunk's inputs
     clock.mark(5);
@@ -1061,7 +1060,7 @@ __global__ void __launch_bounds__(kOutputsThreads)
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
   const DeviceChunk chunk = step.chunk[step.chunk_order[blockIdx.x]];
   const DevicePiece& piece = step.piece[chunk.piece];
-  if (!(wy_allowed && wy_form_takes(piece, chunk) && chunk.rows == kC)) return;  // the walk's outputs_apart
+  if (!(wy_allowed && outputs_apart_takes(piece, chunk))) return;  // the walk's outputs_apart
   const int32_t head = blockIdx.y, col0 = blockIdx.z * VC;
   const HeadInputs in = head_inputs<KD, VD>(dims, head);
   const float* const apart_head = walk_apart_head<KD, VD>(apart, chunk, dims, head);
