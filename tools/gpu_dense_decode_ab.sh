@@ -6,12 +6,12 @@
 #      ring among them), GdnKernelsTest.DenseKernelFormsAgreeAtSixtyFourRows (the forms under load, where the keys'
 #      first form faulted) and GdnKernelsTest.FoldsAfterTheLastLayerLeaveEachLayersState (each with its control);
 #   2. bench_gdn_delta's decode cases with the dense kernel's phase clock (DUET_DENSE_CLOCK=1: a block's mean cycles in
-#      each phase, and its A and Q entries'), under the default ring and with the keys through it
-#      (DUET_DELTA_DENSE_KEYS=1); the same fingerprints under both;
+#      each phase, and its A and Q entries'), with the keys through the ring (the default since the 48th round) and
+#      without them (DUET_DELTA_DENSE_KEYS=0); the same fingerprints under both;
 #   3. `duet run` decode at STREAMS (tools/gpu_launch_ab.sh, ROUNDS rounds, alternating; every setting's tokens must be
-#      the default's): the default against DUET_DELTA_DENSE_KEYS=1 and DUET_DELTA_FOLDS=step (every layer's folds in
+#      the default's): the default against DUET_DELTA_DENSE_KEYS=0 and DUET_DELTA_FOLDS=step (every layer's folds in
 #      one launch after the last GDN layer);
-#   4. exactness with both switches on (tools/gpu_bench.sh: `duet serve` + `duet bench --alone --serial` at 1, 4, 16
+#   4. exactness with the folds' switch on (tools/gpu_bench.sh: `duet serve` + `duet bench --alone --serial` at 1, 4, 16
 #      and 64 streams, greedy, seeded and penalized; 0 unequal, 0 failed), so that a winner can become the default.
 # Every stage writes its lines as it goes, to stdout and OUT/log; a stage that would not end inside BUDGET_S is skipped.
 #   usage: tools/gpu_dense_decode_ab.sh OUT [WORK=/tmp/9b] [ROUNDS=2] [STREAMS="64 16"] [BUDGET_S=570]
@@ -35,7 +35,7 @@ echo "== 2. bench_gdn_delta decode, the phase clock"
 # The keys' stages share the ring's slots, so a wrong wait shows under load, where few pieces pass (the first run of
 # this form: the 10-piece bits test passed and the 64-row bench faulted): every decode case's fingerprints under both
 # settings must be equal.
-for setting in X=1 DUET_DELTA_DENSE_KEYS=1; do
+for setting in X=1 DUET_DELTA_DENSE_KEYS=0; do
   for case in "decode 64 rows" "decode 64, no" "decode 64, all" "decode 16" "decode 1 row"; do
     echo "-- $setting: $case"
     env "$setting" DUET_DENSE_CLOCK=1 timeout 30 device/tests/cuda/bench_gdn_delta 20 "$case" 2>&1 | cut -c1-330 |
@@ -43,26 +43,26 @@ for setting in X=1 DUET_DELTA_DENSE_KEYS=1; do
   done
 done
 fingerprints() { grep -o "^decode.*rows *[0-9]*\|out [0-9a-f]* state [0-9a-f]*" "$1" | paste - - ; }
-if [[ "$(fingerprints "$out/bench-X=1.txt")" == "$(fingerprints "$out/bench-DUET_DELTA_DENSE_KEYS=1.txt")" ]] &&
+if [[ "$(fingerprints "$out/bench-X=1.txt")" == "$(fingerprints "$out/bench-DUET_DELTA_DENSE_KEYS=0.txt")" ]] &&
   [[ -n "$(fingerprints "$out/bench-X=1.txt")" ]]; then
   echo "fingerprints: the same under both"
 else
   echo "fingerprints: DIFFER (or missing)"; diff <(fingerprints "$out/bench-X=1.txt") \
-    <(fingerprints "$out/bench-DUET_DELTA_DENSE_KEYS=1.txt")
+    <(fingerprints "$out/bench-DUET_DELTA_DENSE_KEYS=0.txt")
 fi
 echo "done at $(elapsed) s"
 
 echo "== 3. duet run decode"
 for n in $streams; do
   fits 130 || continue
-  tools/gpu_launch_ab.sh "$work" "$n" "$rounds" - DUET_DELTA_DENSE_KEYS=1 DUET_DELTA_FOLDS=step > "$out/ab-$n.txt" 2>&1
+  tools/gpu_launch_ab.sh "$work" "$n" "$rounds" - DUET_DELTA_DENSE_KEYS=0 DUET_DELTA_FOLDS=step > "$out/ab-$n.txt" 2>&1
   grep -E "mean|FAILED" "$out/ab-$n.txt"
   echo "at $(elapsed) s"
 done
 
-echo "== 4. exactness with both switches on"
+echo "== 4. exactness with DUET_DELTA_FOLDS=step"
 if fits 170; then
-  DUET_DELTA_DENSE_KEYS=1 DUET_DELTA_FOLDS=step RUN_LENGTHS="" timeout 170 tools/gpu_bench.sh "$out/exact" "$work" \
+  DUET_DELTA_FOLDS=step RUN_LENGTHS="" timeout 170 tools/gpu_bench.sh "$out/exact" "$work" \
     1,4,16,64 > "$out/exact.txt" 2>&1
   grep -E "^exactness|^level .*failed [1-9]" "$out/exact.txt"
 fi

@@ -38,15 +38,12 @@
 #      DUET_DELTA_WALK_MMA=0 the FMA form), the wide conv kernel (DUET_CONV_WIDE=1, prepared, off until its bits test
 #      has run) and every sampled row's LM head on the skinny GEMM (DUET_SAMPLE_ROWS_PINNED=1 a prompt's last row on
 #      the pinned one, prepared, not yet timed), and a WY chunk's Gram products on the tensor cores
-#      (DUET_DELTA_MATRICES_MMA=1, prepared, off; its own bits), and (47th round) the walk's complete WY chunks'
-#      outputs by a kernel of their own (DUET_DELTA_WALK_OUTPUTS=apart, prepared, off; the same bits): their tests
-#      (GdnKernelsTest.TensorCoreWalk*, WideConvRows*, WalkOutputsApart*), bench_gdn_delta's prefill cases under both
-#      walks, with the matrices on and with the outputs apart (the same fingerprints as the default), `duet run`
-#      prefill of 1K and 4K prompts with each turned off (the matrices, the wide conv, the outputs apart on) against
-#      the defaults
+#      (DUET_DELTA_MATRICES_MMA=1, prepared, off; its own bits): their tests (GdnKernelsTest.TensorCoreWalk*,
+#      WideConvRows*), bench_gdn_delta's prefill cases under both walks and with the matrices on, `duet run` prefill of
+#      1K and 4K prompts with each turned off (the matrices and the wide conv on) against the defaults
 #      (tools/gpu_prefill_ab.sh), then the 4K prompt's kernel timeline;
-#  12. the dense decode kernel's earlier keys through its ring (KEYS_AB=1; DUET_DELTA_DENSE_KEYS=1, 47th round, prepared,
-#      off; the same bits): its bits test (GdnKernelsTest.DenseDecodeKernelGivesTheClusterFormsBits, every form),
+#  12. the dense decode kernel's earlier keys through its ring (KEYS_AB=1; the default since the 48th round,
+#      DUET_DELTA_DENSE_KEYS=0 leaves them out; the same bits): its bits test (GdnKernelsTest.DenseDecodeKernelGivesTheClusterFormsBits, every form),
 #      bench_gdn_delta's decode cases under both with the dense kernel's phase clock (DUET_DENSE_CLOCK=1: a block's
 #      cycles in each phase, its A and Q entries' beside them), `duet run` at 16, 4 and 64 streams;
 # while BUDGET_S lasts, each stage skipped once it would not fit. Every stage writes its lines as it goes, to stdout
@@ -188,13 +185,12 @@ echo "done at $(elapsed) s"
 
 echo "== 11. the 46th round's prefill changes (PREFILL_AB=1)"
 if stage 11 && [[ ${PREFILL_AB:-0} == 1 ]]; then
-  run_gpu_test '*TensorCoreWalk*:*WideConvRows*:*WalkOutputsApart*' "$out/prefill-tests.txt" 180
+  run_gpu_test '*TensorCoreWalk*:*WideConvRows*' "$out/prefill-tests.txt" 150
   grep -h "delta rule against double" "$out/prefill-tests.txt"
   bench_gdn_settings 10 prefill "$out/mma-bench.txt" - DUET_DELTA_WALK_MMA=0 DUET_DELTA_MATRICES_MMA=1 \
-    "DUET_WALK_CLOCK=1 DUET_DELTA_WALK_MMA=0" DUET_WALK_CLOCK=1 DUET_DELTA_WALK_OUTPUTS=apart \
-    "DUET_WALK_CLOCK=1 DUET_DELTA_WALK_OUTPUTS=apart"
+    "DUET_WALK_CLOCK=1 DUET_DELTA_WALK_MMA=0" DUET_WALK_CLOCK=1
   fits 150 && tools/gpu_prefill_ab.sh "$work" 1024,4096 2 - DUET_DELTA_WALK_MMA=0 DUET_CONV_WIDE=1 \
-    DUET_SAMPLE_ROWS_PINNED=1 DUET_DELTA_MATRICES_MMA=1 DUET_DELTA_WALK_OUTPUTS=apart
+    DUET_SAMPLE_ROWS_PINNED=1 DUET_DELTA_MATRICES_MMA=1
   [[ -f device/lib/libkernel_trace.so ]] && fits 40 && PREFILL=4096 tools/gpu_timeline.sh "$out" 1 2 "$work"
 fi
 echo "done at $(elapsed) s"
@@ -202,10 +198,10 @@ echo "done at $(elapsed) s"
 echo "== 12. the dense decode kernel's keys through its ring (KEYS_AB=1)"
 if stage 12 && [[ ${KEYS_AB:-0} == 1 ]]; then
   run_gpu_test '*DenseDecodeKernelGivesTheClusterFormsBits*' "$out/keys-test.txt" 120
-  bench_gdn_settings 20 decode "$out/keys-bench.txt" - DUET_DELTA_DENSE_KEYS=1 "DUET_DENSE_CLOCK=1" \
-    "DUET_DENSE_CLOCK=1 DUET_DELTA_DENSE_KEYS=1"
+  bench_gdn_settings 20 decode "$out/keys-bench.txt" - DUET_DELTA_DENSE_KEYS=0 "DUET_DENSE_CLOCK=1" \
+    "DUET_DENSE_CLOCK=1 DUET_DELTA_DENSE_KEYS=0"
   for streams in 16 4 64; do
-    fits 70 && tools/gpu_launch_ab.sh "$work" "$streams" "$rounds" - DUET_DELTA_DENSE_KEYS=1
+    fits 70 && tools/gpu_launch_ab.sh "$work" "$streams" "$rounds" - DUET_DELTA_DENSE_KEYS=0
   done
 fi
 echo "done at $(elapsed) s"

@@ -371,12 +371,6 @@ class Backend {
     return 0;
   }
 
-  // What a step of `rows` rows needs beyond the model's estimate of its activations and scratch for the backend's own
-  // GDN scratch (0: nothing; the CUDA backend's walk outputs apart, DUET_DELTA_WALK_OUTPUTS=apart).
-  virtual size_t gdn_extra_workspace_bytes(const GdnShape& shape, int64_t rows) const {
-    (void)shape, (void)rows;
-    return 0;
-  }
   // Room for the activations of steps whose scratch needs up to `bytes` (the model sizes it from its widths and
   // the most rows a step will have): reserved before serving, so steps allocate nothing.
   virtual void reserve_workspace(size_t bytes) = 0;

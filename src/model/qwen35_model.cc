@@ -130,7 +130,7 @@ size_t Qwen35Model::sequence_state_bytes(int32_t max_positions) const {
 }
 
 size_t Qwen35Model::workspace_bytes(int64_t rows) const {
-  return step_bytes(rows, std::min(rows, kWorkspaceLogitRows)) + backend_->gdn_extra_workspace_bytes(gdn_shape_, rows);
+  return step_bytes(rows, std::min(rows, kWorkspaceLogitRows));
 }
 
 // Counted at 4 bytes an element (fp32 on the CPU; a GPU's BF16 activations take less): the residual stream, a norm's

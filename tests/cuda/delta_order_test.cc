@@ -5,8 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <random>
-#include <set>
 #include <vector>
 
 #include "backend/cuda/delta_chunks.h"
@@ -134,47 +132,6 @@ TEST(DeltaOrder, TheFoldWidthIsAPowerOfTwoWithinTheOneRowPieces) {
   EXPECT_EQ(width({63, 127, 191, 5}), 4);
   EXPECT_EQ(width({63, 127, 191}), 3);
   EXPECT_EQ(width({5, 6}), 0);
-}
-
-// The walk's outputs apart keep a complete WY chunk's S_b and d in slot first_row / 64 of a buffer of rows / 64 + 1
-// slots (gdn_walk_apart_floats): over random steps of prefill pieces (from chunk starts and from their middles) and
-// decode pieces, every chunk outputs_apart_takes has a slot of its own inside that bound. The control: a partial WY
-// chunk (a prompt's last rows) shares its slot with a complete chunk after it, which is why the walk keeps those.
-TEST(DeltaOrder, CompleteWyChunksTakeSlotsOfTheirOwn) {
-  std::mt19937 rng(20261207);
-  int64_t taken = 0;
-  for (int trial = 0; trial < 500; ++trial) {
-    std::vector<DevicePiece> pieces;
-    const int count = 1 + static_cast<int>(rng() % 8);
-    for (int i = 0; i < count; ++i) {
-      const bool prefill = rng() % 4 != 0;
-      const int32_t rows = prefill ? 1 + static_cast<int32_t>(rng() % 300) : 1;
-      const int32_t start = rng() % 2 == 0 ? 64 * static_cast<int32_t>(rng() % 8) : static_cast<int32_t>(rng() % 600);
-      pieces.push_back(piece(prefill ? DeviceRole::prefill : DeviceRole::decode, rows, start));
-    }
-    pieces = with_rows(pieces);
-    const int32_t rows = pieces.back().first_row + pieces.back().rows;
-    int64_t scratch = 0;
-    const std::vector<DeviceChunk> chunks = plan_delta_chunks(pieces, &scratch);
-    std::set<int32_t> slots;
-    for (const DeviceChunk& c : chunks) {
-      if (!outputs_apart_takes(pieces[c.piece], c)) continue;
-      ++taken;
-      const int32_t slot = outputs_apart_slot(c);
-      EXPECT_TRUE(slots.insert(slot).second) << "trial " << trial << ": slot " << slot << " twice";
-      EXPECT_LT(slot, rows / kDeltaChunk + 1) << "trial " << trial;
-    }
-  }
-  EXPECT_GT(taken, 500);  // the steps did have complete WY chunks
-
-  std::vector<DevicePiece> pieces = with_rows({piece(DeviceRole::prefill, 2, 0), piece(DeviceRole::prefill, 64, 64)});
-  int64_t scratch = 0;
-  const std::vector<DeviceChunk> chunks = plan_delta_chunks(pieces, &scratch);
-  ASSERT_EQ(chunks.size(), 2u);
-  EXPECT_TRUE(wy_form_takes(pieces[0], chunks[0]));
-  EXPECT_FALSE(outputs_apart_takes(pieces[0], chunks[0]));
-  EXPECT_TRUE(outputs_apart_takes(pieces[1], chunks[1]));
-  EXPECT_EQ(outputs_apart_slot(chunks[0]), outputs_apart_slot(chunks[1]));
 }
 
 }  // namespace

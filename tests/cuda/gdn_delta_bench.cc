@@ -147,8 +147,6 @@ void print_clocked_phases(int reps, Launch launch) {
   }
 }
 
-float* apart_or_null(DeviceBuffer<float>& apart) { return delta_walk_outputs_apart() ? apart.get() : nullptr; }
-
 void run_case(const Case& c, int reps) {
   const GdnDims d = kQwen9B;
   const int32_t rows = total_rows(c.pieces);
@@ -157,8 +155,6 @@ void run_case(const Case& c, int reps) {
   const DeltaInputs in = random_delta_inputs(d, rows, 42);
   const DeviceDeltaInputs in_d(in);
   DeviceBuffer<float> out(static_cast<size_t>(rows) * value_width(d));
-  // DUET_DELTA_WALK_OUTPUTS=apart: the walk's storage for its complete WY chunks' S_b and d, as the backend gives it.
-  DeviceBuffer<float> apart(delta_walk_outputs_apart() ? static_cast<size_t>(gdn_walk_apart_floats(rows, d)) : 1);
 
   // The fingerprint: one run from the initial state.
   uint64_t out_hash = 0, state_hash = 0;
@@ -166,7 +162,7 @@ void run_case(const Case& c, int reps) {
     States states(d, seeds);
     Step step(c.pieces, states, StepOptions{c.decode_rows, {}});
     launch_gdn_delta_rule(step.get(), kLayer, in_d.qkv.get(), in_d.beta.get(), in_d.g.get(), d, step.scratch(),
-                          out.get(), nullptr, nullptr, DeltaFolds::each_layer, apart_or_null(apart));
+                          out.get(), nullptr);
     check(cudaDeviceSynchronize(), c.name.c_str());
     const std::vector<float> o = out.download();
     out_hash = fnv1a(o.data(), o.size() * sizeof(float));
@@ -188,7 +184,7 @@ void run_case(const Case& c, int reps) {
   for (int r = 0; r < reps + 3; ++r) {
     check(cudaEventRecord(start), "record");
     launch_gdn_delta_rule(step.get(), kLayer, in_d.qkv.get(), in_d.beta.get(), in_d.g.get(), d, step.scratch(),
-                          out.get(), nullptr, nullptr, DeltaFolds::each_layer, apart_or_null(apart));
+                          out.get(), nullptr);
     check(cudaEventRecord(stop), "record");
     check(cudaEventSynchronize(stop), c.name.c_str());
     float t = 0;
@@ -208,7 +204,7 @@ void run_case(const Case& c, int reps) {
   std::printf("\n");
   print_clocked_phases(reps, [&] {
     launch_gdn_delta_rule(step.get(), kLayer, in_d.qkv.get(), in_d.beta.get(), in_d.g.get(), d, step.scratch(),
-                          out.get(), nullptr, nullptr, DeltaFolds::each_layer, apart_or_null(apart));
+                          out.get(), nullptr);
   });
 }
 

@@ -859,7 +859,6 @@ TEST_P(GdnKernelsTest, TensorCoreWalkKeepsPromptCutsBits) {
 // A step of kWalkPieces under one of the walk's forms: its outputs and every sequence's live state after it.
 struct WalkForm {
   int32_t tiles = 0, wide = 0, split = 0, mma = 0;
-  bool apart = false;  // the complete WY chunks' outputs by their own kernel (a walk_apart buffer given)
 };
 struct WalkResult {
   std::vector<float> out;
@@ -881,9 +880,8 @@ WalkResult run_walk_form(const GdnDims& d, const WalkForm& form, const DeltaInpu
   Step step(kWalkPieces, states);
   DeviceBuffer<float> out_d(static_cast<size_t>(total_rows(kWalkPieces)) * value_width(d));
   out_d.poison();
-  DeviceBuffer<float> apart(form.apart ? static_cast<size_t>(gdn_walk_apart_floats(total_rows(kWalkPieces), d)) : 1);
   launch_gdn_delta_rule(step.get(), kLayer, in_d.qkv.get(), in_d.beta.get(), in_d.g.get(), d, step.scratch(),
-                        out_d.get(), nullptr, nullptr, DeltaFolds::each_layer, form.apart ? apart.get() : nullptr);
+                        out_d.get(), nullptr);
   sync_ok();
   set_delta_walk_tiles_for_tests(-1);
   set_delta_walk_wide_for_tests(-1);
@@ -938,21 +936,6 @@ TEST_P(GdnKernelsTest, WalkFormsKeepEveryBit) {
     expect_same_walk(d, run_walk_form(d, f, in), lanes);
   }
   expect_walk_control(d, WalkForm{1, 1, 1}, in, lanes);
-}
-
-// DUET_DELTA_WALK_OUTPUTS=apart: the complete WY chunks' outputs by chunk_outputs_kernel from the S_b and d the walk
-// stored, and the walk's K S_b and fold on all its warps, give the tensor-core walk's bits: outputs and every
-// sequence's state over kWalkPieces (complete WY chunks in pieces 0 and 4, partial ones after them, chunks entered in
-// their middle). The control: beta one ulp larger in row 10 of the first piece moves its later outputs and no other
-// piece's.
-TEST_P(GdnKernelsTest, WalkOutputsApartKeepTheTensorCoreWalksBits) {
-  DUET_REQUIRE_GPU();
-  const GdnDims& d = dims();
-  const DeltaInputs in = random_delta_inputs(d, total_rows(kWalkPieces), 907);
-  const WalkForm walk{1, 1, 0, 3, false}, apart{1, 1, 0, 3, true};
-  const WalkResult together = run_walk_form(d, walk, in);
-  expect_same_walk(d, run_walk_form(d, apart, in), together);
-  expect_walk_control(d, apart, in, together);
 }
 
 // The walk's tensor-core form takes a prompt's WY chunks and nothing else: over kWalkPieces, the rows of chunks entered

@@ -356,10 +356,6 @@ class CudaBackend final : public Backend {
     for (int32_t s = 0; s < slots; ++s) storage->reset_slot(s);
     return storage;
   }
-  size_t gdn_extra_workspace_bytes(const GdnShape& s, int64_t rows) const override {
-    if (!delta_walk_outputs_apart()) return 0;
-    return align_up(static_cast<size_t>(gdn_walk_apart_floats(rows, gdn_dims(s))) * sizeof(float));
-  }
   size_t gdn_state_bytes(const GdnShape& s) const override {
     return static_cast<size_t>(s.conv_channels() * (s.conv_kernel - 1)) * sizeof(bf16) +
            static_cast<size_t>(s.value_heads * delta_head(s).elems()) * sizeof(float);
@@ -719,12 +715,9 @@ class CudaBackend final : public Backend {
     // decode rows again, with the same bits).
     const GdnNormArrays norm{z, device_weight(w.norm), static_cast<float>(s.norm_eps), normed};
     const DeltaFolds folds = delta_folds();
-    // DUET_DELTA_WALK_OUTPUTS=apart: the walk's complete WY chunks' S_b and d, for their outputs' own kernel.
-    float* walk_apart =
-        delta_walk_outputs_apart() && step_.multi_pieces > 0 ? scratch<float>(gdn_walk_apart_floats(R, dims)) : nullptr;
     timer_.time("gdn.delta_rule", stream_, [&] {
       launch_gdn_delta_rule(step_, static_cast<int32_t>(gdn_layer), conv, beta, g, dims, chunk_scratch, core, stream_,
-                            &norm, folds, walk_apart);
+                            &norm, folds);
     });
     // DUET_DELTA_FOLDS=step: every layer's folds once the last layer's delta rule is launched (kernels.h).
     if (folds == DeltaFolds::after_last_layer && gdn_layer == step_gdn_layers_ - 1) {

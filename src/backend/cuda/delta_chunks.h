@@ -78,18 +78,6 @@ __host__ __device__ inline bool wy_form_takes(const DevicePiece& piece, const De
   return piece.role == DeviceRole::prefill && chunk.filled == 0;
 }
 
-// Whether the walk's outputs apart (gdn_delta_rule.cu, DUET_DELTA_WALK_OUTPUTS=apart) take a chunk: a complete WY
-// chunk, a prefill chunk from its first row to its last. Its S_b and d wait for the outputs' kernel in slot
-// outputs_apart_slot: two such chunks' 64-row ranges of the step are disjoint, so their first rows / 64 differ, and a
-// step of R rows needs R / 64 + 1 slots at most. (A partial chunk could share a slot: 2 rows from row 0, then a
-// complete chunk from row 2; so partial chunks keep their outputs in the walk.)
-__host__ __device__ inline bool outputs_apart_takes(const DevicePiece& piece, const DeviceChunk& chunk) {
-  return wy_form_takes(piece, chunk) && chunk.rows == kDeltaChunk;
-}
-__host__ __device__ inline int32_t outputs_apart_slot(const DeviceChunk& chunk) {
-  return chunk.first_row / kDeltaChunk;
-}
-
 // The order the delta-rule kernels take pieces and chunks in (DeviceStep::piece_order, chunk_order): those the
 // chunked form takes (multi: pieces of more than one row that the decode kernels do not take, and every prefill piece
 // that starts a chunk, whose chunks take the WY form whatever their rows) first, then those of pieces of a few rows

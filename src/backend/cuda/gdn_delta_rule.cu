@@ -483,15 +483,6 @@ constexpr int lanes_for(int value_dim) { return kThreads / columns_for(value_dim
 constexpr int kWalkThreads = 2 * kThreads;
 constexpr int kWalkTileRows = 4 * kThreads / kWalkThreads;
 
-// Where a complete WY chunk's S_b and d wait for chunk_outputs_kernel (the walk's kApart): its slot of `apart`
-// (delta_chunks.h: outputs_apart_slot), per value head KD x VD floats of S_b, then 64 x VD of d.
-template <int KD, int VD>
-constexpr int64_t kWalkApartElems = static_cast<int64_t>(KD + kC) * VD;
-template <int KD, int VD, typename T>
-__device__ __forceinline__ T* walk_apart_head(T* apart, const DeviceChunk& chunk, const GdnDims& dims, int head) {
-  return apart + (static_cast<int64_t>(outputs_apart_slot(chunk)) * dims.value_heads + head) * kWalkApartElems<KD, VD>;
-}
-
 // d_t of one column from the sum over earlier rows: lane p of kLanes adds rows p, p + kLanes, ... (an fma chain from
 // zero), then a fixed butterfly gives every lane of the column the same total (each level adds two lanes' values,
 // and a + b = b + a). Both state kernels finish with this, so a row's d has the same bits whichever computed it.
@@ -693,17 +684,10 @@ __device__ __forceinline__ void fold_tile(float (*S)[kSStride], const float (*k)
 // chunks' bits unchanged. ncu (46th round, one layer of a 1K prompt, H100): 216 us, warps wait on fixed-latency
 // dependencies first (1.50 cycles an issued instruction), then not selected 1.12, selected 1.00, math pipe 0.86,
 // barrier 0.73, short scoreboard 0.45 (3.04 in the FMA form).
-// kApart (DUET_DELTA_WALK_OUTPUTS=apart, 47th round, prepared, off; with kMmaPasses; the same bits): a complete WY
-// chunk's outputs are left to chunk_outputs_kernel, which computes them for every such chunk at once from the chunk's
-// S_b and d that the walk stores into `apart` (walk_apart_head); the walk then runs K S_b and the fold on all 16 warps
-// (16 x 8 and 16 x 16 tiles, each entry the same m16n8k8 steps as before). Why: the walk is issue-bound on one block an
-// SM, and a warp's steps on a chunk's critical path go from about 216 (the q warps' Q S_b beside the k warps' K S_b,
-// 96; d, 24; the fold, 96, beside the outputs' Q d) to about 120 (K S_b 48, d 24, the fold 48): docs/benchmarks.md,
-// 47th round. Not yet run on a GPU.
-template <int KD, int VD, bool kWide = false, bool kSplitFold = false, int kMmaPasses = 0, bool kApart = false>
+template <int KD, int VD, bool kWide = false, bool kSplitFold = false, int kMmaPasses = 0>
 __global__ void __launch_bounds__(kWalkThreads)
     chunk_state_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, GdnDims dims,
-                       const float* scratch, float* out, bool wy_allowed, bool tiled_outputs, float* apart) {
+                       const float* scratch, float* out, bool wy_allowed, bool tiled_outputs) {
   constexpr DeltaHeadState layout{KD, VD};
   constexpr int VC = columns_for(VD);
   constexpr int kTileCols = VC / 4;  // kTR x 4 tiles over VC columns
@@ -724,7 +708,6 @@ __global__ void __launch_bounds__(kWalkThreads)
   static_assert(!kSplitFold || kFoldThreads <= kWalkThreads - (kC / kTR) * kTileCols, "the fold beside the outputs");
   static_assert(!kMma || (kWide && !kSplitFold), "the tensor-core form reads the wide form's 16-byte key rows");
   static_assert(!kMma || (VC == 32 && KD % 16 == 0 && kWalkThreads == 16 * 32), "walk_mma.h's warp tiles");
-  static_assert(!kApart || kMma, "the outputs apart are the tensor-core form's");
 
   const DevicePiece& piece = step.piece[step.piece_order[blockIdx.x]];
   const int32_t head = blockIdx.y, col0 = blockIdx.z * VC;
@@ -776,9 +759,6 @@ __global__ void __launch_bounds__(kWalkThreads)
     const bool wy = wy_allowed && wy_form_takes(piece, chunk);  // w.A holds T = (I + A)^{-1} then, and a == 0
     Inputs& w = sm.next[(c - piece.first_chunk) % 2];
     const bool mma = kMma && wy;  // this chunk on the tensor cores (walk_mma.h)
-    // kApart: a complete WY chunk's outputs by chunk_outputs_kernel, from its S_b and d stored here.
-    const bool outputs_apart = kApart && mma && outputs_apart_takes(piece, chunk);
-    float* const apart_head = outputs_apart ? walk_apart_head<KD, VD>(apart, chunk, dims, head) : nullptr;
     __syncthreads();  // the previous chunk is done with everything but the raw buffers and this chunk's inputs
     clock.mark(5);
     wait_async_copies();
@@ -806,19 +786,7 @@ __global__ void __launch_bounds__(kWalkThreads)
     const MmaLane lane = mma_lane();
     const int mma_t0 = 16 * ((warp / 2) % 4), mma_n0 = 16 * (warp % 2);
     float wq_tile[2][4] = {};
-    if (outputs_apart) {  // K S_b alone, on every warp: warp w the 16-row tile w / 4 of the 8 columns 8 (w % 4)
-      const int t0 = 16 * (warp / 4), n0 = 8 * (warp % 4);
-      float x_tile[1][4] = {};
-      rows_times_state<kPasses, KD, kVecStride, Smem::kSStride>(&cv.k[t0][0], &sm.S[0][0], n0, x_tile);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int t = t0 + tile_row(lane, e), j = n0 + tile_col(lane, e);
-        sm.u[t][j] = wy_right_side(w.beta[t], sm.u[t][j], sm.eG[t], x_tile[0][e]);
-      }
-      // The chunk's S_b for its outputs (the fold below replaces it).
-      for (int idx = tid; idx < KD * VC; idx += kWalkThreads)
-        apart_head[(idx / VC) * VD + col0 + idx % VC] = sm.S[idx / VC][idx % VC];
-    } else if (mma) {
+    if (mma) {
       if (mma_t0 < b) {
         const float* vec = warp < 8 ? &cv.k[mma_t0][0] : &cv.q[mma_t0][0];
         rows_times_state<kPasses, KD, kVecStride, Smem::kSStride>(vec, &sm.S[0][0], mma_n0, wq_tile);
@@ -917,10 +885,7 @@ __global__ void __launch_bounds__(kWalkThreads)
     // The new rows' outputs: o_t = e^{G_t} wq_t + sum_{s<=t} Q[t][s] d_s.
     float* const out_rows =
         out + static_cast<int64_t>(chunk.first_row) * out_stride + static_cast<int64_t>(head) * VD + col0;
-    if (outputs_apart) {  // the chunk's d for its outputs
-      for (int idx = tid; idx < kC * VC; idx += kWalkThreads)
-        apart_head[KD * VD + (idx / VC) * VD + col0 + idx % VC] = sm.u[idx / VC][idx % VC];
-    } else if (mma) {  // the q warps: o = e^G (S_b^T q) + Q d, row by row into the output (a WY chunk starts at row 0)
+    if (mma) {  // the q warps: o = e^G (S_b^T q) + Q d, row by row into the output (a WY chunk starts at row 0)
       if (warp >= 8 && mma_t0 < b) {
 #pragma unroll
         for (int n = 0; n < 2; ++n)
@@ -969,26 +934,7 @@ __global__ void __launch_bounds__(kWalkThreads)
           for (int t = tid; t < kC; t += kWalkThreads) kept[layout.G() + t] = state[layout.G() + t];
         }
       }
-      if (outputs_apart) {  // every warp: the 16 key rows 16 (w % 8) + 128 i of the 16 columns 16 (w / 8)
-        for (int m0 = 16 * (warp % 8); m0 < KD; m0 += 16 * 8) {
-          const int n0 = 16 * (warp / 8);
-          float acc[2][4];
-          const float keep = sm.eG[kC - 1];
-#pragma unroll
-          for (int n = 0; n < 2; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[n][e] = sm.S[m0 + tile_row(lane, e)][n0 + 8 * n + tile_col(lane, e)] * keep;
-          fold_products<kPasses, kVecStride, kU>(&cv.k[0][0], m0, sm.decay, &sm.u[0][0], n0, acc);
-#pragma unroll
-          for (int n = 0; n < 2; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int i = m0 + tile_row(lane, e), j = n0 + 8 * n + tile_col(lane, e);
-              sm.S[i][j] = acc[n][e];
-              if (kept != nullptr) kept[i * VD + col0 + j] = acc[n][e];
-            }
-        }
-      } else if (mma) {  // the k warps, beside the outputs: warp w the 16 key rows w, w + 8, ... of every column
+      if (mma) {  // the k warps, beside the outputs: warp w the 16 key rows w, w + 8, ... of every column
         for (int m0 = 16 * warp; warp < 8 && m0 < KD; m0 += 16 * 8) {
           float acc[4][4];
           const float keep = sm.eG[kC - 1];
@@ -1029,81 +975,6 @@ __global__ void __launch_bounds__(kWalkThreads)
       state[(idx / VC) * VD + col0 + idx % VC] = sm.S[idx / VC][idx % VC];
   }
   clock.mark(5);
-}
-
-// ---- chunk_outputs_kernel: the outputs of the complete WY chunks whose walk left them apart (kApart).
-
-// One block of 8 warps a (chunk, value head, column group): o = e^G (S_b^T q) + Q d, the q warps' arithmetic of the
-// walk's tensor-core form on the same operands (S_b and d as the walk stored them, q normalized again from qkv by the
-// function the walk used, Q and G from the chunk's scratch), warp w the 16-row tile w / 2 of the 16 columns 16 (w % 2),
-// each entry the same m16n8k8 steps: so the same bits as when the walk computes them.
-template <int KD, int VC>
-struct OutputsSmem {
-  static constexpr int kSStride = VC + 8, kU = VC + 8, kVecStride = KD + 4, kQStride = kC + 4;  // (the walk's)
-  alignas(16) float S[KD][kSStride];
-  alignas(16) float u[kC][kU];
-  alignas(16) float q[kC][kVecStride];
-  alignas(16) float Q[kC][kQStride];
-  float eG[kC];
-  alignas(16) bf16 raw_q[kC][KD];
-};
-constexpr int kOutputsThreads = 8 * 32;
-
-template <int KD, int VD, int kPasses>
-__global__ void __launch_bounds__(kOutputsThreads)
-    chunk_outputs_kernel(DeviceStep step, const bf16* qkv, GdnDims dims, const float* scratch, const float* apart,
-                         float* out, bool wy_allowed) {
-  constexpr int VC = columns_for(VD);
-  static_assert(VC == 32 && KD % 16 == 0, "walk_mma.h's warp tiles");
-  using Smem = OutputsSmem<KD, VC>;
-  extern __shared__ float4 smem_raw[];
-  Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
-  const DeviceChunk chunk = step.chunk[step.chunk_order[blockIdx.x]];
-  const DevicePiece& piece = step.piece[chunk.piece];
-  if (!(wy_allowed && outputs_apart_takes(piece, chunk))) return;  // the walk's outputs_apart
-  const int32_t head = blockIdx.y, col0 = blockIdx.z * VC;
-  const HeadInputs in = head_inputs<KD, VD>(dims, head);
-  const float* const apart_head = walk_apart_head<KD, VD>(apart, chunk, dims, head);
-  const float* A = scratch + chunk.scratch * dims.value_heads +
-                   static_cast<int64_t>(head) * chunk_scratch_elems(chunk.filled, chunk.rows);
-  const float* Q = A + kC * kC;
-  const float* G = Q + kC * kC;
-  copy_bf16_rows_async(&sm.raw_q[0][0], qkv + static_cast<int64_t>(chunk.first_row) * in.width + in.q, in.width, kC,
-                       KD);
-  copy_rows_async_16<VC>(&sm.S[0][0], Smem::kSStride, apart_head + col0, VD, KD);
-  copy_rows_async_16<VC>(&sm.u[0][0], Smem::kU, apart_head + KD * VD + col0, VD, kC);
-  if (reinterpret_cast<uintptr_t>(Q) % 16 == 0) {  // (a chunk's scratch starts where the chunks before it end)
-    copy_rows_async_16<kC>(&sm.Q[0][0], Smem::kQStride, Q, kC, kC);
-  } else {
-    copy_rows_async(&sm.Q[0][0], Smem::kQStride, Q, kC, kC, kC);
-  }
-  copy_floats_async(sm.eG, G, kC);
-  wait_async_copies();
-  __syncthreads();
-  const int warp = threadIdx.x / 32;
-  for (int r = warp; r < kC; r += kOutputsThreads / 32) l2_normalize_to<KD>(sm.raw_q[r], in.q_scale, true, sm.q[r]);
-  for (int t = threadIdx.x; t < kC; t += kOutputsThreads) sm.eG[t] = expf(sm.eG[t]);  // as the walk's e^{G_t}
-  __syncthreads();
-
-  const MmaLane lane = mma_lane();
-  const int t0 = 16 * (warp / 2), n0 = 16 * (warp % 2);
-  float acc[2][4] = {};
-  rows_times_state<kPasses, KD, Smem::kVecStride, Smem::kSStride>(&sm.q[t0][0], &sm.S[0][0], n0, acc);
-#pragma unroll
-  for (int n = 0; n < 2; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[n][e] *= sm.eG[min(t0 + tile_row(lane, e), kC - 1)];
-  lower_times<kPasses, true, Smem::kQStride, Smem::kU>(&sm.Q[t0][0], t0, &sm.u[0][0], n0, kC, acc);
-  const int64_t out_stride = static_cast<int64_t>(dims.value_heads) * VD;
-  float* const out_rows =
-      out + static_cast<int64_t>(chunk.first_row) * out_stride + static_cast<int64_t>(head) * VD + col0;
-#pragma unroll
-  for (int n = 0; n < 2; ++n)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int t = t0 + lane.g + 8 * half, j = n0 + 8 * n + 2 * lane.t;
-      *reinterpret_cast<float2*>(&out_rows[t * out_stride + j]) = make_float2(acc[n][2 * half], acc[n][2 * half + 1]);
-    }
 }
 
 // ---- chunk_tail_kernel: the new rows' keys and G of a piece that ends inside a chunk, into the state.
@@ -1442,8 +1313,9 @@ __device__ __forceinline__ RowEntries row_entries_streamed(const float* kt, cons
 // none while it copied its vectors, took d and stored; the ring keeps up to 32 KB in flight from one thread's
 // instructions, from the block's start (the d rows behind S_b's), and the column threads' registers hold no rows.
 // Measured (44th round, H100): `duet run` at 64 streams +0.9% (five alternating rounds), 32 streams level.
-// kRoll == kDenseKeys (DUET_DELTA_DENSE_KEYS=1, prepared, off; the same bits): the chunk's earlier keys come through
-// the ring too, in stages of their own ahead of S_b's, and the A and Q threads read them from shared memory. Why: with
+// kRoll == kDenseKeys (the default since the 48th round, DUET_DELTA_DENSE_KEYS=0 turns it off; the same bits): the
+// chunk's earlier keys come through the ring too, in stages of their own ahead of S_b's, and the A and Q threads read
+// them from shared memory. Why: with
 // kDenseBulk each A and Q thread streams its key row (512 bytes at the 9B's heads) from global memory four 16-byte
 // pieces ahead, eight of the memory's round trips one after another, where the column threads' ring takes about three
 // (S_b's 8 stages, then d's, 4 in flight): at few rows, where a block's time is the kernel's, the entries may be what
@@ -2082,8 +1954,10 @@ int32_t dense_decode_from() {
 // `duet run` at 64 streams on an H100, five alternating rounds, 6,268 against 6,213 tok/s, +0.9%, the same tokens;
 // bench_gdn_delta's 64 rows 100.9 against 104.4 us a layer, the same fingerprints); with DUET_DELTA_DENSE_BULK=0 the
 // rolling loads of 16 rows in flight (the 42nd round's), and with that and DUET_DELTA_DENSE_ROLL=0 the batches before
-// them (read once; for A/B). DUET_DELTA_DENSE_KEYS=1 (prepared, off): the ring with the chunk's earlier keys in stages
-// ahead of S_b's (kDenseKeys).
+// them (read once; for A/B). Since the 48th round the ring carries the chunk's earlier keys in stages ahead of S_b's
+// (kDenseKeys; DUET_DELTA_DENSE_KEYS=0 gives the ring without them): on an H100, `duet run` at 64 streams 6,371 against
+// 6,314 tok/s (+0.9%, two alternating rounds, the same tokens), 16 streams level; bench_gdn_delta's 64 rows 95.9
+// against 101.5 us a layer (the block's wait for its A and Q entries 28% -> 5% of its cycles), the same fingerprints.
 std::atomic<int32_t> dense_loads_for_tests{-1};
 std::atomic<bool> dense_clock_on{false};  // set_dense_phase_clock_for_tests: the clocked instantiations
 int dense_loads() {
@@ -2091,7 +1965,7 @@ int dense_loads() {
     const char* bulk = std::getenv("DUET_DELTA_DENSE_BULK");
     const char* keys = std::getenv("DUET_DELTA_DENSE_KEYS");
     if (bulk == nullptr || std::strcmp(bulk, "0") != 0)
-      return keys != nullptr && std::strcmp(keys, "1") == 0 ? kDenseKeys : kDenseBulk;
+      return keys != nullptr && std::strcmp(keys, "0") == 0 ? kDenseBulk : kDenseKeys;
     const char* v = std::getenv("DUET_DELTA_DENSE_ROLL");
     return v != nullptr && std::strcmp(v, "0") == 0 ? 0 : 16;
   }();
@@ -2117,13 +1991,11 @@ void launch_folds(const DeviceStep& step, GdnDims dims, int32_t first_layer, int
 
 template <int KD, int VD>
 void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float* beta, const float* g, GdnDims dims,
-            float* scratch, float* out, const GdnNormArrays& norm, DeltaFolds folds, float* walk_apart,
-            cudaStream_t stream) {
+            float* scratch, float* out, const GdnNormArrays& norm, DeltaFolds folds, cudaStream_t stream) {
   constexpr int VC = columns_for(VD);
   constexpr size_t matrices_bytes = sizeof(MatricesSmem<KD>), mma_matrices_bytes = sizeof(MatricesSmem<KD, true>);
   constexpr size_t state_bytes = sizeof(StateSmem<KD, VC>), wide_state_bytes = sizeof(StateSmem<KD, VC, true>);
   constexpr size_t mma_state_bytes = sizeof(StateSmem<KD, VC, true, true>);
-  constexpr size_t outputs_bytes = sizeof(OutputsSmem<KD, VC>);
   constexpr size_t decode_bytes = sizeof(DecodeSmem<KD, VD>);
   constexpr size_t rows_bytes = sizeof(RowsSmem<KD, VD>);
   constexpr size_t dense_bytes = sizeof(DenseSmem<KD, VD>);
@@ -2142,8 +2014,6 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
        allow_smem(chunk_state_kernel<KD, VD, true, true>, wide_state_bytes),
        allow_smem(chunk_state_kernel<KD, VD, true, false, 3>, mma_state_bytes),
        allow_smem(chunk_state_kernel<KD, VD, true, false, 1>, mma_state_bytes),
-       allow_smem(chunk_state_kernel<KD, VD, true, false, 3, true>, mma_state_bytes),
-       allow_smem(chunk_outputs_kernel<KD, VD, 3>, outputs_bytes),
        allow_smem(decode_delta_kernel<KD, VD, false>, decode_bytes),
        allow_smem(decode_delta_kernel<KD, VD, true>, decode_bytes), allow_smem(decode_rows_kernel<KD, VD>, rows_bytes),
        allow_smem(decode_dense_kernel<KD, VD, false, 0>, dense_bytes),
@@ -2171,24 +2041,15 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
     const dim3 grid(static_cast<unsigned>(step.multi_pieces), static_cast<unsigned>(dims.value_heads), VD / VC);
     const bool wide = walk_wide();
     const int mma = wide ? walk_mma_passes() : 0;
-    // The outputs apart (kApart) where the backend gave their storage, with the three-pass form.
-    const bool apart = walk_apart != nullptr && mma == 3;
-    const auto walk = apart               ? chunk_state_kernel<KD, VD, true, false, 3, true>
-                      : mma == 3          ? chunk_state_kernel<KD, VD, true, false, 3>
+    const auto walk = mma == 3            ? chunk_state_kernel<KD, VD, true, false, 3>
                       : mma == 1          ? chunk_state_kernel<KD, VD, true, false, 1>
                       : !wide             ? chunk_state_kernel<KD, VD, false>
                       : walk_split_fold() ? chunk_state_kernel<KD, VD, true, true>
                                           : chunk_state_kernel<KD, VD, true>;
     const size_t walk_bytes = mma != 0 ? mma_state_bytes : wide ? wide_state_bytes : state_bytes;
     walk<<<grid, kWalkThreads, walk_bytes, stream>>>(step, layer, qkv, beta, dims, scratch, out, wy_form_allowed(),
-                                                     walk_tiled_outputs(), apart ? walk_apart : nullptr);
+                                                     walk_tiled_outputs());
     check_launch("gdn chunk_state_kernel");
-    if (apart) {
-      chunk_outputs_kernel<KD, VD, 3>
-          <<<dim3(static_cast<unsigned>(step.multi_chunks), static_cast<unsigned>(dims.value_heads), VD / VC),
-             kOutputsThreads, outputs_bytes, stream>>>(step, qkv, dims, scratch, walk_apart, out, wy_form_allowed());
-      check_launch("gdn chunk_outputs_kernel");
-    }
     chunk_tail_kernel<KD, VD>
         <<<dim3(step.multi_pieces, dims.value_heads), kThreads, 0, stream>>>(step, layer, qkv, dims, scratch);
     check_launch("gdn chunk_tail_kernel");
@@ -2254,7 +2115,7 @@ void set_dense_phase_clock_for_tests(unsigned long long* sums) {
 
 void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16* qkv, const float* beta,
                            const float* g, GdnDims dims, float* chunk_scratch, float* out, cudaStream_t stream,
-                           const GdnNormArrays* norm, DeltaFolds folds, float* walk_apart) {
+                           const GdnNormArrays* norm, DeltaFolds folds) {
   if (dims.key_heads <= 0 || dims.value_heads <= 0 || dims.value_heads % dims.key_heads != 0)
     check_cuda(cudaErrorInvalidValue, "launch_gdn_delta_rule: value_heads must be a multiple of key_heads");
   if (step.chunks <= 0) return;
@@ -2265,9 +2126,9 @@ void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16
   const GdnNormArrays none;
   const GdnNormArrays& n = norm != nullptr ? *norm : none;
   if (dims.key_dim == 16 && dims.value_dim == 32)
-    return launch<16, 32>(step, gdn_layer, qkv, beta, g, dims, chunk_scratch, out, n, folds, walk_apart, stream);
+    return launch<16, 32>(step, gdn_layer, qkv, beta, g, dims, chunk_scratch, out, n, folds, stream);
   if (dims.key_dim == 128 && dims.value_dim == 128)
-    return launch<128, 128>(step, gdn_layer, qkv, beta, g, dims, chunk_scratch, out, n, folds, walk_apart, stream);
+    return launch<128, 128>(step, gdn_layer, qkv, beta, g, dims, chunk_scratch, out, n, folds, stream);
   check_cuda(cudaErrorInvalidValue, "launch_gdn_delta_rule: key_dim x value_dim must be 16 x 32 or 128 x 128");
 }
 
@@ -2276,20 +2137,6 @@ void launch_gdn_folds(const DeviceStep& step, int32_t gdn_layers, GdnDims dims, 
   if (dims.key_dim == 16 && dims.value_dim == 32) return launch_folds<16, 32>(step, dims, 0, gdn_layers, stream);
   if (dims.key_dim == 128 && dims.value_dim == 128) return launch_folds<128, 128>(step, dims, 0, gdn_layers, stream);
   check_cuda(cudaErrorInvalidValue, "launch_gdn_folds: key_dim x value_dim must be 16 x 32 or 128 x 128");
-}
-
-int64_t gdn_walk_apart_floats(int64_t rows, const GdnDims& dims) {
-  return (rows / kC + 1) * dims.value_heads * (static_cast<int64_t>(dims.key_dim) + kC) * dims.value_dim;
-}
-
-// DUET_DELTA_WALK_OUTPUTS=apart (prepared, off): the backend gives the walk storage for its complete WY chunks' S_b and
-// d, and chunk_outputs_kernel computes their outputs (the walk's kApart; the same bits).
-bool delta_walk_outputs_apart() {
-  static const bool on = [] {
-    const char* v = std::getenv("DUET_DELTA_WALK_OUTPUTS");
-    return v != nullptr && std::strcmp(v, "apart") == 0;
-  }();
-  return on;
 }
 
 // DUET_DELTA_FOLDS=step (prepared, off): the one-row pieces' folds of every GDN layer in one launch after the step's

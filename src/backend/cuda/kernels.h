@@ -170,9 +170,9 @@ struct GdnGateArrays {
 void launch_gdn_conv_silu(const DeviceStep& step, int32_t gdn_layer, DeviceWeight conv_w, int32_t channels,
                           int32_t kernel, const bf16* in, bf16* out, cudaStream_t stream,
                           const GdnGateArrays* gates = nullptr);
-// Tests: steps with a piece of several rows through the wide conv kernel (1, where the rows are 16-byte aligned: eight
-// channels a thread; DUET_CONV_WIDE=1) or one channel a thread (0, the default), instead of DUET_CONV_WIDE's choice;
-// negative: that choice. The same bits.
+// Tests: steps with a piece of several rows through the wide conv kernel (1, the default, where the rows are 16-byte
+// aligned: eight channels a thread) or one channel a thread (0, DUET_CONV_WIDE=0's), instead of DUET_CONV_WIDE's
+// choice; negative: that choice. The same bits.
 void set_conv_rows_wide_for_tests(int32_t on);
 
 // ---- gdn_gates.cu
@@ -209,13 +209,7 @@ bool gdn_delta_rule_supports(int64_t key_dim, int64_t value_dim);
 enum class DeltaFolds { each_layer, after_last_layer };
 void launch_gdn_delta_rule(const DeviceStep& step, int32_t gdn_layer, const bf16* qkv, const float* beta,
                            const float* g, GdnDims dims, float* chunk_scratch, float* out, cudaStream_t stream,
-                           const GdnNormArrays* norm = nullptr, DeltaFolds folds = DeltaFolds::each_layer,
-                           float* walk_apart = nullptr);
-// `walk_apart`: device memory of gdn_walk_apart_floats(the step's rows) floats, or null. Given, the walk's tensor-core
-// form leaves a complete WY chunk's outputs to a kernel of their own over all such chunks, from the chunk's S_b and d
-// it stores there (the same bits; DUET_DELTA_WALK_OUTPUTS=apart, delta_walk_outputs_apart()).
-int64_t gdn_walk_apart_floats(int64_t rows, const GdnDims& dims);
-bool delta_walk_outputs_apart();
+                           const GdnNormArrays* norm = nullptr, DeltaFolds folds = DeltaFolds::each_layer);
 // The folds of layers [0, gdn_layers) for a step whose delta rules were launched with DeltaFolds::after_last_layer.
 void launch_gdn_folds(const DeviceStep& step, int32_t gdn_layers, GdnDims dims, cudaStream_t stream);
 // DUET_DELTA_FOLDS's choice (step: after_last_layer; the default each_layer).
@@ -226,7 +220,7 @@ void set_delta_decode_dense_from_for_tests(int32_t pieces);
 // Tests: how the dense kernel reads S_b: 16, rolling loads of 16 rows; 0, batches; kDeltaDenseBulk, a ring of bulk
 // copies; instead of the default (the ring) or DUET_DELTA_DENSE_BULK's / DUET_DELTA_DENSE_ROLL's; a negative number
 // gives the choice back. The bits are the same. kDeltaDenseKeys: the ring with the chunk's earlier keys in it too
-// (DUET_DELTA_DENSE_KEYS=1's).
+// (the default since the 48th round; DUET_DELTA_DENSE_KEYS=0 gives kDeltaDenseBulk).
 constexpr int32_t kDeltaDenseBulk = 1;
 constexpr int32_t kDeltaDenseKeys = 2;
 void set_delta_dense_loads_for_tests(int32_t loads);
