@@ -5,6 +5,7 @@
 # is a set of environment assignments (`-` for none), e.g. the delta rule's WY form against the row-by-row form
 # (docs/benchmarks.md, 30th round):
 #   tools/gpu_prefill_ab.sh /tmp/9b 1024,4096,16384 2 - DUET_DELTA_WY=0
+# A setting may begin with bin=PATH to run another build's duet (two packs in one call: PATH=old/device/bin/duet).
 # Prints one line a run: the prompt length, the setting and duet run's prefill figure.
 #   usage: tools/gpu_prefill_ab.sh WORK LENGTHS ROUNDS SETTING...
 set -uo pipefail
@@ -18,7 +19,9 @@ for n in "${sizes[@]}"; do
     for setting in "$@"; do
       assignments=()
       [[ $setting == - ]] || IFS=' ' read -r -a assignments <<<"$setting"
-      line=$(env "${assignments[@]}" timeout 120 "$duet" run "$work/model" --backend cuda --prompt-ids "$ids" \
+      binary=$duet
+      if [[ ${assignments[0]:-} == bin=* ]]; then binary=${assignments[0]#bin=}; assignments=("${assignments[@]:1}"); fi
+      line=$(env "${assignments[@]}" timeout 120 "$binary" run "$work/model" --backend cuda --prompt-ids "$ids" \
         --max-tokens 8 --ignore-eos 2>&1 >/dev/null | tail -1 | grep -o 'prefill [^|]*')
       echo "[$n ids] [$setting] ${line:-FAILED}"
     done
