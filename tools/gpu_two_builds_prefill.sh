@@ -8,7 +8,8 @@
 #   2. bench_gdn_delta's prefill cases under both builds, REPS repetitions, then with the walk's phase clock
 #      (DUET_WALK_CLOCK=1); each case's fingerprints (outputs and state) must be the same under both;
 #   3. `duet run` prefill of 1K and 4K prompts, the two builds alternating ROUNDS times (tools/gpu_prefill_ab.sh,
-#      OLD_ENV: the old build's settings that make it the new one's defaults but for the change).
+#      OLD_ENV: the old build's settings that make it the new one's defaults but for the change); where OLD holds no
+#      duet (a call carries at most 64 MiB with the tree), the new build alone, against the setting NEW_ALT if given.
 # Every stage writes its lines as it goes, to stdout and OUT/log.
 #   usage: tools/gpu_two_builds_prefill.sh OUT OLD [WORK=/tmp/9b] [ROUNDS=2] [REPS=10] [OLD_ENV=-]
 set -uo pipefail
@@ -45,7 +46,11 @@ echo "done at $(elapsed) s"
 
 echo "== 3. duet run prefill, the builds alternating"
 await_checkpoint "$work" "$out"
-old_setting="bin=$old/device/bin/duet"
-[[ $old_env == - ]] || old_setting+=" $old_env"
-tools/gpu_prefill_ab.sh "$work" 1024,4096 "$rounds" "$old_setting" - | tee "$out/prefill-ab.txt"
+if [[ -x $old/device/bin/duet ]]; then
+  old_setting="bin=$old/device/bin/duet"
+  [[ $old_env == - ]] || old_setting+=" $old_env"
+  tools/gpu_prefill_ab.sh "$work" 1024,4096 "$rounds" "$old_setting" - | tee "$out/prefill-ab.txt"
+else  # a call's files are at most 64 MiB with the tree: the old build's bench alone, the new duet against NEW_ALT
+  tools/gpu_prefill_ab.sh "$work" 1024,4096 "$rounds" - ${NEW_ALT:+"$NEW_ALT"} | tee "$out/prefill-ab.txt"
+fi
 echo "done at $(elapsed) s"
