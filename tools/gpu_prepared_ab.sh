@@ -35,13 +35,11 @@
 #      narrow form and the split fold against the default (tools/gpu_prefill_ab.sh); then the kernel timelines of a 1K
 #      and a 4K prompt's prefill (PREFILL=LEN tools/gpu_timeline.sh, with a pack that has kernel_trace);
 #  11. the 46th round's prefill changes (PREFILL_AB=1): the walk's tensor-core form for WY chunks (the default;
-#      DUET_DELTA_WALK_MMA=0 the FMA form), the wide conv kernel (DUET_CONV_WIDE=1, prepared, off until its bits test
-#      has run) and every sampled row's LM head on the skinny GEMM (DUET_SAMPLE_ROWS_PINNED=1 a prompt's last row on
-#      the pinned one, prepared, not yet timed), and a WY chunk's Gram products on the tensor cores
-#      (DUET_DELTA_MATRICES_MMA=1, prepared, off; its own bits): their tests (GdnKernelsTest.TensorCoreWalk*,
-#      WideConvRows*), bench_gdn_delta's prefill cases under both walks and with the matrices on, `duet run` prefill of
-#      1K and 4K prompts with each turned off (the matrices and the wide conv on) against the defaults
-#      (tools/gpu_prefill_ab.sh), then the 4K prompt's kernel timeline;
+#      DUET_DELTA_WALK_MMA=0 the FMA form), the wide conv kernel (the default since the 48th round; DUET_CONV_WIDE=0
+#      one channel a thread) and every sampled row's LM head on the skinny GEMM (DUET_SAMPLE_ROWS_PINNED=1 a prompt's
+#      last row on the pinned one): their tests (GdnKernelsTest.TensorCoreWalk*, WideConvRows*), bench_gdn_delta's
+#      prefill cases under both walks, `duet run` prefill of 1K and 4K prompts with each turned off against the
+#      defaults (tools/gpu_prefill_ab.sh), then the 4K prompt's kernel timeline;
 #  12. the dense decode kernel's earlier keys through its ring (KEYS_AB=1; the default since the 48th round,
 #      DUET_DELTA_DENSE_KEYS=0 leaves them out; the same bits): its bits test (GdnKernelsTest.DenseDecodeKernelGivesTheClusterFormsBits, every form),
 #      bench_gdn_delta's decode cases under both with the dense kernel's phase clock (DUET_DENSE_CLOCK=1: a block's
@@ -187,10 +185,10 @@ echo "== 11. the 46th round's prefill changes (PREFILL_AB=1)"
 if stage 11 && [[ ${PREFILL_AB:-0} == 1 ]]; then
   run_gpu_test '*TensorCoreWalk*:*WideConvRows*' "$out/prefill-tests.txt" 150
   grep -h "delta rule against double" "$out/prefill-tests.txt"
-  bench_gdn_settings 10 prefill "$out/mma-bench.txt" - DUET_DELTA_WALK_MMA=0 DUET_DELTA_MATRICES_MMA=1 \
+  bench_gdn_settings 10 prefill "$out/mma-bench.txt" - DUET_DELTA_WALK_MMA=0 \
     "DUET_WALK_CLOCK=1 DUET_DELTA_WALK_MMA=0" DUET_WALK_CLOCK=1
-  fits 150 && tools/gpu_prefill_ab.sh "$work" 1024,4096 2 - DUET_DELTA_WALK_MMA=0 DUET_CONV_WIDE=1 \
-    DUET_SAMPLE_ROWS_PINNED=1 DUET_DELTA_MATRICES_MMA=1
+  fits 150 && tools/gpu_prefill_ab.sh "$work" 1024,4096 2 - DUET_DELTA_WALK_MMA=0 DUET_CONV_WIDE=0 \
+    DUET_SAMPLE_ROWS_PINNED=1
   [[ -f device/lib/libkernel_trace.so ]] && fits 40 && PREFILL=4096 tools/gpu_timeline.sh "$out" 1 2 "$work"
 fi
 echo "done at $(elapsed) s"

@@ -285,11 +285,9 @@ __device__ void normalize_new_vectors(const RawVectors<KD>& raw, const HeadInput
 
 // ---- chunk_matrices_kernel: G, A and Q of the new rows.
 
-// kMma: the chunk's vectors 16-byte rows apart (KD + 4), so that an m16n8k8 fragment's 8 rows x 4 columns fall in
-// distinct banks (gram_tiles).
-template <int KD, bool kMma = false>
+template <int KD>
 struct MatricesSmem {
-  ChunkVectors<KD, kMma ? KD + 4 : KD + 1> cv;
+  ChunkVectors<KD, KD + 1> cv;
   union {
     RawVectors<KD> raw;   // the new rows' raw q and k, until normalized
     float L[kC][kC + 1];  // then a WY chunk's A, for its inverse (+ 1: a column's lanes read distinct banks)
@@ -327,19 +325,15 @@ __device__ __forceinline__ void invert_unit_lower(const float (*L)[kC + 1], int 
   }
 }
 
-// kMmaPasses (DUET_DELTA_MATRICES_MMA=1, 46th round, prepared, off): a WY chunk's K K^T and Q K^T on the tensor cores
-// (walk_mma.h's gram_tiles, three TF32 passes), where each entry is one fma chain over the key index otherwise; its own
-// bits for WY chunks (the rows gate owes it a run), the other chunks' bits unchanged (the decode kernels share their
-// chains).
-template <int KD, int VD, int kMmaPasses = 0>
+// (A WY chunk's K K^T and Q K^T on the tensor cores, three TF32 passes, were about 1% slower in the model and changed
+// a prompt's bits: 48th round, removed.)
+template <int KD, int VD>
 __global__ void __launch_bounds__(kThreads)
     chunk_matrices_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, const float* g,
                           GdnDims dims, float* scratch, bool wy_allowed) {
   constexpr DeltaHeadState layout{KD, VD};
-  constexpr bool kMma = kMmaPasses > 0;
-  constexpr int kPasses = kMma ? kMmaPasses : 1;  // (the tensor-core code is dead without kMma)
   extern __shared__ float4 smem_raw[];
-  using Smem = MatricesSmem<KD, kMma>;
+  using Smem = MatricesSmem<KD>;
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
   auto& cv = sm.cv;
   constexpr int kVecStride = decltype(Smem::cv)::kRowStride;
@@ -392,33 +386,9 @@ __global__ void __launch_bounds__(kThreads)
     }
     Q[(t - a) * b + s] = qk * decay;
   };
-  // The tensor-core form: warp w the 16 rows t of tile w % 4 of K K^T (w < 4) or Q K^T, every 8-column tile of s up
-  // to the diagonal; each warp stores its own matrix's entries, A's into L (for the inverse), Q's into the scratch.
-  if (kMma && wy) {
-    const int warp = threadIdx.x / 32, t0 = 16 * (warp % 4);
-    const bool queries = warp >= 4;
-    if (t0 < b) {
-      float acc[8][4] = {};
-      gram_tiles<kPasses, KD, kVecStride>(queries ? &cv.q[t0][0] : &cv.k[t0][0], &cv.k[0][0], t0 / 8 + 2, acc);
-      const MmaLane lane = mma_lane();
-#pragma unroll
-      for (int n = 0; n < 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int t = t0 + tile_row(lane, e), s = 8 * n + tile_col(lane, e);
-          if (n >= t0 / 8 + 2 || t >= b || s > t) continue;
-          const float decay = expf(cv.G[t] - cv.G[s]);
-          if (queries) {
-            Q[t * b + s] = acc[n][e] * decay;
-          } else if (s < t) {
-            sm.L[t][s] = (acc[n][e] * decay) * cv.beta[t];
-          }
-        }
-    }
-  }
   // A 4x4 tile of (t, s) per thread over t in [a, b), s <= t. A WY chunk's A goes to shared memory for its inverse.
   const int t0 = 4 * (threadIdx.x / 16), s0 = 4 * (threadIdx.x % 16);
-  if (!(kMma && wy) && !(t0 + 3 < a || t0 >= b || s0 > t0 + 3)) {
+  if (!(t0 + 3 < a || t0 >= b || s0 > t0 + 3)) {
     float kk[4][4] = {}, qk[4][4] = {};
 #pragma unroll 4
     for (int i = 0; i < KD; ++i) {
@@ -1954,15 +1924,6 @@ int walk_mma_passes() {
   return passes_chosen(walk_mma_for_tests, on);
 }
 
-// The Gram products of a WY chunk's A and Q on the tensor cores (chunk_matrices_kernel, kMmaPasses):
-// DUET_DELTA_MATRICES_MMA=1 (46th round, prepared, not yet timed; its own bits for a prompt's chunks, so the rows gate
-// owes it a run). Tests: 3 the form, 1 its one-pass control, 0 off.
-std::atomic<int32_t> matrices_mma_for_tests{-1};
-int matrices_mma_passes() {
-  static const bool on = env_switch("DUET_DELTA_MATRICES_MMA", false);
-  return passes_chosen(matrices_mma_for_tests, on);
-}
-
 // DUET_DELTA_WY=0: every chunk in the row-by-row form, the WY form's chunks too (for measurements; read once).
 bool wy_form_allowed() {
   static const bool on = env_switch("DUET_DELTA_WY", true);
@@ -2034,7 +1995,7 @@ template <int KD, int VD>
 void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float* beta, const float* g, GdnDims dims,
             float* scratch, float* out, const GdnNormArrays& norm, DeltaFolds folds, cudaStream_t stream) {
   constexpr int VC = columns_for(VD);
-  constexpr size_t matrices_bytes = sizeof(MatricesSmem<KD>), mma_matrices_bytes = sizeof(MatricesSmem<KD, true>);
+  constexpr size_t matrices_bytes = sizeof(MatricesSmem<KD>);
   constexpr size_t state_bytes = sizeof(StateSmem<KD, VC>), wide_state_bytes = sizeof(StateSmem<KD, VC, true>);
   constexpr size_t mma_state_bytes = sizeof(StateSmem<KD, VC, true, true>);
   constexpr size_t decode_bytes = sizeof(DecodeSmem<KD, VD>);
@@ -2047,10 +2008,7 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
   // Four blocks an SM at the 9B's shape (55 KB: every row's vectors); a verify step of one stream is 128 blocks.
   static_assert(KD != 128 || VD != 128 || rows_bytes <= 56 * 1024, "decode_rows_kernel: 4 blocks per SM");
   static const bool opted_in =
-      (allow_smem(chunk_matrices_kernel<KD, VD>, matrices_bytes),
-       allow_smem(chunk_matrices_kernel<KD, VD, 3>, mma_matrices_bytes),
-       allow_smem(chunk_matrices_kernel<KD, VD, 1>, mma_matrices_bytes),
-       allow_smem(chunk_state_kernel<KD, VD>, state_bytes),
+      (allow_smem(chunk_matrices_kernel<KD, VD>, matrices_bytes), allow_smem(chunk_state_kernel<KD, VD>, state_bytes),
        allow_smem(chunk_state_kernel<KD, VD, true>, wide_state_bytes),
        allow_smem(chunk_state_kernel<KD, VD, true, true>, wide_state_bytes),
        allow_smem(chunk_state_kernel<KD, VD, true, false, 3>, mma_state_bytes),
@@ -2070,12 +2028,8 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
   (void)opted_in;
   const int32_t single_pieces = step.pieces - step.multi_pieces - step.few_pieces;
   if (step.multi_chunks > 0) {
-    const int mma = matrices_mma_passes();
-    const auto matrices = mma == 3   ? chunk_matrices_kernel<KD, VD, 3>
-                          : mma == 1 ? chunk_matrices_kernel<KD, VD, 1>
-                                     : chunk_matrices_kernel<KD, VD>;
-    matrices<<<dim3(step.multi_chunks, dims.value_heads), kThreads, mma != 0 ? mma_matrices_bytes : matrices_bytes,
-               stream>>>(step, layer, qkv, beta, g, dims, scratch, wy_form_allowed());
+    chunk_matrices_kernel<KD, VD><<<dim3(step.multi_chunks, dims.value_heads), kThreads, matrices_bytes, stream>>>(
+        step, layer, qkv, beta, g, dims, scratch, wy_form_allowed());
     check_launch("gdn chunk_matrices_kernel");
   }
   if (step.multi_pieces > 0) {
@@ -2145,7 +2099,6 @@ void set_delta_walk_tiles_for_tests(int32_t on) { walk_tiles_for_tests.store(on)
 void set_delta_walk_wide_for_tests(int32_t on) { walk_wide_for_tests.store(on); }
 void set_delta_walk_split_for_tests(int32_t on) { walk_split_for_tests.store(on); }
 void set_delta_walk_mma_for_tests(int32_t passes) { walk_mma_for_tests.store(passes); }
-void set_delta_matrices_mma_for_tests(int32_t passes) { matrices_mma_for_tests.store(passes); }
 void set_walk_phase_clock_for_tests(unsigned long long* sums) {
   check_cuda(cudaMemcpyToSymbol(walk_phase_clock, &sums, sizeof sums), "set_walk_phase_clock_for_tests");
 }

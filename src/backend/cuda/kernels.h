@@ -237,10 +237,6 @@ void set_delta_walk_split_for_tests(int32_t on);
 // control; 0: the FMA form; with the wide form only) instead of DUET_DELTA_WALK_MMA's choice; negative: that choice.
 // Its own bits for a prompt's WY chunks.
 void set_delta_walk_mma_for_tests(int32_t passes);
-// Tests: a WY chunk's K K^T and Q K^T on the tensor cores (3: three TF32 passes, DUET_DELTA_MATRICES_MMA=1's; 1: one
-// pass, the planted control; 0: off, the default) instead of DUET_DELTA_MATRICES_MMA's choice; negative: that choice.
-// Its own bits for a prompt's WY chunks.
-void set_delta_matrices_mma_for_tests(int32_t passes);
 // Benchmarks: where the walk's time goes. `sums` (device memory, 6 counters, zeroed by the caller) gets the SM cycles
 // of block (0, 0, 0) of every later walk launch in each of its phases (gdn_delta_rule.cu, walk_phase_clock); null
 // stops.

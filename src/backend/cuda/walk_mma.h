@@ -100,25 +100,4 @@ __device__ __forceinline__ void fold_products(const float* K, int m0, const floa
   }
 }
 
-// acc[n] += V K^T for 16 rows of V (row-major, kStride floats apart, from the tile's row 0) and the key rows' 8-row
-// tiles n < tiles (K's rows kStride apart): a chunk's k_t . k_s and q_t . k_s (chunk_matrices_kernel), the key index
-// in steps of 8. A tile past `tiles` is left as it was.
-template <int kPasses, int KD, int kStride>
-__device__ __forceinline__ void gram_tiles(const float* V, const float* K, int tiles, float (&acc)[8][4]) {
-  const MmaLane l = mma_lane();
-#pragma unroll 2
-  for (int i0 = 0; i0 < KD; i0 += 8) {
-    const float a[4] = {V[l.g * kStride + i0 + l.t], V[(l.g + 8) * kStride + i0 + l.t], V[l.g * kStride + i0 + l.t + 4],
-                        V[(l.g + 8) * kStride + i0 + l.t + 4]};
-    const Tf32Split<4> as = split_tf32<kPasses>(a);
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      if (n >= tiles) continue;
-      const float* key = K + (8 * n + l.g) * kStride + i0 + l.t;
-      const float b[2] = {key[0], key[4]};
-      mma_fp32_16x8x8<kPasses>(acc[n], as, split_tf32<kPasses>(b));
-    }
-  }
-}
-
 }  // namespace duet::backend::cuda
