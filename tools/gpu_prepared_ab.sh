@@ -44,6 +44,10 @@
 #      DUET_DELTA_DENSE_KEYS=0 leaves them out; the same bits): its bits test (GdnKernelsTest.DenseDecodeKernelGivesTheClusterFormsBits, every form),
 #      bench_gdn_delta's decode cases under both with the dense kernel's phase clock (DUET_DENSE_CLOCK=1: a block's
 #      cycles in each phase, its A and Q entries' beside them), `duet run` at 16, 4 and 64 streams;
+#  13. the batched normalizing of a chunk's new keys and queries (NORM_AB=1; DUET_DELTA_NORM_BATCH=1, 48th round,
+#      prepared, off; the same bits): its bits test (GdnKernelsTest.BatchedNormalizingKeepsTheWalksBits) beside the
+#      tensor-core walk's, bench_gdn_delta's prefill cases under both (the same fingerprints), with the walk's phase
+#      clock (DUET_WALK_CLOCK=1), and `duet run` prefill of 1K and 4K prompts against the default;
 # while BUDGET_S lasts, each stage skipped once it would not fit. Every stage writes its lines as it goes, to stdout
 # and OUT/log (never through a pipe that holds them until the end: 41st round).
 # STAGES (e.g. "1 8") runs only those stages (default: every one).
@@ -201,5 +205,24 @@ if stage 12 && [[ ${KEYS_AB:-0} == 1 ]]; then
   for streams in 16 4 64; do
     fits 70 && tools/gpu_launch_ab.sh "$work" "$streams" "$rounds" - DUET_DELTA_DENSE_KEYS=0
   done
+fi
+echo "done at $(elapsed) s"
+
+echo "== 13. the batched normalizing (NORM_AB=1)"
+if stage 13 && [[ ${NORM_AB:-0} == 1 ]]; then
+  run_gpu_test '*BatchedNormalizingKeepsTheWalksBits*:*TensorCoreWalk*' "$out/norm-test.txt" 120
+  for setting in X=1 DUET_DELTA_NORM_BATCH=1; do
+    fits 40 && env "$setting" timeout 40 device/tests/cuda/bench_gdn_delta 10 prefill > "$out/norm-bench-$setting.txt" 2>&1
+    echo "-- $setting"; cat "$out/norm-bench-$setting.txt"
+  done
+  prints() { grep -o "^prefill.*rows *[0-9]*\|out [0-9a-f]* state [0-9a-f]*" "$1" | paste - -; }
+  if [[ -n "$(prints "$out/norm-bench-X=1.txt")" &&
+    "$(prints "$out/norm-bench-X=1.txt")" == "$(prints "$out/norm-bench-DUET_DELTA_NORM_BATCH=1.txt")" ]]; then
+    echo "fingerprints: the same under both"
+  else
+    echo "fingerprints: DIFFER (or missing)"
+  fi
+  bench_gdn_settings 10 prefill "$out/norm-clock.txt" DUET_WALK_CLOCK=1 "DUET_WALK_CLOCK=1 DUET_DELTA_NORM_BATCH=1"
+  fits 80 && tools/gpu_prefill_ab.sh "$work" 1024,4096 "$rounds" - DUET_DELTA_NORM_BATCH=1
 fi
 echo "done at $(elapsed) s"

@@ -841,7 +841,7 @@ TEST_P(GdnKernelsTest, TensorCoreWalkKeepsPromptCutsBits) {
 
 // A step of kWalkPieces under one of the walk's forms: its outputs and every sequence's live state after it.
 struct WalkForm {
-  int32_t tiles = 0, wide = 0, split = 0, mma = 0;
+  int32_t tiles = 0, wide = 0, split = 0, mma = 0, norm_batch = 0;
 };
 struct WalkResult {
   std::vector<float> out;
@@ -858,6 +858,7 @@ WalkResult run_walk_form(const GdnDims& d, const WalkForm& form, const DeltaInpu
   set_delta_walk_wide_for_tests(form.wide);
   set_delta_walk_split_for_tests(form.split);
   set_delta_walk_mma_for_tests(form.mma);
+  set_delta_norm_batch_for_tests(form.norm_batch);
   DeviceDeltaInputs in_d(in);
   States states(d, seeds);
   Step step(kWalkPieces, states);
@@ -870,6 +871,7 @@ WalkResult run_walk_form(const GdnDims& d, const WalkForm& form, const DeltaInpu
   set_delta_walk_wide_for_tests(-1);
   set_delta_walk_split_for_tests(-1);
   set_delta_walk_mma_for_tests(-1);
+  set_delta_norm_batch_for_tests(-1);
   WalkResult r{out_d.download(), {}};
   const States::Snapshot now = states.now();
   for (size_t i = 0; i < kWalkPieces.size(); ++i)
@@ -919,6 +921,20 @@ TEST_P(GdnKernelsTest, WalkFormsKeepEveryBit) {
     expect_same_walk(d, run_walk_form(d, f, in), lanes);
   }
   expect_walk_control(d, WalkForm{1, 1, 1}, in, lanes);
+}
+
+// DUET_DELTA_NORM_BATCH=1: a chunk's new keys and queries normalized eight vectors a warp at once (l2_normalize_rows,
+// in the Gram kernel and the tensor-core walk) give the one-at-a-time form's bits: outputs and every sequence's state
+// over kWalkPieces (WY chunks, chunks entered in their middle, a one-row piece). The control: beta one ulp larger in
+// row 10 moves the first piece's later outputs and no other piece's.
+TEST_P(GdnKernelsTest, BatchedNormalizingKeepsTheWalksBits) {
+  DUET_REQUIRE_GPU();
+  const GdnDims& d = dims();
+  const DeltaInputs in = random_delta_inputs(d, total_rows(kWalkPieces), 911);
+  const WalkForm one_at_a_time{1, 1, 0, 3, 0}, batched{1, 1, 0, 3, 1};
+  const WalkResult reference = run_walk_form(d, one_at_a_time, in);
+  expect_same_walk(d, run_walk_form(d, batched, in), reference);
+  expect_walk_control(d, batched, in, reference);
 }
 
 // The walk's tensor-core form takes a prompt's WY chunks and nothing else: over kWalkPieces, the rows of chunks entered

@@ -274,13 +274,24 @@ struct ChunkVectors {
   float beta[kC];
 };
 
-// The new rows' q and k, l2-normalized from their staged raw rows (rows [filled, filled + rows) of the chunk).
-template <int KD, int kStride>
+// The new rows' q and k, l2-normalized from their staged raw rows (rows [filled, filled + rows) of the chunk): a
+// vector a warp at a time, or with kBatched (DUET_DELTA_NORM_BATCH=1, 48th round, prepared, off) kNormBatch at once.
+template <int KD, bool kBatched, int kStride>
 __device__ void normalize_new_vectors(const RawVectors<KD>& raw, const HeadInputs& in, const DeviceChunk& chunk,
                                       ChunkVectors<KD, kStride>& cv) {
-  l2_normalize_rows<KD>(
-      chunk.rows, in.q_scale, [&](int r, bool is_query) { return is_query ? raw.q[r] : raw.k[r]; },
-      [&](int r, bool is_query) { return is_query ? cv.q[chunk.filled + r] : cv.k[chunk.filled + r]; });
+  if constexpr (kBatched) {
+    l2_normalize_rows<KD>(
+        chunk.rows, in.q_scale, [&](int r, bool is_query) { return is_query ? raw.q[r] : raw.k[r]; },
+        [&](int r, bool is_query) { return is_query ? cv.q[chunk.filled + r] : cv.k[chunk.filled + r]; });
+  } else {
+    const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    for (int vec = warp; vec < 2 * chunk.rows; vec += warps) {  // even: the row's k, odd: its q
+      const int r = vec / 2;
+      const bool is_query = vec % 2 == 1;
+      const int t = chunk.filled + r;
+      l2_normalize_to<KD>(is_query ? raw.q[r] : raw.k[r], in.q_scale, is_query, is_query ? cv.q[t] : cv.k[t]);
+    }
+  }
 }
 
 // ---- chunk_matrices_kernel: G, A and Q of the new rows.
@@ -327,7 +338,7 @@ __device__ __forceinline__ void invert_unit_lower(const float (*L)[kC + 1], int 
 
 // (A WY chunk's K K^T and Q K^T on the tensor cores, three TF32 passes, were about 1% slower in the model and changed
 // a prompt's bits: 48th round, removed.)
-template <int KD, int VD>
+template <int KD, int VD, bool kNormBatch = false>
 __global__ void __launch_bounds__(kThreads)
     chunk_matrices_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, const float* g,
                           GdnDims dims, float* scratch, bool wy_allowed) {
@@ -356,7 +367,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   wait_async_copies();
   __syncthreads();
-  normalize_new_vectors<KD>(raw, in, chunk, cv);
+  normalize_new_vectors<KD, kNormBatch>(raw, in, chunk, cv);
   float* out = scratch + chunk.scratch * dims.value_heads +
                static_cast<int64_t>(head) * chunk_scratch_elems(chunk.filled, chunk.rows);
   float* A = out;                     // [rows][b]
@@ -695,7 +706,7 @@ __device__ __forceinline__ void fold_tile(float (*S)[kSStride], const float (*k)
 // chunks' bits unchanged. ncu (46th round, one layer of a 1K prompt, H100): 216 us, warps wait on fixed-latency
 // dependencies first (1.50 cycles an issued instruction), then not selected 1.12, selected 1.00, math pipe 0.86,
 // barrier 0.73, short scoreboard 0.45 (3.04 in the FMA form).
-template <int KD, int VD, bool kWide = false, bool kSplitFold = false, int kMmaPasses = 0>
+template <int KD, int VD, bool kWide = false, bool kSplitFold = false, int kMmaPasses = 0, bool kNormBatch = false>
 __global__ void __launch_bounds__(kWalkThreads)
     chunk_state_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, GdnDims dims,
                        const float* scratch, float* out, bool wy_allowed, bool tiled_outputs) {
@@ -776,7 +787,7 @@ __global__ void __launch_bounds__(kWalkThreads)
     __syncthreads();
     clock.mark(0);
 
-    normalize_new_vectors<KD>(sm.raw, in, chunk, cv);
+    normalize_new_vectors<KD, kNormBatch>(sm.raw, in, chunk, cv);
     for (int idx = tid; idx < chunk.rows * VC; idx += kWalkThreads)
       sm.u[a + idx / VC][idx % VC] = __bfloat162float(sm.raw_v[idx / VC][idx % VC]);
     for (int t = tid; t < b; t += kWalkThreads) {
@@ -1899,6 +1910,15 @@ bool walk_wide() {
   return chosen(walk_wide_for_tests, on);
 }
 
+// The batched normalizing of a chunk's new keys and queries (l2_normalize_rows; chunk_matrices_kernel's and the
+// tensor-core walk's kNormBatch): DUET_DELTA_NORM_BATCH=1 (48th round, prepared, off until it has run on a GPU; the
+// same bits).
+std::atomic<int32_t> norm_batch_for_tests{-1};
+bool norm_batch() {
+  static const bool on = env_switch("DUET_DELTA_NORM_BATCH", false);
+  return chosen(norm_batch_for_tests, on);
+}
+
 // The walk's split form (chunk_state_kernel, kSplitFold; with the wide form only): DUET_DELTA_WALK_SPLIT=1 (45th round;
 // timed in the 46th, H100: bench_gdn_delta 4,096 rows 1,195.8 against the wide form's 1,269.1 us, `duet run` 4K
 // prefill 0.8% faster, both below the tensor-core form, so off).
@@ -2008,10 +2028,13 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
   // Four blocks an SM at the 9B's shape (55 KB: every row's vectors); a verify step of one stream is 128 blocks.
   static_assert(KD != 128 || VD != 128 || rows_bytes <= 56 * 1024, "decode_rows_kernel: 4 blocks per SM");
   static const bool opted_in =
-      (allow_smem(chunk_matrices_kernel<KD, VD>, matrices_bytes), allow_smem(chunk_state_kernel<KD, VD>, state_bytes),
+      (allow_smem(chunk_matrices_kernel<KD, VD>, matrices_bytes),
+       allow_smem(chunk_matrices_kernel<KD, VD, true>, matrices_bytes),
+       allow_smem(chunk_state_kernel<KD, VD>, state_bytes),
        allow_smem(chunk_state_kernel<KD, VD, true>, wide_state_bytes),
        allow_smem(chunk_state_kernel<KD, VD, true, true>, wide_state_bytes),
        allow_smem(chunk_state_kernel<KD, VD, true, false, 3>, mma_state_bytes),
+       allow_smem(chunk_state_kernel<KD, VD, true, false, 3, true>, mma_state_bytes),
        allow_smem(chunk_state_kernel<KD, VD, true, false, 1>, mma_state_bytes),
        allow_smem(decode_delta_kernel<KD, VD, false>, decode_bytes),
        allow_smem(decode_delta_kernel<KD, VD, true>, decode_bytes), allow_smem(decode_rows_kernel<KD, VD>, rows_bytes),
@@ -2028,7 +2051,9 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
   (void)opted_in;
   const int32_t single_pieces = step.pieces - step.multi_pieces - step.few_pieces;
   if (step.multi_chunks > 0) {
-    chunk_matrices_kernel<KD, VD><<<dim3(step.multi_chunks, dims.value_heads), kThreads, matrices_bytes, stream>>>(
+    const bool batched = norm_batch();
+    const auto matrices = batched ? chunk_matrices_kernel<KD, VD, true> : chunk_matrices_kernel<KD, VD>;
+    matrices<<<dim3(step.multi_chunks, dims.value_heads), kThreads, matrices_bytes, stream>>>(
         step, layer, qkv, beta, g, dims, scratch, wy_form_allowed());
     check_launch("gdn chunk_matrices_kernel");
   }
@@ -2036,11 +2061,12 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
     const dim3 grid(static_cast<unsigned>(step.multi_pieces), static_cast<unsigned>(dims.value_heads), VD / VC);
     const bool wide = walk_wide();
     const int mma = wide ? walk_mma_passes() : 0;
-    const auto walk = mma == 3            ? chunk_state_kernel<KD, VD, true, false, 3>
-                      : mma == 1          ? chunk_state_kernel<KD, VD, true, false, 1>
-                      : !wide             ? chunk_state_kernel<KD, VD, false>
-                      : walk_split_fold() ? chunk_state_kernel<KD, VD, true, true>
-                                          : chunk_state_kernel<KD, VD, true>;
+    const auto walk = mma == 3 && norm_batch() ? chunk_state_kernel<KD, VD, true, false, 3, true>
+                      : mma == 3               ? chunk_state_kernel<KD, VD, true, false, 3>
+                      : mma == 1               ? chunk_state_kernel<KD, VD, true, false, 1>
+                      : !wide                  ? chunk_state_kernel<KD, VD, false>
+                      : walk_split_fold()      ? chunk_state_kernel<KD, VD, true, true>
+                                               : chunk_state_kernel<KD, VD, true>;
     const size_t walk_bytes = mma != 0 ? mma_state_bytes : wide ? wide_state_bytes : state_bytes;
     walk<<<grid, kWalkThreads, walk_bytes, stream>>>(step, layer, qkv, beta, dims, scratch, out, wy_form_allowed(),
                                                      walk_tiled_outputs());
@@ -2097,6 +2123,7 @@ void set_delta_decode_dense_from_for_tests(int32_t pieces) { dense_from_for_test
 void set_delta_dense_loads_for_tests(int32_t loads) { dense_loads_for_tests.store(loads); }
 void set_delta_walk_tiles_for_tests(int32_t on) { walk_tiles_for_tests.store(on); }
 void set_delta_walk_wide_for_tests(int32_t on) { walk_wide_for_tests.store(on); }
+void set_delta_norm_batch_for_tests(int32_t on) { norm_batch_for_tests.store(on); }
 void set_delta_walk_split_for_tests(int32_t on) { walk_split_for_tests.store(on); }
 void set_delta_walk_mma_for_tests(int32_t passes) { walk_mma_for_tests.store(passes); }
 void set_walk_phase_clock_for_tests(unsigned long long* sums) {

@@ -230,6 +230,10 @@ void set_delta_walk_tiles_for_tests(int32_t on);
 // Tests: the walk's wide form (1, the default) or not (0) instead of DUET_DELTA_WALK_WIDE's choice; negative: the
 // choice back. The bits are the same.
 void set_delta_walk_wide_for_tests(int32_t on);
+// Tests: a chunk's new keys and queries normalized eight vectors a warp at once (1; DUET_DELTA_NORM_BATCH=1's, in the
+// Gram kernel and the tensor-core walk) or one at a time (0, the default) instead of DUET_DELTA_NORM_BATCH's choice;
+// negative: that choice. The bits are the same.
+void set_delta_norm_batch_for_tests(int32_t on);
 // Tests: the walk's split fold (1; with the wide form only) or not (0) instead of DUET_DELTA_WALK_SPLIT's choice;
 // negative: the choice back. The bits are the same.
 void set_delta_walk_split_for_tests(int32_t on);
