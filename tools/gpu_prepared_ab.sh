@@ -48,6 +48,10 @@
 #      prepared, off; the same bits): its bits test (GdnKernelsTest.BatchedNormalizingKeepsTheWalksBits) beside the
 #      tensor-core walk's, bench_gdn_delta's prefill cases under both (the same fingerprints), with the walk's phase
 #      clock (DUET_WALK_CLOCK=1), and `duet run` prefill of 1K and 4K prompts against the default;
+#  14. the dense decode kernel's row vectors asked for before its ring (VECTORS_AB=1; DUET_DELTA_DENSE_VECTORS_FIRST=1,
+#      48th round, prepared, off; the same bits): its bits tests (DenseDecodeKernelGivesTheClusterFormsBits,
+#      DenseKernelFormsAgreeAtSixtyFourRows), bench_gdn_delta's decode cases under both with the phase clock (the
+#      same fingerprints), `duet run` at 16 and 64 streams against the default;
 # while BUDGET_S lasts, each stage skipped once it would not fit. Every stage writes its lines as it goes, to stdout
 # and OUT/log (never through a pipe that holds them until the end: 41st round).
 # STAGES (e.g. "1 8") runs only those stages (default: every one).
@@ -224,5 +228,27 @@ if stage 13 && [[ ${NORM_AB:-0} == 1 ]]; then
   fi
   bench_gdn_settings 10 prefill "$out/norm-clock.txt" DUET_WALK_CLOCK=1 "DUET_WALK_CLOCK=1 DUET_DELTA_NORM_BATCH=1"
   fits 80 && tools/gpu_prefill_ab.sh "$work" 1024,4096 "$rounds" - DUET_DELTA_NORM_BATCH=1
+fi
+echo "done at $(elapsed) s"
+
+echo "== 14. the dense kernel's vectors first (VECTORS_AB=1)"
+if stage 14 && [[ ${VECTORS_AB:-0} == 1 ]]; then
+  run_gpu_test '*DenseDecodeKernelGivesTheClusterFormsBits*:*DenseKernelFormsAgreeAtSixtyFourRows*' \
+    "$out/vectors-test.txt" 150
+  for setting in X=1 DUET_DELTA_DENSE_VECTORS_FIRST=1; do
+    fits 40 && env "$setting" DUET_DENSE_CLOCK=1 timeout 40 device/tests/cuda/bench_gdn_delta 20 decode \
+      > "$out/vectors-bench-$setting.txt" 2>&1
+    echo "-- $setting"; cut -c1-330 "$out/vectors-bench-$setting.txt"
+  done
+  prints() { grep -o "^decode.*rows *[0-9]*\|out [0-9a-f]* state [0-9a-f]*" "$1" | paste - -; }
+  if [[ -n "$(prints "$out/vectors-bench-X=1.txt")" && "$(prints "$out/vectors-bench-X=1.txt")" == \
+    "$(prints "$out/vectors-bench-DUET_DELTA_DENSE_VECTORS_FIRST=1.txt")" ]]; then
+    echo "fingerprints: the same under both"
+  else
+    echo "fingerprints: DIFFER (or missing)"
+  fi
+  for streams in 16 64; do
+    fits 70 && tools/gpu_launch_ab.sh "$work" "$streams" "$rounds" - DUET_DELTA_DENSE_VECTORS_FIRST=1
+  done
 fi
 echo "done at $(elapsed) s"

@@ -552,15 +552,17 @@ TEST_P(GdnKernelsTest, DenseDecodeKernelGivesTheClusterFormsBits) {
                                                        {16, false},
                                                        {kDeltaDenseBulk, false},
                                                        {kDeltaDenseKeys, false},
+                                                       {kDeltaDenseKeysVectorsFirst, false},
                                                        {16, true},
                                                        {kDeltaDenseBulk, true},
                                                        {kDeltaDenseKeys, true},
                                                        {-1, true}};
   for (const auto& [loads, longest] : forms) {
     SCOPED_TRACE("loads " +
-                 std::string(loads == kDeltaDenseBulk   ? "by the ring"
-                             : loads == kDeltaDenseKeys ? "by the ring, keys too"
-                                                        : std::to_string(loads) + " rows") +
+                 std::string(loads == kDeltaDenseBulk               ? "by the ring"
+                             : loads == kDeltaDenseKeys             ? "by the ring, keys too"
+                             : loads == kDeltaDenseKeysVectorsFirst ? "by the ring, keys too, the vectors first"
+                                                                    : std::to_string(loads) + " rows") +
                  (longest ? ", longest first" : ""));
     const Result dense = loads < 0 ? run(std::numeric_limits<int32_t>::max(), in, 0, true) : run(0, in, loads, longest);
     int32_t first_row = 0;
@@ -613,7 +615,7 @@ TEST_P(GdnKernelsTest, DenseKernelFormsAgreeAtSixtyFourRows) {
   const DeltaInputs in = random_delta_inputs(d, rows, 901);
   const Result ring = run(kDeltaDenseBulk, in);
   ASSERT_TRUE(all_finite(ring.out));
-  for (const int32_t loads : {kDeltaDenseKeys, 16}) {
+  for (const int32_t loads : {kDeltaDenseKeys, kDeltaDenseKeysVectorsFirst, 16}) {
     SCOPED_TRACE("loads " + std::to_string(loads));
     const Result form = run(loads, in);
     EXPECT_TRUE(same_bits(form.out, ring.out)) << "outputs";

@@ -1266,6 +1266,7 @@ static_assert(lanes_for(128) == kDenseLanes && lanes_for(32) == kDenseLanes, "th
 // bulk copies in u's room, kRingRows rows a stage (8 KB at the 9B's heads), kRingStages stages.
 constexpr int kDenseBulk = kDeltaDenseBulk;
 constexpr int kDenseKeys = kDeltaDenseKeys;
+constexpr int kDenseKeysVectorsFirst = kDeltaDenseKeysVectorsFirst;
 constexpr int kRingRows = 16;
 constexpr int kRingStages = kC / kRingRows;
 static_assert(kRingRows % kDenseLanes == 0, "a stage's first row is a multiple of the lanes: row r adds to lane r % 8");
@@ -1346,13 +1347,19 @@ __device__ __forceinline__ RowEntries row_entries_streamed(const float* kt, cons
 constexpr int kKeyAhead = 4;
 // kClock: the phase clock's instantiation (dense_phase_clock; the ring's forms without early loads only), so that
 // production's kernels carry none of its code.
-template <int KD, int VD, bool kEarlyState = false, int kRoll = 0, bool kClock = false>
+// kVectorsFirst (with kKeyStages; DUET_DELTA_DENSE_VECTORS_FIRST=1, 48th round, prepared, off; the same bits): the
+// row's vectors are asked for before the ring's first stages, not after them. Why: the phase clock finds a block
+// waiting for its row's vectors 38-65% of its life (48th round, H100: 20 us of a 16-row layer's 43 us, where the bytes
+// the launch reads take about 16 us at the read rate), and no chain can start before they land; behind the ring's first
+// 32 KB they wait for every block's stages issued before them.
+template <int KD, int VD, bool kEarlyState = false, int kRoll = 0, bool kClock = false, bool kVectorsFirst = false>
 __global__ void __launch_bounds__(VD + kC, 5)
     decode_dense_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, const float* g,
                         GdnDims dims, float* out, GdnNormArrays norm) {
   constexpr bool kKeyStages = kRoll == kDenseKeys;
   constexpr bool kBulk = kRoll == kDenseBulk || kKeyStages;
   constexpr bool kRolling = !kBulk && kRoll > 1;  // kRoll 16: rolling loads in registers
+  static_assert(!kVectorsFirst || (kKeyStages && !kEarlyState), "the vectors first: the keys' ring form");
   PhaseClock clock(kClock && threadIdx.x == 0 ? dense_phase_clock : nullptr);
   if constexpr (!kEarlyState) {
     wait_for_prerequisites();
@@ -1446,7 +1453,7 @@ __global__ void __launch_bounds__(VD + kC, 5)
     first_rows();
     wait_for_prerequisites();
     let_dependents_launch();
-  } else if constexpr (kBulk) {
+  } else if constexpr (kBulk && !kVectorsFirst) {
     first_rows();  // the ring fills while the row's vectors come
   }
   const bf16* row = qkv + static_cast<int64_t>(first_row) * in.width;
@@ -1461,6 +1468,7 @@ __global__ void __launch_bounds__(VD + kC, 5)
     copy_async_4(&sm.beta, beta + at);
   }
   commit_async_copies();
+  if constexpr (kVectorsFirst) first_rows();  // the ring's first stages behind the row's vectors
   if constexpr (!kBulk) copy_rows_async_16<VD>(&sm.u[0][0], VD, state + layout.d(), VD, t);
   commit_async_copies();
 
@@ -1986,8 +1994,11 @@ int dense_loads() {
   static const int loads = [] {
     const char* bulk = std::getenv("DUET_DELTA_DENSE_BULK");
     const char* keys = std::getenv("DUET_DELTA_DENSE_KEYS");
-    if (bulk == nullptr || std::strcmp(bulk, "0") != 0)
-      return keys != nullptr && std::strcmp(keys, "0") == 0 ? kDenseBulk : kDenseKeys;
+    const char* first = std::getenv("DUET_DELTA_DENSE_VECTORS_FIRST");
+    if (bulk == nullptr || std::strcmp(bulk, "0") != 0) {
+      if (keys != nullptr && std::strcmp(keys, "0") == 0) return kDenseBulk;
+      return first != nullptr && std::strcmp(first, "1") == 0 ? kDenseKeysVectorsFirst : kDenseKeys;
+    }
     const char* v = std::getenv("DUET_DELTA_DENSE_ROLL");
     return v != nullptr && std::strcmp(v, "0") == 0 ? 0 : 16;
   }();
@@ -2047,7 +2058,9 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
        allow_smem(decode_dense_kernel<KD, VD, false, kDenseKeys>, dense_bytes),
        allow_smem(decode_dense_kernel<KD, VD, true, kDenseKeys>, dense_bytes),
        allow_smem(decode_dense_kernel<KD, VD, false, kDenseBulk, true>, dense_bytes),
-       allow_smem(decode_dense_kernel<KD, VD, false, kDenseKeys, true>, dense_bytes), true);
+       allow_smem(decode_dense_kernel<KD, VD, false, kDenseKeys, true>, dense_bytes),
+       allow_smem(decode_dense_kernel<KD, VD, false, kDenseKeys, false, true>, dense_bytes),
+       allow_smem(decode_dense_kernel<KD, VD, false, kDenseKeys, true, true>, dense_bytes), true);
   (void)opted_in;
   const int32_t single_pieces = step.pieces - step.multi_pieces - step.few_pieces;
   if (step.multi_chunks > 0) {
@@ -2086,8 +2099,10 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
     const bool early = early_loads(), clocked = dense_clock_on.load();
     const int loads = dense_loads();
     const auto kernel =
-        clocked && loads == kDenseBulk   ? decode_dense_kernel<KD, VD, false, kDenseBulk, true>
-        : clocked && loads == kDenseKeys ? decode_dense_kernel<KD, VD, false, kDenseKeys, true>
+        clocked && loads == kDenseBulk               ? decode_dense_kernel<KD, VD, false, kDenseBulk, true>
+        : clocked && loads == kDenseKeys             ? decode_dense_kernel<KD, VD, false, kDenseKeys, true>
+        : clocked && loads == kDenseKeysVectorsFirst ? decode_dense_kernel<KD, VD, false, kDenseKeys, true, true>
+        : loads == kDenseKeysVectorsFirst            ? decode_dense_kernel<KD, VD, false, kDenseKeys, false, true>
         : loads == 16 ? (early ? decode_dense_kernel<KD, VD, true, 16> : decode_dense_kernel<KD, VD, false, 16>)
         : loads == kDenseBulk
             ? (early ? decode_dense_kernel<KD, VD, true, kDenseBulk> : decode_dense_kernel<KD, VD, false, kDenseBulk>)

@@ -220,9 +220,11 @@ void set_delta_decode_dense_from_for_tests(int32_t pieces);
 // Tests: how the dense kernel reads S_b: 16, rolling loads of 16 rows; 0, batches; kDeltaDenseBulk, a ring of bulk
 // copies; instead of the default (the ring) or DUET_DELTA_DENSE_BULK's / DUET_DELTA_DENSE_ROLL's; a negative number
 // gives the choice back. The bits are the same. kDeltaDenseKeys: the ring with the chunk's earlier keys in it too
-// (the default since the 48th round; DUET_DELTA_DENSE_KEYS=0 gives kDeltaDenseBulk).
+// (the default since the 48th round; DUET_DELTA_DENSE_KEYS=0 gives kDeltaDenseBulk); kDeltaDenseKeysVectorsFirst: that
+// ring with the row's vectors asked for before its first stages (DUET_DELTA_DENSE_VECTORS_FIRST=1's).
 constexpr int32_t kDeltaDenseBulk = 1;
 constexpr int32_t kDeltaDenseKeys = 2;
+constexpr int32_t kDeltaDenseKeysVectorsFirst = 3;
 void set_delta_dense_loads_for_tests(int32_t loads);
 // Tests: the chunked walk's outputs in tiles (1, the default) or a column a lane (0) instead of DUET_DELTA_WALK_TILES's
 // choice; a negative number gives the choice back. The bits are the same.
