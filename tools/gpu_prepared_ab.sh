@@ -44,10 +44,11 @@
 #      DUET_DELTA_DENSE_KEYS=0 leaves them out; the same bits): its bits test (GdnKernelsTest.DenseDecodeKernelGivesTheClusterFormsBits, every form),
 #      bench_gdn_delta's decode cases under both with the dense kernel's phase clock (DUET_DENSE_CLOCK=1: a block's
 #      cycles in each phase, its A and Q entries' beside them), `duet run` at 16, 4 and 64 streams;
-#  13. the batched normalizing of a chunk's new keys and queries (NORM_AB=1; DUET_DELTA_NORM_BATCH=1, 48th round,
-#      prepared, off; the same bits): its bits test (GdnKernelsTest.BatchedNormalizingKeepsTheWalksBits) beside the
-#      tensor-core walk's, bench_gdn_delta's prefill cases under both (the same fingerprints), with the walk's phase
-#      clock (DUET_WALK_CLOCK=1), and `duet run` prefill of 1K and 4K prompts against the default;
+#  13. the walk's batched normalizing of a chunk's new keys and queries (DUET_DELTA_NORM_BATCH=1) and its inputs by
+#      bulk copies (DUET_DELTA_WALK_BULK=1) (NORM_AB=1; 48th round, prepared, off; the same bits): their bits tests
+#      (GdnKernelsTest.BatchedNormalizingKeepsTheWalksBits, BulkInputsKeepTheWalksBits) beside the tensor-core walk's,
+#      bench_gdn_delta's prefill cases under each (the default's fingerprints), with the walk's phase clock
+#      (DUET_WALK_CLOCK=1), and `duet run` prefill of 1K and 4K prompts against the default;
 #  14. the dense decode kernel's row vectors asked for before its ring (VECTORS_AB=1; DUET_DELTA_DENSE_VECTORS_FIRST=1,
 #      48th round, prepared, off; the same bits): its bits tests (DenseDecodeKernelGivesTheClusterFormsBits,
 #      DenseKernelFormsAgreeAtSixtyFourRows), bench_gdn_delta's decode cases under both with the phase clock (the
@@ -212,22 +213,24 @@ if stage 12 && [[ ${KEYS_AB:-0} == 1 ]]; then
 fi
 echo "done at $(elapsed) s"
 
-echo "== 13. the batched normalizing (NORM_AB=1)"
+echo "== 13. the walk's batched normalizing and bulk inputs (NORM_AB=1)"
 if stage 13 && [[ ${NORM_AB:-0} == 1 ]]; then
-  run_gpu_test '*BatchedNormalizingKeepsTheWalksBits*:*TensorCoreWalk*' "$out/norm-test.txt" 120
-  for setting in X=1 DUET_DELTA_NORM_BATCH=1; do
+  run_gpu_test '*BatchedNormalizingKeepsTheWalksBits*:*BulkInputsKeepTheWalksBits*:*TensorCoreWalk*' \
+    "$out/norm-test.txt" 120
+  prints() { grep -o "^prefill.*rows *[0-9]*\|out [0-9a-f]* state [0-9a-f]*" "$1" | paste - -; }
+  for setting in X=1 DUET_DELTA_NORM_BATCH=1 DUET_DELTA_WALK_BULK=1; do
     fits 40 && env "$setting" timeout 40 device/tests/cuda/bench_gdn_delta 10 prefill > "$out/norm-bench-$setting.txt" 2>&1
     echo "-- $setting"; cat "$out/norm-bench-$setting.txt"
+    if [[ -n "$(prints "$out/norm-bench-X=1.txt")" &&
+      "$(prints "$out/norm-bench-X=1.txt")" == "$(prints "$out/norm-bench-$setting.txt")" ]]; then
+      echo "fingerprints: the default's"
+    else
+      echo "fingerprints: DIFFER from the default's (or missing)"
+    fi
   done
-  prints() { grep -o "^prefill.*rows *[0-9]*\|out [0-9a-f]* state [0-9a-f]*" "$1" | paste - -; }
-  if [[ -n "$(prints "$out/norm-bench-X=1.txt")" &&
-    "$(prints "$out/norm-bench-X=1.txt")" == "$(prints "$out/norm-bench-DUET_DELTA_NORM_BATCH=1.txt")" ]]; then
-    echo "fingerprints: the same under both"
-  else
-    echo "fingerprints: DIFFER (or missing)"
-  fi
-  bench_gdn_settings 10 prefill "$out/norm-clock.txt" DUET_WALK_CLOCK=1 "DUET_WALK_CLOCK=1 DUET_DELTA_NORM_BATCH=1"
-  fits 80 && tools/gpu_prefill_ab.sh "$work" 1024,4096 "$rounds" - DUET_DELTA_NORM_BATCH=1
+  bench_gdn_settings 10 prefill "$out/norm-clock.txt" DUET_WALK_CLOCK=1 "DUET_WALK_CLOCK=1 DUET_DELTA_NORM_BATCH=1" \
+    "DUET_WALK_CLOCK=1 DUET_DELTA_WALK_BULK=1"
+  fits 110 && tools/gpu_prefill_ab.sh "$work" 1024,4096 "$rounds" - DUET_DELTA_NORM_BATCH=1 DUET_DELTA_WALK_BULK=1
 fi
 echo "done at $(elapsed) s"
 

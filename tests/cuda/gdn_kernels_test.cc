@@ -843,7 +843,7 @@ TEST_P(GdnKernelsTest, TensorCoreWalkKeepsPromptCutsBits) {
 
 // A step of kWalkPieces under one of the walk's forms: its outputs and every sequence's live state after it.
 struct WalkForm {
-  int32_t tiles = 0, wide = 0, split = 0, mma = 0, norm_batch = 0;
+  int32_t tiles = 0, wide = 0, split = 0, mma = 0, norm_batch = 0, bulk = 0;
 };
 struct WalkResult {
   std::vector<float> out;
@@ -861,6 +861,7 @@ WalkResult run_walk_form(const GdnDims& d, const WalkForm& form, const DeltaInpu
   set_delta_walk_split_for_tests(form.split);
   set_delta_walk_mma_for_tests(form.mma);
   set_delta_norm_batch_for_tests(form.norm_batch);
+  set_delta_walk_bulk_for_tests(form.bulk);
   DeviceDeltaInputs in_d(in);
   States states(d, seeds);
   Step step(kWalkPieces, states);
@@ -874,6 +875,7 @@ WalkResult run_walk_form(const GdnDims& d, const WalkForm& form, const DeltaInpu
   set_delta_walk_split_for_tests(-1);
   set_delta_walk_mma_for_tests(-1);
   set_delta_norm_batch_for_tests(-1);
+  set_delta_walk_bulk_for_tests(-1);
   WalkResult r{out_d.download(), {}};
   const States::Snapshot now = states.now();
   for (size_t i = 0; i < kWalkPieces.size(); ++i)
@@ -937,6 +939,20 @@ TEST_P(GdnKernelsTest, BatchedNormalizingKeepsTheWalksBits) {
   const WalkResult reference = run_walk_form(d, one_at_a_time, in);
   expect_same_walk(d, run_walk_form(d, batched, in), reference);
   expect_walk_control(d, batched, in, reference);
+}
+
+// DUET_DELTA_WALK_BULK=1: the tensor-core walk's rows of q, k, v, A and Q by bulk copies give the cp.async form's bits,
+// outputs and every state over kWalkPieces (WY chunks, partial chunks whose rows of A and Q are not whole 16-byte
+// pieces, chunks entered in their middle, a one-row piece); the control as above. The pieces' chunks walk through
+// both slots' barriers several times (piece 0: four chunks, piece 4: three), so a wrong phase shows.
+TEST_P(GdnKernelsTest, BulkInputsKeepTheWalksBits) {
+  DUET_REQUIRE_GPU();
+  const GdnDims& d = dims();
+  const DeltaInputs in = random_delta_inputs(d, total_rows(kWalkPieces), 913);
+  const WalkForm by_threads{1, 1, 0, 3, 0, 0}, bulk{1, 1, 0, 3, 0, 1};
+  const WalkResult reference = run_walk_form(d, by_threads, in);
+  expect_same_walk(d, run_walk_form(d, bulk, in), reference);
+  expect_walk_control(d, bulk, in, reference);
 }
 
 // The walk's tensor-core form takes a prompt's WY chunks and nothing else: over kWalkPieces, the rows of chunks entered

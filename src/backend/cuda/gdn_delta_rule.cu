@@ -46,6 +46,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/delta_chunks.h"
@@ -497,6 +498,12 @@ struct StateSmem {
   float decay[kC];                    // e^{G_63 - G_t}, for the fold
 };
 
+// kBulkInputs (DUET_DELTA_WALK_BULK=1): the walk's StateSmem with a transaction barrier for each slot of `next`.
+template <typename Base>
+struct BulkStateSmem : Base {
+  alignas(8) unsigned long long inputs_full[2];
+};
+
 constexpr int columns_for(int value_dim) { return value_dim < 32 ? value_dim : 32; }
 constexpr int lanes_for(int value_dim) { return kThreads / columns_for(value_dim); }
 // The walk runs twice as many threads: its tiled phases (S_b^T k and q, the fold, the outputs, the normalization) have
@@ -706,7 +713,15 @@ __device__ __forceinline__ void fold_tile(float (*S)[kSStride], const float (*k)
 // chunks' bits unchanged. ncu (46th round, one layer of a 1K prompt, H100): 216 us, warps wait on fixed-latency
 // dependencies first (1.50 cycles an issued instruction), then not selected 1.12, selected 1.00, math pipe 0.86,
 // barrier 0.73, short scoreboard 0.45 (3.04 in the FMA form).
-template <int KD, int VD, bool kWide = false, bool kSplitFold = false, int kMmaPasses = 0, bool kNormBatch = false>
+//
+// kBulkInputs (DUET_DELTA_WALK_BULK=1, 48th round, prepared, off; with kMmaPasses; the same bits): a chunk's rows of
+// raw q, k and v and of A and Q come by bulk copies (the TMA), a row a copy from the lanes of warp 0, completing a
+// barrier of the chunk's slot of `next`, where the block's 512 threads issued about 4,400 16-byte cp.async a chunk
+// (9 a thread): issuing them was 11.5% of the walk's cycles (48th round's phase clock, 4K prompt, H100). G, beta, the
+// first chunk's rows from the state and rows that are not whole 16-byte pieces stay on cp.async. The same values land
+// in the same places, so the same bits.
+template <int KD, int VD, bool kWide = false, bool kSplitFold = false, int kMmaPasses = 0, bool kNormBatch = false,
+          bool kBulkInputs = false>
 __global__ void __launch_bounds__(kWalkThreads)
     chunk_state_kernel(DeviceStep step, int32_t layer, const bf16* qkv, const float* beta, GdnDims dims,
                        const float* scratch, float* out, bool wy_allowed, bool tiled_outputs) {
@@ -718,7 +733,8 @@ __global__ void __launch_bounds__(kWalkThreads)
   constexpr bool kMma = kMmaPasses > 0;
   constexpr int kPasses = kMma ? kMmaPasses : 1;  // (the tensor-core code is dead without kMma)
   extern __shared__ float4 smem_raw[];
-  using Smem = StateSmem<KD, VC, kWide, kMma>;
+  using BaseSmem = StateSmem<KD, VC, kWide, kMma>;
+  using Smem = std::conditional_t<kBulkInputs, BulkStateSmem<BaseSmem>, BaseSmem>;
   using Inputs = typename Smem::Inputs;
   constexpr int kU = Smem::kU;  // u's row stride
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
@@ -730,6 +746,7 @@ __global__ void __launch_bounds__(kWalkThreads)
   static_assert(!kSplitFold || kFoldThreads <= kWalkThreads - (kC / kTR) * kTileCols, "the fold beside the outputs");
   static_assert(!kMma || (kWide && !kSplitFold), "the tensor-core form reads the wide form's 16-byte key rows");
   static_assert(!kMma || (VC == 32 && KD % 16 == 0 && kWalkThreads == 16 * 32), "walk_mma.h's warp tiles");
+  static_assert(!kBulkInputs || (kMma && !kNormBatch), "the bulk inputs: the tensor-core walk's form");
 
   const DevicePiece& piece = step.piece[step.piece_order[blockIdx.x]];
   const int32_t head = blockIdx.y, col0 = blockIdx.z * VC;
@@ -739,19 +756,43 @@ __global__ void __launch_bounds__(kWalkThreads)
   PhaseClock clock(tid == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 ? walk_phase_clock : nullptr);
   copy_state_columns_async<KD, VD, VC>(sm.S, state, col0);
 
+  // kBulkInputs: slot s of `next` completes barrier s (phase i / 2 for the piece's chunk i); the vectors by bulk copies
+  // where every row is whole 16-byte pieces (the 9B's and the test shapes' are).
+  auto inputs_bar = [&](int slot) -> uint32_t {
+    if constexpr (kBulkInputs) {
+      return smem_address(&sm.inputs_full[slot]);
+    } else {
+      (void)slot;
+      return 0u;
+    }
+  };
+  const bool bulk_vectors = kBulkInputs && reinterpret_cast<uintptr_t>(qkv) % 16 == 0 && in.width % 8 == 0 &&
+                            in.q % 8 == 0 && in.k % 8 == 0 && (in.v + col0) % 8 == 0 && KD % 8 == 0 && VC % 8 == 0 &&
+                            (smem_address(&sm.raw) | smem_address(&sm.raw_v)) % 16 == 0;
+  if constexpr (kBulkInputs) {
+    if (tid == 0) {
+      mbarrier_init(inputs_bar(0), 1);
+      mbarrier_init(inputs_bar(1), 1);
+      fence_mbarrier_init();
+    }
+    __syncthreads();
+  }
+
   // Every copy of a chunk at once: its new rows' q, k and v (into the raw buffers), its G, beta and rows of A and Q
   // (into `w`), and for the piece's first chunk the earlier rows' d, keys (for the fold) and G from the state. The
   // first chunk's are issued here; each next chunk's once the raw buffers are normalized, so they arrive while the
   // chunk before is computed.
-  auto issue_copies = [&](const DeviceChunk& chunk, Inputs& w, bool first) {
+  auto issue_copies = [&](const DeviceChunk& chunk, Inputs& w, bool first, int slot) {
     const int a = chunk.filled, b = chunk.filled + chunk.rows;
     const float* A = scratch + chunk.scratch * dims.value_heads +
                      static_cast<int64_t>(head) * chunk_scratch_elems(chunk.filled, chunk.rows);
     const float* Q = A + chunk.rows * b;
     const float* G_new = Q + chunk.rows * b;
-    stage_raw_vectors_async<KD>(qkv, in, chunk, sm.raw);
-    copy_bf16_rows_async(&sm.raw_v[0][0], qkv + static_cast<int64_t>(chunk.first_row) * in.width + in.v + col0,
-                         in.width, chunk.rows, VC);
+    if (!bulk_vectors) {
+      stage_raw_vectors_async<KD>(qkv, in, chunk, sm.raw);
+      copy_bf16_rows_async(&sm.raw_v[0][0], qkv + static_cast<int64_t>(chunk.first_row) * in.width + in.v + col0,
+                           in.width, chunk.rows, VC);
+    }
     if (first) {
       copy_rows_async(&sm.u[0][0], kU, state + layout.d() + col0, VD, a, VC);
       if (b == kC) copy_rows_async(&cv.k[0][0], kVecStride, state + layout.keys(), KD, a, KD);
@@ -760,16 +801,42 @@ __global__ void __launch_bounds__(kWalkThreads)
     copy_floats_async(w.G + a, G_new, chunk.rows);
     for (int r = tid; r < chunk.rows; r += kWalkThreads)
       copy_async_4(&w.beta[a + r], beta + static_cast<int64_t>(chunk.first_row + r) * in.heads + head);
-    if (Inputs::kRowStride % 4 == 0 && (a * Inputs::kRowStride) % 4 == 0 && b % 4 == 0 &&
-        (reinterpret_cast<uintptr_t>(A) | reinterpret_cast<uintptr_t>(Q)) % 16 == 0) {
+    const bool rows_16 = Inputs::kRowStride % 4 == 0 && (a * Inputs::kRowStride) % 4 == 0 && b % 4 == 0 &&
+                         (reinterpret_cast<uintptr_t>(A) | reinterpret_cast<uintptr_t>(Q)) % 16 == 0;
+    const bool bulk_rows = kBulkInputs && rows_16;  // then the rows of A and Q by bulk copies, below
+    if (rows_16 && !bulk_rows) {
       copy_short_rows_async_16(&w.A[a][0], Inputs::kRowStride, A, b, chunk.rows, b);
       copy_short_rows_async_16(&w.Q[a][0], Inputs::kRowStride, Q, b, chunk.rows, b);
-    } else {
+    } else if (!rows_16) {
       copy_rows_async(&w.A[a][0], Inputs::kRowStride, A, b, chunk.rows, b);
       copy_rows_async(&w.Q[a][0], Inputs::kRowStride, Q, b, chunk.rows, b);
     }
+    if (kBulkInputs && tid < 32) {  // warp 0: lane 0 tells the barrier the bytes, then each lane its rows' copies
+      const uint32_t bar = inputs_bar(slot);
+      if (tid == 0) {
+        const int vector_bytes = bulk_vectors ? (2 * KD + VC) * static_cast<int>(sizeof(bf16)) : 0;
+        const int row_bytes = bulk_rows ? 2 * b * static_cast<int>(sizeof(float)) : 0;
+        mbarrier_expect_bytes(bar, static_cast<uint32_t>(chunk.rows * (vector_bytes + row_bytes)));
+      }
+      __syncwarp();
+      fence_proxy_async_shared();
+      for (int r = tid; r < chunk.rows; r += 32) {
+        const bf16* row = qkv + static_cast<int64_t>(chunk.first_row + r) * in.width;
+        if (bulk_vectors) {
+          constexpr auto kKeyBytes = static_cast<uint32_t>(KD * sizeof(bf16));
+          constexpr auto kValueBytes = static_cast<uint32_t>(VC * sizeof(bf16));
+          bulk_copy(smem_address(&sm.raw.q[r][0]), row + in.q, kKeyBytes, bar);
+          bulk_copy(smem_address(&sm.raw.k[r][0]), row + in.k, kKeyBytes, bar);
+          bulk_copy(smem_address(&sm.raw_v[r][0]), row + in.v + col0, kValueBytes, bar);
+        }
+        if (bulk_rows) {
+          bulk_copy(smem_address(&w.A[a + r][0]), A + r * b, static_cast<uint32_t>(b * sizeof(float)), bar);
+          bulk_copy(smem_address(&w.Q[a + r][0]), Q + r * b, static_cast<uint32_t>(b * sizeof(float)), bar);
+        }
+      }
+    }
   };
-  issue_copies(step.chunk[piece.first_chunk], sm.next[0], true);
+  issue_copies(step.chunk[piece.first_chunk], sm.next[0], true, 0);
 
   const int64_t out_stride = static_cast<int64_t>(dims.value_heads) * VD;
   bool folded = false;  // S_b changes only when a chunk completes
@@ -784,6 +851,10 @@ __global__ void __launch_bounds__(kWalkThreads)
     __syncthreads();  // the previous chunk is done with everything but the raw buffers and this chunk's inputs
     clock.mark(5);
     wait_async_copies();
+    if constexpr (kBulkInputs) {
+      const int i = c - piece.first_chunk;
+      mbarrier_wait(inputs_bar(i % 2), static_cast<uint32_t>((i / 2) & 1));
+    }
     __syncthreads();
     clock.mark(0);
 
@@ -798,7 +869,10 @@ __global__ void __launch_bounds__(kWalkThreads)
     // The raw buffers are normalized: the next chunk's copies go out now, into the other inputs (the chunk before
     // this one was done with them at the top of this one).
     clock.mark(1);
-    if (c + 1 < end) issue_copies(step.chunk[c + 1], sm.next[(c + 1 - piece.first_chunk) % 2], false);
+    if (c + 1 < end) {
+      const int slot = (c + 1 - piece.first_chunk) % 2;
+      issue_copies(step.chunk[c + 1], sm.next[slot], false, slot);
+    }
     clock.mark(2);
 
     // wk = S_b^T k_t and wq = S_b^T q_t for the new rows: [k; q] as 128 rows, a kTR x 4 tile per thread. The
@@ -1927,6 +2001,15 @@ bool norm_batch() {
   return chosen(norm_batch_for_tests, on);
 }
 
+// The walk's inputs by bulk copies (chunk_state_kernel's kBulkInputs, with the tensor-core form; not with
+// DUET_DELTA_NORM_BATCH, which it takes precedence over): DUET_DELTA_WALK_BULK=1 (48th round, prepared, off until it
+// has run on a GPU; the same bits).
+std::atomic<int32_t> walk_bulk_for_tests{-1};
+bool walk_bulk_inputs() {
+  static const bool on = env_switch("DUET_DELTA_WALK_BULK", false);
+  return chosen(walk_bulk_for_tests, on);
+}
+
 // The walk's split form (chunk_state_kernel, kSplitFold; with the wide form only): DUET_DELTA_WALK_SPLIT=1 (45th round;
 // timed in the 46th, H100: bench_gdn_delta 4,096 rows 1,195.8 against the wide form's 1,269.1 us, `duet run` 4K
 // prefill 0.8% faster, both below the tensor-core form, so off).
@@ -2029,12 +2112,13 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
   constexpr size_t matrices_bytes = sizeof(MatricesSmem<KD>);
   constexpr size_t state_bytes = sizeof(StateSmem<KD, VC>), wide_state_bytes = sizeof(StateSmem<KD, VC, true>);
   constexpr size_t mma_state_bytes = sizeof(StateSmem<KD, VC, true, true>);
+  constexpr size_t bulk_state_bytes = sizeof(BulkStateSmem<StateSmem<KD, VC, true, true>>);
   constexpr size_t decode_bytes = sizeof(DecodeSmem<KD, VD>);
   constexpr size_t rows_bytes = sizeof(RowsSmem<KD, VD>);
   constexpr size_t dense_bytes = sizeof(DenseSmem<KD, VD>);
   // Six blocks an SM (228 KB, 1 KB of each block's reserved) at the 9B's shape: the kernel is latency-bound.
   static_assert(KD != 128 || VD != 128 || decode_bytes <= 37 * 1024, "decode_delta_kernel: 6 blocks per SM");
-  static_assert(state_bytes <= 227 * 1024 && wide_state_bytes <= 227 * 1024 && mma_state_bytes <= 227 * 1024,
+  static_assert(state_bytes <= 227 * 1024 && wide_state_bytes <= 227 * 1024 && bulk_state_bytes <= 227 * 1024,
                 "chunk_state_kernel: one block an SM at most");
   // Four blocks an SM at the 9B's shape (55 KB: every row's vectors); a verify step of one stream is 128 blocks.
   static_assert(KD != 128 || VD != 128 || rows_bytes <= 56 * 1024, "decode_rows_kernel: 4 blocks per SM");
@@ -2046,6 +2130,7 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
        allow_smem(chunk_state_kernel<KD, VD, true, true>, wide_state_bytes),
        allow_smem(chunk_state_kernel<KD, VD, true, false, 3>, mma_state_bytes),
        allow_smem(chunk_state_kernel<KD, VD, true, false, 3, true>, mma_state_bytes),
+       allow_smem(chunk_state_kernel<KD, VD, true, false, 3, false, true>, bulk_state_bytes),
        allow_smem(chunk_state_kernel<KD, VD, true, false, 1>, mma_state_bytes),
        allow_smem(decode_delta_kernel<KD, VD, false>, decode_bytes),
        allow_smem(decode_delta_kernel<KD, VD, true>, decode_bytes), allow_smem(decode_rows_kernel<KD, VD>, rows_bytes),
@@ -2074,13 +2159,18 @@ void launch(const DeviceStep& step, int32_t layer, const bf16* qkv, const float*
     const dim3 grid(static_cast<unsigned>(step.multi_pieces), static_cast<unsigned>(dims.value_heads), VD / VC);
     const bool wide = walk_wide();
     const int mma = wide ? walk_mma_passes() : 0;
-    const auto walk = mma == 3 && norm_batch() ? chunk_state_kernel<KD, VD, true, false, 3, true>
-                      : mma == 3               ? chunk_state_kernel<KD, VD, true, false, 3>
-                      : mma == 1               ? chunk_state_kernel<KD, VD, true, false, 1>
-                      : !wide                  ? chunk_state_kernel<KD, VD, false>
-                      : walk_split_fold()      ? chunk_state_kernel<KD, VD, true, true>
-                                               : chunk_state_kernel<KD, VD, true>;
-    const size_t walk_bytes = mma != 0 ? mma_state_bytes : wide ? wide_state_bytes : state_bytes;
+    const bool bulk = mma == 3 && walk_bulk_inputs();
+    const auto walk = bulk                       ? chunk_state_kernel<KD, VD, true, false, 3, false, true>
+                      : mma == 3 && norm_batch() ? chunk_state_kernel<KD, VD, true, false, 3, true>
+                      : mma == 3                 ? chunk_state_kernel<KD, VD, true, false, 3>
+                      : mma == 1                 ? chunk_state_kernel<KD, VD, true, false, 1>
+                      : !wide                    ? chunk_state_kernel<KD, VD, false>
+                      : walk_split_fold()        ? chunk_state_kernel<KD, VD, true, true>
+                                                 : chunk_state_kernel<KD, VD, true>;
+    const size_t walk_bytes = bulk       ? bulk_state_bytes
+                              : mma != 0 ? mma_state_bytes
+                              : wide     ? wide_state_bytes
+                                         : state_bytes;
     walk<<<grid, kWalkThreads, walk_bytes, stream>>>(step, layer, qkv, beta, dims, scratch, out, wy_form_allowed(),
                                                      walk_tiled_outputs());
     check_launch("gdn chunk_state_kernel");
@@ -2139,6 +2229,7 @@ void set_delta_dense_loads_for_tests(int32_t loads) { dense_loads_for_tests.stor
 void set_delta_walk_tiles_for_tests(int32_t on) { walk_tiles_for_tests.store(on); }
 void set_delta_walk_wide_for_tests(int32_t on) { walk_wide_for_tests.store(on); }
 void set_delta_norm_batch_for_tests(int32_t on) { norm_batch_for_tests.store(on); }
+void set_delta_walk_bulk_for_tests(int32_t on) { walk_bulk_for_tests.store(on); }
 void set_delta_walk_split_for_tests(int32_t on) { walk_split_for_tests.store(on); }
 void set_delta_walk_mma_for_tests(int32_t passes) { walk_mma_for_tests.store(passes); }
 void set_walk_phase_clock_for_tests(unsigned long long* sums) {

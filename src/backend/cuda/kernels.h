@@ -236,6 +236,9 @@ void set_delta_walk_wide_for_tests(int32_t on);
 // Gram kernel and the tensor-core walk) or one at a time (0, the default) instead of DUET_DELTA_NORM_BATCH's choice;
 // negative: that choice. The bits are the same.
 void set_delta_norm_batch_for_tests(int32_t on);
+// Tests: the tensor-core walk's rows of q, k, v, A and Q by bulk copies (1; DUET_DELTA_WALK_BULK=1's) or cp.async (0,
+// the default) instead of DUET_DELTA_WALK_BULK's choice; negative: that choice. The bits are the same.
+void set_delta_walk_bulk_for_tests(int32_t on);
 // Tests: the walk's split fold (1; with the wide form only) or not (0) instead of DUET_DELTA_WALK_SPLIT's choice;
 // negative: the choice back. The bits are the same.
 void set_delta_walk_split_for_tests(int32_t on);

@@ -32,6 +32,11 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
                  : "memory");
   } while (done == 0);
 }
+// Before a bulk copy into shared memory that the block's threads read last (they are past a barrier since): their
+// reads, generic-proxy accesses, ordered before the copy engine's writes, async-proxy ones.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
 // `bytes` (a multiple of 16; both addresses 16-byte aligned) from global memory into shared memory at dst, completing
 // that many of `bar`'s expected bytes.
 __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
