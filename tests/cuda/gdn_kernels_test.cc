@@ -910,6 +910,15 @@ void expect_walk_control(const GdnDims& d, const WalkForm& form, DeltaInputs in,
   EXPECT_TRUE(same_bits(rows_of(control.out, vw, 200, rows - 200), rows_of(reference.out, vw, 200, rows - 200)));
 }
 
+// `form` (a same-bits variant of the tensor-core walk, the default form) against that walk on random inputs of `seed`:
+// outputs and states bit for bit, and the control.
+void expect_walk_form_keeps_bits(const GdnDims& d, const WalkForm& form, uint64_t seed) {
+  const DeltaInputs in = random_delta_inputs(d, total_rows(kWalkPieces), seed);
+  const WalkResult reference = run_walk_form(d, WalkForm{1, 1, 0, 3}, in);
+  expect_same_walk(d, run_walk_form(d, form, in), reference);
+  expect_walk_control(d, form, in, reference);
+}
+
 // The chunked walk's forms, its outputs in tiles (walk_outputs_in_tiles, the default), its wide form (the default
 // too; with and without the tiles) and the wide form's split form (DUET_DELTA_WALK_SPLIT=1: the fold in 4 x 4 tiles
 // beside the outputs, a WY chunk's right side written with S_b^T k), give the narrow one-column-a-lane form's bits:
@@ -933,12 +942,7 @@ TEST_P(GdnKernelsTest, WalkFormsKeepEveryBit) {
 // row 10 moves the first piece's later outputs and no other piece's.
 TEST_P(GdnKernelsTest, BatchedNormalizingKeepsTheWalksBits) {
   DUET_REQUIRE_GPU();
-  const GdnDims& d = dims();
-  const DeltaInputs in = random_delta_inputs(d, total_rows(kWalkPieces), 911);
-  const WalkForm one_at_a_time{1, 1, 0, 3, 0}, batched{1, 1, 0, 3, 1};
-  const WalkResult reference = run_walk_form(d, one_at_a_time, in);
-  expect_same_walk(d, run_walk_form(d, batched, in), reference);
-  expect_walk_control(d, batched, in, reference);
+  expect_walk_form_keeps_bits(dims(), WalkForm{1, 1, 0, 3, 1}, 911);
 }
 
 // DUET_DELTA_WALK_BULK=1: the tensor-core walk's rows of q, k, v, A and Q by bulk copies give the cp.async form's bits,
@@ -947,12 +951,7 @@ TEST_P(GdnKernelsTest, BatchedNormalizingKeepsTheWalksBits) {
 // both slots' barriers several times (piece 0: four chunks, piece 4: three), so a wrong phase shows.
 TEST_P(GdnKernelsTest, BulkInputsKeepTheWalksBits) {
   DUET_REQUIRE_GPU();
-  const GdnDims& d = dims();
-  const DeltaInputs in = random_delta_inputs(d, total_rows(kWalkPieces), 913);
-  const WalkForm by_threads{1, 1, 0, 3, 0, 0}, bulk{1, 1, 0, 3, 0, 1};
-  const WalkResult reference = run_walk_form(d, by_threads, in);
-  expect_same_walk(d, run_walk_form(d, bulk, in), reference);
-  expect_walk_control(d, bulk, in, reference);
+  expect_walk_form_keeps_bits(dims(), WalkForm{1, 1, 0, 3, 0, 1}, 913);
 }
 
 // The walk's tensor-core form takes a prompt's WY chunks and nothing else: over kWalkPieces, the rows of chunks entered
